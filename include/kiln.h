@@ -1,0 +1,9 @@
+/* kiln: an asynchronous deep-learning tensor library in C. The whole public API. */
+#ifndef KILN_H
+#define KILN_H
+
+#include "kiln/core.h"
+#include "kiln/tensor.h"
+#include "kiln/engine.h"
+
+#endif

@@ -1,0 +1,172 @@
+/* kiln core: status codes, dtypes, devices, shapes, tensor handles, errors, memory stats.
+ *
+ * Example (every public call records the caller's file:line through a macro, so an error
+ * message can say where it came from):
+ *
+ *   #include <kiln.h>
+ *   kiln_tensor x = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(2, 3), 42);
+ *   kiln_tensor y = kiln_exp(kiln_ref(x));        // x is kept: it was ref'd
+ *   kiln_tensor s = kiln_sum(y);                  // y is consumed
+ *   float v;
+ *   if (kiln_into_scalar(s, &v) != KILN_OK)       // the first blocking read
+ *       fprintf(stderr, "%s\n", kiln_last_error());
+ *   kiln_release(x);
+ */
+#ifndef KILN_CORE_H
+#define KILN_CORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(KILN_SHARED_BUILD)
+#define KILN_API __attribute__((visibility("default")))
+#else
+#define KILN_API
+#endif
+
+/* ---- status codes: one X-macro makes the enum and its string table ---------------------- */
+#define KILN_STATUS_MAP(X)                                                   \
+    X(OK, 0, "ok")                                                           \
+    X(ERR_INVALID_ARGUMENT, -1, "invalid argument")                          \
+    X(ERR_NULL, -2, "null pointer")                                          \
+    X(ERR_SHAPE, -3, "shape mismatch")                                       \
+    X(ERR_DTYPE, -4, "unsupported or mismatched dtype")                      \
+    X(ERR_DEVICE, -5, "device mismatch or device unavailable")               \
+    X(ERR_STALE_HANDLE, -6, "use of a consumed or released tensor handle")   \
+    X(ERR_OUT_OF_MEMORY, -7, "out of memory")                                \
+    X(ERR_INDEX, -8, "index out of range")                                   \
+    X(ERR_IO, -9, "input/output error")                                      \
+    X(ERR_CORRUPT, -10, "corrupt or malformed data")                         \
+    X(ERR_UNSUPPORTED, -11, "unsupported operation")                         \
+    X(ERR_KERNEL, -12, "kernel failed")                                      \
+    X(ERR_NO_GRAPH, -13, "tensor has no autodiff graph")                     \
+    X(ERR_BUFFER_SIZE, -14, "destination buffer has the wrong size")         \
+    X(ERR_INTERNAL, -15, "internal error")
+
+typedef enum {
+#define KILN__STATUS_ENUM(name, code, text) KILN_##name = code,
+    KILN_STATUS_MAP(KILN__STATUS_ENUM)
+#undef KILN__STATUS_ENUM
+} kiln_status;
+
+KILN_API const char *kiln_status_str(kiln_status status);
+
+/* ---- dtypes and devices ------------------------------------------------------------------ */
+typedef enum {
+    KILN_F32 = 0,
+    KILN_F64,
+    KILN_I32,
+    KILN_I64,
+    KILN_BOOL,
+    KILN_F16, /* storage type: CPU ops compute in f32 */
+    KILN_BF16,
+    KILN_DTYPE_COUNT
+} kiln_dtype;
+
+KILN_API const char *kiln_dtype_name(kiln_dtype dtype);
+KILN_API size_t kiln_dtype_size(kiln_dtype dtype); /* 0 for an invalid dtype */
+
+typedef enum { KILN_CPU = 0, KILN_CUDA = 1, KILN_DEVICE_COUNT } kiln_device;
+KILN_API const char *kiln_device_name(kiln_device device);
+
+/* ---- shapes and dim lists (up to 8 dims; passed by value) -------------------------------- */
+#define KILN_MAX_DIMS 8
+
+typedef struct {
+    int32_t ndim;
+    int64_t dims[KILN_MAX_DIMS];
+} kiln_shape;
+
+typedef struct {
+    int32_t n;
+    int32_t d[KILN_MAX_DIMS];
+} kiln_dims;
+
+#define KILN__NARGS_I64(...) ((int32_t)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
+#define KILN__NARGS_I32(...) ((int32_t)(sizeof((int32_t[]){__VA_ARGS__}) / sizeof(int32_t)))
+/* KILN_SHAPE(128, 2048); a 0-d (scalar) shape is KILN_SCALAR_SHAPE. */
+#define KILN_SHAPE(...) ((kiln_shape){KILN__NARGS_I64(__VA_ARGS__), {__VA_ARGS__}})
+#define KILN_SCALAR_SHAPE ((kiln_shape){0, {0}})
+/* KILN_DIMS(0, 2): a list of dimensions (negative counts from the end). */
+#define KILN_DIMS(...) ((kiln_dims){KILN__NARGS_I32(__VA_ARGS__), {__VA_ARGS__}})
+#define KILN_ALL_DIMS ((kiln_dims){-1, {0}})
+
+KILN_API int64_t kiln_shape_numel(kiln_shape shape);
+
+/* ---- tensor handles ----------------------------------------------------------------------- */
+/* A handle is a generation-checked slot: using it after it was consumed or released is a
+ * reported error (KILN_ERR_STALE_HANDLE naming the op that consumed it), never UB.
+ * The all-zero handle KILN_NONE means "no tensor" (e.g. linear without bias). */
+typedef struct {
+    uint64_t id;
+} kiln_tensor;
+#define KILN_NONE ((kiln_tensor){0})
+
+/* A new handle to the same tensor: O(1), never a copy. Consumes nothing. */
+KILN_API kiln_tensor kiln_ref(kiln_tensor t);
+/* Drops one handle. The buffer is freed once no handle and no queued op uses it. */
+KILN_API kiln_status kiln_release(kiln_tensor t);
+KILN_API bool kiln_is_valid(kiln_tensor t); /* live handle (poisoned tensors are live) */
+
+/* Metadata queries do not consume and never block (shapes are known at dispatch). */
+KILN_API kiln_shape kiln_tensor_shape(kiln_tensor t); /* ndim -1 for an invalid handle */
+KILN_API int64_t kiln_tensor_dim(kiln_tensor t, int dim); /* -1 on error */
+KILN_API int kiln_tensor_ndim(kiln_tensor t);
+KILN_API int64_t kiln_tensor_numel(kiln_tensor t);
+KILN_API kiln_dtype kiln_tensor_dtype(kiln_tensor t);
+KILN_API kiln_device kiln_tensor_device(kiln_tensor t);
+KILN_API bool kiln_tensor_is_contiguous(kiln_tensor t);
+/* The error a tensor carries (KILN_OK if none known yet); does not wait for queued ops. */
+KILN_API kiln_status kiln_tensor_status(kiln_tensor t);
+
+/* ---- errors -------------------------------------------------------------------------------- */
+/* The message of the last failed call on this thread: "<op> at <file>:<line>: <detail>". */
+KILN_API const char *kiln_last_error(void);
+KILN_API kiln_status kiln_last_status(void);
+KILN_API void kiln_clear_error(void);
+
+/* Records the caller's location for the next kiln calls on this thread. The public macros
+ * below call it for C callers; bindings from other languages may call it themselves. */
+KILN_API void kiln_set_call_site(const char *file, int line);
+#ifndef KILN_NO_CALL_SITE_MACROS
+#define KILN__AT(fn, ...) (kiln_set_call_site(__FILE__, __LINE__), (fn)(__VA_ARGS__))
+#else
+#define KILN__AT(fn, ...) (fn)(__VA_ARGS__)
+#endif
+
+/* ---- memory ------------------------------------------------------------------------------ */
+typedef struct {
+    uint64_t bytes_in_use;   /* held by live storages */
+    uint64_t peak_bytes;     /* max of bytes_in_use since the last reset */
+    uint64_t bytes_cached;   /* freed, kept by the caching allocator for reuse */
+    uint64_t alloc_count;    /* storages created (cache hits included) */
+    uint64_t system_allocs;  /* allocations that reached the system allocator */
+    uint64_t inplace_reuses; /* op outputs written into a consumed input's buffer */
+    uint64_t live_tensors;   /* tensor objects alive (views included) */
+} kiln_memory_stats;
+
+KILN_API kiln_memory_stats kiln_memory_stats_get(kiln_device device);
+KILN_API void kiln_memory_reset_peak(kiln_device device);
+KILN_API void kiln_memory_empty_cache(kiln_device device); /* return cached blocks to the system */
+
+/* Fault injection for tests: make the Nth allocation from now (1-based) fail; 0 disables. */
+KILN_API void kiln_debug_fail_alloc_after(int64_t n);
+
+/* ---- threads ------------------------------------------------------------------------------ */
+KILN_API int kiln_num_threads(void);
+KILN_API void kiln_set_num_threads(int n);
+
+#ifndef KILN_BUILDING
+#define kiln_ref(...) KILN__AT(kiln_ref, __VA_ARGS__)
+#define kiln_release(...) KILN__AT(kiln_release, __VA_ARGS__)
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,47 @@
+/* The CPU backend's vtable. Kernel families register themselves into one table. */
+#include <pthread.h>
+#include <string.h>
+
+#include "backend/cpu/cpu-impl.h"
+
+static void *cpu_alloc(void *ctx, size_t nbytes) { return kiln__cpu_alloc(nbytes); }
+static void cpu_free(void *ctx, void *p, size_t nbytes) { kiln__cpu_free(p, nbytes); }
+static kiln_status cpu_copy(void *ctx, void *dst, const void *src, size_t nbytes) {
+    if (nbytes) memcpy(dst, src, nbytes);
+    return KILN_OK;
+}
+static kiln_status cpu_synchronize(void *ctx) { return KILN_OK; }
+
+static kiln__backend cpu = {
+    .name = "cpu",
+    .device = KILN_CPU,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .copy_to_host = cpu_copy,
+    .copy_from_host = cpu_copy,
+    .synchronize = cpu_synchronize,
+};
+static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
+
+static void cpu_init(void) {
+    kiln__cpu_register_copy(cpu.kernels);
+    kiln__cpu_register_elementwise(cpu.kernels);
+    kiln__cpu_register_reduce(cpu.kernels);
+    kiln__cpu_register_linalg(cpu.kernels);
+    kiln__cpu_register_index(cpu.kernels);
+    kiln__cpu_register_random(cpu.kernels);
+}
+
+const kiln__backend *kiln__cpu_backend(void) {
+    pthread_once(&cpu_once, cpu_init);
+    return &cpu;
+}
+
+int kiln_num_threads(void) { return kiln__pool_threads(); }
+void kiln_set_num_threads(int n) {
+    if (n < 1) {
+        kiln__report(KILN_ERR_INVALID_ARGUMENT, "kiln_set_num_threads", "thread count %d must be >= 1", n);
+        return;
+    }
+    kiln__pool_set_threads(n);
+}

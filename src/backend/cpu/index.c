@@ -1,0 +1,4 @@
+/* Placeholder: the index kernel family is being written. */
+#include "backend/cpu/cpu-impl.h"
+
+void kiln__cpu_register_index(kiln__kernel_fn *table) { (void)table; }

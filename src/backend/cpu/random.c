@@ -1,0 +1,4 @@
+/* Placeholder: the random kernel family is being written. */
+#include "backend/cpu/cpu-impl.h"
+
+void kiln__cpu_register_random(kiln__kernel_fn *table) { (void)table; }

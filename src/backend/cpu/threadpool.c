@@ -1,0 +1,334 @@
+/* The intra-op pool: one job at a time, chunks claimed through an atomic counter.
+ *
+ * A call publishes a job under `state_lock` and wakes just enough workers, then works on
+ * chunks itself. When the caller runs out of chunks it retracts the job (so late wakers
+ * ignore it) and waits only for workers that actually joined. Because of that a caller
+ * never waits for a worker that is slow to wake: the work is done by whoever gets there,
+ * and the caller's stack-allocated job is no longer referenced when it returns. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1 /* sched_getaffinity, CPU_COUNT */
+#endif
+#include "backend/cpu/threadpool.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+enum {
+    POOL_MAX_THREADS = 1024,
+    /* Chunks per thread: more than one so a caller that starts before its workers wake
+     * can take extra chunks instead of leaving the tail to a late worker. */
+    POOL_CHUNKS_PER_THREAD = 4,
+};
+
+/* How long a caller polls for its workers to finish before sleeping (see
+ * pool_wait_for_workers): about two futex wake-ups on a virtual machine. */
+#define POOL_CALLER_POLL_SECONDS 50e-6
+
+#if defined(__x86_64__) || defined(__i386__)
+#define pool_cpu_relax() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define pool_cpu_relax() __asm__ __volatile__("yield")
+#else
+#define pool_cpu_relax() ((void)0)
+#endif
+
+typedef struct pool_job {
+    kiln__range_fn fn;
+    void *ctx;
+    int64_t chunk_count;
+    int64_t chunk_base; /* every chunk has chunk_base items, the first chunk_extra one more */
+    int64_t chunk_extra;
+    atomic_int_fast64_t next_chunk;
+} pool_job;
+
+static struct {
+    /* Held by the one host thread whose call the pool is serving, and by resizes. */
+    pthread_mutex_t caller_lock;
+    /* Guards every field below it. */
+    pthread_mutex_t state_lock;
+    pthread_cond_t work_ready; /* workers sleep here */
+    pthread_cond_t work_done;  /* the caller waits here for joined workers */
+    pool_job *job;             /* the published job, NULL between calls */
+    uint64_t job_generation;   /* bumped per job so a worker runs each job at most once */
+    atomic_int busy_workers;   /* workers inside the job; changed under state_lock */
+    int stopping;
+    pthread_t *workers;
+    int worker_count;
+    int worker_start_failed; /* stop retrying pthread_create until the next resize */
+    atomic_int threads_wanted;
+} pool = {
+    .caller_lock = PTHREAD_MUTEX_INITIALIZER,
+    .state_lock = PTHREAD_MUTEX_INITIALIZER,
+    .work_ready = PTHREAD_COND_INITIALIZER,
+    .work_done = PTHREAD_COND_INITIALIZER,
+};
+
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+static _Thread_local int thread_in_region;
+static _Thread_local int thread_locked_for_fork;
+
+static int pool_clamp_threads(long n) {
+    if (n < 1) return 1;
+    if (n > POOL_MAX_THREADS) return POOL_MAX_THREADS;
+    return (int)n;
+}
+
+static int pool_default_threads(void) {
+    const char *env = getenv("KILN_NUM_THREADS");
+    if (env && *env) {
+        char *end = NULL;
+        long n = strtol(env, &end, 10);
+        if (end && *end == '\0' && n > 0) return pool_clamp_threads(n);
+    }
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int count = CPU_COUNT(&set);
+        if (count > 0) return pool_clamp_threads(count);
+    }
+    return pool_clamp_threads(sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+static void pool_stop_workers_locked_by_caller(void);
+
+/* At exit another thread may still be inside a call (exit from a signal handler or a
+ * second thread); joining would then hang, so only tidy up when the pool is idle. */
+static void pool_shutdown_at_exit(void) {
+    if (pthread_mutex_trylock(&pool.caller_lock) != 0) return;
+    pool_stop_workers_locked_by_caller();
+    pthread_mutex_unlock(&pool.caller_lock);
+}
+
+/* fork() copies only the forking thread. Holding both locks across it means the child
+ * never inherits a lock owned by a thread that no longer exists; the child then forgets
+ * the parent's workers and starts its own on first use. Forking from inside a range
+ * function cannot take the locks (this thread already holds or waits on them) and is
+ * not supported. */
+static void pool_before_fork(void) {
+    thread_locked_for_fork = !thread_in_region;
+    if (!thread_locked_for_fork) return;
+    pthread_mutex_lock(&pool.caller_lock);
+    pthread_mutex_lock(&pool.state_lock);
+}
+
+static void pool_after_fork_parent(void) {
+    if (!thread_locked_for_fork) return;
+    pthread_mutex_unlock(&pool.state_lock);
+    pthread_mutex_unlock(&pool.caller_lock);
+}
+
+static void pool_after_fork_child(void) {
+    free(pool.workers);
+    pool.workers = NULL;
+    pool.worker_count = 0;
+    atomic_store(&pool.busy_workers, 0);
+    pool.job = NULL;
+    pool.stopping = 0;
+    pool.worker_start_failed = 0;
+    pool_after_fork_parent();
+}
+
+static void pool_init_once(void) {
+    atomic_store(&pool.threads_wanted, pool_default_threads());
+    atexit(pool_shutdown_at_exit);
+    pthread_atfork(pool_before_fork, pool_after_fork_parent, pool_after_fork_child);
+}
+
+static void pool_ensure_init(void) { pthread_once(&pool_once, pool_init_once); }
+
+static void pool_chunk_bounds(const pool_job *job, int64_t chunk, int64_t *begin, int64_t *end) {
+    int64_t extra_before = chunk < job->chunk_extra ? chunk : job->chunk_extra;
+    *begin = chunk * job->chunk_base + extra_before;
+    *end = *begin + job->chunk_base + (chunk < job->chunk_extra ? 1 : 0);
+}
+
+static void pool_run_chunks(pool_job *job) {
+    for (;;) {
+        int64_t chunk = atomic_fetch_add_explicit(&job->next_chunk, 1, memory_order_relaxed);
+        if (chunk >= job->chunk_count) return;
+        int64_t begin, end;
+        pool_chunk_bounds(job, chunk, &begin, &end);
+        job->fn(job->ctx, begin, end);
+    }
+}
+
+/* arg carries the job generation current when the worker was created: reading it here
+ * instead would skip a job published before this thread first ran. */
+static void *pool_worker_main(void *arg) {
+    uint64_t seen_generation = (uint64_t)(uintptr_t)arg;
+    thread_in_region = 1;
+    pthread_mutex_lock(&pool.state_lock);
+    for (;;) {
+        while (!pool.stopping && (pool.job == NULL || pool.job_generation == seen_generation))
+            pthread_cond_wait(&pool.work_ready, &pool.state_lock);
+        if (pool.stopping) break;
+        seen_generation = pool.job_generation;
+        pool_job *job = pool.job;
+        /* A late waker that finds every chunk taken stays out, so the caller never waits
+         * on a worker that has nothing to do. */
+        if (atomic_load_explicit(&job->next_chunk, memory_order_relaxed) >= job->chunk_count)
+            continue;
+        atomic_fetch_add(&pool.busy_workers, 1);
+        pthread_mutex_unlock(&pool.state_lock);
+
+        pool_run_chunks(job);
+
+        pthread_mutex_lock(&pool.state_lock);
+        /* The caller retracts the job before it waits, so only wake it when it can be
+         * waiting; otherwise it sees busy_workers reach 0 by itself. The decrement also
+         * publishes this worker's results to a caller that reads the count unlocked. */
+        if (atomic_fetch_sub(&pool.busy_workers, 1) == 1 && pool.job == NULL)
+            pthread_cond_signal(&pool.work_done);
+    }
+    pthread_mutex_unlock(&pool.state_lock);
+    return NULL;
+}
+
+/* Caller holds caller_lock, so no job is in flight. */
+static void pool_stop_workers_locked_by_caller(void) {
+    pthread_mutex_lock(&pool.state_lock);
+    int count = pool.worker_count;
+    pthread_t *workers = pool.workers;
+    pool.stopping = 1;
+    pthread_cond_broadcast(&pool.work_ready);
+    pthread_mutex_unlock(&pool.state_lock);
+
+    for (int i = 0; i < count; i++) pthread_join(workers[i], NULL);
+    free(workers);
+
+    pthread_mutex_lock(&pool.state_lock);
+    pool.workers = NULL;
+    pool.worker_count = 0;
+    pool.stopping = 0;
+    pool.worker_start_failed = 0;
+    pthread_mutex_unlock(&pool.state_lock);
+}
+
+/* Caller holds caller_lock. Starts workers up to threads_wanted - 1; when the system
+ * refuses threads the pool keeps the ones it got and runs with fewer. */
+static void pool_start_workers_locked_by_caller(int wanted_workers) {
+    if (pool.worker_count >= wanted_workers || pool.worker_start_failed) return;
+    pthread_t *workers = realloc(pool.workers, (size_t)wanted_workers * sizeof *workers);
+    if (!workers) {
+        pool.worker_start_failed = 1;
+        return;
+    }
+    pthread_mutex_lock(&pool.state_lock);
+    pool.workers = workers;
+    pthread_mutex_unlock(&pool.state_lock);
+    while (pool.worker_count < wanted_workers) {
+        /* job_generation only changes under caller_lock, which we hold. */
+        void *generation = (void *)(uintptr_t)pool.job_generation;
+        int rc = pthread_create(&workers[pool.worker_count], NULL, pool_worker_main, generation);
+        if (rc != 0) {
+            pool.worker_start_failed = 1;
+            return;
+        }
+        pthread_mutex_lock(&pool.state_lock);
+        pool.worker_count++;
+        pthread_mutex_unlock(&pool.state_lock);
+    }
+}
+
+static double pool_seconds_now(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
+}
+
+/* The job is retracted; wait for the workers still inside it. A futex wake-up costs
+ * ~20 us on a virtual machine, comparable to a whole small op, so the caller first polls
+ * for a bounded moment: its own core has nothing else to do until the op is complete.
+ * Idle workers never poll. */
+static void pool_wait_for_workers(void) {
+    if (atomic_load(&pool.busy_workers) == 0) return;
+    double give_up = pool_seconds_now() + POOL_CALLER_POLL_SECONDS;
+    for (int polls = 1;; polls++) {
+        if (atomic_load(&pool.busy_workers) == 0) return;
+        if (polls % 64 == 0 && pool_seconds_now() > give_up) break;
+        pool_cpu_relax();
+    }
+    pthread_mutex_lock(&pool.state_lock);
+    while (atomic_load(&pool.busy_workers) > 0) pthread_cond_wait(&pool.work_done, &pool.state_lock);
+    pthread_mutex_unlock(&pool.state_lock);
+}
+
+int kiln__pool_threads(void) {
+    pool_ensure_init();
+    return atomic_load_explicit(&pool.threads_wanted, memory_order_relaxed);
+}
+
+void kiln__pool_set_threads(int n) {
+    pool_ensure_init();
+    n = pool_clamp_threads(n);
+    pthread_mutex_lock(&pool.caller_lock);
+    if (n != atomic_load(&pool.threads_wanted)) {
+        pool_stop_workers_locked_by_caller();
+        atomic_store(&pool.threads_wanted, n);
+    }
+    pthread_mutex_unlock(&pool.caller_lock);
+}
+
+int kiln__pool_in_parallel_region(void) { return thread_in_region; }
+
+void kiln__pool_shutdown(void) {
+    pool_ensure_init();
+    pthread_mutex_lock(&pool.caller_lock);
+    pool_stop_workers_locked_by_caller();
+    pthread_mutex_unlock(&pool.caller_lock);
+}
+
+void kiln__parallel_for(int64_t n, int64_t grain, kiln__range_fn fn, void *ctx) {
+    if (n <= 0) return;
+    if (grain < 1) grain = 1;
+    int threads = kiln__pool_threads();
+    if (n <= grain || threads <= 1 || thread_in_region) {
+        fn(ctx, 0, n);
+        return;
+    }
+    int64_t chunk_count = n / grain;
+    if (chunk_count > (int64_t)threads * POOL_CHUNKS_PER_THREAD)
+        chunk_count = (int64_t)threads * POOL_CHUNKS_PER_THREAD;
+    if (chunk_count <= 1 || pthread_mutex_trylock(&pool.caller_lock) != 0) {
+        fn(ctx, 0, n);
+        return;
+    }
+    /* threads_wanted cannot change while we hold caller_lock. */
+    threads = atomic_load_explicit(&pool.threads_wanted, memory_order_relaxed);
+    pool_start_workers_locked_by_caller(threads - 1);
+    int helpers = pool.worker_count;
+    if (helpers > chunk_count - 1) helpers = (int)(chunk_count - 1);
+    if (helpers <= 0) {
+        pthread_mutex_unlock(&pool.caller_lock);
+        fn(ctx, 0, n);
+        return;
+    }
+
+    pool_job job = {.fn = fn, .ctx = ctx, .chunk_count = chunk_count,
+                    .chunk_base = n / chunk_count, .chunk_extra = n % chunk_count};
+    atomic_init(&job.next_chunk, 0);
+
+    pthread_mutex_lock(&pool.state_lock);
+    pool.job = &job;
+    pool.job_generation++;
+    if (helpers >= pool.worker_count) {
+        pthread_cond_broadcast(&pool.work_ready);
+    } else {
+        for (int i = 0; i < helpers; i++) pthread_cond_signal(&pool.work_ready);
+    }
+    pthread_mutex_unlock(&pool.state_lock);
+
+    thread_in_region = 1;
+    pool_run_chunks(&job);
+    thread_in_region = 0;
+
+    pthread_mutex_lock(&pool.state_lock);
+    pool.job = NULL;
+    pthread_mutex_unlock(&pool.state_lock);
+    pool_wait_for_workers();
+    pthread_mutex_unlock(&pool.caller_lock);
+}

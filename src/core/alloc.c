@@ -1,0 +1,170 @@
+/* CPU caching allocator: 64-byte aligned blocks in size classes (4 per power of two, so at
+ * most 25% slack), freed blocks kept per class for reuse up to a byte limit. KILN_NO_CACHING=1
+ * sends every call to the system allocator, so sanitizers see each buffer's true lifetime. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core-impl.h"
+
+#define ALIGNMENT 64
+#define NUM_CLASSES 256
+#define DEFAULT_CACHE_LIMIT ((size_t)4 << 30)
+
+typedef struct free_block {
+    struct free_block *next;
+} free_block;
+
+static struct {
+    pthread_mutex_t lock;
+    free_block *classes[NUM_CLASSES];
+    size_t cached_bytes;
+    size_t cache_limit;
+    int caching; /* -1 unknown */
+} cache = {.lock = PTHREAD_MUTEX_INITIALIZER, .caching = -1};
+
+static struct {
+    _Atomic int64_t in_use, peak;
+    atomic_ullong allocs, system_allocs, inplace, live_tensors;
+} stats[KILN_DEVICE_COUNT];
+
+static atomic_llong fail_countdown;
+
+void kiln_debug_fail_alloc_after(int64_t n) { atomic_store(&fail_countdown, n); }
+
+bool kiln__alloc_should_fail(void) {
+    long long n = atomic_load_explicit(&fail_countdown, memory_order_relaxed);
+    if (KILN__LIKELY(n <= 0)) return false;
+    return atomic_fetch_sub(&fail_countdown, 1) == 1;
+}
+
+/* Size class: for sizes up to 256 bytes one class per 64 bytes, then 4 classes per power of two. */
+static int size_class(size_t n, size_t *rounded) {
+    if (n <= 256) {
+        size_t r = (n + 63) & ~(size_t)63;
+        if (r == 0) r = 64;
+        *rounded = r;
+        return (int)(r / 64) - 1; /* 0..3 */
+    }
+    int lg = 63 - __builtin_clzll((unsigned long long)(n - 1)); /* n-1 in [2^lg, 2^(lg+1)) */
+    size_t step = (size_t)1 << (lg - 2);
+    size_t r = (n + step - 1) & ~(step - 1);
+    *rounded = r;
+    int sub = (int)((r >> (lg - 2)) & 3); /* position within the power of two */
+    int cls = 4 + (lg - 8) * 4 + sub;
+    return cls < NUM_CLASSES ? cls : -1;
+}
+
+static bool caching_enabled(void) {
+    int c = __atomic_load_n(&cache.caching, __ATOMIC_ACQUIRE);
+    if (c < 0) {
+        const char *env = getenv("KILN_NO_CACHING");
+        c = !(env && env[0] && env[0] != '0');
+        const char *limit = getenv("KILN_CACHE_LIMIT_MB");
+        pthread_mutex_lock(&cache.lock);
+        cache.cache_limit = limit ? (size_t)atoll(limit) << 20 : DEFAULT_CACHE_LIMIT;
+        pthread_mutex_unlock(&cache.lock);
+        __atomic_store_n(&cache.caching, c, __ATOMIC_RELEASE);
+    }
+    return c;
+}
+
+void *kiln__cpu_alloc(size_t nbytes) {
+    if (kiln__alloc_should_fail()) return NULL;
+    size_t rounded = nbytes;
+    int cls = caching_enabled() ? size_class(nbytes, &rounded) : -1;
+    if (cls >= 0) {
+        pthread_mutex_lock(&cache.lock);
+        free_block *b = cache.classes[cls];
+        if (b) {
+            cache.classes[cls] = b->next;
+            cache.cached_bytes -= rounded;
+        }
+        pthread_mutex_unlock(&cache.lock);
+        if (b) {
+            kiln__stats_count_alloc(KILN_CPU, false);
+            return b;
+        }
+    }
+    void *p = NULL;
+    if (posix_memalign(&p, ALIGNMENT, rounded ? rounded : ALIGNMENT) != 0) return NULL;
+    kiln__stats_count_alloc(KILN_CPU, true);
+    return p;
+}
+
+void kiln__cpu_free(void *p, size_t nbytes) {
+    if (!p) return;
+    size_t rounded = nbytes;
+    int cls = caching_enabled() ? size_class(nbytes, &rounded) : -1;
+    if (cls >= 0) {
+        pthread_mutex_lock(&cache.lock);
+        if (cache.cached_bytes + rounded <= cache.cache_limit) {
+            free_block *b = p;
+            b->next = cache.classes[cls];
+            cache.classes[cls] = b;
+            cache.cached_bytes += rounded;
+            p = NULL;
+        }
+        pthread_mutex_unlock(&cache.lock);
+    }
+    free(p);
+}
+
+void kiln_memory_empty_cache(kiln_device dev) {
+    if (dev != KILN_CPU) return;
+    pthread_mutex_lock(&cache.lock);
+    for (int c = 0; c < NUM_CLASSES; c++) {
+        free_block *b = cache.classes[c];
+        while (b) {
+            free_block *next = b->next;
+            free(b);
+            b = next;
+        }
+        cache.classes[c] = NULL;
+    }
+    cache.cached_bytes = 0;
+    pthread_mutex_unlock(&cache.lock);
+}
+
+void kiln__stats_add_in_use(kiln_device dev, int64_t delta) {
+    int64_t now = atomic_fetch_add(&stats[dev].in_use, delta) + delta;
+    int64_t peak = atomic_load_explicit(&stats[dev].peak, memory_order_relaxed);
+    while (now > peak && !atomic_compare_exchange_weak(&stats[dev].peak, &peak, now)) {
+    }
+}
+
+void kiln__stats_count_alloc(kiln_device dev, bool from_system) {
+    atomic_fetch_add_explicit(&stats[dev].allocs, 1, memory_order_relaxed);
+    if (from_system) atomic_fetch_add_explicit(&stats[dev].system_allocs, 1, memory_order_relaxed);
+}
+
+void kiln__stats_count_inplace(void) { atomic_fetch_add_explicit(&stats[0].inplace, 1, memory_order_relaxed); }
+
+void kiln__stats_count_tensor(int delta) {
+    atomic_fetch_add_explicit(&stats[0].live_tensors, (unsigned long long)(long long)delta, memory_order_relaxed);
+}
+
+kiln_memory_stats kiln_memory_stats_get(kiln_device dev) {
+    kiln_memory_stats s = {0};
+    if ((unsigned)dev >= KILN_DEVICE_COUNT) {
+        kiln__report(KILN_ERR_DEVICE, "kiln_memory_stats_get", "invalid device %d", (int)dev);
+        return s;
+    }
+    s.bytes_in_use = (uint64_t)atomic_load(&stats[dev].in_use);
+    s.peak_bytes = (uint64_t)atomic_load(&stats[dev].peak);
+    s.alloc_count = atomic_load(&stats[dev].allocs);
+    s.system_allocs = atomic_load(&stats[dev].system_allocs);
+    s.inplace_reuses = atomic_load(&stats[0].inplace);
+    s.live_tensors = atomic_load(&stats[0].live_tensors);
+    if (dev == KILN_CPU) {
+        pthread_mutex_lock(&cache.lock);
+        s.bytes_cached = cache.cached_bytes;
+        pthread_mutex_unlock(&cache.lock);
+    }
+    return s;
+}
+
+void kiln_memory_reset_peak(kiln_device dev) {
+    if ((unsigned)dev >= KILN_DEVICE_COUNT) return;
+    atomic_store(&stats[dev].peak, atomic_load(&stats[dev].in_use));
+}

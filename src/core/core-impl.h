@@ -1,0 +1,154 @@
+/* kiln core internals: errors, storages, tensors, handles. Never installed. */
+#ifndef KILN_CORE_IMPL_H
+#define KILN_CORE_IMPL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/core.h"
+
+/* ALWAYS(x)/NEVER(x): assert in debug builds, a handled branch in release (SQLite's habit). */
+#ifdef NDEBUG
+#define ALWAYS(x) (x)
+#define NEVER(x) (x)
+#else
+#include <assert.h>
+#define ALWAYS(x) ((x) ? 1 : (assert(0 && #x), 0))
+#define NEVER(x) ((x) ? (assert(0 && #x), 1) : 0)
+#endif
+
+#define KILN__UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define KILN__LIKELY(x) __builtin_expect(!!(x), 1)
+
+/* ---- errors ------------------------------------------------------------------------------ */
+/* Shared, refcounted: a poisoned tensor and everything computed from it point to one record. */
+typedef struct kiln__error {
+    atomic_int refs;
+    kiln_status status;
+    const char *op;   /* static string: the public op name */
+    const char *file; /* caller's file (static string from __FILE__) */
+    int line;
+    uint64_t seq;     /* engine sequence number of the failing op, 0 at dispatch time */
+    char message[];   /* "<op> at <file>:<line>: <detail>" */
+} kiln__error;
+
+kiln__error *kiln__error_new(kiln_status status, const char *op, const char *file, int line,
+                             uint64_t seq, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+kiln__error *kiln__error_ref(kiln__error *e);
+void kiln__error_unref(kiln__error *e);
+/* Makes e this thread's last error (kiln_last_error) and returns its status. */
+kiln_status kiln__error_report(const kiln__error *e);
+/* Sets the thread's last error from scratch (for calls that return a status directly). */
+kiln_status kiln__report(kiln_status status, const char *op, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Caller location recorded by the public macros (thread-local). */
+typedef struct {
+    const char *file;
+    int line;
+} kiln__site;
+kiln__site kiln__call_site(void);
+
+/* ---- dtypes ------------------------------------------------------------------------------ */
+bool kiln__dtype_valid(kiln_dtype dtype);
+/* Element size of a valid dtype (no checks: hot path). */
+static inline size_t kiln__elsize(kiln_dtype d) {
+    static const unsigned char sizes[KILN_DTYPE_COUNT] = {4, 8, 4, 8, 1, 2, 2};
+    return sizes[d];
+}
+bool kiln__dtype_is_float(kiln_dtype dtype); /* f32 f64 f16 bf16 */
+bool kiln__dtype_is_int(kiln_dtype dtype);   /* i32 i64 */
+/* Result dtype of a binary op on a and b (bool < i32 < i64 < bf16/f16 < f32 < f64;
+ * f16 with bf16 gives f32). */
+kiln_dtype kiln__dtype_promote(kiln_dtype a, kiln_dtype b);
+/* The dtype kernels compute in: f16/bf16 compute in f32. */
+kiln_dtype kiln__dtype_compute(kiln_dtype dtype);
+float kiln__f16_to_f32(uint16_t h);
+uint16_t kiln__f32_to_f16(float f); /* round to nearest even */
+float kiln__bf16_to_f32(uint16_t h);
+uint16_t kiln__f32_to_bf16(float f); /* round to nearest even, NaN kept */
+/* Read/write element i of a raw array of dtype as double (slow paths and tests). */
+double kiln__load_as_f64(const void *base, kiln_dtype dtype, int64_t i);
+void kiln__store_from_f64(void *base, kiln_dtype dtype, int64_t i, double v);
+
+/* ---- storage ----------------------------------------------------------------------------- */
+struct kiln__var; /* engine dependency state */
+
+typedef struct kiln__storage {
+    atomic_long owners;  /* tensor objects (views) sharing this buffer */
+    void *data;
+    size_t nbytes;
+    kiln_device device;
+    bool borrowed;       /* user memory: never written in place, never freed by kiln */
+    void (*on_release)(void *ctx);
+    void *release_ctx;
+    _Atomic(kiln__error *) err; /* set when an op writing this buffer failed while running */
+    struct kiln__var *var;      /* engine: pending readers/writers */
+} kiln__storage;
+
+/* New storage with an uninitialised buffer of nbytes (from the device's caching allocator).
+ * NULL on out-of-memory. */
+kiln__storage *kiln__storage_new(kiln_device dev, size_t nbytes);
+kiln__storage *kiln__storage_borrow(void *data, size_t nbytes, void (*on_release)(void *), void *ctx);
+void kiln__storage_retain(kiln__storage *s);
+/* Drops one owner; the last one hands the buffer to the engine to free after queued users. */
+void kiln__storage_release(kiln__storage *s);
+/* Called by the engine when the buffer is no longer used by anything. */
+void kiln__storage_destroy(kiln__storage *s);
+
+/* ---- tensors ----------------------------------------------------------------------------- */
+typedef struct kiln__tensor {
+    atomic_int refs; /* live handles */
+    kiln_dtype dtype;
+    int32_t ndim;
+    kiln_device device;
+    int64_t offset;  /* in elements */
+    int64_t shape[KILN_MAX_DIMS];
+    int64_t strides[KILN_MAX_DIMS]; /* in elements; 0 for broadcast dims */
+    kiln__storage *storage;         /* NULL when poisoned at dispatch */
+    kiln__error *err;               /* dispatch-time poison, shared */
+    void *autodiff;                 /* autodiff metadata (owned by the autodiff layer) */
+} kiln__tensor;
+
+/* A tensor with a fresh dense buffer (NULL on OOM; no error is set). */
+kiln__tensor *kiln__tensor_new(kiln_device dev, kiln_dtype dtype, int ndim, const int64_t *shape);
+/* A view: same storage (retained), new shape/strides/offset. */
+kiln__tensor *kiln__tensor_view(const kiln__tensor *base, int ndim, const int64_t *shape,
+                                const int64_t *strides, int64_t offset);
+/* A tensor that only carries an error (takes its own ref of err). */
+kiln__tensor *kiln__tensor_poisoned(kiln__error *err);
+/* A tensor of given metadata around an existing storage (retains it). */
+kiln__tensor *kiln__tensor_wrap(kiln__storage *s, kiln_dtype dtype, int ndim, const int64_t *shape,
+                                const int64_t *strides, int64_t offset);
+void kiln__tensor_retain(kiln__tensor *t);
+void kiln__tensor_release(kiln__tensor *t);
+int64_t kiln__tensor_numel(const kiln__tensor *t);
+bool kiln__tensor_is_contiguous(const kiln__tensor *t);
+/* Single owner: one handle, one view on the storage, not borrowed: may be overwritten. */
+bool kiln__tensor_is_exclusive(const kiln__tensor *t);
+/* Dense strides for a shape; returns numel. */
+int64_t kiln__dense_strides(int ndim, const int64_t *shape, int64_t *strides);
+/* Set autodiff metadata cleanup hook (autodiff layer registers it). */
+extern void (*kiln__autodiff_free_hook)(void *meta);
+
+/* ---- handles ----------------------------------------------------------------------------- */
+/* Registers t (taking its reference) under a fresh handle. On handle-table exhaustion the
+ * tensor is released and KILN_NONE returned with the last error set. */
+kiln_tensor kiln__handle_new(kiln__tensor *t);
+/* Borrowed lookup (no ownership moves). NULL and *err set if the handle is stale/invalid. */
+kiln__tensor *kiln__handle_peek(kiln_tensor h, const char *op, kiln__error **err);
+/* Consumes the handle: the caller now owns the tensor's reference. NULL + *err if stale. */
+kiln__tensor *kiln__handle_take(kiln_tensor h, const char *op, kiln__error **err);
+
+/* ---- memory ------------------------------------------------------------------------------ */
+void *kiln__cpu_alloc(size_t nbytes); /* 64-byte aligned; caching; NULL on failure */
+void kiln__cpu_free(void *p, size_t nbytes);
+bool kiln__alloc_should_fail(void); /* fault injection */
+void kiln__stats_add_in_use(kiln_device dev, int64_t delta);
+void kiln__stats_count_alloc(kiln_device dev, bool from_system);
+void kiln__stats_count_inplace(void);
+void kiln__stats_count_tensor(int delta);
+
+#endif

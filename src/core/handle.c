@@ -1,0 +1,184 @@
+/* Generational handles. A handle is (generation << 32 | slot+1). Consuming or releasing a
+ * handle bumps its slot's generation, so any later use is detected; the slot remembers who
+ * consumed it so the error can say so. Free slots are reused first-in first-out, which keeps
+ * a stale handle's history readable for as long as possible. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/core-impl.h"
+
+#define CHUNK_BITS 12
+#define CHUNK_SIZE (1u << CHUNK_BITS)
+#define MAX_CHUNKS 16384 /* 64M live handles */
+
+typedef struct {
+    _Atomic uint32_t gen;              /* odd: live; even: free */
+    kiln__tensor *_Atomic tensor;
+    _Atomic(const char *) consumed_by; /* op that took it last */
+    _Atomic(const char *) consumed_file;
+    atomic_int consumed_line;
+    uint32_t next_free;                /* index+1 of the next free slot; 0 = none */
+} slot;
+
+static slot *_Atomic chunks[MAX_CHUNKS];
+static struct {
+    pthread_mutex_t lock;
+    uint32_t head, tail; /* FIFO of free slots, index+1 */
+    uint32_t used;       /* slots ever handed out */
+    uint32_t n_free;
+} freelist = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0};
+
+/* Freed slots wait in the queue until this many are behind them, so the last few thousand
+ * consumed handles can still name the op that consumed them. */
+#define REUSE_DELAY 4096
+
+static slot *slot_at(uint32_t index) {
+    slot *c = atomic_load_explicit(&chunks[index >> CHUNK_BITS], memory_order_acquire);
+    return c ? &c[index & (CHUNK_SIZE - 1)] : NULL;
+}
+
+static bool slot_alloc(uint32_t *out) {
+    pthread_mutex_lock(&freelist.lock);
+    if (freelist.n_free > REUSE_DELAY) {
+        freelist.n_free--;
+        uint32_t idx = freelist.head - 1;
+        slot *s = slot_at(idx);
+        freelist.head = s->next_free;
+        if (!freelist.head) freelist.tail = 0;
+        pthread_mutex_unlock(&freelist.lock);
+        *out = idx;
+        return true;
+    }
+    uint32_t idx = freelist.used;
+    if ((idx >> CHUNK_BITS) >= MAX_CHUNKS) {
+        pthread_mutex_unlock(&freelist.lock);
+        return false;
+    }
+    if (!atomic_load_explicit(&chunks[idx >> CHUNK_BITS], memory_order_relaxed)) {
+        slot *c = calloc(CHUNK_SIZE, sizeof(slot));
+        if (!c) {
+            pthread_mutex_unlock(&freelist.lock);
+            return false;
+        }
+        atomic_store_explicit(&chunks[idx >> CHUNK_BITS], c, memory_order_release);
+    }
+    freelist.used++;
+    pthread_mutex_unlock(&freelist.lock);
+    *out = idx;
+    return true;
+}
+
+static void slot_free(uint32_t idx) {
+    slot *s = slot_at(idx);
+    pthread_mutex_lock(&freelist.lock);
+    s->next_free = 0;
+    if (freelist.tail)
+        slot_at(freelist.tail - 1)->next_free = idx + 1;
+    else
+        freelist.head = idx + 1;
+    freelist.tail = idx + 1;
+    freelist.n_free++;
+    pthread_mutex_unlock(&freelist.lock);
+}
+
+kiln_tensor kiln__handle_new(kiln__tensor *t) {
+    uint32_t idx;
+    if (kiln__alloc_should_fail() || !slot_alloc(&idx)) {
+        kiln__report(KILN_ERR_OUT_OF_MEMORY, "kiln", "no tensor handle available");
+        kiln__tensor_release(t);
+        return KILN_NONE;
+    }
+    slot *s = slot_at(idx);
+    atomic_store_explicit(&s->tensor, t, memory_order_relaxed);
+    uint32_t gen = atomic_load_explicit(&s->gen, memory_order_relaxed) + 1; /* even -> odd */
+    atomic_store_explicit(&s->gen, gen, memory_order_release);
+    return (kiln_tensor){((uint64_t)gen << 32) | (idx + 1)};
+}
+
+static kiln__error *stale_error(kiln_tensor h, const slot *s, const char *op) {
+    kiln__site site = kiln__call_site();
+    if (h.id == 0)
+        return kiln__error_new(KILN_ERR_NULL, op, site.file, site.line, 0, "tensor argument is KILN_NONE");
+    uint32_t gen = (uint32_t)(h.id >> 32);
+    if (!s || !(gen & 1))
+        return kiln__error_new(KILN_ERR_STALE_HANDLE, op, site.file, site.line, 0,
+                               "not a kiln tensor handle (0x%llx)", (unsigned long long)h.id);
+    uint32_t now = atomic_load_explicit(&s->gen, memory_order_acquire);
+    const char *by = atomic_load_explicit(&s->consumed_by, memory_order_relaxed);
+    if (now == gen + 1 && by) {
+        const char *file = atomic_load_explicit(&s->consumed_file, memory_order_relaxed);
+        int line = atomic_load_explicit(&s->consumed_line, memory_order_relaxed);
+        return kiln__error_new(KILN_ERR_STALE_HANDLE, op, site.file, site.line, 0,
+                               "tensor handle was already consumed by %s at %s:%d (pass kiln_ref(t) to keep using it)",
+                               by, file ? file : "?", line);
+    }
+    return kiln__error_new(KILN_ERR_STALE_HANDLE, op, site.file, site.line, 0,
+                           "tensor handle was consumed or released earlier (its slot has been reused since)");
+}
+
+static slot *slot_of(kiln_tensor h) {
+    uint32_t low = (uint32_t)h.id;
+    if (low == 0 || ((low - 1) >> CHUNK_BITS) >= MAX_CHUNKS) return NULL;
+    return slot_at(low - 1);
+}
+
+kiln__tensor *kiln__handle_peek(kiln_tensor h, const char *op, kiln__error **err) {
+    slot *s = slot_of(h);
+    uint32_t gen = (uint32_t)(h.id >> 32);
+    if (s && (gen & 1) && atomic_load_explicit(&s->gen, memory_order_acquire) == gen)
+        return atomic_load_explicit(&s->tensor, memory_order_relaxed);
+    if (err) *err = stale_error(h, s, op);
+    return NULL;
+}
+
+kiln__tensor *kiln__handle_take(kiln_tensor h, const char *op, kiln__error **err) {
+    slot *s = slot_of(h);
+    uint32_t gen = (uint32_t)(h.id >> 32);
+    if (s && (gen & 1)) {
+        kiln__tensor *t = atomic_load_explicit(&s->tensor, memory_order_acquire);
+        uint32_t expect = gen;
+        /* only one consumer can win the generation bump */
+        if (atomic_compare_exchange_strong_explicit(&s->gen, &expect, gen + 1, memory_order_acq_rel,
+                                                    memory_order_acquire)) {
+            kiln__site site = kiln__call_site();
+            atomic_store_explicit(&s->consumed_by, op, memory_order_relaxed);
+            atomic_store_explicit(&s->consumed_file, site.file, memory_order_relaxed);
+            atomic_store_explicit(&s->consumed_line, site.line, memory_order_relaxed);
+            slot_free((uint32_t)h.id - 1);
+            return t;
+        }
+    }
+    if (err) *err = stale_error(h, s, op);
+    return NULL;
+}
+
+/* ---- public handle API ----------------------------------------------------------------- */
+
+kiln_tensor kiln_ref(kiln_tensor h) {
+    kiln__error *err = NULL;
+    kiln__tensor *t = kiln__handle_peek(h, "kiln_ref", &err);
+    if (!t) {
+        kiln__error_report(err);
+        kiln__tensor *p = kiln__tensor_poisoned(err);
+        kiln__error_unref(err);
+        return p ? kiln__handle_new(p) : KILN_NONE;
+    }
+    kiln__tensor_retain(t);
+    return kiln__handle_new(t);
+}
+
+kiln_status kiln_release(kiln_tensor h) {
+    if (h.id == 0) return KILN_OK; /* like free(NULL) */
+    kiln__error *err = NULL;
+    kiln__tensor *t = kiln__handle_take(h, "kiln_release", &err);
+    if (!t) {
+        kiln_status st = kiln__error_report(err);
+        kiln__error_unref(err);
+        return st;
+    }
+    kiln__tensor_release(t);
+    return KILN_OK;
+}
+
+bool kiln_is_valid(kiln_tensor h) { return kiln__handle_peek(h, "kiln_is_valid", NULL) != NULL; }

@@ -1,0 +1,99 @@
+/* Tensor objects: metadata (shape, strides, offset, dtype) over a shared storage. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core-impl.h"
+
+void (*kiln__autodiff_free_hook)(void *meta);
+
+int64_t kiln__dense_strides(int ndim, const int64_t *shape, int64_t *strides) {
+    int64_t n = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        strides[d] = n;
+        n *= shape[d];
+    }
+    return n;
+}
+
+static kiln__tensor *tensor_alloc(void) {
+    if (kiln__alloc_should_fail()) return NULL;
+    kiln__tensor *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    atomic_init(&t->refs, 1);
+    kiln__stats_count_tensor(1);
+    return t;
+}
+
+kiln__tensor *kiln__tensor_wrap(kiln__storage *s, kiln_dtype dtype, int ndim, const int64_t *shape,
+                                const int64_t *strides, int64_t offset) {
+    kiln__tensor *t = tensor_alloc();
+    if (!t) return NULL;
+    t->dtype = dtype;
+    t->ndim = ndim;
+    t->device = s->device;
+    t->offset = offset;
+    if (ndim) {
+        memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+        memcpy(t->strides, strides, sizeof(int64_t) * (size_t)ndim);
+    }
+    kiln__storage_retain(s);
+    t->storage = s;
+    return t;
+}
+
+kiln__tensor *kiln__tensor_new(kiln_device dev, kiln_dtype dtype, int ndim, const int64_t *shape) {
+    int64_t strides[KILN_MAX_DIMS];
+    int64_t n = kiln__dense_strides(ndim, shape, strides);
+    kiln__storage *s = kiln__storage_new(dev, (size_t)n * kiln__elsize(dtype));
+    if (!s) return NULL;
+    kiln__tensor *t = kiln__tensor_wrap(s, dtype, ndim, shape, strides, 0);
+    kiln__storage_release(s); /* the tensor holds the only owner */
+    return t;
+}
+
+kiln__tensor *kiln__tensor_view(const kiln__tensor *base, int ndim, const int64_t *shape,
+                                const int64_t *strides, int64_t offset) {
+    return kiln__tensor_wrap(base->storage, base->dtype, ndim, shape, strides, offset);
+}
+
+kiln__tensor *kiln__tensor_poisoned(kiln__error *err) {
+    kiln__tensor *t = calloc(1, sizeof *t); /* never fault-injected: poison must always exist */
+    if (!t) return NULL;
+    atomic_init(&t->refs, 1);
+    kiln__stats_count_tensor(1);
+    t->err = kiln__error_ref(err);
+    return t;
+}
+
+void kiln__tensor_retain(kiln__tensor *t) { atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed); }
+
+void kiln__tensor_release(kiln__tensor *t) {
+    if (!t || atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1) return;
+    if (t->autodiff && kiln__autodiff_free_hook) kiln__autodiff_free_hook(t->autodiff);
+    kiln__storage_release(t->storage);
+    kiln__error_unref(t->err);
+    kiln__stats_count_tensor(-1);
+    free(t);
+}
+
+int64_t kiln__tensor_numel(const kiln__tensor *t) {
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+    return n;
+}
+
+bool kiln__tensor_is_contiguous(const kiln__tensor *t) {
+    int64_t expect = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->shape[d] == 1) continue;
+        if (t->strides[d] != expect) return false;
+        expect *= t->shape[d];
+    }
+    return true;
+}
+
+bool kiln__tensor_is_exclusive(const kiln__tensor *t) {
+    return t->storage && !t->err && !t->storage->borrowed &&
+           atomic_load_explicit(&t->refs, memory_order_acquire) == 1 &&
+           atomic_load_explicit(&t->storage->owners, memory_order_acquire) == 1;
+}

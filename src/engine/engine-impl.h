@@ -1,0 +1,62 @@
+/* kiln engine internals: op records, submission, waiting. */
+#ifndef KILN_ENGINE_IMPL_H
+#define KILN_ENGINE_IMPL_H
+
+#include "core/core-impl.h"
+#include "engine/opcodes.h"
+
+/* What a kernel sees of one operand: a strided window on a storage. A view whose storage is
+ * NULL is a scalar broadcast to any shape: its value is `scalar` (converted to dtype). */
+typedef struct kiln__view {
+    kiln__storage *storage;
+    kiln_dtype dtype;
+    int32_t ndim;
+    int64_t offset; /* elements */
+    double scalar;
+    int64_t shape[KILN_MAX_DIMS];
+    int64_t strides[KILN_MAX_DIMS]; /* elements */
+} kiln__view;
+
+#define KILN__OP_MAX_IN 3
+#define KILN__OP_MAX_OUT 2
+
+/* One queued unit of work. Params are inline so no allocation is needed per op. */
+typedef struct kiln__op {
+    kiln__opcode code;
+    int8_t n_in, n_out;
+    kiln__view in[KILN__OP_MAX_IN];
+    kiln__view out[KILN__OP_MAX_OUT];
+    union {
+        double f[4];
+        int64_t i[4];
+    } p;
+    int64_t pi[4];     /* more integer params when p.f is used too */
+    const char *name;  /* public op name, for errors and the profiler */
+    const char *file;
+    int line;
+    uint64_t seq;
+} kiln__op;
+
+/* Base address of a view's first element. */
+static inline char *kiln__view_ptr(const kiln__view *v) {
+    return (char *)v->storage->data + v->offset * (int64_t)kiln__elsize(v->dtype);
+}
+kiln__view kiln__view_of(const kiln__tensor *t);
+kiln__view kiln__view_scalar(kiln_dtype dtype, int ndim, const int64_t *shape, double value);
+int64_t kiln__view_numel(const kiln__view *v);
+bool kiln__view_is_contiguous(const kiln__view *v);
+
+/* Prepares an op record (code, name, call site). */
+void kiln__op_init(kiln__op *op, kiln__opcode code, const char *name);
+/* Queues op for execution; the engine owns nothing in it (views only borrow storages whose
+ * lifetime the engine extends until the op has run). Never fails: an error while running
+ * poisons the op's outputs and is reported by the next sync or read. */
+void kiln__submit(kiln__op *op);
+/* Waits until every queued op writing s is done; returns s's runtime error status. */
+kiln_status kiln__wait_storage(kiln__storage *s);
+/* Frees s once queued ops using it are done (called when its last owner goes). */
+void kiln__engine_free_storage(kiln__storage *s);
+/* Next sequence number (dispatch order on this thread). */
+uint64_t kiln__next_seq(void);
+
+#endif

@@ -1,0 +1,51 @@
+/* Every kernel kiln can run, by id. Backends fill a table indexed by these. */
+#ifndef KILN_OPCODES_H
+#define KILN_OPCODES_H
+
+#define KILN__OPCODES(X)                                                                    \
+    /* data movement */                                                                      \
+    X(COPY)        /* out = in[0] converted to out's dtype; any strides, same shape */       \
+    X(FILL)        /* out = p.f[0] */                                                        \
+    X(ARANGE)      /* out[i] = p.f[0] + i * p.f[1] (dense 1-d out) */                         \
+    X(LINSPACE)    /* start p.f[0], end p.f[1], steps pi[0] (out dense 1-d) */                     \
+    X(EYE)         /* out 2-d: 1 on the diagonal */                                          \
+    X(RAND_UNIFORM)   /* seed pi[0], offset pi[1], lo p.f[0], hi p.f[1] */                 \
+    X(RAND_NORMAL)    /* seed pi[0], offset pi[1], mean p.f[0], std p.f[1] */              \
+    X(RAND_BERNOULLI) /* seed pi[0], offset pi[1], prob p.f[0] */                          \
+    /* unary elementwise: out = f(in[0]), same shape */                                      \
+    X(NEG) X(ABS) X(SIGN) X(EXP) X(LOG) X(LOG1P) X(EXPM1) X(SQRT) X(RSQRT) X(SIN) X(COS)     \
+    X(TANH) X(SIGMOID) X(RELU) X(GELU) X(GELU_TANH) X(SILU) X(SOFTPLUS) X(ERF)               \
+    X(LOGICAL_NOT)                                                                           \
+    X(CLAMP)       /* lo p.f[0], hi p.f[1]; NaN = no bound */                                \
+    /* binary elementwise: out = f(in[0], in[1]); inputs broadcast to out's shape */        \
+    X(ADD) X(SUB) X(MUL) X(DIV) X(POW) X(MAXIMUM) X(MINIMUM)                                 \
+    X(EQ) X(NE) X(LT) X(LE) X(GT) X(GE) /* out bool */                                       \
+    X(LOGICAL_AND) X(LOGICAL_OR)        /* out bool */                                       \
+    X(WHERE)       /* out = in[0] (bool) ? in[1] : in[2] */                                 \
+    /* reductions: out has in's ndim with reduced dims of size 1 */                         \
+    X(SUM) X(MEAN) X(PROD) X(MAX) X(MIN)                                                     \
+    X(VAR)         /* correction p.i[0] */                                                   \
+    X(LOGSUMEXP)                                                                             \
+    X(ARGMAX) X(ARGMIN) /* dim p.i[0]; out i64 */                                            \
+    X(SOFTMAX) X(LOG_SOFTMAX) /* dim p.i[0]; out same shape */                               \
+    /* linear algebra */                                                                     \
+    X(MATMUL)      /* in[0] [..,M,K] in[1] [..,K,N] (batch dims broadcast), out dense [..,M,N] */ \
+    /* indexing */                                                                           \
+    X(INDEX_SELECT)   /* in[0] src, in[1] index (1-d), dim p.i[0] */                         \
+    X(GATHER)         /* in[0] src, in[1] index, dim p.i[0] */                               \
+    X(SCATTER_ADD)    /* out += scatter(in[1] src at in[0] index), dim p.i[0] */             \
+    X(ONE_HOT)        /* in[0] index, classes p.i[0] */                                     \
+    /* free slots for later layers (autodiff, nn) go below */                               \
+    X(RELU_BACKWARD)  /* out = in[1] > 0 ? in[0] : 0  (in[0] grad, in[1] x or y) */          \
+    X(NOOP)
+
+typedef enum {
+#define KILN__OPCODE_ENUM(name) KILN__OP_##name,
+    KILN__OPCODES(KILN__OPCODE_ENUM)
+#undef KILN__OPCODE_ENUM
+    KILN__OP_COUNT
+} kiln__opcode;
+
+const char *kiln__opcode_name(kiln__opcode code);
+
+#endif

@@ -1,0 +1,42 @@
+/* Views as kernels see them. */
+#include "engine/engine-impl.h"
+
+#include <string.h>
+
+kiln__view kiln__view_of(const kiln__tensor *t) {
+    kiln__view v;
+    v.storage = t->storage;
+    v.dtype = t->dtype;
+    v.ndim = t->ndim;
+    v.offset = t->offset;
+    v.scalar = 0;
+    memcpy(v.shape, t->shape, sizeof v.shape);
+    memcpy(v.strides, t->strides, sizeof v.strides);
+    return v;
+}
+
+kiln__view kiln__view_scalar(kiln_dtype dtype, int ndim, const int64_t *shape, double value) {
+    kiln__view v = {0};
+    v.dtype = dtype;
+    v.ndim = ndim;
+    v.scalar = value;
+    for (int d = 0; d < ndim; d++) v.shape[d] = shape[d];
+    return v;
+}
+
+int64_t kiln__view_numel(const kiln__view *v) {
+    int64_t n = 1;
+    for (int d = 0; d < v->ndim; d++) n *= v->shape[d];
+    return n;
+}
+
+bool kiln__view_is_contiguous(const kiln__view *v) {
+    if (!v->storage) return false;
+    int64_t expect = 1;
+    for (int d = v->ndim - 1; d >= 0; d--) {
+        if (v->shape[d] == 1) continue;
+        if (v->strides[d] != expect) return false;
+        expect *= v->shape[d];
+    }
+    return true;
+}

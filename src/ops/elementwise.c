@@ -1,0 +1,278 @@
+/* Elementwise ops: dtype rules, broadcasting and in-place output choice. Kernels compute in
+ * f32/f64/i32/i64 (and bool for logic); f16/bf16 are converted to f32 around the kernel. */
+#include <math.h>
+
+#include "kiln/tensor.h"
+#include "ops/ops-impl.h"
+
+static bool is_float_math(kiln__opcode code) {
+    switch (code) {
+    case KILN__OP_EXP: case KILN__OP_LOG: case KILN__OP_LOG1P: case KILN__OP_EXPM1: case KILN__OP_SQRT:
+    case KILN__OP_RSQRT: case KILN__OP_SIN: case KILN__OP_COS: case KILN__OP_TANH: case KILN__OP_SIGMOID:
+    case KILN__OP_GELU: case KILN__OP_GELU_TANH: case KILN__OP_SILU: case KILN__OP_SOFTPLUS: case KILN__OP_ERF:
+    case KILN__OP_DIV: case KILN__OP_POW:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static bool is_comparison(kiln__opcode code) {
+    return code == KILN__OP_EQ || code == KILN__OP_NE || code == KILN__OP_LT || code == KILN__OP_LE ||
+           code == KILN__OP_GT || code == KILN__OP_GE;
+}
+
+static bool is_logical(kiln__opcode code) {
+    return code == KILN__OP_LOGICAL_AND || code == KILN__OP_LOGICAL_OR || code == KILN__OP_LOGICAL_NOT;
+}
+
+/* The dtype the kernel runs in, given the (promoted) input dtype. */
+static kiln_dtype kernel_dtype(kiln__opcode code, kiln_dtype in) {
+    if (is_logical(code)) return KILN_BOOL;
+    if (in == KILN_F16 || in == KILN_BF16) return KILN_F32;
+    if (is_float_math(code) && !kiln__dtype_is_float(in)) return KILN_F32;
+    if (in == KILN_BOOL && !is_comparison(code)) return KILN_I32; /* arithmetic on bools counts */
+    return in;
+}
+
+/* The dtype the caller gets back. */
+static kiln_dtype result_dtype(kiln__opcode code, kiln_dtype in, kiln_dtype kernel) {
+    if (is_logical(code) || is_comparison(code)) return KILN_BOOL;
+    if (in == KILN_F16 || in == KILN_BF16) return in;
+    return kernel;
+}
+
+/* Runs a 1- to 3-input elementwise kernel in dtype `kd` over broadcast inputs; the output
+ * may reuse an input's buffer. Consumes the inputs. */
+static kiln__tensor *run_elementwise(kiln__opctx *c, kiln__opcode code, int n_in, kiln__tensor **in, int n_shape,
+                                     const int64_t *shape, kiln_dtype out_dtype, const double *params) {
+    kiln_device dev = in[0]->device;
+    kiln__tensor *out = kiln__t_output(c, dev, out_dtype, n_shape, shape, in, n_in);
+    if (out) {
+        kiln__op op;
+        kiln__op_init(&op, code, c->name);
+        for (int i = 0; i < n_in; i++) op.in[i] = kiln__view_broadcast(in[i], n_shape, shape);
+        op.out[0] = kiln__view_of(out);
+        op.n_in = (int8_t)n_in;
+        op.n_out = 1;
+        if (params) {
+            op.p.f[0] = params[0];
+            op.p.f[1] = params[1];
+        }
+        if (!kiln__t_submit(c, &op, dev)) kiln__tensor_release(out), out = NULL;
+    }
+    for (int i = 0; i < n_in; i++) kiln__tensor_release(in[i]);
+    return out;
+}
+
+static bool check_numeric(kiln__opctx *c, kiln__opcode code, kiln_dtype d) {
+    if (d == KILN_BOOL && (code == KILN__OP_NEG || code == KILN__OP_ABS || code == KILN__OP_SIGN ||
+                           code == KILN__OP_RELU || code == KILN__OP_CLAMP || code == KILN__OP_SUB)) {
+        kiln__fail(c, KILN_ERR_DTYPE, "%s is not defined for bool tensors", kiln__opcode_name(code));
+        return false;
+    }
+    return true;
+}
+
+static kiln__tensor *unary_with_params(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, const double *params) {
+    if (!kiln__ok(c, x)) return kiln__drop(1, x), NULL;
+    if (!check_numeric(c, code, x->dtype)) return kiln__drop(1, x), NULL;
+    kiln_dtype kd = kernel_dtype(code, x->dtype);
+    kiln_dtype rd = result_dtype(code, x->dtype, kd);
+    x = kiln__t_cast(c, x, kd);
+    if (!x) return NULL;
+    kiln__tensor *out = run_elementwise(c, code, 1, &x, x->ndim, x->shape, code == KILN__OP_LOGICAL_NOT ? KILN_BOOL : kd, params);
+    return out && out->dtype != rd ? kiln__t_cast(c, out, rd) : out;
+}
+
+kiln__tensor *kiln__t_unary(kiln__opctx *c, kiln__opcode code, kiln__tensor *x) {
+    return unary_with_params(c, code, x, NULL);
+}
+
+kiln__tensor *kiln__t_clamp(kiln__opctx *c, kiln__tensor *x, double lo, double hi) {
+    if (!isnan(lo) && !isnan(hi) && lo > hi) {
+        kiln__drop(1, x);
+        return kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "clamp bounds lo=%g > hi=%g", lo, hi);
+    }
+    if (x && !x->err && kiln__dtype_is_int(x->dtype) && ((!isnan(lo) && lo != floor(lo)) || (!isnan(hi) && hi != floor(hi))))
+        x = kiln__t_cast(c, x, KILN_F32);
+    double params[2] = {lo, hi};
+    return unary_with_params(c, KILN__OP_CLAMP, x, params);
+}
+
+kiln__tensor *kiln__t_binary(kiln__opctx *c, kiln__opcode code, kiln__tensor *a, kiln__tensor *b) {
+    if (!kiln__ok(c, a) | !kiln__ok(c, b)) return kiln__drop(2, a, b), NULL;
+    int nd;
+    int64_t shape[KILN_MAX_DIMS];
+    if (!kiln__same_device(c, a, b) || !kiln__broadcast_shapes(c, a->ndim, a->shape, b->ndim, b->shape, &nd, shape))
+        return kiln__drop(2, a, b), NULL;
+    kiln_dtype pd = kiln__dtype_promote(a->dtype, b->dtype);
+    if (!check_numeric(c, code, pd)) return kiln__drop(2, a, b), NULL;
+    kiln_dtype kd = kernel_dtype(code, pd);
+    kiln_dtype rd = result_dtype(code, pd, kd);
+    a = kiln__t_cast(c, a, kd);
+    b = kiln__t_cast(c, b, kd);
+    if (!a || !b) return kiln__drop(2, a, b), NULL;
+    kiln__tensor *in[2] = {a, b};
+    kiln_dtype kernel_out = (is_comparison(code) || is_logical(code)) ? KILN_BOOL : kd;
+    kiln__tensor *out = run_elementwise(c, code, 2, in, nd, shape, kernel_out, NULL);
+    return out && out->dtype != rd ? kiln__t_cast(c, out, rd) : out;
+}
+
+kiln__tensor *kiln__t_binary_scalar(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, double s, bool scalar_first) {
+    if (!kiln__ok(c, x)) return kiln__drop(1, x), NULL;
+    kiln_dtype xd = x->dtype;
+    bool integral = s == floor(s) && fabs(s) < 9e15;
+    if (!kiln__dtype_is_float(xd) && !integral) xd = KILN_F32; /* 1.5 promotes an int tensor */
+    else if (xd == KILN_BOOL && !is_logical(code)) xd = KILN_I32;
+    if (!check_numeric(c, code, xd)) return kiln__drop(1, x), NULL;
+    kiln_dtype kd = kernel_dtype(code, xd);
+    kiln_dtype rd = result_dtype(code, xd, kd);
+    x = kiln__t_cast(c, x, kd);
+    if (!x) return NULL;
+    kiln_device dev = x->device;
+    kiln_dtype kernel_out = (is_comparison(code) || is_logical(code)) ? KILN_BOOL : kd;
+    kiln__tensor *out = kiln__t_output(c, dev, kernel_out, x->ndim, x->shape, &x, 1);
+    if (out) {
+        kiln__op op;
+        kiln__op_init(&op, code, c->name);
+        kiln__view scalar = kiln__view_scalar(kd, x->ndim, x->shape, s);
+        op.in[scalar_first ? 1 : 0] = kiln__view_of(x);
+        op.in[scalar_first ? 0 : 1] = scalar;
+        op.out[0] = kiln__view_of(out);
+        op.n_in = 2;
+        op.n_out = 1;
+        if (!kiln__t_submit(c, &op, dev)) kiln__tensor_release(out), out = NULL;
+    }
+    kiln__tensor_release(x);
+    return out && out->dtype != rd ? kiln__t_cast(c, out, rd) : out;
+}
+
+kiln__tensor *kiln__t_where(kiln__opctx *c, kiln__tensor *mask, kiln__tensor *a, kiln__tensor *b) {
+    if (!kiln__ok(c, mask) | !kiln__ok(c, a) | !kiln__ok(c, b)) return kiln__drop(3, mask, a, b), NULL;
+    int n1, nd;
+    int64_t s1[KILN_MAX_DIMS], shape[KILN_MAX_DIMS];
+    if (!kiln__same_device(c, mask, a) || !kiln__same_device(c, a, b) ||
+        !kiln__broadcast_shapes(c, a->ndim, a->shape, b->ndim, b->shape, &n1, s1) ||
+        !kiln__broadcast_shapes(c, mask->ndim, mask->shape, n1, s1, &nd, shape))
+        return kiln__drop(3, mask, a, b), NULL;
+    if (mask->dtype != KILN_BOOL) {
+        kiln__drop(3, mask, a, b);
+        return kiln__fail(c, KILN_ERR_DTYPE, "mask must be bool, got %s", kiln_dtype_name(mask->dtype));
+    }
+    kiln_dtype pd = kiln__dtype_promote(a->dtype, b->dtype);
+    a = kiln__t_cast(c, a, pd);
+    b = kiln__t_cast(c, b, pd);
+    if (!a || !b) return kiln__drop(3, mask, a, b), NULL;
+    /* order matters for in-place: the output may take a's or b's buffer, never the mask's */
+    kiln__tensor *in[3] = {a, b, mask};
+    kiln_device dev = a->device;
+    kiln__tensor *out = kiln__t_output(c, dev, pd, nd, shape, in, 2);
+    if (out) {
+        kiln__op op;
+        kiln__op_init(&op, KILN__OP_WHERE, c->name);
+        op.in[0] = kiln__view_broadcast(mask, nd, shape);
+        op.in[1] = kiln__view_broadcast(a, nd, shape);
+        op.in[2] = kiln__view_broadcast(b, nd, shape);
+        op.out[0] = kiln__view_of(out);
+        op.n_in = 3;
+        op.n_out = 1;
+        if (!kiln__t_submit(c, &op, dev)) kiln__tensor_release(out), out = NULL;
+    }
+    kiln__drop(3, mask, a, b);
+    return out;
+}
+
+/* ---- public wrappers --------------------------------------------------------------------- */
+#define UNARY(fname, CODE)                                                  \
+    kiln_tensor kiln_##fname(kiln_tensor x) {                               \
+        KILN__OP_BEGIN("kiln_" #fname);                                     \
+        kiln__tensor *tx = kiln__arg(&c, x);                                \
+        return kiln__result(&c, kiln__t_unary(&c, KILN__OP_##CODE, tx));    \
+    }
+UNARY(neg, NEG)
+UNARY(abs, ABS)
+UNARY(sign, SIGN)
+UNARY(exp, EXP)
+UNARY(log, LOG)
+UNARY(log1p, LOG1P)
+UNARY(expm1, EXPM1)
+UNARY(sqrt, SQRT)
+UNARY(rsqrt, RSQRT)
+UNARY(sin, SIN)
+UNARY(cos, COS)
+UNARY(tanh, TANH)
+UNARY(sigmoid, SIGMOID)
+UNARY(relu, RELU)
+UNARY(gelu, GELU)
+UNARY(gelu_tanh, GELU_TANH)
+UNARY(silu, SILU)
+UNARY(softplus, SOFTPLUS)
+UNARY(erf, ERF)
+UNARY(logical_not, LOGICAL_NOT)
+
+kiln_tensor kiln_clamp(kiln_tensor x, double lo, double hi) {
+    KILN__OP_BEGIN("kiln_clamp");
+    kiln__tensor *tx = kiln__arg(&c, x);
+    return kiln__result(&c, kiln__t_clamp(&c, tx, lo, hi));
+}
+
+#define BINARY(fname, CODE)                                                    \
+    kiln_tensor kiln_##fname(kiln_tensor a, kiln_tensor b) {                   \
+        KILN__OP_BEGIN("kiln_" #fname);                                        \
+        kiln__tensor *ta = kiln__arg(&c, a), *tb = kiln__arg(&c, b);           \
+        return kiln__result(&c, kiln__t_binary(&c, KILN__OP_##CODE, ta, tb));  \
+    }
+BINARY(add, ADD)
+BINARY(sub, SUB)
+BINARY(mul, MUL)
+BINARY(div, DIV)
+BINARY(pow, POW)
+BINARY(maximum, MAXIMUM)
+BINARY(minimum, MINIMUM)
+BINARY(eq, EQ)
+BINARY(ne, NE)
+BINARY(lt, LT)
+BINARY(le, LE)
+BINARY(gt, GT)
+BINARY(ge, GE)
+BINARY(logical_and, LOGICAL_AND)
+BINARY(logical_or, LOGICAL_OR)
+
+#define BINARY_SCALAR(fname, CODE, FIRST)                                                  \
+    kiln_tensor kiln_##fname(kiln_tensor x, double s) {                                    \
+        KILN__OP_BEGIN("kiln_" #fname);                                                    \
+        kiln__tensor *tx = kiln__arg(&c, x);                                               \
+        return kiln__result(&c, kiln__t_binary_scalar(&c, KILN__OP_##CODE, tx, s, FIRST)); \
+    }
+BINARY_SCALAR(add_scalar, ADD, false)
+BINARY_SCALAR(sub_scalar, SUB, false)
+BINARY_SCALAR(rsub_scalar, SUB, true)
+BINARY_SCALAR(mul_scalar, MUL, false)
+BINARY_SCALAR(div_scalar, DIV, false)
+BINARY_SCALAR(rdiv_scalar, DIV, true)
+BINARY_SCALAR(pow_scalar, POW, false)
+BINARY_SCALAR(maximum_scalar, MAXIMUM, false)
+BINARY_SCALAR(minimum_scalar, MINIMUM, false)
+BINARY_SCALAR(eq_scalar, EQ, false)
+BINARY_SCALAR(ne_scalar, NE, false)
+BINARY_SCALAR(lt_scalar, LT, false)
+BINARY_SCALAR(le_scalar, LE, false)
+BINARY_SCALAR(gt_scalar, GT, false)
+BINARY_SCALAR(ge_scalar, GE, false)
+
+kiln_tensor kiln_where(kiln_tensor mask, kiln_tensor a, kiln_tensor b) {
+    KILN__OP_BEGIN("kiln_where");
+    kiln__tensor *tm = kiln__arg(&c, mask), *ta = kiln__arg(&c, a), *tb = kiln__arg(&c, b);
+    return kiln__result(&c, kiln__t_where(&c, tm, ta, tb));
+}
+
+kiln_tensor kiln_cast(kiln_tensor x, kiln_dtype dtype) {
+    KILN__OP_BEGIN("kiln_cast");
+    kiln__tensor *tx = kiln__arg(&c, x);
+    if (!kiln__dtype_valid(dtype)) {
+        kiln__drop(1, tx);
+        return kiln__result(&c, kiln__fail(&c, KILN_ERR_DTYPE, "invalid dtype %d", (int)dtype));
+    }
+    return kiln__result(&c, kiln__t_cast(&c, tx, dtype));
+}

@@ -1,0 +1,228 @@
+/* Shared op-layer machinery: arguments, errors, outputs, broadcasting, submission. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/ops-impl.h"
+
+kiln__tensor *kiln__arg(kiln__opctx *c, kiln_tensor h) {
+    kiln__error *err = NULL;
+    kiln__tensor *t = kiln__handle_take(h, c->name, &err);
+    if (!t) {
+        if (!c->err)
+            c->err = err;
+        else
+            kiln__error_unref(err);
+    }
+    return t;
+}
+
+bool kiln__ok(kiln__opctx *c, kiln__tensor *t) {
+    if (!t) return false;
+    if (t->err) {
+        if (!c->err) c->err = kiln__error_ref(t->err);
+        return false;
+    }
+    return true;
+}
+
+kiln__tensor *kiln__fail(kiln__opctx *c, kiln_status st, const char *fmt, ...) {
+    if (c->err) return NULL;
+    char detail[384];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    kiln__site site = kiln__call_site();
+    c->err = kiln__error_new(st, c->name, site.file, site.line, 0, "%s", detail);
+    return NULL;
+}
+
+void kiln__drop(int n, ...) {
+    va_list ap;
+    va_start(ap, n);
+    for (int i = 0; i < n; i++) kiln__tensor_release(va_arg(ap, kiln__tensor *));
+    va_end(ap);
+}
+
+kiln_tensor kiln__result(kiln__opctx *c, kiln__tensor *out) {
+    if (out && !c->err) return kiln__handle_new(out);
+    if (out) kiln__tensor_release(out);
+    if (!c->err) kiln__fail(c, KILN_ERR_INTERNAL, "op produced no result and no error");
+    kiln__error_report(c->err);
+    kiln__tensor *p = kiln__tensor_poisoned(c->err);
+    kiln__error_unref(c->err);
+    c->err = NULL;
+    return p ? kiln__handle_new(p) : KILN_NONE;
+}
+
+bool kiln__norm_dim(kiln__opctx *c, int *dim, int ndim) {
+    int d = *dim;
+    int n = ndim > 0 ? ndim : 1;
+    if (d < -n || d >= n) {
+        kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "dim %d out of range for a %d-d tensor", d, ndim);
+        return false;
+    }
+    *dim = d < 0 ? d + n : d;
+    return true;
+}
+
+bool kiln__same_device(kiln__opctx *c, const kiln__tensor *a, const kiln__tensor *b) {
+    if (a->device == b->device) return true;
+    kiln__fail(c, KILN_ERR_DEVICE, "tensors on different devices (%s and %s)", kiln_device_name(a->device),
+               kiln_device_name(b->device));
+    return false;
+}
+
+const char *kiln__shape_str(char *buf, size_t size, int ndim, const int64_t *shape) {
+    size_t at = 0;
+    at += (size_t)snprintf(buf + at, size - at, "[");
+    for (int d = 0; d < ndim && at < size; d++)
+        at += (size_t)snprintf(buf + at, size - at, d ? ", %lld" : "%lld", (long long)shape[d]);
+    if (at < size) snprintf(buf + at, size - at, "]");
+    return buf;
+}
+
+bool kiln__check_shape(kiln__opctx *c, kiln_shape shape) {
+    if (shape.ndim < 0 || shape.ndim > KILN_MAX_DIMS) {
+        kiln__fail(c, KILN_ERR_SHAPE, "shape has %d dims (0..%d allowed)", shape.ndim, KILN_MAX_DIMS);
+        return false;
+    }
+    int64_t n = 1;
+    for (int d = 0; d < shape.ndim; d++) {
+        if (shape.dims[d] < 0) {
+            kiln__fail(c, KILN_ERR_SHAPE, "negative size %lld in dim %d", (long long)shape.dims[d], d);
+            return false;
+        }
+        if (shape.dims[d] && n > INT64_MAX / 16 / shape.dims[d]) {
+            kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "shape is too large");
+            return false;
+        }
+        n *= shape.dims[d];
+    }
+    return true;
+}
+
+bool kiln__broadcast_shapes(kiln__opctx *c, int na, const int64_t *a, int nb, const int64_t *b, int *nout,
+                            int64_t *out) {
+    int n = na > nb ? na : nb;
+    for (int i = 0; i < n; i++) {
+        int64_t da = i < n - na ? 1 : a[i - (n - na)];
+        int64_t db = i < n - nb ? 1 : b[i - (n - nb)];
+        if (da != db && da != 1 && db != 1) {
+            char sa[128], sb[128];
+            kiln__fail(c, KILN_ERR_SHAPE, "shapes %s and %s cannot be broadcast together",
+                       kiln__shape_str(sa, sizeof sa, na, a), kiln__shape_str(sb, sizeof sb, nb, b));
+            return false;
+        }
+        out[i] = da == 1 ? db : da;
+    }
+    *nout = n;
+    return true;
+}
+
+kiln__view kiln__view_broadcast(const kiln__tensor *t, int ndim, const int64_t *shape) {
+    kiln__view v = kiln__view_of(t);
+    int lead = ndim - t->ndim;
+    v.ndim = ndim;
+    for (int d = ndim - 1; d >= 0; d--) {
+        int s = d - lead;
+        v.shape[d] = shape[d];
+        v.strides[d] = (s >= 0 && t->shape[s] == shape[d]) ? t->strides[s] : 0;
+    }
+    return v;
+}
+
+static bool is_dense(const kiln__tensor *t) {
+    /* no zero strides, no overlap, no gaps: the buffer holds exactly this tensor */
+    return kiln__tensor_is_contiguous(t) && (size_t)kiln__tensor_numel(t) * kiln__elsize(t->dtype) == t->storage->nbytes;
+}
+
+kiln__tensor *kiln__t_empty(kiln__opctx *c, kiln_device dev, kiln_dtype dtype, int ndim, const int64_t *shape) {
+    kiln__tensor *out = kiln__tensor_new(dev, dtype, ndim, shape);
+    if (!out) {
+        int64_t n = 1;
+        for (int d = 0; d < ndim; d++) n *= shape[d];
+        kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate %lld bytes for the result on %s",
+                   (long long)(n * (int64_t)kiln__elsize(dtype)), kiln_device_name(dev));
+    }
+    return out;
+}
+
+kiln__tensor *kiln__t_output(kiln__opctx *c, kiln_device dev, kiln_dtype dtype, int ndim, const int64_t *shape,
+                             kiln__tensor *const *candidates, int n_candidates) {
+    int64_t strides[KILN_MAX_DIMS];
+    int64_t numel = kiln__dense_strides(ndim, shape, strides);
+    size_t bytes = (size_t)numel * kiln__elsize(dtype);
+    for (int i = 0; i < n_candidates; i++) {
+        kiln__tensor *t = candidates[i];
+        if (!t || !kiln__tensor_is_exclusive(t) || t->device != dev) continue;
+        if (kiln__elsize(t->dtype) != kiln__elsize(dtype) || t->storage->nbytes != bytes || !is_dense(t)) continue;
+        kiln__tensor *out = kiln__tensor_wrap(t->storage, dtype, ndim, shape, strides, 0);
+        if (!out) break;
+        kiln__stats_count_inplace();
+        return out;
+    }
+    return kiln__t_empty(c, dev, dtype, ndim, shape);
+}
+
+bool kiln__t_submit(kiln__opctx *c, kiln__op *op, kiln_device dev) {
+    const kiln__backend *be = kiln__backend_get(dev);
+    if (!be) {
+        kiln__fail(c, KILN_ERR_DEVICE, "device %s is not available", kiln_device_name(dev));
+        return false;
+    }
+    if (!be->kernels[op->code]) {
+        kiln__fail(c, KILN_ERR_UNSUPPORTED, "%s has no %s kernel", kiln_device_name(dev), kiln__opcode_name(op->code));
+        return false;
+    }
+    kiln__submit(op);
+    return true;
+}
+
+/* ---- basic tensor-level ops -------------------------------------------------------------- */
+
+kiln__tensor *kiln__t_cast(kiln__opctx *c, kiln__tensor *x, kiln_dtype dtype) {
+    if (!kiln__ok(c, x)) return kiln__drop(1, x), NULL;
+    if (x->dtype == dtype) return x;
+    kiln__tensor *out = kiln__t_output(c, x->device, dtype, x->ndim, x->shape, &x, 1);
+    if (out) {
+        kiln__op op;
+        kiln__op_init(&op, KILN__OP_COPY, c->name);
+        op.in[0] = kiln__view_of(x);
+        op.out[0] = kiln__view_of(out);
+        op.n_in = op.n_out = 1;
+        if (!kiln__t_submit(c, &op, x->device)) kiln__tensor_release(out), out = NULL;
+    }
+    kiln__tensor_release(x);
+    return out;
+}
+
+kiln__tensor *kiln__t_contiguous(kiln__opctx *c, kiln__tensor *x) {
+    if (!kiln__ok(c, x)) return kiln__drop(1, x), NULL;
+    if (kiln__tensor_is_contiguous(x)) return x;
+    kiln__tensor *out = kiln__t_empty(c, x->device, x->dtype, x->ndim, x->shape);
+    if (out) {
+        kiln__op op;
+        kiln__op_init(&op, KILN__OP_COPY, c->name);
+        op.in[0] = kiln__view_of(x);
+        op.out[0] = kiln__view_of(out);
+        op.n_in = op.n_out = 1;
+        if (!kiln__t_submit(c, &op, x->device)) kiln__tensor_release(out), out = NULL;
+    }
+    kiln__tensor_release(x);
+    return out;
+}
+
+kiln__tensor *kiln__t_fill(kiln__opctx *c, kiln_device dev, kiln_dtype dtype, int ndim, const int64_t *shape,
+                           double value) {
+    kiln__tensor *out = kiln__t_empty(c, dev, dtype, ndim, shape);
+    if (!out) return NULL;
+    kiln__op op;
+    kiln__op_init(&op, KILN__OP_FILL, c->name);
+    op.out[0] = kiln__view_of(out);
+    op.n_out = 1;
+    op.p.f[0] = value;
+    if (!kiln__t_submit(c, &op, dev)) return kiln__drop(1, out), NULL;
+    return out;
+}

@@ -1,0 +1,90 @@
+/* The op layer's shared machinery. Public ops are thin: take handles into owned tensor
+ * references, call a tensor-level function, wrap the result in a handle.
+ *
+ *   kiln_tensor kiln_exp(kiln_tensor x) {
+ *       KILN__OP_BEGIN("kiln_exp");
+ *       kiln__tensor *tx = kiln__arg(&c, x);
+ *       return kiln__result(&c, kiln__t_unary(&c, KILN__OP_EXP, tx));
+ *   }
+ *
+ * Tensor-level functions (kiln__t_*) CONSUME the owned references they are given (NULL is
+ * allowed and means "this argument already failed"), and return an owned reference, or NULL
+ * with c->err set. They check inputs with kiln__ok() first, which adopts a poisoned input's
+ * error so it propagates unchanged. */
+#ifndef KILN_OPS_IMPL_H
+#define KILN_OPS_IMPL_H
+
+#include "backend/backend-impl.h"
+#include "engine/engine-impl.h"
+
+typedef struct {
+    const char *name;
+    kiln__error *err; /* first error of this op, owned */
+} kiln__opctx;
+
+#define KILN__OP_BEGIN(opname) kiln__opctx c = {.name = (opname), .err = NULL}
+
+/* Takes (consumes) a handle; NULL and c->err set if stale. */
+kiln__tensor *kiln__arg(kiln__opctx *c, kiln_tensor h);
+/* True if t is usable; false if NULL or poisoned (then its error is adopted). */
+bool kiln__ok(kiln__opctx *c, kiln__tensor *t);
+/* Records an error (the first one wins). Always returns NULL for `return kiln__fail(...)`. */
+kiln__tensor *kiln__fail(kiln__opctx *c, kiln_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Releases every non-NULL tensor in the list (n of them). */
+void kiln__drop(int n, ...);
+/* Wraps the result in a handle; NULL becomes a poisoned tensor carrying c->err. Frees c. */
+kiln_tensor kiln__result(kiln__opctx *c, kiln__tensor *out);
+
+/* Normalises a possibly negative dim for ndim dims; false + error if out of range. */
+bool kiln__norm_dim(kiln__opctx *c, int *dim, int ndim);
+/* Same device for all; false + error otherwise. */
+bool kiln__same_device(kiln__opctx *c, const kiln__tensor *a, const kiln__tensor *b);
+/* Shape as text "[2, 3]" into buf. */
+const char *kiln__shape_str(char *buf, size_t size, int ndim, const int64_t *shape);
+/* Validates a user shape (ndim 0..8, dims >= 0); false + error otherwise. */
+bool kiln__check_shape(kiln__opctx *c, kiln_shape shape);
+
+/* NumPy broadcasting of two shapes; false + error if incompatible. */
+bool kiln__broadcast_shapes(kiln__opctx *c, int na, const int64_t *a, int nb, const int64_t *b, int *nout,
+                            int64_t *out);
+/* t's view broadcast (right-aligned, stride 0 on expanded dims) to shape. */
+kiln__view kiln__view_broadcast(const kiln__tensor *t, int ndim, const int64_t *shape);
+
+/* An output tensor of dtype/shape on dev. Reuses (in place) the first candidate that is
+ * exclusive, dense, not borrowed and of the same byte size and element size; else allocates.
+ * Candidates are only borrowed here: the caller still releases them after submitting. */
+kiln__tensor *kiln__t_output(kiln__opctx *c, kiln_device dev, kiln_dtype dtype, int ndim, const int64_t *shape,
+                             kiln__tensor *const *candidates, int n_candidates);
+/* Fresh dense output, never in place. */
+kiln__tensor *kiln__t_empty(kiln__opctx *c, kiln_device dev, kiln_dtype dtype, int ndim, const int64_t *shape);
+
+/* Submits op after checking the device has a kernel for it; false + error if not. */
+bool kiln__t_submit(kiln__opctx *c, kiln__op *op, kiln_device dev);
+
+/* Tensor-level building blocks (consume their tensor arguments). */
+kiln__tensor *kiln__t_cast(kiln__opctx *c, kiln__tensor *x, kiln_dtype dtype);
+kiln__tensor *kiln__t_contiguous(kiln__opctx *c, kiln__tensor *x);
+kiln__tensor *kiln__t_fill(kiln__opctx *c, kiln_device dev, kiln_dtype dtype, int ndim, const int64_t *shape,
+                           double value);
+kiln__tensor *kiln__t_unary(kiln__opctx *c, kiln__opcode code, kiln__tensor *x);
+kiln__tensor *kiln__t_clamp(kiln__opctx *c, kiln__tensor *x, double lo, double hi);
+kiln__tensor *kiln__t_binary(kiln__opctx *c, kiln__opcode code, kiln__tensor *a, kiln__tensor *b);
+/* scalar_first: computes f(s, x) instead of f(x, s) (rsub, rdiv). */
+kiln__tensor *kiln__t_binary_scalar(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, double s, bool scalar_first);
+kiln__tensor *kiln__t_where(kiln__opctx *c, kiln__tensor *mask, kiln__tensor *a, kiln__tensor *b);
+
+/* Views (consume x; share its storage). */
+kiln__tensor *kiln__t_reshape(kiln__opctx *c, kiln__tensor *x, int ndim, const int64_t *shape);
+kiln__tensor *kiln__t_permute(kiln__opctx *c, kiln__tensor *x, int ndim, const int *order);
+kiln__tensor *kiln__t_transpose(kiln__opctx *c, kiln__tensor *x, int d0, int d1);
+kiln__tensor *kiln__t_slice(kiln__opctx *c, kiln__tensor *x, int dim, int64_t start, int64_t end, int64_t step);
+kiln__tensor *kiln__t_expand(kiln__opctx *c, kiln__tensor *x, int ndim, const int64_t *shape);
+kiln__tensor *kiln__t_unsqueeze(kiln__opctx *c, kiln__tensor *x, int dim);
+kiln__tensor *kiln__t_squeeze(kiln__opctx *c, kiln__tensor *x, int dim);
+
+/* Reductions (src/ops/reduce.c): dims as a mask over x's dims. */
+kiln__tensor *kiln__t_reduce(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, uint32_t dim_mask, bool keepdim,
+                             int64_t param);
+kiln__tensor *kiln__t_matmul(kiln__opctx *c, kiln__tensor *a, kiln__tensor *b);
+
+#endif

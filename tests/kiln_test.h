@@ -1,0 +1,70 @@
+/* Minimal test harness: each tests/test_*.c is one program, one feature.
+ *
+ *   KT_TEST(name) { KT_CHECK(x == 1); KT_NEAR(a, b, 1e-6); }
+ *   int main(void) { KT_RUN(name); return kt_finish(); }
+ *
+ * A failed check records file:line and continues; kt_finish() prints the tally in the form
+ * "N passed, N failed" and returns non-zero when anything failed. */
+#ifndef KILN_TEST_H
+#define KILN_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int kt_checks_failed_in_test;
+static int kt_tests_passed, kt_tests_failed;
+
+#define KT_TEST(name) static void name(void)
+
+#define KT_CHECK(cond)                                                                 \
+    do {                                                                               \
+        if (!(cond)) {                                                                 \
+            fprintf(stderr, "  %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+            kt_checks_failed_in_test++;                                                \
+        }                                                                              \
+    } while (0)
+
+#define KT_CHECK_MSG(cond, ...)                                             \
+    do {                                                                    \
+        if (!(cond)) {                                                      \
+            fprintf(stderr, "  %s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                   \
+            fputc('\n', stderr);                                            \
+            kt_checks_failed_in_test++;                                     \
+        }                                                                   \
+    } while (0)
+
+/* |a - b| <= tol * max(1, |b|): relative for large values, absolute near zero. */
+#define KT_NEAR(a, b, tol)                                                                    \
+    do {                                                                                      \
+        double kt_a_ = (double)(a), kt_b_ = (double)(b);                                      \
+        double kt_s_ = fabs(kt_b_) > 1.0 ? fabs(kt_b_) : 1.0;                                 \
+        if (!(fabs(kt_a_ - kt_b_) <= (tol) * kt_s_) && !(isnan(kt_a_) && isnan(kt_b_)) &&     \
+            !(isinf(kt_a_) && kt_a_ == kt_b_)) {                                              \
+            fprintf(stderr, "  %s:%d: %s = %.9g, expected %s = %.9g (tol %g)\n", __FILE__,    \
+                    __LINE__, #a, kt_a_, #b, kt_b_, (double)(tol));                           \
+            kt_checks_failed_in_test++;                                                       \
+        }                                                                                     \
+    } while (0)
+
+#define KT_RUN(name)                                                       \
+    do {                                                                   \
+        kt_checks_failed_in_test = 0;                                      \
+        name();                                                            \
+        if (kt_checks_failed_in_test) {                                    \
+            fprintf(stderr, "FAIL %s (%d checks)\n", #name, kt_checks_failed_in_test); \
+            kt_tests_failed++;                                             \
+        } else {                                                           \
+            fprintf(stderr, "ok   %s\n", #name);                           \
+            kt_tests_passed++;                                             \
+        }                                                                  \
+    } while (0)
+
+static inline int kt_finish(void) {
+    printf("%d passed, %d failed\n", kt_tests_passed, kt_tests_failed);
+    return kt_tests_failed ? 1 : 0;
+}
+
+#endif

@@ -1,0 +1,274 @@
+/* The intra-op pool: coverage of every index, nesting, concurrent callers, resizing. */
+#include "backend/cpu/threadpool.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kiln_test.h"
+
+/* A small per-thread number, so tests can count the threads that ran chunks. */
+static atomic_int next_thread_number = 1;
+static _Thread_local int this_thread_number;
+
+static int thread_number(void) {
+    if (!this_thread_number) this_thread_number = atomic_fetch_add(&next_thread_number, 1);
+    return this_thread_number;
+}
+
+enum { MAX_THREAD_NUMBERS = 4096 };
+
+typedef struct coverage {
+    atomic_int *visits;
+    int64_t n;
+    atomic_llong smallest_chunk;
+    atomic_int bad_range;
+    atomic_int seen_thread[MAX_THREAD_NUMBERS];
+} coverage;
+
+static void coverage_reset(coverage *cov, atomic_int *visits, int64_t n) {
+    cov->visits = visits;
+    cov->n = n;
+    atomic_store(&cov->smallest_chunk, INT64_MAX);
+    atomic_store(&cov->bad_range, 0);
+    for (int64_t i = 0; i < n; i++) atomic_store(&visits[i], 0);
+    for (int i = 0; i < MAX_THREAD_NUMBERS; i++) atomic_store(&cov->seen_thread[i], 0);
+}
+
+static int coverage_thread_count(coverage *cov) {
+    int count = 0;
+    for (int i = 0; i < MAX_THREAD_NUMBERS; i++) count += atomic_load(&cov->seen_thread[i]) != 0;
+    return count;
+}
+
+static void visit_range(void *ctx, int64_t begin, int64_t end) {
+    coverage *cov = ctx;
+    if (begin < 0 || end > cov->n || begin >= end) {
+        atomic_store(&cov->bad_range, 1);
+        return;
+    }
+    long long size = end - begin, seen = atomic_load(&cov->smallest_chunk);
+    while (size < seen && !atomic_compare_exchange_weak(&cov->smallest_chunk, &seen, size)) {
+    }
+    atomic_store(&cov->seen_thread[thread_number() % MAX_THREAD_NUMBERS], 1);
+    for (int64_t i = begin; i < end; i++) atomic_fetch_add(&cov->visits[i], 1);
+}
+
+static int all_visited_once(const coverage *cov) {
+    for (int64_t i = 0; i < cov->n; i++)
+        if (atomic_load(&cov->visits[i]) != 1) return 0;
+    return 1;
+}
+
+KT_TEST(every_index_visited_once) {
+    static const int64_t sizes[] = {0, 1, 2, 3, 7, 8, 9, 100, 1000, 4097, 100000};
+    static const int64_t grains[] = {-5, 0, 1, 2, 3, 16, 999, 1000, 1001, 1 << 20};
+    static coverage cov;
+    atomic_int *visits = malloc(100000 * sizeof *visits);
+    for (int threads = 1; threads <= 4; threads++) {
+        kiln__pool_set_threads(threads);
+        KT_CHECK(kiln__pool_threads() == threads);
+        for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+            for (size_t g = 0; g < sizeof grains / sizeof *grains; g++) {
+                int64_t n = sizes[s], grain = grains[g] < 1 ? 1 : grains[g];
+                coverage_reset(&cov, visits, n);
+                kiln__parallel_for(n, grains[g], visit_range, &cov);
+                KT_CHECK_MSG(all_visited_once(&cov), "n=%lld grain=%lld threads=%d",
+                             (long long)n, (long long)grains[g], threads);
+                KT_CHECK(!atomic_load(&cov.bad_range));
+                if (n > 0) {
+                    int64_t want = grain < n ? grain : n;
+                    KT_CHECK_MSG(atomic_load(&cov.smallest_chunk) >= want,
+                                 "chunk %lld < grain %lld", atomic_load(&cov.smallest_chunk),
+                                 (long long)want);
+                    KT_CHECK(coverage_thread_count(&cov) <= threads);
+                }
+            }
+        }
+    }
+    free(visits);
+}
+
+static void slow_visit_range(void *ctx, int64_t begin, int64_t end) {
+    visit_range(ctx, begin, end);
+    struct timespec pause = {0, 3 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+}
+
+KT_TEST(workers_take_part) {
+    static coverage cov;
+    atomic_int visits[16];
+    kiln__pool_set_threads(2);
+    coverage_reset(&cov, visits, 16);
+    kiln__parallel_for(16, 1, slow_visit_range, &cov);
+    KT_CHECK(all_visited_once(&cov));
+    KT_CHECK(coverage_thread_count(&cov) == 2);
+
+    kiln__pool_set_threads(1);
+    coverage_reset(&cov, visits, 16);
+    kiln__parallel_for(16, 1, slow_visit_range, &cov);
+    KT_CHECK(all_visited_once(&cov));
+    KT_CHECK(coverage_thread_count(&cov) == 1);
+}
+
+typedef struct nested_ctx {
+    atomic_int visits[64 * 100];
+    atomic_int inner_on_other_thread;
+    atomic_int region_flag_missing;
+} nested_ctx;
+
+typedef struct inner_ctx {
+    nested_ctx *outer;
+    int64_t row;
+    int owner;
+} inner_ctx;
+
+static void nested_inner(void *ctx, int64_t begin, int64_t end) {
+    inner_ctx *inner = ctx;
+    if (thread_number() != inner->owner) atomic_store(&inner->outer->inner_on_other_thread, 1);
+    for (int64_t j = begin; j < end; j++) atomic_fetch_add(&inner->outer->visits[inner->row * 100 + j], 1);
+}
+
+static void nested_outer(void *ctx, int64_t begin, int64_t end) {
+    nested_ctx *outer = ctx;
+    for (int64_t row = begin; row < end; row++) {
+        if (!kiln__pool_in_parallel_region()) atomic_store(&outer->region_flag_missing, 1);
+        inner_ctx inner = {.outer = outer, .row = row, .owner = thread_number()};
+        kiln__parallel_for(100, 1, nested_inner, &inner);
+    }
+}
+
+KT_TEST(nested_calls_run_inline) {
+    static nested_ctx ctx;
+    for (int threads = 1; threads <= 3; threads++) {
+        kiln__pool_set_threads(threads);
+        for (int i = 0; i < 64 * 100; i++) atomic_store(&ctx.visits[i], 0);
+        atomic_store(&ctx.inner_on_other_thread, 0);
+        atomic_store(&ctx.region_flag_missing, 0);
+        kiln__parallel_for(64, 1, nested_outer, &ctx);
+        int all_once = 1;
+        for (int i = 0; i < 64 * 100; i++) all_once &= atomic_load(&ctx.visits[i]) == 1;
+        KT_CHECK(all_once);
+        KT_CHECK(!atomic_load(&ctx.inner_on_other_thread));
+        if (threads > 1) KT_CHECK(!atomic_load(&ctx.region_flag_missing));
+    }
+    KT_CHECK(!kiln__pool_in_parallel_region());
+}
+
+typedef struct sum_ctx {
+    const int64_t *values;
+    atomic_llong sum;
+} sum_ctx;
+
+static void sum_range(void *ctx, int64_t begin, int64_t end) {
+    sum_ctx *s = ctx;
+    long long local = 0;
+    for (int64_t i = begin; i < end; i++) local += s->values[i];
+    atomic_fetch_add(&s->sum, local);
+}
+
+enum { HOST_N = 20000, HOST_CALLS = 300 };
+
+static void *host_thread_main(void *arg) {
+    int64_t *values = malloc(HOST_N * sizeof *values);
+    long long expected = 0;
+    intptr_t seed = (intptr_t)arg;
+    for (int64_t i = 0; i < HOST_N; i++) expected += values[i] = (i * 7 + seed) % 1000;
+    intptr_t failures = 0;
+    for (int call = 0; call < HOST_CALLS; call++) {
+        sum_ctx s = {.values = values};
+        atomic_init(&s.sum, 0);
+        kiln__parallel_for(HOST_N, 1 + call % 50, sum_range, &s);
+        failures += atomic_load(&s.sum) != expected;
+    }
+    free(values);
+    return (void *)failures;
+}
+
+KT_TEST(concurrent_host_callers) {
+    for (int threads = 2; threads <= 4; threads += 2) {
+        kiln__pool_set_threads(threads);
+        pthread_t hosts[4];
+        for (intptr_t i = 0; i < 4; i++) pthread_create(&hosts[i], NULL, host_thread_main, (void *)i);
+        for (int i = 0; i < 4; i++) {
+            void *failures = NULL;
+            pthread_join(hosts[i], &failures);
+            KT_CHECK((intptr_t)failures == 0);
+        }
+    }
+}
+
+static atomic_int resizer_stop;
+
+static void *resizer_main(void *arg) {
+    (void)arg;
+    for (int i = 0; !atomic_load(&resizer_stop); i++) {
+        kiln__pool_set_threads(1 + i % 4);
+        struct timespec pause = {0, 200 * 1000};
+        nanosleep(&pause, NULL);
+    }
+    return NULL;
+}
+
+KT_TEST(resize_while_calls_run) {
+    atomic_store(&resizer_stop, 0);
+    pthread_t resizer;
+    pthread_create(&resizer, NULL, resizer_main, NULL);
+    void *failures = host_thread_main((void *)3);
+    atomic_store(&resizer_stop, 1);
+    pthread_join(resizer, NULL);
+    KT_CHECK((intptr_t)failures == 0);
+}
+
+KT_TEST(set_threads_clamps_and_restarts) {
+    kiln__pool_set_threads(0);
+    KT_CHECK(kiln__pool_threads() == 1);
+    kiln__pool_set_threads(-3);
+    KT_CHECK(kiln__pool_threads() == 1);
+    kiln__pool_set_threads(3);
+    KT_CHECK(kiln__pool_threads() == 3);
+    kiln__pool_shutdown();
+    static coverage cov;
+    atomic_int visits[1000];
+    coverage_reset(&cov, visits, 1000);
+    kiln__parallel_for(1000, 10, visit_range, &cov);
+    KT_CHECK(all_visited_once(&cov));
+    kiln__pool_shutdown();
+    kiln__pool_shutdown();
+}
+
+static void do_nothing(void *ctx, int64_t begin, int64_t end) { (void)ctx, (void)begin, (void)end; }
+
+static double seconds_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Informational: the fixed cost of one parallel_for over trivial work. */
+KT_TEST(report_call_overhead) {
+    int threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    kiln__pool_set_threads(threads < 2 ? 2 : threads);
+    kiln__parallel_for(1024, 1, do_nothing, NULL);
+    int calls = 20000;
+    double start = seconds_now();
+    for (int i = 0; i < calls; i++) kiln__parallel_for(1024, 1, do_nothing, NULL);
+    double per_call = (seconds_now() - start) / calls;
+    fprintf(stderr, "  parallel_for overhead, %d threads: %.2f us per call\n", kiln__pool_threads(),
+            per_call * 1e6);
+    KT_CHECK(per_call < 1e-3);
+}
+
+int main(void) {
+    KT_RUN(every_index_visited_once);
+    KT_RUN(workers_take_part);
+    KT_RUN(nested_calls_run_inline);
+    KT_RUN(concurrent_host_callers);
+    KT_RUN(resize_while_calls_run);
+    KT_RUN(set_threads_clamps_and_restarts);
+    KT_RUN(report_call_overhead);
+    kiln__pool_shutdown();
+    return kt_finish();
+}
