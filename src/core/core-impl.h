@@ -134,6 +134,8 @@ int64_t kiln__dense_strides(int ndim, const int64_t *shape, int64_t *strides);
 extern void (*kiln__autodiff_free_hook)(void *meta);
 
 /* ---- handles ----------------------------------------------------------------------------- */
+/* The handle given out when no handle can be made: every later use reports out of memory. */
+#define KILN__OOM_HANDLE_ID UINT64_MAX
 /* Registers t (taking its reference) under a fresh handle. On handle-table exhaustion the
  * tensor is released and KILN_NONE returned with the last error set. */
 kiln_tensor kiln__handle_new(kiln__tensor *t);

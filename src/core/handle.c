@@ -82,12 +82,14 @@ static void slot_free(uint32_t idx) {
     pthread_mutex_unlock(&freelist.lock);
 }
 
+
+
 kiln_tensor kiln__handle_new(kiln__tensor *t) {
     uint32_t idx;
     if (kiln__alloc_should_fail() || !slot_alloc(&idx)) {
         kiln__report(KILN_ERR_OUT_OF_MEMORY, "kiln", "no tensor handle available");
         kiln__tensor_release(t);
-        return KILN_NONE;
+        return (kiln_tensor){KILN__OOM_HANDLE_ID};
     }
     slot *s = slot_at(idx);
     atomic_store_explicit(&s->tensor, t, memory_order_relaxed);
@@ -100,6 +102,9 @@ static kiln__error *stale_error(kiln_tensor h, const slot *s, const char *op) {
     kiln__site site = kiln__call_site();
     if (h.id == 0)
         return kiln__error_new(KILN_ERR_NULL, op, site.file, site.line, 0, "tensor argument is KILN_NONE");
+    if (h.id == KILN__OOM_HANDLE_ID)
+        return kiln__error_new(KILN_ERR_OUT_OF_MEMORY, op, site.file, site.line, 0,
+                               "tensor was never created: out of memory for its handle");
     uint32_t gen = (uint32_t)(h.id >> 32);
     if (!s || !(gen & 1))
         return kiln__error_new(KILN_ERR_STALE_HANDLE, op, site.file, site.line, 0,
@@ -162,14 +167,14 @@ kiln_tensor kiln_ref(kiln_tensor h) {
         kiln__error_report(err);
         kiln__tensor *p = kiln__tensor_poisoned(err);
         kiln__error_unref(err);
-        return p ? kiln__handle_new(p) : KILN_NONE;
+        return p ? kiln__handle_new(p) : (kiln_tensor){KILN__OOM_HANDLE_ID};
     }
     kiln__tensor_retain(t);
     return kiln__handle_new(t);
 }
 
 kiln_status kiln_release(kiln_tensor h) {
-    if (h.id == 0) return KILN_OK; /* like free(NULL) */
+    if (h.id == 0 || h.id == KILN__OOM_HANDLE_ID) return KILN_OK; /* like free(NULL) */
     kiln__error *err = NULL;
     kiln__tensor *t = kiln__handle_take(h, "kiln_release", &err);
     if (!t) {

@@ -53,7 +53,7 @@ kiln_tensor kiln__result(kiln__opctx *c, kiln__tensor *out) {
     kiln__tensor *p = kiln__tensor_poisoned(c->err);
     kiln__error_unref(c->err);
     c->err = NULL;
-    return p ? kiln__handle_new(p) : KILN_NONE;
+    return p ? kiln__handle_new(p) : (kiln_tensor){KILN__OOM_HANDLE_ID};
 }
 
 bool kiln__norm_dim(kiln__opctx *c, int *dim, int ndim) {

@@ -204,8 +204,9 @@ kiln__tensor *kiln__t_squeeze(kiln__opctx *c, kiln__tensor *x, int dim) {
     if (!kiln__norm_dim(c, &dim, x->ndim)) return kiln__drop(1, x), NULL;
     if (x->ndim == 0) return x;
     if (x->shape[dim] != 1) {
+        kiln__fail(c, KILN_ERR_SHAPE, "cannot squeeze dim %d of size %lld", dim, (long long)x->shape[dim]);
         kiln__drop(1, x);
-        return kiln__fail(c, KILN_ERR_SHAPE, "cannot squeeze dim %d of size %lld", dim, (long long)x->shape[dim]);
+        return NULL;
     }
     int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
     for (int d = 0, o = 0; d < x->ndim; d++) {

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Builds kiln and runs every test: a warnings-as-errors Release build with gcc and with
+# clang, then the whole suite under AddressSanitizer + UndefinedBehaviorSanitizer, then the
+# engine tests under ThreadSanitizer. Build trees go to build-test/ (ignored by git).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+root=build-test
+
+build() { # name compiler extra-cmake-args...
+    local name=$1 cc=$2
+    shift 2
+    cmake -S . -B "$root/$name" -DCMAKE_C_COMPILER="$cc" -DKILN_WERROR=ON -DKILN_BUILD_BENCH=OFF "$@" >/dev/null
+    cmake --build "$root/$name" -j "$jobs" >"$root/$name.log" 2>&1 || { cat "$root/$name.log"; exit 1; }
+}
+
+mkdir -p "$root"
+echo "== gcc Release"
+build gcc gcc -DCMAKE_BUILD_TYPE=Release
+(cd "$root/gcc" && ctest -j "$jobs" --output-on-failure)
+
+echo "== clang Release (build only)"
+build clang clang -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=ON
+
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer"
+build asan gcc -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=address
+(cd "$root/asan" && KILN_NO_CACHING=1 ctest -j "$jobs" --output-on-failure)
+
+echo "== ThreadSanitizer (engine tests)"
+build tsan clang -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=thread
+(cd "$root/tsan" && KILN_NO_CACHING=1 TSAN_OPTIONS=halt_on_error=1 ctest -j "$jobs" --output-on-failure -L engine)
