@@ -1,9 +1,14 @@
-/* kiln engine: sync points. Ops return at once; these are the calls that wait.
+/* kiln engine: sync points, transactions, limits, profiler. Ops return at once and run on
+ * the engine's threads; these are the calls that wait.
  *
- *   kiln_tensor y = kiln_exp(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(1000), 1));
- *   kiln_status st = kiln_sync();          // waits for this thread's queued ops
- *   if (st != KILN_OK) puts(kiln_last_error());
- *   kiln_release(y);
+ *   kiln_tensor loss = ..., correct = ...;
+ *   float l; int64_t n;
+ *   kiln_transaction *tx = kiln_transaction_new();
+ *   kiln_transaction_read(tx, loss, &l, sizeof l);       // consumes loss
+ *   kiln_transaction_read(tx, correct, &n, sizeof n);
+ *   if (kiln_transaction_execute(tx) != KILN_OK)         // one wait for both
+ *       puts(kiln_last_error());
+ *   kiln_transaction_free(tx);
  */
 #ifndef KILN_ENGINE_H
 #define KILN_ENGINE_H
@@ -19,7 +24,49 @@ KILN_API kiln_status kiln_sync(void);
 /* Waits for every op queued by any thread. */
 KILN_API kiln_status kiln_sync_all(void);
 
+/* ---- transactions: many reads, one wait ------------------------------------------------- */
+typedef struct kiln_transaction kiln_transaction;
+KILN_API kiln_transaction *kiln_transaction_new(void); /* NULL on out of memory */
+/* Registers t (consumed) to be copied, dense and in its dtype, into dst (exactly
+ * numel * dtype size bytes) when the transaction executes. Errors are kept for execute. */
+KILN_API kiln_status kiln_transaction_read(kiln_transaction *tx, kiln_tensor t, void *dst, size_t dst_bytes);
+/* Waits once for every registered read; returns the first error (KILN_OK if none). The
+ * transaction is empty afterwards and may be reused. */
+KILN_API kiln_status kiln_transaction_execute(kiln_transaction *tx);
+KILN_API void kiln_transaction_free(kiln_transaction *tx);
+
+/* ---- bounds of this thread's stream ------------------------------------------------------ */
+/* Ops in flight and bytes of outputs pending per stream before dispatch blocks
+ * (defaults 4096 ops and 2 GiB; KILN_MAX_INFLIGHT and KILN_MAX_PENDING_MB set them too).
+ * Values < 1 keep the current setting. */
+KILN_API void kiln_engine_set_limits(int64_t max_inflight_ops, int64_t max_pending_bytes);
+/* true when ops run on engine threads; false in KILN_SYNC=1 mode (ops run at dispatch). */
+KILN_API bool kiln_engine_is_async(void);
+
+/* ---- profiler ------------------------------------------------------------------------------ */
+typedef struct {
+    const char *op;     /* public op name */
+    const char *kernel; /* kernel id, e.g. "MATMUL" */
+    int stream;         /* dispatching thread's stream id */
+    int worker;         /* engine thread that ran it (-1: the dispatching thread) */
+    uint64_t seq;       /* sequence number on its stream */
+    double dispatch_us, start_us, end_us; /* since the profiler started */
+} kiln_profile_event;
+
+/* Starts recording (clears earlier events). KILN_PROFILE=path starts it at the first op
+ * and writes the trace to path and a summary to stderr at exit. */
+KILN_API void kiln_profiler_start(void);
+KILN_API void kiln_profiler_stop(void); /* waits for queued ops, then stops recording */
+/* Copies up to cap events (in completion order) to out; returns how many were recorded. */
+KILN_API size_t kiln_profiler_events(kiln_profile_event *out, size_t cap);
+/* A Chrome trace-event JSON file (opens in Perfetto / chrome://tracing). */
+KILN_API kiln_status kiln_profiler_write_trace(const char *path);
+/* A table per op: calls, total and mean time, share. path NULL writes to stderr. */
+KILN_API kiln_status kiln_profiler_write_summary(const char *path);
+
 #ifndef KILN_BUILDING
+#define kiln_transaction_read(...) KILN__AT(kiln_transaction_read, __VA_ARGS__)
+#define kiln_transaction_execute(...) KILN__AT(kiln_transaction_execute, __VA_ARGS__)
 #define kiln_sync(...) KILN__AT(kiln_sync, __VA_ARGS__)
 #define kiln_sync_all(...) KILN__AT(kiln_sync_all, __VA_ARGS__)
 #endif

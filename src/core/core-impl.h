@@ -69,6 +69,13 @@ float kiln__f16_to_f32(uint16_t h);
 uint16_t kiln__f32_to_f16(float f); /* round to nearest even */
 float kiln__bf16_to_f32(uint16_t h);
 uint16_t kiln__f32_to_bf16(float f); /* round to nearest even, NaN kept */
+/* Float to integer conversion that C leaves undefined out of range: NaN -> 0, else clamped. */
+static inline int64_t kiln__saturate_i64(double v, int64_t lo, int64_t hi) {
+    if (v != v) return 0;
+    if (v >= (double)hi) return hi; /* (double)INT64_MAX rounds up to 2^63: still saturates */
+    if (v <= (double)lo) return lo;
+    return (int64_t)v;
+}
 /* Read/write element i of a raw array of dtype as double (slow paths and tests). */
 double kiln__load_as_f64(const void *base, kiln_dtype dtype, int64_t i);
 void kiln__store_from_f64(void *base, kiln_dtype dtype, int64_t i, double v);

@@ -115,8 +115,8 @@ void kiln__store_from_f64(void *base, kiln_dtype d, int64_t i, double v) {
     switch (d) {
     case KILN_F32: ((float *)base)[i] = (float)v; break;
     case KILN_F64: ((double *)base)[i] = v; break;
-    case KILN_I32: ((int32_t *)base)[i] = isnan(v) ? 0 : (int32_t)v; break;
-    case KILN_I64: ((int64_t *)base)[i] = isnan(v) ? 0 : (int64_t)v; break;
+    case KILN_I32: ((int32_t *)base)[i] = (int32_t)kiln__saturate_i64(v, INT32_MIN, INT32_MAX); break;
+    case KILN_I64: ((int64_t *)base)[i] = kiln__saturate_i64(v, INT64_MIN, INT64_MAX); break;
     case KILN_BOOL: ((uint8_t *)base)[i] = v != 0.0; break;
     case KILN_F16: ((uint16_t *)base)[i] = kiln__f32_to_f16((float)v); break;
     case KILN_BF16: ((uint16_t *)base)[i] = kiln__f32_to_bf16((float)v); break;

@@ -34,7 +34,9 @@ typedef struct kiln__op {
     const char *name;  /* public op name, for errors and the profiler */
     const char *file;
     int line;
+    int stream_id;
     uint64_t seq;
+    uint64_t t_dispatch_ns; /* for the profiler: when the op was queued */
 } kiln__op;
 
 /* Base address of a view's first element. */
@@ -52,11 +54,11 @@ void kiln__op_init(kiln__op *op, kiln__opcode code, const char *name);
  * lifetime the engine extends until the op has run). Never fails: an error while running
  * poisons the op's outputs and is reported by the next sync or read. */
 void kiln__submit(kiln__op *op);
+/* Test hook: the next op named op_name to run fails with KILN_ERR_KERNEL. */
+void kiln__debug_fail_next_kernel(const char *op_name);
 /* Waits until every queued op writing s is done; returns s's runtime error status. */
 kiln_status kiln__wait_storage(kiln__storage *s);
 /* Frees s once queued ops using it are done (called when its last owner goes). */
 void kiln__engine_free_storage(kiln__storage *s);
-/* Next sequence number (dispatch order on this thread). */
-uint64_t kiln__next_seq(void);
 
 #endif

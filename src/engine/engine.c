@@ -1,20 +1,14 @@
-/* The engine: turns op records into kernel runs and tracks runtime errors.
- * This is the synchronous executor (every op runs at submission); the asynchronous one
- * keeps the same contract: kiln__submit never fails, errors poison outputs and are
- * returned once by the next sync. */
+/* The engine's front: stamps op records, hands them to the asynchronous engine (or runs
+ * them at once in KILN_SYNC=1 mode), runs kernels, and turns failures into poisoned outputs
+ * and a stream error that the next sync returns once. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend-impl.h"
-#include "engine/engine-impl.h"
+#include "engine/engine-async.h"
+#include "engine/node.h"
+#include "engine/profiler.h"
 #include "kiln/engine.h"
-
-typedef struct {
-    uint64_t seq;
-    kiln__error *first_error; /* unreported runtime error of this thread's ops */
-} stream_state;
-
-static _Thread_local stream_state stream;
 
 const char *kiln__opcode_name(kiln__opcode code) {
     static const char *const names[] = {
@@ -24,8 +18,6 @@ const char *kiln__opcode_name(kiln__opcode code) {
     };
     return (unsigned)code < KILN__OP_COUNT ? names[code] : "?";
 }
-
-uint64_t kiln__next_seq(void) { return ++stream.seq; }
 
 void kiln__op_init(kiln__op *op, kiln__opcode code, const char *name) {
     kiln__site site = kiln__call_site();
@@ -48,56 +40,119 @@ static void poison_outputs(const kiln__op *op, kiln__error *e) {
     }
 }
 
-static void record_stream_error(kiln__error *e) {
-    if (!stream.first_error) stream.first_error = kiln__error_ref(e);
+static _Atomic(const char *) fail_next_named;
+
+void kiln__debug_fail_next_kernel(const char *op_name) { atomic_store(&fail_next_named, op_name); }
+
+static bool injected_failure(const kiln__op *op) {
+    const char *name = atomic_load_explicit(&fail_next_named, memory_order_relaxed);
+    if (KILN__LIKELY(!name) || strcmp(name, op->name) != 0) return false;
+    return atomic_compare_exchange_strong(&fail_next_named, &name, NULL);
 }
 
-void kiln__submit(kiln__op *op) {
-    op->seq = kiln__next_seq();
+kiln__error *kiln__execute(const kiln__op *op) {
     for (int i = 0; i < op->n_in; i++) {
         kiln__storage *s = op->in[i].storage;
         kiln__error *e = s ? atomic_load(&s->err) : NULL;
         if (e) { /* skip the work, still complete: the outputs carry the error */
             poison_outputs(op, e);
-            return;
+            return NULL;
         }
     }
     kiln_device dev = op->n_out ? op->out[0].storage->device : KILN_CPU;
     const kiln__backend *be = kiln__backend_get(dev);
     kiln__kernel_fn fn = be ? be->kernels[op->code] : NULL;
     kiln_status st;
-    if (!fn) {
+    uint64_t t_start = kiln__profiler_on() ? kiln__now_ns() : 0;
+    if (KILN__UNLIKELY(injected_failure(op))) {
+        kiln__kernel_error("injected failure");
+        st = KILN_ERR_KERNEL;
+    } else if (!fn) {
         kiln__kernel_error("no %s kernel for %s on %s", kiln__opcode_name(op->code), op->name,
                            kiln_device_name(dev));
         st = KILN_ERR_UNSUPPORTED;
     } else {
         st = fn(op);
     }
-    if (st != KILN_OK) {
-        const char *detail = kiln__kernel_error_detail();
-        kiln__error *e = kiln__error_new(st, op->name, op->file, op->line, op->seq, "%s",
-                                         detail[0] ? detail : kiln_status_str(st));
-        kiln__kernel_error("%s", "");
-        poison_outputs(op, e);
-        record_stream_error(e);
-        kiln__error_unref(e);
-    }
+    if (t_start) kiln__profiler_record(op, t_start, kiln__now_ns());
+    if (st == KILN_OK) return NULL;
+    const char *detail = kiln__kernel_error_detail();
+    kiln__error *e = kiln__error_new(st, op->name, op->file, op->line, op->seq, "%s",
+                                     detail[0] ? detail : kiln_status_str(st));
+    kiln__kernel_error("%s", "");
+    poison_outputs(op, e);
+    return e;
 }
 
-kiln_status kiln__wait_storage(kiln__storage *s) {
-    kiln__error *e = atomic_load(&s->err);
+static void record_error(kiln__stream *s, kiln__error *e) {
+    pthread_mutex_lock(&s->lock);
+    if (!s->first_error) s->first_error = kiln__error_ref(e);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Sequence number, stream and (when profiling) dispatch time of an op being queued. */
+static kiln__stream *stamp(kiln__op *op) {
+    kiln__stream *s = kiln__stream_current();
+    op->seq = s ? ++s->seq : 0;
+    op->stream_id = s ? s->id : -1;
+    op->t_dispatch_ns = kiln__profiler_on() ? kiln__now_ns() : 0;
+    return s;
+}
+
+void kiln__submit(kiln__op *op) {
+    kiln__stream *s = stamp(op);
+    if (s && kiln__engine_is_async()) {
+        kiln__async_submit(s, op, NULL, NULL);
+        return;
+    }
+    kiln__error *e = kiln__execute(op);
+    if (e && s) record_error(s, e);
+    kiln__error_unref(e);
+}
+
+void kiln__submit_event(kiln__op *op, kiln__event *ev) {
+    kiln__stream *s = stamp(op);
+    if (s && kiln__engine_is_async()) {
+        kiln__async_submit(s, op, ev, NULL);
+        return;
+    }
+    kiln__error *e = kiln__execute(op);
+    if (e && !ev->first_error) ev->first_error = kiln__error_ref(e);
+    if (e && s) record_error(s, e);
+    kiln__error_unref(e);
+}
+
+kiln_status kiln__wait_storage(kiln__storage *st) {
+    kiln__var *v = atomic_load_explicit((kiln__var *_Atomic *)&st->var, memory_order_acquire);
+    kiln__stream *s = kiln__stream_current();
+    if (v && s && !kiln__var_idle(v)) {
+        /* a no-op that reads the storage: granted once every earlier write is done */
+        kiln__op op;
+        kiln__op_init(&op, KILN__OP_NOOP, "read");
+        op.in[0] = (kiln__view){.storage = st, .dtype = KILN_BOOL};
+        op.n_in = 1;
+        kiln__event ev = {0};
+        kiln__async_submit(s, &op, &ev, NULL);
+        kiln__event_wait(s, &ev);
+        kiln__error_unref(ev.first_error);
+    }
+    kiln__error *e = atomic_load(&st->err);
+    if (e && s) kiln__stream_forget_error(s, e); /* reported by this read: not again by sync */
     return e ? e->status : KILN_OK;
 }
 
-void kiln__engine_free_storage(kiln__storage *s) { kiln__storage_destroy(s); }
-
 kiln_status kiln_sync(void) {
-    kiln__error *e = stream.first_error;
+    kiln__stream *s = kiln__stream_current();
+    if (!s) return kiln__report(KILN_ERR_OUT_OF_MEMORY, "kiln_sync", "cannot create this thread's stream");
+    kiln__stream_drain(s);
+    kiln__error *e = kiln__stream_take_error(s);
     if (!e) return KILN_OK;
-    stream.first_error = NULL;
     kiln_status st = kiln__error_report(e);
     kiln__error_unref(e);
     return st;
 }
 
-kiln_status kiln_sync_all(void) { return kiln_sync(); }
+kiln_status kiln_sync_all(void) {
+    kiln__engine_drain_all();
+    return kiln_sync();
+}

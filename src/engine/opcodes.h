@@ -37,6 +37,7 @@
     X(ONE_HOT)        /* in[0] index, classes p.i[0] */                                     \
     /* free slots for later layers (autodiff, nn) go below */                               \
     X(RELU_BACKWARD)  /* out = in[1] > 0 ? in[0] : 0  (in[0] grad, in[1] x or y) */          \
+    X(TO_HOST)        /* copy dense in[0] to host pointer pi[0] (pi[1] bytes) */                 \
     X(NOOP)
 
 typedef enum {

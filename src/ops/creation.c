@@ -127,7 +127,8 @@ static kiln_tensor random_op(kiln__opctx *c, kiln__opcode code, kiln_device dev,
     if (!check_creation(c, dev, dtype, shape)) return kiln__result(c, NULL);
     if (!kiln__dtype_is_float(dtype))
         return kiln__result(c, kiln__fail(c, KILN_ERR_DTYPE, "random numbers need a float dtype, got %s", kiln_dtype_name(dtype)));
-    if (isnan(a) || isnan(b)) return kiln__result(c, kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "NaN parameter"));
+    if (!isfinite(a) || !isfinite(b)) /* an infinite bound or std only makes NaN or inf values */
+        return kiln__result(c, kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "parameters must be finite (got %g, %g)", a, b));
     return generate(c, code, dev, dtype, shape.ndim, shape.dims, (double[]){a, b}, (int64_t[]){(int64_t)seed, 0});
 }
 

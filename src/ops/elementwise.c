@@ -101,7 +101,7 @@ kiln__tensor *kiln__t_clamp(kiln__opctx *c, kiln__tensor *x, double lo, double h
 }
 
 kiln__tensor *kiln__t_binary(kiln__opctx *c, kiln__opcode code, kiln__tensor *a, kiln__tensor *b) {
-    if (!kiln__ok(c, a) | !kiln__ok(c, b)) return kiln__drop(2, a, b), NULL;
+    if (!kiln__ok(c, a) || !kiln__ok(c, b)) return kiln__drop(2, a, b), NULL;
     int nd;
     int64_t shape[KILN_MAX_DIMS];
     if (!kiln__same_device(c, a, b) || !kiln__broadcast_shapes(c, a->ndim, a->shape, b->ndim, b->shape, &nd, shape))
@@ -125,6 +125,7 @@ kiln__tensor *kiln__t_binary_scalar(kiln__opctx *c, kiln__opcode code, kiln__ten
     bool integral = s == floor(s) && fabs(s) < 9e15;
     if (!kiln__dtype_is_float(xd) && !integral) xd = KILN_F32; /* 1.5 promotes an int tensor */
     else if (xd == KILN_BOOL && !is_logical(code)) xd = KILN_I32;
+    if (xd == KILN_I32 && (s > INT32_MAX || s < INT32_MIN)) xd = KILN_I64; /* rather than wrap the scalar */
     if (!check_numeric(c, code, xd)) return kiln__drop(1, x), NULL;
     kiln_dtype kd = kernel_dtype(code, xd);
     kiln_dtype rd = result_dtype(code, xd, kd);
@@ -149,7 +150,7 @@ kiln__tensor *kiln__t_binary_scalar(kiln__opctx *c, kiln__opcode code, kiln__ten
 }
 
 kiln__tensor *kiln__t_where(kiln__opctx *c, kiln__tensor *mask, kiln__tensor *a, kiln__tensor *b) {
-    if (!kiln__ok(c, mask) | !kiln__ok(c, a) | !kiln__ok(c, b)) return kiln__drop(3, mask, a, b), NULL;
+    if (!kiln__ok(c, mask) || !kiln__ok(c, a) || !kiln__ok(c, b)) return kiln__drop(3, mask, a, b), NULL;
     int n1, nd;
     int64_t s1[KILN_MAX_DIMS], shape[KILN_MAX_DIMS];
     if (!kiln__same_device(c, mask, a) || !kiln__same_device(c, a, b) ||
@@ -157,8 +158,8 @@ kiln__tensor *kiln__t_where(kiln__opctx *c, kiln__tensor *mask, kiln__tensor *a,
         !kiln__broadcast_shapes(c, mask->ndim, mask->shape, n1, s1, &nd, shape))
         return kiln__drop(3, mask, a, b), NULL;
     if (mask->dtype != KILN_BOOL) {
-        kiln__drop(3, mask, a, b);
-        return kiln__fail(c, KILN_ERR_DTYPE, "mask must be bool, got %s", kiln_dtype_name(mask->dtype));
+        kiln__fail(c, KILN_ERR_DTYPE, "mask must be bool, got %s", kiln_dtype_name(mask->dtype));
+        return kiln__drop(3, mask, a, b), NULL;
     }
     kiln_dtype pd = kiln__dtype_promote(a->dtype, b->dtype);
     a = kiln__t_cast(c, a, pd);

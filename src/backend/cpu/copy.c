@@ -14,23 +14,10 @@ static inline double ld_b(const char *p) { return *(const uint8_t *)p ? 1.0 : 0.
 static inline double ld_f16(const char *p) { return kiln__f16_to_f32(*(const uint16_t *)p); }
 static inline double ld_bf16(const char *p) { return kiln__bf16_to_f32(*(const uint16_t *)p); }
 
-/* Float to int saturates and maps NaN to 0 (C leaves out-of-range conversion undefined). */
-static inline int64_t sat_i64(double v) {
-    if (isnan(v)) return 0;
-    if (v >= 9223372036854775807.0) return INT64_MAX;
-    if (v <= -9223372036854775808.0) return INT64_MIN;
-    return (int64_t)v;
-}
-static inline int32_t sat_i32(double v) {
-    if (isnan(v)) return 0;
-    if (v >= 2147483647.0) return INT32_MAX;
-    if (v <= -2147483648.0) return INT32_MIN;
-    return (int32_t)v;
-}
 static inline void st_f32(char *p, double v) { *(float *)p = (float)v; }
 static inline void st_f64(char *p, double v) { *(double *)p = v; }
-static inline void st_i32(char *p, double v) { *(int32_t *)p = sat_i32(v); }
-static inline void st_i64(char *p, double v) { *(int64_t *)p = sat_i64(v); }
+static inline void st_i32(char *p, double v) { *(int32_t *)p = (int32_t)kiln__saturate_i64(v, INT32_MIN, INT32_MAX); }
+static inline void st_i64(char *p, double v) { *(int64_t *)p = kiln__saturate_i64(v, INT64_MIN, INT64_MAX); }
 static inline void st_b(char *p, double v) { *(uint8_t *)p = v != 0.0; }
 static inline void st_f16(char *p, double v) { *(uint16_t *)p = kiln__f32_to_f16((float)v); }
 static inline void st_bf16(char *p, double v) { *(uint16_t *)p = kiln__f32_to_bf16((float)v); }
@@ -102,7 +89,9 @@ static kiln_status kernel_fill(const kiln__op *op) {
     } fill;
     kiln__view out = op->out[0];
     fill.size = kiln__elsize(out.dtype);
-    kiln__store_from_f64(fill.value, out.dtype, 0, op->p.f[0]);
+    /* the conversions of COPY, so kiln_full(KILN_I32, .., 1e10) saturates as a cast would */
+    static void (*const store[KILN_DTYPE_COUNT])(char *, double) = {st_f32, st_f64, st_i32, st_i64, st_b, st_f16, st_bf16};
+    store[out.dtype]((char *)fill.value, op->p.f[0]);
     bool zero = true;
     for (size_t i = 0; i < fill.size; i++) zero = zero && fill.value[i] == 0;
     if (zero && kiln__view_is_contiguous(&out)) {
@@ -114,7 +103,16 @@ static kiln_status kernel_fill(const kiln__op *op) {
     return KILN_OK;
 }
 
+static kiln_status kernel_noop(const kiln__op *op) { return KILN_OK; }
+
+static kiln_status kernel_to_host(const kiln__op *op) {
+    memcpy((void *)(intptr_t)op->pi[0], kiln__view_ptr(&op->in[0]), (size_t)op->pi[1]);
+    return KILN_OK;
+}
+
 void kiln__cpu_register_copy(kiln__kernel_fn *table) {
+    table[KILN__OP_NOOP] = kernel_noop;
+    table[KILN__OP_TO_HOST] = kernel_to_host;
     table[KILN__OP_COPY] = kernel_copy;
     table[KILN__OP_FILL] = kernel_fill;
 }

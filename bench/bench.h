@@ -1,0 +1,56 @@
+/* Shared helpers for kiln's benchmarks: a clock, medians, peak RSS, and the one JSON line
+ * each benchmark prints for bench/run. */
+#ifndef KILN_BENCH_H
+#define KILN_BENCH_H
+
+#include <kiln.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+static inline double bench_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int bench_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sorts v in place; returns the value at quantile q (0.5 = median). */
+static inline double bench_quantile(double *v, int n, double q) {
+    qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
+    int i = (int)(q * (n - 1) + 0.5);
+    return v[i < 0 ? 0 : (i >= n ? n - 1 : i)];
+}
+
+static inline double bench_peak_rss_mib(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0; /* Linux reports KiB */
+}
+
+static inline int bench_runs(int argc, char **argv, int fallback) {
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--runs") == 0) return atoi(argv[i + 1]);
+    return fallback;
+}
+
+/* Prints {"name":..., "ms":..., "rss_mib":..., extra} where extra is "" or ",\"key\":value". */
+static inline void bench_report(const char *name, double ms, const char *extra) {
+    printf("{\"name\":\"%s\",\"side\":\"kiln\",\"ms\":%.4f,\"rss_mib\":%.1f%s}\n", name, ms, bench_peak_rss_mib(), extra ? extra : "");
+    fflush(stdout);
+}
+
+static inline void bench_check(kiln_status st, const char *what) {
+    if (st != KILN_OK) {
+        fprintf(stderr, "%s failed: %s\n", what, kiln_last_error());
+        exit(1);
+    }
+}
+
+#endif

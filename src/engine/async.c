@@ -1,0 +1,331 @@
+/* The asynchronous engine: per-thread streams feed one pool of engine workers through
+ * per-storage dependencies. The frontend only blocks when its stream is over its bounds
+ * (ops in flight, bytes pending) or at a read. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend/backend-impl.h"
+#include "engine/node.h"
+#include "engine/profiler.h"
+#include "kiln/engine.h"
+
+#define DEFAULT_MAX_INFLIGHT 4096
+#define DEFAULT_MAX_BYTES ((int64_t)2 << 30)
+#define MAX_WORKERS 64
+
+static struct {
+    pthread_once_t once;
+    bool async;
+    int n_workers;
+    pthread_t workers[MAX_WORKERS];
+    pthread_mutex_t lock; /* ready queue */
+    pthread_cond_t ready_cond;
+    kiln__node *ready_head, *ready_tail;
+    bool stopping;
+    /* all streams: for kiln_sync_all */
+    pthread_mutex_t all_lock;
+    pthread_cond_t all_cond;
+    int64_t all_pending;
+    atomic_int next_stream_id;
+    _Atomic int64_t max_inflight, max_bytes; /* read by every stream without a lock */
+} engine = {.once = PTHREAD_ONCE_INIT,
+            .lock = PTHREAD_MUTEX_INITIALIZER,
+            .ready_cond = PTHREAD_COND_INITIALIZER,
+            .all_lock = PTHREAD_MUTEX_INITIALIZER,
+            .all_cond = PTHREAD_COND_INITIALIZER};
+
+static pthread_key_t stream_key;
+static _Thread_local kiln__stream *current_stream;
+
+static int64_t env_int(const char *name, int64_t fallback) {
+    const char *v = getenv(name);
+    if (!v || !*v) return fallback;
+    char *end;
+    long long x = strtoll(v, &end, 10);
+    return (*end == '\0' && x > 0) ? x : fallback;
+}
+
+static void stream_unref(kiln__stream *s) {
+    if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1) return;
+    kiln__error_unref(s->first_error);
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->cond);
+    free(s);
+}
+
+static void stream_thread_exit(void *arg) { stream_unref(arg); }
+
+static void *worker_main(void *arg);
+
+static void engine_init(void) {
+    const char *sync = getenv("KILN_SYNC");
+    const char *async = getenv("KILN_ASYNC"); /* TEMPORARY: opt-in while the engine is proven */
+    engine.async = async && async[0] == '1' && !(sync && sync[0] && sync[0] != '0');
+    engine.max_inflight = env_int("KILN_MAX_INFLIGHT", DEFAULT_MAX_INFLIGHT);
+    engine.max_bytes = env_int("KILN_MAX_PENDING_MB", DEFAULT_MAX_BYTES >> 20) << 20;
+    pthread_key_create(&stream_key, stream_thread_exit);
+    if (!engine.async) return;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int n = (int)env_int("KILN_ENGINE_THREADS", cpus > 0 ? cpus : 2);
+    if (n > MAX_WORKERS) n = MAX_WORKERS;
+    for (int i = 0; i < n; i++) {
+        if (pthread_create(&engine.workers[i], NULL, worker_main, (void *)(intptr_t)i) != 0) break;
+        engine.n_workers++;
+    }
+    if (engine.n_workers == 0) engine.async = false; /* no threads: run ops at dispatch */
+}
+
+bool kiln__engine_is_async(void) {
+    pthread_once(&engine.once, engine_init);
+    return engine.async;
+}
+
+kiln__stream *kiln__stream_current(void) {
+    kiln__stream *s = current_stream;
+    if (KILN__LIKELY(s)) return s;
+    pthread_once(&engine.once, engine_init);
+    s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->cond, NULL);
+    atomic_init(&s->refs, 1);
+    s->id = atomic_fetch_add(&engine.next_stream_id, 1);
+    pthread_setspecific(stream_key, s);
+    current_stream = s;
+    return s;
+}
+
+/* ---- ready queue and workers -------------------------------------------------------------- */
+
+static void push_ready(kiln__node *n) {
+    n->next_ready = NULL;
+    pthread_mutex_lock(&engine.lock);
+    if (engine.ready_tail)
+        engine.ready_tail->next_ready = n;
+    else
+        engine.ready_head = n;
+    engine.ready_tail = n;
+    pthread_cond_signal(&engine.ready_cond);
+    pthread_mutex_unlock(&engine.lock);
+}
+
+static void release_grant(kiln__node *n) {
+    if (atomic_fetch_sub_explicit(&n->wait, 1, memory_order_acq_rel) == 1) push_ready(n);
+}
+
+static void complete(kiln__node *n, kiln__error *err) {
+    kiln__node *granted[64];
+    for (int i = 0; i < n->n_vars; i++) {
+        int g = kiln__var_complete(n->vars[i].var, n->vars[i].write, granted, 64);
+        for (int k = 0; k < g; k++) release_grant(granted[k]);
+    }
+    kiln__stream *s = n->stream;
+    pthread_mutex_lock(&s->lock);
+    if (err && !s->first_error) s->first_error = kiln__error_ref(err);
+    if (n->event) {
+        if (err && !n->event->first_error) n->event->first_error = kiln__error_ref(err);
+        n->event->pending--;
+    }
+    s->pending_ops--;
+    s->pending_bytes -= n->bytes;
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_lock(&engine.all_lock);
+    if (--engine.all_pending == 0) pthread_cond_broadcast(&engine.all_cond);
+    pthread_mutex_unlock(&engine.all_lock);
+    stream_unref(s);
+    free(n);
+}
+
+static void run_node(kiln__node *n) {
+    if (n->free_target) {
+        /* every earlier user is done: nothing can follow a free in the storage's queue */
+        kiln__storage *target = n->free_target;
+        kiln__var *v = target->var;
+        n->n_vars = 0;
+        target->var = NULL;
+        kiln__var_free(v);
+        kiln__storage_destroy(target);
+        complete(n, NULL);
+        return;
+    }
+    kiln__error *err = kiln__execute(&n->op);
+    complete(n, err);
+    kiln__error_unref(err);
+}
+
+static void *worker_main(void *arg) {
+    kiln__profiler_set_worker((int)(intptr_t)arg);
+    for (;;) {
+        pthread_mutex_lock(&engine.lock);
+        while (!engine.ready_head && !engine.stopping) pthread_cond_wait(&engine.ready_cond, &engine.lock);
+        kiln__node *n = engine.ready_head;
+        if (!n) {
+            pthread_mutex_unlock(&engine.lock);
+            return NULL;
+        }
+        engine.ready_head = n->next_ready;
+        if (!engine.ready_head) engine.ready_tail = NULL;
+        pthread_mutex_unlock(&engine.lock);
+        run_node(n);
+    }
+}
+
+/* ---- submission ------------------------------------------------------------------------- */
+
+static void add_var(kiln__node *n, kiln__storage *s, bool write) {
+    if (!s) return;
+    kiln__var *v = kiln__var_of(s);
+    for (int i = 0; i < n->n_vars; i++) {
+        if (n->vars[i].var == v) { /* read and written: one write access */
+            n->vars[i].write |= write;
+            return;
+        }
+    }
+    n->vars[n->n_vars].var = v;
+    n->vars[n->n_vars].write = write;
+    n->n_vars++;
+}
+
+/* Waits for room on the stream (the bounded queue), then counts the op in. */
+static void admit(kiln__stream *s, int64_t bytes) {
+    pthread_mutex_lock(&s->lock);
+    int64_t max_ops = atomic_load_explicit(&engine.max_inflight, memory_order_relaxed);
+    int64_t max_bytes = atomic_load_explicit(&engine.max_bytes, memory_order_relaxed);
+    while (s->pending_ops > 0 && (s->pending_ops >= max_ops || s->pending_bytes + bytes > max_bytes)) {
+        s->waiting_for_room++;
+        pthread_cond_wait(&s->cond, &s->lock);
+        s->waiting_for_room--;
+    }
+    s->pending_ops++;
+    s->pending_bytes += bytes;
+    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_lock(&engine.all_lock);
+    engine.all_pending++;
+    pthread_mutex_unlock(&engine.all_lock);
+}
+
+void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target) {
+    kiln__node *n = malloc(sizeof *n);
+    if (!n) { /* no memory to queue it: wait for everything before, then run it here */
+        kiln__engine_drain_all();
+        if (free_target) {
+            kiln__var_free(free_target->var);
+            free_target->var = NULL;
+            kiln__storage_destroy(free_target);
+            return;
+        }
+        kiln__error *err = kiln__execute(op);
+        pthread_mutex_lock(&s->lock);
+        if (err && !s->first_error) s->first_error = kiln__error_ref(err);
+        if (err && ev && !ev->first_error) ev->first_error = kiln__error_ref(err);
+        pthread_mutex_unlock(&s->lock);
+        kiln__error_unref(err);
+        return;
+    }
+    memcpy(&n->op, op, sizeof *op);
+    n->stream = s;
+    n->event = ev;
+    n->free_target = free_target;
+    n->n_vars = 0;
+    n->bytes = 0;
+    if (free_target) {
+        add_var(n, free_target, true);
+    } else {
+        for (int i = 0; i < op->n_in; i++) add_var(n, op->in[i].storage, false);
+        for (int i = 0; i < op->n_out; i++) {
+            add_var(n, op->out[i].storage, true);
+            n->bytes += (int64_t)op->out[i].storage->nbytes;
+        }
+    }
+    atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+    admit(s, n->bytes);
+    if (ev) {
+        pthread_mutex_lock(&s->lock);
+        ev->pending++;
+        pthread_mutex_unlock(&s->lock);
+    }
+    atomic_init(&n->wait, n->n_vars + 1);
+    for (int i = 0; i < n->n_vars; i++) {
+        bool oom = false;
+        if (kiln__var_append(n->vars[i].var, n, n->vars[i].write, &oom)) {
+            atomic_fetch_sub_explicit(&n->wait, 1, memory_order_relaxed);
+        } else if (oom) {
+            /* cannot queue behind this storage: wait for the whole engine, then take access */
+            kiln__engine_drain_all();
+            bool again = false;
+            while (!kiln__var_append(n->vars[i].var, n, n->vars[i].write, &again)) kiln__engine_drain_all();
+            atomic_fetch_sub_explicit(&n->wait, 1, memory_order_relaxed);
+        }
+    }
+    release_grant(n);
+}
+
+void kiln__event_wait(kiln__stream *s, kiln__event *ev) {
+    pthread_mutex_lock(&s->lock);
+    while (ev->pending > 0) pthread_cond_wait(&s->cond, &s->lock);
+    pthread_mutex_unlock(&s->lock);
+}
+
+void kiln__stream_drain(kiln__stream *s) {
+    pthread_mutex_lock(&s->lock);
+    while (s->pending_ops > 0) pthread_cond_wait(&s->cond, &s->lock);
+    pthread_mutex_unlock(&s->lock);
+}
+
+void kiln__engine_drain_all(void) {
+    pthread_mutex_lock(&engine.all_lock);
+    while (engine.all_pending > 0) pthread_cond_wait(&engine.all_cond, &engine.all_lock);
+    pthread_mutex_unlock(&engine.all_lock);
+}
+
+kiln__error *kiln__stream_take_error(kiln__stream *s) {
+    pthread_mutex_lock(&s->lock);
+    kiln__error *e = s->first_error;
+    s->first_error = NULL;
+    pthread_mutex_unlock(&s->lock);
+    return e;
+}
+
+void kiln__stream_forget_error(kiln__stream *s, const kiln__error *e) {
+    pthread_mutex_lock(&s->lock);
+    if (s->first_error == e) {
+        kiln__error_unref(s->first_error);
+        s->first_error = NULL;
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Frees the storage now if no queued op uses it, else after the last one (a write access
+ * that waits for every earlier reader and writer). Never blocks the caller. */
+void kiln__engine_free_storage(kiln__storage *s) {
+    kiln__var *v = atomic_load_explicit((kiln__var *_Atomic *)&s->var, memory_order_acquire);
+    if (!v || kiln__var_idle(v)) {
+        s->var = NULL;
+        kiln__var_free(v);
+        kiln__storage_destroy(s);
+        return;
+    }
+    kiln__stream *st = kiln__stream_current();
+    if (!st) { /* no stream to queue on: wait for the engine instead */
+        kiln__engine_drain_all();
+        s->var = NULL;
+        kiln__var_free(v);
+        kiln__storage_destroy(s);
+        return;
+    }
+    kiln__op op;
+    kiln__op_init(&op, KILN__OP_NOOP, "free");
+    kiln__async_submit(st, &op, NULL, s);
+}
+
+
+bool kiln_engine_is_async(void) { return kiln__engine_is_async(); }
+
+void kiln_engine_set_limits(int64_t max_inflight_ops, int64_t max_pending_bytes) {
+    pthread_once(&engine.once, engine_init);
+    if (max_inflight_ops > 0) atomic_store(&engine.max_inflight, max_inflight_ops);
+    if (max_pending_bytes > 0) atomic_store(&engine.max_bytes, max_pending_bytes);
+}

@@ -1,0 +1,100 @@
+/* Per-storage dependency tracking (MXNet's "variables"): each storage orders the ops that
+ * read or write it. Ops hold one "wait" count per storage they use plus one for dispatch;
+ * the op becomes ready when every storage has granted it access. */
+#include <stdlib.h>
+
+#include "engine/engine-async.h"
+#include "engine/node.h"
+
+typedef struct kiln__var_wait {
+    struct kiln__var_wait *next;
+    kiln__node *node;
+    bool write;
+} var_wait;
+
+static kiln__var *var_new(void) {
+    kiln__var *v = calloc(1, sizeof *v);
+    if (v) pthread_mutex_init(&v->lock, NULL);
+    return v;
+}
+
+kiln__var *kiln__var_of(kiln__storage *s) {
+    kiln__var *v = atomic_load_explicit((kiln__var *_Atomic *)&s->var, memory_order_acquire);
+    if (v) return v;
+    kiln__var *fresh = var_new();
+    if (!fresh) return NULL;
+    kiln__var *expect = NULL;
+    if (atomic_compare_exchange_strong((kiln__var *_Atomic *)&s->var, &expect, fresh)) return fresh;
+    pthread_mutex_destroy(&fresh->lock);
+    free(fresh);
+    return expect;
+}
+
+void kiln__var_free(kiln__var *v) {
+    if (!v) return;
+    pthread_mutex_destroy(&v->lock);
+    free(v);
+}
+
+bool kiln__var_idle(kiln__var *v) {
+    pthread_mutex_lock(&v->lock);
+    bool idle = !v->active_write && v->active_reads == 0 && !v->head;
+    pthread_mutex_unlock(&v->lock);
+    return idle;
+}
+
+/* Returns true if access was granted at once; false if the op was queued (or, on
+ * out-of-memory for the queue entry, the caller must run the op synchronously). */
+bool kiln__var_append(kiln__var *v, kiln__node *n, bool write, bool *oom) {
+    pthread_mutex_lock(&v->lock);
+    bool grant = !v->head && !v->active_write && (!write || v->active_reads == 0);
+    if (grant) {
+        if (write)
+            v->active_write = true;
+        else
+            v->active_reads++;
+    } else {
+        var_wait *w = malloc(sizeof *w);
+        if (!w) {
+            pthread_mutex_unlock(&v->lock);
+            *oom = true;
+            return false;
+        }
+        w->next = NULL;
+        w->node = n;
+        w->write = write;
+        if (v->tail)
+            v->tail->next = w;
+        else
+            v->head = w;
+        v->tail = w;
+    }
+    pthread_mutex_unlock(&v->lock);
+    return grant;
+}
+
+/* Marks one granted access done and grants what may run next: the reads up to the next
+ * write, or that write once no read is active. Granted nodes go to `granted`. */
+int kiln__var_complete(kiln__var *v, bool write, kiln__node **granted, int cap) {
+    int n = 0;
+    pthread_mutex_lock(&v->lock);
+    if (write)
+        v->active_write = false;
+    else
+        v->active_reads--;
+    while (v->head && !v->active_write && n < cap) {
+        var_wait *w = v->head;
+        if (w->write && v->active_reads > 0) break;
+        v->head = w->next;
+        if (!v->head) v->tail = NULL;
+        if (w->write)
+            v->active_write = true;
+        else
+            v->active_reads++;
+        granted[n++] = w->node;
+        free(w);
+        if (v->active_write) break;
+    }
+    pthread_mutex_unlock(&v->lock);
+    return n;
+}

@@ -1,0 +1,58 @@
+/* The asynchronous engine's internals: streams, per-storage dependency state, workers. */
+#ifndef KILN_ENGINE_ASYNC_H
+#define KILN_ENGINE_ASYNC_H
+
+#include <pthread.h>
+
+#include "engine/engine-impl.h"
+
+struct kiln__node;
+
+/* MXNet-style dependency state of one storage: granted readers run together; a writer runs
+ * alone, after every earlier reader and writer; blocked ops wait in FIFO order. */
+typedef struct kiln__var {
+    pthread_mutex_t lock;
+    int active_reads;
+    bool active_write;
+    struct kiln__var_wait *head, *tail;
+} kiln__var;
+
+/* A completion counter a caller can wait on (reads and transactions). */
+typedef struct kiln__event {
+    int pending;                /* guarded by the owning stream's lock */
+    kiln__error *first_error;   /* first runtime error seen by the awaited ops */
+} kiln__event;
+
+typedef struct kiln__stream {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;  /* signalled when an op of this stream completes */
+    int64_t pending_ops;
+    int64_t pending_bytes;
+    int64_t waiting_for_room; /* frontend blocked by the bounds */
+    kiln__error *first_error; /* unreported runtime error */
+    uint64_t seq;
+    int id;
+    atomic_int refs;          /* the thread + each queued op */
+} kiln__stream;
+
+/* The calling thread's stream (created on first use). */
+kiln__stream *kiln__stream_current(void);
+bool kiln__engine_is_async(void);
+/* Runs op's kernel (or skips it if an input is poisoned); poisons outputs on failure.
+ * Returns the new error (a reference the caller owns) or NULL. */
+kiln__error *kiln__execute(const kiln__op *op);
+/* Asynchronous submission: queue op on the stream; if ev is not NULL, count it there. */
+void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target);
+/* Submits op counted on ev (runs it at once in synchronous mode). */
+void kiln__submit_event(kiln__op *op, kiln__event *ev);
+/* Blocks until ev->pending is 0. */
+void kiln__event_wait(kiln__stream *s, kiln__event *ev);
+/* Blocks until the stream has nothing queued. */
+void kiln__stream_drain(kiln__stream *s);
+void kiln__engine_drain_all(void);
+/* Takes (and clears) the stream's unreported error if it is e, so an error is reported once. */
+void kiln__stream_forget_error(kiln__stream *s, const kiln__error *e);
+/* Takes the stream's unreported error (the caller owns the reference), or NULL. */
+kiln__error *kiln__stream_take_error(kiln__stream *s);
+
+#endif

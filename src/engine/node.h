@@ -1,0 +1,31 @@
+/* An op record as the asynchronous engine holds it while queued. */
+#ifndef KILN_ENGINE_NODE_H
+#define KILN_ENGINE_NODE_H
+
+#include "engine/engine-async.h"
+
+#define KILN__NODE_MAX_VARS (KILN__OP_MAX_IN + KILN__OP_MAX_OUT)
+
+typedef struct kiln__node {
+    kiln__op op;
+    atomic_int wait; /* grants still missing + 1 for dispatch */
+    kiln__stream *stream;
+    kiln__event *event;
+    kiln__storage *free_target; /* a deferred free: destroy this storage when granted */
+    struct kiln__node *next_ready;
+    int64_t bytes;
+    int n_vars;
+    struct {
+        kiln__var *var;
+        bool write;
+    } vars[KILN__NODE_MAX_VARS];
+    uint64_t t_dispatch; /* profiler timestamps (ns) */
+} kiln__node;
+
+kiln__var *kiln__var_of(kiln__storage *s);
+void kiln__var_free(kiln__var *v);
+bool kiln__var_idle(kiln__var *v);
+bool kiln__var_append(kiln__var *v, kiln__node *n, bool write, bool *oom);
+int kiln__var_complete(kiln__var *v, bool write, kiln__node **granted, int cap);
+
+#endif

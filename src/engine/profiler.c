@@ -1,0 +1,182 @@
+/* The profiler: per-op timestamps (queued, started, finished, on which thread), a summary
+ * table and a Chrome trace-event file. Costs one relaxed load per op when off. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/engine-async.h"
+#include "engine/profiler.h"
+#include "kiln/engine.h"
+
+static struct {
+    pthread_mutex_t lock;
+    atomic_bool on;
+    uint64_t t0;
+    kiln_profile_event *events;
+    size_t n, cap;
+    pthread_once_t env_once;
+} prof = {.lock = PTHREAD_MUTEX_INITIALIZER, .env_once = PTHREAD_ONCE_INIT};
+
+static _Thread_local int worker_id = -1;
+
+uint64_t kiln__now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void kiln__profiler_set_worker(int id) { worker_id = id; }
+
+static const char *env_path;
+
+static void write_at_exit(void) {
+    kiln_profiler_stop();
+    if (kiln_profiler_write_trace(env_path) == KILN_OK) fprintf(stderr, "kiln: profile trace written to %s\n", env_path);
+    kiln_profiler_write_summary(NULL);
+}
+
+static void env_start(void) {
+    env_path = getenv("KILN_PROFILE");
+    if (!env_path || !*env_path) return;
+    kiln_profiler_start();
+    atexit(write_at_exit);
+}
+
+bool kiln__profiler_on(void) {
+    pthread_once(&prof.env_once, env_start);
+    return atomic_load_explicit(&prof.on, memory_order_relaxed);
+}
+
+void kiln__profiler_record(const kiln__op *op, uint64_t start, uint64_t end) {
+    pthread_mutex_lock(&prof.lock);
+    if (atomic_load(&prof.on)) {
+        if (prof.n == prof.cap) {
+            size_t cap = prof.cap ? prof.cap * 2 : 4096;
+            kiln_profile_event *grown = realloc(prof.events, cap * sizeof *grown);
+            if (grown) prof.events = grown, prof.cap = cap;
+        }
+        if (prof.n < prof.cap) {
+            double t0 = (double)prof.t0;
+            prof.events[prof.n++] = (kiln_profile_event){
+                .op = op->name,
+                .kernel = kiln__opcode_name(op->code),
+                .stream = op->stream_id,
+                .worker = worker_id,
+                .seq = op->seq,
+                .dispatch_us = ((double)op->t_dispatch_ns - t0) / 1e3,
+                .start_us = ((double)start - t0) / 1e3,
+                .end_us = ((double)end - t0) / 1e3,
+            };
+        }
+    }
+    pthread_mutex_unlock(&prof.lock);
+}
+
+void kiln_profiler_start(void) {
+    pthread_mutex_lock(&prof.lock);
+    prof.n = 0;
+    prof.t0 = kiln__now_ns();
+    atomic_store(&prof.on, true);
+    pthread_mutex_unlock(&prof.lock);
+}
+
+void kiln_profiler_stop(void) {
+    kiln__engine_drain_all();
+    atomic_store(&prof.on, false);
+}
+
+size_t kiln_profiler_events(kiln_profile_event *out, size_t cap) {
+    pthread_mutex_lock(&prof.lock);
+    size_t n = prof.n;
+    if (out) memcpy(out, prof.events, (n < cap ? n : cap) * sizeof *out);
+    pthread_mutex_unlock(&prof.lock);
+    return n;
+}
+
+static FILE *open_out(const char *path, const char *op) {
+    FILE *f = path ? fopen(path, "w") : stderr;
+    if (!f) kiln__report(KILN_ERR_IO, op, "cannot open %s for writing", path);
+    return f;
+}
+
+static kiln_status close_out(FILE *f, const char *path, const char *op) {
+    bool bad = ferror(f) != 0;
+    if (path && fclose(f) != 0) bad = true;
+    return bad ? kiln__report(KILN_ERR_IO, op, "cannot write %s", path ? path : "stderr") : KILN_OK;
+}
+
+kiln_status kiln_profiler_write_trace(const char *path) {
+    if (!path) return kiln__report(KILN_ERR_NULL, "kiln_profiler_write_trace", "path is NULL");
+    FILE *f = open_out(path, "kiln_profiler_write_trace");
+    if (!f) return KILN_ERR_IO;
+    pthread_mutex_lock(&prof.lock);
+    fprintf(f, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
+    bool first = true;
+    for (size_t i = 0; i < prof.n; i++) {
+        const kiln_profile_event *e = &prof.events[i];
+        /* dispatch as an instant on the stream's track; execution on the thread that ran it */
+        fprintf(f, "%s{\"name\":\"%s\",\"ph\":\"i\",\"s\":\"t\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,\"args\":{\"seq\":%llu}}",
+                first ? "" : ",\n", e->op, e->stream, e->dispatch_us, (unsigned long long)e->seq);
+        first = false;
+        int tid = e->worker >= 0 ? 1000 + e->worker : e->stream;
+        fprintf(f, ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
+                   "\"args\":{\"stream\":%d,\"seq\":%llu,\"queued_us\":%.3f}}",
+                e->op, e->kernel, tid, e->start_us, e->end_us - e->start_us, e->stream, (unsigned long long)e->seq,
+                e->start_us - e->dispatch_us);
+    }
+    /* name the tracks */
+    int seen_streams[64] = {0}, seen_workers[64] = {0};
+    for (size_t i = 0; i < prof.n; i++) {
+        const kiln_profile_event *e = &prof.events[i];
+        if (e->stream >= 0 && e->stream < 64 && !seen_streams[e->stream]++)
+            fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":\"stream %d (dispatch)\"}}",
+                    e->stream, e->stream);
+        if (e->worker >= 0 && e->worker < 64 && !seen_workers[e->worker]++)
+            fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":\"engine worker %d\"}}",
+                    1000 + e->worker, e->worker);
+    }
+    fprintf(f, "\n]}\n");
+    pthread_mutex_unlock(&prof.lock);
+    return close_out(f, path, "kiln_profiler_write_trace");
+}
+
+typedef struct {
+    const char *op;
+    long calls;
+    double total_us;
+} op_total;
+
+static int by_total_desc(const void *a, const void *b) {
+    double x = ((const op_total *)a)->total_us, y = ((const op_total *)b)->total_us;
+    return (x < y) - (x > y);
+}
+
+kiln_status kiln_profiler_write_summary(const char *path) {
+    FILE *f = open_out(path, "kiln_profiler_write_summary");
+    if (!f) return KILN_ERR_IO;
+    pthread_mutex_lock(&prof.lock);
+    op_total *totals = calloc(prof.n ? prof.n : 1, sizeof *totals);
+    size_t n_ops = 0;
+    double all = 0;
+    for (size_t i = 0; totals && i < prof.n; i++) {
+        const kiln_profile_event *e = &prof.events[i];
+        size_t k = 0;
+        while (k < n_ops && strcmp(totals[k].op, e->op) != 0) k++;
+        if (k == n_ops) totals[n_ops++] = (op_total){e->op, 0, 0};
+        totals[k].calls++;
+        totals[k].total_us += e->end_us - e->start_us;
+        all += e->end_us - e->start_us;
+    }
+    pthread_mutex_unlock(&prof.lock);
+    if (totals) {
+        qsort(totals, n_ops, sizeof *totals, by_total_desc);
+        fprintf(f, "%-32s %10s %14s %12s %7s\n", "op", "calls", "total ms", "mean us", "share");
+        for (size_t k = 0; k < n_ops; k++)
+            fprintf(f, "%-32s %10ld %14.3f %12.2f %6.1f%%\n", totals[k].op, totals[k].calls, totals[k].total_us / 1e3,
+                    totals[k].total_us / (double)totals[k].calls, all > 0 ? 100.0 * totals[k].total_us / all : 0.0);
+        free(totals);
+    }
+    return close_out(f, path, "kiln_profiler_write_summary");
+}
