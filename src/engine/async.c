@@ -23,6 +23,9 @@ static struct {
     pthread_mutex_t lock; /* ready queue */
     pthread_cond_t ready_cond;
     kiln__node *ready_head, *ready_tail;
+    atomic_int ready_count; /* peeked without the lock by spinning workers */
+    int sleeping;           /* workers waiting on ready_cond */
+    atomic_int spinning;    /* workers polling the queue */
     bool stopping;
     /* all streams: for kiln_sync_all */
     pthread_mutex_t all_lock;
@@ -47,8 +50,18 @@ static int64_t env_int(const char *name, int64_t fallback) {
     return (*end == '\0' && x > 0) ? x : fallback;
 }
 
+static void free_node_list(kiln__node *n) {
+    while (n) {
+        kiln__node *next = n->next_ready;
+        free(n);
+        n = next;
+    }
+}
+
 static void stream_unref(kiln__stream *s) {
     if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1) return;
+    free_node_list(s->spare);
+    free_node_list(atomic_load(&s->returned));
     kiln__error_unref(s->first_error);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->cond);
@@ -107,7 +120,11 @@ static void push_ready(kiln__node *n) {
     else
         engine.ready_head = n;
     engine.ready_tail = n;
-    pthread_cond_signal(&engine.ready_cond);
+    atomic_fetch_add_explicit(&engine.ready_count, 1, memory_order_release);
+    /* a wake-up is a system call: only pay it when no worker is awake to find the op */
+    if (engine.sleeping > 0 &&
+        atomic_load_explicit(&engine.ready_count, memory_order_relaxed) > atomic_load_explicit(&engine.spinning, memory_order_relaxed))
+        pthread_cond_signal(&engine.ready_cond);
     pthread_mutex_unlock(&engine.lock);
 }
 
@@ -135,8 +152,23 @@ static void complete(kiln__node *n, kiln__error *err) {
     pthread_mutex_lock(&engine.all_lock);
     if (--engine.all_pending == 0) pthread_cond_broadcast(&engine.all_cond);
     pthread_mutex_unlock(&engine.all_lock);
+    /* back to the stream that made it (before dropping our reference to that stream) */
+    kiln__node *head = atomic_load_explicit(&s->returned, memory_order_relaxed);
+    do {
+        n->next_ready = head;
+    } while (!atomic_compare_exchange_weak_explicit(&s->returned, &head, n, memory_order_release,
+                                                    memory_order_relaxed));
     stream_unref(s);
-    free(n);
+}
+
+static kiln__node *node_alloc(kiln__stream *s) {
+    kiln__node *n = s->spare;
+    if (!n) n = atomic_exchange_explicit(&s->returned, NULL, memory_order_acquire);
+    if (n) {
+        s->spare = n->next_ready;
+        return n;
+    }
+    return malloc(sizeof *n);
 }
 
 static void run_node(kiln__node *n) {
@@ -156,19 +188,52 @@ static void run_node(kiln__node *n) {
     kiln__error_unref(err);
 }
 
+/* After finishing an op a worker polls the queue for a short while before sleeping: a
+ * frontend dispatching a burst of small ops then finds it awake and skips the wake-up call.
+ * The poll is bounded (~20 us), so idle workers do not hold cores from BLAS threads. */
+#define SPIN_POLLS 2000
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static kiln__node *pop_ready(bool may_sleep) {
+    pthread_mutex_lock(&engine.lock);
+    if (may_sleep) {
+        while (!engine.ready_head && !engine.stopping) {
+            engine.sleeping++;
+            pthread_cond_wait(&engine.ready_cond, &engine.lock);
+            engine.sleeping--;
+        }
+    }
+    kiln__node *n = engine.ready_head;
+    if (n) {
+        engine.ready_head = n->next_ready;
+        if (!engine.ready_head) engine.ready_tail = NULL;
+        atomic_fetch_sub_explicit(&engine.ready_count, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&engine.lock);
+    return n;
+}
+
 static void *worker_main(void *arg) {
     kiln__profiler_set_worker((int)(intptr_t)arg);
     for (;;) {
-        pthread_mutex_lock(&engine.lock);
-        while (!engine.ready_head && !engine.stopping) pthread_cond_wait(&engine.ready_cond, &engine.lock);
-        kiln__node *n = engine.ready_head;
-        if (!n) {
-            pthread_mutex_unlock(&engine.lock);
-            return NULL;
+        kiln__node *n = NULL;
+        atomic_fetch_add_explicit(&engine.spinning, 1, memory_order_relaxed);
+        for (int i = 0; i < SPIN_POLLS && !n; i++) {
+            if (atomic_load_explicit(&engine.ready_count, memory_order_acquire) > 0)
+                n = pop_ready(false);
+            else
+                cpu_relax();
         }
-        engine.ready_head = n->next_ready;
-        if (!engine.ready_head) engine.ready_tail = NULL;
-        pthread_mutex_unlock(&engine.lock);
+        atomic_fetch_sub_explicit(&engine.spinning, 1, memory_order_relaxed);
+        if (!n) n = pop_ready(true);
+        if (!n) return NULL; /* stopping */
         run_node(n);
     }
 }
@@ -208,7 +273,7 @@ static void admit(kiln__stream *s, int64_t bytes) {
 }
 
 void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target) {
-    kiln__node *n = malloc(sizeof *n);
+    kiln__node *n = node_alloc(s);
     if (!n) { /* no memory to queue it: wait for everything before, then run it here */
         kiln__engine_drain_all();
         if (free_target) {

@@ -33,6 +33,10 @@ typedef struct kiln__stream {
     uint64_t seq;
     int id;
     atomic_int refs;          /* the thread + each queued op */
+    /* Node recycling: workers push finished nodes on `returned` (lock-free); the stream's own
+     * thread takes the whole list when its private `spare` list runs dry. */
+    struct kiln__node *_Atomic returned;
+    struct kiln__node *spare;
 } kiln__stream;
 
 /* The calling thread's stream (created on first use). */
