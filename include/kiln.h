@@ -5,5 +5,6 @@
 #include "kiln/core.h"
 #include "kiln/tensor.h"
 #include "kiln/engine.h"
+#include "kiln/autodiff.h"
 
 #endif

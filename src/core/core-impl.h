@@ -138,7 +138,8 @@ bool kiln__tensor_is_exclusive(const kiln__tensor *t);
 /* Dense strides for a shape; returns numel. */
 int64_t kiln__dense_strides(int ndim, const int64_t *shape, int64_t *strides);
 /* Set autodiff metadata cleanup hook (autodiff layer registers it). */
-extern void (*kiln__autodiff_free_hook)(void *meta);
+typedef void (*kiln__meta_free_fn)(void *meta);
+extern _Atomic(kiln__meta_free_fn) kiln__autodiff_free_hook;
 
 /* ---- handles ----------------------------------------------------------------------------- */
 /* The handle given out when no handle can be made: every later use reports out of memory. */

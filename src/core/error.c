@@ -1,4 +1,5 @@
 /* Error records, the thread's last error, and the caller's location. */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,15 +54,24 @@ static kiln__error *error_vnew(kiln_status status, const char *op, const char *f
     return e;
 }
 
-/* When even the error record cannot be allocated, fall back to one static record. */
+/* When even the error record cannot be allocated, fall back to one static record (its
+ * reference count is pinned so it is never freed). */
+static _Alignas(kiln__error) unsigned char oom_storage[sizeof(kiln__error) + 64];
+static pthread_once_t oom_once = PTHREAD_ONCE_INIT;
+
+static void oom_init(void) {
+    kiln__error *e = (kiln__error *)oom_storage;
+    e->status = KILN_ERR_OUT_OF_MEMORY;
+    e->op = "kiln";
+    snprintf(e->message, 64, "kiln: out of memory (while reporting an error)");
+    atomic_store(&e->refs, 1 << 30);
+}
+
 static kiln__error *oom_error(void) {
-    static struct {
-        kiln__error e;
-        char msg[64];
-    } rec = {{.refs = 1 << 30, .status = KILN_ERR_OUT_OF_MEMORY, .op = "kiln"},
-             "kiln: out of memory (while reporting an error)"};
-    atomic_fetch_add(&rec.e.refs, 1);
-    return &rec.e;
+    pthread_once(&oom_once, oom_init);
+    kiln__error *e = (kiln__error *)oom_storage;
+    atomic_fetch_add(&e->refs, 1);
+    return e;
 }
 
 kiln__error *kiln__error_new(kiln_status status, const char *op, const char *file, int line,

@@ -4,7 +4,7 @@
 
 #include "core/core-impl.h"
 
-void (*kiln__autodiff_free_hook)(void *meta);
+_Atomic(kiln__meta_free_fn) kiln__autodiff_free_hook;
 
 int64_t kiln__dense_strides(int ndim, const int64_t *shape, int64_t *strides) {
     int64_t n = 1;
@@ -69,7 +69,7 @@ void kiln__tensor_retain(kiln__tensor *t) { atomic_fetch_add_explicit(&t->refs, 
 
 void kiln__tensor_release(kiln__tensor *t) {
     if (!t || atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1) return;
-    if (t->autodiff && kiln__autodiff_free_hook) kiln__autodiff_free_hook(t->autodiff);
+    if (t->autodiff) atomic_load_explicit(&kiln__autodiff_free_hook, memory_order_relaxed)(t->autodiff);
     kiln__storage_release(t->storage);
     kiln__error_unref(t->err);
     kiln__stats_count_tensor(-1);

@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "kiln/tensor.h"
+#include "autodiff/autodiff-impl.h"
 #include "ops/ops-impl.h"
 
 static bool is_float_math(kiln__opcode code) {
@@ -189,6 +190,8 @@ kiln__tensor *kiln__t_where(kiln__opctx *c, kiln__tensor *mask, kiln__tensor *a,
     kiln_tensor kiln_##fname(kiln_tensor x) {                               \
         KILN__OP_BEGIN("kiln_" #fname);                                     \
         kiln__tensor *tx = kiln__arg(&c, x);                                \
+        if (KILN__UNLIKELY(kiln__ad_active(1, &tx)))                        \
+            return kiln__result(&c, kiln__ad_unary(&c, KILN__OP_##CODE, tx)); \
         return kiln__result(&c, kiln__t_unary(&c, KILN__OP_##CODE, tx));    \
     }
 UNARY(neg, NEG)
@@ -215,14 +218,17 @@ UNARY(logical_not, LOGICAL_NOT)
 kiln_tensor kiln_clamp(kiln_tensor x, double lo, double hi) {
     KILN__OP_BEGIN("kiln_clamp");
     kiln__tensor *tx = kiln__arg(&c, x);
+    if (KILN__UNLIKELY(kiln__ad_active(1, &tx))) return kiln__result(&c, kiln__ad_clamp(&c, tx, lo, hi));
     return kiln__result(&c, kiln__t_clamp(&c, tx, lo, hi));
 }
 
 #define BINARY(fname, CODE)                                                    \
     kiln_tensor kiln_##fname(kiln_tensor a, kiln_tensor b) {                   \
         KILN__OP_BEGIN("kiln_" #fname);                                        \
-        kiln__tensor *ta = kiln__arg(&c, a), *tb = kiln__arg(&c, b);           \
-        return kiln__result(&c, kiln__t_binary(&c, KILN__OP_##CODE, ta, tb));  \
+        kiln__tensor *in[2] = {kiln__arg(&c, a), kiln__arg(&c, b)};           \
+        if (KILN__UNLIKELY(kiln__ad_active(2, in)))                            \
+            return kiln__result(&c, kiln__ad_binary(&c, KILN__OP_##CODE, in[0], in[1])); \
+        return kiln__result(&c, kiln__t_binary(&c, KILN__OP_##CODE, in[0], in[1])); \
     }
 BINARY(add, ADD)
 BINARY(sub, SUB)
@@ -244,6 +250,8 @@ BINARY(logical_or, LOGICAL_OR)
     kiln_tensor kiln_##fname(kiln_tensor x, double s) {                                    \
         KILN__OP_BEGIN("kiln_" #fname);                                                    \
         kiln__tensor *tx = kiln__arg(&c, x);                                               \
+        if (KILN__UNLIKELY(kiln__ad_active(1, &tx)))                                       \
+            return kiln__result(&c, kiln__ad_binary_scalar(&c, KILN__OP_##CODE, tx, s, FIRST)); \
         return kiln__result(&c, kiln__t_binary_scalar(&c, KILN__OP_##CODE, tx, s, FIRST)); \
     }
 BINARY_SCALAR(add_scalar, ADD, false)
@@ -264,8 +272,9 @@ BINARY_SCALAR(ge_scalar, GE, false)
 
 kiln_tensor kiln_where(kiln_tensor mask, kiln_tensor a, kiln_tensor b) {
     KILN__OP_BEGIN("kiln_where");
-    kiln__tensor *tm = kiln__arg(&c, mask), *ta = kiln__arg(&c, a), *tb = kiln__arg(&c, b);
-    return kiln__result(&c, kiln__t_where(&c, tm, ta, tb));
+    kiln__tensor *in[3] = {kiln__arg(&c, mask), kiln__arg(&c, a), kiln__arg(&c, b)};
+    if (KILN__UNLIKELY(kiln__ad_active(3, in))) return kiln__result(&c, kiln__ad_where(&c, in[0], in[1], in[2]));
+    return kiln__result(&c, kiln__t_where(&c, in[0], in[1], in[2]));
 }
 
 kiln_tensor kiln_cast(kiln_tensor x, kiln_dtype dtype) {
@@ -275,5 +284,6 @@ kiln_tensor kiln_cast(kiln_tensor x, kiln_dtype dtype) {
         kiln__drop(1, tx);
         return kiln__result(&c, kiln__fail(&c, KILN_ERR_DTYPE, "invalid dtype %d", (int)dtype));
     }
+    if (KILN__UNLIKELY(kiln__ad_active(1, &tx))) return kiln__result(&c, kiln__ad_cast(&c, tx, dtype));
     return kiln__result(&c, kiln__t_cast(&c, tx, dtype));
 }

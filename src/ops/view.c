@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "kiln/tensor.h"
+#include "autodiff/autodiff-impl.h"
 #include "ops/ops-impl.h"
 
 static kiln__tensor *make_view(kiln__opctx *c, kiln__tensor *x, int ndim, const int64_t *shape,
@@ -222,7 +223,8 @@ kiln__tensor *kiln__t_squeeze(kiln__opctx *c, kiln__tensor *x, int dim) {
 kiln_tensor kiln_reshape(kiln_tensor x, kiln_shape shape) {
     KILN__OP_BEGIN("kiln_reshape");
     kiln__tensor *t = kiln__arg(&c, x);
-    return kiln__result(&c, kiln__t_reshape(&c, t, shape.ndim, shape.dims));
+    kiln__ad_node *n = kiln__ad_begin_view(&c, KILN__AD_VIEW_RESHAPE, t, NULL, 0);
+    return kiln__result(&c, kiln__ad_attach(&c, n, kiln__t_reshape(&c, t, shape.ndim, shape.dims)));
 }
 
 kiln_tensor kiln_permute(kiln_tensor x, kiln_dims order) {
@@ -232,13 +234,24 @@ kiln_tensor kiln_permute(kiln_tensor x, kiln_dims order) {
         kiln__drop(1, t);
         return kiln__result(&c, kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "permutation has %d dims", order.n));
     }
-    return kiln__result(&c, kiln__t_permute(&c, t, order.n, order.d));
+    int64_t norm[KILN_MAX_DIMS];
+    for (int d = 0; d < order.n; d++) norm[d] = order.d[d] < 0 ? order.d[d] + order.n : order.d[d];
+    kiln__ad_node *n = kiln__ad_begin_view(&c, KILN__AD_VIEW_PERMUTE, t, norm, order.n);
+    return kiln__result(&c, kiln__ad_attach(&c, n, kiln__t_permute(&c, t, order.n, order.d)));
 }
 
 kiln_tensor kiln_transpose(kiln_tensor x, int d0, int d1) {
     KILN__OP_BEGIN("kiln_transpose");
     kiln__tensor *t = kiln__arg(&c, x);
-    return kiln__result(&c, kiln__t_transpose(&c, t, d0, d1));
+    kiln__ad_node *n = NULL;
+    if (t && !t->err && t->ndim > 0 && kiln__norm_dim(&c, &d0, t->ndim) && kiln__norm_dim(&c, &d1, t->ndim)) {
+        int64_t order[KILN_MAX_DIMS];
+        for (int d = 0; d < t->ndim; d++) order[d] = d;
+        order[d0] = d1;
+        order[d1] = d0;
+        n = kiln__ad_begin_view(&c, KILN__AD_VIEW_PERMUTE, t, order, t->ndim);
+    }
+    return kiln__result(&c, kiln__ad_attach(&c, n, kiln__t_transpose(&c, t, d0, d1)));
 }
 
 kiln_tensor kiln_narrow(kiln_tensor x, int dim, int64_t start, int64_t length) {
@@ -254,38 +267,52 @@ kiln_tensor kiln_narrow(kiln_tensor x, int dim, int64_t start, int64_t length) {
             return kiln__result(&c, NULL);
         }
     }
-    return kiln__result(&c, kiln__t_slice(&c, t, dim, start, start + length, 1));
+    kiln__ad_node *n = NULL;
+    if (t && !t->err && !c.err) n = kiln__ad_begin_view(&c, KILN__AD_VIEW_SLICE, t, (int64_t[]){dim, start, 1}, 3);
+    return kiln__result(&c, kiln__ad_attach(&c, n, kiln__t_slice(&c, t, dim, start, start + length, 1)));
 }
 
 kiln_tensor kiln_slice(kiln_tensor x, int dim, int64_t start, int64_t end, int64_t step) {
     KILN__OP_BEGIN("kiln_slice");
     kiln__tensor *t = kiln__arg(&c, x);
-    return kiln__result(&c, kiln__t_slice(&c, t, dim, start, end, step));
+    kiln__ad_node *n = NULL;
+    if (t && !t->err && t->ndim > 0 && step > 0 && kiln__norm_dim(&c, &dim, t->ndim)) {
+        int64_t len = t->shape[dim], s0 = start < 0 ? start + len : start;
+        s0 = s0 < 0 ? 0 : (s0 > len ? len : s0);
+        n = kiln__ad_begin_view(&c, KILN__AD_VIEW_SLICE, t, (int64_t[]){dim, s0, step}, 3);
+    }
+    return kiln__result(&c, kiln__ad_attach(&c, n, kiln__t_slice(&c, t, dim, start, end, step)));
 }
 
 kiln_tensor kiln_expand(kiln_tensor x, kiln_shape shape) {
     KILN__OP_BEGIN("kiln_expand");
     kiln__tensor *t = kiln__arg(&c, x);
-    return kiln__result(&c, kiln__t_expand(&c, t, shape.ndim, shape.dims));
+    kiln__ad_node *n = kiln__ad_begin_view(&c, KILN__AD_VIEW_EXPAND, t, NULL, 0);
+    return kiln__result(&c, kiln__ad_attach(&c, n, kiln__t_expand(&c, t, shape.ndim, shape.dims)));
 }
 
 kiln_tensor kiln_squeeze(kiln_tensor x, int dim) {
     KILN__OP_BEGIN("kiln_squeeze");
     kiln__tensor *t = kiln__arg(&c, x);
-    return kiln__result(&c, kiln__t_squeeze(&c, t, dim));
+    kiln__ad_node *n = kiln__ad_begin_view(&c, KILN__AD_VIEW_RESHAPE, t, NULL, 0);
+    return kiln__result(&c, kiln__ad_attach(&c, n, kiln__t_squeeze(&c, t, dim)));
 }
 
 kiln_tensor kiln_unsqueeze(kiln_tensor x, int dim) {
     KILN__OP_BEGIN("kiln_unsqueeze");
     kiln__tensor *t = kiln__arg(&c, x);
-    return kiln__result(&c, kiln__t_unsqueeze(&c, t, dim));
+    kiln__ad_node *n = kiln__ad_begin_view(&c, KILN__AD_VIEW_RESHAPE, t, NULL, 0);
+    return kiln__result(&c, kiln__ad_attach(&c, n, kiln__t_unsqueeze(&c, t, dim)));
 }
 
 kiln_tensor kiln_flatten(kiln_tensor x, int start_dim, int end_dim) {
     KILN__OP_BEGIN("kiln_flatten");
     kiln__tensor *t = kiln__arg(&c, x);
     if (!kiln__ok(&c, t)) return kiln__drop(1, t), kiln__result(&c, NULL);
-    if (t->ndim == 0) return kiln__result(&c, kiln__t_reshape(&c, t, 1, (int64_t[]){1}));
+    if (t->ndim == 0) {
+        kiln__ad_node *n = kiln__ad_begin_view(&c, KILN__AD_VIEW_RESHAPE, t, NULL, 0);
+        return kiln__result(&c, kiln__ad_attach(&c, n, kiln__t_reshape(&c, t, 1, (int64_t[]){1})));
+    }
     if (!kiln__norm_dim(&c, &start_dim, t->ndim) || !kiln__norm_dim(&c, &end_dim, t->ndim) || start_dim > end_dim) {
         kiln__drop(1, t);
         return kiln__result(&c, kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "invalid flatten range"));
@@ -297,11 +324,13 @@ kiln_tensor kiln_flatten(kiln_tensor x, int start_dim, int end_dim) {
     for (int d = start_dim; d <= end_dim; d++) merged *= t->shape[d];
     shape[nd++] = merged;
     for (int d = end_dim + 1; d < t->ndim; d++) shape[nd++] = t->shape[d];
-    return kiln__result(&c, kiln__t_reshape(&c, t, nd, shape));
+    kiln__ad_node *n = kiln__ad_begin_view(&c, KILN__AD_VIEW_RESHAPE, t, NULL, 0);
+    return kiln__result(&c, kiln__ad_attach(&c, n, kiln__t_reshape(&c, t, nd, shape)));
 }
 
 kiln_tensor kiln_contiguous(kiln_tensor x) {
     KILN__OP_BEGIN("kiln_contiguous");
     kiln__tensor *t = kiln__arg(&c, x);
-    return kiln__result(&c, kiln__t_contiguous(&c, t));
+    kiln__ad_node *n = t && !kiln__tensor_is_contiguous(t) ? kiln__ad_begin_view(&c, KILN__AD_VIEW_EXPAND, t, NULL, 0) : NULL;
+    return kiln__result(&c, kiln__ad_attach(&c, n, kiln__t_contiguous(&c, t)));
 }

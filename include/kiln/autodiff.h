@@ -1,0 +1,60 @@
+/* kiln autodiff: reverse-mode differentiation as a decorator over the op API. Ops on a
+ * tensor that requires a gradient record a backward node holding only what its derivative
+ * needs; ops on untracked tensors record nothing and cost nothing extra.
+ *
+ *   kiln_tensor w = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(3, 2), 0);
+ *   kiln_require_grad(w);                                    // a leaf
+ *   kiln_tensor x = kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(4, 3));
+ *   kiln_tensor loss = kiln_sum(kiln_relu(kiln_matmul(x, kiln_ref(w))));
+ *   kiln_grads *g = NULL;
+ *   if (kiln_backward(loss, &g) == KILN_OK) {               // consumes loss and its graph
+ *       kiln_tensor dw = kiln_grad(g, w);                   // owned gradient, shape [3, 2]
+ *       ...
+ *       kiln_release(dw);
+ *   }
+ *   kiln_grads_free(g);
+ */
+#ifndef KILN_AUTODIFF_H
+#define KILN_AUTODIFF_H
+
+#include "core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Marks t (not consumed) as a leaf whose gradient backward computes. Float dtypes only. */
+KILN_API kiln_status kiln_require_grad(kiln_tensor t);
+KILN_API bool kiln_requires_grad(kiln_tensor t); /* a leaf, or computed from one */
+/* The same data without its graph (consumes t; shares the storage). */
+KILN_API kiln_tensor kiln_detach(kiln_tensor t);
+
+typedef struct kiln_grads kiln_grads;
+/* Consumes the scalar `loss` and its graph (freeing each node's saved state as soon as it is
+ * used); *out receives the leaves' gradients. */
+KILN_API kiln_status kiln_backward(kiln_tensor loss, kiln_grads **out);
+/* For a non-scalar root: seed is d(objective)/d(root), of root's shape (consumed). */
+KILN_API kiln_status kiln_backward_seed(kiln_tensor root, kiln_tensor seed, kiln_grads **out);
+/* Takes leaf t's gradient out of the container (an owned tensor of t's shape and dtype);
+ * KILN_NONE when no path led from t to the loss. t is not consumed. */
+KILN_API kiln_tensor kiln_grad(kiln_grads *grads, kiln_tensor t);
+KILN_API size_t kiln_grads_count(const kiln_grads *grads);
+KILN_API void kiln_grads_free(kiln_grads *grads); /* releases gradients not taken */
+
+/* No-grad scopes (per thread, nestable): ops inside record nothing. */
+KILN_API void kiln_no_grad_begin(void);
+KILN_API void kiln_no_grad_end(void);
+KILN_API bool kiln_grad_enabled(void);
+
+#ifndef KILN_BUILDING
+#define kiln_require_grad(...) KILN__AT(kiln_require_grad, __VA_ARGS__)
+#define kiln_detach(...) KILN__AT(kiln_detach, __VA_ARGS__)
+#define kiln_backward(...) KILN__AT(kiln_backward, __VA_ARGS__)
+#define kiln_backward_seed(...) KILN__AT(kiln_backward_seed, __VA_ARGS__)
+#define kiln_grad(...) KILN__AT(kiln_grad, __VA_ARGS__)
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

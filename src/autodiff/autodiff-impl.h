@@ -1,0 +1,95 @@
+/* Autodiff internals: leaf records, backward nodes, and the recording API the op layer
+ * calls when an input is tracked. */
+#ifndef KILN_AUTODIFF_IMPL_H
+#define KILN_AUTODIFF_IMPL_H
+
+#include "ops/ops-impl.h"
+
+/* Identity of a leaf: gradients are keyed by it, so a graph never keeps the leaf's
+ * tensor (or its buffer) alive. */
+typedef struct kiln__ad_leaf {
+    atomic_int refs;
+} kiln__ad_leaf;
+
+struct kiln__ad_node;
+
+/* What a tensor object carries when it is tracked (kiln__tensor.autodiff). */
+typedef struct kiln__ad_meta {
+    kiln__ad_leaf *leaf;         /* set for leaves */
+    struct kiln__ad_node *node;  /* the op that produced it, for non-leaves */
+} kiln__ad_meta;
+
+/* One input of a recorded op: where its gradient goes, and its metadata (gradients are
+ * summed back to its shape when it was broadcast, and cast back to its dtype). */
+typedef struct {
+    struct kiln__ad_node *node; /* producer (a reference), or NULL */
+    kiln__ad_leaf *leaf;        /* leaf (a reference), or NULL */
+    kiln_dtype dtype;
+    int32_t ndim;
+    int64_t shape[KILN_MAX_DIMS];
+} kiln__ad_slot;
+
+typedef struct kiln__ad_node kiln__ad_node;
+
+typedef struct kiln__ad_rule {
+    const char *name;
+    /* Gradients of the node's inputs from g, the gradient of its output (consumed). Writes
+     * an owned tensor or NULL (no gradient) to grads[0..n_slots). Runs with grad mode off.
+     * Shapes may be broadcast versions of the inputs' shapes: the walker sums them back. */
+    void (*backward)(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kiln__tensor **grads);
+} kiln__ad_rule;
+
+#define KILN__AD_MAX_SAVED 3
+
+struct kiln__ad_node {
+    atomic_int refs; /* output metas, child nodes, the backward walk */
+    const kiln__ad_rule *rule;
+    kiln__opcode code; /* forward kernel, for rules shared by a family */
+    int64_t pi[8];     /* op parameters the derivative needs (dims, sizes, ...) */
+    double pf[4];
+    kiln__tensor *saved[KILN__AD_MAX_SAVED]; /* untracked aliases, released once used */
+    kiln_dtype out_dtype;
+    int32_t out_ndim;
+    int64_t out_shape[KILN_MAX_DIMS];
+    /* backward walk state */
+    bool consumed;
+    int pending;
+    uint64_t visit;
+    kiln__tensor *grad;
+    int n_slots;
+    kiln__ad_slot slots[];
+};
+
+/* True when grad mode is on and any of the n inputs is tracked (and all are usable). */
+bool kiln__ad_active(int n, kiln__tensor *const *inputs);
+/* A node for rule over n inputs (before the forward op consumes them). NULL + c->err on OOM. */
+kiln__ad_node *kiln__ad_node_new(kiln__opctx *c, const kiln__ad_rule *rule, int n, kiln__tensor *const *inputs);
+/* Saves an untracked alias of t in slot i (shares t's storage, so t is never overwritten in
+ * place while the node needs it). */
+void kiln__ad_save(kiln__opctx *c, kiln__ad_node *n, int i, const kiln__tensor *t);
+/* A new reference to saved tensor i (NULL if it was not saved). */
+kiln__tensor *kiln__ad_saved(kiln__ad_node *n, int i);
+/* Makes n the producer of out (out gains a meta); on a NULL out the node is dropped. */
+kiln__tensor *kiln__ad_attach(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *out);
+void kiln__ad_node_unref(kiln__ad_node *n);
+bool kiln__grad_mode(void);
+
+/* Sums g down to shape (reversing broadcasting). Consumes g. */
+kiln__tensor *kiln__ad_sum_to(kiln__opctx *c, kiln__tensor *g, int ndim, const int64_t *shape);
+
+/* The decorated ops, one per family (src/autodiff/rules_*.c). They take the same owned
+ * references as the kiln__t_* functions they wrap. */
+kiln__tensor *kiln__ad_unary(kiln__opctx *c, kiln__opcode code, kiln__tensor *x);
+kiln__tensor *kiln__ad_clamp(kiln__opctx *c, kiln__tensor *x, double lo, double hi);
+kiln__tensor *kiln__ad_binary(kiln__opctx *c, kiln__opcode code, kiln__tensor *a, kiln__tensor *b);
+kiln__tensor *kiln__ad_binary_scalar(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, double s, bool scalar_first);
+kiln__tensor *kiln__ad_where(kiln__opctx *c, kiln__tensor *mask, kiln__tensor *a, kiln__tensor *b);
+kiln__tensor *kiln__ad_cast(kiln__opctx *c, kiln__tensor *x, kiln_dtype dtype);
+
+/* Views record before the forward runs and attach after (kiln__ad_attach accepts the NULL
+ * returned when x is not tracked). Params the rule keeps: PERMUTE the order (normalised);
+ * SLICE (dim, start, step) normalised; RESHAPE and EXPAND none. */
+typedef enum { KILN__AD_VIEW_RESHAPE, KILN__AD_VIEW_PERMUTE, KILN__AD_VIEW_SLICE, KILN__AD_VIEW_EXPAND } kiln__ad_view_kind;
+kiln__ad_node *kiln__ad_begin_view(kiln__opctx *c, kiln__ad_view_kind kind, kiln__tensor *x, const int64_t *params, int np);
+
+#endif

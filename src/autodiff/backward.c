@@ -1,0 +1,295 @@
+/* The backward pass: walks the graph from the root in reverse topological order (a node
+ * runs once every consumer has delivered its gradient), releasing each node's saved state
+ * right after its derivative is computed, and collects the leaves' gradients. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "autodiff/autodiff-impl.h"
+#include "kiln/autodiff.h"
+
+typedef struct {
+    kiln__ad_leaf *leaf; /* a reference */
+    kiln__tensor *grad;
+} grad_entry;
+
+struct kiln_grads {
+    grad_entry *entries;
+    size_t n, cap;
+};
+
+static atomic_ullong visit_epoch;
+
+kiln__tensor *kiln__ad_sum_to(kiln__opctx *c, kiln__tensor *g, int ndim, const int64_t *shape) {
+    if (!kiln__ok(c, g)) return kiln__drop(1, g), NULL;
+    if (g->ndim == ndim && memcmp(g->shape, shape, sizeof(int64_t) * (size_t)ndim) == 0) return g;
+    uint32_t mask = 0;
+    int lead = g->ndim - ndim;
+    if (lead < 0) {
+        kiln__drop(1, g);
+        return kiln__fail(c, KILN_ERR_INTERNAL, "gradient has fewer dims than its input");
+    }
+    for (int d = 0; d < g->ndim; d++)
+        if (d < lead || (shape[d - lead] == 1 && g->shape[d] != 1)) mask |= 1u << d;
+    if (mask) g = kiln__t_reduce(c, KILN__OP_SUM, g, mask, true, 0);
+    return g ? kiln__t_reshape(c, g, ndim, shape) : NULL;
+}
+
+/* Adds g into *acc (in place when *acc has one owner). */
+static void accumulate(kiln__opctx *c, kiln__tensor **acc, kiln__tensor *g) {
+    *acc = *acc ? kiln__t_binary(c, KILN__OP_ADD, *acc, g) : g;
+}
+
+static grad_entry *find_entry(kiln_grads *gs, const kiln__ad_leaf *leaf) {
+    for (size_t i = 0; i < gs->n; i++)
+        if (gs->entries[i].leaf == leaf) return &gs->entries[i];
+    return NULL;
+}
+
+static void deliver_to_leaf(kiln__opctx *c, kiln_grads *gs, kiln__ad_leaf *leaf, kiln__tensor *g) {
+    grad_entry *e = find_entry(gs, leaf);
+    if (!e) {
+        if (gs->n == gs->cap) {
+            size_t cap = gs->cap ? gs->cap * 2 : 16;
+            grad_entry *grown = realloc(gs->entries, sizeof *grown * cap);
+            if (!grown) {
+                kiln__tensor_release(g);
+                kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot grow the gradients container");
+                return;
+            }
+            gs->entries = grown;
+            gs->cap = cap;
+        }
+        e = &gs->entries[gs->n++];
+        atomic_fetch_add_explicit(&leaf->refs, 1, memory_order_relaxed);
+        *e = (grad_entry){leaf, NULL};
+    }
+    accumulate(c, &e->grad, g);
+}
+
+/* Shapes and dtype of a gradient brought back to those of the input it is for. */
+static kiln__tensor *fit_to_slot(kiln__opctx *c, const kiln__ad_slot *s, kiln__tensor *g) {
+    g = kiln__ad_sum_to(c, g, s->ndim, s->shape);
+    return g ? kiln__t_cast(c, g, s->dtype) : NULL;
+}
+
+/* Drops what the node holds for backward; the node itself lives while tensors point to it. */
+static void consume_node(kiln__ad_node *n) {
+    n->consumed = true;
+    for (int i = 0; i < KILN__AD_MAX_SAVED; i++) {
+        kiln__tensor_release(n->saved[i]);
+        n->saved[i] = NULL;
+    }
+    for (int i = 0; i < n->n_slots; i++) {
+        kiln__ad_node *p = n->slots[i].node;
+        n->slots[i].node = NULL;
+        kiln__ad_node_unref(p);
+    }
+}
+
+typedef struct {
+    kiln__ad_node **v;
+    size_t n, cap;
+} node_stack;
+
+static bool push(node_stack *s, kiln__ad_node *n) {
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 64;
+        kiln__ad_node **grown = realloc(s->v, sizeof *grown * cap);
+        if (!grown) return false;
+        s->v = grown;
+        s->cap = cap;
+    }
+    s->v[s->n++] = n;
+    return true;
+}
+
+/* Counts, for every node reachable from root, how many of its consumers are in the graph;
+ * takes a walk reference on each. */
+static bool count_consumers(kiln__ad_node *root, node_stack *all) {
+    uint64_t epoch = atomic_fetch_add(&visit_epoch, 1) + 1;
+    node_stack todo = {0};
+    bool ok = push(&todo, root) && push(all, root);
+    root->visit = epoch;
+    root->pending = 0;
+    atomic_fetch_add(&root->refs, 1);
+    while (ok && todo.n) {
+        kiln__ad_node *n = todo.v[--todo.n];
+        for (int i = 0; i < n->n_slots; i++) {
+            kiln__ad_node *p = n->slots[i].node;
+            if (!p) continue;
+            if (p->visit != epoch) {
+                p->visit = epoch;
+                p->pending = 0;
+                atomic_fetch_add(&p->refs, 1);
+                ok = push(&todo, p) && push(all, p);
+                if (!ok) atomic_fetch_sub(&p->refs, 1);
+            }
+            p->pending++;
+        }
+    }
+    free(todo.v);
+    return ok;
+}
+
+static kiln_status run_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor *seed, kiln_grads **out) {
+    kiln__ad_meta *m = root->autodiff;
+    kiln_grads *gs = calloc(1, sizeof *gs);
+    if (!gs) {
+        kiln__drop(2, root, seed);
+        kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the gradients container");
+        return c->err->status;
+    }
+    kiln_no_grad_begin();
+    if (m->leaf) {
+        deliver_to_leaf(c, gs, m->leaf, seed);
+        kiln__tensor_release(root);
+        kiln_no_grad_end();
+        *out = gs;
+        return c->err ? c->err->status : KILN_OK;
+    }
+    kiln__ad_node *start = m->node;
+    node_stack all = {0}, ready = {0};
+    if (!count_consumers(start, &all)) {
+        kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot walk the graph");
+        kiln__tensor_release(seed);
+    } else {
+        start->grad = seed;
+        push(&ready, start); /* cannot fail: `all` grew to this size already */
+    }
+    kiln__tensor_release(root); /* the root's own meta no longer pins the graph: the walk does */
+    while (ready.n && !c->err) {
+        kiln__ad_node *n = ready.v[--ready.n];
+        kiln__tensor *g = n->grad;
+        n->grad = NULL;
+        kiln__tensor *grads[64];
+        kiln__tensor **gv = n->n_slots <= 64 ? grads : calloc((size_t)n->n_slots, sizeof *gv);
+        if (!gv) {
+            kiln__tensor_release(g);
+            kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot run a backward node");
+            break;
+        }
+        memset(gv, 0, sizeof *gv * (size_t)n->n_slots);
+        n->rule->backward(c, n, g, gv);
+        for (int i = 0; i < n->n_slots; i++) {
+            kiln__ad_slot *s = &n->slots[i];
+            kiln__tensor *gi = gv[i];
+            if (!gi) continue;
+            if (c->err || (!s->leaf && !s->node)) {
+                kiln__tensor_release(gi);
+                continue;
+            }
+            gi = fit_to_slot(c, s, gi);
+            if (!gi) continue;
+            if (s->leaf) {
+                deliver_to_leaf(c, gs, s->leaf, gi);
+            } else {
+                accumulate(c, &s->node->grad, gi);
+                if (--s->node->pending == 0) push(&ready, s->node);
+            }
+        }
+        if (gv != grads) free(gv);
+        consume_node(n);
+    }
+    kiln_no_grad_end();
+    for (size_t i = 0; i < all.n; i++) { /* drop walk references (and state left by an error) */
+        kiln__tensor_release(all.v[i]->grad);
+        all.v[i]->grad = NULL;
+        consume_node(all.v[i]);
+        kiln__ad_node_unref(all.v[i]);
+    }
+    free(all.v);
+    free(ready.v);
+    if (c->err) {
+        kiln_grads_free(gs);
+        return c->err->status;
+    }
+    *out = gs;
+    return KILN_OK;
+}
+
+static kiln_status backward_common(kiln__opctx *c, kiln_tensor root_h, kiln_tensor seed_h, bool has_seed, kiln_grads **out) {
+    kiln__tensor *root = kiln__arg(c, root_h);
+    kiln__tensor *seed = has_seed ? kiln__arg(c, seed_h) : NULL;
+    if (out) *out = NULL;
+    if (!out) kiln__fail(c, KILN_ERR_NULL, "output pointer is NULL");
+    if (kiln__ok(c, root) && (!has_seed || kiln__ok(c, seed)) && !c->err) {
+        kiln__ad_meta *m = root->autodiff;
+        if (!m)
+            kiln__fail(c, KILN_ERR_NO_GRAPH, "tensor has no graph: no input requires a gradient (kiln_require_grad)");
+        else if (m->node && m->node->consumed)
+            kiln__fail(c, KILN_ERR_NO_GRAPH, "this graph was already consumed by a backward pass");
+        else if (!has_seed && kiln__tensor_numel(root) != 1)
+            kiln__fail(c, KILN_ERR_SHAPE, "backward of a non-scalar tensor needs a seed (kiln_backward_seed)");
+        else if (has_seed && (seed->ndim != root->ndim ||
+                              memcmp(seed->shape, root->shape, sizeof(int64_t) * (size_t)root->ndim) != 0))
+            kiln__fail(c, KILN_ERR_SHAPE, "seed shape differs from the root's");
+    }
+    if (c->err) {
+        kiln__drop(2, root, seed);
+    } else {
+        if (!seed) seed = kiln__t_fill(c, root->device, root->dtype, root->ndim, root->shape, 1.0);
+        else seed = kiln__t_cast(c, seed, root->dtype);
+        if (seed) {
+            kiln__tensor *detached = seed->autodiff ? kiln__tensor_view(seed, seed->ndim, seed->shape, seed->strides, seed->offset) : NULL;
+            if (detached) kiln__tensor_release(seed), seed = detached;
+            run_backward(c, root, seed, out);
+        } else {
+            kiln__tensor_release(root);
+        }
+    }
+    if (!c->err) return KILN_OK;
+    kiln_status st = kiln__error_report(c->err);
+    kiln__error_unref(c->err);
+    return st;
+}
+
+kiln_status kiln_backward(kiln_tensor loss, kiln_grads **out) {
+    KILN__OP_BEGIN("kiln_backward");
+    return backward_common(&c, loss, KILN_NONE, false, out);
+}
+
+kiln_status kiln_backward_seed(kiln_tensor root, kiln_tensor seed, kiln_grads **out) {
+    KILN__OP_BEGIN("kiln_backward_seed");
+    return backward_common(&c, root, seed, true, out);
+}
+
+kiln_tensor kiln_grad(kiln_grads *gs, kiln_tensor h) {
+    kiln__error *err = NULL;
+    kiln__tensor *t = kiln__handle_peek(h, "kiln_grad", &err);
+    if (!t) {
+        kiln__error_report(err);
+        kiln__error_unref(err);
+        return KILN_NONE;
+    }
+    if (!gs) {
+        kiln__report(KILN_ERR_NULL, "kiln_grad", "gradients container is NULL");
+        return KILN_NONE;
+    }
+    kiln__ad_meta *m = t->autodiff;
+    if (!m || !m->leaf) {
+        kiln__report(KILN_ERR_INVALID_ARGUMENT, "kiln_grad", "tensor is not a leaf (kiln_require_grad)");
+        return KILN_NONE;
+    }
+    grad_entry *e = find_entry(gs, m->leaf);
+    if (!e || !e->grad) return KILN_NONE;
+    kiln__tensor *g = e->grad;
+    e->grad = NULL;
+    return kiln__handle_new(g);
+}
+
+size_t kiln_grads_count(const kiln_grads *gs) {
+    size_t n = 0;
+    for (size_t i = 0; gs && i < gs->n; i++) n += gs->entries[i].grad != NULL;
+    return n;
+}
+
+void kiln_grads_free(kiln_grads *gs) {
+    if (!gs) return;
+    for (size_t i = 0; i < gs->n; i++) {
+        kiln__tensor_release(gs->entries[i].grad);
+        kiln__ad_leaf *l = gs->entries[i].leaf;
+        if (atomic_fetch_sub(&l->refs, 1) == 1) free(l);
+    }
+    free(gs->entries);
+    free(gs);
+}

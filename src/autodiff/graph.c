@@ -1,0 +1,204 @@
+/* Leaves, metas and backward nodes: recording, and freeing graphs that are dropped. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "autodiff/autodiff-impl.h"
+#include "kiln/autodiff.h"
+
+static _Thread_local int no_grad_depth;
+
+void kiln_no_grad_begin(void) { no_grad_depth++; }
+void kiln_no_grad_end(void) {
+    if (no_grad_depth > 0)
+        no_grad_depth--;
+    else
+        kiln__report(KILN_ERR_INVALID_ARGUMENT, "kiln_no_grad_end", "no matching kiln_no_grad_begin");
+}
+bool kiln_grad_enabled(void) { return no_grad_depth == 0; }
+bool kiln__grad_mode(void) { return no_grad_depth == 0; }
+
+static void leaf_unref(kiln__ad_leaf *l) {
+    if (l && atomic_fetch_sub_explicit(&l->refs, 1, memory_order_acq_rel) == 1) free(l);
+}
+
+/* Frees nodes iteratively: a long chain must not recurse once per node. */
+static void node_free_chain(kiln__ad_node *first) {
+    kiln__ad_node *stack_small[64];
+    kiln__ad_node **stack = stack_small;
+    int top = 0, cap = 64;
+    stack[top++] = first;
+    while (top > 0) {
+        kiln__ad_node *n = stack[--top];
+        for (int i = 0; i < KILN__AD_MAX_SAVED; i++) kiln__tensor_release(n->saved[i]);
+        kiln__tensor_release(n->grad);
+        for (int i = 0; i < n->n_slots; i++) {
+            leaf_unref(n->slots[i].leaf);
+            kiln__ad_node *p = n->slots[i].node;
+            if (p && atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) == 1) {
+                if (top == cap) {
+                    kiln__ad_node **grown = malloc(sizeof *grown * (size_t)cap * 2);
+                    if (!grown) { /* cannot grow: free this one recursively instead */
+                        node_free_chain(p);
+                        continue;
+                    }
+                    memcpy(grown, stack, sizeof *grown * (size_t)top);
+                    if (stack != stack_small) free(stack);
+                    stack = grown;
+                    cap *= 2;
+                }
+                stack[top++] = p;
+            }
+        }
+        free(n);
+    }
+    if (stack != stack_small) free(stack);
+}
+
+void kiln__ad_node_unref(kiln__ad_node *n) {
+    if (n && atomic_fetch_sub_explicit(&n->refs, 1, memory_order_acq_rel) == 1) node_free_chain(n);
+}
+
+static void meta_free(void *p) {
+    kiln__ad_meta *m = p;
+    leaf_unref(m->leaf);
+    kiln__ad_node_unref(m->node);
+    free(m);
+}
+
+static kiln__ad_meta *meta_new(void) {
+    atomic_store_explicit(&kiln__autodiff_free_hook, meta_free, memory_order_relaxed);
+    return calloc(1, sizeof(kiln__ad_meta));
+}
+
+bool kiln__ad_active(int n, kiln__tensor *const *inputs) {
+    if (no_grad_depth) return false;
+    bool any = false;
+    for (int i = 0; i < n; i++) {
+        if (!inputs[i] || inputs[i]->err) return false; /* the untracked path reports the error */
+        any |= inputs[i]->autodiff != NULL;
+    }
+    return any;
+}
+
+kiln__ad_node *kiln__ad_node_new(kiln__opctx *c, const kiln__ad_rule *rule, int n, kiln__tensor *const *inputs) {
+    kiln__ad_node *node = kiln__alloc_should_fail() ? NULL : calloc(1, sizeof *node + sizeof(kiln__ad_slot) * (size_t)n);
+    if (!node) {
+        kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot record a backward node");
+        return NULL;
+    }
+    atomic_init(&node->refs, 1);
+    node->rule = rule;
+    node->n_slots = n;
+    for (int i = 0; i < n; i++) {
+        const kiln__tensor *t = inputs[i];
+        kiln__ad_slot *s = &node->slots[i];
+        if (!t) continue;
+        s->dtype = t->dtype;
+        s->ndim = t->ndim;
+        memcpy(s->shape, t->shape, sizeof s->shape);
+        const kiln__ad_meta *m = t->autodiff;
+        if (!m) continue;
+        if (m->leaf) {
+            s->leaf = m->leaf;
+            atomic_fetch_add_explicit(&m->leaf->refs, 1, memory_order_relaxed);
+        } else if (m->node) {
+            s->node = m->node;
+            atomic_fetch_add_explicit(&m->node->refs, 1, memory_order_relaxed);
+        }
+    }
+    return node;
+}
+
+void kiln__ad_save(kiln__opctx *c, kiln__ad_node *n, int i, const kiln__tensor *t) {
+    if (!n || !t || t->err) return;
+    kiln__tensor *alias = kiln__tensor_view(t, t->ndim, t->shape, t->strides, t->offset);
+    if (!alias) {
+        kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot save a tensor for backward");
+        return;
+    }
+    kiln__tensor_release(n->saved[i]);
+    n->saved[i] = alias;
+}
+
+kiln__tensor *kiln__ad_saved(kiln__ad_node *n, int i) {
+    kiln__tensor *t = n->saved[i];
+    if (t) kiln__tensor_retain(t);
+    return t;
+}
+
+kiln__tensor *kiln__ad_attach(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *out) {
+    if (!n) return out; /* recording failed: c->err is set, the result is poisoned anyway */
+    if (!out || c->err || !kiln__dtype_is_float(out->dtype)) { /* masks and indices carry no gradient */
+        kiln__ad_node_unref(n);
+        return out;
+    }
+    kiln__ad_meta *m = meta_new();
+    if (!m) {
+        kiln__ad_node_unref(n);
+        kiln__tensor_release(out);
+        return kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot record a backward node");
+    }
+    n->out_dtype = out->dtype;
+    n->out_ndim = out->ndim;
+    memcpy(n->out_shape, out->shape, sizeof n->out_shape);
+    m->node = n;
+    if (out->autodiff) { /* an op may return its input unchanged (e.g. a no-op cast) */
+        kiln__tensor *fresh = kiln__tensor_view(out, out->ndim, out->shape, out->strides, out->offset);
+        kiln__tensor_release(out);
+        out = fresh;
+        if (!out) {
+            meta_free(m);
+            return kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate a tensor");
+        }
+    }
+    out->autodiff = m;
+    return out;
+}
+
+/* ---- public ------------------------------------------------------------------------------ */
+
+kiln_status kiln_require_grad(kiln_tensor h) {
+    kiln__error *err = NULL;
+    kiln__tensor *t = kiln__handle_peek(h, "kiln_require_grad", &err);
+    if (!t) {
+        kiln_status st = kiln__error_report(err);
+        kiln__error_unref(err);
+        return st;
+    }
+    if (t->err) return kiln__error_report(t->err);
+    if (!kiln__dtype_is_float(t->dtype))
+        return kiln__report(KILN_ERR_DTYPE, "kiln_require_grad", "only float tensors can require a gradient, got %s",
+                            kiln_dtype_name(t->dtype));
+    kiln__ad_meta *m = t->autodiff;
+    if (m && m->leaf) return KILN_OK;
+    if (m && m->node)
+        return kiln__report(KILN_ERR_INVALID_ARGUMENT, "kiln_require_grad",
+                            "tensor is computed by tracked ops; kiln_detach it first to make a leaf");
+    m = meta_new();
+    kiln__ad_leaf *leaf = calloc(1, sizeof *leaf);
+    if (!m || !leaf) {
+        free(m);
+        free(leaf);
+        return kiln__report(KILN_ERR_OUT_OF_MEMORY, "kiln_require_grad", "cannot allocate a leaf record");
+    }
+    atomic_init(&leaf->refs, 1);
+    m->leaf = leaf;
+    t->autodiff = m;
+    return KILN_OK;
+}
+
+bool kiln_requires_grad(kiln_tensor h) {
+    kiln__tensor *t = kiln__handle_peek(h, "kiln_requires_grad", NULL);
+    return t && t->autodiff;
+}
+
+kiln_tensor kiln_detach(kiln_tensor h) {
+    KILN__OP_BEGIN("kiln_detach");
+    kiln__tensor *t = kiln__arg(&c, h);
+    if (!kiln__ok(&c, t)) return kiln__drop(1, t), kiln__result(&c, NULL);
+    if (!t->autodiff) return kiln__result(&c, t);
+    kiln__tensor *v = kiln__tensor_view(t, t->ndim, t->shape, t->strides, t->offset);
+    kiln__tensor_release(t);
+    if (!v) return kiln__result(&c, kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate a view"));
+    return kiln__result(&c, v);
+}

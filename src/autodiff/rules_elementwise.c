@@ -1,0 +1,233 @@
+/* Derivatives of the elementwise ops: unary, binary (broadcasting is undone by the walker),
+ * scalar variants, where, clamp and cast. Each op saves only what its formula reads. */
+#include <math.h>
+
+#include "autodiff/ad-math.h"
+
+enum { SAVE_NONE = 0, SAVE_IN = 1, SAVE_OUT = 2 };
+
+static int unary_saves(kiln__opcode code) {
+    switch (code) {
+    case KILN__OP_EXP: case KILN__OP_EXPM1: case KILN__OP_SQRT: case KILN__OP_RSQRT: case KILN__OP_TANH:
+    case KILN__OP_SIGMOID: case KILN__OP_RELU:
+        return SAVE_OUT;
+    case KILN__OP_NEG: case KILN__OP_SIGN: case KILN__OP_LOGICAL_NOT:
+        return SAVE_NONE;
+    default:
+        return SAVE_IN;
+    }
+}
+
+static void unary_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kiln__tensor **grads) {
+    kiln__tensor *x = n->saved[0], *y = n->saved[1];
+    kiln__tensor *r = NULL;
+    const double inv_sqrt2 = 0.70710678118654752440, inv_sqrt2pi = 0.39894228040143267794;
+    switch (n->code) {
+    case KILN__OP_NEG: r = ad_neg(c, g); break;
+    case KILN__OP_ABS: r = ad_mul(c, g, ad_un(c, KILN__OP_SIGN, ad_ref(x))); break;
+    case KILN__OP_EXP: r = ad_mul(c, g, ad_ref(y)); break;
+    case KILN__OP_EXPM1: r = ad_mul(c, g, ad_adds(c, ad_ref(y), 1.0)); break;
+    case KILN__OP_LOG: r = ad_div(c, g, ad_ref(x)); break;
+    case KILN__OP_LOG1P: r = ad_div(c, g, ad_adds(c, ad_ref(x), 1.0)); break;
+    case KILN__OP_SQRT: r = ad_div(c, ad_muls(c, g, 0.5), ad_ref(y)); break;
+    case KILN__OP_RSQRT: r = ad_mul(c, ad_muls(c, g, -0.5), ad_pows(c, ad_ref(y), 3.0)); break;
+    case KILN__OP_SIN: r = ad_mul(c, g, ad_un(c, KILN__OP_COS, ad_ref(x))); break;
+    case KILN__OP_COS: r = ad_mul(c, ad_neg(c, g), ad_un(c, KILN__OP_SIN, ad_ref(x))); break;
+    case KILN__OP_TANH: /* 1 - y^2 */
+        r = ad_mul(c, g, ad_rsubs(c, ad_mul(c, ad_ref(y), ad_ref(y)), 1.0));
+        break;
+    case KILN__OP_SIGMOID: /* y (1 - y) */
+        r = ad_mul(c, g, ad_mul(c, ad_ref(y), ad_rsubs(c, ad_ref(y), 1.0)));
+        break;
+    case KILN__OP_RELU: r = ad_keep(c, kiln__t_binary_scalar(c, KILN__OP_GT, ad_ref(y), 0.0, false), g); break;
+    case KILN__OP_GELU: { /* Phi(x) + x phi(x) */
+        kiln__tensor *cdf = ad_muls(c, ad_adds(c, ad_un(c, KILN__OP_ERF, ad_muls(c, ad_ref(x), inv_sqrt2)), 1.0), 0.5);
+        kiln__tensor *pdf = ad_muls(c, ad_un(c, KILN__OP_EXP, ad_muls(c, ad_mul(c, ad_ref(x), ad_ref(x)), -0.5)), inv_sqrt2pi);
+        r = ad_mul(c, g, ad_add(c, cdf, ad_mul(c, ad_ref(x), pdf)));
+        break;
+    }
+    case KILN__OP_GELU_TANH: { /* 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3a x^2), t = tanh(k (x + a x^3)) */
+        const double k = 0.79788456080286535588, a = 0.044715;
+        kiln__tensor *x2 = ad_mul(c, ad_ref(x), ad_ref(x));
+        kiln__tensor *t = ad_un(c, KILN__OP_TANH, ad_muls(c, ad_mul(c, ad_ref(x), ad_adds(c, ad_muls(c, ad_ref(x2), a), 1.0)), k));
+        kiln__tensor *dt = ad_rsubs(c, ad_mul(c, ad_ref(t), ad_ref(t)), 1.0);
+        kiln__tensor *inner = ad_muls(c, ad_adds(c, ad_muls(c, x2, 3.0 * a), 1.0), k);
+        kiln__tensor *d = ad_add(c, ad_muls(c, ad_adds(c, t, 1.0), 0.5), ad_muls(c, ad_mul(c, ad_mul(c, ad_ref(x), dt), inner), 0.5));
+        r = ad_mul(c, g, d);
+        break;
+    }
+    case KILN__OP_SILU: { /* s (1 + x (1 - s)) */
+        /* (a tensor is never ref'd and consumed in one expression: argument order is unspecified) */
+        kiln__tensor *s = ad_un(c, KILN__OP_SIGMOID, ad_ref(x));
+        kiln__tensor *one_minus_s = ad_rsubs(c, ad_ref(s), 1.0);
+        kiln__tensor *d = ad_mul(c, s, ad_adds(c, ad_mul(c, ad_ref(x), one_minus_s), 1.0));
+        r = ad_mul(c, g, d);
+        break;
+    }
+    case KILN__OP_SOFTPLUS: r = ad_mul(c, g, ad_un(c, KILN__OP_SIGMOID, ad_ref(x))); break;
+    case KILN__OP_ERF: /* 2/sqrt(pi) exp(-x^2) */
+        r = ad_mul(c, g, ad_muls(c, ad_un(c, KILN__OP_EXP, ad_neg(c, ad_mul(c, ad_ref(x), ad_ref(x)))), 1.12837916709551257390));
+        break;
+    default: /* sign, logical_not: zero almost everywhere, no gradient */
+        kiln__tensor_release(g);
+        return;
+    }
+    grads[0] = r;
+}
+
+static const kiln__ad_rule unary_rule = {"unary", unary_backward};
+
+kiln__tensor *kiln__ad_unary(kiln__opctx *c, kiln__opcode code, kiln__tensor *x) {
+    kiln__ad_node *n = kiln__ad_node_new(c, &unary_rule, 1, &x);
+    if (n) n->code = code;
+    int saves = unary_saves(code);
+    if (saves & SAVE_IN) kiln__ad_save(c, n, 0, x);
+    kiln__tensor *y = kiln__t_unary(c, code, x);
+    if (saves & SAVE_OUT) kiln__ad_save(c, n, 1, y);
+    return kiln__ad_attach(c, n, y);
+}
+
+/* ---- clamp ------------------------------------------------------------------------------ */
+
+static void clamp_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kiln__tensor **grads) {
+    kiln__tensor *x = n->saved[0];
+    double lo = n->pf[0], hi = n->pf[1];
+    kiln__tensor *mask = NULL;
+    if (!isnan(lo)) mask = kiln__t_binary_scalar(c, KILN__OP_GE, ad_ref(x), lo, false);
+    if (!isnan(hi)) {
+        kiln__tensor *upper = kiln__t_binary_scalar(c, KILN__OP_LE, ad_ref(x), hi, false);
+        mask = mask ? kiln__t_binary(c, KILN__OP_LOGICAL_AND, mask, upper) : upper;
+    }
+    grads[0] = mask ? ad_keep(c, mask, g) : g;
+}
+
+static const kiln__ad_rule clamp_rule = {"clamp", clamp_backward};
+
+kiln__tensor *kiln__ad_clamp(kiln__opctx *c, kiln__tensor *x, double lo, double hi) {
+    kiln__ad_node *n = kiln__ad_node_new(c, &clamp_rule, 1, &x);
+    if (n) n->pf[0] = lo, n->pf[1] = hi;
+    kiln__ad_save(c, n, 0, x);
+    return kiln__ad_attach(c, n, kiln__t_clamp(c, x, lo, hi));
+}
+
+/* ---- binary ---------------------------------------------------------------------------- */
+
+/* d max(a, b)/da: 1 where a wins, 1/2 on ties (like PyTorch), 0 elsewhere. */
+static kiln__tensor *win_share(kiln__opctx *c, kiln__opcode wins, kiln__tensor *a, kiln__tensor *b, kiln_dtype dtype) {
+    kiln__tensor *w = ad_as(c, kiln__t_binary(c, wins, ad_ref(a), ad_ref(b)), dtype);
+    kiln__tensor *tie = ad_as(c, kiln__t_binary(c, KILN__OP_EQ, ad_ref(a), ad_ref(b)), dtype);
+    return ad_add(c, w, ad_muls(c, tie, 0.5));
+}
+
+static void binary_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kiln__tensor **grads) {
+    kiln__tensor *a = n->saved[0], *b = n->saved[1], *y = n->saved[2];
+    switch (n->code) {
+    case KILN__OP_ADD: grads[0] = ad_ref(g), grads[1] = g; break;
+    case KILN__OP_SUB: grads[0] = ad_ref(g), grads[1] = ad_neg(c, g); break;
+    case KILN__OP_MUL: grads[0] = ad_mul(c, ad_ref(g), ad_ref(b)), grads[1] = ad_mul(c, g, ad_ref(a)); break;
+    case KILN__OP_DIV: /* d/da = 1/b, d/db = -a/b^2 = -y/b */
+        grads[0] = ad_div(c, ad_ref(g), ad_ref(b));
+        grads[1] = ad_neg(c, ad_div(c, ad_mul(c, g, ad_ref(y)), ad_ref(b)));
+        break;
+    case KILN__OP_POW: /* d/da = b a^(b-1), d/db = y log(a) */
+        grads[0] = ad_mul(c, ad_mul(c, ad_ref(g), ad_ref(b)), kiln__t_binary(c, KILN__OP_POW, ad_ref(a), ad_adds(c, ad_ref(b), -1.0)));
+        grads[1] = ad_mul(c, ad_mul(c, g, ad_ref(y)), ad_un(c, KILN__OP_LOG, ad_ref(a)));
+        break;
+    case KILN__OP_MAXIMUM:
+    case KILN__OP_MINIMUM: {
+        kiln__opcode wins = n->code == KILN__OP_MAXIMUM ? KILN__OP_GT : KILN__OP_LT;
+        kiln__tensor *share = win_share(c, wins, a, b, g ? g->dtype : KILN_F32);
+        grads[0] = ad_mul(c, ad_ref(g), ad_ref(share));
+        grads[1] = ad_mul(c, g, ad_rsubs(c, share, 1.0));
+        break;
+    }
+    default: kiln__tensor_release(g); break; /* comparisons and logic: no gradient */
+    }
+}
+
+static const kiln__ad_rule binary_rule = {"binary", binary_backward};
+
+kiln__tensor *kiln__ad_binary(kiln__opctx *c, kiln__opcode code, kiln__tensor *a, kiln__tensor *b) {
+    kiln__tensor *in[2] = {a, b};
+    kiln__ad_node *n = kiln__ad_node_new(c, &binary_rule, 2, in);
+    if (n) n->code = code;
+    bool save_a = code == KILN__OP_MUL || code == KILN__OP_POW || code == KILN__OP_MAXIMUM || code == KILN__OP_MINIMUM;
+    bool save_b = save_a || code == KILN__OP_DIV;
+    if (save_a) kiln__ad_save(c, n, 0, a);
+    if (save_b) kiln__ad_save(c, n, 1, b);
+    kiln__tensor *y = kiln__t_binary(c, code, a, b);
+    if (code == KILN__OP_DIV || code == KILN__OP_POW) kiln__ad_save(c, n, 2, y);
+    return kiln__ad_attach(c, n, y);
+}
+
+/* ---- tensor op scalar -------------------------------------------------------------------- */
+
+static void scalar_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kiln__tensor **grads) {
+    kiln__tensor *x = n->saved[0], *y = n->saved[1];
+    double s = n->pf[0];
+    bool scalar_first = n->pi[0];
+    switch (n->code) {
+    case KILN__OP_ADD: grads[0] = g; break;
+    case KILN__OP_SUB: grads[0] = scalar_first ? ad_neg(c, g) : g; break;
+    case KILN__OP_MUL: grads[0] = ad_muls(c, g, s); break;
+    case KILN__OP_DIV: /* x / s, or s / x: -s/x^2 = -y/x */
+        grads[0] = scalar_first ? ad_neg(c, ad_div(c, ad_mul(c, g, ad_ref(y)), ad_ref(x))) : ad_muls(c, g, 1.0 / s);
+        break;
+    case KILN__OP_POW: /* x^s: s x^(s-1); s^x: y ln s */
+        grads[0] = scalar_first ? ad_muls(c, ad_mul(c, g, ad_ref(y)), log(s))
+                                : ad_mul(c, ad_muls(c, g, s), ad_pows(c, ad_ref(x), s - 1.0));
+        break;
+    case KILN__OP_MAXIMUM:
+    case KILN__OP_MINIMUM: {
+        kiln_dtype dt = g ? g->dtype : KILN_F32;
+        kiln__opcode wins = n->code == KILN__OP_MAXIMUM ? KILN__OP_GT : KILN__OP_LT;
+        kiln__tensor *w = ad_as(c, kiln__t_binary_scalar(c, wins, ad_ref(x), s, false), dt);
+        kiln__tensor *tie = ad_as(c, kiln__t_binary_scalar(c, KILN__OP_EQ, ad_ref(x), s, false), dt);
+        grads[0] = ad_mul(c, g, ad_add(c, w, ad_muls(c, tie, 0.5)));
+        break;
+    }
+    default: kiln__tensor_release(g); break;
+    }
+}
+
+static const kiln__ad_rule scalar_rule = {"scalar", scalar_backward};
+
+kiln__tensor *kiln__ad_binary_scalar(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, double s, bool scalar_first) {
+    kiln__ad_node *n = kiln__ad_node_new(c, &scalar_rule, 1, &x);
+    if (n) n->code = code, n->pf[0] = s, n->pi[0] = scalar_first;
+    bool rdiv = code == KILN__OP_DIV && scalar_first;
+    if (rdiv || (code == KILN__OP_POW && !scalar_first) || code == KILN__OP_MAXIMUM || code == KILN__OP_MINIMUM)
+        kiln__ad_save(c, n, 0, x);
+    kiln__tensor *y = kiln__t_binary_scalar(c, code, x, s, scalar_first);
+    if (rdiv || (code == KILN__OP_POW && scalar_first)) kiln__ad_save(c, n, 1, y);
+    return kiln__ad_attach(c, n, y);
+}
+
+/* ---- where and cast ---------------------------------------------------------------------- */
+
+static void where_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kiln__tensor **grads) {
+    kiln__tensor *mask = n->saved[0];
+    grads[1] = ad_keep(c, ad_ref(mask), ad_ref(g));
+    grads[2] = ad_keep(c, kiln__t_unary(c, KILN__OP_LOGICAL_NOT, ad_ref(mask)), g);
+}
+
+static const kiln__ad_rule where_rule = {"where", where_backward};
+
+kiln__tensor *kiln__ad_where(kiln__opctx *c, kiln__tensor *mask, kiln__tensor *a, kiln__tensor *b) {
+    kiln__tensor *in[3] = {mask, a, b};
+    kiln__ad_node *n = kiln__ad_node_new(c, &where_rule, 3, in);
+    kiln__ad_save(c, n, 0, mask);
+    return kiln__ad_attach(c, n, kiln__t_where(c, mask, a, b));
+}
+
+static void cast_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kiln__tensor **grads) {
+    grads[0] = g; /* the walker casts it back to the input's dtype */
+}
+
+static const kiln__ad_rule cast_rule = {"cast", cast_backward};
+
+kiln__tensor *kiln__ad_cast(kiln__opctx *c, kiln__tensor *x, kiln_dtype dtype) {
+    if (!kiln__dtype_is_float(dtype)) return kiln__t_cast(c, x, dtype); /* integers carry no gradient */
+    kiln__ad_node *n = kiln__ad_node_new(c, &cast_rule, 1, &x);
+    return kiln__ad_attach(c, n, kiln__t_cast(c, x, dtype));
+}

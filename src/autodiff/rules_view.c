@@ -1,0 +1,59 @@
+/* Derivatives of the view ops: reshape-like views reshape the gradient back, permutes
+ * apply the inverse permutation, slices scatter into zeros, expand is undone by the
+ * walker's sum back to the input shape. */
+#include <string.h>
+
+#include "autodiff/ad-math.h"
+
+static void reshape_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kiln__tensor **grads) {
+    grads[0] = kiln__t_reshape(c, g, n->slots[0].ndim, n->slots[0].shape);
+}
+
+static void identity_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kiln__tensor **grads) {
+    grads[0] = g; /* expand: the walker sums broadcast dims back */
+}
+
+static void permute_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kiln__tensor **grads) {
+    int inverse[KILN_MAX_DIMS];
+    for (int d = 0; d < n->slots[0].ndim; d++) inverse[n->pi[d]] = d;
+    grads[0] = kiln__t_permute(c, g, n->slots[0].ndim, inverse);
+}
+
+/* zeros of the input's shape, with g written into the slice the forward took */
+static void slice_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kiln__tensor **grads) {
+    const kiln__ad_slot *s = &n->slots[0];
+    if (!g) return;
+    kiln__tensor *z = kiln__t_fill(c, g->device, g->dtype, s->ndim, s->shape, 0.0);
+    if (!z) return kiln__drop(1, g);
+    int dim = (int)n->pi[0];
+    int64_t start = n->pi[1], step = n->pi[2];
+    kiln__tensor_retain(z);
+    kiln__tensor *window = kiln__t_slice(c, z, dim, start, start + step * g->shape[dim], step);
+    if (window) {
+        kiln__op op;
+        kiln__op_init(&op, KILN__OP_COPY, c->name);
+        op.in[0] = kiln__view_of(g);
+        op.out[0] = kiln__view_of(window);
+        op.n_in = op.n_out = 1;
+        kiln__t_submit(c, &op, g->device);
+    }
+    kiln__drop(2, window, g);
+    grads[0] = z;
+}
+
+static const kiln__ad_rule reshape_rule = {"reshape", reshape_backward};
+static const kiln__ad_rule identity_rule = {"expand", identity_backward};
+static const kiln__ad_rule permute_rule = {"permute", permute_backward};
+static const kiln__ad_rule slice_rule = {"slice", slice_backward};
+
+kiln__ad_node *kiln__ad_begin_view(kiln__opctx *c, kiln__ad_view_kind kind, kiln__tensor *x, const int64_t *params, int np) {
+    if (KILN__LIKELY(!kiln__ad_active(1, &x))) return NULL;
+    const kiln__ad_rule *rule = kind == KILN__AD_VIEW_RESHAPE ? &reshape_rule
+                                : kind == KILN__AD_VIEW_PERMUTE ? &permute_rule
+                                : kind == KILN__AD_VIEW_SLICE ? &slice_rule
+                                                               : &identity_rule;
+    kiln__ad_node *n = kiln__ad_node_new(c, rule, 1, &x);
+    if (n)
+        for (int i = 0; i < np && i < 8; i++) n->pi[i] = params[i];
+    return n;
+}
