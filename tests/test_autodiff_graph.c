@@ -66,9 +66,12 @@ KT_TEST(untracked_ops_record_nothing) {
 }
 
 /* A 200-op elementwise chain on a large tensor: backward peaks close to the forward's
- * saved state, not at a second copy of the graph. */
+ * saved state, not at a second copy of the graph. (With the async engine, memory may run
+ * ahead of execution by the stream's pending-bytes window, set small here.) */
 KT_TEST(backward_memory_stays_near_saved_state) {
     const int64_t n = 1 << 18; /* 1 MiB of f32 */
+    const int64_t window = 4 << 20;
+    kiln_engine_set_limits(0, window);
     kiln_tensor x = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(n), 7);
     kiln_require_grad(x);
     kiln_tensor y = kiln_ref(x);
@@ -79,7 +82,7 @@ KT_TEST(backward_memory_stays_near_saved_state) {
     KT_CHECK(kiln_backward_seed(y, kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(n)), &g) == KILN_OK);
     kiln_memory_stats bwd = stats();
     double saved = (double)fwd.bytes_in_use;
-    KT_CHECK_MSG((double)bwd.peak_bytes <= saved + 6.0 * n * 4, "peak %.1f MiB vs forward state %.1f MiB",
+    KT_CHECK_MSG((double)bwd.peak_bytes <= saved + (double)window + 6.0 * n * 4, "peak %.1f MiB vs forward state %.1f MiB",
                  (double)bwd.peak_bytes / 1048576, saved / 1048576);
     kiln_tensor dx = kiln_grad(g, x);
     KT_CHECK(kiln_tensor_numel(dx) == n);
@@ -87,6 +90,7 @@ KT_TEST(backward_memory_stays_near_saved_state) {
     kiln_grads_free(g);
     KT_CHECK(stats().bytes_in_use == (uint64_t)n * 4); /* the graph is gone: only x */
     kiln_release(x);
+    kiln_engine_set_limits(0, 64 << 20);
 }
 
 KT_TEST(no_grad_and_detach) {

@@ -36,8 +36,9 @@ KILN_API kiln_status kiln_transaction_execute(kiln_transaction *tx);
 KILN_API void kiln_transaction_free(kiln_transaction *tx);
 
 /* ---- bounds of this thread's stream ------------------------------------------------------ */
-/* Ops in flight and bytes of outputs pending per stream before dispatch blocks
- * (defaults 4096 ops and 2 GiB; KILN_MAX_INFLIGHT and KILN_MAX_PENDING_MB set them too).
+/* Ops in flight, and bytes pending (outputs not yet computed plus buffers released but not
+ * yet freed), per stream before dispatch blocks (defaults 4096 ops and 64 MiB;
+ * KILN_MAX_INFLIGHT and KILN_MAX_PENDING_MB set them too). Releases never block.
  * Values < 1 keep the current setting. */
 KILN_API void kiln_engine_set_limits(int64_t max_inflight_ops, int64_t max_pending_bytes);
 /* true when ops run on engine threads; false in KILN_SYNC=1 mode (ops run at dispatch). */

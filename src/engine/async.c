@@ -12,7 +12,10 @@
 #include "kiln/engine.h"
 
 #define DEFAULT_MAX_INFLIGHT 4096
-#define DEFAULT_MAX_BYTES ((int64_t)2 << 30)
+/* Bytes of op outputs not yet computed plus buffers released but not yet freed: how far the
+ * frontend may run ahead in memory. Small, so an async program peaks near a synchronous one;
+ * a single larger op still goes through alone. */
+#define DEFAULT_MAX_BYTES ((int64_t)64 << 20)
 #define MAX_WORKERS 64
 
 static struct {
@@ -255,11 +258,11 @@ static void add_var(kiln__node *n, kiln__storage *s, bool write) {
 }
 
 /* Waits for room on the stream (the bounded queue), then counts the op in. */
-static void admit(kiln__stream *s, int64_t bytes) {
+static void admit(kiln__stream *s, int64_t bytes, bool may_block) {
     pthread_mutex_lock(&s->lock);
     int64_t max_ops = atomic_load_explicit(&engine.max_inflight, memory_order_relaxed);
     int64_t max_bytes = atomic_load_explicit(&engine.max_bytes, memory_order_relaxed);
-    while (s->pending_ops > 0 && (s->pending_ops >= max_ops || s->pending_bytes + bytes > max_bytes)) {
+    while (may_block && s->pending_ops > 0 && (s->pending_ops >= max_ops || s->pending_bytes + bytes > max_bytes)) {
         s->waiting_for_room++;
         pthread_cond_wait(&s->cond, &s->lock);
         s->waiting_for_room--;
@@ -298,6 +301,7 @@ void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, ki
     n->bytes = 0;
     if (free_target) {
         add_var(n, free_target, true);
+        n->bytes = (int64_t)free_target->nbytes; /* counts against the window, never blocks */
     } else {
         for (int i = 0; i < op->n_in; i++) add_var(n, op->in[i].storage, false);
         for (int i = 0; i < op->n_out; i++) {
@@ -306,7 +310,7 @@ void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, ki
         }
     }
     atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
-    admit(s, n->bytes);
+    admit(s, n->bytes, free_target == NULL); /* a release never blocks its caller */
     if (ev) {
         pthread_mutex_lock(&s->lock);
         ev->pending++;

@@ -1,0 +1,214 @@
+/* Reductions and softmax: dim lists, dtype rules, output shapes.
+ *
+ * A reduction kernel sees `in` and an `out` of in's ndim whose reduced dims have size 1;
+ * keepdim=false is a view of that output with those dims dropped. Kernels compute in f32, f64
+ * or i64 only: f16/bf16 go through f32 and come back in their dtype, integer sums and products
+ * accumulate in i64 (and stay i64, like torch), integer max/min come back in their own dtype,
+ * and the float statistics (mean, var, std, logsumexp, softmax) of integers are f32. */
+#include <string.h>
+
+#include "kiln/tensor.h"
+#include "ops/ops-impl.h"
+
+static bool is_arg(kiln__opcode code) { return code == KILN__OP_ARGMAX || code == KILN__OP_ARGMIN; }
+
+/* The dtype the kernel reads (and, except for argmax/argmin, writes). */
+static kiln_dtype kernel_dtype(kiln__opcode code, kiln_dtype in) {
+    if (in == KILN_F16 || in == KILN_BF16) return KILN_F32;
+    if (kiln__dtype_is_float(in)) return in;
+    switch (code) {
+    case KILN__OP_SUM: case KILN__OP_PROD: case KILN__OP_MAX: case KILN__OP_MIN: case KILN__OP_ARGMAX:
+    case KILN__OP_ARGMIN:
+        return KILN_I64;
+    default:
+        return KILN_F32; /* mean, var, logsumexp, softmax of integers */
+    }
+}
+
+/* The dtype the caller gets back. */
+static kiln_dtype result_dtype(kiln__opcode code, kiln_dtype in, kiln_dtype kernel) {
+    if (is_arg(code)) return KILN_I64;
+    if (in == KILN_F16 || in == KILN_BF16) return in;
+    if (code == KILN__OP_MAX || code == KILN__OP_MIN) return in;
+    return kernel;
+}
+
+static bool needs_nonempty(kiln__opcode code) {
+    return code == KILN__OP_MAX || code == KILN__OP_MIN || is_arg(code);
+}
+
+static const char *reduce_name(kiln__opcode code) {
+    switch (code) {
+    case KILN__OP_MAX: return "max";
+    case KILN__OP_MIN: return "min";
+    case KILN__OP_ARGMAX: return "argmax";
+    default: return "argmin";
+    }
+}
+
+/* Runs code from x into out (NULL: its allocation failed) with params p.i[0], p.i[1].
+ * Consumes x; returns out, or NULL when the op could not be queued. */
+static kiln__tensor *submit(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, kiln__tensor *out, int64_t p0,
+                            int64_t p1) {
+    if (out) {
+        kiln__op op;
+        kiln__op_init(&op, code, c->name);
+        op.in[0] = kiln__view_of(x);
+        op.out[0] = kiln__view_of(out);
+        op.n_in = op.n_out = 1;
+        op.p.i[0] = p0;
+        op.p.i[1] = p1;
+        if (!kiln__t_submit(c, &op, x->device)) kiln__tensor_release(out), out = NULL;
+    }
+    kiln__tensor_release(x);
+    return out;
+}
+
+/* take_sqrt turns VAR into std inside the kernel (no separate sqrt pass). */
+static kiln__tensor *reduce_impl(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, uint32_t mask, bool keepdim,
+                                 int64_t param, bool take_sqrt) {
+    if (!kiln__ok(c, x)) return kiln__drop(1, x), NULL;
+    int nd = x->ndim;
+    mask &= nd ? (uint32_t)((1u << nd) - 1) : 0u;
+    if (needs_nonempty(code)) {
+        for (int d = 0; d < nd; d++) {
+            if (!(mask >> d & 1) || x->shape[d] != 0) continue;
+            char buf[128];
+            kiln__fail(c, KILN_ERR_SHAPE, "cannot take the %s over dim %d of size 0 (shape %s): it has no identity",
+                       reduce_name(code), d, kiln__shape_str(buf, sizeof buf, nd, x->shape));
+            return kiln__drop(1, x), NULL;
+        }
+    }
+    kiln_dtype kd = kernel_dtype(code, x->dtype);
+    kiln_dtype rd = result_dtype(code, x->dtype, kd);
+    kiln_device dev = x->device;
+    x = kiln__t_cast(c, x, kd);
+    if (!x) return NULL;
+
+    int64_t kshape[KILN_MAX_DIMS], squeezed[KILN_MAX_DIMS];
+    int nsq = 0;
+    for (int d = 0; d < nd; d++) {
+        kshape[d] = (mask >> d & 1) ? 1 : x->shape[d];
+        if (!(mask >> d & 1)) squeezed[nsq++] = x->shape[d];
+    }
+    kiln__tensor *out = kiln__t_empty(c, dev, is_arg(code) ? KILN_I64 : kd, nd, kshape);
+    if (is_arg(code)) param = mask ? __builtin_ctz(mask) : 0;
+    out = submit(c, code, x, out, param, take_sqrt);
+    if (out && out->dtype != rd) out = kiln__t_cast(c, out, rd);
+    if (out && !keepdim && nsq != nd) out = kiln__t_reshape(c, out, nsq, squeezed);
+    return out;
+}
+
+kiln__tensor *kiln__t_reduce(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, uint32_t dim_mask, bool keepdim,
+                             int64_t param) {
+    return reduce_impl(c, code, x, dim_mask, keepdim, param, false);
+}
+
+/* Dim list to a mask of x's dims. KILN_ALL_DIMS is every dim; an empty list reduces nothing
+ * (NumPy's axis=(), what code that computes its dim list needs). A 0-d tensor accepts dim 0
+ * and -1, like torch. */
+static bool dims_to_mask(kiln__opctx *c, kiln_dims dims, int ndim, uint32_t *mask) {
+    if (dims.n == -1) {
+        *mask = ndim ? (uint32_t)((1u << ndim) - 1) : 0u;
+        return true;
+    }
+    if (dims.n < 0 || dims.n > KILN_MAX_DIMS) {
+        kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "dim list has %d entries (0..%d, or KILN_ALL_DIMS)", dims.n,
+                   KILN_MAX_DIMS);
+        return false;
+    }
+    uint32_t m = 0;
+    for (int i = 0; i < dims.n; i++) {
+        int d = dims.d[i];
+        if (!kiln__norm_dim(c, &d, ndim)) return false;
+        if (m >> d & 1) {
+            kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "dim %d appears more than once in the dim list", dims.d[i]);
+            return false;
+        }
+        m |= 1u << d;
+    }
+    *mask = m;
+    return true;
+}
+
+static kiln_tensor reduce_dims(const char *name, kiln__opcode code, kiln_tensor t, kiln_dims dims, bool keepdim,
+                               int64_t param, bool take_sqrt) {
+    KILN__OP_BEGIN(name);
+    kiln__tensor *x = kiln__arg(&c, t);
+    uint32_t mask = 0;
+    if (!kiln__ok(&c, x) || !dims_to_mask(&c, dims, x->ndim, &mask)) {
+        kiln__drop(1, x);
+        return kiln__result(&c, NULL);
+    }
+    return kiln__result(&c, reduce_impl(&c, code, x, mask, keepdim, param, take_sqrt));
+}
+
+/* ---- public wrappers --------------------------------------------------------------------- */
+#define REDUCE(fname, CODE)                                                                      \
+    kiln_tensor kiln_##fname(kiln_tensor t) {                                                    \
+        return reduce_dims("kiln_" #fname, KILN__OP_##CODE, t, KILN_ALL_DIMS, false, 0, false);  \
+    }                                                                                            \
+    kiln_tensor kiln_##fname##_dims(kiln_tensor t, kiln_dims dims, bool keepdim) {               \
+        return reduce_dims("kiln_" #fname "_dims", KILN__OP_##CODE, t, dims, keepdim, 0, false); \
+    }
+REDUCE(sum, SUM)
+REDUCE(mean, MEAN)
+REDUCE(max, MAX)
+REDUCE(min, MIN)
+REDUCE(prod, PROD)
+
+kiln_tensor kiln_var_dims(kiln_tensor t, kiln_dims dims, int correction, bool keepdim) {
+    return reduce_dims("kiln_var_dims", KILN__OP_VAR, t, dims, keepdim, correction, false);
+}
+
+kiln_tensor kiln_std_dims(kiln_tensor t, kiln_dims dims, int correction, bool keepdim) {
+    return reduce_dims("kiln_std_dims", KILN__OP_VAR, t, dims, keepdim, correction, true);
+}
+
+kiln_tensor kiln_logsumexp_dims(kiln_tensor t, kiln_dims dims, bool keepdim) {
+    return reduce_dims("kiln_logsumexp_dims", KILN__OP_LOGSUMEXP, t, dims, keepdim, 0, false);
+}
+
+static kiln_tensor arg_reduce(const char *name, kiln__opcode code, kiln_tensor t, int dim, bool keepdim) {
+    KILN__OP_BEGIN(name);
+    kiln__tensor *x = kiln__arg(&c, t);
+    if (!kiln__ok(&c, x) || !kiln__norm_dim(&c, &dim, x->ndim)) {
+        kiln__drop(1, x);
+        return kiln__result(&c, NULL);
+    }
+    return kiln__result(&c, reduce_impl(&c, code, x, x->ndim ? 1u << dim : 0u, keepdim, 0, false));
+}
+
+kiln_tensor kiln_argmax(kiln_tensor t, int dim, bool keepdim) {
+    return arg_reduce("kiln_argmax", KILN__OP_ARGMAX, t, dim, keepdim);
+}
+
+kiln_tensor kiln_argmin(kiln_tensor t, int dim, bool keepdim) {
+    return arg_reduce("kiln_argmin", KILN__OP_ARGMIN, t, dim, keepdim);
+}
+
+/* ---- softmax ----------------------------------------------------------------------------- */
+/* The kernels read every element of a slice along `dim` before writing any of it back, so the
+ * output may take the input's buffer. */
+static kiln_tensor softmax_op(const char *name, kiln__opcode code, kiln_tensor t, int dim) {
+    KILN__OP_BEGIN(name);
+    kiln__tensor *x = kiln__arg(&c, t);
+    if (!kiln__ok(&c, x) || !kiln__norm_dim(&c, &dim, x->ndim)) {
+        kiln__drop(1, x);
+        return kiln__result(&c, NULL);
+    }
+    kiln_dtype kd = kernel_dtype(code, x->dtype);
+    kiln_dtype rd = result_dtype(code, x->dtype, kd);
+    kiln_device dev = x->device;
+    x = kiln__t_cast(&c, x, kd);
+    if (!x) return kiln__result(&c, NULL);
+    kiln__tensor *out = submit(&c, code, x, kiln__t_output(&c, dev, kd, x->ndim, x->shape, &x, 1), dim, 0);
+    if (out && out->dtype != rd) out = kiln__t_cast(&c, out, rd);
+    return kiln__result(&c, out);
+}
+
+kiln_tensor kiln_softmax(kiln_tensor t, int dim) { return softmax_op("kiln_softmax", KILN__OP_SOFTMAX, t, dim); }
+
+kiln_tensor kiln_log_softmax(kiln_tensor t, int dim) {
+    return softmax_op("kiln_log_softmax", KILN__OP_LOG_SOFTMAX, t, dim);
+}
