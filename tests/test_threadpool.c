@@ -91,26 +91,32 @@ KT_TEST(every_index_visited_once) {
     free(visits);
 }
 
-static void slow_visit_range(void *ctx, int64_t begin, int64_t end) {
+/* Each chunk waits (up to 5 s) until `rendezvous_threads` threads have run chunks, so
+ * the test shows that the workers join in without depending on how fast they wake. */
+static int rendezvous_threads;
+
+static void rendezvous_range(void *ctx, int64_t begin, int64_t end) {
+    coverage *cov = ctx;
     visit_range(ctx, begin, end);
-    struct timespec pause = {0, 3 * 1000 * 1000};
-    nanosleep(&pause, NULL);
+    for (int waited_ms = 0; waited_ms < 5000; waited_ms++) {
+        if (coverage_thread_count(cov) >= rendezvous_threads) return;
+        struct timespec pause = {0, 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
 }
 
 KT_TEST(workers_take_part) {
     static coverage cov;
     atomic_int visits[16];
-    kiln__pool_set_threads(2);
-    coverage_reset(&cov, visits, 16);
-    kiln__parallel_for(16, 1, slow_visit_range, &cov);
-    KT_CHECK(all_visited_once(&cov));
-    KT_CHECK(coverage_thread_count(&cov) == 2);
-
-    kiln__pool_set_threads(1);
-    coverage_reset(&cov, visits, 16);
-    kiln__parallel_for(16, 1, slow_visit_range, &cov);
-    KT_CHECK(all_visited_once(&cov));
-    KT_CHECK(coverage_thread_count(&cov) == 1);
+    for (int threads = 1; threads <= 3; threads++) {
+        kiln__pool_set_threads(threads);
+        rendezvous_threads = threads;
+        coverage_reset(&cov, visits, 16);
+        kiln__parallel_for(16, 1, rendezvous_range, &cov);
+        KT_CHECK(all_visited_once(&cov));
+        KT_CHECK_MSG(coverage_thread_count(&cov) == threads, "%d threads ran chunks, wanted %d",
+                     coverage_thread_count(&cov), threads);
+    }
 }
 
 typedef struct nested_ctx {
@@ -239,7 +245,54 @@ KT_TEST(set_threads_clamps_and_restarts) {
     kiln__pool_shutdown();
 }
 
+static int resize_inside_to;
+
+static void resize_from_inside(void *ctx, int64_t begin, int64_t end) {
+    visit_range(ctx, begin, end);
+    if (begin == 0) kiln__pool_set_threads(resize_inside_to);
+}
+
+/* A range function that resizes must not deadlock; the size applies to the next call. */
+KT_TEST(set_threads_inside_region) {
+    static coverage cov;
+    atomic_int visits[4000];
+    kiln__pool_set_threads(3);
+    resize_inside_to = 1;
+    coverage_reset(&cov, visits, 4000);
+    kiln__parallel_for(4000, 10, resize_from_inside, &cov);
+    KT_CHECK(all_visited_once(&cov));
+    KT_CHECK(kiln__pool_threads() == 1);
+    coverage_reset(&cov, visits, 4000);
+    kiln__parallel_for(4000, 10, visit_range, &cov);
+    KT_CHECK(all_visited_once(&cov));
+    KT_CHECK(coverage_thread_count(&cov) == 1);
+
+    /* From 3 threads (2 live workers) down to 2: the next pooled call trims a worker. */
+    kiln__pool_set_threads(3);
+    resize_inside_to = 2;
+    coverage_reset(&cov, visits, 4000);
+    kiln__parallel_for(4000, 10, resize_from_inside, &cov);
+    KT_CHECK(all_visited_once(&cov));
+    KT_CHECK(kiln__pool_threads() == 2);
+    rendezvous_threads = 2;
+    coverage_reset(&cov, visits, 16);
+    kiln__parallel_for(16, 1, rendezvous_range, &cov);
+    KT_CHECK(all_visited_once(&cov));
+    KT_CHECK(coverage_thread_count(&cov) == 2);
+}
+
 static void do_nothing(void *ctx, int64_t begin, int64_t end) { (void)ctx, (void)begin, (void)end; }
+
+static volatile double busy_sink;
+static int busy_iterations;
+
+static void busy_range(void *ctx, int64_t begin, int64_t end) {
+    (void)ctx;
+    double x = 0;
+    for (int64_t c = begin; c < end; c++)
+        for (int i = 0; i < busy_iterations; i++) x += (double)i * 0.5;
+    busy_sink = x;
+}
 
 static double seconds_now(void) {
     struct timespec t;
@@ -247,18 +300,32 @@ static double seconds_now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Informational: the fixed cost of one parallel_for over trivial work. */
-KT_TEST(report_call_overhead) {
-    int threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    kiln__pool_set_threads(threads < 2 ? 2 : threads);
-    kiln__parallel_for(1024, 1, do_nothing, NULL);
-    int calls = 20000;
+static double seconds_per_call(int64_t n, kiln__range_fn fn, int calls) {
+    kiln__parallel_for(n, 1, fn, NULL);
     double start = seconds_now();
-    for (int i = 0; i < calls; i++) kiln__parallel_for(1024, 1, do_nothing, NULL);
-    double per_call = (seconds_now() - start) / calls;
-    fprintf(stderr, "  parallel_for overhead, %d threads: %.2f us per call\n", kiln__pool_threads(),
-            per_call * 1e6);
-    KT_CHECK(per_call < 1e-3);
+    for (int i = 0; i < calls; i++) kiln__parallel_for(n, 1, fn, NULL);
+    return (seconds_now() - start) / calls;
+}
+
+/* Informational: the fixed cost of a call. "trivial" is a call whose work is done before
+ * a worker could wake; "2 x 20 us" is two chunks of work that both threads must share,
+ * reported as the time above a perfect halving of the one-thread time. */
+KT_TEST(report_call_overhead) {
+    kiln__pool_set_threads(2);
+    double trivial = seconds_per_call(1024, do_nothing, 20000);
+
+    busy_iterations = 1000;
+    double start = seconds_now();
+    busy_range(NULL, 0, 1000);
+    busy_iterations = (int)(1000 * 20e-6 / ((seconds_now() - start) / 1000));
+    kiln__pool_set_threads(1);
+    double serial = seconds_per_call(2, busy_range, 2000);
+    kiln__pool_set_threads(2);
+    double pooled = seconds_per_call(2, busy_range, 2000);
+    fprintf(stderr, "  parallel_for, 2 threads: trivial %.2f us/call; 2 x 20 us chunks %.1f us/call "
+            "(1 thread %.1f us, overhead over ideal %.1f us)\n",
+            trivial * 1e6, pooled * 1e6, serial * 1e6, (pooled - serial / 2) * 1e6);
+    KT_CHECK(trivial < 1e-3);
 }
 
 int main(void) {
@@ -268,6 +335,7 @@ int main(void) {
     KT_RUN(concurrent_host_callers);
     KT_RUN(resize_while_calls_run);
     KT_RUN(set_threads_clamps_and_restarts);
+    KT_RUN(set_threads_inside_region);
     KT_RUN(report_call_overhead);
     kiln__pool_shutdown();
     return kt_finish();

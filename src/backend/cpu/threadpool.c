@@ -12,6 +12,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
@@ -220,18 +221,25 @@ static void pool_start_workers_locked_by_caller(int wanted_workers) {
     pthread_mutex_lock(&pool.state_lock);
     pool.workers = workers;
     pthread_mutex_unlock(&pool.state_lock);
+    /* Workers start with every signal blocked, so that process-directed signals keep
+     * going to the application's own threads. */
+    sigset_t all_signals, caller_signals;
+    sigfillset(&all_signals);
+    pthread_sigmask(SIG_SETMASK, &all_signals, &caller_signals);
     while (pool.worker_count < wanted_workers) {
         /* job_generation only changes under caller_lock, which we hold. */
         void *generation = (void *)(uintptr_t)pool.job_generation;
         int rc = pthread_create(&workers[pool.worker_count], NULL, pool_worker_main, generation);
         if (rc != 0) {
             pool.worker_start_failed = 1;
-            return;
+            break;
         }
+        pthread_setname_np(workers[pool.worker_count], "kiln-worker");
         pthread_mutex_lock(&pool.state_lock);
         pool.worker_count++;
         pthread_mutex_unlock(&pool.state_lock);
     }
+    pthread_sigmask(SIG_SETMASK, &caller_signals, NULL);
 }
 
 static double pool_seconds_now(void) {
@@ -265,6 +273,12 @@ int kiln__pool_threads(void) {
 void kiln__pool_set_threads(int n) {
     pool_ensure_init();
     n = pool_clamp_threads(n);
+    if (thread_in_region) {
+        /* The pool is busy with the call this thread is part of; waiting for it would
+         * deadlock. The next call trims or grows the workers instead. */
+        atomic_store(&pool.threads_wanted, n);
+        return;
+    }
     pthread_mutex_lock(&pool.caller_lock);
     if (n != atomic_load(&pool.threads_wanted)) {
         pool_stop_workers_locked_by_caller();
@@ -297,8 +311,10 @@ void kiln__parallel_for(int64_t n, int64_t grain, kiln__range_fn fn, void *ctx) 
         fn(ctx, 0, n);
         return;
     }
-    /* threads_wanted cannot change while we hold caller_lock. */
+    /* Stable until the job is published: only caller_lock holders and threads inside a
+     * running job change threads_wanted. */
     threads = atomic_load_explicit(&pool.threads_wanted, memory_order_relaxed);
+    if (pool.worker_count > threads - 1) pool_stop_workers_locked_by_caller();
     pool_start_workers_locked_by_caller(threads - 1);
     int helpers = pool.worker_count;
     if (helpers > chunk_count - 1) helpers = (int)(chunk_count - 1);

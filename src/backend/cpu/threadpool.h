@@ -16,7 +16,8 @@
  *  - Two host threads calling at once are both correct: the pool serves one call at a
  *    time and a caller that finds it busy runs its whole range inline instead of waiting,
  *    because its own thread is a core's worth of work the pool could not give it anyway.
- *  - kiln__pool_set_threads waits for the call in flight, then resizes. */
+ *  - kiln__pool_set_threads waits for the call in flight, then resizes; called from
+ *    inside a range function it only records the size, applied by the next call. */
 #ifndef KILN_BACKEND_CPU_THREADPOOL_H
 #define KILN_BACKEND_CPU_THREADPOOL_H
 

@@ -1,0 +1,46 @@
+/* Dense matrix product for the CPU backend, row-major.
+ *
+ *   C = alpha * op(A) * op(B) + beta * C,   op(X) = X, or X^T when trans_x is non-zero
+ *
+ * op(A) is m x k, op(B) is k x n, C is m x n. A row-major matrix stored with leading
+ * dimension ld has element (i, j) at x[i * ld + j]; a transposed operand is the stored
+ * matrix read the other way round (A^T: A is stored k x m with lda >= m).
+ *
+ *   float a[2 * 3] = {...}, b[3 * 4] = {...}, c[2 * 4];
+ *   kiln__gemm_f32(0, 0, 2, 4, 3, 1.0f, a, 3, b, 4, 0.0f, c, 4);   // c = a @ b
+ *
+ * When beta is 0, C is written without being read (NaN in C does not leak through); when
+ * k is 0 or alpha is 0 the result is beta * C. Built with KILN_HAVE_CBLAS=1 the product
+ * goes to cblas_sgemm/cblas_dgemm (OpenBLAS, told to use kiln__pool_threads() threads);
+ * otherwise, and for sizes CBLAS's int arguments cannot hold, a built-in blocked kernel
+ * runs on the kiln thread pool. */
+#ifndef KILN_BACKEND_CPU_GEMM_H
+#define KILN_BACKEND_CPU_GEMM_H
+
+#include <stdint.h>
+
+void kiln__gemm_f32(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                    float *c, int64_t ldc);
+void kiln__gemm_f64(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+                    const double *a, int64_t lda, const double *b, int64_t ldb, double beta,
+                    double *c, int64_t ldc);
+
+/* The built-in kernel, whatever the build: for tests and benchmarks against CBLAS. */
+void kiln__gemm_builtin_f32(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                            float alpha, const float *a, int64_t lda, const float *b,
+                            int64_t ldb, float beta, float *c, int64_t ldc);
+void kiln__gemm_builtin_f64(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                            double alpha, const double *a, int64_t lda, const double *b,
+                            int64_t ldb, double beta, double *c, int64_t ldc);
+
+/* Where products go: "openblas", "cblas" (another CBLAS library) or "builtin". */
+const char *kiln__gemm_impl(void);
+
+/* The micro-kernel the built-in path picked for this CPU: "avx2-fma" or "portable". */
+const char *kiln__gemm_builtin_kernel(void);
+
+/* Tests: make the built-in path use the portable micro-kernel even where AVX2 exists. */
+void kiln__gemm_builtin_use_portable(int on);
+
+#endif
