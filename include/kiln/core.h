@@ -31,6 +31,7 @@ extern "C" {
 
 /* ---- status codes: one X-macro makes the enum and its string table ---------------------- */
 #define KILN_STATUS_MAP(X)                                                   \
+    X(DONE, 1, "no more data")                                               \
     X(OK, 0, "ok")                                                           \
     X(ERR_INVALID_ARGUMENT, -1, "invalid argument")                          \
     X(ERR_NULL, -2, "null pointer")                                          \
@@ -150,6 +151,7 @@ typedef struct {
     uint64_t live_tensors;   /* tensor objects alive (views included) */
 } kiln_memory_stats;
 
+/* Waits for queued work first (a read), so the numbers match the program as written. */
 KILN_API kiln_memory_stats kiln_memory_stats_get(kiln_device device);
 KILN_API void kiln_memory_reset_peak(kiln_device device);
 KILN_API void kiln_memory_empty_cache(kiln_device device); /* return cached blocks to the system */

@@ -110,7 +110,7 @@ void kiln__cpu_free(void *p, size_t nbytes) {
     free(p);
 }
 
-void kiln_memory_empty_cache(kiln_device dev) {
+void kiln__memory_empty_cache(kiln_device dev) {
     if (dev != KILN_CPU) return;
     pthread_mutex_lock(&cache.lock);
     for (int c = 0; c < NUM_CLASSES; c++) {
@@ -144,12 +144,8 @@ void kiln__stats_count_tensor(int delta) {
     atomic_fetch_add_explicit(&stats[0].live_tensors, (unsigned long long)(long long)delta, memory_order_relaxed);
 }
 
-kiln_memory_stats kiln_memory_stats_get(kiln_device dev) {
+kiln_memory_stats kiln__memory_stats_snapshot(kiln_device dev) {
     kiln_memory_stats s = {0};
-    if ((unsigned)dev >= KILN_DEVICE_COUNT) {
-        kiln__report(KILN_ERR_DEVICE, "kiln_memory_stats_get", "invalid device %d", (int)dev);
-        return s;
-    }
     s.bytes_in_use = (uint64_t)atomic_load(&stats[dev].in_use);
     s.peak_bytes = (uint64_t)atomic_load(&stats[dev].peak);
     s.alloc_count = atomic_load(&stats[dev].allocs);
@@ -164,7 +160,6 @@ kiln_memory_stats kiln_memory_stats_get(kiln_device dev) {
     return s;
 }
 
-void kiln_memory_reset_peak(kiln_device dev) {
-    if ((unsigned)dev >= KILN_DEVICE_COUNT) return;
+void kiln__memory_reset_peak(kiln_device dev) {
     atomic_store(&stats[dev].peak, atomic_load(&stats[dev].in_use));
 }

@@ -156,6 +156,9 @@ kiln__tensor *kiln__handle_take(kiln_tensor h, const char *op, kiln__error **err
 void *kiln__cpu_alloc(size_t nbytes); /* 64-byte aligned; caching; NULL on failure */
 void kiln__cpu_free(void *p, size_t nbytes);
 bool kiln__alloc_should_fail(void); /* fault injection */
+kiln_memory_stats kiln__memory_stats_snapshot(kiln_device dev); /* dev must be valid */
+void kiln__memory_reset_peak(kiln_device dev);
+void kiln__memory_empty_cache(kiln_device dev);
 void kiln__stats_add_in_use(kiln_device dev, int64_t delta);
 void kiln__stats_count_alloc(kiln_device dev, bool from_system);
 void kiln__stats_count_inplace(void);

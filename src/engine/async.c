@@ -77,8 +77,7 @@ static void *worker_main(void *arg);
 
 static void engine_init(void) {
     const char *sync = getenv("KILN_SYNC");
-    const char *async = getenv("KILN_ASYNC"); /* TEMPORARY: opt-in while the engine is proven */
-    engine.async = async && async[0] == '1' && !(sync && sync[0] && sync[0] != '0');
+    engine.async = !(sync && sync[0] && sync[0] != '0');
     engine.max_inflight = env_int("KILN_MAX_INFLIGHT", DEFAULT_MAX_INFLIGHT);
     engine.max_bytes = env_int("KILN_MAX_PENDING_MB", DEFAULT_MAX_BYTES >> 20) << 20;
     pthread_key_create(&stream_key, stream_thread_exit);
@@ -397,4 +396,27 @@ void kiln_engine_set_limits(int64_t max_inflight_ops, int64_t max_pending_bytes)
     pthread_once(&engine.once, engine_init);
     if (max_inflight_ops > 0) atomic_store(&engine.max_inflight, max_inflight_ops);
     if (max_pending_bytes > 0) atomic_store(&engine.max_bytes, max_pending_bytes);
+}
+
+/* Stats are a read: they wait for queued ops (and the frees they hold back), so the numbers
+ * are those of the program as written, whatever the engine still has in flight. */
+kiln_memory_stats kiln_memory_stats_get(kiln_device dev) {
+    if ((unsigned)dev >= KILN_DEVICE_COUNT) {
+        kiln__report(KILN_ERR_DEVICE, "kiln_memory_stats_get", "invalid device %d", (int)dev);
+        return (kiln_memory_stats){0};
+    }
+    kiln__engine_drain_all();
+    return kiln__memory_stats_snapshot(dev);
+}
+
+void kiln_memory_reset_peak(kiln_device dev) {
+    if ((unsigned)dev >= KILN_DEVICE_COUNT) return;
+    kiln__engine_drain_all();
+    kiln__memory_reset_peak(dev);
+}
+
+void kiln_memory_empty_cache(kiln_device dev) {
+    if ((unsigned)dev >= KILN_DEVICE_COUNT) return;
+    kiln__engine_drain_all(); /* deferred frees first, so they reach the cache and leave with it */
+    kiln__memory_empty_cache(dev);
 }

@@ -15,13 +15,14 @@
  * run time once (thread-safe), with a portable scalar fallback (libm). KILN_ISA=scalar|avx2|avx512
  * in the environment selects a lower ISA than the best available, e.g. to test each path.
  *
- * Accuracy (f32, against the exactly rounded result; see tests/test_vmath.c for the measured
- * figures): at most a few ulp everywhere, special values included: exp/expm1 overflow to inf
- * above 88.72 and underflow through the denormals to 0; log(0) = -inf, log(x<0) = NaN;
- * sin/cos stay accurate for any |x| (lanes above 2^17 go to libm). tanh, sigmoid, silu, gelu,
- * gelu_tanh and softplus are computed without cancellation or overflow, so their tiny negative
- * tails (e.g. sigmoid(-100) = 3.7e-44) keep their relative accuracy. Limits at infinity are
- * returned at infinity: silu(-inf) = gelu(-inf) = gelu_tanh(-inf) = -0, softplus(-inf) = 0.
+ * Accuracy (f32, against the exactly rounded result; tests/test_vmath.c prints the measured
+ * worst cases): at most 2.5 ulp for every function (sqrt 0.5, rsqrt 1.5), special values
+ * included: exp/expm1 overflow to inf above 88.72 and underflow through the denormals to 0;
+ * log(0) = -inf, log(x<0) = NaN; sin/cos stay accurate for any |x| (lanes from 2^17 on go to
+ * libm). tanh, sigmoid, silu, gelu, gelu_tanh and softplus are computed without cancellation or
+ * overflow, so their tiny negative tails (e.g. sigmoid(-100) = 3.7e-44) keep their relative
+ * accuracy. Limits at infinity are returned at infinity: silu(-inf) = gelu(-inf) =
+ * gelu_tanh(-inf) = -0, softplus(-inf) = 0. The AVX2 and AVX-512 kernels return the same bits.
  *
  * The f64 functions are plain libm loops (same formulas for the composite ops). */
 #ifndef KILN_BACKEND_CPU_VMATH_H
