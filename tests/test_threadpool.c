@@ -283,7 +283,7 @@ KT_TEST(set_threads_inside_region) {
 
 static void do_nothing(void *ctx, int64_t begin, int64_t end) { (void)ctx, (void)begin, (void)end; }
 
-static volatile double busy_sink;
+static _Thread_local volatile double busy_sink; /* per thread: chunks run concurrently */
 static int busy_iterations;
 
 static void busy_range(void *ctx, int64_t begin, int64_t end) {
