@@ -40,6 +40,12 @@ static inline int bench_runs(int argc, char **argv, int fallback) {
     return fallback;
 }
 
+static inline bool bench_flag(int argc, char **argv, const char *flag) {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], flag) == 0) return true;
+    return false;
+}
+
 /* Prints {"name":..., "ms":..., "rss_mib":..., extra} where extra is "" or ",\"key\":value". */
 static inline void bench_report(const char *name, double ms, const char *extra) {
     printf("{\"name\":\"%s\",\"side\":\"kiln\",\"ms\":%.4f,\"rss_mib\":%.1f%s}\n", name, ms, bench_peak_rss_mib(), extra ? extra : "");

@@ -1,4 +1,5 @@
-/* MLP inference (DESIGN.md §4): 12 x (Linear(2048,2048) + ReLU) on [128,2048] f32. */
+/* MLP (DESIGN.md §4): 12 x (Linear(2048,2048) + ReLU) on [128,2048] f32.
+ * --autodiff: weights and biases require gradients; each run is forward + sum + backward. */
 #include "bench.h"
 
 #define LAYERS 12
@@ -6,12 +7,14 @@
 
 int main(int argc, char **argv) {
     int runs = bench_runs(argc, argv, 10);
+    bool autodiff = bench_flag(argc, argv, "--autodiff");
     double *ms = malloc(sizeof(double) * (size_t)runs);
     kiln_tensor w[LAYERS], b[LAYERS];
     double bound = 1.0 / 45.25; /* 1/sqrt(2048), like torch's default init */
     for (int l = 0; l < LAYERS; l++) {
         w[l] = kiln_uniform(KILN_CPU, KILN_F32, KILN_SHAPE(WIDTH, WIDTH), -bound, bound, 10 + (uint64_t)l);
         b[l] = kiln_uniform(KILN_CPU, KILN_F32, KILN_SHAPE(WIDTH), -bound, bound, 100 + (uint64_t)l);
+        if (autodiff) bench_check(kiln_require_grad(w[l]), "w"), bench_check(kiln_require_grad(b[l]), "b");
     }
     kiln_tensor x = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(128, WIDTH), 1);
     bench_check(kiln_sync(), "init");
@@ -19,11 +22,18 @@ int main(int argc, char **argv) {
         double t0 = bench_now_ms();
         kiln_tensor h = kiln_ref(x);
         for (int l = 0; l < LAYERS; l++) h = kiln_relu(kiln_linear(h, kiln_ref(w[l]), kiln_ref(b[l])));
-        bench_check(kiln_sync(), "mlp");
+        if (autodiff) {
+            kiln_grads *g = NULL;
+            bench_check(kiln_backward(kiln_sum(h), &g), "backward");
+            bench_check(kiln_sync(), "mlp");
+            kiln_grads_free(g);
+        } else {
+            bench_check(kiln_sync(), "mlp");
+            kiln_release(h);
+        }
         if (r >= 0) ms[r] = bench_now_ms() - t0;
-        kiln_release(h);
     }
-    bench_report("mlp_inference", bench_quantile(ms, runs, 0.5), NULL);
+    bench_report(autodiff ? "mlp_autodiff" : "mlp_inference", bench_quantile(ms, runs, 0.5), NULL);
     for (int l = 0; l < LAYERS; l++) kiln_release(w[l]), kiln_release(b[l]);
     kiln_release(x);
     free(ms);

@@ -1,5 +1,6 @@
-/* Softmax inference on [128,128,2048] f32 (DESIGN.md §4): exp(log_softmax(x)) with
- * log_softmax(x) = x - log(sum(exp(x), -1, keepdim)), written with kiln ops. */
+/* Softmax on [128,128,2048] f32 (DESIGN.md §4): exp(log_softmax(x)) with
+ * log_softmax(x) = x - log(sum(exp(x), -1, keepdim)), written with kiln ops.
+ * --autodiff: x requires a gradient and each run is forward + sum + backward. */
 #include "bench.h"
 
 static kiln_tensor softmax_composed(kiln_tensor x) {
@@ -9,17 +10,28 @@ static kiln_tensor softmax_composed(kiln_tensor x) {
 
 int main(int argc, char **argv) {
     int runs = bench_runs(argc, argv, 10);
+    bool autodiff = bench_flag(argc, argv, "--autodiff");
     double *ms = malloc(sizeof(double) * (size_t)runs);
     kiln_tensor x = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(128, 128, 2048), 1);
+    if (autodiff) bench_check(kiln_require_grad(x), "require_grad");
     bench_check(kiln_sync(), "init");
     for (int r = -2; r < runs; r++) {
         double t0 = bench_now_ms();
         kiln_tensor y = softmax_composed(kiln_ref(x));
-        bench_check(kiln_sync(), "softmax");
+        if (autodiff) {
+            kiln_grads *g = NULL;
+            bench_check(kiln_backward(kiln_sum(y), &g), "backward");
+            kiln_tensor dx = kiln_grad(g, x);
+            bench_check(kiln_sync(), "softmax");
+            kiln_release(dx);
+            kiln_grads_free(g);
+        } else {
+            bench_check(kiln_sync(), "softmax");
+            kiln_release(y);
+        }
         if (r >= 0) ms[r] = bench_now_ms() - t0;
-        kiln_release(y);
     }
-    bench_report("softmax_inference", bench_quantile(ms, runs, 0.5), NULL);
+    bench_report(autodiff ? "softmax_autodiff" : "softmax_inference", bench_quantile(ms, runs, 0.5), NULL);
     kiln_release(x);
     free(ms);
     return 0;

@@ -12,10 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
 typedef struct {
+    bool bench; /* --bench: print one JSON line (mean epoch time) for bench/run, skip the checkpoint */
     const char *model, *data, *checkpoint, *profile;
     int epochs, workers;
     int64_t batch, limit;
@@ -29,9 +31,15 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+static double peak_rss_mib(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
 static void usage(void) {
     fprintf(stderr, "usage: fashion_mnist [--model mlp|cnn] [--epochs N] [--batch B] [--lr X] [--workers W]\n"
-                    "                     [--limit N] [--data DIR] [--checkpoint FILE] [--profile FILE] [--seed S]\n");
+                    "                     [--limit N] [--data DIR] [--checkpoint FILE] [--profile FILE] [--seed S] [--bench]\n");
 }
 
 static bool parse(int argc, char **argv, options *o) {
@@ -40,6 +48,10 @@ static bool parse(int argc, char **argv, options *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(), false;
+        if (!strcmp(a, "--bench")) {
+            o->bench = true;
+            continue;
+        }
         if (!v) return usage(), false;
         if (!strcmp(a, "--model")) o->model = v;
         else if (!strcmp(a, "--epochs")) o->epochs = atoi(v);
@@ -237,7 +249,10 @@ int main(int argc, char **argv) {
                (double)seen / epoch_s, acc, (long long)tested);
         fflush(stdout);
     }
-    if (!status) {
+    if (!status && o.bench) {
+        printf("{\"name\":\"fashion_mnist_%s_epoch\",\"side\":\"kiln\",\"ms\":%.1f,\"rss_mib\":%.1f}\n", o.model,
+               1e3 * total_train_s / o.epochs, peak_rss_mib());
+    } else if (!status) {
         printf("mean epoch time %.1f s\n", total_train_s / o.epochs);
         if (kiln_checkpoint_save(o.checkpoint, model, opt) == KILN_OK)
             printf("checkpoint written to %s\n", o.checkpoint);

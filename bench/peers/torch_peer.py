@@ -47,6 +47,18 @@ def softmax_inference(runs):
     report("softmax_inference", timed(run, runs))
 
 
+def softmax_autodiff(runs):
+    x = torch.randn(128, 128, 2048, requires_grad=True)
+
+    def run():
+        lse = torch.log(torch.exp(x).sum(-1, keepdim=True))
+        out = torch.exp(x - lse)
+        out.sum().backward()
+        x.grad = None
+
+    report("softmax_autodiff", timed(run, runs))
+
+
 def mlp_layers():
     torch.manual_seed(0)
     return [torch.nn.Linear(2048, 2048) for _ in range(12)]
@@ -64,6 +76,22 @@ def mlp_inference(runs):
             return h
 
     report("mlp_inference", timed(run, runs))
+
+
+def mlp_autodiff(runs):
+    layers = mlp_layers()
+    x = torch.randn(128, 2048)
+
+    def run():
+        h = x
+        for lin in layers:
+            h = torch.relu(lin(h))
+        h.sum().backward()
+        for lin in layers:
+            lin.weight.grad = None
+            lin.bias.grad = None
+
+    report("mlp_autodiff", timed(run, runs))
 
 
 def matmul(n, runs):
@@ -118,9 +146,53 @@ def async_demo_numpy(runs):
     report("async_demo", timed(run, runs), side="numpy")
 
 
+def load_idx(path):
+    import gzip
+
+    import numpy as np
+
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def fashion_mnist_epoch(kind, runs):
+    """One training epoch of the same model, batch size (128) and optimizer (Adam 1e-3) as
+    examples/fashion_mnist; batches sliced from a shuffled in-memory tensor."""
+    d = "/usr/share/datasets/fashion-mnist"
+    x = torch.from_numpy(load_idx(f"{d}/train-images-idx3-ubyte.gz").copy()).float().div_(255)
+    x = ((x - 0.2860) / 0.3530).unsqueeze(1)
+    y = torch.from_numpy(load_idx(f"{d}/train-labels-idx1-ubyte.gz").copy()).long()
+    nn = torch.nn
+    torch.manual_seed(1)
+    if kind == "cnn":
+        model = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 3, padding=1),
+                              nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(),
+                              nn.Dropout(0.25), nn.Linear(128, 10))
+    else:
+        model = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
+                              nn.Linear(128, 10))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def epoch():
+        perm = torch.randperm(x.shape[0])
+        for i in range(0, x.shape[0], 128):
+            idx = perm[i:i + 128]
+            loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+
+    report(f"fashion_mnist_{kind}_epoch", timed(epoch, runs, warmup=0))
+
+
 WORKLOADS = {
     "softmax_inference": softmax_inference,
     "mlp_inference": mlp_inference,
+    "softmax_autodiff": softmax_autodiff,
+    "mlp_autodiff": mlp_autodiff,
     "matmul_1024": lambda r: matmul(1024, r),
     "matmul_2048": lambda r: matmul(2048, r),
     "matmul_4096": lambda r: matmul(4096, r),
@@ -129,6 +201,8 @@ WORKLOADS = {
     "dispatch": dispatch,
     "async_demo": async_demo,
     "async_demo_numpy": async_demo_numpy,
+    "fashion_mnist_mlp_epoch": lambda r: fashion_mnist_epoch("mlp", r),
+    "fashion_mnist_cnn_epoch": lambda r: fashion_mnist_epoch("cnn", r),
 }
 
 if __name__ == "__main__":
