@@ -1,0 +1,99 @@
+/* kiln data: datasets, transforms and a multi-threaded data loader. Loader workers
+ * assemble whole batches on their own threads (each with its own stream) and hand them
+ * over through a bounded prefetch queue; a batch reaches the device in one transfer.
+ *
+ *   kiln_dataset *train = kiln_idx_dataset_new(".../train-images-idx3-ubyte.gz",
+ *                                              ".../train-labels-idx1-ubyte.gz");
+ *   kiln_loader_options o = kiln_loader_defaults(128);   // batch 128, 2 workers, shuffled
+ *   kiln_loader *loader = kiln_loader_new(train, o);
+ *   kiln_tensor x, y;
+ *   for (int epoch = 0; epoch < 5; epoch++) {
+ *       kiln_loader_start_epoch(loader, epoch);
+ *       while (kiln_loader_next(loader, &x, &y) == KILN_OK) { ... }  // KILN_DONE at the end
+ *   }
+ *   kiln_loader_free(loader);                               // also fine mid-epoch
+ *   kiln_dataset_free(train);
+ */
+#ifndef KILN_DATA_H
+#define KILN_DATA_H
+
+#include "core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A dataset of samples (input, target) of fixed shapes and dtypes. get() writes one
+ * sample into the two buffers (dense, of the declared shapes); `seed` varies per sample and
+ * epoch, for random transforms. get() may be called from several threads at once. */
+typedef struct {
+    kiln_dtype input_dtype, target_dtype;
+    kiln_shape input_shape, target_shape; /* of one sample */
+    int64_t (*length)(void *ctx);
+    kiln_status (*get)(void *ctx, int64_t index, void *input, void *target, uint64_t seed);
+    void (*free)(void *ctx); /* may be NULL */
+} kiln_dataset_desc;
+
+typedef struct kiln_dataset kiln_dataset;
+/* On failure ctx is freed through desc.free. */
+KILN_API kiln_dataset *kiln_dataset_new(kiln_dataset_desc desc, void *ctx);
+/* Host copies of inputs [N, ...] and targets [N, ...] (both consumed). */
+KILN_API kiln_dataset *kiln_memory_dataset_new(kiln_tensor inputs, kiln_tensor targets);
+/* MNIST-format IDX files (gzip'd or not): images become f32 in [0, 1] of shape [1, H, W];
+ * labels i64 scalars. NULL with kiln_last_error on a missing, truncated or corrupt file. */
+KILN_API kiln_dataset *kiln_idx_dataset_new(const char *images_path, const char *labels_path);
+KILN_API int64_t kiln_dataset_length(const kiln_dataset *ds);
+/* One sample, for inspection: input and target as tensors (transforms use the seed a loader
+ * with seed 0 would use in epoch 0). */
+KILN_API kiln_status kiln_dataset_get(kiln_dataset *ds, int64_t index, kiln_tensor *input, kiln_tensor *target);
+KILN_API void kiln_dataset_free(kiln_dataset *ds);
+
+/* ---- transforms: each wraps a dataset (taking it, on failure too) and returns the result -- */
+/* (x - mean) / std, per channel (dim 0 of the input) or one value for all when n == 1. */
+KILN_API kiln_dataset *kiln_transform_normalize(kiln_dataset *base, int n, const double *mean, const double *std);
+/* Pads H and W by `padding` (zeros) and crops a random window of the original size. */
+KILN_API kiln_dataset *kiln_transform_random_crop(kiln_dataset *base, int padding);
+KILN_API kiln_dataset *kiln_transform_random_hflip(kiln_dataset *base, double p);
+
+/* ---- loader ---------------------------------------------------------------------------------- */
+typedef struct {
+    int64_t batch_size;
+    int workers;       /* threads assembling batches (0: on the calling thread; at most 256) */
+    int prefetch;      /* batches being assembled or ready ahead, at most (unused with 0 workers) */
+    bool shuffle;
+    bool drop_last;
+    uint64_t seed;     /* shuffling and transform randomness */
+    kiln_device device;
+} kiln_loader_options;
+KILN_API kiln_loader_options kiln_loader_defaults(int64_t batch_size); /* 2 workers, prefetch 4, shuffle */
+
+typedef struct kiln_loader kiln_loader;
+/* The loader borrows ds: it must outlive the loader. next, start_epoch and free must be
+ * called from one thread. */
+KILN_API kiln_loader *kiln_loader_new(kiln_dataset *ds, kiln_loader_options o);
+/* Starts (or restarts) an epoch: order = shuffle(seed, epoch); every sample once. */
+KILN_API kiln_status kiln_loader_start_epoch(kiln_loader *l, int64_t epoch);
+/* The next batch: inputs [B, ...], targets [B, ...]. KILN_DONE after the last batch. Without
+ * a start_epoch first, epoch 0 runs. A batch whose sample failed returns that error (naming
+ * the sample); the next call moves on to the following batch. */
+KILN_API kiln_status kiln_loader_next(kiln_loader *l, kiln_tensor *inputs, kiln_tensor *targets);
+KILN_API int64_t kiln_loader_batches(const kiln_loader *l); /* per epoch */
+KILN_API void kiln_loader_free(kiln_loader *l); /* stops the workers, mid-epoch too */
+
+#ifndef KILN_BUILDING
+#define kiln_dataset_new(...) KILN__AT(kiln_dataset_new, __VA_ARGS__)
+#define kiln_memory_dataset_new(...) KILN__AT(kiln_memory_dataset_new, __VA_ARGS__)
+#define kiln_idx_dataset_new(...) KILN__AT(kiln_idx_dataset_new, __VA_ARGS__)
+#define kiln_dataset_get(...) KILN__AT(kiln_dataset_get, __VA_ARGS__)
+#define kiln_transform_normalize(...) KILN__AT(kiln_transform_normalize, __VA_ARGS__)
+#define kiln_transform_random_crop(...) KILN__AT(kiln_transform_random_crop, __VA_ARGS__)
+#define kiln_transform_random_hflip(...) KILN__AT(kiln_transform_random_hflip, __VA_ARGS__)
+#define kiln_loader_new(...) KILN__AT(kiln_loader_new, __VA_ARGS__)
+#define kiln_loader_start_epoch(...) KILN__AT(kiln_loader_start_epoch, __VA_ARGS__)
+#define kiln_loader_next(...) KILN__AT(kiln_loader_next, __VA_ARGS__)
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif
