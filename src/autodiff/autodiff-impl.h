@@ -92,4 +92,32 @@ kiln__tensor *kiln__ad_cast(kiln__opctx *c, kiln__tensor *x, kiln_dtype dtype);
 typedef enum { KILN__AD_VIEW_RESHAPE, KILN__AD_VIEW_PERMUTE, KILN__AD_VIEW_SLICE, KILN__AD_VIEW_EXPAND } kiln__ad_view_kind;
 kiln__ad_node *kiln__ad_begin_view(kiln__opctx *c, kiln__ad_view_kind kind, kiln__tensor *x, const int64_t *params, int np);
 
+/* ---- reductions, softmax, matmul, joins and indexing (rules_reduce.c, rules_linalg.c,
+ * rules_index.c) ---- */
+
+/* Whether input i of node n wants a gradient (it is a leaf or computed by tracked ops). */
+static inline bool kiln__ad_wants(const kiln__ad_node *n, int i) {
+    return n && (n->slots[i].leaf || n->slots[i].node);
+}
+/* dim normalised as kiln__norm_dim does, without reporting: an out-of-range dim fails in the
+ * forward op, which then drops the node. */
+static inline int kiln__ad_dim(int dim, int ndim) { return dim < 0 ? dim + (ndim > 0 ? ndim : 1) : dim; }
+/* Zeros of shape (g's dtype and device) with g scatter-added along dim at index (which fits
+ * g, as kiln__t_scatter_add requires). Consumes index and g. */
+kiln__tensor *kiln__ad_scatter_zeros(kiln__opctx *c, int ndim, const int64_t *shape, int dim, kiln__tensor *index,
+                                     kiln__tensor *g);
+
+/* mask as kiln__t_reduce's; param: VAR's correction; take_sqrt: std. */
+kiln__tensor *kiln__ad_reduce(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, uint32_t mask, bool keepdim,
+                              int64_t param, bool take_sqrt);
+kiln__tensor *kiln__ad_softmax(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, int dim);
+kiln__tensor *kiln__ad_matmul(kiln__opctx *c, kiln__tensor *a, kiln__tensor *b);
+kiln__tensor *kiln__ad_linear(kiln__opctx *c, kiln__tensor *x, kiln__tensor *w, kiln__tensor *bias, bool has_bias);
+/* cat (stack = false) or stack of ts[0..n) along dim, recorded before the forward consumes
+ * them (attach the result with kiln__ad_attach). For stack, dim is already normalised. */
+kiln__ad_node *kiln__ad_begin_join(kiln__opctx *c, kiln__tensor *const *ts, int n, int dim, bool stack);
+/* code: INDEX_SELECT, GATHER (src NULL) or SCATTER_ADD. */
+kiln__tensor *kiln__ad_index(kiln__opctx *c, kiln__opcode code, kiln__tensor *t, int dim, kiln__tensor *index,
+                             kiln__tensor *src);
+
 #endif

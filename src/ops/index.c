@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kiln/tensor.h"
+#include "autodiff/autodiff-impl.h"
 #include "ops/ops-impl.h"
 
 /* ---- arrays of handles -------------------------------------------------------------------- */
@@ -124,7 +125,12 @@ static kiln__tensor *cat_list(kiln__opctx *c, tensor_list *l, int dim) {
 kiln_tensor kiln_cat(const kiln_tensor *ts, int n, int dim) {
     KILN__OP_BEGIN("kiln_cat");
     tensor_list l;
-    kiln__tensor *out = list_take(&c, ts, n, &l) ? cat_list(&c, &l, dim) : NULL;
+    kiln__tensor *out = NULL;
+    if (list_take(&c, ts, n, &l)) {
+        kiln__ad_node *node = NULL;
+        if (KILN__UNLIKELY(kiln__ad_active(l.n, l.t))) node = kiln__ad_begin_join(&c, l.t, l.n, dim, false);
+        out = kiln__ad_attach(&c, node, cat_list(&c, &l, dim));
+    }
     list_free(&l);
     return kiln__result(&c, out);
 }
@@ -146,9 +152,12 @@ kiln_tensor kiln_stack(const kiln_tensor *ts, int n, int dim) {
                            kiln__shape_str(b, sizeof b, t->ndim, t->shape));
             }
         }
+        kiln__ad_node *node = NULL;
+        if (ok && KILN__UNLIKELY(kiln__ad_active(n, l.t))) node = kiln__ad_begin_join(&c, l.t, n, dim, true);
         /* unsqueeze consumes each entry; a failure leaves NULL there and c->err set */
         for (int i = 0; ok && i < n; i++) l.t[i] = kiln__t_unsqueeze(&c, l.t[i], dim);
         if (ok && !c.err) out = cat_list(&c, &l, dim);
+        out = kiln__ad_attach(&c, node, out);
     }
     list_free(&l);
     return kiln__result(&c, out);
@@ -192,11 +201,15 @@ static int split_views(kiln__opctx *c, kiln__tensor *t, int dim, int64_t piece, 
         return split_fail(c, t, out);
     }
     int64_t size = t->shape[dim];
+    bool tracked = KILN__UNLIKELY(kiln__ad_active(1, &t));
     for (int i = 0; i < (int)count; i++) {
         int64_t start = i * piece < size ? i * piece : size;
         int64_t end = start + piece < size ? start + piece : size;
+        /* each piece is a slice, with the slice's derivative */
+        kiln__ad_node *n = NULL;
+        if (tracked) n = kiln__ad_begin_view(c, KILN__AD_VIEW_SLICE, t, (int64_t[]){dim, start, 1}, 3);
         kiln__tensor_retain(t);
-        kiln__tensor *v = kiln__t_slice(c, t, dim, start, end, 1);
+        kiln__tensor *v = kiln__ad_attach(c, n, kiln__t_slice(c, t, dim, start, end, 1));
         out[i] = v ? kiln__handle_new(v) : KILN_NONE;
         if (!out[i].id) { /* out of memory: undo the pieces handed out so far */
             kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate piece %d", i);
@@ -276,7 +289,7 @@ static kiln__tensor *submit_indexing(kiln__opctx *c, kiln__opcode code, kiln__te
     return out;
 }
 
-static kiln__tensor *t_index_select(kiln__opctx *c, kiln__tensor *t, int dim, kiln__tensor *index) {
+kiln__tensor *kiln__t_index_select(kiln__opctx *c, kiln__tensor *t, int dim, kiln__tensor *index) {
     if (!usable(c, 2, (kiln__tensor *[]){t, index})) return kiln__drop(2, t, index), NULL;
     if (!check_indexed(c, t, &dim) || !check_index(c, t, index)) return kiln__drop(2, t, index), NULL;
     if (index->ndim > 1) {
@@ -306,7 +319,7 @@ static bool check_fits(kiln__opctx *c, const kiln__tensor *index, const kiln__te
     return false;
 }
 
-static kiln__tensor *t_gather(kiln__opctx *c, kiln__tensor *t, int dim, kiln__tensor *index) {
+kiln__tensor *kiln__t_gather(kiln__opctx *c, kiln__tensor *t, int dim, kiln__tensor *index) {
     if (!usable(c, 2, (kiln__tensor *[]){t, index})) return kiln__drop(2, t, index), NULL;
     if (!check_indexed(c, t, &dim) || !check_index(c, t, index) || !check_fits(c, index, t, dim, "input"))
         return kiln__drop(2, t, index), NULL;
@@ -315,7 +328,7 @@ static kiln__tensor *t_gather(kiln__opctx *c, kiln__tensor *t, int dim, kiln__te
     return submit_indexing(c, KILN__OP_GATHER, out, t, index, dim);
 }
 
-static kiln__tensor *t_scatter_add(kiln__opctx *c, kiln__tensor *t, int dim, kiln__tensor *index, kiln__tensor *src) {
+kiln__tensor *kiln__t_scatter_add(kiln__opctx *c, kiln__tensor *t, int dim, kiln__tensor *index, kiln__tensor *src) {
     if (!usable(c, 3, (kiln__tensor *[]){t, index, src})) return kiln__drop(3, t, index, src), NULL;
     if (!check_indexed(c, t, &dim) || !check_index(c, t, index) || !kiln__same_device(c, t, src) ||
         !check_fits(c, index, t, dim, "input") || !check_fits(c, index, src, -1, "src"))
@@ -363,14 +376,18 @@ kiln_tensor kiln_index_select(kiln_tensor t, int dim, kiln_tensor index) {
     KILN__OP_BEGIN("kiln_index_select");
     kiln__tensor *tt = kiln__arg(&c, t);
     kiln__tensor *ti = kiln__arg(&c, index);
-    return kiln__result(&c, t_index_select(&c, tt, dim, ti));
+    if (KILN__UNLIKELY(kiln__ad_active(2, (kiln__tensor *[]){tt, ti})))
+        return kiln__result(&c, kiln__ad_index(&c, KILN__OP_INDEX_SELECT, tt, dim, ti, NULL));
+    return kiln__result(&c, kiln__t_index_select(&c, tt, dim, ti));
 }
 
 kiln_tensor kiln_gather(kiln_tensor t, int dim, kiln_tensor index) {
     KILN__OP_BEGIN("kiln_gather");
     kiln__tensor *tt = kiln__arg(&c, t);
     kiln__tensor *ti = kiln__arg(&c, index);
-    return kiln__result(&c, t_gather(&c, tt, dim, ti));
+    if (KILN__UNLIKELY(kiln__ad_active(2, (kiln__tensor *[]){tt, ti})))
+        return kiln__result(&c, kiln__ad_index(&c, KILN__OP_GATHER, tt, dim, ti, NULL));
+    return kiln__result(&c, kiln__t_gather(&c, tt, dim, ti));
 }
 
 kiln_tensor kiln_scatter_add(kiln_tensor t, int dim, kiln_tensor index, kiln_tensor src) {
@@ -378,7 +395,9 @@ kiln_tensor kiln_scatter_add(kiln_tensor t, int dim, kiln_tensor index, kiln_ten
     kiln__tensor *tt = kiln__arg(&c, t);
     kiln__tensor *ti = kiln__arg(&c, index);
     kiln__tensor *ts = kiln__arg(&c, src);
-    return kiln__result(&c, t_scatter_add(&c, tt, dim, ti, ts));
+    if (KILN__UNLIKELY(kiln__ad_active(3, (kiln__tensor *[]){tt, ti, ts})))
+        return kiln__result(&c, kiln__ad_index(&c, KILN__OP_SCATTER_ADD, tt, dim, ti, ts));
+    return kiln__result(&c, kiln__t_scatter_add(&c, tt, dim, ti, ts));
 }
 
 kiln_tensor kiln_one_hot(kiln_tensor index, int64_t num_classes, kiln_dtype dtype) {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "kiln/tensor.h"
+#include "autodiff/autodiff-impl.h"
 #include "ops/ops-impl.h"
 
 static bool check_float(kiln__opctx *c, const kiln__tensor *t, const char *what) {
@@ -125,14 +126,17 @@ kiln__tensor *kiln__t_matmul(kiln__opctx *c, kiln__tensor *a, kiln__tensor *b) {
 
 kiln_tensor kiln_matmul(kiln_tensor a, kiln_tensor b) {
     KILN__OP_BEGIN("kiln_matmul");
-    kiln__tensor *ta = kiln__arg(&c, a), *tb = kiln__arg(&c, b);
-    return kiln__result(&c, matmul_impl(&c, ta, tb, NULL, false));
+    kiln__tensor *in[2];
+    in[0] = kiln__arg(&c, a); /* in order: the first stale handle is the one reported */
+    in[1] = kiln__arg(&c, b);
+    if (KILN__UNLIKELY(kiln__ad_active(2, in))) return kiln__result(&c, kiln__ad_matmul(&c, in[0], in[1]));
+    return kiln__result(&c, matmul_impl(&c, in[0], in[1], NULL, false));
 }
 
 /* x [..., in] @ w[out, in]^T + bias[out]: x's leading dims are flattened into the rows of one
  * GEMM (a view when x's layout allows), w^T is a transposed view, and the bias is the GEMM's
  * initial output. */
-static kiln__tensor *linear_impl(kiln__opctx *c, kiln__tensor *x, kiln__tensor *w, kiln__tensor *bias, bool has_bias) {
+kiln__tensor *kiln__t_linear(kiln__opctx *c, kiln__tensor *x, kiln__tensor *w, kiln__tensor *bias, bool has_bias) {
     if (!kiln__ok(c, x) || !kiln__ok(c, w) || (has_bias && !kiln__ok(c, bias))) return kiln__drop(3, x, w, bias), NULL;
     if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1]) {
         shape_error(c, x, w, "linear needs x [..., in_features] and weight [out_features, in_features]");
@@ -158,8 +162,12 @@ static kiln__tensor *linear_impl(kiln__opctx *c, kiln__tensor *x, kiln__tensor *
 
 kiln_tensor kiln_linear(kiln_tensor x, kiln_tensor w, kiln_tensor bias) {
     KILN__OP_BEGIN("kiln_linear");
-    kiln__tensor *tx = kiln__arg(&c, x), *tw = kiln__arg(&c, w), *tb = NULL;
+    kiln__tensor *in[3] = {NULL, NULL, NULL};
+    in[0] = kiln__arg(&c, x);
+    in[1] = kiln__arg(&c, w);
     bool has_bias = bias.id != KILN_NONE.id;
-    if (has_bias) tb = kiln__arg(&c, bias);
-    return kiln__result(&c, linear_impl(&c, tx, tw, tb, has_bias));
+    if (has_bias) in[2] = kiln__arg(&c, bias);
+    if (KILN__UNLIKELY(kiln__ad_active(2 + has_bias, in)))
+        return kiln__result(&c, kiln__ad_linear(&c, in[0], in[1], in[2], has_bias));
+    return kiln__result(&c, kiln__t_linear(&c, in[0], in[1], in[2], has_bias));
 }

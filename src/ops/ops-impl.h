@@ -87,4 +87,14 @@ kiln__tensor *kiln__t_reduce(kiln__opctx *c, kiln__opcode code, kiln__tensor *x,
                              int64_t param);
 kiln__tensor *kiln__t_matmul(kiln__opctx *c, kiln__tensor *a, kiln__tensor *b);
 
+/* The rest of the differentiable ops, for the autodiff rules (consume their tensors). */
+kiln__tensor *kiln__t_std(kiln__opctx *c, kiln__tensor *x, uint32_t dim_mask, bool keepdim, int64_t correction);
+/* code: SOFTMAX or LOG_SOFTMAX; dim may be negative. */
+kiln__tensor *kiln__t_softmax(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, int dim);
+/* bias is read only when has_bias (so a NULL bias can still mean "that argument failed"). */
+kiln__tensor *kiln__t_linear(kiln__opctx *c, kiln__tensor *x, kiln__tensor *w, kiln__tensor *bias, bool has_bias);
+kiln__tensor *kiln__t_index_select(kiln__opctx *c, kiln__tensor *t, int dim, kiln__tensor *index);
+kiln__tensor *kiln__t_gather(kiln__opctx *c, kiln__tensor *t, int dim, kiln__tensor *index);
+kiln__tensor *kiln__t_scatter_add(kiln__opctx *c, kiln__tensor *t, int dim, kiln__tensor *index, kiln__tensor *src);
+
 #endif

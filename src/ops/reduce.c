@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kiln/tensor.h"
+#include "autodiff/autodiff-impl.h"
 #include "ops/ops-impl.h"
 
 static bool is_arg(kiln__opcode code) { return code == KILN__OP_ARGMAX || code == KILN__OP_ARGMIN; }
@@ -104,6 +105,10 @@ kiln__tensor *kiln__t_reduce(kiln__opctx *c, kiln__opcode code, kiln__tensor *x,
     return reduce_impl(c, code, x, dim_mask, keepdim, param, false);
 }
 
+kiln__tensor *kiln__t_std(kiln__opctx *c, kiln__tensor *x, uint32_t dim_mask, bool keepdim, int64_t correction) {
+    return reduce_impl(c, KILN__OP_VAR, x, dim_mask, keepdim, correction, true);
+}
+
 /* Dim list to a mask of x's dims. KILN_ALL_DIMS is every dim; an empty list reduces nothing
  * (NumPy's axis=(), what code that computes its dim list needs). A 0-d tensor accepts dim 0
  * and -1, like torch. */
@@ -140,6 +145,8 @@ static kiln_tensor reduce_dims(const char *name, kiln__opcode code, kiln_tensor 
         kiln__drop(1, x);
         return kiln__result(&c, NULL);
     }
+    if (KILN__UNLIKELY(kiln__ad_active(1, &x)))
+        return kiln__result(&c, kiln__ad_reduce(&c, code, x, mask, keepdim, param, take_sqrt));
     return kiln__result(&c, reduce_impl(&c, code, x, mask, keepdim, param, take_sqrt));
 }
 
@@ -190,21 +197,23 @@ kiln_tensor kiln_argmin(kiln_tensor t, int dim, bool keepdim) {
 /* ---- softmax ----------------------------------------------------------------------------- */
 /* The kernels read every element of a slice along `dim` before writing any of it back, so the
  * output may take the input's buffer. */
-static kiln_tensor softmax_op(const char *name, kiln__opcode code, kiln_tensor t, int dim) {
-    KILN__OP_BEGIN(name);
-    kiln__tensor *x = kiln__arg(&c, t);
-    if (!kiln__ok(&c, x) || !kiln__norm_dim(&c, &dim, x->ndim)) {
-        kiln__drop(1, x);
-        return kiln__result(&c, NULL);
-    }
+kiln__tensor *kiln__t_softmax(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, int dim) {
+    if (!kiln__ok(c, x) || !kiln__norm_dim(c, &dim, x->ndim)) return kiln__drop(1, x), NULL;
     kiln_dtype kd = kernel_dtype(code, x->dtype);
     kiln_dtype rd = result_dtype(code, x->dtype, kd);
     kiln_device dev = x->device;
-    x = kiln__t_cast(&c, x, kd);
-    if (!x) return kiln__result(&c, NULL);
-    kiln__tensor *out = submit(&c, code, x, kiln__t_output(&c, dev, kd, x->ndim, x->shape, &x, 1), dim, 0);
-    if (out && out->dtype != rd) out = kiln__t_cast(&c, out, rd);
-    return kiln__result(&c, out);
+    x = kiln__t_cast(c, x, kd);
+    if (!x) return NULL;
+    kiln__tensor *out = submit(c, code, x, kiln__t_output(c, dev, kd, x->ndim, x->shape, &x, 1), dim, 0);
+    if (out && out->dtype != rd) out = kiln__t_cast(c, out, rd);
+    return out;
+}
+
+static kiln_tensor softmax_op(const char *name, kiln__opcode code, kiln_tensor t, int dim) {
+    KILN__OP_BEGIN(name);
+    kiln__tensor *x = kiln__arg(&c, t);
+    if (KILN__UNLIKELY(kiln__ad_active(1, &x))) return kiln__result(&c, kiln__ad_softmax(&c, code, x, dim));
+    return kiln__result(&c, kiln__t_softmax(&c, code, x, dim));
 }
 
 kiln_tensor kiln_softmax(kiln_tensor t, int dim) { return softmax_op("kiln_softmax", KILN__OP_SOFTMAX, t, dim); }
