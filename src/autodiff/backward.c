@@ -63,7 +63,8 @@ static void deliver_to_leaf(kiln__opctx *c, kiln_grads *gs, kiln__ad_leaf *leaf,
         atomic_fetch_add_explicit(&leaf->refs, 1, memory_order_relaxed);
         *e = (grad_entry){leaf, NULL};
     }
-    accumulate(c, &e->grad, g);
+    /* a leaf's gradient is dense (sum or expand backward can hand over a broadcast view) */
+    accumulate(c, &e->grad, kiln__t_contiguous(c, g));
 }
 
 /* Shapes and dtype of a gradient brought back to those of the input it is for. */

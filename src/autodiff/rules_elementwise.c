@@ -39,7 +39,7 @@ static void unary_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, ki
     case KILN__OP_SIGMOID: /* y (1 - y) */
         r = ad_mul(c, g, ad_mul(c, ad_ref(y), ad_rsubs(c, ad_ref(y), 1.0)));
         break;
-    case KILN__OP_RELU: r = ad_keep(c, kiln__t_binary_scalar(c, KILN__OP_GT, ad_ref(y), 0.0, false), g); break;
+    case KILN__OP_RELU: r = kiln__t_relu_backward(c, g, ad_ref(y)); break;
     case KILN__OP_GELU: { /* Phi(x) + x phi(x) */
         kiln__tensor *cdf = ad_muls(c, ad_adds(c, ad_un(c, KILN__OP_ERF, ad_muls(c, ad_ref(x), inv_sqrt2)), 1.0), 0.5);
         kiln__tensor *pdf = ad_muls(c, ad_un(c, KILN__OP_EXP, ad_muls(c, ad_mul(c, ad_ref(x), ad_ref(x)), -0.5)), inv_sqrt2pi);

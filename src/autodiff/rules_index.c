@@ -50,13 +50,9 @@ static kiln__tensor *pad_to(kiln__opctx *c, kiln__tensor *g, const kiln__ad_slot
     if (!g || (g->ndim == s->ndim && memcmp(g->shape, s->shape, sizeof(int64_t) * (size_t)s->ndim) == 0)) return g;
     kiln__tensor *z = kiln__t_fill(c, g->device, g->dtype, s->ndim, s->shape, 0.0);
     if (!z) return kiln__drop(1, g), NULL;
-    kiln__op op;
-    kiln__op_init(&op, KILN__OP_COPY, c->name);
-    op.in[0] = kiln__view_of(g);
-    op.out[0] = kiln__view_of(z);
-    memcpy(op.out[0].shape, g->shape, sizeof(int64_t) * (size_t)g->ndim);
-    op.n_in = op.n_out = 1;
-    kiln__t_submit(c, &op, g->device);
+    kiln__view corner = kiln__view_of(z);
+    memcpy(corner.shape, g->shape, sizeof(int64_t) * (size_t)g->ndim);
+    kiln__t_copy_into(c, corner, g);
     kiln__tensor_release(g);
     return z;
 }

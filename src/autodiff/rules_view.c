@@ -29,14 +29,7 @@ static void slice_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, ki
     int64_t start = n->pi[1], step = n->pi[2];
     kiln__tensor_retain(z);
     kiln__tensor *window = kiln__t_slice(c, z, dim, start, start + step * g->shape[dim], step);
-    if (window) {
-        kiln__op op;
-        kiln__op_init(&op, KILN__OP_COPY, c->name);
-        op.in[0] = kiln__view_of(g);
-        op.out[0] = kiln__view_of(window);
-        op.n_in = op.n_out = 1;
-        kiln__t_submit(c, &op, g->device);
-    }
+    if (window) kiln__t_copy_into(c, kiln__view_of(window), g);
     kiln__drop(2, window, g);
     grads[0] = z;
 }

@@ -1,6 +1,7 @@
 /* Elementwise ops: dtype rules, broadcasting and in-place output choice. Kernels compute in
  * f32/f64/i32/i64 (and bool for logic); f16/bf16 are converted to f32 around the kernel. */
 #include <math.h>
+#include <string.h>
 
 #include "kiln/tensor.h"
 #include "autodiff/autodiff-impl.h"
@@ -150,6 +151,19 @@ kiln__tensor *kiln__t_binary_scalar(kiln__opctx *c, kiln__opcode code, kiln__ten
     return out && out->dtype != rd ? kiln__t_cast(c, out, rd) : out;
 }
 
+kiln__tensor *kiln__t_relu_backward(kiln__opctx *c, kiln__tensor *g, kiln__tensor *y) {
+    if (!(kiln__ok(c, g) && kiln__ok(c, y))) return kiln__drop(2, g, y), NULL;
+    bool fused = g->dtype == y->dtype && (g->dtype == KILN_F32 || g->dtype == KILN_F64) && g->ndim == y->ndim &&
+                 memcmp(g->shape, y->shape, sizeof(int64_t) * (size_t)g->ndim) == 0;
+    if (!fused) { /* where(y > 0, g, 0) */
+        kiln__tensor *mask = kiln__t_binary_scalar(c, KILN__OP_GT, y, 0.0, false);
+        kiln__tensor *zero = g ? kiln__t_fill(c, g->device, g->dtype, 0, NULL, 0.0) : NULL;
+        return kiln__t_where(c, mask, g, zero);
+    }
+    kiln__tensor *in[2] = {g, y};
+    return run_elementwise(c, KILN__OP_RELU_BACKWARD, 2, in, g->ndim, g->shape, g->dtype, NULL);
+}
+
 kiln__tensor *kiln__t_where(kiln__opctx *c, kiln__tensor *mask, kiln__tensor *a, kiln__tensor *b) {
     if (!kiln__ok(c, mask) || !kiln__ok(c, a) || !kiln__ok(c, b)) return kiln__drop(3, mask, a, b), NULL;
     int n1, nd;
@@ -225,7 +239,9 @@ kiln_tensor kiln_clamp(kiln_tensor x, double lo, double hi) {
 #define BINARY(fname, CODE)                                                    \
     kiln_tensor kiln_##fname(kiln_tensor a, kiln_tensor b) {                   \
         KILN__OP_BEGIN("kiln_" #fname);                                        \
-        kiln__tensor *in[2] = {kiln__arg(&c, a), kiln__arg(&c, b)};           \
+        kiln__tensor *in[2];                                                   \
+        in[0] = kiln__arg(&c, a); /* in order: the first stale handle is named */ \
+        in[1] = kiln__arg(&c, b);                                              \
         if (KILN__UNLIKELY(kiln__ad_active(2, in)))                            \
             return kiln__result(&c, kiln__ad_binary(&c, KILN__OP_##CODE, in[0], in[1])); \
         return kiln__result(&c, kiln__t_binary(&c, KILN__OP_##CODE, in[0], in[1])); \
@@ -272,7 +288,10 @@ BINARY_SCALAR(ge_scalar, GE, false)
 
 kiln_tensor kiln_where(kiln_tensor mask, kiln_tensor a, kiln_tensor b) {
     KILN__OP_BEGIN("kiln_where");
-    kiln__tensor *in[3] = {kiln__arg(&c, mask), kiln__arg(&c, a), kiln__arg(&c, b)};
+    kiln__tensor *in[3];
+    in[0] = kiln__arg(&c, mask);
+    in[1] = kiln__arg(&c, a);
+    in[2] = kiln__arg(&c, b);
     if (KILN__UNLIKELY(kiln__ad_active(3, in))) return kiln__result(&c, kiln__ad_where(&c, in[0], in[1], in[2]));
     return kiln__result(&c, kiln__t_where(&c, in[0], in[1], in[2]));
 }

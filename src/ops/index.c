@@ -108,14 +108,10 @@ static kiln__tensor *cat_list(kiln__opctx *c, tensor_list *l, int dim) {
         kiln__tensor *t = l->t[i];
         if (skippable(t)) continue; /* no elements; its ndim may differ from out's */
         if (kiln__tensor_numel(t) > 0) {
-            kiln__op op;
-            kiln__op_init(&op, KILN__OP_COPY, c->name);
-            op.in[0] = kiln__view_of(t);
-            op.out[0] = kiln__view_of(out); /* the slice of out that t fills */
-            memcpy(op.out[0].shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
-            op.out[0].offset += at * out->strides[dim];
-            op.n_in = op.n_out = 1;
-            if (!kiln__t_submit(c, &op, dev)) return kiln__drop(1, out), NULL;
+            kiln__view slice = kiln__view_of(out); /* the slice of out that t fills */
+            memcpy(slice.shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+            slice.offset += at * out->strides[dim];
+            if (!kiln__t_copy_into(c, slice, t)) return kiln__drop(1, out), NULL;
         }
         at += t->shape[dim];
     }
@@ -340,14 +336,8 @@ kiln__tensor *kiln__t_scatter_add(kiln__opctx *c, kiln__tensor *t, int dim, kiln
     /* out starts as a copy of t, or is t itself when t's buffer may be overwritten */
     kiln__tensor *out = kiln__t_output(c, t->device, dtype, t->ndim, t->shape, &t, 1);
     if (!out) return kiln__drop(3, t, index, src), NULL;
-    if (out->storage != t->storage) {
-        kiln__op op;
-        kiln__op_init(&op, KILN__OP_COPY, c->name);
-        op.in[0] = kiln__view_of(t);
-        op.out[0] = kiln__view_of(out);
-        op.n_in = op.n_out = 1;
-        if (!kiln__t_submit(c, &op, out->device)) return kiln__drop(4, out, t, index, src), NULL;
-    }
+    if (out->storage != t->storage && !kiln__t_copy_into(c, kiln__view_of(out), t))
+        return kiln__drop(4, out, t, index, src), NULL;
     kiln__tensor_release(t);
     return submit_indexing(c, KILN__OP_SCATTER_ADD, out, index, src, dim);
 }

@@ -182,18 +182,20 @@ bool kiln__t_submit(kiln__opctx *c, kiln__op *op, kiln_device dev) {
 
 /* ---- basic tensor-level ops -------------------------------------------------------------- */
 
+bool kiln__t_copy_into(kiln__opctx *c, kiln__view dst, const kiln__tensor *src) {
+    kiln__op op;
+    kiln__op_init(&op, KILN__OP_COPY, c->name);
+    op.in[0] = kiln__view_of(src);
+    op.out[0] = dst;
+    op.n_in = op.n_out = 1;
+    return kiln__t_submit(c, &op, src->device);
+}
+
 kiln__tensor *kiln__t_cast(kiln__opctx *c, kiln__tensor *x, kiln_dtype dtype) {
     if (!kiln__ok(c, x)) return kiln__drop(1, x), NULL;
     if (x->dtype == dtype) return x;
     kiln__tensor *out = kiln__t_output(c, x->device, dtype, x->ndim, x->shape, &x, 1);
-    if (out) {
-        kiln__op op;
-        kiln__op_init(&op, KILN__OP_COPY, c->name);
-        op.in[0] = kiln__view_of(x);
-        op.out[0] = kiln__view_of(out);
-        op.n_in = op.n_out = 1;
-        if (!kiln__t_submit(c, &op, x->device)) kiln__tensor_release(out), out = NULL;
-    }
+    if (out && !kiln__t_copy_into(c, kiln__view_of(out), x)) kiln__tensor_release(out), out = NULL;
     kiln__tensor_release(x);
     return out;
 }
@@ -202,14 +204,7 @@ kiln__tensor *kiln__t_contiguous(kiln__opctx *c, kiln__tensor *x) {
     if (!kiln__ok(c, x)) return kiln__drop(1, x), NULL;
     if (kiln__tensor_is_contiguous(x)) return x;
     kiln__tensor *out = kiln__t_empty(c, x->device, x->dtype, x->ndim, x->shape);
-    if (out) {
-        kiln__op op;
-        kiln__op_init(&op, KILN__OP_COPY, c->name);
-        op.in[0] = kiln__view_of(x);
-        op.out[0] = kiln__view_of(out);
-        op.n_in = op.n_out = 1;
-        if (!kiln__t_submit(c, &op, x->device)) kiln__tensor_release(out), out = NULL;
-    }
+    if (out && !kiln__t_copy_into(c, kiln__view_of(out), x)) kiln__tensor_release(out), out = NULL;
     kiln__tensor_release(x);
     return out;
 }

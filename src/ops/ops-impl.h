@@ -58,6 +58,9 @@ kiln__tensor *kiln__t_output(kiln__opctx *c, kiln_device dev, kiln_dtype dtype, 
 /* Fresh dense output, never in place. */
 kiln__tensor *kiln__t_empty(kiln__opctx *c, kiln_device dev, kiln_dtype dtype, int ndim, const int64_t *shape);
 
+/* Queues a copy of src into dst: a view (of another tensor's storage) with src's shape, any
+ * strides and dtype. The caller keeps both references. False + error if it cannot. */
+bool kiln__t_copy_into(kiln__opctx *c, kiln__view dst, const kiln__tensor *src);
 /* Submits op after checking the device has a kernel for it; false + error if not. */
 bool kiln__t_submit(kiln__opctx *c, kiln__op *op, kiln_device dev);
 
@@ -72,6 +75,8 @@ kiln__tensor *kiln__t_binary(kiln__opctx *c, kiln__opcode code, kiln__tensor *a,
 /* scalar_first: computes f(s, x) instead of f(x, s) (rsub, rdiv). */
 kiln__tensor *kiln__t_binary_scalar(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, double s, bool scalar_first);
 kiln__tensor *kiln__t_where(kiln__opctx *c, kiln__tensor *mask, kiln__tensor *a, kiln__tensor *b);
+/* g where y > 0, else 0 (one pass; y is relu's output). */
+kiln__tensor *kiln__t_relu_backward(kiln__opctx *c, kiln__tensor *g, kiln__tensor *y);
 
 /* Views (consume x; share its storage). */
 kiln__tensor *kiln__t_reshape(kiln__opctx *c, kiln__tensor *x, int ndim, const int64_t *shape);
