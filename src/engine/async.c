@@ -240,6 +240,29 @@ static void *worker_main(void *arg) {
     }
 }
 
+/* A thread about to wait runs a ready op instead (any stream's): the hand-off to a sleeping
+ * worker and back costs more than a small op. Returns false when nothing was ready. */
+static bool help_one(void) {
+    if (atomic_load_explicit(&engine.ready_count, memory_order_acquire) <= 0) return false;
+    kiln__node *n = pop_ready(false);
+    if (!n) return false;
+    run_node(n);
+    return true;
+}
+
+/* Waits on s->cond (s->lock held) until done(s, arg), helping with ready ops meanwhile. */
+static void wait_helping(kiln__stream *s, bool (*done)(kiln__stream *, void *), void *arg) {
+    while (!done(s, arg)) {
+        if (atomic_load_explicit(&engine.ready_count, memory_order_acquire) > 0) {
+            pthread_mutex_unlock(&s->lock);
+            help_one();
+            pthread_mutex_lock(&s->lock);
+            continue; /* the lock was dropped: whatever we wait for may have happened */
+        }
+        pthread_cond_wait(&s->cond, &s->lock);
+    }
+}
+
 /* ---- submission ------------------------------------------------------------------------- */
 
 static void add_var(kiln__node *n, kiln__storage *s, bool write) {
@@ -256,14 +279,23 @@ static void add_var(kiln__node *n, kiln__storage *s, bool write) {
     n->n_vars++;
 }
 
+typedef struct {
+    int64_t bytes, max_ops, max_bytes;
+} room_request;
+
+static bool has_room(kiln__stream *s, void *arg) {
+    const room_request *r = arg;
+    return s->pending_ops == 0 || (s->pending_ops < r->max_ops && s->pending_bytes + r->bytes <= r->max_bytes);
+}
+
 /* Waits for room on the stream (the bounded queue), then counts the op in. */
 static void admit(kiln__stream *s, int64_t bytes, bool may_block) {
     pthread_mutex_lock(&s->lock);
-    int64_t max_ops = atomic_load_explicit(&engine.max_inflight, memory_order_relaxed);
-    int64_t max_bytes = atomic_load_explicit(&engine.max_bytes, memory_order_relaxed);
-    while (may_block && s->pending_ops > 0 && (s->pending_ops >= max_ops || s->pending_bytes + bytes > max_bytes)) {
+    room_request r = {bytes, atomic_load_explicit(&engine.max_inflight, memory_order_relaxed),
+                      atomic_load_explicit(&engine.max_bytes, memory_order_relaxed)};
+    if (may_block) {
         s->waiting_for_room++;
-        pthread_cond_wait(&s->cond, &s->lock);
+        wait_helping(s, has_room, &r);
         s->waiting_for_room--;
     }
     s->pending_ops++;
@@ -331,15 +363,18 @@ void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, ki
     release_grant(n);
 }
 
+static bool event_done(kiln__stream *s, void *ev) { return ((kiln__event *)ev)->pending == 0; }
+static bool stream_idle(kiln__stream *s, void *arg) { return s->pending_ops == 0; }
+
 void kiln__event_wait(kiln__stream *s, kiln__event *ev) {
     pthread_mutex_lock(&s->lock);
-    while (ev->pending > 0) pthread_cond_wait(&s->cond, &s->lock);
+    wait_helping(s, event_done, ev);
     pthread_mutex_unlock(&s->lock);
 }
 
 void kiln__stream_drain(kiln__stream *s) {
     pthread_mutex_lock(&s->lock);
-    while (s->pending_ops > 0) pthread_cond_wait(&s->cond, &s->lock);
+    wait_helping(s, stream_idle, NULL);
     pthread_mutex_unlock(&s->lock);
 }
 
