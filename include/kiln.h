@@ -6,5 +6,8 @@
 #include "kiln/tensor.h"
 #include "kiln/engine.h"
 #include "kiln/autodiff.h"
+#include "kiln/nn.h"
+#include "kiln/optim.h"
+#include "kiln/data.h"
 
 #endif

@@ -1,0 +1,123 @@
+/* kiln nn: layers (modules that own their parameters), functional layer ops, losses and
+ * initialisation. A model lists its parameters by name for optimizers and checkpoints.
+ *
+ *   kiln_module *layers[] = {kiln_flatten_new(1, -1), kiln_linear_new(784, 256, true, 1), kiln_relu_new(),
+ *                            kiln_linear_new(256, 10, true, 2)};
+ *   kiln_module *model = kiln_sequential_new(4, layers);          // takes the layers
+ *   kiln_tensor logits = kiln_module_forward(model, images);      // consumes images
+ *   kiln_tensor loss = kiln_cross_entropy(logits, labels, kiln_cross_entropy_defaults());
+ *   ...
+ *   kiln_module_free(model);
+ */
+#ifndef KILN_NN_H
+#define KILN_NN_H
+
+#include "core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- modules ------------------------------------------------------------------------------ */
+typedef struct kiln_module kiln_module;
+
+/* Runs the module on x (consumed); returns its output. A NULL module gives a poisoned tensor. */
+KILN_API kiln_tensor kiln_module_forward(kiln_module *m, kiln_tensor x);
+/* Training mode (dropout active, batch norm uses and updates batch statistics) or eval. */
+KILN_API void kiln_module_train(kiln_module *m, bool training);
+KILN_API bool kiln_module_is_training(const kiln_module *m);
+KILN_API void kiln_module_free(kiln_module *m); /* frees children and parameters */
+KILN_API const char *kiln_module_type(const kiln_module *m);
+
+/* A named tensor a module owns: a trainable parameter, or a buffer (e.g. batch-norm running
+ * statistics) that is saved in checkpoints but not optimised. `slot` points at the module's
+ * own handle, so an optimizer can replace it and a checkpoint can load into it. */
+typedef struct {
+    char name[96]; /* "0.weight", "features.3.running_mean", ... */
+    kiln_tensor *slot;
+    bool buffer;
+} kiln_param;
+
+/* Writes up to cap entries (parameters first in registration order, buffers included) and
+ * returns how many the module has in total (call with cap 0 to count). */
+KILN_API int kiln_module_params(kiln_module *m, kiln_param *out, int cap);
+KILN_API int64_t kiln_module_num_parameters(kiln_module *m); /* trainable elements */
+
+/* ---- layers (constructors return NULL and set kiln_last_error on bad arguments) ---------- */
+KILN_API kiln_module *kiln_sequential_new(int n, kiln_module *const *children); /* takes them */
+KILN_API kiln_module *kiln_linear_new(int64_t in_features, int64_t out_features, bool bias, uint64_t seed);
+
+typedef struct {
+    int64_t in_channels, out_channels;
+    int kernel_h, kernel_w;
+    int stride_h, stride_w;
+    int pad_h, pad_w;
+    int dilation_h, dilation_w;
+    int groups;
+    bool bias;
+} kiln_conv2d_options;
+/* kernel k x k, stride 1, padding 0, dilation 1, groups 1, with bias */
+KILN_API kiln_conv2d_options kiln_conv2d_defaults(int64_t in_channels, int64_t out_channels, int kernel);
+KILN_API kiln_module *kiln_conv2d_new(kiln_conv2d_options o, uint64_t seed);
+
+KILN_API kiln_module *kiln_max_pool2d_new(int kernel, int stride, int padding);
+KILN_API kiln_module *kiln_avg_pool2d_new(int kernel, int stride, int padding);
+KILN_API kiln_module *kiln_adaptive_avg_pool2d_new(int out_h, int out_w);
+KILN_API kiln_module *kiln_batch_norm2d_new(int64_t channels, double eps, double momentum);
+KILN_API kiln_module *kiln_layer_norm_new(int64_t normalized_size, double eps, bool affine); /* last dim */
+KILN_API kiln_module *kiln_dropout_new(double p, uint64_t seed);
+KILN_API kiln_module *kiln_flatten_new(int start_dim, int end_dim);
+KILN_API kiln_module *kiln_embedding_new(int64_t num_embeddings, int64_t dim, uint64_t seed);
+KILN_API kiln_module *kiln_relu_new(void);
+KILN_API kiln_module *kiln_gelu_new(void);
+KILN_API kiln_module *kiln_tanh_new(void);
+KILN_API kiln_module *kiln_sigmoid_new(void);
+KILN_API kiln_module *kiln_silu_new(void);
+
+/* ---- functional layer ops (consume tensor arguments; differentiable) --------------------- */
+/* x [N, C, H, W], w [O, C/groups, KH, KW], bias [O] or KILN_NONE. */
+KILN_API kiln_tensor kiln_conv2d(kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride_h, int stride_w, int pad_h,
+                                 int pad_w, int dilation_h, int dilation_w, int groups);
+KILN_API kiln_tensor kiln_max_pool2d(kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h,
+                                     int pad_w);
+KILN_API kiln_tensor kiln_avg_pool2d(kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h,
+                                     int pad_w);
+KILN_API kiln_tensor kiln_adaptive_avg_pool2d(kiln_tensor x, int out_h, int out_w);
+/* Zeroes each element with probability p and scales the rest by 1/(1-p); seed picks the mask. */
+KILN_API kiln_tensor kiln_dropout(kiln_tensor x, double p, uint64_t seed);
+
+/* ---- losses (mean over the batch unless noted) ------------------------------------------- */
+typedef struct {
+    double label_smoothing; /* 0: none */
+    kiln_tensor class_weights; /* [C] or KILN_NONE (not consumed) */
+} kiln_cross_entropy_options;
+KILN_API kiln_cross_entropy_options kiln_cross_entropy_defaults(void);
+/* logits [N, C] (consumed), targets [N] i32/i64 class indices (consumed). */
+KILN_API kiln_tensor kiln_cross_entropy(kiln_tensor logits, kiln_tensor targets, kiln_cross_entropy_options o);
+/* log_probs [N, C], targets [N]: -mean(log_probs[i, target_i]). */
+KILN_API kiln_tensor kiln_nll_loss(kiln_tensor log_probs, kiln_tensor targets);
+KILN_API kiln_tensor kiln_mse_loss(kiln_tensor prediction, kiln_tensor target);
+KILN_API kiln_tensor kiln_bce_with_logits(kiln_tensor logits, kiln_tensor target);
+
+/* ---- initialisation (in place on an existing float tensor; the seed picks the values) ---- */
+typedef enum { KILN_INIT_KAIMING_UNIFORM, KILN_INIT_KAIMING_NORMAL, KILN_INIT_XAVIER_UNIFORM, KILN_INIT_XAVIER_NORMAL } kiln_init_kind;
+/* Fills *t (replacing the handle) from fan-in/fan-out of its shape ([out, in, ...]). */
+KILN_API kiln_status kiln_init(kiln_tensor *t, kiln_init_kind kind, uint64_t seed);
+
+#ifndef KILN_BUILDING
+#define kiln_module_forward(...) KILN__AT(kiln_module_forward, __VA_ARGS__)
+#define kiln_conv2d(...) KILN__AT(kiln_conv2d, __VA_ARGS__)
+#define kiln_max_pool2d(...) KILN__AT(kiln_max_pool2d, __VA_ARGS__)
+#define kiln_avg_pool2d(...) KILN__AT(kiln_avg_pool2d, __VA_ARGS__)
+#define kiln_adaptive_avg_pool2d(...) KILN__AT(kiln_adaptive_avg_pool2d, __VA_ARGS__)
+#define kiln_dropout(...) KILN__AT(kiln_dropout, __VA_ARGS__)
+#define kiln_cross_entropy(...) KILN__AT(kiln_cross_entropy, __VA_ARGS__)
+#define kiln_nll_loss(...) KILN__AT(kiln_nll_loss, __VA_ARGS__)
+#define kiln_mse_loss(...) KILN__AT(kiln_mse_loss, __VA_ARGS__)
+#define kiln_bce_with_logits(...) KILN__AT(kiln_bce_with_logits, __VA_ARGS__)
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

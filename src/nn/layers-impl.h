@@ -1,0 +1,50 @@
+/* Helpers shared by the layer, loss and initialisation files of src/nn: input checks that
+ * report a poisoned result naming the layer, constructor argument errors, parameter
+ * registration that cleans up on failure, and seeds derived from a user seed. */
+#ifndef KILN_NN_LAYERS_IMPL_H
+#define KILN_NN_LAYERS_IMPL_H
+
+#include "nn/module-impl.h"
+
+/* The tensor behind x, borrowed for checks (x is not consumed), or NULL when x is stale or
+ * was poisoned when dispatched: the caller then fails with kiln__nn_fail, which reports the
+ * input's own error. */
+const kiln__tensor *kiln__nn_peek(kiln_tensor x);
+
+/* Consumes the n inputs and returns a tensor poisoned for op: with the first input's own
+ * error when one is stale or poisoned, else with st and the formatted detail. */
+kiln_tensor kiln__nn_fail(const char *op, int n, const kiln_tensor *inputs, kiln_status st, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* Checks that *x is a float tensor of shape `want` (ndim sizes; -1 matches any size; with
+ * `leading`, any number of extra leading dims). Otherwise replaces *x (consumed) by a tensor
+ * poisoned for op, whose message starts with the layer as desc_fmt prints it, and returns
+ * false. */
+bool kiln__nn_expect_input(kiln_tensor *x, int ndim, const int64_t *want, bool leading, const char *op,
+                           const char *desc_fmt, ...) __attribute__((format(printf, 6, 7)));
+
+/* Reports a bad constructor argument (KILN_ERR_INVALID_ARGUMENT) and returns NULL. */
+kiln_module *kiln__nn_bad_arg(const char *op, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+typedef struct {
+    const char *name;
+    kiln_tensor tensor;
+    bool buffer;
+} kiln__nn_param;
+
+/* Registers the n tensors of ps with m in order, taking them all (also when m is NULL or a
+ * registration fails: then every tensor and m are freed and NULL returned). */
+kiln_module *kiln__nn_finish(kiln_module *m, int n, const kiln__nn_param *ps);
+
+/* A seed for stream k derived from seed (splitmix64 of both), so that the streams a layer
+ * derives from one seed neither repeat nor line up with another layer's seed + 1. */
+uint64_t kiln__nn_seed(uint64_t seed, uint64_t k);
+
+/* PyTorch's default initialisation of Linear and Conv weights and biases: f32 on the CPU,
+ * uniform in [-1/sqrt(fan_in), 1/sqrt(fan_in)] (zeros when fan_in is 0). */
+kiln_tensor kiln__nn_uniform_fan_in(kiln_shape shape, int64_t fan_in, uint64_t seed);
+
+/* "[2, 3]" for x's shape into buf. */
+const char *kiln__nn_shape_str(char *buf, size_t size, const kiln__tensor *x);
+
+#endif

@@ -1,0 +1,136 @@
+/* BatchNorm2d and LayerNorm, composed from differentiable ops so autodiff runs through the
+ * batch statistics as well as the affine parameters. */
+#include <math.h>
+
+#include "kiln/autodiff.h"
+#include "kiln/tensor.h"
+#include "nn/layers-impl.h"
+
+/* x - mean and the (biased) variance mean((x - mean)^2) over dims, both keeping dims;
+ * consumes x, keeps mean. Computing the variance from the centred values (rather than with
+ * kiln_var_dims on x) means the backward pass saves only x - mean, not x as well. */
+static kiln_tensor centre(kiln_tensor x, kiln_tensor mean, kiln_dims dims, kiln_tensor *var) {
+    kiln_tensor xc = kiln_sub(x, kiln_ref(mean));
+    *var = kiln_mean_dims(kiln_mul(kiln_ref(xc), kiln_ref(xc)), dims, true);
+    return xc;
+}
+
+static bool bad_eps(double eps) { return !(eps >= 0 && isfinite(eps)); }
+
+/* ---- BatchNorm2d --------------------------------------------------------------------------- */
+
+enum { BN_WEIGHT, BN_BIAS, BN_RUNNING_MEAN, BN_RUNNING_VAR, BN_NUM_BATCHES };
+
+typedef struct {
+    int64_t channels;
+    double eps, momentum;
+} batch_norm_state;
+
+/* running = (1 - momentum) running + momentum batch, in the buffer's dtype; consumes batch.
+ * The buffer is the op's only owner in the common case, so the update reuses its memory. */
+static void update_running(kiln_tensor *slot, kiln_tensor batch, double momentum) {
+    kiln_dtype dt = kiln_tensor_dtype(*slot);
+    kiln_tensor mixed = kiln_add(kiln_mul_scalar(*slot, 1.0 - momentum), kiln_mul_scalar(batch, momentum));
+    *slot = kiln_cast(mixed, dt);
+}
+
+static kiln_tensor batch_norm_forward(kiln_module *m, kiln_tensor x) {
+    const batch_norm_state *s = m->state;
+    if (!kiln__nn_expect_input(&x, 4, (int64_t[]){-1, s->channels, -1, -1}, false, "BatchNorm2d", "BatchNorm2d(%lld)",
+                               (long long)s->channels))
+        return x;
+    const kiln__tensor *t = kiln__nn_peek(x);
+    int64_t per_channel = t->shape[0] * t->shape[2] * t->shape[3];
+    if (m->training && per_channel == 1) {
+        char buf[128];
+        return kiln__nn_fail("BatchNorm2d", 1, &x, KILN_ERR_SHAPE,
+                             "expected more than 1 value per channel when training, got input of shape %s",
+                             kiln__nn_shape_str(buf, sizeof buf, t));
+    }
+    kiln_shape bshape = KILN_SHAPE(1, s->channels, 1, 1);
+    kiln_tensor w = kiln_reshape(kiln_ref(m->params[BN_WEIGHT].tensor), bshape);
+    kiln_tensor b = kiln_reshape(kiln_ref(m->params[BN_BIAS].tensor), bshape);
+    if (per_channel == 0) /* nothing to normalise: keep the graph to weight and bias, as torch does */
+        return kiln_add(kiln_mul(x, w), b);
+    kiln_tensor xc, var;
+    if (m->training) {
+        kiln_dims dims = KILN_DIMS(0, 2, 3);
+        kiln_tensor mean = kiln_mean_dims(kiln_ref(x), dims, true);
+        xc = centre(x, mean, dims, &var);
+        /* running statistics use the unbiased variance, like torch */
+        kiln_no_grad_begin();
+        kiln_shape cshape = KILN_SHAPE(s->channels);
+        update_running(&m->params[BN_RUNNING_MEAN].tensor, kiln_reshape(kiln_detach(mean), cshape), s->momentum);
+        double bessel = (double)per_channel / (double)(per_channel - 1);
+        update_running(&m->params[BN_RUNNING_VAR].tensor,
+                       kiln_mul_scalar(kiln_reshape(kiln_detach(kiln_ref(var)), cshape), bessel), s->momentum);
+        kiln_tensor *count = &m->params[BN_NUM_BATCHES].tensor;
+        *count = kiln_add_scalar(*count, 1.0);
+        kiln_no_grad_end();
+    } else {
+        xc = kiln_sub(x, kiln_reshape(kiln_ref(m->params[BN_RUNNING_MEAN].tensor), bshape));
+        var = kiln_reshape(kiln_ref(m->params[BN_RUNNING_VAR].tensor), bshape);
+    }
+    /* weight / sqrt(var + eps) is per channel: one full-size multiply, and the only full-size
+     * tensor the backward pass keeps is x - mean */
+    kiln_tensor scale = kiln_mul(w, kiln_rsqrt(kiln_add_scalar(var, s->eps)));
+    return kiln_add(kiln_mul(xc, scale), b);
+}
+
+static const kiln__module_vtable batch_norm_vt = {"BatchNorm2d", batch_norm_forward, NULL};
+
+kiln_module *kiln_batch_norm2d_new(int64_t channels, double eps, double momentum) {
+    if (channels < 1)
+        return kiln__nn_bad_arg("kiln_batch_norm2d_new", "channels %lld must be positive", (long long)channels);
+    if (bad_eps(eps)) return kiln__nn_bad_arg("kiln_batch_norm2d_new", "eps %g must be finite and >= 0", eps);
+    if (!(momentum >= 0 && momentum <= 1))
+        return kiln__nn_bad_arg("kiln_batch_norm2d_new", "momentum %g must lie in [0, 1]", momentum);
+    kiln_module *m = kiln__module_new(&batch_norm_vt, sizeof(batch_norm_state));
+    if (m) *(batch_norm_state *)m->state = (batch_norm_state){channels, eps, momentum};
+    kiln_shape cs = KILN_SHAPE(channels);
+    /* the same names, order and dtypes as torch's state_dict, num_batches_tracked included */
+    kiln__nn_param ps[5] = {
+        {"weight", kiln_ones(KILN_CPU, KILN_F32, cs), false},
+        {"bias", kiln_zeros(KILN_CPU, KILN_F32, cs), false},
+        {"running_mean", kiln_zeros(KILN_CPU, KILN_F32, cs), true},
+        {"running_var", kiln_ones(KILN_CPU, KILN_F32, cs), true},
+        {"num_batches_tracked", kiln_zeros(KILN_CPU, KILN_I64, KILN_SCALAR_SHAPE), true},
+    };
+    return kiln__nn_finish(m, 5, ps);
+}
+
+/* ---- LayerNorm ----------------------------------------------------------------------------- */
+
+typedef struct {
+    int64_t size;
+    double eps;
+    bool affine;
+} layer_norm_state;
+
+static kiln_tensor layer_norm_forward(kiln_module *m, kiln_tensor x) {
+    const layer_norm_state *s = m->state;
+    if (!kiln__nn_expect_input(&x, 1, &s->size, true, "LayerNorm", "LayerNorm(%lld)", (long long)s->size)) return x;
+    kiln_tensor mean = kiln_mean_dims(kiln_ref(x), KILN_DIMS(-1), true), var;
+    kiln_tensor xc = centre(x, mean, KILN_DIMS(-1), &var);
+    kiln_release(mean);
+    kiln_tensor y = kiln_mul(xc, kiln_rsqrt(kiln_add_scalar(var, s->eps)));
+    if (!s->affine) return y;
+    return kiln_add(kiln_mul(y, kiln_ref(m->params[0].tensor)), kiln_ref(m->params[1].tensor));
+}
+
+static const kiln__module_vtable layer_norm_vt = {"LayerNorm", layer_norm_forward, NULL};
+
+kiln_module *kiln_layer_norm_new(int64_t normalized_size, double eps, bool affine) {
+    if (normalized_size < 1)
+        return kiln__nn_bad_arg("kiln_layer_norm_new", "normalized_size %lld must be positive",
+                                (long long)normalized_size);
+    if (bad_eps(eps)) return kiln__nn_bad_arg("kiln_layer_norm_new", "eps %g must be finite and >= 0", eps);
+    kiln_module *m = kiln__module_new(&layer_norm_vt, sizeof(layer_norm_state));
+    if (m) *(layer_norm_state *)m->state = (layer_norm_state){normalized_size, eps, affine};
+    if (!affine) return m;
+    kiln__nn_param ps[2] = {
+        {"weight", kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(normalized_size)), false},
+        {"bias", kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(normalized_size)), false},
+    };
+    return kiln__nn_finish(m, 2, ps);
+}

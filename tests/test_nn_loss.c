@@ -1,0 +1,342 @@
+/* Losses: cross_entropy (label smoothing, class weights, PyTorch's weighted mean), nll_loss,
+ * mse_loss and bce_with_logits against double references computed here, extreme logits,
+ * finite-difference gradients, and bad input (no leaks). */
+#include "gradcheck.h"
+#include "nn_util.h"
+
+/* PyTorch's definition, straight from its formula:
+ *   sum_i [(1-e) w[y_i] (-lp[i,y_i]) + e/C sum_c w[c] (-lp[i,c])] / sum_i w[y_i] */
+static double ce_ref(const double *x, const int64_t *y, int n, int c, const double *w, double e) {
+    double num = 0, den = 0;
+    for (int i = 0; i < n; i++) {
+        const double *r = x + i * c;
+        double mx = r[0], s = 0;
+        for (int k = 1; k < c; k++) mx = r[k] > mx ? r[k] : mx;
+        for (int k = 0; k < c; k++) s += exp(r[k] - mx);
+        double lse = mx + log(s), wy = w ? w[y[i]] : 1, smooth = 0;
+        for (int k = 0; k < c; k++) smooth += (w ? w[k] : 1) * -(r[k] - lse);
+        num += (1 - e) * wy * -(r[y[i]] - lse) + e / c * smooth;
+        den += wy;
+    }
+    return num / den;
+}
+
+static kiln_tensor targets_of(kiln_dtype dt, int n, const int64_t *y) {
+    double v[16];
+    for (int i = 0; i < n; i++) v[i] = (double)y[i];
+    return tensor_of(dt, KILN_SHAPE(n), v);
+}
+
+KT_TEST(cross_entropy_known_values) {
+    mem_begin();
+    double x[3] = {1, 2, 3};
+    int64_t y0 = 0;
+    kiln_cross_entropy_options o = kiln_cross_entropy_defaults();
+    KT_CHECK(o.label_smoothing == 0 && o.class_weights.id == KILN_NONE.id);
+    kiln_tensor loss = kiln_cross_entropy(tensor_of(KILN_F64, KILN_SHAPE(1, 3), x), targets_of(KILN_I64, 1, &y0), o);
+    KT_CHECK(kiln_tensor_ndim(loss) == 0);
+    KT_NEAR(read_scalar(loss), 2.40760596444438, 1e-13);
+    o.label_smoothing = 0.1;
+    KT_NEAR(read_scalar(kiln_cross_entropy(tensor_of(KILN_F64, KILN_SHAPE(1, 3), x), targets_of(KILN_I64, 1, &y0), o)),
+            2.30760596444438, 1e-13);
+    double x2[6] = {1, 2, 3, 0.5, -1, 2}, w[3] = {0.2, 1.0, 3.0};
+    int64_t y2[2] = {0, 2};
+    o.label_smoothing = 0.2;
+    o.class_weights = tensor_of(KILN_F64, KILN_SHAPE(3), w);
+    KT_NEAR(read_scalar(kiln_cross_entropy(tensor_of(KILN_F64, KILN_SHAPE(2, 3), x2), targets_of(KILN_I64, 2, y2), o)),
+            0.4560606977281381, 1e-13);
+    kiln_release(o.class_weights);
+    MEM_CHECK();
+}
+
+KT_TEST(cross_entropy_matches_reference) {
+    mem_begin();
+    enum { N = 6, C = 5 };
+    double x[N * C], xt[N * C], w[C] = {0.5, 2, 1, 0.25, 3};
+    int64_t y[N] = {0, 4, 2, 2, 1, 3};
+    fill(x, N * C, -4, 4);
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < C; k++) xt[k * N + i] = x[i * C + k];
+    const double smoothing[3] = {0, 0.1, 1};
+    for (int dt = 0; dt < 2; dt++)
+        for (int s = 0; s < 3; s++)
+            for (int weighted = 0; weighted < 2; weighted++)
+                for (int transposed = 0; transposed < 2; transposed++) {
+                    kiln_dtype fdt = dt ? KILN_F64 : KILN_F32;
+                    kiln_cross_entropy_options o = kiln_cross_entropy_defaults();
+                    o.label_smoothing = smoothing[s];
+                    /* weights in the other float dtype: they follow the logits */
+                    if (weighted) o.class_weights = tensor_of(dt ? KILN_F32 : KILN_F64, KILN_SHAPE(C), w);
+                    kiln_tensor logits = transposed ? kiln_transpose(tensor_of(fdt, KILN_SHAPE(C, N), xt), 0, 1)
+                                                    : tensor_of(fdt, KILN_SHAPE(N, C), x);
+                    kiln_tensor loss =
+                        kiln_cross_entropy(logits, targets_of(transposed ? KILN_I32 : KILN_I64, N, y), o);
+                    KT_CHECK(kiln_tensor_dtype(loss) == fdt);
+                    double want = ce_ref(x, y, N, C, weighted ? w : NULL, smoothing[s]);
+                    KT_NEAR(read_scalar(loss), want, dt ? 1e-12 : 2e-6);
+                    if (weighted) { /* not consumed */
+                        KT_CHECK(kiln_is_valid(o.class_weights));
+                        kiln_release(o.class_weights);
+                    }
+                }
+
+    /* half-precision logits: the loss comes back in their dtype, to their precision */
+    for (int h = 0; h < 2; h++) {
+        kiln_dtype hdt = h ? KILN_BF16 : KILN_F16;
+        kiln_cross_entropy_options o = kiln_cross_entropy_defaults();
+        o.label_smoothing = 0.1;
+        o.class_weights = tensor_of(KILN_F32, KILN_SHAPE(C), w);
+        kiln_tensor loss = kiln_cross_entropy(tensor_of(hdt, KILN_SHAPE(N, C), x), targets_of(KILN_I64, N, y), o);
+        KT_CHECK(kiln_tensor_dtype(loss) == hdt);
+        KT_NEAR(read_scalar(loss), ce_ref(x, y, N, C, w, 0.1), h ? 3e-2 : 5e-3);
+        kiln_release(o.class_weights);
+        double t[N * C];
+        for (int i = 0; i < N * C; i++) t[i] = (i % 3) / 2.0;
+        double bce = 0, mse = 0;
+        for (int i = 0; i < N * C; i++) {
+            bce += (fmax(x[i], 0) - x[i] * t[i] + log1p(exp(-fabs(x[i])))) / (N * C);
+            mse += (x[i] - t[i]) * (x[i] - t[i]) / (N * C);
+        }
+        KT_NEAR(
+            read_scalar(kiln_bce_with_logits(tensor_of(hdt, KILN_SHAPE(N, C), x), tensor_of(hdt, KILN_SHAPE(N, C), t))),
+            bce, h ? 3e-2 : 5e-3);
+        KT_NEAR(read_scalar(kiln_mse_loss(tensor_of(hdt, KILN_SHAPE(N, C), x), tensor_of(hdt, KILN_SHAPE(N, C), t))),
+                mse, h ? 3e-2 : 5e-3);
+    }
+
+    /* extreme logits stay finite: log_softmax never exponentiates a large positive */
+    double ex[6] = {100, -100, 0, 1000, 0, -1000};
+    int64_t ey[2] = {1, 2};
+    for (int dt = 0; dt < 2; dt++) {
+        double v = read_scalar(kiln_cross_entropy(tensor_of(dt ? KILN_F64 : KILN_F32, KILN_SHAPE(2, 3), ex),
+                                                  targets_of(KILN_I64, 2, ey), kiln_cross_entropy_defaults()));
+        KT_CHECK(isfinite(v));
+        KT_NEAR(v, 1100, 1e-6);
+    }
+    /* an empty batch is 0/0, as in torch */
+    kiln_tensor none = kiln_cross_entropy(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(0, 3)),
+                                          kiln_zeros(KILN_CPU, KILN_I64, KILN_SHAPE(0)), kiln_cross_entropy_defaults());
+    KT_CHECK(isnan(read_scalar(none)));
+    MEM_CHECK();
+}
+
+KT_TEST(nll_mse_bce_match_reference) {
+    mem_begin();
+    enum { N = 5, C = 4 };
+    double lp[N * C];
+    int64_t y[N] = {3, 0, 1, 3, 2};
+    fill(lp, N * C, -5, 0);
+    double want = 0;
+    for (int i = 0; i < N; i++) want -= lp[i * C + y[i]] / N;
+    KT_NEAR(read_scalar(kiln_nll_loss(tensor_of(KILN_F32, KILN_SHAPE(N, C), lp), targets_of(KILN_I32, N, y))), want,
+            1e-6);
+    KT_NEAR(read_scalar(kiln_nll_loss(tensor_of(KILN_F64, KILN_SHAPE(N, C), lp), targets_of(KILN_I64, N, y))), want,
+            1e-13);
+
+    /* mse, with a transposed prediction */
+    double a[12], b[12], at[12];
+    fill(a, 12, -3, 3);
+    fill(b, 12, -3, 3);
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 4; j++) at[j * 3 + i] = a[i * 4 + j];
+    want = 0;
+    for (int i = 0; i < 12; i++) want += (a[i] - b[i]) * (a[i] - b[i]) / 12;
+    KT_NEAR(read_scalar(kiln_mse_loss(kiln_transpose(tensor_of(KILN_F32, KILN_SHAPE(4, 3), at), 0, 1),
+                                      tensor_of(KILN_F32, KILN_SHAPE(3, 4), b))),
+            want, 1e-6);
+    KT_NEAR(read_scalar(kiln_mse_loss(tensor_of(KILN_F64, KILN_SHAPE(12), a), tensor_of(KILN_F64, KILN_SHAPE(12), b))),
+            want, 1e-13);
+
+    /* bce with logits: soft targets and extreme logits, f32 and f64 */
+    double x[10] = {100, -100, 100, -100, 0, 5.5, -3.25, 19, -40, 0.125};
+    double t[10] = {0, 1, 1, 0, 0.5, 1, 0, 0.25, 0.75, 1};
+    want = 0;
+    for (int i = 0; i < 10; i++) want += (fmax(x[i], 0) - x[i] * t[i] + log1p(exp(-fabs(x[i])))) / 10;
+    for (int dt = 0; dt < 2; dt++) {
+        kiln_dtype fdt = dt ? KILN_F64 : KILN_F32;
+        double v =
+            read_scalar(kiln_bce_with_logits(tensor_of(fdt, KILN_SHAPE(2, 5), x), tensor_of(fdt, KILN_SHAPE(2, 5), t)));
+        KT_CHECK(isfinite(v));
+        KT_NEAR(v, want, dt ? 1e-12 : 1e-6);
+    }
+    /* each extreme alone: 100 when wrong, ~0 when right */
+    double big[4] = {100, -100, 100, -100}, tgt[4] = {0, 1, 1, 0};
+    for (int i = 0; i < 4; i++) {
+        double v = read_scalar(kiln_bce_with_logits(tensor_of(KILN_F32, KILN_SHAPE(1), &big[i]),
+                                                    tensor_of(KILN_F32, KILN_SHAPE(1), &tgt[i])));
+        KT_NEAR(v, i < 2 ? 100 : 0, 1e-6);
+    }
+    MEM_CHECK();
+}
+
+/* ---- gradients ------------------------------------------------------------------------------ */
+
+typedef struct {
+    kiln_cross_entropy_options o;
+    const int64_t *y;
+    int n;
+    bool transposed;
+} ce_case;
+
+static kiln_tensor run_ce(kiln_tensor *in, void *ctx) {
+    ce_case *cc = ctx;
+    kiln_tensor logits = cc->transposed ? kiln_transpose(in[0], 0, 1) : in[0];
+    return kiln_cross_entropy(logits, targets_of(KILN_I64, cc->n, cc->y), cc->o);
+}
+
+static kiln_tensor run_nll(kiln_tensor *in, void *ctx) {
+    ce_case *cc = ctx;
+    return kiln_nll_loss(in[0], targets_of(KILN_I32, cc->n, cc->y));
+}
+
+static kiln_tensor run_mse(kiln_tensor *in, void *ctx) { return kiln_mse_loss(in[0], in[1]); }
+static kiln_tensor run_bce(kiln_tensor *in, void *ctx) {
+    /* logits spread over [-6, 6] so that both tails are exercised */
+    return kiln_bce_with_logits(kiln_mul_scalar(in[0], 6.0), in[1]);
+}
+
+KT_TEST(loss_gradients) {
+    mem_begin();
+    int64_t y[4] = {2, 0, 4, 2};
+    double w[5] = {0.5, 2, 1, 0.25, 3};
+    kiln_tensor weights = tensor_of(KILN_F64, KILN_SHAPE(5), w);
+    kiln_shape s[1] = {KILN_SHAPE(4, 5)};
+    for (int smooth = 0; smooth < 2; smooth++)
+        for (int weighted = 0; weighted < 2; weighted++) {
+            ce_case cc = {kiln_cross_entropy_defaults(), y, 4, false};
+            cc.o.label_smoothing = smooth ? 0.2 : 0;
+            cc.o.class_weights = weighted ? weights : KILN_NONE;
+            char name[64];
+            snprintf(name, sizeof name, "cross_entropy smooth=%d weighted=%d", smooth, weighted);
+            GC_CHECK(name, run_ce, &cc, 1, s, 1e-6);
+        }
+    ce_case tc = {kiln_cross_entropy_defaults(), y, 4, true};
+    GC_CHECK("cross_entropy transposed", run_ce, &tc, 1, ((kiln_shape[]){KILN_SHAPE(5, 4)}), 1e-6);
+    GC_CHECK("nll_loss", run_nll, &tc, 1, s, 1e-6);
+    kiln_shape two[2] = {KILN_SHAPE(3, 4), KILN_SHAPE(3, 4)};
+    GC_CHECK("mse_loss", run_mse, NULL, 2, two, 1e-6);
+    GC_CHECK("bce_with_logits", run_bce, NULL, 2, two, 1e-6);
+    kiln_release(weights);
+
+    /* bce's gradient at exactly 0 is sigmoid(0) - y, from both sides */
+    double t[4] = {0, 1, 0.5, 0.25}, g[4];
+    kiln_tensor x = kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(4));
+    kiln_require_grad(x);
+    kiln_grads *grads = NULL;
+    KT_CHECK(kiln_backward(kiln_bce_with_logits(kiln_ref(x), tensor_of(KILN_F32, KILN_SHAPE(4), t)), &grads) ==
+             KILN_OK);
+    read_f64(kiln_grad(grads, x), g, 4);
+    for (int i = 0; i < 4; i++) KT_NEAR(g[i], (0.5 - t[i]) / 4, 1e-7);
+    kiln_grads_free(grads);
+    /* cross_entropy's gradient is (softmax - onehot) / N, even for extreme logits */
+    double ex[6] = {100, -100, 0, 1000, 0, -1000}, want[6] = {1, -1, 0, 1, 0, -1};
+    int64_t ey[2] = {1, 2};
+    kiln_tensor logits = tensor_of(KILN_F32, KILN_SHAPE(2, 3), ex);
+    kiln_require_grad(logits);
+    grads = NULL;
+    KT_CHECK(
+        kiln_backward(kiln_cross_entropy(kiln_ref(logits), targets_of(KILN_I64, 2, ey), kiln_cross_entropy_defaults()),
+                      &grads) == KILN_OK);
+    double gl[6];
+    read_f64(kiln_grad(grads, logits), gl, 6);
+    for (int i = 0; i < 6; i++) KT_NEAR(gl[i], want[i] / 2, 1e-6);
+    kiln_grads_free(grads);
+    kiln_release(x);
+    kiln_release(logits);
+    MEM_CHECK();
+}
+
+/* ---- bad input ------------------------------------------------------------------------------ */
+
+KT_TEST(bad_inputs) {
+    mem_begin();
+    kiln_tensor logits = kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(3, 4));
+    kiln_tensor y = kiln_zeros(KILN_CPU, KILN_I64, KILN_SHAPE(3));
+    kiln_cross_entropy_options o = kiln_cross_entropy_defaults();
+    const char *ce = "kiln_cross_entropy";
+    EXPECT_ERROR(kiln_cross_entropy(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(4)), kiln_ref(y), o), KILN_ERR_SHAPE, ce);
+    EXPECT_ERROR(kiln_cross_entropy(kiln_zeros(KILN_CPU, KILN_I32, KILN_SHAPE(3, 4)), kiln_ref(y), o), KILN_ERR_DTYPE,
+                 ce);
+    EXPECT_ERROR(kiln_cross_entropy(kiln_ref(logits), kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(3)), o), KILN_ERR_DTYPE,
+                 ce);
+    EXPECT_ERROR(kiln_cross_entropy(kiln_ref(logits), kiln_zeros(KILN_CPU, KILN_I64, KILN_SHAPE(4)), o), KILN_ERR_SHAPE,
+                 ce);
+    EXPECT_ERROR(kiln_cross_entropy(kiln_ref(logits), kiln_zeros(KILN_CPU, KILN_I64, KILN_SHAPE(3, 1)), o),
+                 KILN_ERR_SHAPE, ce);
+    EXPECT_ERROR(kiln_cross_entropy(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(3, 0)), kiln_ref(y), o), KILN_ERR_SHAPE,
+                 ce);
+    double smooth[3] = {1.5, -0.1, NAN};
+    for (int i = 0; i < 3; i++) {
+        o.label_smoothing = smooth[i];
+        EXPECT_ERROR(kiln_cross_entropy(kiln_ref(logits), kiln_ref(y), o), KILN_ERR_INVALID_ARGUMENT, ce);
+    }
+    o.label_smoothing = 0;
+    struct {
+        kiln_tensor w;
+        kiln_status st;
+    } weights[] = {
+        {kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(5)), KILN_ERR_SHAPE},
+        {kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(1, 4)), KILN_ERR_SHAPE},
+        {kiln_ones(KILN_CPU, KILN_I64, KILN_SHAPE(4)), KILN_ERR_DTYPE},
+        {kiln_reshape(kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(4)), KILN_SHAPE(3)), KILN_ERR_SHAPE}, /* poisoned */
+    };
+    for (size_t i = 0; i < sizeof weights / sizeof weights[0]; i++) {
+        o.class_weights = weights[i].w;
+        EXPECT_ERROR(kiln_cross_entropy(kiln_ref(logits), kiln_ref(y), o), weights[i].st, ce);
+        KT_CHECK(kiln_is_valid(weights[i].w)); /* not consumed, even on failure */
+        kiln_release(weights[i].w);
+    }
+    o.class_weights = weights[0].w; /* released: stale */
+    EXPECT_ERROR(kiln_cross_entropy(kiln_ref(logits), kiln_ref(y), o), KILN_ERR_STALE_HANDLE, ce);
+    o.class_weights = KILN_NONE;
+
+    /* stale and poisoned inputs keep their own errors */
+    kiln_tensor gone = kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(3, 4));
+    kiln_release(gone);
+    EXPECT_ERROR(kiln_cross_entropy(gone, kiln_ref(y), o), KILN_ERR_STALE_HANDLE, ce);
+    EXPECT_ERROR(kiln_cross_entropy(kiln_reshape(kiln_ref(logits), KILN_SHAPE(5)), kiln_ref(y), o), KILN_ERR_SHAPE,
+                 "kiln_reshape");
+    EXPECT_ERROR(kiln_cross_entropy(kiln_ref(logits), KILN_NONE, o), KILN_ERR_NULL, ce);
+
+    /* targets outside [0, C) fail when the gather runs */
+    int64_t outside[2][3] = {{0, 4, 1}, {0, -1, 1}};
+    for (int i = 0; i < 2; i++) {
+        kiln_tensor bad = targets_of(KILN_I64, 3, outside[i]);
+        EXPECT_ERROR(kiln_cross_entropy(kiln_ref(logits), bad, o), KILN_ERR_INDEX, "kiln_gather");
+        bad = targets_of(KILN_I32, 3, outside[i]);
+        EXPECT_ERROR(kiln_nll_loss(kiln_ref(logits), bad), KILN_ERR_INDEX, "kiln_gather");
+    }
+
+    const char *nll = "kiln_nll_loss";
+    EXPECT_ERROR(kiln_nll_loss(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(3, 4, 1)), kiln_ref(y)), KILN_ERR_SHAPE, nll);
+    EXPECT_ERROR(kiln_nll_loss(kiln_ref(logits), kiln_zeros(KILN_CPU, KILN_BOOL, KILN_SHAPE(3))), KILN_ERR_DTYPE, nll);
+    EXPECT_ERROR(kiln_nll_loss(gone, kiln_ref(y)), KILN_ERR_STALE_HANDLE, nll);
+
+    const char *pair_ops[2] = {"kiln_mse_loss", "kiln_bce_with_logits"};
+    kiln_tensor (*pair_fns[2])(kiln_tensor, kiln_tensor) = {(kiln_mse_loss), (kiln_bce_with_logits)};
+    for (int i = 0; i < 2; i++) {
+        /* [3, 1] against [3] would broadcast to [3, 3]: refused */
+        EXPECT_ERROR(pair_fns[i](kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(3, 1)),
+                                 kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(3))),
+                     KILN_ERR_SHAPE, pair_ops[i]);
+        EXPECT_ERROR(
+            pair_fns[i](kiln_zeros(KILN_CPU, KILN_I32, KILN_SHAPE(3)), kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(3))),
+            KILN_ERR_DTYPE, pair_ops[i]);
+        EXPECT_ERROR(pair_fns[i](kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(3)), gone), KILN_ERR_STALE_HANDLE,
+                     pair_ops[i]);
+        EXPECT_ERROR(pair_fns[i](kiln_reshape(kiln_ref(logits), KILN_SHAPE(7)), kiln_ref(logits)), KILN_ERR_SHAPE,
+                     "kiln_reshape");
+    }
+    kiln_release(logits);
+    kiln_release(y);
+    MEM_CHECK();
+}
+
+int main(void) {
+    KT_RUN(cross_entropy_known_values);
+    KT_RUN(cross_entropy_matches_reference);
+    KT_RUN(nll_mse_bce_match_reference);
+    KT_RUN(loss_gradients);
+    KT_RUN(bad_inputs);
+    return kt_finish();
+}
