@@ -115,6 +115,18 @@ KILN_API kiln_status kiln_init(kiln_tensor *t, kiln_init_kind kind, uint64_t see
 #define kiln_nll_loss(...) KILN__AT(kiln_nll_loss, __VA_ARGS__)
 #define kiln_mse_loss(...) KILN__AT(kiln_mse_loss, __VA_ARGS__)
 #define kiln_bce_with_logits(...) KILN__AT(kiln_bce_with_logits, __VA_ARGS__)
+#define kiln_init(...) KILN__AT(kiln_init, __VA_ARGS__)
+#define kiln_sequential_new(...) KILN__AT(kiln_sequential_new, __VA_ARGS__)
+#define kiln_linear_new(...) KILN__AT(kiln_linear_new, __VA_ARGS__)
+#define kiln_conv2d_new(...) KILN__AT(kiln_conv2d_new, __VA_ARGS__)
+#define kiln_max_pool2d_new(...) KILN__AT(kiln_max_pool2d_new, __VA_ARGS__)
+#define kiln_avg_pool2d_new(...) KILN__AT(kiln_avg_pool2d_new, __VA_ARGS__)
+#define kiln_adaptive_avg_pool2d_new(...) KILN__AT(kiln_adaptive_avg_pool2d_new, __VA_ARGS__)
+#define kiln_batch_norm2d_new(...) KILN__AT(kiln_batch_norm2d_new, __VA_ARGS__)
+#define kiln_layer_norm_new(...) KILN__AT(kiln_layer_norm_new, __VA_ARGS__)
+#define kiln_dropout_new(...) KILN__AT(kiln_dropout_new, __VA_ARGS__)
+#define kiln_flatten_new(...) KILN__AT(kiln_flatten_new, __VA_ARGS__)
+#define kiln_embedding_new(...) KILN__AT(kiln_embedding_new, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

@@ -119,19 +119,28 @@ static kiln__tensor *win_share(kiln__opctx *c, kiln__opcode wins, kiln__tensor *
     return ad_add(c, w, ad_muls(c, tie, 0.5));
 }
 
+/* Only the gradients an input wants are computed, and only what they read was saved. */
 static void binary_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kiln__tensor **grads) {
     kiln__tensor *a = n->saved[0], *b = n->saved[1], *y = n->saved[2];
+    bool want_a = kiln__ad_wants(n, 0), want_b = kiln__ad_wants(n, 1);
     switch (n->code) {
     case KILN__OP_ADD: grads[0] = ad_ref(g), grads[1] = g; break;
     case KILN__OP_SUB: grads[0] = ad_ref(g), grads[1] = ad_neg(c, g); break;
-    case KILN__OP_MUL: grads[0] = ad_mul(c, ad_ref(g), ad_ref(b)), grads[1] = ad_mul(c, g, ad_ref(a)); break;
+    case KILN__OP_MUL:
+        if (want_a) grads[0] = ad_mul(c, ad_ref(g), ad_ref(b));
+        if (want_b) grads[1] = ad_mul(c, ad_ref(g), ad_ref(a));
+        kiln__tensor_release(g);
+        break;
     case KILN__OP_DIV: /* d/da = 1/b, d/db = -a/b^2 = -y/b */
-        grads[0] = ad_div(c, ad_ref(g), ad_ref(b));
-        grads[1] = ad_neg(c, ad_div(c, ad_mul(c, g, ad_ref(y)), ad_ref(b)));
+        if (want_a) grads[0] = ad_div(c, ad_ref(g), ad_ref(b));
+        if (want_b) grads[1] = ad_neg(c, ad_div(c, ad_mul(c, ad_ref(g), ad_ref(y)), ad_ref(b)));
+        kiln__tensor_release(g);
         break;
     case KILN__OP_POW: /* d/da = b a^(b-1), d/db = y log(a) */
-        grads[0] = ad_mul(c, ad_mul(c, ad_ref(g), ad_ref(b)), kiln__t_binary(c, KILN__OP_POW, ad_ref(a), ad_adds(c, ad_ref(b), -1.0)));
-        grads[1] = ad_mul(c, ad_mul(c, g, ad_ref(y)), ad_un(c, KILN__OP_LOG, ad_ref(a)));
+        if (want_a)
+            grads[0] = ad_mul(c, ad_mul(c, ad_ref(g), ad_ref(b)), kiln__t_binary(c, KILN__OP_POW, ad_ref(a), ad_adds(c, ad_ref(b), -1.0)));
+        if (want_b) grads[1] = ad_mul(c, ad_mul(c, ad_ref(g), ad_ref(y)), ad_un(c, KILN__OP_LOG, ad_ref(a)));
+        kiln__tensor_release(g);
         break;
     case KILN__OP_MAXIMUM:
     case KILN__OP_MINIMUM: {
@@ -151,12 +160,19 @@ kiln__tensor *kiln__ad_binary(kiln__opctx *c, kiln__opcode code, kiln__tensor *a
     kiln__tensor *in[2] = {a, b};
     kiln__ad_node *n = kiln__ad_node_new(c, &binary_rule, 2, in);
     if (n) n->code = code;
-    bool save_a = code == KILN__OP_MUL || code == KILN__OP_POW || code == KILN__OP_MAXIMUM || code == KILN__OP_MINIMUM;
-    bool save_b = save_a || code == KILN__OP_DIV;
+    bool want_a = kiln__ad_wants(n, 0), want_b = kiln__ad_wants(n, 1);
+    bool save_a = false, save_b = false, save_y = false;
+    switch (code) {
+    case KILN__OP_MUL: save_a = want_b, save_b = want_a; break; /* x * mask keeps only the mask */
+    case KILN__OP_DIV: save_b = true, save_y = want_b; break;
+    case KILN__OP_POW: save_a = true, save_b = want_a, save_y = want_b; break;
+    case KILN__OP_MAXIMUM: case KILN__OP_MINIMUM: save_a = save_b = true; break;
+    default: break;
+    }
     if (save_a) kiln__ad_save(c, n, 0, a);
     if (save_b) kiln__ad_save(c, n, 1, b);
     kiln__tensor *y = kiln__t_binary(c, code, a, b);
-    if (code == KILN__OP_DIV || code == KILN__OP_POW) kiln__ad_save(c, n, 2, y);
+    if (save_y) kiln__ad_save(c, n, 2, y);
     return kiln__ad_attach(c, n, y);
 }
 
