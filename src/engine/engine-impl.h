@@ -18,7 +18,7 @@ typedef struct kiln__view {
 } kiln__view;
 
 #define KILN__OP_MAX_IN 3
-#define KILN__OP_MAX_OUT 2
+#define KILN__OP_MAX_OUT 3 /* an Adam update writes param, exp_avg, exp_avg_sq */
 
 /* One queued unit of work. Params are inline so no allocation is needed per op. */
 typedef struct kiln__op {

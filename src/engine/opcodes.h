@@ -37,6 +37,28 @@
     X(ONE_HOT)        /* in[0] index, classes p.i[0] */                                     \
     /* free slots for later layers (autodiff, nn) go below */                               \
     X(RELU_BACKWARD)  /* out = in[1] > 0 ? in[0] : 0  (in[0] grad, in[1] x or y) */          \
+    /* 2-d convolution and pooling (src/backend/cpu/conv.c, pool.c). in[0] is [N, C, H, W]     \
+     * (any strides); outputs are dense. Conv params: p.i[0..3] = stride_h, stride_w, pad_h,    \
+     * pad_w; pi[0..2] = dilation_h, dilation_w, groups. */                                    \
+    X(CONV2D)         /* in[0] x, in[1] w [O, C/g, KH, KW] dense, opt. in[2] bias [O]; out y */ \
+    X(CONV2D_BACKWARD_INPUT)  /* in[0] dy dense, in[1] w dense; out[0] dx */                    \
+    X(CONV2D_BACKWARD_WEIGHT) /* in[0] dy dense, in[1] x; out[0] dw */                          \
+    /* Pool params: p.i[0..3] = kernel_h, kernel_w, stride_h, stride_w; pi[0..1] = pad_h,      \
+     * pad_w. Max indices are i64 into each input plane's flattened H * W. */                  \
+    X(MAX_POOL2D)     /* out[0] values; out[1] i64 indices when n_out == 2 */                  \
+    X(MAX_POOL2D_BACKWARD) /* in[0] dy, in[1] indices; out[0] dx (zeroed, then scattered) */   \
+    X(AVG_POOL2D)     /* pi[2] = 1: adaptive windows (the params are unused) */                \
+    X(AVG_POOL2D_BACKWARD) /* in[0] dy; out[0] dx; params as AVG_POOL2D */                     \
+    /* optimizer updates (src/backend/cpu/optim.c), written in place into the parameter's and  \
+     * the state's own storages. Doubles past p.f[3] travel as bit patterns in pi[] (see         \
+     * kiln__op_f64_bits in src/optim/optim-impl.h). pi[0] flags: 1 first step (SGD: buffer = \
+     * grad; Adam: moments read as 0), 2 nesterov (SGD), 4 decoupled weight decay (Adam). */    \
+    X(SGD_UPDATE)     /* out[0] param, out[1] momentum buffer when n_out == 2, in[0] grad;       \
+                         p.f = lr, momentum, dampening, weight_decay */                          \
+    X(ADAM_UPDATE)    /* out[0] param, out[1] exp_avg, out[2] exp_avg_sq, in[0] grad; p.f =      \
+                         lr / bias_correction1, beta1, beta2, eps; pi[1] sqrt(bias_correction2), \
+                         pi[2] weight decay (L2) or 1 - lr * weight_decay (decoupled) */         \
+    X(SUM_SQUARES)    /* out[0] 0-d f64 = sum of in[0]^2 accumulated in double */               \
     X(TO_HOST)        /* copy dense in[0] to host pointer pi[0] (pi[1] bytes) */                 \
     X(NOOP)
 

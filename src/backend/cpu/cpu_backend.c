@@ -30,6 +30,8 @@ static void cpu_init(void) {
     kiln__cpu_register_linalg(cpu.kernels);
     kiln__cpu_register_index(cpu.kernels);
     kiln__cpu_register_random(cpu.kernels);
+    kiln__cpu_register_optim(cpu.kernels);
+    kiln__cpu_register_nn(cpu.kernels);
 }
 
 const kiln__backend *kiln__cpu_backend(void) {

@@ -1,0 +1,249 @@
+/* MAX_POOL2D, AVG_POOL2D (plain and adaptive) and their backward kernels, f32 and f64.
+ *
+ * The work is split by planes (one image's channel): a plane's windows only read its own
+ * input plane, and its backward only writes its own dx plane, so planes run in parallel with
+ * no shared writes. Inputs and dy may have any strides; outputs are dense.
+ *
+ * Semantics follow PyTorch: max pooling treats padding as -inf, takes the first maximum of a
+ * window (a NaN wins and propagates), and records its index into the plane's flattened
+ * H * W; average pooling divides by the window's size in the padded input
+ * (count_include_pad); adaptive windows of output i span [floor(i*H/OH), ceil((i+1)*H/OH)). */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/cpu-impl.h"
+
+typedef struct {
+    int64_t c, h, w, oh, ow;
+    int64_t kh, kw, sh, sw, ph, pw;
+    bool adaptive;
+    const char *in; /* x (forward) or dy (backward) */
+    int64_t is[4];  /* its strides, elements */
+    const int64_t *idx_in; /* max backward: indices, strides ks */
+    int64_t ks[4];
+    char *out;       /* dense: y (forward) or dx (backward) */
+    int64_t *idx_out; /* max forward: indices (dense), or NULL */
+} pool_job;
+
+/* Input rows [*lo, *hi) that output row i pools (clipped to the input), and the divisor an
+ * average over that window uses. */
+static inline void window(const pool_job *j, int64_t i, int64_t k, int64_t s, int64_t p, int64_t size, int64_t n_out,
+                          int64_t *lo, int64_t *hi, int64_t *div) {
+    if (j->adaptive) {
+        *lo = i * size / n_out;
+        *hi = ((i + 1) * size + n_out - 1) / n_out;
+        *div = *hi - *lo;
+        return;
+    }
+    int64_t start = i * s - p, end = start + k;
+    if (end > size + p) end = size + p;
+    *div = end - start;
+    *lo = start > 0 ? start : 0;
+    *hi = end < size ? end : size;
+}
+
+static inline const char *plane_of(const char *base, const int64_t *st, int64_t c, int64_t plane, size_t es) {
+    return base + ((plane / c) * st[0] + (plane % c) * st[1]) * (int64_t)es;
+}
+
+/* Output columns per block of the max-pool row sweep (its running maxima live on the stack). */
+#define MAX_BLOCK 256
+
+/* Output columns [lo, hi) whose tap at input column ox * s + off lies inside [0, size). */
+static inline void valid_range(int64_t off, int64_t s, int64_t size, int64_t n_out, int64_t *lo, int64_t *hi) {
+    int64_t l = off >= 0 ? 0 : (-off + s - 1) / s;
+    int64_t h = size - off <= 0 ? 0 : (size - off + s - 1) / s;
+    *hi = h < n_out ? h : n_out;
+    *lo = l < *hi ? l : *hi;
+}
+
+/* Max pooling sweeps a block of output columns at once, one kernel tap after another in
+ * raster order, with branch-free (bit mask) updates: a per-element "if (v > best)" mispredicts about
+ * half the time on real data and cost four times as much. */
+#define POOL_DEFINE(T, SFX, U)                                                                                   \
+    static void max_forward_##SFX(void *ctx, int64_t begin, int64_t end) {                                   \
+        const pool_job *j = ctx;                                                                             \
+        const int64_t w = j->w, ow = j->ow, sw = j->sw, is2 = j->is[2], is3 = j->is[3];                      \
+        T best[MAX_BLOCK];                                                                                   \
+        int64_t at[MAX_BLOCK];                                                                               \
+        for (int64_t pl = begin; pl < end; pl++) {                                                           \
+            const T *x = (const T *)plane_of(j->in, j->is, j->c, pl, sizeof(T));                            \
+            T *y = (T *)j->out + pl * j->oh * ow;                                                            \
+            int64_t *idx = j->idx_out ? j->idx_out + pl * j->oh * ow : NULL;                                 \
+            for (int64_t oy = 0; oy < j->oh; oy++) {                                                         \
+                int64_t y0, y1, div;                                                                         \
+                window(j, oy, j->kh, j->sh, j->ph, j->h, j->oh, &y0, &y1, &div);                             \
+                for (int64_t ob = 0; ob < ow; ob += MAX_BLOCK) {                                             \
+                    int64_t nb = ow - ob < MAX_BLOCK ? ow - ob : MAX_BLOCK;                                  \
+                    for (int64_t q = 0; q < nb; q++) {                                                       \
+                        int64_t x0 = (ob + q) * sw - j->pw;                                                  \
+                        best[q] = -(T)INFINITY;                                                              \
+                        at[q] = y0 * w + (x0 > 0 ? x0 : 0);                                                  \
+                    }                                                                                        \
+                    for (int64_t iy = y0; iy < y1; iy++)                                                     \
+                        for (int64_t kj = 0; kj < j->kw; kj++) {                                             \
+                            int64_t off = kj - j->pw, lo, hi;                                                \
+                            valid_range(off, sw, w, ow, &lo, &hi);                                           \
+                            if (lo < ob) lo = ob;                                                            \
+                            if (hi > ob + nb) hi = ob + nb;                                                  \
+                            const T *xr = x + iy * is2;                                                      \
+                            for (int64_t ox = lo; ox < hi; ox++) {                                           \
+                                int64_t ix = ox * sw + off, q = ox - ob;                                     \
+                                T v = xr[ix * is3];                                                          \
+                                int take = (v > best[q]) | (v != v);                                         \
+                                U keep = (U)take - 1, vb, bb; /* all ones: keep the old maximum */           \
+                                memcpy(&vb, &v, sizeof vb);                                                  \
+                                memcpy(&bb, &best[q], sizeof bb);                                            \
+                                bb = (bb & keep) | (vb & ~keep);                                             \
+                                memcpy(&best[q], &bb, sizeof bb);                                            \
+                                at[q] = (at[q] & ((int64_t)take - 1)) | ((iy * w + ix) & -(int64_t)take);    \
+                            }                                                                                \
+                        }                                                                                    \
+                    memcpy(y + oy * ow + ob, best, sizeof(T) * (size_t)nb);                                  \
+                    if (idx) memcpy(idx + oy * ow + ob, at, sizeof(int64_t) * (size_t)nb);                   \
+                }                                                                                            \
+            }                                                                                                \
+        }                                                                                                    \
+    }                                                                                                        \
+                                                                                                             \
+    static void max_backward_##SFX(void *ctx, int64_t begin, int64_t end) {                                  \
+        const pool_job *j = ctx;                                                                             \
+        int64_t hw = j->h * j->w;                                                                            \
+        for (int64_t pl = begin; pl < end; pl++) {                                                           \
+            const T *dy = (const T *)plane_of(j->in, j->is, j->c, pl, sizeof(T));                           \
+            const int64_t *idx = (const int64_t *)plane_of((const char *)j->idx_in, j->ks, j->c, pl, 8);     \
+            T *dx = (T *)j->out + pl * hw;                                                                   \
+            memset(dx, 0, sizeof(T) * (size_t)hw);                                                           \
+            for (int64_t oy = 0; oy < j->oh; oy++)                                                           \
+                for (int64_t ox = 0; ox < j->ow; ox++) {                                                     \
+                    int64_t at = idx[oy * j->ks[2] + ox * j->ks[3]];                                         \
+                    if ((uint64_t)at < (uint64_t)hw) dx[at] += dy[oy * j->is[2] + ox * j->is[3]];            \
+                }                                                                                            \
+        }                                                                                                    \
+    }                                                                                                        \
+                                                                                                             \
+    static void avg_forward_##SFX(void *ctx, int64_t begin, int64_t end) {                                   \
+        const pool_job *j = ctx;                                                                             \
+        for (int64_t pl = begin; pl < end; pl++) {                                                           \
+            const T *x = (const T *)plane_of(j->in, j->is, j->c, pl, sizeof(T));                            \
+            T *y = (T *)j->out + pl * j->oh * j->ow;                                                         \
+            for (int64_t oy = 0; oy < j->oh; oy++) {                                                         \
+                int64_t y0, y1, x0, x1, dy_, dx_;                                                            \
+                window(j, oy, j->kh, j->sh, j->ph, j->h, j->oh, &y0, &y1, &dy_);                             \
+                for (int64_t ox = 0; ox < j->ow; ox++) {                                                     \
+                    window(j, ox, j->kw, j->sw, j->pw, j->w, j->ow, &x0, &x1, &dx_);                         \
+                    T sum = 0;                                                                               \
+                    for (int64_t iy = y0; iy < y1; iy++)                                                     \
+                        for (int64_t ix = x0; ix < x1; ix++) sum += x[iy * j->is[2] + ix * j->is[3]];        \
+                    y[oy * j->ow + ox] = sum / (T)(dy_ * dx_);                                               \
+                }                                                                                            \
+            }                                                                                                \
+        }                                                                                                    \
+    }                                                                                                        \
+                                                                                                             \
+    static void avg_backward_##SFX(void *ctx, int64_t begin, int64_t end) {                                  \
+        const pool_job *j = ctx;                                                                             \
+        for (int64_t pl = begin; pl < end; pl++) {                                                           \
+            const T *dy = (const T *)plane_of(j->in, j->is, j->c, pl, sizeof(T));                           \
+            T *dx = (T *)j->out + pl * j->h * j->w;                                                          \
+            memset(dx, 0, sizeof(T) * (size_t)(j->h * j->w));                                                \
+            for (int64_t oy = 0; oy < j->oh; oy++) {                                                         \
+                int64_t y0, y1, x0, x1, dy_, dx_;                                                            \
+                window(j, oy, j->kh, j->sh, j->ph, j->h, j->oh, &y0, &y1, &dy_);                             \
+                for (int64_t ox = 0; ox < j->ow; ox++) {                                                     \
+                    window(j, ox, j->kw, j->sw, j->pw, j->w, j->ow, &x0, &x1, &dx_);                         \
+                    T v = dy[oy * j->is[2] + ox * j->is[3]] / (T)(dy_ * dx_);                                \
+                    for (int64_t iy = y0; iy < y1; iy++)                                                     \
+                        for (int64_t ix = x0; ix < x1; ix++) dx[iy * j->w + ix] += v;                        \
+                }                                                                                            \
+            }                                                                                                \
+        }                                                                                                    \
+    }
+
+POOL_DEFINE(float, f32, uint32_t)
+POOL_DEFINE(double, f64, uint64_t)
+
+/* x (or dx) [N, C, H, W] and y (or dy) [N, C, OH, OW] give the sizes; the op the windows. */
+static pool_job job_of(const kiln__op *op, const kiln__view *x, const kiln__view *y, const kiln__view *in) {
+    pool_job j = {
+        .c = x->shape[1], .h = x->shape[2], .w = x->shape[3], .oh = y->shape[2], .ow = y->shape[3],
+        .kh = op->p.i[0], .kw = op->p.i[1], .sh = op->p.i[2], .sw = op->p.i[3], .ph = op->pi[0], .pw = op->pi[1],
+        .adaptive = op->pi[2] != 0,
+        .in = kiln__view_ptr(in),
+        .out = kiln__view_ptr(&op->out[0]),
+    };
+    memcpy(j.is, in->strides, sizeof j.is);
+    return j;
+}
+
+static kiln_status check_op(const kiln__op *op) {
+    kiln_dtype dt = op->out[0].dtype;
+    if ((dt != KILN_F32 && dt != KILN_F64) || op->in[0].dtype != dt) {
+        kiln__kernel_error("no CPU %s kernel for %s into %s", kiln__opcode_name(op->code),
+                           kiln_dtype_name(op->in[0].dtype), kiln_dtype_name(dt));
+        return KILN_ERR_DTYPE;
+    }
+    if ((op->n_out > 1 && op->out[1].dtype != KILN_I64) || (op->n_in > 1 && op->in[1].dtype != KILN_I64)) {
+        kiln__kernel_error("%s indices must be i64", kiln__opcode_name(op->code));
+        return KILN_ERR_DTYPE;
+    }
+    for (int i = 0; i < op->n_out; i++)
+        if (!kiln__view_is_contiguous(&op->out[i])) {
+            kiln__kernel_error("%s needs dense outputs", kiln__opcode_name(op->code));
+            return KILN_ERR_INTERNAL;
+        }
+    return KILN_OK;
+}
+
+/* Planes per task: enough window reads to outweigh waking a thread. */
+static void run_planes(const pool_job *j, int64_t planes, kiln__range_fn fn) {
+    int64_t work = j->oh * j->ow * (j->adaptive ? 1 : j->kh * j->kw) + j->h * j->w;
+    int64_t grain = work > 0 ? KILN__GRAIN_ELEMENTWISE / work : planes;
+    kiln__parallel_for(planes, grain > 0 ? grain : 1, fn, (void *)j);
+}
+
+static int64_t planes_of(const kiln__view *v) { return v->shape[0] * v->shape[1]; }
+
+static kiln_status kernel_max_pool2d(const kiln__op *op) {
+    kiln_status st = check_op(op);
+    if (st != KILN_OK) return st;
+    pool_job j = job_of(op, &op->in[0], &op->out[0], &op->in[0]);
+    if (op->n_out > 1) j.idx_out = (int64_t *)kiln__view_ptr(&op->out[1]);
+    run_planes(&j, planes_of(&op->out[0]), op->out[0].dtype == KILN_F32 ? max_forward_f32 : max_forward_f64);
+    return KILN_OK;
+}
+
+static kiln_status kernel_max_pool2d_backward(const kiln__op *op) {
+    kiln_status st = check_op(op);
+    if (st != KILN_OK) return st;
+    pool_job j = job_of(op, &op->out[0], &op->in[0], &op->in[0]);
+    j.idx_in = (const int64_t *)kiln__view_ptr(&op->in[1]);
+    memcpy(j.ks, op->in[1].strides, sizeof j.ks);
+    run_planes(&j, planes_of(&op->out[0]), op->out[0].dtype == KILN_F32 ? max_backward_f32 : max_backward_f64);
+    return KILN_OK;
+}
+
+static kiln_status kernel_avg_pool2d(const kiln__op *op) {
+    kiln_status st = check_op(op);
+    if (st != KILN_OK) return st;
+    pool_job j = job_of(op, &op->in[0], &op->out[0], &op->in[0]);
+    run_planes(&j, planes_of(&op->out[0]), op->out[0].dtype == KILN_F32 ? avg_forward_f32 : avg_forward_f64);
+    return KILN_OK;
+}
+
+static kiln_status kernel_avg_pool2d_backward(const kiln__op *op) {
+    kiln_status st = check_op(op);
+    if (st != KILN_OK) return st;
+    pool_job j = job_of(op, &op->out[0], &op->in[0], &op->in[0]);
+    run_planes(&j, planes_of(&op->out[0]), op->out[0].dtype == KILN_F32 ? avg_backward_f32 : avg_backward_f64);
+    return KILN_OK;
+}
+
+void kiln__cpu_register_pool(kiln__kernel_fn *table); /* called by kiln__cpu_register_nn (conv.c) */
+
+void kiln__cpu_register_pool(kiln__kernel_fn *table) {
+    table[KILN__OP_MAX_POOL2D] = kernel_max_pool2d;
+    table[KILN__OP_MAX_POOL2D_BACKWARD] = kernel_max_pool2d_backward;
+    table[KILN__OP_AVG_POOL2D] = kernel_avg_pool2d;
+    table[KILN__OP_AVG_POOL2D_BACKWARD] = kernel_avg_pool2d_backward;
+}

@@ -1,0 +1,398 @@
+/* Checkpoints: a module's parameters and buffers by name and an optimizer's state in one
+ * safetensors file. Optimizer tensors are named "optim.<param>.<state>" (PyTorch's state
+ * names); its type, step counts and hyperparameters go in the metadata as strings.
+ *
+ * Loading is all or nothing: the whole file is read and checked, then matched against the
+ * module (every parameter and buffer present with its exact dtype and shape, nothing extra)
+ * and the optimizer, then every tensor is staged in fresh memory; only then is anything
+ * changed: one COPY per parameter into its own storage (its handle and leaf identity stay),
+ * and the optimizer's state swapped in. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "optim/optim-impl.h"
+#include "optim/safetensors.h"
+
+#define OPTIM_PREFIX "optim."
+
+/* The module's parameters and buffers (n of them), or NULL with an error. */
+static kiln_param *list_params(kiln__opctx *c, kiln_module *model, int *n) {
+    *n = kiln_module_params(model, NULL, 0);
+    kiln_param *ps = calloc((size_t)(*n ? *n : 1), sizeof *ps);
+    if (!ps) return kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot list the parameters"), NULL;
+    kiln_module_params(model, ps, *n);
+    return ps;
+}
+
+/* ---- save ------------------------------------------------------------------------------------ */
+
+typedef struct {
+    char name[128];
+    kiln__tensor *t; /* borrowed */
+    void *host;      /* owned */
+    size_t nbytes;
+} save_item;
+
+typedef struct {
+    char key[128];
+    char value[40];
+} meta_text;
+
+/* Waits for t's data and copies it densely to dst. */
+static bool read_host(kiln__opctx *c, kiln__tensor *t, void *dst, size_t nbytes) {
+    kiln__tensor_retain(t);
+    t = kiln__t_contiguous(c, t);
+    if (!t) return false;
+    bool ok = kiln__wait_storage(t->storage) == KILN_OK;
+    if (!ok) {
+        if (!c->err) c->err = kiln__error_ref(atomic_load(&t->storage->err));
+    } else if (nbytes) {
+        const kiln__backend *be = kiln__backend_get(t->device);
+        const char *src = (const char *)t->storage->data + t->offset * (int64_t)kiln__elsize(t->dtype);
+        ok = be->copy_to_host(be->context, dst, src, nbytes) == KILN_OK;
+        if (!ok) kiln__fail(c, KILN_ERR_DEVICE, "copy from %s failed", kiln_device_name(t->device));
+    }
+    kiln__tensor_release(t);
+    return ok;
+}
+
+/* value_fmt NULL: the shortest text that reads back as exactly v. */
+static void add_meta(meta_text *m, int *n, const char *key, const char *value_fmt, double v) {
+    snprintf(m[*n].key, sizeof m[*n].key, "%s", key);
+    if (value_fmt) snprintf(m[*n].value, sizeof m[*n].value, value_fmt, v);
+    for (int digits = 15; !value_fmt && digits <= 17; digits++) {
+        snprintf(m[*n].value, sizeof m[*n].value, "%.*g", digits, v);
+        if (strtod(m[*n].value, NULL) == v) break;
+    }
+    (*n)++;
+}
+
+typedef struct {
+    const char *key;
+    double *value;
+} hyper;
+
+/* The hyperparameters saved besides the learning rate, as pointers into s or a; the last one,
+ * the bool (nesterov, decoupled_weight_decay), goes through *flag as 0 or 1. */
+static int hyper_list(kiln__optim_kind kind, kiln_sgd_options *s, kiln_adam_options *a, double *flag, hyper *out) {
+    if (kind == KILN__OPTIM_SGD) {
+        *flag = s->nesterov;
+        hyper h[] = {{OPTIM_PREFIX "momentum", &s->momentum}, {OPTIM_PREFIX "dampening", &s->dampening},
+                     {OPTIM_PREFIX "weight_decay", &s->weight_decay}, {OPTIM_PREFIX "nesterov", flag}};
+        memcpy(out, h, sizeof h);
+        return 4;
+    }
+    *flag = a->decoupled_weight_decay;
+    hyper h[] = {{OPTIM_PREFIX "beta1", &a->beta1}, {OPTIM_PREFIX "beta2", &a->beta2}, {OPTIM_PREFIX "eps", &a->eps},
+                 {OPTIM_PREFIX "weight_decay", &a->weight_decay}, {OPTIM_PREFIX "decoupled_weight_decay", flag}};
+    memcpy(out, h, sizeof h);
+    return 5;
+}
+#define MAX_HYPERS 5
+
+/* Type, counts and hyperparameters (doubles printed to read back exactly). */
+static int optim_meta(const kiln_optimizer *opt, meta_text *m) {
+    int n = 0;
+    snprintf(m[n].key, sizeof m[n].key, OPTIM_PREFIX "type");
+    snprintf(m[n].value, sizeof m[n].value, "%s", opt->type);
+    n++;
+    add_meta(m, &n, OPTIM_PREFIX "steps", "%.0f", (double)opt->steps);
+    add_meta(m, &n, OPTIM_PREFIX "lr", NULL, opt->lr);
+    kiln_sgd_options so = opt->sgd;
+    kiln_adam_options ao = opt->adam;
+    double flag;
+    hyper hs[MAX_HYPERS];
+    int nh = hyper_list(opt->kind, &so, &ao, &flag, hs);
+    for (int i = 0; i < nh; i++) add_meta(m, &n, hs[i].key, NULL, *hs[i].value);
+    for (int i = 0; i < opt->n_params; i++) {
+        if (!opt->params[i].step) continue;
+        char key[160];
+        snprintf(key, sizeof key, OPTIM_PREFIX "%s.step", opt->params[i].name);
+        add_meta(m, &n, key, "%.0f", (double)opt->params[i].step);
+    }
+    return n;
+}
+
+#define OPTIM_FIXED_META 16 /* format, and what optim_meta writes besides per-parameter steps */
+
+kiln_status kiln_checkpoint_save(const char *path, kiln_module *model, kiln_optimizer *opt) {
+    KILN__OP_BEGIN("kiln_checkpoint_save");
+    if (!path || !model) {
+        kiln__fail(&c, KILN_ERR_NULL, "%s is NULL", !path ? "path" : "model");
+        return kiln__optim_finish(&c);
+    }
+    int np = 0, n_state = opt ? kiln__optim_state_count(opt) : 0;
+    kiln_param *ps = list_params(&c, model, &np);
+    int cap = np + (opt ? opt->n_params * n_state : 0);
+    int n_meta_cap = OPTIM_FIXED_META + (opt ? opt->n_params : 0);
+    save_item *items = calloc((size_t)(cap ? cap : 1), sizeof *items);
+    kiln__st_entry *entries = calloc((size_t)(cap ? cap : 1), sizeof *entries);
+    meta_text *mt = calloc((size_t)n_meta_cap, sizeof *mt);
+    kiln__st_meta *meta = calloc((size_t)n_meta_cap, sizeof *meta);
+    if (ps && (!items || !entries || !mt || !meta)) kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the checkpoint");
+    int n = 0;
+    for (int i = 0; i < np && !c.err; i++) {
+        snprintf(items[n].name, sizeof items[n].name, "%s", ps[i].name);
+        items[n++].t = kiln__optim_slot_tensor(&c, *ps[i].slot);
+    }
+    for (int i = 0; opt && i < opt->n_params && !c.err; i++)
+        for (int k = 0; k < n_state && opt->params[i].state[k]; k++) {
+            snprintf(items[n].name, sizeof items[n].name, OPTIM_PREFIX "%s.%s", opt->params[i].name,
+                     kiln__optim_state_name(opt, k));
+            items[n++].t = opt->params[i].state[k];
+        }
+    for (int i = 0; i < n && !c.err; i++) {
+        save_item *it = &items[i];
+        it->nbytes = (size_t)kiln__tensor_numel(it->t) * kiln__elsize(it->t->dtype);
+        it->host = malloc(it->nbytes ? it->nbytes : 1);
+        if (!it->host) {
+            kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes for '%s'", it->nbytes, it->name);
+            break;
+        }
+        if (!read_host(&c, it->t, it->host, it->nbytes)) break;
+        entries[i] = (kiln__st_entry){it->name, it->t->dtype, it->t->ndim, it->t->shape, it->host, it->nbytes};
+    }
+    if (!c.err) {
+        int nm = 1;
+        snprintf(mt[0].key, sizeof mt[0].key, "format");
+        snprintf(mt[0].value, sizeof mt[0].value, "pt"); /* what PyTorch's safetensors writes */
+        if (opt) nm += optim_meta(opt, mt + 1);
+        for (int i = 0; i < nm; i++) meta[i] = (kiln__st_meta){mt[i].key, mt[i].value};
+        char why[512];
+        kiln_status st = kiln__st_write(path, entries, n, meta, nm, why, sizeof why);
+        if (st != KILN_OK) kiln__fail(&c, st, "%s", why);
+    }
+    for (int i = 0; items && i < n; i++) free(items[i].host);
+    free(ps), free(items), free(entries), free(mt), free(meta);
+    return kiln__optim_finish(&c);
+}
+
+/* ---- load ------------------------------------------------------------------------------------ */
+
+typedef struct {
+    kiln__tensor *dst;              /* borrowed: the parameter */
+    const kiln__st_tensor *src;
+    kiln__tensor *staged;           /* owned */
+} load_item;
+
+typedef struct {
+    kiln_sgd_options sgd;
+    kiln_adam_options adam;
+    double lr;
+    int64_t steps;
+    int64_t *param_steps;
+    load_item *state; /* [n_params * KILN__OPTIM_MAX_STATE], src NULL where absent */
+} optim_plan;
+
+/* A metadata number: a finite double, or with `count` a decimal integer >= 0. An absent key
+ * gives 0, and is an error only when required. */
+static bool meta_number(kiln__opctx *c, const kiln__st_file *f, const char *key, bool required, bool count, double *out) {
+    const char *v = kiln__st_meta_get(f, key);
+    *out = 0;
+    if (!v && !required) return true;
+    char *end = NULL;
+    errno = 0;
+    double d = v ? strtod(v, &end) : 0;
+    bool ok = v && *v && !*end && errno != ERANGE && isfinite(d);
+    for (const char *ch = v; ok && count && *ch; ch++) ok = *ch >= '0' && *ch <= '9';
+    if (!ok || (count && d > 9007199254740992.0)) {
+        kiln__fail(c, KILN_ERR_CORRUPT, "metadata '%s' is %s", key, !v ? "missing" : count ? "not a count" : "not a number");
+        return false;
+    }
+    *out = d;
+    return true;
+}
+
+static bool meta_double(kiln__opctx *c, const kiln__st_file *f, const char *key, double *out) {
+    return meta_number(c, f, key, true, false, out);
+}
+
+static bool meta_count(kiln__opctx *c, const kiln__st_file *f, const char *key, bool required, int64_t *out) {
+    double d;
+    bool ok = meta_number(c, f, key, required, true, &d);
+    *out = (int64_t)d;
+    return ok;
+}
+
+/* The file's tensor `name` checked against like (dtype, shape); NULL if absent or mismatched. */
+static const kiln__st_tensor *match(kiln__opctx *c, const kiln__st_file *f, const char *name, const kiln__tensor *like,
+                                    bool required) {
+    const kiln__st_tensor *t = kiln__st_find(f, name);
+    if (!t) {
+        if (required) kiln__fail(c, KILN_ERR_SHAPE, "checkpoint has no tensor '%s'", name);
+        return NULL;
+    }
+    if (t->kiln_dtype != (int)like->dtype) {
+        kiln__fail(c, KILN_ERR_DTYPE, "tensor '%s' is %s in the checkpoint, %s in the model", name, t->dtype,
+                   kiln_dtype_name(like->dtype));
+        return NULL;
+    }
+    if (t->ndim != like->ndim || memcmp(t->shape, like->shape, sizeof(int64_t) * (size_t)like->ndim) != 0) {
+        char a[128], b[128];
+        kiln__fail(c, KILN_ERR_SHAPE, "tensor '%s' has shape %s in the checkpoint, %s in the model", name,
+                   kiln__shape_str(a, sizeof a, t->ndim, t->shape), kiln__shape_str(b, sizeof b, like->ndim, like->shape));
+        return NULL;
+    }
+    return t;
+}
+
+static bool starts_with(const char *s, const char *prefix) { return strncmp(s, prefix, strlen(prefix)) == 0; }
+
+/* Checks the optimizer's part of the file; fills plan. Returns the number of optimizer tensors used. */
+static int plan_optim(kiln__opctx *c, const kiln__st_file *f, const kiln_optimizer *opt, optim_plan *plan) {
+    const char *type = kiln__st_meta_get(f, OPTIM_PREFIX "type");
+    if (!type) return kiln__fail(c, KILN_ERR_SHAPE, "checkpoint has no optimizer state"), 0;
+    if (strcmp(type, opt->type) != 0)
+        return kiln__fail(c, KILN_ERR_SHAPE, "checkpoint has %s state, the optimizer is %s", type, opt->type), 0;
+    plan->sgd = opt->sgd;
+    plan->adam = opt->adam;
+    double flag;
+    hyper hs[MAX_HYPERS];
+    int nh = hyper_list(opt->kind, &plan->sgd, &plan->adam, &flag, hs);
+    bool ok = meta_count(c, f, OPTIM_PREFIX "steps", true, &plan->steps) && meta_double(c, f, OPTIM_PREFIX "lr", &plan->lr);
+    for (int i = 0; ok && i < nh; i++) ok = meta_double(c, f, hs[i].key, hs[i].value);
+    ok = ok && (flag == 0 || flag == 1);
+    plan->sgd.lr = plan->adam.lr = plan->lr;
+    if (opt->kind == KILN__OPTIM_SGD) {
+        plan->sgd.nesterov = flag != 0;
+        ok = ok && kiln__optim_check_sgd(c->name, plan->sgd);
+    } else {
+        plan->adam.decoupled_weight_decay = flag != 0;
+        ok = ok && kiln__optim_check_adam(c->name, plan->adam);
+    }
+    if (!ok) return kiln__fail(c, KILN_ERR_CORRUPT, "checkpoint has invalid optimizer hyperparameters"), 0;
+    /* the state count follows the loaded hyperparameters (SGD without momentum has none) */
+    kiln_optimizer probe = *opt;
+    probe.sgd = plan->sgd;
+    int n_state = kiln__optim_state_count(&probe), used = 0;
+    for (int i = 0; i < opt->n_params && !c->err; i++) {
+        const kiln__optim_param *p = &opt->params[i];
+        kiln__tensor *param = kiln__optim_slot_tensor(c, *p->slot);
+        char key[160];
+        snprintf(key, sizeof key, OPTIM_PREFIX "%s.step", p->name);
+        if (!param || !meta_count(c, f, key, false, &plan->param_steps[i])) break;
+        int present = 0;
+        for (int k = 0; k < n_state && !c->err; k++) {
+            snprintf(key, sizeof key, OPTIM_PREFIX "%s.%s", p->name, kiln__optim_state_name(&probe, k));
+            load_item *it = &plan->state[i * KILN__OPTIM_MAX_STATE + k];
+            it->src = match(c, f, key, param, false);
+            it->dst = param;
+            present += it->src != NULL;
+        }
+        if (!c->err && n_state && present != (plan->param_steps[i] ? n_state : 0))
+            kiln__fail(c, KILN_ERR_CORRUPT, "optimizer state of '%s' is incomplete", p->name);
+        used += present;
+    }
+    return used;
+}
+
+static bool stage(kiln__opctx *c, load_item *it, const kiln__st_file *f) {
+    const kiln__tensor *like = it->dst;
+    it->staged = kiln__t_empty(c, like->device, like->dtype, like->ndim, like->shape);
+    if (!it->staged) return false;
+    size_t nbytes = (size_t)(it->src->end - it->src->begin);
+    const unsigned char *src = f->data + it->src->begin;
+    unsigned char *tmp = NULL;
+    if (like->dtype == KILN_BOOL && nbytes) { /* any non-zero byte is true; kiln's bools are 0 or 1 */
+        tmp = malloc(nbytes);
+        if (!tmp) return kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot convert a bool tensor"), false;
+        for (size_t i = 0; i < nbytes; i++) tmp[i] = src[i] != 0;
+        src = tmp;
+    }
+    const kiln__backend *be = kiln__backend_get(like->device);
+    bool ok = !nbytes || be->copy_from_host(be->context, it->staged->storage->data, src, nbytes) == KILN_OK;
+    free(tmp);
+    if (!ok) kiln__fail(c, KILN_ERR_DEVICE, "copy to %s failed", kiln_device_name(like->device));
+    return ok;
+}
+
+static void commit_optim(kiln_optimizer *opt, optim_plan *plan) {
+    kiln__optim_clear_state(opt);
+    opt->sgd = plan->sgd;
+    opt->adam = plan->adam;
+    opt->lr = plan->lr;
+    opt->steps = plan->steps;
+    for (int i = 0; i < opt->n_params; i++) {
+        opt->params[i].step = plan->param_steps[i];
+        for (int k = 0; k < KILN__OPTIM_MAX_STATE; k++) {
+            load_item *it = &plan->state[i * KILN__OPTIM_MAX_STATE + k];
+            opt->params[i].state[k] = it->staged;
+            it->staged = NULL;
+        }
+    }
+}
+
+kiln_status kiln_checkpoint_load(const char *path, kiln_module *model, kiln_optimizer *opt) {
+    KILN__OP_BEGIN("kiln_checkpoint_load");
+    if (!path || !model) {
+        kiln__fail(&c, KILN_ERR_NULL, "%s is NULL", !path ? "path" : "model");
+        return kiln__optim_finish(&c);
+    }
+    kiln__st_file f;
+    char why[512];
+    kiln_status st = kiln__st_read(path, &f, why, sizeof why);
+    if (st != KILN_OK) {
+        kiln__fail(&c, st, "%s", why);
+        return kiln__optim_finish(&c);
+    }
+    int np = 0, n_opt = opt ? opt->n_params * KILN__OPTIM_MAX_STATE : 0;
+    kiln_param *ps = list_params(&c, model, &np);
+    load_item *items = calloc((size_t)(np ? np : 1), sizeof *items);
+    optim_plan plan = {0};
+    if (opt) {
+        plan.state = calloc((size_t)(n_opt ? n_opt : 1), sizeof *plan.state);
+        plan.param_steps = calloc((size_t)(opt->n_params ? opt->n_params : 1), sizeof *plan.param_steps);
+    }
+    if (ps && (!items || (opt && (!plan.state || !plan.param_steps))))
+        kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the load plan");
+    /* 1: the module: every parameter and buffer, exactly */
+    for (int i = 0; i < np && !c.err; i++) {
+        kiln__tensor *t = kiln__optim_slot_tensor(&c, *ps[i].slot);
+        if (t && t->storage->borrowed)
+            kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "'%s' wraps borrowed memory, which kiln never writes", ps[i].name);
+        if (c.err) break;
+        items[i].dst = t;
+        items[i].src = match(&c, &f, ps[i].name, t, true);
+    }
+    for (int i = 0; i < f.n_tensors && !c.err; i++) {
+        const char *name = f.tensors[i].name;
+        if (starts_with(name, OPTIM_PREFIX)) continue;
+        bool known = false;
+        for (int k = 0; k < np && !known; k++) known = strcmp(ps[k].name, name) == 0;
+        if (!known) kiln__fail(&c, KILN_ERR_SHAPE, "checkpoint tensor '%s' is not in the model", name);
+    }
+    /* 2: the optimizer */
+    if (opt && !c.err) {
+        int used = plan_optim(&c, &f, opt, &plan), in_file = 0;
+        for (int i = 0; i < f.n_tensors; i++) in_file += starts_with(f.tensors[i].name, OPTIM_PREFIX);
+        if (!c.err && used != in_file)
+            kiln__fail(&c, KILN_ERR_SHAPE, "checkpoint has optimizer tensors for parameters the optimizer lacks");
+    }
+    const kiln__backend *be = kiln__backend_get(KILN_CPU);
+    for (int i = 0; i < np && !c.err; i++) {
+        be = kiln__backend_get(items[i].dst->device);
+        if (!be || !be->kernels[KILN__OP_COPY])
+            kiln__fail(&c, KILN_ERR_DEVICE, "cannot copy into '%s' on %s", ps[i].name, kiln_device_name(items[i].dst->device));
+    }
+    /* 3: everything staged in fresh memory */
+    for (int i = 0; i < np && !c.err; i++) stage(&c, &items[i], &f);
+    for (int i = 0; i < n_opt && !c.err; i++)
+        if (plan.state[i].src) stage(&c, &plan.state[i], &f);
+    /* 4: commit (nothing below can fail) */
+    for (int i = 0; i < np && !c.err; i++) {
+        kiln__op op;
+        kiln__op_init(&op, KILN__OP_COPY, c.name);
+        op.in[0] = kiln__view_of(items[i].staged);
+        op.out[0] = kiln__view_of(items[i].dst);
+        op.n_in = op.n_out = 1;
+        kiln__submit(&op);
+    }
+    if (opt && !c.err) commit_optim(opt, &plan);
+    for (int i = 0; items && i < np; i++) kiln__tensor_release(items[i].staged);
+    for (int i = 0; i < n_opt && plan.state; i++) kiln__tensor_release(plan.state[i].staged);
+    free(plan.state), free(plan.param_steps), free(items), free(ps);
+    kiln__st_free(&f);
+    return kiln__optim_finish(&c);
+}

@@ -1,0 +1,352 @@
+/* What every optimizer shares: the parameter list, per-parameter state, the step driver
+ * (check everything, allocate state, then submit one fused update per parameter), the
+ * learning rate, and gradient clipping by global norm. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "autodiff/autodiff-impl.h"
+#include "optim/optim-impl.h"
+
+
+kiln_status kiln__optim_finish(kiln__opctx *c) {
+    if (!c->err) return KILN_OK;
+    kiln_status st = kiln__error_report(c->err);
+    kiln__error_unref(c->err);
+    c->err = NULL;
+    return st;
+}
+
+int kiln__optim_state_count(const kiln_optimizer *opt) {
+    if (opt->kind == KILN__OPTIM_ADAM) return 2;
+    return opt->sgd.momentum != 0 ? 1 : 0;
+}
+
+const char *kiln__optim_state_name(const kiln_optimizer *opt, int i) {
+    if (opt->kind == KILN__OPTIM_ADAM) return i == 0 ? "exp_avg" : "exp_avg_sq";
+    return "momentum_buffer";
+}
+
+static void drop_clipped(kiln_optimizer *opt) {
+    for (int i = 0; i < opt->n_params; i++) {
+        kiln__tensor_release(opt->params[i].clipped);
+        opt->params[i].clipped = NULL;
+    }
+    opt->clipped_from = NULL;
+}
+
+void kiln__optim_clear_state(kiln_optimizer *opt) {
+    drop_clipped(opt);
+    for (int i = 0; i < opt->n_params; i++) {
+        for (int k = 0; k < KILN__OPTIM_MAX_STATE; k++) {
+            kiln__tensor_release(opt->params[i].state[k]);
+            opt->params[i].state[k] = NULL;
+        }
+        opt->params[i].step = 0;
+    }
+}
+
+static bool check_lr(const char *op, double lr) {
+    if (lr >= 0 && isfinite(lr)) return true;
+    kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "learning rate %g must be finite and >= 0", lr);
+    return false;
+}
+
+bool kiln__optim_check_sgd(const char *op, kiln_sgd_options o) {
+    if (!check_lr(op, o.lr)) return false;
+    const char *bad = NULL;
+    if (!(o.momentum >= 0 && isfinite(o.momentum))) bad = "momentum must be finite and >= 0";
+    else if (!isfinite(o.dampening)) bad = "dampening must be finite";
+    else if (!(o.weight_decay >= 0 && isfinite(o.weight_decay))) bad = "weight decay must be finite and >= 0";
+    else if (o.nesterov && (o.momentum <= 0 || o.dampening != 0)) bad = "nesterov needs momentum > 0 and dampening 0";
+    if (bad) kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "%s", bad);
+    return !bad;
+}
+
+bool kiln__optim_check_adam(const char *op, kiln_adam_options o) {
+    if (!check_lr(op, o.lr)) return false;
+    const char *bad = NULL;
+    if (!(o.beta1 >= 0 && o.beta1 < 1)) bad = "beta1 must be in [0, 1)";
+    else if (!(o.beta2 >= 0 && o.beta2 < 1)) bad = "beta2 must be in [0, 1)";
+    else if (!(o.eps >= 0 && isfinite(o.eps))) bad = "eps must be finite and >= 0";
+    else if (!(o.weight_decay >= 0 && isfinite(o.weight_decay))) bad = "weight decay must be finite and >= 0";
+    if (bad) kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "%s", bad);
+    return !bad;
+}
+
+kiln__tensor *kiln__optim_slot_tensor(kiln__opctx *c, kiln_tensor h) {
+    kiln__error *err = NULL;
+    kiln__tensor *t = kiln__handle_peek(h, c->name, &err);
+    if (!t) {
+        if (!c->err) c->err = err;
+        else kiln__error_unref(err);
+        return NULL;
+    }
+    return kiln__ok(c, t) ? t : NULL;
+}
+
+/* The parameter's tensor (borrowed), if it can be updated in place; NULL + error if not. */
+static kiln__tensor *param_tensor(kiln__opctx *c, const kiln__optim_param *p) {
+    kiln__tensor *t = kiln__optim_slot_tensor(c, *p->slot);
+    if (!t) return NULL;
+    if (t->dtype != KILN_F32 && t->dtype != KILN_F64) {
+        kiln__fail(c, KILN_ERR_DTYPE, "parameter '%s' is %s: optimizers update f32 and f64 parameters", p->name,
+                   kiln_dtype_name(t->dtype));
+        return NULL;
+    }
+    if (t->storage->borrowed) {
+        kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "parameter '%s' wraps borrowed memory, which kiln never writes", p->name);
+        return NULL;
+    }
+    return t;
+}
+
+kiln_optimizer *kiln__optim_new(const char *op, kiln_module *model, kiln__optim_kind kind) {
+    if (!model) {
+        kiln__report(KILN_ERR_NULL, op, "model is NULL");
+        return NULL;
+    }
+    int n = kiln_module_params(model, NULL, 0);
+    kiln_param *list = calloc((size_t)(n ? n : 1), sizeof *list);
+    kiln_optimizer *opt = calloc(1, sizeof *opt);
+    kiln__optim_param *params = calloc((size_t)(n ? n : 1), sizeof *params);
+    if (!list || !opt || !params) {
+        free(list), free(opt), free(params);
+        kiln__report(KILN_ERR_OUT_OF_MEMORY, op, "cannot allocate the optimizer");
+        return NULL;
+    }
+    kiln_module_params(model, list, n);
+    int k = 0;
+    KILN__OP_BEGIN(op);
+    for (int i = 0; i < n && !c.err; i++) {
+        if (list[i].buffer) continue;
+        memcpy(params[k].name, list[i].name, sizeof params[k].name);
+        params[k].slot = list[i].slot;
+        param_tensor(&c, &params[k]); /* refuse what no step could update */
+        k++;
+    }
+    if (c.err) {
+        kiln__optim_finish(&c);
+        free(list), free(opt), free(params);
+        return NULL;
+    }
+    free(list);
+    opt->kind = kind;
+    opt->type = kind == KILN__OPTIM_ADAM ? "adam" : "sgd";
+    opt->n_params = k;
+    opt->params = params;
+    return opt;
+}
+
+void kiln_optimizer_free(kiln_optimizer *opt) {
+    if (!opt) return;
+    kiln__optim_clear_state(opt);
+    free(opt->params);
+    free(opt);
+}
+
+void kiln_optimizer_set_lr(kiln_optimizer *opt, double lr) {
+    if (!opt) {
+        kiln__report(KILN_ERR_NULL, "kiln_optimizer_set_lr", "optimizer is NULL");
+        return;
+    }
+    if (check_lr("kiln_optimizer_set_lr", lr)) opt->lr = lr;
+}
+
+double kiln_optimizer_lr(const kiln_optimizer *opt) { return opt ? opt->lr : 0.0; }
+int64_t kiln_optimizer_steps(const kiln_optimizer *opt) { return opt ? opt->steps : 0; }
+
+/* ---- gradients ------------------------------------------------------------------------------ */
+
+/* Takes parameter i's gradient out of g (owned; NULL when it has none). A gradient clipping
+ * took out earlier is used when g has none, so clip-then-step sees the clipped values. */
+static kiln__tensor *take_grad(kiln__opctx *c, kiln_optimizer *opt, int i, const kiln__tensor *param, kiln_grads *g) {
+    kiln__optim_param *p = &opt->params[i];
+    const kiln__ad_meta *m = param->autodiff;
+    kiln__tensor *grad = NULL;
+    if (m && m->leaf) {
+        kiln_tensor h = kiln_grad(g, *p->slot);
+        if (h.id) grad = kiln__arg(c, h);
+    }
+    if (grad) { /* a fresh gradient: any clipped one is from an older backward */
+        kiln__tensor_release(p->clipped);
+        p->clipped = NULL;
+        return grad;
+    }
+    grad = opt->clipped_from == g ? p->clipped : NULL;
+    if (!grad) kiln__tensor_release(p->clipped);
+    p->clipped = NULL;
+    return grad;
+}
+
+static bool check_grad(kiln__opctx *c, const kiln__optim_param *p, const kiln__tensor *param, const kiln__tensor *grad) {
+    if (!kiln__ok(c, (kiln__tensor *)grad)) return false;
+    kiln__error *late = atomic_load(&grad->storage->err); /* failed while running: no update from it */
+    if (late) {
+        if (!c->err) c->err = kiln__error_ref(late);
+        return false;
+    }
+    if (grad->dtype != param->dtype || grad->device != param->device || grad->ndim != param->ndim ||
+        memcmp(grad->shape, param->shape, sizeof(int64_t) * (size_t)param->ndim) != 0) {
+        char a[128], b[128];
+        kiln__fail(c, KILN_ERR_SHAPE, "gradient of '%s' is %s %s, the parameter %s %s", p->name,
+                   kiln_dtype_name(grad->dtype), kiln__shape_str(a, sizeof a, grad->ndim, grad->shape),
+                   kiln_dtype_name(param->dtype), kiln__shape_str(b, sizeof b, param->ndim, param->shape));
+        return false;
+    }
+    return true;
+}
+
+/* ---- step ------------------------------------------------------------------------------------ */
+
+typedef struct {
+    kiln__tensor *param; /* borrowed */
+    kiln__tensor *grad;  /* owned */
+    bool fresh_state;
+} update;
+
+kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
+    KILN__OP_BEGIN("kiln_optimizer_step");
+    if (!opt || !g) {
+        kiln__fail(&c, KILN_ERR_NULL, "%s is NULL", !opt ? "optimizer" : "gradients container");
+        return kiln__optim_finish(&c);
+    }
+    if (opt->clipped_from && opt->clipped_from != g) drop_clipped(opt);
+    update *ups = calloc((size_t)(opt->n_params ? opt->n_params : 1), sizeof *ups);
+    if (!ups) {
+        kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the step's bookkeeping");
+        drop_clipped(opt);
+        return kiln__optim_finish(&c);
+    }
+    kiln__opcode code = opt->kind == KILN__OPTIM_ADAM ? KILN__OP_ADAM_UPDATE : KILN__OP_SGD_UPDATE;
+    int n_state = kiln__optim_state_count(opt);
+    /* 1: every gradient and parameter checked before anything changes */
+    for (int i = 0; i < opt->n_params; i++) {
+        kiln__tensor *param = param_tensor(&c, &opt->params[i]);
+        kiln__tensor *grad = param ? take_grad(&c, opt, i, param, g) : NULL;
+        if (!grad) continue;
+        ups[i].param = param;
+        ups[i].grad = grad;
+        if (!check_grad(&c, &opt->params[i], param, grad)) continue;
+        const kiln__tensor *st = opt->params[i].state[0];
+        if (st && (st->dtype != param->dtype || st->device != param->device || st->ndim != param->ndim ||
+                   memcmp(st->shape, param->shape, sizeof(int64_t) * (size_t)param->ndim) != 0)) {
+            kiln__fail(&c, KILN_ERR_SHAPE, "parameter '%s' changed shape or dtype since its optimizer state was made",
+                       opt->params[i].name);
+            continue;
+        }
+        const kiln__backend *be = kiln__backend_get(param->device);
+        if (!be || !be->kernels[code])
+            kiln__fail(&c, KILN_ERR_UNSUPPORTED, "%s has no %s kernel", kiln_device_name(param->device),
+                       kiln__opcode_name(code));
+    }
+    /* 2: state for parameters updated for the first time */
+    for (int i = 0; i < opt->n_params && !c.err; i++) {
+        kiln__optim_param *p = &opt->params[i];
+        if (!ups[i].grad || p->state[0] || n_state == 0) continue;
+        ups[i].fresh_state = true;
+        for (int k = 0; k < n_state && !c.err; k++)
+            p->state[k] = kiln__t_empty(&c, ups[i].param->device, ups[i].param->dtype, ups[i].param->ndim,
+                                        ups[i].param->shape);
+    }
+    /* 3: the updates (nothing below can fail) */
+    for (int i = 0; i < opt->n_params; i++) {
+        kiln__optim_param *p = &opt->params[i];
+        if (ups[i].grad && !c.err) {
+            p->step++;
+            kiln__op op;
+            kiln__op_init(&op, code, c.name);
+            if (opt->kind == KILN__OPTIM_ADAM) kiln__adam_fill(opt, p, ups[i].param, ups[i].grad, &op);
+            else kiln__sgd_fill(opt, p, ups[i].param, ups[i].grad, &op);
+            kiln__submit(&op);
+        }
+        if (c.err && ups[i].fresh_state)
+            for (int k = 0; k < KILN__OPTIM_MAX_STATE; k++) {
+                kiln__tensor_release(p->state[k]);
+                p->state[k] = NULL;
+            }
+        kiln__tensor_release(ups[i].grad);
+    }
+    free(ups);
+    drop_clipped(opt); /* any left belong to parameters this step could not use */
+    if (!c.err) opt->steps++;
+    return kiln__optim_finish(&c);
+}
+
+/* ---- clipping -------------------------------------------------------------------------------- */
+
+kiln_status kiln_clip_grad_norm(kiln_optimizer *opt, kiln_grads *g, double max_norm, kiln_tensor *total_norm) {
+    KILN__OP_BEGIN("kiln_clip_grad_norm");
+    if (total_norm) *total_norm = KILN_NONE;
+    if (!opt || !g) {
+        kiln__fail(&c, KILN_ERR_NULL, "%s is NULL", !opt ? "optimizer" : "gradients container");
+        return kiln__optim_finish(&c);
+    }
+    if (!(max_norm >= 0)) {
+        kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "max_norm %g must be >= 0", max_norm);
+        return kiln__optim_finish(&c);
+    }
+    if (opt->clipped_from != g) drop_clipped(opt);
+    opt->clipped_from = g;
+    /* the gradients move into the optimizer, where the next step with g finds them */
+    int n = 0;
+    kiln__tensor *first = NULL;
+    kiln_dtype norm_dtype = KILN_F32;
+    for (int i = 0; i < opt->n_params; i++) {
+        kiln__optim_param *p = &opt->params[i];
+        kiln__tensor *param = param_tensor(&c, p);
+        if (!param) continue;
+        if (!p->clipped) p->clipped = take_grad(&c, opt, i, param, g);
+        if (!p->clipped || !check_grad(&c, p, param, p->clipped)) continue;
+        if (first && !kiln__same_device(&c, first, p->clipped)) continue;
+        norm_dtype = first ? kiln__dtype_promote(norm_dtype, p->clipped->dtype) : p->clipped->dtype;
+        if (!first) first = p->clipped;
+        n++;
+    }
+    if (c.err) return kiln__optim_finish(&c);
+    kiln_device dev = first ? first->device : KILN_CPU;
+    /* squared norms side by side in one f64 vector, summed in a fixed order */
+    int64_t len = n;
+    kiln__tensor *sums = kiln__t_empty(&c, dev, KILN_F64, 1, &len); /* every element written below */
+    for (int i = 0, k = 0; sums && i < opt->n_params; i++) {
+        if (!opt->params[i].clipped) continue;
+        kiln__op op;
+        kiln__op_init(&op, KILN__OP_SUM_SQUARES, c.name);
+        op.in[0] = kiln__view_of(opt->params[i].clipped);
+        op.out[0] = kiln__view_of(sums);
+        op.out[0].ndim = 0;
+        op.out[0].offset = k++;
+        op.n_in = op.n_out = 1;
+        if (!kiln__t_submit(&c, &op, dev)) break;
+    }
+    kiln__tensor *norm = kiln__t_unary(&c, KILN__OP_SQRT, kiln__t_reduce(&c, KILN__OP_SUM, sums, 1u, false, 0));
+    kiln__tensor *scale = NULL;
+    if (norm) {
+        kiln__tensor_retain(norm);
+        scale = kiln__t_binary_scalar(&c, KILN__OP_ADD, norm, 1e-6, false);
+        scale = kiln__t_binary_scalar(&c, KILN__OP_DIV, scale, max_norm, true);
+        scale = kiln__t_binary_scalar(&c, KILN__OP_MINIMUM, scale, 1.0, false);
+    }
+    /* one cast of the scale per gradient dtype (f32 and f64) */
+    kiln__tensor *scale_as[2] = {NULL, NULL};
+    for (int i = 0; scale && i < opt->n_params && !c.err; i++) {
+        kiln__optim_param *p = &opt->params[i];
+        if (!p->clipped) continue;
+        int slot = p->clipped->dtype == KILN_F64;
+        if (!scale_as[slot]) {
+            kiln__tensor_retain(scale);
+            scale_as[slot] = kiln__t_cast(&c, scale, p->clipped->dtype);
+            if (!scale_as[slot]) break;
+        }
+        kiln__tensor_retain(scale_as[slot]);
+        /* in place: the gradient is dense and has one owner, so the product reuses its buffer */
+        p->clipped = kiln__t_binary(&c, KILN__OP_MUL, p->clipped, scale_as[slot]);
+    }
+    kiln__drop(3, scale, scale_as[0], scale_as[1]);
+    if (norm && total_norm && !c.err) {
+        kiln__tensor *out = kiln__t_cast(&c, norm, norm_dtype);
+        norm = NULL;
+        if (out) *total_norm = kiln__handle_new(out);
+    }
+    kiln__tensor_release(norm);
+    return kiln__optim_finish(&c);
+}

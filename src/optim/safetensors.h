@@ -1,0 +1,77 @@
+/* The safetensors file format: an 8-byte little-endian header length N, N bytes of JSON
+ *   {"__metadata__": {"key": "value", ...},
+ *    "name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}, ...}
+ * (padded with spaces), then the tensors' raw little-endian bytes; offsets are relative to
+ * the end of the header and the tensors cover the data exactly, without holes or overlap.
+ *
+ * kiln writes one more metadata entry, "kiln.crc32": the CRC-32 of the whole file with that
+ * value read as "00000000", so any damaged byte is caught on load. Files without it (written
+ * by other programs) are read all the same.
+ *
+ *   kiln__st_file f;
+ *   char why[256];
+ *   kiln_status st = kiln__st_read("model.safetensors", &f, why, sizeof why);
+ *   if (st == KILN_OK) {
+ *       const kiln__st_tensor *w = kiln__st_find(&f, "0.weight");
+ *       ... f.data + w->begin holds w->end - w->begin bytes ...
+ *       kiln__st_free(&f);
+ *   }
+ */
+#ifndef KILN_OPTIM_SAFETENSORS_H
+#define KILN_OPTIM_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/core.h"
+
+typedef struct {
+    const char *name;   /* decoded, NUL-terminated */
+    const char *dtype;  /* "F32", ... (every safetensors dtype is accepted here) */
+    int kiln_dtype;     /* its kiln dtype, or -1 when kiln has none */
+    int ndim;
+    int64_t shape[KILN_MAX_DIMS];
+    uint64_t begin, end; /* bytes, relative to data */
+} kiln__st_tensor;
+
+typedef struct {
+    const char *key, *value;
+} kiln__st_meta;
+
+typedef struct {
+    unsigned char *bytes; /* the whole file */
+    size_t size;
+    const unsigned char *data; /* the tensors' bytes */
+    size_t data_len;
+    int n_tensors, n_meta;
+    kiln__st_tensor *tensors;
+    kiln__st_meta *meta;
+    char *strings; /* decoded names and metadata */
+} kiln__st_file;
+
+/* Reads and checks the whole file: header length against the file size, well-formed JSON of
+ * the subset above, no duplicate names, known dtypes, sizes that match shapes, offsets that
+ * cover the data exactly, and the CRC when present. KILN_ERR_IO (cannot read),
+ * KILN_ERR_CORRUPT (malformed), KILN_ERR_UNSUPPORTED (over 8 dims) or out of memory, with a
+ * reason in why. On success f owns the file's bytes (kiln__st_free). */
+kiln_status kiln__st_read(const char *path, kiln__st_file *f, char *why, size_t why_size);
+void kiln__st_free(kiln__st_file *f);
+const kiln__st_tensor *kiln__st_find(const kiln__st_file *f, const char *name);
+const char *kiln__st_meta_get(const kiln__st_file *f, const char *key);
+
+typedef struct {
+    const char *name;
+    kiln_dtype dtype;
+    int ndim;
+    const int64_t *shape;
+    const void *data; /* dense little-endian bytes */
+    size_t nbytes;
+} kiln__st_entry;
+
+/* Writes entries (sorted here by element size then name, each aligned to its element size)
+ * and metadata to a temporary file beside path, then renames it over path, so a reader sees
+ * the old file or the new one, never a mix. KILN_ERR_IO or out of memory, with why. */
+kiln_status kiln__st_write(const char *path, kiln__st_entry *entries, int n, const kiln__st_meta *meta, int n_meta,
+                           char *why, size_t why_size);
+
+#endif
