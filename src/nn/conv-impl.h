@@ -1,0 +1,56 @@
+/* 2-d convolution and pooling: the tensor-level ops (src/nn/conv.c, src/nn/pool.c) and their
+ * autodiff decorators (src/autodiff/rules_nn.c). Like every kiln__t_* function they consume
+ * the owned references they are given (NULL means "that argument already failed").
+ *
+ *   kiln__conv2d_params p = {.stride_h = 1, .stride_w = 1, .dilation_h = 1, .dilation_w = 1, .groups = 1};
+ *   kiln__tensor *y = kiln__t_conv2d(c, x, w, NULL, false, &p);   // x [N,C,H,W], w [O,C,KH,KW]
+ */
+#ifndef KILN_NN_CONV_IMPL_H
+#define KILN_NN_CONV_IMPL_H
+
+#include "ops/ops-impl.h"
+
+typedef struct {
+    int stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups;
+} kiln__conv2d_params;
+
+/* Max and average pooling over kernel_h x kernel_w windows; adaptive average pooling sets
+ * `adaptive` and out_h/out_w, and ignores the window fields. */
+typedef struct {
+    int kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
+    bool adaptive;
+    int out_h, out_w;
+} kiln__pool2d_params;
+
+/* True when t is a floating-point tensor of ndim dims; otherwise fails c naming `what`. */
+bool kiln__nn_check_input(kiln__opctx *c, const kiln__tensor *t, const char *what, int ndim);
+
+/* x [N, C, H, W], w [O, C/groups, KH, KW], bias [O] (read only when has_bias). Checks every
+ * argument and reports errors under c->name. */
+kiln__tensor *kiln__t_conv2d(kiln__opctx *c, kiln__tensor *x, kiln__tensor *w, kiln__tensor *bias, bool has_bias,
+                             const kiln__conv2d_params *p);
+/* The gradients of conv2d: dx [N, C, h, w] from dy [N, O, OH, OW] and the weight; dw
+ * [O, C/groups, kh, kw] from dy and the input. */
+kiln__tensor *kiln__t_conv2d_backward_input(kiln__opctx *c, kiln__tensor *dy, kiln__tensor *w,
+                                            const kiln__conv2d_params *p, int64_t h, int64_t w_);
+kiln__tensor *kiln__t_conv2d_backward_weight(kiln__opctx *c, kiln__tensor *dy, kiln__tensor *x,
+                                             const kiln__conv2d_params *p, int64_t kh, int64_t kw);
+
+/* Max pooling; when indices is not NULL it receives the argmax of each window (i64, into the
+ * flattened H * W of its plane), which the backward scatters through. */
+kiln__tensor *kiln__t_max_pool2d(kiln__opctx *c, kiln__tensor *x, const kiln__pool2d_params *p,
+                                 kiln__tensor **indices);
+kiln__tensor *kiln__t_max_pool2d_backward(kiln__opctx *c, kiln__tensor *dy, kiln__tensor *indices, int64_t h,
+                                          int64_t w);
+/* Average pooling (count_include_pad, like PyTorch's default) or adaptive average pooling. */
+kiln__tensor *kiln__t_avg_pool2d(kiln__opctx *c, kiln__tensor *x, const kiln__pool2d_params *p);
+kiln__tensor *kiln__t_avg_pool2d_backward(kiln__opctx *c, kiln__tensor *dy, const kiln__pool2d_params *p, int64_t h,
+                                          int64_t w);
+
+/* The decorated ops: record a backward node when an input is tracked (src/autodiff/rules_nn.c). */
+kiln__tensor *kiln__ad_conv2d(kiln__opctx *c, kiln__tensor *x, kiln__tensor *w, kiln__tensor *bias, bool has_bias,
+                              const kiln__conv2d_params *p);
+kiln__tensor *kiln__ad_max_pool2d(kiln__opctx *c, kiln__tensor *x, const kiln__pool2d_params *p);
+kiln__tensor *kiln__ad_avg_pool2d(kiln__opctx *c, kiln__tensor *x, const kiln__pool2d_params *p);
+
+#endif
