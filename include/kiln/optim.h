@@ -51,20 +51,29 @@ KILN_API double kiln_optimizer_lr(const kiln_optimizer *opt);
 KILN_API int64_t kiln_optimizer_steps(const kiln_optimizer *opt);
 KILN_API void kiln_optimizer_free(kiln_optimizer *opt);
 
-/* Scales the gradients in g so their global L2 norm is at most max_norm. Computed on the
- * device (no sync); if total_norm is not NULL it receives a 0-d tensor of the norm. */
+/* Scales the gradients in g (in place, where they are) so their global L2 norm is at most
+ * max_norm. Computed on the device (no sync); if total_norm is not NULL it receives a 0-d
+ * tensor of the norm. */
 KILN_API kiln_status kiln_clip_grad_norm(kiln_optimizer *opt, kiln_grads *g, double max_norm, kiln_tensor *total_norm);
 
 /* Learning-rate schedules: pure functions of the step (or epoch). */
 KILN_API double kiln_lr_step(double base_lr, int64_t step, int64_t step_size, double gamma);
 KILN_API double kiln_lr_cosine(double base_lr, double min_lr, int64_t step, int64_t total_steps);
-/* Linear warm-up from 0 over warmup_steps, then `after` (the value of another schedule). */
+/* Linear warm-up: after * step / warmup_steps (0 at step 0) until warmup_steps, then `after`
+ * (the value of another schedule). A bad period reports KILN_ERR_INVALID_ARGUMENT and
+ * returns the base rate. */
 KILN_API double kiln_lr_warmup(double after, int64_t step, int64_t warmup_steps);
 
 /* Checkpoints in the safetensors format (readable by PyTorch's safetensors): the module's
- * parameters and buffers by name and, if opt is not NULL, the optimizer's state. Loading
- * checks every name, shape and dtype before changing anything: a truncated, corrupt or
- * mismatched file gives a status and leaves model and optimizer as they were. */
+ * parameters and buffers by name and, if opt is not NULL, the optimizer's state
+ * ("optim.<param>.<state>") with its step counts and hyperparameters in the metadata.
+ * Saving writes a temporary file and renames it. Loading checks every name, shape and dtype
+ * before changing anything: a damaged or mismatched file gives a status and leaves model and
+ * optimizer as they were. Loading restores the optimizer's hyperparameters and learning rate
+ * (like PyTorch's load_state_dict); a file with optimizer state loads with opt == NULL too.
+ * Statuses: KILN_ERR_IO (cannot read/write), KILN_ERR_CORRUPT (malformed or damaged),
+ * KILN_ERR_SHAPE (names/shapes differ, wrong optimizer kind, no optimizer state),
+ * KILN_ERR_DTYPE, KILN_ERR_UNSUPPORTED (more than 8 dims). */
 KILN_API kiln_status kiln_checkpoint_save(const char *path, kiln_module *model, kiln_optimizer *opt);
 KILN_API kiln_status kiln_checkpoint_load(const char *path, kiln_module *model, kiln_optimizer *opt);
 

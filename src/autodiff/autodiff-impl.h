@@ -3,6 +3,7 @@
 #ifndef KILN_AUTODIFF_IMPL_H
 #define KILN_AUTODIFF_IMPL_H
 
+#include "kiln/autodiff.h"
 #include "ops/ops-impl.h"
 
 /* Identity of a leaf: gradients are keyed by it, so a graph never keeps the leaf's
@@ -73,6 +74,10 @@ kiln__tensor *kiln__ad_saved(kiln__ad_node *n, int i);
 kiln__tensor *kiln__ad_attach(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *out);
 void kiln__ad_node_unref(kiln__ad_node *n);
 bool kiln__grad_mode(void);
+
+/* Where a leaf's gradient sits in a container (NULL if the container has none for it): lets
+ * clipping scale gradients in place, where they are. */
+kiln__tensor **kiln__grads_slot(kiln_grads *grads, const kiln__ad_leaf *leaf);
 
 /* Sums g down to shape (reversing broadcasting). Consumes g. */
 kiln__tensor *kiln__ad_sum_to(kiln__opctx *c, kiln__tensor *g, int ndim, const int64_t *shape);

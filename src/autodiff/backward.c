@@ -278,6 +278,11 @@ kiln_tensor kiln_grad(kiln_grads *gs, kiln_tensor h) {
     return kiln__handle_new(g);
 }
 
+kiln__tensor **kiln__grads_slot(kiln_grads *gs, const kiln__ad_leaf *leaf) {
+    grad_entry *e = gs && leaf ? find_entry(gs, leaf) : NULL;
+    return e && e->grad ? &e->grad : NULL;
+}
+
 size_t kiln_grads_count(const kiln_grads *gs) {
     size_t n = 0;
     for (size_t i = 0; gs && i < gs->n; i++) n += gs->entries[i].grad != NULL;

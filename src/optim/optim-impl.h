@@ -21,7 +21,6 @@ typedef struct {
     kiln_tensor *slot;                           /* the module's handle */
     kiln__tensor *state[KILN__OPTIM_MAX_STATE]; /* NULL until the first update */
     int64_t step;                                /* updates of this parameter (Adam's bias correction) */
-    kiln__tensor *clipped;                       /* gradient taken out of a kiln_grads by clipping */
 } kiln__optim_param;
 
 struct kiln_optimizer {
@@ -33,7 +32,6 @@ struct kiln_optimizer {
     int64_t steps;
     int n_params;
     kiln__optim_param *params;
-    const kiln_grads *clipped_from; /* the container the clipped gradients came from */
 };
 
 /* Number of state tensors and their names (PyTorch's: momentum_buffer; exp_avg, exp_avg_sq). */
@@ -46,7 +44,7 @@ bool kiln__optim_check_adam(const char *op, kiln_adam_options o);
 kiln_status kiln__optim_finish(kiln__opctx *c);
 /* The usable tensor behind a module slot (borrowed); NULL + c->err if stale or poisoned. */
 kiln__tensor *kiln__optim_slot_tensor(kiln__opctx *c, kiln_tensor h);
-/* Drops every parameter's state and any clipped gradient. */
+/* Drops every parameter's state. */
 void kiln__optim_clear_state(kiln_optimizer *opt);
 /* An optimizer over the module's trainable parameters (f32 or f64); NULL + error under op. */
 kiln_optimizer *kiln__optim_new(const char *op, kiln_module *model, kiln__optim_kind kind);

@@ -26,16 +26,7 @@ const char *kiln__optim_state_name(const kiln_optimizer *opt, int i) {
     return "momentum_buffer";
 }
 
-static void drop_clipped(kiln_optimizer *opt) {
-    for (int i = 0; i < opt->n_params; i++) {
-        kiln__tensor_release(opt->params[i].clipped);
-        opt->params[i].clipped = NULL;
-    }
-    opt->clipped_from = NULL;
-}
-
 void kiln__optim_clear_state(kiln_optimizer *opt) {
-    drop_clipped(opt);
     for (int i = 0; i < opt->n_params; i++) {
         for (int k = 0; k < KILN__OPTIM_MAX_STATE; k++) {
             kiln__tensor_release(opt->params[i].state[k]);
@@ -157,25 +148,12 @@ int64_t kiln_optimizer_steps(const kiln_optimizer *opt) { return opt ? opt->step
 
 /* ---- gradients ------------------------------------------------------------------------------ */
 
-/* Takes parameter i's gradient out of g (owned; NULL when it has none). A gradient clipping
- * took out earlier is used when g has none, so clip-then-step sees the clipped values. */
+/* Takes parameter i's gradient out of g (owned; NULL when it has none). */
 static kiln__tensor *take_grad(kiln__opctx *c, kiln_optimizer *opt, int i, const kiln__tensor *param, kiln_grads *g) {
-    kiln__optim_param *p = &opt->params[i];
     const kiln__ad_meta *m = param->autodiff;
-    kiln__tensor *grad = NULL;
-    if (m && m->leaf) {
-        kiln_tensor h = kiln_grad(g, *p->slot);
-        if (h.id) grad = kiln__arg(c, h);
-    }
-    if (grad) { /* a fresh gradient: any clipped one is from an older backward */
-        kiln__tensor_release(p->clipped);
-        p->clipped = NULL;
-        return grad;
-    }
-    grad = opt->clipped_from == g ? p->clipped : NULL;
-    if (!grad) kiln__tensor_release(p->clipped);
-    p->clipped = NULL;
-    return grad;
+    if (!m || !m->leaf) return NULL;
+    kiln_tensor h = kiln_grad(g, *opt->params[i].slot);
+    return h.id ? kiln__arg(c, h) : NULL;
 }
 
 static bool check_grad(kiln__opctx *c, const kiln__optim_param *p, const kiln__tensor *param, const kiln__tensor *grad) {
@@ -210,11 +188,9 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
         kiln__fail(&c, KILN_ERR_NULL, "%s is NULL", !opt ? "optimizer" : "gradients container");
         return kiln__optim_finish(&c);
     }
-    if (opt->clipped_from && opt->clipped_from != g) drop_clipped(opt);
     update *ups = calloc((size_t)(opt->n_params ? opt->n_params : 1), sizeof *ups);
     if (!ups) {
         kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the step's bookkeeping");
-        drop_clipped(opt);
         return kiln__optim_finish(&c);
     }
     kiln__opcode code = opt->kind == KILN__OPTIM_ADAM ? KILN__OP_ADAM_UPDATE : KILN__OP_SGD_UPDATE;
@@ -267,7 +243,6 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
         kiln__tensor_release(ups[i].grad);
     }
     free(ups);
-    drop_clipped(opt); /* any left belong to parameters this step could not use */
     if (!c.err) opt->steps++;
     return kiln__optim_finish(&c);
 }
@@ -285,33 +260,40 @@ kiln_status kiln_clip_grad_norm(kiln_optimizer *opt, kiln_grads *g, double max_n
         kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "max_norm %g must be >= 0", max_norm);
         return kiln__optim_finish(&c);
     }
-    if (opt->clipped_from != g) drop_clipped(opt);
-    opt->clipped_from = g;
-    /* the gradients move into the optimizer, where the next step with g finds them */
+    /* the gradients stay in g: each is scaled in place where it sits */
+    kiln__tensor ***slots = calloc((size_t)(opt->n_params ? opt->n_params : 1), sizeof *slots);
+    if (!slots) {
+        kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the clipping bookkeeping");
+        return kiln__optim_finish(&c);
+    }
     int n = 0;
     kiln__tensor *first = NULL;
     kiln_dtype norm_dtype = KILN_F32;
     for (int i = 0; i < opt->n_params; i++) {
         kiln__optim_param *p = &opt->params[i];
         kiln__tensor *param = param_tensor(&c, p);
-        if (!param) continue;
-        if (!p->clipped) p->clipped = take_grad(&c, opt, i, param, g);
-        if (!p->clipped || !check_grad(&c, p, param, p->clipped)) continue;
-        if (first && !kiln__same_device(&c, first, p->clipped)) continue;
-        norm_dtype = first ? kiln__dtype_promote(norm_dtype, p->clipped->dtype) : p->clipped->dtype;
-        if (!first) first = p->clipped;
+        const kiln__ad_meta *m = param ? param->autodiff : NULL;
+        kiln__tensor **slot = m ? kiln__grads_slot(g, m->leaf) : NULL;
+        if (!slot || !check_grad(&c, p, param, *slot)) continue;
+        if (first && !kiln__same_device(&c, first, *slot)) continue;
+        norm_dtype = first ? kiln__dtype_promote(norm_dtype, (*slot)->dtype) : (*slot)->dtype;
+        if (!first) first = *slot;
+        slots[i] = slot;
         n++;
     }
-    if (c.err) return kiln__optim_finish(&c);
+    if (c.err) {
+        free(slots);
+        return kiln__optim_finish(&c);
+    }
     kiln_device dev = first ? first->device : KILN_CPU;
     /* squared norms side by side in one f64 vector, summed in a fixed order */
     int64_t len = n;
     kiln__tensor *sums = kiln__t_empty(&c, dev, KILN_F64, 1, &len); /* every element written below */
     for (int i = 0, k = 0; sums && i < opt->n_params; i++) {
-        if (!opt->params[i].clipped) continue;
+        if (!slots[i]) continue;
         kiln__op op;
         kiln__op_init(&op, KILN__OP_SUM_SQUARES, c.name);
-        op.in[0] = kiln__view_of(opt->params[i].clipped);
+        op.in[0] = kiln__view_of(*slots[i]);
         op.out[0] = kiln__view_of(sums);
         op.out[0].ndim = 0;
         op.out[0].offset = k++;
@@ -329,18 +311,19 @@ kiln_status kiln_clip_grad_norm(kiln_optimizer *opt, kiln_grads *g, double max_n
     /* one cast of the scale per gradient dtype (f32 and f64) */
     kiln__tensor *scale_as[2] = {NULL, NULL};
     for (int i = 0; scale && i < opt->n_params && !c.err; i++) {
-        kiln__optim_param *p = &opt->params[i];
-        if (!p->clipped) continue;
-        int slot = p->clipped->dtype == KILN_F64;
-        if (!scale_as[slot]) {
+        if (!slots[i]) continue;
+        kiln__tensor **slot = slots[i];
+        int which = (*slot)->dtype == KILN_F64;
+        if (!scale_as[which]) {
             kiln__tensor_retain(scale);
-            scale_as[slot] = kiln__t_cast(&c, scale, p->clipped->dtype);
-            if (!scale_as[slot]) break;
+            scale_as[which] = kiln__t_cast(&c, scale, (*slot)->dtype);
+            if (!scale_as[which]) break;
         }
-        kiln__tensor_retain(scale_as[slot]);
+        kiln__tensor_retain(scale_as[which]);
         /* in place: the gradient is dense and has one owner, so the product reuses its buffer */
-        p->clipped = kiln__t_binary(&c, KILN__OP_MUL, p->clipped, scale_as[slot]);
+        *slot = kiln__t_binary(&c, KILN__OP_MUL, *slot, scale_as[which]);
     }
+    free(slots);
     kiln__drop(3, scale, scale_as[0], scale_as[1]);
     if (norm && total_norm && !c.err) {
         kiln__tensor *out = kiln__t_cast(&c, norm, norm_dtype);
