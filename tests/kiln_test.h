@@ -67,4 +67,29 @@ static inline int kt_finish(void) {
     return kt_tests_failed ? 1 : 0;
 }
 
+/* ---- kiln-specific helpers (when <kiln.h> was included first) ------------------------- */
+#ifdef KILN_H
+static const kiln_dtype kt_all_dtypes[] = {KILN_F32, KILN_F64, KILN_I32, KILN_I64, KILN_BOOL, KILN_F16, KILN_BF16};
+#define KT_N_DTYPES ((int)(sizeof kt_all_dtypes / sizeof kt_all_dtypes[0]))
+
+/* Leak check: kt_mem_begin() marks live tensors and bytes in use; KT_MEM_CHECK() checks that
+ * both are back to the mark (stats wait for queued work, frees included). */
+static kiln_memory_stats kt_mem_mark;
+
+static inline void kt_mem_begin(void) {
+    kiln_sync();
+    kt_mem_mark = kiln_memory_stats_get(KILN_CPU);
+}
+
+#define KT_MEM_CHECK()                                                                                 \
+    do {                                                                                               \
+        kiln_sync();                                                                                   \
+        kiln_memory_stats kt_now_ = kiln_memory_stats_get(KILN_CPU);                                   \
+        KT_CHECK_MSG(kt_now_.live_tensors == kt_mem_mark.live_tensors, "live tensors %llu, was %llu",  \
+                     (unsigned long long)kt_now_.live_tensors, (unsigned long long)kt_mem_mark.live_tensors); \
+        KT_CHECK_MSG(kt_now_.bytes_in_use == kt_mem_mark.bytes_in_use, "bytes in use %llu, was %llu",  \
+                     (unsigned long long)kt_now_.bytes_in_use, (unsigned long long)kt_mem_mark.bytes_in_use); \
+    } while (0)
+#endif
+
 #endif

@@ -8,21 +8,6 @@
 
 #include "kiln_test.h"
 
-static kiln_memory_stats nn_mem_start;
-
-static inline void mem_begin(void) {
-    kiln_sync();
-    nn_mem_start = kiln_memory_stats_get(KILN_CPU);
-}
-
-#define MEM_CHECK()                                                                                                    \
-    do {                                                                                                               \
-        kiln_sync();                                                                                                   \
-        kiln_memory_stats now_ = kiln_memory_stats_get(KILN_CPU);                                                      \
-        KT_CHECK_MSG(now_.live_tensors == nn_mem_start.live_tensors, "live tensors %llu, expected %llu",               \
-                     (unsigned long long)now_.live_tensors, (unsigned long long)nn_mem_start.live_tensors);            \
-        KT_CHECK(now_.bytes_in_use == nn_mem_start.bytes_in_use);                                                      \
-    } while (0)
 
 /* Reads t (consumed) as n doubles; false (and a failed check) on error. */
 static bool read_f64(kiln_tensor t, double *out, int64_t n) {

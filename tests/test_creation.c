@@ -5,23 +5,7 @@
 
 #include "kiln_test.h"
 
-static const kiln_dtype all_dtypes[] = {KILN_F32, KILN_F64, KILN_I32, KILN_I64, KILN_BOOL, KILN_F16, KILN_BF16};
-enum { N_DTYPES = sizeof all_dtypes / sizeof all_dtypes[0] };
 
-static kiln_memory_stats stats_before;
-
-static void track_begin(void) {
-    kiln_sync();
-    stats_before = kiln_memory_stats_get(KILN_CPU);
-}
-
-#define TRACK_END()                                                               \
-    do {                                                                          \
-        kiln_sync();                                                              \
-        kiln_memory_stats after_ = kiln_memory_stats_get(KILN_CPU);               \
-        KT_CHECK(after_.live_tensors == stats_before.live_tensors);               \
-        KT_CHECK(after_.bytes_in_use == stats_before.bytes_in_use);               \
-    } while (0)
 
 /* What a dtype can hold of v: the rounding the library is expected to do. */
 static double as_dtype(kiln_dtype dt, double v) {
@@ -55,11 +39,11 @@ static void expect_failure(kiln_tensor t, kiln_status st, const char *op) {
 }
 
 KT_TEST(zeros_ones_full) {
-    track_begin();
+    kt_mem_begin();
     const kiln_shape shapes[] = {KILN_SCALAR_SHAPE, KILN_SHAPE(3, 4), KILN_SHAPE(0, 5), KILN_SHAPE(1, 7, 1), KILN_SHAPE(40000)};
     static double got[40000];
-    for (int k = 0; k < N_DTYPES; k++) {
-        kiln_dtype dt = all_dtypes[k];
+    for (int k = 0; k < KT_N_DTYPES; k++) {
+        kiln_dtype dt = kt_all_dtypes[k];
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             int64_t n = kiln_shape_numel(shapes[s]);
             const double values[] = {0, 1, 2.75, -3.5, 1.0 / 3};
@@ -82,11 +66,11 @@ KT_TEST(zeros_ones_full) {
     KT_CHECK(isnan(g[0]) && isnan(g[1]));
     KT_CHECK(read_checked(kiln_full(KILN_CPU, KILN_BF16, KILN_SHAPE(2), -INFINITY), KILN_SHAPE(2), g) == KILN_OK);
     KT_CHECK(isinf(g[0]) && g[1] < 0);
-    TRACK_END();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(zeros_ones_full_bad_input) {
-    track_begin();
+    kt_mem_begin();
     expect_failure(kiln_zeros(KILN_CPU, (kiln_dtype)99, KILN_SHAPE(2)), KILN_ERR_DTYPE, "kiln_zeros");
     expect_failure(kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(2, -1)), KILN_ERR_SHAPE, "kiln_ones");
     expect_failure(kiln_full(KILN_CUDA, KILN_F32, KILN_SHAPE(2), 1), KILN_ERR_DEVICE, "kiln_full");
@@ -96,7 +80,7 @@ KT_TEST(zeros_ones_full_bad_input) {
     kiln_shape neg = {-1, {0}};
     expect_failure(kiln_zeros(KILN_CPU, KILN_F32, neg), KILN_ERR_SHAPE, "kiln_zeros");
     expect_failure(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(INT64_MAX / 2, 4)), KILN_ERR_OUT_OF_MEMORY, "kiln_zeros");
-    TRACK_END();
+    KT_MEM_CHECK();
 }
 
 static void check_arange(kiln_dtype dt, double start, double end, double step) {
@@ -114,9 +98,9 @@ static void check_arange(kiln_dtype dt, double start, double end, double step) {
 }
 
 KT_TEST(arange_values) {
-    track_begin();
-    for (int k = 0; k < N_DTYPES; k++) {
-        kiln_dtype dt = all_dtypes[k];
+    kt_mem_begin();
+    for (int k = 0; k < KT_N_DTYPES; k++) {
+        kiln_dtype dt = kt_all_dtypes[k];
         check_arange(dt, 0, 10, 1);
         check_arange(dt, -3, 7, 2);
         check_arange(dt, 5, 0, -1.5);
@@ -138,18 +122,18 @@ KT_TEST(arange_values) {
     int32_t g32[3];
     KT_CHECK(kiln_into_data(kiln_arange(KILN_CPU, KILN_I32, 2147483640.0, 2147483650.0, 4), g32, sizeof g32) == KILN_OK);
     KT_CHECK(g32[0] == 2147483640 && g32[1] == 2147483644 && g32[2] == INT32_MAX);
-    TRACK_END();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(linspace_values) {
-    track_begin();
+    kt_mem_begin();
     static double got[50001];
     const struct {
         double a, b;
         int64_t n;
     } cases[] = {{0, 1, 5}, {-1, 0.3, 7}, {10, -10, 21}, {3, 3, 4}, {2.5, 9, 1}, {0, 1, 0}, {-5, 5, 50001}, {0, 10, 4}};
-    for (int k = 0; k < N_DTYPES; k++) {
-        kiln_dtype dt = all_dtypes[k];
+    for (int k = 0; k < KT_N_DTYPES; k++) {
+        kiln_dtype dt = kt_all_dtypes[k];
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             double a = cases[c].a, b = cases[c].b;
             int64_t n = cases[c].n;
@@ -172,18 +156,18 @@ KT_TEST(linspace_values) {
     double g[4];
     KT_CHECK(read_checked(kiln_linspace(KILN_CPU, KILN_I64, 0, 10, 4), KILN_SHAPE(4), g) == KILN_OK);
     KT_CHECK(g[0] == 0 && g[1] == 3 && g[2] == 6 && g[3] == 10);
-    TRACK_END();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(eye_values) {
-    track_begin();
+    kt_mem_begin();
     const int64_t sizes[][2] = {{3, 3}, {2, 4}, {4, 2}, {1, 1}, {0, 3}, {3, 0}, {300, 200}};
     static double got[60000];
-    for (int k = 0; k < N_DTYPES; k++) {
+    for (int k = 0; k < KT_N_DTYPES; k++) {
         for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
             int64_t r = sizes[s][0], c = sizes[s][1];
-            kiln_tensor t = kiln_eye(KILN_CPU, all_dtypes[k], r, c);
-            KT_CHECK(kiln_tensor_dtype(t) == all_dtypes[k]);
+            kiln_tensor t = kiln_eye(KILN_CPU, kt_all_dtypes[k], r, c);
+            KT_CHECK(kiln_tensor_dtype(t) == kt_all_dtypes[k]);
             KT_CHECK(read_checked(t, KILN_SHAPE(r, c), got) == KILN_OK);
             int bad = 0;
             for (int64_t i = 0; i < r; i++)
@@ -191,11 +175,11 @@ KT_TEST(eye_values) {
             KT_CHECK(bad == 0);
         }
     }
-    TRACK_END();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(range_bad_input) {
-    track_begin();
+    kt_mem_begin();
     const char *a = "kiln_arange", *l = "kiln_linspace", *e = "kiln_eye";
     expect_failure(kiln_arange(KILN_CPU, KILN_F32, 0, 10, 0), KILN_ERR_INVALID_ARGUMENT, a);
     expect_failure(kiln_arange(KILN_CPU, KILN_F32, NAN, 10, 1), KILN_ERR_INVALID_ARGUMENT, a);
@@ -213,16 +197,16 @@ KT_TEST(range_bad_input) {
     expect_failure(kiln_eye(KILN_CPU, KILN_F32, 3, -2), KILN_ERR_SHAPE, e);
     expect_failure(kiln_eye(KILN_CPU, (kiln_dtype)7, 3, 3), KILN_ERR_DTYPE, e);
     expect_failure(kiln_eye(KILN_CUDA, KILN_F32, 3, 3), KILN_ERR_DEVICE, e);
-    TRACK_END();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(from_data_round_trips) {
-    track_begin();
+    kt_mem_begin();
     /* raw bytes of every dtype come back unchanged (i64 past 2^53 included) */
     unsigned char bytes[6 * 8], back[6 * 8];
     for (int i = 0; i < (int)sizeof bytes; i++) bytes[i] = (unsigned char)(i * 37 + 11);
-    for (int k = 0; k < N_DTYPES; k++) {
-        kiln_dtype dt = all_dtypes[k];
+    for (int k = 0; k < KT_N_DTYPES; k++) {
+        kiln_dtype dt = kt_all_dtypes[k];
         unsigned char src[sizeof bytes];
         memcpy(src, bytes, sizeof src);
         if (dt == KILN_BOOL)
@@ -248,7 +232,7 @@ KT_TEST(from_data_round_trips) {
     expect_failure(kiln_from_data(KILN_CPU, (kiln_dtype)12, KILN_SHAPE(2), &one), KILN_ERR_DTYPE, "kiln_from_data");
     expect_failure(kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(-2), &one), KILN_ERR_SHAPE, "kiln_from_data");
     expect_failure(kiln_from_data(KILN_CUDA, KILN_F32, KILN_SHAPE(1), &one), KILN_ERR_DEVICE, "kiln_from_data");
-    TRACK_END();
+    KT_MEM_CHECK();
 }
 
 static int release_calls;
@@ -259,7 +243,7 @@ static void on_release(void *ctx) {
 }
 
 KT_TEST(from_borrowed_wraps_user_memory) {
-    track_begin();
+    kt_mem_begin();
     int32_t data[6] = {1, 2, 3, 4, 5, 6};
     int marker;
     release_calls = 0;
@@ -302,7 +286,7 @@ KT_TEST(from_borrowed_wraps_user_memory) {
     expect_failure(kiln_from_borrowed(KILN_I32, KILN_SHAPE(2, -3), data, on_release, NULL), KILN_ERR_SHAPE,
                    "kiln_from_borrowed");
     KT_CHECK(release_calls == 3);
-    TRACK_END();
+    KT_MEM_CHECK();
 }
 
 int main(void) {

@@ -5,23 +5,7 @@
 
 #include "kiln_test.h"
 
-static const kiln_dtype all_dtypes[] = {KILN_F32, KILN_F64, KILN_I32, KILN_I64, KILN_BOOL, KILN_F16, KILN_BF16};
-enum { N_DTYPES = sizeof all_dtypes / sizeof all_dtypes[0] };
 
-static kiln_memory_stats mem_at_start;
-
-static void mem_begin(void) {
-    kiln_sync();
-    mem_at_start = kiln_memory_stats_get(KILN_CPU);
-}
-
-#define MEM_CHECK()                                                                \
-    do {                                                                           \
-        kiln_sync();                                                               \
-        kiln_memory_stats now_ = kiln_memory_stats_get(KILN_CPU);                  \
-        KT_CHECK(now_.live_tensors == mem_at_start.live_tensors);                  \
-        KT_CHECK(now_.bytes_in_use == mem_at_start.bytes_in_use);                  \
-    } while (0)
 
 static kiln_tensor from_f64(kiln_dtype dt, kiln_shape shape, const double *v) {
     return kiln_cast(kiln_from_data(KILN_CPU, KILN_F64, shape, v), dt);
@@ -111,17 +95,17 @@ static void check_index_select(kiln_dtype dt, kiln_dtype idt, int dim, bool tran
 }
 
 KT_TEST(index_select_values) {
-    mem_begin();
-    for (int k = 0; k < N_DTYPES; k++)
+    kt_mem_begin();
+    for (int k = 0; k < KT_N_DTYPES; k++)
         for (int dim = -3; dim < 3; dim++) {
-            check_index_select(all_dtypes[k], dim % 2 ? KILN_I64 : KILN_I32, dim, false, false);
-            check_index_select(all_dtypes[k], KILN_I64, dim, true, dim >= 0);
+            check_index_select(kt_all_dtypes[k], dim % 2 ? KILN_I64 : KILN_I32, dim, false, false);
+            check_index_select(kt_all_dtypes[k], KILN_I64, dim, true, dim >= 0);
         }
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(index_select_edges) {
-    mem_begin();
+    kt_mem_begin();
     double got[12];
     /* a 0-d index keeps the dim, with size 1 */
     kiln_tensor t = from_f64(KILN_F32, KILN_SHAPE(2, 3), (double[]){1, 2, 3, 4, 5, 6});
@@ -153,7 +137,7 @@ KT_TEST(index_select_edges) {
         for (int j = 0; j < D; j++) bad += out[i * D + j] != table[(int)ids[i] * D + j];
     KT_CHECK(bad == 0);
     kiln_release(t);
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 /* ---- gather ----------------------------------------------------------------------------- */
@@ -201,11 +185,11 @@ static void check_gather(kiln_dtype dt, kiln_dtype idt, int dim, bool sliced_inp
 }
 
 KT_TEST(gather_values) {
-    mem_begin();
-    for (int k = 0; k < N_DTYPES; k++)
+    kt_mem_begin();
+    for (int k = 0; k < KT_N_DTYPES; k++)
         for (int dim = -3; dim < 3; dim++) {
-            check_gather(all_dtypes[k], KILN_I64, dim, false, false);
-            check_gather(all_dtypes[k], KILN_I32, dim, true, dim % 2 != 0);
+            check_gather(kt_all_dtypes[k], KILN_I64, dim, false, false);
+            check_gather(kt_all_dtypes[k], KILN_I32, dim, true, dim % 2 != 0);
         }
     /* cross-entropy style: pick one entry per row; a 1-d gather; an empty index */
     double got[4];
@@ -224,7 +208,7 @@ KT_TEST(gather_values) {
     r = kiln_gather(logits, 0, kiln_zeros(KILN_CPU, KILN_I64, KILN_SHAPE(0, 4)));
     KT_CHECK(has_shape(r, KILN_SHAPE(0, 4)));
     KT_CHECK(read_f64(r, got, 0) == KILN_OK);
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 /* ---- scatter_add ------------------------------------------------------------------------- */
@@ -276,17 +260,17 @@ static void check_scatter_add(kiln_dtype dt, kiln_dtype idt, int dim, bool strid
 }
 
 KT_TEST(scatter_add_values) {
-    mem_begin();
-    for (int k = 0; k < N_DTYPES; k++)
+    kt_mem_begin();
+    for (int k = 0; k < KT_N_DTYPES; k++)
         for (int dim = -3; dim < 3; dim++) {
-            check_scatter_add(all_dtypes[k], dim % 2 ? KILN_I32 : KILN_I64, dim, false);
-            check_scatter_add(all_dtypes[k], KILN_I64, dim, true);
+            check_scatter_add(kt_all_dtypes[k], dim % 2 ? KILN_I32 : KILN_I64, dim, false);
+            check_scatter_add(kt_all_dtypes[k], KILN_I64, dim, true);
         }
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(scatter_add_in_place_and_copies) {
-    mem_begin();
+    kt_mem_begin();
     double got[4];
     /* an exclusive input is updated in place */
     uint64_t reuses = kiln_memory_stats_get(KILN_CPU).inplace_reuses;
@@ -317,12 +301,12 @@ KT_TEST(scatter_add_in_place_and_copies) {
     r = kiln_scatter_add(t, 0, kiln_zeros(KILN_CPU, KILN_I64, KILN_SHAPE(0)), kiln_zeros(KILN_CPU, KILN_F64, KILN_SHAPE(3)));
     KT_CHECK(read_f64(r, got, 4) == KILN_OK);
     for (int i = 0; i < 4; i++) KT_NEAR(got[i], 1, 0);
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 /* Sums of many floats into few bins: the same bits whatever the thread count. */
 KT_TEST(scatter_add_is_deterministic) {
-    mem_begin();
+    kt_mem_begin();
     enum { ROWS = 20000, COLS = 16, BINS = 7 };
     static double src[ROWS * COLS], idx[ROWS * COLS];
     static float a[BINS * COLS], b[BINS * COLS];
@@ -344,16 +328,16 @@ KT_TEST(scatter_add_is_deterministic) {
     double want[BINS * COLS] = {0};
     for (int i = 0; i < ROWS * COLS; i++) want[(int)idx[i] * COLS + i % COLS] += (float)src[i];
     for (int i = 0; i < BINS * COLS; i++) KT_NEAR(a[i], want[i], 1e-4);
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 /* ---- one_hot ------------------------------------------------------------------------------ */
 
 KT_TEST(one_hot_values) {
-    mem_begin();
+    kt_mem_begin();
     double idx[6] = {2, 0, 3, 3, 1, 0}, got[48];
-    for (int k = 0; k < N_DTYPES; k++) {
-        kiln_dtype dt = all_dtypes[k];
+    for (int k = 0; k < KT_N_DTYPES; k++) {
+        kiln_dtype dt = kt_all_dtypes[k];
         for (int form = 0; form < 3; form++) {
             kiln_tensor index;
             if (form == 0) /* 1-d i64 */
@@ -385,13 +369,13 @@ KT_TEST(one_hot_values) {
     r = kiln_one_hot(kiln_zeros(KILN_CPU, KILN_I64, KILN_SHAPE(0, 2)), 4, KILN_F32);
     KT_CHECK(has_shape(r, KILN_SHAPE(0, 2, 4)));
     KT_CHECK(read_f64(r, got, 0) == KILN_OK);
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 /* ---- runtime index errors ------------------------------------------------------------------ */
 
 KT_TEST(out_of_range_indices_fail_when_run) {
-    mem_begin();
+    kt_mem_begin();
     const double bad_values[] = {3, -1, 1e9};
     for (int b = 0; b < 3; b++) {
         for (int w = 0; w < 2; w++) {
@@ -421,7 +405,7 @@ KT_TEST(out_of_range_indices_fail_when_run) {
         }
     }
     kiln_sync();
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 /* ---- bad input ------------------------------------------------------------------------------ */
@@ -436,7 +420,7 @@ static kiln_tensor mat(void) { return kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(
 static kiln_tensor ids(kiln_shape s) { return kiln_zeros(KILN_CPU, KILN_I64, s); }
 
 KT_TEST(index_select_and_gather_bad_input) {
-    mem_begin();
+    kt_mem_begin();
     const char *is = "kiln_index_select", *g = "kiln_gather";
     expect_read_error(kiln_index_select(mat(), 0, kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(2))), KILN_ERR_DTYPE, is);
     expect_read_error(kiln_index_select(mat(), 0, kiln_zeros(KILN_CPU, KILN_BOOL, KILN_SHAPE(2))), KILN_ERR_DTYPE, is);
@@ -462,11 +446,11 @@ KT_TEST(index_select_and_gather_bad_input) {
     expect_read_error(kiln_gather(mat(), 0, stale()), KILN_ERR_STALE_HANDLE, g);
     expect_read_error(kiln_gather(KILN_NONE, 0, KILN_NONE), KILN_ERR_NULL, g);
     expect_read_error(kiln_gather(poisoned(), 0, ids(KILN_SHAPE(2, 2))), KILN_ERR_SHAPE, "kiln_reshape");
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(scatter_add_one_hot_to_device_bad_input) {
-    mem_begin();
+    kt_mem_begin();
     const char *s = "kiln_scatter_add", *o = "kiln_one_hot";
     expect_read_error(kiln_scatter_add(mat(), 0, kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(2, 2)), mat()), KILN_ERR_DTYPE, s);
     expect_read_error(kiln_scatter_add(mat(), 2, ids(KILN_SHAPE(2, 2)), mat()), KILN_ERR_INVALID_ARGUMENT, s);
@@ -499,7 +483,7 @@ KT_TEST(scatter_add_one_hot_to_device_bad_input) {
     expect_read_error(kiln_to_device(mat(), (kiln_device)7), KILN_ERR_DEVICE, "kiln_to_device");
     expect_read_error(kiln_to_device(stale(), KILN_CPU), KILN_ERR_STALE_HANDLE, "kiln_to_device");
     expect_read_error(kiln_to_device(poisoned(), KILN_CPU), KILN_ERR_SHAPE, "kiln_reshape");
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 int main(void) {

@@ -4,24 +4,7 @@
 
 #include "kiln_test.h"
 
-static const kiln_dtype all_dtypes[] = {KILN_F32, KILN_F64, KILN_I32, KILN_I64, KILN_BOOL, KILN_F16, KILN_BF16};
-enum { N_DTYPES = sizeof all_dtypes / sizeof all_dtypes[0] };
 
-static kiln_memory_stats mem_start;
-
-static void leak_begin(void) {
-    kiln_sync();
-    mem_start = kiln_memory_stats_get(KILN_CPU);
-}
-
-#define LEAK_CHECK()                                                                   \
-    do {                                                                               \
-        kiln_sync();                                                                   \
-        kiln_memory_stats m_ = kiln_memory_stats_get(KILN_CPU);                        \
-        KT_CHECK_MSG(m_.live_tensors == mem_start.live_tensors, "live tensors %llu, was %llu", \
-                     (unsigned long long)m_.live_tensors, (unsigned long long)mem_start.live_tensors); \
-        KT_CHECK(m_.bytes_in_use == mem_start.bytes_in_use);                           \
-    } while (0)
 
 /* A tensor of dtype dt holding v (given as doubles, row-major). */
 static kiln_tensor make(kiln_dtype dt, kiln_shape shape, const double *v) {
@@ -76,9 +59,9 @@ static void check_values(const double *got, const double *want, int64_t n, doubl
 }
 
 KT_TEST(cat_values_every_dtype_and_dim) {
-    leak_begin();
-    for (int k = 0; k < N_DTYPES; k++) {
-        kiln_dtype dt = all_dtypes[k];
+    kt_mem_begin();
+    for (int k = 0; k < KT_N_DTYPES; k++) {
+        kiln_dtype dt = kt_all_dtypes[k];
         double a[2 * 3 * 4], b[2 * 5 * 4], want[2 * 8 * 4], got[2 * 8 * 4];
         /* dim 1 of [2,3,4] and [2,5,4], also spelled as -2 */
         for (int dim = 1; dim >= -2; dim -= 3) {
@@ -106,11 +89,11 @@ KT_TEST(cat_values_every_dtype_and_dim) {
         KT_CHECK(read_as(kiln_cat(t1, 3, -1), KILN_SHAPE(2, 8), got) == KILN_OK);
         check_values(got, w3, 16, 0);
     }
-    LEAK_CHECK();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(cat_promotes_dtypes) {
-    leak_begin();
+    kt_mem_begin();
     struct {
         kiln_dtype a, b, out;
     } cases[] = {{KILN_I32, KILN_F32, KILN_F32}, {KILN_BOOL, KILN_I64, KILN_I64}, {KILN_F16, KILN_BF16, KILN_F32},
@@ -125,11 +108,11 @@ KT_TEST(cat_promotes_dtypes) {
         KT_CHECK(read_as(r, KILN_SHAPE(3, 2), got) == KILN_OK);
         check_values(got, want, 6, 0);
     }
-    LEAK_CHECK();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(cat_non_contiguous_inputs) {
-    leak_begin();
+    kt_mem_begin();
     double base[12], got[64], want[64];
     /* a: [4,3] transposed to [3,4]; b: rows 0 and 2 of a [3,4] block (stepped slice);
      * c: a [1,4] row expanded to [2,4] (zero stride) */
@@ -157,11 +140,11 @@ KT_TEST(cat_non_contiguous_inputs) {
         KT_NEAR(got[j * 5 + 4], tb[8 + j], 0);
     }
     kiln_release(c);
-    LEAK_CHECK();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(cat_same_tensor_twice_keeps_it) {
-    leak_begin();
+    kt_mem_begin();
     double v[6], got[12];
     kiln_tensor a = iota(KILN_I64, KILN_SHAPE(2, 3), v);
     kiln_tensor ts[2] = {kiln_ref(a), kiln_ref(a)};
@@ -177,11 +160,11 @@ KT_TEST(cat_same_tensor_twice_keeps_it) {
     kiln_tensor one_i[1] = {iota(KILN_I32, KILN_SHAPE(3), v)};
     KT_CHECK(read_as(kiln_cat(one_i, 1, 0), KILN_SHAPE(3), got) == KILN_OK);
     check_values(got, v, 3, 0);
-    LEAK_CHECK();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(cat_empty_pieces) {
-    leak_begin();
+    kt_mem_begin();
     double a[6], b[3], got[9], want[9];
     /* an empty piece in the middle */
     kiln_tensor ts[3] = {iota(KILN_F32, KILN_SHAPE(2, 3), a), kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(0, 3)),
@@ -203,11 +186,11 @@ KT_TEST(cat_empty_pieces) {
     check_values(got, a, 6, 0);
     kiln_tensor e4[2] = {kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(0)), kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(0))};
     KT_CHECK(read_as(kiln_cat(e4, 2, 0), KILN_SHAPE(0), got) == KILN_OK);
-    LEAK_CHECK();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(cat_many_inputs) {
-    leak_begin();
+    kt_mem_begin();
     enum { N = 40 };
     kiln_tensor ts[N];
     double got[N * 2];
@@ -219,11 +202,11 @@ KT_TEST(cat_many_inputs) {
     kiln_release(ts[N - 3]);
     expect_error(kiln_cat(ts, N, 1), KILN_ERR_STALE_HANDLE, "kiln_cat");
     for (int i = 0; i < N; i++) KT_CHECK(!kiln_is_valid(ts[i]));
-    LEAK_CHECK();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(cat_bad_input) {
-    leak_begin();
+    kt_mem_begin();
     expect_error(kiln_cat(NULL, 2, 0), KILN_ERR_NULL, "kiln_cat");
     kiln_tensor none[1] = {KILN_NONE};
     expect_error(kiln_cat(none, 0, 0), KILN_ERR_INVALID_ARGUMENT, "kiln_cat");
@@ -258,7 +241,7 @@ KT_TEST(cat_bad_input) {
     KT_CHECK_MSG(st == KILN_ERR_INDEX, "%s: %s", kiln_status_str(st), kiln_last_error());
     KT_CHECK(strstr(kiln_last_error(), "kiln_gather") != NULL);
     kiln_sync(); /* the read reported it already; nothing may stay queued */
-    LEAK_CHECK();
+    KT_MEM_CHECK();
 }
 
 /* Stacks [2,3] inputs at dim (normalised 0..2): out index with k at dim, (i, j) elsewhere. */
@@ -278,9 +261,9 @@ static void ref_stack(const double *const *xs, int n, int dim, double *out) {
 }
 
 KT_TEST(stack_values) {
-    leak_begin();
-    for (int k = 0; k < N_DTYPES; k++) {
-        kiln_dtype dt = all_dtypes[k];
+    kt_mem_begin();
+    for (int k = 0; k < KT_N_DTYPES; k++) {
+        kiln_dtype dt = kt_all_dtypes[k];
         double a[6], b[6], c[6], want[18], got[18];
         for (int dim = -3; dim <= 2; dim++) {
             int nd = dim < 0 ? dim + 3 : dim;
@@ -314,11 +297,11 @@ KT_TEST(stack_values) {
                         kiln_full(KILN_CPU, KILN_F32, KILN_SCALAR_SHAPE, 3)};
     KT_CHECK(read_as(kiln_stack(z, 3, 0), KILN_SHAPE(3), got) == KILN_OK);
     check_values(got, (double[]){1, 2, 3}, 3, 0);
-    LEAK_CHECK();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(stack_bad_input) {
-    leak_begin();
+    kt_mem_begin();
     expect_error(kiln_stack(NULL, 1, 0), KILN_ERR_NULL, "kiln_stack");
     kiln_tensor a[2] = {kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(2, 3)), kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(2, 3))};
     expect_error(kiln_stack(a, 0, 0), KILN_ERR_INVALID_ARGUMENT, "kiln_stack");
@@ -340,7 +323,7 @@ KT_TEST(stack_bad_input) {
     kiln_tensor f[2] = {kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(1, 1, 1, 1, 1, 1, 1, 1)),
                         kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(1, 1, 1, 1, 1, 1, 1, 1))};
     expect_error(kiln_stack(f, 2, 0), KILN_ERR_SHAPE, "kiln_stack");
-    LEAK_CHECK();
+    KT_MEM_CHECK();
 }
 
 /* Reads n pieces and checks they tile ref (a [rows, cols] row-major block) along dim. */
@@ -361,11 +344,11 @@ static void check_pieces(kiln_tensor *pieces, int n, const int64_t *sizes, int d
 }
 
 KT_TEST(split_and_chunk_values) {
-    leak_begin();
+    kt_mem_begin();
     double v[35];
     kiln_tensor out[8];
-    for (int k = 0; k < N_DTYPES; k++) {
-        kiln_dtype dt = all_dtypes[k];
+    for (int k = 0; k < KT_N_DTYPES; k++) {
+        kiln_dtype dt = kt_all_dtypes[k];
         kiln_tensor t = iota(dt, KILN_SHAPE(5, 7), v);
         KT_CHECK(kiln_split(kiln_ref(t), 2, 0, out, 8) == 3);
         check_pieces(out, 3, (int64_t[]){2, 2, 1}, 0, v, 5, 7);
@@ -385,11 +368,11 @@ KT_TEST(split_and_chunk_values) {
         KT_CHECK(kiln_chunk(t, 9, 0, out, 8) == 5); /* more chunks than rows: one row each */
         check_pieces(out, 5, (int64_t[]){1, 1, 1, 1, 1}, 0, v, 5, 7);
     }
-    LEAK_CHECK();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(split_views_outlive_the_input) {
-    leak_begin();
+    kt_mem_begin();
     double v[12], got[12];
     kiln_tensor t = kiln_transpose(iota(KILN_F32, KILN_SHAPE(4, 3), v), 0, 1); /* [3,4] strided */
     kiln_tensor out[4];
@@ -407,11 +390,11 @@ KT_TEST(split_views_outlive_the_input) {
     KT_CHECK(kiln_chunk(s, 3, 0, out, 4) == 3);
     KT_CHECK(read_as(kiln_cat(out, 3, 0), KILN_SHAPE(6), got) == KILN_OK);
     for (int i = 0; i < 6; i++) KT_NEAR(got[i], v[1 + 2 * i], 0);
-    LEAK_CHECK();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(split_empty_dims) {
-    leak_begin();
+    kt_mem_begin();
     kiln_tensor out[4];
     double got[1];
     /* a dim of size 0: split gives one empty piece, chunk gives `chunks` empty pieces */
@@ -425,11 +408,11 @@ KT_TEST(split_empty_dims) {
     KT_CHECK(kiln_split(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(0, 3)), 2, 1, out, 4) == 2);
     KT_CHECK(read_as(out[0], KILN_SHAPE(0, 2), got) == KILN_OK);
     KT_CHECK(read_as(out[1], KILN_SHAPE(0, 1), got) == KILN_OK);
-    LEAK_CHECK();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(split_and_chunk_bad_input) {
-    leak_begin();
+    kt_mem_begin();
     kiln_tensor out[4];
     /* no room: returns 0, still consumes the input, sets the last error */
     kiln_tensor t = kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(4));
@@ -472,7 +455,7 @@ KT_TEST(split_and_chunk_bad_input) {
     expect_error(out[0], KILN_ERR_INVALID_ARGUMENT, "kiln_chunk");
     KT_CHECK(kiln_chunk(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(4)), 2, -2, out, 4) == 1);
     expect_error(out[0], KILN_ERR_INVALID_ARGUMENT, "kiln_chunk");
-    LEAK_CHECK();
+    KT_MEM_CHECK();
 }
 
 int main(void) {

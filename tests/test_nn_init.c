@@ -44,7 +44,7 @@ static void check_distribution(kiln_tensor t, double std, bool uniform, const ch
 }
 
 KT_TEST(kaiming_and_xavier) {
-    mem_begin();
+    kt_mem_begin();
     const struct {
         kiln_init_kind kind;
         kiln_shape shape;
@@ -82,11 +82,11 @@ KT_TEST(kaiming_and_xavier) {
     int same = 0, differ = 0;
     for (int i = 0; i < 64; i++) same += va[i] == vb[i], differ += va[i] != vc[i];
     KT_CHECK(same == 64 && differ == 64);
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(init_keeps_a_parameter_trainable) {
-    mem_begin();
+    kt_mem_begin();
     kiln_module *m = kiln_linear_new(3, 2, true, 1);
     kiln_tensor *w = param_slot(m, "weight");
     KT_CHECK(kiln_init(w, KILN_INIT_KAIMING_UNIFORM, 9) == KILN_OK);
@@ -107,11 +107,11 @@ KT_TEST(init_keeps_a_parameter_trainable) {
     for (int i = 0; i < 6; i++) KT_NEAR(gw[i], x[i % 3], 1e-7);
     kiln_grads_free(g);
     kiln_module_free(m);
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(default_layer_init) {
-    mem_begin();
+    kt_mem_begin();
     /* Linear: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias, as torch */
     kiln_module *m = kiln_linear_new(400, 300, true, 3);
     check_distribution(kiln_ref(*param_slot(m, "weight")), 0.05 / sqrt(3.0), true, "linear weight");
@@ -139,11 +139,11 @@ KT_TEST(default_layer_init) {
     kiln_module *e = kiln_embedding_new(500, 64, 8);
     check_distribution(kiln_ref(*param_slot(e, "weight")), 1.0, false, "embedding");
     kiln_module_free(e);
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(bad_init_input) {
-    mem_begin();
+    kt_mem_begin();
     KT_CHECK(kiln_init(NULL, KILN_INIT_KAIMING_UNIFORM, 1) == KILN_ERR_NULL);
     KT_CHECK(strstr(kiln_last_error(), "kiln_init") != NULL);
     const struct {
@@ -178,7 +178,7 @@ KT_TEST(bad_init_input) {
     kiln_tensor empty = kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(0, 5, 3));
     KT_CHECK(kiln_init(&empty, KILN_INIT_KAIMING_NORMAL, 1) == KILN_OK && has_shape(empty, KILN_SHAPE(0, 5, 3)));
     kiln_release(empty);
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 int main(void) {

@@ -20,7 +20,7 @@ static void linear_ref(const double *x, const double *w, const double *b, int64_
 }
 
 KT_TEST(linear_forward) {
-    mem_begin();
+    kt_mem_begin();
     kiln_module *m = kiln_linear_new(5, 4, true, 7);
     KT_CHECK(m && strcmp(kiln_module_type(m), "Linear") == 0);
     double w[20], b[4], x[30], got[24], want[24];
@@ -65,7 +65,7 @@ KT_TEST(linear_forward) {
     KT_CHECK(kiln_into_data(y, NULL, 0) == KILN_OK);
     kiln_module_free(m);
     kiln_module_free(nb);
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 /* ---- activations and Flatten ---------------------------------------------------------------- */
@@ -86,7 +86,7 @@ static const struct {
 enum { N_ACTIVATIONS = sizeof activations / sizeof activations[0] };
 
 KT_TEST(activations_and_flatten) {
-    mem_begin();
+    kt_mem_begin();
     double x[24], got[24];
     fill(x, 24, -4, 4);
     for (int a = 0; a < N_ACTIVATIONS; a++) {
@@ -110,7 +110,7 @@ KT_TEST(activations_and_flatten) {
     KT_CHECK(has_shape(y, KILN_SHAPE(2, 6, 2)));
     kiln_release(y);
     kiln_module_free(f);
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 /* ---- BatchNorm2d ---------------------------------------------------------------------------- */
@@ -141,7 +141,7 @@ static void bn_ref(const double *x, const double *mean, const double *var, const
 }
 
 KT_TEST(batch_norm_train_and_eval) {
-    mem_begin();
+    kt_mem_begin();
     const double eps = 1e-5, momentum = 0.1;
     kiln_module *m = kiln_batch_norm2d_new(BN_C, eps, momentum);
     KT_CHECK(m && strcmp(kiln_module_type(m), "BatchNorm2d") == 0 && kiln_module_is_training(m));
@@ -201,13 +201,13 @@ KT_TEST(batch_norm_train_and_eval) {
     kiln_tensor y = kiln_module_forward(m, kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(0, BN_C, 2, 2)));
     KT_CHECK(has_shape(y, KILN_SHAPE(0, BN_C, 2, 2)) && kiln_into_data(y, NULL, 0) == KILN_OK);
     kiln_module_free(m);
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 /* ---- LayerNorm ------------------------------------------------------------------------------ */
 
 KT_TEST(layer_norm_forward) {
-    mem_begin();
+    kt_mem_begin();
     enum { ROWS = 6, D = 5 };
     double x[ROWS * D], w[D], b[D], got[ROWS * D];
     fill(x, ROWS * D, -3, 3);
@@ -246,7 +246,7 @@ KT_TEST(layer_norm_forward) {
     }
     kiln_module_free(m);
     kiln_module_free(plain);
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 /* ---- Dropout -------------------------------------------------------------------------------- */
@@ -268,7 +268,7 @@ static double zero_fraction(kiln_tensor y, int64_t n, double scale) {
 }
 
 KT_TEST(dropout_statistics) {
-    mem_begin();
+    kt_mem_begin();
     enum { N = 200000 };
     /* std of the fraction is sqrt(p(1-p)/N) ~ 0.001: 0.006 is six of them */
     for (double p = 0.1; p < 0.95; p += 0.4) {
@@ -306,13 +306,13 @@ KT_TEST(dropout_statistics) {
     read_f64(kiln_module_forward(m, tensor_of(KILN_F32, KILN_SHAPE(6), x)), got, 6);
     for (int i = 0; i < 6; i++) KT_CHECK(got[i] == x[i]);
     kiln_module_free(m);
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 /* ---- Embedding ------------------------------------------------------------------------------ */
 
 KT_TEST(embedding_forward) {
-    mem_begin();
+    kt_mem_begin();
     enum { NUM = 10, DIM = 4 };
     kiln_module *m = kiln_embedding_new(NUM, DIM, 5);
     KT_CHECK(m && strcmp(kiln_module_type(m), "Embedding") == 0 && kiln_module_num_parameters(m) == NUM * DIM);
@@ -345,14 +345,14 @@ KT_TEST(embedding_forward) {
         EXPECT_ERROR(kiln_module_forward(m, bad), KILN_ERR_INDEX, "kiln_index_select");
     }
     kiln_module_free(m);
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 /* ---- half precision ------------------------------------------------------------------------- */
 
 /* Each layer on f16 and bf16 input agrees with itself on f64 input, to the input's precision. */
 KT_TEST(half_precision_inputs) {
-    mem_begin();
+    kt_mem_begin();
     kiln_module *layers[] = {kiln_linear_new(6, 5, true, 1), kiln_batch_norm2d_new(2, 1e-5, 0.1),
                              kiln_layer_norm_new(6, 1e-5, true), kiln_gelu_new(), kiln_dropout_new(0.5, 4)};
     kiln_shape shapes[] = {KILN_SHAPE(4, 6), KILN_SHAPE(3, 2, 2, 2), KILN_SHAPE(4, 6), KILN_SHAPE(4, 6),
@@ -373,13 +373,13 @@ KT_TEST(half_precision_inputs) {
             for (int64_t i = 0; i < n; i++) KT_NEAR(got[i], want[i], h ? 3e-2 : 5e-3);
         }
     for (int l = 0; l < 5; l++) kiln_module_free(layers[l]);
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 /* ---- names, counts, training mode ----------------------------------------------------------- */
 
 KT_TEST(sequential_params_and_modes) {
-    mem_begin();
+    kt_mem_begin();
     kiln_module *layers[] = {kiln_batch_norm2d_new(3, 1e-5, 0.1),
                              kiln_flatten_new(1, -1),
                              kiln_linear_new(12, 4, true, 1),
@@ -426,13 +426,13 @@ KT_TEST(sequential_params_and_modes) {
     kiln_module_train(model, true);
     KT_CHECK(kiln_module_is_training(layers[4]));
     kiln_module_free(model);
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 /* ---- gradients ------------------------------------------------------------------------------ */
 
 KT_TEST(linear_gradients) {
-    mem_begin();
+    kt_mem_begin();
     kiln_module *m = kiln_linear_new(5, 3, true, 1);
     gc_module g = {m, 2, {"weight", "bias"}};
     GC_CHECK("linear", gc_run_module, &g, 3, ((kiln_shape[]){KILN_SHAPE(4, 5), KILN_SHAPE(3, 5), KILN_SHAPE(3)}), 1e-6);
@@ -443,11 +443,11 @@ KT_TEST(linear_gradients) {
     g = (gc_module){m, 1, {"weight"}};
     GC_CHECK("linear no bias", gc_run_module, &g, 2, ((kiln_shape[]){KILN_SHAPE(4, 5), KILN_SHAPE(3, 5)}), 1e-6);
     kiln_module_free(m);
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(norm_gradients) {
-    mem_begin();
+    kt_mem_begin();
     kiln_module *bn = kiln_batch_norm2d_new(3, 1e-5, 0.1);
     gc_module g = {bn, 2, {"weight", "bias"}};
     kiln_shape bs[3] = {KILN_SHAPE(4, 3, 2, 2), KILN_SHAPE(3), KILN_SHAPE(3)};
@@ -465,7 +465,7 @@ KT_TEST(norm_gradients) {
     g = (gc_module){ln, 0, {NULL}};
     GC_CHECK("layer_norm plain", gc_run_module, &g, 1, ((kiln_shape[]){KILN_SHAPE(3, 4)}), 1e-5);
     kiln_module_free(ln);
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 static kiln_tensor run_dropout(kiln_tensor *in, void *ctx) { return kiln_dropout(in[0], 0.4, 77); }
@@ -483,7 +483,7 @@ static kiln_tensor run_embedding(kiln_tensor *in, void *ctx) {
 }
 
 KT_TEST(other_layer_gradients) {
-    mem_begin();
+    kt_mem_begin();
     kiln_shape s[1] = {KILN_SHAPE(3, 4)};
     for (int a = 0; a < N_ACTIVATIONS; a++) {
         kiln_module *m = activations[a].make();
@@ -508,12 +508,12 @@ KT_TEST(other_layer_gradients) {
     g = (gc_module){mlp, 2, {"0.weight", "2.bias"}};
     GC_CHECK("mlp", gc_run_module, &g, 3, ((kiln_shape[]){KILN_SHAPE(3, 4), KILN_SHAPE(5, 4), KILN_SHAPE(2)}), 1e-6);
     kiln_module_free(mlp);
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 /* Backward through a model's parameters (f32), then everything is freed. */
 KT_TEST(backward_through_model_frees_everything) {
-    mem_begin();
+    kt_mem_begin();
     kiln_module *layers[] = {kiln_linear_new(6, 8, true, 1), kiln_relu_new(), kiln_dropout_new(0.2, 3),
                              kiln_layer_norm_new(8, 1e-5, true), kiln_linear_new(8, 3, true, 2)};
     kiln_module *model = kiln_sequential_new(5, layers);
@@ -531,13 +531,13 @@ KT_TEST(backward_through_model_frees_everything) {
     }
     kiln_grads_free(grads);
     kiln_module_free(model);
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 /* ---- bad input ------------------------------------------------------------------------------ */
 
 KT_TEST(bad_forward_inputs) {
-    mem_begin();
+    kt_mem_begin();
     kiln_tensor x = kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(2, 5));
     EXPECT_ERROR(kiln_module_forward(NULL, kiln_ref(x)), KILN_ERR_NULL, "kiln_module_forward");
 
@@ -591,11 +591,11 @@ KT_TEST(bad_forward_inputs) {
     kiln_module *mods[] = {lin, bn, ln, emb, fl, drop, model};
     for (size_t i = 0; i < sizeof mods / sizeof mods[0]; i++) kiln_module_free(mods[i]);
     kiln_release(x);
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(bad_constructor_arguments) {
-    mem_begin();
+    kt_mem_begin();
     EXPECT_BAD_NEW(kiln_linear_new(-1, 3, true, 1), "kiln_linear_new");
     EXPECT_BAD_NEW(kiln_linear_new(3, -2, false, 1), "kiln_linear_new");
     EXPECT_BAD_NEW(kiln_batch_norm2d_new(0, 1e-5, 0.1), "kiln_batch_norm2d_new");
@@ -625,7 +625,7 @@ KT_TEST(bad_constructor_arguments) {
     KT_CHECK(strcmp(kiln_module_type(NULL), "NULL") == 0 && !kiln_module_is_training(NULL));
     kiln_module_train(NULL, false);
     kiln_module_free(NULL);
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 int main(void) {

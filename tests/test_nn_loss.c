@@ -28,7 +28,7 @@ static kiln_tensor targets_of(kiln_dtype dt, int n, const int64_t *y) {
 }
 
 KT_TEST(cross_entropy_known_values) {
-    mem_begin();
+    kt_mem_begin();
     double x[3] = {1, 2, 3};
     int64_t y0 = 0;
     kiln_cross_entropy_options o = kiln_cross_entropy_defaults();
@@ -46,11 +46,11 @@ KT_TEST(cross_entropy_known_values) {
     KT_NEAR(read_scalar(kiln_cross_entropy(tensor_of(KILN_F64, KILN_SHAPE(2, 3), x2), targets_of(KILN_I64, 2, y2), o)),
             0.4560606977281381, 1e-13);
     kiln_release(o.class_weights);
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(cross_entropy_matches_reference) {
-    mem_begin();
+    kt_mem_begin();
     enum { N = 6, C = 5 };
     double x[N * C], xt[N * C], w[C] = {0.5, 2, 1, 0.25, 3};
     int64_t y[N] = {0, 4, 2, 2, 1, 3};
@@ -117,11 +117,11 @@ KT_TEST(cross_entropy_matches_reference) {
     kiln_tensor none = kiln_cross_entropy(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(0, 3)),
                                           kiln_zeros(KILN_CPU, KILN_I64, KILN_SHAPE(0)), kiln_cross_entropy_defaults());
     KT_CHECK(isnan(read_scalar(none)));
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(nll_mse_bce_match_reference) {
-    mem_begin();
+    kt_mem_begin();
     enum { N = 5, C = 4 };
     double lp[N * C];
     int64_t y[N] = {3, 0, 1, 3, 2};
@@ -166,7 +166,7 @@ KT_TEST(nll_mse_bce_match_reference) {
                                                     tensor_of(KILN_F32, KILN_SHAPE(1), &tgt[i])));
         KT_NEAR(v, i < 2 ? 100 : 0, 1e-6);
     }
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 /* ---- gradients ------------------------------------------------------------------------------ */
@@ -196,7 +196,7 @@ static kiln_tensor run_bce(kiln_tensor *in, void *ctx) {
 }
 
 KT_TEST(loss_gradients) {
-    mem_begin();
+    kt_mem_begin();
     int64_t y[4] = {2, 0, 4, 2};
     double w[5] = {0.5, 2, 1, 0.25, 3};
     kiln_tensor weights = tensor_of(KILN_F64, KILN_SHAPE(5), w);
@@ -243,13 +243,13 @@ KT_TEST(loss_gradients) {
     kiln_grads_free(grads);
     kiln_release(x);
     kiln_release(logits);
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 /* ---- bad input ------------------------------------------------------------------------------ */
 
 KT_TEST(bad_inputs) {
-    mem_begin();
+    kt_mem_begin();
     kiln_tensor logits = kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(3, 4));
     kiln_tensor y = kiln_zeros(KILN_CPU, KILN_I64, KILN_SHAPE(3));
     kiln_cross_entropy_options o = kiln_cross_entropy_defaults();
@@ -329,7 +329,7 @@ KT_TEST(bad_inputs) {
     }
     kiln_release(logits);
     kiln_release(y);
-    MEM_CHECK();
+    KT_MEM_CHECK();
 }
 
 int main(void) {

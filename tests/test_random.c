@@ -9,20 +9,6 @@
 static const kiln_dtype float_dtypes[] = {KILN_F32, KILN_F64, KILN_F16, KILN_BF16};
 enum { N_FLOAT = 4, BIG = 200000 };
 
-static kiln_memory_stats stats_at_start;
-
-static void leak_watch(void) {
-    kiln_sync();
-    stats_at_start = kiln_memory_stats_get(KILN_CPU);
-}
-
-#define LEAK_WATCH_END()                                                          \
-    do {                                                                          \
-        kiln_sync();                                                              \
-        kiln_memory_stats s_ = kiln_memory_stats_get(KILN_CPU);                   \
-        KT_CHECK(s_.live_tensors == stats_at_start.live_tensors);                 \
-        KT_CHECK(s_.bytes_in_use == stats_at_start.bytes_in_use);                 \
-    } while (0)
 
 enum dist { UNIFORM, NORMAL, BERNOULLI, RAND, RANDN };
 
@@ -44,7 +30,7 @@ static kiln_status as_f64(kiln_tensor t, double *out, int64_t n) {
 }
 
 KT_TEST(same_seed_same_bits_any_thread_count) {
-    leak_watch();
+    kt_mem_begin();
     static unsigned char one[BIG * 8], two[BIG * 8];
     int saved = kiln_num_threads();
     for (int k = 0; k < N_FLOAT; k++) {
@@ -62,11 +48,11 @@ KT_TEST(same_seed_same_bits_any_thread_count) {
         }
     }
     kiln_set_num_threads(saved);
-    LEAK_WATCH_END();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(different_seeds_differ) {
-    leak_watch();
+    kt_mem_begin();
     enum { N = 4096 };
     static double a[N], b[N];
     for (int k = 0; k < N_FLOAT; k++) {
@@ -89,7 +75,7 @@ KT_TEST(different_seeds_differ) {
         for (int i = 0; i < N; i++) same += a[i] == b[i];
         KT_CHECK(same < N / 20);
     }
-    LEAK_WATCH_END();
+    KT_MEM_CHECK();
 }
 
 static void moments(const double *v, int64_t n, double *mean, double *sd) {
@@ -103,7 +89,7 @@ static void moments(const double *v, int64_t n, double *mean, double *sd) {
 /* Bounds are several standard errors wide (n = 200000: the mean's standard error is about
  * 0.0022 * sd), plus the rounding of f16/bf16. */
 KT_TEST(uniform_moments_and_range) {
-    leak_watch();
+    kt_mem_begin();
     static double v[BIG];
     const double bounds[][2] = {{0, 1}, {-2, 3}, {10, 10.5}, {-1e-3, 1e-3}};
     for (int k = 0; k < N_FLOAT; k++) {
@@ -128,11 +114,11 @@ KT_TEST(uniform_moments_and_range) {
     double g[3];
     KT_CHECK(as_f64(kiln_uniform(KILN_CPU, KILN_F64, KILN_SHAPE(3), 4, 4, 1), g, 3) == KILN_OK);
     KT_CHECK(g[0] == 4 && g[2] == 4);
-    LEAK_WATCH_END();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(normal_moments) {
-    leak_watch();
+    kt_mem_begin();
     static double v[BIG];
     const double params[][2] = {{0, 1}, {5, 2}, {-3, 0.1}};
     for (int k = 0; k < N_FLOAT; k++) {
@@ -162,11 +148,11 @@ KT_TEST(normal_moments) {
     double g[3];
     KT_CHECK(as_f64(kiln_normal(KILN_CPU, KILN_F32, KILN_SHAPE(3), 1.5, 0, 3), g, 3) == KILN_OK);
     KT_CHECK(g[0] == 1.5 && g[1] == 1.5 && g[2] == 1.5);
-    LEAK_WATCH_END();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(bernoulli_fraction) {
-    leak_watch();
+    kt_mem_begin();
     static double v[BIG];
     const double ps[] = {0, 0.05, 0.3, 0.5, 0.9, 1};
     for (int k = 0; k < N_FLOAT; k++) {
@@ -184,11 +170,11 @@ KT_TEST(bernoulli_fraction) {
             if (ps[p] == 0 || ps[p] == 1) KT_CHECK(frac == ps[p]);
         }
     }
-    LEAK_WATCH_END();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(shapes_empty_and_scalar) {
-    leak_watch();
+    kt_mem_begin();
     double g[1];
     KT_CHECK(as_f64(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(0, 5), 1), g, 0) == KILN_OK);
     KT_CHECK(as_f64(kiln_rand(KILN_CPU, KILN_F64, KILN_SCALAR_SHAPE, 1), g, 1) == KILN_OK);
@@ -196,7 +182,7 @@ KT_TEST(shapes_empty_and_scalar) {
     kiln_tensor t = kiln_bernoulli(KILN_CPU, KILN_BF16, KILN_SHAPE(1, 1, 1), 1, 4);
     KT_CHECK(kiln_tensor_dtype(t) == KILN_BF16 && kiln_tensor_ndim(t) == 3);
     KT_CHECK(as_f64(t, g, 1) == KILN_OK && g[0] == 1);
-    LEAK_WATCH_END();
+    KT_MEM_CHECK();
 }
 
 /* ---- the kernel itself, through the backend table: counter offsets and strided outputs --- */
@@ -215,7 +201,7 @@ static kiln_status run_kernel(kiln__opcode code, kiln__view out, uint64_t seed, 
 }
 
 KT_TEST(kernel_offsets_and_strides) {
-    leak_watch();
+    kt_mem_begin();
     enum { R = 50, C = 40, N = R * C };
     float dense[N], part[N];
     kiln_tensor a = kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(N));
@@ -247,11 +233,11 @@ KT_TEST(kernel_offsets_and_strides) {
     }
     kiln_release(a);
     kiln_release(b);
-    LEAK_WATCH_END();
+    KT_MEM_CHECK();
 }
 
 KT_TEST(random_bad_input) {
-    leak_watch();
+    kt_mem_begin();
     struct {
         kiln_tensor t;
         kiln_status st;
@@ -280,7 +266,7 @@ KT_TEST(random_bad_input) {
         KT_CHECK_MSG(got == cases[i].st, "case %zu: %s (%s)", i, kiln_status_str(got), msg);
         KT_CHECK_MSG(strstr(msg, cases[i].op) && strstr(msg, "test_random.c"), "case %zu: '%s'", i, msg);
     }
-    LEAK_WATCH_END();
+    KT_MEM_CHECK();
 }
 
 int main(void) {
