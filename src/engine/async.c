@@ -240,11 +240,29 @@ static void *worker_main(void *arg) {
     }
 }
 
-/* A thread about to wait runs a ready op instead (any stream's): the hand-off to a sleeping
- * worker and back costs more than a small op. Returns false when nothing was ready. */
-static bool help_one(void) {
+/* Takes the first ready op of stream s out of the queue (NULL if none). */
+static kiln__node *pop_ready_of(const kiln__stream *s) {
+    pthread_mutex_lock(&engine.lock);
+    kiln__node *prev = NULL, *n = engine.ready_head;
+    while (n && n->stream != s) prev = n, n = n->next_ready;
+    if (n) {
+        if (prev)
+            prev->next_ready = n->next_ready;
+        else
+            engine.ready_head = n->next_ready;
+        if (engine.ready_tail == n) engine.ready_tail = prev;
+        atomic_fetch_sub_explicit(&engine.ready_count, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&engine.lock);
+    return n;
+}
+
+/* A thread about to wait runs one of its own stream's ready ops instead: the hand-off to a
+ * sleeping worker and back costs more than a small op. Only its own: a sync must never end up
+ * waiting for another thread's work. Returns false when none was ready. */
+static bool help_one(const kiln__stream *s) {
     if (atomic_load_explicit(&engine.ready_count, memory_order_acquire) <= 0) return false;
-    kiln__node *n = pop_ready(false);
+    kiln__node *n = pop_ready_of(s);
     if (!n) return false;
     run_node(n);
     return true;
@@ -255,9 +273,10 @@ static void wait_helping(kiln__stream *s, bool (*done)(kiln__stream *, void *), 
     while (!done(s, arg)) {
         if (atomic_load_explicit(&engine.ready_count, memory_order_acquire) > 0) {
             pthread_mutex_unlock(&s->lock);
-            help_one();
+            bool ran = help_one(s);
             pthread_mutex_lock(&s->lock);
-            continue; /* the lock was dropped: whatever we wait for may have happened */
+            if (ran) continue;
+            if (done(s, arg)) break; /* the lock was dropped: it may have happened meanwhile */
         }
         pthread_cond_wait(&s->cond, &s->lock);
     }
