@@ -6,8 +6,8 @@
  * An MLP (784-256-128-10) by default, a small CNN with --model cnn; Adam with a cosine
  * learning-rate schedule over the whole run. Prints a progress bar
  * (plain lines when stdout is not a terminal), test accuracy after every epoch, and saves a
- * safetensors checkpoint at the end. Metrics are read once per logging step through one
- * transaction, so the engine is never drained just to print a number. */
+ * safetensors checkpoint at the end. Metrics (kiln_metrics) accumulate on the device and are
+ * read once per logging step through one transaction, so nothing waits per batch. */
 #include <kiln.h>
 #include <math.h>
 #include <stdio.h>
@@ -183,15 +183,14 @@ int main(int argc, char **argv) {
     if (o.profile) kiln_profiler_start();
     const int64_t log_every = 50;
     kiln_cross_entropy_options ce = kiln_cross_entropy_defaults();
+    kiln_metrics *metrics = kiln_metrics_new();
     double total_train_s = 0;
     int64_t step = 0, total_steps = (int64_t)o.epochs * batches;
     int status = 0;
     for (int epoch = 1; epoch <= o.epochs && !status; epoch++) {
         double t0 = now_s();
         kiln_loader_start_epoch(train_loader, epoch);
-        kiln_tensor loss_sum = kiln_zeros(KILN_CPU, KILN_F32, KILN_SCALAR_SHAPE);
-        kiln_tensor correct = kiln_zeros(KILN_CPU, KILN_I64, KILN_SCALAR_SHAPE);
-        int64_t seen = 0, window = 0;
+        int64_t seen = 0;
         for (int64_t b = 1; b <= batches; b++) {
             kiln_tensor x, y;
             kiln_status st = kiln_loader_next(train_loader, &x, &y);
@@ -201,10 +200,8 @@ int main(int argc, char **argv) {
             }
             int64_t n = kiln_tensor_dim(y, 0);
             kiln_tensor logits = kiln_module_forward(model, x);
-            kiln_tensor pred = kiln_argmax(kiln_detach(kiln_ref(logits)), 1, false);
-            correct = kiln_add(correct, kiln_sum(kiln_eq(pred, kiln_ref(y))));
-            kiln_tensor loss = kiln_cross_entropy(logits, y, ce);
-            loss_sum = kiln_add(loss_sum, kiln_mul_scalar(kiln_detach(kiln_ref(loss)), (double)n));
+            kiln_tensor loss = kiln_cross_entropy(kiln_ref(logits), kiln_ref(y), ce);
+            kiln_metrics_add(metrics, kiln_ref(loss), logits, y); /* accumulates on the device */
             kiln_grads *g = NULL;
             kiln_optimizer_set_lr(opt, kiln_lr_cosine(o.lr, 0.0, step++, total_steps));
             if (kiln_backward(loss, &g) != KILN_OK || kiln_optimizer_step(opt, g) != KILN_OK) {
@@ -215,30 +212,18 @@ int main(int argc, char **argv) {
             }
             kiln_grads_free(g);
             seen += n;
-            window += n;
             if (b % log_every == 0 || b == batches) {
-                /* one transaction: both metrics, one wait */
-                float l = 0;
-                int64_t c = 0;
-                kiln_transaction *tx = kiln_transaction_new();
-                kiln_transaction_read(tx, loss_sum, &l, sizeof l);
-                kiln_transaction_read(tx, correct, &c, sizeof c);
-                if (kiln_transaction_execute(tx) != KILN_OK) {
+                double mean_loss, accuracy; /* one transaction: both metrics, one wait */
+                if (kiln_metrics_read(metrics, &mean_loss, &accuracy, NULL) != KILN_OK) {
                     fprintf(stderr, "\n%s\n", kiln_last_error());
                     status = 1;
+                    break;
                 }
-                kiln_transaction_free(tx);
                 double dt = now_s() - t0;
-                progress(tty, epoch, b, batches, l / (double)window, (double)c / (double)window, (double)seen / dt,
+                progress(tty, epoch, b, batches, mean_loss, accuracy, (double)seen / dt,
                          dt / (double)b * (double)(batches - b));
-                loss_sum = kiln_zeros(KILN_CPU, KILN_F32, KILN_SCALAR_SHAPE);
-                correct = kiln_zeros(KILN_CPU, KILN_I64, KILN_SCALAR_SHAPE);
-                window = 0;
-                if (status) break;
             }
         }
-        kiln_release(loss_sum);
-        kiln_release(correct);
         if (kiln_sync() != KILN_OK) {
             fprintf(stderr, "\n%s\n", kiln_last_error());
             status = 1;
@@ -267,6 +252,7 @@ int main(int argc, char **argv) {
         if (kiln_profiler_write_trace(o.profile) == KILN_OK) printf("profile trace written to %s\n", o.profile);
         kiln_profiler_write_summary(NULL);
     }
+    kiln_metrics_free(metrics);
     kiln_loader_free(train_loader);
     kiln_loader_free(test_loader);
     kiln_optimizer_free(opt);

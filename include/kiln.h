@@ -9,5 +9,6 @@
 #include "kiln/nn.h"
 #include "kiln/optim.h"
 #include "kiln/data.h"
+#include "kiln/train.h"
 
 #endif

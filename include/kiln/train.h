@@ -1,0 +1,46 @@
+/* kiln train: helpers for training loops. Metrics accumulate on the device (no sync per
+ * batch) and are read through one transaction per logging step.
+ *
+ *   kiln_metrics *m = kiln_metrics_new();
+ *   for (each batch) {
+ *       kiln_tensor logits = kiln_module_forward(model, x);
+ *       kiln_tensor loss = kiln_cross_entropy(kiln_ref(logits), kiln_ref(y), ce);
+ *       kiln_metrics_add(m, kiln_ref(loss), logits, y);    // consumes its arguments
+ *       ... backward(loss), step ...
+ *       if (step % 50 == 0) {
+ *           double mean_loss, accuracy;
+ *           kiln_metrics_read(m, &mean_loss, &accuracy, NULL);  // one wait, then reset
+ *       }
+ *   }
+ *   kiln_metrics_free(m);
+ */
+#ifndef KILN_TRAIN_H
+#define KILN_TRAIN_H
+
+#include "core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kiln_metrics kiln_metrics;
+KILN_API kiln_metrics *kiln_metrics_new(void); /* NULL on out of memory */
+/* Adds one batch: loss is the batch's mean loss (0-d); logits [N, C] and targets [N] class
+ * indices count correct predictions. All three are consumed; logits may be KILN_NONE (loss
+ * only). Nothing waits. */
+KILN_API kiln_status kiln_metrics_add(kiln_metrics *m, kiln_tensor loss, kiln_tensor logits, kiln_tensor targets);
+/* One transaction for everything added since the last read: the sample-weighted mean loss,
+ * the accuracy (NaN if no logits were given) and the sample count (any pointer may be NULL).
+ * Resets the accumulators. */
+KILN_API kiln_status kiln_metrics_read(kiln_metrics *m, double *mean_loss, double *accuracy, int64_t *count);
+KILN_API void kiln_metrics_free(kiln_metrics *m);
+
+#ifndef KILN_BUILDING
+#define kiln_metrics_add(...) KILN__AT(kiln_metrics_add, __VA_ARGS__)
+#define kiln_metrics_read(...) KILN__AT(kiln_metrics_read, __VA_ARGS__)
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

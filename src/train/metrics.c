@@ -1,0 +1,87 @@
+/* Training metrics that never sync per batch: sums live on the device and are read through
+ * one transaction when the caller logs. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "kiln/autodiff.h"
+#include "kiln/engine.h"
+#include "kiln/tensor.h"
+#include "kiln/train.h"
+#include "ops/ops-impl.h"
+
+struct kiln_metrics {
+    kiln_tensor loss_sum; /* f64 0-d: sum of batch loss * batch size */
+    kiln_tensor correct;  /* i64 0-d */
+    int64_t samples, classified;
+};
+
+kiln_metrics *kiln_metrics_new(void) {
+    kiln_metrics *m = calloc(1, sizeof *m);
+    if (!m) kiln__report(KILN_ERR_OUT_OF_MEMORY, "kiln_metrics_new", "cannot allocate metrics");
+    return m;
+}
+
+static void reset(kiln_metrics *m) {
+    kiln_release(m->loss_sum);
+    kiln_release(m->correct);
+    m->loss_sum = m->correct = KILN_NONE;
+    m->samples = m->classified = 0;
+}
+
+kiln_status kiln_metrics_add(kiln_metrics *m, kiln_tensor loss, kiln_tensor logits, kiln_tensor targets) {
+    const char *op = "kiln_metrics_add";
+    kiln_status st = KILN_OK;
+    if (!m) st = kiln__report(KILN_ERR_NULL, op, "metrics is NULL");
+    else if (kiln_tensor_numel(loss) != 1) st = kiln__report(KILN_ERR_SHAPE, op, "loss must have one element");
+    int64_t n = kiln_tensor_dim(targets, 0);
+    if (st == KILN_OK && n < 0) st = kiln__report(KILN_ERR_SHAPE, op, "targets must be [N]");
+    bool with_logits = logits.id != 0;
+    if (st == KILN_OK && with_logits && (kiln_tensor_ndim(logits) != 2 || kiln_tensor_dim(logits, 0) != n))
+        st = kiln__report(KILN_ERR_SHAPE, op, "logits must be [N, C] with N = %lld", (long long)n);
+    if (st != KILN_OK) {
+        kiln_release(loss);
+        kiln_release(logits);
+        kiln_release(targets);
+        return st;
+    }
+    kiln_no_grad_begin(); /* metrics never join a graph */
+    kiln_tensor weighted = kiln_mul_scalar(kiln_cast(kiln_detach(loss), KILN_F64), (double)n);
+    m->loss_sum = m->loss_sum.id ? kiln_add(m->loss_sum, weighted) : weighted;
+    m->samples += n;
+    if (with_logits) {
+        kiln_tensor hits = kiln_sum(kiln_eq(kiln_argmax(kiln_detach(logits), 1, false), kiln_cast(targets, KILN_I64)));
+        m->correct = m->correct.id ? kiln_add(m->correct, hits) : hits;
+        m->classified += n;
+    } else {
+        kiln_release(targets);
+    }
+    kiln_no_grad_end();
+    return KILN_OK;
+}
+
+kiln_status kiln_metrics_read(kiln_metrics *m, double *mean_loss, double *accuracy, int64_t *count) {
+    if (!m) return kiln__report(KILN_ERR_NULL, "kiln_metrics_read", "metrics is NULL");
+    double loss = 0;
+    int64_t correct = 0;
+    kiln_status st = KILN_OK;
+    if (m->loss_sum.id || m->correct.id) {
+        kiln_transaction *tx = kiln_transaction_new();
+        if (!tx) return KILN_ERR_OUT_OF_MEMORY;
+        if (m->loss_sum.id) kiln_transaction_read(tx, m->loss_sum, &loss, sizeof loss);
+        if (m->correct.id) kiln_transaction_read(tx, m->correct, &correct, sizeof correct);
+        m->loss_sum = m->correct = KILN_NONE; /* consumed by the reads */
+        st = kiln_transaction_execute(tx);
+        kiln_transaction_free(tx);
+    }
+    if (mean_loss) *mean_loss = m->samples ? loss / (double)m->samples : NAN;
+    if (accuracy) *accuracy = m->classified ? (double)correct / (double)m->classified : NAN;
+    if (count) *count = m->samples;
+    reset(m);
+    return st;
+}
+
+void kiln_metrics_free(kiln_metrics *m) {
+    if (!m) return;
+    reset(m);
+    free(m);
+}
