@@ -11,6 +11,8 @@ KT_TEST(names_and_sizes) {
     KT_CHECK(strcmp(kiln_dtype_name((kiln_dtype)-1), "invalid") == 0);
     KT_CHECK(strcmp(kiln_status_str(KILN_ERR_SHAPE), "shape mismatch") == 0);
     KT_CHECK(strcmp(kiln_status_str((kiln_status)-999), "unknown status") == 0);
+    KT_CHECK(strcmp(kiln_device_name(KILN_CPU), "cpu") == 0 && strcmp(kiln_device_name(KILN_CUDA), "cuda") == 0);
+    KT_CHECK(strcmp(kiln_device_name((kiln_device)9), "invalid") == 0);
 }
 
 KT_TEST(promotion) {

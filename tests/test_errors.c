@@ -53,11 +53,28 @@ KT_TEST(clear_error) {
     KT_CHECK(kiln_last_status() == KILN_OK && kiln_last_error()[0] == '\0');
 }
 
+KT_TEST(settings_reject_bad_values) {
+    int threads = kiln_num_threads();
+    KT_CHECK(threads >= 1);
+    kiln_set_num_threads(0);
+    KT_CHECK(kiln_last_status() == KILN_ERR_INVALID_ARGUMENT);
+    KT_CHECK(strstr(kiln_last_error(), "kiln_set_num_threads") != NULL);
+    KT_CHECK(kiln_num_threads() == threads);
+    kiln_set_num_threads(1);
+    KT_CHECK(kiln_num_threads() == 1);
+    kiln_set_num_threads(threads);
+    kiln_engine_set_limits(0, -5); /* values < 1 keep the current limits */
+    float v;
+    KT_CHECK(kiln_into_scalar(kiln_sum(kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(100))), &v) == KILN_OK);
+    KT_NEAR(v, 100.0, 0);
+}
+
 int main(void) {
     KT_RUN(poison_propagates_to_the_first_read);
     KT_RUN(poisoned_metadata_queries);
     KT_RUN(read_arguments_are_checked);
     KT_RUN(sync_with_nothing_pending_is_ok);
     KT_RUN(clear_error);
+    KT_RUN(settings_reject_bad_values);
     return kt_finish();
 }
