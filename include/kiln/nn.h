@@ -60,6 +60,8 @@ typedef struct {
 KILN_API kiln_conv2d_options kiln_conv2d_defaults(int64_t in_channels, int64_t out_channels, int kernel);
 KILN_API kiln_module *kiln_conv2d_new(kiln_conv2d_options o, uint64_t seed);
 
+/* Pools: stride 0 means "the kernel size" (PyTorch's default). Max pooling pads with -inf;
+ * average pooling counts padding in its divisor. */
 KILN_API kiln_module *kiln_max_pool2d_new(int kernel, int stride, int padding);
 KILN_API kiln_module *kiln_avg_pool2d_new(int kernel, int stride, int padding);
 KILN_API kiln_module *kiln_adaptive_avg_pool2d_new(int out_h, int out_w);

@@ -181,8 +181,9 @@ kiln_module *kiln_conv2d_new(kiln_conv2d_options o, uint64_t seed) {
         return NULL;
     }
     if (o.in_channels % o.groups || o.out_channels % o.groups) {
-        kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "groups (%d) must divide in_channels (%lld) and out_channels (%lld)",
-                     o.groups, (long long)o.in_channels, (long long)o.out_channels);
+        kiln__report(KILN_ERR_INVALID_ARGUMENT, op,
+                     "groups (%d) must divide in_channels (%lld) and out_channels (%lld)", o.groups,
+                     (long long)o.in_channels, (long long)o.out_channels);
         return NULL;
     }
     kiln_module *m = kiln__module_new(&conv2d_vt, sizeof o);

@@ -31,9 +31,9 @@ static bool check_pool(kiln__opctx *c, kiln__tensor *x, const kiln__pool2d_param
     }
     if (p->kernel_h < 1 || p->kernel_w < 1 || p->stride_h < 1 || p->stride_w < 1 || p->pad_h < 0 || p->pad_w < 0 ||
         p->pad_h > p->kernel_h / 2 || p->pad_w > p->kernel_w / 2) {
-        kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "kernel (%d, %d) must be >= 1, stride (%d, %d) >= 0 and padding (%d, %d) "
-                   "between 0 and half the kernel", p->kernel_h, p->kernel_w, p->stride_h, p->stride_w, p->pad_h,
-                   p->pad_w);
+        kiln__fail(c, KILN_ERR_INVALID_ARGUMENT,
+                   "kernel (%d, %d) must be >= 1, stride (%d, %d) >= 0 and padding (%d, %d) between 0 and half the "
+                   "kernel", p->kernel_h, p->kernel_w, p->stride_h, p->stride_w, p->pad_h, p->pad_w);
         return false;
     }
     int64_t room_h = x->shape[2] + 2 * (int64_t)p->pad_h, room_w = x->shape[3] + 2 * (int64_t)p->pad_w;
@@ -169,11 +169,13 @@ static kiln_module *pool_module(const kiln__module_vtable *vt, const char *op, k
 }
 
 kiln_module *kiln_max_pool2d_new(int kernel, int stride, int padding) {
-    return pool_module(&max_pool_vt, "kiln_max_pool2d_new", window_params(kernel, kernel, stride, stride, padding, padding));
+    return pool_module(&max_pool_vt, "kiln_max_pool2d_new",
+                       window_params(kernel, kernel, stride, stride, padding, padding));
 }
 
 kiln_module *kiln_avg_pool2d_new(int kernel, int stride, int padding) {
-    return pool_module(&avg_pool_vt, "kiln_avg_pool2d_new", window_params(kernel, kernel, stride, stride, padding, padding));
+    return pool_module(&avg_pool_vt, "kiln_avg_pool2d_new",
+                       window_params(kernel, kernel, stride, stride, padding, padding));
 }
 
 kiln_module *kiln_adaptive_avg_pool2d_new(int out_h, int out_w) {
