@@ -90,6 +90,20 @@ static inline void kt_mem_begin(void) {
         KT_CHECK_MSG(kt_now_.bytes_in_use == kt_mem_mark.bytes_in_use, "bytes in use %llu, was %llu",  \
                      (unsigned long long)kt_now_.bytes_in_use, (unsigned long long)kt_mem_mark.bytes_in_use); \
     } while (0)
+
+/* The last error has status st, names `what`, and (unless line is 0) the caller's
+ * file:line in this test file. */
+static inline void kt_expect_error_at(kiln_status st, const char *what, const char *file, int line, int here) {
+    const char *msg = kiln_last_error();
+    const char *base = strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
+    KT_CHECK_MSG(kiln_last_status() == st, "line %d: status %s, expected %s (%s)", here,
+                 kiln_status_str(kiln_last_status()), kiln_status_str(st), msg);
+    KT_CHECK_MSG(strstr(msg, what) != NULL, "line %d: message '%s' does not name '%s'", here, msg, what);
+    char site[128];
+    snprintf(site, sizeof site, "%s:%d", base, line);
+    KT_CHECK_MSG(line == 0 || strstr(msg, site) != NULL, "line %d: message '%s' lacks call site %s", here, msg, site);
+}
+#define KT_EXPECT_ERROR(st, what, line) kt_expect_error_at((st), (what), __FILE__, (line), __LINE__)
 #endif
 
 #endif

@@ -11,16 +11,6 @@
 
 
 /* The last error is `st`, names `what` (an op or a path) and this file's line `line`. */
-static void expect_error_at(kiln_status st, const char *what, int line, int here) {
-    const char *msg = kiln_last_error();
-    KT_CHECK_MSG(kiln_last_status() == st, "line %d: status %s, expected %s (%s)", here,
-                 kiln_status_str(kiln_last_status()), kiln_status_str(st), msg);
-    KT_CHECK_MSG(strstr(msg, what) != NULL, "line %d: message '%s' does not name '%s'", here, msg, what);
-    char site[64];
-    snprintf(site, sizeof site, "test_dataset.c:%d", line);
-    KT_CHECK_MSG(line == 0 || strstr(msg, site) != NULL, "line %d: message '%s' lacks call site %s", here, msg, site);
-}
-#define EXPECT_ERROR(st, what, line) expect_error_at((st), (what), (line), __LINE__)
 
 /* Reads a sample's tensors (consumed) as doubles. */
 static void read_sample(kiln_tensor x, kiln_tensor y, double *xv, int64_t xn, double *yv, int64_t yn) {
@@ -60,18 +50,18 @@ KT_TEST(user_dataset) {
     /* errors: out of range, NULL, a failing get (its message kept), a get returning DONE */
     int line = __LINE__ + 1;
     KT_CHECK(kiln_dataset_get(ds, 8, &x, &y) == KILN_ERR_INDEX && x.id == 0 && y.id == 0);
-    EXPECT_ERROR(KILN_ERR_INDEX, "kiln_dataset_get", line);
+    KT_EXPECT_ERROR(KILN_ERR_INDEX, "kiln_dataset_get", line);
     line = __LINE__ + 1;
     KT_CHECK(kiln_dataset_get(ds, -1, &x, &y) == KILN_ERR_INDEX);
-    EXPECT_ERROR(KILN_ERR_INDEX, "kiln_dataset_get", line);
+    KT_EXPECT_ERROR(KILN_ERR_INDEX, "kiln_dataset_get", line);
     KT_CHECK(kiln_dataset_get(NULL, 0, &x, &y) == KILN_ERR_NULL);
     KT_CHECK(kiln_dataset_get(ds, 0, NULL, &y) == KILN_ERR_NULL);
     line = __LINE__ + 1;
     KT_CHECK(kiln_dataset_get(ds, 4, &x, &y) == KILN_ERR_CORRUPT && x.id == 0);
-    EXPECT_ERROR(KILN_ERR_CORRUPT, "kiln_dataset_get", line);
-    EXPECT_ERROR(KILN_ERR_CORRUPT, "sample 4: user get: sample four is damaged", 0);
+    KT_EXPECT_ERROR(KILN_ERR_CORRUPT, "kiln_dataset_get", line);
+    KT_EXPECT_ERROR(KILN_ERR_CORRUPT, "sample 4: user get: sample four is damaged", 0);
     KT_CHECK(kiln_dataset_get(ds, 5, &x, &y) == KILN_ERR_INTERNAL);
-    EXPECT_ERROR(KILN_ERR_INTERNAL, "sample 5: get: returned no more data", 0);
+    KT_EXPECT_ERROR(KILN_ERR_INTERNAL, "sample 5: get: returned no more data", 0);
     kiln_dataset_free(ds);
     KT_CHECK(user_frees == 1);
     kiln_dataset_free(NULL);
@@ -87,7 +77,7 @@ KT_TEST(user_dataset) {
     for (int k = 0; k < 4; k++) {
         line = __LINE__ + 1;
         KT_CHECK(kiln_dataset_new(bad[k], &n) == NULL);
-        EXPECT_ERROR(want[k], "kiln_dataset_new", line);
+        KT_EXPECT_ERROR(want[k], "kiln_dataset_new", line);
         KT_CHECK(user_frees == 2 + k);
     }
     EW_NO_LEAKS(m);
@@ -127,20 +117,20 @@ KT_TEST(memory_dataset) {
     /* bad input: both arguments are consumed on every path */
     int line = __LINE__ + 1;
     KT_CHECK(!kiln_memory_dataset_new(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(3, 2)), kiln_zeros(KILN_CPU, KILN_I64, KILN_SHAPE(4))));
-    EXPECT_ERROR(KILN_ERR_SHAPE, "kiln_memory_dataset_new", line);
+    KT_EXPECT_ERROR(KILN_ERR_SHAPE, "kiln_memory_dataset_new", line);
     line = __LINE__ + 1;
     KT_CHECK(!kiln_memory_dataset_new(kiln_zeros(KILN_CPU, KILN_F32, KILN_SCALAR_SHAPE), kiln_zeros(KILN_CPU, KILN_I64, KILN_SHAPE(1))));
-    EXPECT_ERROR(KILN_ERR_SHAPE, "kiln_memory_dataset_new", line);
+    KT_EXPECT_ERROR(KILN_ERR_SHAPE, "kiln_memory_dataset_new", line);
     kiln_tensor stale = ew_stale();
     line = __LINE__ + 1;
     KT_CHECK(!kiln_memory_dataset_new(stale, kiln_zeros(KILN_CPU, KILN_I64, KILN_SHAPE(2))));
-    EXPECT_ERROR(KILN_ERR_STALE_HANDLE, "kiln_memory_dataset_new", line);
+    KT_EXPECT_ERROR(KILN_ERR_STALE_HANDLE, "kiln_memory_dataset_new", line);
     stale = ew_stale();
     KT_CHECK(!kiln_memory_dataset_new(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(2)), stale));
-    EXPECT_ERROR(KILN_ERR_STALE_HANDLE, "targets", 0);
+    KT_EXPECT_ERROR(KILN_ERR_STALE_HANDLE, "targets", 0);
     kiln_tensor poisoned = EW_POISONED();
     KT_CHECK(!kiln_memory_dataset_new(poisoned, kiln_zeros(KILN_CPU, KILN_I64, KILN_SHAPE(2))));
-    EXPECT_ERROR(KILN_ERR_SHAPE, "kiln_reshape", 0);
+    KT_EXPECT_ERROR(KILN_ERR_SHAPE, "kiln_reshape", 0);
     KT_CHECK(!kiln_memory_dataset_new(KILN_NONE, KILN_NONE));
     KT_CHECK(kiln_last_status() != KILN_OK);
     EW_NO_LEAKS(m);
@@ -261,7 +251,7 @@ KT_TEST(idx_round_trip) {
         /* a plain file beside a gzip'd one */
         check_idx_dataset(kiln_idx_dataset_new(tmp_path("img.gz"), tmp_path("lbl")));
     } else {
-        EXPECT_ERROR(KILN_ERR_UNSUPPORTED, "built without zlib", 0);
+        KT_EXPECT_ERROR(KILN_ERR_UNSUPPORTED, "built without zlib", 0);
         fprintf(stderr, "  (this build reads no gzip'd files: gzip cases skipped)\n");
     }
     EW_NO_LEAKS(m);
@@ -277,8 +267,8 @@ static void expect_bad_images(const unsigned char *img, size_t n, bool gz, kiln_
     kiln_dataset *ds = kiln_idx_dataset_new(path, tmp_path("lbl"));
     KT_CHECK_MSG(ds == NULL, "line %d: a damaged file was accepted", here);
     kiln_dataset_free(ds);
-    expect_error_at(st, path, 0, here);
-    if (detail) expect_error_at(st, detail, 0, here);
+    kt_expect_error_at(st, path, __FILE__, 0, here);
+    if (detail) kt_expect_error_at(st, detail, __FILE__, 0, here);
 }
 
 KT_TEST(idx_damaged) {
@@ -321,7 +311,7 @@ KT_TEST(idx_damaged) {
             if (k == 2) copy[10] = 0x07;      /* invalid block type */
             write_file(path, copy, len);
             KT_CHECK(kiln_idx_dataset_new(path, tmp_path("lbl")) == NULL);
-            EXPECT_ERROR(KILN_ERR_CORRUPT, path, 0);
+            KT_EXPECT_ERROR(KILN_ERR_CORRUPT, path, 0);
         }
     }
     /* a labels file with an images magic, truncated labels, mismatched counts */
@@ -330,29 +320,29 @@ KT_TEST(idx_damaged) {
     write_file(tmp_path("lbl2"), buf, n);
     int line = __LINE__ + 1;
     KT_CHECK(kiln_idx_dataset_new(tmp_path("img"), tmp_path("lbl2")) == NULL);
-    EXPECT_ERROR(KILN_ERR_CORRUPT, "kiln_idx_dataset_new", line);
-    EXPECT_ERROR(KILN_ERR_CORRUPT, tmp_path("lbl2"), 0);
+    KT_EXPECT_ERROR(KILN_ERR_CORRUPT, "kiln_idx_dataset_new", line);
+    KT_EXPECT_ERROR(KILN_ERR_CORRUPT, tmp_path("lbl2"), 0);
     write_file(tmp_path("lbl2"), lbl_file, lbl_size - 1);
     KT_CHECK(kiln_idx_dataset_new(tmp_path("img"), tmp_path("lbl2")) == NULL);
-    EXPECT_ERROR(KILN_ERR_CORRUPT, "truncated", 0);
+    KT_EXPECT_ERROR(KILN_ERR_CORRUPT, "truncated", 0);
     n = idx_bytes(buf, 0x801, 1, (uint32_t[]){NI + 1}, NI + 1);
     write_file(tmp_path("lbl2"), buf, n);
     KT_CHECK(kiln_idx_dataset_new(tmp_path("img"), tmp_path("lbl2")) == NULL);
-    EXPECT_ERROR(KILN_ERR_CORRUPT, "holds 5 images but", 0);
-    EXPECT_ERROR(KILN_ERR_CORRUPT, "holds 6 labels", 0);
+    KT_EXPECT_ERROR(KILN_ERR_CORRUPT, "holds 5 images but", 0);
+    KT_EXPECT_ERROR(KILN_ERR_CORRUPT, "holds 6 labels", 0);
     /* missing files and NULL paths */
     line = __LINE__ + 1;
     KT_CHECK(kiln_idx_dataset_new(tmp_path("missing"), tmp_path("lbl")) == NULL);
-    EXPECT_ERROR(KILN_ERR_IO, "kiln_idx_dataset_new", line);
-    EXPECT_ERROR(KILN_ERR_IO, "missing: cannot open", 0);
+    KT_EXPECT_ERROR(KILN_ERR_IO, "kiln_idx_dataset_new", line);
+    KT_EXPECT_ERROR(KILN_ERR_IO, "missing: cannot open", 0);
     KT_CHECK(kiln_idx_dataset_new(tmp_path("img"), tmp_path("missing.gz")) == NULL);
-    EXPECT_ERROR(KILN_ERR_IO, "missing.gz", 0);
+    KT_EXPECT_ERROR(KILN_ERR_IO, "missing.gz", 0);
     KT_CHECK(kiln_idx_dataset_new(tmp_dir, tmp_path("lbl")) == NULL); /* a directory */
-    EXPECT_ERROR(KILN_ERR_IO, tmp_dir, 0);
+    KT_EXPECT_ERROR(KILN_ERR_IO, tmp_dir, 0);
     KT_CHECK(kiln_idx_dataset_new(NULL, tmp_path("lbl")) == NULL);
-    EXPECT_ERROR(KILN_ERR_NULL, "images path is NULL", 0);
+    KT_EXPECT_ERROR(KILN_ERR_NULL, "images path is NULL", 0);
     KT_CHECK(kiln_idx_dataset_new(tmp_path("img"), NULL) == NULL);
-    EXPECT_ERROR(KILN_ERR_NULL, "labels path is NULL", 0);
+    KT_EXPECT_ERROR(KILN_ERR_NULL, "labels path is NULL", 0);
     EW_NO_LEAKS(m);
 }
 
@@ -446,19 +436,19 @@ KT_TEST(transform_normalize) {
     kiln_dataset *base = image_dataset(1, 3, 2, 2, KILN_F32); /* apart: its own calls move the call site */
     int line = __LINE__ + 1;
     KT_CHECK(!kiln_transform_normalize(base, 2, mean, stdv));
-    EXPECT_ERROR(KILN_ERR_SHAPE, "kiln_transform_normalize", line);
+    KT_EXPECT_ERROR(KILN_ERR_SHAPE, "kiln_transform_normalize", line);
     KT_CHECK(!kiln_transform_normalize(image_dataset(1, 3, 2, 2, KILN_F32), 0, mean, stdv));
-    EXPECT_ERROR(KILN_ERR_SHAPE, "kiln_transform_normalize", 0);
+    KT_EXPECT_ERROR(KILN_ERR_SHAPE, "kiln_transform_normalize", 0);
     KT_CHECK(!kiln_transform_normalize(image_dataset(1, 3, 2, 2, KILN_F32), 3, mean, zero));
-    EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "std non-zero", 0);
+    KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "std non-zero", 0);
     KT_CHECK(!kiln_transform_normalize(image_dataset(1, 3, 2, 2, KILN_F32), 1, nan3, stdv));
-    EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "finite", 0);
+    KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "finite", 0);
     KT_CHECK(!kiln_transform_normalize(image_dataset(1, 3, 2, 2, KILN_I32), 1, mean, stdv));
-    EXPECT_ERROR(KILN_ERR_DTYPE, "float inputs", 0);
+    KT_EXPECT_ERROR(KILN_ERR_DTYPE, "float inputs", 0);
     KT_CHECK(!kiln_transform_normalize(image_dataset(1, 3, 2, 2, KILN_F32), 1, NULL, stdv));
-    EXPECT_ERROR(KILN_ERR_NULL, "kiln_transform_normalize", 0);
+    KT_EXPECT_ERROR(KILN_ERR_NULL, "kiln_transform_normalize", 0);
     KT_CHECK(!kiln_transform_normalize(NULL, 1, mean, stdv));
-    EXPECT_ERROR(KILN_ERR_NULL, "kiln_transform_normalize", 0);
+    KT_EXPECT_ERROR(KILN_ERR_NULL, "kiln_transform_normalize", 0);
     EW_NO_LEAKS(m);
 }
 
@@ -513,12 +503,12 @@ KT_TEST(transform_random_crop) {
     kiln_dataset *base = image_dataset(1, 1, 2, 3, KILN_F32);
     int line = __LINE__ + 1;
     KT_CHECK(!kiln_transform_random_crop(base, -1));
-    EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "kiln_transform_random_crop", line);
+    KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "kiln_transform_random_crop", line);
     KT_CHECK(!kiln_transform_random_crop(kiln_memory_dataset_new(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(2, 5)),
                                                                  kiln_zeros(KILN_CPU, KILN_I64, KILN_SHAPE(2))), 1));
-    EXPECT_ERROR(KILN_ERR_SHAPE, "at least 2 dims", 0);
+    KT_EXPECT_ERROR(KILN_ERR_SHAPE, "at least 2 dims", 0);
     KT_CHECK(!kiln_transform_random_crop(NULL, 1));
-    EXPECT_ERROR(KILN_ERR_NULL, "kiln_transform_random_crop", 0);
+    KT_EXPECT_ERROR(KILN_ERR_NULL, "kiln_transform_random_crop", 0);
     EW_NO_LEAKS(m);
 }
 
@@ -565,7 +555,7 @@ KT_TEST(transform_random_hflip) {
         kiln_dataset *base = image_dataset(1, 1, 2, 2, KILN_F32);
         int line = __LINE__ + 1;
         KT_CHECK(!kiln_transform_random_hflip(base, bad[k]));
-        EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "kiln_transform_random_hflip", line);
+        KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "kiln_transform_random_hflip", line);
     }
     EW_NO_LEAKS(m);
 }

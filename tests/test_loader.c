@@ -14,16 +14,6 @@
 #include "kiln_test.h"
 
 
-static void expect_error_at(kiln_status st, const char *what, int line, int here) {
-    const char *msg = kiln_last_error();
-    KT_CHECK_MSG(kiln_last_status() == st, "line %d: status %s, expected %s (%s)", here,
-                 kiln_status_str(kiln_last_status()), kiln_status_str(st), msg);
-    KT_CHECK_MSG(strstr(msg, what) != NULL, "line %d: message '%s' does not name '%s'", here, msg, what);
-    char site[64];
-    snprintf(site, sizeof site, "test_loader.c:%d", line);
-    KT_CHECK_MSG(line == 0 || strstr(msg, site) != NULL, "line %d: message '%s' lacks call site %s", here, msg, site);
-}
-#define EXPECT_ERROR(st, what, line) expect_error_at((st), (what), (line), __LINE__)
 
 /* ---- a dataset whose samples say who they are: input (i, i + 0.5, -i), target 1000 + i;
  * get() fails for `bad_index` and spins `slow` rounds on every fifth sample ------------ */
@@ -253,9 +243,9 @@ KT_TEST(errors_name_the_sample) {
                 }
                 failed++;
                 KT_CHECK(x.id == 0 && y.id == 0);
-                EXPECT_ERROR(KILN_ERR_CORRUPT, "kiln_loader_next", line);
-                EXPECT_ERROR(KILN_ERR_CORRUPT, "sample 13 (batch", 0);
-                EXPECT_ERROR(KILN_ERR_CORRUPT, "of epoch 4): index dataset: sample is damaged", 0);
+                KT_EXPECT_ERROR(KILN_ERR_CORRUPT, "kiln_loader_next", line);
+                KT_EXPECT_ERROR(KILN_ERR_CORRUPT, "sample 13 (batch", 0);
+                KT_EXPECT_ERROR(KILN_ERR_CORRUPT, "of epoch 4): index dataset: sample is damaged", 0);
             }
             KT_CHECK(failed == 1);
             KT_CHECK(good == N - (shuffle ? B : 4 /* batch 3: samples 12..15 */));
@@ -272,7 +262,7 @@ KT_TEST(errors_name_the_sample) {
         kiln_debug_fail_alloc_after(0);
         if (w == 0) {
             KT_CHECK(st == KILN_ERR_OUT_OF_MEMORY);
-            EXPECT_ERROR(KILN_ERR_OUT_OF_MEMORY, "batch 0 of epoch 0", 0);
+            KT_EXPECT_ERROR(KILN_ERR_OUT_OF_MEMORY, "batch 0 of epoch 0", 0);
         }
         kiln_release(x);
         kiln_release(y);
@@ -287,27 +277,27 @@ KT_TEST(bad_arguments) {
     kiln_dataset *ds = index_dataset(10, -1, 0);
     int line = __LINE__ + 1;
     KT_CHECK(kiln_loader_new(NULL, opts(2, 1, 2, false, 0)) == NULL);
-    EXPECT_ERROR(KILN_ERR_NULL, "kiln_loader_new", line);
+    KT_EXPECT_ERROR(KILN_ERR_NULL, "kiln_loader_new", line);
     line = __LINE__ + 1;
     KT_CHECK(kiln_loader_new(ds, opts(0, 1, 2, false, 0)) == NULL);
-    EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "batch_size 0", line);
+    KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "batch_size 0", line);
     KT_CHECK(kiln_loader_new(ds, opts(2, -1, 2, false, 0)) == NULL);
-    EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "workers -1", 0);
+    KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "workers -1", 0);
     KT_CHECK(kiln_loader_new(ds, opts(2, 100000, 2, false, 0)) == NULL);
-    EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "workers 100000", 0);
+    KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "workers 100000", 0);
     KT_CHECK(kiln_loader_new(ds, opts(2, 2, 0, false, 0)) == NULL);
-    EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "prefetch 0", 0);
+    KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "prefetch 0", 0);
     kiln_loader_options o = opts(2, 1, 2, false, 0);
     o.device = KILN_CUDA;
     KT_CHECK(kiln_loader_new(ds, o) == NULL); /* no CUDA in this build */
-    EXPECT_ERROR(KILN_ERR_DEVICE, "cuda", 0);
+    KT_EXPECT_ERROR(KILN_ERR_DEVICE, "cuda", 0);
     o.device = KILN_DEVICE_COUNT;
     KT_CHECK(kiln_loader_new(ds, o) == NULL);
-    EXPECT_ERROR(KILN_ERR_DEVICE, "kiln_loader_new", 0);
+    KT_EXPECT_ERROR(KILN_ERR_DEVICE, "kiln_loader_new", 0);
     kiln_tensor keep = kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(1)), x = keep, y = keep;
     line = __LINE__ + 1;
     KT_CHECK(kiln_loader_next(NULL, &x, &y) == KILN_ERR_NULL && x.id == 0 && y.id == 0); /* outputs cleared */
-    EXPECT_ERROR(KILN_ERR_NULL, "kiln_loader_next", line);
+    KT_EXPECT_ERROR(KILN_ERR_NULL, "kiln_loader_next", line);
     kiln_release(keep);
     kiln_loader *l = kiln_loader_new(ds, opts(INT64_MAX, 2, 2, false, 0)); /* buffers sized by the data */
     KT_CHECK(l && kiln_loader_batches(l) == 1);
@@ -319,7 +309,7 @@ KT_TEST(bad_arguments) {
     KT_CHECK(kiln_loader_batches(l) == 3);
     KT_CHECK(kiln_loader_next(l, NULL, &y) == KILN_ERR_NULL);
     KT_CHECK(kiln_loader_start_epoch(NULL, 0) == KILN_ERR_NULL);
-    EXPECT_ERROR(KILN_ERR_NULL, "kiln_loader_start_epoch", 0);
+    KT_EXPECT_ERROR(KILN_ERR_NULL, "kiln_loader_start_epoch", 0);
     KT_CHECK(kiln_loader_batches(NULL) == -1);
     kiln_loader_free(l);
     kiln_loader_free(NULL);
