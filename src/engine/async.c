@@ -135,18 +135,20 @@ static void release_grant(kiln__node *n) {
 }
 
 static void complete(kiln__node *n, kiln__error *err) {
+    kiln__stream *s = n->stream;
+    if (err) { /* recorded before dependents are released: a read of them may forget it */
+        pthread_mutex_lock(&s->lock);
+        if (!s->first_error) s->first_error = kiln__error_ref(err);
+        if (n->event && !n->event->first_error) n->event->first_error = kiln__error_ref(err);
+        pthread_mutex_unlock(&s->lock);
+    }
     kiln__node *granted[64];
     for (int i = 0; i < n->n_vars; i++) {
         int g = kiln__var_complete(n->vars[i].var, n->vars[i].write, granted, 64);
         for (int k = 0; k < g; k++) release_grant(granted[k]);
     }
-    kiln__stream *s = n->stream;
     pthread_mutex_lock(&s->lock);
-    if (err && !s->first_error) s->first_error = kiln__error_ref(err);
-    if (n->event) {
-        if (err && !n->event->first_error) n->event->first_error = kiln__error_ref(err);
-        n->event->pending--;
-    }
+    if (n->event) n->event->pending--;
     s->pending_ops--;
     s->pending_bytes -= n->bytes;
     pthread_cond_broadcast(&s->cond);
