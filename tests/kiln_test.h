@@ -104,6 +104,22 @@ static inline void kt_expect_error_at(kiln_status st, const char *what, const ch
     KT_CHECK_MSG(line == 0 || strstr(msg, site) != NULL, "line %d: message '%s' lacks call site %s", here, msg, site);
 }
 #define KT_EXPECT_ERROR(st, what, line) kt_expect_error_at((st), (what), __FILE__, (line), __LINE__)
+
+/* Reads t (consumed; its shape must be valid): the read must fail with st, and the message
+ * name op and this test file (the call site of the public call that failed). */
+static inline void kt_read_error_in(kiln_tensor t, kiln_status st, const char *op, const char *file) {
+    int64_t n = kiln_tensor_numel(t);
+    size_t bytes = n > 0 ? (size_t)n * kiln_dtype_size(kiln_tensor_dtype(t)) : 0;
+    void *buf = bytes ? malloc(bytes) : NULL;
+    kiln_status got = kiln_into_data(t, buf, bytes);
+    free(buf);
+    const char *msg = kiln_last_error();
+    const char *base = strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
+    KT_CHECK_MSG(got == st, "status %s, expected %s (%s)", kiln_status_str(got), kiln_status_str(st), msg);
+    KT_CHECK_MSG(strstr(msg, op) != NULL, "message '%s' does not name %s", msg, op);
+    KT_CHECK_MSG(strstr(msg, base) != NULL, "message '%s' has no call site in %s", msg, base);
+}
+#define KT_READ_ERROR(t, st, op) kt_read_error_in((t), (st), (op), __FILE__)
 #endif
 
 #endif

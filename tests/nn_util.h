@@ -44,22 +44,6 @@ static inline bool has_shape(kiln_tensor t, kiln_shape want) {
     return true;
 }
 
-/* Reads t (consumed): the read must fail with st, and the message name op and the test file
- * (the call site of the public call that failed). */
-static inline void expect_error_in(kiln_tensor t, kiln_status st, const char *op, const char *file) {
-    int64_t n = kiln_tensor_numel(t);
-    size_t bytes = n > 0 ? (size_t)n * kiln_dtype_size(kiln_tensor_dtype(t)) : 0;
-    void *buf = bytes ? malloc(bytes) : NULL;
-    kiln_status got = kiln_into_data(t, buf, bytes);
-    free(buf);
-    const char *msg = kiln_last_error();
-    const char *base = strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
-    KT_CHECK_MSG(got == st, "status %s, expected %s (%s)", kiln_status_str(got), kiln_status_str(st), msg);
-    KT_CHECK_MSG(strstr(msg, op) != NULL, "message '%s' does not name %s", msg, op);
-    KT_CHECK_MSG(strstr(msg, base) != NULL, "message '%s' has no call site in %s", msg, base);
-}
-#define EXPECT_ERROR(t, st, op) expect_error_in(t, st, op, __FILE__)
-
 /* A constructor that must fail: NULL, KILN_ERR_INVALID_ARGUMENT naming op. */
 #define EXPECT_BAD_NEW(expr, op)                                                                                       \
     do {                                                                                                               \

@@ -35,19 +35,6 @@ static bool has_shape(kiln_tensor t, kiln_shape want) {
     return true;
 }
 
-/* Reads t (consumed), whose shape must be valid: the read fails with st naming op. */
-static void expect_read_error(kiln_tensor t, kiln_status st, const char *op) {
-    int64_t n = kiln_tensor_numel(t);
-    size_t bytes = n > 0 ? (size_t)n * kiln_dtype_size(kiln_tensor_dtype(t)) : 0;
-    void *buf = bytes ? malloc(bytes) : NULL;
-    kiln_status got = kiln_into_data(t, buf, bytes);
-    free(buf);
-    const char *msg = kiln_last_error();
-    KT_CHECK_MSG(got == st, "status %s, expected %s (%s)", kiln_status_str(got), kiln_status_str(st), msg);
-    KT_CHECK_MSG(strstr(msg, op) != NULL, "message '%s' does not name %s", msg, op);
-    KT_CHECK_MSG(strstr(msg, "test_index.c") != NULL, "message '%s' has no call site", msg);
-}
-
 /* 3-d multi-index helpers (row-major). */
 static int64_t at3(const int64_t *shape, int64_t i, int64_t j, int64_t k) { return (i * shape[1] + j) * shape[2] + k; }
 
@@ -382,25 +369,25 @@ KT_TEST(out_of_range_indices_fail_when_run) {
             kiln_dtype idt = w ? KILN_I64 : KILN_I32;
             double idx[3] = {0, bad_values[b], 1};
             kiln_tensor t = from_f64(KILN_F32, KILN_SHAPE(3, 2), (double[]){1, 2, 3, 4, 5, 6});
-            expect_read_error(kiln_index_select(kiln_ref(t), 0, from_f64(idt, KILN_SHAPE(3), idx)), KILN_ERR_INDEX,
+            KT_READ_ERROR(kiln_index_select(kiln_ref(t), 0, from_f64(idt, KILN_SHAPE(3), idx)), KILN_ERR_INDEX,
                               "kiln_index_select");
-            expect_read_error(kiln_gather(kiln_ref(t), 0, from_f64(idt, KILN_SHAPE(3, 1), idx)), KILN_ERR_INDEX,
+            KT_READ_ERROR(kiln_gather(kiln_ref(t), 0, from_f64(idt, KILN_SHAPE(3, 1), idx)), KILN_ERR_INDEX,
                               "kiln_gather");
-            expect_read_error(kiln_scatter_add(kiln_ref(t), 0, from_f64(idt, KILN_SHAPE(3, 1), idx),
+            KT_READ_ERROR(kiln_scatter_add(kiln_ref(t), 0, from_f64(idt, KILN_SHAPE(3, 1), idx),
                                                kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(3, 1))),
                               KILN_ERR_INDEX, "kiln_scatter_add");
-            expect_read_error(kiln_one_hot(from_f64(idt, KILN_SHAPE(3), idx), 3, KILN_F32), KILN_ERR_INDEX,
+            KT_READ_ERROR(kiln_one_hot(from_f64(idt, KILN_SHAPE(3), idx), 3, KILN_F32), KILN_ERR_INDEX,
                               "kiln_one_hot");
             /* the error says which value was bad */
             char want[64];
             snprintf(want, sizeof want, "index %lld out of range", (long long)bad_values[b]);
-            expect_read_error(kiln_gather(t, 0, from_f64(idt, KILN_SHAPE(3, 2), (double[]){0, 0, bad_values[b], 0, 1, 1})),
+            KT_READ_ERROR(kiln_gather(t, 0, from_f64(idt, KILN_SHAPE(3, 2), (double[]){0, 0, bad_values[b], 0, 1, 1})),
                               KILN_ERR_INDEX, "kiln_gather");
             KT_CHECK_MSG(strstr(kiln_last_error(), want) != NULL, "'%s' lacks '%s'", kiln_last_error(), want);
             /* downstream ops carry the error */
             kiln_tensor g = kiln_index_select(from_f64(KILN_F32, KILN_SHAPE(3), (double[]){1, 2, 3}), 0,
                                               from_f64(idt, KILN_SHAPE(3), idx));
-            expect_read_error(kiln_gather(g, 0, kiln_zeros(KILN_CPU, KILN_I64, KILN_SHAPE(2))), KILN_ERR_INDEX,
+            KT_READ_ERROR(kiln_gather(g, 0, kiln_zeros(KILN_CPU, KILN_I64, KILN_SHAPE(2))), KILN_ERR_INDEX,
                               "kiln_index_select");
         }
     }
@@ -422,55 +409,55 @@ static kiln_tensor ids(kiln_shape s) { return kiln_zeros(KILN_CPU, KILN_I64, s);
 KT_TEST(index_select_and_gather_bad_input) {
     kt_mem_begin();
     const char *is = "kiln_index_select", *g = "kiln_gather";
-    expect_read_error(kiln_index_select(mat(), 0, kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(2))), KILN_ERR_DTYPE, is);
-    expect_read_error(kiln_index_select(mat(), 0, kiln_zeros(KILN_CPU, KILN_BOOL, KILN_SHAPE(2))), KILN_ERR_DTYPE, is);
-    expect_read_error(kiln_index_select(mat(), 2, ids(KILN_SHAPE(2))), KILN_ERR_INVALID_ARGUMENT, is);
-    expect_read_error(kiln_index_select(mat(), -3, ids(KILN_SHAPE(2))), KILN_ERR_INVALID_ARGUMENT, is);
-    expect_read_error(kiln_index_select(mat(), 0, ids(KILN_SHAPE(2, 1))), KILN_ERR_SHAPE, is);
-    expect_read_error(kiln_index_select(kiln_full(KILN_CPU, KILN_F32, KILN_SCALAR_SHAPE, 1), 0, ids(KILN_SHAPE(1))),
+    KT_READ_ERROR(kiln_index_select(mat(), 0, kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(2))), KILN_ERR_DTYPE, is);
+    KT_READ_ERROR(kiln_index_select(mat(), 0, kiln_zeros(KILN_CPU, KILN_BOOL, KILN_SHAPE(2))), KILN_ERR_DTYPE, is);
+    KT_READ_ERROR(kiln_index_select(mat(), 2, ids(KILN_SHAPE(2))), KILN_ERR_INVALID_ARGUMENT, is);
+    KT_READ_ERROR(kiln_index_select(mat(), -3, ids(KILN_SHAPE(2))), KILN_ERR_INVALID_ARGUMENT, is);
+    KT_READ_ERROR(kiln_index_select(mat(), 0, ids(KILN_SHAPE(2, 1))), KILN_ERR_SHAPE, is);
+    KT_READ_ERROR(kiln_index_select(kiln_full(KILN_CPU, KILN_F32, KILN_SCALAR_SHAPE, 1), 0, ids(KILN_SHAPE(1))),
                       KILN_ERR_SHAPE, is);
-    expect_read_error(kiln_index_select(stale(), 0, ids(KILN_SHAPE(2))), KILN_ERR_STALE_HANDLE, is);
-    expect_read_error(kiln_index_select(mat(), 0, stale()), KILN_ERR_STALE_HANDLE, is);
-    expect_read_error(kiln_index_select(KILN_NONE, 0, ids(KILN_SHAPE(2))), KILN_ERR_NULL, is);
-    expect_read_error(kiln_index_select(mat(), 0, KILN_NONE), KILN_ERR_NULL, is);
-    expect_read_error(kiln_index_select(poisoned(), 0, ids(KILN_SHAPE(2))), KILN_ERR_SHAPE, "kiln_reshape");
-    expect_read_error(kiln_index_select(mat(), 0, poisoned()), KILN_ERR_SHAPE, "kiln_reshape");
+    KT_READ_ERROR(kiln_index_select(stale(), 0, ids(KILN_SHAPE(2))), KILN_ERR_STALE_HANDLE, is);
+    KT_READ_ERROR(kiln_index_select(mat(), 0, stale()), KILN_ERR_STALE_HANDLE, is);
+    KT_READ_ERROR(kiln_index_select(KILN_NONE, 0, ids(KILN_SHAPE(2))), KILN_ERR_NULL, is);
+    KT_READ_ERROR(kiln_index_select(mat(), 0, KILN_NONE), KILN_ERR_NULL, is);
+    KT_READ_ERROR(kiln_index_select(poisoned(), 0, ids(KILN_SHAPE(2))), KILN_ERR_SHAPE, "kiln_reshape");
+    KT_READ_ERROR(kiln_index_select(mat(), 0, poisoned()), KILN_ERR_SHAPE, "kiln_reshape");
 
-    expect_read_error(kiln_gather(mat(), 0, kiln_zeros(KILN_CPU, KILN_F64, KILN_SHAPE(2, 2))), KILN_ERR_DTYPE, g);
-    expect_read_error(kiln_gather(mat(), 2, ids(KILN_SHAPE(2, 2))), KILN_ERR_INVALID_ARGUMENT, g);
-    expect_read_error(kiln_gather(mat(), 0, ids(KILN_SHAPE(2))), KILN_ERR_SHAPE, g);       /* ndim differs */
-    expect_read_error(kiln_gather(mat(), 0, ids(KILN_SHAPE(2, 3))), KILN_ERR_SHAPE, g);    /* too wide off dim */
-    expect_read_error(kiln_gather(kiln_full(KILN_CPU, KILN_F32, KILN_SCALAR_SHAPE, 1), 0, ids(KILN_SCALAR_SHAPE)),
+    KT_READ_ERROR(kiln_gather(mat(), 0, kiln_zeros(KILN_CPU, KILN_F64, KILN_SHAPE(2, 2))), KILN_ERR_DTYPE, g);
+    KT_READ_ERROR(kiln_gather(mat(), 2, ids(KILN_SHAPE(2, 2))), KILN_ERR_INVALID_ARGUMENT, g);
+    KT_READ_ERROR(kiln_gather(mat(), 0, ids(KILN_SHAPE(2))), KILN_ERR_SHAPE, g);       /* ndim differs */
+    KT_READ_ERROR(kiln_gather(mat(), 0, ids(KILN_SHAPE(2, 3))), KILN_ERR_SHAPE, g);    /* too wide off dim */
+    KT_READ_ERROR(kiln_gather(kiln_full(KILN_CPU, KILN_F32, KILN_SCALAR_SHAPE, 1), 0, ids(KILN_SCALAR_SHAPE)),
                       KILN_ERR_SHAPE, g);
-    expect_read_error(kiln_gather(stale(), 0, ids(KILN_SHAPE(2, 2))), KILN_ERR_STALE_HANDLE, g);
-    expect_read_error(kiln_gather(mat(), 0, stale()), KILN_ERR_STALE_HANDLE, g);
-    expect_read_error(kiln_gather(KILN_NONE, 0, KILN_NONE), KILN_ERR_NULL, g);
-    expect_read_error(kiln_gather(poisoned(), 0, ids(KILN_SHAPE(2, 2))), KILN_ERR_SHAPE, "kiln_reshape");
+    KT_READ_ERROR(kiln_gather(stale(), 0, ids(KILN_SHAPE(2, 2))), KILN_ERR_STALE_HANDLE, g);
+    KT_READ_ERROR(kiln_gather(mat(), 0, stale()), KILN_ERR_STALE_HANDLE, g);
+    KT_READ_ERROR(kiln_gather(KILN_NONE, 0, KILN_NONE), KILN_ERR_NULL, g);
+    KT_READ_ERROR(kiln_gather(poisoned(), 0, ids(KILN_SHAPE(2, 2))), KILN_ERR_SHAPE, "kiln_reshape");
     KT_MEM_CHECK();
 }
 
 KT_TEST(scatter_add_one_hot_to_device_bad_input) {
     kt_mem_begin();
     const char *s = "kiln_scatter_add", *o = "kiln_one_hot";
-    expect_read_error(kiln_scatter_add(mat(), 0, kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(2, 2)), mat()), KILN_ERR_DTYPE, s);
-    expect_read_error(kiln_scatter_add(mat(), 2, ids(KILN_SHAPE(2, 2)), mat()), KILN_ERR_INVALID_ARGUMENT, s);
-    expect_read_error(kiln_scatter_add(mat(), 0, ids(KILN_SHAPE(2)), mat()), KILN_ERR_SHAPE, s);
-    expect_read_error(kiln_scatter_add(mat(), 0, ids(KILN_SHAPE(2, 3)), mat()), KILN_ERR_SHAPE, s); /* wider than t */
-    expect_read_error(kiln_scatter_add(mat(), 0, ids(KILN_SHAPE(4, 2)), mat()), KILN_ERR_SHAPE, s); /* longer than src */
-    expect_read_error(kiln_scatter_add(mat(), 0, ids(KILN_SHAPE(2, 2)), kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(6))),
+    KT_READ_ERROR(kiln_scatter_add(mat(), 0, kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(2, 2)), mat()), KILN_ERR_DTYPE, s);
+    KT_READ_ERROR(kiln_scatter_add(mat(), 2, ids(KILN_SHAPE(2, 2)), mat()), KILN_ERR_INVALID_ARGUMENT, s);
+    KT_READ_ERROR(kiln_scatter_add(mat(), 0, ids(KILN_SHAPE(2)), mat()), KILN_ERR_SHAPE, s);
+    KT_READ_ERROR(kiln_scatter_add(mat(), 0, ids(KILN_SHAPE(2, 3)), mat()), KILN_ERR_SHAPE, s); /* wider than t */
+    KT_READ_ERROR(kiln_scatter_add(mat(), 0, ids(KILN_SHAPE(4, 2)), mat()), KILN_ERR_SHAPE, s); /* longer than src */
+    KT_READ_ERROR(kiln_scatter_add(mat(), 0, ids(KILN_SHAPE(2, 2)), kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(6))),
                       KILN_ERR_SHAPE, s);
-    expect_read_error(kiln_scatter_add(stale(), 0, ids(KILN_SHAPE(2, 2)), mat()), KILN_ERR_STALE_HANDLE, s);
-    expect_read_error(kiln_scatter_add(mat(), 0, ids(KILN_SHAPE(2, 2)), stale()), KILN_ERR_STALE_HANDLE, s);
-    expect_read_error(kiln_scatter_add(mat(), 0, ids(KILN_SHAPE(2, 2)), KILN_NONE), KILN_ERR_NULL, s);
-    expect_read_error(kiln_scatter_add(mat(), 0, poisoned(), mat()), KILN_ERR_SHAPE, "kiln_reshape");
+    KT_READ_ERROR(kiln_scatter_add(stale(), 0, ids(KILN_SHAPE(2, 2)), mat()), KILN_ERR_STALE_HANDLE, s);
+    KT_READ_ERROR(kiln_scatter_add(mat(), 0, ids(KILN_SHAPE(2, 2)), stale()), KILN_ERR_STALE_HANDLE, s);
+    KT_READ_ERROR(kiln_scatter_add(mat(), 0, ids(KILN_SHAPE(2, 2)), KILN_NONE), KILN_ERR_NULL, s);
+    KT_READ_ERROR(kiln_scatter_add(mat(), 0, poisoned(), mat()), KILN_ERR_SHAPE, "kiln_reshape");
 
-    expect_read_error(kiln_one_hot(ids(KILN_SHAPE(2)), 0, KILN_F32), KILN_ERR_INVALID_ARGUMENT, o);
-    expect_read_error(kiln_one_hot(ids(KILN_SHAPE(2)), -1, KILN_F32), KILN_ERR_INVALID_ARGUMENT, o);
-    expect_read_error(kiln_one_hot(ids(KILN_SHAPE(2)), 3, (kiln_dtype)42), KILN_ERR_DTYPE, o);
-    expect_read_error(kiln_one_hot(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(2)), 3, KILN_F32), KILN_ERR_DTYPE, o);
-    expect_read_error(kiln_one_hot(ids(KILN_SHAPE(1, 1, 1, 1, 1, 1, 1, 1)), 3, KILN_F32), KILN_ERR_SHAPE, o);
-    expect_read_error(kiln_one_hot(stale(), 3, KILN_F32), KILN_ERR_STALE_HANDLE, o);
-    expect_read_error(kiln_one_hot(poisoned(), 3, KILN_F32), KILN_ERR_SHAPE, "kiln_reshape");
+    KT_READ_ERROR(kiln_one_hot(ids(KILN_SHAPE(2)), 0, KILN_F32), KILN_ERR_INVALID_ARGUMENT, o);
+    KT_READ_ERROR(kiln_one_hot(ids(KILN_SHAPE(2)), -1, KILN_F32), KILN_ERR_INVALID_ARGUMENT, o);
+    KT_READ_ERROR(kiln_one_hot(ids(KILN_SHAPE(2)), 3, (kiln_dtype)42), KILN_ERR_DTYPE, o);
+    KT_READ_ERROR(kiln_one_hot(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(2)), 3, KILN_F32), KILN_ERR_DTYPE, o);
+    KT_READ_ERROR(kiln_one_hot(ids(KILN_SHAPE(1, 1, 1, 1, 1, 1, 1, 1)), 3, KILN_F32), KILN_ERR_SHAPE, o);
+    KT_READ_ERROR(kiln_one_hot(stale(), 3, KILN_F32), KILN_ERR_STALE_HANDLE, o);
+    KT_READ_ERROR(kiln_one_hot(poisoned(), 3, KILN_F32), KILN_ERR_SHAPE, "kiln_reshape");
 
     /* to_device: the same device gives the same data back; CUDA is not in this build */
     double got[2];
@@ -479,10 +466,10 @@ KT_TEST(scatter_add_one_hot_to_device_bad_input) {
     KT_CHECK(!kiln_is_valid(t) && kiln_tensor_device(same) == KILN_CPU);
     KT_CHECK(read_f64(same, got, 2) == KILN_OK);
     KT_NEAR(got[1], 5, 0);
-    expect_read_error(kiln_to_device(mat(), KILN_CUDA), KILN_ERR_DEVICE, "kiln_to_device");
-    expect_read_error(kiln_to_device(mat(), (kiln_device)7), KILN_ERR_DEVICE, "kiln_to_device");
-    expect_read_error(kiln_to_device(stale(), KILN_CPU), KILN_ERR_STALE_HANDLE, "kiln_to_device");
-    expect_read_error(kiln_to_device(poisoned(), KILN_CPU), KILN_ERR_SHAPE, "kiln_reshape");
+    KT_READ_ERROR(kiln_to_device(mat(), KILN_CUDA), KILN_ERR_DEVICE, "kiln_to_device");
+    KT_READ_ERROR(kiln_to_device(mat(), (kiln_device)7), KILN_ERR_DEVICE, "kiln_to_device");
+    KT_READ_ERROR(kiln_to_device(stale(), KILN_CPU), KILN_ERR_STALE_HANDLE, "kiln_to_device");
+    KT_READ_ERROR(kiln_to_device(poisoned(), KILN_CPU), KILN_ERR_SHAPE, "kiln_reshape");
     KT_MEM_CHECK();
 }
 
