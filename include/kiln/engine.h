@@ -19,9 +19,12 @@
 extern "C" {
 #endif
 
-/* Waits for every op this thread queued; returns (once) the first error they hit. */
+/* Waits for every op this thread queued. Returns the earliest error of this thread's ops that
+ * no read has reported yet: one found while an op ran, or a poisoned result made at dispatch
+ * and released unread. Each error is reported once, by whichever read or sync meets it first. */
 KILN_API kiln_status kiln_sync(void);
-/* Waits for every op queued by any thread. */
+/* Waits for every op queued, by any thread, before the call (work queued meanwhile by other
+ * threads is not waited for, so busy threads cannot hold it), then does kiln_sync. */
 KILN_API kiln_status kiln_sync_all(void);
 
 /* ---- transactions: many reads, one wait ------------------------------------------------- */

@@ -44,7 +44,12 @@ KILN_API kiln_adam_options kiln_adamw_defaults(void); /* the same with decoupled
  * NULL (with kiln_last_error) on bad options. */
 KILN_API kiln_optimizer *kiln_sgd_new(kiln_module *model, kiln_sgd_options o);
 KILN_API kiln_optimizer *kiln_adam_new(kiln_module *model, kiln_adam_options o);
-/* One update of every parameter that has a gradient in g (taken out of g). */
+/* One update of every parameter that has a gradient in g (taken out of g). The step is a
+ * read of the gradients: it waits until they are computed, and if any of them failed (a
+ * target out of range, a poisoned input) it returns that error, naming the op that failed
+ * first and its file:line, and changes no parameter and no optimizer state. Check its status
+ * in a training loop; the updates themselves then run asynchronously, and an update that
+ * cannot run leaves its parameter as it was (reported by the next sync). */
 KILN_API kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g);
 KILN_API void kiln_optimizer_set_lr(kiln_optimizer *opt, double lr);
 KILN_API double kiln_optimizer_lr(const kiln_optimizer *opt);

@@ -31,6 +31,10 @@ typedef struct kiln__error {
     const char *file; /* caller's file (static string from __FILE__) */
     int line;
     uint64_t seq;     /* engine sequence number of the failing op, 0 at dispatch time */
+    /* Where the error stands among its stream's errors: 2*seq for an op that failed while
+     * running, 2*(last seq)+1 for a poisoned result made at dispatch. The lowest is reported. */
+    uint64_t order;
+    atomic_bool delivered; /* returned by a read (on any thread): a sync does not report it again */
     char message[];   /* "<op> at <file>:<line>: <detail>" */
 } kiln__error;
 
@@ -38,8 +42,12 @@ kiln__error *kiln__error_new(kiln_status status, const char *op, const char *fil
                              uint64_t seq, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 kiln__error *kiln__error_ref(kiln__error *e);
 void kiln__error_unref(kiln__error *e);
-/* Makes e this thread's last error (kiln_last_error) and returns its status. */
-kiln_status kiln__error_report(const kiln__error *e);
+/* Makes e this thread's last error (kiln_last_error) and returns its status, as the status
+ * of a call: e is delivered, so no kiln_sync reports it again. */
+kiln_status kiln__error_report(kiln__error *e);
+void kiln__error_mark_delivered(kiln__error *e);
+/* Makes e the thread's last error without delivering it (a poisoned result carries it on). */
+void kiln__error_set_last(const kiln__error *e);
 /* Sets the thread's last error from scratch (for calls that return a status directly). */
 kiln_status kiln__report(kiln_status status, const char *op, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

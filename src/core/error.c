@@ -47,6 +47,8 @@ static kiln__error *error_vnew(kiln_status status, const char *op, const char *f
     e->file = file;
     e->line = line;
     e->seq = seq;
+    e->order = 2 * seq;
+    atomic_init(&e->delivered, false);
     if (seq)
         snprintf(e->message, need, "%s (op #%llu): %s", head, (unsigned long long)seq, detail);
     else
@@ -92,9 +94,18 @@ void kiln__error_unref(kiln__error *e) {
     if (e && atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) == 1) free(e);
 }
 
-kiln_status kiln__error_report(const kiln__error *e) {
+void kiln__error_set_last(const kiln__error *e) {
     last_status = e->status;
     snprintf(last_message, sizeof last_message, "%s", e->message);
+}
+
+void kiln__error_mark_delivered(kiln__error *e) {
+    if (e != (kiln__error *)oom_storage) atomic_store(&e->delivered, true); /* the shared record stays reportable */
+}
+
+kiln_status kiln__error_report(kiln__error *e) {
+    kiln__error_mark_delivered(e);
+    kiln__error_set_last(e);
     return e->status;
 }
 

@@ -164,7 +164,7 @@ kiln_tensor kiln_ref(kiln_tensor h) {
     kiln__error *err = NULL;
     kiln__tensor *t = kiln__handle_peek(h, "kiln_ref", &err);
     if (!t) {
-        kiln__error_report(err);
+        kiln__error_set_last(err);
         kiln__tensor *p = kiln__tensor_poisoned(err);
         kiln__error_unref(err);
         return p ? kiln__handle_new(p) : (kiln_tensor){KILN__OOM_HANDLE_ID};

@@ -18,6 +18,14 @@
 #define DEFAULT_MAX_BYTES ((int64_t)64 << 20)
 #define MAX_WORKERS 64
 
+/* Work queued between two kiln_sync_all calls: a sync_all starts a new epoch and waits only
+ * for the ops counted in earlier ones, so threads that keep dispatching cannot hold it. */
+typedef struct kiln__epoch {
+    int64_t pending;
+    uint64_t id;
+    struct kiln__epoch *next, *prev; /* live epochs, newest first; or the spare list */
+} kiln__epoch;
+
 static struct {
     pthread_once_t once;
     bool async;
@@ -29,18 +37,23 @@ static struct {
     atomic_int ready_count; /* peeked without the lock by spinning workers */
     int sleeping;           /* workers waiting on ready_cond */
     atomic_int spinning;    /* workers polling the queue */
+    atomic_int running;     /* ops taken from the queue and not yet completed */
     bool stopping;
+    bool fork_pending;      /* a fork is being prepared: nobody takes a new op */
     /* all streams: for kiln_sync_all */
     pthread_mutex_t all_lock;
     pthread_cond_t all_cond;
-    int64_t all_pending;
+    kiln__epoch *epoch;       /* the current one, head of the live list */
+    kiln__epoch *spare_epochs;
+    kiln__epoch first_epoch;
     atomic_int next_stream_id;
     _Atomic int64_t max_inflight, max_bytes; /* read by every stream without a lock */
 } engine = {.once = PTHREAD_ONCE_INIT,
             .lock = PTHREAD_MUTEX_INITIALIZER,
             .ready_cond = PTHREAD_COND_INITIALIZER,
             .all_lock = PTHREAD_MUTEX_INITIALIZER,
-            .all_cond = PTHREAD_COND_INITIALIZER};
+            .all_cond = PTHREAD_COND_INITIALIZER,
+            .epoch = &engine.first_epoch};
 
 static pthread_key_t stream_key;
 static _Thread_local kiln__stream *current_stream;
@@ -75,6 +88,46 @@ static void stream_thread_exit(void *arg) { stream_unref(arg); }
 
 static void *worker_main(void *arg);
 
+/* fork() copies only the forking thread. Before it, the work queued so far finishes and the
+ * engine's locks are taken, so the child inherits an idle engine and no lock held by a thread
+ * it lacks; the child then runs every op at dispatch (as KILN_SYNC=1 does), with the intra-op
+ * pool restarting its own threads. Work another thread queues while the fork happens stays
+ * with the parent. */
+static void engine_before_fork(void) {
+    kiln__engine_drain_all();
+    /* no op may be running either: OpenBLAS shuts its threads down in its own fork handler,
+     * and a GEMM still running on one of ours then leaves a thread it waits for forever */
+    pthread_mutex_lock(&engine.lock);
+    engine.fork_pending = true;
+    pthread_mutex_unlock(&engine.lock);
+    while (atomic_load(&engine.running) > 0) usleep(50);
+    pthread_mutex_lock(&engine.all_lock);
+    pthread_mutex_lock(&engine.lock);
+}
+
+static void engine_after_fork_parent(void) {
+    engine.fork_pending = false;
+    pthread_cond_broadcast(&engine.ready_cond);
+    pthread_mutex_unlock(&engine.lock);
+    pthread_mutex_unlock(&engine.all_lock);
+}
+
+static void engine_after_fork_child(void) {
+    engine.async = false;
+    engine.n_workers = 0;
+    engine.ready_head = engine.ready_tail = NULL;
+    atomic_store(&engine.ready_count, 0);
+    atomic_store(&engine.spinning, 0);
+    engine.sleeping = 0;
+    atomic_store(&engine.running, 0);
+    engine.first_epoch = (kiln__epoch){0};
+    engine.epoch = &engine.first_epoch; /* the parent's uncounted work never completes here */
+    engine.spare_epochs = NULL;
+    pthread_cond_init(&engine.ready_cond, NULL);
+    pthread_cond_init(&engine.all_cond, NULL);
+    engine_after_fork_parent();
+}
+
 static void engine_init(void) {
     const char *sync = getenv("KILN_SYNC");
     engine.async = !(sync && sync[0] && sync[0] != '0');
@@ -90,6 +143,7 @@ static void engine_init(void) {
         engine.n_workers++;
     }
     if (engine.n_workers == 0) engine.async = false; /* no threads: run ops at dispatch */
+    if (engine.async) pthread_atfork(engine_before_fork, engine_after_fork_parent, engine_after_fork_child);
 }
 
 bool kiln__engine_is_async(void) {
@@ -130,15 +184,54 @@ static void push_ready(kiln__node *n) {
     pthread_mutex_unlock(&engine.lock);
 }
 
+/* Keeps the stream's earliest undelivered error (s->lock held): the one a synchronous run
+ * would have met first, whatever order the workers finished in. */
+static void record_error_locked(kiln__stream *s, kiln__error *e) {
+    if (atomic_load(&e->delivered)) return;
+    kiln__error *old = s->first_error;
+    if (old && !atomic_load(&old->delivered) && old->order <= e->order) return;
+    s->first_error = kiln__error_ref(e);
+    kiln__error_unref(old);
+}
+
+void kiln__stream_record_error(kiln__stream *s, kiln__error *e) {
+    pthread_mutex_lock(&s->lock);
+    record_error_locked(s, e);
+    pthread_mutex_unlock(&s->lock);
+}
+
+void kiln__stream_record_dispatch_error(kiln__error *e) {
+    kiln__stream *s = kiln__stream_current();
+    if (!s) return;
+    pthread_mutex_lock(&s->lock);
+    if (e->order == 0) e->order = 2 * s->seq + 1; /* after the ops queued so far */
+    record_error_locked(s, e);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void epoch_done(kiln__epoch *ep) {
+    pthread_mutex_lock(&engine.all_lock);
+    if (--ep->pending == 0) {
+        if (ep != engine.epoch) { /* no op and no new work can reach it: recycle it */
+            if (ep->prev) ep->prev->next = ep->next;
+            if (ep->next) ep->next->prev = ep->prev;
+            ep->next = engine.spare_epochs;
+            engine.spare_epochs = ep;
+        }
+        pthread_cond_broadcast(&engine.all_cond);
+    }
+    pthread_mutex_unlock(&engine.all_lock);
+}
+
 static void release_grant(kiln__node *n) {
     if (atomic_fetch_sub_explicit(&n->wait, 1, memory_order_acq_rel) == 1) push_ready(n);
 }
 
 static void complete(kiln__node *n, kiln__error *err) {
     kiln__stream *s = n->stream;
-    if (err) { /* recorded before dependents are released: a read of them may forget it */
+    if (err) { /* recorded before dependents are released: a read of them may deliver it */
         pthread_mutex_lock(&s->lock);
-        if (!s->first_error) s->first_error = kiln__error_ref(err);
+        record_error_locked(s, err);
         if (n->event && !n->event->first_error) n->event->first_error = kiln__error_ref(err);
         pthread_mutex_unlock(&s->lock);
     }
@@ -153,9 +246,7 @@ static void complete(kiln__node *n, kiln__error *err) {
     s->pending_bytes -= n->bytes;
     pthread_cond_broadcast(&s->cond);
     pthread_mutex_unlock(&s->lock);
-    pthread_mutex_lock(&engine.all_lock);
-    if (--engine.all_pending == 0) pthread_cond_broadcast(&engine.all_cond);
-    pthread_mutex_unlock(&engine.all_lock);
+    epoch_done(n->epoch);
     /* back to the stream that made it (before dropping our reference to that stream) */
     kiln__node *head = atomic_load_explicit(&s->returned, memory_order_relaxed);
     do {
@@ -208,17 +299,18 @@ static inline void cpu_relax(void) {
 static kiln__node *pop_ready(bool may_sleep) {
     pthread_mutex_lock(&engine.lock);
     if (may_sleep) {
-        while (!engine.ready_head && !engine.stopping) {
+        while ((!engine.ready_head || engine.fork_pending) && !engine.stopping) {
             engine.sleeping++;
             pthread_cond_wait(&engine.ready_cond, &engine.lock);
             engine.sleeping--;
         }
     }
-    kiln__node *n = engine.ready_head;
+    kiln__node *n = engine.fork_pending ? NULL : engine.ready_head;
     if (n) {
         engine.ready_head = n->next_ready;
         if (!engine.ready_head) engine.ready_tail = NULL;
         atomic_fetch_sub_explicit(&engine.ready_count, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&engine.running, 1, memory_order_relaxed);
     }
     pthread_mutex_unlock(&engine.lock);
     return n;
@@ -239,13 +331,14 @@ static void *worker_main(void *arg) {
         if (!n) n = pop_ready(true);
         if (!n) return NULL; /* stopping */
         run_node(n);
+        atomic_fetch_sub_explicit(&engine.running, 1, memory_order_release);
     }
 }
 
 /* Takes the first ready op of stream s out of the queue (NULL if none). */
 static kiln__node *pop_ready_of(const kiln__stream *s) {
     pthread_mutex_lock(&engine.lock);
-    kiln__node *prev = NULL, *n = engine.ready_head;
+    kiln__node *prev = NULL, *n = engine.fork_pending ? NULL : engine.ready_head;
     while (n && n->stream != s) prev = n, n = n->next_ready;
     if (n) {
         if (prev)
@@ -254,6 +347,7 @@ static kiln__node *pop_ready_of(const kiln__stream *s) {
             engine.ready_head = n->next_ready;
         if (engine.ready_tail == n) engine.ready_tail = prev;
         atomic_fetch_sub_explicit(&engine.ready_count, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&engine.running, 1, memory_order_relaxed);
     }
     pthread_mutex_unlock(&engine.lock);
     return n;
@@ -267,6 +361,7 @@ static bool help_one(const kiln__stream *s) {
     kiln__node *n = pop_ready_of(s);
     if (!n) return false;
     run_node(n);
+    atomic_fetch_sub_explicit(&engine.running, 1, memory_order_release);
     return true;
 }
 
@@ -310,7 +405,7 @@ static bool has_room(kiln__stream *s, void *arg) {
 }
 
 /* Waits for room on the stream (the bounded queue), then counts the op in. */
-static void admit(kiln__stream *s, int64_t bytes, bool may_block) {
+static void admit(kiln__stream *s, kiln__node *n, int64_t bytes, bool may_block) {
     pthread_mutex_lock(&s->lock);
     room_request r = {bytes, atomic_load_explicit(&engine.max_inflight, memory_order_relaxed),
                       atomic_load_explicit(&engine.max_bytes, memory_order_relaxed)};
@@ -323,7 +418,8 @@ static void admit(kiln__stream *s, int64_t bytes, bool may_block) {
     s->pending_bytes += bytes;
     pthread_mutex_unlock(&s->lock);
     pthread_mutex_lock(&engine.all_lock);
-    engine.all_pending++;
+    n->epoch = engine.epoch;
+    n->epoch->pending++;
     pthread_mutex_unlock(&engine.all_lock);
 }
 
@@ -339,7 +435,7 @@ void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, ki
         }
         kiln__error *err = kiln__execute(op);
         pthread_mutex_lock(&s->lock);
-        if (err && !s->first_error) s->first_error = kiln__error_ref(err);
+        if (err) record_error_locked(s, err);
         if (err && ev && !ev->first_error) ev->first_error = kiln__error_ref(err);
         pthread_mutex_unlock(&s->lock);
         kiln__error_unref(err);
@@ -362,7 +458,7 @@ void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, ki
         }
     }
     atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
-    admit(s, n->bytes, free_target == NULL); /* a release never blocks its caller */
+    admit(s, n, n->bytes, free_target == NULL); /* a release never blocks its caller */
     if (ev) {
         pthread_mutex_lock(&s->lock);
         ev->pending++;
@@ -399,9 +495,35 @@ void kiln__stream_drain(kiln__stream *s) {
     pthread_mutex_unlock(&s->lock);
 }
 
+static bool epochs_pending_upto(uint64_t id) {
+    for (const kiln__epoch *ep = engine.epoch; ep; ep = ep->next)
+        if (ep->id <= id && ep->pending > 0) return true;
+    return false;
+}
+
 void kiln__engine_drain_all(void) {
     pthread_mutex_lock(&engine.all_lock);
-    while (engine.all_pending > 0) pthread_cond_wait(&engine.all_cond, &engine.all_lock);
+    kiln__epoch *cur = engine.epoch;
+    if (cur->pending > 0 || cur->next) {
+        uint64_t target = cur->id;
+        kiln__epoch *next = engine.spare_epochs;
+        if (next)
+            engine.spare_epochs = next->next;
+        else
+            next = malloc(sizeof *next);
+        if (next) { /* (without memory for one, this waits for the current epoch to empty) */
+            *next = (kiln__epoch){.id = cur->id + 1, .next = cur};
+            cur->prev = next;
+            engine.epoch = next;
+            if (cur->pending == 0) { /* nothing will complete in it any more */
+                next->next = cur->next;
+                if (cur->next) cur->next->prev = next;
+                cur->next = engine.spare_epochs;
+                engine.spare_epochs = cur;
+            }
+        }
+        while (epochs_pending_upto(target)) pthread_cond_wait(&engine.all_cond, &engine.all_lock);
+    }
     pthread_mutex_unlock(&engine.all_lock);
 }
 
@@ -413,7 +535,8 @@ kiln__error *kiln__stream_take_error(kiln__stream *s) {
     return e;
 }
 
-void kiln__stream_forget_error(kiln__stream *s, const kiln__error *e) {
+void kiln__stream_forget_error(kiln__stream *s, kiln__error *e) {
+    kiln__error_mark_delivered(e); /* another thread's stream may hold it too */
     pthread_mutex_lock(&s->lock);
     if (s->first_error == e) {
         kiln__error_unref(s->first_error);
@@ -426,7 +549,8 @@ void kiln__stream_forget_error(kiln__stream *s, const kiln__error *e) {
  * that waits for every earlier reader and writer). Never blocks the caller. */
 void kiln__engine_free_storage(kiln__storage *s) {
     kiln__var *v = atomic_load_explicit((kiln__var *_Atomic *)&s->var, memory_order_acquire);
-    if (!v || kiln__var_idle(v)) {
+    /* (a synchronous engine queues nothing: a var there is a forked parent's, idle or stale) */
+    if (!v || !kiln__engine_is_async() || kiln__var_idle(v)) {
         s->var = NULL;
         kiln__var_free(v);
         kiln__storage_destroy(s);

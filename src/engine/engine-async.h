@@ -54,8 +54,11 @@ void kiln__event_wait(kiln__stream *s, kiln__event *ev);
 /* Blocks until the stream has nothing queued. */
 void kiln__stream_drain(kiln__stream *s);
 void kiln__engine_drain_all(void);
-/* Takes (and clears) the stream's unreported error if it is e, so an error is reported once. */
-void kiln__stream_forget_error(kiln__stream *s, const kiln__error *e);
+/* e was reported by a read: marks it delivered (no stream reports it again) and clears it
+ * from s if s holds it. */
+void kiln__stream_forget_error(kiln__stream *s, kiln__error *e);
+/* Keeps e as s's error if it is the earliest undelivered one. */
+void kiln__stream_record_error(kiln__stream *s, kiln__error *e);
 /* Takes the stream's unreported error (the caller owns the reference), or NULL. */
 kiln__error *kiln__stream_take_error(kiln__stream *s);
 

@@ -20,10 +20,16 @@ typedef struct kiln__view {
 #define KILN__OP_MAX_IN 3
 #define KILN__OP_MAX_OUT 3 /* an Adam update writes param, exp_avg, exp_avg_sq */
 
+/* An op that updates long-lived state in place (a parameter and its optimizer state): when
+ * it cannot run (a poisoned input) or its kernel fails, its outputs keep their old values and
+ * stay readable; the failure is reported through the stream instead of poisoning them. */
+#define KILN__OP_FLAG_KEEP_OUTPUTS_ON_ERROR 1
+
 /* One queued unit of work. Params are inline so no allocation is needed per op. */
 typedef struct kiln__op {
     kiln__opcode code;
     int8_t n_in, n_out;
+    uint8_t flags; /* KILN__OP_FLAG_* */
     kiln__view in[KILN__OP_MAX_IN];
     kiln__view out[KILN__OP_MAX_OUT];
     union {
@@ -58,6 +64,13 @@ void kiln__submit(kiln__op *op);
 void kiln__debug_fail_next_kernel(const char *op_name);
 /* Waits until every queued op writing s is done; returns s's runtime error status. */
 kiln_status kiln__wait_storage(kiln__storage *s);
+/* e surfaced in a read; waits for this thread's queued work and returns (a new reference)
+ * whichever came first of e and the stream's unreported error, so the caller can name the op
+ * that failed first (a later op may fail on the same bad input without reading the first). */
+kiln__error *kiln__earliest_error(kiln__error *e);
+/* A poisoned result made at dispatch: the calling thread's stream keeps its error, so a sync
+ * reports it even if the tensor is released unread (unless a read delivered it first). */
+void kiln__stream_record_dispatch_error(kiln__error *e);
 /* Frees s once queued ops using it are done (called when its last owner goes). */
 void kiln__engine_free_storage(kiln__storage *s);
 

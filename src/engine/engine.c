@@ -24,6 +24,7 @@ void kiln__op_init(kiln__op *op, kiln__opcode code, const char *name) {
     op->code = code;
     op->n_in = 0;
     op->n_out = 0;
+    op->flags = 0;
     op->name = name;
     op->file = site.file;
     op->line = site.line;
@@ -33,6 +34,7 @@ void kiln__op_init(kiln__op *op, kiln__opcode code, const char *name) {
 }
 
 static void poison_outputs(const kiln__op *op, kiln__error *e) {
+    if (op->flags & KILN__OP_FLAG_KEEP_OUTPUTS_ON_ERROR) return;
     for (int i = 0; i < op->n_out; i++) {
         kiln__storage *s = op->out[i].storage;
         kiln__error *expect = NULL;
@@ -55,6 +57,7 @@ kiln__error *kiln__execute(const kiln__op *op) {
         kiln__storage *s = op->in[i].storage;
         kiln__error *e = s ? atomic_load(&s->err) : NULL;
         if (e) { /* skip the work, still complete: the outputs carry the error */
+            if (op->flags & KILN__OP_FLAG_KEEP_OUTPUTS_ON_ERROR) return kiln__error_ref(e); /* a skipped update is reported */
             poison_outputs(op, e);
             return NULL;
         }
@@ -84,12 +87,6 @@ kiln__error *kiln__execute(const kiln__op *op) {
     return e;
 }
 
-static void record_error(kiln__stream *s, kiln__error *e) {
-    pthread_mutex_lock(&s->lock);
-    if (!s->first_error) s->first_error = kiln__error_ref(e);
-    pthread_mutex_unlock(&s->lock);
-}
-
 /* Sequence number, stream and (when profiling) dispatch time of an op being queued. */
 static kiln__stream *stamp(kiln__op *op) {
     kiln__stream *s = kiln__stream_current();
@@ -106,7 +103,7 @@ void kiln__submit(kiln__op *op) {
         return;
     }
     kiln__error *e = kiln__execute(op);
-    if (e && s) record_error(s, e);
+    if (e && s) kiln__stream_record_error(s, e);
     kiln__error_unref(e);
 }
 
@@ -118,14 +115,14 @@ void kiln__submit_event(kiln__op *op, kiln__event *ev) {
     }
     kiln__error *e = kiln__execute(op);
     if (e && !ev->first_error) ev->first_error = kiln__error_ref(e);
-    if (e && s) record_error(s, e);
+    if (e && s) kiln__stream_record_error(s, e);
     kiln__error_unref(e);
 }
 
 kiln_status kiln__wait_storage(kiln__storage *st) {
     kiln__var *v = atomic_load_explicit((kiln__var *_Atomic *)&st->var, memory_order_acquire);
     kiln__stream *s = kiln__stream_current();
-    if (v && s && !kiln__var_idle(v)) {
+    if (v && s && kiln__engine_is_async() && !kiln__var_idle(v)) {
         /* a no-op that reads the storage: granted once every earlier write is done */
         kiln__op op;
         kiln__op_init(&op, KILN__OP_NOOP, "read");
@@ -141,12 +138,26 @@ kiln_status kiln__wait_storage(kiln__storage *st) {
     return e ? e->status : KILN_OK;
 }
 
+kiln__error *kiln__earliest_error(kiln__error *e) {
+    kiln__stream *s = kiln__stream_current();
+    if (!s) return kiln__error_ref(e);
+    kiln__stream_drain(s);
+    kiln__error *first = kiln__stream_take_error(s);
+    if (first && !atomic_load(&first->delivered) && first->order < e->order) return first;
+    if (first) kiln__stream_record_error(s, first); /* not this one: it stays for sync */
+    kiln__error_unref(first);
+    return kiln__error_ref(e);
+}
+
 kiln_status kiln_sync(void) {
     kiln__stream *s = kiln__stream_current();
     if (!s) return kiln__report(KILN_ERR_OUT_OF_MEMORY, "kiln_sync", "cannot create this thread's stream");
     kiln__stream_drain(s);
     kiln__error *e = kiln__stream_take_error(s);
-    if (!e) return KILN_OK;
+    if (!e || atomic_load(&e->delivered)) { /* a read on another thread reported it already */
+        kiln__error_unref(e);
+        return KILN_OK;
+    }
     kiln_status st = kiln__error_report(e);
     kiln__error_unref(e);
     return st;

@@ -11,6 +11,7 @@ typedef struct kiln__node {
     atomic_int wait; /* grants still missing + 1 for dispatch */
     kiln__stream *stream;
     kiln__event *event;
+    struct kiln__epoch *epoch; /* the kiln_sync_all epoch it was counted in */
     kiln__storage *free_target; /* a deferred free: destroy this storage when granted */
     struct kiln__node *next_ready;
     int64_t bytes;

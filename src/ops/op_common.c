@@ -49,7 +49,8 @@ kiln_tensor kiln__result(kiln__opctx *c, kiln__tensor *out) {
     if (out && !c->err) return kiln__handle_new(out);
     if (out) kiln__tensor_release(out);
     if (!c->err) kiln__fail(c, KILN_ERR_INTERNAL, "op produced no result and no error");
-    kiln__error_report(c->err);
+    kiln__error_set_last(c->err);
+    kiln__stream_record_dispatch_error(c->err); /* reported by a read of it, or else by sync */
     kiln__tensor *p = kiln__tensor_poisoned(c->err);
     kiln__error_unref(c->err);
     c->err = NULL;

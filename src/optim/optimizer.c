@@ -156,11 +156,15 @@ static kiln__tensor *take_grad(kiln__opctx *c, kiln_optimizer *opt, int i, const
     return h.id ? kiln__arg(c, h) : NULL;
 }
 
-static bool check_grad(kiln__opctx *c, const kiln__optim_param *p, const kiln__tensor *param, const kiln__tensor *grad) {
+/* wait_computed: the step is a read of its gradients, so a gradient that fails while it is
+ * computed is known before any parameter changes (clipping only looks at what is known). */
+static bool check_grad(kiln__opctx *c, const kiln__optim_param *p, const kiln__tensor *param, const kiln__tensor *grad,
+                       bool wait_computed) {
     if (!kiln__ok(c, (kiln__tensor *)grad)) return false;
+    if (wait_computed) kiln__wait_storage(grad->storage);
     kiln__error *late = atomic_load(&grad->storage->err); /* failed while running: no update from it */
     if (late) {
-        if (!c->err) c->err = kiln__error_ref(late);
+        if (!c->err) c->err = wait_computed ? kiln__earliest_error(late) : kiln__error_ref(late);
         return false;
     }
     if (grad->dtype != param->dtype || grad->device != param->device || grad->ndim != param->ndim ||
@@ -202,7 +206,7 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
         if (!grad) continue;
         ups[i].param = param;
         ups[i].grad = grad;
-        if (!check_grad(&c, &opt->params[i], param, grad)) continue;
+        if (!check_grad(&c, &opt->params[i], param, grad, true)) continue;
         const kiln__tensor *st = opt->params[i].state[0];
         if (st && (st->dtype != param->dtype || st->device != param->device || st->ndim != param->ndim ||
                    memcmp(st->shape, param->shape, sizeof(int64_t) * (size_t)param->ndim) != 0)) {
@@ -231,6 +235,7 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
             p->step++;
             kiln__op op;
             kiln__op_init(&op, code, c.name);
+            op.flags |= KILN__OP_FLAG_KEEP_OUTPUTS_ON_ERROR;
             if (opt->kind == KILN__OPTIM_ADAM) kiln__adam_fill(opt, p, ups[i].param, ups[i].grad, &op);
             else kiln__sgd_fill(opt, p, ups[i].param, ups[i].grad, &op);
             kiln__submit(&op);
@@ -274,7 +279,7 @@ kiln_status kiln_clip_grad_norm(kiln_optimizer *opt, kiln_grads *g, double max_n
         kiln__tensor *param = param_tensor(&c, p);
         const kiln__ad_meta *m = param ? param->autodiff : NULL;
         kiln__tensor **slot = m ? kiln__grads_slot(g, m->leaf) : NULL;
-        if (!slot || !check_grad(&c, p, param, *slot)) continue;
+        if (!slot || !check_grad(&c, p, param, *slot, false)) continue;
         if (first && !kiln__same_device(&c, first, *slot)) continue;
         norm_dtype = first ? kiln__dtype_promote(norm_dtype, (*slot)->dtype) : (*slot)->dtype;
         if (!first) first = *slot;
