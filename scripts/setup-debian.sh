@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian 12 machine lacks to build, test and run kiln (python3 runs
-# the checkpoint test's safetensors reference reader; bench/run needs it too).
+# the checkpoint test's safetensors reference reader; bench/run needs it too; libclang-rt
+# holds libFuzzer for the fuzz step).
 # Run as root (or with sudo available). Safe to run again.
 set -euo pipefail
-packages=(build-essential cmake clang pkg-config libopenblas-dev zlib1g-dev dataset-fashion-mnist python3)
+packages=(build-essential cmake clang libclang-rt-14-dev pkg-config libopenblas-dev zlib1g-dev dataset-fashion-mnist python3)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

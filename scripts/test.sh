@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds kiln and runs every test: a warnings-as-errors Release build with gcc and with
 # clang, then the whole suite under AddressSanitizer + UndefinedBehaviorSanitizer, then the
-# engine tests under ThreadSanitizer. Build trees go to build-test/ (ignored by git).
+# engine tests under ThreadSanitizer, then the file readers' libFuzzer targets for a short
+# while each. Build trees go to build-test/ (ignored by git).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -46,3 +47,19 @@ echo "== ThreadSanitizer (engine tests)"
 # (OpenBLAS's own threads synchronise in ways TSan cannot see: use the built-in GEMM here)
 build tsan clang -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=thread -DKILN_USE_BLAS=OFF
 (cd "$root/tsan" && KILN_NO_CACHING=1 TSAN_OPTIONS=halt_on_error=1 ctest -j "$jobs" --output-on-failure -L engine)
+
+echo "== fuzzers (libFuzzer + ASan + UBSan): each file reader on mutations of kiln's own files"
+# KILN_FUZZ_SECONDS per target (default 45); a crash, leak or UB report fails CI and leaves
+# the input as crash-* in $root/fuzz-work/<target>.
+secs=${KILN_FUZZ_SECONDS:-45}
+build fuzz clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_FUZZ=ON -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_EXAMPLES=OFF
+rm -rf "$root/fuzz-seeds" "$root/fuzz-work"
+"$root/fuzz/fuzz/make_corpus" "$root/fuzz-seeds"
+for target in safetensors idx; do
+    mkdir -p "$root/fuzz-work/$target"
+    (cd "$root/fuzz-work/$target" &&
+        "../../fuzz/fuzz/fuzz_$target" -max_total_time="$secs" -max_len=4096 -print_final_stats=1 \
+            . "../../fuzz-seeds/$target" 2>"../$target.log") ||
+        { tail -n 60 "$root/fuzz-work/$target.log"; echo "fuzz_$target found a crash"; exit 1; }
+    tail -n 1 "$root/fuzz-work/$target.log"
+done

@@ -67,6 +67,30 @@ static inline int kt_finish(void) {
     return kt_tests_failed ? 1 : 0;
 }
 
+/* ---- hostile files --------------------------------------------------------------------- */
+#if defined(__unix__)
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+/* The process's peak resident memory so far, in MiB: a reader that allocates what a hostile
+ * header claims shows up here even when it later fails. */
+static inline double kt_peak_rss_mib(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
+/* Writes head (n bytes) at the start of a sparse file of `size` bytes: gigabytes on paper,
+ * no disk, and all zeros to a reader that reads it whole. */
+static inline int kt_write_sparse(const char *path, const void *head, size_t n, long long size) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return -1;
+    int ok = write(fd, head, n) == (ssize_t)n && ftruncate(fd, (off_t)size) == 0;
+    return close(fd) == 0 && ok ? 0 : -1;
+}
+#endif
+
 /* ---- kiln-specific helpers (when <kiln.h> was included first) ------------------------- */
 #ifdef KILN_H
 static const kiln_dtype kt_all_dtypes[] = {KILN_F32, KILN_F64, KILN_I32, KILN_I64, KILN_BOOL, KILN_F16, KILN_BF16};

@@ -2,16 +2,24 @@
  * checkpoint matches training that never stopped), the file read by Python (safetensors when
  * installed, else a json/struct reference reader) and a file written by Python read back,
  * every truncation and many byte flips rejected with nothing half-loaded, mismatched models
- * and optimizers, missing files, out of memory, bad arguments, and no leaks. */
+ * and optimizers, missing files, out of memory, bad arguments, and no leaks. Hostile files:
+ * FIFOs and devices rejected without blocking, gigabyte files with garbage headers rejected
+ * without reading them, 100k-key headers parsed in linear-ish time; and durable saves: the
+ * directory synced after the rename, temporaries of saves killed mid-write cleaned up. */
 #include <dirent.h>
+#include <errno.h>
 #include <kiln.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kiln_test.h"
 #include "nn/module-impl.h"
 #include "optim/optim-impl.h"
+#include "optim/safetensors.h"
 
 static char dir[64];
 
@@ -624,6 +632,228 @@ KT_TEST(load_out_of_memory) {
     no_leaks(base);
 }
 
+/* ---- hostile files ----------------------------------------------------------------------- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* A FIFO blocked open() forever waiting for a writer; a device never ends. The alarm turns a
+ * hang into a failed test. */
+KT_TEST(special_files_are_rejected) {
+    kiln_module *m = kiln_linear_new(2, 2, true, 1);
+    const char *fifo = path_in("fifo.safetensors");
+    KT_CHECK(mkfifo(fifo, 0600) == 0);
+    alarm(20);
+    const char *paths[] = {fifo, "/dev/zero", "/dev/null", dir};
+    for (int i = 0; i < 4; i++) {
+        int line = __LINE__ + 1;
+        KT_CHECK(kiln_checkpoint_load(paths[i], m, NULL) == KILN_ERR_IO);
+        KT_EXPECT_ERROR(KILN_ERR_IO, "kiln_checkpoint_load", line);
+        KT_EXPECT_ERROR(KILN_ERR_IO, paths[i], 0);
+        KT_EXPECT_ERROR(KILN_ERR_IO, "not a regular file", 0);
+    }
+    alarm(0);
+    unlink(fifo);
+    kiln_module_free(m);
+}
+
+/* A 1 GiB sparse file whose header is garbage, or whose tensor claims more data than the
+ * file holds, is rejected from its header alone: no gigabyte read, allocated or waited for. */
+KT_TEST(huge_files_rejected_from_the_header) {
+    kiln_module *m = kiln_linear_new(2, 2, true, 1);
+    const char *path = path_in("huge.safetensors");
+    const long long gib = 1LL << 30;
+    char head[256];
+    const char *headers[] = {"{\"a\": garbage", /* malformed JSON */
+                             "{\"weight\":{\"dtype\":\"F32\",\"shape\":[268435456],\"data_offsets\":[0,1073741824]}}",
+                             "{\"weight\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]}}"};
+    const char *why[] = {"malformed header", "1073741824", "tensors cover 16 bytes"};
+    for (int k = 0; k < 3; k++) {
+        size_t n = strlen(headers[k]);
+        for (int i = 0; i < 8; i++) head[i] = (char)((uint64_t)n >> (8 * i));
+        memcpy(head + 8, headers[k], n);
+        KT_CHECK(kt_write_sparse(path, head, 8 + n, gib) == 0);
+        double rss = kt_peak_rss_mib(), t0 = now_s();
+        KT_CHECK(kiln_checkpoint_load(path, m, NULL) == KILN_ERR_CORRUPT);
+        double took = now_s() - t0, grew = kt_peak_rss_mib() - rss;
+        KT_EXPECT_ERROR(KILN_ERR_CORRUPT, why[k], 0);
+        KT_CHECK_MSG(grew < 64, "header %d: peak memory grew by %.0f MiB", k, grew);
+        KT_CHECK_MSG(took < 2, "header %d: took %.2f s", k, took);
+    }
+    /* a header length that the file cannot hold, and one beyond the format's 100 MB */
+    uint64_t lens[] = {(uint64_t)gib, (uint64_t)200 << 20, UINT64_MAX};
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < 8; i++) head[i] = (char)(lens[k] >> (8 * i));
+        KT_CHECK(kt_write_sparse(path, head, 8, k == 1 ? gib : 4096) == 0);
+        KT_CHECK(kiln_checkpoint_load(path, m, NULL) == KILN_ERR_CORRUPT);
+        KT_EXPECT_ERROR(KILN_ERR_CORRUPT, "header length", 0);
+    }
+    unlink(path);
+    kiln_module_free(m);
+}
+
+/* A header of `n` tensors "t<i>" (F32 [1]) and n metadata keys "k<i>"; with dup, the last
+ * metadata key repeats an earlier one. Returns the file's bytes (malloc'd; *size). */
+static unsigned char *many_keys_file(int n, bool dup, size_t *size) {
+    size_t cap = (size_t)n * 96 + 64, len = 0;
+    char *h = malloc(cap);
+    len += (size_t)snprintf(h + len, cap - len, "{\"__metadata__\":{");
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(h + len, cap - len, "%s\"k%d\":\"v%d\"", i ? "," : "", dup && i == n - 1 ? n / 2 : i, i);
+    len += (size_t)snprintf(h + len, cap - len, "}");
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(h + len, cap - len, ",\"t%d\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[%d,%d]}", i,
+                                4 * i, 4 * i + 4);
+    len += (size_t)snprintf(h + len, cap - len, "}");
+    unsigned char *f = calloc(8 + len + 4 * (size_t)n, 1);
+    for (int i = 0; i < 8; i++) f[i] = (unsigned char)((uint64_t)len >> (8 * i));
+    memcpy(f + 8, h, len);
+    free(h);
+    *size = 8 + len + 4 * (size_t)n;
+    return f;
+}
+
+/* Checking 100k keys for repeats compared each with all before it (20 s); now sorted. */
+KT_TEST(many_keys_parse_in_n_log_n) {
+    const int n = 100000;
+    size_t size;
+    unsigned char *bytes = many_keys_file(n, false, &size);
+    kiln__st_file f;
+    char why[256] = "";
+    double t0 = now_s();
+    kiln_status st = kiln__st_parse(bytes, size, &f, why, sizeof why);
+    KT_CHECK_MSG(st == KILN_OK, "%s", why);
+    if (st == KILN_OK) {
+        KT_CHECK(f.n_meta == n && f.n_tensors == n);
+        int found = 0;
+        char name[32];
+        for (int i = 0; i < n; i++) {
+            snprintf(name, sizeof name, "t%d", i);
+            const kiln__st_tensor *t = kiln__st_find(&f, name);
+            found += t && t->begin == 4u * (unsigned)i;
+            snprintf(name, sizeof name, "k%d", i);
+            const char *v = kiln__st_meta_get(&f, name);
+            snprintf(name, sizeof name, "v%d", i);
+            found += v && strcmp(v, name) == 0;
+        }
+        KT_CHECK(found == 2 * n);
+        KT_CHECK(!kiln__st_find(&f, "t100000") && !kiln__st_meta_get(&f, "k-1"));
+        kiln__st_free(&f);
+    }
+    free(bytes);
+    bytes = many_keys_file(n, true, &size);
+    KT_CHECK(kiln__st_parse(bytes, size, &f, why, sizeof why) == KILN_ERR_CORRUPT);
+    KT_CHECK_MSG(strstr(why, "'k50000' appears twice") != NULL, "%s", why);
+    double took = now_s() - t0;
+    KT_CHECK_MSG(took < 5, "two parses of %d keys took %.1f s", n, took);
+    free(bytes);
+}
+
+/* ---- durable saves ----------------------------------------------------------------------- */
+
+static int dir_syncs, temps_at_dir_sync;
+
+static int count_temporaries(void) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += strstr(e->d_name, ".kiln-tmp-") != NULL;
+    if (d) closedir(d);
+    return n;
+}
+
+static bool is_dir_fd(int fd) {
+    struct stat sb;
+    return fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static int record_fsync(int fd) {
+    if (is_dir_fd(fd)) dir_syncs++, temps_at_dir_sync += count_temporaries();
+    return fsync(fd);
+}
+
+static int fail_dir_fsync(int fd) {
+    if (!is_dir_fd(fd)) return fsync(fd);
+    errno = EIO;
+    return -1;
+}
+
+/* The rename itself lives in the directory: without syncing it, a power cut can undo it. */
+KT_TEST(save_syncs_the_directory) {
+    kiln_module *m = kiln_linear_new(2, 2, true, 1);
+    const char *path = path_in("durable.safetensors");
+    dir_syncs = temps_at_dir_sync = 0;
+    kiln__st_fsync = record_fsync;
+    KT_CHECK(kiln_checkpoint_save(path, m, NULL) == KILN_OK);
+    KT_CHECK(dir_syncs == 1 && temps_at_dir_sync == 0); /* once, after the rename */
+    kiln__st_fsync = fail_dir_fsync;
+    int line = __LINE__ + 1;
+    KT_CHECK(kiln_checkpoint_save(path, m, NULL) == KILN_ERR_IO);
+    KT_EXPECT_ERROR(KILN_ERR_IO, "kiln_checkpoint_save", line);
+    KT_EXPECT_ERROR(KILN_ERR_IO, "cannot sync its directory", 0);
+    kiln__st_fsync = fsync;
+    KT_CHECK(kiln_checkpoint_load(path, m, NULL) == KILN_OK);
+    unlink(path);
+    kiln_module_free(m);
+}
+
+static void die_mid_write(const char *tmp) { raise(SIGKILL); }
+
+/* A child process starts a save to path and is killed after its header is written. */
+static void killed_save(const char *path) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        static float big[1 << 16];
+        kiln__st_entry e = {"0.weight", KILN_F32, 1, (int64_t[]){1 << 16}, big, sizeof big};
+        kiln__st_mid_write = die_mid_write;
+        char why[256];
+        kiln__st_write(path, &e, 1, NULL, 0, why, sizeof why);
+        _exit(0); /* not reached: the hook kills */
+    }
+    int status = 0;
+    KT_CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    KT_CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+}
+
+/* Saves killed mid-write leave temporaries and never touch the checkpoint; the next save to
+ * the same path removes those whose process is gone, never a live saver's. */
+KT_TEST(killed_saves_are_cleaned_up) {
+    kiln_module *a = mlp(1), *b = mlp(2), *c = mlp(3);
+    const char *path = path_in("killed.safetensors");
+    KT_CHECK(kiln_checkpoint_save(path, a, NULL) == KILN_OK);
+    size_t na, nb, nc;
+    unsigned char *sa = snapshot(a, &na), *sb = snapshot(b, &nb);
+    for (int k = 0; k < 3; k++) killed_save(path);
+    KT_CHECK(count_temporaries() == 1); /* each killed save removed its dead predecessor's */
+    KT_CHECK(kiln_checkpoint_load(path, c, NULL) == KILN_OK); /* still the whole first save */
+    unsigned char *sc = snapshot(c, &nc);
+    same_bytes(sc, nc, sa, na, "model after killed saves");
+
+    pid_t live = fork(); /* a saver still at work */
+    if (live == 0) {
+        pause();
+        _exit(0);
+    }
+    char live_tmp[300];
+    snprintf(live_tmp, sizeof live_tmp, "%s.kiln-tmp-%ld-0", path, (long)live);
+    write_all(live_tmp, (const unsigned char *)"x", 1);
+    write_all(path_in("killed.safetensors.kiln-tmp-1-x"), (const unsigned char *)"x", 1); /* not ours */
+    KT_CHECK(kiln_checkpoint_save(path, b, NULL) == KILN_OK);
+    KT_CHECK(count_temporaries() == 2);
+    KT_CHECK(access(live_tmp, F_OK) == 0);
+    KT_CHECK(kiln_checkpoint_load(path, c, NULL) == KILN_OK);
+    sc = snapshot(c, &nc);
+    same_bytes(sc, nc, sb, nb, "model after the next save");
+    kill(live, SIGKILL);
+    waitpid(live, NULL, 0);
+    unlink(live_tmp);
+    unlink(path_in("killed.safetensors.kiln-tmp-1-x"));
+    unlink(path);
+    kiln_module_free(a), kiln_module_free(b), kiln_module_free(c);
+}
+
 static void remove_dir(void) {
     DIR *d = opendir(dir);
     for (struct dirent *e; d && (e = readdir(d));)
@@ -642,6 +872,11 @@ int main(void) {
     KT_RUN(mismatched_model_or_optimizer);
     KT_RUN(files_and_arguments);
     KT_RUN(load_out_of_memory);
+    KT_RUN(special_files_are_rejected);
+    KT_RUN(huge_files_rejected_from_the_header);
+    KT_RUN(many_keys_parse_in_n_log_n);
+    KT_RUN(save_syncs_the_directory);
+    KT_RUN(killed_saves_are_cleaned_up);
     remove_dir();
     return kt_finish();
 }

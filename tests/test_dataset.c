@@ -3,6 +3,8 @@
  * (normalize against a double reference; crop and flip against shifted / mirrored copies of a
  * known image; determinism). Bad input for every constructor; no leaks. */
 #include <kiln.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "data/data-impl.h"
@@ -560,6 +562,121 @@ KT_TEST(transform_random_hflip) {
     EW_NO_LEAKS(m);
 }
 
+/* ---- hostile IDX files --------------------------------------------------------------------- */
+
+/* A FIFO blocked open() forever waiting for a writer; a device never ends. The alarm turns a
+ * hang into a failed test. */
+KT_TEST(idx_special_files) {
+    make_idx_pair();
+    write_file(tmp_path("img"), img_file, img_size);
+    write_file(tmp_path("lbl"), lbl_file, lbl_size);
+    const char *fifo = tmp_path("fifo");
+    KT_CHECK(mkfifo(fifo, 0600) == 0);
+    alarm(20);
+    const char *paths[] = {fifo, "/dev/zero", "/dev/null"};
+    for (int i = 0; i < 3; i++) {
+        int line = __LINE__ + 1;
+        KT_CHECK(kiln_idx_dataset_new(paths[i], tmp_path("lbl")) == NULL);
+        KT_EXPECT_ERROR(KILN_ERR_IO, "kiln_idx_dataset_new", line);
+        KT_EXPECT_ERROR(KILN_ERR_IO, paths[i], 0);
+        KT_EXPECT_ERROR(KILN_ERR_IO, "not a regular file", 0);
+        KT_CHECK(kiln_idx_dataset_new(tmp_path("img"), paths[i]) == NULL);
+        KT_EXPECT_ERROR(KILN_ERR_IO, paths[i], 0);
+    }
+    alarm(0);
+    unlink(fifo);
+}
+
+/* Deflate's fixed Huffman codes (RFC 1951 3.2.6), written most significant bit first into a
+ * stream filled from each byte's least significant bit. */
+typedef struct {
+    unsigned char *out;
+    size_t at;
+    int bit;
+} bits;
+
+static void put_bits(bits *b, uint32_t code, int len, bool msb_first) {
+    for (int i = 0; i < len; i++) {
+        int v = msb_first ? (int)(code >> (len - 1 - i)) & 1 : (int)(code >> i) & 1;
+        if (b->bit == 0) b->out[b->at] = 0;
+        b->out[b->at] |= (unsigned char)(v << b->bit);
+        if (++b->bit == 8) b->bit = 0, b->at++;
+    }
+}
+
+static void put_literal(bits *b, unsigned v) {
+    if (v < 144) put_bits(b, 0x30 + v, 8, true);
+    else put_bits(b, 0x190 + v - 144, 9, true);
+}
+
+/* A gzip file (`cap` bytes at most) of idx (n bytes) followed by as many zero bytes as one
+ * deflate block of 258-byte copies can hold: ~160x smaller than what it inflates to.
+ * Returns the file's size and the zeros in *zeros. The CRC is wrong: nobody should get there. */
+static size_t gzip_bomb(const unsigned char *idx, size_t n, unsigned char *out, size_t cap, uint64_t *zeros) {
+    const unsigned char head[10] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff};
+    memcpy(out, head, 10);
+    bits b = {out, 10, 0};
+    put_bits(&b, 1, 1, false); /* BFINAL */
+    put_bits(&b, 1, 2, false); /* BTYPE 01: fixed codes */
+    for (size_t i = 0; i < n; i++) put_literal(&b, idx[i]);
+    put_literal(&b, 0);
+    *zeros = 1;
+    while (b.at + 16 < cap) {
+        put_bits(&b, 0xC5, 8, true); /* length code 285: 258 bytes */
+        put_bits(&b, 0, 5, true);    /* distance code 0: 1 byte back */
+        *zeros += 258;
+    }
+    put_bits(&b, 0, 7, true); /* end of block */
+    size_t at = b.at + (b.bit != 0);
+    memset(out + at, 0, 8);
+    return at + 8;
+}
+
+/* Runs kiln_idx_dataset_new on img: it must fail with `st` naming `what`, within 2 s and
+ * without its peak memory growing by more than 64 MiB. */
+static void expect_fast_failure(const char *img, kiln_status st, const char *what, int here) {
+    double rss = kt_peak_rss_mib();
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    kiln_dataset *ds = kiln_idx_dataset_new(img, tmp_path("lbl"));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double took = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9, grew = kt_peak_rss_mib() - rss;
+    KT_CHECK_MSG(ds == NULL, "line %d: accepted", here);
+    kiln_dataset_free(ds);
+    kt_expect_error_at(st, what, __FILE__, 0, here);
+    KT_CHECK_MSG(grew < 64, "line %d: peak memory grew by %.0f MiB", here, grew);
+    KT_CHECK_MSG(took < 2, "line %d: took %.2f s", here, took);
+}
+
+/* Headers that claim far more than the file can hold are rejected before any data is read:
+ * a 1 GiB sparse file, a 1 MiB gzip that inflates to ~170 MB, both claiming 2^40 bytes. */
+KT_TEST(idx_huge_claims) {
+    make_idx_pair();
+    write_file(tmp_path("lbl"), lbl_file, lbl_size);
+    unsigned char head[16];
+    size_t hn = idx_bytes(head, 0x803, 3, (uint32_t[]){1u << 20, 1024, 1024}, 0);
+    const char *path = tmp_path("huge");
+    KT_CHECK(kt_write_sparse(path, head, hn, 1LL << 30) == 0);
+    expect_fast_failure(path, KILN_ERR_CORRUPT, "need 1099511627776 bytes of data, the file has 1073741808", __LINE__);
+    unlink(path);
+    if (!have_gzip) return;
+    size_t cap = (size_t)1 << 20;
+    unsigned char *gz = malloc(cap);
+    uint64_t zeros;
+    size_t n = gzip_bomb(head, hn, gz, cap, &zeros);
+    KT_CHECK(zeros > (uint64_t)150 << 20);
+    path = tmp_path("huge.gz");
+    write_file(path, gz, n);
+    expect_fast_failure(path, KILN_ERR_CORRUPT, "need 1099511627776 bytes of data, a gzip file of", __LINE__);
+    /* a claim the file could hold, far below what it inflates to: stops right after it */
+    hn = idx_bytes(head, 0x803, 3, (uint32_t[]){16, 1024, 1024}, 0);
+    n = gzip_bomb(head, hn, gz, cap, &zeros);
+    write_file(path, gz, n);
+    expect_fast_failure(path, KILN_ERR_CORRUPT, "more data than dims 16 x 1024 x 1024 declare", __LINE__);
+    unlink(path);
+    free(gz);
+}
+
 int main(void) {
     snprintf(tmp_dir, sizeof tmp_dir, "/tmp/kiln_dataset_XXXXXX");
     if (!mkdtemp(tmp_dir)) {
@@ -570,6 +687,8 @@ int main(void) {
     KT_RUN(memory_dataset);
     KT_RUN(idx_round_trip);
     KT_RUN(idx_damaged);
+    KT_RUN(idx_special_files);
+    KT_RUN(idx_huge_claims);
     KT_RUN(fashion_mnist);
     KT_RUN(transform_normalize);
     KT_RUN(transform_random_crop);

@@ -1,10 +1,17 @@
 /* MNIST-format IDX files (gzip'd through zlib when the build has it): u8 images of dims
  * N, H, W (magic 0x00000803) and u8 labels of dim N (magic 0x00000801). The whole file is
- * decompressed into memory; pixels become f32 in [0, 1] as samples are read. */
+ * decompressed into memory; pixels become f32 in [0, 1] as samples are read.
+ *
+ * The file is hostile until checked: only regular files are opened (a FIFO or a device would
+ * block or never end), and the size the header claims is checked against what the file can
+ * hold before any data is read, so a small file cannot make us inflate or allocate gigabytes. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "data/data-impl.h"
 
@@ -17,10 +24,14 @@
 
 static const char OP[] = "kiln_idx_dataset_new";
 #define CHUNK ((size_t)1 << 20)
+/* deflate's best case: one 258-byte match per 2 bits (zlib's FAQ gives 1032:1) */
+#define GZIP_MAX_RATIO 1032u
 
 /* ---- a byte source: zlib reads gzip'd and plain files alike; stdio without zlib ---------- */
 typedef struct {
     const char *path;
+    uint64_t size;   /* of the file on disk */
+    bool compressed; /* gzip magic at the start */
 #if KILN_HAVE_ZLIB
     gzFile gz;
 #else
@@ -28,31 +39,62 @@ typedef struct {
 #endif
 } source;
 
+/* Opens path for reading only if it is a regular file: O_NONBLOCK keeps open() itself from
+ * waiting for a FIFO's writer; it is cleared again before reading. */
 static bool source_open(source *s, const char *path) {
+    memset(s, 0, sizeof *s);
     s->path = path;
-    errno = 0;
-#if KILN_HAVE_ZLIB
-    s->gz = gzopen(path, "rb");
-    if (!s->gz) {
-        kiln__report(KILN_ERR_IO, OP, "%s: cannot open: %s", path, errno ? strerror(errno) : "out of memory");
-        return false;
-    }
-#else
-    s->f = fopen(path, "rb");
-    if (!s->f) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
         kiln__report(KILN_ERR_IO, OP, "%s: cannot open: %s", path, strerror(errno));
         return false;
     }
+    struct stat sb = {0};
+    int err = fstat(fd, &sb) != 0 ? errno : 0;
+    if (err || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        kiln__report(KILN_ERR_IO, OP, "%s: cannot open: %s", path, err ? strerror(err) : "not a regular file");
+        return false;
+    }
+    int flags = fcntl(fd, F_GETFL);
     unsigned char magic[2];
-    size_t got = fread(magic, 1, 2, s->f);
-    if (got == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
-        fclose(s->f);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        kiln__report(KILN_ERR_IO, OP, "%s: cannot open: %s", path, strerror(errno));
+        close(fd);
+        return false;
+    }
+    s->size = (uint64_t)sb.st_size;
+    s->compressed = pread(fd, magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+#if KILN_HAVE_ZLIB
+    errno = 0;
+    s->gz = gzdopen(fd, "rb");
+    if (!s->gz) {
+        kiln__report(KILN_ERR_IO, OP, "%s: cannot open: %s", path, errno ? strerror(errno) : "out of memory");
+        close(fd);
+        return false;
+    }
+#else
+    if (s->compressed) {
+        close(fd);
         kiln__report(KILN_ERR_UNSUPPORTED, OP, "%s: gzip-compressed, and kiln was built without zlib", path);
         return false;
     }
-    rewind(s->f);
+    s->f = fdopen(fd, "rb");
+    if (!s->f) {
+        kiln__report(KILN_ERR_IO, OP, "%s: cannot open: %s", path, strerror(errno));
+        close(fd);
+        return false;
+    }
 #endif
     return true;
+}
+
+/* The most data bytes the file can hold after a header of head_bytes. */
+static uint64_t source_capacity(const source *s, size_t head_bytes) {
+    uint64_t cap;
+    if (!s->compressed) return s->size > head_bytes ? s->size - head_bytes : 0;
+    if (__builtin_mul_overflow(s->size, (uint64_t)GZIP_MAX_RATIO, &cap)) return UINT64_MAX;
+    return cap;
 }
 
 static void source_close(source *s) {
@@ -132,6 +174,7 @@ static bool idx_load(const char *path, int ndim, idx_array *out) {
         }
     }
     char shape[64];
+    uint64_t room = source_capacity(&s, head_bytes);
     if (ndim == 3)
         snprintf(shape, sizeof shape, "%lld x %lld x %lld", (long long)out->dims[0], (long long)out->dims[1],
                  (long long)out->dims[2]);
@@ -139,6 +182,16 @@ static bool idx_load(const char *path, int ndim, idx_array *out) {
         snprintf(shape, sizeof shape, "%lld", (long long)out->dims[0]);
     if (ndim == 3 && (out->dims[1] == 0 || out->dims[2] == 0)) {
         kiln__report(KILN_ERR_CORRUPT, OP, "%s: images of size %s", path, shape);
+        goto done;
+    }
+    if (total > room) {
+        if (s.compressed)
+            kiln__report(KILN_ERR_CORRUPT, OP,
+                         "%s: truncated: dims %s need %llu bytes of data, a gzip file of %llu bytes holds at most %llu",
+                         path, shape, (unsigned long long)total, (unsigned long long)s.size, (unsigned long long)room);
+        else
+            kiln__report(KILN_ERR_CORRUPT, OP, "%s: truncated: dims %s need %llu bytes of data, the file has %llu", path,
+                         shape, (unsigned long long)total, (unsigned long long)room);
         goto done;
     }
     /* read in growing pieces up to the declared size, never trusting it for the allocation */

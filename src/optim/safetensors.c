@@ -1,8 +1,10 @@
 /* Reading and writing safetensors files. The reader treats the file as hostile: every
  * length and offset is checked before use, and the JSON header is parsed by a small strict
  * parser for exactly the subset the format uses. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -364,9 +366,6 @@ static kiln_status parse_header(parser *p, kiln__st_file *f) {
                         }
                         p->crc_at = at + 8; /* file position */
                     }
-                    for (int i = 0; i < f->n_meta; i++)
-                        if (strcmp(f->meta[i].key, m.key) == 0) bad(p, "repeated metadata key");
-                    if (p->failed) break;
                     if (!grow((void **)&f->meta, f->n_meta, &cap_m, sizeof *f->meta)) return KILN_ERR_OUT_OF_MEMORY;
                     f->meta[f->n_meta++] = m;
                 } while (more(p, '}'));
@@ -390,7 +389,25 @@ static kiln_status parse_header(parser *p, kiln__st_file *f) {
 /* ---- checks after parsing --------------------------------------------------------------- */
 
 static int cmp_names(const void *a, const void *b) {
-    return strcmp((*(const kiln__st_tensor *const *)a)->name, (*(const kiln__st_tensor *const *)b)->name);
+    return strcmp(((const kiln__st_tensor *)a)->name, ((const kiln__st_tensor *)b)->name);
+}
+
+static int cmp_keys(const void *a, const void *b) {
+    return strcmp(((const kiln__st_meta *)a)->key, ((const kiln__st_meta *)b)->key);
+}
+
+/* Sorts tensors and metadata by name (so lookups can bisect) and rejects repeated names:
+ * O(n log n), where comparing each new key with all before it took minutes on 100k keys. */
+static kiln_status sort_names(kiln__st_file *f, char *why, size_t why_size) {
+    if (f->n_tensors > 1) qsort(f->tensors, (size_t)f->n_tensors, sizeof *f->tensors, cmp_names);
+    if (f->n_meta > 1) qsort(f->meta, (size_t)f->n_meta, sizeof *f->meta, cmp_keys);
+    for (int i = 1; i < f->n_tensors; i++)
+        if (strcmp(f->tensors[i - 1].name, f->tensors[i].name) == 0)
+            return fail(KILN_ERR_CORRUPT, why, why_size, "tensor '%s' appears twice", f->tensors[i].name);
+    for (int i = 1; i < f->n_meta; i++)
+        if (strcmp(f->meta[i - 1].key, f->meta[i].key) == 0)
+            return fail(KILN_ERR_CORRUPT, why, why_size, "metadata key '%s' appears twice", f->meta[i].key);
+    return KILN_OK;
 }
 
 static int cmp_offsets(const void *a, const void *b) {
@@ -420,14 +437,11 @@ static kiln_status check_tensors(kiln__st_file *f, char *why, size_t why_size) {
             return fail(KILN_ERR_CORRUPT, why, why_size, "tensor '%s' has %llu bytes of data, its dtype and shape need %llu",
                         t->name, (unsigned long long)(t->end - t->begin), (unsigned long long)bytes);
     }
-    kiln_status st = KILN_OK;
+    kiln_status st = sort_names(f, why, why_size);
+    if (st != KILN_OK) return st;
     const kiln__st_tensor **order = malloc(sizeof *order * (size_t)(f->n_tensors ? f->n_tensors : 1));
     if (!order) return fail(KILN_ERR_OUT_OF_MEMORY, why, why_size, "cannot allocate the tensor index");
     for (int i = 0; i < f->n_tensors; i++) order[i] = &f->tensors[i];
-    qsort(order, (size_t)f->n_tensors, sizeof *order, cmp_names);
-    for (int i = 1; i < f->n_tensors && st == KILN_OK; i++)
-        if (strcmp(order[i - 1]->name, order[i]->name) == 0)
-            st = fail(KILN_ERR_CORRUPT, why, why_size, "tensor '%s' appears twice", order[i]->name);
     qsort(order, (size_t)f->n_tensors, sizeof *order, cmp_offsets);
     uint64_t at = 0;
     for (int i = 0; i < f->n_tensors && st == KILN_OK; i++) {
@@ -443,65 +457,128 @@ static kiln_status check_tensors(kiln__st_file *f, char *why, size_t why_size) {
     return st;
 }
 
-static kiln_status read_file(const char *path, kiln__st_file *f, char *why, size_t why_size) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return fail(KILN_ERR_IO, why, why_size, "cannot open '%s': %s", path, strerror(errno));
+/* The header length from the first 8 bytes, checked against the file's size and the limit. */
+static kiln_status header_length(const unsigned char *first, uint64_t file_size, uint64_t *n, char *why, size_t why_size) {
+    if (file_size < 8)
+        return fail(KILN_ERR_CORRUPT, why, why_size, "file has %llu bytes, fewer than the 8 of the header length",
+                    (unsigned long long)file_size);
+    *n = 0;
+    for (int i = 7; i >= 0; i--) *n = *n << 8 | first[i];
+    if (*n > file_size - 8 || *n > MAX_HEADER)
+        return fail(KILN_ERR_CORRUPT, why, why_size, "header length %llu does not fit a file of %llu bytes",
+                    (unsigned long long)*n, (unsigned long long)file_size);
+    return KILN_OK;
+}
+
+/* Parses the n header bytes at hdr (file position 8) and checks every tensor against the
+ * data a file of file_size bytes holds, before any of that data is read. */
+static kiln_status parse_checked(kiln__st_file *f, const unsigned char *hdr, size_t n, uint64_t file_size,
+                                 size_t *crc_at, char *why, size_t why_size) {
+    f->data_len = (size_t)(file_size - 8 - n);
+    f->strings = malloc(n + 1);
+    if (!f->strings) return fail(KILN_ERR_OUT_OF_MEMORY, why, why_size, "cannot allocate the header");
+    parser p = {.s = hdr, .len = n, .arena = f->strings, .why = why, .why_size = why_size};
+    kiln_status st = parse_header(&p, f);
+    if (st == KILN_ERR_OUT_OF_MEMORY) fail(st, why, why_size, "cannot allocate the header index");
+    if (st == KILN_OK) st = check_tensors(f, why, why_size);
+    *crc_at = p.crc_at;
+    return st;
+}
+
+/* Once f->bytes holds the whole file: its CRC against kiln's entry, if it has one. */
+static kiln_status check_crc(const kiln__st_file *f, size_t crc_at, char *why, size_t why_size) {
+    if (!crc_at) return KILN_OK;
+    uint32_t want = 0;
+    for (int i = 0; i < 8; i++) {
+        int h = hex(f->bytes[crc_at + (size_t)i]);
+        if (h < 0) return fail(KILN_ERR_CORRUPT, why, why_size, CRC_KEY " is not 8 hex digits");
+        want = want << 4 | (uint32_t)h;
+    }
+    if (file_crc(f->bytes, f->size, crc_at, NULL, NULL, 0) != want)
+        return fail(KILN_ERR_CORRUPT, why, why_size, "checksum mismatch: the file is damaged");
+    return KILN_OK;
+}
+
+static bool read_at(int fd, unsigned char *buf, size_t n, uint64_t at) {
+    while (n > 0) {
+        ssize_t got = pread(fd, buf, n > ((size_t)1 << 30) ? (size_t)1 << 30 : n, (off_t)at);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return false;
+        buf += got, n -= (size_t)got, at += (uint64_t)got;
+    }
+    return true;
+}
+
+/* Opens path only if it is a regular file; O_NONBLOCK keeps open() from waiting for a FIFO's
+ * writer (pread on a regular file ignores it). */
+static kiln_status open_regular(const char *path, int *fd, uint64_t *size, char *why, size_t why_size) {
+    *fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (*fd < 0) return fail(KILN_ERR_IO, why, why_size, "cannot open '%s': %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(fileno(fp), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fclose(fp);
+    if (fstat(*fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(*fd);
         return fail(KILN_ERR_IO, why, why_size, "'%s' is not a regular file", path);
     }
-    f->size = (size_t)sb.st_size;
-    f->bytes = malloc(f->size ? f->size : 1);
-    if (!f->bytes) {
-        fclose(fp);
-        return fail(KILN_ERR_OUT_OF_MEMORY, why, why_size, "cannot allocate %zu bytes for '%s'", f->size, path);
-    }
-    size_t got = fread(f->bytes, 1, f->size, fp);
-    bool err = ferror(fp) || fgetc(fp) != EOF; /* changed size while reading: not what fstat said */
-    fclose(fp);
-    if (got != f->size || err) return fail(KILN_ERR_IO, why, why_size, "cannot read '%s'", path);
+    *size = (uint64_t)sb.st_size;
     return KILN_OK;
 }
 
 kiln_status kiln__st_read(const char *path, kiln__st_file *f, char *why, size_t why_size) {
     memset(f, 0, sizeof *f);
-    kiln_status st = read_file(path, f, why, why_size);
-    if (st != KILN_OK) return kiln__st_free(f), st;
-    uint64_t n = 0;
-    if (f->size < 8) {
-        st = fail(KILN_ERR_CORRUPT, why, why_size, "file has %zu bytes, fewer than the 8 of the header length", f->size);
-    } else {
-        for (int i = 7; i >= 0; i--) n = n << 8 | f->bytes[i];
-        if (n > f->size - 8 || n > MAX_HEADER)
-            st = fail(KILN_ERR_CORRUPT, why, why_size, "header length %llu does not fit a file of %zu bytes",
-                      (unsigned long long)n, f->size);
+    int fd = -1;
+    uint64_t size = 0, n = 0;
+    size_t crc_at = 0;
+    kiln_status st = open_regular(path, &fd, &size, why, why_size);
+    if (st != KILN_OK) return st;
+    unsigned char first[8] = {0};
+    if (size >= 8 && !read_at(fd, first, 8, 0)) st = fail(KILN_ERR_IO, why, why_size, "cannot read '%s'", path);
+    if (st == KILN_OK) st = header_length(first, size, &n, why, why_size);
+    if (st == KILN_OK && size > SIZE_MAX / 2)
+        st = fail(KILN_ERR_OUT_OF_MEMORY, why, why_size, "'%s' is too large to load", path);
+    /* the header first: the data is read only once every tensor in it is known to fit */
+    if (st == KILN_OK && !(f->bytes = malloc(8 + (size_t)n)))
+        st = fail(KILN_ERR_OUT_OF_MEMORY, why, why_size, "cannot allocate the header");
+    if (st == KILN_OK && !read_at(fd, f->bytes + 8, (size_t)n, 8))
+        st = fail(KILN_ERR_IO, why, why_size, "cannot read '%s'", path);
+    if (st == KILN_OK) {
+        memcpy(f->bytes, first, 8);
+        st = parse_checked(f, f->bytes + 8, (size_t)n, size, &crc_at, why, why_size);
     }
     if (st == KILN_OK) {
+        unsigned char *all = realloc(f->bytes, size ? (size_t)size : 1);
+        if (!all) st = fail(KILN_ERR_OUT_OF_MEMORY, why, why_size, "cannot allocate %llu bytes for '%s'",
+                            (unsigned long long)size, path);
+        else f->bytes = all;
+    }
+    if (st == KILN_OK && !read_at(fd, f->bytes + 8 + n, (size_t)(size - 8 - n), 8 + n))
+        st = fail(KILN_ERR_IO, why, why_size, "cannot read '%s': it changed size while being read", path);
+    struct stat sb;
+    if (st == KILN_OK && (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != size))
+        st = fail(KILN_ERR_IO, why, why_size, "cannot read '%s': it changed size while being read", path);
+    close(fd);
+    if (st == KILN_OK) {
+        f->size = (size_t)size;
         f->data = f->bytes + 8 + n;
-        f->data_len = f->size - 8 - (size_t)n;
-        f->strings = malloc((size_t)n + 1);
-        if (!f->strings) st = fail(KILN_ERR_OUT_OF_MEMORY, why, why_size, "cannot allocate the header");
+        st = check_crc(f, crc_at, why, why_size);
     }
+    if (st != KILN_OK) kiln__st_free(f);
+    return st;
+}
+
+kiln_status kiln__st_parse(const void *bytes, size_t size, kiln__st_file *f, char *why, size_t why_size) {
+    memset(f, 0, sizeof *f);
+    uint64_t n = 0;
+    size_t crc_at = 0;
+    kiln_status st = header_length(bytes, size, &n, why, why_size);
+    if (st == KILN_OK && !(f->bytes = malloc(size)))
+        st = fail(KILN_ERR_OUT_OF_MEMORY, why, why_size, "cannot allocate %zu bytes", size);
     if (st == KILN_OK) {
-        parser p = {.s = f->bytes + 8, .len = (size_t)n, .arena = f->strings, .why = why, .why_size = why_size};
-        st = parse_header(&p, f);
-        if (st == KILN_ERR_OUT_OF_MEMORY) fail(st, why, why_size, "cannot allocate the header index");
-        if (st == KILN_OK) st = check_tensors(f, why, why_size);
-        if (st == KILN_OK && p.crc_at) {
-            uint32_t want = 0;
-            for (int i = 0; i < 8; i++) {
-                int h = hex(f->bytes[p.crc_at + (size_t)i]);
-                if (h < 0) {
-                    st = fail(KILN_ERR_CORRUPT, why, why_size, CRC_KEY " is not 8 hex digits");
-                    break;
-                }
-                want = want << 4 | (uint32_t)h;
-            }
-            if (st == KILN_OK && file_crc(f->bytes, f->size, p.crc_at, NULL, NULL, 0) != want)
-                st = fail(KILN_ERR_CORRUPT, why, why_size, "checksum mismatch: the file is damaged");
-        }
+        memcpy(f->bytes, bytes, size);
+        f->size = size;
+        f->data = f->bytes + 8 + n;
+        st = parse_checked(f, f->bytes + 8, (size_t)n, size, &crc_at, why, why_size);
     }
+    if (st == KILN_OK) st = check_crc(f, crc_at, why, why_size);
     if (st != KILN_OK) kiln__st_free(f);
     return st;
 }
@@ -515,15 +592,14 @@ void kiln__st_free(kiln__st_file *f) {
 }
 
 const kiln__st_tensor *kiln__st_find(const kiln__st_file *f, const char *name) {
-    for (int i = 0; i < f->n_tensors; i++)
-        if (strcmp(f->tensors[i].name, name) == 0) return &f->tensors[i];
-    return NULL;
+    kiln__st_tensor key = {.name = name};
+    return f->n_tensors ? bsearch(&key, f->tensors, (size_t)f->n_tensors, sizeof *f->tensors, cmp_names) : NULL;
 }
 
 const char *kiln__st_meta_get(const kiln__st_file *f, const char *key) {
-    for (int i = 0; i < f->n_meta; i++)
-        if (strcmp(f->meta[i].key, key) == 0) return f->meta[i].value;
-    return NULL;
+    kiln__st_meta want = {.key = key};
+    const kiln__st_meta *m = f->n_meta ? bsearch(&want, f->meta, (size_t)f->n_meta, sizeof *f->meta, cmp_keys) : NULL;
+    return m ? m->value : NULL;
 }
 
 /* ---- writer ------------------------------------------------------------------------------ */
@@ -590,6 +666,51 @@ static bool write_all(int fd, const void *buf, size_t n) {
     return true;
 }
 
+int (*kiln__st_fsync)(int fd) = fsync;
+void (*kiln__st_mid_write)(const char *tmp_path);
+
+#define TMP_TAG ".kiln-tmp-"
+
+/* path's directory into dir (at least 2 bytes more than path) and its last part. */
+static const char *split_path(const char *path, char *dir) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return strcpy(dir, "."), path;
+    size_t n = slash == path ? 1 : (size_t)(slash - path);
+    memcpy(dir, path, n);
+    dir[n] = '\0';
+    return slash + 1;
+}
+
+/* Removes "<base>.kiln-tmp-<pid>-<n>" files left in dir by saves to the same target whose
+ * process is gone (killed mid-write); a live saver's temporaries are left alone. Best effort:
+ * a file that cannot be removed only wastes space. */
+static void remove_stale_temporaries(const char *dir, const char *base) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    size_t blen = strlen(base), tlen = strlen(TMP_TAG);
+    for (struct dirent *e; (e = readdir(d));) {
+        const char *name = e->d_name;
+        if (strncmp(name, base, blen) != 0 || strncmp(name + blen, TMP_TAG, tlen) != 0) continue;
+        char *end;
+        errno = 0;
+        long pid = strtol(name + blen + tlen, &end, 10);
+        if (errno || pid <= 0 || pid != (pid_t)pid || *end != '-' || pid == (long)getpid()) continue;
+        const char *counter = end + 1;
+        if (!*counter || strspn(counter, "0123456789") != strlen(counter)) continue;
+        if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) unlinkat(dirfd(d), name, 0);
+    }
+    closedir(d);
+}
+
+/* Makes a rename in dir durable: the directory entry itself must reach the disk. */
+static int sync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return errno;
+    int err = kiln__st_fsync(fd) == 0 ? 0 : errno;
+    close(fd);
+    return err == EINVAL ? 0 : err; /* a file system that cannot sync directories has nothing to lose */
+}
+
 kiln_status kiln__st_write(const char *path, kiln__st_entry *entries, int n, const kiln__st_meta *meta, int n_meta,
                            char *why, size_t why_size) {
     for (int i = 0; i < n; i++)
@@ -638,28 +759,35 @@ kiln_status kiln__st_write(const char *path, kiln__st_entry *entries, int n, con
 
     static atomic_uint counter;
     size_t plen = strlen(path);
-    char *tmp = malloc(plen + 64);
+    char *tmp = malloc(plen + 64), *dir = malloc(plen + 2);
     kiln_status st = KILN_OK;
-    if (!tmp) {
+    if (!tmp || !dir) {
         st = fail(KILN_ERR_OUT_OF_MEMORY, why, why_size, "cannot allocate a path");
     } else {
-        snprintf(tmp, plen + 64, "%s.tmp-%ld-%u", path, (long)getpid(), atomic_fetch_add(&counter, 1));
+        const char *base = split_path(path, dir);
+        remove_stale_temporaries(dir, base);
+        snprintf(tmp, plen + 64, "%s" TMP_TAG "%ld-%u", path, (long)getpid(), atomic_fetch_add(&counter, 1));
         int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
         if (fd < 0) {
             st = fail(KILN_ERR_IO, why, why_size, "cannot create '%s': %s", tmp, strerror(errno));
         } else {
             bool ok = write_all(fd, head, 8 + h.len);
+            if (ok && kiln__st_mid_write) kiln__st_mid_write(tmp);
             for (int i = 0; ok && i < n; i++) ok = write_all(fd, parts[i], sizes[i]);
-            ok = ok && fsync(fd) == 0;
+            ok = ok && kiln__st_fsync(fd) == 0;
             int saved = errno;
             ok = close(fd) == 0 && ok;
             if (ok && rename(tmp, path) != 0) ok = false, saved = errno;
             if (!ok) {
                 st = fail(KILN_ERR_IO, why, why_size, "cannot write '%s': %s", path, strerror(saved ? saved : EIO));
                 unlink(tmp);
+            } else if ((saved = sync_dir(dir)) != 0) {
+                st = fail(KILN_ERR_IO, why, why_size, "wrote '%s' but cannot sync its directory '%s': %s", path, dir,
+                          strerror(saved));
             }
         }
     }
+    free(dir);
     free(tmp), free(parts), free(sizes), free(head);
     return st;
 }

@@ -49,12 +49,16 @@ typedef struct {
     char *strings; /* decoded names and metadata */
 } kiln__st_file;
 
-/* Reads and checks the whole file: header length against the file size, well-formed JSON of
- * the subset above, no duplicate names, known dtypes, sizes that match shapes, offsets that
- * cover the data exactly, and the CRC when present. KILN_ERR_IO (cannot read),
- * KILN_ERR_CORRUPT (malformed), KILN_ERR_UNSUPPORTED (over 8 dims) or out of memory, with a
- * reason in why. On success f owns the file's bytes (kiln__st_free). */
+/* Reads and checks a file: header length against the file size, well-formed JSON of the
+ * subset above, no duplicate names, known dtypes, sizes that match shapes, offsets that cover
+ * the data exactly, and the CRC when present. Only a regular file is opened, and its data is
+ * read only after the header checked out, so a hostile header costs no more than itself.
+ * KILN_ERR_IO (cannot read, not a regular file), KILN_ERR_CORRUPT (malformed),
+ * KILN_ERR_UNSUPPORTED (over 8 dims) or out of memory, with a reason in why. On success f
+ * owns a copy of the file's bytes (kiln__st_free); tensors and metadata are sorted by name. */
 kiln_status kiln__st_read(const char *path, kiln__st_file *f, char *why, size_t why_size);
+/* The same checks on a file's bytes already in memory (copied into f): the fuzzers' entry. */
+kiln_status kiln__st_parse(const void *bytes, size_t size, kiln__st_file *f, char *why, size_t why_size);
 void kiln__st_free(kiln__st_file *f);
 const kiln__st_tensor *kiln__st_find(const kiln__st_file *f, const char *name);
 const char *kiln__st_meta_get(const kiln__st_file *f, const char *key);
@@ -68,9 +72,16 @@ typedef struct {
     size_t nbytes;
 } kiln__st_entry;
 
+/* Replaceable for tests, as SQLite's test VFS: the fsync used for the file and its directory
+ * (fault injection), and a call made after the header is written (a save killed mid-write). */
+extern int (*kiln__st_fsync)(int fd);
+extern void (*kiln__st_mid_write)(const char *tmp_path);
+
 /* Writes entries (sorted here by element size then name, each aligned to its element size)
- * and metadata to a temporary file beside path, then renames it over path, so a reader sees
- * the old file or the new one, never a mix. KILN_ERR_IO or out of memory, with why. */
+ * and metadata to a temporary file "<path>.kiln-tmp-<pid>-<n>" beside path, syncs it, renames
+ * it over path and syncs the directory, so a reader sees the old file or the new one, never a
+ * mix, and the new one survives a power cut once this returns. Temporaries of earlier saves to
+ * path whose process died are removed first. KILN_ERR_IO or out of memory, with why. */
 kiln_status kiln__st_write(const char *path, kiln__st_entry *entries, int n, const kiln__st_meta *meta, int n_meta,
                            char *why, size_t why_size);
 
