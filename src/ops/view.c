@@ -94,8 +94,8 @@ kiln__tensor *kiln__t_reshape(kiln__opctx *c, kiln__tensor *x, int ndim, const i
 kiln__tensor *kiln__t_permute(kiln__opctx *c, kiln__tensor *x, int ndim, const int *order) {
     if (!kiln__ok(c, x)) return kiln__drop(1, x), NULL;
     if (ndim != x->ndim) {
-        kiln__drop(1, x);
-        return kiln__fail(c, KILN_ERR_SHAPE, "permutation has %d dims, tensor has %d", ndim, x->ndim);
+        kiln__fail(c, KILN_ERR_SHAPE, "permutation has %d dims, tensor has %d", ndim, x->ndim);
+        return kiln__drop(1, x), NULL;
     }
     int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
     bool seen[KILN_MAX_DIMS] = {false};
@@ -153,8 +153,8 @@ kiln__tensor *kiln__t_slice(kiln__opctx *c, kiln__tensor *x, int dim, int64_t st
 kiln__tensor *kiln__t_expand(kiln__opctx *c, kiln__tensor *x, int ndim, const int64_t *target) {
     if (!kiln__ok(c, x)) return kiln__drop(1, x), NULL;
     if (ndim < x->ndim || ndim > KILN_MAX_DIMS) {
-        kiln__drop(1, x);
-        return kiln__fail(c, KILN_ERR_SHAPE, "cannot expand a %d-d tensor to %d dims", x->ndim, ndim);
+        kiln__fail(c, KILN_ERR_SHAPE, "cannot expand a %d-d tensor to %d dims", x->ndim, ndim);
+        return kiln__drop(1, x), NULL;
     }
     int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
     int lead = ndim - x->ndim;
