@@ -5,6 +5,18 @@
 
 #include "ops/ops-impl.h"
 
+static _Thread_local const char *scope_name;
+
+const char *kiln__op_scope_enter(const char *name) {
+    const char *outer = scope_name;
+    if (!outer) scope_name = name;
+    return outer;
+}
+
+void kiln__op_scope_leave(const char *outer) { scope_name = outer; }
+
+const char *kiln__op_name(const char *name) { return scope_name ? scope_name : name; }
+
 kiln__tensor *kiln__arg(kiln__opctx *c, kiln_tensor h) {
     kiln__error *err = NULL;
     kiln__tensor *t = kiln__handle_take(h, c->name, &err);

@@ -22,7 +22,15 @@ typedef struct {
     kiln__error *err; /* first error of this op, owned */
 } kiln__opctx;
 
-#define KILN__OP_BEGIN(opname) kiln__opctx c = {.name = (opname), .err = NULL}
+#define KILN__OP_BEGIN(opname) kiln__opctx c = {.name = kiln__op_name(opname), .err = NULL}
+
+/* A public op built from other public ops (a loss) is the op its caller knows: while its scope
+ * is open, the ops it calls record its name, so their errors (found at dispatch or when the
+ * kernel runs) name it. Scopes nest; the outermost name wins. enter returns what leave takes. */
+const char *kiln__op_scope_enter(const char *name);
+void kiln__op_scope_leave(const char *outer);
+/* name, or the open scope's name. */
+const char *kiln__op_name(const char *name);
 
 /* The most elements any tensor (view or not) may have, zero dims aside: byte sizes, strides
  * and offsets computed from a shape then never overflow. */
