@@ -2,6 +2,8 @@
  * broadcasting and non-contiguous inputs, scalar variants, where, clamp, cast). */
 #include "gradcheck.h"
 
+#include "autodiff/autodiff-impl.h"
+
 typedef kiln_tensor (*unary_fn)(kiln_tensor);
 typedef kiln_tensor (*binary_fn)(kiln_tensor, kiln_tensor);
 typedef kiln_tensor (*scalar_fn)(kiln_tensor, double);
@@ -116,11 +118,100 @@ KT_TEST(cast_passes_gradient_back_in_input_dtype) {
     kiln_grads_free(g);
 }
 
+/* ---- pow at base 0: PyTorch masks the points where the formula would give 0 * inf ---------- */
+
+/* Gradients (seed 1) of the inputs of f(a, b) (or f(a) when nb is 0), with n values each. */
+static void pow_grads(kiln_tensor (*f)(kiln_tensor, kiln_tensor, double), double s, int n, const double *a,
+                      const double *b, double *da, double *db) {
+    kiln_tensor ta = kiln_from_data(KILN_CPU, KILN_F64, KILN_SHAPE(n), a);
+    kiln_tensor tb = b ? kiln_from_data(KILN_CPU, KILN_F64, KILN_SHAPE(n), b) : KILN_NONE;
+    kiln_require_grad(ta);
+    if (b) kiln_require_grad(tb);
+    kiln_tensor y = f(kiln_ref(ta), b ? kiln_ref(tb) : KILN_NONE, s);
+    kiln_grads *g = NULL;
+    KT_CHECK(kiln_backward_seed(y, kiln_ones(KILN_CPU, KILN_F64, KILN_SHAPE(n)), &g) == KILN_OK);
+    KT_CHECK(kiln_into_data(kiln_grad(g, ta), da, sizeof(double) * (size_t)n) == KILN_OK);
+    if (b) KT_CHECK(kiln_into_data(kiln_grad(g, tb), db, sizeof(double) * (size_t)n) == KILN_OK);
+    kiln_grads_free(g);
+    kiln_release(ta);
+    if (b) kiln_release(tb);
+}
+
+static kiln_tensor pow_tensor(kiln_tensor a, kiln_tensor b, double s) { return kiln_pow(a, b); }
+static kiln_tensor pow_scalar(kiln_tensor a, kiln_tensor b, double s) { return kiln_pow_scalar(a, s); }
+/* s^a: no public op computes it, but autodiff has its rule, reached here directly */
+static kiln_tensor scalar_pow(kiln_tensor a, kiln_tensor b, double s) {
+    KILN__OP_BEGIN("scalar_pow");
+    kiln__tensor *t = kiln__arg(&c, a);
+    return kiln__result(&c, kiln__ad_binary_scalar(&c, KILN__OP_POW, t, s, true));
+}
+
+KT_TEST(pow_gradients_at_zero_base) {
+    kt_mem_begin();
+    double inf = INFINITY, l2 = log(2.0), da[6], db[6];
+    /* d/da = b a^(b-1), 0 where b == 0; d/db = a^b log(a), 0 where a == 0 and b >= 0 */
+    double a[6] = {0, 0, 0, 0, 2, 0.5}, b[6] = {0, 1, 2, -1, 0, 3};
+    double want_da[6] = {0, 1, 0, -inf, 0, 0.75}, want_db[6] = {0, 0, 0, -inf, l2, 0.125 * log(0.5)};
+    pow_grads(pow_tensor, 0, 6, a, b, da, db);
+    for (int i = 0; i < 6; i++) {
+        KT_NEAR(da[i], want_da[i], 1e-12);
+        KT_NEAR(db[i], want_db[i], 1e-12);
+    }
+    /* x^s: s x^(s-1), and zeros for s == 0 (PyTorch returns zeros_like there) */
+    double x[4] = {0, 0, 2, -1}, dx[4];
+    double s_of[4] = {0, 1, 2, 0.5};
+    double want_dx[4][4] = {{0, 0, 0, 0}, {1, 1, 1, 1}, {0, 0, 4, -2}, {inf, inf, 0.5 / sqrt(2.0), NAN}};
+    for (int k = 0; k < 4; k++) {
+        pow_grads(pow_scalar, s_of[k], 4, x, NULL, dx, NULL);
+        for (int i = 0; i < 4; i++) KT_NEAR(dx[i], want_dx[k][i], 1e-12);
+    }
+    /* s^x: s^x log(s), and for s == 0, 0 where x >= 0 (else inf * -inf = -inf) */
+    double e[4] = {0, 1, 2, -1}, de[4];
+    pow_grads(scalar_pow, 0, 4, e, NULL, de, NULL);
+    double want_de0[4] = {0, 0, 0, -inf};
+    for (int i = 0; i < 4; i++) KT_NEAR(de[i], want_de0[i], 0);
+    pow_grads(scalar_pow, 2, 4, e, NULL, de, NULL);
+    for (int i = 0; i < 4; i++) KT_NEAR(de[i], pow(2, e[i]) * l2, 1e-12);
+    KT_MEM_CHECK();
+}
+
+/* Broadcast exponents: the masks broadcast too, and the walker sums them back. */
+KT_TEST(pow_gradients_at_zero_base_broadcast) {
+    kiln_tensor a = kiln_zeros(KILN_CPU, KILN_F64, KILN_SHAPE(2, 3));
+    kiln_tensor b = kiln_from_data(KILN_CPU, KILN_F64, KILN_SHAPE(3), (double[]){0, 1, 2});
+    kiln_require_grad(a);
+    kiln_require_grad(b);
+    kiln_grads *g = NULL;
+    KT_CHECK(kiln_backward(kiln_sum(kiln_pow(kiln_ref(a), kiln_ref(b))), &g) == KILN_OK);
+    double da[6], db[3];
+    KT_CHECK(kiln_into_data(kiln_grad(g, a), da, sizeof da) == KILN_OK);
+    KT_CHECK(kiln_into_data(kiln_grad(g, b), db, sizeof db) == KILN_OK);
+    for (int i = 0; i < 6; i++) KT_NEAR(da[i], i % 3 == 1 ? 1 : 0, 0);
+    for (int i = 0; i < 3; i++) KT_NEAR(db[i], 0, 0);
+    kiln_grads_free(g);
+    kiln_release(a);
+    kiln_release(b);
+}
+
+static kiln_tensor run_pow_scalar_base(kiln_tensor *in, void *ctx) { return scalar_pow(in[0], KILN_NONE, *(double *)ctx); }
+static kiln_tensor run_pow_int_exponent(kiln_tensor *in, void *ctx) { return kiln_pow_scalar(in[0], *(double *)ctx); }
+
+/* Away from base 0 the masked formulas are the plain derivatives. */
+KT_TEST(pow_gradients_match_finite_differences) {
+    kiln_shape s[1] = {KILN_SHAPE(3, 4)};
+    double bases[2] = {0.5, 3.0}, exponents[3] = {0.0, 1.0, 3.0};
+    for (int i = 0; i < 2; i++) GC_CHECK("scalar ** x", run_pow_scalar_base, &bases[i], 1, s, 1e-6);
+    for (int i = 0; i < 3; i++) GC_CHECK("x ** integer", run_pow_int_exponent, &exponents[i], 1, s, 1e-6);
+}
+
 int main(void) {
     KT_RUN(unary_ops);
     KT_RUN(binary_ops_with_broadcasting);
     KT_RUN(scalar_ops);
     KT_RUN(where_clamp_cast);
     KT_RUN(cast_passes_gradient_back_in_input_dtype);
+    KT_RUN(pow_gradients_at_zero_base);
+    KT_RUN(pow_gradients_at_zero_base_broadcast);
+    KT_RUN(pow_gradients_match_finite_differences);
     return kt_finish();
 }

@@ -137,6 +137,132 @@ KT_TEST(settings_reject_bad_values) {
     KT_NEAR(v, 100.0, 0);
 }
 
+/* ---- every error path of every op family, with inputs only the failing op owns -----------
+ * An op that fails must not read an input after releasing it (for the message's shape, dtype
+ * or name): the op holds the only reference, so ASan sees any such read. Each call runs once
+ * with untracked inputs and once with inputs that require a gradient (the autodiff path). */
+
+static bool tracked_inputs;
+
+/* Inputs are made inside the failing call's expression, on its line: a nested public call
+ * records its own line as the call site, and the op's error must name the line under test.
+ * (kiln_require_grad) without its macro leaves that call site alone. */
+static kiln_tensor track(kiln_tensor t) {
+    if (tracked_inputs) (kiln_require_grad)(t);
+    return t;
+}
+#define FRESH(...) track(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(__VA_ARGS__)))
+#define SCALAR track(kiln_zeros(KILN_CPU, KILN_F32, KILN_SCALAR_SHAPE))
+#define INTS(...) kiln_zeros(KILN_CPU, KILN_I64, KILN_SHAPE(__VA_ARGS__))
+#define BOOLS(...) kiln_zeros(KILN_CPU, KILN_BOOL, KILN_SHAPE(__VA_ARGS__))
+#define M23 FRESH(2, 3)
+#define PAIR(a, b) ((kiln_tensor[]){(a), (b)})
+
+static kiln_tensor pieces[4];
+
+/* Bad call number k: sets the op it must name, the status and its line; KILN_NONE past the end. */
+#define BAD(k, op_, st_, expr)     \
+    case k:                        \
+        *op = (op_);               \
+        *st = KILN_ERR_##st_;      \
+        *line = __LINE__;          \
+        return (expr);
+static kiln_tensor bad_call(int k, const char **op, kiln_status *st, int *line) {
+    switch (k) {
+    /* views */
+    BAD(0, "kiln_permute", SHAPE, kiln_permute(M23, KILN_DIMS(0, 1, 2)))
+    BAD(1, "kiln_permute", INVALID_ARGUMENT, kiln_permute(M23, KILN_DIMS(1, 1)))
+    BAD(2, "kiln_permute", INVALID_ARGUMENT, kiln_permute(M23, KILN_DIMS(0, 2)))
+    BAD(3, "kiln_permute", INVALID_ARGUMENT, kiln_permute(M23, (kiln_dims){9, {0}}))
+    BAD(4, "kiln_transpose", INVALID_ARGUMENT, kiln_transpose(M23, 0, 2))
+    BAD(5, "kiln_squeeze", SHAPE, kiln_squeeze(M23, 0))
+    BAD(6, "kiln_squeeze", INVALID_ARGUMENT, kiln_squeeze(M23, 2))
+    BAD(7, "kiln_unsqueeze", INVALID_ARGUMENT, kiln_unsqueeze(M23, 3))
+    BAD(8, "kiln_unsqueeze", SHAPE, kiln_unsqueeze(track(kiln_zeros(KILN_CPU, KILN_F32, (kiln_shape){8, {1, 1, 1, 1, 1, 1, 1, 1}})), 0))
+    BAD(9, "kiln_narrow", INDEX, kiln_narrow(M23, 1, 2, 2))
+    BAD(10, "kiln_narrow", INVALID_ARGUMENT, kiln_narrow(M23, 2, 0, 1))
+    BAD(11, "kiln_slice", INVALID_ARGUMENT, kiln_slice(M23, 0, 0, 1, 0))
+    BAD(12, "kiln_slice", SHAPE, kiln_slice(SCALAR, 0, 0, 1, 1))
+    BAD(13, "kiln_slice", INVALID_ARGUMENT, kiln_slice(M23, -3, 0, 1, 1))
+    BAD(14, "kiln_expand", SHAPE, kiln_expand(M23, KILN_SHAPE(2, 4)))
+    BAD(15, "kiln_expand", SHAPE, kiln_expand(M23, KILN_SHAPE(3)))
+    BAD(16, "kiln_expand", SHAPE, kiln_expand(M23, KILN_SHAPE(-1, 2, 3)))
+    BAD(17, "kiln_reshape", SHAPE, kiln_reshape(M23, KILN_SHAPE(4)))
+    BAD(18, "kiln_reshape", SHAPE, kiln_reshape(M23, KILN_SHAPE(-1, -1)))
+    BAD(19, "kiln_reshape", SHAPE, kiln_reshape(M23, KILN_SHAPE(-1, 4)))
+    BAD(20, "kiln_reshape", SHAPE, kiln_reshape(M23, (kiln_shape){9, {1}}))
+    BAD(21, "kiln_flatten", INVALID_ARGUMENT, kiln_flatten(M23, 1, 0))
+    /* joins and splits */
+    BAD(22, "kiln_cat", SHAPE, kiln_cat(PAIR(M23, FRESH(3, 3)), 2, 1))
+    BAD(23, "kiln_cat", SHAPE, kiln_cat(PAIR(SCALAR, SCALAR), 2, 0))
+    BAD(24, "kiln_cat", INVALID_ARGUMENT, kiln_cat(PAIR(M23, M23), 2, 2))
+    BAD(25, "kiln_stack", SHAPE, kiln_stack(PAIR(M23, FRESH(3, 2)), 2, 0))
+    BAD(26, "kiln_stack", INVALID_ARGUMENT, kiln_stack(PAIR(M23, M23), 2, 3))
+    BAD(27, "kiln_split", INVALID_ARGUMENT, (kiln_split(M23, 1, 2, pieces, 4), pieces[0]))
+    BAD(28, "kiln_split", INVALID_ARGUMENT, (kiln_split(M23, 0, 0, pieces, 4), pieces[0]))
+    BAD(29, "kiln_split", INVALID_ARGUMENT, (kiln_split(M23, 1, 1, pieces, 2), pieces[0]))
+    BAD(30, "kiln_chunk", INVALID_ARGUMENT, (kiln_chunk(M23, 0, 0, pieces, 4), pieces[0]))
+    /* indexing */
+    BAD(31, "kiln_index_select", DTYPE, kiln_index_select(M23, 0, FRESH(2)))
+    BAD(32, "kiln_index_select", SHAPE, kiln_index_select(M23, 0, INTS(2, 1)))
+    BAD(33, "kiln_index_select", INVALID_ARGUMENT, kiln_index_select(M23, 2, INTS(1)))
+    BAD(34, "kiln_gather", SHAPE, kiln_gather(M23, 1, INTS(2)))
+    BAD(35, "kiln_gather", SHAPE, kiln_gather(SCALAR, 0, kiln_zeros(KILN_CPU, KILN_I64, KILN_SCALAR_SHAPE)))
+    BAD(36, "kiln_scatter_add", SHAPE, kiln_scatter_add(M23, 1, INTS(3, 1), M23))
+    BAD(37, "kiln_one_hot", DTYPE, kiln_one_hot(FRESH(3), 4, KILN_F32))
+    BAD(38, "kiln_one_hot", INVALID_ARGUMENT, kiln_one_hot(INTS(3), 0, KILN_F32))
+    BAD(39, "kiln_one_hot", DTYPE, kiln_one_hot(INTS(3), 4, (kiln_dtype)99))
+    BAD(40, "kiln_to_device", DEVICE, kiln_to_device(M23, (kiln_device)7))
+    /* products */
+    BAD(41, "kiln_matmul", SHAPE, kiln_matmul(M23, M23))
+    BAD(42, "kiln_matmul", SHAPE, kiln_matmul(SCALAR, M23))
+    BAD(43, "kiln_matmul", DTYPE, kiln_matmul(INTS(2, 3), FRESH(3, 2)))
+    BAD(44, "kiln_matmul", SHAPE, kiln_matmul(FRESH(2, 2, 3), FRESH(3, 3, 4)))
+    BAD(45, "kiln_linear", SHAPE, kiln_linear(M23, FRESH(4, 2), KILN_NONE))
+    BAD(46, "kiln_linear", SHAPE, kiln_linear(M23, FRESH(4, 3), FRESH(5)))
+    /* reductions */
+    BAD(47, "kiln_sum_dims", INVALID_ARGUMENT, kiln_sum_dims(M23, KILN_DIMS(2), false))
+    BAD(48, "kiln_sum_dims", INVALID_ARGUMENT, kiln_sum_dims(M23, KILN_DIMS(0, -2), false))
+    BAD(49, "kiln_mean_dims", INVALID_ARGUMENT, kiln_mean_dims(M23, (kiln_dims){9, {0}}, false))
+    BAD(50, "kiln_max_dims", SHAPE, kiln_max_dims(FRESH(0, 3), KILN_DIMS(0), false))
+    BAD(51, "kiln_argmax", INVALID_ARGUMENT, kiln_argmax(M23, 2, false))
+    BAD(52, "kiln_softmax", INVALID_ARGUMENT, kiln_softmax(M23, 2))
+    BAD(53, "kiln_var_dims", INVALID_ARGUMENT, kiln_var_dims(M23, KILN_DIMS(-3), 1, false))
+    /* elementwise */
+    BAD(54, "kiln_add", SHAPE, kiln_add(M23, FRESH(3, 2)))
+    BAD(55, "kiln_where", DTYPE, kiln_where(M23, M23, M23))
+    BAD(56, "kiln_where", SHAPE, kiln_where(BOOLS(2, 3), M23, FRESH(4)))
+    BAD(57, "kiln_clamp", INVALID_ARGUMENT, kiln_clamp(M23, 1, 0))
+    BAD(58, "kiln_neg", DTYPE, kiln_neg(BOOLS(2)))
+    BAD(59, "kiln_cast", DTYPE, kiln_cast(M23, (kiln_dtype)99))
+    /* layers and losses */
+    BAD(60, "kiln_conv2d", SHAPE, kiln_conv2d(M23, FRESH(1, 1, 1, 1), KILN_NONE, 1, 1, 0, 0, 1, 1, 1))
+    BAD(61, "kiln_max_pool2d", SHAPE, kiln_max_pool2d(M23, 2, 2, 2, 2, 0, 0))
+    BAD(62, "kiln_dropout", DTYPE, kiln_dropout(INTS(3), 0.5, 1))
+    BAD(63, "kiln_cross_entropy", SHAPE, kiln_cross_entropy(FRESH(4), INTS(3), kiln_cross_entropy_defaults()))
+    BAD(64, "kiln_mse_loss", SHAPE, kiln_mse_loss(M23, FRESH(3, 2)))
+    default: return KILN_NONE;
+    }
+}
+
+KT_TEST(error_paths_never_read_released_inputs) {
+    for (int pass = 0; pass < 2; pass++) {
+        tracked_inputs = pass == 1;
+        kt_mem_begin();
+        const char *op;
+        kiln_status st;
+        int line, k = 0;
+        for (kiln_tensor t; (t = bad_call(k, &op, &st, &line)).id != KILN_NONE.id; k++) {
+            KT_CHECK_MSG(kiln_tensor_status(t) == st, "call %d (%s, tracked %d): status %s", k, op, pass,
+                         kiln_status_str(kiln_tensor_status(t)));
+            kt_expect_error_at(st, op, __FILE__, line, line);
+            kiln_release(t);
+        }
+        KT_CHECK(k == 65);
+        KT_MEM_CHECK();
+    }
+}
+
 int main(void) {
     KT_RUN(poison_propagates_to_the_first_read);
     KT_RUN(poisoned_metadata_queries);
@@ -147,5 +273,6 @@ int main(void) {
     KT_RUN(sync_with_nothing_pending_is_ok);
     KT_RUN(clear_error);
     KT_RUN(settings_reject_bad_values);
+    KT_RUN(error_paths_never_read_released_inputs);
     return kt_finish();
 }

@@ -298,14 +298,7 @@ KT_TEST(bad_inputs) {
                  "kiln_reshape");
     KT_READ_ERROR(kiln_cross_entropy(kiln_ref(logits), KILN_NONE, o), KILN_ERR_NULL, ce);
 
-    /* targets outside [0, C) fail when the gather runs */
-    int64_t outside[2][3] = {{0, 4, 1}, {0, -1, 1}};
-    for (int i = 0; i < 2; i++) {
-        kiln_tensor bad = targets_of(KILN_I64, 3, outside[i]);
-        KT_READ_ERROR(kiln_cross_entropy(kiln_ref(logits), bad, o), KILN_ERR_INDEX, "kiln_gather");
-        bad = targets_of(KILN_I32, 3, outside[i]);
-        KT_READ_ERROR(kiln_nll_loss(kiln_ref(logits), bad), KILN_ERR_INDEX, "kiln_gather");
-    }
+    /* targets outside [0, C): bad_targets_name_the_loss */
 
     const char *nll = "kiln_nll_loss";
     KT_READ_ERROR(kiln_nll_loss(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(3, 4, 1)), kiln_ref(y)), KILN_ERR_SHAPE, nll);
@@ -332,11 +325,55 @@ KT_TEST(bad_inputs) {
     KT_MEM_CHECK();
 }
 
+/* A target outside [0, C) is found by an indexing op inside the loss when that op runs (at
+ * dispatch with KILN_SYNC=1, on an engine thread otherwise): the error still names the loss
+ * the caller called, and the caller's line, not the internal op. */
+static void expect_index_error(kiln_tensor loss, const char *op, int line) {
+    float v;
+    KT_CHECK(kiln_into_scalar(loss, &v) == KILN_ERR_INDEX);
+    const char *msg = kiln_last_error();
+    char site[64];
+    snprintf(site, sizeof site, "test_nn_loss.c:%d", line);
+    KT_CHECK_MSG(strncmp(msg, op, strlen(op)) == 0 && strstr(msg, site), "'%s' should name %s at %s", msg, op, site);
+    KT_CHECK_MSG(!strstr(msg, "kiln_gather") && !strstr(msg, "kiln_index_select"), "'%s' names an internal op", msg);
+}
+
+KT_TEST(bad_targets_name_the_loss) {
+    kt_mem_begin();
+    kiln_tensor logits = kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(3, 4));
+    kiln_tensor w = kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(4));
+    kiln_cross_entropy_options o = kiln_cross_entropy_defaults();
+    int64_t outside[2][3] = {{0, 4, 1}, {0, -1, 1}};
+    for (int i = 0; i < 4; i++) {
+        o.class_weights = i < 2 ? KILN_NONE : w; /* weighted: index_select finds it too */
+        o.label_smoothing = i == 3 ? 0.1 : 0.0;
+        kiln_tensor y = targets_of(i % 2 ? KILN_I32 : KILN_I64, 3, outside[i % 2]);
+        int line = __LINE__ + 1;
+        kiln_tensor loss = kiln_cross_entropy(kiln_ref(logits), kiln_ref(y), o);
+        expect_index_error(loss, "kiln_cross_entropy", line);
+        line = __LINE__ + 1;
+        loss = kiln_nll_loss(kiln_ref(logits), y);
+        expect_index_error(loss, "kiln_nll_loss", line);
+    }
+    /* the scope closes with the loss: later ops name themselves again */
+    kiln_tensor idx = targets_of(KILN_I64, 3, outside[0]);
+    int line = __LINE__ + 1;
+    kiln_tensor picked = kiln_index_select(kiln_ref(logits), 1, idx);
+    KT_READ_ERROR(picked, KILN_ERR_INDEX, "kiln_index_select");
+    char site[64];
+    snprintf(site, sizeof site, "test_nn_loss.c:%d", line);
+    KT_CHECK(strstr(kiln_last_error(), site) != NULL);
+    kiln_release(logits);
+    kiln_release(w);
+    KT_MEM_CHECK();
+}
+
 int main(void) {
     KT_RUN(cross_entropy_known_values);
     KT_RUN(cross_entropy_matches_reference);
     KT_RUN(nll_mse_bce_match_reference);
     KT_RUN(loss_gradients);
     KT_RUN(bad_inputs);
+    KT_RUN(bad_targets_name_the_loss);
     return kt_finish();
 }

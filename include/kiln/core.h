@@ -97,6 +97,7 @@ typedef struct {
 #define KILN_DIMS(...) ((kiln_dims){KILN__NARGS_I32(__VA_ARGS__), {__VA_ARGS__}})
 #define KILN_ALL_DIMS ((kiln_dims){-1, {0}})
 
+/* -1 when ndim or a dim is out of range, or the product of the non-zero dims overflows int64 */
 KILN_API int64_t kiln_shape_numel(kiln_shape shape);
 
 /* ---- tensor handles ----------------------------------------------------------------------- */

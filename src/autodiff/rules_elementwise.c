@@ -119,6 +119,14 @@ static kiln__tensor *win_share(kiln__opctx *c, kiln__opcode wins, kiln__tensor *
     return ad_add(c, w, ad_muls(c, tie, 0.5));
 }
 
+/* where(cond, 0, v): PyTorch's masks for the points where a formula's 0 * inf must be 0.
+ * Consumes cond and v. */
+static kiln__tensor *zero_where(kiln__opctx *c, kiln__tensor *cond, kiln__tensor *v) {
+    if (!v) return kiln__drop(1, cond), NULL;
+    kiln__tensor *zero = kiln__t_fill(c, v->device, v->dtype, 0, NULL, 0.0);
+    return kiln__t_where(c, cond, zero, v);
+}
+
 /* Only the gradients an input wants are computed, and only what they read was saved. */
 static void binary_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kiln__tensor **grads) {
     kiln__tensor *a = n->saved[0], *b = n->saved[1], *y = n->saved[2];
@@ -136,10 +144,17 @@ static void binary_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, k
         if (want_b) grads[1] = ad_neg(c, ad_div(c, ad_mul(c, ad_ref(g), ad_ref(y)), ad_ref(b)));
         kiln__tensor_release(g);
         break;
-    case KILN__OP_POW: /* d/da = b a^(b-1), d/db = y log(a) */
-        if (want_a)
-            grads[0] = ad_mul(c, ad_mul(c, ad_ref(g), ad_ref(b)), kiln__t_binary(c, KILN__OP_POW, ad_ref(a), ad_adds(c, ad_ref(b), -1.0)));
-        if (want_b) grads[1] = ad_mul(c, ad_mul(c, ad_ref(g), ad_ref(y)), ad_un(c, KILN__OP_LOG, ad_ref(a)));
+    case KILN__OP_POW: /* PyTorch's: d/da = b a^(b-1), 0 where b == 0; d/db = y log(a), 0 where a == 0 <= b */
+        if (want_a) {
+            kiln__tensor *d = ad_mul(c, ad_ref(b), kiln__t_binary(c, KILN__OP_POW, ad_ref(a), ad_adds(c, ad_ref(b), -1.0)));
+            grads[0] = zero_where(c, kiln__t_binary_scalar(c, KILN__OP_EQ, ad_ref(b), 0.0, false), ad_mul(c, ad_ref(g), d));
+        }
+        if (want_b) {
+            kiln__tensor *at_zero = kiln__t_binary(c, KILN__OP_LOGICAL_AND, kiln__t_binary_scalar(c, KILN__OP_EQ, ad_ref(a), 0.0, false),
+                                                   kiln__t_binary_scalar(c, KILN__OP_GE, ad_ref(b), 0.0, false));
+            kiln__tensor *d = ad_mul(c, ad_ref(y), ad_un(c, KILN__OP_LOG, ad_ref(a)));
+            grads[1] = ad_mul(c, ad_ref(g), zero_where(c, at_zero, d));
+        }
         kiln__tensor_release(g);
         break;
     case KILN__OP_MAXIMUM:
@@ -165,7 +180,7 @@ kiln__tensor *kiln__ad_binary(kiln__opctx *c, kiln__opcode code, kiln__tensor *a
     switch (code) {
     case KILN__OP_MUL: save_a = want_b, save_b = want_a; break; /* x * mask keeps only the mask */
     case KILN__OP_DIV: save_b = true, save_y = want_b; break;
-    case KILN__OP_POW: save_a = true, save_b = want_a, save_y = want_b; break;
+    case KILN__OP_POW: save_a = save_b = true, save_y = want_b; break; /* the masks read a and b */
     case KILN__OP_MAXIMUM: case KILN__OP_MINIMUM: save_a = save_b = true; break;
     default: break;
     }
@@ -189,9 +204,18 @@ static void scalar_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, k
     case KILN__OP_DIV: /* x / s, or s / x: -s/x^2 = -y/x */
         grads[0] = scalar_first ? ad_neg(c, ad_div(c, ad_mul(c, g, ad_ref(y)), ad_ref(x))) : ad_muls(c, g, 1.0 / s);
         break;
-    case KILN__OP_POW: /* x^s: s x^(s-1); s^x: y ln s */
-        grads[0] = scalar_first ? ad_muls(c, ad_mul(c, g, ad_ref(y)), log(s))
-                                : ad_mul(c, ad_muls(c, g, s), ad_pows(c, ad_ref(x), s - 1.0));
+    case KILN__OP_POW: /* PyTorch's: x^s: s x^(s-1), zeros for s == 0; s^x: y ln s, 0 where x >= 0 if s == 0 */
+        if (!scalar_first && s == 0) {
+            grads[0] = g ? kiln__t_fill(c, g->device, g->dtype, g->ndim, g->shape, 0.0) : NULL;
+            kiln__tensor_release(g);
+        } else if (!scalar_first) {
+            grads[0] = ad_mul(c, g, ad_muls(c, ad_pows(c, ad_ref(x), s - 1.0), s));
+        } else if (s == 0) {
+            kiln__tensor *nonneg = kiln__t_binary_scalar(c, KILN__OP_GE, ad_ref(x), 0.0, false);
+            grads[0] = ad_mul(c, g, zero_where(c, nonneg, ad_muls(c, ad_ref(y), log(s))));
+        } else {
+            grads[0] = ad_mul(c, g, ad_muls(c, ad_ref(y), log(s)));
+        }
         break;
     case KILN__OP_MAXIMUM:
     case KILN__OP_MINIMUM: {
@@ -212,7 +236,9 @@ kiln__tensor *kiln__ad_binary_scalar(kiln__opctx *c, kiln__opcode code, kiln__te
     kiln__ad_node *n = kiln__ad_node_new(c, &scalar_rule, 1, &x);
     if (n) n->code = code, n->pf[0] = s, n->pi[0] = scalar_first;
     bool rdiv = code == KILN__OP_DIV && scalar_first;
-    if (rdiv || (code == KILN__OP_POW && !scalar_first) || code == KILN__OP_MAXIMUM || code == KILN__OP_MINIMUM)
+    bool pow_of_zero = code == KILN__OP_POW && scalar_first && s == 0; /* its mask reads x */
+    if (rdiv || (code == KILN__OP_POW && !scalar_first) || pow_of_zero || code == KILN__OP_MAXIMUM ||
+        code == KILN__OP_MINIMUM)
         kiln__ad_save(c, n, 0, x);
     kiln__tensor *y = kiln__t_binary_scalar(c, code, x, s, scalar_first);
     if (rdiv || (code == KILN__OP_POW && scalar_first)) kiln__ad_save(c, n, 1, y);

@@ -28,7 +28,8 @@ static void slice_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, ki
     int dim = (int)n->pi[0];
     int64_t start = n->pi[1], step = n->pi[2];
     kiln__tensor_retain(z);
-    kiln__tensor *window = kiln__t_slice(c, z, dim, start, start + step * g->shape[dim], step);
+    int64_t len = g->shape[dim]; /* its last element lies inside the input: no overflow */
+    kiln__tensor *window = kiln__t_slice(c, z, dim, start, len ? start + step * (len - 1) + 1 : start, step);
     if (window) kiln__t_copy_into(c, kiln__view_of(window), g);
     kiln__drop(2, window, g);
     grads[0] = z;

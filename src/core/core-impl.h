@@ -143,7 +143,11 @@ int64_t kiln__tensor_numel(const kiln__tensor *t);
 bool kiln__tensor_is_contiguous(const kiln__tensor *t);
 /* Single owner: one handle, one view on the storage, not borrowed: may be overwritten. */
 bool kiln__tensor_is_exclusive(const kiln__tensor *t);
-/* Dense strides for a shape; returns numel. */
+/* The element count of a shape in *numel, and the product of its non-zero dims (which bounds
+ * its dense strides) in *extent unless NULL; false when a dim is negative or that product
+ * overflows int64. */
+bool kiln__shape_numel_checked(int ndim, const int64_t *shape, int64_t *numel, int64_t *extent);
+/* Dense strides for a shape; returns numel, or -1 when it overflows int64. */
 int64_t kiln__dense_strides(int ndim, const int64_t *shape, int64_t *strides);
 /* Set autodiff metadata cleanup hook (autodiff layer registers it). */
 typedef void (*kiln__meta_free_fn)(void *meta);

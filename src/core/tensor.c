@@ -6,13 +6,29 @@
 
 _Atomic(kiln__meta_free_fn) kiln__autodiff_free_hook;
 
+bool kiln__shape_numel_checked(int ndim, const int64_t *shape, int64_t *numel, int64_t *extent) {
+    /* zeros are skipped so the answer does not depend on where a 0 sits: dense strides are
+     * suffix products of the other dims, and they must fit too */
+    int64_t n = 1;
+    bool empty = false;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0) return false;
+        if (shape[d] == 0) empty = true;
+        else if (__builtin_mul_overflow(n, shape[d], &n)) return false;
+    }
+    *numel = empty ? 0 : n;
+    if (extent) *extent = n;
+    return true;
+}
+
 int64_t kiln__dense_strides(int ndim, const int64_t *shape, int64_t *strides) {
     int64_t n = 1;
+    bool overflow = false;
     for (int d = ndim - 1; d >= 0; d--) {
         strides[d] = n;
-        n *= shape[d];
+        overflow |= __builtin_mul_overflow(n, shape[d], &n);
     }
-    return n;
+    return overflow || n < 0 ? -1 : n;
 }
 
 static kiln__tensor *tensor_alloc(void) {
@@ -43,8 +59,9 @@ kiln__tensor *kiln__tensor_wrap(kiln__storage *s, kiln_dtype dtype, int ndim, co
 
 kiln__tensor *kiln__tensor_new(kiln_device dev, kiln_dtype dtype, int ndim, const int64_t *shape) {
     int64_t strides[KILN_MAX_DIMS];
-    int64_t n = kiln__dense_strides(ndim, shape, strides);
-    kiln__storage *s = kiln__storage_new(dev, (size_t)n * kiln__elsize(dtype));
+    int64_t n = kiln__dense_strides(ndim, shape, strides), bytes;
+    if (n < 0 || __builtin_mul_overflow(n, (int64_t)kiln__elsize(dtype), &bytes)) return NULL;
+    kiln__storage *s = kiln__storage_new(dev, (size_t)bytes);
     if (!s) return NULL;
     kiln__tensor *t = kiln__tensor_wrap(s, dtype, ndim, shape, strides, 0);
     kiln__storage_release(s); /* the tensor holds the only owner */
@@ -78,7 +95,8 @@ void kiln__tensor_release(kiln__tensor *t) {
 
 int64_t kiln__tensor_numel(const kiln__tensor *t) {
     int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+    for (int d = 0; d < t->ndim; d++)
+        if (NEVER(__builtin_mul_overflow(n, t->shape[d], &n))) return -1; /* the op layer checks every shape */
     return n;
 }
 

@@ -70,7 +70,7 @@ static bool check_weights(kiln_tensor w, int64_t classes, kiln_status *st, char 
 /* With log-probabilities lp, weights w and smoothing e over C classes, torch defines
  *   loss = [(1 - e) sum_i w[y_i] (-lp[i, y_i]) + e/C sum_i sum_c w[c] (-lp[i, c])] / sum_i w[y_i]
  * (w = 1 without weights, so the denominator is N). */
-kiln_tensor kiln_cross_entropy(kiln_tensor logits, kiln_tensor targets, kiln_cross_entropy_options o) {
+static kiln_tensor cross_entropy(kiln_tensor logits, kiln_tensor targets, kiln_cross_entropy_options o) {
     const char *op = "kiln_cross_entropy";
     const kiln__tensor *s = kiln__nn_peek(logits), *y = kiln__nn_peek(targets);
     kiln_tensor in[2] = {logits, targets};
@@ -111,7 +111,7 @@ kiln_tensor kiln_cross_entropy(kiln_tensor logits, kiln_tensor targets, kiln_cro
     return kiln_neg(kiln_div(num, kiln_sum(wy)));
 }
 
-kiln_tensor kiln_nll_loss(kiln_tensor log_probs, kiln_tensor targets) {
+static kiln_tensor nll_loss(kiln_tensor log_probs, kiln_tensor targets) {
     const kiln__tensor *s = kiln__nn_peek(log_probs), *y = kiln__nn_peek(targets);
     kiln_status st;
     char msg[512];
@@ -141,7 +141,7 @@ static bool check_pair(const char *op, kiln_tensor a, kiln_tensor b, kiln_tensor
     return false;
 }
 
-kiln_tensor kiln_mse_loss(kiln_tensor prediction, kiln_tensor target) {
+static kiln_tensor mse_loss(kiln_tensor prediction, kiln_tensor target) {
     kiln_tensor fail;
     if (!check_pair("kiln_mse_loss", prediction, target, &fail)) return fail;
     kiln_tensor d = kiln_sub(prediction, target);
@@ -151,10 +151,40 @@ kiln_tensor kiln_mse_loss(kiln_tensor prediction, kiln_tensor target) {
 /* max(x, 0) - x y + log1p(exp(-|x|)) = softplus(x) - x y, and the softplus kernel computes
  * exactly that stable form; its derivative sigmoid(x) keeps the gradient sigmoid(x) - y exact
  * at x = 0, where the max/abs composition would give a one-sided answer. */
-kiln_tensor kiln_bce_with_logits(kiln_tensor logits, kiln_tensor target) {
+static kiln_tensor bce_with_logits(kiln_tensor logits, kiln_tensor target) {
     kiln_tensor fail;
     if (!check_pair("kiln_bce_with_logits", logits, target, &fail)) return fail;
     kiln_tensor sp = kiln_softplus(kiln_ref(logits));
     kiln_tensor xy = kiln_mul(logits, target);
     return kiln_mean(kiln_sub(sp, xy));
+}
+
+/* ---- public wrappers: the ops a loss is built from report errors under the loss's name (a
+ * target out of range is found by a gather inside, but the caller called the loss) ---------- */
+
+kiln_tensor kiln_cross_entropy(kiln_tensor logits, kiln_tensor targets, kiln_cross_entropy_options o) {
+    const char *outer = kiln__op_scope_enter("kiln_cross_entropy");
+    kiln_tensor loss = cross_entropy(logits, targets, o);
+    kiln__op_scope_leave(outer);
+    return loss;
+}
+
+static kiln_tensor scoped(const char *name, kiln_tensor (*loss_fn)(kiln_tensor, kiln_tensor), kiln_tensor a,
+                          kiln_tensor b) {
+    const char *outer = kiln__op_scope_enter(name);
+    kiln_tensor loss = loss_fn(a, b);
+    kiln__op_scope_leave(outer);
+    return loss;
+}
+
+kiln_tensor kiln_nll_loss(kiln_tensor log_probs, kiln_tensor targets) {
+    return scoped("kiln_nll_loss", nll_loss, log_probs, targets);
+}
+
+kiln_tensor kiln_mse_loss(kiln_tensor prediction, kiln_tensor target) {
+    return scoped("kiln_mse_loss", mse_loss, prediction, target);
+}
+
+kiln_tensor kiln_bce_with_logits(kiln_tensor logits, kiln_tensor target) {
+    return scoped("kiln_bce_with_logits", bce_with_logits, logits, target);
 }

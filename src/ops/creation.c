@@ -72,10 +72,9 @@ kiln_tensor kiln_from_borrowed(kiln_dtype dtype, kiln_shape shape, const void *d
 }
 
 int64_t kiln_shape_numel(kiln_shape shape) {
+    int64_t n;
     if (shape.ndim < 0 || shape.ndim > KILN_MAX_DIMS) return -1;
-    int64_t n = 1;
-    for (int d = 0; d < shape.ndim; d++) n *= shape.dims[d];
-    return n;
+    return kiln__shape_numel_checked(shape.ndim, shape.dims, &n, NULL) ? n : -1;
 }
 
 /* Ops that only fill an output: ranges and random numbers. */

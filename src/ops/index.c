@@ -83,7 +83,10 @@ static bool cat_plan(kiln__opctx *c, kiln__tensor *const *ts, int n, int *dim, i
                        *dim);
             return false;
         }
-        shape[*dim] += t->shape[*dim];
+        if (__builtin_add_overflow(shape[*dim], t->shape[*dim], &shape[*dim])) {
+            kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "the joined dim %d has more elements than int64 can count", *dim);
+            return false;
+        }
     }
     return true;
 }
@@ -227,7 +230,7 @@ int kiln_split(kiln_tensor h, int64_t split_size, int dim, kiln_tensor *out, int
         kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "split_size %lld must be positive", (long long)split_size);
         return split_fail(&c, t, out);
     }
-    int64_t count = size == 0 ? 1 : (size + split_size - 1) / split_size;
+    int64_t count = size == 0 ? 1 : size / split_size + (size % split_size != 0); /* no overflow for a huge split */
     return split_views(&c, t, dim, split_size, count, out, cap);
 }
 

@@ -5,6 +5,18 @@
 
 #include "ops/ops-impl.h"
 
+static _Thread_local const char *scope_name;
+
+const char *kiln__op_scope_enter(const char *name) {
+    const char *outer = scope_name;
+    if (!outer) scope_name = name;
+    return outer;
+}
+
+void kiln__op_scope_leave(const char *outer) { scope_name = outer; }
+
+const char *kiln__op_name(const char *name) { return scope_name ? scope_name : name; }
+
 kiln__tensor *kiln__arg(kiln__opctx *c, kiln_tensor h) {
     kiln__error *err = NULL;
     kiln__tensor *t = kiln__handle_take(h, c->name, &err);
@@ -84,24 +96,28 @@ const char *kiln__shape_str(char *buf, size_t size, int ndim, const int64_t *sha
     return buf;
 }
 
+bool kiln__check_dims(kiln__opctx *c, int ndim, const int64_t *shape) {
+    for (int d = 0; d < ndim; d++)
+        if (shape[d] < 0) {
+            kiln__fail(c, KILN_ERR_SHAPE, "negative size %lld in dim %d", (long long)shape[d], d);
+            return false;
+        }
+    int64_t n, extent; /* the extent bounds the strides too: [0, 2^62] is refused as well */
+    if (!kiln__shape_numel_checked(ndim, shape, &n, &extent) || extent > KILN__MAX_NUMEL) {
+        char buf[160];
+        kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "shape %s is too large (2^59 elements or more)",
+                   kiln__shape_str(buf, sizeof buf, ndim, shape));
+        return false;
+    }
+    return true;
+}
+
 bool kiln__check_shape(kiln__opctx *c, kiln_shape shape) {
     if (shape.ndim < 0 || shape.ndim > KILN_MAX_DIMS) {
         kiln__fail(c, KILN_ERR_SHAPE, "shape has %d dims (0..%d allowed)", shape.ndim, KILN_MAX_DIMS);
         return false;
     }
-    int64_t n = 1;
-    for (int d = 0; d < shape.ndim; d++) {
-        if (shape.dims[d] < 0) {
-            kiln__fail(c, KILN_ERR_SHAPE, "negative size %lld in dim %d", (long long)shape.dims[d], d);
-            return false;
-        }
-        if (shape.dims[d] && n > INT64_MAX / 16 / shape.dims[d]) {
-            kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "shape is too large");
-            return false;
-        }
-        n *= shape.dims[d];
-    }
-    return true;
+    return kiln__check_dims(c, shape.ndim, shape.dims);
 }
 
 bool kiln__broadcast_shapes(kiln__opctx *c, int na, const int64_t *a, int nb, const int64_t *b, int *nout,
@@ -140,6 +156,7 @@ static bool is_dense(const kiln__tensor *t) {
 }
 
 kiln__tensor *kiln__t_empty(kiln__opctx *c, kiln_device dev, kiln_dtype dtype, int ndim, const int64_t *shape) {
+    if (!kiln__check_dims(c, ndim, shape)) return NULL; /* a broadcast or a product may have grown too large */
     kiln__tensor *out = kiln__tensor_new(dev, dtype, ndim, shape);
     if (!out) {
         int64_t n = 1;
@@ -152,9 +169,10 @@ kiln__tensor *kiln__t_empty(kiln__opctx *c, kiln_device dev, kiln_dtype dtype, i
 
 kiln__tensor *kiln__t_output(kiln__opctx *c, kiln_device dev, kiln_dtype dtype, int ndim, const int64_t *shape,
                              kiln__tensor *const *candidates, int n_candidates) {
+    if (!kiln__check_dims(c, ndim, shape)) return NULL;
     int64_t strides[KILN_MAX_DIMS];
     int64_t numel = kiln__dense_strides(ndim, shape, strides);
-    size_t bytes = (size_t)numel * kiln__elsize(dtype);
+    size_t bytes = (size_t)numel * kiln__elsize(dtype); /* checked: numel <= KILN__MAX_NUMEL */
     for (int i = 0; i < n_candidates; i++) {
         kiln__tensor *t = candidates[i];
         if (!t || !kiln__tensor_is_exclusive(t) || t->device != dev) continue;

@@ -22,7 +22,19 @@ typedef struct {
     kiln__error *err; /* first error of this op, owned */
 } kiln__opctx;
 
-#define KILN__OP_BEGIN(opname) kiln__opctx c = {.name = (opname), .err = NULL}
+#define KILN__OP_BEGIN(opname) kiln__opctx c = {.name = kiln__op_name(opname), .err = NULL}
+
+/* A public op built from other public ops (a loss) is the op its caller knows: while its scope
+ * is open, the ops it calls record its name, so their errors (found at dispatch or when the
+ * kernel runs) name it. Scopes nest; the outermost name wins. enter returns what leave takes. */
+const char *kiln__op_scope_enter(const char *name);
+void kiln__op_scope_leave(const char *outer);
+/* name, or the open scope's name. */
+const char *kiln__op_name(const char *name);
+
+/* The most elements any tensor (view or not) may have, zero dims aside: byte sizes, strides
+ * and offsets computed from a shape then never overflow. */
+#define KILN__MAX_NUMEL (INT64_MAX / 16)
 
 /* Takes (consumes) a handle; NULL and c->err set if stale. */
 kiln__tensor *kiln__arg(kiln__opctx *c, kiln_tensor h);
@@ -41,8 +53,12 @@ bool kiln__norm_dim(kiln__opctx *c, int *dim, int ndim);
 bool kiln__same_device(kiln__opctx *c, const kiln__tensor *a, const kiln__tensor *b);
 /* Shape as text "[2, 3]" into buf. */
 const char *kiln__shape_str(char *buf, size_t size, int ndim, const int64_t *shape);
-/* Validates a user shape (ndim 0..8, dims >= 0); false + error otherwise. */
+/* Validates a user shape (ndim 0..8, then as kiln__check_dims); false + error otherwise. */
 bool kiln__check_shape(kiln__opctx *c, kiln_shape shape);
+/* dims >= 0 (else KILN_ERR_SHAPE) and a product of the non-zero dims of at most
+ * KILN__MAX_NUMEL, counted without overflow (else KILN_ERR_OUT_OF_MEMORY): elements, dense
+ * strides and their byte sizes then fit int64. False + error otherwise. */
+bool kiln__check_dims(kiln__opctx *c, int ndim, const int64_t *shape);
 
 /* NumPy broadcasting of two shapes; false + error if incompatible. */
 bool kiln__broadcast_shapes(kiln__opctx *c, int na, const int64_t *a, int nb, const int64_t *b, int *nout,

@@ -26,12 +26,15 @@ static bool view_strides(const kiln__tensor *x, int ndim, const int64_t *shape, 
     int64_t chunk_base = old_n ? x->strides[old_n - 1] : 1;
     int64_t tensor_numel = 1, view_numel = 1;
     for (int64_t d = old_n - 1; d >= 0; d--) {
-        tensor_numel *= x->shape[d];
-        bool chunk_end = d == 0 || (x->shape[d - 1] != 1 && x->strides[d - 1] != tensor_numel * chunk_base);
+        int64_t span;
+        if (__builtin_mul_overflow(tensor_numel, x->shape[d], &tensor_numel)) return false;
+        bool chunk_end = d == 0 || (x->shape[d - 1] != 1 && (__builtin_mul_overflow(tensor_numel, chunk_base, &span) ||
+                                                              x->strides[d - 1] != span));
         if (chunk_end) {
             while (view_d >= 0 && (view_numel < tensor_numel || shape[view_d] == 1)) {
-                out[view_d] = view_numel * chunk_base;
-                view_numel *= shape[view_d];
+                if (__builtin_mul_overflow(view_numel, chunk_base, &out[view_d]) ||
+                    __builtin_mul_overflow(view_numel, shape[view_d], &view_numel))
+                    return false;
                 view_d--;
             }
             if (view_numel != tensor_numel) return false;
@@ -61,8 +64,11 @@ kiln__tensor *kiln__t_reshape(kiln__opctx *c, kiln__tensor *x, int ndim, const i
         } else if (shape[d] < 0) {
             kiln__drop(1, x);
             return kiln__fail(c, KILN_ERR_SHAPE, "invalid size %lld in dim %d", (long long)shape[d], d);
-        } else {
-            known *= shape[d];
+        } else if (__builtin_mul_overflow(known, shape[d], &known)) {
+            char buf[128];
+            kiln__drop(1, x);
+            return kiln__fail(c, KILN_ERR_SHAPE, "shape %s has more elements than int64 can count",
+                              kiln__shape_str(buf, sizeof buf, ndim, shape_in));
         }
     }
     if (infer >= 0) {
@@ -82,6 +88,7 @@ kiln__tensor *kiln__t_reshape(kiln__opctx *c, kiln__tensor *x, int ndim, const i
         kiln__drop(1, x);
         return NULL;
     }
+    if (!kiln__check_dims(c, ndim, shape)) return kiln__drop(1, x), NULL; /* [0, 2^62, 2^62]: no strides fit */
     int64_t strides[KILN_MAX_DIMS];
     if (!view_strides(x, ndim, shape, strides)) {
         x = kiln__t_contiguous(c, x);
@@ -94,8 +101,8 @@ kiln__tensor *kiln__t_reshape(kiln__opctx *c, kiln__tensor *x, int ndim, const i
 kiln__tensor *kiln__t_permute(kiln__opctx *c, kiln__tensor *x, int ndim, const int *order) {
     if (!kiln__ok(c, x)) return kiln__drop(1, x), NULL;
     if (ndim != x->ndim) {
-        kiln__drop(1, x);
-        return kiln__fail(c, KILN_ERR_SHAPE, "permutation has %d dims, tensor has %d", ndim, x->ndim);
+        kiln__fail(c, KILN_ERR_SHAPE, "permutation has %d dims, tensor has %d", ndim, x->ndim);
+        return kiln__drop(1, x), NULL;
     }
     int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
     bool seen[KILN_MAX_DIMS] = {false};
@@ -144,17 +151,22 @@ kiln__tensor *kiln__t_slice(kiln__opctx *c, kiln__tensor *x, int dim, int64_t st
     int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
     memcpy(strides, x->strides, sizeof strides);
-    shape[dim] = (end - start + step - 1) / step;
-    strides[dim] = x->strides[dim] * step;
-    int64_t offset = x->offset + (shape[dim] ? start * x->strides[dim] : 0);
+    int64_t len = end - start; /* 0..n */
+    shape[dim] = len ? (len - 1) / step + 1 : 0;
+    /* a step past the end leaves one element, whose stride is never used */
+    if (shape[dim] > 1 && __builtin_mul_overflow(x->strides[dim], step, &strides[dim])) {
+        kiln__drop(1, x);
+        return kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "slice step %lld is too large", (long long)step);
+    }
+    int64_t offset = x->offset + (shape[dim] ? start * x->strides[dim] : 0); /* start < n: inside x */
     return make_view(c, x, x->ndim, shape, strides, offset);
 }
 
 kiln__tensor *kiln__t_expand(kiln__opctx *c, kiln__tensor *x, int ndim, const int64_t *target) {
     if (!kiln__ok(c, x)) return kiln__drop(1, x), NULL;
     if (ndim < x->ndim || ndim > KILN_MAX_DIMS) {
-        kiln__drop(1, x);
-        return kiln__fail(c, KILN_ERR_SHAPE, "cannot expand a %d-d tensor to %d dims", x->ndim, ndim);
+        kiln__fail(c, KILN_ERR_SHAPE, "cannot expand a %d-d tensor to %d dims", x->ndim, ndim);
+        return kiln__drop(1, x), NULL;
     }
     int64_t shape[KILN_MAX_DIMS], strides[KILN_MAX_DIMS];
     int lead = ndim - x->ndim;
@@ -176,6 +188,7 @@ kiln__tensor *kiln__t_expand(kiln__opctx *c, kiln__tensor *x, int ndim, const in
         shape[d] = want;
         strides[d] = (s >= 0 && have == want) ? x->strides[s] : 0;
     }
+    if (!kiln__check_dims(c, ndim, shape)) return kiln__drop(1, x), NULL;
     return make_view(c, x, ndim, shape, strides, x->offset);
 }
 
@@ -190,7 +203,8 @@ kiln__tensor *kiln__t_unsqueeze(kiln__opctx *c, kiln__tensor *x, int dim) {
     for (int d = 0, s = 0; d <= x->ndim; d++) {
         if (d == dim) {
             shape[d] = 1;
-            strides[d] = (s < x->ndim) ? x->strides[s] * x->shape[s] : 1;
+            /* any stride works for a size-1 dim; this one keeps a contiguous x contiguous */
+            if (s >= x->ndim || __builtin_mul_overflow(x->strides[s], x->shape[s], &strides[d])) strides[d] = 1;
         } else {
             shape[d] = x->shape[s];
             strides[d] = x->strides[s];
@@ -257,19 +271,17 @@ kiln_tensor kiln_transpose(kiln_tensor x, int d0, int d1) {
 kiln_tensor kiln_narrow(kiln_tensor x, int dim, int64_t start, int64_t length) {
     KILN__OP_BEGIN("kiln_narrow");
     kiln__tensor *t = kiln__arg(&c, x);
-    if (kiln__ok(&c, t) && kiln__norm_dim(&c, &dim, t->ndim) && t->ndim > 0) {
-        int64_t n = t->shape[dim];
-        if (start < 0) start += n;
-        if (start < 0 || length < 0 || start + length > n) {
-            kiln__fail(&c, KILN_ERR_INDEX, "narrow [%lld, %lld) out of range for dim %d of size %lld", (long long)start,
-                       (long long)(start + length), dim, (long long)n);
-            kiln__drop(1, t);
-            return kiln__result(&c, NULL);
-        }
+    if (!kiln__ok(&c, t) || !kiln__norm_dim(&c, &dim, t->ndim)) return kiln__drop(1, t), kiln__result(&c, NULL);
+    if (t->ndim == 0) return kiln__result(&c, kiln__t_slice(&c, t, dim, 0, 0, 1)); /* its error */
+    int64_t n = t->shape[dim];
+    if (start < 0) start += n; /* start < 0 <= n: cannot overflow */
+    if (start < 0 || start > n || length < 0 || length > n - start) {
+        kiln__fail(&c, KILN_ERR_INDEX, "narrow of length %lld at %lld out of range for dim %d of size %lld",
+                   (long long)length, (long long)start, dim, (long long)n);
+        return kiln__drop(1, t), kiln__result(&c, NULL);
     }
-    kiln__ad_node *n = NULL;
-    if (t && !t->err && !c.err) n = kiln__ad_begin_view(&c, KILN__AD_VIEW_SLICE, t, (int64_t[]){dim, start, 1}, 3);
-    return kiln__result(&c, kiln__ad_attach(&c, n, kiln__t_slice(&c, t, dim, start, start + length, 1)));
+    kiln__ad_node *node = kiln__ad_begin_view(&c, KILN__AD_VIEW_SLICE, t, (int64_t[]){dim, start, 1}, 3);
+    return kiln__result(&c, kiln__ad_attach(&c, node, kiln__t_slice(&c, t, dim, start, start + length, 1)));
 }
 
 kiln_tensor kiln_slice(kiln_tensor x, int dim, int64_t start, int64_t end, int64_t step) {
