@@ -46,12 +46,23 @@ KILN_API void kiln_no_grad_begin(void);
 KILN_API void kiln_no_grad_end(void);
 KILN_API bool kiln_grad_enabled(void);
 
-#ifndef KILN_BUILDING
-#define kiln_require_grad(...) KILN__AT(kiln_require_grad, __VA_ARGS__)
-#define kiln_detach(...) KILN__AT(kiln_detach, __VA_ARGS__)
-#define kiln_backward(...) KILN__AT(kiln_backward, __VA_ARGS__)
-#define kiln_backward_seed(...) KILN__AT(kiln_backward_seed, __VA_ARGS__)
-#define kiln_grad(...) KILN__AT(kiln_grad, __VA_ARGS__)
+/* ---- call sites ------------------------------------------------------------------------- */
+/* The calls that record the caller's file:line, as in core.h's list. */
+#define KILN_AUTODIFF_API(X) \
+    X(kiln_status, require_grad, (kiln_tensor t), (t)) \
+    X(kiln_tensor, detach, (kiln_tensor t), (t)) \
+    X(kiln_status, backward, (kiln_tensor loss, kiln_grads **out), (loss, out)) \
+    X(kiln_status, backward_seed, (kiln_tensor root, kiln_tensor seed, kiln_grads **out), (root, seed, out)) \
+    X(kiln_tensor, grad, (kiln_grads *grads, kiln_tensor t), (grads, t))
+KILN_AUTODIFF_API(KILN__AT_DECLARE)
+
+#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
+#pragma GCC system_header /* see core.h: errors in these calls name the caller's line */
+#define kiln_require_grad(...) KILN__AT(require_grad, __VA_ARGS__)
+#define kiln_detach(...) KILN__AT(detach, __VA_ARGS__)
+#define kiln_backward(...) KILN__AT(backward, __VA_ARGS__)
+#define kiln_backward_seed(...) KILN__AT(backward_seed, __VA_ARGS__)
+#define kiln_grad(...) KILN__AT(grad, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

@@ -132,14 +132,18 @@ KILN_API const char *kiln_last_error(void);
 KILN_API kiln_status kiln_last_status(void);
 KILN_API void kiln_clear_error(void);
 
-/* Records the caller's location for the next kiln calls on this thread. The public macros
- * below call it for C callers; bindings from other languages may call it themselves. */
+/* Records the caller's location for the next kiln calls on this thread, for bindings from
+ * other languages: they call it, then the plain functions (define KILN_NO_CALL_SITE_MACROS to
+ * include the headers without the macros below). C callers never need it: each public call
+ * in a header's "call sites" list is a macro, kiln_exp(x) -> kiln__exp_at(x, __FILE__,
+ * __LINE__), and that wrapper records the location once the arguments have been evaluated,
+ * so kiln_sum(helper()) names the kiln_sum line even when helper makes kiln calls itself. */
 KILN_API void kiln_set_call_site(const char *file, int line);
-#ifndef KILN_NO_CALL_SITE_MACROS
-#define KILN__AT(fn, ...) (kiln_set_call_site(__FILE__, __LINE__), (fn)(__VA_ARGS__))
-#else
-#define KILN__AT(fn, ...) (fn)(__VA_ARGS__)
-#endif
+/* Declare the wrapper of one entry of a "call sites" list (X, or X0 for no parameters); the
+ * library defines them (src/api/call_site.h). The plain functions keep their names and ABI. */
+#define KILN__AT_PARAMS(...) (__VA_ARGS__, const char *kiln__file, int kiln__line)
+#define KILN__AT_DECLARE(ret, name, params, args) KILN_API ret kiln__##name##_at KILN__AT_PARAMS params;
+#define KILN__AT_DECLARE0(ret, name) KILN_API ret kiln__##name##_at(const char *kiln__file, int kiln__line);
 
 /* ---- memory ------------------------------------------------------------------------------ */
 typedef struct {
@@ -164,9 +168,23 @@ KILN_API void kiln_debug_fail_alloc_after(int64_t n);
 KILN_API int kiln_num_threads(void);
 KILN_API void kiln_set_num_threads(int n);
 
-#ifndef KILN_BUILDING
-#define kiln_ref(...) KILN__AT(kiln_ref, __VA_ARGS__)
-#define kiln_release(...) KILN__AT(kiln_release, __VA_ARGS__)
+/* ---- call sites ------------------------------------------------------------------------- */
+/* The calls that record the caller's file:line, one line each: X(return type, name without
+ * kiln_, (parameters), (arguments)); each header has such a list. A new entry also needs its
+ * macro below the list, and the library defines its wrapper from the list (src/api/). */
+#define KILN_CORE_API(X) \
+    X(kiln_tensor, ref, (kiln_tensor t), (t)) \
+    X(kiln_status, release, (kiln_tensor t), (t))
+KILN_CORE_API(KILN__AT_DECLARE)
+
+#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
+/* As in an installed header: a compiler error in a call through these macros (a wrong
+ * number of arguments, say) is reported at the caller's line, not here. */
+#pragma GCC system_header
+#define KILN__AT(name, ...) kiln__##name##_at(__VA_ARGS__, __FILE__, __LINE__)
+#define KILN__AT0(name) kiln__##name##_at(__FILE__, __LINE__)
+#define kiln_ref(...) KILN__AT(ref, __VA_ARGS__)
+#define kiln_release(...) KILN__AT(release, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

@@ -80,17 +80,33 @@ KILN_API kiln_status kiln_loader_next(kiln_loader *l, kiln_tensor *inputs, kiln_
 KILN_API int64_t kiln_loader_batches(const kiln_loader *l); /* per epoch */
 KILN_API void kiln_loader_free(kiln_loader *l); /* stops the workers, mid-epoch too */
 
-#ifndef KILN_BUILDING
-#define kiln_dataset_new(...) KILN__AT(kiln_dataset_new, __VA_ARGS__)
-#define kiln_memory_dataset_new(...) KILN__AT(kiln_memory_dataset_new, __VA_ARGS__)
-#define kiln_idx_dataset_new(...) KILN__AT(kiln_idx_dataset_new, __VA_ARGS__)
-#define kiln_dataset_get(...) KILN__AT(kiln_dataset_get, __VA_ARGS__)
-#define kiln_transform_normalize(...) KILN__AT(kiln_transform_normalize, __VA_ARGS__)
-#define kiln_transform_random_crop(...) KILN__AT(kiln_transform_random_crop, __VA_ARGS__)
-#define kiln_transform_random_hflip(...) KILN__AT(kiln_transform_random_hflip, __VA_ARGS__)
-#define kiln_loader_new(...) KILN__AT(kiln_loader_new, __VA_ARGS__)
-#define kiln_loader_start_epoch(...) KILN__AT(kiln_loader_start_epoch, __VA_ARGS__)
-#define kiln_loader_next(...) KILN__AT(kiln_loader_next, __VA_ARGS__)
+/* ---- call sites ------------------------------------------------------------------------- */
+/* The calls that record the caller's file:line, as in core.h's list. */
+#define KILN_DATA_API(X) \
+    X(kiln_dataset *, dataset_new, (kiln_dataset_desc desc, void *ctx), (desc, ctx)) \
+    X(kiln_dataset *, memory_dataset_new, (kiln_tensor inputs, kiln_tensor targets), (inputs, targets)) \
+    X(kiln_dataset *, idx_dataset_new, (const char *images_path, const char *labels_path), (images_path, labels_path)) \
+    X(kiln_status, dataset_get, (kiln_dataset *ds, int64_t index, kiln_tensor *input, kiln_tensor *target), (ds, index, input, target)) \
+    X(kiln_dataset *, transform_normalize, (kiln_dataset *base, int n, const double *mean, const double *std), (base, n, mean, std)) \
+    X(kiln_dataset *, transform_random_crop, (kiln_dataset *base, int padding), (base, padding)) \
+    X(kiln_dataset *, transform_random_hflip, (kiln_dataset *base, double p), (base, p)) \
+    X(kiln_loader *, loader_new, (kiln_dataset *ds, kiln_loader_options o), (ds, o)) \
+    X(kiln_status, loader_start_epoch, (kiln_loader *l, int64_t epoch), (l, epoch)) \
+    X(kiln_status, loader_next, (kiln_loader *l, kiln_tensor *inputs, kiln_tensor *targets), (l, inputs, targets))
+KILN_DATA_API(KILN__AT_DECLARE)
+
+#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
+#pragma GCC system_header /* see core.h: errors in these calls name the caller's line */
+#define kiln_dataset_new(...) KILN__AT(dataset_new, __VA_ARGS__)
+#define kiln_memory_dataset_new(...) KILN__AT(memory_dataset_new, __VA_ARGS__)
+#define kiln_idx_dataset_new(...) KILN__AT(idx_dataset_new, __VA_ARGS__)
+#define kiln_dataset_get(...) KILN__AT(dataset_get, __VA_ARGS__)
+#define kiln_transform_normalize(...) KILN__AT(transform_normalize, __VA_ARGS__)
+#define kiln_transform_random_crop(...) KILN__AT(transform_random_crop, __VA_ARGS__)
+#define kiln_transform_random_hflip(...) KILN__AT(transform_random_hflip, __VA_ARGS__)
+#define kiln_loader_new(...) KILN__AT(loader_new, __VA_ARGS__)
+#define kiln_loader_start_epoch(...) KILN__AT(loader_start_epoch, __VA_ARGS__)
+#define kiln_loader_next(...) KILN__AT(loader_next, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

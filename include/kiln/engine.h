@@ -68,11 +68,21 @@ KILN_API kiln_status kiln_profiler_write_trace(const char *path);
 /* A table per op: calls, total and mean time, share. path NULL writes to stderr. */
 KILN_API kiln_status kiln_profiler_write_summary(const char *path);
 
-#ifndef KILN_BUILDING
-#define kiln_transaction_read(...) KILN__AT(kiln_transaction_read, __VA_ARGS__)
-#define kiln_transaction_execute(...) KILN__AT(kiln_transaction_execute, __VA_ARGS__)
-#define kiln_sync(...) KILN__AT(kiln_sync, __VA_ARGS__)
-#define kiln_sync_all(...) KILN__AT(kiln_sync_all, __VA_ARGS__)
+/* ---- call sites ------------------------------------------------------------------------- */
+/* The calls that record the caller's file:line, as in core.h's list (X0: no parameters). */
+#define KILN_ENGINE_API(X, X0) \
+    X(kiln_status, transaction_read, (kiln_transaction *tx, kiln_tensor t, void *dst, size_t dst_bytes), (tx, t, dst, dst_bytes)) \
+    X(kiln_status, transaction_execute, (kiln_transaction *tx), (tx)) \
+    X0(kiln_status, sync) \
+    X0(kiln_status, sync_all)
+KILN_ENGINE_API(KILN__AT_DECLARE, KILN__AT_DECLARE0)
+
+#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
+#pragma GCC system_header /* see core.h: errors in these calls name the caller's line */
+#define kiln_transaction_read(...) KILN__AT(transaction_read, __VA_ARGS__)
+#define kiln_transaction_execute(...) KILN__AT(transaction_execute, __VA_ARGS__)
+#define kiln_sync() KILN__AT0(sync)
+#define kiln_sync_all() KILN__AT0(sync_all)
 #endif
 
 #ifdef __cplusplus

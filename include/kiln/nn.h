@@ -106,29 +106,57 @@ typedef enum { KILN_INIT_KAIMING_UNIFORM, KILN_INIT_KAIMING_NORMAL, KILN_INIT_XA
 /* Fills *t (replacing the handle) from fan-in/fan-out of its shape ([out, in, ...]). */
 KILN_API kiln_status kiln_init(kiln_tensor *t, kiln_init_kind kind, uint64_t seed);
 
-#ifndef KILN_BUILDING
-#define kiln_module_forward(...) KILN__AT(kiln_module_forward, __VA_ARGS__)
-#define kiln_conv2d(...) KILN__AT(kiln_conv2d, __VA_ARGS__)
-#define kiln_max_pool2d(...) KILN__AT(kiln_max_pool2d, __VA_ARGS__)
-#define kiln_avg_pool2d(...) KILN__AT(kiln_avg_pool2d, __VA_ARGS__)
-#define kiln_adaptive_avg_pool2d(...) KILN__AT(kiln_adaptive_avg_pool2d, __VA_ARGS__)
-#define kiln_dropout(...) KILN__AT(kiln_dropout, __VA_ARGS__)
-#define kiln_cross_entropy(...) KILN__AT(kiln_cross_entropy, __VA_ARGS__)
-#define kiln_nll_loss(...) KILN__AT(kiln_nll_loss, __VA_ARGS__)
-#define kiln_mse_loss(...) KILN__AT(kiln_mse_loss, __VA_ARGS__)
-#define kiln_bce_with_logits(...) KILN__AT(kiln_bce_with_logits, __VA_ARGS__)
-#define kiln_init(...) KILN__AT(kiln_init, __VA_ARGS__)
-#define kiln_sequential_new(...) KILN__AT(kiln_sequential_new, __VA_ARGS__)
-#define kiln_linear_new(...) KILN__AT(kiln_linear_new, __VA_ARGS__)
-#define kiln_conv2d_new(...) KILN__AT(kiln_conv2d_new, __VA_ARGS__)
-#define kiln_max_pool2d_new(...) KILN__AT(kiln_max_pool2d_new, __VA_ARGS__)
-#define kiln_avg_pool2d_new(...) KILN__AT(kiln_avg_pool2d_new, __VA_ARGS__)
-#define kiln_adaptive_avg_pool2d_new(...) KILN__AT(kiln_adaptive_avg_pool2d_new, __VA_ARGS__)
-#define kiln_batch_norm2d_new(...) KILN__AT(kiln_batch_norm2d_new, __VA_ARGS__)
-#define kiln_layer_norm_new(...) KILN__AT(kiln_layer_norm_new, __VA_ARGS__)
-#define kiln_dropout_new(...) KILN__AT(kiln_dropout_new, __VA_ARGS__)
-#define kiln_flatten_new(...) KILN__AT(kiln_flatten_new, __VA_ARGS__)
-#define kiln_embedding_new(...) KILN__AT(kiln_embedding_new, __VA_ARGS__)
+/* ---- call sites ------------------------------------------------------------------------- */
+/* The calls that record the caller's file:line, as in core.h's list. */
+#define KILN_NN_API(X) \
+    X(kiln_tensor, module_forward, (kiln_module *m, kiln_tensor x), (m, x)) \
+    X(kiln_tensor, conv2d, (kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride_h, int stride_w, int pad_h, int pad_w, int dilation_h, int dilation_w, int groups), (x, w, bias, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups)) \
+    X(kiln_tensor, max_pool2d, (kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h, int pad_w), (x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)) \
+    X(kiln_tensor, avg_pool2d, (kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h, int pad_w), (x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)) \
+    X(kiln_tensor, adaptive_avg_pool2d, (kiln_tensor x, int out_h, int out_w), (x, out_h, out_w)) \
+    X(kiln_tensor, dropout, (kiln_tensor x, double p, uint64_t seed), (x, p, seed)) \
+    X(kiln_tensor, cross_entropy, (kiln_tensor logits, kiln_tensor targets, kiln_cross_entropy_options o), (logits, targets, o)) \
+    X(kiln_tensor, nll_loss, (kiln_tensor log_probs, kiln_tensor targets), (log_probs, targets)) \
+    X(kiln_tensor, mse_loss, (kiln_tensor prediction, kiln_tensor target), (prediction, target)) \
+    X(kiln_tensor, bce_with_logits, (kiln_tensor logits, kiln_tensor target), (logits, target)) \
+    X(kiln_status, init, (kiln_tensor *t, kiln_init_kind kind, uint64_t seed), (t, kind, seed)) \
+    X(kiln_module *, sequential_new, (int n, kiln_module *const *children), (n, children)) \
+    X(kiln_module *, linear_new, (int64_t in_features, int64_t out_features, bool bias, uint64_t seed), (in_features, out_features, bias, seed)) \
+    X(kiln_module *, conv2d_new, (kiln_conv2d_options o, uint64_t seed), (o, seed)) \
+    X(kiln_module *, max_pool2d_new, (int kernel, int stride, int padding), (kernel, stride, padding)) \
+    X(kiln_module *, avg_pool2d_new, (int kernel, int stride, int padding), (kernel, stride, padding)) \
+    X(kiln_module *, adaptive_avg_pool2d_new, (int out_h, int out_w), (out_h, out_w)) \
+    X(kiln_module *, batch_norm2d_new, (int64_t channels, double eps, double momentum), (channels, eps, momentum)) \
+    X(kiln_module *, layer_norm_new, (int64_t normalized_size, double eps, bool affine), (normalized_size, eps, affine)) \
+    X(kiln_module *, dropout_new, (double p, uint64_t seed), (p, seed)) \
+    X(kiln_module *, flatten_new, (int start_dim, int end_dim), (start_dim, end_dim)) \
+    X(kiln_module *, embedding_new, (int64_t num_embeddings, int64_t dim, uint64_t seed), (num_embeddings, dim, seed))
+KILN_NN_API(KILN__AT_DECLARE)
+
+#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
+#pragma GCC system_header /* see core.h: errors in these calls name the caller's line */
+#define kiln_module_forward(...) KILN__AT(module_forward, __VA_ARGS__)
+#define kiln_conv2d(...) KILN__AT(conv2d, __VA_ARGS__)
+#define kiln_max_pool2d(...) KILN__AT(max_pool2d, __VA_ARGS__)
+#define kiln_avg_pool2d(...) KILN__AT(avg_pool2d, __VA_ARGS__)
+#define kiln_adaptive_avg_pool2d(...) KILN__AT(adaptive_avg_pool2d, __VA_ARGS__)
+#define kiln_dropout(...) KILN__AT(dropout, __VA_ARGS__)
+#define kiln_cross_entropy(...) KILN__AT(cross_entropy, __VA_ARGS__)
+#define kiln_nll_loss(...) KILN__AT(nll_loss, __VA_ARGS__)
+#define kiln_mse_loss(...) KILN__AT(mse_loss, __VA_ARGS__)
+#define kiln_bce_with_logits(...) KILN__AT(bce_with_logits, __VA_ARGS__)
+#define kiln_init(...) KILN__AT(init, __VA_ARGS__)
+#define kiln_sequential_new(...) KILN__AT(sequential_new, __VA_ARGS__)
+#define kiln_linear_new(...) KILN__AT(linear_new, __VA_ARGS__)
+#define kiln_conv2d_new(...) KILN__AT(conv2d_new, __VA_ARGS__)
+#define kiln_max_pool2d_new(...) KILN__AT(max_pool2d_new, __VA_ARGS__)
+#define kiln_avg_pool2d_new(...) KILN__AT(avg_pool2d_new, __VA_ARGS__)
+#define kiln_adaptive_avg_pool2d_new(...) KILN__AT(adaptive_avg_pool2d_new, __VA_ARGS__)
+#define kiln_batch_norm2d_new(...) KILN__AT(batch_norm2d_new, __VA_ARGS__)
+#define kiln_layer_norm_new(...) KILN__AT(layer_norm_new, __VA_ARGS__)
+#define kiln_dropout_new(...) KILN__AT(dropout_new, __VA_ARGS__)
+#define kiln_flatten_new(...) KILN__AT(flatten_new, __VA_ARGS__)
+#define kiln_embedding_new(...) KILN__AT(embedding_new, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

@@ -82,11 +82,21 @@ KILN_API double kiln_lr_warmup(double after, int64_t step, int64_t warmup_steps)
 KILN_API kiln_status kiln_checkpoint_save(const char *path, kiln_module *model, kiln_optimizer *opt);
 KILN_API kiln_status kiln_checkpoint_load(const char *path, kiln_module *model, kiln_optimizer *opt);
 
-#ifndef KILN_BUILDING
-#define kiln_optimizer_step(...) KILN__AT(kiln_optimizer_step, __VA_ARGS__)
-#define kiln_clip_grad_norm(...) KILN__AT(kiln_clip_grad_norm, __VA_ARGS__)
-#define kiln_checkpoint_save(...) KILN__AT(kiln_checkpoint_save, __VA_ARGS__)
-#define kiln_checkpoint_load(...) KILN__AT(kiln_checkpoint_load, __VA_ARGS__)
+/* ---- call sites ------------------------------------------------------------------------- */
+/* The calls that record the caller's file:line, as in core.h's list. */
+#define KILN_OPTIM_API(X) \
+    X(kiln_status, optimizer_step, (kiln_optimizer *opt, kiln_grads *g), (opt, g)) \
+    X(kiln_status, clip_grad_norm, (kiln_optimizer *opt, kiln_grads *g, double max_norm, kiln_tensor *total_norm), (opt, g, max_norm, total_norm)) \
+    X(kiln_status, checkpoint_save, (const char *path, kiln_module *model, kiln_optimizer *opt), (path, model, opt)) \
+    X(kiln_status, checkpoint_load, (const char *path, kiln_module *model, kiln_optimizer *opt), (path, model, opt))
+KILN_OPTIM_API(KILN__AT_DECLARE)
+
+#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
+#pragma GCC system_header /* see core.h: errors in these calls name the caller's line */
+#define kiln_optimizer_step(...) KILN__AT(optimizer_step, __VA_ARGS__)
+#define kiln_clip_grad_norm(...) KILN__AT(clip_grad_norm, __VA_ARGS__)
+#define kiln_checkpoint_save(...) KILN__AT(checkpoint_save, __VA_ARGS__)
+#define kiln_checkpoint_load(...) KILN__AT(checkpoint_load, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

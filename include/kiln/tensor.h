@@ -166,114 +166,227 @@ KILN_API kiln_status kiln_into_data(kiln_tensor t, void *dst, size_t dst_bytes);
 KILN_API kiln_status kiln_into_scalar(kiln_tensor t, float *out);
 KILN_API kiln_status kiln_into_scalar_f64(kiln_tensor t, double *out);
 
-#ifndef KILN_BUILDING
-#define kiln_zeros(...) KILN__AT(kiln_zeros, __VA_ARGS__)
-#define kiln_ones(...) KILN__AT(kiln_ones, __VA_ARGS__)
-#define kiln_full(...) KILN__AT(kiln_full, __VA_ARGS__)
-#define kiln_arange(...) KILN__AT(kiln_arange, __VA_ARGS__)
-#define kiln_linspace(...) KILN__AT(kiln_linspace, __VA_ARGS__)
-#define kiln_eye(...) KILN__AT(kiln_eye, __VA_ARGS__)
-#define kiln_from_data(...) KILN__AT(kiln_from_data, __VA_ARGS__)
-#define kiln_from_borrowed(...) KILN__AT(kiln_from_borrowed, __VA_ARGS__)
-#define kiln_rand(...) KILN__AT(kiln_rand, __VA_ARGS__)
-#define kiln_randn(...) KILN__AT(kiln_randn, __VA_ARGS__)
-#define kiln_uniform(...) KILN__AT(kiln_uniform, __VA_ARGS__)
-#define kiln_normal(...) KILN__AT(kiln_normal, __VA_ARGS__)
-#define kiln_bernoulli(...) KILN__AT(kiln_bernoulli, __VA_ARGS__)
-#define kiln_reshape(...) KILN__AT(kiln_reshape, __VA_ARGS__)
-#define kiln_permute(...) KILN__AT(kiln_permute, __VA_ARGS__)
-#define kiln_transpose(...) KILN__AT(kiln_transpose, __VA_ARGS__)
-#define kiln_narrow(...) KILN__AT(kiln_narrow, __VA_ARGS__)
-#define kiln_slice(...) KILN__AT(kiln_slice, __VA_ARGS__)
-#define kiln_expand(...) KILN__AT(kiln_expand, __VA_ARGS__)
-#define kiln_squeeze(...) KILN__AT(kiln_squeeze, __VA_ARGS__)
-#define kiln_unsqueeze(...) KILN__AT(kiln_unsqueeze, __VA_ARGS__)
-#define kiln_flatten(...) KILN__AT(kiln_flatten, __VA_ARGS__)
-#define kiln_contiguous(...) KILN__AT(kiln_contiguous, __VA_ARGS__)
-#define kiln_cat(...) KILN__AT(kiln_cat, __VA_ARGS__)
-#define kiln_stack(...) KILN__AT(kiln_stack, __VA_ARGS__)
-#define kiln_split(...) KILN__AT(kiln_split, __VA_ARGS__)
-#define kiln_chunk(...) KILN__AT(kiln_chunk, __VA_ARGS__)
-#define kiln_index_select(...) KILN__AT(kiln_index_select, __VA_ARGS__)
-#define kiln_gather(...) KILN__AT(kiln_gather, __VA_ARGS__)
-#define kiln_scatter_add(...) KILN__AT(kiln_scatter_add, __VA_ARGS__)
-#define kiln_where(...) KILN__AT(kiln_where, __VA_ARGS__)
-#define kiln_one_hot(...) KILN__AT(kiln_one_hot, __VA_ARGS__)
-#define kiln_cast(...) KILN__AT(kiln_cast, __VA_ARGS__)
-#define kiln_to_device(...) KILN__AT(kiln_to_device, __VA_ARGS__)
-#define kiln_neg(...) KILN__AT(kiln_neg, __VA_ARGS__)
-#define kiln_abs(...) KILN__AT(kiln_abs, __VA_ARGS__)
-#define kiln_sign(...) KILN__AT(kiln_sign, __VA_ARGS__)
-#define kiln_exp(...) KILN__AT(kiln_exp, __VA_ARGS__)
-#define kiln_log(...) KILN__AT(kiln_log, __VA_ARGS__)
-#define kiln_log1p(...) KILN__AT(kiln_log1p, __VA_ARGS__)
-#define kiln_expm1(...) KILN__AT(kiln_expm1, __VA_ARGS__)
-#define kiln_sqrt(...) KILN__AT(kiln_sqrt, __VA_ARGS__)
-#define kiln_rsqrt(...) KILN__AT(kiln_rsqrt, __VA_ARGS__)
-#define kiln_sin(...) KILN__AT(kiln_sin, __VA_ARGS__)
-#define kiln_cos(...) KILN__AT(kiln_cos, __VA_ARGS__)
-#define kiln_tanh(...) KILN__AT(kiln_tanh, __VA_ARGS__)
-#define kiln_sigmoid(...) KILN__AT(kiln_sigmoid, __VA_ARGS__)
-#define kiln_relu(...) KILN__AT(kiln_relu, __VA_ARGS__)
-#define kiln_gelu(...) KILN__AT(kiln_gelu, __VA_ARGS__)
-#define kiln_gelu_tanh(...) KILN__AT(kiln_gelu_tanh, __VA_ARGS__)
-#define kiln_silu(...) KILN__AT(kiln_silu, __VA_ARGS__)
-#define kiln_softplus(...) KILN__AT(kiln_softplus, __VA_ARGS__)
-#define kiln_erf(...) KILN__AT(kiln_erf, __VA_ARGS__)
-#define kiln_logical_not(...) KILN__AT(kiln_logical_not, __VA_ARGS__)
-#define kiln_clamp(...) KILN__AT(kiln_clamp, __VA_ARGS__)
-#define kiln_add(...) KILN__AT(kiln_add, __VA_ARGS__)
-#define kiln_sub(...) KILN__AT(kiln_sub, __VA_ARGS__)
-#define kiln_mul(...) KILN__AT(kiln_mul, __VA_ARGS__)
-#define kiln_div(...) KILN__AT(kiln_div, __VA_ARGS__)
-#define kiln_pow(...) KILN__AT(kiln_pow, __VA_ARGS__)
-#define kiln_maximum(...) KILN__AT(kiln_maximum, __VA_ARGS__)
-#define kiln_minimum(...) KILN__AT(kiln_minimum, __VA_ARGS__)
-#define kiln_eq(...) KILN__AT(kiln_eq, __VA_ARGS__)
-#define kiln_ne(...) KILN__AT(kiln_ne, __VA_ARGS__)
-#define kiln_lt(...) KILN__AT(kiln_lt, __VA_ARGS__)
-#define kiln_le(...) KILN__AT(kiln_le, __VA_ARGS__)
-#define kiln_gt(...) KILN__AT(kiln_gt, __VA_ARGS__)
-#define kiln_ge(...) KILN__AT(kiln_ge, __VA_ARGS__)
-#define kiln_logical_and(...) KILN__AT(kiln_logical_and, __VA_ARGS__)
-#define kiln_logical_or(...) KILN__AT(kiln_logical_or, __VA_ARGS__)
-#define kiln_add_scalar(...) KILN__AT(kiln_add_scalar, __VA_ARGS__)
-#define kiln_sub_scalar(...) KILN__AT(kiln_sub_scalar, __VA_ARGS__)
-#define kiln_rsub_scalar(...) KILN__AT(kiln_rsub_scalar, __VA_ARGS__)
-#define kiln_mul_scalar(...) KILN__AT(kiln_mul_scalar, __VA_ARGS__)
-#define kiln_div_scalar(...) KILN__AT(kiln_div_scalar, __VA_ARGS__)
-#define kiln_rdiv_scalar(...) KILN__AT(kiln_rdiv_scalar, __VA_ARGS__)
-#define kiln_pow_scalar(...) KILN__AT(kiln_pow_scalar, __VA_ARGS__)
-#define kiln_maximum_scalar(...) KILN__AT(kiln_maximum_scalar, __VA_ARGS__)
-#define kiln_minimum_scalar(...) KILN__AT(kiln_minimum_scalar, __VA_ARGS__)
-#define kiln_eq_scalar(...) KILN__AT(kiln_eq_scalar, __VA_ARGS__)
-#define kiln_ne_scalar(...) KILN__AT(kiln_ne_scalar, __VA_ARGS__)
-#define kiln_lt_scalar(...) KILN__AT(kiln_lt_scalar, __VA_ARGS__)
-#define kiln_le_scalar(...) KILN__AT(kiln_le_scalar, __VA_ARGS__)
-#define kiln_gt_scalar(...) KILN__AT(kiln_gt_scalar, __VA_ARGS__)
-#define kiln_ge_scalar(...) KILN__AT(kiln_ge_scalar, __VA_ARGS__)
-#define kiln_sum(...) KILN__AT(kiln_sum, __VA_ARGS__)
-#define kiln_mean(...) KILN__AT(kiln_mean, __VA_ARGS__)
-#define kiln_max(...) KILN__AT(kiln_max, __VA_ARGS__)
-#define kiln_min(...) KILN__AT(kiln_min, __VA_ARGS__)
-#define kiln_prod(...) KILN__AT(kiln_prod, __VA_ARGS__)
-#define kiln_sum_dims(...) KILN__AT(kiln_sum_dims, __VA_ARGS__)
-#define kiln_mean_dims(...) KILN__AT(kiln_mean_dims, __VA_ARGS__)
-#define kiln_max_dims(...) KILN__AT(kiln_max_dims, __VA_ARGS__)
-#define kiln_min_dims(...) KILN__AT(kiln_min_dims, __VA_ARGS__)
-#define kiln_prod_dims(...) KILN__AT(kiln_prod_dims, __VA_ARGS__)
-#define kiln_var_dims(...) KILN__AT(kiln_var_dims, __VA_ARGS__)
-#define kiln_std_dims(...) KILN__AT(kiln_std_dims, __VA_ARGS__)
-#define kiln_logsumexp_dims(...) KILN__AT(kiln_logsumexp_dims, __VA_ARGS__)
-#define kiln_argmax(...) KILN__AT(kiln_argmax, __VA_ARGS__)
-#define kiln_argmin(...) KILN__AT(kiln_argmin, __VA_ARGS__)
-#define kiln_softmax(...) KILN__AT(kiln_softmax, __VA_ARGS__)
-#define kiln_log_softmax(...) KILN__AT(kiln_log_softmax, __VA_ARGS__)
-#define kiln_matmul(...) KILN__AT(kiln_matmul, __VA_ARGS__)
-#define kiln_linear(...) KILN__AT(kiln_linear, __VA_ARGS__)
-#define kiln_into_data(...) KILN__AT(kiln_into_data, __VA_ARGS__)
-#define kiln_into_scalar(...) KILN__AT(kiln_into_scalar, __VA_ARGS__)
-#define kiln_into_scalar_f64(...) KILN__AT(kiln_into_scalar_f64, __VA_ARGS__)
+/* ---- call sites ------------------------------------------------------------------------- */
+/* The calls that record the caller's file:line, as in core.h's list. */
+#define KILN_TENSOR_API(X) \
+    X(kiln_tensor, zeros, (kiln_device dev, kiln_dtype dtype, kiln_shape shape), (dev, dtype, shape)) \
+    X(kiln_tensor, ones, (kiln_device dev, kiln_dtype dtype, kiln_shape shape), (dev, dtype, shape)) \
+    X(kiln_tensor, full, (kiln_device dev, kiln_dtype dtype, kiln_shape shape, double value), (dev, dtype, shape, value)) \
+    X(kiln_tensor, arange, (kiln_device dev, kiln_dtype dtype, double start, double end, double step), (dev, dtype, start, end, step)) \
+    X(kiln_tensor, linspace, (kiln_device dev, kiln_dtype dtype, double start, double end, int64_t steps), (dev, dtype, start, end, steps)) \
+    X(kiln_tensor, eye, (kiln_device dev, kiln_dtype dtype, int64_t rows, int64_t cols), (dev, dtype, rows, cols)) \
+    X(kiln_tensor, from_data, (kiln_device dev, kiln_dtype dtype, kiln_shape shape, const void *data), (dev, dtype, shape, data)) \
+    X(kiln_tensor, from_borrowed, (kiln_dtype dtype, kiln_shape shape, const void *data, void (*on_release)(void *ctx), void *ctx), (dtype, shape, data, on_release, ctx)) \
+    X(kiln_tensor, rand, (kiln_device dev, kiln_dtype dtype, kiln_shape shape, uint64_t seed), (dev, dtype, shape, seed)) \
+    X(kiln_tensor, randn, (kiln_device dev, kiln_dtype dtype, kiln_shape shape, uint64_t seed), (dev, dtype, shape, seed)) \
+    X(kiln_tensor, uniform, (kiln_device dev, kiln_dtype dtype, kiln_shape shape, double lo, double hi, uint64_t seed), (dev, dtype, shape, lo, hi, seed)) \
+    X(kiln_tensor, normal, (kiln_device dev, kiln_dtype dtype, kiln_shape shape, double mean, double std, uint64_t seed), (dev, dtype, shape, mean, std, seed)) \
+    X(kiln_tensor, bernoulli, (kiln_device dev, kiln_dtype dtype, kiln_shape shape, double p, uint64_t seed), (dev, dtype, shape, p, seed)) \
+    X(kiln_tensor, reshape, (kiln_tensor t, kiln_shape shape), (t, shape)) \
+    X(kiln_tensor, permute, (kiln_tensor t, kiln_dims order), (t, order)) \
+    X(kiln_tensor, transpose, (kiln_tensor t, int dim0, int dim1), (t, dim0, dim1)) \
+    X(kiln_tensor, narrow, (kiln_tensor t, int dim, int64_t start, int64_t length), (t, dim, start, length)) \
+    X(kiln_tensor, slice, (kiln_tensor t, int dim, int64_t start, int64_t end, int64_t step), (t, dim, start, end, step)) \
+    X(kiln_tensor, expand, (kiln_tensor t, kiln_shape shape), (t, shape)) \
+    X(kiln_tensor, squeeze, (kiln_tensor t, int dim), (t, dim)) \
+    X(kiln_tensor, unsqueeze, (kiln_tensor t, int dim), (t, dim)) \
+    X(kiln_tensor, flatten, (kiln_tensor t, int start_dim, int end_dim), (t, start_dim, end_dim)) \
+    X(kiln_tensor, contiguous, (kiln_tensor t), (t)) \
+    X(kiln_tensor, cat, (const kiln_tensor *ts, int n, int dim), (ts, n, dim)) \
+    X(kiln_tensor, stack, (const kiln_tensor *ts, int n, int dim), (ts, n, dim)) \
+    X(int, split, (kiln_tensor t, int64_t split_size, int dim, kiln_tensor *out, int cap), (t, split_size, dim, out, cap)) \
+    X(int, chunk, (kiln_tensor t, int chunks, int dim, kiln_tensor *out, int cap), (t, chunks, dim, out, cap)) \
+    X(kiln_tensor, index_select, (kiln_tensor t, int dim, kiln_tensor index), (t, dim, index)) \
+    X(kiln_tensor, gather, (kiln_tensor t, int dim, kiln_tensor index), (t, dim, index)) \
+    X(kiln_tensor, scatter_add, (kiln_tensor t, int dim, kiln_tensor index, kiln_tensor src), (t, dim, index, src)) \
+    X(kiln_tensor, where, (kiln_tensor mask, kiln_tensor a, kiln_tensor b), (mask, a, b)) \
+    X(kiln_tensor, one_hot, (kiln_tensor index, int64_t num_classes, kiln_dtype dtype), (index, num_classes, dtype)) \
+    X(kiln_tensor, cast, (kiln_tensor t, kiln_dtype dtype), (t, dtype)) \
+    X(kiln_tensor, to_device, (kiln_tensor t, kiln_device dev), (t, dev)) \
+    X(kiln_tensor, neg, (kiln_tensor t), (t)) \
+    X(kiln_tensor, abs, (kiln_tensor t), (t)) \
+    X(kiln_tensor, sign, (kiln_tensor t), (t)) \
+    X(kiln_tensor, exp, (kiln_tensor t), (t)) \
+    X(kiln_tensor, log, (kiln_tensor t), (t)) \
+    X(kiln_tensor, log1p, (kiln_tensor t), (t)) \
+    X(kiln_tensor, expm1, (kiln_tensor t), (t)) \
+    X(kiln_tensor, sqrt, (kiln_tensor t), (t)) \
+    X(kiln_tensor, rsqrt, (kiln_tensor t), (t)) \
+    X(kiln_tensor, sin, (kiln_tensor t), (t)) \
+    X(kiln_tensor, cos, (kiln_tensor t), (t)) \
+    X(kiln_tensor, tanh, (kiln_tensor t), (t)) \
+    X(kiln_tensor, sigmoid, (kiln_tensor t), (t)) \
+    X(kiln_tensor, relu, (kiln_tensor t), (t)) \
+    X(kiln_tensor, gelu, (kiln_tensor t), (t)) \
+    X(kiln_tensor, gelu_tanh, (kiln_tensor t), (t)) \
+    X(kiln_tensor, silu, (kiln_tensor t), (t)) \
+    X(kiln_tensor, softplus, (kiln_tensor t), (t)) \
+    X(kiln_tensor, erf, (kiln_tensor t), (t)) \
+    X(kiln_tensor, logical_not, (kiln_tensor t), (t)) \
+    X(kiln_tensor, clamp, (kiln_tensor t, double lo, double hi), (t, lo, hi)) \
+    X(kiln_tensor, add, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, sub, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, mul, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, div, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, pow, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, maximum, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, minimum, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, eq, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, ne, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, lt, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, le, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, gt, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, ge, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, logical_and, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, logical_or, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, add_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, sub_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, rsub_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, mul_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, div_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, rdiv_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, pow_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, maximum_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, minimum_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, eq_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, ne_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, lt_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, le_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, gt_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, ge_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, sum, (kiln_tensor t), (t)) \
+    X(kiln_tensor, mean, (kiln_tensor t), (t)) \
+    X(kiln_tensor, max, (kiln_tensor t), (t)) \
+    X(kiln_tensor, min, (kiln_tensor t), (t)) \
+    X(kiln_tensor, prod, (kiln_tensor t), (t)) \
+    X(kiln_tensor, sum_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
+    X(kiln_tensor, mean_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
+    X(kiln_tensor, max_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
+    X(kiln_tensor, min_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
+    X(kiln_tensor, prod_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
+    X(kiln_tensor, var_dims, (kiln_tensor t, kiln_dims dims, int correction, bool keepdim), (t, dims, correction, keepdim)) \
+    X(kiln_tensor, std_dims, (kiln_tensor t, kiln_dims dims, int correction, bool keepdim), (t, dims, correction, keepdim)) \
+    X(kiln_tensor, logsumexp_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
+    X(kiln_tensor, argmax, (kiln_tensor t, int dim, bool keepdim), (t, dim, keepdim)) \
+    X(kiln_tensor, argmin, (kiln_tensor t, int dim, bool keepdim), (t, dim, keepdim)) \
+    X(kiln_tensor, softmax, (kiln_tensor t, int dim), (t, dim)) \
+    X(kiln_tensor, log_softmax, (kiln_tensor t, int dim), (t, dim)) \
+    X(kiln_tensor, matmul, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, linear, (kiln_tensor x, kiln_tensor w, kiln_tensor bias), (x, w, bias)) \
+    X(kiln_status, into_data, (kiln_tensor t, void *dst, size_t dst_bytes), (t, dst, dst_bytes)) \
+    X(kiln_status, into_scalar, (kiln_tensor t, float *out), (t, out)) \
+    X(kiln_status, into_scalar_f64, (kiln_tensor t, double *out), (t, out))
+KILN_TENSOR_API(KILN__AT_DECLARE)
+
+#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
+#pragma GCC system_header /* see core.h: errors in these calls name the caller's line */
+#define kiln_zeros(...) KILN__AT(zeros, __VA_ARGS__)
+#define kiln_ones(...) KILN__AT(ones, __VA_ARGS__)
+#define kiln_full(...) KILN__AT(full, __VA_ARGS__)
+#define kiln_arange(...) KILN__AT(arange, __VA_ARGS__)
+#define kiln_linspace(...) KILN__AT(linspace, __VA_ARGS__)
+#define kiln_eye(...) KILN__AT(eye, __VA_ARGS__)
+#define kiln_from_data(...) KILN__AT(from_data, __VA_ARGS__)
+#define kiln_from_borrowed(...) KILN__AT(from_borrowed, __VA_ARGS__)
+#define kiln_rand(...) KILN__AT(rand, __VA_ARGS__)
+#define kiln_randn(...) KILN__AT(randn, __VA_ARGS__)
+#define kiln_uniform(...) KILN__AT(uniform, __VA_ARGS__)
+#define kiln_normal(...) KILN__AT(normal, __VA_ARGS__)
+#define kiln_bernoulli(...) KILN__AT(bernoulli, __VA_ARGS__)
+#define kiln_reshape(...) KILN__AT(reshape, __VA_ARGS__)
+#define kiln_permute(...) KILN__AT(permute, __VA_ARGS__)
+#define kiln_transpose(...) KILN__AT(transpose, __VA_ARGS__)
+#define kiln_narrow(...) KILN__AT(narrow, __VA_ARGS__)
+#define kiln_slice(...) KILN__AT(slice, __VA_ARGS__)
+#define kiln_expand(...) KILN__AT(expand, __VA_ARGS__)
+#define kiln_squeeze(...) KILN__AT(squeeze, __VA_ARGS__)
+#define kiln_unsqueeze(...) KILN__AT(unsqueeze, __VA_ARGS__)
+#define kiln_flatten(...) KILN__AT(flatten, __VA_ARGS__)
+#define kiln_contiguous(...) KILN__AT(contiguous, __VA_ARGS__)
+#define kiln_cat(...) KILN__AT(cat, __VA_ARGS__)
+#define kiln_stack(...) KILN__AT(stack, __VA_ARGS__)
+#define kiln_split(...) KILN__AT(split, __VA_ARGS__)
+#define kiln_chunk(...) KILN__AT(chunk, __VA_ARGS__)
+#define kiln_index_select(...) KILN__AT(index_select, __VA_ARGS__)
+#define kiln_gather(...) KILN__AT(gather, __VA_ARGS__)
+#define kiln_scatter_add(...) KILN__AT(scatter_add, __VA_ARGS__)
+#define kiln_where(...) KILN__AT(where, __VA_ARGS__)
+#define kiln_one_hot(...) KILN__AT(one_hot, __VA_ARGS__)
+#define kiln_cast(...) KILN__AT(cast, __VA_ARGS__)
+#define kiln_to_device(...) KILN__AT(to_device, __VA_ARGS__)
+#define kiln_neg(...) KILN__AT(neg, __VA_ARGS__)
+#define kiln_abs(...) KILN__AT(abs, __VA_ARGS__)
+#define kiln_sign(...) KILN__AT(sign, __VA_ARGS__)
+#define kiln_exp(...) KILN__AT(exp, __VA_ARGS__)
+#define kiln_log(...) KILN__AT(log, __VA_ARGS__)
+#define kiln_log1p(...) KILN__AT(log1p, __VA_ARGS__)
+#define kiln_expm1(...) KILN__AT(expm1, __VA_ARGS__)
+#define kiln_sqrt(...) KILN__AT(sqrt, __VA_ARGS__)
+#define kiln_rsqrt(...) KILN__AT(rsqrt, __VA_ARGS__)
+#define kiln_sin(...) KILN__AT(sin, __VA_ARGS__)
+#define kiln_cos(...) KILN__AT(cos, __VA_ARGS__)
+#define kiln_tanh(...) KILN__AT(tanh, __VA_ARGS__)
+#define kiln_sigmoid(...) KILN__AT(sigmoid, __VA_ARGS__)
+#define kiln_relu(...) KILN__AT(relu, __VA_ARGS__)
+#define kiln_gelu(...) KILN__AT(gelu, __VA_ARGS__)
+#define kiln_gelu_tanh(...) KILN__AT(gelu_tanh, __VA_ARGS__)
+#define kiln_silu(...) KILN__AT(silu, __VA_ARGS__)
+#define kiln_softplus(...) KILN__AT(softplus, __VA_ARGS__)
+#define kiln_erf(...) KILN__AT(erf, __VA_ARGS__)
+#define kiln_logical_not(...) KILN__AT(logical_not, __VA_ARGS__)
+#define kiln_clamp(...) KILN__AT(clamp, __VA_ARGS__)
+#define kiln_add(...) KILN__AT(add, __VA_ARGS__)
+#define kiln_sub(...) KILN__AT(sub, __VA_ARGS__)
+#define kiln_mul(...) KILN__AT(mul, __VA_ARGS__)
+#define kiln_div(...) KILN__AT(div, __VA_ARGS__)
+#define kiln_pow(...) KILN__AT(pow, __VA_ARGS__)
+#define kiln_maximum(...) KILN__AT(maximum, __VA_ARGS__)
+#define kiln_minimum(...) KILN__AT(minimum, __VA_ARGS__)
+#define kiln_eq(...) KILN__AT(eq, __VA_ARGS__)
+#define kiln_ne(...) KILN__AT(ne, __VA_ARGS__)
+#define kiln_lt(...) KILN__AT(lt, __VA_ARGS__)
+#define kiln_le(...) KILN__AT(le, __VA_ARGS__)
+#define kiln_gt(...) KILN__AT(gt, __VA_ARGS__)
+#define kiln_ge(...) KILN__AT(ge, __VA_ARGS__)
+#define kiln_logical_and(...) KILN__AT(logical_and, __VA_ARGS__)
+#define kiln_logical_or(...) KILN__AT(logical_or, __VA_ARGS__)
+#define kiln_add_scalar(...) KILN__AT(add_scalar, __VA_ARGS__)
+#define kiln_sub_scalar(...) KILN__AT(sub_scalar, __VA_ARGS__)
+#define kiln_rsub_scalar(...) KILN__AT(rsub_scalar, __VA_ARGS__)
+#define kiln_mul_scalar(...) KILN__AT(mul_scalar, __VA_ARGS__)
+#define kiln_div_scalar(...) KILN__AT(div_scalar, __VA_ARGS__)
+#define kiln_rdiv_scalar(...) KILN__AT(rdiv_scalar, __VA_ARGS__)
+#define kiln_pow_scalar(...) KILN__AT(pow_scalar, __VA_ARGS__)
+#define kiln_maximum_scalar(...) KILN__AT(maximum_scalar, __VA_ARGS__)
+#define kiln_minimum_scalar(...) KILN__AT(minimum_scalar, __VA_ARGS__)
+#define kiln_eq_scalar(...) KILN__AT(eq_scalar, __VA_ARGS__)
+#define kiln_ne_scalar(...) KILN__AT(ne_scalar, __VA_ARGS__)
+#define kiln_lt_scalar(...) KILN__AT(lt_scalar, __VA_ARGS__)
+#define kiln_le_scalar(...) KILN__AT(le_scalar, __VA_ARGS__)
+#define kiln_gt_scalar(...) KILN__AT(gt_scalar, __VA_ARGS__)
+#define kiln_ge_scalar(...) KILN__AT(ge_scalar, __VA_ARGS__)
+#define kiln_sum(...) KILN__AT(sum, __VA_ARGS__)
+#define kiln_mean(...) KILN__AT(mean, __VA_ARGS__)
+#define kiln_max(...) KILN__AT(max, __VA_ARGS__)
+#define kiln_min(...) KILN__AT(min, __VA_ARGS__)
+#define kiln_prod(...) KILN__AT(prod, __VA_ARGS__)
+#define kiln_sum_dims(...) KILN__AT(sum_dims, __VA_ARGS__)
+#define kiln_mean_dims(...) KILN__AT(mean_dims, __VA_ARGS__)
+#define kiln_max_dims(...) KILN__AT(max_dims, __VA_ARGS__)
+#define kiln_min_dims(...) KILN__AT(min_dims, __VA_ARGS__)
+#define kiln_prod_dims(...) KILN__AT(prod_dims, __VA_ARGS__)
+#define kiln_var_dims(...) KILN__AT(var_dims, __VA_ARGS__)
+#define kiln_std_dims(...) KILN__AT(std_dims, __VA_ARGS__)
+#define kiln_logsumexp_dims(...) KILN__AT(logsumexp_dims, __VA_ARGS__)
+#define kiln_argmax(...) KILN__AT(argmax, __VA_ARGS__)
+#define kiln_argmin(...) KILN__AT(argmin, __VA_ARGS__)
+#define kiln_softmax(...) KILN__AT(softmax, __VA_ARGS__)
+#define kiln_log_softmax(...) KILN__AT(log_softmax, __VA_ARGS__)
+#define kiln_matmul(...) KILN__AT(matmul, __VA_ARGS__)
+#define kiln_linear(...) KILN__AT(linear, __VA_ARGS__)
+#define kiln_into_data(...) KILN__AT(into_data, __VA_ARGS__)
+#define kiln_into_scalar(...) KILN__AT(into_scalar, __VA_ARGS__)
+#define kiln_into_scalar_f64(...) KILN__AT(into_scalar_f64, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

@@ -35,9 +35,17 @@ KILN_API kiln_status kiln_metrics_add(kiln_metrics *m, kiln_tensor loss, kiln_te
 KILN_API kiln_status kiln_metrics_read(kiln_metrics *m, double *mean_loss, double *accuracy, int64_t *count);
 KILN_API void kiln_metrics_free(kiln_metrics *m);
 
-#ifndef KILN_BUILDING
-#define kiln_metrics_add(...) KILN__AT(kiln_metrics_add, __VA_ARGS__)
-#define kiln_metrics_read(...) KILN__AT(kiln_metrics_read, __VA_ARGS__)
+/* ---- call sites ------------------------------------------------------------------------- */
+/* The calls that record the caller's file:line, as in core.h's list. */
+#define KILN_TRAIN_API(X) \
+    X(kiln_status, metrics_add, (kiln_metrics *m, kiln_tensor loss, kiln_tensor logits, kiln_tensor targets), (m, loss, logits, targets)) \
+    X(kiln_status, metrics_read, (kiln_metrics *m, double *mean_loss, double *accuracy, int64_t *count), (m, mean_loss, accuracy, count))
+KILN_TRAIN_API(KILN__AT_DECLARE)
+
+#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
+#pragma GCC system_header /* see core.h: errors in these calls name the caller's line */
+#define kiln_metrics_add(...) KILN__AT(metrics_add, __VA_ARGS__)
+#define kiln_metrics_read(...) KILN__AT(metrics_read, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

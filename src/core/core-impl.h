@@ -58,6 +58,12 @@ typedef struct {
     int line;
 } kiln__site;
 kiln__site kiln__call_site(void);
+/* Inline so that a call-site wrapper (src/api/) costs two stores, not another call. */
+extern _Thread_local kiln__site kiln__site_now;
+static inline void kiln__site_set(const char *file, int line) {
+    kiln__site_now.file = file;
+    kiln__site_now.line = line;
+}
 
 /* ---- dtypes ------------------------------------------------------------------------------ */
 bool kiln__dtype_valid(kiln_dtype dtype);

@@ -7,7 +7,7 @@
 
 #include "core/core-impl.h"
 
-static _Thread_local kiln__site call_site;
+_Thread_local kiln__site kiln__site_now;
 static _Thread_local kiln_status last_status;
 static _Thread_local char last_message[512];
 
@@ -22,12 +22,9 @@ const char *kiln_status_str(kiln_status status) {
     return "unknown status";
 }
 
-void kiln_set_call_site(const char *file, int line) {
-    call_site.file = file;
-    call_site.line = line;
-}
+void kiln_set_call_site(const char *file, int line) { kiln__site_set(file, line); }
 
-kiln__site kiln__call_site(void) { return call_site; }
+kiln__site kiln__call_site(void) { return kiln__site_now; }
 
 static kiln__error *error_vnew(kiln_status status, const char *op, const char *file, int line,
                                uint64_t seq, const char *fmt, va_list ap) {
@@ -116,9 +113,9 @@ kiln_status kiln__report(kiln_status status, const char *op, const char *fmt, ..
     vsnprintf(detail, sizeof detail, fmt, ap);
     va_end(ap);
     last_status = status;
-    if (call_site.file)
-        snprintf(last_message, sizeof last_message, "%s at %s:%d: %s", op, call_site.file,
-                 call_site.line, detail);
+    if (kiln__site_now.file)
+        snprintf(last_message, sizeof last_message, "%s at %s:%d: %s", op, kiln__site_now.file,
+                 kiln__site_now.line, detail);
     else
         snprintf(last_message, sizeof last_message, "%s: %s", op, detail);
     return status;

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Checks that kiln's layers point one way: every `#include "..."` in src/**/*.c|h may name a
+header of its own layer or of a layer below, never one above (DESIGN.md, section 2).
+
+    scripts/check_layers.py          # checks src/
+    scripts/check_layers.py ROOT     # checks another source root (the script's own test)
+
+Prints `file:line: <folder> (layer N) includes <header> (layer M, higher)` for each include
+that points up and exits 1; prints a one-line summary and exits 0 when there is none.
+Includes in angle brackets (system headers) are not checked. A file or an include that no
+layer claims is an error too: add its folder to LAYERS.
+"""
+import os
+import re
+import sys
+
+# Bottom to top: (folders under the source root, public headers). The one place to edit.
+LAYERS = [
+    (["core", "ir"], ["kiln/core.h"]),  # handles, storages, op records, opcodes, expression IR
+    (["backend"], []),
+    (["engine"], ["kiln/engine.h"]),
+    (["ops"], ["kiln/tensor.h"]),
+    (["autodiff"], ["kiln/autodiff.h"]),
+    (["api"], []),
+    (["data", "nn"], ["kiln/data.h", "kiln/nn.h"]),
+    (["optim"], ["kiln/optim.h"]),
+    (["train", "dist"], ["kiln/train.h", "kiln/dist.h", "kiln.h"]),  # kiln.h: the umbrella
+]
+
+FOLDER_LAYER = {folder: n for n, (folders, _) in enumerate(LAYERS) for folder in folders}
+HEADER_LAYER = {header: n for n, (_, headers) in enumerate(LAYERS) for header in headers}
+INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+
+
+def folder_of(rel):
+    """The first folder of a path relative to the source root, or None for a file at the top."""
+    parts = rel.replace(os.sep, "/").split("/")
+    return parts[0] if len(parts) > 1 else None
+
+
+def header_layer(root, includer_rel, header):
+    """(layer, folder) of an included header, or (None, None) when no layer claims it. Like the
+    compiler, a quoted include is looked up beside the including file, then from the root."""
+    if header in HEADER_LAYER:
+        return HEADER_LAYER[header], header
+    beside = os.path.normpath(os.path.join(os.path.dirname(includer_rel), header))
+    from_root = os.path.normpath(header)
+    candidates = [beside, from_root]
+    found = [c for c in candidates if os.path.isfile(os.path.join(root, c))]
+    if not found:  # judge by the name alone: a root-relative path starts with a layer's folder
+        found = [from_root] if folder_of(from_root) in FOLDER_LAYER else [beside]
+    folder = folder_of(found[0])
+    return FOLDER_LAYER.get(folder), folder
+
+
+def sources(root):
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for name in sorted(filenames):
+            if name.endswith((".c", ".h")):
+                yield os.path.relpath(os.path.join(dirpath, name), root)
+
+
+def check(root):
+    """Returns (problems, files, includes)."""
+    problems, files, includes = [], 0, 0
+    for rel in sources(root):
+        files += 1
+        shown = os.path.join(root, rel)
+        folder = folder_of(rel)
+        layer = FOLDER_LAYER.get(folder)
+        if layer is None:
+            problems.append(f"{shown}:1: {folder or rel} is in no layer (add it to LAYERS in {__file__})")
+            continue
+        with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+            for number, line in enumerate(f, 1):
+                m = INCLUDE.match(line)
+                if not m:
+                    continue
+                includes += 1
+                header = m.group(1)
+                target, _ = header_layer(root, rel, header)
+                if target is None:
+                    problems.append(f"{shown}:{number}: {folder} (layer {layer}) includes {header}, "
+                                    f"which is in no layer (add its folder to LAYERS)")
+                elif target > layer:
+                    problems.append(f"{shown}:{number}: {folder} (layer {layer}) includes {header} "
+                                    f"(layer {target}, higher)")
+    return problems, files, includes
+
+
+def main(argv):
+    root = argv[1] if len(argv) > 1 else "src"
+    if not os.path.isdir(root):
+        print(f"check_layers: {root}: not a directory", file=sys.stderr)
+        return 2
+    problems, files, includes = check(root)
+    for p in problems:
+        print(p)
+    if problems:
+        print(f"check_layers: {len(problems)} of {includes} includes in {files} files under {root} "
+              f"break the layer order", file=sys.stderr)
+        return 1
+    print(f"check_layers: {includes} includes in {files} files under {root} point to their own "
+          f"layer or below ({len(LAYERS)} layers)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,11 @@
+/* Call-site wrappers of the public calls at or below the API layer: core, engine, tensor ops
+ * and autodiff. nn, optim, data and train define theirs in their own folders. */
+#include "api/call_site.h"
+#include "kiln/autodiff.h"
+#include "kiln/engine.h"
+#include "kiln/tensor.h"
+
+KILN_CORE_API(KILN__AT_DEFINE)
+KILN_ENGINE_API(KILN__AT_DEFINE, KILN__AT_DEFINE0)
+KILN_TENSOR_API(KILN__AT_DEFINE)
+KILN_AUTODIFF_API(KILN__AT_DEFINE)

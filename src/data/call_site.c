@@ -1,0 +1,5 @@
+/* Call-site wrappers of kiln/data.h's public calls, defined in this layer (api/call_site.h). */
+#include "api/call_site.h"
+#include "kiln/data.h"
+
+KILN_DATA_API(KILN__AT_DEFINE)

@@ -1,0 +1,5 @@
+/* Call-site wrappers of kiln/train.h's public calls, defined in this layer (api/call_site.h). */
+#include "api/call_site.h"
+#include "kiln/train.h"
+
+KILN_TRAIN_API(KILN__AT_DEFINE)

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Test of scripts/check_layers.py on a tiny fake source tree: a tree whose includes point down
+or sideways passes, and each upward include that issue #10 found on main fails, naming the
+file and line. Usage: test_check_layers.py PATH-TO-check_layers.py"""
+import os
+import subprocess
+import sys
+import tempfile
+
+# A clean tree, one file per layer: path -> lines. Same-layer, lower-layer, relative, public and
+# system includes, all allowed.
+CLEAN = {
+    "core/core-impl.h": ['#include <stdint.h>', '#include "kiln/core.h"'],
+    "core/storage.c": ['#include "core/core-impl.h"', '#include "ir/op.h"'],
+    "ir/op.h": ['#include "core/core-impl.h"'],
+    "backend/backend-impl.h": ['#include "core/core-impl.h"', '#include "ir/op.h"'],
+    "backend/cpu/kernels.c": ['#include "backend/backend-impl.h"'],
+    "engine/engine-impl.h": ['#include "backend/backend-impl.h"', '#include "kiln/engine.h"'],
+    "engine/node.h": ['#include "engine-impl.h"'],
+    "engine/transaction.c": ['#include "node.h"'],
+    "ops/ops-impl.h": ['#include "engine/engine-impl.h"', '#include "kiln/tensor.h"'],
+    "ops/elementwise.c": ['#include "ops/ops-impl.h"'],
+    "autodiff/autodiff-impl.h": ['#include "ops/ops-impl.h"', '#include "kiln/autodiff.h"'],
+    "autodiff/rules_nn.c": ['#include "autodiff/autodiff-impl.h"'],
+    "api/call_site.c": ['#include "autodiff/autodiff-impl.h"'],
+    "nn/conv-impl.h": ['#include "api/call_site.h"', '#include "kiln/nn.h"', '#include <kiln/train.h>'],
+    "data/loader.c": ['#include "kiln/nn.h"', '#include "kiln/data.h"'],
+    "optim/adam.c": ['#include "nn/conv-impl.h"', '#include "kiln/optim.h"'],
+    "train/metrics.c": ['#include "kiln.h"', '#include "optim/optim-impl.h"'],
+}
+
+# The wrong directions named in issue #10: (file, include added at the end, its layer, the target's).
+WRONG = [
+    ("backend/backend-impl.h", "engine/engine-impl.h", "backend (layer 1)", "(layer 2, higher)"),
+    ("engine/transaction.c", "ops/ops-impl.h", "engine (layer 2)", "(layer 3, higher)"),
+    ("ops/elementwise.c", "autodiff/autodiff-impl.h", "ops (layer 3)", "(layer 4, higher)"),
+    ("core/storage.c", "backend/backend-impl.h", "core (layer 0)", "(layer 1, higher)"),
+    ("autodiff/rules_nn.c", "nn/conv-impl.h", "autodiff (layer 4)", "(layer 6, higher)"),
+    ("ops/elementwise.c", "kiln/autodiff.h", "ops (layer 3)", "(layer 4, higher)"),  # a public header
+]
+
+failures = 0
+
+
+def check(cond, what):
+    global failures
+    if not cond:
+        failures += 1
+    print(("ok   " if cond else "FAIL ") + what)
+
+
+def write_tree(root, extra=None):
+    for path, lines in CLEAN.items():
+        lines = list(lines)
+        if extra and extra[0] == path:
+            lines.append(f'#include "{extra[1]}"')
+        os.makedirs(os.path.dirname(os.path.join(root, path)), exist_ok=True)
+        with open(os.path.join(root, path), "w") as f:
+            f.write("/* fake */\n" + "\n".join(lines) + "\n")
+    if extra:
+        return len(CLEAN[extra[0]]) + 2  # the comment line, then the file's includes
+    return 0
+
+
+def run(script, root):
+    p = subprocess.run([sys.executable, script, root], capture_output=True, text=True)
+    return p.returncode, p.stdout + p.stderr
+
+
+def main():
+    script = sys.argv[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = os.path.join(tmp, "clean")
+        write_tree(root)
+        rc, out = run(script, root)
+        check(rc == 0 and len(out.strip().splitlines()) == 1, f"a clean tree passes with one summary line: {out.strip()}")
+
+        for n, (path, header, mine, theirs) in enumerate(WRONG):
+            root = os.path.join(tmp, f"wrong{n}")
+            line = write_tree(root, (path, header))
+            rc, out = run(script, root)
+            expected = f"{os.path.join(root, path)}:{line}: {mine} includes {header} {theirs}"
+            reported = [l for l in out.splitlines() if "higher" in l]
+            check(rc == 1 and reported == [expected], f"{path} including {header} fails, naming line {line}"
+                  + ("" if reported == [expected] else f"\n     expected: {expected}\n     got: {out}"))
+
+        root = os.path.join(tmp, "nolayer")
+        write_tree(root)
+        os.makedirs(os.path.join(root, "misc"))
+        with open(os.path.join(root, "misc", "x.c"), "w") as f:
+            f.write('#include "core/core-impl.h"\n')
+        rc, out = run(script, root)
+        check(rc == 1 and "misc is in no layer" in out, "a folder missing from the layer table fails")
+    print(f"{failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
