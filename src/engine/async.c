@@ -93,7 +93,31 @@ static void *worker_main(void *arg);
  * it lacks; the child then runs every op at dispatch (as KILN_SYNC=1 does), with the intra-op
  * pool restarting its own threads. Work another thread queues while the fork happens stays
  * with the parent. */
+/* Ops run on the caller's thread (KILN_SYNC=1, or a queue entry that could not be allocated)
+ * pass this gate, so a fork also waits for them and holds new ones back. */
+static atomic_bool inline_gate_closed;
+static atomic_int inline_running;
+
+kiln__error *kiln__execute_inline(const kiln__op *op) {
+    for (;;) {
+        while (atomic_load(&inline_gate_closed)) usleep(50);
+        atomic_fetch_add(&inline_running, 1);
+        if (!atomic_load(&inline_gate_closed)) break;
+        atomic_fetch_sub(&inline_running, 1); /* a fork started meanwhile: let it go first */
+    }
+    kiln__error *e = kiln__execute(op);
+    atomic_fetch_sub(&inline_running, 1);
+    return e;
+}
+
+static void inline_gate_close(void) {
+    atomic_store(&inline_gate_closed, true);
+    while (atomic_load(&inline_running) > 0) usleep(50);
+}
+
 static void engine_before_fork(void) {
+    inline_gate_close();
+    if (!engine.async) return;
     kiln__engine_drain_all();
     /* no op may be running either: OpenBLAS shuts its threads down in its own fork handler,
      * and a GEMM still running on one of ours then leaves a thread it waits for forever */
@@ -106,6 +130,8 @@ static void engine_before_fork(void) {
 }
 
 static void engine_after_fork_parent(void) {
+    atomic_store(&inline_gate_closed, false);
+    if (!engine.async) return;
     engine.fork_pending = false;
     pthread_cond_broadcast(&engine.ready_cond);
     pthread_mutex_unlock(&engine.lock);
@@ -113,7 +139,11 @@ static void engine_after_fork_parent(void) {
 }
 
 static void engine_after_fork_child(void) {
+    atomic_store(&inline_running, 0);
+    atomic_store(&inline_gate_closed, false);
+    if (!engine.async) return;
     engine.async = false;
+    engine.fork_pending = false;
     engine.n_workers = 0;
     engine.ready_head = engine.ready_tail = NULL;
     atomic_store(&engine.ready_count, 0);
@@ -125,7 +155,8 @@ static void engine_after_fork_child(void) {
     engine.spare_epochs = NULL;
     pthread_cond_init(&engine.ready_cond, NULL);
     pthread_cond_init(&engine.all_cond, NULL);
-    engine_after_fork_parent();
+    pthread_mutex_unlock(&engine.lock);
+    pthread_mutex_unlock(&engine.all_lock);
 }
 
 static void engine_init(void) {
@@ -134,6 +165,7 @@ static void engine_init(void) {
     engine.max_inflight = env_int("KILN_MAX_INFLIGHT", DEFAULT_MAX_INFLIGHT);
     engine.max_bytes = env_int("KILN_MAX_PENDING_MB", DEFAULT_MAX_BYTES >> 20) << 20;
     pthread_key_create(&stream_key, stream_thread_exit);
+    pthread_atfork(engine_before_fork, engine_after_fork_parent, engine_after_fork_child);
     if (!engine.async) return;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int n = (int)env_int("KILN_ENGINE_THREADS", cpus > 0 ? cpus : 2);
@@ -143,7 +175,6 @@ static void engine_init(void) {
         engine.n_workers++;
     }
     if (engine.n_workers == 0) engine.async = false; /* no threads: run ops at dispatch */
-    if (engine.async) pthread_atfork(engine_before_fork, engine_after_fork_parent, engine_after_fork_child);
 }
 
 bool kiln__engine_is_async(void) {
@@ -433,7 +464,7 @@ void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, ki
             kiln__storage_destroy(free_target);
             return;
         }
-        kiln__error *err = kiln__execute(op);
+        kiln__error *err = kiln__execute_inline(op);
         pthread_mutex_lock(&s->lock);
         if (err) record_error_locked(s, err);
         if (err && ev && !ev->first_error) ev->first_error = kiln__error_ref(err);

@@ -45,6 +45,8 @@ bool kiln__engine_is_async(void);
 /* Runs op's kernel (or skips it if an input is poisoned); poisons outputs on failure.
  * Returns the new error (a reference the caller owns) or NULL. */
 kiln__error *kiln__execute(const kiln__op *op);
+/* kiln__execute on the caller's thread, held back while a fork is being prepared. */
+kiln__error *kiln__execute_inline(const kiln__op *op);
 /* Asynchronous submission: queue op on the stream; if ev is not NULL, count it there. */
 void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target);
 /* Submits op counted on ev (runs it at once in synchronous mode). */

@@ -102,7 +102,7 @@ void kiln__submit(kiln__op *op) {
         kiln__async_submit(s, op, NULL, NULL);
         return;
     }
-    kiln__error *e = kiln__execute(op);
+    kiln__error *e = kiln__execute_inline(op);
     if (e && s) kiln__stream_record_error(s, e);
     kiln__error_unref(e);
 }
@@ -113,7 +113,7 @@ void kiln__submit_event(kiln__op *op, kiln__event *ev) {
         kiln__async_submit(s, op, ev, NULL);
         return;
     }
-    kiln__error *e = kiln__execute(op);
+    kiln__error *e = kiln__execute_inline(op);
     if (e && !ev->first_error) ev->first_error = kiln__error_ref(e);
     if (e && s) kiln__stream_record_error(s, e);
     kiln__error_unref(e);
