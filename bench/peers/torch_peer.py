@@ -20,7 +20,7 @@ def peak_rss_mib():
 
 
 def report(name, ms, side="pytorch", **extra):
-    rec = {"name": name, "side": side, "ms": ms, "rss_mib": peak_rss_mib()}
+    rec = {"name": name, "side": side, "ms": ms, "rss_mib": peak_rss_mib(), "torch": torch.__version__}
     rec.update(extra)
     print(json.dumps(rec), flush=True)
 

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Makes the benchmark peers: PyTorch 2.x and NumPy from PyPI in a virtual environment at
+# bench/.venv (ignored by git), the PyTorch a user installs today; bench/run uses it first and
+# Debian's python3-torch (apt-get install python3-torch) as a second column. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")"
+if ! python3 -c "import venv, ensurepip" 2>/dev/null; then
+    sudo_cmd=""
+    [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+    $sudo_cmd apt-get install -y -qq python3-venv
+fi
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -c "import torch, numpy" 2>/dev/null || .venv/bin/pip install -q torch numpy
+.venv/bin/python -c "import torch, numpy; print('PyTorch', torch.__version__, 'NumPy', numpy.__version__)"
