@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds kiln and runs every test: a warnings-as-errors Release build with gcc and with
-# clang, then the whole suite under AddressSanitizer + UndefinedBehaviorSanitizer, then the
-# engine tests under ThreadSanitizer, then the file readers' libFuzzer targets for a short
-# while each. Build trees go to build-test/ (ignored by git).
+# Compiles the code examples of the headers and README, builds kiln and runs every test: a
+# warnings-as-errors Release build with gcc (then installed in three layouts, each used through
+# pkg-config) and with clang, then the whole suite under AddressSanitizer +
+# UndefinedBehaviorSanitizer, then the engine tests under ThreadSanitizer, then the file
+# readers' libFuzzer targets for a short while each. Build trees go to build-test/ (ignored by git).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -16,6 +17,9 @@ build() { # name compiler extra-cmake-args...
 }
 
 mkdir -p "$root"
+echo "== code examples in include/kiln/*.h and README.md compile"
+scripts/check_examples.py
+
 echo "== gcc Release"
 build gcc gcc -DCMAKE_BUILD_TYPE=Release
 (cd "$root/gcc" && ctest -j "$jobs" --output-on-failure)
