@@ -2,13 +2,17 @@
  *
  *   fashion_mnist [--model mlp|cnn] [--epochs N] [--batch B] [--lr X] [--workers W]
  *                 [--limit N] [--data DIR] [--checkpoint FILE] [--profile FILE] [--seed S]
+ *                 [--bench] [--help]
  *
  * An MLP (784-256-128-10) by default, a small CNN with --model cnn; Adam with a cosine
  * learning-rate schedule over the whole run. Prints a progress bar
  * (plain lines when stdout is not a terminal), test accuracy after every epoch, and saves a
  * safetensors checkpoint at the end. Metrics (kiln_metrics) accumulate on the device and are
  * read once per logging step through one transaction, so nothing waits per batch. */
+#include <errno.h>
+#include <getopt.h>
 #include <kiln.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,41 +42,99 @@ static double peak_rss_mib(void) {
     return (double)ru.ru_maxrss / 1024.0;
 }
 
-static void usage(void) {
-    fprintf(stderr, "usage: fashion_mnist [--model mlp|cnn] [--epochs N] [--batch B] [--lr X] [--workers W]\n"
-                    "                     [--limit N] [--data DIR] [--checkpoint FILE] [--profile FILE] [--seed S] [--bench]\n");
+static const char usage_text[] =
+    "usage: fashion_mnist [options]\n"
+    "  --model mlp|cnn    the network (default mlp)\n"
+    "  --epochs N         epochs to train (default 10 for mlp, 8 for cnn)\n"
+    "  --batch B          images per batch (default 128)\n"
+    "  --lr X             peak learning rate of the cosine schedule (default 1e-3)\n"
+    "  --workers W        loader threads, 0 to 256 (0: load on the training thread; default 2)\n"
+    "  --limit N          about N training images per epoch, in whole batches (default all)\n"
+    "  --data DIR         where the IDX files are (default /usr/share/datasets/fashion-mnist)\n"
+    "  --checkpoint FILE  safetensors checkpoint written at the end\n"
+    "                     (default fashion_mnist_mlp.safetensors or fashion_mnist_cnn.safetensors)\n"
+    "  --profile FILE     write a Chrome trace of every op to FILE and a summary to stderr\n"
+    "  --seed S           seed of the weights, the shuffling and dropout (default 1)\n"
+    "  --bench            print one JSON line (mean epoch time) for bench/run; no checkpoint\n"
+    "  -h, --help         print this and exit\n";
+
+/* An integer option's value: the whole string, within [lo, hi] (atoi would read "abc" as 0). */
+static bool int_arg(const char *name, const char *s, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || errno == ERANGE || v < lo || v > hi) {
+        fprintf(stderr, "fashion_mnist: --%s: '%s' is not an integer from %lld to %lld\n", name, s, lo, hi);
+        return false;
+    }
+    *out = v;
+    return true;
 }
 
-static bool parse(int argc, char **argv, options *o) {
-    *o = (options){.model = "mlp", .data = "/usr/share/datasets/fashion-mnist", .checkpoint = NULL, .profile = NULL,
-                   .epochs = 0, .workers = 2, .batch = 128, .limit = 0, .lr = 0, .seed = 1};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(), false;
-        if (!strcmp(a, "--bench")) {
-            o->bench = true;
-            continue;
+static bool positive_arg(const char *name, const char *s, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno == ERANGE || !isfinite(v) || v <= 0) {
+        fprintf(stderr, "fashion_mnist: --%s: '%s' is not a positive number\n", name, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* Returns the exit status when the program should stop here (2 on a bad option, 0 after
+ * --help), -1 to go on. Nothing is loaded before the options are known to be good. */
+static int parse(int argc, char **argv, options *o) {
+    *o = (options){.model = "mlp", .data = "/usr/share/datasets/fashion-mnist", .workers = 2, .batch = 128, .seed = 1};
+    enum { MODEL = 256, EPOCHS, BATCH, LR, WORKERS, LIMIT, DATA, CHECKPOINT, PROFILE, SEED, BENCH };
+    static const struct option longopts[] = {
+        {"model", required_argument, NULL, MODEL},     {"epochs", required_argument, NULL, EPOCHS},
+        {"batch", required_argument, NULL, BATCH},     {"lr", required_argument, NULL, LR},
+        {"workers", required_argument, NULL, WORKERS}, {"limit", required_argument, NULL, LIMIT},
+        {"data", required_argument, NULL, DATA},       {"checkpoint", required_argument, NULL, CHECKPOINT},
+        {"profile", required_argument, NULL, PROFILE}, {"seed", required_argument, NULL, SEED},
+        {"bench", no_argument, NULL, BENCH},           {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    long long v = 0;
+    bool ok = true;
+    int at = 0; /* the long option getopt_long found */
+    for (int c; ok && (c = getopt_long(argc, argv, "h", longopts, &at)) != -1;) {
+        const char *name = longopts[at].name;
+        switch (c) {
+        case 'h': fputs(usage_text, stdout); return 0;
+        case MODEL: o->model = optarg; break;
+        case EPOCHS: ok = int_arg(name, optarg, 1, INT_MAX, &v); o->epochs = (int)v; break;
+        case BATCH: ok = int_arg(name, optarg, 1, INT64_MAX, &v); o->batch = v; break;
+        case LR: ok = positive_arg(name, optarg, &o->lr); break;
+        case WORKERS: ok = int_arg(name, optarg, 0, 256, &v); o->workers = (int)v; break;
+        case LIMIT: ok = int_arg(name, optarg, 1, INT64_MAX, &v); o->limit = v; break;
+        case DATA: o->data = optarg; break;
+        case CHECKPOINT: o->checkpoint = optarg; break;
+        case PROFILE: o->profile = optarg; break;
+        case SEED: ok = int_arg(name, optarg, 0, INT64_MAX, &v); o->seed = (uint64_t)v; break;
+        case BENCH: o->bench = true; break;
+        default: ok = false; break; /* getopt_long has named the unknown option or missing value */
         }
-        if (!v) return usage(), false;
-        if (!strcmp(a, "--model")) o->model = v;
-        else if (!strcmp(a, "--epochs")) o->epochs = atoi(v);
-        else if (!strcmp(a, "--batch")) o->batch = atoll(v);
-        else if (!strcmp(a, "--lr")) o->lr = atof(v);
-        else if (!strcmp(a, "--workers")) o->workers = atoi(v);
-        else if (!strcmp(a, "--limit")) o->limit = atoll(v);
-        else if (!strcmp(a, "--data")) o->data = v;
-        else if (!strcmp(a, "--checkpoint")) o->checkpoint = v;
-        else if (!strcmp(a, "--profile")) o->profile = v;
-        else if (!strcmp(a, "--seed")) o->seed = (uint64_t)atoll(v);
-        else return usage(), false;
-        i++;
     }
     bool cnn = !strcmp(o->model, "cnn");
-    if (!cnn && strcmp(o->model, "mlp")) return usage(), false;
+    if (ok && !cnn && strcmp(o->model, "mlp")) {
+        fprintf(stderr, "fashion_mnist: --model: '%s' is not mlp or cnn\n", o->model);
+        ok = false;
+    }
+    if (ok && optind < argc) {
+        fprintf(stderr, "fashion_mnist: unexpected argument '%s' (options start with --)\n", argv[optind]);
+        ok = false;
+    }
+    if (!ok) {
+        fputs("Try 'fashion_mnist --help'.\n", stderr);
+        return 2;
+    }
     if (!o->epochs) o->epochs = cnn ? 8 : 10;
-    if (o->lr <= 0) o->lr = 1e-3;
+    if (!o->lr) o->lr = 1e-3;
     if (!o->checkpoint) o->checkpoint = cnn ? "fashion_mnist_cnn.safetensors" : "fashion_mnist_mlp.safetensors";
-    return o->batch > 0 && o->epochs > 0 && o->workers >= 0;
+    return -1;
 }
 
 static kiln_module *build_model(const char *kind, uint64_t seed) {
@@ -150,7 +212,8 @@ static double evaluate(kiln_module *model, kiln_loader *loader, int64_t *count) 
 
 int main(int argc, char **argv) {
     options o;
-    if (!parse(argc, argv, &o)) return 2;
+    int stop = parse(argc, argv, &o);
+    if (stop >= 0) return stop;
     kiln_dataset *train = open_split(o.data, true, o.limit), *test = open_split(o.data, false, o.limit);
     if (!train || !test) {
         fprintf(stderr, "cannot open Fashion-MNIST in %s: %s\n(install it: apt-get install dataset-fashion-mnist)\n", o.data,

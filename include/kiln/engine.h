@@ -1,7 +1,7 @@
 /* kiln engine: sync points, transactions, limits, profiler. Ops return at once and run on
  * the engine's threads; these are the calls that wait.
  *
- *   kiln_tensor loss = ..., correct = ...;
+ *   // loss (0-d f32) and correct (0-d i64): tensors computed earlier
  *   float l; int64_t n;
  *   kiln_transaction *tx = kiln_transaction_new();
  *   kiln_transaction_read(tx, loss, &l, sizeof l);       // consumes loss

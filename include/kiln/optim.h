@@ -4,10 +4,11 @@
  *   kiln_adam_options o = kiln_adamw_defaults();
  *   o.lr = 1e-3;
  *   kiln_optimizer *opt = kiln_adam_new(model, o);
- *   for (...) {
+ *   for (int64_t step = 0; step < total_steps; step++) {
+ *       kiln_tensor loss = my_loss(model, step);   // your forward pass and loss
  *       kiln_grads *g = NULL;
  *       kiln_backward(loss, &g);
- *       kiln_clip_grad_norm(opt, g, 1.0);
+ *       kiln_clip_grad_norm(opt, g, 1.0, NULL);     // NULL: the norm is not wanted
  *       kiln_optimizer_set_lr(opt, kiln_lr_cosine(1e-3, 0.0, step, total_steps));
  *       kiln_optimizer_step(opt, g);          // consumes the gradients it uses
  *       kiln_grads_free(g);

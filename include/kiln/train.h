@@ -2,11 +2,12 @@
  * batch) and are read through one transaction per logging step.
  *
  *   kiln_metrics *m = kiln_metrics_new();
- *   for (each batch) {
+ *   kiln_tensor x, y;
+ *   for (int64_t step = 1; kiln_loader_next(loader, &x, &y) == KILN_OK; step++) {
  *       kiln_tensor logits = kiln_module_forward(model, x);
  *       kiln_tensor loss = kiln_cross_entropy(kiln_ref(logits), kiln_ref(y), ce);
  *       kiln_metrics_add(m, kiln_ref(loss), logits, y);    // consumes its arguments
- *       ... backward(loss), step ...
+ *       ...                                                 // backward(loss), optimizer step
  *       if (step % 50 == 0) {
  *           double mean_loss, accuracy;
  *           kiln_metrics_read(m, &mean_loss, &accuracy, NULL);  // one wait, then reset
