@@ -4,6 +4,7 @@
 #define KILN_AUTODIFF_IMPL_H
 
 #include "kiln/autodiff.h"
+#include "ops/conv-impl.h"
 #include "ops/ops-impl.h"
 
 /* Identity of a leaf: gradients are keyed by it, so a graph never keeps the leaf's
@@ -138,5 +139,11 @@ kiln__tensor *kiln__ad_stack(kiln__opctx *c, kiln__tensor **ts, int n, int dim);
 /* code: INDEX_SELECT, GATHER (src NULL) or SCATTER_ADD. */
 kiln__tensor *kiln__ad_index(kiln__opctx *c, kiln__opcode code, kiln__tensor *t, int dim, kiln__tensor *index,
                              kiln__tensor *src);
+
+/* ---- conv2d and pooling (rules_nn.c) ---- */
+kiln__tensor *kiln__ad_conv2d(kiln__opctx *c, kiln__tensor *x, kiln__tensor *w, kiln__tensor *bias, bool has_bias,
+                              const kiln__conv2d_params *p);
+kiln__tensor *kiln__ad_max_pool2d(kiln__opctx *c, kiln__tensor *x, const kiln__pool2d_params *p);
+kiln__tensor *kiln__ad_avg_pool2d(kiln__opctx *c, kiln__tensor *x, const kiln__pool2d_params *p);
 
 #endif
