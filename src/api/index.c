@@ -45,28 +45,28 @@ static void list_free(tensor_list *l) {
 
 /* ---- cat / stack --------------------------------------------------------------------------- */
 
-kiln_tensor kiln_cat(const kiln_tensor *ts, int n, int dim) {
-    KILN__OP_BEGIN("kiln_cat");
+/* cat or stack: the list is taken whole, then joined by autodiff or by the op layer. */
+static kiln_tensor join(kiln__opctx *c, const kiln_tensor *ts, int n, int dim, bool stack) {
     tensor_list l;
     kiln__tensor *out = NULL;
-    if (list_take(&c, ts, n, &l)) {
-        if (KILN__UNLIKELY(kiln__ad_active(l.n, l.t))) out = kiln__ad_cat(&c, l.t, l.n, dim);
-        else out = kiln__t_cat(&c, l.t, l.n, dim);
+    if (list_take(c, ts, n, &l)) {
+        if (KILN__UNLIKELY(kiln__ad_active(l.n, l.t)))
+            out = stack ? kiln__ad_stack(c, l.t, l.n, dim) : kiln__ad_cat(c, l.t, l.n, dim);
+        else
+            out = stack ? kiln__t_stack(c, l.t, l.n, dim) : kiln__t_cat(c, l.t, l.n, dim);
     }
     list_free(&l);
-    return kiln__result(&c, out);
+    return kiln__result(c, out);
+}
+
+kiln_tensor kiln_cat(const kiln_tensor *ts, int n, int dim) {
+    KILN__OP_BEGIN("kiln_cat");
+    return join(&c, ts, n, dim, false);
 }
 
 kiln_tensor kiln_stack(const kiln_tensor *ts, int n, int dim) {
     KILN__OP_BEGIN("kiln_stack");
-    tensor_list l;
-    kiln__tensor *out = NULL;
-    if (list_take(&c, ts, n, &l)) {
-        if (KILN__UNLIKELY(kiln__ad_active(l.n, l.t))) out = kiln__ad_stack(&c, l.t, l.n, dim);
-        else out = kiln__t_stack(&c, l.t, l.n, dim);
-    }
-    list_free(&l);
-    return kiln__result(&c, out);
+    return join(&c, ts, n, dim, true);
 }
 
 /* ---- split / chunk -------------------------------------------------------------------------- */

@@ -5,12 +5,16 @@
 
 #define TRACKED(t) KILN__UNLIKELY(kiln__ad_active(1, &(t)))
 
-kiln_tensor kiln_reshape(kiln_tensor x, kiln_shape shape) {
-    KILN__OP_BEGIN("kiln_reshape");
-    kiln__tensor *t = kiln__arg(&c, x);
-    if (TRACKED(t)) return kiln__result(&c, kiln__ad_reshape(&c, t, shape.ndim, shape.dims));
-    return kiln__result(&c, kiln__t_reshape(&c, t, shape.ndim, shape.dims));
-}
+/* Views to a user shape: reshape and expand. */
+#define SHAPE_VIEW(fname)                                                                  \
+    kiln_tensor kiln_##fname(kiln_tensor x, kiln_shape shape) {                            \
+        KILN__OP_BEGIN("kiln_" #fname);                                                    \
+        kiln__tensor *t = kiln__arg(&c, x);                                                \
+        if (TRACKED(t)) return kiln__result(&c, kiln__ad_##fname(&c, t, shape.ndim, shape.dims)); \
+        return kiln__result(&c, kiln__t_##fname(&c, t, shape.ndim, shape.dims));          \
+    }
+SHAPE_VIEW(reshape)
+SHAPE_VIEW(expand)
 
 kiln_tensor kiln_permute(kiln_tensor x, kiln_dims order) {
     KILN__OP_BEGIN("kiln_permute");
@@ -43,13 +47,6 @@ kiln_tensor kiln_slice(kiln_tensor x, int dim, int64_t start, int64_t end, int64
     kiln__tensor *t = kiln__arg(&c, x);
     if (TRACKED(t)) return kiln__result(&c, kiln__ad_slice(&c, t, dim, start, end, step));
     return kiln__result(&c, kiln__t_slice(&c, t, dim, start, end, step));
-}
-
-kiln_tensor kiln_expand(kiln_tensor x, kiln_shape shape) {
-    KILN__OP_BEGIN("kiln_expand");
-    kiln__tensor *t = kiln__arg(&c, x);
-    if (TRACKED(t)) return kiln__result(&c, kiln__ad_expand(&c, t, shape.ndim, shape.dims));
-    return kiln__result(&c, kiln__t_expand(&c, t, shape.ndim, shape.dims));
 }
 
 kiln_tensor kiln_squeeze(kiln_tensor x, int dim) {

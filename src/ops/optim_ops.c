@@ -37,10 +37,7 @@ bool kiln__t_sgd_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *momen
         op.out[1] = kiln__view_of(momentum);
         op.n_out = 2;
     }
-    op.p.f[0] = u->lr;
-    op.p.f[1] = u->momentum;
-    op.p.f[2] = u->dampening;
-    op.p.f[3] = u->weight_decay;
+    memcpy(op.p.f, (double[4]){u->lr, u->momentum, u->dampening, u->weight_decay}, 4 * sizeof(double));
     op.pi[0] = (u->first ? FLAG_FIRST : 0) | (u->nesterov ? FLAG_NESTEROV : 0);
     return kiln__t_submit(c, &op, param->device);
 }
@@ -52,10 +49,7 @@ bool kiln__t_adam_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *exp_
     op.out[1] = kiln__view_of(exp_avg);
     op.out[2] = kiln__view_of(exp_avg_sq);
     op.n_out = 3;
-    op.p.f[0] = u->step_size;
-    op.p.f[1] = u->beta1;
-    op.p.f[2] = u->beta2;
-    op.p.f[3] = u->eps;
+    memcpy(op.p.f, (double[4]){u->step_size, u->beta1, u->beta2, u->eps}, 4 * sizeof(double));
     op.pi[0] = (u->first ? FLAG_FIRST : 0) | (u->decoupled ? FLAG_DECOUPLED : 0);
     op.pi[1] = f64_bits(u->sqrt_bias_correction2);
     op.pi[2] = f64_bits(u->weight_decay_term);
