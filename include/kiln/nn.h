@@ -13,6 +13,7 @@
 #define KILN_NN_H
 
 #include "core.h"
+#include "tensor.h" /* kiln_conv2d and the pooling ops, used with the layers */
 
 #ifdef __cplusplus
 extern "C" {
@@ -77,14 +78,7 @@ KILN_API kiln_module *kiln_sigmoid_new(void);
 KILN_API kiln_module *kiln_silu_new(void);
 
 /* ---- functional layer ops (consume tensor arguments; differentiable) --------------------- */
-/* x [N, C, H, W], w [O, C/groups, KH, KW], bias [O] or KILN_NONE. */
-KILN_API kiln_tensor kiln_conv2d(kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride_h, int stride_w, int pad_h,
-                                 int pad_w, int dilation_h, int dilation_w, int groups);
-KILN_API kiln_tensor kiln_max_pool2d(kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h,
-                                     int pad_w);
-KILN_API kiln_tensor kiln_avg_pool2d(kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h,
-                                     int pad_w);
-KILN_API kiln_tensor kiln_adaptive_avg_pool2d(kiln_tensor x, int out_h, int out_w);
+/* kiln_conv2d and the pooling ops are tensor ops: see tensor.h. */
 /* Zeroes each element with probability p and scales the rest by 1/(1-p); seed picks the mask. */
 KILN_API kiln_tensor kiln_dropout(kiln_tensor x, double p, uint64_t seed);
 
@@ -110,10 +104,6 @@ KILN_API kiln_status kiln_init(kiln_tensor *t, kiln_init_kind kind, uint64_t see
 /* The calls that record the caller's file:line, as in core.h's list. */
 #define KILN_NN_API(X) \
     X(kiln_tensor, module_forward, (kiln_module *m, kiln_tensor x), (m, x)) \
-    X(kiln_tensor, conv2d, (kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride_h, int stride_w, int pad_h, int pad_w, int dilation_h, int dilation_w, int groups), (x, w, bias, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups)) \
-    X(kiln_tensor, max_pool2d, (kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h, int pad_w), (x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)) \
-    X(kiln_tensor, avg_pool2d, (kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h, int pad_w), (x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)) \
-    X(kiln_tensor, adaptive_avg_pool2d, (kiln_tensor x, int out_h, int out_w), (x, out_h, out_w)) \
     X(kiln_tensor, dropout, (kiln_tensor x, double p, uint64_t seed), (x, p, seed)) \
     X(kiln_tensor, cross_entropy, (kiln_tensor logits, kiln_tensor targets, kiln_cross_entropy_options o), (logits, targets, o)) \
     X(kiln_tensor, nll_loss, (kiln_tensor log_probs, kiln_tensor targets), (log_probs, targets)) \
@@ -136,10 +126,6 @@ KILN_NN_API(KILN__AT_DECLARE)
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
 #pragma GCC system_header /* see core.h: errors in these calls name the caller's line */
 #define kiln_module_forward(...) KILN__AT(module_forward, __VA_ARGS__)
-#define kiln_conv2d(...) KILN__AT(conv2d, __VA_ARGS__)
-#define kiln_max_pool2d(...) KILN__AT(max_pool2d, __VA_ARGS__)
-#define kiln_avg_pool2d(...) KILN__AT(avg_pool2d, __VA_ARGS__)
-#define kiln_adaptive_avg_pool2d(...) KILN__AT(adaptive_avg_pool2d, __VA_ARGS__)
 #define kiln_dropout(...) KILN__AT(dropout, __VA_ARGS__)
 #define kiln_cross_entropy(...) KILN__AT(cross_entropy, __VA_ARGS__)
 #define kiln_nll_loss(...) KILN__AT(nll_loss, __VA_ARGS__)

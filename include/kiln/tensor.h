@@ -73,6 +73,16 @@ KILN_API kiln_tensor kiln_one_hot(kiln_tensor index, int64_t num_classes, kiln_d
 KILN_API kiln_tensor kiln_cast(kiln_tensor t, kiln_dtype dtype);
 KILN_API kiln_tensor kiln_to_device(kiln_tensor t, kiln_device dev);
 
+/* ---- convolution and pooling ------------------------------------------------------------- */
+/* x [N, C, H, W], w [O, C/groups, KH, KW], bias [O] or KILN_NONE. */
+KILN_API kiln_tensor kiln_conv2d(kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride_h, int stride_w, int pad_h,
+                                 int pad_w, int dilation_h, int dilation_w, int groups);
+KILN_API kiln_tensor kiln_max_pool2d(kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h,
+                                     int pad_w);
+KILN_API kiln_tensor kiln_avg_pool2d(kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h,
+                                     int pad_w);
+KILN_API kiln_tensor kiln_adaptive_avg_pool2d(kiln_tensor x, int out_h, int out_w);
+
 /* ---- elementwise (NumPy broadcasting; ints/bools promote to f32 for float math) ---------- */
 KILN_API kiln_tensor kiln_neg(kiln_tensor t);
 KILN_API kiln_tensor kiln_abs(kiln_tensor t);
@@ -203,6 +213,10 @@ KILN_API kiln_status kiln_into_scalar_f64(kiln_tensor t, double *out);
     X(kiln_tensor, one_hot, (kiln_tensor index, int64_t num_classes, kiln_dtype dtype), (index, num_classes, dtype)) \
     X(kiln_tensor, cast, (kiln_tensor t, kiln_dtype dtype), (t, dtype)) \
     X(kiln_tensor, to_device, (kiln_tensor t, kiln_device dev), (t, dev)) \
+    X(kiln_tensor, conv2d, (kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride_h, int stride_w, int pad_h, int pad_w, int dilation_h, int dilation_w, int groups), (x, w, bias, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups)) \
+    X(kiln_tensor, max_pool2d, (kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h, int pad_w), (x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)) \
+    X(kiln_tensor, avg_pool2d, (kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h, int pad_w), (x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)) \
+    X(kiln_tensor, adaptive_avg_pool2d, (kiln_tensor x, int out_h, int out_w), (x, out_h, out_w)) \
     X(kiln_tensor, neg, (kiln_tensor t), (t)) \
     X(kiln_tensor, abs, (kiln_tensor t), (t)) \
     X(kiln_tensor, sign, (kiln_tensor t), (t)) \
@@ -314,6 +328,10 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_one_hot(...) KILN__AT(one_hot, __VA_ARGS__)
 #define kiln_cast(...) KILN__AT(cast, __VA_ARGS__)
 #define kiln_to_device(...) KILN__AT(to_device, __VA_ARGS__)
+#define kiln_conv2d(...) KILN__AT(conv2d, __VA_ARGS__)
+#define kiln_max_pool2d(...) KILN__AT(max_pool2d, __VA_ARGS__)
+#define kiln_avg_pool2d(...) KILN__AT(avg_pool2d, __VA_ARGS__)
+#define kiln_adaptive_avg_pool2d(...) KILN__AT(adaptive_avg_pool2d, __VA_ARGS__)
 #define kiln_neg(...) KILN__AT(neg, __VA_ARGS__)
 #define kiln_abs(...) KILN__AT(abs, __VA_ARGS__)
 #define kiln_sign(...) KILN__AT(sign, __VA_ARGS__)

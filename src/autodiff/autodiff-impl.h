@@ -4,6 +4,7 @@
 #define KILN_AUTODIFF_IMPL_H
 
 #include "kiln/autodiff.h"
+#include "ops/conv-impl.h"
 #include "ops/ops-impl.h"
 
 /* Identity of a leaf: gradients are keyed by it, so a graph never keeps the leaf's
@@ -96,6 +97,17 @@ kiln__tensor *kiln__ad_cast(kiln__opctx *c, kiln__tensor *x, kiln_dtype dtype);
  * SLICE (dim, start, step) normalised; RESHAPE and EXPAND none. */
 typedef enum { KILN__AD_VIEW_RESHAPE, KILN__AD_VIEW_PERMUTE, KILN__AD_VIEW_SLICE, KILN__AD_VIEW_EXPAND } kiln__ad_view_kind;
 kiln__ad_node *kiln__ad_begin_view(kiln__opctx *c, kiln__ad_view_kind kind, kiln__tensor *x, const int64_t *params, int np);
+/* The decorated views (rules_view.c): same arguments as the kiln__t_* views they wrap. */
+kiln__tensor *kiln__ad_reshape(kiln__opctx *c, kiln__tensor *x, int ndim, const int64_t *shape);
+kiln__tensor *kiln__ad_flatten(kiln__opctx *c, kiln__tensor *x, int start_dim, int end_dim);
+kiln__tensor *kiln__ad_squeeze(kiln__opctx *c, kiln__tensor *x, int dim);
+kiln__tensor *kiln__ad_unsqueeze(kiln__opctx *c, kiln__tensor *x, int dim);
+kiln__tensor *kiln__ad_expand(kiln__opctx *c, kiln__tensor *x, int ndim, const int64_t *shape);
+kiln__tensor *kiln__ad_contiguous(kiln__opctx *c, kiln__tensor *x);
+/* ndim is 0..KILN_MAX_DIMS. */
+kiln__tensor *kiln__ad_permute(kiln__opctx *c, kiln__tensor *x, int ndim, const int *order);
+kiln__tensor *kiln__ad_transpose(kiln__opctx *c, kiln__tensor *x, int d0, int d1);
+kiln__tensor *kiln__ad_slice(kiln__opctx *c, kiln__tensor *x, int dim, int64_t start, int64_t end, int64_t step);
 
 /* ---- reductions, softmax, matmul, joins and indexing (rules_reduce.c, rules_linalg.c,
  * rules_index.c) ---- */
@@ -121,8 +133,17 @@ kiln__tensor *kiln__ad_linear(kiln__opctx *c, kiln__tensor *x, kiln__tensor *w, 
 /* cat (stack = false) or stack of ts[0..n) along dim, recorded before the forward consumes
  * them (attach the result with kiln__ad_attach). For stack, dim is already normalised. */
 kiln__ad_node *kiln__ad_begin_join(kiln__opctx *c, kiln__tensor *const *ts, int n, int dim, bool stack);
+/* Consume ts[0..n) as kiln__t_cat and kiln__t_stack do. */
+kiln__tensor *kiln__ad_cat(kiln__opctx *c, kiln__tensor **ts, int n, int dim);
+kiln__tensor *kiln__ad_stack(kiln__opctx *c, kiln__tensor **ts, int n, int dim);
 /* code: INDEX_SELECT, GATHER (src NULL) or SCATTER_ADD. */
 kiln__tensor *kiln__ad_index(kiln__opctx *c, kiln__opcode code, kiln__tensor *t, int dim, kiln__tensor *index,
                              kiln__tensor *src);
+
+/* ---- conv2d and pooling (rules_nn.c) ---- */
+kiln__tensor *kiln__ad_conv2d(kiln__opctx *c, kiln__tensor *x, kiln__tensor *w, kiln__tensor *bias, bool has_bias,
+                              const kiln__conv2d_params *p);
+kiln__tensor *kiln__ad_max_pool2d(kiln__opctx *c, kiln__tensor *x, const kiln__pool2d_params *p);
+kiln__tensor *kiln__ad_avg_pool2d(kiln__opctx *c, kiln__tensor *x, const kiln__pool2d_params *p);
 
 #endif

@@ -92,3 +92,14 @@ kiln__tensor *kiln__ad_index(kiln__opctx *c, kiln__opcode code, kiln__tensor *t,
                                                     : kiln__t_scatter_add(c, t, dim, index, src);
     return kiln__ad_attach(c, n, y);
 }
+
+kiln__tensor *kiln__ad_cat(kiln__opctx *c, kiln__tensor **ts, int n, int dim) {
+    kiln__ad_node *node = kiln__ad_begin_join(c, ts, n, dim, false);
+    return kiln__ad_attach(c, node, kiln__t_cat(c, ts, n, dim));
+}
+
+/* The node is recorded only once the shapes are known to stack, with dim normalised. */
+kiln__tensor *kiln__ad_stack(kiln__opctx *c, kiln__tensor **ts, int n, int dim) {
+    kiln__ad_node *node = kiln__stack_check(c, ts, n, &dim) ? kiln__ad_begin_join(c, ts, n, dim, true) : NULL;
+    return kiln__ad_attach(c, node, kiln__t_stack(c, ts, n, dim));
+}

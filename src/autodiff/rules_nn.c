@@ -5,7 +5,6 @@
  * N, H and W. max_pool2d saves the argmax indices its forward wrote and scatters dy through
  * them; the average pools save nothing: their backward spreads dy over each window. */
 #include "autodiff/ad-math.h"
-#include "nn/conv-impl.h"
 
 static kiln__conv2d_params conv_params_of(const kiln__ad_node *n) {
     return (kiln__conv2d_params){(int)n->pi[0], (int)n->pi[1], (int)n->pi[2], (int)n->pi[3],

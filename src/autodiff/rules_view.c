@@ -51,3 +51,66 @@ kiln__ad_node *kiln__ad_begin_view(kiln__opctx *c, kiln__ad_view_kind kind, kiln
         for (int i = 0; i < np && i < 8; i++) n->pi[i] = params[i];
     return n;
 }
+
+/* ---- the decorated views: record the node, then attach it to the op layer's view ---------- */
+
+kiln__tensor *kiln__ad_reshape(kiln__opctx *c, kiln__tensor *x, int ndim, const int64_t *shape) {
+    kiln__ad_node *n = kiln__ad_begin_view(c, KILN__AD_VIEW_RESHAPE, x, NULL, 0);
+    return kiln__ad_attach(c, n, kiln__t_reshape(c, x, ndim, shape));
+}
+
+kiln__tensor *kiln__ad_flatten(kiln__opctx *c, kiln__tensor *x, int start_dim, int end_dim) {
+    kiln__ad_node *n = kiln__ad_begin_view(c, KILN__AD_VIEW_RESHAPE, x, NULL, 0);
+    return kiln__ad_attach(c, n, kiln__t_flatten(c, x, start_dim, end_dim));
+}
+
+kiln__tensor *kiln__ad_squeeze(kiln__opctx *c, kiln__tensor *x, int dim) {
+    kiln__ad_node *n = kiln__ad_begin_view(c, KILN__AD_VIEW_RESHAPE, x, NULL, 0);
+    return kiln__ad_attach(c, n, kiln__t_squeeze(c, x, dim));
+}
+
+kiln__tensor *kiln__ad_unsqueeze(kiln__opctx *c, kiln__tensor *x, int dim) {
+    kiln__ad_node *n = kiln__ad_begin_view(c, KILN__AD_VIEW_RESHAPE, x, NULL, 0);
+    return kiln__ad_attach(c, n, kiln__t_unsqueeze(c, x, dim));
+}
+
+kiln__tensor *kiln__ad_expand(kiln__opctx *c, kiln__tensor *x, int ndim, const int64_t *shape) {
+    kiln__ad_node *n = kiln__ad_begin_view(c, KILN__AD_VIEW_EXPAND, x, NULL, 0);
+    return kiln__ad_attach(c, n, kiln__t_expand(c, x, ndim, shape));
+}
+
+/* A contiguous x comes back as it is: nothing to record. */
+kiln__tensor *kiln__ad_contiguous(kiln__opctx *c, kiln__tensor *x) {
+    kiln__ad_node *n = x && !kiln__tensor_is_contiguous(x) ? kiln__ad_begin_view(c, KILN__AD_VIEW_EXPAND, x, NULL, 0) : NULL;
+    return kiln__ad_attach(c, n, kiln__t_contiguous(c, x));
+}
+
+kiln__tensor *kiln__ad_permute(kiln__opctx *c, kiln__tensor *x, int ndim, const int *order) {
+    int64_t norm[KILN_MAX_DIMS]; /* ndim is 0..KILN_MAX_DIMS: the caller checked */
+    for (int d = 0; d < ndim; d++) norm[d] = order[d] < 0 ? order[d] + ndim : order[d];
+    kiln__ad_node *n = kiln__ad_begin_view(c, KILN__AD_VIEW_PERMUTE, x, norm, ndim);
+    return kiln__ad_attach(c, n, kiln__t_permute(c, x, ndim, order));
+}
+
+kiln__tensor *kiln__ad_transpose(kiln__opctx *c, kiln__tensor *x, int d0, int d1) {
+    kiln__ad_node *n = NULL;
+    if (x && !x->err && x->ndim > 0 && kiln__norm_dim(c, &d0, x->ndim) && kiln__norm_dim(c, &d1, x->ndim)) {
+        int64_t order[KILN_MAX_DIMS];
+        for (int d = 0; d < x->ndim; d++) order[d] = d;
+        order[d0] = d1;
+        order[d1] = d0;
+        n = kiln__ad_begin_view(c, KILN__AD_VIEW_PERMUTE, x, order, x->ndim);
+    }
+    return kiln__ad_attach(c, n, kiln__t_transpose(c, x, d0, d1));
+}
+
+/* The node keeps (dim, start, step) normalised as kiln__t_slice clamps them. */
+kiln__tensor *kiln__ad_slice(kiln__opctx *c, kiln__tensor *x, int dim, int64_t start, int64_t end, int64_t step) {
+    kiln__ad_node *n = NULL;
+    if (x && !x->err && x->ndim > 0 && step > 0 && kiln__norm_dim(c, &dim, x->ndim)) {
+        int64_t len = x->shape[dim], s0 = start < 0 ? start + len : start;
+        s0 = s0 < 0 ? 0 : (s0 > len ? len : s0);
+        n = kiln__ad_begin_view(c, KILN__AD_VIEW_SLICE, x, (int64_t[]){dim, s0, step}, 3);
+    }
+    return kiln__ad_attach(c, n, kiln__t_slice(c, x, dim, start, end, step));
+}

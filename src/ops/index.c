@@ -8,45 +8,13 @@
 #include <string.h>
 
 #include "kiln/tensor.h"
-#include "autodiff/autodiff-impl.h"
 #include "ops/ops-impl.h"
 
-/* ---- arrays of handles -------------------------------------------------------------------- */
-
-enum { LIST_INLINE = 16 };
-
-typedef struct {
-    kiln__tensor **t;
-    int n;
-    kiln__tensor *inline_slots[LIST_INLINE];
-} tensor_list;
-
-/* Takes every handle in ts[0..n): each is consumed even when another one is stale or
- * poisoned. Returns false (c->err set, the first bad one by position) if any is unusable. */
-static bool list_take(kiln__opctx *c, const kiln_tensor *ts, int n, tensor_list *l) {
-    l->t = l->inline_slots;
-    l->n = 0;
-    if (!ts) return kiln__fail(c, KILN_ERR_NULL, "tensor array is NULL"), false;
-    if (n < 1) return kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "needs at least one tensor, got n=%d", n), false;
-    if (n > LIST_INLINE && !(l->t = malloc(sizeof *l->t * (size_t)n))) {
-        l->t = l->inline_slots;
-        for (int i = 0; i < n; i++) kiln__tensor_release(kiln__arg(c, ts[i]));
-        return kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate a list of %d tensors", n), false;
-    }
-    l->n = n;
+/* kiln__ok on each of n arguments in order, so the first one's error is the one kept. */
+static bool usable(kiln__opctx *c, int n, kiln__tensor *const *ts) {
     bool ok = true;
-    for (int i = 0; i < n; i++) {
-        l->t[i] = kiln__arg(c, ts[i]);
-        ok = kiln__ok(c, l->t[i]) && ok;
-    }
+    for (int i = 0; i < n; i++) ok = kiln__ok(c, ts[i]) && ok;
     return ok;
-}
-
-/* Releases the tensors still held and the array. */
-static void list_free(tensor_list *l) {
-    for (int i = 0; i < l->n; i++) kiln__tensor_release(l->t[i]);
-    if (l->t != l->inline_slots) free(l->t);
-    l->n = 0;
 }
 
 /* ---- cat / stack --------------------------------------------------------------------------- */
@@ -91,24 +59,24 @@ static bool cat_plan(kiln__opctx *c, kiln__tensor *const *ts, int n, int *dim, i
     return true;
 }
 
-/* Concatenates the list's (usable) tensors along dim. They stay the list's to release, except
- * a lone input handed back as the result (its entry becomes NULL). */
-static kiln__tensor *cat_list(kiln__opctx *c, tensor_list *l, int dim) {
+/* Concatenates ts[0..n) (usable) along dim. They stay the caller's to release, except a lone
+ * input handed back as the result (its entry becomes NULL). */
+static kiln__tensor *cat_array(kiln__opctx *c, kiln__tensor **ts, int n, int dim) {
     int64_t shape[KILN_MAX_DIMS];
     int nd;
     kiln_dtype dtype;
-    if (!cat_plan(c, l->t, l->n, &dim, &nd, shape, &dtype)) return NULL;
-    if (l->n == 1 && l->t[0]->dtype == dtype) { /* nothing to join: hand the input back */
-        kiln__tensor *only = l->t[0];
-        l->t[0] = NULL;
+    if (!cat_plan(c, ts, n, &dim, &nd, shape, &dtype)) return NULL;
+    if (n == 1 && ts[0]->dtype == dtype) { /* nothing to join: hand the input back */
+        kiln__tensor *only = ts[0];
+        ts[0] = NULL;
         return only;
     }
-    kiln_device dev = l->t[0]->device;
+    kiln_device dev = ts[0]->device;
     kiln__tensor *out = kiln__t_empty(c, dev, dtype, nd, shape);
     if (!out) return NULL;
     int64_t at = 0;
-    for (int i = 0; i < l->n; i++) {
-        kiln__tensor *t = l->t[i];
+    for (int i = 0; i < n; i++) {
+        kiln__tensor *t = ts[i];
         if (skippable(t)) continue; /* no elements; its ndim may differ from out's */
         if (kiln__tensor_numel(t) > 0) {
             kiln__view slice = kiln__view_of(out); /* the slice of out that t fills */
@@ -121,143 +89,48 @@ static kiln__tensor *cat_list(kiln__opctx *c, tensor_list *l, int dim) {
     return out;
 }
 
-kiln_tensor kiln_cat(const kiln_tensor *ts, int n, int dim) {
-    KILN__OP_BEGIN("kiln_cat");
-    tensor_list l;
-    kiln__tensor *out = NULL;
-    if (list_take(&c, ts, n, &l)) {
-        kiln__ad_node *node = NULL;
-        if (KILN__UNLIKELY(kiln__ad_active(l.n, l.t))) node = kiln__ad_begin_join(&c, l.t, l.n, dim, false);
-        out = kiln__ad_attach(&c, node, cat_list(&c, &l, dim));
-    }
-    list_free(&l);
-    return kiln__result(&c, out);
+
+static void release_all(kiln__tensor **ts, int n) {
+    for (int i = 0; i < n; i++) kiln__tensor_release(ts[i]), ts[i] = NULL;
 }
 
-kiln_tensor kiln_stack(const kiln_tensor *ts, int n, int dim) {
-    KILN__OP_BEGIN("kiln_stack");
-    tensor_list l;
-    kiln__tensor *out = NULL;
-    if (list_take(&c, ts, n, &l)) {
-        const kiln__tensor *ref = l.t[0];
-        bool ok = kiln__norm_dim(&c, &dim, ref->ndim + 1);
-        for (int i = 1; ok && i < n; i++) {
-            const kiln__tensor *t = l.t[i];
-            ok = t->ndim == ref->ndim && memcmp(t->shape, ref->shape, sizeof(int64_t) * (size_t)t->ndim) == 0;
-            if (!ok) {
-                char a[128], b[128];
-                kiln__fail(&c, KILN_ERR_SHAPE, "stack needs equal shapes: tensor 0 is %s, tensor %d is %s",
-                           kiln__shape_str(a, sizeof a, ref->ndim, ref->shape), i,
-                           kiln__shape_str(b, sizeof b, t->ndim, t->shape));
-            }
+kiln__tensor *kiln__t_cat(kiln__opctx *c, kiln__tensor **ts, int n, int dim) {
+    kiln__tensor *out = n >= 1 && usable(c, n, ts) ? cat_array(c, ts, n, dim) : NULL;
+    if (n < 1) kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "needs at least one tensor, got n=%d", n);
+    release_all(ts, n);
+    return out;
+}
+
+bool kiln__stack_check(kiln__opctx *c, kiln__tensor *const *ts, int n, int *dim) {
+    if (n < 1) return kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "needs at least one tensor, got n=%d", n), false;
+    if (!usable(c, n, ts)) return false;
+    const kiln__tensor *ref = ts[0];
+    if (!kiln__norm_dim(c, dim, ref->ndim + 1)) return false;
+    for (int i = 1; i < n; i++) {
+        const kiln__tensor *t = ts[i];
+        if (t->ndim != ref->ndim || memcmp(t->shape, ref->shape, sizeof(int64_t) * (size_t)t->ndim) != 0) {
+            char a[128], b[128];
+            kiln__fail(c, KILN_ERR_SHAPE, "stack needs equal shapes: tensor 0 is %s, tensor %d is %s",
+                       kiln__shape_str(a, sizeof a, ref->ndim, ref->shape), i,
+                       kiln__shape_str(b, sizeof b, t->ndim, t->shape));
+            return false;
         }
-        kiln__ad_node *node = NULL;
-        if (ok && KILN__UNLIKELY(kiln__ad_active(n, l.t))) node = kiln__ad_begin_join(&c, l.t, n, dim, true);
+    }
+    return true;
+}
+
+kiln__tensor *kiln__t_stack(kiln__opctx *c, kiln__tensor **ts, int n, int dim) {
+    kiln__tensor *out = NULL;
+    if (kiln__stack_check(c, ts, n, &dim)) {
         /* unsqueeze consumes each entry; a failure leaves NULL there and c->err set */
-        for (int i = 0; ok && i < n; i++) l.t[i] = kiln__t_unsqueeze(&c, l.t[i], dim);
-        if (ok && !c.err) out = cat_list(&c, &l, dim);
-        out = kiln__ad_attach(&c, node, out);
+        for (int i = 0; i < n; i++) ts[i] = kiln__t_unsqueeze(c, ts[i], dim);
+        if (!c->err) out = cat_array(c, ts, n, dim);
     }
-    list_free(&l);
-    return kiln__result(&c, out);
-}
-
-/* ---- split / chunk -------------------------------------------------------------------------- */
-
-static int split_fail(kiln__opctx *c, kiln__tensor *t, kiln_tensor *out) {
-    kiln__tensor_release(t);
-    out[0] = kiln__result(c, NULL);
-    return 1;
-}
-
-/* Takes h and checks it, dim and the output array. NULL when the call is already over (the
- * error reported): *ret is then what to return. */
-static kiln__tensor *split_begin(kiln__opctx *c, kiln_tensor h, int *dim, kiln_tensor *out, int cap, int *ret) {
-    kiln__tensor *t = kiln__arg(c, h);
-    if (!out || cap < 1) { /* no room for even the poisoned result: report and return 0 */
-        kiln__fail(c, out ? KILN_ERR_INVALID_ARGUMENT : KILN_ERR_NULL, "no room for the pieces (cap %d)", cap);
-        kiln__tensor_release(t);
-        kiln__error_report(c->err);
-        kiln__error_unref(c->err);
-        c->err = NULL;
-        *ret = 0;
-        return NULL;
-    }
-    if (kiln__ok(c, t) && t->ndim == 0) kiln__fail(c, KILN_ERR_SHAPE, "cannot split a 0-d tensor");
-    if (c->err || !kiln__norm_dim(c, dim, t->ndim)) {
-        *ret = split_fail(c, t, out);
-        return NULL;
-    }
-    return t;
-}
-
-/* Piece i is [i*piece, min((i+1)*piece, size)) along dim, i < count: views sharing t's
- * storage, each holding its own reference. Consumes t. */
-static int split_views(kiln__opctx *c, kiln__tensor *t, int dim, int64_t piece, int64_t count, kiln_tensor *out,
-                       int cap) {
-    if (count > cap) {
-        kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "output array of %d cannot hold %lld pieces", cap, (long long)count);
-        return split_fail(c, t, out);
-    }
-    int64_t size = t->shape[dim];
-    bool tracked = KILN__UNLIKELY(kiln__ad_active(1, &t));
-    for (int i = 0; i < (int)count; i++) {
-        int64_t start = i * piece < size ? i * piece : size;
-        int64_t end = start + piece < size ? start + piece : size;
-        /* each piece is a slice, with the slice's derivative */
-        kiln__ad_node *n = NULL;
-        if (tracked) n = kiln__ad_begin_view(c, KILN__AD_VIEW_SLICE, t, (int64_t[]){dim, start, 1}, 3);
-        kiln__tensor_retain(t);
-        kiln__tensor *v = kiln__ad_attach(c, n, kiln__t_slice(c, t, dim, start, end, 1));
-        out[i] = v ? kiln__handle_new(v) : KILN_NONE;
-        if (!out[i].id) { /* out of memory: undo the pieces handed out so far */
-            kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate piece %d", i);
-            for (int j = 0; j < i; j++) kiln_release(out[j]);
-            return split_fail(c, t, out);
-        }
-    }
-    kiln__tensor_release(t);
-    return (int)count;
-}
-
-int kiln_split(kiln_tensor h, int64_t split_size, int dim, kiln_tensor *out, int cap) {
-    KILN__OP_BEGIN("kiln_split");
-    int ret;
-    kiln__tensor *t = split_begin(&c, h, &dim, out, cap, &ret);
-    if (!t) return ret;
-    int64_t size = t->shape[dim];
-    if (split_size < 0 || (split_size == 0 && size > 0)) {
-        kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "split_size %lld must be positive", (long long)split_size);
-        return split_fail(&c, t, out);
-    }
-    int64_t count = size == 0 ? 1 : size / split_size + (size % split_size != 0); /* no overflow for a huge split */
-    return split_views(&c, t, dim, split_size, count, out, cap);
-}
-
-int kiln_chunk(kiln_tensor h, int chunks, int dim, kiln_tensor *out, int cap) {
-    KILN__OP_BEGIN("kiln_chunk");
-    int ret;
-    kiln__tensor *t = split_begin(&c, h, &dim, out, cap, &ret);
-    if (!t) return ret;
-    if (chunks < 1) {
-        kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "chunks %d must be positive", chunks);
-        return split_fail(&c, t, out);
-    }
-    int64_t size = t->shape[dim];
-    int64_t piece = (size + chunks - 1) / chunks;
-    /* an empty dim gives `chunks` empty pieces (as torch), otherwise possibly fewer pieces */
-    int64_t count = size == 0 ? chunks : (size + piece - 1) / piece;
-    return split_views(&c, t, dim, piece, count, out, cap);
+    release_all(ts, n);
+    return out;
 }
 
 /* ---- index_select / gather / scatter_add / one_hot ----------------------------------------- */
-
-/* kiln__ok on each of n arguments in order, so the first one's error is the one kept. */
-static bool usable(kiln__opctx *c, int n, kiln__tensor *const *ts) {
-    bool ok = true;
-    for (int i = 0; i < n; i++) ok = kiln__ok(c, ts[i]) && ok;
-    return ok;
-}
 
 static bool check_index(kiln__opctx *c, const kiln__tensor *t, const kiln__tensor *index) {
     if (index->dtype != KILN_I32 && index->dtype != KILN_I64)
@@ -345,7 +218,7 @@ kiln__tensor *kiln__t_scatter_add(kiln__opctx *c, kiln__tensor *t, int dim, kiln
     return submit_indexing(c, KILN__OP_SCATTER_ADD, out, index, src, dim);
 }
 
-static kiln__tensor *t_one_hot(kiln__opctx *c, kiln__tensor *index, int64_t classes, kiln_dtype dtype) {
+kiln__tensor *kiln__t_one_hot(kiln__opctx *c, kiln__tensor *index, int64_t classes, kiln_dtype dtype) {
     if (!kiln__ok(c, index)) return kiln__drop(1, index), NULL;
     if (!check_index(c, NULL, index)) return kiln__drop(1, index), NULL;
     if (!kiln__dtype_valid(dtype)) return kiln__drop(1, index), kiln__fail(c, KILN_ERR_DTYPE, "invalid dtype %d", (int)dtype);
@@ -365,53 +238,16 @@ static kiln__tensor *t_one_hot(kiln__opctx *c, kiln__tensor *index, int64_t clas
     return submit_indexing(c, KILN__OP_ONE_HOT, out, index, NULL, classes);
 }
 
-kiln_tensor kiln_index_select(kiln_tensor t, int dim, kiln_tensor index) {
-    KILN__OP_BEGIN("kiln_index_select");
-    kiln__tensor *tt = kiln__arg(&c, t);
-    kiln__tensor *ti = kiln__arg(&c, index);
-    if (KILN__UNLIKELY(kiln__ad_active(2, (kiln__tensor *[]){tt, ti})))
-        return kiln__result(&c, kiln__ad_index(&c, KILN__OP_INDEX_SELECT, tt, dim, ti, NULL));
-    return kiln__result(&c, kiln__t_index_select(&c, tt, dim, ti));
-}
-
-kiln_tensor kiln_gather(kiln_tensor t, int dim, kiln_tensor index) {
-    KILN__OP_BEGIN("kiln_gather");
-    kiln__tensor *tt = kiln__arg(&c, t);
-    kiln__tensor *ti = kiln__arg(&c, index);
-    if (KILN__UNLIKELY(kiln__ad_active(2, (kiln__tensor *[]){tt, ti})))
-        return kiln__result(&c, kiln__ad_index(&c, KILN__OP_GATHER, tt, dim, ti, NULL));
-    return kiln__result(&c, kiln__t_gather(&c, tt, dim, ti));
-}
-
-kiln_tensor kiln_scatter_add(kiln_tensor t, int dim, kiln_tensor index, kiln_tensor src) {
-    KILN__OP_BEGIN("kiln_scatter_add");
-    kiln__tensor *tt = kiln__arg(&c, t);
-    kiln__tensor *ti = kiln__arg(&c, index);
-    kiln__tensor *ts = kiln__arg(&c, src);
-    if (KILN__UNLIKELY(kiln__ad_active(3, (kiln__tensor *[]){tt, ti, ts})))
-        return kiln__result(&c, kiln__ad_index(&c, KILN__OP_SCATTER_ADD, tt, dim, ti, ts));
-    return kiln__result(&c, kiln__t_scatter_add(&c, tt, dim, ti, ts));
-}
-
-kiln_tensor kiln_one_hot(kiln_tensor index, int64_t num_classes, kiln_dtype dtype) {
-    KILN__OP_BEGIN("kiln_one_hot");
-    kiln__tensor *ti = kiln__arg(&c, index);
-    return kiln__result(&c, t_one_hot(&c, ti, num_classes, dtype));
-}
-
 /* ---- devices ------------------------------------------------------------------------------- */
 
-kiln_tensor kiln_to_device(kiln_tensor t, kiln_device dev) {
-    KILN__OP_BEGIN("kiln_to_device");
-    kiln__tensor *tt = kiln__arg(&c, t);
-    if (!kiln__ok(&c, tt)) return kiln__drop(1, tt), kiln__result(&c, NULL);
-    if (tt->device == dev) return kiln__result(&c, tt);
-    kiln_device from = tt->device;
-    kiln__tensor_release(tt);
-    if ((unsigned)dev >= KILN_DEVICE_COUNT)
-        return kiln__result(&c, kiln__fail(&c, KILN_ERR_DEVICE, "invalid device %d", (int)dev));
+kiln__tensor *kiln__t_to_device(kiln__opctx *c, kiln__tensor *t, kiln_device dev) {
+    if (!kiln__ok(c, t)) return kiln__drop(1, t), NULL;
+    if (t->device == dev) return t;
+    kiln_device from = t->device;
+    kiln__tensor_release(t);
+    if ((unsigned)dev >= KILN_DEVICE_COUNT) return kiln__fail(c, KILN_ERR_DEVICE, "invalid device %d", (int)dev);
     if (!kiln__backend_get(dev))
-        return kiln__result(&c, kiln__fail(&c, KILN_ERR_DEVICE, "device %s is not available", kiln_device_name(dev)));
-    return kiln__result(&c, kiln__fail(&c, KILN_ERR_UNSUPPORTED, "copies from %s to %s are not implemented",
-                                       kiln_device_name(from), kiln_device_name(dev)));
+        return kiln__fail(c, KILN_ERR_DEVICE, "device %s is not available", kiln_device_name(dev));
+    return kiln__fail(c, KILN_ERR_UNSUPPORTED, "copies from %s to %s are not implemented", kiln_device_name(from),
+                      kiln_device_name(dev));
 }

@@ -8,7 +8,6 @@
 #include <stdio.h>
 
 #include "kiln/tensor.h"
-#include "autodiff/autodiff-impl.h"
 #include "ops/ops-impl.h"
 
 static bool check_float(kiln__opctx *c, const kiln__tensor *t, const char *what) {
@@ -124,15 +123,6 @@ kiln__tensor *kiln__t_matmul(kiln__opctx *c, kiln__tensor *a, kiln__tensor *b) {
     return matmul_impl(c, a, b, NULL, false);
 }
 
-kiln_tensor kiln_matmul(kiln_tensor a, kiln_tensor b) {
-    KILN__OP_BEGIN("kiln_matmul");
-    kiln__tensor *in[2];
-    in[0] = kiln__arg(&c, a); /* in order: the first stale handle is the one reported */
-    in[1] = kiln__arg(&c, b);
-    if (KILN__UNLIKELY(kiln__ad_active(2, in))) return kiln__result(&c, kiln__ad_matmul(&c, in[0], in[1]));
-    return kiln__result(&c, matmul_impl(&c, in[0], in[1], NULL, false));
-}
-
 /* x [..., in] @ w[out, in]^T + bias[out]: x's leading dims are flattened into the rows of one
  * GEMM (a view when x's layout allows), w^T is a transposed view, and the bias is the GEMM's
  * initial output. */
@@ -158,16 +148,4 @@ kiln__tensor *kiln__t_linear(kiln__opctx *c, kiln__tensor *x, kiln__tensor *w, k
     kiln__tensor *out = matmul_impl(c, x, w, bias, has_bias);
     if (out && nl != 1) out = kiln__t_reshape(c, out, nl + 1, lead);
     return out;
-}
-
-kiln_tensor kiln_linear(kiln_tensor x, kiln_tensor w, kiln_tensor bias) {
-    KILN__OP_BEGIN("kiln_linear");
-    kiln__tensor *in[3] = {NULL, NULL, NULL};
-    in[0] = kiln__arg(&c, x);
-    in[1] = kiln__arg(&c, w);
-    bool has_bias = bias.id != KILN_NONE.id;
-    if (has_bias) in[2] = kiln__arg(&c, bias);
-    if (KILN__UNLIKELY(kiln__ad_active(2 + has_bias, in)))
-        return kiln__result(&c, kiln__ad_linear(&c, in[0], in[1], in[2], has_bias));
-    return kiln__result(&c, kiln__t_linear(&c, in[0], in[1], in[2], has_bias));
 }

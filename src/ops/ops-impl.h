@@ -102,8 +102,15 @@ kiln__tensor *kiln__t_slice(kiln__opctx *c, kiln__tensor *x, int dim, int64_t st
 kiln__tensor *kiln__t_expand(kiln__opctx *c, kiln__tensor *x, int ndim, const int64_t *shape);
 kiln__tensor *kiln__t_unsqueeze(kiln__opctx *c, kiln__tensor *x, int dim);
 kiln__tensor *kiln__t_squeeze(kiln__opctx *c, kiln__tensor *x, int dim);
+kiln__tensor *kiln__t_flatten(kiln__opctx *c, kiln__tensor *x, int start_dim, int end_dim);
+/* narrow's checks: normalises dim and start; false + error unless x is usable, not 0-d, and
+ * [start, start + length) lies inside dim (then start + length cannot overflow). */
+bool kiln__narrow_range(kiln__opctx *c, kiln__tensor *x, int *dim, int64_t *start, int64_t length);
 
 /* Reductions (src/ops/reduce.c): dims as a mask over x's dims. */
+/* A public dim list to that mask: KILN_ALL_DIMS is every dim, an empty list none; a 0-d
+ * tensor accepts dim 0 and -1. False + error on a bad or repeated dim. */
+bool kiln__dims_mask(kiln__opctx *c, kiln_dims dims, int ndim, uint32_t *mask);
 kiln__tensor *kiln__t_reduce(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, uint32_t dim_mask, bool keepdim,
                              int64_t param);
 kiln__tensor *kiln__t_matmul(kiln__opctx *c, kiln__tensor *a, kiln__tensor *b);
@@ -117,5 +124,14 @@ kiln__tensor *kiln__t_linear(kiln__opctx *c, kiln__tensor *x, kiln__tensor *w, k
 kiln__tensor *kiln__t_index_select(kiln__opctx *c, kiln__tensor *t, int dim, kiln__tensor *index);
 kiln__tensor *kiln__t_gather(kiln__opctx *c, kiln__tensor *t, int dim, kiln__tensor *index);
 kiln__tensor *kiln__t_scatter_add(kiln__opctx *c, kiln__tensor *t, int dim, kiln__tensor *index, kiln__tensor *src);
+kiln__tensor *kiln__t_one_hot(kiln__opctx *c, kiln__tensor *index, int64_t classes, kiln_dtype dtype);
+kiln__tensor *kiln__t_to_device(kiln__opctx *c, kiln__tensor *t, kiln_device dev);
+
+/* Joins (src/ops/index.c). They consume ts[0..n): each entry is released and set to NULL,
+ * the array itself stays the caller's. */
+kiln__tensor *kiln__t_cat(kiln__opctx *c, kiln__tensor **ts, int n, int dim);
+kiln__tensor *kiln__t_stack(kiln__opctx *c, kiln__tensor **ts, int n, int dim);
+/* stack's checks (n >= 1, all usable, equal shapes), normalising dim; false + error if not. */
+bool kiln__stack_check(kiln__opctx *c, kiln__tensor *const *ts, int n, int *dim);
 
 #endif

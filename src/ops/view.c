@@ -3,7 +3,6 @@
 #include <string.h>
 
 #include "kiln/tensor.h"
-#include "autodiff/autodiff-impl.h"
 #include "ops/ops-impl.h"
 
 static kiln__tensor *make_view(kiln__opctx *c, kiln__tensor *x, int ndim, const int64_t *shape,
@@ -232,117 +231,32 @@ kiln__tensor *kiln__t_squeeze(kiln__opctx *c, kiln__tensor *x, int dim) {
     return make_view(c, x, x->ndim - 1, shape, strides, x->offset);
 }
 
-/* ---- public wrappers --------------------------------------------------------------------- */
-
-kiln_tensor kiln_reshape(kiln_tensor x, kiln_shape shape) {
-    KILN__OP_BEGIN("kiln_reshape");
-    kiln__tensor *t = kiln__arg(&c, x);
-    kiln__ad_node *n = kiln__ad_begin_view(&c, KILN__AD_VIEW_RESHAPE, t, NULL, 0);
-    return kiln__result(&c, kiln__ad_attach(&c, n, kiln__t_reshape(&c, t, shape.ndim, shape.dims)));
-}
-
-kiln_tensor kiln_permute(kiln_tensor x, kiln_dims order) {
-    KILN__OP_BEGIN("kiln_permute");
-    kiln__tensor *t = kiln__arg(&c, x);
-    if (order.n < 0 || order.n > KILN_MAX_DIMS) {
-        kiln__drop(1, t);
-        return kiln__result(&c, kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "permutation has %d dims", order.n));
+bool kiln__narrow_range(kiln__opctx *c, kiln__tensor *x, int *dim, int64_t *start, int64_t length) {
+    if (!kiln__ok(c, x) || !kiln__norm_dim(c, dim, x->ndim)) return false;
+    if (x->ndim == 0) return kiln__fail(c, KILN_ERR_SHAPE, "cannot slice a 0-d tensor"), false;
+    int64_t n = x->shape[*dim];
+    if (*start < 0) *start += n; /* start < 0 <= n: cannot overflow */
+    if (*start < 0 || *start > n || length < 0 || length > n - *start) {
+        kiln__fail(c, KILN_ERR_INDEX, "narrow of length %lld at %lld out of range for dim %d of size %lld",
+                   (long long)length, (long long)*start, *dim, (long long)n);
+        return false;
     }
-    int64_t norm[KILN_MAX_DIMS];
-    for (int d = 0; d < order.n; d++) norm[d] = order.d[d] < 0 ? order.d[d] + order.n : order.d[d];
-    kiln__ad_node *n = kiln__ad_begin_view(&c, KILN__AD_VIEW_PERMUTE, t, norm, order.n);
-    return kiln__result(&c, kiln__ad_attach(&c, n, kiln__t_permute(&c, t, order.n, order.d)));
+    return true;
 }
 
-kiln_tensor kiln_transpose(kiln_tensor x, int d0, int d1) {
-    KILN__OP_BEGIN("kiln_transpose");
-    kiln__tensor *t = kiln__arg(&c, x);
-    kiln__ad_node *n = NULL;
-    if (t && !t->err && t->ndim > 0 && kiln__norm_dim(&c, &d0, t->ndim) && kiln__norm_dim(&c, &d1, t->ndim)) {
-        int64_t order[KILN_MAX_DIMS];
-        for (int d = 0; d < t->ndim; d++) order[d] = d;
-        order[d0] = d1;
-        order[d1] = d0;
-        n = kiln__ad_begin_view(&c, KILN__AD_VIEW_PERMUTE, t, order, t->ndim);
-    }
-    return kiln__result(&c, kiln__ad_attach(&c, n, kiln__t_transpose(&c, t, d0, d1)));
-}
-
-kiln_tensor kiln_narrow(kiln_tensor x, int dim, int64_t start, int64_t length) {
-    KILN__OP_BEGIN("kiln_narrow");
-    kiln__tensor *t = kiln__arg(&c, x);
-    if (!kiln__ok(&c, t) || !kiln__norm_dim(&c, &dim, t->ndim)) return kiln__drop(1, t), kiln__result(&c, NULL);
-    if (t->ndim == 0) return kiln__result(&c, kiln__t_slice(&c, t, dim, 0, 0, 1)); /* its error */
-    int64_t n = t->shape[dim];
-    if (start < 0) start += n; /* start < 0 <= n: cannot overflow */
-    if (start < 0 || start > n || length < 0 || length > n - start) {
-        kiln__fail(&c, KILN_ERR_INDEX, "narrow of length %lld at %lld out of range for dim %d of size %lld",
-                   (long long)length, (long long)start, dim, (long long)n);
-        return kiln__drop(1, t), kiln__result(&c, NULL);
-    }
-    kiln__ad_node *node = kiln__ad_begin_view(&c, KILN__AD_VIEW_SLICE, t, (int64_t[]){dim, start, 1}, 3);
-    return kiln__result(&c, kiln__ad_attach(&c, node, kiln__t_slice(&c, t, dim, start, start + length, 1)));
-}
-
-kiln_tensor kiln_slice(kiln_tensor x, int dim, int64_t start, int64_t end, int64_t step) {
-    KILN__OP_BEGIN("kiln_slice");
-    kiln__tensor *t = kiln__arg(&c, x);
-    kiln__ad_node *n = NULL;
-    if (t && !t->err && t->ndim > 0 && step > 0 && kiln__norm_dim(&c, &dim, t->ndim)) {
-        int64_t len = t->shape[dim], s0 = start < 0 ? start + len : start;
-        s0 = s0 < 0 ? 0 : (s0 > len ? len : s0);
-        n = kiln__ad_begin_view(&c, KILN__AD_VIEW_SLICE, t, (int64_t[]){dim, s0, step}, 3);
-    }
-    return kiln__result(&c, kiln__ad_attach(&c, n, kiln__t_slice(&c, t, dim, start, end, step)));
-}
-
-kiln_tensor kiln_expand(kiln_tensor x, kiln_shape shape) {
-    KILN__OP_BEGIN("kiln_expand");
-    kiln__tensor *t = kiln__arg(&c, x);
-    kiln__ad_node *n = kiln__ad_begin_view(&c, KILN__AD_VIEW_EXPAND, t, NULL, 0);
-    return kiln__result(&c, kiln__ad_attach(&c, n, kiln__t_expand(&c, t, shape.ndim, shape.dims)));
-}
-
-kiln_tensor kiln_squeeze(kiln_tensor x, int dim) {
-    KILN__OP_BEGIN("kiln_squeeze");
-    kiln__tensor *t = kiln__arg(&c, x);
-    kiln__ad_node *n = kiln__ad_begin_view(&c, KILN__AD_VIEW_RESHAPE, t, NULL, 0);
-    return kiln__result(&c, kiln__ad_attach(&c, n, kiln__t_squeeze(&c, t, dim)));
-}
-
-kiln_tensor kiln_unsqueeze(kiln_tensor x, int dim) {
-    KILN__OP_BEGIN("kiln_unsqueeze");
-    kiln__tensor *t = kiln__arg(&c, x);
-    kiln__ad_node *n = kiln__ad_begin_view(&c, KILN__AD_VIEW_RESHAPE, t, NULL, 0);
-    return kiln__result(&c, kiln__ad_attach(&c, n, kiln__t_unsqueeze(&c, t, dim)));
-}
-
-kiln_tensor kiln_flatten(kiln_tensor x, int start_dim, int end_dim) {
-    KILN__OP_BEGIN("kiln_flatten");
-    kiln__tensor *t = kiln__arg(&c, x);
-    if (!kiln__ok(&c, t)) return kiln__drop(1, t), kiln__result(&c, NULL);
-    if (t->ndim == 0) {
-        kiln__ad_node *n = kiln__ad_begin_view(&c, KILN__AD_VIEW_RESHAPE, t, NULL, 0);
-        return kiln__result(&c, kiln__ad_attach(&c, n, kiln__t_reshape(&c, t, 1, (int64_t[]){1})));
-    }
-    if (!kiln__norm_dim(&c, &start_dim, t->ndim) || !kiln__norm_dim(&c, &end_dim, t->ndim) || start_dim > end_dim) {
-        kiln__drop(1, t);
-        return kiln__result(&c, kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "invalid flatten range"));
+kiln__tensor *kiln__t_flatten(kiln__opctx *c, kiln__tensor *x, int start_dim, int end_dim) {
+    if (!kiln__ok(c, x)) return kiln__drop(1, x), NULL;
+    if (x->ndim == 0) return kiln__t_reshape(c, x, 1, (int64_t[]){1});
+    if (!kiln__norm_dim(c, &start_dim, x->ndim) || !kiln__norm_dim(c, &end_dim, x->ndim) || start_dim > end_dim) {
+        kiln__drop(1, x);
+        return kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "invalid flatten range");
     }
     int64_t shape[KILN_MAX_DIMS];
     int nd = 0;
-    for (int d = 0; d < start_dim; d++) shape[nd++] = t->shape[d];
+    for (int d = 0; d < start_dim; d++) shape[nd++] = x->shape[d];
     int64_t merged = 1;
-    for (int d = start_dim; d <= end_dim; d++) merged *= t->shape[d];
+    for (int d = start_dim; d <= end_dim; d++) merged *= x->shape[d];
     shape[nd++] = merged;
-    for (int d = end_dim + 1; d < t->ndim; d++) shape[nd++] = t->shape[d];
-    kiln__ad_node *n = kiln__ad_begin_view(&c, KILN__AD_VIEW_RESHAPE, t, NULL, 0);
-    return kiln__result(&c, kiln__ad_attach(&c, n, kiln__t_reshape(&c, t, nd, shape)));
-}
-
-kiln_tensor kiln_contiguous(kiln_tensor x) {
-    KILN__OP_BEGIN("kiln_contiguous");
-    kiln__tensor *t = kiln__arg(&c, x);
-    kiln__ad_node *n = t && !kiln__tensor_is_contiguous(t) ? kiln__ad_begin_view(&c, KILN__AD_VIEW_EXPAND, t, NULL, 0) : NULL;
-    return kiln__result(&c, kiln__ad_attach(&c, n, kiln__t_contiguous(&c, t)));
+    for (int d = end_dim + 1; d < x->ndim; d++) shape[nd++] = x->shape[d];
+    return kiln__t_reshape(c, x, nd, shape);
 }

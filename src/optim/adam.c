@@ -30,23 +30,15 @@ kiln_optimizer *kiln_adam_new(kiln_module *model, kiln_adam_options o) {
     return opt;
 }
 
-void kiln__adam_fill(const kiln_optimizer *opt, const kiln__optim_param *p, const kiln__tensor *param,
-                     const kiln__tensor *grad, kiln__op *op) {
+bool kiln__adam_apply(kiln__opctx *c, const kiln_optimizer *opt, const kiln__optim_param *p, kiln__tensor *param,
+                      const kiln__tensor *grad) {
     const kiln_adam_options *o = &opt->adam;
     double t = (double)p->step; /* already counts this update */
     double bc1 = 1.0 - pow(o->beta1, t), bc2 = 1.0 - pow(o->beta2, t);
-    op->out[0] = kiln__view_of(param);
-    op->out[1] = kiln__view_of(p->state[0]);
-    op->out[2] = kiln__view_of(p->state[1]);
-    op->in[0] = kiln__view_of(grad);
-    op->n_in = 1;
-    op->n_out = 3;
-    op->p.f[0] = opt->lr / bc1;
-    op->p.f[1] = o->beta1;
-    op->p.f[2] = o->beta2;
-    op->p.f[3] = o->eps;
     bool decoupled = o->decoupled_weight_decay && o->weight_decay != 0;
-    op->pi[0] = (p->step == 1 ? KILN__OPTIM_FLAG_FIRST : 0) | (decoupled ? KILN__OPTIM_FLAG_DECOUPLED : 0);
-    op->pi[1] = kiln__op_f64_bits(sqrt(bc2));
-    op->pi[2] = kiln__op_f64_bits(decoupled ? 1.0 - opt->lr * o->weight_decay : o->weight_decay);
+    kiln__adam_update u = {.step_size = opt->lr / bc1, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
+                           .sqrt_bias_correction2 = sqrt(bc2),
+                           .weight_decay_term = decoupled ? 1.0 - opt->lr * o->weight_decay : o->weight_decay,
+                           .first = p->step == 1, .decoupled = decoupled};
+    return kiln__t_adam_update(c, param, p->state[0], p->state[1], grad, &u);
 }

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "optim/optim-impl.h"
 #include "optim/safetensors.h"
@@ -39,24 +40,6 @@ typedef struct {
     char key[128];
     char value[40];
 } meta_text;
-
-/* Waits for t's data and copies it densely to dst. */
-static bool read_host(kiln__opctx *c, kiln__tensor *t, void *dst, size_t nbytes) {
-    kiln__tensor_retain(t);
-    t = kiln__t_contiguous(c, t);
-    if (!t) return false;
-    bool ok = kiln__wait_storage(t->storage) == KILN_OK;
-    if (!ok) {
-        if (!c->err) c->err = kiln__error_ref(atomic_load(&t->storage->err));
-    } else if (nbytes) {
-        const kiln__backend *be = kiln__backend_get(t->device);
-        const char *src = (const char *)t->storage->data + t->offset * (int64_t)kiln__elsize(t->dtype);
-        ok = be->copy_to_host(be->context, dst, src, nbytes) == KILN_OK;
-        if (!ok) kiln__fail(c, KILN_ERR_DEVICE, "copy from %s failed", kiln_device_name(t->device));
-    }
-    kiln__tensor_release(t);
-    return ok;
-}
 
 /* value_fmt NULL: the shortest text that reads back as exactly v. */
 static void add_meta(meta_text *m, int *n, const char *key, const char *value_fmt, double v) {
@@ -151,7 +134,7 @@ kiln_status kiln_checkpoint_save(const char *path, kiln_module *model, kiln_opti
             kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes for '%s'", it->nbytes, it->name);
             break;
         }
-        if (!read_host(&c, it->t, it->host, it->nbytes)) break;
+        if (!kiln__t_copy_to_host(&c, it->t, it->host, it->nbytes)) break;
         entries[i] = (kiln__st_entry){it->name, it->t->dtype, it->t->ndim, it->t->shape, it->host, it->nbytes};
     }
     if (!c.err) {
@@ -301,10 +284,8 @@ static bool stage(kiln__opctx *c, load_item *it, const kiln__st_file *f) {
         for (size_t i = 0; i < nbytes; i++) tmp[i] = src[i] != 0;
         src = tmp;
     }
-    const kiln__backend *be = kiln__backend_get(like->device);
-    bool ok = !nbytes || be->copy_from_host(be->context, it->staged->storage->data, src, nbytes) == KILN_OK;
+    bool ok = kiln__t_copy_from_host(c, it->staged, src, nbytes);
     free(tmp);
-    if (!ok) kiln__fail(c, KILN_ERR_DEVICE, "copy to %s failed", kiln_device_name(like->device));
     return ok;
 }
 
@@ -370,10 +351,8 @@ kiln_status kiln_checkpoint_load(const char *path, kiln_module *model, kiln_opti
         if (!c.err && used != in_file)
             kiln__fail(&c, KILN_ERR_SHAPE, "checkpoint has optimizer tensors for parameters the optimizer lacks");
     }
-    const kiln__backend *be = kiln__backend_get(KILN_CPU);
     for (int i = 0; i < np && !c.err; i++) {
-        be = kiln__backend_get(items[i].dst->device);
-        if (!be || !be->kernels[KILN__OP_COPY])
+        if (!kiln__t_has_kernel(items[i].dst->device, KILN__OP_COPY))
             kiln__fail(&c, KILN_ERR_DEVICE, "cannot copy into '%s' on %s", ps[i].name, kiln_device_name(items[i].dst->device));
     }
     /* 3: everything staged in fresh memory */
@@ -382,12 +361,7 @@ kiln_status kiln_checkpoint_load(const char *path, kiln_module *model, kiln_opti
         if (plan.state[i].src) stage(&c, &plan.state[i], &f);
     /* 4: commit (nothing below can fail) */
     for (int i = 0; i < np && !c.err; i++) {
-        kiln__op op;
-        kiln__op_init(&op, KILN__OP_COPY, c.name);
-        op.in[0] = kiln__view_of(items[i].staged);
-        op.out[0] = kiln__view_of(items[i].dst);
-        op.n_in = op.n_out = 1;
-        kiln__submit(&op);
+        kiln__t_copy_into(&c, kiln__view_of(items[i].dst), items[i].staged); /* staged on dst's device */
     }
     if (opt && !c.err) commit_optim(opt, &plan);
     for (int i = 0; items && i < np; i++) kiln__tensor_release(items[i].staged);

@@ -7,10 +7,8 @@
 #ifndef KILN_OPTIM_IMPL_H
 #define KILN_OPTIM_IMPL_H
 
-#include <string.h>
-
 #include "kiln/optim.h"
-#include "ops/ops-impl.h"
+#include "ops/optim_ops-impl.h"
 
 #define KILN__OPTIM_MAX_STATE 2
 
@@ -48,22 +46,11 @@ kiln__tensor *kiln__optim_slot_tensor(kiln__opctx *c, kiln_tensor h);
 void kiln__optim_clear_state(kiln_optimizer *opt);
 /* An optimizer over the module's trainable parameters (f32 or f64); NULL + error under op. */
 kiln_optimizer *kiln__optim_new(const char *op, kiln_module *model, kiln__optim_kind kind);
-/* Fill the fused update of one parameter (sgd.c, adam.c); its state tensors exist and
- * p->step already counts this update. */
-void kiln__sgd_fill(const kiln_optimizer *opt, const kiln__optim_param *p, const kiln__tensor *param,
-                    const kiln__tensor *grad, kiln__op *op);
-void kiln__adam_fill(const kiln_optimizer *opt, const kiln__optim_param *p, const kiln__tensor *param,
-                     const kiln__tensor *grad, kiln__op *op);
-
-/* Doubles that do not fit in p.f travel in pi[] as bit patterns (decoded by the kernel). */
-static inline int64_t kiln__op_f64_bits(double v) {
-    int64_t bits;
-    memcpy(&bits, &v, sizeof bits);
-    return bits;
-}
-
-#define KILN__OPTIM_FLAG_FIRST 1
-#define KILN__OPTIM_FLAG_NESTEROV 2
-#define KILN__OPTIM_FLAG_DECOUPLED 4
+/* The fused update of one parameter (sgd.c, adam.c); its state tensors exist and p->step
+ * already counts this update. False + c->err if it could not be queued. */
+bool kiln__sgd_apply(kiln__opctx *c, const kiln_optimizer *opt, const kiln__optim_param *p, kiln__tensor *param,
+                     const kiln__tensor *grad);
+bool kiln__adam_apply(kiln__opctx *c, const kiln_optimizer *opt, const kiln__optim_param *p, kiln__tensor *param,
+                      const kiln__tensor *grad);
 
 #endif

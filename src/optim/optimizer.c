@@ -3,6 +3,7 @@
  * learning rate, and gradient clipping by global norm. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "autodiff/autodiff-impl.h"
 #include "optim/optim-impl.h"
@@ -214,8 +215,7 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
                        opt->params[i].name);
             continue;
         }
-        const kiln__backend *be = kiln__backend_get(param->device);
-        if (!be || !be->kernels[code])
+        if (!kiln__t_has_kernel(param->device, code))
             kiln__fail(&c, KILN_ERR_UNSUPPORTED, "%s has no %s kernel", kiln_device_name(param->device),
                        kiln__opcode_name(code));
     }
@@ -233,12 +233,9 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
         kiln__optim_param *p = &opt->params[i];
         if (ups[i].grad && !c.err) {
             p->step++;
-            kiln__op op;
-            kiln__op_init(&op, code, c.name);
-            op.flags |= KILN__OP_FLAG_KEEP_OUTPUTS_ON_ERROR;
-            if (opt->kind == KILN__OPTIM_ADAM) kiln__adam_fill(opt, p, ups[i].param, ups[i].grad, &op);
-            else kiln__sgd_fill(opt, p, ups[i].param, ups[i].grad, &op);
-            kiln__submit(&op);
+            /* the kernel was checked above: the submit cannot fail */
+            if (opt->kind == KILN__OPTIM_ADAM) kiln__adam_apply(&c, opt, p, ups[i].param, ups[i].grad);
+            else kiln__sgd_apply(&c, opt, p, ups[i].param, ups[i].grad);
         }
         if (c.err && ups[i].fresh_state)
             for (int k = 0; k < KILN__OPTIM_MAX_STATE; k++) {
@@ -296,14 +293,7 @@ kiln_status kiln_clip_grad_norm(kiln_optimizer *opt, kiln_grads *g, double max_n
     kiln__tensor *sums = kiln__t_empty(&c, dev, KILN_F64, 1, &len); /* every element written below */
     for (int i = 0, k = 0; sums && i < opt->n_params; i++) {
         if (!slots[i]) continue;
-        kiln__op op;
-        kiln__op_init(&op, KILN__OP_SUM_SQUARES, c.name);
-        op.in[0] = kiln__view_of(*slots[i]);
-        op.out[0] = kiln__view_of(sums);
-        op.out[0].ndim = 0;
-        op.out[0].offset = k++;
-        op.n_in = op.n_out = 1;
-        if (!kiln__t_submit(&c, &op, dev)) break;
+        if (!kiln__t_sum_squares_into(&c, sums, k++, *slots[i])) break;
     }
     kiln__tensor *norm = kiln__t_unary(&c, KILN__OP_SQRT, kiln__t_reduce(&c, KILN__OP_SUM, sums, 1u, false, 0));
     kiln__tensor *scale = NULL;

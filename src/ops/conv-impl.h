@@ -1,12 +1,12 @@
-/* 2-d convolution and pooling: the tensor-level ops (src/nn/conv.c, src/nn/pool.c) and their
- * autodiff decorators (src/autodiff/rules_nn.c). Like every kiln__t_* function they consume
+/* 2-d convolution and pooling: the tensor-level ops (src/ops/conv.c, src/ops/pool.c); their
+ * autodiff decorators are declared in autodiff/autodiff-impl.h. Like every kiln__t_* function they consume
  * the owned references they are given (NULL means "that argument already failed").
  *
  *   kiln__conv2d_params p = {.stride_h = 1, .stride_w = 1, .dilation_h = 1, .dilation_w = 1, .groups = 1};
  *   kiln__tensor *y = kiln__t_conv2d(c, x, w, NULL, false, &p);   // x [N,C,H,W], w [O,C,KH,KW]
  */
-#ifndef KILN_NN_CONV_IMPL_H
-#define KILN_NN_CONV_IMPL_H
+#ifndef KILN_OPS_CONV_IMPL_H
+#define KILN_OPS_CONV_IMPL_H
 
 #include "ops/ops-impl.h"
 
@@ -22,8 +22,15 @@ typedef struct {
     int out_h, out_w;
 } kiln__pool2d_params;
 
+/* A window's params; a stride of 0 means "the kernel size" (PyTorch's stride=None). */
+static inline kiln__pool2d_params kiln__pool2d_window(int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h,
+                                                      int pad_w) {
+    return (kiln__pool2d_params){kernel_h, kernel_w, stride_h ? stride_h : kernel_h, stride_w ? stride_w : kernel_w,
+                                 pad_h, pad_w, false, 0, 0};
+}
+
 /* True when t is a floating-point tensor of ndim dims; otherwise fails c naming `what`. */
-bool kiln__nn_check_input(kiln__opctx *c, const kiln__tensor *t, const char *what, int ndim);
+bool kiln__check_float_input(kiln__opctx *c, const kiln__tensor *t, const char *what, int ndim);
 
 /* x [N, C, H, W], w [O, C/groups, KH, KW], bias [O] (read only when has_bias). Checks every
  * argument and reports errors under c->name. */
@@ -46,11 +53,5 @@ kiln__tensor *kiln__t_max_pool2d_backward(kiln__opctx *c, kiln__tensor *dy, kiln
 kiln__tensor *kiln__t_avg_pool2d(kiln__opctx *c, kiln__tensor *x, const kiln__pool2d_params *p);
 kiln__tensor *kiln__t_avg_pool2d_backward(kiln__opctx *c, kiln__tensor *dy, const kiln__pool2d_params *p, int64_t h,
                                           int64_t w);
-
-/* The decorated ops: record a backward node when an input is tracked (src/autodiff/rules_nn.c). */
-kiln__tensor *kiln__ad_conv2d(kiln__opctx *c, kiln__tensor *x, kiln__tensor *w, kiln__tensor *bias, bool has_bias,
-                              const kiln__conv2d_params *p);
-kiln__tensor *kiln__ad_max_pool2d(kiln__opctx *c, kiln__tensor *x, const kiln__pool2d_params *p);
-kiln__tensor *kiln__ad_avg_pool2d(kiln__opctx *c, kiln__tensor *x, const kiln__pool2d_params *p);
 
 #endif

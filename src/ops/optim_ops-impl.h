@@ -1,0 +1,46 @@
+/* Op-layer functions for optim/: the fused parameter updates, clipping's sums of squares and
+ * the host copies of checkpoints. optim/ decides what to compute; these encode it into op
+ * records (flags and doubles as the kernels read them, engine/opcodes.h) and submit them.
+ *
+ *   kiln__sgd_update u = {.lr = 0.1, .first = true};
+ *   if (kiln__t_has_kernel(param->device, KILN__OP_SGD_UPDATE))
+ *       kiln__t_sgd_update(c, param, NULL, grad, &u);
+ *
+ * The updates write the parameter (and its state) in place and keep them on error: a failed
+ * update never poisons a parameter. They borrow every tensor. */
+#ifndef KILN_OPS_OPTIM_OPS_IMPL_H
+#define KILN_OPS_OPTIM_OPS_IMPL_H
+
+#include "ops/ops-impl.h"
+
+/* p -= lr * g with momentum, dampening, Nesterov and L2 weight decay (torch.optim.SGD). */
+typedef struct {
+    double lr, momentum, dampening, weight_decay;
+    bool first;    /* the first update: the momentum buffer starts as g */
+    bool nesterov;
+} kiln__sgd_update;
+
+/* Adam / AdamW with the bias corrections already folded in by the caller. */
+typedef struct {
+    double step_size;          /* lr / (1 - beta1^t) */
+    double beta1, beta2, eps;
+    double sqrt_bias_correction2; /* sqrt(1 - beta2^t) */
+    double weight_decay_term;  /* decoupled: 1 - lr * wd (p is scaled by it); else wd (added to g) */
+    bool first, decoupled;
+} kiln__adam_update;
+
+/* Whether dev has a kernel for code, so a later submit of it cannot fail. */
+bool kiln__t_has_kernel(kiln_device dev, kiln__opcode code);
+/* momentum: the buffer, or NULL when momentum is 0. False + error if the op cannot be queued. */
+bool kiln__t_sgd_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *momentum, const kiln__tensor *grad,
+                        const kiln__sgd_update *u);
+bool kiln__t_adam_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *exp_avg, kiln__tensor *exp_avg_sq,
+                         const kiln__tensor *grad, const kiln__adam_update *u);
+/* Writes sum(x * x) into element k of the f64 vector sums. */
+bool kiln__t_sum_squares_into(kiln__opctx *c, kiln__tensor *sums, int64_t k, const kiln__tensor *x);
+/* Waits for t's data and copies it densely into nbytes of host memory (t is borrowed). */
+bool kiln__t_copy_to_host(kiln__opctx *c, kiln__tensor *t, void *dst, size_t nbytes);
+/* Copies nbytes of host memory into a fresh dense tensor that no queued op touches yet. */
+bool kiln__t_copy_from_host(kiln__opctx *c, kiln__tensor *dst, const void *src, size_t nbytes);
+
+#endif

@@ -1,0 +1,95 @@
+/* The fused optimizer updates, clipping's sums of squares and checkpoints' host copies (see
+ * optim_ops-impl.h). The update ops keep their outputs on error: the parameter and its state
+ * are never poisoned by a failed update. */
+#include <string.h>
+
+#include "ops/optim_ops-impl.h"
+
+/* pi[0] flags and doubles carried in pi[] as bit patterns, as the update kernels decode them. */
+enum { FLAG_FIRST = 1, FLAG_NESTEROV = 2, FLAG_DECOUPLED = 4 };
+
+static int64_t f64_bits(double v) {
+    int64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    return bits;
+}
+
+bool kiln__t_has_kernel(kiln_device dev, kiln__opcode code) {
+    const kiln__backend *be = kiln__backend_get(dev);
+    return be && be->kernels[code];
+}
+
+static void update_init(kiln__op *op, kiln__opcode code, const char *name, kiln__tensor *param,
+                        const kiln__tensor *grad) {
+    kiln__op_init(op, code, name);
+    op->flags |= KILN__OP_FLAG_KEEP_OUTPUTS_ON_ERROR;
+    op->out[0] = kiln__view_of(param);
+    op->in[0] = kiln__view_of(grad);
+    op->n_in = 1;
+    op->n_out = 1;
+}
+
+bool kiln__t_sgd_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *momentum, const kiln__tensor *grad,
+                        const kiln__sgd_update *u) {
+    kiln__op op;
+    update_init(&op, KILN__OP_SGD_UPDATE, c->name, param, grad);
+    if (momentum) {
+        op.out[1] = kiln__view_of(momentum);
+        op.n_out = 2;
+    }
+    memcpy(op.p.f, (double[4]){u->lr, u->momentum, u->dampening, u->weight_decay}, 4 * sizeof(double));
+    op.pi[0] = (u->first ? FLAG_FIRST : 0) | (u->nesterov ? FLAG_NESTEROV : 0);
+    return kiln__t_submit(c, &op, param->device);
+}
+
+bool kiln__t_adam_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *exp_avg, kiln__tensor *exp_avg_sq,
+                         const kiln__tensor *grad, const kiln__adam_update *u) {
+    kiln__op op;
+    update_init(&op, KILN__OP_ADAM_UPDATE, c->name, param, grad);
+    op.out[1] = kiln__view_of(exp_avg);
+    op.out[2] = kiln__view_of(exp_avg_sq);
+    op.n_out = 3;
+    memcpy(op.p.f, (double[4]){u->step_size, u->beta1, u->beta2, u->eps}, 4 * sizeof(double));
+    op.pi[0] = (u->first ? FLAG_FIRST : 0) | (u->decoupled ? FLAG_DECOUPLED : 0);
+    op.pi[1] = f64_bits(u->sqrt_bias_correction2);
+    op.pi[2] = f64_bits(u->weight_decay_term);
+    return kiln__t_submit(c, &op, param->device);
+}
+
+bool kiln__t_sum_squares_into(kiln__opctx *c, kiln__tensor *sums, int64_t k, const kiln__tensor *x) {
+    if (sums->dtype != KILN_F64 || sums->ndim != 1 || k < 0 || k >= sums->shape[0])
+        return kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "sum of squares into element %lld of a bad vector",
+                          (long long)k), false;
+    kiln__op op;
+    kiln__op_init(&op, KILN__OP_SUM_SQUARES, c->name);
+    op.in[0] = kiln__view_of(x);
+    op.out[0] = kiln__view_of(sums);
+    op.out[0].ndim = 0;
+    op.out[0].offset += k * sums->strides[0];
+    op.n_in = op.n_out = 1;
+    return kiln__t_submit(c, &op, sums->device);
+}
+
+bool kiln__t_copy_to_host(kiln__opctx *c, kiln__tensor *t, void *dst, size_t nbytes) {
+    kiln__tensor_retain(t);
+    t = kiln__t_contiguous(c, t);
+    if (!t) return false;
+    bool ok = kiln__wait_storage(t->storage) == KILN_OK;
+    if (!ok) {
+        if (!c->err) c->err = kiln__error_ref(atomic_load(&t->storage->err));
+    } else if (nbytes) {
+        const kiln__backend *be = kiln__backend_get(t->device);
+        const char *src = (const char *)t->storage->data + t->offset * (int64_t)kiln__elsize(t->dtype);
+        ok = be->copy_to_host(be->context, dst, src, nbytes) == KILN_OK;
+        if (!ok) kiln__fail(c, KILN_ERR_DEVICE, "copy from %s failed", kiln_device_name(t->device));
+    }
+    kiln__tensor_release(t);
+    return ok;
+}
+
+bool kiln__t_copy_from_host(kiln__opctx *c, kiln__tensor *dst, const void *src, size_t nbytes) {
+    const kiln__backend *be = kiln__backend_get(dst->device);
+    bool ok = !nbytes || be->copy_from_host(be->context, dst->storage->data, src, nbytes) == KILN_OK;
+    if (!ok) kiln__fail(c, KILN_ERR_DEVICE, "copy to %s failed", kiln_device_name(dst->device));
+    return ok;
+}
