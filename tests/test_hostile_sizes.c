@@ -172,6 +172,22 @@ KT_TEST(outputs_too_large_to_count_fail) {
     KT_MEM_CHECK();
 }
 
+/* Convolution arithmetic on hostile parameters: a dilated kernel span and a channel count times
+ * groups that overflow int64 are shape errors, not wrapped sizes. */
+KT_TEST(conv_with_huge_dilation_or_groups_fails) {
+    kt_mem_begin();
+    int64_t big = (int64_t)1 << 40;
+    kiln_tensor tall = kiln_expand(kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(1, 1, 1, 1)), KILN_SHAPE(1, 1, big, 1));
+    EXPECT_POISONED(kiln_conv2d(kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(1, 1, 3, 3)), tall, KILN_NONE, 1, 1, 0, 0,
+                                INT32_MAX, 1, 1),
+                    KILN_ERR_SHAPE, "kiln_conv2d");
+    kiln_tensor none_out = kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(0, big, 1, 1)); /* 0 elements */
+    EXPECT_POISONED(kiln_conv2d(kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(1, 4, 3, 3)), none_out, KILN_NONE, 1, 1, 0, 0,
+                                1, 1, INT32_MAX),
+                    KILN_ERR_SHAPE, "kiln_conv2d");
+    KT_MEM_CHECK();
+}
+
 int main(void) {
     KT_RUN(shape_numel_reports_overflow);
     KT_RUN(narrow_with_huge_start_or_length_fails);
@@ -181,5 +197,6 @@ int main(void) {
     KT_RUN(reshape_with_huge_dims_fails);
     KT_RUN(creation_with_huge_shapes_fails);
     KT_RUN(outputs_too_large_to_count_fail);
+    KT_RUN(conv_with_huge_dilation_or_groups_fails);
     return kt_finish();
 }

@@ -60,9 +60,12 @@ static kiln__tensor *conv_run(kiln__opctx *c, kiln__opcode code, kiln__tensor *a
     return out && out->dtype != rd ? kiln__t_cast(c, out, rd) : out;
 }
 
-/* Output size of one spatial dim, or -1 when the dilated kernel does not fit the padded input. */
+/* Output size of one spatial dim, or -1 when the dilated kernel does not fit the padded input
+ * (a span too large to compute does not fit either). */
 static int64_t out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dilation) {
-    int64_t span = dilation * (k - 1) + 1, room = in + 2 * pad;
+    int64_t span, room = in + 2 * pad; /* dims < 2^59 and pad < 2^31: no overflow */
+    if (__builtin_mul_overflow(dilation, k - 1, &span) || span == INT64_MAX) return -1;
+    span += 1;
     return room < span ? -1 : (room - span) / stride + 1;
 }
 
@@ -88,10 +91,10 @@ static bool check_shapes(kiln__opctx *c, const kiln__tensor *x, const kiln__tens
                    sw);
         return false;
     }
-    if (w->shape[1] * groups != in_c) {
-        kiln__fail(c, KILN_ERR_SHAPE, "weight %s expects %lld input channels (%lld per group x %d groups), input %s "
-                   "has %lld", sw, (long long)(w->shape[1] * groups), (long long)w->shape[1], p->groups, sx,
-                   (long long)in_c);
+    int64_t grouped_in;
+    if (__builtin_mul_overflow(w->shape[1], groups, &grouped_in) || grouped_in != in_c) {
+        kiln__fail(c, KILN_ERR_SHAPE, "weight %s expects %lld input channels per group x %d groups, input %s has %lld",
+                   sw, (long long)w->shape[1], p->groups, sx, (long long)in_c);
         return false;
     }
     if (bias && (bias->ndim != 1 || bias->shape[0] != out_c)) {
