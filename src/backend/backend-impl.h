@@ -1,9 +1,10 @@
-/* The backend interface: one vtable per device kind, with a `void *context`.
+/* The backend interface: one vtable per device kind, with a `void *context`. Kernels read the
+ * IR's op records (ir/op.h); a backend knows nothing of the engine that runs them.
  * Optional entries may be NULL; the engine falls back to a generic path. */
 #ifndef KILN_BACKEND_IMPL_H
 #define KILN_BACKEND_IMPL_H
 
-#include "engine/engine-impl.h"
+#include "ir/op.h"
 
 /* A kernel runs one op record to completion; returns KILN_OK or an error status (and may
  * set a message with kiln__kernel_error). */

@@ -4,6 +4,7 @@
 
 #include "backend/backend-impl.h"
 #include "core/core-impl.h"
+#include "engine/engine-impl.h" /* for now: the engine frees storages */
 
 kiln__storage *kiln__storage_new(kiln_device dev, size_t nbytes) {
     const kiln__backend *be = kiln__backend_get(dev);

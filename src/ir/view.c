@@ -1,5 +1,5 @@
-/* Views as kernels see them. */
-#include "engine/engine-impl.h"
+/* Views as kernels see them: an op record's operands, made from tensors or scalars. */
+#include "ir/op.h"
 
 #include <string.h>
 
