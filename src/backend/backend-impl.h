@@ -10,12 +10,13 @@
  * set a message with kiln__kernel_error). */
 typedef kiln_status (*kiln__kernel_fn)(const kiln__op *op);
 
+/* A device's buffers are not in the vtable: storages live in core, so a device backend hands
+ * its memory to core (kiln__storage_register_memory) when it initialises; the CPU's is core's
+ * own allocator. */
 typedef struct kiln__backend {
     const char *name;
     kiln_device device;
     void *context;
-    void *(*alloc)(void *ctx, size_t nbytes);
-    void (*free)(void *ctx, void *ptr, size_t nbytes);
     kiln_status (*copy_to_host)(void *ctx, void *dst, const void *src, size_t nbytes);
     kiln_status (*copy_from_host)(void *ctx, void *dst, const void *src, size_t nbytes);
     kiln_status (*synchronize)(void *ctx);

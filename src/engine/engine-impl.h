@@ -22,7 +22,5 @@ kiln__error *kiln__earliest_error(kiln__error *e);
 /* A poisoned result made at dispatch: the calling thread's stream keeps its error, so a sync
  * reports it even if the tensor is released unread (unless a read delivered it first). */
 void kiln__stream_record_dispatch_error(kiln__error *e);
-/* Frees s once queued ops using it are done (called when its last owner goes). */
-void kiln__engine_free_storage(kiln__storage *s);
 
 #endif
