@@ -15,6 +15,17 @@ void kiln__submit(kiln__op *op);
 void kiln__debug_fail_next_kernel(const char *op_name);
 /* Waits until every queued op writing s is done; returns s's runtime error status. */
 kiln_status kiln__wait_storage(kiln__storage *s);
+/* One copy to host memory in a batch of reads: src dense, bytes its size. */
+typedef struct kiln__host_read {
+    kiln__view src;
+    void *dst;
+    size_t bytes;
+} kiln__host_read;
+/* Queues a copy of each of the n reads (ops named name), waits once for all of them, and
+ * returns the first error found (a new reference), or NULL: a source poisoned while running,
+ * in the order of reads, else one raised by a copy. Every error found counts as reported by
+ * this read, so no sync reports it again. */
+kiln__error *kiln__read_batch(const kiln__host_read *reads, int n, const char *name);
 /* e surfaced in a read; waits for this thread's queued work and returns (a new reference)
  * whichever came first of e and the stream's unreported error, so the caller can name the op
  * that failed first (a later op may fail on the same bad input without reading the first). */
