@@ -163,6 +163,16 @@ void kiln__tensor_retain(kiln__tensor *t);
 void kiln__tensor_release(kiln__tensor *t);
 int64_t kiln__tensor_numel(const kiln__tensor *t);
 bool kiln__tensor_is_contiguous(const kiln__tensor *t);
+/* Row-major dense strides (size-1 dims may have any stride): shared by tensors and op views. */
+static inline bool kiln__layout_is_contiguous(int ndim, const int64_t *shape, const int64_t *strides) {
+    int64_t expect = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        if (shape[d] == 1) continue;
+        if (strides[d] != expect) return false;
+        expect *= shape[d];
+    }
+    return true;
+}
 /* Single owner: one handle, one view on the storage, not borrowed: may be overwritten. */
 bool kiln__tensor_is_exclusive(const kiln__tensor *t);
 /* The element count of a shape in *numel, and the product of its non-zero dims (which bounds
