@@ -4,6 +4,7 @@
 #include <kiln.h>
 
 #include "backend/backend-impl.h"
+#include "engine/engine-impl.h"
 #include "kiln_test.h"
 
 static const kiln_dtype float_dtypes[] = {KILN_F32, KILN_F64, KILN_F16, KILN_BF16};

@@ -1,20 +1,22 @@
-/* The backend interface: one vtable per device kind, with a `void *context`.
+/* The backend interface: one vtable per device kind, with a `void *context`. Kernels read the
+ * IR's op records (ir/op.h); a backend knows nothing of the engine that runs them.
  * Optional entries may be NULL; the engine falls back to a generic path. */
 #ifndef KILN_BACKEND_IMPL_H
 #define KILN_BACKEND_IMPL_H
 
-#include "engine/engine-impl.h"
+#include "ir/op.h"
 
 /* A kernel runs one op record to completion; returns KILN_OK or an error status (and may
  * set a message with kiln__kernel_error). */
 typedef kiln_status (*kiln__kernel_fn)(const kiln__op *op);
 
+/* A device's buffers are not in the vtable: storages live in core, so a device backend hands
+ * its memory to core (kiln__storage_register_memory) when it initialises; the CPU's is core's
+ * own allocator. */
 typedef struct kiln__backend {
     const char *name;
     kiln_device device;
     void *context;
-    void *(*alloc)(void *ctx, size_t nbytes);
-    void (*free)(void *ctx, void *ptr, size_t nbytes);
     kiln_status (*copy_to_host)(void *ctx, void *dst, const void *src, size_t nbytes);
     kiln_status (*copy_from_host)(void *ctx, void *dst, const void *src, size_t nbytes);
     kiln_status (*synchronize)(void *ctx);

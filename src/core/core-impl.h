@@ -114,10 +114,26 @@ typedef struct kiln__storage {
 kiln__storage *kiln__storage_new(kiln_device dev, size_t nbytes);
 kiln__storage *kiln__storage_borrow(void *data, size_t nbytes, void (*on_release)(void *), void *ctx);
 void kiln__storage_retain(kiln__storage *s);
-/* Drops one owner; the last one hands the buffer to the engine to free after queued users. */
+/* Drops one owner. The last one frees the buffer at once if no op was ever queued on it, else
+ * hands it to the engine's release hook, which frees it after the queued users. */
 void kiln__storage_release(kiln__storage *s);
-/* Called by the engine when the buffer is no longer used by anything. */
+/* Frees the buffer now (the engine calls it once nothing uses the buffer any more). */
 void kiln__storage_destroy(kiln__storage *s);
+
+/* How core reaches up, through what the layers above register (never a call upward). A
+ * device's buffer memory: the CPU's is core's own allocator and needs no registration; a
+ * device backend registers its memory when it initialises, before the layers above can make
+ * a tensor there (they reach a device only through its backend). m must stay valid. */
+typedef struct kiln__device_memory {
+    void *(*alloc)(void *ctx, size_t nbytes); /* NULL on failure */
+    void (*free)(void *ctx, void *ptr, size_t nbytes);
+    void *context;
+} kiln__device_memory;
+void kiln__storage_register_memory(kiln_device dev, const kiln__device_memory *m);
+/* Frees s once every queued op that uses it is done. The engine registers it when it starts,
+ * before it queues any op, hence before any storage gets a var. */
+typedef void (*kiln__storage_release_fn)(kiln__storage *s);
+void kiln__storage_set_release_hook(kiln__storage_release_fn fn);
 
 /* ---- tensors ----------------------------------------------------------------------------- */
 typedef struct kiln__tensor {
@@ -147,6 +163,16 @@ void kiln__tensor_retain(kiln__tensor *t);
 void kiln__tensor_release(kiln__tensor *t);
 int64_t kiln__tensor_numel(const kiln__tensor *t);
 bool kiln__tensor_is_contiguous(const kiln__tensor *t);
+/* Row-major dense strides (size-1 dims may have any stride): shared by tensors and op views. */
+static inline bool kiln__layout_is_contiguous(int ndim, const int64_t *shape, const int64_t *strides) {
+    int64_t expect = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        if (shape[d] == 1) continue;
+        if (strides[d] != expect) return false;
+        expect *= shape[d];
+    }
+    return true;
+}
 /* Single owner: one handle, one view on the storage, not borrowed: may be overwritten. */
 bool kiln__tensor_is_exclusive(const kiln__tensor *t);
 /* The element count of a shape in *numel, and the product of its non-zero dims (which bounds

@@ -1,16 +1,37 @@
-/* Storages: refcounted buffers shared by views. The last owner hands the buffer to the
- * engine, which frees it after every queued op that uses it has run. */
+/* Storages: refcounted buffers shared by views. Core reaches the layers above it only through
+ * what they register here: each device's buffer memory (its backend) and the release of a
+ * storage that queued ops still use (the engine). */
 #include <stdlib.h>
 
-#include "backend/backend-impl.h"
 #include "core/core-impl.h"
 
+/* Host memory is core's own caching allocator, so a CPU storage needs nothing registered. */
+static void *host_alloc(void *ctx, size_t nbytes) { return kiln__cpu_alloc(nbytes); }
+static void host_free(void *ctx, void *ptr, size_t nbytes) { kiln__cpu_free(ptr, nbytes); }
+static const kiln__device_memory host_memory = {.alloc = host_alloc, .free = host_free};
+
+static _Atomic(const kiln__device_memory *) device_memory[KILN_DEVICE_COUNT] = {[KILN_CPU] = &host_memory};
+static _Atomic(kiln__storage_release_fn) release_hook;
+
+void kiln__storage_register_memory(kiln_device dev, const kiln__device_memory *m) {
+    if (ALWAYS((unsigned)dev < KILN_DEVICE_COUNT && dev != KILN_CPU))
+        atomic_store_explicit(&device_memory[dev], m, memory_order_release);
+}
+
+void kiln__storage_set_release_hook(kiln__storage_release_fn fn) {
+    atomic_store_explicit(&release_hook, fn, memory_order_release);
+}
+
+static const kiln__device_memory *memory_of(kiln_device dev) {
+    return (unsigned)dev < KILN_DEVICE_COUNT ? atomic_load_explicit(&device_memory[dev], memory_order_acquire) : NULL;
+}
+
 kiln__storage *kiln__storage_new(kiln_device dev, size_t nbytes) {
-    const kiln__backend *be = kiln__backend_get(dev);
-    if (!be) return NULL;
+    const kiln__device_memory *m = memory_of(dev);
+    if (!m) return NULL;
     kiln__storage *s = calloc(1, sizeof *s);
     if (!s) return NULL;
-    s->data = be->alloc(be->context, nbytes);
+    s->data = m->alloc(m->context, nbytes);
     if (!s->data) {
         free(s);
         return NULL;
@@ -39,15 +60,27 @@ kiln__storage *kiln__storage_borrow(void *data, size_t nbytes, void (*on_release
 void kiln__storage_retain(kiln__storage *s) { atomic_fetch_add_explicit(&s->owners, 1, memory_order_relaxed); }
 
 void kiln__storage_release(kiln__storage *s) {
-    if (s && atomic_fetch_sub_explicit(&s->owners, 1, memory_order_acq_rel) == 1) kiln__engine_free_storage(s);
+    if (!s || atomic_fetch_sub_explicit(&s->owners, 1, memory_order_acq_rel) != 1) return;
+    /* Only the engine sets s->var, and only after registering its hook: a storage that no op
+     * was ever queued on goes at once, and one that has a var finds the hook (the acquire
+     * orders this read after the engine's registration). */
+    if (!atomic_load_explicit((struct kiln__var *_Atomic *)&s->var, memory_order_acquire)) {
+        kiln__storage_destroy(s);
+        return;
+    }
+    kiln__storage_release_fn hook = atomic_load_explicit(&release_hook, memory_order_relaxed);
+    if (ALWAYS(hook))
+        hook(s);
+    else
+        kiln__storage_destroy(s); /* (unreachable: see above) */
 }
 
 void kiln__storage_destroy(kiln__storage *s) {
     if (s->borrowed) {
         if (s->on_release) s->on_release(s->release_ctx);
     } else {
-        const kiln__backend *be = kiln__backend_get(s->device);
-        if (ALWAYS(be)) be->free(be->context, s->data, s->nbytes);
+        const kiln__device_memory *m = memory_of(s->device);
+        if (ALWAYS(m)) m->free(m->context, s->data, s->nbytes);
         kiln__stats_add_in_use(s->device, -(int64_t)s->nbytes);
     }
     kiln__error_unref(atomic_load(&s->err));

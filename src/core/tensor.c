@@ -100,15 +100,7 @@ int64_t kiln__tensor_numel(const kiln__tensor *t) {
     return n;
 }
 
-bool kiln__tensor_is_contiguous(const kiln__tensor *t) {
-    int64_t expect = 1;
-    for (int d = t->ndim - 1; d >= 0; d--) {
-        if (t->shape[d] == 1) continue;
-        if (t->strides[d] != expect) return false;
-        expect *= t->shape[d];
-    }
-    return true;
-}
+bool kiln__tensor_is_contiguous(const kiln__tensor *t) { return kiln__layout_is_contiguous(t->ndim, t->shape, t->strides); }
 
 bool kiln__tensor_is_exclusive(const kiln__tensor *t) {
     return t->storage && !t->err && !t->storage->borrowed &&

@@ -159,7 +159,11 @@ static void engine_after_fork_child(void) {
     pthread_mutex_unlock(&engine.all_lock);
 }
 
+static void free_storage_after_users(kiln__storage *s);
+
 static void engine_init(void) {
+    /* before any op is queued, so before any storage has a var for core to see */
+    kiln__storage_set_release_hook(free_storage_after_users);
     const char *sync = getenv("KILN_SYNC");
     engine.async = !(sync && sync[0] && sync[0] != '0');
     engine.max_inflight = env_int("KILN_MAX_INFLIGHT", DEFAULT_MAX_INFLIGHT);
@@ -576,9 +580,9 @@ void kiln__stream_forget_error(kiln__stream *s, kiln__error *e) {
     pthread_mutex_unlock(&s->lock);
 }
 
-/* Frees the storage now if no queued op uses it, else after the last one (a write access
- * that waits for every earlier reader and writer). Never blocks the caller. */
-void kiln__engine_free_storage(kiln__storage *s) {
+/* Core's release hook: frees the storage now if no queued op uses it, else after the last one
+ * (a write access that waits for every earlier reader and writer). Never blocks the caller. */
+static void free_storage_after_users(kiln__storage *s) {
     kiln__var *v = atomic_load_explicit((kiln__var *_Atomic *)&s->var, memory_order_acquire);
     /* (a synchronous engine queues nothing: a var there is a forked parent's, idle or stale) */
     if (!v || !kiln__engine_is_async() || kiln__var_idle(v)) {

@@ -1,58 +1,9 @@
-/* kiln engine internals: op records, submission, waiting. */
+/* kiln engine internals: submission, waiting. The op records it queues are the IR's (ir/op.h). */
 #ifndef KILN_ENGINE_IMPL_H
 #define KILN_ENGINE_IMPL_H
 
 #include "core/core-impl.h"
-#include "engine/opcodes.h"
-
-/* What a kernel sees of one operand: a strided window on a storage. A view whose storage is
- * NULL is a scalar broadcast to any shape: its value is `scalar` (converted to dtype). */
-typedef struct kiln__view {
-    kiln__storage *storage;
-    kiln_dtype dtype;
-    int32_t ndim;
-    int64_t offset; /* elements */
-    double scalar;
-    int64_t shape[KILN_MAX_DIMS];
-    int64_t strides[KILN_MAX_DIMS]; /* elements */
-} kiln__view;
-
-#define KILN__OP_MAX_IN 3
-#define KILN__OP_MAX_OUT 3 /* an Adam update writes param, exp_avg, exp_avg_sq */
-
-/* An op that updates long-lived state in place (a parameter and its optimizer state): when
- * it cannot run (a poisoned input) or its kernel fails, its outputs keep their old values and
- * stay readable; the failure is reported through the stream instead of poisoning them. */
-#define KILN__OP_FLAG_KEEP_OUTPUTS_ON_ERROR 1
-
-/* One queued unit of work. Params are inline so no allocation is needed per op. */
-typedef struct kiln__op {
-    kiln__opcode code;
-    int8_t n_in, n_out;
-    uint8_t flags; /* KILN__OP_FLAG_* */
-    kiln__view in[KILN__OP_MAX_IN];
-    kiln__view out[KILN__OP_MAX_OUT];
-    union {
-        double f[4];
-        int64_t i[4];
-    } p;
-    int64_t pi[4];     /* more integer params when p.f is used too */
-    const char *name;  /* public op name, for errors and the profiler */
-    const char *file;
-    int line;
-    int stream_id;
-    uint64_t seq;
-    uint64_t t_dispatch_ns; /* for the profiler: when the op was queued */
-} kiln__op;
-
-/* Base address of a view's first element. */
-static inline char *kiln__view_ptr(const kiln__view *v) {
-    return (char *)v->storage->data + v->offset * (int64_t)kiln__elsize(v->dtype);
-}
-kiln__view kiln__view_of(const kiln__tensor *t);
-kiln__view kiln__view_scalar(kiln_dtype dtype, int ndim, const int64_t *shape, double value);
-int64_t kiln__view_numel(const kiln__view *v);
-bool kiln__view_is_contiguous(const kiln__view *v);
+#include "ir/op.h"
 
 /* Prepares an op record (code, name, call site). */
 void kiln__op_init(kiln__op *op, kiln__opcode code, const char *name);
@@ -64,6 +15,17 @@ void kiln__submit(kiln__op *op);
 void kiln__debug_fail_next_kernel(const char *op_name);
 /* Waits until every queued op writing s is done; returns s's runtime error status. */
 kiln_status kiln__wait_storage(kiln__storage *s);
+/* One copy to host memory in a batch of reads: src dense, bytes its size. */
+typedef struct kiln__host_read {
+    kiln__view src;
+    void *dst;
+    size_t bytes;
+} kiln__host_read;
+/* Queues a copy of each of the n reads (ops named name), waits once for all of them, and
+ * returns the first error found (a new reference), or NULL: a source poisoned while running,
+ * in the order of reads, else one raised by a copy. Every error found counts as reported by
+ * this read, so no sync reports it again. */
+kiln__error *kiln__read_batch(const kiln__host_read *reads, int n, const char *name);
 /* e surfaced in a read; waits for this thread's queued work and returns (a new reference)
  * whichever came first of e and the stream's unreported error, so the caller can name the op
  * that failed first (a later op may fail on the same bad input without reading the first). */
@@ -71,7 +33,5 @@ kiln__error *kiln__earliest_error(kiln__error *e);
 /* A poisoned result made at dispatch: the calling thread's stream keeps its error, so a sync
  * reports it even if the tensor is released unread (unless a read delivered it first). */
 void kiln__stream_record_dispatch_error(kiln__error *e);
-/* Frees s once queued ops using it are done (called when its last owner goes). */
-void kiln__engine_free_storage(kiln__storage *s);
 
 #endif

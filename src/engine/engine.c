@@ -10,15 +10,6 @@
 #include "engine/profiler.h"
 #include "kiln/engine.h"
 
-const char *kiln__opcode_name(kiln__opcode code) {
-    static const char *const names[] = {
-#define KILN__OPCODE_NAME(name) #name,
-        KILN__OPCODES(KILN__OPCODE_NAME)
-#undef KILN__OPCODE_NAME
-    };
-    return (unsigned)code < KILN__OP_COUNT ? names[code] : "?";
-}
-
 void kiln__op_init(kiln__op *op, kiln__opcode code, const char *name) {
     kiln__site site = kiln__call_site();
     op->code = code;

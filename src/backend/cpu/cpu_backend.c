@@ -4,8 +4,6 @@
 
 #include "backend/cpu/cpu-impl.h"
 
-static void *cpu_alloc(void *ctx, size_t nbytes) { return kiln__cpu_alloc(nbytes); }
-static void cpu_free(void *ctx, void *p, size_t nbytes) { kiln__cpu_free(p, nbytes); }
 static kiln_status cpu_copy(void *ctx, void *dst, const void *src, size_t nbytes) {
     if (nbytes) memcpy(dst, src, nbytes);
     return KILN_OK;
@@ -15,8 +13,6 @@ static kiln_status cpu_synchronize(void *ctx) { return KILN_OK; }
 static kiln__backend cpu = {
     .name = "cpu",
     .device = KILN_CPU,
-    .alloc = cpu_alloc,
-    .free = cpu_free,
     .copy_to_host = cpu_copy,
     .copy_from_host = cpu_copy,
     .synchronize = cpu_synchronize,

@@ -1,5 +1,5 @@
-/* Views as kernels see them. */
-#include "engine/engine-impl.h"
+/* Views as kernels see them: an op record's operands, made from tensors or scalars. */
+#include "ir/op.h"
 
 #include <string.h>
 
@@ -31,12 +31,5 @@ int64_t kiln__view_numel(const kiln__view *v) {
 }
 
 bool kiln__view_is_contiguous(const kiln__view *v) {
-    if (!v->storage) return false;
-    int64_t expect = 1;
-    for (int d = v->ndim - 1; d >= 0; d--) {
-        if (v->shape[d] == 1) continue;
-        if (v->strides[d] != expect) return false;
-        expect *= v->shape[d];
-    }
-    return true;
+    return v->storage && kiln__layout_is_contiguous(v->ndim, v->shape, v->strides);
 }

@@ -1,6 +1,6 @@
 /* Every kernel kiln can run, by id. Backends fill a table indexed by these. */
-#ifndef KILN_OPCODES_H
-#define KILN_OPCODES_H
+#ifndef KILN_IR_OPCODES_H
+#define KILN_IR_OPCODES_H
 
 #define KILN__OPCODES(X)                                                                    \
     /* data movement */                                                                      \
