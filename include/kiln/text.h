@@ -17,7 +17,10 @@
  * Text is UTF-8; invalid UTF-8 (overlong forms, surrogates, truncated sequences, code points
  * past U+10FFFF) is an error naming the byte offset, never replaced silently. Unicode rules
  * (normalisation, case, categories) come from utf8proc: a build without it loads no tokenizer
- * (KILN_ERR_UNSUPPORTED), since tables of our own would give wrong ids outside ASCII. */
+ * (KILN_ERR_UNSUPPORTED), since tables of our own would give wrong ids outside ASCII. utf8proc
+ * knows Unicode 15; the reference tokenizer's tables are older, so for the ~800 code points
+ * assigned since (e.g. U+061D, U+07FD, U+0890..U+089F) the ids can differ: "a" U+07FD "b" is
+ * one unknown word to it and "ab" (a mark dropped) to kiln. Every other code point matches. */
 #ifndef KILN_TEXT_H
 #define KILN_TEXT_H
 
