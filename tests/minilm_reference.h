@@ -1,0 +1,108 @@
+/* Readers of the all-MiniLM-L6-v2 reference in tests/data/minilm (made by
+ * scripts/make_minilm_reference.py): the sentences with their escapes, the reference token ids,
+ * and where the model package's files are. Shared by the tests that compare kiln with it. */
+#ifndef KILN_MINILM_REFERENCE_H
+#define KILN_MINILM_REFERENCE_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    char *text; /* UTF-8, may hold NUL bytes: use len */
+    size_t len;
+} mr_sentence;
+
+/* Appends the UTF-8 of code point cp to out. */
+static inline size_t mr_put_utf8(uint32_t cp, char *out) {
+    if (cp < 0x80) return out[0] = (char)cp, 1;
+    if (cp < 0x800) return out[0] = (char)(0xC0 | cp >> 6), out[1] = (char)(0x80 | (cp & 0x3F)), 2;
+    if (cp < 0x10000) {
+        out[0] = (char)(0xE0 | cp >> 12), out[1] = (char)(0x80 | ((cp >> 6) & 0x3F)), out[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    out[0] = (char)(0xF0 | cp >> 18), out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F)), out[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* Decodes one line of sentences.txt (\n \t \r \\ \u{HEX}) in place; returns its length, or
+ * (size_t)-1 for an unknown escape. */
+static inline size_t mr_unescape(char *s, size_t n) {
+    size_t out = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != '\\') {
+            s[out++] = s[i];
+            continue;
+        }
+        char c = ++i < n ? s[i] : 0;
+        if (c == 'n') s[out++] = '\n';
+        else if (c == 't') s[out++] = '\t';
+        else if (c == 'r') s[out++] = '\r';
+        else if (c == '\\') s[out++] = '\\';
+        else if (c == 'u' && i + 1 < n && s[i + 1] == '{') {
+            char *end;
+            unsigned long cp = strtoul(s + i + 2, &end, 16);
+            if (*end != '}' || cp > 0x10FFFF) return (size_t)-1;
+            i = (size_t)(end - s);
+            out += mr_put_utf8((uint32_t)cp, s + out); /* at most 4 bytes: never longer than the escape */
+        } else {
+            return (size_t)-1;
+        }
+    }
+    return out;
+}
+
+/* The sentences of a file in sentences.txt's format; NULL (message on stderr) on failure. */
+static inline mr_sentence *mr_read_sentences(const char *path, size_t *count) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return fprintf(stderr, "  cannot open %s\n", path), NULL;
+    mr_sentence *v = NULL;
+    size_t n = 0, cap = 0, size = 0;
+    char *line = NULL;
+    ssize_t got;
+    while ((got = getline(&line, &size, f)) >= 0) {
+        size_t len = (size_t)got;
+        if (len && line[len - 1] == '\n') len--;
+        if (len && line[0] == '#') continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 256;
+            mr_sentence *w = realloc(v, cap * sizeof *v);
+            if (!w) break;
+            v = w;
+        }
+        v[n].text = malloc(len + 1);
+        memcpy(v[n].text, line, len);
+        v[n].len = mr_unescape(v[n].text, len);
+        if (v[n].len == (size_t)-1) {
+            fprintf(stderr, "  %s: bad escape in sentence %zu\n", path, n + 1);
+            v[n].len = 0;
+        }
+        n++;
+    }
+    free(line);
+    fclose(f);
+    *count = n;
+    return v;
+}
+
+static inline void mr_free_sentences(mr_sentence *v, size_t n) {
+    for (size_t i = 0; v && i < n; i++) free(v[i].text);
+    free(v);
+}
+
+/* The model's folder: $KILN_MINILM_DIR (set by CMake to the installed package), or NULL when
+ * the package is not installed. */
+static inline const char *mr_model_dir(void) {
+    static char path[4096];
+    const char *dir = getenv("KILN_MINILM_DIR");
+    if (!dir || !*dir) return NULL;
+    snprintf(path, sizeof path, "%s/vocab.txt", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fclose(f);
+    return dir;
+}
+
+#endif
