@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Compiles the code examples of the headers and README, builds kiln and runs every test: a
+# Checks the layer order of src/'s includes, compiles the code examples of the headers and
+# README, builds kiln and runs every test: a
 # warnings-as-errors Release build with gcc (then installed in three layouts, each used through
 # pkg-config) and with clang, then the whole suite under AddressSanitizer +
 # UndefinedBehaviorSanitizer, then the engine tests under ThreadSanitizer, then the file
@@ -17,6 +18,9 @@ build() { # name compiler extra-cmake-args...
 }
 
 mkdir -p "$root"
+echo "== layers: no include in src/ points to a higher layer (README's Layout table)"
+python3 scripts/check_layers.py src
+
 echo "== code examples in include/kiln/*.h and README.md compile"
 scripts/check_examples.py
 

@@ -1,6 +1,6 @@
 /* Op-layer functions for optim/: the fused parameter updates, clipping's sums of squares and
  * the host copies of checkpoints. optim/ decides what to compute; these encode it into op
- * records (flags and doubles as the kernels read them, engine/opcodes.h) and submit them.
+ * records (flags and doubles as the kernels read them, ir/opcodes.h) and submit them.
  *
  *   kiln__sgd_update u = {.lr = 0.1, .first = true};
  *   if (kiln__t_has_kernel(param->device, KILN__OP_SGD_UPDATE))
