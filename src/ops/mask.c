@@ -1,6 +1,7 @@
-/* Masked fills: masked_fill (a bool mask broadcast to x). One WHERE pass whose fill value is a
- * scalar operand (no tensor for it), in place when x has a single owner; the result always has
- * x's shape and dtype. */
+/* Masked fills: masked_fill (a bool mask broadcast to x) and tril/triu (a triangle of the last
+ * two dims). Each is one WHERE pass over x whose fill value is a scalar operand (no tensor for
+ * it), in place when x has a single owner; the result always has x's shape and dtype. tril/triu
+ * first build their [rows, cols] triangle from two index ranges and one comparison. */
 #include <math.h>
 #include <string.h>
 
@@ -60,4 +61,41 @@ static kiln__tensor *select_fill(kiln__opctx *c, kiln__tensor *x, kiln__tensor *
 
 kiln__tensor *kiln__t_masked_fill(kiln__opctx *c, kiln__tensor *x, kiln__tensor *mask, double value) {
     return select_fill(c, x, mask, value, true);
+}
+
+/* start, start + 1, ... (i64) as a column [n, 1] or a row [1, n]. */
+static kiln__tensor *index_line(kiln__opctx *c, kiln_device dev, int64_t n, int64_t start, bool row) {
+    int64_t shape[2] = {row ? 1 : n, row ? n : 1};
+    kiln__tensor *t = kiln__t_empty(c, dev, KILN_I64, 2, shape);
+    if (!t) return NULL;
+    kiln__op op;
+    kiln__op_init(&op, KILN__OP_ARANGE, c->name);
+    op.out[0] = kiln__view_of(t);
+    op.out[0].ndim = 1; /* the kernel fills a 1-d run; both layouts are one dense run */
+    op.out[0].shape[0] = n;
+    op.out[0].strides[0] = 1;
+    op.n_out = 1;
+    op.p.f[0] = (double)start;
+    op.p.f[1] = 1.0;
+    if (!kiln__t_submit(c, &op, dev)) return kiln__drop(1, t), NULL;
+    return t;
+}
+
+kiln__tensor *kiln__t_tri(kiln__opctx *c, kiln__tensor *x, int64_t diagonal, bool upper) {
+    if (!kiln__ok(c, x)) return kiln__drop(1, x), NULL;
+    if (x->ndim < 2) {
+        kiln__fail(c, KILN_ERR_SHAPE, "needs a tensor of at least 2 dims (a matrix or a batch of them), got %d-d", x->ndim);
+        return kiln__drop(1, x), NULL;
+    }
+    int64_t rows = x->shape[x->ndim - 2], cols = x->shape[x->ndim - 1];
+    if (rows == 0 || cols == 0) return x;
+    /* past either corner the triangle is all or nothing: clamping keeps every index exact */
+    if (diagonal > cols) diagonal = cols;
+    if (diagonal < -rows) diagonal = -rows;
+    /* keep (i, j) when j - i <= diagonal (tril) or >= diagonal (triu): compare j - diagonal with i */
+    kiln__tensor *i = index_line(c, x->device, rows, 0, false);
+    kiln__tensor *j = i ? index_line(c, x->device, cols, -diagonal, true) : NULL;
+    kiln__tensor *keep = kiln__t_binary(c, upper ? KILN__OP_GE : KILN__OP_LE, j, i);
+    if (!keep) return kiln__drop(1, x), NULL;
+    return select_fill(c, x, keep, 0.0, false);
 }
