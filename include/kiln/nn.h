@@ -81,6 +81,20 @@ KILN_API kiln_module *kiln_silu_new(void);
 /* kiln_conv2d and the pooling ops are tensor ops: see tensor.h. */
 /* Zeroes each element with probability p and scales the rest by 1/(1-p); seed picks the mask. */
 KILN_API kiln_tensor kiln_dropout(kiln_tensor x, double p, uint64_t seed);
+/* torch.nn.functional.layer_norm: normalises over the trailing dims normalized_shape names
+ * (x's last dims must equal it): (x - mean) / sqrt(var + eps) with the biased variance, then
+ * * weight + bias, each a float tensor of normalized_shape or KILN_NONE (consumed). */
+KILN_API kiln_tensor kiln_layer_norm(kiln_tensor x, kiln_shape normalized_shape, kiln_tensor weight, kiln_tensor bias,
+                                     double eps);
+/* torch.nn.functional.scaled_dot_product_attention: softmax(q k^T * scale + mask) v for
+ * q [..., L, E], k [..., S, E], v [..., S, Ev] (batch dims broadcast; one float dtype) giving
+ * [..., L, Ev]. attn_mask: KILN_NONE, bool (true = attend, as PyTorch) or q's dtype (added to
+ * the scores), broadcastable to [..., L, S]. is_causal: query i attends keys 0..i (top-left
+ * aligned, also when L != S); it cannot be combined with attn_mask (as PyTorch). scale <= 0 or
+ * NaN means the default 1/sqrt(E). A row whose keys are all masked gives zeros with zero
+ * gradients (PyTorch >= 2.5), not NaN. All tensors are consumed; a float mask gets a gradient. */
+KILN_API kiln_tensor kiln_scaled_dot_product_attention(kiln_tensor q, kiln_tensor k, kiln_tensor v, kiln_tensor attn_mask,
+                                                       bool is_causal, double scale);
 
 /* ---- losses (mean over the batch unless noted) ------------------------------------------- */
 typedef struct {
@@ -105,6 +119,8 @@ KILN_API kiln_status kiln_init(kiln_tensor *t, kiln_init_kind kind, uint64_t see
 #define KILN_NN_API(X) \
     X(kiln_tensor, module_forward, (kiln_module *m, kiln_tensor x), (m, x)) \
     X(kiln_tensor, dropout, (kiln_tensor x, double p, uint64_t seed), (x, p, seed)) \
+    X(kiln_tensor, layer_norm, (kiln_tensor x, kiln_shape normalized_shape, kiln_tensor weight, kiln_tensor bias, double eps), (x, normalized_shape, weight, bias, eps)) \
+    X(kiln_tensor, scaled_dot_product_attention, (kiln_tensor q, kiln_tensor k, kiln_tensor v, kiln_tensor attn_mask, bool is_causal, double scale), (q, k, v, attn_mask, is_causal, scale)) \
     X(kiln_tensor, cross_entropy, (kiln_tensor logits, kiln_tensor targets, kiln_cross_entropy_options o), (logits, targets, o)) \
     X(kiln_tensor, nll_loss, (kiln_tensor log_probs, kiln_tensor targets), (log_probs, targets)) \
     X(kiln_tensor, mse_loss, (kiln_tensor prediction, kiln_tensor target), (prediction, target)) \
@@ -127,6 +143,8 @@ KILN_NN_API(KILN__AT_DECLARE)
 #pragma GCC system_header /* see core.h: errors in these calls name the caller's line */
 #define kiln_module_forward(...) KILN__AT(module_forward, __VA_ARGS__)
 #define kiln_dropout(...) KILN__AT(dropout, __VA_ARGS__)
+#define kiln_layer_norm(...) KILN__AT(layer_norm, __VA_ARGS__)
+#define kiln_scaled_dot_product_attention(...) KILN__AT(scaled_dot_product_attention, __VA_ARGS__)
 #define kiln_cross_entropy(...) KILN__AT(cross_entropy, __VA_ARGS__)
 #define kiln_nll_loss(...) KILN__AT(nll_loss, __VA_ARGS__)
 #define kiln_mse_loss(...) KILN__AT(mse_loss, __VA_ARGS__)

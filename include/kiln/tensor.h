@@ -69,6 +69,16 @@ KILN_API kiln_tensor kiln_gather(kiln_tensor t, int dim, kiln_tensor index);    
 /* out = t; out[index[i][j]][j] += src[i][j] (dim 0), like torch.scatter_add. */
 KILN_API kiln_tensor kiln_scatter_add(kiln_tensor t, int dim, kiln_tensor index, kiln_tensor src);
 KILN_API kiln_tensor kiln_where(kiln_tensor mask, kiln_tensor a, kiln_tensor b);     /* mask: bool */
+/* torch.Tensor.masked_fill: x with `value` wherever the bool mask is true. The mask broadcasts
+ * to x's shape (it never grows it); the result has x's shape and dtype, and the value must fit
+ * that dtype (an integer x refuses NaN or an out-of-range value). The gradient is zero where
+ * filled; the mask gets none. */
+KILN_API kiln_tensor kiln_masked_fill(kiln_tensor x, kiln_tensor mask, double value);
+/* torch.tril / torch.triu of the last two dims (any batch dims in front): element (i, j) is
+ * kept when j - i <= diagonal (tril) or j - i >= diagonal (triu), zero otherwise; diagonal 0 is
+ * the main diagonal, > 0 above it, < 0 below. Any dtype; x needs at least 2 dims. */
+KILN_API kiln_tensor kiln_tril(kiln_tensor x, int64_t diagonal);
+KILN_API kiln_tensor kiln_triu(kiln_tensor x, int64_t diagonal);
 KILN_API kiln_tensor kiln_one_hot(kiln_tensor index, int64_t num_classes, kiln_dtype dtype);
 KILN_API kiln_tensor kiln_cast(kiln_tensor t, kiln_dtype dtype);
 KILN_API kiln_tensor kiln_to_device(kiln_tensor t, kiln_device dev);
@@ -210,6 +220,9 @@ KILN_API kiln_status kiln_into_scalar_f64(kiln_tensor t, double *out);
     X(kiln_tensor, gather, (kiln_tensor t, int dim, kiln_tensor index), (t, dim, index)) \
     X(kiln_tensor, scatter_add, (kiln_tensor t, int dim, kiln_tensor index, kiln_tensor src), (t, dim, index, src)) \
     X(kiln_tensor, where, (kiln_tensor mask, kiln_tensor a, kiln_tensor b), (mask, a, b)) \
+    X(kiln_tensor, masked_fill, (kiln_tensor x, kiln_tensor mask, double value), (x, mask, value)) \
+    X(kiln_tensor, tril, (kiln_tensor x, int64_t diagonal), (x, diagonal)) \
+    X(kiln_tensor, triu, (kiln_tensor x, int64_t diagonal), (x, diagonal)) \
     X(kiln_tensor, one_hot, (kiln_tensor index, int64_t num_classes, kiln_dtype dtype), (index, num_classes, dtype)) \
     X(kiln_tensor, cast, (kiln_tensor t, kiln_dtype dtype), (t, dtype)) \
     X(kiln_tensor, to_device, (kiln_tensor t, kiln_device dev), (t, dev)) \
@@ -325,6 +338,9 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_gather(...) KILN__AT(gather, __VA_ARGS__)
 #define kiln_scatter_add(...) KILN__AT(scatter_add, __VA_ARGS__)
 #define kiln_where(...) KILN__AT(where, __VA_ARGS__)
+#define kiln_masked_fill(...) KILN__AT(masked_fill, __VA_ARGS__)
+#define kiln_tril(...) KILN__AT(tril, __VA_ARGS__)
+#define kiln_triu(...) KILN__AT(triu, __VA_ARGS__)
 #define kiln_one_hot(...) KILN__AT(one_hot, __VA_ARGS__)
 #define kiln_cast(...) KILN__AT(cast, __VA_ARGS__)
 #define kiln_to_device(...) KILN__AT(to_device, __VA_ARGS__)

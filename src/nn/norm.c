@@ -1,6 +1,7 @@
-/* BatchNorm2d and LayerNorm, composed from differentiable ops so autodiff runs through the
- * batch statistics as well as the affine parameters. */
+/* BatchNorm2d, LayerNorm and the functional layer_norm (which LayerNorm runs), composed from
+ * differentiable ops so autodiff runs through the statistics as well as the affine parameters. */
 #include <math.h>
+#include <stdio.h>
 
 #include "kiln/autodiff.h"
 #include "kiln/tensor.h"
@@ -99,7 +100,75 @@ kiln_module *kiln_batch_norm2d_new(int64_t channels, double eps, double momentum
     return kiln__nn_finish(m, 5, ps);
 }
 
-/* ---- LayerNorm ----------------------------------------------------------------------------- */
+/* ---- layer_norm (functional) and LayerNorm ------------------------------------------------- */
+
+/* t's last dims equal normalized_shape */
+static bool fits_trailing(const kiln__tensor *t, kiln_shape ns) {
+    if (t->ndim < ns.ndim) return false;
+    for (int d = 0; d < ns.ndim; d++)
+        if (t->shape[t->ndim - ns.ndim + d] != ns.dims[d]) return false;
+    return true;
+}
+
+/* weight or bias: a float tensor of exactly normalized_shape (as torch requires) */
+static bool check_affine(const kiln__tensor *p, const char *what, kiln_shape ns, kiln_status *st, char *msg, size_t size) {
+    char a[128], b[128];
+    if (!kiln__dtype_is_float(p->dtype)) {
+        *st = KILN_ERR_DTYPE;
+        snprintf(msg, size, "%s must be floating point, got %s", what, kiln_dtype_name(p->dtype));
+        return false;
+    }
+    if (p->ndim != ns.ndim || !fits_trailing(p, ns)) {
+        *st = KILN_ERR_SHAPE;
+        snprintf(msg, size, "%s must have the shape of normalized_shape %s, got %s", what,
+                 kiln__shape_str(a, sizeof a, ns.ndim, ns.dims), kiln__nn_shape_str(b, sizeof b, p));
+        return false;
+    }
+    return true;
+}
+
+static kiln_tensor layer_norm(kiln_tensor x, kiln_shape ns, kiln_tensor weight, kiln_tensor bias, double eps) {
+    const char *op = "kiln_layer_norm";
+    bool has_w = weight.id != KILN_NONE.id, has_b = bias.id != KILN_NONE.id;
+    kiln_tensor in[3] = {x, weight, bias};
+    int n = 1;
+    if (has_w) in[n++] = weight;
+    if (has_b) in[n++] = bias;
+    const kiln__tensor *t = kiln__nn_peek(x), *w = has_w ? kiln__nn_peek(weight) : NULL,
+                       *b = has_b ? kiln__nn_peek(bias) : NULL;
+    if (!t || (has_w && !w) || (has_b && !b)) return kiln__nn_fail(op, n, in, KILN_ERR_INVALID_ARGUMENT, "unusable input");
+    kiln_status st = KILN_OK;
+    char msg[384], sa[128], sb[128];
+    if (ns.ndim < 1 || ns.ndim > KILN_MAX_DIMS)
+        return kiln__nn_fail(op, n, in, KILN_ERR_INVALID_ARGUMENT, "normalized_shape must have 1 to %d dims, got %d",
+                             KILN_MAX_DIMS, ns.ndim);
+    if (!kiln__dtype_is_float(t->dtype))
+        return kiln__nn_fail(op, n, in, KILN_ERR_DTYPE, "input must be floating point, got %s", kiln_dtype_name(t->dtype));
+    if (!fits_trailing(t, ns))
+        return kiln__nn_fail(op, n, in, KILN_ERR_SHAPE, "given normalized_shape=%s, expected an input of shape [*, %s (its last dims), got %s",
+                             kiln__shape_str(sa, sizeof sa, ns.ndim, ns.dims),
+                             kiln__shape_str(sb, sizeof sb, ns.ndim, ns.dims) + 1 /* past its "[" */, kiln__nn_shape_str(msg, sizeof msg, t));
+    if ((has_w && !check_affine(w, "weight", ns, &st, msg, sizeof msg)) ||
+        (has_b && !check_affine(b, "bias", ns, &st, msg, sizeof msg)))
+        return kiln__nn_fail(op, n, in, st, "%s", msg);
+    if (bad_eps(eps)) return kiln__nn_fail(op, n, in, KILN_ERR_INVALID_ARGUMENT, "eps %g must be finite and >= 0", eps);
+
+    kiln_dims dims = {ns.ndim, {0}};
+    for (int d = 0; d < ns.ndim; d++) dims.d[d] = d - ns.ndim;
+    kiln_tensor mean = kiln_mean_dims(kiln_ref(x), dims, true), var;
+    kiln_tensor xc = centre(x, mean, dims, &var);
+    kiln_release(mean);
+    kiln_tensor y = kiln_mul(xc, kiln_rsqrt(kiln_add_scalar(var, eps)));
+    if (has_w) y = kiln_mul(y, weight);
+    return has_b ? kiln_add(y, bias) : y;
+}
+
+kiln_tensor kiln_layer_norm(kiln_tensor x, kiln_shape normalized_shape, kiln_tensor weight, kiln_tensor bias, double eps) {
+    const char *outer = kiln__op_scope_enter("kiln_layer_norm"); /* the ops inside report as layer_norm */
+    kiln_tensor y = layer_norm(x, normalized_shape, weight, bias, eps);
+    kiln__op_scope_leave(outer);
+    return y;
+}
 
 typedef struct {
     int64_t size;
@@ -110,12 +179,9 @@ typedef struct {
 static kiln_tensor layer_norm_forward(kiln_module *m, kiln_tensor x) {
     const layer_norm_state *s = m->state;
     if (!kiln__nn_expect_input(&x, 1, &s->size, true, "LayerNorm", "LayerNorm(%lld)", (long long)s->size)) return x;
-    kiln_tensor mean = kiln_mean_dims(kiln_ref(x), KILN_DIMS(-1), true), var;
-    kiln_tensor xc = centre(x, mean, KILN_DIMS(-1), &var);
-    kiln_release(mean);
-    kiln_tensor y = kiln_mul(xc, kiln_rsqrt(kiln_add_scalar(var, s->eps)));
-    if (!s->affine) return y;
-    return kiln_add(kiln_mul(y, kiln_ref(m->params[0].tensor)), kiln_ref(m->params[1].tensor));
+    kiln_tensor w = s->affine ? kiln_ref(m->params[0].tensor) : KILN_NONE;
+    kiln_tensor b = s->affine ? kiln_ref(m->params[1].tensor) : KILN_NONE;
+    return kiln_layer_norm(x, KILN_SHAPE(s->size), w, b, s->eps);
 }
 
 static const kiln__module_vtable layer_norm_vt = {"LayerNorm", layer_norm_forward, NULL};

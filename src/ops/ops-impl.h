@@ -91,6 +91,11 @@ kiln__tensor *kiln__t_binary(kiln__opctx *c, kiln__opcode code, kiln__tensor *a,
 /* scalar_first: computes f(s, x) instead of f(x, s) (rsub, rdiv). */
 kiln__tensor *kiln__t_binary_scalar(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, double s, bool scalar_first);
 kiln__tensor *kiln__t_where(kiln__opctx *c, kiln__tensor *mask, kiln__tensor *a, kiln__tensor *b);
+/* Masks (src/ops/mask.c), one WHERE pass each, the result of x's shape and dtype: value where
+ * the bool mask (broadcast to x's shape, never growing it) is true; tril (upper false) or triu
+ * of the last two dims, zeros outside the kept triangle (PyTorch's diagonal offset). */
+kiln__tensor *kiln__t_masked_fill(kiln__opctx *c, kiln__tensor *x, kiln__tensor *mask, double value);
+kiln__tensor *kiln__t_tri(kiln__opctx *c, kiln__tensor *x, int64_t diagonal, bool upper);
 /* g where y > 0, else 0 (one pass; y is relu's output). */
 kiln__tensor *kiln__t_relu_backward(kiln__opctx *c, kiln__tensor *g, kiln__tensor *y);
 
