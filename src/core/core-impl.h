@@ -196,6 +196,11 @@ kiln__tensor *kiln__handle_peek(kiln_tensor h, const char *op, kiln__error **err
 /* Consumes the handle: the caller now owns the tensor's reference. NULL + *err if stale. */
 kiln__tensor *kiln__handle_take(kiln_tensor h, const char *op, kiln__error **err);
 
+/* ---- files ------------------------------------------------------------------------------ */
+/* Opens path for reading if it is a regular file (never blocking in open() on a FIFO): the
+ * descriptor, with *size; or -1 with *why a static description of what is wrong. */
+int kiln__open_regular(const char *path, uint64_t *size, const char **why);
+
 /* ---- memory ------------------------------------------------------------------------------ */
 void *kiln__cpu_alloc(size_t nbytes); /* 64-byte aligned; caching; NULL on failure */
 void kiln__cpu_free(void *p, size_t nbytes);

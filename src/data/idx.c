@@ -44,26 +44,13 @@ typedef struct {
 static bool source_open(source *s, const char *path) {
     memset(s, 0, sizeof *s);
     s->path = path;
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    const char *why = NULL;
+    int fd = kiln__open_regular(path, &s->size, &why);
     if (fd < 0) {
-        kiln__report(KILN_ERR_IO, OP, "%s: cannot open: %s", path, strerror(errno));
+        kiln__report(KILN_ERR_IO, OP, "%s: cannot open: %s", path, why);
         return false;
     }
-    struct stat sb = {0};
-    int err = fstat(fd, &sb) != 0 ? errno : 0;
-    if (err || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        kiln__report(KILN_ERR_IO, OP, "%s: cannot open: %s", path, err ? strerror(err) : "not a regular file");
-        return false;
-    }
-    int flags = fcntl(fd, F_GETFL);
     unsigned char magic[2];
-    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
-        kiln__report(KILN_ERR_IO, OP, "%s: cannot open: %s", path, strerror(errno));
-        close(fd);
-        return false;
-    }
-    s->size = (uint64_t)sb.st_size;
     s->compressed = pread(fd, magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
 #if KILN_HAVE_ZLIB
     errno = 0;

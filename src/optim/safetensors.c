@@ -509,18 +509,10 @@ static bool read_at(int fd, unsigned char *buf, size_t n, uint64_t at) {
     return true;
 }
 
-/* Opens path only if it is a regular file; O_NONBLOCK keeps open() from waiting for a FIFO's
- * writer (pread on a regular file ignores it). */
 static kiln_status open_regular(const char *path, int *fd, uint64_t *size, char *why, size_t why_size) {
-    *fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (*fd < 0) return fail(KILN_ERR_IO, why, why_size, "cannot open '%s': %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(*fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(*fd);
-        return fail(KILN_ERR_IO, why, why_size, "'%s' is not a regular file", path);
-    }
-    *size = (uint64_t)sb.st_size;
-    return KILN_OK;
+    const char *what = NULL;
+    *fd = kiln__open_regular(path, size, &what);
+    return *fd >= 0 ? KILN_OK : fail(KILN_ERR_IO, why, why_size, "cannot open '%s': %s", path, what);
 }
 
 kiln_status kiln__st_read(const char *path, kiln__st_file *f, char *why, size_t why_size) {

@@ -47,25 +47,20 @@ int32_t kiln__vocab_find(const kiln_tokenizer *tok, const char *s, size_t n) {
 
 /* Reads the whole regular file at path into a NUL-terminated buffer (*size bytes). */
 static char *read_vocab_file(const char *path, size_t *size) {
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* O_NONBLOCK: a FIFO must not block open() */
+    const char *why = NULL;
+    uint64_t file_size = 0;
+    int fd = kiln__open_regular(path, &file_size, &why);
     if (fd < 0) {
-        kiln__report(KILN_ERR_IO, OP_LOAD, "%s: cannot open: %s", path, strerror(errno));
+        kiln__report(KILN_ERR_IO, OP_LOAD, "%s: cannot open: %s", path, why);
         return NULL;
     }
-    struct stat sb = {0};
-    int err = fstat(fd, &sb) != 0 ? errno : 0;
-    if (err || !S_ISREG(sb.st_mode)) {
-        kiln__report(KILN_ERR_IO, OP_LOAD, "%s: cannot read: %s", path, err ? strerror(err) : "not a regular file");
-        close(fd);
-        return NULL;
-    }
-    if (sb.st_size > (off_t)KILN__VOCAB_MAX_BYTES) {
+    if (file_size > KILN__VOCAB_MAX_BYTES) {
         kiln__report(KILN_ERR_CORRUPT, OP_LOAD, "%s: %lld bytes, more than a vocabulary's %u MiB at most", path,
-                     (long long)sb.st_size, KILN__VOCAB_MAX_BYTES >> 20);
+                     (long long)file_size, KILN__VOCAB_MAX_BYTES >> 20);
         close(fd);
         return NULL;
     }
-    size_t n = (size_t)sb.st_size, got = 0;
+    size_t n = (size_t)file_size, got = 0;
     char *buf = malloc(n + 1);
     if (!buf) {
         kiln__report(KILN_ERR_OUT_OF_MEMORY, OP_LOAD, "%s: out of memory for %zu bytes", path, n + 1);
