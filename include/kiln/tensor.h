@@ -185,6 +185,17 @@ KILN_API kiln_status kiln_into_data(kiln_tensor t, void *dst, size_t dst_bytes);
 /* t must have one element; converted to float / double. Consumes t. */
 KILN_API kiln_status kiln_into_scalar(kiln_tensor t, float *out);
 KILN_API kiln_status kiln_into_scalar_f64(kiln_tensor t, double *out);
+/* PyTorch-style text of t, e.g. "tensor([[ 1.0000, -2.5000],\n        [ 3.0000,  4.0000]])":
+ * 4 decimals (scientific for a wide range), more than 1000 elements summarised to the first
+ * and last 3 per dim, dtype named unless f32, i64 or bool, device unless cpu. Neither call
+ * consumes t: like the metadata queries they take a borrowed handle, but they wait for t's
+ * data (a read). Errors (stale handle, poisoned t) are returned as by kiln_into_data. */
+/* Writes the text NUL-terminated into buf (cap bytes; buf may be NULL when cap is 0, to
+ * measure). *needed (if not NULL) gets the full length + 1; when cap is smaller, buf holds
+ * the truncated text and KILN_ERR_BUFFER_SIZE is returned. On any other error buf[0] = 0. */
+KILN_API kiln_status kiln_to_string(kiln_tensor t, char *buf, size_t cap, size_t *needed);
+/* Writes the text and a newline to stdout. */
+KILN_API kiln_status kiln_print(kiln_tensor t);
 
 /* ---- call sites ------------------------------------------------------------------------- */
 /* The calls that record the caller's file:line, as in core.h's list. */
@@ -302,7 +313,9 @@ KILN_API kiln_status kiln_into_scalar_f64(kiln_tensor t, double *out);
     X(kiln_tensor, linear, (kiln_tensor x, kiln_tensor w, kiln_tensor bias), (x, w, bias)) \
     X(kiln_status, into_data, (kiln_tensor t, void *dst, size_t dst_bytes), (t, dst, dst_bytes)) \
     X(kiln_status, into_scalar, (kiln_tensor t, float *out), (t, out)) \
-    X(kiln_status, into_scalar_f64, (kiln_tensor t, double *out), (t, out))
+    X(kiln_status, into_scalar_f64, (kiln_tensor t, double *out), (t, out)) \
+    X(kiln_status, to_string, (kiln_tensor t, char *buf, size_t cap, size_t *needed), (t, buf, cap, needed)) \
+    X(kiln_status, print, (kiln_tensor t), (t))
 KILN_TENSOR_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -419,6 +432,8 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_matmul(...) KILN__AT(matmul, __VA_ARGS__)
 #define kiln_linear(...) KILN__AT(linear, __VA_ARGS__)
 #define kiln_into_data(...) KILN__AT(into_data, __VA_ARGS__)
+#define kiln_to_string(...) KILN__AT(to_string, __VA_ARGS__)
+#define kiln_print(...) KILN__AT(print, __VA_ARGS__)
 #define kiln_into_scalar(...) KILN__AT(into_scalar, __VA_ARGS__)
 #define kiln_into_scalar_f64(...) KILN__AT(into_scalar_f64, __VA_ARGS__)
 #endif

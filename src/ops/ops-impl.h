@@ -80,6 +80,10 @@ bool kiln__t_copy_into(kiln__opctx *c, kiln__view dst, const kiln__tensor *src);
 /* Submits op after checking the device has a kernel for it; false + error if not. */
 bool kiln__t_submit(kiln__opctx *c, kiln__op *op, kiln_device dev);
 
+/* The read path for calls that do not consume t (src/ops/read.c): waits for t's data and
+ * copies it, dense and in t's dtype, into exactly numel*elsize bytes; reports any error. */
+kiln_status kiln__read_borrowed(kiln__opctx *c, kiln__tensor *t, void *dst, size_t dst_bytes);
+
 /* Tensor-level building blocks (consume their tensor arguments). */
 kiln__tensor *kiln__t_cast(kiln__opctx *c, kiln__tensor *x, kiln_dtype dtype);
 kiln__tensor *kiln__t_contiguous(kiln__opctx *c, kiln__tensor *x);

@@ -22,6 +22,11 @@ static kiln_status read_into(kiln__opctx *c, kiln__tensor *t, void *dst, size_t 
     return st;
 }
 
+kiln_status kiln__read_borrowed(kiln__opctx *c, kiln__tensor *t, void *dst, size_t dst_bytes) {
+    kiln__tensor_retain(t);
+    return read_into(c, t, dst, dst_bytes);
+}
+
 static kiln_status fail_read(kiln__opctx *c, kiln__tensor *t) {
     kiln__tensor_release(t);
     kiln_status st = kiln__error_report(c->err);
