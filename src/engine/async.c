@@ -37,9 +37,7 @@ static struct {
     atomic_int ready_count; /* peeked without the lock by spinning workers */
     int sleeping;           /* workers waiting on ready_cond */
     atomic_int spinning;    /* workers polling the queue */
-    atomic_int running;     /* ops taken from the queue and not yet completed */
     bool stopping;
-    bool fork_pending;      /* a fork is being prepared: nobody takes a new op */
     /* all streams: for kiln_sync_all */
     pthread_mutex_t all_lock;
     pthread_cond_t all_cond;
@@ -93,63 +91,33 @@ static void *worker_main(void *arg);
  * it lacks; the child then runs every op at dispatch (as KILN_SYNC=1 does), with the intra-op
  * pool restarting its own threads. Work another thread queues while the fork happens stays
  * with the parent. */
-/* Ops run on the caller's thread (KILN_SYNC=1, or a queue entry that could not be allocated)
- * pass this gate, so a fork also waits for them and holds new ones back. */
-static atomic_bool inline_gate_closed;
-static atomic_int inline_running;
-
-kiln__error *kiln__execute_inline(const kiln__op *op) {
-    for (;;) {
-        while (atomic_load(&inline_gate_closed)) usleep(50);
-        atomic_fetch_add(&inline_running, 1);
-        if (!atomic_load(&inline_gate_closed)) break;
-        atomic_fetch_sub(&inline_running, 1); /* a fork started meanwhile: let it go first */
-    }
-    kiln__error *e = kiln__execute(op);
-    atomic_fetch_sub(&inline_running, 1);
-    return e;
-}
-
-static void inline_gate_close(void) {
-    atomic_store(&inline_gate_closed, true);
-    while (atomic_load(&inline_running) > 0) usleep(50);
-}
-
 static void engine_before_fork(void) {
-    inline_gate_close();
+    if (engine.async) kiln__engine_drain_all(); /* (before the gate closes: it needs kernels to run) */
+    /* no kernel may be running either, on any thread: OpenBLAS shuts its threads down in its own
+     * fork handler, and a GEMM still running then leaves a thread it waits for forever */
+    kiln__kernels_hold();
     if (!engine.async) return;
-    kiln__engine_drain_all();
-    /* no op may be running either: OpenBLAS shuts its threads down in its own fork handler,
-     * and a GEMM still running on one of ours then leaves a thread it waits for forever */
-    pthread_mutex_lock(&engine.lock);
-    engine.fork_pending = true;
-    pthread_mutex_unlock(&engine.lock);
-    while (atomic_load(&engine.running) > 0) usleep(50);
     pthread_mutex_lock(&engine.all_lock);
     pthread_mutex_lock(&engine.lock);
 }
 
 static void engine_after_fork_parent(void) {
-    atomic_store(&inline_gate_closed, false);
-    if (!engine.async) return;
-    engine.fork_pending = false;
-    pthread_cond_broadcast(&engine.ready_cond);
-    pthread_mutex_unlock(&engine.lock);
-    pthread_mutex_unlock(&engine.all_lock);
+    if (engine.async) {
+        pthread_mutex_unlock(&engine.lock);
+        pthread_mutex_unlock(&engine.all_lock);
+    }
+    kiln__kernels_release(false);
 }
 
 static void engine_after_fork_child(void) {
-    atomic_store(&inline_running, 0);
-    atomic_store(&inline_gate_closed, false);
+    kiln__kernels_release(true);
     if (!engine.async) return;
     engine.async = false;
-    engine.fork_pending = false;
     engine.n_workers = 0;
     engine.ready_head = engine.ready_tail = NULL;
     atomic_store(&engine.ready_count, 0);
     atomic_store(&engine.spinning, 0);
     engine.sleeping = 0;
-    atomic_store(&engine.running, 0);
     engine.first_epoch = (kiln__epoch){0};
     engine.epoch = &engine.first_epoch; /* the parent's uncounted work never completes here */
     engine.spare_epochs = NULL;
@@ -244,15 +212,19 @@ void kiln__stream_record_dispatch_error(kiln__error *e) {
     pthread_mutex_unlock(&s->lock);
 }
 
+/* An emptied epoch that is not the current one: no op and no new work can reach it, so it
+ * leaves the live list for the spare list (all_lock held). */
+static void epoch_recycle(kiln__epoch *ep) {
+    if (ep->prev) ep->prev->next = ep->next;
+    if (ep->next) ep->next->prev = ep->prev;
+    ep->next = engine.spare_epochs;
+    engine.spare_epochs = ep;
+}
+
 static void epoch_done(kiln__epoch *ep) {
     pthread_mutex_lock(&engine.all_lock);
     if (--ep->pending == 0) {
-        if (ep != engine.epoch) { /* no op and no new work can reach it: recycle it */
-            if (ep->prev) ep->prev->next = ep->next;
-            if (ep->next) ep->next->prev = ep->prev;
-            ep->next = engine.spare_epochs;
-            engine.spare_epochs = ep;
-        }
+        if (ep != engine.epoch) epoch_recycle(ep);
         pthread_cond_broadcast(&engine.all_cond);
     }
     pthread_mutex_unlock(&engine.all_lock);
@@ -334,18 +306,17 @@ static inline void cpu_relax(void) {
 static kiln__node *pop_ready(bool may_sleep) {
     pthread_mutex_lock(&engine.lock);
     if (may_sleep) {
-        while ((!engine.ready_head || engine.fork_pending) && !engine.stopping) {
+        while (!engine.ready_head && !engine.stopping) {
             engine.sleeping++;
             pthread_cond_wait(&engine.ready_cond, &engine.lock);
             engine.sleeping--;
         }
     }
-    kiln__node *n = engine.fork_pending ? NULL : engine.ready_head;
+    kiln__node *n = engine.ready_head;
     if (n) {
         engine.ready_head = n->next_ready;
         if (!engine.ready_head) engine.ready_tail = NULL;
         atomic_fetch_sub_explicit(&engine.ready_count, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&engine.running, 1, memory_order_relaxed);
     }
     pthread_mutex_unlock(&engine.lock);
     return n;
@@ -366,14 +337,13 @@ static void *worker_main(void *arg) {
         if (!n) n = pop_ready(true);
         if (!n) return NULL; /* stopping */
         run_node(n);
-        atomic_fetch_sub_explicit(&engine.running, 1, memory_order_release);
     }
 }
 
 /* Takes the first ready op of stream s out of the queue (NULL if none). */
 static kiln__node *pop_ready_of(const kiln__stream *s) {
     pthread_mutex_lock(&engine.lock);
-    kiln__node *prev = NULL, *n = engine.fork_pending ? NULL : engine.ready_head;
+    kiln__node *prev = NULL, *n = engine.ready_head;
     while (n && n->stream != s) prev = n, n = n->next_ready;
     if (n) {
         if (prev)
@@ -382,7 +352,6 @@ static kiln__node *pop_ready_of(const kiln__stream *s) {
             engine.ready_head = n->next_ready;
         if (engine.ready_tail == n) engine.ready_tail = prev;
         atomic_fetch_sub_explicit(&engine.ready_count, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&engine.running, 1, memory_order_relaxed);
     }
     pthread_mutex_unlock(&engine.lock);
     return n;
@@ -396,7 +365,6 @@ static bool help_one(const kiln__stream *s) {
     kiln__node *n = pop_ready_of(s);
     if (!n) return false;
     run_node(n);
-    atomic_fetch_sub_explicit(&engine.running, 1, memory_order_release);
     return true;
 }
 
@@ -468,7 +436,7 @@ void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, ki
             kiln__storage_destroy(free_target);
             return;
         }
-        kiln__error *err = kiln__execute_inline(op);
+        kiln__error *err = kiln__execute(op);
         pthread_mutex_lock(&s->lock);
         if (err) record_error_locked(s, err);
         if (err && ev && !ev->first_error) ev->first_error = kiln__error_ref(err);
@@ -550,12 +518,7 @@ void kiln__engine_drain_all(void) {
             *next = (kiln__epoch){.id = cur->id + 1, .next = cur};
             cur->prev = next;
             engine.epoch = next;
-            if (cur->pending == 0) { /* nothing will complete in it any more */
-                next->next = cur->next;
-                if (cur->next) cur->next->prev = next;
-                cur->next = engine.spare_epochs;
-                engine.spare_epochs = cur;
-            }
+            if (cur->pending == 0) epoch_recycle(cur); /* nothing will complete in it any more */
         }
         while (epochs_pending_upto(target)) pthread_cond_wait(&engine.all_cond, &engine.all_lock);
     }

@@ -45,8 +45,11 @@ bool kiln__engine_is_async(void);
 /* Runs op's kernel (or skips it if an input is poisoned); poisons outputs on failure.
  * Returns the new error (a reference the caller owns) or NULL. */
 kiln__error *kiln__execute(const kiln__op *op);
-/* kiln__execute on the caller's thread, held back while a fork is being prepared. */
-kiln__error *kiln__execute_inline(const kiln__op *op);
+/* The kernel gate every kiln__execute passes: hold waits for the kernels running on any thread
+ * and keeps new ones from starting (a fork is being prepared); release opens it again (in a
+ * forked child, also forgetting the parent's kernels). */
+void kiln__kernels_hold(void);
+void kiln__kernels_release(bool in_child);
 /* Asynchronous submission: queue op on the stream; if ev is not NULL, count it there. */
 void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target);
 /* Submits op counted on ev (runs it at once in synchronous mode). */

@@ -3,6 +3,7 @@
  * and a stream error that the next sync returns once. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/backend-impl.h"
 #include "engine/engine-async.h"
@@ -43,7 +44,38 @@ static bool injected_failure(const kiln__op *op) {
     return atomic_compare_exchange_strong(&fail_next_named, &name, NULL);
 }
 
+static atomic_bool kernels_held;
+static atomic_int kernels_running;
+
+void kiln__kernels_hold(void) {
+    atomic_store(&kernels_held, true);
+    while (atomic_load(&kernels_running) > 0) usleep(50);
+}
+
+void kiln__kernels_release(bool in_child) {
+    if (in_child) atomic_store(&kernels_running, 0);
+    atomic_store(&kernels_held, false);
+}
+
+static void kernel_enter(void) {
+    for (;;) {
+        while (atomic_load(&kernels_held)) usleep(50);
+        atomic_fetch_add(&kernels_running, 1);
+        if (!atomic_load(&kernels_held)) return;
+        atomic_fetch_sub(&kernels_running, 1); /* a hold started meanwhile: it goes first */
+    }
+}
+
+static kiln__error *execute_op(const kiln__op *op);
+
 kiln__error *kiln__execute(const kiln__op *op) {
+    kernel_enter();
+    kiln__error *e = execute_op(op);
+    atomic_fetch_sub(&kernels_running, 1);
+    return e;
+}
+
+static kiln__error *execute_op(const kiln__op *op) {
     for (int i = 0; i < op->n_in; i++) {
         kiln__storage *s = op->in[i].storage;
         kiln__error *e = s ? atomic_load(&s->err) : NULL;
@@ -93,7 +125,7 @@ void kiln__submit(kiln__op *op) {
         kiln__async_submit(s, op, NULL, NULL);
         return;
     }
-    kiln__error *e = kiln__execute_inline(op);
+    kiln__error *e = kiln__execute(op);
     if (e && s) kiln__stream_record_error(s, e);
     kiln__error_unref(e);
 }
@@ -104,7 +136,7 @@ void kiln__submit_event(kiln__op *op, kiln__event *ev) {
         kiln__async_submit(s, op, ev, NULL);
         return;
     }
-    kiln__error *e = kiln__execute_inline(op);
+    kiln__error *e = kiln__execute(op);
     if (e && !ev->first_error) ev->first_error = kiln__error_ref(e);
     if (e && s) kiln__stream_record_error(s, e);
     kiln__error_unref(e);
