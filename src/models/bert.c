@@ -301,7 +301,8 @@ kiln_bert *kiln_bert_load(const char *dir) {
     kiln_status st = kiln__st_read(path, &f, why, sizeof why);
     if (st != KILN_OK) {
         free(w), kiln_bert_free(m);
-        return kiln__report(st, OP_LOAD, "%s", why), NULL;
+        /* name the file once: some of the reader's reasons name it already */
+        return kiln__report(st, OP_LOAD, "%s%s%s", strstr(why, path) ? "" : path, strstr(why, path) ? "" : ": ", why), NULL;
     }
     bool ok = load_weights(path, &f, w, n);
     kiln__st_free(&f);
