@@ -378,6 +378,44 @@ KT_TEST(input_errors) {
     KT_MEM_CHECK();
 }
 
+/* kiln_tensors_save, which examples/embed writes its embeddings with: any layout, read back
+ * exactly; bad names and poisoned tensors are errors naming it and this line. */
+KT_TEST(tensors_save) {
+    kt_mem_begin();
+    char path[200], why[256];
+    snprintf(path, sizeof path, "%s/saved.safetensors", tmp_dir);
+    kiln_tensor e = kiln_transpose(kiln_reshape(kiln_arange(KILN_CPU, KILN_F32, 0, 6, 1), KILN_SHAPE(2, 3)), 0, 1);
+    kiln_tensor ids = kiln_arange(KILN_CPU, KILN_I64, 5, 9, 1);
+    kiln_tensor ts[2] = {e, ids};
+    const char *names[2] = {"embeddings", "ids"};
+    KT_CHECK_MSG(kiln_tensors_save(path, 2, names, ts) == KILN_OK, "%s", kiln_last_error());
+    kiln__st_file f;
+    KT_CHECK_MSG(kiln__st_read(path, &f, why, sizeof why) == KILN_OK, "%s", why);
+    const kiln__st_tensor *a = kiln__st_find(&f, "embeddings"), *b = kiln__st_find(&f, "ids");
+    KT_CHECK(f.n_tensors == 2 && a && b);
+    if (a && b) {
+        KT_CHECK(a->kiln_dtype == KILN_F32 && a->ndim == 2 && a->shape[0] == 3 && a->shape[1] == 2);
+        float want[6] = {0, 3, 1, 4, 2, 5}, got[6];
+        memcpy(got, f.data + a->begin, sizeof got);
+        KT_CHECK(memcmp(got, want, sizeof got) == 0);
+        int64_t wi[4] = {5, 6, 7, 8}, gi[4];
+        memcpy(gi, f.data + b->begin, sizeof gi);
+        KT_CHECK(b->kiln_dtype == KILN_I64 && memcmp(gi, wi, sizeof gi) == 0);
+    }
+    kiln__st_free(&f);
+    int line = __LINE__ + 1;
+    KT_CHECK(kiln_tensors_save(path, 2, (const char *[]){"x", "x"}, ts) == KILN_ERR_INVALID_ARGUMENT);
+    KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "name 'x' is repeated", line);
+    KT_CHECK(kiln_tensors_save(path, 1, (const char *[]){""}, ts) == KILN_ERR_INVALID_ARGUMENT);
+    KT_CHECK(kiln_tensors_save(NULL, 1, names, ts) == KILN_ERR_NULL);
+    kiln_tensor poisoned = kiln_add(kiln_ref(e), kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(5)));
+    KT_CHECK(kiln_tensors_save(path, 1, names, &poisoned) == KILN_ERR_SHAPE); /* the tensor's own error */
+    KT_CHECK_MSG(strstr(kiln_last_error(), "kiln_add") != NULL, "%s", kiln_last_error());
+    kiln_release(poisoned);
+    kiln_release(e), kiln_release(ids);
+    KT_MEM_CHECK();
+}
+
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "--reference") == 0) {
         model_dir = mr_model_dir();
@@ -395,6 +433,7 @@ int main(int argc, char **argv) {
     KT_RUN(tensor_errors);
     KT_RUN(config_errors);
     KT_RUN(input_errors);
+    KT_RUN(tensors_save);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
     if (system(cmd) != 0) fprintf(stderr, "  could not remove %s\n", tmp_dir);
