@@ -65,52 +65,13 @@ void kiln_bert_free(kiln_bert *m) {
 
 /* ---- config files ------------------------------------------------------------------------ */
 
-/* The whole of a small regular file (NUL-terminated) or NULL with the error reported;
- * *absent is set (and nothing reported) when it does not exist and absent is not NULL. */
-static char *read_small_file(const char *path, size_t *size, bool *absent) {
-    const char *why = NULL;
-    uint64_t file_size = 0;
-    if (absent) *absent = false;
-    int fd = kiln__open_regular(path, &file_size, &why);
-    if (fd < 0) {
-        if (absent && access(path, F_OK) != 0 && errno == ENOENT) return *absent = true, NULL;
-        kiln__report(KILN_ERR_IO, OP_LOAD, "%s: cannot open: %s", path, why);
-        return NULL;
-    }
-    if (file_size > CONFIG_MAX_BYTES) {
-        kiln__report(KILN_ERR_CORRUPT, OP_LOAD, "%s: %llu bytes, more than a config's %u KiB at most", path,
-                     (unsigned long long)file_size, CONFIG_MAX_BYTES >> 10);
-        close(fd);
-        return NULL;
-    }
-    size_t n = (size_t)file_size, got = 0;
-    char *buf = malloc(n + 1);
-    if (!buf) {
-        kiln__report(KILN_ERR_OUT_OF_MEMORY, OP_LOAD, "%s: out of memory for %zu bytes", path, n + 1);
-        close(fd);
-        return NULL;
-    }
-    while (got < n) {
-        ssize_t r = pread(fd, buf + got, n - got, (off_t)got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            kiln__report(KILN_ERR_IO, OP_LOAD, "%s: read failed after %zu of %zu bytes: %s", path, got, n,
-                         r < 0 ? strerror(errno) : "the file shrank");
-            free(buf), close(fd);
-            return NULL;
-        }
-        got += (size_t)r;
-    }
-    close(fd);
-    buf[n] = 0;
-    *size = n;
-    return buf;
-}
-
-/* Parses the JSON file at path into members; false with the error reported. */
+/* Parses the JSON file at path into members; false with the error reported, or, when absent
+ * is not NULL and the file does not exist, false with *absent set and nothing reported. */
 static bool read_json(const char *path, kiln__json_member *members, int *count, bool *absent) {
     size_t size = 0;
-    char *text = read_small_file(path, &size, absent);
+    if (absent) *absent = access(path, F_OK) != 0 && errno == ENOENT;
+    if (absent && *absent) return false;
+    char *text = kiln__read_small_file(path, CONFIG_MAX_BYTES, "a config", OP_LOAD, &size);
     if (!text) return false;
     char why[256];
     bool ok = kiln__json_parse_flat(text, size, members, CONFIG_MAX_MEMBERS, count, why, sizeof why);
@@ -379,33 +340,38 @@ static bool check_inputs(const char *op, const kiln_bert *m, kiln_tensor *in, in
     return true;
 }
 
-kiln_tensor kiln_bert_forward(const kiln_bert *m, kiln_tensor input_ids, kiln_tensor attention_mask,
-                              kiln_tensor token_type_ids) {
-    static const char op[] = "kiln_bert_forward";
-    kiln_tensor in[3] = {input_ids, attention_mask, token_type_ids}, out;
-    int64_t b, s;
-    if (!check_inputs(op, m, in, &b, &s, &out)) return out;
-    const char *outer = kiln__op_scope_enter(op); /* the ops inside report as it */
-    out = encoder(m, input_ids, attention_mask, token_type_ids, b, s);
-    kiln__op_scope_leave(outer);
-    return out;
-}
-
-kiln_tensor kiln_bert_embed(const kiln_bert *m, kiln_tensor input_ids, kiln_tensor attention_mask,
-                            kiln_tensor token_type_ids) {
-    static const char op[] = "kiln_bert_embed";
-    kiln_tensor in[3] = {input_ids, attention_mask, token_type_ids}, out;
-    int64_t b, s;
-    if (!check_inputs(op, m, in, &b, &s, &out)) return out;
-    const char *outer = kiln__op_scope_enter(op);
-    kiln_tensor weight = kiln_cast(kiln_ne_scalar(kiln_ref(attention_mask), 0.0), KILN_F32); /* [b, s] */
-    kiln_tensor x = encoder(m, input_ids, attention_mask, token_type_ids, b, s);
-    /* sentence-transformers: sum(x * mask) / max(count, 1e-9), then x / max(||x||, 1e-12) */
+/* sentence-transformers' Pooling + Normalize over x [b, s, h]: sum(x * mask) / max(count, 1e-9),
+ * then divided by max(||.||, 1e-12). Consumes both. */
+static kiln_tensor mean_pool_normalize(kiln_tensor x, kiln_tensor attention_mask) {
+    kiln_tensor weight = kiln_cast(kiln_ne_scalar(attention_mask, 0.0), KILN_F32); /* [b, s] */
     kiln_tensor sum = kiln_sum_dims(kiln_mul(x, kiln_unsqueeze(kiln_ref(weight), -1)), KILN_DIMS(1), false);
     kiln_tensor count = kiln_clamp(kiln_sum_dims(weight, KILN_DIMS(1), true), 1e-9, NAN);
     kiln_tensor mean = kiln_div(sum, count);
     kiln_tensor norm = kiln_sqrt(kiln_sum_dims(kiln_mul(kiln_ref(mean), kiln_ref(mean)), KILN_DIMS(1), true));
-    out = kiln_div(mean, kiln_clamp(norm, 1e-12, NAN));
+    return kiln_div(mean, kiln_clamp(norm, 1e-12, NAN));
+}
+
+/* kiln_bert_forward and kiln_bert_embed: the checks, then the encoder (and the pooling) with
+ * the ops inside reporting as op. */
+static kiln_tensor run(const char *op, bool pool, const kiln_bert *m, kiln_tensor input_ids, kiln_tensor attention_mask,
+                       kiln_tensor token_type_ids) {
+    kiln_tensor in[3] = {input_ids, attention_mask, token_type_ids}, out;
+    int64_t b, s;
+    if (!check_inputs(op, m, in, &b, &s, &out)) return out;
+    const char *outer = kiln__op_scope_enter(op);
+    kiln_tensor mask = pool ? kiln_ref(attention_mask) : KILN_NONE;
+    out = encoder(m, input_ids, attention_mask, token_type_ids, b, s);
+    if (pool) out = mean_pool_normalize(out, mask);
     kiln__op_scope_leave(outer);
     return out;
+}
+
+kiln_tensor kiln_bert_forward(const kiln_bert *m, kiln_tensor input_ids, kiln_tensor attention_mask,
+                              kiln_tensor token_type_ids) {
+    return run("kiln_bert_forward", false, m, input_ids, attention_mask, token_type_ids);
+}
+
+kiln_tensor kiln_bert_embed(const kiln_bert *m, kiln_tensor input_ids, kiln_tensor attention_mask,
+                            kiln_tensor token_type_ids) {
+    return run("kiln_bert_embed", true, m, input_ids, attention_mask, token_type_ids);
 }
