@@ -228,6 +228,13 @@ KT_TEST(tiny_model_loads_and_pools) {
     }
     for (int d = 0; d < T_H; d++) mean_err = fmax(mean_err, fabs(mean[d] / sqrt(mn) - eb[T_H + d]));
     KT_CHECK_MSG(mean_err < 1e-5, "mean pooling off by %g", mean_err);
+    /* i32 ids, a bool mask and no token types (all type 0) give the same embedding */
+    kiln_token_batch one = tiny_batch(1, 3, alone);
+    float ec[T_H];
+    kiln_tensor e32 = kiln_bert_embed(m, kiln_cast(one.input_ids, KILN_I32), kiln_cast(one.attention_mask, KILN_BOOL), KILN_NONE);
+    KT_CHECK_MSG(kiln_into_data(e32, ec, sizeof ec) == KILN_OK, "%s", kiln_last_error());
+    for (int d = 0; d < T_H; d++) KT_NEAR(ec[d], ea[d], 1e-6);
+    kiln_release(one.token_type_ids);
     kiln_bert_free(m);
     /* the pooler is BertModel's and ignored */
     m = kiln_bert_load(write_tiny("pooler", EDIT_POOLER, NULL));
