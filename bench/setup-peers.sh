@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Makes the benchmark peers: PyTorch 2.x and NumPy from PyPI in a virtual environment at
-# bench/.venv (ignored by git), the PyTorch a user installs today; bench/run uses it first and
-# Debian's python3-torch (apt-get install python3-torch) as a second column. Safe to run again.
+# Makes the benchmark peers: PyTorch 2.x, NumPy and sentence-transformers (the embedding
+# workloads' peer) from PyPI in a virtual environment at bench/.venv (ignored by git), the
+# PyTorch a user installs today; bench/run uses it first and Debian's python3-torch
+# (apt-get install python3-torch) as a second column. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")"
 if ! python3 -c "import venv, ensurepip" 2>/dev/null; then
@@ -11,4 +12,7 @@ if ! python3 -c "import venv, ensurepip" 2>/dev/null; then
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/python -c "import torch, numpy" 2>/dev/null || .venv/bin/pip install -q torch numpy
-.venv/bin/python -c "import torch, numpy; print('PyTorch', torch.__version__, 'NumPy', numpy.__version__)"
+# the embedding workloads' peer: all-MiniLM-L6-v2 as its users run it
+.venv/bin/python -c "import sentence_transformers" 2>/dev/null || .venv/bin/pip install -q sentence-transformers
+.venv/bin/python -c "import torch, numpy, sentence_transformers as st
+print('PyTorch', torch.__version__, 'NumPy', numpy.__version__, 'sentence-transformers', st.__version__)"

@@ -1,6 +1,7 @@
-/* Writes the fuzzers' seed corpus into <dir>/safetensors, <dir>/idx and <dir>/tokenizer: small
- * valid files made by kiln itself (a checkpoint with optimizer state; IDX images and labels,
- * plain and, when built with zlib, gzip'd) and a few sentences, so CI needs no committed binaries. */
+/* Writes the fuzzers' seed corpus into <dir>/safetensors, <dir>/idx, <dir>/tokenizer and
+ * <dir>/json: small valid files made by kiln itself (a checkpoint with optimizer state; IDX
+ * images and labels, plain and, when built with zlib, gzip'd), a few sentences and a few
+ * config.json files, so CI needs no committed binaries. */
 #include <kiln.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +77,18 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof sentences / sizeof sentences[0]; i++) {
         snprintf(path, sizeof path, "%s/tokenizer/sentence%zu", argv[1], i);
         bad |= put_file(path, (const unsigned char *)sentences[i], strlen(sentences[i]), 0) != 0;
+    }
+    static const char *const configs[] = {
+        ("{\"architectures\": [\"BertModel\"], \"hidden_act\": \"gelu\", \"hidden_size\": 384, \"layer_norm_eps\": 1e-12,\n"
+         " \"num_attention_heads\": 12, \"vocab_size\": 30522, \"use_cache\": true, \"x\": null}"),
+        "{\"word_embedding_dimension\": 384, \"pooling_mode_cls_token\": false, \"pooling_mode_mean_tokens\": true}",
+        "{\"a\": {\"b\": [1, -2.5E+3, \"\\u00e9\\ud83d\\ude00\\n\"]}, \"c\": \"\\\"q\\\"\"}",
+    };
+    snprintf(path, sizeof path, "%s/json", argv[1]);
+    mkdir(path, 0777);
+    for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++) {
+        snprintf(path, sizeof path, "%s/json/config%zu", argv[1], i);
+        bad |= put_file(path, (const unsigned char *)configs[i], strlen(configs[i]), 0) != 0;
     }
     if (bad) fprintf(stderr, "make_corpus: %s\n", kiln_last_error());
     return bad;

@@ -47,14 +47,14 @@ echo "== ThreadSanitizer (engine tests)"
 build tsan clang -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=thread -DKILN_USE_BLAS=OFF
 (cd "$root/tsan" && KILN_NO_CACHING=1 TSAN_OPTIONS=halt_on_error=1 ctest -j "$jobs" --output-on-failure -L engine)
 
-echo "== fuzzers (libFuzzer + ASan + UBSan): each file reader and the tokenizer on mutations of kiln's own seeds"
+echo "== fuzzers (libFuzzer + ASan + UBSan): each file reader, the tokenizer and the config.json reader on mutations of kiln's own seeds"
 # KILN_FUZZ_SECONDS per target (default 45); a crash, leak or UB report fails CI and leaves
 # the input as crash-* in $root/fuzz-work/<target>.
 secs=${KILN_FUZZ_SECONDS:-45}
 build fuzz clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_FUZZ=ON -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_EXAMPLES=OFF
 rm -rf "$root/fuzz-seeds" "$root/fuzz-work"
 "$root/fuzz/fuzz/make_corpus" "$root/fuzz-seeds"
-for target in safetensors idx tokenizer; do
+for target in safetensors idx tokenizer json; do
     mkdir -p "$root/fuzz-work/$target"
     (cd "$root/fuzz-work/$target" &&
         "../../fuzz/fuzz/fuzz_$target" -max_total_time="$secs" -max_len=4096 -print_final_stats=1 \

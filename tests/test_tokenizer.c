@@ -401,13 +401,9 @@ static int32_t parse_ids(char *line, int32_t *ids, int32_t cap) {
 static kiln_tokenizer *ref_tok;
 
 KT_TEST(reference_ids) {
-    char path[1024];
-    const char *data = getenv("KILN_TEST_DATA") ? getenv("KILN_TEST_DATA") : "tests/data";
-    snprintf(path, sizeof path, "%s/minilm/sentences.txt", data);
     size_t n = 0;
-    mr_sentence *s = mr_read_sentences(path, &n);
-    snprintf(path, sizeof path, "%s/minilm/token_ids.txt", data);
-    FILE *f = fopen(path, "r");
+    mr_sentence *s = mr_reference_sentences(&n);
+    FILE *f = mr_open_data("token_ids.txt");
     KT_CHECK(s && f && n >= 200);
     if (!s || !f) return;
     char *line = NULL;
@@ -453,11 +449,7 @@ int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--ids") == 0) return print_ids(argv[2]);
     if (argc == 2 && strcmp(argv[1], "--reference") == 0) {
         ref_tok = model_tokenizer();
-        if (!ref_tok) {
-            printf("SKIP: the all-MiniLM-L6-v2 package is not installed (KILN_MINILM_DIR=%s); "
-                   "scripts/setup-debian.sh installs it\n", getenv("KILN_MINILM_DIR") ? getenv("KILN_MINILM_DIR") : "");
-            return 77;
-        }
+        if (!ref_tok) return mr_skip();
         KT_RUN(reference_ids);
         kiln_tokenizer_free(ref_tok);
         return kt_finish();

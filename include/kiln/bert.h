@@ -1,0 +1,79 @@
+/* kiln models: a BERT encoder (the architecture of all-MiniLM-L6-v2 and other sentence
+ * embedders) loaded from a Hugging Face model folder, with sentence-transformers' mean pooling
+ * and L2 normalisation on top.
+ *
+ *   kiln_bert *m = kiln_bert_load(".../all-MiniLM-L6-v2/model");   // config.json + model.safetensors
+ *   kiln_tokenizer *tok = kiln_tokenizer_load(".../all-MiniLM-L6-v2/model/vocab.txt", kiln_tokenizer_defaults());
+ *   if (!m || !tok) fprintf(stderr, "%s\n", kiln_last_error());     // missing, corrupt, mismatched
+ *   const char *texts[] = {"A man is eating food.", "Someone eats a meal."};
+ *   kiln_token_batch b;
+ *   if (m && tok && kiln_tokenizer_encode_batch(tok, 2, texts, NULL, &b) == KILN_OK) {
+ *       kiln_tensor e = kiln_bert_embed(m, b.input_ids, b.attention_mask, b.token_type_ids); // [2, 384]
+ *       float v[2 * 384];
+ *       if (kiln_into_data(e, v, sizeof v) == KILN_OK) printf("%f\n", v[0]);
+ *   }
+ *   kiln_tokenizer_free(tok);
+ *   kiln_bert_free(m);
+ *
+ * The weights are f32, named as transformers' BertModel names them ("embeddings.*",
+ * "encoder.layer.N.*"); "pooler.*" and "embeddings.position_ids" are ignored, any other tensor
+ * the model does not use is an error, as is a missing one or one of another shape or dtype. */
+#ifndef KILN_BERT_H
+#define KILN_BERT_H
+
+#include "core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* config.json's numbers (hidden_act must be "gelu", position_embedding_type "absolute"). */
+typedef struct {
+    int64_t vocab_size, hidden_size, num_hidden_layers, num_attention_heads, intermediate_size;
+    int64_t max_position_embeddings, type_vocab_size;
+    double layer_norm_eps;
+} kiln_bert_config;
+
+typedef struct kiln_bert kiln_bert;
+
+/* Reads dir/config.json, dir/model.safetensors and, when present, dir/1_Pooling/config.json
+ * (which must ask for mean pooling of dimension hidden_size). NULL with kiln_last_error for a
+ * missing or corrupt file, an unsupported setting, or a tensor that is missing, unexpected, or
+ * of the wrong shape or dtype: KILN_ERR_IO, KILN_ERR_CORRUPT, KILN_ERR_UNSUPPORTED,
+ * KILN_ERR_SHAPE, KILN_ERR_DTYPE, KILN_ERR_OUT_OF_MEMORY. The weights live on the CPU. */
+KILN_API kiln_bert *kiln_bert_load(const char *dir);
+KILN_API void kiln_bert_free(kiln_bert *m);
+/* The loaded configuration (all zero for NULL). */
+KILN_API kiln_bert_config kiln_bert_get_config(const kiln_bert *m);
+
+/* The encoder's last hidden state [batch, seq, hidden_size] f32. input_ids [batch, seq]
+ * (i32/i64, each below vocab_size, seq at most max_position_embeddings), attention_mask of the
+ * same shape (non-zero: a token, 0: padding; any dtype) and token_type_ids (same, or KILN_NONE
+ * for all zeros) are consumed. Errors come back as a poisoned tensor naming kiln_bert_forward. */
+KILN_API kiln_tensor kiln_bert_forward(const kiln_bert *m, kiln_tensor input_ids, kiln_tensor attention_mask,
+                                       kiln_tensor token_type_ids);
+/* Sentence embeddings [batch, hidden_size] f32: the hidden states averaged over the tokens
+ * attention_mask marks, then divided by their L2 norm (sentence-transformers' Pooling +
+ * Normalize). Takes the tokenizer's batch (kiln_token_batch's three tensors, consumed). */
+KILN_API kiln_tensor kiln_bert_embed(const kiln_bert *m, kiln_tensor input_ids, kiln_tensor attention_mask,
+                                     kiln_tensor token_type_ids);
+
+/* ---- call sites ------------------------------------------------------------------------- */
+/* The calls that record the caller's file:line, as in core.h's list. */
+#define KILN_BERT_API(X) \
+    X(kiln_bert *, bert_load, (const char *dir), (dir)) \
+    X(kiln_tensor, bert_forward, (const kiln_bert *m, kiln_tensor input_ids, kiln_tensor attention_mask, kiln_tensor token_type_ids), (m, input_ids, attention_mask, token_type_ids)) \
+    X(kiln_tensor, bert_embed, (const kiln_bert *m, kiln_tensor input_ids, kiln_tensor attention_mask, kiln_tensor token_type_ids), (m, input_ids, attention_mask, token_type_ids))
+KILN_BERT_API(KILN__AT_DECLARE)
+
+#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
+#pragma GCC system_header /* see core.h: errors in these calls name the caller's line */
+#define kiln_bert_load(...) KILN__AT(bert_load, __VA_ARGS__)
+#define kiln_bert_forward(...) KILN__AT(bert_forward, __VA_ARGS__)
+#define kiln_bert_embed(...) KILN__AT(bert_embed, __VA_ARGS__)
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

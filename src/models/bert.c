@@ -1,0 +1,377 @@
+/* A BERT encoder (transformers' BertModel, post-norm, GELU) on kiln's public ops, loaded from a
+ * Hugging Face model folder: config.json for the sizes, model.safetensors for the weights by
+ * name, 1_Pooling/config.json (sentence-transformers) for the pooling. Loading is strict and
+ * all or nothing: every file is hostile until checked, and every tensor must be present with its
+ * exact shape and dtype, with nothing left over but the parts BertModel has and an encoder does
+ * not use (the pooler, the position_ids buffer). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kiln/bert.h"
+#include "kiln/nn.h"
+#include "kiln/tensor.h"
+#include "models/models-impl.h"
+#include "nn/layers-impl.h"
+#include "optim/safetensors.h"
+
+static const char OP_LOAD[] = "kiln_bert_load";
+#define CONFIG_MAX_BYTES (1u << 20) /* transformers' config.json files are a few KiB */
+#define CONFIG_MAX_MEMBERS 256
+
+/* One encoder layer's tensors, in the order of LAYER_TENSORS. */
+enum { Q_W, Q_B, K_W, K_B, V_W, V_B, AO_W, AO_B, ALN_W, ALN_B, I_W, I_B, O_W, O_B, OLN_W, OLN_B, LAYER_N };
+/* Shapes in units: H hidden, I intermediate. */
+enum { DIM_H = -1, DIM_I = -2, DIM_NONE = 0 };
+static const struct {
+    const char *suffix;
+    int rows, cols;
+} LAYER_TENSORS[LAYER_N] = {
+    [Q_W] = {"attention.self.query.weight", DIM_H, DIM_H},   [Q_B] = {"attention.self.query.bias", DIM_H, DIM_NONE},
+    [K_W] = {"attention.self.key.weight", DIM_H, DIM_H},     [K_B] = {"attention.self.key.bias", DIM_H, DIM_NONE},
+    [V_W] = {"attention.self.value.weight", DIM_H, DIM_H},   [V_B] = {"attention.self.value.bias", DIM_H, DIM_NONE},
+    [AO_W] = {"attention.output.dense.weight", DIM_H, DIM_H}, [AO_B] = {"attention.output.dense.bias", DIM_H, DIM_NONE},
+    [ALN_W] = {"attention.output.LayerNorm.weight", DIM_H, DIM_NONE},
+    [ALN_B] = {"attention.output.LayerNorm.bias", DIM_H, DIM_NONE},
+    [I_W] = {"intermediate.dense.weight", DIM_I, DIM_H},     [I_B] = {"intermediate.dense.bias", DIM_I, DIM_NONE},
+    [O_W] = {"output.dense.weight", DIM_H, DIM_I},           [O_B] = {"output.dense.bias", DIM_H, DIM_NONE},
+    [OLN_W] = {"output.LayerNorm.weight", DIM_H, DIM_NONE},  [OLN_B] = {"output.LayerNorm.bias", DIM_H, DIM_NONE},
+};
+/* BertModel's tensors that an encoder for embeddings does not use. */
+static const char *const IGNORED[] = {"pooler.dense.weight", "pooler.dense.bias", "embeddings.position_ids"};
+
+struct kiln_bert {
+    kiln_bert_config cfg;
+    kiln_tensor word, position, token_type, ln_w, ln_b; /* embeddings */
+    kiln_tensor (*layers)[LAYER_N];
+};
+
+kiln_bert_config kiln_bert_get_config(const kiln_bert *m) { return m ? m->cfg : (kiln_bert_config){0}; }
+
+void kiln_bert_free(kiln_bert *m) {
+    if (!m) return;
+    kiln_tensor *emb[] = {&m->word, &m->position, &m->token_type, &m->ln_w, &m->ln_b};
+    for (size_t i = 0; i < sizeof emb / sizeof *emb; i++)
+        if (emb[i]->id) kiln_release(*emb[i]);
+    for (int64_t l = 0; m->layers && l < m->cfg.num_hidden_layers; l++)
+        for (int k = 0; k < LAYER_N; k++)
+            if (m->layers[l][k].id) kiln_release(m->layers[l][k]);
+    free(m->layers);
+    free(m);
+}
+
+/* ---- config files ------------------------------------------------------------------------ */
+
+/* Parses the JSON file at path into members; false with the error reported, or, when absent
+ * is not NULL and the file does not exist, false with *absent set and nothing reported. */
+static bool read_json(const char *path, kiln__json_member *members, int *count, bool *absent) {
+    size_t size = 0;
+    if (absent) *absent = access(path, F_OK) != 0 && errno == ENOENT;
+    if (absent && *absent) return false;
+    char *text = kiln__read_small_file(path, CONFIG_MAX_BYTES, "a config", OP_LOAD, &size);
+    if (!text) return false;
+    char why[256];
+    bool ok = kiln__json_parse_flat(text, size, members, CONFIG_MAX_MEMBERS, count, why, sizeof why);
+    free(text);
+    if (!ok) kiln__report(KILN_ERR_CORRUPT, OP_LOAD, "%s: not a JSON object of settings: %s", path, why);
+    return ok;
+}
+
+/* An integer setting within [lo, hi]; absent gives fallback, or an error when fallback < 0. */
+static bool config_int(const char *path, const kiln__json_member *ms, int n, const char *key, int64_t lo, int64_t hi,
+                       int64_t fallback, int64_t *out) {
+    const kiln__json_member *m = kiln__json_find(ms, n, key);
+    if (!m && fallback >= 0) return *out = fallback, true;
+    if (!m) return kiln__report(KILN_ERR_CORRUPT, OP_LOAD, "%s: no \"%s\"", path, key), false;
+    if (m->type != KILN__JSON_NUMBER || m->number != floor(m->number) || m->number < (double)lo || m->number > (double)hi) {
+        kiln__report(KILN_ERR_CORRUPT, OP_LOAD, "%s: \"%s\" must be an integer from %lld to %lld", path, key,
+                     (long long)lo, (long long)hi);
+        return false;
+    }
+    *out = (int64_t)m->number;
+    return true;
+}
+
+/* A string setting, when present, must be `want`. */
+static bool config_is(const char *path, const kiln__json_member *ms, int n, const char *key, const char *want) {
+    const kiln__json_member *m = kiln__json_find(ms, n, key);
+    if (!m || (m->type == KILN__JSON_STRING && strcmp(m->string, want) == 0)) return true;
+    kiln__report(KILN_ERR_UNSUPPORTED, OP_LOAD, "%s: \"%s\" is %s%s%s, only \"%s\" is supported", path, key,
+                 m->type == KILN__JSON_STRING ? "\"" : "", m->type == KILN__JSON_STRING ? m->string : "not a string",
+                 m->type == KILN__JSON_STRING ? "\"" : "", want);
+    return false;
+}
+
+static bool read_config(const char *dir, kiln_bert_config *cfg) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    kiln__json_member *ms = calloc(CONFIG_MAX_MEMBERS, sizeof *ms);
+    if (!ms) return kiln__report(KILN_ERR_OUT_OF_MEMORY, OP_LOAD, "cannot read %s", path), false;
+    int n = 0;
+    bool ok = read_json(path, ms, &n, NULL);
+    ok = ok && config_int(path, ms, n, "vocab_size", 1, 1 << 24, -1, &cfg->vocab_size);
+    ok = ok && config_int(path, ms, n, "hidden_size", 1, 1 << 16, -1, &cfg->hidden_size);
+    ok = ok && config_int(path, ms, n, "num_hidden_layers", 1, 1024, -1, &cfg->num_hidden_layers);
+    ok = ok && config_int(path, ms, n, "num_attention_heads", 1, 1 << 16, -1, &cfg->num_attention_heads);
+    ok = ok && config_int(path, ms, n, "intermediate_size", 1, 1 << 20, -1, &cfg->intermediate_size);
+    ok = ok && config_int(path, ms, n, "max_position_embeddings", 1, 1 << 20, -1, &cfg->max_position_embeddings);
+    ok = ok && config_int(path, ms, n, "type_vocab_size", 1, 1 << 16, 2, &cfg->type_vocab_size);
+    ok = ok && config_is(path, ms, n, "hidden_act", "gelu") && config_is(path, ms, n, "position_embedding_type", "absolute");
+    if (ok && cfg->hidden_size % cfg->num_attention_heads != 0) {
+        kiln__report(KILN_ERR_CORRUPT, OP_LOAD, "%s: hidden_size %lld is not a multiple of num_attention_heads %lld", path,
+                     (long long)cfg->hidden_size, (long long)cfg->num_attention_heads);
+        ok = false;
+    }
+    const kiln__json_member *eps = kiln__json_find(ms, n, "layer_norm_eps");
+    cfg->layer_norm_eps = 1e-12; /* BertConfig's default */
+    if (ok && eps) {
+        if (eps->type != KILN__JSON_NUMBER || !(eps->number >= 0) || eps->number > 1) {
+            kiln__report(KILN_ERR_CORRUPT, OP_LOAD, "%s: \"layer_norm_eps\" must be a number from 0 to 1", path);
+            ok = false;
+        }
+        cfg->layer_norm_eps = eps->number;
+    }
+    free(ms);
+    return ok;
+}
+
+/* sentence-transformers' pooling settings, when the folder has them: mean pooling only. */
+static bool check_pooling(const char *dir, int64_t hidden) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/1_Pooling/config.json", dir);
+    kiln__json_member *ms = calloc(CONFIG_MAX_MEMBERS, sizeof *ms);
+    if (!ms) return kiln__report(KILN_ERR_OUT_OF_MEMORY, OP_LOAD, "cannot read %s", path), false;
+    int n = 0;
+    bool absent = false, ok = read_json(path, ms, &n, &absent);
+    if (absent) return free(ms), true; /* a plain BERT folder: mean pooling, sentence-transformers' default */
+    int64_t dim = 0;
+    ok = ok && config_int(path, ms, n, "word_embedding_dimension", 1, 1 << 16, -1, &dim);
+    if (ok && dim != hidden) {
+        kiln__report(KILN_ERR_SHAPE, OP_LOAD, "%s: word_embedding_dimension %lld differs from hidden_size %lld", path,
+                     (long long)dim, (long long)hidden);
+        ok = false;
+    }
+    for (int i = 0; ok && i < n; i++) {
+        if (strncmp(ms[i].key, "pooling_mode_", 13) != 0) continue;
+        bool mean = strcmp(ms[i].key, "pooling_mode_mean_tokens") == 0;
+        if (ms[i].type != KILN__JSON_BOOL) {
+            kiln__report(KILN_ERR_CORRUPT, OP_LOAD, "%s: \"%s\" is not true or false", path, ms[i].key);
+            ok = false;
+        } else if (ms[i].boolean != mean) {
+            kiln__report(KILN_ERR_UNSUPPORTED, OP_LOAD, "%s: \"%s\" is %s: only mean pooling (pooling_mode_mean_tokens) is supported",
+                         path, ms[i].key, ms[i].boolean ? "true" : "false");
+            ok = false;
+        }
+    }
+    const kiln__json_member *mean = kiln__json_find(ms, n, "pooling_mode_mean_tokens");
+    if (ok && !mean) {
+        kiln__report(KILN_ERR_UNSUPPORTED, OP_LOAD, "%s: no \"pooling_mode_mean_tokens\": only mean pooling is supported", path);
+        ok = false;
+    }
+    free(ms);
+    return ok;
+}
+
+/* ---- weights ------------------------------------------------------------------------------ */
+
+typedef struct {
+    char name[96];
+    int ndim;
+    int64_t shape[2];
+    kiln_tensor *slot;
+} wanted;
+
+static void want(wanted *w, int *n, const char *name, int64_t rows, int64_t cols, kiln_tensor *slot) {
+    snprintf(w[*n].name, sizeof w[*n].name, "%s", name);
+    w[*n].ndim = cols ? 2 : 1;
+    w[*n].shape[0] = rows, w[*n].shape[1] = cols;
+    w[*n].slot = slot;
+    (*n)++;
+}
+
+/* Checks the file's tensors against the list, then makes every tensor; false with the error. */
+static bool load_weights(const char *path, kiln__st_file *f, wanted *w, int n) {
+    char a[128], b[128];
+    for (int i = 0; i < n; i++) {
+        const kiln__st_tensor *t = kiln__st_find(f, w[i].name);
+        if (!t) return kiln__report(KILN_ERR_SHAPE, OP_LOAD, "%s: no tensor '%s'", path, w[i].name), false;
+        if (t->kiln_dtype != KILN_F32)
+            return kiln__report(KILN_ERR_DTYPE, OP_LOAD, "%s: tensor '%s' is %s, not F32", path, w[i].name, t->dtype), false;
+        if (t->ndim != w[i].ndim || memcmp(t->shape, w[i].shape, sizeof(int64_t) * (size_t)t->ndim) != 0)
+            return kiln__report(KILN_ERR_SHAPE, OP_LOAD, "%s: tensor '%s' has shape %s, the config asks for %s", path, w[i].name,
+                                kiln__shape_str(a, sizeof a, t->ndim, t->shape), kiln__shape_str(b, sizeof b, w[i].ndim, w[i].shape)),
+                   false;
+    }
+    for (int i = 0; i < f->n_tensors; i++) {
+        const char *name = f->tensors[i].name;
+        bool known = false;
+        for (size_t k = 0; k < sizeof IGNORED / sizeof *IGNORED && !known; k++) known = strcmp(name, IGNORED[k]) == 0;
+        for (int k = 0; k < n && !known; k++) known = strcmp(name, w[k].name) == 0;
+        if (!known)
+            return kiln__report(KILN_ERR_SHAPE, OP_LOAD, "%s: unexpected tensor '%s' (not a part of a BERT encoder of this config)",
+                                path, name), false;
+    }
+    for (int i = 0; i < n; i++) {
+        const kiln__st_tensor *t = kiln__st_find(f, w[i].name);
+        kiln_shape shape = {.ndim = t->ndim};
+        memcpy(shape.dims, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+        *w[i].slot = kiln_from_data(KILN_CPU, KILN_F32, shape, f->data + t->begin); /* copied now */
+        if (!kiln__nn_peek(*w[i].slot)) /* poisoned: out of memory */
+            return kiln__report(KILN_ERR_OUT_OF_MEMORY, OP_LOAD, "%s: cannot make tensor '%s': %s", path, w[i].name,
+                                kiln_last_error()), false;
+    }
+    return true;
+}
+
+kiln_bert *kiln_bert_load(const char *dir) {
+    if (!dir) return kiln__report(KILN_ERR_NULL, OP_LOAD, "dir is NULL"), NULL;
+    kiln_bert *m = calloc(1, sizeof *m);
+    if (!m) return kiln__report(KILN_ERR_OUT_OF_MEMORY, OP_LOAD, "out of memory"), NULL;
+    if (!read_config(dir, &m->cfg) || !check_pooling(dir, m->cfg.hidden_size)) return free(m), NULL;
+    const kiln_bert_config *c = &m->cfg;
+    m->layers = calloc((size_t)c->num_hidden_layers, sizeof *m->layers);
+    int cap = 5 + LAYER_N * (int)c->num_hidden_layers, n = 0;
+    wanted *w = calloc((size_t)cap, sizeof *w);
+    if (!m->layers || !w) {
+        free(w), kiln_bert_free(m);
+        return kiln__report(KILN_ERR_OUT_OF_MEMORY, OP_LOAD, "out of memory"), NULL;
+    }
+    int64_t h = c->hidden_size;
+    want(w, &n, "embeddings.word_embeddings.weight", c->vocab_size, h, &m->word);
+    want(w, &n, "embeddings.position_embeddings.weight", c->max_position_embeddings, h, &m->position);
+    want(w, &n, "embeddings.token_type_embeddings.weight", c->type_vocab_size, h, &m->token_type);
+    want(w, &n, "embeddings.LayerNorm.weight", h, 0, &m->ln_w);
+    want(w, &n, "embeddings.LayerNorm.bias", h, 0, &m->ln_b);
+    for (int64_t l = 0; l < c->num_hidden_layers; l++)
+        for (int k = 0; k < LAYER_N; k++) {
+            char name[96];
+            snprintf(name, sizeof name, "encoder.layer.%lld.%s", (long long)l, LAYER_TENSORS[k].suffix);
+            int64_t dims[2];
+            for (int d = 0; d < 2; d++) {
+                int u = d ? LAYER_TENSORS[k].cols : LAYER_TENSORS[k].rows;
+                dims[d] = u == DIM_H ? h : u == DIM_I ? c->intermediate_size : 0;
+            }
+            want(w, &n, name, dims[0], dims[1], &m->layers[l][k]);
+        }
+    char path[4096], why[512];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    kiln__st_file f;
+    kiln_status st = kiln__st_read(path, &f, why, sizeof why);
+    if (st != KILN_OK) {
+        free(w), kiln_bert_free(m);
+        /* name the file once: some of the reader's reasons name it already */
+        return kiln__report(st, OP_LOAD, "%s%s%s", strstr(why, path) ? "" : path, strstr(why, path) ? "" : ": ", why), NULL;
+    }
+    bool ok = load_weights(path, &f, w, n);
+    kiln__st_free(&f);
+    free(w);
+    if (!ok) return kiln_bert_free(m), NULL;
+    return m;
+}
+
+/* ---- forward ------------------------------------------------------------------------------ */
+
+/* [b, s, h] -> [b, heads, s, h / heads] */
+static kiln_tensor split_heads(kiln_tensor x, int64_t b, int64_t s, int64_t heads, int64_t hd) {
+    return kiln_permute(kiln_reshape(x, KILN_SHAPE(b, s, heads, hd)), KILN_DIMS(0, 2, 1, 3));
+}
+
+static kiln_tensor encoder(const kiln_bert *m, kiln_tensor ids, kiln_tensor mask, kiln_tensor types, int64_t b, int64_t s) {
+    const kiln_bert_config *c = &m->cfg;
+    int64_t h = c->hidden_size, heads = c->num_attention_heads, hd = h / heads;
+    double eps = c->layer_norm_eps;
+    kiln_shape hs = KILN_SHAPE(h);
+    /* embeddings: word + position + token type, then LayerNorm */
+    kiln_tensor x = kiln_index_select(kiln_ref(m->word), 0, kiln_reshape(ids, KILN_SHAPE(b * s)));
+    if (types.id)
+        x = kiln_add(x, kiln_index_select(kiln_ref(m->token_type), 0, kiln_reshape(types, KILN_SHAPE(b * s))));
+    else
+        x = kiln_add(x, kiln_narrow(kiln_ref(m->token_type), 0, 0, 1));
+    x = kiln_add(kiln_reshape(x, KILN_SHAPE(b, s, h)), kiln_narrow(kiln_ref(m->position), 0, 0, s));
+    x = kiln_layer_norm(x, hs, kiln_ref(m->ln_w), kiln_ref(m->ln_b), eps);
+    /* keys that are tokens: [b, 1, 1, s], broadcast over heads and queries */
+    kiln_tensor attend = kiln_reshape(kiln_ne_scalar(mask, 0.0), KILN_SHAPE(b, 1, 1, s));
+    for (int64_t l = 0; l < c->num_hidden_layers; l++) {
+        const kiln_tensor *w = m->layers[l];
+        kiln_tensor q = split_heads(kiln_linear(kiln_ref(x), kiln_ref(w[Q_W]), kiln_ref(w[Q_B])), b, s, heads, hd);
+        kiln_tensor k = split_heads(kiln_linear(kiln_ref(x), kiln_ref(w[K_W]), kiln_ref(w[K_B])), b, s, heads, hd);
+        kiln_tensor v = split_heads(kiln_linear(kiln_ref(x), kiln_ref(w[V_W]), kiln_ref(w[V_B])), b, s, heads, hd);
+        kiln_tensor ctx = kiln_scaled_dot_product_attention(q, k, v, kiln_ref(attend), false, 0.0);
+        ctx = kiln_reshape(kiln_permute(ctx, KILN_DIMS(0, 2, 1, 3)), KILN_SHAPE(b, s, h));
+        kiln_tensor a = kiln_linear(ctx, kiln_ref(w[AO_W]), kiln_ref(w[AO_B]));
+        x = kiln_layer_norm(kiln_add(a, x), hs, kiln_ref(w[ALN_W]), kiln_ref(w[ALN_B]), eps);
+        kiln_tensor i = kiln_gelu(kiln_linear(kiln_ref(x), kiln_ref(w[I_W]), kiln_ref(w[I_B])));
+        kiln_tensor o = kiln_linear(i, kiln_ref(w[O_W]), kiln_ref(w[O_B]));
+        x = kiln_layer_norm(kiln_add(o, x), hs, kiln_ref(w[OLN_W]), kiln_ref(w[OLN_B]), eps);
+    }
+    kiln_release(attend);
+    return x;
+}
+
+/* Checks the inputs; on success *b and *s are the batch and sequence sizes. Otherwise returns
+ * false with *out a tensor poisoned for op (the inputs consumed). */
+static bool check_inputs(const char *op, const kiln_bert *m, kiln_tensor *in, int64_t *b, int64_t *s, kiln_tensor *out) {
+    int n = in[2].id ? 3 : 2;
+    if (!m) return *out = kiln__nn_fail(op, n, in, KILN_ERR_NULL, "the model is NULL"), false;
+    const kiln__tensor *t[3] = {kiln__nn_peek(in[0]), kiln__nn_peek(in[1]), n == 3 ? kiln__nn_peek(in[2]) : NULL};
+    if (!t[0] || !t[1] || (n == 3 && !t[2])) return *out = kiln__nn_fail(op, n, in, KILN_ERR_INVALID_ARGUMENT, "unusable input"), false;
+    static const char *const what[] = {"input_ids", "attention_mask", "token_type_ids"};
+    char a[128], c[128];
+    if (t[0]->ndim != 2)
+        return *out = kiln__nn_fail(op, n, in, KILN_ERR_SHAPE, "input_ids must be [batch, seq], got %s",
+                                    kiln__shape_str(a, sizeof a, t[0]->ndim, t[0]->shape)), false;
+    for (int i = 0; i < n; i++) {
+        if (i != 1 && t[i]->dtype != KILN_I64 && t[i]->dtype != KILN_I32)
+            return *out = kiln__nn_fail(op, n, in, KILN_ERR_DTYPE, "%s must be i32 or i64, got %s", what[i],
+                                        kiln_dtype_name(t[i]->dtype)), false;
+        if (i && (t[i]->ndim != 2 || t[i]->shape[0] != t[0]->shape[0] || t[i]->shape[1] != t[0]->shape[1]))
+            return *out = kiln__nn_fail(op, n, in, KILN_ERR_SHAPE, "%s %s must have input_ids' shape %s", what[i],
+                                        kiln__shape_str(a, sizeof a, t[i]->ndim, t[i]->shape),
+                                        kiln__shape_str(c, sizeof c, t[0]->ndim, t[0]->shape)), false;
+    }
+    *b = t[0]->shape[0], *s = t[0]->shape[1];
+    if (*b < 1 || *s < 1 || *s > m->cfg.max_position_embeddings)
+        return *out = kiln__nn_fail(op, n, in, KILN_ERR_SHAPE, "input_ids %s: need a batch of at least 1 and 1 to %lld tokens",
+                                    kiln__shape_str(a, sizeof a, t[0]->ndim, t[0]->shape),
+                                    (long long)m->cfg.max_position_embeddings), false;
+    return true;
+}
+
+/* sentence-transformers' Pooling + Normalize over x [b, s, h]: sum(x * mask) / max(count, 1e-9),
+ * then divided by max(||.||, 1e-12). Consumes both. */
+static kiln_tensor mean_pool_normalize(kiln_tensor x, kiln_tensor attention_mask) {
+    kiln_tensor weight = kiln_cast(kiln_ne_scalar(attention_mask, 0.0), KILN_F32); /* [b, s] */
+    kiln_tensor sum = kiln_sum_dims(kiln_mul(x, kiln_unsqueeze(kiln_ref(weight), -1)), KILN_DIMS(1), false);
+    kiln_tensor count = kiln_clamp(kiln_sum_dims(weight, KILN_DIMS(1), true), 1e-9, NAN);
+    kiln_tensor mean = kiln_div(sum, count);
+    kiln_tensor norm = kiln_sqrt(kiln_sum_dims(kiln_mul(kiln_ref(mean), kiln_ref(mean)), KILN_DIMS(1), true));
+    return kiln_div(mean, kiln_clamp(norm, 1e-12, NAN));
+}
+
+/* kiln_bert_forward and kiln_bert_embed: the checks, then the encoder (and the pooling) with
+ * the ops inside reporting as op. */
+static kiln_tensor run(const char *op, bool pool, const kiln_bert *m, kiln_tensor input_ids, kiln_tensor attention_mask,
+                       kiln_tensor token_type_ids) {
+    kiln_tensor in[3] = {input_ids, attention_mask, token_type_ids}, out;
+    int64_t b, s;
+    if (!check_inputs(op, m, in, &b, &s, &out)) return out;
+    const char *outer = kiln__op_scope_enter(op);
+    kiln_tensor mask = pool ? kiln_ref(attention_mask) : KILN_NONE;
+    out = encoder(m, input_ids, attention_mask, token_type_ids, b, s);
+    if (pool) out = mean_pool_normalize(out, mask);
+    kiln__op_scope_leave(outer);
+    return out;
+}
+
+kiln_tensor kiln_bert_forward(const kiln_bert *m, kiln_tensor input_ids, kiln_tensor attention_mask,
+                              kiln_tensor token_type_ids) {
+    return run("kiln_bert_forward", false, m, input_ids, attention_mask, token_type_ids);
+}
+
+kiln_tensor kiln_bert_embed(const kiln_bert *m, kiln_tensor input_ids, kiln_tensor attention_mask,
+                            kiln_tensor token_type_ids) {
+    return run("kiln_bert_embed", true, m, input_ids, attention_mask, token_type_ids);
+}

@@ -1,0 +1,427 @@
+/* The BERT encoder (kiln/bert.h): all-MiniLM-L6-v2's sentence embeddings against the reference
+ * in tests/data/minilm (`test_bert --reference`, skipped with 77 when the model package is not
+ * installed), and, without the model, a tiny BERT written here: loading errors for missing,
+ * unexpected, mis-shaped and mistyped tensors, truncated files and bad configs, input checks,
+ * and the pooling's invariance to padding. */
+#include <kiln.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kiln_test.h"
+#include "minilm_reference.h"
+#include "optim/safetensors.h"
+
+/* ---- the reference ----------------------------------------------------------------------- */
+static const char *model_dir;
+
+KT_TEST(reference_embeddings) {
+    size_t n = 0;
+    mr_sentence *s = mr_reference_sentences(&n);
+    FILE *f = mr_open_data("embeddings.f32");
+    KT_CHECK(s && f && n >= 200);
+    if (!s || !f) return (void)(f && fclose(f)), mr_free_sentences(s, n);
+    float *want = malloc(n * 384 * sizeof *want), *got = malloc(32 * 384 * sizeof *got);
+    KT_CHECK(fread(want, sizeof *want, n * 384, f) == n * 384);
+    fclose(f);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/vocab.txt", model_dir);
+    kiln_tokenizer *tok = kiln_tokenizer_load(path, kiln_tokenizer_defaults());
+    kiln_bert *m = kiln_bert_load(model_dir);
+    KT_CHECK_MSG(tok && m, "%s", kiln_last_error());
+    kiln_bert_config c = kiln_bert_get_config(m);
+    KT_CHECK(c.hidden_size == 384 && c.num_hidden_layers == 6 && c.num_attention_heads == 12 && c.intermediate_size == 1536);
+    double worst = 0, worst_cos = 1;
+    size_t checked = 0, bad = 0;
+    for (size_t at = 0; tok && m && at < n; at += 32) {
+        size_t k = n - at < 32 ? n - at : 32;
+        const char *texts[32];
+        size_t lens[32];
+        for (size_t i = 0; i < k; i++) texts[i] = s[at + i].text, lens[i] = s[at + i].len;
+        kiln_token_batch b;
+        kiln_status st = kiln_tokenizer_encode_batch(tok, (int64_t)k, texts, lens, &b);
+        KT_CHECK_MSG(st == KILN_OK, "%s", kiln_last_error());
+        if (st != KILN_OK) break;
+        kiln_tensor e = kiln_bert_embed(m, b.input_ids, b.attention_mask, b.token_type_ids);
+        st = kiln_into_data(e, got, k * 384 * sizeof *got);
+        KT_CHECK_MSG(st == KILN_OK, "batch at %zu: %s", at, kiln_last_error());
+        if (st != KILN_OK) break;
+        for (size_t i = 0; i < k; i++) {
+            const float *g = got + i * 384, *w = want + (at + i) * 384;
+            double dot = 0, gg = 0, ww = 0, diff = 0;
+            for (int d = 0; d < 384; d++) {
+                double e1 = fabs((double)g[d] - (double)w[d]);
+                diff = e1 > diff ? e1 : diff;
+                dot += (double)g[d] * w[d], gg += (double)g[d] * g[d], ww += (double)w[d] * w[d];
+            }
+            double cosine = dot / sqrt(gg * ww);
+            worst = diff > worst ? diff : worst;
+            worst_cos = cosine < worst_cos ? cosine : worst_cos;
+            bool ok = diff <= 1e-5 && cosine >= 0.99999;
+            bad += !ok;
+            KT_CHECK_MSG(ok || bad > 5, "sentence %zu (%.40s): max |diff| %.3g, cosine %.8f", at + i + 1, texts[i], diff, cosine);
+            checked++;
+        }
+    }
+    fprintf(stderr, "  %zu of %zu sentences embedded (batches of 32): max |diff| %.3g, min cosine %.8f, %zu off\n", checked,
+            n, worst, worst_cos, bad);
+    KT_CHECK(bad == 0 && checked == n);
+    kiln_bert_free(m);
+    kiln_tokenizer_free(tok);
+    free(want), free(got);
+    mr_free_sentences(s, n);
+}
+
+
+/* ---- a tiny BERT written here ------------------------------------------------------------ */
+static char tmp_dir[64];
+enum { T_VOCAB = 10, T_H = 8, T_HEADS = 2, T_I = 16, T_POS = 12, T_TYPES = 2 };
+
+static const char TINY_CONFIG[] =
+    "{\"architectures\": [\"BertModel\"], \"hidden_act\": \"gelu\", \"hidden_size\": 8, \"intermediate_size\": 16,\n"
+    " \"layer_norm_eps\": 1e-12, \"max_position_embeddings\": 12, \"model_type\": \"bert\", \"num_attention_heads\": 2,\n"
+    " \"num_hidden_layers\": 1, \"position_embedding_type\": \"absolute\", \"type_vocab_size\": 2, \"vocab_size\": 10,\n"
+    " \"nested\": {\"a\": [1, 2, {\"b\": null}], \"c\": \"\\u00e9\\ud83d\\ude00\"}}\n";
+static const char TINY_POOLING[] = "{\"word_embedding_dimension\": 8, \"pooling_mode_cls_token\": false,\n"
+                                   " \"pooling_mode_mean_tokens\": true, \"pooling_mode_max_tokens\": false}\n";
+
+typedef struct {
+    char name[96];
+    int ndim;
+    int64_t shape[2];
+} tiny_tensor;
+
+static int tiny_tensors(tiny_tensor *t) {
+    static const struct {
+        const char *name;
+        int64_t rows, cols;
+    } list[] = {
+        {"embeddings.word_embeddings.weight", T_VOCAB, T_H}, {"embeddings.position_embeddings.weight", T_POS, T_H},
+        {"embeddings.token_type_embeddings.weight", T_TYPES, T_H}, {"embeddings.LayerNorm.weight", T_H, 0},
+        {"embeddings.LayerNorm.bias", T_H, 0}, {"encoder.layer.0.attention.self.query.weight", T_H, T_H},
+        {"encoder.layer.0.attention.self.query.bias", T_H, 0}, {"encoder.layer.0.attention.self.key.weight", T_H, T_H},
+        {"encoder.layer.0.attention.self.key.bias", T_H, 0}, {"encoder.layer.0.attention.self.value.weight", T_H, T_H},
+        {"encoder.layer.0.attention.self.value.bias", T_H, 0}, {"encoder.layer.0.attention.output.dense.weight", T_H, T_H},
+        {"encoder.layer.0.attention.output.dense.bias", T_H, 0}, {"encoder.layer.0.attention.output.LayerNorm.weight", T_H, 0},
+        {"encoder.layer.0.attention.output.LayerNorm.bias", T_H, 0}, {"encoder.layer.0.intermediate.dense.weight", T_I, T_H},
+        {"encoder.layer.0.intermediate.dense.bias", T_I, 0}, {"encoder.layer.0.output.dense.weight", T_H, T_I},
+        {"encoder.layer.0.output.dense.bias", T_H, 0}, {"encoder.layer.0.output.LayerNorm.weight", T_H, 0},
+        {"encoder.layer.0.output.LayerNorm.bias", T_H, 0},
+    };
+    int n = (int)(sizeof list / sizeof *list);
+    for (int i = 0; i < n; i++) {
+        snprintf(t[i].name, sizeof t[i].name, "%s", list[i].name);
+        t[i].ndim = list[i].cols ? 2 : 1;
+        t[i].shape[0] = list[i].rows, t[i].shape[1] = list[i].cols;
+    }
+    return n;
+}
+
+static void write_text(const char *dir, const char *name, const char *text) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    KT_CHECK(f != NULL);
+    if (f) fputs(text, f), fclose(f);
+}
+
+/* Writes the tiny model (config, pooling, weights) into a fresh folder under tmp_dir; edit
+ * changes the tensor list first: drop (name), add (name), reshape or retype one. */
+typedef enum { EDIT_NONE, EDIT_DROP, EDIT_ADD, EDIT_SHAPE, EDIT_DTYPE, EDIT_POOLER } tiny_edit;
+
+static const char *write_tiny(const char *sub, tiny_edit edit, const char *name) {
+    static char dir[160];
+    snprintf(dir, sizeof dir, "%s/%s", tmp_dir, sub);
+    mkdir(dir, 0700);
+    char pool[200];
+    snprintf(pool, sizeof pool, "%s/1_Pooling", dir);
+    mkdir(pool, 0700);
+    write_text(dir, "config.json", TINY_CONFIG);
+    write_text(dir, "1_Pooling/config.json", TINY_POOLING);
+    tiny_tensor t[32];
+    int n = tiny_tensors(t);
+    if (edit == EDIT_ADD || edit == EDIT_POOLER) {
+        snprintf(t[n].name, sizeof t[n].name, "%s", edit == EDIT_POOLER ? "pooler.dense.weight" : name);
+        t[n].ndim = 2, t[n].shape[0] = T_H, t[n].shape[1] = T_H;
+        n++;
+    }
+    static double data[32][T_VOCAB * T_H * 2 + T_H * T_I];
+    kiln__st_entry e[32];
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (edit == EDIT_DROP && strcmp(t[i].name, name) == 0) continue;
+        bool mine = name && strcmp(t[i].name, name) == 0;
+        if (mine && edit == EDIT_SHAPE) t[i].shape[0]++;
+        kiln_dtype dt = mine && edit == EDIT_DTYPE ? KILN_F64 : KILN_F32;
+        int64_t numel = t[i].shape[0] * (t[i].ndim == 2 ? t[i].shape[1] : 1);
+        float *fv = (float *)data[k];
+        for (int64_t j = 0; j < numel; j++) { /* small deterministic weights; LayerNorm weights near 1 */
+            double v = 0.3 * sin(0.7 * (double)(j + 13 * i)) + (strstr(t[i].name, "LayerNorm.weight") ? 1.0 : 0.0);
+            if (dt == KILN_F64) data[k][j] = v;
+            else fv[j] = (float)v;
+        }
+        e[k] = (kiln__st_entry){t[i].name, dt, t[i].ndim, t[i].shape, data[k], (size_t)numel * (dt == KILN_F64 ? 8 : 4)};
+        k++;
+    }
+    char path[256], why[256];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    KT_CHECK_MSG(kiln__st_write(path, e, k, NULL, 0, why, sizeof why) == KILN_OK, "%s", why);
+    return dir;
+}
+
+#define EXPECT_LOAD_ERROR(dir, st, what)                                  \
+    do {                                                                  \
+        int line_ = __LINE__;                                             \
+        kiln_bert *m_ = kiln_bert_load(dir);                              \
+        KT_CHECK(m_ == NULL);                                             \
+        kiln_bert_free(m_);                                               \
+        KT_EXPECT_ERROR((st), (what), line_);                             \
+        KT_CHECK_MSG(strstr(kiln_last_error(), "kiln_bert_load") != NULL, "%s", kiln_last_error()); \
+    } while (0)
+
+/* [n, s] i64 tensors from rows of ids (0 = padding, mask 0 there). */
+static kiln_token_batch tiny_batch(int64_t n, int64_t s, const int64_t *ids) {
+    int64_t mask[64], types[64] = {0};
+    for (int64_t i = 0; i < n * s; i++) mask[i] = ids[i] != 0;
+    return (kiln_token_batch){kiln_from_data(KILN_CPU, KILN_I64, KILN_SHAPE(n, s), ids),
+                              kiln_from_data(KILN_CPU, KILN_I64, KILN_SHAPE(n, s), mask),
+                              kiln_from_data(KILN_CPU, KILN_I64, KILN_SHAPE(n, s), types)};
+}
+
+KT_TEST(tiny_model_loads_and_pools) {
+    kt_mem_begin();
+    kiln_bert *m = kiln_bert_load(write_tiny("good", EDIT_NONE, NULL));
+    KT_CHECK_MSG(m != NULL, "%s", kiln_last_error());
+    if (!m) return;
+    kiln_bert_config c = kiln_bert_get_config(m);
+    KT_CHECK(c.vocab_size == T_VOCAB && c.hidden_size == T_H && c.num_attention_heads == T_HEADS &&
+             c.num_hidden_layers == 1 && c.intermediate_size == T_I && c.max_position_embeddings == T_POS &&
+             c.type_vocab_size == T_TYPES && c.layer_norm_eps == 1e-12);
+    /* a sentence alone and padded in a batch beside a longer one: the same embedding, unit norm */
+    int64_t alone[3] = {1, 5, 2}, both[10] = {1, 5, 2, 0, 0, 1, 7, 3, 9, 2};
+    kiln_token_batch a = tiny_batch(1, 3, alone), b = tiny_batch(2, 5, both);
+    float ea[T_H], eb[2 * T_H], h[2 * 5 * T_H];
+    KT_CHECK(kiln_into_data(kiln_bert_embed(m, a.input_ids, a.attention_mask, a.token_type_ids), ea, sizeof ea) == KILN_OK);
+    kiln_tensor hidden = kiln_bert_forward(m, kiln_ref(b.input_ids), kiln_ref(b.attention_mask), KILN_NONE);
+    KT_CHECK(kiln_tensor_ndim(hidden) == 3 && kiln_tensor_dim(hidden, 2) == T_H);
+    KT_CHECK(kiln_into_data(hidden, h, sizeof h) == KILN_OK);
+    KT_CHECK(kiln_into_data(kiln_bert_embed(m, b.input_ids, b.attention_mask, b.token_type_ids), eb, sizeof eb) == KILN_OK);
+    double norm0 = 0, norm1 = 0, mean_err = 0;
+    for (int d = 0; d < T_H; d++) {
+        KT_NEAR(eb[d], ea[d], 1e-5);
+        norm0 += (double)eb[d] * eb[d], norm1 += (double)eb[T_H + d] * eb[T_H + d];
+    }
+    KT_NEAR(norm0, 1.0, 1e-5);
+    KT_NEAR(norm1, 1.0, 1e-5);
+    /* the second row's embedding is its hidden states' mean, normalised */
+    double mean[T_H], mn = 0;
+    for (int d = 0; d < T_H; d++) {
+        mean[d] = 0;
+        for (int t = 0; t < 5; t++) mean[d] += h[(5 + t) * T_H + d] / 5.0;
+        mn += mean[d] * mean[d];
+    }
+    for (int d = 0; d < T_H; d++) mean_err = fmax(mean_err, fabs(mean[d] / sqrt(mn) - eb[T_H + d]));
+    KT_CHECK_MSG(mean_err < 1e-5, "mean pooling off by %g", mean_err);
+    /* i32 ids, a bool mask and no token types (all type 0) give the same embedding */
+    kiln_token_batch one = tiny_batch(1, 3, alone);
+    float ec[T_H];
+    kiln_tensor e32 = kiln_bert_embed(m, kiln_cast(one.input_ids, KILN_I32), kiln_cast(one.attention_mask, KILN_BOOL), KILN_NONE);
+    KT_CHECK_MSG(kiln_into_data(e32, ec, sizeof ec) == KILN_OK, "%s", kiln_last_error());
+    for (int d = 0; d < T_H; d++) KT_NEAR(ec[d], ea[d], 1e-6);
+    kiln_release(one.token_type_ids);
+    kiln_bert_free(m);
+    /* the pooler is BertModel's and ignored */
+    m = kiln_bert_load(write_tiny("pooler", EDIT_POOLER, NULL));
+    KT_CHECK_MSG(m != NULL, "%s", kiln_last_error());
+    kiln_bert_free(m);
+    KT_MEM_CHECK();
+}
+
+KT_TEST(tensor_errors) {
+    kt_mem_begin();
+    EXPECT_LOAD_ERROR(write_tiny("drop", EDIT_DROP, "encoder.layer.0.output.dense.bias"), KILN_ERR_SHAPE,
+                      "no tensor 'encoder.layer.0.output.dense.bias'");
+    EXPECT_LOAD_ERROR(write_tiny("drop_emb", EDIT_DROP, "embeddings.word_embeddings.weight"), KILN_ERR_SHAPE,
+                      "no tensor 'embeddings.word_embeddings.weight'");
+    EXPECT_LOAD_ERROR(write_tiny("extra", EDIT_ADD, "encoder.layer.1.attention.self.query.weight"), KILN_ERR_SHAPE,
+                      "unexpected tensor 'encoder.layer.1.attention.self.query.weight'");
+    EXPECT_LOAD_ERROR(write_tiny("extra2", EDIT_ADD, "cls.predictions.weight"), KILN_ERR_SHAPE, "unexpected tensor 'cls.predictions.weight'");
+    EXPECT_LOAD_ERROR(write_tiny("shape", EDIT_SHAPE, "encoder.layer.0.intermediate.dense.weight"), KILN_ERR_SHAPE,
+                      "tensor 'encoder.layer.0.intermediate.dense.weight' has shape [17, 8], the config asks for [16, 8]");
+    EXPECT_LOAD_ERROR(write_tiny("dtype", EDIT_DTYPE, "embeddings.LayerNorm.bias"), KILN_ERR_DTYPE,
+                      "tensor 'embeddings.LayerNorm.bias' is F64, not F32");
+    /* a truncated file, and one with a damaged header */
+    const char *dir = write_tiny("truncated", EDIT_NONE, NULL);
+    char path[256];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    struct stat st;
+    KT_CHECK(stat(path, &st) == 0 && truncate(path, st.st_size - 7) == 0);
+    EXPECT_LOAD_ERROR(dir, KILN_ERR_CORRUPT, "model.safetensors");
+    KT_CHECK(truncate(path, 5) == 0);
+    EXPECT_LOAD_ERROR(dir, KILN_ERR_CORRUPT, "model.safetensors");
+    KT_CHECK(unlink(path) == 0);
+    EXPECT_LOAD_ERROR(dir, KILN_ERR_IO, "cannot open");
+    KT_CHECK(strstr(kiln_last_error(), "model.safetensors") != NULL);
+    EXPECT_LOAD_ERROR(NULL, KILN_ERR_NULL, "dir is NULL");
+    KT_MEM_CHECK();
+}
+
+KT_TEST(config_errors) {
+    kt_mem_begin();
+    const char *dir = write_tiny("config", EDIT_NONE, NULL);
+    EXPECT_LOAD_ERROR("/nonexistent/model", KILN_ERR_IO, "/nonexistent/model/config.json: cannot open");
+    static const struct {
+        const char *text;
+        kiln_status st;
+        const char *why;
+    } bad[] = {
+        {"", KILN_ERR_CORRUPT, "expected an object at byte 0"},
+        {"{\"hidden_size\": 8,}", KILN_ERR_CORRUPT, "expected a key"},
+        {"{\"hidden_size\": 8} x", KILN_ERR_CORRUPT, "text after the object"},
+        {"{\"a\": 1, \"a\": 2}", KILN_ERR_CORRUPT, "duplicate key"},
+        {"{\"a\": 01}", KILN_ERR_CORRUPT, "expected ',' or '}'"},
+        {"{\"a\": 1e999}", KILN_ERR_CORRUPT, "number out of range"},
+        {"{\"a\": \"\\ud800\"}", KILN_ERR_CORRUPT, "lone surrogate"},
+        {"{\"a\": \"x\ty\"}", KILN_ERR_CORRUPT, "control character"},
+        {"{\"a\": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}", KILN_ERR_CORRUPT,
+         "nesting too deep"},
+        {"{\"a\": tru}", KILN_ERR_CORRUPT, "invalid literal"},
+        {"{\"vocab_size\": 10}", KILN_ERR_CORRUPT, "no \"hidden_size\""},
+        {"{\"vocab_size\": 10, \"hidden_size\": 8.5}", KILN_ERR_CORRUPT, "\"hidden_size\" must be an integer"},
+        {"{\"vocab_size\": 10, \"hidden_size\": -8}", KILN_ERR_CORRUPT, "\"hidden_size\" must be an integer"},
+        {"{\"vocab_size\": 10, \"hidden_size\": \"8\"}", KILN_ERR_CORRUPT, "\"hidden_size\" must be an integer"},
+        {"{\"vocab_size\": 10, \"hidden_size\": 8, \"num_hidden_layers\": 1, \"num_attention_heads\": 3, "
+         "\"intermediate_size\": 16, \"max_position_embeddings\": 12}", KILN_ERR_CORRUPT, "not a multiple of num_attention_heads"},
+        {"{\"vocab_size\": 10, \"hidden_size\": 8, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
+         "\"intermediate_size\": 16, \"max_position_embeddings\": 12, \"hidden_act\": \"relu\"}", KILN_ERR_UNSUPPORTED,
+         "\"hidden_act\" is \"relu\", only \"gelu\" is supported"},
+        {"{\"vocab_size\": 10, \"hidden_size\": 8, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
+         "\"intermediate_size\": 16, \"max_position_embeddings\": 12, \"layer_norm_eps\": -1}", KILN_ERR_CORRUPT,
+         "\"layer_norm_eps\" must be a number"},
+        /* sizes that disagree with the weights */
+        {"{\"vocab_size\": 11, \"hidden_size\": 8, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
+         "\"intermediate_size\": 16, \"max_position_embeddings\": 12}", KILN_ERR_SHAPE,
+         "'embeddings.word_embeddings.weight' has shape [10, 8], the config asks for [11, 8]"},
+        {"{\"vocab_size\": 10, \"hidden_size\": 8, \"num_hidden_layers\": 2, \"num_attention_heads\": 2, "
+         "\"intermediate_size\": 16, \"max_position_embeddings\": 12}", KILN_ERR_SHAPE, "no tensor 'encoder.layer.1."},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        write_text(dir, "config.json", bad[i].text);
+        EXPECT_LOAD_ERROR(dir, bad[i].st, bad[i].why);
+        KT_CHECK_MSG(strstr(kiln_last_error(), i < 17 ? "config.json" : "model.safetensors") != NULL, "case %zu: %s", i,
+                     kiln_last_error());
+    }
+    write_text(dir, "config.json", TINY_CONFIG);
+    write_text(dir, "1_Pooling/config.json", "{\"word_embedding_dimension\": 8, \"pooling_mode_cls_token\": true, \"pooling_mode_mean_tokens\": false}");
+    EXPECT_LOAD_ERROR(dir, KILN_ERR_UNSUPPORTED, "\"pooling_mode_cls_token\" is true: only mean pooling");
+    write_text(dir, "1_Pooling/config.json", "{\"word_embedding_dimension\": 384, \"pooling_mode_mean_tokens\": true}");
+    EXPECT_LOAD_ERROR(dir, KILN_ERR_SHAPE, "word_embedding_dimension 384 differs from hidden_size 8");
+    write_text(dir, "1_Pooling/config.json", "{\"word_embedding_dimension\": 8, \"pooling_mode_mean_tokens\": 1}");
+    EXPECT_LOAD_ERROR(dir, KILN_ERR_CORRUPT, "\"pooling_mode_mean_tokens\" is not true or false");
+    write_text(dir, "1_Pooling/config.json", "[");
+    EXPECT_LOAD_ERROR(dir, KILN_ERR_CORRUPT, "1_Pooling/config.json: not a JSON object");
+    /* no pooling config: a plain BERT folder, mean pooling */
+    char path[256];
+    snprintf(path, sizeof path, "%s/1_Pooling/config.json", dir);
+    KT_CHECK(unlink(path) == 0);
+    kiln_bert *m = kiln_bert_load(dir);
+    KT_CHECK_MSG(m != NULL, "%s", kiln_last_error());
+    kiln_bert_free(m);
+    /* a directory where config.json should be */
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    KT_CHECK(unlink(path) == 0 && mkdir(path, 0700) == 0);
+    EXPECT_LOAD_ERROR(dir, KILN_ERR_IO, "config.json: cannot open");
+    rmdir(path);
+    KT_MEM_CHECK();
+}
+
+KT_TEST(input_errors) {
+    kt_mem_begin();
+    kiln_bert *m = kiln_bert_load(write_tiny("inputs", EDIT_NONE, NULL));
+    KT_CHECK_MSG(m != NULL, "%s", kiln_last_error());
+    int64_t ids[4] = {1, 5, 2, 0};
+    kiln_token_batch b = tiny_batch(1, 4, ids);
+    KT_READ_ERROR(kiln_bert_embed(NULL, kiln_ref(b.input_ids), kiln_ref(b.attention_mask), KILN_NONE), KILN_ERR_NULL,
+                  "kiln_bert_embed");
+    KT_READ_ERROR(kiln_bert_embed(m, kiln_cast(kiln_ref(b.input_ids), KILN_F32), kiln_ref(b.attention_mask), KILN_NONE),
+                  KILN_ERR_DTYPE, "kiln_bert_embed");
+    KT_READ_ERROR(kiln_bert_embed(m, kiln_reshape(kiln_ref(b.input_ids), KILN_SHAPE(4)), kiln_ref(b.attention_mask), KILN_NONE),
+                  KILN_ERR_SHAPE, "kiln_bert_embed");
+    KT_READ_ERROR(kiln_bert_forward(m, kiln_ref(b.input_ids), kiln_reshape(kiln_ref(b.attention_mask), KILN_SHAPE(2, 2)),
+                                    KILN_NONE),
+                  KILN_ERR_SHAPE, "kiln_bert_forward");
+    int64_t long_ids[T_POS + 1];
+    for (int i = 0; i <= T_POS; i++) long_ids[i] = 1;
+    kiln_token_batch l = tiny_batch(1, T_POS + 1, long_ids);
+    KT_READ_ERROR(kiln_bert_embed(m, l.input_ids, l.attention_mask, l.token_type_ids), KILN_ERR_SHAPE, "kiln_bert_embed");
+    /* an id past the vocabulary: found when the lookup runs, reported as the embedding call */
+    int64_t big[2] = {1, T_VOCAB};
+    kiln_token_batch g = tiny_batch(1, 2, big);
+    kiln_tensor e = kiln_bert_embed(m, g.input_ids, g.attention_mask, g.token_type_ids);
+    float out[T_H];
+    KT_CHECK(kiln_into_data(e, out, sizeof out) != KILN_OK);
+    KT_CHECK_MSG(strstr(kiln_last_error(), "kiln_bert_embed") != NULL, "%s", kiln_last_error());
+    kiln_token_batch_release(&b);
+    kiln_bert_free(m);
+    KT_MEM_CHECK();
+}
+
+/* kiln_tensors_save, which examples/embed writes its embeddings with: any layout, read back
+ * exactly; bad names and poisoned tensors are errors naming it and this line. */
+KT_TEST(tensors_save) {
+    kt_mem_begin();
+    char path[200], why[256];
+    snprintf(path, sizeof path, "%s/saved.safetensors", tmp_dir);
+    kiln_tensor e = kiln_transpose(kiln_reshape(kiln_arange(KILN_CPU, KILN_F32, 0, 6, 1), KILN_SHAPE(2, 3)), 0, 1);
+    kiln_tensor ids = kiln_arange(KILN_CPU, KILN_I64, 5, 9, 1);
+    kiln_tensor ts[2] = {e, ids};
+    const char *names[2] = {"embeddings", "ids"};
+    KT_CHECK_MSG(kiln_tensors_save(path, 2, names, ts) == KILN_OK, "%s", kiln_last_error());
+    kiln__st_file f;
+    KT_CHECK_MSG(kiln__st_read(path, &f, why, sizeof why) == KILN_OK, "%s", why);
+    const kiln__st_tensor *a = kiln__st_find(&f, "embeddings"), *b = kiln__st_find(&f, "ids");
+    KT_CHECK(f.n_tensors == 2 && a && b);
+    if (a && b) {
+        KT_CHECK(a->kiln_dtype == KILN_F32 && a->ndim == 2 && a->shape[0] == 3 && a->shape[1] == 2);
+        float want[6] = {0, 3, 1, 4, 2, 5}, got[6];
+        memcpy(got, f.data + a->begin, sizeof got);
+        KT_CHECK(memcmp(got, want, sizeof got) == 0);
+        int64_t wi[4] = {5, 6, 7, 8}, gi[4];
+        memcpy(gi, f.data + b->begin, sizeof gi);
+        KT_CHECK(b->kiln_dtype == KILN_I64 && memcmp(gi, wi, sizeof gi) == 0);
+    }
+    kiln__st_free(&f);
+    int line = __LINE__ + 1;
+    KT_CHECK(kiln_tensors_save(path, 2, (const char *[]){"x", "x"}, ts) == KILN_ERR_INVALID_ARGUMENT);
+    KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "name 'x' is repeated", line);
+    KT_CHECK(kiln_tensors_save(path, 1, (const char *[]){""}, ts) == KILN_ERR_INVALID_ARGUMENT);
+    KT_CHECK(kiln_tensors_save(NULL, 1, names, ts) == KILN_ERR_NULL);
+    kiln_tensor poisoned = kiln_add(kiln_ref(e), kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(5)));
+    KT_CHECK(kiln_tensors_save(path, 1, names, &poisoned) == KILN_ERR_SHAPE); /* the tensor's own error */
+    KT_CHECK_MSG(strstr(kiln_last_error(), "kiln_add") != NULL, "%s", kiln_last_error());
+    kiln_release(poisoned);
+    kiln_release(e), kiln_release(ids);
+    KT_MEM_CHECK();
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "--reference") == 0) {
+        model_dir = mr_model_dir();
+        if (!model_dir) return mr_skip();
+        KT_RUN(reference_embeddings);
+        return kt_finish();
+    }
+    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/kiln_bert_XXXXXX");
+    if (!mkdtemp(tmp_dir)) return perror("mkdtemp"), 1;
+    KT_RUN(tiny_model_loads_and_pools);
+    KT_RUN(tensor_errors);
+    KT_RUN(config_errors);
+    KT_RUN(input_errors);
+    KT_RUN(tensors_save);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
+    if (system(cmd) != 0) fprintf(stderr, "  could not remove %s\n", tmp_dir);
+    return kt_finish();
+}
