@@ -115,6 +115,32 @@ KILN_API kiln_tensor kiln_softplus(kiln_tensor t);
 KILN_API kiln_tensor kiln_erf(kiln_tensor t);
 KILN_API kiln_tensor kiln_logical_not(kiln_tensor t);
 KILN_API kiln_tensor kiln_clamp(kiln_tensor t, double lo, double hi); /* NAN: no bound */
+/* Rounding (torch's): round is half to even; integer tensors come back unchanged, bool is
+ * refused. The gradient is zero. */
+KILN_API kiln_tensor kiln_floor(kiln_tensor t);
+KILN_API kiln_tensor kiln_ceil(kiln_tensor t);
+KILN_API kiln_tensor kiln_round(kiln_tensor t);
+KILN_API kiln_tensor kiln_trunc(kiln_tensor t);
+KILN_API kiln_tensor kiln_atan(kiln_tensor t);
+KILN_API kiln_tensor kiln_log2(kiln_tensor t);
+KILN_API kiln_tensor kiln_log10(kiln_tensor t);
+KILN_API kiln_tensor kiln_exp2(kiln_tensor t);
+/* Bool results (false / true for integer tensors); not differentiable. */
+KILN_API kiln_tensor kiln_isnan(kiln_tensor t);
+KILN_API kiln_tensor kiln_isinf(kiln_tensor t);
+KILN_API kiln_tensor kiln_isfinite(kiln_tensor t);
+/* torch.nan_to_num: NaN -> nan, +inf -> posinf, -inf -> neginf; posinf / neginf NAN mean
+ * torch's None: the largest / lowest finite value of t's dtype. Integer tensors unchanged. */
+KILN_API kiln_tensor kiln_nan_to_num(kiln_tensor t, double nan, double posinf, double neginf);
+/* Activations (torch.nn.functional's), floating-point tensors only. */
+KILN_API kiln_tensor kiln_leaky_relu(kiln_tensor t, double negative_slope); /* torch default 0.01 */
+KILN_API kiln_tensor kiln_elu(kiln_tensor t, double alpha);                 /* torch default 1.0 */
+KILN_API kiln_tensor kiln_selu(kiln_tensor t);
+KILN_API kiln_tensor kiln_log_sigmoid(kiln_tensor t);
+KILN_API kiln_tensor kiln_hardtanh(kiln_tensor t, double min_val, double max_val); /* -1, 1 in torch */
+KILN_API kiln_tensor kiln_hardswish(kiln_tensor t);
+KILN_API kiln_tensor kiln_mish(kiln_tensor t);
+KILN_API kiln_tensor kiln_softsign(kiln_tensor t);
 
 KILN_API kiln_tensor kiln_add(kiln_tensor a, kiln_tensor b);
 KILN_API kiln_tensor kiln_sub(kiln_tensor a, kiln_tensor b);
@@ -131,6 +157,14 @@ KILN_API kiln_tensor kiln_gt(kiln_tensor a, kiln_tensor b);
 KILN_API kiln_tensor kiln_ge(kiln_tensor a, kiln_tensor b);
 KILN_API kiln_tensor kiln_logical_and(kiln_tensor a, kiln_tensor b);
 KILN_API kiln_tensor kiln_logical_or(kiln_tensor a, kiln_tensor b);
+/* fmod: the sign of a (C's fmod); remainder: the sign of b (Python's %). Integer division by
+ * zero fails the op (KILN_ERR_INVALID_ARGUMENT when read). */
+KILN_API kiln_tensor kiln_fmod(kiln_tensor a, kiln_tensor b);
+KILN_API kiln_tensor kiln_remainder(kiln_tensor a, kiln_tensor b);
+KILN_API kiln_tensor kiln_atan2(kiln_tensor a, kiln_tensor b); /* atan2(a, b): a is y */
+/* torch.lerp: start + weight (end - start); all three broadcast; floating-point only. */
+KILN_API kiln_tensor kiln_lerp(kiln_tensor start, kiln_tensor end, kiln_tensor weight);
+KILN_API kiln_tensor kiln_lerp_scalar(kiln_tensor start, kiln_tensor end, double weight);
 
 /* Scalar variants: the scalar takes the tensor's dtype (a float scalar promotes an int tensor). */
 KILN_API kiln_tensor kiln_add_scalar(kiln_tensor t, double s);
@@ -148,6 +182,8 @@ KILN_API kiln_tensor kiln_lt_scalar(kiln_tensor t, double s);
 KILN_API kiln_tensor kiln_le_scalar(kiln_tensor t, double s);
 KILN_API kiln_tensor kiln_gt_scalar(kiln_tensor t, double s);
 KILN_API kiln_tensor kiln_ge_scalar(kiln_tensor t, double s);
+KILN_API kiln_tensor kiln_fmod_scalar(kiln_tensor t, double s);
+KILN_API kiln_tensor kiln_remainder_scalar(kiln_tensor t, double s);
 
 /* ---- reductions ------------------------------------------------------------------------- */
 /* Whole tensor to a 0-d tensor. */
@@ -292,6 +328,33 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
     X(kiln_tensor, le_scalar, (kiln_tensor t, double s), (t, s)) \
     X(kiln_tensor, gt_scalar, (kiln_tensor t, double s), (t, s)) \
     X(kiln_tensor, ge_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, floor, (kiln_tensor t), (t)) \
+    X(kiln_tensor, ceil, (kiln_tensor t), (t)) \
+    X(kiln_tensor, round, (kiln_tensor t), (t)) \
+    X(kiln_tensor, trunc, (kiln_tensor t), (t)) \
+    X(kiln_tensor, atan, (kiln_tensor t), (t)) \
+    X(kiln_tensor, log2, (kiln_tensor t), (t)) \
+    X(kiln_tensor, log10, (kiln_tensor t), (t)) \
+    X(kiln_tensor, exp2, (kiln_tensor t), (t)) \
+    X(kiln_tensor, isnan, (kiln_tensor t), (t)) \
+    X(kiln_tensor, isinf, (kiln_tensor t), (t)) \
+    X(kiln_tensor, isfinite, (kiln_tensor t), (t)) \
+    X(kiln_tensor, nan_to_num, (kiln_tensor t, double nan, double posinf, double neginf), (t, nan, posinf, neginf)) \
+    X(kiln_tensor, leaky_relu, (kiln_tensor t, double negative_slope), (t, negative_slope)) \
+    X(kiln_tensor, elu, (kiln_tensor t, double alpha), (t, alpha)) \
+    X(kiln_tensor, selu, (kiln_tensor t), (t)) \
+    X(kiln_tensor, log_sigmoid, (kiln_tensor t), (t)) \
+    X(kiln_tensor, hardtanh, (kiln_tensor t, double min_val, double max_val), (t, min_val, max_val)) \
+    X(kiln_tensor, hardswish, (kiln_tensor t), (t)) \
+    X(kiln_tensor, mish, (kiln_tensor t), (t)) \
+    X(kiln_tensor, softsign, (kiln_tensor t), (t)) \
+    X(kiln_tensor, fmod, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, remainder, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, atan2, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, lerp, (kiln_tensor start, kiln_tensor end, kiln_tensor weight), (start, end, weight)) \
+    X(kiln_tensor, lerp_scalar, (kiln_tensor start, kiln_tensor end, double weight), (start, end, weight)) \
+    X(kiln_tensor, fmod_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, remainder_scalar, (kiln_tensor t, double s), (t, s)) \
     X(kiln_tensor, sum, (kiln_tensor t), (t)) \
     X(kiln_tensor, mean, (kiln_tensor t), (t)) \
     X(kiln_tensor, max, (kiln_tensor t), (t)) \
@@ -412,6 +475,33 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_le_scalar(...) KILN__AT(le_scalar, __VA_ARGS__)
 #define kiln_gt_scalar(...) KILN__AT(gt_scalar, __VA_ARGS__)
 #define kiln_ge_scalar(...) KILN__AT(ge_scalar, __VA_ARGS__)
+#define kiln_floor(...) KILN__AT(floor, __VA_ARGS__)
+#define kiln_ceil(...) KILN__AT(ceil, __VA_ARGS__)
+#define kiln_round(...) KILN__AT(round, __VA_ARGS__)
+#define kiln_trunc(...) KILN__AT(trunc, __VA_ARGS__)
+#define kiln_atan(...) KILN__AT(atan, __VA_ARGS__)
+#define kiln_log2(...) KILN__AT(log2, __VA_ARGS__)
+#define kiln_log10(...) KILN__AT(log10, __VA_ARGS__)
+#define kiln_exp2(...) KILN__AT(exp2, __VA_ARGS__)
+#define kiln_isnan(...) KILN__AT(isnan, __VA_ARGS__)
+#define kiln_isinf(...) KILN__AT(isinf, __VA_ARGS__)
+#define kiln_isfinite(...) KILN__AT(isfinite, __VA_ARGS__)
+#define kiln_nan_to_num(...) KILN__AT(nan_to_num, __VA_ARGS__)
+#define kiln_leaky_relu(...) KILN__AT(leaky_relu, __VA_ARGS__)
+#define kiln_elu(...) KILN__AT(elu, __VA_ARGS__)
+#define kiln_selu(...) KILN__AT(selu, __VA_ARGS__)
+#define kiln_log_sigmoid(...) KILN__AT(log_sigmoid, __VA_ARGS__)
+#define kiln_hardtanh(...) KILN__AT(hardtanh, __VA_ARGS__)
+#define kiln_hardswish(...) KILN__AT(hardswish, __VA_ARGS__)
+#define kiln_mish(...) KILN__AT(mish, __VA_ARGS__)
+#define kiln_softsign(...) KILN__AT(softsign, __VA_ARGS__)
+#define kiln_fmod(...) KILN__AT(fmod, __VA_ARGS__)
+#define kiln_remainder(...) KILN__AT(remainder, __VA_ARGS__)
+#define kiln_atan2(...) KILN__AT(atan2, __VA_ARGS__)
+#define kiln_lerp(...) KILN__AT(lerp, __VA_ARGS__)
+#define kiln_lerp_scalar(...) KILN__AT(lerp_scalar, __VA_ARGS__)
+#define kiln_fmod_scalar(...) KILN__AT(fmod_scalar, __VA_ARGS__)
+#define kiln_remainder_scalar(...) KILN__AT(remainder_scalar, __VA_ARGS__)
 #define kiln_sum(...) KILN__AT(sum, __VA_ARGS__)
 #define kiln_mean(...) KILN__AT(mean, __VA_ARGS__)
 #define kiln_max(...) KILN__AT(max, __VA_ARGS__)

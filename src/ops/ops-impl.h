@@ -91,6 +91,14 @@ kiln__tensor *kiln__t_fill(kiln__opctx *c, kiln_device dev, kiln_dtype dtype, in
                            double value);
 kiln__tensor *kiln__t_unary(kiln__opctx *c, kiln__opcode code, kiln__tensor *x);
 kiln__tensor *kiln__t_clamp(kiln__opctx *c, kiln__tensor *x, double lo, double hi);
+/* A unary op whose kernel reads p.f[0..3] (LEAKY_RELU, ELU, NAN_TO_NUM). */
+kiln__tensor *kiln__t_unary_params(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, const double params[4]);
+/* posinf / neginf NaN: the largest / lowest finite value of x's dtype (torch's defaults). */
+kiln__tensor *kiln__t_nan_to_num(kiln__opctx *c, kiln__tensor *x, double nan, double posinf, double neginf);
+/* clamp for float tensors (its gradient differs: see autodiff). */
+kiln__tensor *kiln__t_hardtanh(kiln__opctx *c, kiln__tensor *x, double lo, double hi);
+/* torch.lerp: weight a tensor, or NULL for the scalar w. */
+kiln__tensor *kiln__t_lerp(kiln__opctx *c, kiln__tensor *start, kiln__tensor *end, kiln__tensor *weight, double w);
 kiln__tensor *kiln__t_binary(kiln__opctx *c, kiln__opcode code, kiln__tensor *a, kiln__tensor *b);
 /* scalar_first: computes f(s, x) instead of f(x, s) (rsub, rdiv). */
 kiln__tensor *kiln__t_binary_scalar(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, double s, bool scalar_first);
