@@ -97,7 +97,8 @@ static void unary_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, ki
     }
     case KILN__OP_LEAKY_RELU: { /* g where x > 0, slope g elsewhere */
         kiln__tensor *pos = kiln__t_binary_scalar(c, KILN__OP_GT, ad_ref(x), 0.0, false);
-        r = kiln__t_where(c, pos, ad_ref(g), ad_muls(c, g, n->pf[0]));
+        kiln__tensor *scaled = ad_muls(c, ad_ref(g), n->pf[0]); /* before g is given away */
+        r = kiln__t_where(c, pos, g, scaled);
         break;
     }
     case KILN__OP_ELU: { /* scale for x > 0, scale alpha input_scale exp(input_scale x) elsewhere */
