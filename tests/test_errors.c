@@ -241,6 +241,18 @@ static kiln_tensor bad_call(int k, const char **op, kiln_status *st, int *line) 
     BAD(62, "kiln_dropout", DTYPE, kiln_dropout(INTS(3), 0.5, 1))
     BAD(63, "kiln_cross_entropy", SHAPE, kiln_cross_entropy(FRESH(4), INTS(3), kiln_cross_entropy_defaults()))
     BAD(64, "kiln_mse_loss", SHAPE, kiln_mse_loss(M23, FRESH(3, 2)))
+    /* issue #15's math and activations */
+    BAD(65, "kiln_floor", DTYPE, kiln_floor(BOOLS(2)))
+    BAD(66, "kiln_fmod", SHAPE, kiln_fmod(M23, FRESH(3, 2)))
+    BAD(67, "kiln_round", DTYPE, kiln_round(BOOLS(2)))
+    BAD(68, "kiln_atan2", SHAPE, kiln_atan2(M23, FRESH(4)))
+    BAD(69, "kiln_lerp", SHAPE, kiln_lerp(M23, M23, FRESH(4)))
+    BAD(70, "kiln_lerp", DTYPE, kiln_lerp(INTS(2), INTS(2), INTS(2)))
+    BAD(71, "kiln_lerp_scalar", SHAPE, kiln_lerp_scalar(M23, FRESH(2), 0.5))
+    BAD(72, "kiln_leaky_relu", DTYPE, kiln_leaky_relu(INTS(2), 0.01))
+    BAD(73, "kiln_elu", DTYPE, kiln_elu(INTS(2), 1.0))
+    BAD(74, "kiln_hardtanh", INVALID_ARGUMENT, kiln_hardtanh(M23, 1, -1))
+    BAD(75, "kiln_mish", DTYPE, kiln_mish(BOOLS(2)))
     default: return KILN_NONE;
     }
 }
@@ -258,7 +270,7 @@ KT_TEST(error_paths_never_read_released_inputs) {
             kt_expect_error_at(st, op, __FILE__, line, line);
             kiln_release(t);
         }
-        KT_CHECK(k == 65);
+        KT_CHECK(k == 76);
         KT_MEM_CHECK();
     }
 }
