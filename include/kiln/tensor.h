@@ -79,6 +79,15 @@ KILN_API kiln_tensor kiln_masked_fill(kiln_tensor x, kiln_tensor mask, double va
  * the main diagonal, > 0 above it, < 0 below. Any dtype; x needs at least 2 dims. */
 KILN_API kiln_tensor kiln_tril(kiln_tensor x, int64_t diagonal);
 KILN_API kiln_tensor kiln_triu(kiln_tensor x, int64_t diagonal);
+/* torch.flip: the order of the elements along each of dims reversed (a copy). */
+KILN_API kiln_tensor kiln_flip(kiln_tensor t, kiln_dims dims);
+/* torch.roll along one dim: element i moves to (i + shift) mod size; shift may be negative. */
+KILN_API kiln_tensor kiln_roll(kiln_tensor t, int64_t shift, int dim);
+/* torch.Tensor.repeat: repeats has at least t's ndim entries (t's shape is padded with leading
+ * 1s); dim i repeated repeats[i] times. torch.tile: reps may be shorter (padded with 1s). At
+ * most 7 dims where a count is not 1. */
+KILN_API kiln_tensor kiln_repeat(kiln_tensor t, kiln_shape repeats);
+KILN_API kiln_tensor kiln_tile(kiln_tensor t, kiln_shape reps);
 KILN_API kiln_tensor kiln_one_hot(kiln_tensor index, int64_t num_classes, kiln_dtype dtype);
 KILN_API kiln_tensor kiln_cast(kiln_tensor t, kiln_dtype dtype);
 KILN_API kiln_tensor kiln_to_device(kiln_tensor t, kiln_device dev);
@@ -202,6 +211,11 @@ KILN_API kiln_tensor kiln_prod_dims(kiln_tensor t, kiln_dims dims, bool keepdim)
 KILN_API kiln_tensor kiln_var_dims(kiln_tensor t, kiln_dims dims, int correction, bool keepdim);
 KILN_API kiln_tensor kiln_std_dims(kiln_tensor t, kiln_dims dims, int correction, bool keepdim);
 KILN_API kiln_tensor kiln_logsumexp_dims(kiln_tensor t, kiln_dims dims, bool keepdim);
+/* torch.any / torch.all: bool; NaN counts as true; any of nothing is false, all of it true. */
+KILN_API kiln_tensor kiln_any(kiln_tensor t);
+KILN_API kiln_tensor kiln_all(kiln_tensor t);
+KILN_API kiln_tensor kiln_any_dims(kiln_tensor t, kiln_dims dims, bool keepdim);
+KILN_API kiln_tensor kiln_all_dims(kiln_tensor t, kiln_dims dims, bool keepdim);
 KILN_API kiln_tensor kiln_argmax(kiln_tensor t, int dim, bool keepdim); /* i64; first index of ties */
 KILN_API kiln_tensor kiln_argmin(kiln_tensor t, int dim, bool keepdim);
 KILN_API kiln_tensor kiln_softmax(kiln_tensor t, int dim);
@@ -355,6 +369,14 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
     X(kiln_tensor, lerp_scalar, (kiln_tensor start, kiln_tensor end, double weight), (start, end, weight)) \
     X(kiln_tensor, fmod_scalar, (kiln_tensor t, double s), (t, s)) \
     X(kiln_tensor, remainder_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, flip, (kiln_tensor t, kiln_dims dims), (t, dims)) \
+    X(kiln_tensor, roll, (kiln_tensor t, int64_t shift, int dim), (t, shift, dim)) \
+    X(kiln_tensor, repeat, (kiln_tensor t, kiln_shape repeats), (t, repeats)) \
+    X(kiln_tensor, tile, (kiln_tensor t, kiln_shape reps), (t, reps)) \
+    X(kiln_tensor, any, (kiln_tensor t), (t)) \
+    X(kiln_tensor, all, (kiln_tensor t), (t)) \
+    X(kiln_tensor, any_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
+    X(kiln_tensor, all_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
     X(kiln_tensor, sum, (kiln_tensor t), (t)) \
     X(kiln_tensor, mean, (kiln_tensor t), (t)) \
     X(kiln_tensor, max, (kiln_tensor t), (t)) \
@@ -502,6 +524,14 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_lerp_scalar(...) KILN__AT(lerp_scalar, __VA_ARGS__)
 #define kiln_fmod_scalar(...) KILN__AT(fmod_scalar, __VA_ARGS__)
 #define kiln_remainder_scalar(...) KILN__AT(remainder_scalar, __VA_ARGS__)
+#define kiln_flip(...) KILN__AT(flip, __VA_ARGS__)
+#define kiln_roll(...) KILN__AT(roll, __VA_ARGS__)
+#define kiln_repeat(...) KILN__AT(repeat, __VA_ARGS__)
+#define kiln_tile(...) KILN__AT(tile, __VA_ARGS__)
+#define kiln_any(...) KILN__AT(any, __VA_ARGS__)
+#define kiln_all(...) KILN__AT(all, __VA_ARGS__)
+#define kiln_any_dims(...) KILN__AT(any_dims, __VA_ARGS__)
+#define kiln_all_dims(...) KILN__AT(all_dims, __VA_ARGS__)
 #define kiln_sum(...) KILN__AT(sum, __VA_ARGS__)
 #define kiln_mean(...) KILN__AT(mean, __VA_ARGS__)
 #define kiln_max(...) KILN__AT(max, __VA_ARGS__)

@@ -1,0 +1,131 @@
+/* Shape ops composed from differentiable public ops (index_select, narrow + cat, expand +
+ * reshape) and the any/all tests (a count of nonzeros): flip, roll, repeat, tile, any, all.
+ * Each checks its own arguments under its public name, then runs its parts in that name's
+ * scope, so an error inside names the op the caller called, at the caller's line. Gradients
+ * come from the parts. */
+#include "kiln/tensor.h"
+#include "ops/ops-impl.h"
+
+/* Takes t and checks it is usable; NULL (and the error in c) otherwise. */
+static kiln__tensor *take(kiln__opctx *c, kiln_tensor t) {
+    kiln__tensor *x = kiln__arg(c, t);
+    if (!kiln__ok(c, x)) return kiln__drop(1, x), NULL;
+    return x;
+}
+
+kiln_tensor kiln_flip(kiln_tensor t, kiln_dims dims) {
+    KILN__OP_BEGIN("kiln_flip");
+    kiln__tensor *x = take(&c, t);
+    if (!x) return kiln__result(&c, NULL);
+    int ndim = x->ndim, d[KILN_MAX_DIMS];
+    int64_t size[KILN_MAX_DIMS];
+    kiln_device dev = x->device;
+    if (dims.n < 0 || dims.n > ndim) {
+        kiln__drop(1, x);
+        return kiln__result(&c, kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "flip of %d dims of a %d-d tensor", (int)dims.n, ndim));
+    }
+    uint32_t seen = 0;
+    for (int i = 0; i < dims.n; i++) {
+        d[i] = dims.d[i];
+        if (!kiln__norm_dim(&c, &d[i], ndim)) return kiln__drop(1, x), kiln__result(&c, NULL);
+        if (seen & (1u << d[i])) {
+            kiln__drop(1, x);
+            return kiln__result(&c, kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "dim %d appears twice in flip's dims", d[i]));
+        }
+        seen |= 1u << d[i];
+        size[i] = x->shape[d[i]];
+    }
+    kiln_tensor h = kiln__result(&c, x);
+    const char *outer = kiln__op_scope_enter("kiln_flip");
+    for (int i = 0; i < dims.n; i++)
+        if (size[i] > 1) /* index n-1, ..., 0 */
+            h = kiln_index_select(h, d[i], kiln_arange(dev, KILN_I64, (double)(size[i] - 1), -1.0, -1.0));
+    kiln__op_scope_leave(outer);
+    return h;
+}
+
+kiln_tensor kiln_roll(kiln_tensor t, int64_t shift, int dim) {
+    KILN__OP_BEGIN("kiln_roll");
+    kiln__tensor *x = take(&c, t);
+    if (!x) return kiln__result(&c, NULL);
+    if (!kiln__norm_dim(&c, &dim, x->ndim)) return kiln__drop(1, x), kiln__result(&c, NULL);
+    int64_t n = x->shape[dim];
+    int64_t s = n ? ((shift % n) + n) % n : 0; /* torch.roll: element i moves to (i + shift) mod n */
+    kiln_tensor h = kiln__result(&c, x);
+    if (s == 0) return h;
+    const char *outer = kiln__op_scope_enter("kiln_roll");
+    kiln_tensor parts[2] = {kiln_narrow(kiln_ref(h), dim, n - s, s), kiln_narrow(h, dim, 0, n - s)};
+    h = kiln_cat(parts, 2, dim);
+    kiln__op_scope_leave(outer);
+    return h;
+}
+
+/* torch.Tensor.repeat: t's shape padded with leading 1s to reps.ndim dims, then each dim
+ * repeated reps[i] times: one expand + copy per repeated dim. */
+static kiln_tensor repeat(kiln__opctx *c, kiln_tensor t, kiln_shape reps, bool tile) {
+    kiln__tensor *x = take(c, t);
+    if (!x) return kiln__result(c, NULL);
+    if (reps.ndim < 0 || reps.ndim > KILN_MAX_DIMS || (!tile && reps.ndim < x->ndim)) {
+        int got = reps.ndim, have = x->ndim;
+        kiln__drop(1, x);
+        return kiln__result(c, kiln__fail(c, KILN_ERR_INVALID_ARGUMENT,
+                                          "%d repeat counts for a %d-d tensor (at least as many needed, at most %d)", got,
+                                          have, KILN_MAX_DIMS));
+    }
+    int nd = reps.ndim > x->ndim ? reps.ndim : x->ndim;
+    int64_t r[KILN_MAX_DIMS], shape[KILN_MAX_DIMS];
+    for (int i = 0; i < nd; i++) {
+        int ri = i - (nd - reps.ndim), xi = i - (nd - x->ndim);
+        r[i] = ri >= 0 ? reps.dims[ri] : 1; /* tile pads the counts with 1s, repeat the shape */
+        shape[i] = xi >= 0 ? x->shape[xi] : 1;
+        if (r[i] < 0) {
+            kiln__drop(1, x);
+            return kiln__result(c, kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "negative repeat count %lld", (long long)r[i]));
+        }
+    }
+    kiln_tensor h = kiln__result(c, x);
+    const char *outer = kiln__op_scope_enter(tile ? "kiln_tile" : "kiln_repeat");
+    kiln_shape cur = {nd, {0}};
+    for (int i = 0; i < nd; i++) cur.dims[i] = shape[i];
+    h = kiln_reshape(h, cur);
+    for (int i = 0; i < nd; i++) {
+        if (r[i] == 1) continue;
+        /* [.., s_i, ..] -> [.., 1, s_i, ..] -> [.., r_i, s_i, ..] -> [.., r_i * s_i, ..] */
+        kiln_shape e = {nd + 1, {0}};
+        for (int j = 0, k = 0; j < nd + 1; j++) e.dims[j] = j == i ? r[i] : cur.dims[k++];
+        h = kiln_contiguous(kiln_expand(kiln_unsqueeze(h, i), e));
+        cur.dims[i] *= r[i];
+        h = kiln_reshape(h, cur);
+    }
+    kiln__op_scope_leave(outer);
+    return h;
+}
+
+kiln_tensor kiln_repeat(kiln_tensor t, kiln_shape repeats) {
+    KILN__OP_BEGIN("kiln_repeat");
+    return repeat(&c, t, repeats, false);
+}
+
+kiln_tensor kiln_tile(kiln_tensor t, kiln_shape reps) {
+    KILN__OP_BEGIN("kiln_tile");
+    return repeat(&c, t, reps, true);
+}
+
+/* any: a nonzero count above 0; all: a zero count of 0 (NaN is nonzero, as in PyTorch). */
+static kiln_tensor any_all(const char *name, kiln_tensor t, kiln_dims dims, bool keepdim, bool all) {
+    const char *outer = kiln__op_scope_enter(name);
+    kiln_tensor hit = all ? kiln_eq_scalar(t, 0.0) : kiln_ne_scalar(t, 0.0);
+    kiln_tensor count = kiln_sum_dims(kiln_cast(hit, KILN_I32), dims, keepdim);
+    kiln_tensor out = all ? kiln_eq_scalar(count, 0.0) : kiln_gt_scalar(count, 0.0);
+    kiln__op_scope_leave(outer);
+    return out;
+}
+
+kiln_tensor kiln_any(kiln_tensor t) { return any_all("kiln_any", t, KILN_ALL_DIMS, false, false); }
+kiln_tensor kiln_all(kiln_tensor t) { return any_all("kiln_all", t, KILN_ALL_DIMS, false, true); }
+kiln_tensor kiln_any_dims(kiln_tensor t, kiln_dims dims, bool keepdim) {
+    return any_all("kiln_any_dims", t, dims, keepdim, false);
+}
+kiln_tensor kiln_all_dims(kiln_tensor t, kiln_dims dims, bool keepdim) {
+    return any_all("kiln_all_dims", t, dims, keepdim, true);
+}
