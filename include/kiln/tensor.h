@@ -216,6 +216,9 @@ KILN_API kiln_tensor kiln_any(kiln_tensor t);
 KILN_API kiln_tensor kiln_all(kiln_tensor t);
 KILN_API kiln_tensor kiln_any_dims(kiln_tensor t, kiln_dims dims, bool keepdim);
 KILN_API kiln_tensor kiln_all_dims(kiln_tensor t, kiln_dims dims, bool keepdim);
+/* torch.cumsum / torch.cumprod along dim: same shape; integers and bools accumulate in i64. */
+KILN_API kiln_tensor kiln_cumsum(kiln_tensor t, int dim);
+KILN_API kiln_tensor kiln_cumprod(kiln_tensor t, int dim);
 KILN_API kiln_tensor kiln_argmax(kiln_tensor t, int dim, bool keepdim); /* i64; first index of ties */
 KILN_API kiln_tensor kiln_argmin(kiln_tensor t, int dim, bool keepdim);
 KILN_API kiln_tensor kiln_softmax(kiln_tensor t, int dim);
@@ -377,6 +380,8 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
     X(kiln_tensor, all, (kiln_tensor t), (t)) \
     X(kiln_tensor, any_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
     X(kiln_tensor, all_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
+    X(kiln_tensor, cumsum, (kiln_tensor t, int dim), (t, dim)) \
+    X(kiln_tensor, cumprod, (kiln_tensor t, int dim), (t, dim)) \
     X(kiln_tensor, sum, (kiln_tensor t), (t)) \
     X(kiln_tensor, mean, (kiln_tensor t), (t)) \
     X(kiln_tensor, max, (kiln_tensor t), (t)) \
@@ -532,6 +537,8 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_all(...) KILN__AT(all, __VA_ARGS__)
 #define kiln_any_dims(...) KILN__AT(any_dims, __VA_ARGS__)
 #define kiln_all_dims(...) KILN__AT(all_dims, __VA_ARGS__)
+#define kiln_cumsum(...) KILN__AT(cumsum, __VA_ARGS__)
+#define kiln_cumprod(...) KILN__AT(cumprod, __VA_ARGS__)
 #define kiln_sum(...) KILN__AT(sum, __VA_ARGS__)
 #define kiln_mean(...) KILN__AT(mean, __VA_ARGS__)
 #define kiln_max(...) KILN__AT(max, __VA_ARGS__)

@@ -136,6 +136,8 @@ kiln__tensor *kiln__ad_scatter_zeros(kiln__opctx *c, int ndim, const int64_t *sh
 /* mask as kiln__t_reduce's; param: VAR's correction; take_sqrt: std. */
 kiln__tensor *kiln__ad_reduce(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, uint32_t mask, bool keepdim,
                               int64_t param, bool take_sqrt);
+/* CUMSUM or CUMPROD along dim (rules_scan.c). */
+kiln__tensor *kiln__ad_scan(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, int dim);
 kiln__tensor *kiln__ad_softmax(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, int dim);
 kiln__tensor *kiln__ad_matmul(kiln__opctx *c, kiln__tensor *a, kiln__tensor *b);
 kiln__tensor *kiln__ad_linear(kiln__opctx *c, kiln__tensor *x, kiln__tensor *w, kiln__tensor *bias, bool has_bias);

@@ -39,6 +39,7 @@
     X(LOGSUMEXP)                                                                             \
     X(ARGMAX) X(ARGMIN) /* dim p.i[0]; out i64 */                                            \
     X(SOFTMAX) X(LOG_SOFTMAX) /* dim p.i[0]; out same shape */                               \
+    X(CUMSUM) X(CUMPROD) /* dim p.i[0], reverse p.i[1] (from the end); out same shape */     \
     /* linear algebra */                                                                     \
     X(MATMUL)      /* in[0] [..,M,K] in[1] [..,K,N] (batch dims broadcast), out dense [..,M,N] */ \
     /* indexing */                                                                           \
@@ -48,6 +49,7 @@
     X(ONE_HOT)        /* in[0] index, classes p.i[0] */                                     \
     /* free slots for later layers (autodiff, nn) go below */                               \
     X(RELU_BACKWARD)  /* out = in[1] > 0 ? in[0] : 0  (in[0] grad, in[1] x or y) */          \
+    X(CUMPROD_BACKWARD) /* in[0] grad, in[1] x, dim p.i[0]; out dx (exact where x has zeros) */ \
     /* 2-d convolution and pooling (src/backend/cpu/conv.c, pool.c). in[0] is [N, C, H, W]     \
      * (any strides); outputs are dense. Conv params: p.i[0..3] = stride_h, stride_w, pad_h,    \
      * pad_w; pi[0..2] = dilation_h, dilation_w, groups. */                                    \

@@ -97,6 +97,10 @@ kiln__tensor *kiln__t_unary_params(kiln__opctx *c, kiln__opcode code, kiln__tens
 kiln__tensor *kiln__t_nan_to_num(kiln__opctx *c, kiln__tensor *x, double nan, double posinf, double neginf);
 /* clamp for float tensors (its gradient differs: see autodiff). */
 kiln__tensor *kiln__t_hardtanh(kiln__opctx *c, kiln__tensor *x, double lo, double hi);
+/* CUMSUM / CUMPROD along dim (reverse: from the end); ints and bools give i64. */
+kiln__tensor *kiln__t_scan(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, int dim, bool reverse);
+/* The gradient of cumprod along dim (normalised, x at least 1-d) from g, exact at zeros of x. */
+kiln__tensor *kiln__t_cumprod_backward(kiln__opctx *c, kiln__tensor *g, kiln__tensor *x, int dim);
 /* torch.lerp: weight a tensor, or NULL for the scalar w. */
 kiln__tensor *kiln__t_lerp(kiln__opctx *c, kiln__tensor *start, kiln__tensor *end, kiln__tensor *weight, double w);
 kiln__tensor *kiln__t_binary(kiln__opctx *c, kiln__opcode code, kiln__tensor *a, kiln__tensor *b);
