@@ -135,15 +135,18 @@ kiln__tensor *kiln__ad_unary_params(kiln__opctx *c, kiln__opcode code, kiln__ten
     return kiln__ad_attach(c, n, y);
 }
 
-/* ---- clamp ------------------------------------------------------------------------------ */
+/* ---- clamp and hardtanh ------------------------------------------------------------------ */
 
+/* The gradient passes where x is within the bounds: clamp's includes them, hardtanh's
+ * (pi[0] set) does not, as PyTorch's. */
 static void clamp_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kiln__tensor **grads) {
     kiln__tensor *x = n->saved[0];
     double lo = n->pf[0], hi = n->pf[1];
+    bool strict = n->pi[0];
     kiln__tensor *mask = NULL;
-    if (!isnan(lo)) mask = kiln__t_binary_scalar(c, KILN__OP_GE, ad_ref(x), lo, false);
+    if (!isnan(lo)) mask = kiln__t_binary_scalar(c, strict ? KILN__OP_GT : KILN__OP_GE, ad_ref(x), lo, false);
     if (!isnan(hi)) {
-        kiln__tensor *upper = kiln__t_binary_scalar(c, KILN__OP_LE, ad_ref(x), hi, false);
+        kiln__tensor *upper = kiln__t_binary_scalar(c, strict ? KILN__OP_LT : KILN__OP_LE, ad_ref(x), hi, false);
         mask = mask ? kiln__t_binary(c, KILN__OP_LOGICAL_AND, mask, upper) : upper;
     }
     grads[0] = mask ? ad_keep(c, mask, g) : g;
@@ -151,29 +154,17 @@ static void clamp_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, ki
 
 static const kiln__ad_rule clamp_rule = {"clamp", clamp_backward};
 
-kiln__tensor *kiln__ad_clamp(kiln__opctx *c, kiln__tensor *x, double lo, double hi) {
+static kiln__tensor *bounded(kiln__opctx *c, kiln__tensor *x, double lo, double hi, bool hardtanh) {
     kiln__ad_node *n = kiln__ad_node_new(c, &clamp_rule, 1, &x);
-    if (n) n->pf[0] = lo, n->pf[1] = hi;
+    if (n) n->pf[0] = lo, n->pf[1] = hi, n->pi[0] = hardtanh;
     kiln__ad_save(c, n, 0, x);
-    return kiln__ad_attach(c, n, kiln__t_clamp(c, x, lo, hi));
+    return kiln__ad_attach(c, n, hardtanh ? kiln__t_hardtanh(c, x, lo, hi) : kiln__t_clamp(c, x, lo, hi));
 }
 
-/* hardtanh: the gradient passes strictly inside (lo, hi), as PyTorch's (clamp's keeps the
- * bounds themselves). */
-static void hardtanh_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kiln__tensor **grads) {
-    kiln__tensor *x = n->saved[0];
-    kiln__tensor *inside = kiln__t_binary(c, KILN__OP_LOGICAL_AND, kiln__t_binary_scalar(c, KILN__OP_GT, ad_ref(x), n->pf[0], false),
-                                          kiln__t_binary_scalar(c, KILN__OP_LT, ad_ref(x), n->pf[1], false));
-    grads[0] = ad_keep(c, inside, g);
-}
-
-static const kiln__ad_rule hardtanh_rule = {"hardtanh", hardtanh_backward};
+kiln__tensor *kiln__ad_clamp(kiln__opctx *c, kiln__tensor *x, double lo, double hi) { return bounded(c, x, lo, hi, false); }
 
 kiln__tensor *kiln__ad_hardtanh(kiln__opctx *c, kiln__tensor *x, double lo, double hi) {
-    kiln__ad_node *n = kiln__ad_node_new(c, &hardtanh_rule, 1, &x);
-    if (n) n->pf[0] = lo, n->pf[1] = hi;
-    kiln__ad_save(c, n, 0, x);
-    return kiln__ad_attach(c, n, kiln__t_hardtanh(c, x, lo, hi));
+    return bounded(c, x, lo, hi, true);
 }
 
 kiln__tensor *kiln__ad_nan_to_num(kiln__opctx *c, kiln__tensor *x, double nan, double posinf, double neginf) {
