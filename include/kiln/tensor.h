@@ -219,6 +219,13 @@ KILN_API kiln_tensor kiln_all_dims(kiln_tensor t, kiln_dims dims, bool keepdim);
 /* torch.cumsum / torch.cumprod along dim: same shape; integers and bools accumulate in i64. */
 KILN_API kiln_tensor kiln_cumsum(kiln_tensor t, int dim);
 KILN_API kiln_tensor kiln_cumprod(kiln_tensor t, int dim);
+/* torch.sort / torch.argsort / torch.topk along dim: NaN sorts as the largest value; equal
+ * values keep their order. sort and topk return the values and write the i64 indices to
+ * *indices when it is not NULL (on failure, another handle to the same error). topk keeps the
+ * k largest (or smallest), in order. The values are differentiable. */
+KILN_API kiln_tensor kiln_sort(kiln_tensor t, int dim, bool descending, kiln_tensor *indices);
+KILN_API kiln_tensor kiln_argsort(kiln_tensor t, int dim, bool descending);
+KILN_API kiln_tensor kiln_topk(kiln_tensor t, int64_t k, int dim, bool largest, kiln_tensor *indices);
 KILN_API kiln_tensor kiln_argmax(kiln_tensor t, int dim, bool keepdim); /* i64; first index of ties */
 KILN_API kiln_tensor kiln_argmin(kiln_tensor t, int dim, bool keepdim);
 KILN_API kiln_tensor kiln_softmax(kiln_tensor t, int dim);
@@ -382,6 +389,9 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
     X(kiln_tensor, all_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
     X(kiln_tensor, cumsum, (kiln_tensor t, int dim), (t, dim)) \
     X(kiln_tensor, cumprod, (kiln_tensor t, int dim), (t, dim)) \
+    X(kiln_tensor, sort, (kiln_tensor t, int dim, bool descending, kiln_tensor *indices), (t, dim, descending, indices)) \
+    X(kiln_tensor, argsort, (kiln_tensor t, int dim, bool descending), (t, dim, descending)) \
+    X(kiln_tensor, topk, (kiln_tensor t, int64_t k, int dim, bool largest, kiln_tensor *indices), (t, k, dim, largest, indices)) \
     X(kiln_tensor, sum, (kiln_tensor t), (t)) \
     X(kiln_tensor, mean, (kiln_tensor t), (t)) \
     X(kiln_tensor, max, (kiln_tensor t), (t)) \
@@ -539,6 +549,9 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_all_dims(...) KILN__AT(all_dims, __VA_ARGS__)
 #define kiln_cumsum(...) KILN__AT(cumsum, __VA_ARGS__)
 #define kiln_cumprod(...) KILN__AT(cumprod, __VA_ARGS__)
+#define kiln_sort(...) KILN__AT(sort, __VA_ARGS__)
+#define kiln_argsort(...) KILN__AT(argsort, __VA_ARGS__)
+#define kiln_topk(...) KILN__AT(topk, __VA_ARGS__)
 #define kiln_sum(...) KILN__AT(sum, __VA_ARGS__)
 #define kiln_mean(...) KILN__AT(mean, __VA_ARGS__)
 #define kiln_max(...) KILN__AT(max, __VA_ARGS__)

@@ -1,10 +1,10 @@
-/* Shape ops composed from differentiable public ops (index_select, narrow + cat, expand +
+/* sort, argsort and topk (one SORT op; the values are differentiable), and shape ops composed from differentiable public ops (index_select, narrow + cat, expand +
  * reshape) and the any/all tests (a count of nonzeros): flip, roll, repeat, tile, any, all.
  * Each checks its own arguments under its public name, then runs its parts in that name's
  * scope, so an error inside names the op the caller called, at the caller's line. Gradients
  * come from the parts. */
 #include "kiln/tensor.h"
-#include "ops/ops-impl.h"
+#include "autodiff/autodiff-impl.h"
 
 /* Takes t and checks it is usable; NULL (and the error in c) otherwise. */
 static kiln__tensor *take(kiln__opctx *c, kiln_tensor t) {
@@ -128,4 +128,52 @@ kiln_tensor kiln_any_dims(kiln_tensor t, kiln_dims dims, bool keepdim) {
 }
 kiln_tensor kiln_all_dims(kiln_tensor t, kiln_dims dims, bool keepdim) {
     return any_all("kiln_all_dims", t, dims, keepdim, true);
+}
+
+/* ---- sort, argsort, topk --------------------------------------------------------------------- */
+
+/* The values; *indices (if not NULL) the i64 indices, or another handle to the poisoned values
+ * when the op failed. */
+static kiln_tensor sort_op(kiln__opctx *c, kiln_tensor t, int dim, bool descending, int64_t k, kiln_tensor *indices,
+                           bool track) {
+    kiln__tensor *x = kiln__arg(c, t), *idx = NULL, *values;
+    if (track && KILN__UNLIKELY(kiln__ad_active(1, &x)))
+        values = kiln__ad_sort(c, x, dim, descending, k, &idx);
+    else
+        values = kiln__t_sort(c, x, dim, descending, k, &idx);
+    if (!values) kiln__drop(1, idx), idx = NULL;
+    const char *name = c->name;
+    kiln_tensor v = kiln__result(c, values);
+    if (!indices) {
+        kiln__drop(1, idx);
+    } else if (!idx) {
+        *indices = kiln_ref(v);
+    } else {
+        kiln__opctx ci = {.name = name, .err = NULL};
+        *indices = kiln__result(&ci, idx);
+    }
+    return v;
+}
+
+kiln_tensor kiln_sort(kiln_tensor t, int dim, bool descending, kiln_tensor *indices) {
+    KILN__OP_BEGIN("kiln_sort");
+    return sort_op(&c, t, dim, descending, -1, indices, true);
+}
+
+kiln_tensor kiln_argsort(kiln_tensor t, int dim, bool descending) {
+    KILN__OP_BEGIN("kiln_argsort");
+    kiln_tensor idx;
+    kiln_release(sort_op(&c, t, dim, descending, -1, &idx, false));
+    return idx;
+}
+
+kiln_tensor kiln_topk(kiln_tensor t, int64_t k, int dim, bool largest, kiln_tensor *indices) {
+    KILN__OP_BEGIN("kiln_topk");
+    if (k < 0) {
+        kiln__drop(1, kiln__arg(&c, t));
+        kiln_tensor v = kiln__result(&c, kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "k = %lld must not be negative", (long long)k));
+        if (indices) *indices = kiln_ref(v);
+        return v;
+    }
+    return sort_op(&c, t, dim, largest, k, indices, true);
 }

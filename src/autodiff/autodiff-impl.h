@@ -138,6 +138,9 @@ kiln__tensor *kiln__ad_reduce(kiln__opctx *c, kiln__opcode code, kiln__tensor *x
                               int64_t param, bool take_sqrt);
 /* CUMSUM or CUMPROD along dim (rules_scan.c). */
 kiln__tensor *kiln__ad_scan(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, int dim);
+/* As kiln__t_sort; the values carry the gradient (rules_scan.c). */
+kiln__tensor *kiln__ad_sort(kiln__opctx *c, kiln__tensor *x, int dim, bool descending, int64_t k,
+                            kiln__tensor **indices);
 kiln__tensor *kiln__ad_softmax(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, int dim);
 kiln__tensor *kiln__ad_matmul(kiln__opctx *c, kiln__tensor *a, kiln__tensor *b);
 kiln__tensor *kiln__ad_linear(kiln__opctx *c, kiln__tensor *x, kiln__tensor *w, kiln__tensor *bias, bool has_bias);

@@ -47,6 +47,8 @@
     X(GATHER)         /* in[0] src, in[1] index, dim p.i[0] */                               \
     X(SCATTER_ADD)    /* out += scatter(in[1] src at in[0] index), dim p.i[0] */             \
     X(ONE_HOT)        /* in[0] index, classes p.i[0] */                                     \
+    X(SORT)           /* in[0] x; out[0] values, out[1] i64 indices: the first p.i[2] of each \
+                         line along dim p.i[0], descending if p.i[1] (NaN largest), stable */ \
     /* free slots for later layers (autodiff, nn) go below */                               \
     X(RELU_BACKWARD)  /* out = in[1] > 0 ? in[0] : 0  (in[0] grad, in[1] x or y) */          \
     X(CUMPROD_BACKWARD) /* in[0] grad, in[1] x, dim p.i[0]; out dx (exact where x has zeros) */ \

@@ -101,6 +101,11 @@ kiln__tensor *kiln__t_hardtanh(kiln__opctx *c, kiln__tensor *x, double lo, doubl
 kiln__tensor *kiln__t_scan(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, int dim, bool reverse);
 /* The gradient of cumprod along dim (normalised, x at least 1-d) from g, exact at zeros of x. */
 kiln__tensor *kiln__t_cumprod_backward(kiln__opctx *c, kiln__tensor *g, kiln__tensor *x, int dim);
+/* The first k (all when k < 0) of each line of x along dim in order, descending or not (NaN
+ * largest, ties in index order): returns the values, *indices the i64 indices (both NULL on
+ * failure). Consumes x. */
+kiln__tensor *kiln__t_sort(kiln__opctx *c, kiln__tensor *x, int dim, bool descending, int64_t k,
+                           kiln__tensor **indices);
 /* torch.lerp: weight a tensor, or NULL for the scalar w. */
 kiln__tensor *kiln__t_lerp(kiln__opctx *c, kiln__tensor *start, kiln__tensor *end, kiln__tensor *weight, double w);
 kiln__tensor *kiln__t_binary(kiln__opctx *c, kiln__opcode code, kiln__tensor *a, kiln__tensor *b);

@@ -5,25 +5,14 @@
 #include <stdlib.h>
 
 #include "backend/cpu/cpu-impl.h"
-#include "backend/cpu/threadpool.h"
 
 typedef struct {
     const kiln__op *op;
-    int dim, n_views;
+    int dim;
     const kiln__view *v[3]; /* out, in[0], in[1] */
     _Atomic int oom;
 } scan_ctx;
 
-/* Element offset of line l (row-major over the dims other than dim) in view v. */
-static int64_t line_offset(const kiln__view *v, int dim, int64_t l) {
-    int64_t off = v->offset;
-    for (int d = v->ndim - 1; d >= 0; d--) {
-        if (d == dim) continue;
-        off += (l % v->shape[d]) * v->strides[d];
-        l /= v->shape[d];
-    }
-    return off;
-}
 
 #define AT(T, v, off, i, dim) (((T *)(v)->storage->data)[(off) + (i) * (v)->strides[dim]])
 
@@ -46,7 +35,7 @@ static void scan_lines(void *vctx, int64_t begin, int64_t end) {
     int64_t n = out->shape[dim];
     bool reverse = s->op->p.i[1] != 0, prod = s->op->code == KILN__OP_CUMPROD;
     for (int64_t l = begin; l < end; l++) {
-        int64_t oo = line_offset(out, dim, l), io = line_offset(in, dim, l);
+        int64_t oo = kiln__cpu_line_offset(out, dim, l), io = kiln__cpu_line_offset(in, dim, l);
         switch (out->dtype) {
         case KILN_F32: if (prod) SCAN_LINE(float, double, 1); else SCAN_LINE(float, double, 0); break;
         case KILN_F64: if (prod) SCAN_LINE(double, double, 1); else SCAN_LINE(double, double, 0); break;
@@ -99,7 +88,7 @@ static void cumprod_backward_lines(void *vctx, int64_t begin, int64_t end) {
         return;
     }
     for (int64_t l = begin; l < end; l++) {
-        int64_t oo = line_offset(out, dim, l), go = line_offset(g, dim, l), xo = line_offset(x, dim, l);
+        int64_t oo = kiln__cpu_line_offset(out, dim, l), go = kiln__cpu_line_offset(g, dim, l), xo = kiln__cpu_line_offset(x, dim, l);
         if (out->dtype == KILN_F32)
             CUMPROD_BACKWARD_LINE(float);
         else
