@@ -1,4 +1,4 @@
-/* flip, roll, repeat, tile, any and all against index references computed here: every dtype,
+/* flip, roll, repeat, tile, any, all and pad (constant, reflect, replicate) against index references computed here: every dtype,
  * transposed / strided inputs, negative dims and shifts, empty dims, gradients by finite
  * differences through the differentiable ones, and bad input naming the op and line. */
 #include "ew_util.h"
@@ -145,6 +145,57 @@ KT_TEST(any_and_all) {
     EW_NO_LEAKS(m);
 }
 
+/* ---- pad ------------------------------------------------------------------------------------ */
+
+/* The source index of output position j along a dim of size n, or -1 for the fill value. */
+static int64_t pad_ref_index(int64_t j, int64_t n, kiln_pad_mode mode) {
+    if (mode == KILN_PAD_CONSTANT) return j >= 0 && j < n ? j : -1;
+    if (mode == KILN_PAD_REPLICATE) return j < 0 ? 0 : j >= n ? n - 1 : j;
+    return j < 0 ? -j : j >= n ? 2 * (n - 1) - j : j;
+}
+
+/* x [R, C] padded on the last dim by (l1, r1) and on the first by (l0, r0). */
+static void check_pad(kiln_dtype dt, ew_layout layout, kiln_pad_mode mode, int64_t l1, int64_t r1, int64_t l0, int64_t r0) {
+    enum { R = 4, C = 5 };
+    double v[R * C];
+    ew_values(v, R * C, dt, -9, 9);
+    kiln_tensor x = ew_matrix(dt, R, C, v, layout);
+    int64_t ro = R + l0 + r0, co = C + l1 + r1;
+    double *want = malloc(sizeof(double) * (size_t)(ro * co + 1));
+    for (int64_t i = 0; i < ro; i++)
+        for (int64_t j = 0; j < co; j++) {
+            int64_t si = pad_ref_index(i - l0, R, mode), sj = pad_ref_index(j - l1, C, mode);
+            want[i * co + j] = si < 0 || sj < 0 ? ew_round(dt, 2.5) : v[si * C + sj];
+        }
+    char label[96];
+    snprintf(label, sizeof label, "pad %s %s mode %d (%lld %lld %lld %lld)", kiln_dtype_name(dt), ew_layout_names[layout],
+             (int)mode, (long long)l1, (long long)r1, (long long)l0, (long long)r0);
+    expect_exact(label, kiln_pad(x, KILN_SHAPE(l1, r1, l0, r0), mode, 2.5), dt, KILN_SHAPE(ro, co), want);
+    free(want);
+}
+
+KT_TEST(pad_modes_dtypes_and_layouts) {
+    ew_mark m = ew_mark_now();
+    for (int d = 0; d < EW_NDTYPES; d++)
+        for (int l = 0; l < EW_NLAYOUTS; l++) {
+            kiln_dtype dt = ew_dtypes[d];
+            if (dt == KILN_BOOL) continue; /* the fill 2.5 is not a bool; bool is checked below */
+            check_pad(dt, (ew_layout)l, KILN_PAD_CONSTANT, 1, 2, 0, 3);
+            check_pad(dt, (ew_layout)l, KILN_PAD_REFLECT, 2, 4, 3, 1);
+            check_pad(dt, (ew_layout)l, KILN_PAD_REPLICATE, 3, 0, 2, 5);
+        }
+    check_pad(KILN_F32, EW_DENSE, KILN_PAD_CONSTANT, -2, 1, 1, -3); /* negative pads crop */
+    check_pad(KILN_F64, EW_TRANSPOSED, KILN_PAD_CONSTANT, 0, 0, 0, 0);
+    /* a 1-d bool, and a pad of only the last dim of a 3-d tensor */
+    double b[3] = {1, 0, 1}, wb[6] = {0, 1, 0, 1, 0, 0};
+    expect_exact("pad bool", kiln_pad(ew_tensor(KILN_BOOL, KILN_SHAPE(3), b), KILN_SHAPE(1, 2), KILN_PAD_CONSTANT, 0), KILN_BOOL,
+                 KILN_SHAPE(6), wb);
+    double t[8] = {1, 2, 3, 4, 5, 6, 7, 8}, wt[16] = {2, 1, 2, 1, 4, 3, 4, 3, 6, 5, 6, 5, 8, 7, 8, 7};
+    expect_exact("pad 3-d reflect", kiln_pad(ew_tensor(KILN_F32, KILN_SHAPE(2, 2, 2), t), KILN_SHAPE(1, 1), KILN_PAD_REFLECT, 0),
+                 KILN_F32, KILN_SHAPE(2, 2, 4), wt);
+    EW_NO_LEAKS(m);
+}
+
 /* ---- gradients ------------------------------------------------------------------------------ */
 
 static kiln_tensor g_flip(kiln_tensor *in, void *ctx) {
@@ -164,8 +215,15 @@ static kiln_tensor g_tile(kiln_tensor *in, void *ctx) {
     return kiln_tile(in[0], KILN_SHAPE(3));
 }
 
+static kiln_tensor g_pad(kiln_tensor *in, void *ctx) {
+    kiln_pad_mode mode = *(const kiln_pad_mode *)ctx;
+    return kiln_pad(kiln_transpose(in[0], 0, 1), KILN_SHAPE(2, 1, 1, 2), mode, -1.0);
+}
+
 KT_TEST(gradients) {
     kiln_shape s[1] = {KILN_SHAPE(3, 4)};
+    const kiln_pad_mode modes[3] = {KILN_PAD_CONSTANT, KILN_PAD_REFLECT, KILN_PAD_REPLICATE};
+    for (int k = 0; k < 3; k++) GC_CHECK("pad", g_pad, (void *)&modes[k], 1, s, 1e-6);
     GC_CHECK("flip", g_flip, NULL, 1, s, 1e-6);
     GC_CHECK("roll", g_roll, NULL, 1, s, 1e-6);
     GC_CHECK("repeat", g_repeat, NULL, 1, s, 1e-6);
@@ -197,7 +255,23 @@ KT_TEST(bad_input) {
     stale = ew_stale();
     r = kiln_any(stale); line = __LINE__;
     EW_EXPECT_ERROR(r, KILN_ERR_STALE_HANDLE, "kiln_neg", line);
+    r = kiln_pad(kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(2, 3)), KILN_SHAPE(3, 0), KILN_PAD_REFLECT, 0); line = __LINE__;
+    EW_EXPECT_ERROR(r, KILN_ERR_INVALID_ARGUMENT, "kiln_pad", line);
+    r = kiln_pad(kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(2, 3)), KILN_SHAPE(1, 0, 1), KILN_PAD_CONSTANT, 0); line = __LINE__;
+    EW_EXPECT_ERROR(r, KILN_ERR_INVALID_ARGUMENT, "kiln_pad", line);
+    r = kiln_pad(kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(3)), KILN_SHAPE(1, 1, 1, 1), KILN_PAD_CONSTANT, 0); line = __LINE__;
+    EW_EXPECT_ERROR(r, KILN_ERR_INVALID_ARGUMENT, "kiln_pad", line);
+    r = kiln_pad(kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(3)), KILN_SHAPE(-1, 0), KILN_PAD_REPLICATE, 0); line = __LINE__;
+    EW_EXPECT_ERROR(r, KILN_ERR_INVALID_ARGUMENT, "kiln_pad", line);
+    r = kiln_pad(kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(3)), KILN_SHAPE(-2, -2), KILN_PAD_CONSTANT, 0); line = __LINE__;
+    EW_EXPECT_ERROR(r, KILN_ERR_INVALID_ARGUMENT, "kiln_pad", line);
+    r = kiln_pad(kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(3)), KILN_SHAPE(1, 1), (kiln_pad_mode)7, 0); line = __LINE__;
+    EW_EXPECT_ERROR(r, KILN_ERR_INVALID_ARGUMENT, "kiln_pad", line);
+    r = kiln_pad(KILN_NONE, KILN_SHAPE(1, 1), KILN_PAD_CONSTANT, 0); line = __LINE__;
+    EW_EXPECT_ERROR(r, KILN_ERR_NULL, "kiln_pad", line);
     kiln_tensor bad = EW_POISONED(); line = __LINE__;
+    EW_EXPECT_ERROR(kiln_pad(bad, KILN_SHAPE(1, 1), KILN_PAD_REFLECT, 0), KILN_ERR_SHAPE, "kiln_reshape", line);
+    bad = EW_POISONED(); line = __LINE__;
     EW_EXPECT_ERROR(kiln_tile(bad, KILN_SHAPE(2)), KILN_ERR_SHAPE, "kiln_reshape", line);
     bad = EW_POISONED(); line = __LINE__;
     EW_EXPECT_ERROR(kiln_all(bad), KILN_ERR_SHAPE, "kiln_reshape", line);
@@ -210,6 +284,7 @@ int main(void) {
     KT_RUN(roll_shifts_and_dims);
     KT_RUN(repeat_and_tile);
     KT_RUN(any_and_all);
+    KT_RUN(pad_modes_dtypes_and_layouts);
     KT_RUN(gradients);
     KT_RUN(bad_input);
     return kt_finish();

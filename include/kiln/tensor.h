@@ -88,6 +88,11 @@ KILN_API kiln_tensor kiln_roll(kiln_tensor t, int64_t shift, int dim);
  * most 7 dims where a count is not 1. */
 KILN_API kiln_tensor kiln_repeat(kiln_tensor t, kiln_shape repeats);
 KILN_API kiln_tensor kiln_tile(kiln_tensor t, kiln_shape reps);
+/* torch.nn.functional.pad: pads holds (left, right) pairs, the last dim's first. constant fills
+ * with value (negative pads crop); reflect mirrors without repeating the edge (pads < size);
+ * replicate repeats the edge. Differentiable in t. */
+typedef enum { KILN_PAD_CONSTANT, KILN_PAD_REFLECT, KILN_PAD_REPLICATE } kiln_pad_mode;
+KILN_API kiln_tensor kiln_pad(kiln_tensor t, kiln_shape pads, kiln_pad_mode mode, double value);
 KILN_API kiln_tensor kiln_one_hot(kiln_tensor index, int64_t num_classes, kiln_dtype dtype);
 KILN_API kiln_tensor kiln_cast(kiln_tensor t, kiln_dtype dtype);
 KILN_API kiln_tensor kiln_to_device(kiln_tensor t, kiln_device dev);
@@ -392,6 +397,7 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
     X(kiln_tensor, sort, (kiln_tensor t, int dim, bool descending, kiln_tensor *indices), (t, dim, descending, indices)) \
     X(kiln_tensor, argsort, (kiln_tensor t, int dim, bool descending), (t, dim, descending)) \
     X(kiln_tensor, topk, (kiln_tensor t, int64_t k, int dim, bool largest, kiln_tensor *indices), (t, k, dim, largest, indices)) \
+    X(kiln_tensor, pad, (kiln_tensor t, kiln_shape pads, kiln_pad_mode mode, double value), (t, pads, mode, value)) \
     X(kiln_tensor, sum, (kiln_tensor t), (t)) \
     X(kiln_tensor, mean, (kiln_tensor t), (t)) \
     X(kiln_tensor, max, (kiln_tensor t), (t)) \
@@ -552,6 +558,7 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_sort(...) KILN__AT(sort, __VA_ARGS__)
 #define kiln_argsort(...) KILN__AT(argsort, __VA_ARGS__)
 #define kiln_topk(...) KILN__AT(topk, __VA_ARGS__)
+#define kiln_pad(...) KILN__AT(pad, __VA_ARGS__)
 #define kiln_sum(...) KILN__AT(sum, __VA_ARGS__)
 #define kiln_mean(...) KILN__AT(mean, __VA_ARGS__)
 #define kiln_max(...) KILN__AT(max, __VA_ARGS__)

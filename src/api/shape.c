@@ -3,6 +3,9 @@
  * Each checks its own arguments under its public name, then runs its parts in that name's
  * scope, so an error inside names the op the caller called, at the caller's line. Gradients
  * come from the parts. */
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "kiln/tensor.h"
 #include "autodiff/autodiff-impl.h"
 
@@ -128,6 +131,88 @@ kiln_tensor kiln_any_dims(kiln_tensor t, kiln_dims dims, bool keepdim) {
 }
 kiln_tensor kiln_all_dims(kiln_tensor t, kiln_dims dims, bool keepdim) {
     return any_all("kiln_all_dims", t, dims, keepdim, true);
+}
+
+/* ---- pad ------------------------------------------------------------------------------------ */
+
+/* Source index along a dim of size n for output position j (j < 0 left of the input). */
+static int64_t pad_source(int64_t j, int64_t n, kiln_pad_mode mode) {
+    if (mode == KILN_PAD_REPLICATE) return j < 0 ? 0 : j >= n ? n - 1 : j;
+    return j < 0 ? -j : j >= n ? 2 * (n - 1) - j : j; /* reflect: the edge itself is not repeated */
+}
+
+/* One dim: constant mode concatenates filled blocks (or narrows, for negative pads);
+ * reflect and replicate gather through an index, so the gradient flows back through it. */
+static kiln_tensor pad_dim(kiln_tensor h, int dim, int64_t left, int64_t right, kiln_pad_mode mode, double value,
+                           kiln_shape shape, kiln_dtype dtype, kiln_device dev, int64_t *index) {
+    int64_t n = shape.dims[dim];
+    if (mode == KILN_PAD_CONSTANT) {
+        if (left < 0) h = kiln_narrow(h, dim, -left, n + left), n += left, left = 0;
+        if (right < 0) h = kiln_narrow(h, dim, 0, n + right), n += right, right = 0;
+        kiln_tensor parts[3];
+        int k = 0;
+        kiln_shape block = shape;
+        block.dims[dim] = left;
+        if (left) parts[k++] = kiln_full(dev, dtype, block, value);
+        parts[k++] = h;
+        block.dims[dim] = right;
+        if (right) parts[k++] = kiln_full(dev, dtype, block, value);
+        return k == 1 ? h : kiln_cat(parts, k, dim);
+    }
+    int64_t m = left + n + right;
+    for (int64_t j = 0; j < m; j++) index[j] = pad_source(j - left, n, mode);
+    return kiln_index_select(h, dim, kiln_from_data(dev, KILN_I64, KILN_SHAPE(m), index));
+}
+
+kiln_tensor kiln_pad(kiln_tensor t, kiln_shape pads, kiln_pad_mode mode, double value) {
+    KILN__OP_BEGIN("kiln_pad");
+    kiln__tensor *x = take(&c, t);
+    if (!x) return kiln__result(&c, NULL);
+    int nd = x->ndim, np = pads.ndim;
+    kiln_shape shape = {nd, {0}};
+    for (int d = 0; d < nd; d++) shape.dims[d] = x->shape[d];
+    kiln_dtype dtype = x->dtype;
+    kiln_device dev = x->device;
+    const char *bad = NULL;
+    char msg[160];
+    if (mode != KILN_PAD_CONSTANT && mode != KILN_PAD_REFLECT && mode != KILN_PAD_REPLICATE) {
+        bad = "mode";
+        snprintf(msg, sizeof msg, "unknown pad mode %d", (int)mode);
+    } else if (np < 0 || np % 2 || np / 2 > nd) {
+        bad = "pads";
+        snprintf(msg, sizeof msg, "%d pad sizes for a %d-d tensor: (left, right) pairs for at most every dim", np, nd);
+    }
+    for (int i = 0; !bad && i < np; i++) {
+        int dim = nd - 1 - i / 2;
+        int64_t p = pads.dims[i], n = shape.dims[dim];
+        if (mode == KILN_PAD_CONSTANT ? n + p < 0 || n + pads.dims[i ^ 1] + p < 0
+                                      : p < 0 || (mode == KILN_PAD_REFLECT ? p >= n : n == 0 && p > 0)) {
+            bad = "pads";
+            snprintf(msg, sizeof msg, "pad %lld does not fit dim %d of size %lld in %s mode", (long long)p, dim,
+                     (long long)n, mode == KILN_PAD_CONSTANT ? "constant" : mode == KILN_PAD_REFLECT ? "reflect" : "replicate");
+        }
+    }
+    int64_t longest = 1; /* the index of reflect / replicate, for the longest padded dim */
+    for (int i = 0; !bad && mode != KILN_PAD_CONSTANT && i + 1 < np; i += 2) {
+        int64_t m = shape.dims[nd - 1 - i / 2] + pads.dims[i] + pads.dims[i + 1];
+        longest = m > longest ? m : longest;
+    }
+    int64_t *index = bad ? NULL : malloc(sizeof(int64_t) * (size_t)longest);
+    if (bad || !index) {
+        kiln__drop(1, x);
+        if (!bad) return kiln__result(&c, kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "no memory for a pad index of %lld", (long long)longest));
+        return kiln__result(&c, kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "%s", msg));
+    }
+    kiln_tensor h = kiln__result(&c, x);
+    const char *outer = kiln__op_scope_enter("kiln_pad");
+    for (int i = 0; i + 1 < np; i += 2) { /* PyTorch's order: the last dim first */
+        int dim = nd - 1 - i / 2;
+        h = pad_dim(h, dim, pads.dims[i], pads.dims[i + 1], mode, value, shape, dtype, dev, index);
+        shape.dims[dim] += pads.dims[i] + pads.dims[i + 1];
+    }
+    kiln__op_scope_leave(outer);
+    free(index);
+    return h;
 }
 
 /* ---- sort, argsort, topk --------------------------------------------------------------------- */
