@@ -253,6 +253,16 @@ static kiln_tensor bad_call(int k, const char **op, kiln_status *st, int *line) 
     BAD(73, "kiln_elu", DTYPE, kiln_elu(INTS(2), 1.0))
     BAD(74, "kiln_hardtanh", INVALID_ARGUMENT, kiln_hardtanh(M23, 1, -1))
     BAD(75, "kiln_mish", DTYPE, kiln_mish(BOOLS(2)))
+    /* scans, sorting and shape ops */
+    BAD(76, "kiln_cumsum", INVALID_ARGUMENT, kiln_cumsum(M23, 2))
+    BAD(77, "kiln_cumprod", INVALID_ARGUMENT, kiln_cumprod(M23, -3))
+    BAD(78, "kiln_topk", INVALID_ARGUMENT, kiln_topk(M23, 4, 1, true, NULL))
+    BAD(79, "kiln_sort", INVALID_ARGUMENT, kiln_sort(M23, 2, false, NULL))
+    BAD(80, "kiln_flip", INVALID_ARGUMENT, kiln_flip(M23, KILN_DIMS(1, -1)))
+    BAD(81, "kiln_roll", INVALID_ARGUMENT, kiln_roll(M23, 1, 2))
+    BAD(82, "kiln_repeat", INVALID_ARGUMENT, kiln_repeat(M23, KILN_SHAPE(2)))
+    BAD(83, "kiln_pad", INVALID_ARGUMENT, kiln_pad(M23, KILN_SHAPE(3, 3), KILN_PAD_REFLECT, 0))
+    BAD(84, "kiln_any_dims", INVALID_ARGUMENT, kiln_any_dims(M23, KILN_DIMS(2), false))
     default: return KILN_NONE;
     }
 }
@@ -270,7 +280,7 @@ KT_TEST(error_paths_never_read_released_inputs) {
             kt_expect_error_at(st, op, __FILE__, line, line);
             kiln_release(t);
         }
-        KT_CHECK(k == 76);
+        KT_CHECK(k == 85);
         KT_MEM_CHECK();
     }
 }
