@@ -533,8 +533,9 @@ static inline VM_TARGET vf vm_softsign(vf x)
 static inline VM_TARGET vf vm_hardswish(vf x)
 {
     vf r6 = v_min(v_max(v_add(x, v_set(3.0f)), v_set(0.0f)), v_set(6.0f));
-    vf y = v_mul(x, v_div(r6, v_set(6.0f))); /* x r6 would overflow first for huge x */
-    return v_sel(m_nan(x), x, y);
+    /* x r6 would overflow first for huge x. NaN x gives NaN through the product (selecting x
+     * itself instead lets clang fold the select away for one ISA but not the other). */
+    return v_mul(x, v_div(r6, v_set(6.0f)));
 }
 
 /* ---- the array kernels -------------------------------------------------------------------- */
