@@ -241,6 +241,28 @@ static kiln_tensor bad_call(int k, const char **op, kiln_status *st, int *line) 
     BAD(62, "kiln_dropout", DTYPE, kiln_dropout(INTS(3), 0.5, 1))
     BAD(63, "kiln_cross_entropy", SHAPE, kiln_cross_entropy(FRESH(4), INTS(3), kiln_cross_entropy_defaults()))
     BAD(64, "kiln_mse_loss", SHAPE, kiln_mse_loss(M23, FRESH(3, 2)))
+    /* issue #15's math and activations */
+    BAD(65, "kiln_floor", DTYPE, kiln_floor(BOOLS(2)))
+    BAD(66, "kiln_fmod", SHAPE, kiln_fmod(M23, FRESH(3, 2)))
+    BAD(67, "kiln_round", DTYPE, kiln_round(BOOLS(2)))
+    BAD(68, "kiln_atan2", SHAPE, kiln_atan2(M23, FRESH(4)))
+    BAD(69, "kiln_lerp", SHAPE, kiln_lerp(M23, M23, FRESH(4)))
+    BAD(70, "kiln_lerp", DTYPE, kiln_lerp(INTS(2), INTS(2), INTS(2)))
+    BAD(71, "kiln_lerp_scalar", SHAPE, kiln_lerp_scalar(M23, FRESH(2), 0.5))
+    BAD(72, "kiln_leaky_relu", DTYPE, kiln_leaky_relu(INTS(2), 0.01))
+    BAD(73, "kiln_elu", DTYPE, kiln_elu(INTS(2), 1.0))
+    BAD(74, "kiln_hardtanh", INVALID_ARGUMENT, kiln_hardtanh(M23, 1, -1))
+    BAD(75, "kiln_mish", DTYPE, kiln_mish(BOOLS(2)))
+    /* scans, sorting and shape ops */
+    BAD(76, "kiln_cumsum", INVALID_ARGUMENT, kiln_cumsum(M23, 2))
+    BAD(77, "kiln_cumprod", INVALID_ARGUMENT, kiln_cumprod(M23, -3))
+    BAD(78, "kiln_topk", INVALID_ARGUMENT, kiln_topk(M23, 4, 1, true, NULL))
+    BAD(79, "kiln_sort", INVALID_ARGUMENT, kiln_sort(M23, 2, false, NULL))
+    BAD(80, "kiln_flip", INVALID_ARGUMENT, kiln_flip(M23, KILN_DIMS(1, -1)))
+    BAD(81, "kiln_roll", INVALID_ARGUMENT, kiln_roll(M23, 1, 2))
+    BAD(82, "kiln_repeat", INVALID_ARGUMENT, kiln_repeat(M23, KILN_SHAPE(2)))
+    BAD(83, "kiln_pad", INVALID_ARGUMENT, kiln_pad(M23, KILN_SHAPE(3, 3), KILN_PAD_REFLECT, 0))
+    BAD(84, "kiln_any_dims", INVALID_ARGUMENT, kiln_any_dims(M23, KILN_DIMS(2), false))
     default: return KILN_NONE;
     }
 }
@@ -258,7 +280,7 @@ KT_TEST(error_paths_never_read_released_inputs) {
             kt_expect_error_at(st, op, __FILE__, line, line);
             kiln_release(t);
         }
-        KT_CHECK(k == 65);
+        KT_CHECK(k == 85);
         KT_MEM_CHECK();
     }
 }

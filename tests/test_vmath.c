@@ -63,6 +63,18 @@ static double ref_of(kiln__vmath_op op, float xf)
     case KILN_VMATH_GELU_TANH: return (double)gelu_tanh_ref(x);
     case KILN_VMATH_SILU: return (double)silu_ref(x);
     case KILN_VMATH_SOFTPLUS: return (double)softplus_ref(x);
+    case KILN_VMATH_FLOOR: return floor(x);
+    case KILN_VMATH_CEIL: return ceil(x);
+    case KILN_VMATH_ROUND: return nearbyint(x); /* the default mode: ties to even */
+    case KILN_VMATH_TRUNC: return trunc(x);
+    case KILN_VMATH_ATAN: return atan(x);
+    case KILN_VMATH_LOG2: return log2(x);
+    case KILN_VMATH_LOG10: return log10(x);
+    case KILN_VMATH_EXP2: return exp2(x);
+    case KILN_VMATH_LOG_SIGMOID: return (double)-(fmaxl(-x, 0) + log1pl(expl(-fabsl(x))));
+    case KILN_VMATH_MISH: return isinf(x) && x < 0 ? -0.0 : (double)(x * tanhl(log1pl(expl(x))));
+    case KILN_VMATH_SOFTSIGN: return isinf(x) ? copysign(1.0, x) : x / (1 + fabs(x));
+    case KILN_VMATH_HARDSWISH: return x * fmin(fmax(x + 3, 0.0), 6.0) / 6;
     default: return NAN;
     }
 }
@@ -131,6 +143,12 @@ static void op_range(kiln__vmath_op op, double *lo, double *hi)
         [KILN_VMATH_RSQRT] = {0, 1e4},       [KILN_VMATH_GELU] = {-16, 16},
         [KILN_VMATH_GELU_TANH] = {-12, 12},  [KILN_VMATH_SILU] = {-120, 30},
         [KILN_VMATH_SOFTPLUS] = {-110, 30},
+        [KILN_VMATH_FLOOR] = {-1e7, 1e7},    [KILN_VMATH_CEIL] = {-1e7, 1e7},
+        [KILN_VMATH_ROUND] = {-1e7, 1e7},    [KILN_VMATH_TRUNC] = {-1e7, 1e7},
+        [KILN_VMATH_ATAN] = {-10, 10},       [KILN_VMATH_LOG2] = {0, 4},
+        [KILN_VMATH_LOG10] = {0, 4},         [KILN_VMATH_EXP2] = {-155, 130},
+        [KILN_VMATH_LOG_SIGMOID] = {-30, 110}, [KILN_VMATH_MISH] = {-120, 30},
+        [KILN_VMATH_SOFTSIGN] = {-100, 100}, [KILN_VMATH_HARDSWISH] = {-6, 6},
     };
     *lo = ranges[op][0];
     *hi = ranges[op][1];
@@ -176,6 +194,8 @@ static double op_bound(kiln__vmath_op op)
     switch (op) {
     case KILN_VMATH_SQRT: return 0.5;
     case KILN_VMATH_RSQRT: return 1.5; /* two correctly rounded steps */
+    case KILN_VMATH_FLOOR: case KILN_VMATH_CEIL: case KILN_VMATH_ROUND: case KILN_VMATH_TRUNC:
+        return 0; /* exact */
     default: return 4.0;
     }
 }
@@ -339,6 +359,18 @@ KT_TEST(vmath_edge_values)
         KT_CHECK(one(KILN_VMATH_GELU_TANH, INFINITY) == INFINITY);
         KT_NEAR(one(KILN_VMATH_GELU, 1.0f), 0.84134474606854293, 1e-7);
         KT_NEAR(one(KILN_VMATH_GELU_TANH, 1.0f), 0.84119199, 1e-7);
+        KT_CHECK(one(KILN_VMATH_ROUND, 2.5f) == 2.0f && one(KILN_VMATH_ROUND, 3.5f) == 4.0f);
+        KT_CHECK(one(KILN_VMATH_ROUND, -0.5f) == 0.0f && signbit(one(KILN_VMATH_ROUND, -0.5f)));
+        KT_CHECK(one(KILN_VMATH_CEIL, -0.5f) == 0.0f && signbit(one(KILN_VMATH_CEIL, -0.5f)));
+        KT_CHECK(one(KILN_VMATH_TRUNC, -0.7f) == 0.0f && signbit(one(KILN_VMATH_TRUNC, -0.7f)));
+        KT_CHECK(one(KILN_VMATH_FLOOR, -0.5f) == -1.0f && one(KILN_VMATH_FLOOR, 1e30f) == 1e30f);
+        KT_CHECK(one(KILN_VMATH_EXP2, 3.0f) == 8.0f && one(KILN_VMATH_EXP2, -149.0f) == 0x1p-149f);
+        KT_CHECK(one(KILN_VMATH_EXP2, 128.0f) == INFINITY && one(KILN_VMATH_EXP2, -INFINITY) == 0.0f);
+        KT_CHECK(one(KILN_VMATH_LOG2, 8.0f) == 3.0f && one(KILN_VMATH_LOG10, 0.0f) == -INFINITY);
+        KT_NEAR(one(KILN_VMATH_ATAN, INFINITY), 1.5707963267948966, 1e-7);
+        KT_CHECK(one(KILN_VMATH_MISH, -INFINITY) == 0.0f && one(KILN_VMATH_MISH, INFINITY) == INFINITY);
+        KT_CHECK(one(KILN_VMATH_SOFTSIGN, -INFINITY) == -1.0f && one(KILN_VMATH_LOG_SIGMOID, -INFINITY) == -INFINITY);
+        KT_CHECK(one(KILN_VMATH_HARDSWISH, -3.5f) == 0.0f && one(KILN_VMATH_HARDSWISH, 4.0f) == 4.0f);
         for (int op = 0; op < KILN_VMATH_OP_COUNT; op++)
             KT_CHECK_MSG(isnan(one(op, NAN)), "%s(NaN)", kiln__vmath_op_name(op));
     }

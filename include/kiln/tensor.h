@@ -79,6 +79,20 @@ KILN_API kiln_tensor kiln_masked_fill(kiln_tensor x, kiln_tensor mask, double va
  * the main diagonal, > 0 above it, < 0 below. Any dtype; x needs at least 2 dims. */
 KILN_API kiln_tensor kiln_tril(kiln_tensor x, int64_t diagonal);
 KILN_API kiln_tensor kiln_triu(kiln_tensor x, int64_t diagonal);
+/* torch.flip: the order of the elements along each of dims reversed (a copy). */
+KILN_API kiln_tensor kiln_flip(kiln_tensor t, kiln_dims dims);
+/* torch.roll along one dim: element i moves to (i + shift) mod size; shift may be negative. */
+KILN_API kiln_tensor kiln_roll(kiln_tensor t, int64_t shift, int dim);
+/* torch.Tensor.repeat: repeats has at least t's ndim entries (t's shape is padded with leading
+ * 1s); dim i repeated repeats[i] times. torch.tile: reps may be shorter (padded with 1s). At
+ * most 7 dims where a count is not 1. */
+KILN_API kiln_tensor kiln_repeat(kiln_tensor t, kiln_shape repeats);
+KILN_API kiln_tensor kiln_tile(kiln_tensor t, kiln_shape reps);
+/* torch.nn.functional.pad: pads holds (left, right) pairs, the last dim's first. constant fills
+ * with value (negative pads crop); reflect mirrors without repeating the edge (pads < size);
+ * replicate repeats the edge. Differentiable in t. */
+typedef enum { KILN_PAD_CONSTANT, KILN_PAD_REFLECT, KILN_PAD_REPLICATE } kiln_pad_mode;
+KILN_API kiln_tensor kiln_pad(kiln_tensor t, kiln_shape pads, kiln_pad_mode mode, double value);
 KILN_API kiln_tensor kiln_one_hot(kiln_tensor index, int64_t num_classes, kiln_dtype dtype);
 KILN_API kiln_tensor kiln_cast(kiln_tensor t, kiln_dtype dtype);
 KILN_API kiln_tensor kiln_to_device(kiln_tensor t, kiln_device dev);
@@ -115,6 +129,32 @@ KILN_API kiln_tensor kiln_softplus(kiln_tensor t);
 KILN_API kiln_tensor kiln_erf(kiln_tensor t);
 KILN_API kiln_tensor kiln_logical_not(kiln_tensor t);
 KILN_API kiln_tensor kiln_clamp(kiln_tensor t, double lo, double hi); /* NAN: no bound */
+/* Rounding (torch's): round is half to even; integer tensors come back unchanged, bool is
+ * refused. The gradient is zero. */
+KILN_API kiln_tensor kiln_floor(kiln_tensor t);
+KILN_API kiln_tensor kiln_ceil(kiln_tensor t);
+KILN_API kiln_tensor kiln_round(kiln_tensor t);
+KILN_API kiln_tensor kiln_trunc(kiln_tensor t);
+KILN_API kiln_tensor kiln_atan(kiln_tensor t);
+KILN_API kiln_tensor kiln_log2(kiln_tensor t);
+KILN_API kiln_tensor kiln_log10(kiln_tensor t);
+KILN_API kiln_tensor kiln_exp2(kiln_tensor t);
+/* Bool results (false / true for integer tensors); not differentiable. */
+KILN_API kiln_tensor kiln_isnan(kiln_tensor t);
+KILN_API kiln_tensor kiln_isinf(kiln_tensor t);
+KILN_API kiln_tensor kiln_isfinite(kiln_tensor t);
+/* torch.nan_to_num: NaN -> nan, +inf -> posinf, -inf -> neginf; posinf / neginf NAN mean
+ * torch's None: the largest / lowest finite value of t's dtype. Integer tensors unchanged. */
+KILN_API kiln_tensor kiln_nan_to_num(kiln_tensor t, double nan, double posinf, double neginf);
+/* Activations (torch.nn.functional's), floating-point tensors only. */
+KILN_API kiln_tensor kiln_leaky_relu(kiln_tensor t, double negative_slope); /* torch default 0.01 */
+KILN_API kiln_tensor kiln_elu(kiln_tensor t, double alpha);                 /* torch default 1.0 */
+KILN_API kiln_tensor kiln_selu(kiln_tensor t);
+KILN_API kiln_tensor kiln_log_sigmoid(kiln_tensor t);
+KILN_API kiln_tensor kiln_hardtanh(kiln_tensor t, double min_val, double max_val); /* -1, 1 in torch */
+KILN_API kiln_tensor kiln_hardswish(kiln_tensor t);
+KILN_API kiln_tensor kiln_mish(kiln_tensor t);
+KILN_API kiln_tensor kiln_softsign(kiln_tensor t);
 
 KILN_API kiln_tensor kiln_add(kiln_tensor a, kiln_tensor b);
 KILN_API kiln_tensor kiln_sub(kiln_tensor a, kiln_tensor b);
@@ -131,6 +171,14 @@ KILN_API kiln_tensor kiln_gt(kiln_tensor a, kiln_tensor b);
 KILN_API kiln_tensor kiln_ge(kiln_tensor a, kiln_tensor b);
 KILN_API kiln_tensor kiln_logical_and(kiln_tensor a, kiln_tensor b);
 KILN_API kiln_tensor kiln_logical_or(kiln_tensor a, kiln_tensor b);
+/* fmod: the sign of a (C's fmod); remainder: the sign of b (Python's %). Integer division by
+ * zero fails the op (KILN_ERR_INVALID_ARGUMENT when read). */
+KILN_API kiln_tensor kiln_fmod(kiln_tensor a, kiln_tensor b);
+KILN_API kiln_tensor kiln_remainder(kiln_tensor a, kiln_tensor b);
+KILN_API kiln_tensor kiln_atan2(kiln_tensor a, kiln_tensor b); /* atan2(a, b): a is y */
+/* torch.lerp: start + weight (end - start); all three broadcast; floating-point only. */
+KILN_API kiln_tensor kiln_lerp(kiln_tensor start, kiln_tensor end, kiln_tensor weight);
+KILN_API kiln_tensor kiln_lerp_scalar(kiln_tensor start, kiln_tensor end, double weight);
 
 /* Scalar variants: the scalar takes the tensor's dtype (a float scalar promotes an int tensor). */
 KILN_API kiln_tensor kiln_add_scalar(kiln_tensor t, double s);
@@ -148,6 +196,8 @@ KILN_API kiln_tensor kiln_lt_scalar(kiln_tensor t, double s);
 KILN_API kiln_tensor kiln_le_scalar(kiln_tensor t, double s);
 KILN_API kiln_tensor kiln_gt_scalar(kiln_tensor t, double s);
 KILN_API kiln_tensor kiln_ge_scalar(kiln_tensor t, double s);
+KILN_API kiln_tensor kiln_fmod_scalar(kiln_tensor t, double s);
+KILN_API kiln_tensor kiln_remainder_scalar(kiln_tensor t, double s);
 
 /* ---- reductions ------------------------------------------------------------------------- */
 /* Whole tensor to a 0-d tensor. */
@@ -166,6 +216,21 @@ KILN_API kiln_tensor kiln_prod_dims(kiln_tensor t, kiln_dims dims, bool keepdim)
 KILN_API kiln_tensor kiln_var_dims(kiln_tensor t, kiln_dims dims, int correction, bool keepdim);
 KILN_API kiln_tensor kiln_std_dims(kiln_tensor t, kiln_dims dims, int correction, bool keepdim);
 KILN_API kiln_tensor kiln_logsumexp_dims(kiln_tensor t, kiln_dims dims, bool keepdim);
+/* torch.any / torch.all: bool; NaN counts as true; any of nothing is false, all of it true. */
+KILN_API kiln_tensor kiln_any(kiln_tensor t);
+KILN_API kiln_tensor kiln_all(kiln_tensor t);
+KILN_API kiln_tensor kiln_any_dims(kiln_tensor t, kiln_dims dims, bool keepdim);
+KILN_API kiln_tensor kiln_all_dims(kiln_tensor t, kiln_dims dims, bool keepdim);
+/* torch.cumsum / torch.cumprod along dim: same shape; integers and bools accumulate in i64. */
+KILN_API kiln_tensor kiln_cumsum(kiln_tensor t, int dim);
+KILN_API kiln_tensor kiln_cumprod(kiln_tensor t, int dim);
+/* torch.sort / torch.argsort / torch.topk along dim: NaN sorts as the largest value; equal
+ * values keep their order. sort and topk return the values and write the i64 indices to
+ * *indices when it is not NULL (on failure, another handle to the same error). topk keeps the
+ * k largest (or smallest), in order. The values are differentiable. */
+KILN_API kiln_tensor kiln_sort(kiln_tensor t, int dim, bool descending, kiln_tensor *indices);
+KILN_API kiln_tensor kiln_argsort(kiln_tensor t, int dim, bool descending);
+KILN_API kiln_tensor kiln_topk(kiln_tensor t, int64_t k, int dim, bool largest, kiln_tensor *indices);
 KILN_API kiln_tensor kiln_argmax(kiln_tensor t, int dim, bool keepdim); /* i64; first index of ties */
 KILN_API kiln_tensor kiln_argmin(kiln_tensor t, int dim, bool keepdim);
 KILN_API kiln_tensor kiln_softmax(kiln_tensor t, int dim);
@@ -292,6 +357,47 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
     X(kiln_tensor, le_scalar, (kiln_tensor t, double s), (t, s)) \
     X(kiln_tensor, gt_scalar, (kiln_tensor t, double s), (t, s)) \
     X(kiln_tensor, ge_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, floor, (kiln_tensor t), (t)) \
+    X(kiln_tensor, ceil, (kiln_tensor t), (t)) \
+    X(kiln_tensor, round, (kiln_tensor t), (t)) \
+    X(kiln_tensor, trunc, (kiln_tensor t), (t)) \
+    X(kiln_tensor, atan, (kiln_tensor t), (t)) \
+    X(kiln_tensor, log2, (kiln_tensor t), (t)) \
+    X(kiln_tensor, log10, (kiln_tensor t), (t)) \
+    X(kiln_tensor, exp2, (kiln_tensor t), (t)) \
+    X(kiln_tensor, isnan, (kiln_tensor t), (t)) \
+    X(kiln_tensor, isinf, (kiln_tensor t), (t)) \
+    X(kiln_tensor, isfinite, (kiln_tensor t), (t)) \
+    X(kiln_tensor, nan_to_num, (kiln_tensor t, double nan, double posinf, double neginf), (t, nan, posinf, neginf)) \
+    X(kiln_tensor, leaky_relu, (kiln_tensor t, double negative_slope), (t, negative_slope)) \
+    X(kiln_tensor, elu, (kiln_tensor t, double alpha), (t, alpha)) \
+    X(kiln_tensor, selu, (kiln_tensor t), (t)) \
+    X(kiln_tensor, log_sigmoid, (kiln_tensor t), (t)) \
+    X(kiln_tensor, hardtanh, (kiln_tensor t, double min_val, double max_val), (t, min_val, max_val)) \
+    X(kiln_tensor, hardswish, (kiln_tensor t), (t)) \
+    X(kiln_tensor, mish, (kiln_tensor t), (t)) \
+    X(kiln_tensor, softsign, (kiln_tensor t), (t)) \
+    X(kiln_tensor, fmod, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, remainder, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, atan2, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, lerp, (kiln_tensor start, kiln_tensor end, kiln_tensor weight), (start, end, weight)) \
+    X(kiln_tensor, lerp_scalar, (kiln_tensor start, kiln_tensor end, double weight), (start, end, weight)) \
+    X(kiln_tensor, fmod_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, remainder_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, flip, (kiln_tensor t, kiln_dims dims), (t, dims)) \
+    X(kiln_tensor, roll, (kiln_tensor t, int64_t shift, int dim), (t, shift, dim)) \
+    X(kiln_tensor, repeat, (kiln_tensor t, kiln_shape repeats), (t, repeats)) \
+    X(kiln_tensor, tile, (kiln_tensor t, kiln_shape reps), (t, reps)) \
+    X(kiln_tensor, any, (kiln_tensor t), (t)) \
+    X(kiln_tensor, all, (kiln_tensor t), (t)) \
+    X(kiln_tensor, any_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
+    X(kiln_tensor, all_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
+    X(kiln_tensor, cumsum, (kiln_tensor t, int dim), (t, dim)) \
+    X(kiln_tensor, cumprod, (kiln_tensor t, int dim), (t, dim)) \
+    X(kiln_tensor, sort, (kiln_tensor t, int dim, bool descending, kiln_tensor *indices), (t, dim, descending, indices)) \
+    X(kiln_tensor, argsort, (kiln_tensor t, int dim, bool descending), (t, dim, descending)) \
+    X(kiln_tensor, topk, (kiln_tensor t, int64_t k, int dim, bool largest, kiln_tensor *indices), (t, k, dim, largest, indices)) \
+    X(kiln_tensor, pad, (kiln_tensor t, kiln_shape pads, kiln_pad_mode mode, double value), (t, pads, mode, value)) \
     X(kiln_tensor, sum, (kiln_tensor t), (t)) \
     X(kiln_tensor, mean, (kiln_tensor t), (t)) \
     X(kiln_tensor, max, (kiln_tensor t), (t)) \
@@ -412,6 +518,47 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_le_scalar(...) KILN__AT(le_scalar, __VA_ARGS__)
 #define kiln_gt_scalar(...) KILN__AT(gt_scalar, __VA_ARGS__)
 #define kiln_ge_scalar(...) KILN__AT(ge_scalar, __VA_ARGS__)
+#define kiln_floor(...) KILN__AT(floor, __VA_ARGS__)
+#define kiln_ceil(...) KILN__AT(ceil, __VA_ARGS__)
+#define kiln_round(...) KILN__AT(round, __VA_ARGS__)
+#define kiln_trunc(...) KILN__AT(trunc, __VA_ARGS__)
+#define kiln_atan(...) KILN__AT(atan, __VA_ARGS__)
+#define kiln_log2(...) KILN__AT(log2, __VA_ARGS__)
+#define kiln_log10(...) KILN__AT(log10, __VA_ARGS__)
+#define kiln_exp2(...) KILN__AT(exp2, __VA_ARGS__)
+#define kiln_isnan(...) KILN__AT(isnan, __VA_ARGS__)
+#define kiln_isinf(...) KILN__AT(isinf, __VA_ARGS__)
+#define kiln_isfinite(...) KILN__AT(isfinite, __VA_ARGS__)
+#define kiln_nan_to_num(...) KILN__AT(nan_to_num, __VA_ARGS__)
+#define kiln_leaky_relu(...) KILN__AT(leaky_relu, __VA_ARGS__)
+#define kiln_elu(...) KILN__AT(elu, __VA_ARGS__)
+#define kiln_selu(...) KILN__AT(selu, __VA_ARGS__)
+#define kiln_log_sigmoid(...) KILN__AT(log_sigmoid, __VA_ARGS__)
+#define kiln_hardtanh(...) KILN__AT(hardtanh, __VA_ARGS__)
+#define kiln_hardswish(...) KILN__AT(hardswish, __VA_ARGS__)
+#define kiln_mish(...) KILN__AT(mish, __VA_ARGS__)
+#define kiln_softsign(...) KILN__AT(softsign, __VA_ARGS__)
+#define kiln_fmod(...) KILN__AT(fmod, __VA_ARGS__)
+#define kiln_remainder(...) KILN__AT(remainder, __VA_ARGS__)
+#define kiln_atan2(...) KILN__AT(atan2, __VA_ARGS__)
+#define kiln_lerp(...) KILN__AT(lerp, __VA_ARGS__)
+#define kiln_lerp_scalar(...) KILN__AT(lerp_scalar, __VA_ARGS__)
+#define kiln_fmod_scalar(...) KILN__AT(fmod_scalar, __VA_ARGS__)
+#define kiln_remainder_scalar(...) KILN__AT(remainder_scalar, __VA_ARGS__)
+#define kiln_flip(...) KILN__AT(flip, __VA_ARGS__)
+#define kiln_roll(...) KILN__AT(roll, __VA_ARGS__)
+#define kiln_repeat(...) KILN__AT(repeat, __VA_ARGS__)
+#define kiln_tile(...) KILN__AT(tile, __VA_ARGS__)
+#define kiln_any(...) KILN__AT(any, __VA_ARGS__)
+#define kiln_all(...) KILN__AT(all, __VA_ARGS__)
+#define kiln_any_dims(...) KILN__AT(any_dims, __VA_ARGS__)
+#define kiln_all_dims(...) KILN__AT(all_dims, __VA_ARGS__)
+#define kiln_cumsum(...) KILN__AT(cumsum, __VA_ARGS__)
+#define kiln_cumprod(...) KILN__AT(cumprod, __VA_ARGS__)
+#define kiln_sort(...) KILN__AT(sort, __VA_ARGS__)
+#define kiln_argsort(...) KILN__AT(argsort, __VA_ARGS__)
+#define kiln_topk(...) KILN__AT(topk, __VA_ARGS__)
+#define kiln_pad(...) KILN__AT(pad, __VA_ARGS__)
 #define kiln_sum(...) KILN__AT(sum, __VA_ARGS__)
 #define kiln_mean(...) KILN__AT(mean, __VA_ARGS__)
 #define kiln_max(...) KILN__AT(max, __VA_ARGS__)

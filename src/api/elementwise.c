@@ -31,6 +31,64 @@ UNARY(silu, SILU)
 UNARY(softplus, SOFTPLUS)
 UNARY(erf, ERF)
 UNARY(logical_not, LOGICAL_NOT)
+UNARY(floor, FLOOR)
+UNARY(ceil, CEIL)
+UNARY(round, ROUND)
+UNARY(trunc, TRUNC)
+UNARY(atan, ATAN)
+UNARY(log2, LOG2)
+UNARY(log10, LOG10)
+UNARY(exp2, EXP2)
+UNARY(log_sigmoid, LOG_SIGMOID)
+UNARY(mish, MISH)
+UNARY(softsign, SOFTSIGN)
+UNARY(hardswish, HARDSWISH)
+
+/* Bool results: never differentiable, so never recorded. */
+#define UNARY_UNTRACKED(fname, CODE)                                      \
+    kiln_tensor kiln_##fname(kiln_tensor x) {                             \
+        KILN__OP_BEGIN("kiln_" #fname);                                   \
+        kiln__tensor *tx = kiln__arg(&c, x);                              \
+        return kiln__result(&c, kiln__t_unary(&c, KILN__OP_##CODE, tx));  \
+    }
+UNARY_UNTRACKED(isnan, ISNAN)
+UNARY_UNTRACKED(isinf, ISINF)
+UNARY_UNTRACKED(isfinite, ISFINITE)
+
+static kiln_tensor unary_params(kiln__opctx *c, kiln__opcode code, kiln_tensor x, const double params[4]) {
+    kiln__tensor *tx = kiln__arg(c, x);
+    if (KILN__UNLIKELY(kiln__ad_active(1, &tx))) return kiln__result(c, kiln__ad_unary_params(c, code, tx, params));
+    return kiln__result(c, kiln__t_unary_params(c, code, tx, params));
+}
+
+kiln_tensor kiln_leaky_relu(kiln_tensor x, double negative_slope) {
+    KILN__OP_BEGIN("kiln_leaky_relu");
+    return unary_params(&c, KILN__OP_LEAKY_RELU, x, (const double[4]){negative_slope, 0, 0, 0});
+}
+
+kiln_tensor kiln_elu(kiln_tensor x, double alpha) {
+    KILN__OP_BEGIN("kiln_elu");
+    return unary_params(&c, KILN__OP_ELU, x, (const double[4]){alpha, 1.0, 1.0, 0});
+}
+
+kiln_tensor kiln_selu(kiln_tensor x) {
+    KILN__OP_BEGIN("kiln_selu");
+    return unary_params(&c, KILN__OP_ELU, x, (const double[4]){1.6732632423543772848, 1.0507009873554804934, 1.0, 0});
+}
+
+kiln_tensor kiln_hardtanh(kiln_tensor x, double min_val, double max_val) {
+    KILN__OP_BEGIN("kiln_hardtanh");
+    kiln__tensor *tx = kiln__arg(&c, x);
+    if (KILN__UNLIKELY(kiln__ad_active(1, &tx))) return kiln__result(&c, kiln__ad_hardtanh(&c, tx, min_val, max_val));
+    return kiln__result(&c, kiln__t_hardtanh(&c, tx, min_val, max_val));
+}
+
+kiln_tensor kiln_nan_to_num(kiln_tensor x, double nan, double posinf, double neginf) {
+    KILN__OP_BEGIN("kiln_nan_to_num");
+    kiln__tensor *tx = kiln__arg(&c, x);
+    if (KILN__UNLIKELY(kiln__ad_active(1, &tx))) return kiln__result(&c, kiln__ad_nan_to_num(&c, tx, nan, posinf, neginf));
+    return kiln__result(&c, kiln__t_nan_to_num(&c, tx, nan, posinf, neginf));
+}
 
 kiln_tensor kiln_clamp(kiln_tensor x, double lo, double hi) {
     KILN__OP_BEGIN("kiln_clamp");
@@ -64,6 +122,9 @@ BINARY(gt, GT)
 BINARY(ge, GE)
 BINARY(logical_and, LOGICAL_AND)
 BINARY(logical_or, LOGICAL_OR)
+BINARY(fmod, FMOD)
+BINARY(remainder, REMAINDER)
+BINARY(atan2, ATAN2)
 
 #define BINARY_SCALAR(fname, CODE, FIRST)                                                  \
     kiln_tensor kiln_##fname(kiln_tensor x, double s) {                                    \
@@ -88,6 +149,29 @@ BINARY_SCALAR(lt_scalar, LT, false)
 BINARY_SCALAR(le_scalar, LE, false)
 BINARY_SCALAR(gt_scalar, GT, false)
 BINARY_SCALAR(ge_scalar, GE, false)
+BINARY_SCALAR(fmod_scalar, FMOD, false)
+BINARY_SCALAR(remainder_scalar, REMAINDER, false)
+
+static kiln_tensor lerp(kiln__opctx *c, kiln_tensor start, kiln_tensor end, kiln_tensor weight, bool has_weight, double w) {
+    kiln__tensor *in[3] = {NULL, NULL, NULL};
+    in[0] = kiln__arg(c, start);
+    in[1] = kiln__arg(c, end);
+    if (has_weight) in[2] = kiln__arg(c, weight);
+    int n = has_weight ? 3 : 2;
+    if (KILN__UNLIKELY(kiln__ad_active(n, in))) return kiln__result(c, kiln__ad_lerp(c, in[0], in[1], in[2], w));
+    if (has_weight && !in[2]) return kiln__drop(2, in[0], in[1]), kiln__result(c, NULL);
+    return kiln__result(c, kiln__t_lerp(c, in[0], in[1], in[2], w));
+}
+
+kiln_tensor kiln_lerp(kiln_tensor start, kiln_tensor end, kiln_tensor weight) {
+    KILN__OP_BEGIN("kiln_lerp");
+    return lerp(&c, start, end, weight, true, 0);
+}
+
+kiln_tensor kiln_lerp_scalar(kiln_tensor start, kiln_tensor end, double weight) {
+    KILN__OP_BEGIN("kiln_lerp_scalar");
+    return lerp(&c, start, end, KILN_NONE, false, weight);
+}
 
 kiln_tensor kiln_where(kiln_tensor mask, kiln_tensor a, kiln_tensor b) {
     KILN__OP_BEGIN("kiln_where");

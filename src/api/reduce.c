@@ -74,3 +74,19 @@ kiln_tensor kiln_softmax(kiln_tensor t, int dim) { return softmax_op("kiln_softm
 kiln_tensor kiln_log_softmax(kiln_tensor t, int dim) {
     return softmax_op("kiln_log_softmax", KILN__OP_LOG_SOFTMAX, t, dim);
 }
+
+static kiln_tensor scan(kiln__opctx *c, kiln__opcode code, kiln_tensor t, int dim) {
+    kiln__tensor *x = kiln__arg(c, t);
+    if (KILN__UNLIKELY(kiln__ad_active(1, &x))) return kiln__result(c, kiln__ad_scan(c, code, x, dim));
+    return kiln__result(c, kiln__t_scan(c, code, x, dim, false));
+}
+
+kiln_tensor kiln_cumsum(kiln_tensor t, int dim) {
+    KILN__OP_BEGIN("kiln_cumsum");
+    return scan(&c, KILN__OP_CUMSUM, t, dim);
+}
+
+kiln_tensor kiln_cumprod(kiln_tensor t, int dim) {
+    KILN__OP_BEGIN("kiln_cumprod");
+    return scan(&c, KILN__OP_CUMPROD, t, dim);
+}

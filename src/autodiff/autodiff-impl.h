@@ -87,6 +87,12 @@ kiln__tensor *kiln__ad_sum_to(kiln__opctx *c, kiln__tensor *g, int ndim, const i
  * references as the kiln__t_* functions they wrap. */
 kiln__tensor *kiln__ad_unary(kiln__opctx *c, kiln__opcode code, kiln__tensor *x);
 kiln__tensor *kiln__ad_clamp(kiln__opctx *c, kiln__tensor *x, double lo, double hi);
+/* Issue #15's math and activations: as kiln__t_unary_params, kiln__t_hardtanh,
+ * kiln__t_nan_to_num and kiln__t_lerp. */
+kiln__tensor *kiln__ad_unary_params(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, const double params[4]);
+kiln__tensor *kiln__ad_hardtanh(kiln__opctx *c, kiln__tensor *x, double lo, double hi);
+kiln__tensor *kiln__ad_nan_to_num(kiln__opctx *c, kiln__tensor *x, double nan, double posinf, double neginf);
+kiln__tensor *kiln__ad_lerp(kiln__opctx *c, kiln__tensor *start, kiln__tensor *end, kiln__tensor *weight, double w);
 kiln__tensor *kiln__ad_binary(kiln__opctx *c, kiln__opcode code, kiln__tensor *a, kiln__tensor *b);
 kiln__tensor *kiln__ad_binary_scalar(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, double s, bool scalar_first);
 kiln__tensor *kiln__ad_where(kiln__opctx *c, kiln__tensor *mask, kiln__tensor *a, kiln__tensor *b);
@@ -130,6 +136,11 @@ kiln__tensor *kiln__ad_scatter_zeros(kiln__opctx *c, int ndim, const int64_t *sh
 /* mask as kiln__t_reduce's; param: VAR's correction; take_sqrt: std. */
 kiln__tensor *kiln__ad_reduce(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, uint32_t mask, bool keepdim,
                               int64_t param, bool take_sqrt);
+/* CUMSUM or CUMPROD along dim (rules_scan.c). */
+kiln__tensor *kiln__ad_scan(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, int dim);
+/* As kiln__t_sort; the values carry the gradient (rules_scan.c). */
+kiln__tensor *kiln__ad_sort(kiln__opctx *c, kiln__tensor *x, int dim, bool descending, int64_t k,
+                            kiln__tensor **indices);
 kiln__tensor *kiln__ad_softmax(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, int dim);
 kiln__tensor *kiln__ad_matmul(kiln__opctx *c, kiln__tensor *a, kiln__tensor *b);
 kiln__tensor *kiln__ad_linear(kiln__opctx *c, kiln__tensor *x, kiln__tensor *w, kiln__tensor *bias, bool has_bias);

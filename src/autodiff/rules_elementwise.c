@@ -9,9 +9,10 @@ enum { SAVE_NONE = 0, SAVE_IN = 1, SAVE_OUT = 2 };
 static int unary_saves(kiln__opcode code) {
     switch (code) {
     case KILN__OP_EXP: case KILN__OP_EXPM1: case KILN__OP_SQRT: case KILN__OP_RSQRT: case KILN__OP_TANH:
-    case KILN__OP_SIGMOID: case KILN__OP_RELU:
+    case KILN__OP_SIGMOID: case KILN__OP_RELU: case KILN__OP_EXP2:
         return SAVE_OUT;
-    case KILN__OP_NEG: case KILN__OP_SIGN: case KILN__OP_LOGICAL_NOT:
+    case KILN__OP_NEG: case KILN__OP_SIGN: case KILN__OP_LOGICAL_NOT: case KILN__OP_FLOOR: case KILN__OP_CEIL:
+    case KILN__OP_ROUND: case KILN__OP_TRUNC:
         return SAVE_NONE;
     default:
         return SAVE_IN;
@@ -68,6 +69,47 @@ static void unary_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, ki
     case KILN__OP_ERF: /* 2/sqrt(pi) exp(-x^2) */
         r = ad_mul(c, g, ad_muls(c, ad_un(c, KILN__OP_EXP, ad_neg(c, ad_mul(c, ad_ref(x), ad_ref(x)))), 1.12837916709551257390));
         break;
+    case KILN__OP_FLOOR: case KILN__OP_CEIL: case KILN__OP_ROUND: case KILN__OP_TRUNC: /* zeros, as PyTorch's */
+        r = g ? kiln__t_fill(c, g->device, g->dtype, g->ndim, g->shape, 0.0) : NULL;
+        kiln__tensor_release(g);
+        break;
+    case KILN__OP_ATAN: r = ad_div(c, g, ad_adds(c, ad_mul(c, ad_ref(x), ad_ref(x)), 1.0)); break;
+    case KILN__OP_LOG2: r = ad_div(c, g, ad_muls(c, ad_ref(x), 0.69314718055994530942)); break;
+    case KILN__OP_LOG10: r = ad_div(c, g, ad_muls(c, ad_ref(x), 2.30258509299404568402)); break;
+    case KILN__OP_EXP2: r = ad_mul(c, g, ad_muls(c, ad_ref(y), 0.69314718055994530942)); break;
+    case KILN__OP_LOG_SIGMOID: r = ad_mul(c, g, ad_un(c, KILN__OP_SIGMOID, ad_neg(c, ad_ref(x)))); break;
+    case KILN__OP_SOFTSIGN: /* 1 / (1 + |x|)^2 */
+        r = ad_div(c, g, ad_pows(c, ad_adds(c, ad_un(c, KILN__OP_ABS, ad_ref(x)), 1.0), 2.0));
+        break;
+    case KILN__OP_MISH: { /* t + x sigmoid(x) (1 - t^2), t = tanh(softplus(x)) */
+        kiln__tensor *t = ad_un(c, KILN__OP_TANH, ad_un(c, KILN__OP_SOFTPLUS, ad_ref(x)));
+        kiln__tensor *one_minus_t2 = ad_rsubs(c, ad_mul(c, ad_ref(t), ad_ref(t)), 1.0);
+        kiln__tensor *xs = ad_mul(c, ad_ref(x), ad_un(c, KILN__OP_SIGMOID, ad_ref(x)));
+        r = ad_mul(c, g, ad_add(c, t, ad_mul(c, xs, one_minus_t2)));
+        break;
+    }
+    case KILN__OP_HARDSWISH: { /* PyTorch's: 0 below -3, x/3 + 1/2 up to 3, 1 above */
+        kiln__tensor *inner = ad_adds(c, ad_muls(c, ad_ref(x), 1.0 / 3.0), 0.5);
+        kiln__tensor *one = g ? kiln__t_fill(c, g->device, g->dtype, 0, NULL, 1.0) : NULL;
+        kiln__tensor *d = kiln__t_where(c, kiln__t_binary_scalar(c, KILN__OP_LE, ad_ref(x), 3.0, false), inner, one);
+        r = ad_keep(c, kiln__t_binary_scalar(c, KILN__OP_GE, ad_ref(x), -3.0, false), ad_mul(c, g, d));
+        break;
+    }
+    case KILN__OP_LEAKY_RELU: { /* g where x > 0, slope g elsewhere */
+        kiln__tensor *pos = kiln__t_binary_scalar(c, KILN__OP_GT, ad_ref(x), 0.0, false);
+        kiln__tensor *scaled = ad_muls(c, ad_ref(g), n->pf[0]); /* before g is given away */
+        r = kiln__t_where(c, pos, g, scaled);
+        break;
+    }
+    case KILN__OP_ELU: { /* scale for x > 0, scale alpha input_scale exp(input_scale x) elsewhere */
+        double alpha = n->pf[0], scale = n->pf[1], in_scale = n->pf[2];
+        kiln__tensor *neg = ad_muls(c, ad_un(c, KILN__OP_EXP, ad_muls(c, ad_ref(x), in_scale)), scale * alpha * in_scale);
+        kiln__tensor *s = g ? kiln__t_fill(c, g->device, g->dtype, 0, NULL, scale) : NULL;
+        kiln__tensor *d = kiln__t_where(c, kiln__t_binary_scalar(c, KILN__OP_GT, ad_ref(x), 0.0, false), s, neg);
+        r = ad_mul(c, g, d);
+        break;
+    }
+    case KILN__OP_NAN_TO_NUM: r = ad_keep(c, kiln__t_unary(c, KILN__OP_ISFINITE, ad_ref(x)), g); break;
     default: /* sign, logical_not: zero almost everywhere, no gradient */
         kiln__tensor_release(g);
         return;
@@ -78,24 +120,33 @@ static void unary_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, ki
 static const kiln__ad_rule unary_rule = {"unary", unary_backward};
 
 kiln__tensor *kiln__ad_unary(kiln__opctx *c, kiln__opcode code, kiln__tensor *x) {
+    return kiln__ad_unary_params(c, code, x, NULL);
+}
+
+kiln__tensor *kiln__ad_unary_params(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, const double params[4]) {
     kiln__ad_node *n = kiln__ad_node_new(c, &unary_rule, 1, &x);
     if (n) n->code = code;
+    if (n && params)
+        for (int i = 0; i < 4; i++) n->pf[i] = params[i];
     int saves = unary_saves(code);
     if (saves & SAVE_IN) kiln__ad_save(c, n, 0, x);
-    kiln__tensor *y = kiln__t_unary(c, code, x);
+    kiln__tensor *y = params ? kiln__t_unary_params(c, code, x, params) : kiln__t_unary(c, code, x);
     if (saves & SAVE_OUT) kiln__ad_save(c, n, 1, y);
     return kiln__ad_attach(c, n, y);
 }
 
-/* ---- clamp ------------------------------------------------------------------------------ */
+/* ---- clamp and hardtanh ------------------------------------------------------------------ */
 
+/* The gradient passes where x is within the bounds: clamp's includes them, hardtanh's
+ * (pi[0] set) does not, as PyTorch's. */
 static void clamp_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kiln__tensor **grads) {
     kiln__tensor *x = n->saved[0];
     double lo = n->pf[0], hi = n->pf[1];
+    bool strict = n->pi[0];
     kiln__tensor *mask = NULL;
-    if (!isnan(lo)) mask = kiln__t_binary_scalar(c, KILN__OP_GE, ad_ref(x), lo, false);
+    if (!isnan(lo)) mask = kiln__t_binary_scalar(c, strict ? KILN__OP_GT : KILN__OP_GE, ad_ref(x), lo, false);
     if (!isnan(hi)) {
-        kiln__tensor *upper = kiln__t_binary_scalar(c, KILN__OP_LE, ad_ref(x), hi, false);
+        kiln__tensor *upper = kiln__t_binary_scalar(c, strict ? KILN__OP_LT : KILN__OP_LE, ad_ref(x), hi, false);
         mask = mask ? kiln__t_binary(c, KILN__OP_LOGICAL_AND, mask, upper) : upper;
     }
     grads[0] = mask ? ad_keep(c, mask, g) : g;
@@ -103,11 +154,48 @@ static void clamp_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, ki
 
 static const kiln__ad_rule clamp_rule = {"clamp", clamp_backward};
 
-kiln__tensor *kiln__ad_clamp(kiln__opctx *c, kiln__tensor *x, double lo, double hi) {
+static kiln__tensor *bounded(kiln__opctx *c, kiln__tensor *x, double lo, double hi, bool hardtanh) {
     kiln__ad_node *n = kiln__ad_node_new(c, &clamp_rule, 1, &x);
-    if (n) n->pf[0] = lo, n->pf[1] = hi;
+    if (n) n->pf[0] = lo, n->pf[1] = hi, n->pi[0] = hardtanh;
     kiln__ad_save(c, n, 0, x);
-    return kiln__ad_attach(c, n, kiln__t_clamp(c, x, lo, hi));
+    return kiln__ad_attach(c, n, hardtanh ? kiln__t_hardtanh(c, x, lo, hi) : kiln__t_clamp(c, x, lo, hi));
+}
+
+kiln__tensor *kiln__ad_clamp(kiln__opctx *c, kiln__tensor *x, double lo, double hi) { return bounded(c, x, lo, hi, false); }
+
+kiln__tensor *kiln__ad_hardtanh(kiln__opctx *c, kiln__tensor *x, double lo, double hi) {
+    return bounded(c, x, lo, hi, true);
+}
+
+kiln__tensor *kiln__ad_nan_to_num(kiln__opctx *c, kiln__tensor *x, double nan, double posinf, double neginf) {
+    kiln__ad_node *n = kiln__ad_node_new(c, &unary_rule, 1, &x);
+    if (n) n->code = KILN__OP_NAN_TO_NUM;
+    kiln__ad_save(c, n, 0, x);
+    return kiln__ad_attach(c, n, kiln__t_nan_to_num(c, x, nan, posinf, neginf));
+}
+
+/* lerp: d/dstart = 1 - w, d/dend = w, d/dweight = end - start. */
+static void lerp_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kiln__tensor **grads) {
+    kiln__tensor *a = n->saved[0], *b = n->saved[1], *w = n->saved[2];
+    bool scalar_w = n->pi[0];
+    if (kiln__ad_wants(n, 0))
+        grads[0] = scalar_w ? ad_muls(c, ad_ref(g), 1.0 - n->pf[0]) : ad_mul(c, ad_ref(g), ad_rsubs(c, ad_ref(w), 1.0));
+    if (kiln__ad_wants(n, 1)) grads[1] = scalar_w ? ad_muls(c, ad_ref(g), n->pf[0]) : ad_mul(c, ad_ref(g), ad_ref(w));
+    if (!scalar_w && kiln__ad_wants(n, 2)) grads[2] = ad_mul(c, ad_ref(g), ad_sub(c, ad_ref(b), ad_ref(a)));
+    kiln__tensor_release(g);
+}
+
+static const kiln__ad_rule lerp_rule = {"lerp", lerp_backward};
+
+kiln__tensor *kiln__ad_lerp(kiln__opctx *c, kiln__tensor *start, kiln__tensor *end, kiln__tensor *weight, double w) {
+    kiln__tensor *in[3] = {start, end, weight};
+    kiln__ad_node *n = kiln__ad_node_new(c, &lerp_rule, weight ? 3 : 2, in);
+    if (n) n->pi[0] = !weight, n->pf[0] = w;
+    if (weight) {
+        if (kiln__ad_wants(n, 2)) kiln__ad_save(c, n, 0, start), kiln__ad_save(c, n, 1, end);
+        kiln__ad_save(c, n, 2, weight);
+    }
+    return kiln__ad_attach(c, n, kiln__t_lerp(c, start, end, weight, w));
 }
 
 /* ---- binary ---------------------------------------------------------------------------- */
@@ -165,6 +253,22 @@ static void binary_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, k
         grads[1] = ad_mul(c, g, ad_rsubs(c, share, 1.0));
         break;
     }
+    case KILN__OP_FMOD: /* PyTorch's: 1, and -trunc(a / b) (floor for remainder) */
+    case KILN__OP_REMAINDER:
+        if (want_b) {
+            kiln__opcode whole = n->code == KILN__OP_FMOD ? KILN__OP_TRUNC : KILN__OP_FLOOR;
+            grads[1] = ad_neg(c, ad_mul(c, ad_ref(g), ad_un(c, whole, ad_div(c, ad_ref(a), ad_ref(b)))));
+        }
+        grads[0] = g;
+        break;
+    case KILN__OP_ATAN2: { /* d/da = b / (a^2 + b^2), d/db = -a / (a^2 + b^2) */
+        kiln__tensor *r2 = ad_add(c, ad_mul(c, ad_ref(a), ad_ref(a)), ad_mul(c, ad_ref(b), ad_ref(b)));
+        if (want_a) grads[0] = ad_div(c, ad_mul(c, ad_ref(g), ad_ref(b)), ad_ref(r2));
+        if (want_b) grads[1] = ad_neg(c, ad_div(c, ad_mul(c, ad_ref(g), ad_ref(a)), ad_ref(r2)));
+        kiln__tensor_release(r2);
+        kiln__tensor_release(g);
+        break;
+    }
     default: kiln__tensor_release(g); break; /* comparisons and logic: no gradient */
     }
 }
@@ -182,6 +286,8 @@ kiln__tensor *kiln__ad_binary(kiln__opctx *c, kiln__opcode code, kiln__tensor *a
     case KILN__OP_DIV: save_b = true, save_y = want_b; break;
     case KILN__OP_POW: save_a = save_b = true, save_y = want_b; break; /* the masks read a and b */
     case KILN__OP_MAXIMUM: case KILN__OP_MINIMUM: save_a = save_b = true; break;
+    case KILN__OP_FMOD: case KILN__OP_REMAINDER: save_a = save_b = want_b; break;
+    case KILN__OP_ATAN2: save_a = save_b = true; break;
     default: break;
     }
     if (save_a) kiln__ad_save(c, n, 0, a);
@@ -199,6 +305,7 @@ static void scalar_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, k
     bool scalar_first = n->pi[0];
     switch (n->code) {
     case KILN__OP_ADD: grads[0] = g; break;
+    case KILN__OP_FMOD: case KILN__OP_REMAINDER: grads[0] = g; break; /* x fmod s: 1 */
     case KILN__OP_SUB: grads[0] = scalar_first ? ad_neg(c, g) : g; break;
     case KILN__OP_MUL: grads[0] = ad_muls(c, g, s); break;
     case KILN__OP_DIV: /* x / s, or s / x: -s/x^2 = -y/x */

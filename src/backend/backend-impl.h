@@ -40,5 +40,7 @@ void kiln__cpu_register_index(kiln__kernel_fn *table);
 void kiln__cpu_register_random(kiln__kernel_fn *table);
 void kiln__cpu_register_optim(kiln__kernel_fn *table);
 void kiln__cpu_register_nn(kiln__kernel_fn *table);
+void kiln__cpu_register_scan(kiln__kernel_fn *table); /* cumsum, cumprod (scan.c) */
+void kiln__cpu_register_sort(kiln__kernel_fn *table); /* sort, topk (sort.c) */
 
 #endif

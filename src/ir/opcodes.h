@@ -17,17 +17,29 @@
     X(TANH) X(SIGMOID) X(RELU) X(GELU) X(GELU_TANH) X(SILU) X(SOFTPLUS) X(ERF)               \
     X(LOGICAL_NOT)                                                                           \
     X(CLAMP)       /* lo p.f[0], hi p.f[1]; NaN = no bound */                                \
+    X(FLOOR) X(CEIL) X(ROUND) X(TRUNC) /* round: half to even */                             \
+    X(ATAN) X(LOG2) X(LOG10) X(EXP2)                                                         \
+    X(ISNAN) X(ISINF) X(ISFINITE) /* f32/f64 in, bool out */                                 \
+    X(NAN_TO_NUM)  /* NaN -> p.f[0], +inf -> p.f[1], -inf -> p.f[2] */                        \
+    X(LOG_SIGMOID) X(MISH) X(SOFTSIGN) X(HARDSWISH)                                          \
+    X(LEAKY_RELU)  /* x < 0: x * p.f[0] */                                                   \
+    X(ELU)         /* alpha p.f[0], scale p.f[1], input scale p.f[2] (torch.nn.ELU/SELU) */  \
     /* binary elementwise: out = f(in[0], in[1]); inputs broadcast to out's shape */        \
     X(ADD) X(SUB) X(MUL) X(DIV) X(POW) X(MAXIMUM) X(MINIMUM)                                 \
     X(EQ) X(NE) X(LT) X(LE) X(GT) X(GE) /* out bool */                                       \
     X(LOGICAL_AND) X(LOGICAL_OR)        /* out bool */                                       \
+    X(FMOD)        /* C fmod: the sign of in[0]; integers: in[1] == 0 fails */               \
+    X(REMAINDER)   /* the sign of in[1] (torch.remainder); integers: in[1] == 0 fails */     \
+    X(ATAN2)       /* atan2(in[0], in[1]) */                                                 \
     X(WHERE)       /* out = in[0] (bool) ? in[1] : in[2] */                                 \
+    X(LERP)        /* out = in[0] + in[2] (in[1] - in[0]), torch.lerp's two-sided form */    \
     /* reductions: out has in's ndim with reduced dims of size 1 */                         \
     X(SUM) X(MEAN) X(PROD) X(MAX) X(MIN)                                                     \
     X(VAR)         /* correction p.i[0] */                                                   \
     X(LOGSUMEXP)                                                                             \
     X(ARGMAX) X(ARGMIN) /* dim p.i[0]; out i64 */                                            \
     X(SOFTMAX) X(LOG_SOFTMAX) /* dim p.i[0]; out same shape */                               \
+    X(CUMSUM) X(CUMPROD) /* dim p.i[0], reverse p.i[1] (from the end); out same shape */     \
     /* linear algebra */                                                                     \
     X(MATMUL)      /* in[0] [..,M,K] in[1] [..,K,N] (batch dims broadcast), out dense [..,M,N] */ \
     /* indexing */                                                                           \
@@ -35,8 +47,11 @@
     X(GATHER)         /* in[0] src, in[1] index, dim p.i[0] */                               \
     X(SCATTER_ADD)    /* out += scatter(in[1] src at in[0] index), dim p.i[0] */             \
     X(ONE_HOT)        /* in[0] index, classes p.i[0] */                                     \
+    X(SORT)           /* in[0] x; out[0] values, out[1] i64 indices: the first p.i[2] of each \
+                         line along dim p.i[0], descending if p.i[1] (NaN largest), stable */ \
     /* free slots for later layers (autodiff, nn) go below */                               \
     X(RELU_BACKWARD)  /* out = in[1] > 0 ? in[0] : 0  (in[0] grad, in[1] x or y) */          \
+    X(CUMPROD_BACKWARD) /* in[0] grad, in[1] x, dim p.i[0]; out dx (exact where x has zeros) */ \
     /* 2-d convolution and pooling (src/backend/cpu/conv.c, pool.c). in[0] is [N, C, H, W]     \
      * (any strides); outputs are dense. Conv params: p.i[0..3] = stride_h, stride_w, pad_h,    \
      * pad_w; pi[0..2] = dilation_h, dilation_w, groups. */                                    \

@@ -1,5 +1,6 @@
 /* Elementwise ops: dtype rules, broadcasting and in-place output choice. Kernels compute in
  * f32/f64/i32/i64 (and bool for logic); f16/bf16 are converted to f32 around the kernel. */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -11,7 +12,8 @@ static bool is_float_math(kiln__opcode code) {
     case KILN__OP_EXP: case KILN__OP_LOG: case KILN__OP_LOG1P: case KILN__OP_EXPM1: case KILN__OP_SQRT:
     case KILN__OP_RSQRT: case KILN__OP_SIN: case KILN__OP_COS: case KILN__OP_TANH: case KILN__OP_SIGMOID:
     case KILN__OP_GELU: case KILN__OP_GELU_TANH: case KILN__OP_SILU: case KILN__OP_SOFTPLUS: case KILN__OP_ERF:
-    case KILN__OP_DIV: case KILN__OP_POW:
+    case KILN__OP_DIV: case KILN__OP_POW: case KILN__OP_ATAN: case KILN__OP_LOG2: case KILN__OP_LOG10:
+    case KILN__OP_EXP2: case KILN__OP_ATAN2:
         return true;
     default:
         return false;
@@ -21,6 +23,28 @@ static bool is_float_math(kiln__opcode code) {
 static bool is_comparison(kiln__opcode code) {
     return code == KILN__OP_EQ || code == KILN__OP_NE || code == KILN__OP_LT || code == KILN__OP_LE ||
            code == KILN__OP_GT || code == KILN__OP_GE;
+}
+
+/* Activations PyTorch defines for floating-point tensors only. */
+static bool is_float_only(kiln__opcode code) {
+    switch (code) {
+    case KILN__OP_LOG_SIGMOID: case KILN__OP_MISH: case KILN__OP_SOFTSIGN: case KILN__OP_HARDSWISH:
+    case KILN__OP_LEAKY_RELU: case KILN__OP_ELU:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Ops that leave integer values as they are (torch.floor of an int tensor is the tensor). */
+static bool is_int_identity(kiln__opcode code) {
+    return code == KILN__OP_FLOOR || code == KILN__OP_CEIL || code == KILN__OP_ROUND || code == KILN__OP_TRUNC ||
+           code == KILN__OP_NAN_TO_NUM;
+}
+
+/* isnan, isinf, isfinite: bool out; for integers and bools a constant. */
+static bool is_class_test(kiln__opcode code) {
+    return code == KILN__OP_ISNAN || code == KILN__OP_ISINF || code == KILN__OP_ISFINITE;
 }
 
 static bool is_logical(kiln__opcode code) {
@@ -38,7 +62,7 @@ static kiln_dtype kernel_dtype(kiln__opcode code, kiln_dtype in) {
 
 /* The dtype the caller gets back. */
 static kiln_dtype result_dtype(kiln__opcode code, kiln_dtype in, kiln_dtype kernel) {
-    if (is_logical(code) || is_comparison(code)) return KILN_BOOL;
+    if (is_logical(code) || is_comparison(code) || is_class_test(code)) return KILN_BOOL;
     if (in == KILN_F16 || in == KILN_BF16) return in;
     return kernel;
 }
@@ -56,10 +80,8 @@ static kiln__tensor *run_elementwise(kiln__opctx *c, kiln__opcode code, int n_in
         op.out[0] = kiln__view_of(out);
         op.n_in = (int8_t)n_in;
         op.n_out = 1;
-        if (params) {
-            op.p.f[0] = params[0];
-            op.p.f[1] = params[1];
-        }
+        if (params)
+            for (int i = 0; i < 4; i++) op.p.f[i] = params[i];
         if (!kiln__t_submit(c, &op, dev)) kiln__tensor_release(out), out = NULL;
     }
     for (int i = 0; i < n_in; i++) kiln__tensor_release(in[i]);
@@ -68,26 +90,124 @@ static kiln__tensor *run_elementwise(kiln__opctx *c, kiln__opcode code, int n_in
 
 static bool check_numeric(kiln__opctx *c, kiln__opcode code, kiln_dtype d) {
     if (d == KILN_BOOL && (code == KILN__OP_NEG || code == KILN__OP_ABS || code == KILN__OP_SIGN ||
-                           code == KILN__OP_RELU || code == KILN__OP_CLAMP || code == KILN__OP_SUB)) {
+                           code == KILN__OP_RELU || code == KILN__OP_CLAMP || code == KILN__OP_SUB ||
+                           code == KILN__OP_FLOOR || code == KILN__OP_CEIL || code == KILN__OP_ROUND ||
+                           code == KILN__OP_TRUNC)) {
         kiln__fail(c, KILN_ERR_DTYPE, "%s is not defined for bool tensors", kiln__opcode_name(code));
         return false;
     }
     return true;
 }
 
+/* params: NULL or 4 doubles for the kernel's p.f. */
 static kiln__tensor *unary_with_params(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, const double *params) {
     if (!kiln__ok(c, x)) return kiln__drop(1, x), NULL;
     if (!check_numeric(c, code, x->dtype)) return kiln__drop(1, x), NULL;
+    bool is_float = kiln__dtype_is_float(x->dtype);
+    if (is_float_only(code) && !is_float) {
+        kiln__fail(c, KILN_ERR_DTYPE, "%s is defined for floating-point tensors only, got %s", kiln__opcode_name(code),
+                   kiln_dtype_name(x->dtype));
+        return kiln__drop(1, x), NULL;
+    }
+    if (is_int_identity(code) && !is_float) return x;
+    if (is_class_test(code) && !is_float) { /* integers are never NaN or infinite */
+        kiln__tensor *out = kiln__t_fill(c, x->device, KILN_BOOL, x->ndim, x->shape, code == KILN__OP_ISFINITE);
+        kiln__tensor_release(x);
+        return out;
+    }
     kiln_dtype kd = kernel_dtype(code, x->dtype);
     kiln_dtype rd = result_dtype(code, x->dtype, kd);
     x = kiln__t_cast(c, x, kd);
     if (!x) return NULL;
-    kiln__tensor *out = run_elementwise(c, code, 1, &x, x->ndim, x->shape, code == KILN__OP_LOGICAL_NOT ? KILN_BOOL : kd, params);
+    bool bool_out = code == KILN__OP_LOGICAL_NOT || is_class_test(code);
+    kiln__tensor *out = run_elementwise(c, code, 1, &x, x->ndim, x->shape, bool_out ? KILN_BOOL : kd, params);
     return out && out->dtype != rd ? kiln__t_cast(c, out, rd) : out;
 }
 
 kiln__tensor *kiln__t_unary(kiln__opctx *c, kiln__opcode code, kiln__tensor *x) {
     return unary_with_params(c, code, x, NULL);
+}
+
+kiln__tensor *kiln__t_unary_params(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, const double params[4]) {
+    return unary_with_params(c, code, x, params);
+}
+
+/* The largest finite value of a float dtype. */
+static double dtype_max(kiln_dtype d) {
+    switch (d) {
+    case KILN_F16: return 65504.0;
+    case KILN_BF16: return 3.3895313892515355e38;
+    case KILN_F32: return FLT_MAX;
+    default: return DBL_MAX;
+    }
+}
+
+kiln__tensor *kiln__t_nan_to_num(kiln__opctx *c, kiln__tensor *x, double nan, double posinf, double neginf) {
+    if (x && !x->err && kiln__dtype_is_float(x->dtype)) { /* defaults: x's dtype's extremes */
+        if (isnan(posinf)) posinf = dtype_max(x->dtype);
+        if (isnan(neginf)) neginf = -dtype_max(x->dtype);
+    }
+    double params[4] = {nan, posinf, neginf, 0};
+    return unary_with_params(c, KILN__OP_NAN_TO_NUM, x, params);
+}
+
+kiln__tensor *kiln__t_hardtanh(kiln__opctx *c, kiln__tensor *x, double lo, double hi) {
+    if (x && !x->err && !kiln__dtype_is_float(x->dtype)) {
+        kiln__fail(c, KILN_ERR_DTYPE, "hardtanh is defined for floating-point tensors only, got %s",
+                   kiln_dtype_name(x->dtype));
+        return kiln__drop(1, x), NULL;
+    }
+    if (isnan(lo) || isnan(hi)) {
+        kiln__drop(1, x);
+        return kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "hardtanh bounds must not be NaN");
+    }
+    return kiln__t_clamp(c, x, lo, hi);
+}
+
+/* start + w (end - start), for w below 1/2, else end - (1 - w)(end - start): exact at both
+ * ends, as torch.lerp. weight NULL: the scalar w. Float dtypes only. */
+kiln__tensor *kiln__t_lerp(kiln__opctx *c, kiln__tensor *start, kiln__tensor *end, kiln__tensor *weight, double w) {
+    int n_in = weight ? 3 : 2;
+    if (!kiln__ok(c, start) || !kiln__ok(c, end) || (weight && !kiln__ok(c, weight)))
+        return kiln__drop(3, start, end, weight), NULL;
+    int n1 = 0, nd = 0;
+    int64_t s1[KILN_MAX_DIMS], shape[KILN_MAX_DIMS];
+    if (!kiln__same_device(c, start, end) || (weight && !kiln__same_device(c, start, weight)) ||
+        !kiln__broadcast_shapes(c, start->ndim, start->shape, end->ndim, end->shape, &n1, s1) ||
+        !kiln__broadcast_shapes(c, n1, s1, weight ? weight->ndim : 0, weight ? weight->shape : s1, &nd, shape))
+        return kiln__drop(3, start, end, weight), NULL;
+    kiln_dtype pd = kiln__dtype_promote(start->dtype, end->dtype);
+    if (weight) pd = kiln__dtype_promote(pd, weight->dtype);
+    if (!kiln__dtype_is_float(pd)) {
+        kiln__fail(c, KILN_ERR_DTYPE, "lerp is defined for floating-point tensors only, got %s", kiln_dtype_name(pd));
+        return kiln__drop(3, start, end, weight), NULL;
+    }
+    kiln_dtype kd = kernel_dtype(KILN__OP_LERP, pd);
+    start = kiln__t_cast(c, start, kd);
+    end = kiln__t_cast(c, end, kd);
+    if (weight) weight = kiln__t_cast(c, weight, kd);
+    if (!start || !end || (n_in == 3 && !weight)) return kiln__drop(3, start, end, weight), NULL;
+    kiln__tensor *in[3] = {start, end, weight};
+    kiln__tensor *out;
+    if (weight) {
+        out = run_elementwise(c, KILN__OP_LERP, 3, in, nd, shape, kd, NULL);
+    } else {
+        kiln_device dev = start->device;
+        out = kiln__t_output(c, dev, kd, nd, shape, in, 2);
+        if (out) {
+            kiln__op op;
+            kiln__op_init(&op, KILN__OP_LERP, c->name);
+            op.in[0] = kiln__view_broadcast(start, nd, shape);
+            op.in[1] = kiln__view_broadcast(end, nd, shape);
+            op.in[2] = kiln__view_scalar(kd, nd, shape, w);
+            op.out[0] = kiln__view_of(out);
+            op.n_in = 3;
+            op.n_out = 1;
+            if (!kiln__t_submit(c, &op, dev)) kiln__tensor_release(out), out = NULL;
+        }
+        kiln__drop(2, start, end);
+    }
+    return out && out->dtype != pd ? kiln__t_cast(c, out, pd) : out;
 }
 
 kiln__tensor *kiln__t_clamp(kiln__opctx *c, kiln__tensor *x, double lo, double hi) {
@@ -97,7 +217,7 @@ kiln__tensor *kiln__t_clamp(kiln__opctx *c, kiln__tensor *x, double lo, double h
     }
     if (x && !x->err && kiln__dtype_is_int(x->dtype) && ((!isnan(lo) && lo != floor(lo)) || (!isnan(hi) && hi != floor(hi))))
         x = kiln__t_cast(c, x, KILN_F32);
-    double params[2] = {lo, hi};
+    double params[4] = {lo, hi, 0, 0};
     return unary_with_params(c, KILN__OP_CLAMP, x, params);
 }
 

@@ -91,6 +91,23 @@ kiln__tensor *kiln__t_fill(kiln__opctx *c, kiln_device dev, kiln_dtype dtype, in
                            double value);
 kiln__tensor *kiln__t_unary(kiln__opctx *c, kiln__opcode code, kiln__tensor *x);
 kiln__tensor *kiln__t_clamp(kiln__opctx *c, kiln__tensor *x, double lo, double hi);
+/* A unary op whose kernel reads p.f[0..3] (LEAKY_RELU, ELU, NAN_TO_NUM). */
+kiln__tensor *kiln__t_unary_params(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, const double params[4]);
+/* posinf / neginf NaN: the largest / lowest finite value of x's dtype (torch's defaults). */
+kiln__tensor *kiln__t_nan_to_num(kiln__opctx *c, kiln__tensor *x, double nan, double posinf, double neginf);
+/* clamp for float tensors (its gradient differs: see autodiff). */
+kiln__tensor *kiln__t_hardtanh(kiln__opctx *c, kiln__tensor *x, double lo, double hi);
+/* CUMSUM / CUMPROD along dim (reverse: from the end); ints and bools give i64. */
+kiln__tensor *kiln__t_scan(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, int dim, bool reverse);
+/* The gradient of cumprod along dim (normalised, x at least 1-d) from g, exact at zeros of x. */
+kiln__tensor *kiln__t_cumprod_backward(kiln__opctx *c, kiln__tensor *g, kiln__tensor *x, int dim);
+/* The first k (all when k < 0) of each line of x along dim in order, descending or not (NaN
+ * largest, ties in index order): returns the values, *indices the i64 indices (both NULL on
+ * failure). Consumes x. */
+kiln__tensor *kiln__t_sort(kiln__opctx *c, kiln__tensor *x, int dim, bool descending, int64_t k,
+                           kiln__tensor **indices);
+/* torch.lerp: weight a tensor, or NULL for the scalar w. */
+kiln__tensor *kiln__t_lerp(kiln__opctx *c, kiln__tensor *start, kiln__tensor *end, kiln__tensor *weight, double w);
 kiln__tensor *kiln__t_binary(kiln__opctx *c, kiln__opcode code, kiln__tensor *a, kiln__tensor *b);
 /* scalar_first: computes f(s, x) instead of f(x, s) (rsub, rdiv). */
 kiln__tensor *kiln__t_binary_scalar(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, double s, bool scalar_first);

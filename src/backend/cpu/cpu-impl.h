@@ -15,6 +15,18 @@ typedef void (*kiln__loop_fn)(void *ctx, int64_t n, char **ptrs, const int64_t *
  * element range is split across the thread pool in pieces of at least `grain` elements. */
 void kiln__cpu_foreach(int n_views, const kiln__view *views, kiln__loop_fn fn, void *ctx, int64_t grain);
 
+/* Kernels that walk lines along one dim (scans, sort): the element offset of line l, counted
+ * row-major over v's other dims, in v. */
+static inline int64_t kiln__cpu_line_offset(const kiln__view *v, int dim, int64_t l) {
+    int64_t off = v->offset;
+    for (int d = v->ndim - 1; d >= 0; d--) {
+        if (d == dim) continue;
+        off += (l % v->shape[d]) * v->strides[d];
+        l /= v->shape[d];
+    }
+    return off;
+}
+
 /* Elements per parallel task for cheap elementwise work. */
 #define KILN__GRAIN_ELEMENTWISE 32768
 

@@ -88,5 +88,6 @@ kiln_status kiln__ew_bad_dtype(const kiln__op *op, kiln_dtype dtype);
 
 void kiln__cpu_register_unary(kiln__kernel_fn *table);
 void kiln__cpu_register_binary(kiln__kernel_fn *table);
+void kiln__cpu_register_special(kiln__kernel_fn *table); /* elementwise_special.c */
 
 #endif

@@ -1,5 +1,6 @@
 /* The elementwise kernel family: registration, dtype errors, and where. Unary kernels live in
- * elementwise_unary.c, binary ones in elementwise_binary.c. */
+ * elementwise_unary.c, binary ones in elementwise_binary.c, those with parameters or three
+ * inputs in elementwise_special.c. */
 #include "backend/cpu/elementwise-impl.h"
 
 kiln_status kiln__ew_bad_dtype(const kiln__op *op, kiln_dtype dtype) {
@@ -55,5 +56,6 @@ static kiln_status kernel_where(const kiln__op *op) {
 void kiln__cpu_register_elementwise(kiln__kernel_fn *table) {
     kiln__cpu_register_unary(table);
     kiln__cpu_register_binary(table);
+    kiln__cpu_register_special(table);
     table[KILN__OP_WHERE] = kernel_where;
 }

@@ -129,6 +129,18 @@ static kiln__vmath_op vmath_op_of(kiln__opcode code) {
     case KILN__OP_SILU: return KILN_VMATH_SILU;
     case KILN__OP_SOFTPLUS: return KILN_VMATH_SOFTPLUS;
     case KILN__OP_ERF: return KILN_VMATH_ERF;
+    case KILN__OP_FLOOR: return KILN_VMATH_FLOOR;
+    case KILN__OP_CEIL: return KILN_VMATH_CEIL;
+    case KILN__OP_ROUND: return KILN_VMATH_ROUND;
+    case KILN__OP_TRUNC: return KILN_VMATH_TRUNC;
+    case KILN__OP_ATAN: return KILN_VMATH_ATAN;
+    case KILN__OP_LOG2: return KILN_VMATH_LOG2;
+    case KILN__OP_LOG10: return KILN_VMATH_LOG10;
+    case KILN__OP_EXP2: return KILN_VMATH_EXP2;
+    case KILN__OP_LOG_SIGMOID: return KILN_VMATH_LOG_SIGMOID;
+    case KILN__OP_MISH: return KILN_VMATH_MISH;
+    case KILN__OP_SOFTSIGN: return KILN_VMATH_SOFTSIGN;
+    case KILN__OP_HARDSWISH: return KILN_VMATH_HARDSWISH;
     default: return KILN_VMATH_OP_COUNT;
     }
 }

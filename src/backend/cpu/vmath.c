@@ -24,7 +24,19 @@
     X(GELU, gelu)                   \
     X(GELU_TANH, gelu_tanh)         \
     X(SILU, silu)                   \
-    X(SOFTPLUS, softplus)
+    X(SOFTPLUS, softplus)           \
+    X(FLOOR, floor)                 \
+    X(CEIL, ceil)                   \
+    X(ROUND, round)                 \
+    X(TRUNC, trunc)                 \
+    X(ATAN, atan)                   \
+    X(LOG2, log2)                   \
+    X(LOG10, log10)                 \
+    X(EXP2, exp2)                   \
+    X(LOG_SIGMOID, log_sigmoid)     \
+    X(MISH, mish)                   \
+    X(SOFTSIGN, softsign)           \
+    X(HARDSWISH, hardswish)
 
 /* ---- the composite ops in double, written to avoid cancellation and overflow -------------- */
 
@@ -63,6 +75,37 @@ static double softplus_d(double x)
 
 static double rsqrt_d(double x) { return 1 / sqrt(x); }
 
+/* -softplus(-x), without the threshold; -0 where e^-x underflows, as PyTorch's. */
+static double log_sigmoid_d(double x)
+{
+    return -(fmax(-x, 0.0) + log1p(exp(-fabs(x))));
+}
+
+/* x tanh(softplus(x)) = x n / (n + 2), n = e^x (e^x + 2): no tanh, no cancellation; the
+ * limits at infinity are given (x itself above 20, where the factor rounds to 1 anyway). */
+static double mish_d(double x)
+{
+    if (x > 20 || isnan(x))
+        return x;
+    if (x == -INFINITY)
+        return -0.0;
+    double u = exp(x), n = u * (u + 2);
+    return x * (n / (n + 2));
+}
+
+static double softsign_d(double x) { return isinf(x) ? copysign(1.0, x) : x / (1 + fabs(x)); }
+
+static double hardswish_d(double x) { return x * (fmin(fmax(x + 3, 0.0), 6.0) / 6); }
+
+/* Rounds half to even whatever the rounding mode (torch.round). */
+static double round_even_d(double x)
+{
+    double r = round(x); /* half away from zero */
+    if (fabs(r - x) == 0.5)
+        r = 2.0 * round(x / 2);
+    return r;
+}
+
 /* ---- scalar f32 kernels: libm where it has the function in float, else the double formula */
 
 #define VMATH_SCALAR_KERNEL(kernel, expr)                              \
@@ -89,6 +132,18 @@ VMATH_SCALAR_KERNEL(scalar_gelu, (float)gelu_d(v))
 VMATH_SCALAR_KERNEL(scalar_gelu_tanh, (float)gelu_tanh_d(v))
 VMATH_SCALAR_KERNEL(scalar_silu, (float)silu_d(v))
 VMATH_SCALAR_KERNEL(scalar_softplus, (float)softplus_d(v))
+VMATH_SCALAR_KERNEL(scalar_floor, floorf(v))
+VMATH_SCALAR_KERNEL(scalar_ceil, ceilf(v))
+VMATH_SCALAR_KERNEL(scalar_round, (float)round_even_d(v))
+VMATH_SCALAR_KERNEL(scalar_trunc, truncf(v))
+VMATH_SCALAR_KERNEL(scalar_atan, atanf(v))
+VMATH_SCALAR_KERNEL(scalar_log2, log2f(v))
+VMATH_SCALAR_KERNEL(scalar_log10, log10f(v))
+VMATH_SCALAR_KERNEL(scalar_exp2, exp2f(v))
+VMATH_SCALAR_KERNEL(scalar_log_sigmoid, (float)log_sigmoid_d(v))
+VMATH_SCALAR_KERNEL(scalar_mish, (float)mish_d(v))
+VMATH_SCALAR_KERNEL(scalar_softsign, (float)softsign_d(v))
+VMATH_SCALAR_KERNEL(scalar_hardswish, (float)hardswish_d(v))
 
 #define VMATH_SCALAR_ENTRY(OP, name) [KILN_VMATH_##OP] = scalar_##name,
 static const kiln__vmath_f32_fn scalar_kernels[KILN_VMATH_OP_COUNT] = {
@@ -118,6 +173,18 @@ VMATH_F64_KERNEL(gelu, gelu_d)
 VMATH_F64_KERNEL(gelu_tanh, gelu_tanh_d)
 VMATH_F64_KERNEL(silu, silu_d)
 VMATH_F64_KERNEL(softplus, softplus_d)
+VMATH_F64_KERNEL(floor, floor)
+VMATH_F64_KERNEL(ceil, ceil)
+VMATH_F64_KERNEL(round, round_even_d)
+VMATH_F64_KERNEL(trunc, trunc)
+VMATH_F64_KERNEL(atan, atan)
+VMATH_F64_KERNEL(log2, log2)
+VMATH_F64_KERNEL(log10, log10)
+VMATH_F64_KERNEL(exp2, exp2)
+VMATH_F64_KERNEL(log_sigmoid, log_sigmoid_d)
+VMATH_F64_KERNEL(mish, mish_d)
+VMATH_F64_KERNEL(softsign, softsign_d)
+VMATH_F64_KERNEL(hardswish, hardswish_d)
 
 #define VMATH_F64_ENTRY(OP, name) [KILN_VMATH_##OP] = kiln__v##name##_f64,
 static const kiln__vmath_f64_fn f64_kernels[KILN_VMATH_OP_COUNT] = {VMATH_OPS(VMATH_F64_ENTRY)};

@@ -24,6 +24,10 @@
  * accuracy. Limits at infinity are returned at infinity: silu(-inf) = gelu(-inf) =
  * gelu_tanh(-inf) = -0, softplus(-inf) = 0. The AVX2 and AVX-512 kernels return the same bits.
  *
+ * floor, ceil, round (half to even) and trunc are exact, keeping -0 (ceil(-0.5) = -0).
+ * atan, log2, log10, exp2, log_sigmoid, mish, softsign and hardswish have the same bound;
+ * mish(-inf) = -0, softsign(+-inf) = +-1, log_sigmoid(-inf) = -inf.
+ *
  * The f64 functions are plain libm loops (same formulas for the composite ops). */
 #ifndef KILN_BACKEND_CPU_VMATH_H
 #define KILN_BACKEND_CPU_VMATH_H
@@ -50,6 +54,18 @@ typedef enum {
     KILN_VMATH_GELU_TANH, /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
     KILN_VMATH_SILU,      /* x * sigmoid(x) */
     KILN_VMATH_SOFTPLUS,  /* log1p(exp(x)); x itself for x > 20 */
+    KILN_VMATH_FLOOR,
+    KILN_VMATH_CEIL,
+    KILN_VMATH_ROUND,     /* half to even */
+    KILN_VMATH_TRUNC,
+    KILN_VMATH_ATAN,
+    KILN_VMATH_LOG2,
+    KILN_VMATH_LOG10,
+    KILN_VMATH_EXP2,
+    KILN_VMATH_LOG_SIGMOID, /* -softplus(-x) */
+    KILN_VMATH_MISH,      /* x * tanh(softplus(x)) */
+    KILN_VMATH_SOFTSIGN,  /* x / (1 + |x|) */
+    KILN_VMATH_HARDSWISH, /* x * min(max(x + 3, 0), 6) / 6 */
     KILN_VMATH_OP_COUNT
 } kiln__vmath_op;
 
@@ -68,6 +84,18 @@ void kiln__vgelu_f32(float *y, const float *x, int64_t n);
 void kiln__vgelu_tanh_f32(float *y, const float *x, int64_t n);
 void kiln__vsilu_f32(float *y, const float *x, int64_t n);
 void kiln__vsoftplus_f32(float *y, const float *x, int64_t n);
+void kiln__vfloor_f32(float *y, const float *x, int64_t n);
+void kiln__vceil_f32(float *y, const float *x, int64_t n);
+void kiln__vround_f32(float *y, const float *x, int64_t n);
+void kiln__vtrunc_f32(float *y, const float *x, int64_t n);
+void kiln__vatan_f32(float *y, const float *x, int64_t n);
+void kiln__vlog2_f32(float *y, const float *x, int64_t n);
+void kiln__vlog10_f32(float *y, const float *x, int64_t n);
+void kiln__vexp2_f32(float *y, const float *x, int64_t n);
+void kiln__vlog_sigmoid_f32(float *y, const float *x, int64_t n);
+void kiln__vmish_f32(float *y, const float *x, int64_t n);
+void kiln__vsoftsign_f32(float *y, const float *x, int64_t n);
+void kiln__vhardswish_f32(float *y, const float *x, int64_t n);
 
 void kiln__vexp_f64(double *y, const double *x, int64_t n);
 void kiln__vlog_f64(double *y, const double *x, int64_t n);
@@ -84,6 +112,18 @@ void kiln__vgelu_f64(double *y, const double *x, int64_t n);
 void kiln__vgelu_tanh_f64(double *y, const double *x, int64_t n);
 void kiln__vsilu_f64(double *y, const double *x, int64_t n);
 void kiln__vsoftplus_f64(double *y, const double *x, int64_t n);
+void kiln__vfloor_f64(double *y, const double *x, int64_t n);
+void kiln__vceil_f64(double *y, const double *x, int64_t n);
+void kiln__vround_f64(double *y, const double *x, int64_t n);
+void kiln__vtrunc_f64(double *y, const double *x, int64_t n);
+void kiln__vatan_f64(double *y, const double *x, int64_t n);
+void kiln__vlog2_f64(double *y, const double *x, int64_t n);
+void kiln__vlog10_f64(double *y, const double *x, int64_t n);
+void kiln__vexp2_f64(double *y, const double *x, int64_t n);
+void kiln__vlog_sigmoid_f64(double *y, const double *x, int64_t n);
+void kiln__vmish_f64(double *y, const double *x, int64_t n);
+void kiln__vsoftsign_f64(double *y, const double *x, int64_t n);
+void kiln__vhardswish_f64(double *y, const double *x, int64_t n);
 
 /* The kernel for op under the ISA in effect now (NULL for an op out of range). Callers that
  * run one op over many chunks can look it up once. */

@@ -429,6 +429,115 @@ static inline VM_TARGET vf vm_sqrt(vf x) { return v_sqrt(x); }
 /* Two correctly rounded steps: under 1.5 ulp, and rsqrt(+-0) = +-inf, rsqrt(inf) = 0. */
 static inline VM_TARGET vf vm_rsqrt(vf x) { return v_div(v_set(1.0f), v_sqrt(x)); }
 
+/* ---- rounding: rint (ties to even) and a one-step correction ------------------------------ */
+
+/* floor, ceil and trunc carry the sign of x (ceil(-0.5) = -0, floor(0.5) = +0): OR-ing it in
+ * is right for every result, and NaN stays NaN. |x| >= 2^23 is integral and rint keeps it. */
+static inline VM_TARGET vf vm_with_sign_of(vf y, vf x) { return v_or(y, v_and(x, v_set(-0.0f))); }
+
+static inline VM_TARGET vf vm_floor(vf x)
+{
+    vf r = v_rint(x);
+    return vm_with_sign_of(v_sel(m_gt(r, x), v_sub(r, v_set(1.0f)), r), x);
+}
+
+static inline VM_TARGET vf vm_ceil(vf x)
+{
+    vf r = v_rint(x);
+    return vm_with_sign_of(v_sel(m_lt(r, x), v_add(r, v_set(1.0f)), r), x);
+}
+
+static inline VM_TARGET vf vm_round(vf x) { return v_rint(x); }
+
+static inline VM_TARGET vf vm_trunc(vf x)
+{
+    vf a = v_andnot(v_set(-0.0f), x); /* |x|: floor of it, then x's sign back */
+    vf r = v_rint(a);
+    return vm_with_sign_of(v_sel(m_gt(r, a), v_sub(r, v_set(1.0f)), r), x);
+}
+
+/* ---- atan, log2, log10, exp2 -------------------------------------------------------------- */
+
+/* Cephes' atanf: |x| reduced to [0, tan(pi/8)] by atan(x) = pi/2 - atan(1/x) above tan(3pi/8)
+ * and pi/4 + atan((x-1)/(x+1)) above tan(pi/8), then an odd polynomial; x's sign put back. */
+static inline VM_TARGET vf vm_atan(vf x)
+{
+    vf a = v_andnot(v_set(-0.0f), x);
+    vmask big = m_gt(a, v_set(2.414213562373095f));
+    vmask mid = m_gt(a, v_set(0.4142135623730950f));
+    vf xr = v_sel(mid, v_div(v_sub(a, v_set(1.0f)), v_add(a, v_set(1.0f))), a);
+    xr = v_sel(big, v_div(v_set(-1.0f), a), xr);
+    vf y0 = v_sel(mid, v_set(0.7853981633974483f), v_set(0.0f));
+    y0 = v_sel(big, v_set(1.5707963267948966f), y0);
+    vf z = v_mul(xr, xr);
+    vf p = v_fma(v_set(8.05374449538e-2f), z, v_set(-1.38776856032e-1f));
+    p = v_fma(p, z, v_set(1.99777106478e-1f));
+    p = v_fma(p, z, v_set(-3.33329491539e-1f));
+    vf y = v_add(y0, v_fma(v_mul(p, z), xr, xr));
+    y = v_xor(y, v_and(x, v_set(-0.0f)));
+    return v_sel(m_nan(x), x, y);
+}
+
+static inline VM_TARGET vf vm_log2(vf x) { return v_mul(vm_log(x), v_set(1.4426950408889634f)); }
+static inline VM_TARGET vf vm_log10(vf x) { return v_mul(vm_log(x), v_set(0.4342944819032518f)); }
+
+/* 2^x = 2^n e^(r ln2), n = rint(x), r = x - n exact; r ln2 as a pair. Out of [-160, 130] the
+ * result is 0 or inf anyway; the clamp keeps n in v_ldexp's range. */
+static inline VM_TARGET vf vm_exp2(vf x)
+{
+    vf xc = v_min(v_max(x, v_set(-160.0f)), v_set(130.0f));
+    vf n = v_rint(xc);
+    vf r = v_sub(xc, n);
+    vf rl = v_fma(r, v_set(VM_LN2_HI), v_mul(r, v_set(VM_LN2_LO)));
+    vf y = v_ldexp(v_add(vm_expm1_poly(rl), v_set(1.0f)), n);
+    return v_sel(m_nan(x), x, y);
+}
+
+/* ---- activations built on the above ------------------------------------------------------- */
+
+/* -softplus(-x): below -20, where softplus returns -x, e^x is under half an ulp of x. */
+static inline VM_TARGET vf vm_log_sigmoid(vf x) { return v_xor(vm_softplus(v_xor(x, v_set(-0.0f))), v_set(-0.0f)); }
+
+/* x n / (n + 2), n = u (u + 2), u = e^x s, in double lanes (s as the pair sh + sl): only the
+ * float exp's error is left. */
+static inline VM_TARGET vd vm_mish_half(vd x, vd ue, vd sh, vd sl)
+{
+    vd u = d_fma(ue, sh, d_fma(ue, sl, d_set(0.0)));
+    vd n = d_fma(u, u, d_fma(u, d_set(2.0), d_set(0.0)));
+    return d_fma(x, d_div(n, d_fma(n, d_set(1.0), d_set(2.0))), d_set(0.0));
+}
+
+/* Below -64, e^x is taken as e^(x + 40) e^-40 (x + 40 is exact there), so it stays a normal
+ * float with its full precision where mish is a denormal. */
+static inline VM_TARGET vf vm_mish(vf x)
+{
+    vf xc = v_max(x, v_set(-200.0f));
+    vmask low = m_lt(xc, v_set(-64.0f));
+    vf ue = vm_exp(v_min(v_add(xc, v_sel(low, v_set(40.0f), v_set(0.0f))), v_set(20.0f)));
+    vf sh = v_sel(low, v_set(4.248354131e-18f), v_set(1.0f)), sl = v_sel(low, v_set(1.241529261e-25f), v_set(0.0f));
+    vf y = v_narrow(vm_mish_half(v_widen_lo(xc), v_widen_lo(ue), v_widen_lo(sh), v_widen_lo(sl)),
+                    vm_mish_half(v_widen_hi(xc), v_widen_hi(ue), v_widen_hi(sh), v_widen_hi(sl)));
+    y = v_sel(m_gt(x, v_set(20.0f)), x, y);
+    y = vm_with_sign_of(y, x); /* the fma's +0 addend would make mish(-inf) = +0 */
+    return v_sel(m_nan(x), x, y);
+}
+
+static inline VM_TARGET vf vm_softsign(vf x)
+{
+    vf a = v_andnot(v_set(-0.0f), x);
+    vf y = v_div(x, v_add(a, v_set(1.0f)));
+    vf one = v_or(v_set(1.0f), v_and(x, v_set(-0.0f)));
+    return v_sel(m_eq(a, v_set(INFINITY)), one, y);
+}
+
+static inline VM_TARGET vf vm_hardswish(vf x)
+{
+    vf r6 = v_min(v_max(v_add(x, v_set(3.0f)), v_set(0.0f)), v_set(6.0f));
+    /* x r6 would overflow first for huge x. NaN x gives NaN through the product (selecting x
+     * itself instead lets clang fold the select away for one ISA but not the other). */
+    return v_mul(x, v_div(r6, v_set(6.0f)));
+}
+
 /* ---- the array kernels -------------------------------------------------------------------- */
 
 /* y[i] = f(x[i]): whole vectors, then the tail through a zero-filled vector on the stack. Each
@@ -463,6 +572,18 @@ VM_DEFINE_KERNEL(vm_gelu_kernel, vm_gelu)
 VM_DEFINE_KERNEL(vm_gelu_tanh_kernel, vm_gelu_tanh)
 VM_DEFINE_KERNEL(vm_silu_kernel, vm_silu)
 VM_DEFINE_KERNEL(vm_softplus_kernel, vm_softplus)
+VM_DEFINE_KERNEL(vm_floor_kernel, vm_floor)
+VM_DEFINE_KERNEL(vm_ceil_kernel, vm_ceil)
+VM_DEFINE_KERNEL(vm_round_kernel, vm_round)
+VM_DEFINE_KERNEL(vm_trunc_kernel, vm_trunc)
+VM_DEFINE_KERNEL(vm_atan_kernel, vm_atan)
+VM_DEFINE_KERNEL(vm_log2_kernel, vm_log2)
+VM_DEFINE_KERNEL(vm_log10_kernel, vm_log10)
+VM_DEFINE_KERNEL(vm_exp2_kernel, vm_exp2)
+VM_DEFINE_KERNEL(vm_log_sigmoid_kernel, vm_log_sigmoid)
+VM_DEFINE_KERNEL(vm_mish_kernel, vm_mish)
+VM_DEFINE_KERNEL(vm_softsign_kernel, vm_softsign)
+VM_DEFINE_KERNEL(vm_hardswish_kernel, vm_hardswish)
 
 const kiln__vmath_f32_fn VM_TABLE[KILN_VMATH_OP_COUNT] = {
     [KILN_VMATH_EXP] = vm_exp_kernel,
@@ -480,4 +601,16 @@ const kiln__vmath_f32_fn VM_TABLE[KILN_VMATH_OP_COUNT] = {
     [KILN_VMATH_GELU_TANH] = vm_gelu_tanh_kernel,
     [KILN_VMATH_SILU] = vm_silu_kernel,
     [KILN_VMATH_SOFTPLUS] = vm_softplus_kernel,
+    [KILN_VMATH_FLOOR] = vm_floor_kernel,
+    [KILN_VMATH_CEIL] = vm_ceil_kernel,
+    [KILN_VMATH_ROUND] = vm_round_kernel,
+    [KILN_VMATH_TRUNC] = vm_trunc_kernel,
+    [KILN_VMATH_ATAN] = vm_atan_kernel,
+    [KILN_VMATH_LOG2] = vm_log2_kernel,
+    [KILN_VMATH_LOG10] = vm_log10_kernel,
+    [KILN_VMATH_EXP2] = vm_exp2_kernel,
+    [KILN_VMATH_LOG_SIGMOID] = vm_log_sigmoid_kernel,
+    [KILN_VMATH_MISH] = vm_mish_kernel,
+    [KILN_VMATH_SOFTSIGN] = vm_softsign_kernel,
+    [KILN_VMATH_HARDSWISH] = vm_hardswish_kernel,
 };
