@@ -40,5 +40,6 @@ void kiln__cpu_register_index(kiln__kernel_fn *table);
 void kiln__cpu_register_random(kiln__kernel_fn *table);
 void kiln__cpu_register_optim(kiln__kernel_fn *table);
 void kiln__cpu_register_nn(kiln__kernel_fn *table);
+void kiln__cpu_register_fused(kiln__kernel_fn *table);
 
 #endif

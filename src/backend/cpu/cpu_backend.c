@@ -28,6 +28,7 @@ static void cpu_init(void) {
     kiln__cpu_register_random(cpu.kernels);
     kiln__cpu_register_optim(cpu.kernels);
     kiln__cpu_register_nn(cpu.kernels);
+    kiln__cpu_register_fused(cpu.kernels);
 }
 
 const kiln__backend *kiln__cpu_backend(void) {

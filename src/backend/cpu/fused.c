@@ -1,0 +1,142 @@
+/* The CPU kernel of a fused elementwise group: interprets the group's expression IR
+ * (ir/expr.h) tile by tile, so intermediates live in a small per-thread buffer instead of
+ * memory. Each node runs the unfused kernel of its opcode over the whole tile, so results
+ * are bit-identical to running the ops one by one. Tiles are split over the thread pool. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu-impl.h"
+#include "ir/expr.h"
+
+#define TILE ((int64_t)1024)
+#define GRAIN_TILES 8 /* tiles per parallel task: a few ops' worth of a cheap elementwise grain */
+
+enum { LOAD_GATHER, LOAD_DENSE, LOAD_SCALAR };
+
+typedef struct {
+    const kiln__fused *g;
+    const kiln__kernel_fn *kernels;
+    int64_t numel;
+    uint8_t load_mode[KILN__EXPR_MAX_INPUTS];
+    _Atomic kiln_status status;
+} fused_run;
+
+static int load_mode_of(const kiln__fused *g, const kiln__view *v) {
+    bool zero = true, dense = true;
+    int64_t expect = 1;
+    for (int d = g->ndim - 1; d >= 0; d--) {
+        if (g->shape[d] == 1) continue;
+        if (v->strides[d] != 0) zero = false;
+        if (v->strides[d] != expect) dense = false;
+        expect *= g->shape[d];
+    }
+    return zero ? LOAD_SCALAR : dense ? LOAD_DENSE : LOAD_GATHER;
+}
+
+/* Copies elements [t0, t0 + m) of v (in the group's row-major order) into buf. */
+static void gather(const kiln__fused *g, const kiln__view *v, int64_t t0, int64_t m, char *buf) {
+    int64_t idx[KILN_MAX_DIMS], rest = t0, off = v->offset;
+    for (int d = g->ndim - 1; d >= 0; d--) {
+        idx[d] = rest % g->shape[d];
+        rest /= g->shape[d];
+        off += idx[d] * v->strides[d];
+    }
+    size_t es = kiln__elsize(v->dtype);
+    const char *base = v->storage->data;
+    for (int64_t i = 0; i < m; i++) {
+        memcpy(buf + (size_t)i * es, base + off * (int64_t)es, es);
+        for (int d = g->ndim - 1; d >= 0; d--) {
+            off += v->strides[d];
+            if (++idx[d] < g->shape[d]) break;
+            off -= idx[d] * v->strides[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+static kiln__view flat_view(kiln__storage *s, kiln_dtype dtype, int64_t offset, int64_t m, int64_t stride) {
+    kiln__view v = {.storage = s, .dtype = dtype, .ndim = 1, .offset = offset};
+    v.shape[0] = m;
+    v.strides[0] = stride;
+    return v;
+}
+
+/* Evaluates every node over elements [t0, t0 + m); stores the outputs when store is set. */
+static kiln_status run_tile(fused_run *r, int64_t t0, int64_t m, char *scratch, kiln__storage *bufs, bool store) {
+    const kiln__fused *g = r->g;
+    const kiln__expr *e = &g->expr;
+    kiln__view tv[KILN__EXPR_MAX_NODES];
+    for (int i = 0; i < e->n_nodes; i++) {
+        const kiln__expr_node *n = &e->node[i];
+        bufs[i].data = scratch + (size_t)i * TILE * 8;
+        if (n->kind == KILN__EXPR_CONST) {
+            tv[i] = kiln__view_scalar(n->dtype, 1, &m, n->value);
+        } else if (n->kind == KILN__EXPR_LOAD) {
+            const kiln__view *in = &g->input[n->input];
+            switch (r->load_mode[n->input]) {
+            case LOAD_DENSE: tv[i] = flat_view(in->storage, in->dtype, in->offset + t0, m, 1); break;
+            case LOAD_SCALAR: tv[i] = flat_view(in->storage, in->dtype, in->offset, m, 0); break;
+            default:
+                gather(g, in, t0, m, bufs[i].data);
+                tv[i] = flat_view(&bufs[i], in->dtype, 0, m, 1);
+            }
+        } else {
+            const kiln__op *src = &g->ops[n->op];
+            kiln__op op = {.code = n->code, .n_in = n->n_args, .n_out = 1, .name = src->name,
+                           .file = src->file, .line = src->line, .seq = src->seq};
+            for (int a = 0; a < n->n_args; a++) op.in[a] = tv[n->arg[a]];
+            op.p.f[0] = n->param[0];
+            op.p.f[1] = n->param[1];
+            tv[i] = op.out[0] = flat_view(&bufs[i], n->dtype, 0, m, 1);
+            kiln__kernel_fn fn = r->kernels[n->code];
+            kiln_status st = fn ? fn(&op) : KILN_ERR_UNSUPPORTED;
+            if (st != KILN_OK) return st;
+        }
+    }
+    for (int s = 0; store && s < e->n_stores; s++) {
+        const kiln__view *out = &g->output[e->store[s].output];
+        size_t es = kiln__elsize(out->dtype);
+        memcpy(kiln__view_ptr(out) + (size_t)t0 * es, tv[e->store[s].node].storage->data, (size_t)m * es);
+    }
+    return KILN_OK;
+}
+
+static void run_tiles(void *ctx, int64_t begin, int64_t end) {
+    fused_run *r = ctx;
+    char *scratch = malloc((size_t)r->g->expr.n_nodes * TILE * 8);
+    kiln__storage bufs[KILN__EXPR_MAX_NODES];
+    memset(bufs, 0, sizeof(kiln__storage) * (size_t)r->g->expr.n_nodes);
+    if (!scratch) {
+        atomic_store(&r->status, KILN_ERR_OUT_OF_MEMORY);
+        return;
+    }
+    for (int64_t t = begin; t < end && atomic_load_explicit(&r->status, memory_order_relaxed) == KILN_OK; t++) {
+        int64_t t0 = t * TILE, m = r->numel - t0 < TILE ? r->numel - t0 : TILE;
+        kiln_status st = run_tile(r, t0, m, scratch, bufs, true);
+        if (st != KILN_OK) atomic_store(&r->status, st);
+    }
+    free(scratch);
+}
+
+static kiln_status kernel_fused(const kiln__op *op) {
+    const kiln__fused *g = (const kiln__fused *)(intptr_t)op->p.i[0];
+    fused_run r = {.g = g, .kernels = kiln__cpu_backend()->kernels, .numel = 1};
+    for (int d = 0; d < g->ndim; d++) r.numel *= g->shape[d];
+    atomic_init(&r.status, KILN_OK);
+    for (int k = 0; k < g->expr.n_inputs; k++) r.load_mode[k] = (uint8_t)load_mode_of(g, &g->input[k]);
+    if (r.numel == 0) return KILN_OK;
+    /* one element first, storing nothing: a node whose kernel refuses its dtypes fails here,
+     * before any output (possibly an input too, in place) is overwritten */
+    char *scratch = malloc((size_t)g->expr.n_nodes * TILE * 8);
+    if (!scratch) return KILN_ERR_OUT_OF_MEMORY;
+    kiln__storage bufs[KILN__EXPR_MAX_NODES];
+    memset(bufs, 0, sizeof bufs);
+    kiln_status st = run_tile(&r, 0, 1, scratch, bufs, false);
+    free(scratch);
+    if (st != KILN_OK) return st;
+    int64_t tiles = (r.numel + TILE - 1) / TILE;
+    kiln__parallel_for(tiles, GRAIN_TILES, run_tiles, &r);
+    return atomic_load(&r.status);
+}
+
+void kiln__cpu_register_fused(kiln__kernel_fn *table) { table[KILN__OP_FUSED] = kernel_fused; }

@@ -1,0 +1,125 @@
+/* Fusion of elementwise chains: fused results are bit-identical to KILN_FUSION=0 (toggled
+ * in-process), a tensor the user kept in the middle of a chain is written, a poisoned input
+ * poisons the fused outputs with the original op's error, and fusion really happened. */
+#include <kiln.h>
+
+#include "engine/fusion.h"
+#include "kiln_test.h"
+
+#define R 37
+#define C 101 /* R * C spans several tiles and ends mid-tile */
+
+/* A chain with broadcasting, scalars, where, clamp and casts; returns the final tensor and
+ * (in *kept) a ref'd tensor from its middle. */
+static kiln_tensor chain(kiln_tensor *kept) {
+    kiln_tensor x = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(R, C), 7);
+    kiln_tensor row = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(1, C), 8);
+    kiln_tensor col = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(R, 1), 9);
+    KT_CHECK(kiln_sync() == KILN_OK); /* inputs made: what follows is the chain alone */
+    kiln_tensor a = kiln_sub(kiln_mul_scalar(kiln_ref(x), 0.5), kiln_ref(row));
+    a = kiln_add(kiln_exp(a), kiln_tanh(kiln_ref(col)));
+    *kept = kiln_ref(a);
+    a = kiln_sigmoid(kiln_clamp(a, 0.1, 2.5));
+    kiln_tensor mask = kiln_gt(kiln_ref(x), kiln_ref(row));
+    a = kiln_where(mask, a, kiln_neg(kiln_ref(x)));
+    a = kiln_cast(kiln_add_scalar(kiln_cast(a, KILN_F64), 1.0 / 3.0), KILN_F32);
+    a = kiln_maximum(kiln_mul(a, col), row);
+    kiln_release(x);
+    return a;
+}
+
+static void read_f32(kiln_tensor t, float *out) { KT_CHECK(kiln_into_data(t, out, sizeof(float) * R * C) == KILN_OK); }
+
+KT_TEST(fused_chain_is_bit_identical) {
+    static float on[R * C], off[R * C], kept_on[R * C], kept_off[R * C];
+    bool was = kiln_fusion_enabled();
+    kiln_tensor kept;
+    kiln_fusion_set_enabled(false);
+    kiln__fusion_stats_reset();
+    kiln_tensor y = chain(&kept);
+    read_f32(y, off);
+    read_f32(kept, kept_off);
+    KT_CHECK(kiln__fusion_stats_get().groups == 0);
+    kiln_fusion_set_enabled(true);
+    y = chain(&kept);
+    read_f32(y, on);
+    read_f32(kept, kept_on);
+    kiln__fusion_stats s = kiln__fusion_stats_get();
+    if (kiln_engine_is_async()) {
+        KT_CHECK_MSG(s.groups >= 1 && s.ops_fused >= 10, "groups %lld ops %lld", (long long)s.groups,
+                     (long long)s.ops_fused);
+        KT_CHECK_MSG(s.stores_elided >= 1, "no intermediate was left unwritten");
+    }
+    KT_CHECK(memcmp(on, off, sizeof on) == 0);
+    KT_CHECK(memcmp(kept_on, kept_off, sizeof kept_on) == 0); /* the kept tensor was written */
+    kiln_fusion_set_enabled(was);
+}
+
+/* In place: exp, add, mul all write x's storage; a ref'd view keeps its value. */
+KT_TEST(in_place_chain_and_kept_ref) {
+    float a[64], b[64], k[64];
+    for (int i = 0; i < 64; i++) a[i] = (float)i / 8 - 4;
+    kiln_tensor x = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(64), a);
+    x = kiln_exp(x);
+    kiln_tensor kept = kiln_ref(x);
+    x = kiln_mul_scalar(kiln_add_scalar(x, 1.0), 2.0);
+    KT_CHECK(kiln_into_data(x, b, sizeof b) == KILN_OK);
+    KT_CHECK(kiln_into_data(kept, k, sizeof k) == KILN_OK);
+    for (int i = 0; i < 64; i++) {
+        float e;
+        kiln_tensor one = kiln_exp(kiln_full(KILN_CPU, KILN_F32, KILN_SHAPE(1), a[i]));
+        KT_CHECK(kiln_into_data(one, &e, sizeof e) == KILN_OK);
+        KT_CHECK(k[i] == e);
+        KT_CHECK(b[i] == (e + 1.0f) * 2.0f);
+    }
+}
+
+/* A storage read through a broadcast view and then overwritten in place must not fuse
+ * wrongly: x[0] broadcast over x, written into x. */
+KT_TEST(broadcast_read_of_written_storage) {
+    float a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, out[8];
+    kiln_tensor x = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(8), a);
+    x = kiln_add_scalar(x, 1.0);
+    kiln_tensor first = kiln_expand(kiln_slice(kiln_ref(x), 0, 0, 1, 1), KILN_SHAPE(8));
+    x = kiln_mul(x, first);
+    KT_CHECK(kiln_into_data(x, out, sizeof out) == KILN_OK);
+    for (int i = 0; i < 8; i++) KT_CHECK(out[i] == (a[i] + 1) * 2);
+}
+
+KT_TEST(poisoned_input_names_the_first_failure) {
+    kiln_tensor m = kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(16, 16));
+    kiln__debug_fail_next_kernel("kiln_matmul");
+    int line = __LINE__ + 1;
+    kiln_tensor p = kiln_matmul(kiln_ref(m), m);
+    kiln_tensor y = kiln_tanh(kiln_add_scalar(kiln_exp(p), 1.0));
+    kiln_tensor z = kiln_mul_scalar(kiln_ref(y), 3.0);
+    float v[256];
+    KT_CHECK(kiln_into_data(y, v, sizeof v) == KILN_ERR_KERNEL);
+    KT_EXPECT_ERROR(KILN_ERR_KERNEL, "kiln_matmul", line);
+    KT_CHECK(kiln_into_data(z, v, sizeof v) == KILN_ERR_KERNEL);
+    KT_CHECK(kiln_sync() == KILN_OK); /* reported once */
+}
+
+KT_TEST(kernel_failure_inside_a_group_names_its_op) {
+    kiln_tensor x = kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(300));
+    x = kiln_exp(kiln_add_scalar(x, 1.0));
+    kiln__debug_fail_next_kernel("kiln_tanh");
+    int line = __LINE__ + 1;
+    x = kiln_tanh(x);
+    x = kiln_mul_scalar(x, 2.0);
+    float v[300];
+    KT_CHECK(kiln_into_data(x, v, sizeof v) == KILN_ERR_KERNEL);
+    KT_EXPECT_ERROR(KILN_ERR_KERNEL, "kiln_tanh", line);
+    KT_CHECK(kiln_sync() == KILN_OK);
+}
+
+int main(void) {
+    kt_mem_begin();
+    KT_RUN(fused_chain_is_bit_identical);
+    KT_RUN(in_place_chain_and_kept_ref);
+    KT_RUN(broadcast_read_of_written_storage);
+    KT_RUN(poisoned_input_names_the_first_failure);
+    KT_RUN(kernel_failure_inside_a_group_names_its_op);
+    KT_MEM_CHECK();
+    return kt_finish();
+}
