@@ -113,6 +113,27 @@ KT_TEST(kernel_failure_inside_a_group_names_its_op) {
     KT_CHECK(kiln_sync() == KILN_OK);
 }
 
+KT_TEST(profiler_names_the_fused_ops) {
+    if (!kiln_engine_is_async() || !kiln_fusion_enabled()) return;
+    kiln_tensor x = kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(500));
+    KT_CHECK(kiln_sync() == KILN_OK);
+    kiln_profiler_start();
+    int line = __LINE__ + 1;
+    x = kiln_add_scalar(kiln_exp(x), 1.0);
+    KT_CHECK(kiln_sync() == KILN_OK);
+    kiln_release(x);
+    kiln_profiler_stop();
+    size_t n = kiln_profiler_events(NULL, 0);
+    kiln_profile_event *ev = malloc(sizeof *ev * (n ? n : 1));
+    kiln_profiler_events(ev, n);
+    char want[128];
+    snprintf(want, sizeof want, "fused[kiln_exp@test_fusion.c:%d kiln_add_scalar@test_fusion.c:%d]", line, line);
+    bool found = false;
+    for (size_t i = 0; i < n; i++) found |= strcmp(ev[i].op, want) == 0 && strcmp(ev[i].kernel, "FUSED") == 0;
+    KT_CHECK_MSG(found, "no event named %s among %zu", want, n);
+    free(ev);
+}
+
 int main(void) {
     kt_mem_begin();
     KT_RUN(fused_chain_is_bit_identical);
@@ -120,6 +141,7 @@ int main(void) {
     KT_RUN(broadcast_read_of_written_storage);
     KT_RUN(poisoned_input_names_the_first_failure);
     KT_RUN(kernel_failure_inside_a_group_names_its_op);
+    KT_RUN(profiler_names_the_fused_ops);
     KT_MEM_CHECK();
     return kt_finish();
 }

@@ -1,6 +1,7 @@
 /* The engine's front: stamps op records, hands them to the asynchronous engine (or runs
  * them at once in KILN_SYNC=1 mode), runs kernels, and turns failures into poisoned outputs
  * and a stream error that the next sync returns once. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -73,8 +74,28 @@ static kiln__error *execute_op(const kiln__op *op);
 /* A fused group runs as one kernel unless one of its ops must be seen on its own: a poisoned
  * input, an injected failure, or a kernel that refuses the group (it checks before writing).
  * Then its ops run one by one, so poisoning and errors name the op and line that failed. */
+/* "fused[kiln_exp@a.c:3 kiln_add@a.c:4]": the profiler's name of a group. */
+static const char *fused_name(const kiln__fused *g) {
+    char buf[1024];
+    size_t len = (size_t)snprintf(buf, sizeof buf, "fused[");
+    for (int k = 0; k < g->n_ops && len < sizeof buf; k++) {
+        const kiln__op *o = &g->ops[k];
+        const char *base = o->file ? strrchr(o->file, '/') : NULL;
+        base = base ? base + 1 : o->file ? o->file : "?";
+        len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s@%s:%d", k ? " " : "", o->name, base, o->line);
+    }
+    if (len < sizeof buf - 1) buf[len++] = ']', buf[len] = '\0';
+    return kiln__profiler_intern(buf);
+}
+
 static kiln__error *execute_fused(const kiln__op *op) {
     const kiln__fused *g = (const kiln__fused *)(intptr_t)op->p.i[0];
+    kiln__op named;
+    if (kiln__profiler_on()) {
+        named = *op;
+        named.name = fused_name(g);
+        op = &named;
+    }
     bool one_by_one = atomic_load_explicit(&fail_next_named, memory_order_relaxed) != NULL;
     for (int k = 0; k < g->n_ops && !one_by_one; k++)
         for (int i = 0; i < g->ops[k].n_in; i++)

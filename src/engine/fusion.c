@@ -24,6 +24,7 @@ struct kiln__window {
     kiln__stream *stream; /* owner; NULL while spare */
     struct kiln__window *next_all, *next_spare;
     kiln__fused *g;       /* the group being built (g->n_ops ops) */
+    atomic_int n_held;    /* g->n_ops + n_dead, readable without the lock: only the owner raises it */
     int n_st, n_dead;
     window_storage st[MAX_STORAGES];
     kiln__storage *dead[MAX_STORAGES]; /* released while held: freed after the group */
@@ -138,6 +139,7 @@ static void flush_locked(kiln__window *w, bool owner) {
     for (int i = 0; i < w->n_dead; i++) kiln__async_enqueue(s, &free_op, NULL, w->dead[i], NULL, owner);
     if (w->g) w->g->n_ops = 0;
     w->n_st = w->n_dead = 0;
+    atomic_store_explicit(&w->n_held, 0, memory_order_release);
 }
 
 static void flush_foreign(kiln__window *w, kiln__stream *cur) {
@@ -154,7 +156,7 @@ void kiln__fusion_flush_storage(kiln__storage *st, kiln__stream *cur) {
 
 void kiln__fusion_flush_stream(kiln__stream *s) {
     kiln__window *w = s->window;
-    if (!w) return;
+    if (!w || atomic_load_explicit(&w->n_held, memory_order_acquire) == 0) return;
     lock_window(w);
     flush_locked(w, true);
     unlock_window(w);
@@ -198,6 +200,7 @@ bool kiln__fusion_defer_free(kiln__storage *st, kiln__stream *cur) {
     bool joined = false;
     if (window_of(st) == w && w->n_dead < MAX_STORAGES) {
         w->dead[w->n_dead++] = st;
+        atomic_fetch_add_explicit(&w->n_held, 1, memory_order_relaxed);
         joined = true;
     } else {
         flush_locked(w, true);
@@ -305,6 +308,7 @@ static bool try_join(kiln__window *w, const kiln__op *op, const access *a, int n
     if (g->n_ops == 0) kiln__fused_init(g, &op->out[0]);
     if (!kiln__fused_add(g, op)) return false;
     accesses_commit(w, a, n);
+    atomic_fetch_add_explicit(&w->n_held, 1, memory_order_relaxed);
     return true;
 }
 
