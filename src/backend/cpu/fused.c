@@ -18,6 +18,7 @@ typedef struct {
     const kiln__kernel_fn *kernels;
     int64_t numel;
     uint8_t load_mode[KILN__EXPR_MAX_INPUTS];
+    int8_t store_of[KILN__EXPR_MAX_NODES]; /* the output a node is stored to, or -1 */
     _Atomic kiln_status status;
 } fused_run;
 
@@ -61,7 +62,10 @@ static kiln__view flat_view(kiln__storage *s, kiln_dtype dtype, int64_t offset, 
     return v;
 }
 
-/* Evaluates every node over elements [t0, t0 + m); stores the outputs when store is set. */
+/* Evaluates every node over elements [t0, t0 + m). With store set, a stored node writes
+ * straight into its output: every read of the value it overwrites comes earlier in program
+ * order (later reads name the node), and all accesses share one element mapping. Without,
+ * nothing is written but the scratch buffers. */
 static kiln_status run_tile(fused_run *r, int64_t t0, int64_t m, char *scratch, kiln__storage *bufs, bool store) {
     const kiln__fused *g = r->g;
     const kiln__expr *e = &g->expr;
@@ -87,16 +91,17 @@ static kiln_status run_tile(fused_run *r, int64_t t0, int64_t m, char *scratch, 
             for (int a = 0; a < n->n_args; a++) op.in[a] = tv[n->arg[a]];
             op.p.f[0] = n->param[0];
             op.p.f[1] = n->param[1];
-            tv[i] = op.out[0] = flat_view(&bufs[i], n->dtype, 0, m, 1);
+            int w = store ? r->store_of[i] : -1;
+            if (w >= 0) {
+                const kiln__view *out = &g->output[w];
+                tv[i] = op.out[0] = flat_view(out->storage, out->dtype, out->offset + t0, m, 1);
+            } else {
+                tv[i] = op.out[0] = flat_view(&bufs[i], n->dtype, 0, m, 1);
+            }
             kiln__kernel_fn fn = r->kernels[n->code];
             kiln_status st = fn ? fn(&op) : KILN_ERR_UNSUPPORTED;
             if (st != KILN_OK) return st;
         }
-    }
-    for (int s = 0; store && s < e->n_stores; s++) {
-        const kiln__view *out = &g->output[e->store[s].output];
-        size_t es = kiln__elsize(out->dtype);
-        memcpy(kiln__view_ptr(out) + (size_t)t0 * es, tv[e->store[s].node].storage->data, (size_t)m * es);
     }
     return KILN_OK;
 }
@@ -124,6 +129,8 @@ static kiln_status kernel_fused(const kiln__op *op) {
     for (int d = 0; d < g->ndim; d++) r.numel *= g->shape[d];
     atomic_init(&r.status, KILN_OK);
     for (int k = 0; k < g->expr.n_inputs; k++) r.load_mode[k] = (uint8_t)load_mode_of(g, &g->input[k]);
+    memset(r.store_of, -1, sizeof r.store_of);
+    for (int s = 0; s < g->expr.n_stores; s++) r.store_of[g->expr.store[s].node] = (int8_t)g->expr.store[s].output;
     if (r.numel == 0) return KILN_OK;
     /* one element first, storing nothing: a node whose kernel refuses its dtypes fails here,
      * before any output (possibly an input too, in place) is overwritten */
