@@ -8,7 +8,7 @@
 #include "backend/cpu/cpu-impl.h"
 #include "ir/expr.h"
 
-#define TILE ((int64_t)1024)
+#define TILE ((int64_t)2048)
 #define GRAIN_TILES 8 /* tiles per parallel task: a few ops' worth of a cheap elementwise grain */
 
 enum { LOAD_GATHER, LOAD_DENSE, LOAD_SCALAR };
