@@ -148,6 +148,41 @@ KT_TEST(backward_is_bit_identical) {
     kiln_fusion_set_enabled(was);
 }
 
+/* softmax and log_softmax composed from primitives: the exp prologue runs inside the sum's
+ * pass, bit-identical to the unfused ops. */
+static void softmaxes(int64_t r, int64_t c, float *sm, float *lsm) {
+    kiln_tensor x = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(r, c), 21);
+    kiln_tensor m = kiln_max_dims(kiln_ref(x), KILN_DIMS(-1), true);
+    kiln_tensor e = kiln_exp(kiln_sub(kiln_ref(x), kiln_ref(m)));
+    kiln_tensor s = kiln_sum_dims(kiln_ref(e), KILN_DIMS(-1), true);
+    KT_CHECK(kiln_into_data(kiln_div(e, kiln_ref(s)), sm, sizeof(float) * (size_t)(r * c)) == KILN_OK);
+    kiln_tensor lse = kiln_log(kiln_sum_dims(kiln_exp(kiln_sub(kiln_ref(x), kiln_ref(m))), KILN_DIMS(-1), true));
+    KT_CHECK(kiln_into_data(kiln_sub(kiln_sub(x, m), lse), lsm, sizeof(float) * (size_t)(r * c)) == KILN_OK);
+    kiln_release(s);
+}
+
+KT_TEST(reduction_prologue_is_bit_identical) {
+    enum { MAXN = 3 * 5000 };
+    static float sm_on[MAXN], sm_off[MAXN], lsm_on[MAXN], lsm_off[MAXN];
+    const int64_t shapes[][2] = {{R, C}, {3, 5000} /* rows longer than a tile */};
+    bool was = kiln_fusion_enabled();
+    for (int k = 0; k < 2; k++) {
+        int64_t r = shapes[k][0], c = shapes[k][1];
+        kiln_fusion_set_enabled(false);
+        softmaxes(r, c, sm_off, lsm_off);
+        kiln_fusion_set_enabled(true);
+        kiln__fusion_stats_reset();
+        softmaxes(r, c, sm_on, lsm_on);
+        if (kiln_engine_is_async()) {
+            kiln__fusion_stats st = kiln__fusion_stats_get();
+            KT_CHECK_MSG(st.reductions >= 2, "%lld groups ended in a reduction", (long long)st.reductions);
+        }
+        KT_CHECK(memcmp(sm_on, sm_off, sizeof(float) * (size_t)(r * c)) == 0);
+        KT_CHECK(memcmp(lsm_on, lsm_off, sizeof(float) * (size_t)(r * c)) == 0);
+    }
+    kiln_fusion_set_enabled(was);
+}
+
 KT_TEST(profiler_names_the_fused_ops) {
     if (!kiln_engine_is_async() || !kiln_fusion_enabled()) return;
     kiln_tensor x = kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(500));
@@ -177,6 +212,7 @@ int main(void) {
     KT_RUN(poisoned_input_names_the_first_failure);
     KT_RUN(kernel_failure_inside_a_group_names_its_op);
     KT_RUN(backward_is_bit_identical);
+    KT_RUN(reduction_prologue_is_bit_identical);
     KT_RUN(profiler_names_the_fused_ops);
     KT_MEM_CHECK();
     return kt_finish();

@@ -78,7 +78,16 @@ static int run(uint64_t seed, double *out, int cap) {
     for (int s = 0; s < STEPS && p.n > 0; s++) {
         bool keep = rnd(3) == 0;
         kiln_tensor a = take(&p, (int)rnd((uint32_t)p.n), keep);
-        if (rnd(2) == 0 || p.n == 0) {
+        uint32_t kind = rnd(12);
+        if (kind == 0) { /* a reduction over the last dim: a group's possible end */
+            kiln_tensor f = kiln_cast(a, KILN_F32);
+            switch (rnd(4)) {
+            case 0: put(&p, kiln_sum_dims(f, KILN_DIMS(-1), true)); break;
+            case 1: put(&p, kiln_max_dims(f, KILN_DIMS(-1), true)); break;
+            case 2: put(&p, kiln_mean_dims(f, KILN_DIMS(-1), true)); break;
+            default: put(&p, kiln_logsumexp_dims(kiln_tanh(f), KILN_DIMS(-1), true)); break;
+            }
+        } else if (kind < 6 || p.n == 0) {
             put(&p, unary(a, rnd(9)));
         } else {
             kiln_tensor b = rnd(4) == 0 ? kiln_full(KILN_CPU, KILN_F32, KILN_SHAPE(1), 0.5)
@@ -114,7 +123,10 @@ KT_TEST(random_dags_fused_match_unfused) {
         KT_CHECK_MSG(memcmp(on, off, sizeof(double) * (size_t)n_on) == 0, "seed %llu differs", (unsigned long long)seed);
     }
     kiln__fusion_stats s = kiln__fusion_stats_get();
-    if (kiln_engine_is_async()) KT_CHECK_MSG(s.groups > SEEDS, "only %lld groups fused", (long long)s.groups);
+    if (kiln_engine_is_async()) {
+        KT_CHECK_MSG(s.groups > SEEDS, "only %lld groups fused", (long long)s.groups);
+        KT_CHECK_MSG(s.reductions > 0, "no group ended in a reduction");
+    }
     kiln_fusion_set_enabled(was);
 }
 

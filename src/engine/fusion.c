@@ -26,6 +26,7 @@ struct kiln__window {
     kiln__fused *g;       /* the group being built (g->n_ops ops) */
     atomic_int n_held;    /* g->n_ops + n_dead, readable without the lock: only the owner raises it */
     int n_st, n_dead;
+    bool closed;          /* the group ended in a reduction: the next op starts a new one */
     window_storage st[MAX_STORAGES];
     kiln__storage *dead[MAX_STORAGES]; /* released while held: freed after the group */
 };
@@ -36,7 +37,7 @@ static struct {
     pthread_mutex_t lock; /* spare list */
     kiln__window *_Atomic all;
     kiln__window *spare;
-    _Atomic int64_t groups, ops_fused, stores_elided, foreign_flushes;
+    _Atomic int64_t groups, ops_fused, stores_elided, foreign_flushes, reductions;
 } fusion = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void fusion_init(void) {
@@ -57,7 +58,8 @@ void kiln_fusion_set_enabled(bool on) {
 
 kiln__fusion_stats kiln__fusion_stats_get(void) {
     return (kiln__fusion_stats){atomic_load(&fusion.groups), atomic_load(&fusion.ops_fused),
-                                atomic_load(&fusion.stores_elided), atomic_load(&fusion.foreign_flushes)};
+                                atomic_load(&fusion.stores_elided), atomic_load(&fusion.foreign_flushes),
+                                atomic_load(&fusion.reductions)};
 }
 
 void kiln__fusion_stats_reset(void) {
@@ -65,6 +67,7 @@ void kiln__fusion_stats_reset(void) {
     atomic_store(&fusion.ops_fused, 0);
     atomic_store(&fusion.stores_elided, 0);
     atomic_store(&fusion.foreign_flushes, 0);
+    atomic_store(&fusion.reductions, 0);
 }
 
 /* The window this thread holds locked: a drain inside a flush (out of memory) skips it. */
@@ -131,6 +134,7 @@ static void flush_locked(kiln__window *w, bool owner) {
         atomic_fetch_add(&fusion.groups, 1);
         atomic_fetch_add(&fusion.ops_fused, g->n_ops);
         atomic_fetch_add(&fusion.stores_elided, g->expr.n_outputs - g->expr.n_stores);
+        if (g->row > 0) atomic_fetch_add(&fusion.reductions, 1);
         w->g = NULL; /* the engine frees it once it has run */
         kiln__async_enqueue(s, &op, NULL, NULL, g, owner);
     }
@@ -139,6 +143,7 @@ static void flush_locked(kiln__window *w, bool owner) {
     for (int i = 0; i < w->n_dead; i++) kiln__async_enqueue(s, &free_op, NULL, w->dead[i], NULL, owner);
     if (w->g) w->g->n_ops = 0;
     w->n_st = w->n_dead = 0;
+    w->closed = false;
     atomic_store_explicit(&w->n_held, 0, memory_order_release);
 }
 
@@ -303,11 +308,45 @@ static void accesses_commit(kiln__window *w, const access *a, int n) {
 /* Adds op to w's group (w->lock held); false when it does not fit the current group. */
 static bool try_join(kiln__window *w, const kiln__op *op, const access *a, int n) {
     kiln__fused *g = w->g;
-    if (g->n_ops > 0 && !same_shape(&op->out[0], g->ndim, g->shape)) return false;
+    if (w->closed || (g->n_ops > 0 && !same_shape(&op->out[0], g->ndim, g->shape))) return false;
     if (!accesses_fit(w, a, n)) return false;
     if (g->n_ops == 0) kiln__fused_init(g, &op->out[0]);
     if (!kiln__fused_add(g, op)) return false;
     accesses_commit(w, a, n);
+    atomic_fetch_add_explicit(&w->n_held, 1, memory_order_relaxed);
+    return true;
+}
+
+/* ---- a reduction ending a group ------------------------------------------------------------ */
+/* Rows the CPU interpreter takes whole into a tile: longer ones are reduced unfused. */
+#define MAX_FUSED_ROW 16384
+
+static bool is_fusable_reduction(kiln__opcode code) {
+    return code == KILN__OP_SUM || code == KILN__OP_MEAN || code == KILN__OP_MAX || code == KILN__OP_MIN ||
+           code == KILN__OP_LOGSUMEXP;
+}
+
+/* A reduction over the last dim of a value the group wrote (same mapping), into a fresh dense
+ * output: it ends the group (w->lock held; true when it joined). */
+static bool try_join_reduce(kiln__window *w, const kiln__op *op) {
+    kiln__fused *g = w->g;
+    if (w->closed || !g || g->n_ops == 0 || op->flags || op->n_in != 1 || op->n_out != 1 ||
+        !is_fusable_reduction(op->code))
+        return false;
+    const kiln__view *in = &op->in[0], *out = &op->out[0];
+    int nd = g->ndim;
+    if (nd < 1 || g->shape[nd - 1] < 2 || g->shape[nd - 1] > MAX_FUSED_ROW || !in->storage || !out->storage ||
+        out->storage->device != KILN_CPU || !same_shape(in, nd, g->shape) || out->ndim != nd ||
+        !kiln__view_is_contiguous(out) || (in->dtype != KILN_F32 && in->dtype != KILN_F64))
+        return false;
+    for (int d = 0; d < nd; d++)
+        if (out->shape[d] != (d == nd - 1 ? 1 : g->shape[d])) return false;
+    int e = find_storage(w, in->storage);
+    if (e < 0 || !w->st[e].written || find_storage(w, out->storage) >= 0) return false;
+    access a[2] = {{in->storage, in, false}, {out->storage, out, true}};
+    if (!accesses_fit(w, a, 2) || !kiln__var_of(out->storage) || !kiln__fused_add_reduce(g, op)) return false;
+    accesses_commit(w, a, 2);
+    w->closed = true;
     atomic_fetch_add_explicit(&w->n_held, 1, memory_order_relaxed);
     return true;
 }
@@ -323,6 +362,13 @@ bool kiln__fusion_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
         kiln__window *m = window_of(free_target);
         if (m) flush_foreign(m, s);
         return false;
+    }
+    if (!ev && s->window && is_fusable_reduction(op->code) && atomic_load_explicit(&s->window->n_held, memory_order_relaxed) &&
+        kiln_fusion_enabled()) {
+        lock_window(s->window);
+        bool joined = try_join_reduce(s->window, op);
+        unlock_window(s->window);
+        if (joined) return true;
     }
     if (ev || !kiln_fusion_enabled() || !op_fusable(op)) {
         kiln__fusion_flush_stream(s);

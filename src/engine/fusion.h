@@ -10,9 +10,10 @@
 #include "ir/expr.h"
 
 /* Counters since the last reset: groups run fused, ops they held, stores left out (an
- * intermediate no handle kept), windows flushed because another thread touched them. */
+ * intermediate no handle kept), windows flushed because another thread touched them, groups
+ * that ended in a reduction. */
 typedef struct kiln__fusion_stats {
-    int64_t groups, ops_fused, stores_elided, foreign_flushes;
+    int64_t groups, ops_fused, stores_elided, foreign_flushes, reductions;
 } kiln__fusion_stats;
 kiln__fusion_stats kiln__fusion_stats_get(void);
 void kiln__fusion_stats_reset(void);

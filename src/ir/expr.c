@@ -18,6 +18,7 @@ bool kiln__view_same(const kiln__view *a, const kiln__view *b) {
 void kiln__fused_init(kiln__fused *g, const kiln__view *out) {
     g->expr.n_nodes = g->expr.n_inputs = g->expr.n_outputs = g->expr.n_stores = 0;
     g->n_ops = 0;
+    g->row = 0;
     g->ndim = out->ndim;
     memcpy(g->shape, out->shape, sizeof g->shape);
 }
@@ -80,6 +81,24 @@ bool kiln__fused_add(kiln__fused *g, const kiln__op *op) {
                            .dtype = op->out[0].dtype, .param = {op->p.f[0], op->p.f[1]}};
     memcpy(n->arg, args, sizeof args);
     g->last_writer[w] = (int16_t)e->n_nodes++;
+    g->ops[g->n_ops++] = *op;
+    return true;
+}
+
+bool kiln__fused_add_reduce(kiln__fused *g, const kiln__op *op) {
+    kiln__expr *e = &g->expr;
+    int src = find_output(g, op->in[0].storage);
+    if (src < 0 || g->n_ops == KILN__FUSE_MAX_OPS || e->n_nodes == KILN__EXPR_MAX_NODES ||
+        e->n_outputs == KILN__EXPR_MAX_OUTPUTS || find_output(g, op->out[0].storage) >= 0)
+        return false;
+    int w = e->n_outputs++;
+    g->output[w] = op->out[0];
+    kiln__expr_node *n = &e->node[e->n_nodes];
+    *n = (kiln__expr_node){.kind = KILN__EXPR_REDUCE, .n_args = 1, .arg = {g->last_writer[src]},
+                           .op = (int16_t)g->n_ops, .code = op->code, .dtype = op->out[0].dtype,
+                           .param = {(double)op->p.i[0], (double)op->p.i[1]}};
+    g->last_writer[w] = (int16_t)e->n_nodes++;
+    g->row = g->shape[g->ndim - 1];
     g->ops[g->n_ops++] = *op;
     return true;
 }

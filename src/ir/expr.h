@@ -10,7 +10,9 @@
  *   store node 3 -> output 0
  *
  * Every node is evaluated over the group's whole iteration space (one shape, all outputs
- * dense in it); nodes come in program order, so a node's arguments precede it. */
+ * dense in it); nodes come in program order, so a node's arguments precede it. A group may
+ * end in one REDUCE node (an elementwise prologue into a reduction over the last dim): its
+ * output has the group's shape with the last dim 1, and it is evaluated row by row. */
 #ifndef KILN_IR_EXPR_H
 #define KILN_IR_EXPR_H
 
@@ -21,7 +23,7 @@
 #define KILN__EXPR_MAX_OUTPUTS 16
 #define KILN__FUSE_MAX_OPS 16
 
-typedef enum { KILN__EXPR_LOAD, KILN__EXPR_CONST, KILN__EXPR_OP } kiln__expr_kind;
+typedef enum { KILN__EXPR_LOAD, KILN__EXPR_CONST, KILN__EXPR_OP, KILN__EXPR_REDUCE } kiln__expr_kind;
 
 typedef struct kiln__expr_node {
     uint8_t kind;      /* kiln__expr_kind */
@@ -29,7 +31,8 @@ typedef struct kiln__expr_node {
     int16_t arg[KILN__OP_MAX_IN]; /* earlier nodes (OP) */
     int16_t input;     /* LOAD: input index */
     int16_t op;        /* OP: index of the op record it came from (errors, profiler) */
-    kiln__opcode code; /* OP: an elementwise opcode (unary, binary, WHERE, CLAMP, COPY) */
+    kiln__opcode code; /* OP: an elementwise opcode (unary, binary, WHERE, CLAMP, COPY);
+                          REDUCE: SUM MEAN MAX MIN LOGSUMEXP over the last dim */
     kiln_dtype dtype;  /* the value's dtype */
     double value;      /* CONST */
     double param[2];   /* OP: p.f[0..1] of the op (CLAMP bounds) */
@@ -52,7 +55,8 @@ typedef struct kiln__fused {
     int ndim;
     int64_t shape[KILN_MAX_DIMS];             /* the iteration space */
     kiln__view input[KILN__EXPR_MAX_INPUTS];  /* input k, broadcast to shape */
-    kiln__view output[KILN__EXPR_MAX_OUTPUTS]; /* dense, of shape */
+    kiln__view output[KILN__EXPR_MAX_OUTPUTS]; /* dense, of shape (a REDUCE's: last dim 1) */
+    int64_t row; /* > 0: the group ends in a REDUCE over its last dim, of this length */
     int n_ops;
     kiln__op ops[KILN__FUSE_MAX_OPS];
     /* while building: the node that last wrote each output's storage */
@@ -68,6 +72,9 @@ void kiln__fused_init(kiln__fused *g, const kiln__view *out);
  * or the nodes that last wrote their storage in the group. False when a limit is reached
  * (the group is left unchanged then). */
 bool kiln__fused_add(kiln__fused *g, const kiln__op *op);
+/* Appends a reduction over the last dim of a value the group wrote (op->in[0] is a storage
+ * the group wrote, with the group's mapping). The group takes no op after it. */
+bool kiln__fused_add_reduce(kiln__fused *g, const kiln__op *op);
 /* Ends the group: each written storage is stored once, from its last writer, unless
  * dead(storage) says no handle to it remains (its value is then never written). */
 void kiln__fused_finish(kiln__fused *g, bool (*dead)(void *ctx, const kiln__storage *s), void *ctx);

@@ -1,7 +1,9 @@
 /* The CPU kernel of a fused elementwise group: interprets the group's expression IR
  * (ir/expr.h) tile by tile, so intermediates live in a small per-thread buffer instead of
  * memory. Each node runs the unfused kernel of its opcode over the whole tile, so results
- * are bit-identical to running the ops one by one. Tiles are split over the thread pool. */
+ * are bit-identical to running the ops one by one. Tiles are split over the thread pool. A
+ * group ending in a reduction takes whole rows per tile, and its REDUCE node runs the unfused
+ * reduction kernel over those rows (each row's result depends on that row alone). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +19,7 @@ typedef struct {
     const kiln__fused *g;
     const kiln__kernel_fn *kernels;
     int64_t numel;
+    int64_t tile; /* elements per tile: TILE, or whole rows when the group ends in a reduction */
     uint8_t load_mode[KILN__EXPR_MAX_INPUTS];
     int8_t store_of[KILN__EXPR_MAX_NODES]; /* the output a node is stored to, or -1 */
     _Atomic kiln_status status;
@@ -72,7 +75,7 @@ static kiln_status run_tile(fused_run *r, int64_t t0, int64_t m, char *scratch, 
     kiln__view tv[KILN__EXPR_MAX_NODES];
     for (int i = 0; i < e->n_nodes; i++) {
         const kiln__expr_node *n = &e->node[i];
-        bufs[i].data = scratch + (size_t)i * TILE * 8;
+        bufs[i].data = scratch + (size_t)i * (size_t)r->tile * 8;
         if (n->kind == KILN__EXPR_CONST) {
             tv[i] = kiln__view_scalar(n->dtype, 1, &m, n->value);
         } else if (n->kind == KILN__EXPR_LOAD) {
@@ -84,6 +87,22 @@ static kiln_status run_tile(fused_run *r, int64_t t0, int64_t m, char *scratch, 
                 gather(g, in, t0, m, bufs[i].data);
                 tv[i] = flat_view(&bufs[i], in->dtype, 0, m, 1);
             }
+        } else if (n->kind == KILN__EXPR_REDUCE) {
+            int64_t row = g->row, rows = m / row;
+            const kiln__view *a = &tv[n->arg[0]];
+            kiln__op op = {.code = n->code, .n_in = 1, .n_out = 1, .name = g->ops[n->op].name};
+            op.p.i[0] = (int64_t)n->param[0];
+            op.p.i[1] = (int64_t)n->param[1];
+            op.in[0] = (kiln__view){.storage = a->storage, .dtype = a->dtype, .ndim = 2, .offset = a->offset,
+                                    .shape = {rows, row}, .strides = {row, 1}};
+            int w = store ? r->store_of[i] : -1;
+            const kiln__view *out = w >= 0 ? &g->output[w] : NULL;
+            op.out[0] = (kiln__view){.storage = out ? out->storage : &bufs[i], .dtype = n->dtype, .ndim = 2,
+                                     .offset = out ? out->offset + t0 / row : 0, .shape = {rows, 1}, .strides = {1, 1}};
+            tv[i] = op.out[0];
+            kiln__kernel_fn fn = r->kernels[n->code];
+            kiln_status st = fn ? fn(&op) : KILN_ERR_UNSUPPORTED;
+            if (st != KILN_OK) return st;
         } else {
             const kiln__op *src = &g->ops[n->op];
             kiln__op op = {.code = n->code, .n_in = n->n_args, .n_out = 1, .name = src->name,
@@ -108,7 +127,7 @@ static kiln_status run_tile(fused_run *r, int64_t t0, int64_t m, char *scratch, 
 
 static void run_tiles(void *ctx, int64_t begin, int64_t end) {
     fused_run *r = ctx;
-    char *scratch = malloc((size_t)r->g->expr.n_nodes * TILE * 8);
+    char *scratch = malloc((size_t)r->g->expr.n_nodes * (size_t)r->tile * 8);
     kiln__storage bufs[KILN__EXPR_MAX_NODES];
     memset(bufs, 0, sizeof(kiln__storage) * (size_t)r->g->expr.n_nodes);
     if (!scratch) {
@@ -116,7 +135,7 @@ static void run_tiles(void *ctx, int64_t begin, int64_t end) {
         return;
     }
     for (int64_t t = begin; t < end && atomic_load_explicit(&r->status, memory_order_relaxed) == KILN_OK; t++) {
-        int64_t t0 = t * TILE, m = r->numel - t0 < TILE ? r->numel - t0 : TILE;
+        int64_t t0 = t * r->tile, m = r->numel - t0 < r->tile ? r->numel - t0 : r->tile;
         kiln_status st = run_tile(r, t0, m, scratch, bufs, true);
         if (st != KILN_OK) atomic_store(&r->status, st);
     }
@@ -132,16 +151,17 @@ static kiln_status kernel_fused(const kiln__op *op) {
     memset(r.store_of, -1, sizeof r.store_of);
     for (int s = 0; s < g->expr.n_stores; s++) r.store_of[g->expr.store[s].node] = (int8_t)g->expr.store[s].output;
     if (r.numel == 0) return KILN_OK;
+    r.tile = g->row > 0 ? (TILE > g->row ? TILE / g->row : 1) * g->row : TILE;
     /* one element first, storing nothing: a node whose kernel refuses its dtypes fails here,
      * before any output (possibly an input too, in place) is overwritten */
-    char *scratch = malloc((size_t)g->expr.n_nodes * TILE * 8);
+    char *scratch = malloc((size_t)g->expr.n_nodes * (size_t)r.tile * 8);
     if (!scratch) return KILN_ERR_OUT_OF_MEMORY;
     kiln__storage bufs[KILN__EXPR_MAX_NODES];
     memset(bufs, 0, sizeof bufs);
-    kiln_status st = run_tile(&r, 0, 1, scratch, bufs, false);
+    kiln_status st = run_tile(&r, 0, g->row > 0 ? g->row : 1, scratch, bufs, false);
     free(scratch);
     if (st != KILN_OK) return st;
-    int64_t tiles = (r.numel + TILE - 1) / TILE;
+    int64_t tiles = (r.numel + r.tile - 1) / r.tile;
     kiln__parallel_for(tiles, GRAIN_TILES, run_tiles, &r);
     return atomic_load(&r.status);
 }
