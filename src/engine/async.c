@@ -437,11 +437,11 @@ static void admit(kiln__stream *s, kiln__node *n, int64_t bytes, bool may_block)
 
 void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target) {
     if (kiln__fusion_submit(s, op, ev, free_target)) return;
-    kiln__async_enqueue(s, op, ev, free_target, NULL, true);
+    kiln__async_enqueue(s, op, ev, free_target, NULL, true, true);
 }
 
 void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target,
-                         const kiln__fused *g, bool owner) {
+                         const kiln__fused *g, bool owner, bool may_block) {
     kiln__node *n = owner ? node_alloc(s) : malloc(sizeof *n);
     if (!n) { /* no memory to queue it: wait for everything before, then run it here */
         kiln__engine_drain_all();
@@ -483,7 +483,7 @@ void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
         }
     }
     atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
-    admit(s, n, n->bytes, free_target == NULL && owner); /* a release never blocks its caller */
+    admit(s, n, n->bytes, free_target == NULL && may_block); /* a release never blocks its caller */
     if (ev) {
         pthread_mutex_lock(&s->lock);
         ev->pending++;
@@ -503,6 +503,16 @@ void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
         }
     }
     release_grant(n);
+}
+
+void kiln__stream_throttle(kiln__stream *s) {
+    room_request r = {0, atomic_load_explicit(&engine.max_inflight, memory_order_relaxed),
+                      atomic_load_explicit(&engine.max_bytes, memory_order_relaxed)};
+    pthread_mutex_lock(&s->lock);
+    s->waiting_for_room++;
+    wait_helping(s, has_room, &r);
+    s->waiting_for_room--;
+    pthread_mutex_unlock(&s->lock);
 }
 
 static bool event_done(kiln__stream *s, void *ev) { return ((kiln__event *)ev)->pending == 0; }

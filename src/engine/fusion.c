@@ -127,7 +127,7 @@ static void flush_locked(kiln__window *w, bool owner) {
     kiln__stream *s = w->stream;
     if (g->n_ops == 1) {
         kiln__op op = g->ops[0];
-        kiln__async_enqueue(s, &op, NULL, NULL, NULL, owner);
+        kiln__async_enqueue(s, &op, NULL, NULL, NULL, owner, false);
     } else {
         kiln__fused_finish(g, is_dead, w);
         kiln__op op = fused_op(g);
@@ -136,11 +136,11 @@ static void flush_locked(kiln__window *w, bool owner) {
         atomic_fetch_add(&fusion.stores_elided, g->expr.n_outputs - g->expr.n_stores);
         if (g->row > 0) atomic_fetch_add(&fusion.reductions, 1);
         w->g = NULL; /* the engine frees it once it has run */
-        kiln__async_enqueue(s, &op, NULL, NULL, g, owner);
+        kiln__async_enqueue(s, &op, NULL, NULL, g, owner, false);
     }
     for (int i = 0; i < w->n_st; i++) atomic_store((kiln__window *_Atomic *)&w->st[i].s->window, NULL);
     kiln__op free_op = {.code = KILN__OP_NOOP, .name = "free"};
-    for (int i = 0; i < w->n_dead; i++) kiln__async_enqueue(s, &free_op, NULL, w->dead[i], NULL, owner);
+    for (int i = 0; i < w->n_dead; i++) kiln__async_enqueue(s, &free_op, NULL, w->dead[i], NULL, owner, false);
     if (w->g) w->g->n_ops = 0;
     w->n_st = w->n_dead = 0;
     w->closed = false;
@@ -381,7 +381,7 @@ bool kiln__fusion_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
     if (!s->window && !(s->window = window_get(s))) return false;
     kiln__window *w = s->window;
     lock_window(w);
-    bool joined = false;
+    bool joined = false, flushed = false;
     for (int attempt = 0; attempt < 2 && !joined; attempt++) {
         if (!w->g) {
             if (!(w->g = malloc(sizeof *w->g))) break;
@@ -389,9 +389,10 @@ bool kiln__fusion_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
         }
         joined = try_join(w, op, a, n);
         if (!joined && w->g->n_ops == 0) break; /* not even alone */
-        if (!joined) flush_locked(w, true);
+        if (!joined) flush_locked(w, true), flushed = true;
     }
     unlock_window(w);
+    if (flushed) kiln__stream_throttle(s); /* the bounded queue, outside the lock */
     return joined;
 }
 

@@ -39,8 +39,11 @@ void kiln__fusion_fork_parent(void);
 void kiln__fusion_fork_child(void);
 
 /* Queues op as one node (async.c). g: op is the FUSED op of group g (its storages become
- * the node's); owner: called by s's own thread (may reuse its nodes and block for room). */
+ * the node's); owner: called by s's own thread (may reuse its nodes); may_block: may wait
+ * for room in the bounded queue (never under a window's lock: waiting helps run kernels). */
 void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target,
-                         const kiln__fused *g, bool owner);
+                         const kiln__fused *g, bool owner, bool may_block);
+/* Waits (helping) until s is within its bounds: after a flush that could not wait. */
+void kiln__stream_throttle(kiln__stream *s);
 
 #endif
