@@ -183,6 +183,30 @@ KT_TEST(reduction_prologue_is_bit_identical) {
     kiln_fusion_set_enabled(was);
 }
 
+/* A long chain splits into full windows (16 ops), a change of shape ends a group, and
+ * turning fusion off mid-chain hands the held ops over: the value is still right. */
+KT_TEST(long_chain_and_toggle_mid_chain) {
+    bool was = kiln_fusion_enabled();
+    kiln_fusion_set_enabled(true);
+    kiln__fusion_stats_reset();
+    kiln_tensor x = kiln_zeros(KILN_CPU, KILN_F64, KILN_SHAPE(4, 300));
+    for (int i = 0; i < 40; i++) x = kiln_add_scalar(x, 1.0);
+    kiln_fusion_set_enabled(false);
+    for (int i = 0; i < 3; i++) x = kiln_add_scalar(x, 1.0);
+    kiln_fusion_set_enabled(true);
+    x = kiln_sum_dims(kiln_mul_scalar(x, 2.0), KILN_DIMS(-1), true); /* [4, 1] */
+    x = kiln_add_scalar(kiln_mul_scalar(x, 0.5), 1.0);                /* a new shape: a new group */
+    double v[4];
+    KT_CHECK(kiln_into_data(x, v, sizeof v) == KILN_OK);
+    for (int i = 0; i < 4; i++) KT_CHECK(v[i] == 43.0 * 300 + 1);
+    if (kiln_engine_is_async()) {
+        kiln__fusion_stats st = kiln__fusion_stats_get();
+        KT_CHECK_MSG(st.groups >= 4 && st.ops_fused >= 44, "groups %lld, ops %lld", (long long)st.groups,
+                     (long long)st.ops_fused);
+    }
+    kiln_fusion_set_enabled(was);
+}
+
 KT_TEST(profiler_names_the_fused_ops) {
     if (!kiln_engine_is_async() || !kiln_fusion_enabled()) return;
     kiln_tensor x = kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(500));
@@ -213,6 +237,7 @@ int main(void) {
     KT_RUN(kernel_failure_inside_a_group_names_its_op);
     KT_RUN(backward_is_bit_identical);
     KT_RUN(reduction_prologue_is_bit_identical);
+    KT_RUN(long_chain_and_toggle_mid_chain);
     KT_RUN(profiler_names_the_fused_ops);
     KT_MEM_CHECK();
     return kt_finish();
