@@ -42,6 +42,9 @@ build asan gcc -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=address
 echo "== synchronous engine (KILN_SYNC=1): the same suite, every op run at dispatch"
 (cd "$root/gcc" && KILN_SYNC=1 ctest -j "$jobs" --output-on-failure)
 
+echo "== fusion off (KILN_FUSION=0): the same suite, every op run on its own"
+(cd "$root/gcc" && KILN_FUSION=0 ctest -j "$jobs" --output-on-failure)
+
 echo "== ThreadSanitizer (engine tests)"
 # (OpenBLAS's own threads synchronise in ways TSan cannot see: use the built-in GEMM here)
 build tsan clang -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=thread -DKILN_USE_BLAS=OFF

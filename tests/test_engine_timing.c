@@ -17,6 +17,8 @@ static kiln_profile_event *events(size_t *n) {
 
 KT_TEST(independent_chains_overlap) {
     if (!kiln_engine_is_async()) return; /* KILN_SYNC=1: nothing runs concurrently */
+    bool fusion = kiln_fusion_enabled();
+    kiln_fusion_set_enabled(false); /* separate ops: fused, both chains would share one group */
     kiln_set_num_threads(1); /* one core per op, so two ops can share the machine */
     kiln_tensor a = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(1 << 18), 1);
     kiln_tensor b = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(1 << 18), 2);
@@ -42,6 +44,7 @@ KT_TEST(independent_chains_overlap) {
     KT_CHECK_MSG(overlap > 0, "no overlap among %zu ops", n);
     free(ev);
     kiln_set_num_threads(2);
+    kiln_fusion_set_enabled(fusion);
 }
 
 typedef struct {
@@ -62,6 +65,8 @@ static void *read_small(void *arg) {
 
 KT_TEST(small_read_not_held_behind_long_chain) {
     if (!kiln_engine_is_async()) return;
+    bool fusion = kiln_fusion_enabled();
+    kiln_fusion_set_enabled(false); /* the chain's ops are found by name below */
     pthread_barrier_t go;
     pthread_barrier_init(&go, NULL, 2);
     small_reader r = {.go = &go};
@@ -90,6 +95,7 @@ KT_TEST(small_read_not_held_behind_long_chain) {
     KT_CHECK_MSG(small_end < chain_end, "small read finished at %.0f us, chain at %.0f us", small_end, chain_end);
     free(ev);
     pthread_barrier_destroy(&go);
+    kiln_fusion_set_enabled(fusion);
 }
 
 KT_TEST(trace_and_summary_files) {

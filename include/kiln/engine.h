@@ -47,6 +47,13 @@ KILN_API void kiln_engine_set_limits(int64_t max_inflight_ops, int64_t max_pendi
 /* true when ops run on engine threads; false in KILN_SYNC=1 mode (ops run at dispatch). */
 KILN_API bool kiln_engine_is_async(void);
 
+/* ---- fusion ------------------------------------------------------------------------------- */
+/* Chains of elementwise ops waiting on a stream run as one pass over memory (default on;
+ * KILN_FUSION=0 turns it off; no effect in KILN_SYNC=1 mode). Results are bit-identical
+ * either way. Turning it off hands every op held for fusion to the engine. */
+KILN_API void kiln_fusion_set_enabled(bool on);
+KILN_API bool kiln_fusion_enabled(void);
+
 /* ---- profiler ------------------------------------------------------------------------------ */
 typedef struct {
     const char *op;     /* public op name */

@@ -96,6 +96,7 @@ void kiln__store_from_f64(void *base, kiln_dtype dtype, int64_t i, double v);
 
 /* ---- storage ----------------------------------------------------------------------------- */
 struct kiln__var; /* engine dependency state */
+struct kiln__window; /* engine: a stream's fusion window */
 
 typedef struct kiln__storage {
     atomic_long owners;  /* tensor objects (views) sharing this buffer */
@@ -107,6 +108,7 @@ typedef struct kiln__storage {
     void *release_ctx;
     _Atomic(kiln__error *) err; /* set when an op writing this buffer failed while running */
     struct kiln__var *var;      /* engine: pending readers/writers */
+    struct kiln__window *window; /* engine: the fusion window holding ops on it (atomic) */
 } kiln__storage;
 
 /* New storage with an uninitialised buffer of nbytes (from the device's caching allocator).

@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include "backend/backend-impl.h"
+#include "engine/fusion.h"
 #include "engine/node.h"
+#include "ir/expr.h"
 #include "engine/profiler.h"
 #include "kiln/engine.h"
 
@@ -82,7 +84,10 @@ static void stream_unref(kiln__stream *s) {
     free(s);
 }
 
-static void stream_thread_exit(void *arg) { stream_unref(arg); }
+static void stream_thread_exit(void *arg) {
+    kiln__fusion_stream_exit(arg);
+    stream_unref(arg);
+}
 
 static void *worker_main(void *arg);
 
@@ -93,6 +98,7 @@ static void *worker_main(void *arg);
  * with the parent. */
 static void engine_before_fork(void) {
     if (engine.async) kiln__engine_drain_all(); /* (before the gate closes: it needs kernels to run) */
+    kiln__fusion_fork_prepare(); /* (before the gate too: a window's flush may wait for room) */
     /* no kernel may be running either, on any thread: OpenBLAS shuts its threads down in its own
      * fork handler, and a GEMM still running then leaves a thread it waits for forever */
     kiln__kernels_hold();
@@ -102,6 +108,7 @@ static void engine_before_fork(void) {
 }
 
 static void engine_after_fork_parent(void) {
+    kiln__fusion_fork_parent();
     if (engine.async) {
         pthread_mutex_unlock(&engine.lock);
         pthread_mutex_unlock(&engine.all_lock);
@@ -110,6 +117,7 @@ static void engine_after_fork_parent(void) {
 }
 
 static void engine_after_fork_child(void) {
+    kiln__fusion_fork_child();
     kiln__kernels_release(true);
     if (!engine.async) return;
     engine.async = false;
@@ -286,6 +294,7 @@ static void run_node(kiln__node *n) {
         return;
     }
     kiln__error *err = kiln__execute(&n->op);
+    if (n->op.code == KILN__OP_FUSED) free((void *)(intptr_t)n->op.p.i[0]);
     complete(n, err);
     kiln__error_unref(err);
 }
@@ -427,7 +436,13 @@ static void admit(kiln__stream *s, kiln__node *n, int64_t bytes, bool may_block)
 }
 
 void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target) {
-    kiln__node *n = node_alloc(s);
+    if (kiln__fusion_submit(s, op, ev, free_target)) return;
+    kiln__async_enqueue(s, op, ev, free_target, NULL, true, true);
+}
+
+void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target,
+                         const kiln__fused *g, bool owner, bool may_block) {
+    kiln__node *n = owner ? node_alloc(s) : malloc(sizeof *n);
     if (!n) { /* no memory to queue it: wait for everything before, then run it here */
         kiln__engine_drain_all();
         if (free_target) {
@@ -437,6 +452,7 @@ void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, ki
             return;
         }
         kiln__error *err = kiln__execute(op);
+        if (g) free((void *)g);
         pthread_mutex_lock(&s->lock);
         if (err) record_error_locked(s, err);
         if (err && ev && !ev->first_error) ev->first_error = kiln__error_ref(err);
@@ -453,6 +469,12 @@ void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, ki
     if (free_target) {
         add_var(n, free_target, true);
         n->bytes = (int64_t)free_target->nbytes; /* counts against the window, never blocks */
+    } else if (g) {
+        for (int k = 0; k < g->n_ops; k++) {
+            for (int i = 0; i < g->ops[k].n_in; i++) add_var(n, g->ops[k].in[i].storage, false);
+            add_var(n, g->ops[k].out[0].storage, true);
+        }
+        for (int w = 0; w < g->expr.n_outputs; w++) n->bytes += (int64_t)g->output[w].storage->nbytes;
     } else {
         for (int i = 0; i < op->n_in; i++) add_var(n, op->in[i].storage, false);
         for (int i = 0; i < op->n_out; i++) {
@@ -461,7 +483,7 @@ void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, ki
         }
     }
     atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
-    admit(s, n, n->bytes, free_target == NULL); /* a release never blocks its caller */
+    admit(s, n, n->bytes, free_target == NULL && may_block); /* a release never blocks its caller */
     if (ev) {
         pthread_mutex_lock(&s->lock);
         ev->pending++;
@@ -483,16 +505,28 @@ void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, ki
     release_grant(n);
 }
 
+void kiln__stream_throttle(kiln__stream *s) {
+    room_request r = {0, atomic_load_explicit(&engine.max_inflight, memory_order_relaxed),
+                      atomic_load_explicit(&engine.max_bytes, memory_order_relaxed)};
+    pthread_mutex_lock(&s->lock);
+    s->waiting_for_room++;
+    wait_helping(s, has_room, &r);
+    s->waiting_for_room--;
+    pthread_mutex_unlock(&s->lock);
+}
+
 static bool event_done(kiln__stream *s, void *ev) { return ((kiln__event *)ev)->pending == 0; }
 static bool stream_idle(kiln__stream *s, void *arg) { return s->pending_ops == 0; }
 
 void kiln__event_wait(kiln__stream *s, kiln__event *ev) {
+    kiln__fusion_flush_stream(s);
     pthread_mutex_lock(&s->lock);
     wait_helping(s, event_done, ev);
     pthread_mutex_unlock(&s->lock);
 }
 
 void kiln__stream_drain(kiln__stream *s) {
+    kiln__fusion_flush_stream(s);
     pthread_mutex_lock(&s->lock);
     wait_helping(s, stream_idle, NULL);
     pthread_mutex_unlock(&s->lock);
@@ -505,6 +539,7 @@ static bool epochs_pending_upto(uint64_t id) {
 }
 
 void kiln__engine_drain_all(void) {
+    kiln__fusion_flush_all(current_stream);
     pthread_mutex_lock(&engine.all_lock);
     kiln__epoch *cur = engine.epoch;
     if (cur->pending > 0 || cur->next) {
@@ -546,6 +581,7 @@ void kiln__stream_forget_error(kiln__stream *s, kiln__error *e) {
 /* Core's release hook: frees the storage now if no queued op uses it, else after the last one
  * (a write access that waits for every earlier reader and writer). Never blocks the caller. */
 static void free_storage_after_users(kiln__storage *s) {
+    if (kiln__fusion_defer_free(s, current_stream)) return; /* after the group that holds it */
     kiln__var *v = atomic_load_explicit((kiln__var *_Atomic *)&s->var, memory_order_acquire);
     /* (a synchronous engine queues nothing: a var there is a forked parent's, idle or stale) */
     if (!v || !kiln__engine_is_async() || kiln__var_idle(v)) {

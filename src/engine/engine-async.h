@@ -7,6 +7,8 @@
 #include "engine/engine-impl.h"
 
 struct kiln__node;
+struct kiln__window;
+typedef struct kiln__window kiln__window;
 
 /* MXNet-style dependency state of one storage: granted readers run together; a writer runs
  * alone, after every earlier reader and writer; blocked ops wait in FIFO order. */
@@ -37,6 +39,7 @@ typedef struct kiln__stream {
      * thread takes the whole list when its private `spare` list runs dry. */
     struct kiln__node *_Atomic returned;
     struct kiln__node *spare;
+    struct kiln__window *window; /* fusion: ops held back to run as one group */
 } kiln__stream;
 
 /* The calling thread's stream (created on first use). */

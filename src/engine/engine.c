@@ -1,12 +1,15 @@
 /* The engine's front: stamps op records, hands them to the asynchronous engine (or runs
  * them at once in KILN_SYNC=1 mode), runs kernels, and turns failures into poisoned outputs
  * and a stream error that the next sync returns once. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "backend/backend-impl.h"
 #include "engine/engine-async.h"
+#include "engine/fusion.h"
+#include "ir/expr.h"
 #include "engine/node.h"
 #include "engine/profiler.h"
 #include "kiln/engine.h"
@@ -68,9 +71,52 @@ static void kernel_enter(void) {
 
 static kiln__error *execute_op(const kiln__op *op);
 
+/* "fused[kiln_exp@a.c:3 kiln_add@a.c:4]": the profiler's name of a group. */
+static const char *fused_name(const kiln__fused *g) {
+    char buf[1024];
+    size_t len = (size_t)snprintf(buf, sizeof buf, "fused[");
+    for (int k = 0; k < g->n_ops && len < sizeof buf; k++) {
+        const kiln__op *o = &g->ops[k];
+        const char *base = o->file ? strrchr(o->file, '/') : NULL;
+        base = base ? base + 1 : o->file ? o->file : "?";
+        len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s@%s:%d", k ? " " : "", o->name, base, o->line);
+    }
+    if (len < sizeof buf - 1) buf[len++] = ']', buf[len] = '\0';
+    return kiln__profiler_intern(buf);
+}
+
+/* A fused group runs as one kernel unless one of its ops must be seen on its own: a poisoned
+ * input, an injected failure, or a kernel that refuses the group (it checks before writing).
+ * Then its ops run one by one, so poisoning and errors name the op and line that failed. */
+static kiln__error *execute_fused(const kiln__op *op) {
+    const kiln__fused *g = (const kiln__fused *)(intptr_t)op->p.i[0];
+    kiln__op named;
+    if (kiln__profiler_on()) {
+        named = *op;
+        named.name = fused_name(g);
+        op = &named;
+    }
+    bool one_by_one = atomic_load_explicit(&fail_next_named, memory_order_relaxed) != NULL;
+    for (int k = 0; k < g->n_ops && !one_by_one; k++)
+        for (int i = 0; i < g->ops[k].n_in; i++)
+            if (g->ops[k].in[i].storage && atomic_load(&g->ops[k].in[i].storage->err)) one_by_one = true;
+    if (!one_by_one) {
+        kiln__error *e = execute_op(op);
+        if (!e) return NULL;
+        kiln__error_unref(e);
+    }
+    kiln__error *first = NULL;
+    for (int k = 0; k < g->n_ops; k++) {
+        kiln__error *e = execute_op(&g->ops[k]);
+        if (e && !first) first = e;
+        else kiln__error_unref(e);
+    }
+    return first;
+}
+
 kiln__error *kiln__execute(const kiln__op *op) {
     kernel_enter();
-    kiln__error *e = execute_op(op);
+    kiln__error *e = op->code == KILN__OP_FUSED ? execute_fused(op) : execute_op(op);
     atomic_fetch_sub(&kernels_running, 1);
     return e;
 }
@@ -143,8 +189,9 @@ void kiln__submit_event(kiln__op *op, kiln__event *ev) {
 }
 
 kiln_status kiln__wait_storage(kiln__storage *st) {
-    kiln__var *v = atomic_load_explicit((kiln__var *_Atomic *)&st->var, memory_order_acquire);
     kiln__stream *s = kiln__stream_current();
+    if (kiln__engine_is_async()) kiln__fusion_flush_storage(st, s);
+    kiln__var *v = atomic_load_explicit((kiln__var *_Atomic *)&st->var, memory_order_acquire);
     if (v && s && kiln__engine_is_async() && !kiln__var_idle(v)) {
         /* a no-op that reads the storage: granted once every earlier write is done */
         kiln__op op;

@@ -4,7 +4,7 @@
 
 #include "engine/engine-async.h"
 
-#define KILN__NODE_MAX_VARS (KILN__OP_MAX_IN + KILN__OP_MAX_OUT)
+#define KILN__NODE_MAX_VARS 16 /* a fused group's distinct storages; one op has at most 6 */
 
 typedef struct kiln__node {
     kiln__op op;

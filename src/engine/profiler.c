@@ -21,6 +21,25 @@ static struct {
 
 static _Thread_local int worker_id = -1;
 
+typedef struct name_node {
+    struct name_node *next;
+    char s[];
+} name_node;
+static name_node *names; /* guarded by prof.lock */
+
+const char *kiln__profiler_intern(const char *name) {
+    pthread_mutex_lock(&prof.lock);
+    name_node *n = names;
+    while (n && strcmp(n->s, name) != 0) n = n->next;
+    if (!n && (n = malloc(sizeof *n + strlen(name) + 1))) {
+        strcpy(n->s, name);
+        n->next = names;
+        names = n;
+    }
+    pthread_mutex_unlock(&prof.lock);
+    return n ? n->s : "fused";
+}
+
 uint64_t kiln__now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -75,6 +75,7 @@
                          pi[2] weight decay (L2) or 1 - lr * weight_decay (decoupled) */         \
     X(SUM_SQUARES)    /* out[0] 0-d f64 = sum of in[0]^2 accumulated in double */               \
     X(TO_HOST)        /* copy dense in[0] to host pointer pi[0] (pi[1] bytes) */                 \
+    X(FUSED)          /* a fused elementwise group: p.i[0] is its kiln__fused (ir/expr.h) */     \
     X(NOOP)
 
 typedef enum {

@@ -1,0 +1,41 @@
+/* Inside fusion (fusion.c, fusion_join.c): a stream's window and the rules for joining it. */
+#ifndef KILN_ENGINE_FUSION_IMPL_H
+#define KILN_ENGINE_FUSION_IMPL_H
+
+#include "engine/fusion.h"
+#include "engine/node.h"
+#include "ir/expr.h"
+
+#define MAX_STORAGES KILN__NODE_MAX_VARS
+
+typedef struct {
+    kiln__storage *s;
+    kiln__view map;  /* the first access's element mapping */
+    bool same;       /* every access so far used map */
+    bool written;
+} window_storage;
+
+/* Windows are never freed: a thread that read a storage's mark may lock the window after its
+ * stream is gone (it then finds it empty or reused, and a flush is harmless either way). */
+struct kiln__window {
+    pthread_mutex_t lock;
+    kiln__stream *stream; /* owner; NULL while spare */
+    struct kiln__window *next_all, *next_spare;
+    kiln__fused *g;       /* the group being built (g->n_ops ops) */
+    atomic_int n_held;    /* g->n_ops + n_dead, readable without the lock: only the owner raises it */
+    int n_st, n_dead;
+    bool closed;          /* the group ended in a reduction: the next op starts a new one */
+    window_storage st[MAX_STORAGES];
+    kiln__storage *dead[MAX_STORAGES]; /* released while held: freed after the group */
+};
+
+/* An elementwise op the IR and the CPU interpreter handle (shapes, devices, layout). */
+bool kiln__fusion_op_fusable(const kiln__op *op);
+/* A reduction that may end a group (opcode only). */
+bool kiln__fusion_is_reduction(kiln__opcode code);
+/* Adds op to w's group (w->lock held), marking its storages; false when it does not fit. */
+bool kiln__window_try_join(kiln__window *w, const kiln__op *op);
+/* Adds a reduction of a value w's group wrote as the group's end (w->lock held). */
+bool kiln__window_try_join_reduce(kiln__window *w, const kiln__op *op);
+
+#endif

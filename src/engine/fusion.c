@@ -1,0 +1,257 @@
+/* The fusion window of each stream (see engine/fusion.h): its life, the marks that let other
+ * threads flush it, and the hand-over of a group to the engine. Which ops may join a group is
+ * fusion_join.c's. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/fusion-impl.h"
+#include "kiln/engine.h"
+
+static struct {
+    pthread_once_t once;
+    atomic_bool enabled;
+    pthread_mutex_t lock; /* spare list */
+    kiln__window *_Atomic all;
+    kiln__window *spare;
+    _Atomic int64_t groups, ops_fused, stores_elided, foreign_flushes, reductions;
+} fusion = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void fusion_init(void) {
+    const char *v = getenv("KILN_FUSION");
+    atomic_store(&fusion.enabled, !(v && v[0] == '0'));
+}
+
+bool kiln_fusion_enabled(void) {
+    pthread_once(&fusion.once, fusion_init);
+    return atomic_load_explicit(&fusion.enabled, memory_order_relaxed);
+}
+
+void kiln_fusion_set_enabled(bool on) {
+    pthread_once(&fusion.once, fusion_init);
+    atomic_store(&fusion.enabled, on);
+    if (!on) kiln__fusion_flush_all(NULL);
+}
+
+kiln__fusion_stats kiln__fusion_stats_get(void) {
+    return (kiln__fusion_stats){atomic_load(&fusion.groups), atomic_load(&fusion.ops_fused),
+                                atomic_load(&fusion.stores_elided), atomic_load(&fusion.foreign_flushes),
+                                atomic_load(&fusion.reductions)};
+}
+
+void kiln__fusion_stats_reset(void) {
+    atomic_store(&fusion.groups, 0);
+    atomic_store(&fusion.ops_fused, 0);
+    atomic_store(&fusion.stores_elided, 0);
+    atomic_store(&fusion.foreign_flushes, 0);
+    atomic_store(&fusion.reductions, 0);
+}
+
+/* The window this thread holds locked: a drain inside a flush (out of memory) skips it. */
+static _Thread_local kiln__window *held;
+
+static void lock_window(kiln__window *w) {
+    pthread_mutex_lock(&w->lock);
+    held = w;
+}
+
+static void unlock_window(kiln__window *w) {
+    held = NULL;
+    pthread_mutex_unlock(&w->lock);
+}
+
+static kiln__window *window_of(kiln__storage *s) {
+    return atomic_load_explicit((kiln__window *_Atomic *)&s->window, memory_order_acquire);
+}
+
+static kiln__window *window_get(kiln__stream *s) {
+    pthread_mutex_lock(&fusion.lock);
+    kiln__window *w = fusion.spare;
+    if (w) fusion.spare = w->next_spare;
+    if (!w && (w = calloc(1, sizeof *w))) {
+        pthread_mutex_init(&w->lock, NULL);
+        w->next_all = atomic_load(&fusion.all);
+        atomic_store(&fusion.all, w);
+    }
+    pthread_mutex_unlock(&fusion.lock);
+    if (!w) return NULL;
+    lock_window(w);
+    w->stream = s;
+    unlock_window(w);
+    return w;
+}
+
+static bool is_dead(void *ctx, const kiln__storage *s) {
+    const kiln__window *w = ctx;
+    for (int i = 0; i < w->n_dead; i++)
+        if (w->dead[i] == s) return true;
+    return false;
+}
+
+static kiln__op fused_op(const kiln__fused *g) {
+    const kiln__op *first = &g->ops[0];
+    kiln__op op = {.code = KILN__OP_FUSED, .name = "fused", .file = first->file, .line = first->line,
+                   .stream_id = first->stream_id, .seq = first->seq, .t_dispatch_ns = first->t_dispatch_ns};
+    op.p.i[0] = (int64_t)(intptr_t)g;
+    return op;
+}
+
+/* Hands the window's ops to the engine (w->lock held). Storages keep their mark until the
+ * group is queued on them, so another thread either flushes or queues behind the group. */
+static void flush_locked(kiln__window *w, bool owner) {
+    kiln__fused *g = w->g;
+    if (!g || g->n_ops == 0) return;
+    kiln__stream *s = w->stream;
+    if (g->n_ops == 1) {
+        kiln__op op = g->ops[0];
+        kiln__async_enqueue(s, &op, NULL, NULL, NULL, owner, false);
+    } else {
+        kiln__fused_finish(g, is_dead, w);
+        kiln__op op = fused_op(g);
+        atomic_fetch_add(&fusion.groups, 1);
+        atomic_fetch_add(&fusion.ops_fused, g->n_ops);
+        atomic_fetch_add(&fusion.stores_elided, g->expr.n_outputs - g->expr.n_stores);
+        if (g->row > 0) atomic_fetch_add(&fusion.reductions, 1);
+        w->g = NULL; /* the engine frees it once it has run */
+        kiln__async_enqueue(s, &op, NULL, NULL, g, owner, false);
+    }
+    for (int i = 0; i < w->n_st; i++) atomic_store((kiln__window *_Atomic *)&w->st[i].s->window, NULL);
+    kiln__op free_op = {.code = KILN__OP_NOOP, .name = "free"};
+    for (int i = 0; i < w->n_dead; i++) kiln__async_enqueue(s, &free_op, NULL, w->dead[i], NULL, owner, false);
+    if (w->g) w->g->n_ops = 0;
+    w->n_st = w->n_dead = 0;
+    w->closed = false;
+    atomic_store_explicit(&w->n_held, 0, memory_order_release);
+}
+
+static void flush_foreign(kiln__window *w, kiln__stream *cur) {
+    lock_window(w);
+    if (w->g && w->g->n_ops) atomic_fetch_add(&fusion.foreign_flushes, 1);
+    flush_locked(w, w->stream == cur && cur);
+    unlock_window(w);
+}
+
+void kiln__fusion_flush_storage(kiln__storage *st, kiln__stream *cur) {
+    kiln__window *w = window_of(st);
+    if (w) flush_foreign(w, cur);
+}
+
+void kiln__fusion_flush_stream(kiln__stream *s) {
+    kiln__window *w = s->window;
+    if (!w || atomic_load_explicit(&w->n_held, memory_order_acquire) == 0) return;
+    lock_window(w);
+    flush_locked(w, true);
+    unlock_window(w);
+}
+
+void kiln__fusion_flush_all(kiln__stream *cur) {
+    for (kiln__window *w = atomic_load(&fusion.all); w; w = w->next_all) {
+        if (w == held) continue;
+        if (cur && cur->window == w) {
+            kiln__fusion_flush_stream(cur);
+            continue;
+        }
+        lock_window(w);
+        flush_locked(w, false);
+        unlock_window(w);
+    }
+}
+
+void kiln__fusion_stream_exit(kiln__stream *s) {
+    kiln__window *w = s->window;
+    if (!w) return;
+    lock_window(w);
+    flush_locked(w, true);
+    w->stream = NULL;
+    unlock_window(w);
+    s->window = NULL;
+    pthread_mutex_lock(&fusion.lock);
+    w->next_spare = fusion.spare;
+    fusion.spare = w;
+    pthread_mutex_unlock(&fusion.lock);
+}
+
+bool kiln__fusion_defer_free(kiln__storage *st, kiln__stream *cur) {
+    kiln__window *w = window_of(st);
+    if (!w) return false;
+    if (!cur || cur->window != w) {
+        flush_foreign(w, cur);
+        return false;
+    }
+    lock_window(w);
+    bool joined = false;
+    if (window_of(st) == w && w->n_dead < MAX_STORAGES) {
+        w->dead[w->n_dead++] = st;
+        atomic_fetch_add_explicit(&w->n_held, 1, memory_order_relaxed);
+        joined = true;
+    } else {
+        flush_locked(w, true);
+    }
+    unlock_window(w);
+    return joined;
+}
+
+bool kiln__fusion_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target) {
+    /* another thread's window holding a storage this op touches goes first */
+    for (int i = 0; i < op->n_in + op->n_out; i++) {
+        kiln__storage *st = i < op->n_in ? op->in[i].storage : op->out[i - op->n_in].storage;
+        kiln__window *m = st ? window_of(st) : NULL;
+        if (m && m != s->window) flush_foreign(m, s);
+    }
+    if (free_target) { /* frees do not end a group: they queue behind it */
+        kiln__window *m = window_of(free_target);
+        if (m) flush_foreign(m, s);
+        return false;
+    }
+    if (!ev && s->window && kiln__fusion_is_reduction(op->code) &&
+        atomic_load_explicit(&s->window->n_held, memory_order_relaxed) &&
+        kiln_fusion_enabled()) {
+        lock_window(s->window);
+        bool joined = kiln__window_try_join_reduce(s->window, op);
+        unlock_window(s->window);
+        if (joined) return true;
+    }
+    if (ev || !kiln_fusion_enabled() || !kiln__fusion_op_fusable(op)) {
+        kiln__fusion_flush_stream(s);
+        return false;
+    }
+    if (!s->window && !(s->window = window_get(s))) return false;
+    kiln__window *w = s->window;
+    lock_window(w);
+    bool joined = false, flushed = false;
+    for (int attempt = 0; attempt < 2 && !joined; attempt++) {
+        if (!w->g) {
+            if (!(w->g = malloc(sizeof *w->g))) break;
+            w->g->n_ops = 0;
+        }
+        joined = kiln__window_try_join(w, op);
+        if (!joined && w->g->n_ops == 0) break; /* not even alone */
+        if (!joined) flush_locked(w, true), flushed = true;
+    }
+    unlock_window(w);
+    if (flushed) kiln__stream_throttle(s); /* the bounded queue, outside the lock */
+    return joined;
+}
+
+/* ---- fork ----------------------------------------------------------------------------------- */
+/* Every window is locked across fork(), so the child inherits none mid-change. The child runs
+ * at dispatch and forgets what windows held: that work is the parent's (as with work another
+ * thread queues while the fork happens). */
+void kiln__fusion_fork_prepare(void) {
+    pthread_mutex_lock(&fusion.lock);
+    for (kiln__window *w = atomic_load(&fusion.all); w; w = w->next_all) pthread_mutex_lock(&w->lock);
+}
+
+void kiln__fusion_fork_parent(void) {
+    for (kiln__window *w = atomic_load(&fusion.all); w; w = w->next_all) pthread_mutex_unlock(&w->lock);
+    pthread_mutex_unlock(&fusion.lock);
+}
+
+void kiln__fusion_fork_child(void) {
+    for (kiln__window *w = atomic_load(&fusion.all); w; w = w->next_all) {
+        for (int i = 0; i < w->n_st; i++) atomic_store((kiln__window *_Atomic *)&w->st[i].s->window, NULL);
+        if (w->g) w->g->n_ops = 0;
+        w->n_st = w->n_dead = 0;
+        pthread_mutex_unlock(&w->lock);
+    }
+    pthread_mutex_unlock(&fusion.lock);
+}

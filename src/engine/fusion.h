@@ -1,0 +1,49 @@
+/* Fusion of queued ops: each stream holds its newest elementwise ops in a window (not yet
+ * queued on any storage) and hands them to the engine as one fused op (ir/expr.h) when the
+ * group ends: at an op that cannot join, a read, a sync, a full window, or when another
+ * thread's op touches a storage the window holds (each such storage carries the window's
+ * mark, so the data loader's hand-over of a fresh tensor to another thread stays ordered). */
+#ifndef KILN_ENGINE_FUSION_H
+#define KILN_ENGINE_FUSION_H
+
+#include "engine/engine-async.h"
+#include "ir/expr.h"
+
+/* Counters since the last reset: groups run fused, ops they held, stores left out (an
+ * intermediate no handle kept), windows flushed because another thread touched them, groups
+ * that ended in a reduction. */
+typedef struct kiln__fusion_stats {
+    int64_t groups, ops_fused, stores_elided, foreign_flushes, reductions;
+} kiln__fusion_stats;
+kiln__fusion_stats kiln__fusion_stats_get(void);
+void kiln__fusion_stats_reset(void);
+
+/* Submission through the window of s: true when op joined it (the caller queues nothing);
+ * false when the caller must queue op now (the window was flushed first if needed). */
+bool kiln__fusion_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target);
+/* The release hook of a storage a window holds: true when it joined the calling thread's
+ * window as a deferred free (after the group; its value need not be stored then). */
+bool kiln__fusion_defer_free(kiln__storage *st, kiln__stream *cur);
+/* Flushes the window that holds st, if any (cur: the calling thread's stream or NULL). */
+void kiln__fusion_flush_storage(kiln__storage *st, kiln__stream *cur);
+/* Flushes s's own window (called by s's thread). */
+void kiln__fusion_flush_stream(kiln__stream *s);
+/* Flushes every window (kiln_sync_all, fork, stats). */
+void kiln__fusion_flush_all(kiln__stream *cur);
+/* s's thread exits: flush its window and give the window back. */
+void kiln__fusion_stream_exit(kiln__stream *s);
+
+/* fork(): lock every window before; unlock in the parent; empty them in the child. */
+void kiln__fusion_fork_prepare(void);
+void kiln__fusion_fork_parent(void);
+void kiln__fusion_fork_child(void);
+
+/* Queues op as one node (async.c). g: op is the FUSED op of group g (its storages become
+ * the node's); owner: called by s's own thread (may reuse its nodes); may_block: may wait
+ * for room in the bounded queue (never under a window's lock: waiting helps run kernels). */
+void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target,
+                         const kiln__fused *g, bool owner, bool may_block);
+/* Waits (helping) until s is within its bounds: after a flush that could not wait. */
+void kiln__stream_throttle(kiln__stream *s);
+
+#endif

@@ -1,0 +1,113 @@
+/* Building the expression IR of a fused group from op records (see ir/expr.h). */
+#include <string.h>
+
+#include "ir/expr.h"
+
+bool kiln__expr_opcode_fusable(kiln__opcode code) {
+    if (code >= KILN__OP_NEG && code <= KILN__OP_WHERE) return true;
+    return code == KILN__OP_COPY || code == KILN__OP_RELU_BACKWARD;
+}
+
+bool kiln__view_same(const kiln__view *a, const kiln__view *b) {
+    if (a->storage != b->storage || a->dtype != b->dtype || a->offset != b->offset || a->ndim != b->ndim) return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d] || (a->shape[d] != 1 && a->strides[d] != b->strides[d])) return false;
+    return true;
+}
+
+void kiln__fused_init(kiln__fused *g, const kiln__view *out) {
+    g->expr.n_nodes = g->expr.n_inputs = g->expr.n_outputs = g->expr.n_stores = 0;
+    g->n_ops = 0;
+    g->row = 0;
+    g->ndim = out->ndim;
+    memcpy(g->shape, out->shape, sizeof g->shape);
+}
+
+static int find_output(const kiln__fused *g, const kiln__storage *s) {
+    for (int w = 0; w < g->expr.n_outputs; w++)
+        if (g->output[w].storage == s) return w;
+    return -1;
+}
+
+static int load_of(kiln__fused *g, const kiln__view *v) {
+    kiln__expr *e = &g->expr;
+    int k = 0;
+    while (k < e->n_inputs && !kiln__view_same(&g->input[k], v)) k++;
+    if (k < e->n_inputs) {
+        for (int i = 0; i < e->n_nodes; i++)
+            if (e->node[i].kind == KILN__EXPR_LOAD && e->node[i].input == k) return i;
+    }
+    if (k == KILN__EXPR_MAX_INPUTS) return -1;
+    if (k == e->n_inputs) g->input[e->n_inputs++] = *v;
+    kiln__expr_node *n = &e->node[e->n_nodes];
+    *n = (kiln__expr_node){.kind = KILN__EXPR_LOAD, .input = (int16_t)k, .dtype = v->dtype};
+    return e->n_nodes++;
+}
+
+bool kiln__fused_add(kiln__fused *g, const kiln__op *op) {
+    kiln__expr *e = &g->expr;
+    if (g->n_ops == KILN__FUSE_MAX_OPS || e->n_nodes + op->n_in + 1 > KILN__EXPR_MAX_NODES) return false;
+    int saved_nodes = e->n_nodes, saved_inputs = e->n_inputs;
+    int16_t args[KILN__OP_MAX_IN] = {0};
+    for (int i = 0; i < op->n_in; i++) {
+        const kiln__view *v = &op->in[i];
+        int w = v->storage ? find_output(g, v->storage) : -1;
+        int node;
+        if (!v->storage) {
+            node = e->n_nodes++;
+            e->node[node] = (kiln__expr_node){.kind = KILN__EXPR_CONST, .dtype = v->dtype, .value = v->scalar};
+        } else if (w >= 0) {
+            node = g->last_writer[w];
+        } else {
+            node = load_of(g, v);
+        }
+        if (node < 0) {
+            e->n_nodes = saved_nodes, e->n_inputs = saved_inputs;
+            return false;
+        }
+        args[i] = (int16_t)node;
+    }
+    int w = find_output(g, op->out[0].storage);
+    if (w < 0 && e->n_outputs == KILN__EXPR_MAX_OUTPUTS) {
+        e->n_nodes = saved_nodes, e->n_inputs = saved_inputs;
+        return false;
+    }
+    if (w < 0) {
+        w = e->n_outputs++;
+        g->output[w] = op->out[0];
+    }
+    kiln__expr_node *n = &e->node[e->n_nodes];
+    *n = (kiln__expr_node){.kind = KILN__EXPR_OP, .n_args = op->n_in, .op = (int16_t)g->n_ops, .code = op->code,
+                           .dtype = op->out[0].dtype, .param = {op->p.f[0], op->p.f[1], op->p.f[2], op->p.f[3]}};
+    memcpy(n->arg, args, sizeof args);
+    g->last_writer[w] = (int16_t)e->n_nodes++;
+    g->ops[g->n_ops++] = *op;
+    return true;
+}
+
+bool kiln__fused_add_reduce(kiln__fused *g, const kiln__op *op) {
+    kiln__expr *e = &g->expr;
+    int src = find_output(g, op->in[0].storage);
+    if (src < 0 || g->n_ops == KILN__FUSE_MAX_OPS || e->n_nodes == KILN__EXPR_MAX_NODES ||
+        e->n_outputs == KILN__EXPR_MAX_OUTPUTS || find_output(g, op->out[0].storage) >= 0)
+        return false;
+    int w = e->n_outputs++;
+    g->output[w] = op->out[0];
+    kiln__expr_node *n = &e->node[e->n_nodes];
+    *n = (kiln__expr_node){.kind = KILN__EXPR_REDUCE, .n_args = 1, .arg = {g->last_writer[src]},
+                           .op = (int16_t)g->n_ops, .code = op->code, .dtype = op->out[0].dtype,
+                           .param = {(double)op->p.i[0], (double)op->p.i[1]}};
+    g->last_writer[w] = (int16_t)e->n_nodes++;
+    g->row = g->shape[g->ndim - 1];
+    g->ops[g->n_ops++] = *op;
+    return true;
+}
+
+void kiln__fused_finish(kiln__fused *g, bool (*dead)(void *ctx, const kiln__storage *s), void *ctx) {
+    kiln__expr *e = &g->expr;
+    e->n_stores = 0;
+    for (int w = 0; w < e->n_outputs; w++) {
+        if (dead && dead(ctx, g->output[w].storage)) continue;
+        e->store[e->n_stores++] = (kiln__expr_store){.node = g->last_writer[w], .output = (int16_t)w};
+    }
+}

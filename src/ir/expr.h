@@ -1,0 +1,84 @@
+/* The expression IR of a fused elementwise group: what fusion builds from queued op records
+ * and what a backend runs (the CPU interprets it tile by tile; a device backend prints it as
+ * kernel source). The IR itself holds no host pointers: loads name input k, stores name
+ * output k, and the views behind them travel beside it in kiln__fused.
+ *
+ *   node 0: load input 0 (f32)        x
+ *   node 1: EXP(node 0) (f32)         exp(x)
+ *   node 2: const 1.0 (f32)
+ *   node 3: ADD(node 1, node 2) (f32) exp(x) + 1
+ *   store node 3 -> output 0
+ *
+ * Every node is evaluated over the group's whole iteration space (one shape, all outputs
+ * dense in it); nodes come in program order, so a node's arguments precede it. A group may
+ * end in one REDUCE node (an elementwise prologue into a reduction over the last dim): its
+ * output has the group's shape with the last dim 1, and it is evaluated row by row. */
+#ifndef KILN_IR_EXPR_H
+#define KILN_IR_EXPR_H
+
+#include "ir/op.h"
+
+#define KILN__EXPR_MAX_NODES 64
+#define KILN__EXPR_MAX_INPUTS 16
+#define KILN__EXPR_MAX_OUTPUTS 16
+#define KILN__FUSE_MAX_OPS 16
+
+typedef enum { KILN__EXPR_LOAD, KILN__EXPR_CONST, KILN__EXPR_OP, KILN__EXPR_REDUCE } kiln__expr_kind;
+
+typedef struct kiln__expr_node {
+    uint8_t kind;      /* kiln__expr_kind */
+    int8_t n_args;
+    int16_t arg[KILN__OP_MAX_IN]; /* earlier nodes (OP) */
+    int16_t input;     /* LOAD: input index */
+    int16_t op;        /* OP: index of the op record it came from (errors, profiler) */
+    kiln__opcode code; /* OP: an elementwise opcode (unary, binary, WHERE, CLAMP, COPY);
+                          REDUCE: SUM MEAN MAX MIN LOGSUMEXP over the last dim */
+    kiln_dtype dtype;  /* the value's dtype */
+    double value;      /* CONST */
+    double param[4];   /* OP: p.f[0..3] of the op (CLAMP bounds, NAN_TO_NUM and ELU's three) */
+} kiln__expr_node;
+
+typedef struct kiln__expr_store {
+    int16_t node, output;
+} kiln__expr_store;
+
+typedef struct kiln__expr {
+    int n_nodes, n_inputs, n_outputs, n_stores;
+    kiln__expr_node node[KILN__EXPR_MAX_NODES];
+    kiln__expr_store store[KILN__EXPR_MAX_OUTPUTS];
+} kiln__expr;
+
+/* A group as the host holds it: the IR, the views its loads and stores name, and the op
+ * records it was built from (in program order). */
+typedef struct kiln__fused {
+    kiln__expr expr;
+    int ndim;
+    int64_t shape[KILN_MAX_DIMS];             /* the iteration space */
+    kiln__view input[KILN__EXPR_MAX_INPUTS];  /* input k, broadcast to shape */
+    kiln__view output[KILN__EXPR_MAX_OUTPUTS]; /* dense, of shape (a REDUCE's: last dim 1) */
+    int64_t row; /* > 0: the group ends in a REDUCE over its last dim, of this length */
+    int n_ops;
+    kiln__op ops[KILN__FUSE_MAX_OPS];
+    /* while building: the node that last wrote each output's storage */
+    int16_t last_writer[KILN__EXPR_MAX_OUTPUTS];
+} kiln__fused;
+
+/* True when op is an elementwise op the IR can express (opcode and operand count only; the
+ * group decides about shapes and storages). */
+bool kiln__expr_opcode_fusable(kiln__opcode code);
+/* Starts an empty group over the iteration space of out. */
+void kiln__fused_init(kiln__fused *g, const kiln__view *out);
+/* Appends op (already accepted by the group's rules) as nodes: its inputs become loads, consts
+ * or the nodes that last wrote their storage in the group. False when a limit is reached
+ * (the group is left unchanged then). */
+bool kiln__fused_add(kiln__fused *g, const kiln__op *op);
+/* Appends a reduction over the last dim of a value the group wrote (op->in[0] is a storage
+ * the group wrote, with the group's mapping). The group takes no op after it. */
+bool kiln__fused_add_reduce(kiln__fused *g, const kiln__op *op);
+/* Ends the group: each written storage is stored once, from its last writer, unless
+ * dead(storage) says no handle to it remains (its value is then never written). */
+void kiln__fused_finish(kiln__fused *g, bool (*dead)(void *ctx, const kiln__storage *s), void *ctx);
+/* Same element mapping: storage, dtype, offset, shape and strides. */
+bool kiln__view_same(const kiln__view *a, const kiln__view *b);
+
+#endif
