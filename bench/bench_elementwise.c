@@ -1,13 +1,22 @@
-/* Memory bandwidth of elementwise ops on 64M f32: --op add (c = a + b, 3 streams of 256 MiB)
- * or --op exp (y = exp(x), 2 streams). Inputs stay alive (ref'd), so nothing runs in place. */
+/* Memory bandwidth of elementwise ops on 64M f32: --op add (c = a + b, 3 streams of 256 MiB),
+ * --op exp (y = exp(x), 2 streams) or --op chain8 (eight ops on a and b, as issue #11's fusion
+ * workload: fused, it reads a and b once and writes once, the traffic of one add). Inputs stay
+ * alive (ref'd), so the first op allocates; the rest of the chain may run in place. */
 #include "bench.h"
+
+/* relu(sqrt(|a * 0.5 + 1|) * b - 0.1), negated: the same chain as torch_peer.py's */
+static kiln_tensor chain8(kiln_tensor a, kiln_tensor b) {
+    kiln_tensor t = kiln_add_scalar(kiln_mul_scalar(a, 0.5), 1.0);
+    t = kiln_mul(kiln_sqrt(kiln_abs(t)), b);
+    return kiln_neg(kiln_relu(kiln_sub_scalar(t, 0.1)));
+}
 
 int main(int argc, char **argv) {
     int runs = bench_runs(argc, argv, 5);
     const char *op = "add";
     for (int i = 1; i + 1 < argc; i++)
         if (strcmp(argv[i], "--op") == 0) op = argv[i + 1];
-    bool add = strcmp(op, "add") == 0;
+    bool add = strcmp(op, "add") == 0, chain = strcmp(op, "chain8") == 0;
     const int64_t n = (int64_t)64 << 20;
     double *ms = malloc(sizeof(double) * (size_t)runs);
     kiln_tensor a = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(n), 1);
@@ -15,13 +24,14 @@ int main(int argc, char **argv) {
     bench_check(kiln_sync(), "init");
     for (int r = -1; r < runs; r++) {
         double t0 = bench_now_ms();
-        kiln_tensor c = add ? kiln_add(kiln_ref(a), kiln_ref(b)) : kiln_exp(kiln_ref(a));
+        kiln_tensor c = chain ? chain8(kiln_ref(a), kiln_ref(b))
+                        : add ? kiln_add(kiln_ref(a), kiln_ref(b)) : kiln_exp(kiln_ref(a));
         bench_check(kiln_sync(), op);
         if (r >= 0) ms[r] = bench_now_ms() - t0;
         kiln_release(c);
     }
     double med = bench_quantile(ms, runs, 0.5);
-    double bytes = (add ? 3.0 : 2.0) * 4.0 * (double)n;
+    double bytes = (add || chain ? 3.0 : 2.0) * 4.0 * (double)n;
     char name[32], extra[64];
     snprintf(name, sizeof name, "%s_bandwidth", op);
     snprintf(extra, sizeof extra, ",\"gbps\":%.2f", bytes / (med * 1e6));

@@ -39,27 +39,30 @@ def timed(fn, runs, warmup=2):
     return statistics.median(out)
 
 
+def softmax_composed(x):
+    lse = torch.log(torch.exp(x).sum(-1, keepdim=True))
+    return torch.exp(x - lse)
+
+
 def softmax_inference(runs):
     x = torch.randn(128, 128, 2048)
-
-    def run():
+    with torch.inference_mode():
+        report("softmax_inference", timed(lambda: softmax_composed(x), runs))
+    if (fc := compiled(softmax_composed)) is not None:
         with torch.inference_mode():
-            lse = torch.log(torch.exp(x).sum(-1, keepdim=True))
-            return torch.exp(x - lse)
-
-    report("softmax_inference", timed(run, runs))
+            report("softmax_inference", timed(lambda: fc(x), runs), side="compile")
 
 
 def softmax_autodiff(runs):
     x = torch.randn(128, 128, 2048, requires_grad=True)
 
-    def run():
-        lse = torch.log(torch.exp(x).sum(-1, keepdim=True))
-        out = torch.exp(x - lse)
-        out.sum().backward()
+    def run(fn):
+        fn(x).sum().backward()
         x.grad = None
 
-    report("softmax_autodiff", timed(run, runs))
+    report("softmax_autodiff", timed(lambda: run(softmax_composed), runs))
+    if (fc := compiled(softmax_composed)) is not None:
+        report("softmax_autodiff", timed(lambda: run(fc), runs), side="compile")
 
 
 def mlp_layers():
@@ -71,14 +74,15 @@ def mlp_inference(runs):
     layers = mlp_layers()
     x = torch.randn(128, 2048)
 
-    def run():
-        with torch.inference_mode():
-            h = x
-            for lin in layers:
-                h = torch.relu(lin(h))
-            return h
+    def forward(h):
+        for lin in layers:
+            h = torch.relu(lin(h))
+        return h
 
-    report("mlp_inference", timed(run, runs))
+    with torch.inference_mode():
+        report("mlp_inference", timed(lambda: forward(x), runs))
+        if (fc := compiled(forward)) is not None:
+            report("mlp_inference", timed(lambda: fc(x), runs), side="compile")
 
 
 def mlp_autodiff(runs):
@@ -103,13 +107,33 @@ def matmul(n, runs):
     report(f"matmul_{n}", ms, gflops=2.0 * n**3 / (ms * 1e6))
 
 
+def chain8(a, b):
+    """bench_elementwise.c's chain8: eight elementwise ops over a and b."""
+    t = a * 0.5 + 1.0
+    t = torch.sqrt(torch.abs(t)) * b
+    return -torch.relu(t - 0.1)
+
+
+def compiled(fn):
+    """torch.compile of fn (the fusion peer), or None where this torch cannot compile."""
+    try:
+        return torch.compile(fn)
+    except Exception as e:  # an old torch, no compiler: the column stays empty
+        sys.stderr.write(f"torch.compile unavailable: {e}\n")
+        return None
+
+
 def bandwidth(op, runs):
     n = 64 << 20
     a, b = torch.randn(n), torch.randn(n)
-    fn = (lambda: a + b) if op == "add" else (lambda: torch.exp(a))
-    ms = timed(fn, runs, warmup=1)
-    streams = 3 if op == "add" else 2
-    report(f"{op}_bandwidth", ms, gbps=streams * 4.0 * n / (ms * 1e6))
+    fns = {"add": lambda: a + b, "exp": lambda: torch.exp(a), "chain8": lambda: chain8(a, b)}
+    streams = 2 if op == "exp" else 3
+    with torch.inference_mode():
+        ms = timed(fns[op], runs, warmup=1)
+        report(f"{op}_bandwidth", ms, gbps=streams * 4.0 * n / (ms * 1e6))
+        if op == "chain8" and (fc := compiled(chain8)) is not None:
+            ms = timed(lambda: fc(a, b), runs, warmup=2)
+            report(f"{op}_bandwidth", ms, side="compile", gbps=streams * 4.0 * n / (ms * 1e6))
 
 
 def dispatch(runs):
@@ -279,6 +303,7 @@ WORKLOADS = {
     "matmul_4096": lambda r: matmul(4096, r),
     "add_bandwidth": lambda r: bandwidth("add", r),
     "exp_bandwidth": lambda r: bandwidth("exp", r),
+    "chain8_bandwidth": lambda r: bandwidth("chain8", r),
     "dispatch": dispatch,
     "async_demo": async_demo,
     "async_demo_numpy": async_demo_numpy,
