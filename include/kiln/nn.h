@@ -44,6 +44,46 @@ typedef struct {
 KILN_API int kiln_module_params(kiln_module *m, kiln_param *out, int cap);
 KILN_API int64_t kiln_module_num_parameters(kiln_module *m); /* trainable elements */
 
+/* ---- user-defined modules ------------------------------------------------------------------ */
+/* A module of your own: a forward callback with your context, and parameters, buffers and
+ * child modules registered by name, so optimizers, checkpoints ("encoder.0.weight"),
+ * kiln_module_train and kiln_module_free see them as they see the built-in layers':
+ *
+ *   typedef struct { double alpha; } block_ctx;
+ *   static kiln_tensor block_forward(kiln_module *m, kiln_tensor x, void *ctx) {  // consumes x
+ *       x = kiln_module_forward(kiln_module_child(m, "encoder"), x);
+ *       x = kiln_mul_scalar(x, ((block_ctx *)ctx)->alpha);
+ *       return kiln_mul(x, kiln_module_param(m, "scale"));      // a new handle, consumed here
+ *   }
+ *   block_ctx *ctx = malloc(sizeof *ctx);
+ *   ctx->alpha = 0.5;
+ *   kiln_module *m = kiln_module_new("Block", block_forward, ctx, free);      // takes ctx
+ *   kiln_module_add_child(m, "encoder", kiln_linear_new(784, 10, true, 1));   // takes the child
+ *   kiln_module_add_parameter(m, "scale", kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(10)));
+ *   kiln_module_add_buffer(m, "seen", kiln_zeros(KILN_CPU, KILN_F32, KILN_SCALAR_SHAPE));
+ *   // names: encoder.weight, encoder.bias, scale, seen (a buffer: saved, not optimised)
+ *   kiln_module_free(m);                     // frees children, tensors, then free_ctx(ctx)
+ *
+ * In forward, kiln_module_is_training(m) says which mode (train/eval reaches every child).
+ * Names are 1 to 31 letters, digits or '_', unique within a module. kiln_module_new takes ctx
+ * (free_ctx, if not NULL, runs when the module is freed, or at once when it cannot be made);
+ * the add functions take the tensor or child, also when they fail (a failed child is freed),
+ * except a child that already belongs to a module or contains m, which is left as it is. */
+typedef kiln_tensor (*kiln_module_forward_fn)(kiln_module *m, kiln_tensor x, void *ctx);
+KILN_API kiln_module *kiln_module_new(const char *type, kiln_module_forward_fn forward, void *ctx,
+                                      void (*free_ctx)(void *ctx));
+/* A trainable parameter (float; marked with kiln_require_grad here). Takes t. */
+KILN_API kiln_status kiln_module_add_parameter(kiln_module *m, const char *name, kiln_tensor t);
+/* A buffer: saved in checkpoints, not optimised (any dtype). Takes t. */
+KILN_API kiln_status kiln_module_add_buffer(kiln_module *m, const char *name, kiln_tensor t);
+KILN_API kiln_status kiln_module_add_child(kiln_module *m, const char *name, kiln_module *child);
+/* A new handle (kiln_ref) to the parameter or buffer at a dotted path ("encoder.weight");
+ * a poisoned tensor naming the path when there is none. */
+KILN_API kiln_tensor kiln_module_param(kiln_module *m, const char *name);
+/* The child at a dotted path ("encoder", "encoder.0"), borrowed; NULL + error if none. */
+KILN_API kiln_module *kiln_module_child(kiln_module *m, const char *name);
+KILN_API void *kiln_module_context(const kiln_module *m); /* NULL for the built-in layers */
+
 /* ---- layers (constructors return NULL and set kiln_last_error on bad arguments) ---------- */
 KILN_API kiln_module *kiln_sequential_new(int n, kiln_module *const *children); /* takes them */
 KILN_API kiln_module *kiln_linear_new(int64_t in_features, int64_t out_features, bool bias, uint64_t seed);
@@ -117,6 +157,12 @@ KILN_API kiln_status kiln_init(kiln_tensor *t, kiln_init_kind kind, uint64_t see
 /* ---- call sites ------------------------------------------------------------------------- */
 /* The calls that record the caller's file:line, as in core.h's list. */
 #define KILN_NN_API(X) \
+    X(kiln_module *, module_new, (const char *type, kiln_module_forward_fn forward, void *ctx, void (*free_ctx)(void *ctx)), (type, forward, ctx, free_ctx)) \
+    X(kiln_status, module_add_parameter, (kiln_module *m, const char *name, kiln_tensor t), (m, name, t)) \
+    X(kiln_status, module_add_buffer, (kiln_module *m, const char *name, kiln_tensor t), (m, name, t)) \
+    X(kiln_status, module_add_child, (kiln_module *m, const char *name, kiln_module *child), (m, name, child)) \
+    X(kiln_tensor, module_param, (kiln_module *m, const char *name), (m, name)) \
+    X(kiln_module *, module_child, (kiln_module *m, const char *name), (m, name)) \
     X(kiln_tensor, module_forward, (kiln_module *m, kiln_tensor x), (m, x)) \
     X(kiln_tensor, dropout, (kiln_tensor x, double p, uint64_t seed), (x, p, seed)) \
     X(kiln_tensor, layer_norm, (kiln_tensor x, kiln_shape normalized_shape, kiln_tensor weight, kiln_tensor bias, double eps), (x, normalized_shape, weight, bias, eps)) \
@@ -141,6 +187,12 @@ KILN_NN_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
 #pragma GCC system_header /* see core.h: errors in these calls name the caller's line */
+#define kiln_module_new(...) KILN__AT(module_new, __VA_ARGS__)
+#define kiln_module_add_parameter(...) KILN__AT(module_add_parameter, __VA_ARGS__)
+#define kiln_module_add_buffer(...) KILN__AT(module_add_buffer, __VA_ARGS__)
+#define kiln_module_add_child(...) KILN__AT(module_add_child, __VA_ARGS__)
+#define kiln_module_param(...) KILN__AT(module_param, __VA_ARGS__)
+#define kiln_module_child(...) KILN__AT(module_child, __VA_ARGS__)
 #define kiln_module_forward(...) KILN__AT(module_forward, __VA_ARGS__)
 #define kiln_dropout(...) KILN__AT(dropout, __VA_ARGS__)
 #define kiln_layer_norm(...) KILN__AT(layer_norm, __VA_ARGS__)
