@@ -33,6 +33,12 @@ typedef struct kiln_grads kiln_grads;
 /* Consumes the scalar `loss` and its graph (freeing each node's saved state as soon as it is
  * used); *out receives the leaves' gradients. */
 KILN_API kiln_status kiln_backward(kiln_tensor loss, kiln_grads **out);
+/* kiln_backward that also reads the loss (as a double) for a training loop's log, without
+ * a kiln_ref first: the backward pass is queued, then the loss is read (the one wait, for
+ * the forward pass only). *value is NaN when it fails; the loss is consumed in every case.
+ * A loss that failed while computed gives that error (naming the op and its file:line) and
+ * the gradients, which then carry the same error (kiln_optimizer_step refuses them). */
+KILN_API kiln_status kiln_backward_value(kiln_tensor loss, kiln_grads **out, double *value);
 /* For a non-scalar root: seed is d(objective)/d(root), of root's shape (consumed). */
 KILN_API kiln_status kiln_backward_seed(kiln_tensor root, kiln_tensor seed, kiln_grads **out);
 /* Takes leaf t's gradient out of the container (an owned tensor of t's shape and dtype);
@@ -52,6 +58,7 @@ KILN_API bool kiln_grad_enabled(void);
     X(kiln_status, require_grad, (kiln_tensor t), (t)) \
     X(kiln_tensor, detach, (kiln_tensor t), (t)) \
     X(kiln_status, backward, (kiln_tensor loss, kiln_grads **out), (loss, out)) \
+    X(kiln_status, backward_value, (kiln_tensor loss, kiln_grads **out, double *value), (loss, out, value)) \
     X(kiln_status, backward_seed, (kiln_tensor root, kiln_tensor seed, kiln_grads **out), (root, seed, out)) \
     X(kiln_tensor, grad, (kiln_grads *grads, kiln_tensor t), (grads, t))
 KILN_AUTODIFF_API(KILN__AT_DECLARE)
@@ -61,6 +68,7 @@ KILN_AUTODIFF_API(KILN__AT_DECLARE)
 #define kiln_require_grad(...) KILN__AT(require_grad, __VA_ARGS__)
 #define kiln_detach(...) KILN__AT(detach, __VA_ARGS__)
 #define kiln_backward(...) KILN__AT(backward, __VA_ARGS__)
+#define kiln_backward_value(...) KILN__AT(backward_value, __VA_ARGS__)
 #define kiln_backward_seed(...) KILN__AT(backward_seed, __VA_ARGS__)
 #define kiln_grad(...) KILN__AT(grad, __VA_ARGS__)
 #endif

@@ -1,11 +1,13 @@
 /* The backward pass: walks the graph from the root in reverse topological order (a node
  * runs once every consumer has delivered its gradient), releasing each node's saved state
  * right after its derivative is computed, and collects the leaves' gradients. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "autodiff/autodiff-impl.h"
 #include "kiln/autodiff.h"
+#include "kiln/tensor.h"
 
 typedef struct {
     kiln__ad_leaf *leaf; /* a reference */
@@ -252,6 +254,31 @@ kiln_status kiln_backward(kiln_tensor loss, kiln_grads **out) {
 kiln_status kiln_backward_seed(kiln_tensor root, kiln_tensor seed, kiln_grads **out) {
     KILN__OP_BEGIN("kiln_backward_seed");
     return backward_common(&c, root, seed, true, out);
+}
+
+/* The backward pass is queued first, then the loss is read: the one wait is for the forward
+ * pass only, and the backward runs meanwhile. The extra reference keeps the loss's buffer from
+ * being reused in place by the backward. */
+kiln_status kiln_backward_value(kiln_tensor loss, kiln_grads **out, double *value) {
+    KILN__OP_BEGIN("kiln_backward_value");
+    if (value) *value = NAN;
+    kiln__error *err = NULL;
+    kiln__tensor *t = kiln__handle_peek(loss, c.name, &err);
+    if (!t) {
+        if (out) *out = NULL;
+        kiln_status st = kiln__error_report(err);
+        kiln__error_unref(err);
+        return st;
+    }
+    if (!value) kiln__fail(&c, KILN_ERR_NULL, "value pointer is NULL");
+    kiln__tensor_retain(t);
+    kiln_tensor keep = kiln__handle_new(t);
+    kiln_status st = backward_common(&c, loss, KILN_NONE, false, out); /* reports its own error */
+    if (st != KILN_OK) {
+        kiln_release(keep);
+        return st;
+    }
+    return kiln_into_scalar_f64(keep, value);
 }
 
 kiln_tensor kiln_grad(kiln_grads *gs, kiln_tensor h) {
