@@ -170,6 +170,7 @@ KT_TEST(backward_value) {
         double dw[3];
         KT_CHECK(kiln_into_data(kiln_cast(kiln_grad(g, w), KILN_F64), dw, sizeof dw) == KILN_OK);
         KT_CHECK(dw[0] == 1.0 && dw[1] == -3.0 && dw[2] == 4.5);
+        KT_CHECK(kiln_is_valid(w)); /* neither kiln_require_grad nor kiln_grad consumed it */
         kiln_grads_free(g);
         kiln_release(w);
     }

@@ -23,7 +23,8 @@
 extern "C" {
 #endif
 
-/* Marks t (not consumed) as a leaf whose gradient backward computes. Float dtypes only. */
+/* Marks t as a leaf whose gradient backward computes. Float dtypes only.
+ * Does not consume t: marking changes the tensor itself, and the caller goes on using it. */
 KILN_API kiln_status kiln_require_grad(kiln_tensor t);
 KILN_API bool kiln_requires_grad(kiln_tensor t); /* a leaf, or computed from one */
 /* The same data without its graph (consumes t; shares the storage). */
@@ -42,7 +43,8 @@ KILN_API kiln_status kiln_backward_value(kiln_tensor loss, kiln_grads **out, dou
 /* For a non-scalar root: seed is d(objective)/d(root), of root's shape (consumed). */
 KILN_API kiln_status kiln_backward_seed(kiln_tensor root, kiln_tensor seed, kiln_grads **out);
 /* Takes leaf t's gradient out of the container (an owned tensor of t's shape and dtype);
- * KILN_NONE when no path led from t to the loss. t is not consumed. */
+ * KILN_NONE when no path led from t to the loss.
+ * Does not consume t: t is only the key (the leaf) to look up, and stays the caller's. */
 KILN_API kiln_tensor kiln_grad(kiln_grads *grads, kiln_tensor t);
 KILN_API size_t kiln_grads_count(const kiln_grads *grads);
 KILN_API void kiln_grads_free(kiln_grads *grads); /* releases gradients not taken */

@@ -109,7 +109,11 @@ typedef struct {
 } kiln_tensor;
 #define KILN_NONE ((kiln_tensor){0})
 
-/* A new handle to the same tensor: O(1), never a copy. Consumes nothing. */
+/* A new handle to the same tensor: O(1), never a copy. Does not consume t (that is its point).
+ * Every other exception to "ops consume their tensor arguments" says so beside its function
+ * in a line "Does not consume ...": metadata queries, kiln_tensor_status, kiln_print /
+ * kiln_to_string, kiln_require_grad, kiln_grad, kiln_init, class_weights, the parameter
+ * groups of optimizers, kiln_module_param (gives a new handle). */
 KILN_API kiln_tensor kiln_ref(kiln_tensor t);
 /* Drops one handle. The buffer is freed once no handle and no queued op uses it. */
 KILN_API kiln_status kiln_release(kiln_tensor t);

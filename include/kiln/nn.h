@@ -139,7 +139,9 @@ KILN_API kiln_tensor kiln_scaled_dot_product_attention(kiln_tensor q, kiln_tenso
 /* ---- losses (mean over the batch unless noted) ------------------------------------------- */
 typedef struct {
     double label_smoothing; /* 0: none */
-    kiln_tensor class_weights; /* [C] or KILN_NONE (not consumed) */
+    /* [C] or KILN_NONE. Does not consume class_weights: options are passed by value and
+     * reused for every batch, so the loss takes its own reference; release it yourself. */
+    kiln_tensor class_weights;
 } kiln_cross_entropy_options;
 KILN_API kiln_cross_entropy_options kiln_cross_entropy_defaults(void);
 /* logits [N, C] (consumed), targets [N] i32/i64 class indices (consumed). */
@@ -151,7 +153,11 @@ KILN_API kiln_tensor kiln_bce_with_logits(kiln_tensor logits, kiln_tensor target
 
 /* ---- initialisation (in place on an existing float tensor; the seed picks the values) ---- */
 typedef enum { KILN_INIT_KAIMING_UNIFORM, KILN_INIT_KAIMING_NORMAL, KILN_INIT_XAVIER_UNIFORM, KILN_INIT_XAVIER_NORMAL } kiln_init_kind;
-/* Fills *t (replacing the handle) from fan-in/fan-out of its shape ([out, in, ...]). */
+/* Fills *t (replacing the handle) from fan-in/fan-out of its shape ([out, in, ...]).
+ * Does not consume *t: it takes a pointer because it gives new values back in the same
+ * variable: *t's old handle is released and replaced by a new tensor (a new leaf requiring a
+ * gradient if the old one did). Module optimizers follow the module's slot; an optimizer built
+ * from parameter groups keeps the old tensor. On error *t is left as it was. */
 KILN_API kiln_status kiln_init(kiln_tensor *t, kiln_init_kind kind, uint64_t seed);
 
 /* ---- call sites ------------------------------------------------------------------------- */
