@@ -121,6 +121,8 @@ KILN_API kiln_module *kiln_silu_new(void);
 /* kiln_conv2d and the pooling ops are tensor ops: see tensor.h. */
 /* Zeroes each element with probability p and scales the rest by 1/(1-p); seed picks the mask. */
 KILN_API kiln_tensor kiln_dropout(kiln_tensor x, double p, uint64_t seed);
+/* The same with the mask's seed drawn from g (NULL: the global generator; see tensor.h). */
+KILN_API kiln_tensor kiln_dropout_gen(kiln_tensor x, double p, kiln_generator *g);
 /* torch.nn.functional.layer_norm: normalises over the trailing dims normalized_shape names
  * (x's last dims must equal it): (x - mean) / sqrt(var + eps) with the biased variance, then
  * * weight + bias, each a float tensor of normalized_shape or KILN_NONE (consumed). */
@@ -171,6 +173,7 @@ KILN_API kiln_status kiln_init(kiln_tensor *t, kiln_init_kind kind, uint64_t see
     X(kiln_module *, module_child, (kiln_module *m, const char *name), (m, name)) \
     X(kiln_tensor, module_forward, (kiln_module *m, kiln_tensor x), (m, x)) \
     X(kiln_tensor, dropout, (kiln_tensor x, double p, uint64_t seed), (x, p, seed)) \
+    X(kiln_tensor, dropout_gen, (kiln_tensor x, double p, kiln_generator *g), (x, p, g)) \
     X(kiln_tensor, layer_norm, (kiln_tensor x, kiln_shape normalized_shape, kiln_tensor weight, kiln_tensor bias, double eps), (x, normalized_shape, weight, bias, eps)) \
     X(kiln_tensor, scaled_dot_product_attention, (kiln_tensor q, kiln_tensor k, kiln_tensor v, kiln_tensor attn_mask, bool is_causal, double scale), (q, k, v, attn_mask, is_causal, scale)) \
     X(kiln_tensor, cross_entropy, (kiln_tensor logits, kiln_tensor targets, kiln_cross_entropy_options o), (logits, targets, o)) \
@@ -201,6 +204,7 @@ KILN_NN_API(KILN__AT_DECLARE)
 #define kiln_module_child(...) KILN__AT(module_child, __VA_ARGS__)
 #define kiln_module_forward(...) KILN__AT(module_forward, __VA_ARGS__)
 #define kiln_dropout(...) KILN__AT(dropout, __VA_ARGS__)
+#define kiln_dropout_gen(...) KILN__AT(dropout_gen, __VA_ARGS__)
 #define kiln_layer_norm(...) KILN__AT(layer_norm, __VA_ARGS__)
 #define kiln_scaled_dot_product_attention(...) KILN__AT(scaled_dot_product_attention, __VA_ARGS__)
 #define kiln_cross_entropy(...) KILN__AT(cross_entropy, __VA_ARGS__)
