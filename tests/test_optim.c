@@ -599,6 +599,56 @@ KT_TEST(param_groups_checkpoint) {
     no_leaks(base);
 }
 
+/* ---- clipping by value ------------------------------------------------------------------------ */
+
+KT_TEST(clip_grad_value) {
+    kiln_memory_stats base = stats();
+    kiln_module *m = toy_new(KILN_F32);
+    kiln_sgd_options so = kiln_sgd_defaults();
+    so.lr = 1.0;
+    kiln_optimizer *opt = kiln_sgd_new(m, so);
+    kiln_grads *g = grads_for(m, KILN_F32, grad_w[0], grad_b[0]);
+    KT_CHECK(kiln_clip_grad_value(opt, g, 0.5) == KILN_OK);
+    KT_CHECK(kiln_grads_count(g) == 2); /* still in g */
+    double w_before[NW], w[NW], b[NB];
+    read_param(m, 0, KILN_F32, w_before);
+    KT_CHECK(kiln_optimizer_step(opt, g) == KILN_OK);
+    kiln_grads_free(g);
+    read_param(m, 0, KILN_F32, w);
+    read_param(m, 1, KILN_F32, b);
+    for (int i = 0; i < NW; i++) KT_NEAR(w_before[i] - w[i], fmax(-0.5, fmin(0.5, grad_w[0][i])), 1e-6);
+    for (int i = 0; i < NB; i++) KT_NEAR((float)b0[i] - b[i], fmax(-0.5, fmin(0.5, grad_b[0][i])), 1e-6);
+    /* zero clamps everything to zero */
+    g = grads_for(m, KILN_F32, grad_w[1], NULL);
+    KT_CHECK(kiln_clip_grad_value(opt, g, 0.0) == KILN_OK);
+    read_param(m, 0, KILN_F32, w_before);
+    KT_CHECK(kiln_optimizer_step(opt, g) == KILN_OK);
+    kiln_grads_free(g);
+    read_param(m, 0, KILN_F32, w);
+    for (int i = 0; i < NW; i++) KT_CHECK(w[i] == w_before[i]);
+    /* bad input: a status naming the call and this line; nothing clipped */
+    g = grads_for(m, KILN_F32, grad_w[2], NULL);
+    KT_CHECK(kiln_clip_grad_value(NULL, g, 1.0) == KILN_ERR_NULL); KT_EXPECT_ERROR(KILN_ERR_NULL, "kiln_clip_grad_value", __LINE__);
+    KT_CHECK(kiln_clip_grad_value(opt, NULL, 1.0) == KILN_ERR_NULL); KT_EXPECT_ERROR(KILN_ERR_NULL, "kiln_clip_grad_value", __LINE__);
+    KT_CHECK(kiln_clip_grad_value(opt, g, -1.0) == KILN_ERR_INVALID_ARGUMENT); KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "kiln_clip_grad_value", __LINE__);
+    KT_CHECK(kiln_clip_grad_value(opt, g, NAN) == KILN_ERR_INVALID_ARGUMENT);
+    KT_CHECK(kiln_clip_grad_value(opt, g, INFINITY) == KILN_ERR_INVALID_ARGUMENT);
+    /* a stale parameter: refused before any gradient changes */
+    kiln_tensor keep = kiln_ref(*slot(m, 1));
+    kiln_release(*slot(m, 1));
+    KT_CHECK(kiln_clip_grad_value(opt, g, 0.1) == KILN_ERR_STALE_HANDLE); KT_EXPECT_ERROR(KILN_ERR_STALE_HANDLE, "kiln_clip_grad_value", __LINE__);
+    *slot(m, 1) = keep;
+    read_param(m, 0, KILN_F32, w_before);
+    KT_CHECK(kiln_optimizer_step(opt, g) == KILN_OK);
+    kiln_grads_free(g);
+    read_param(m, 0, KILN_F32, w);
+    for (int i = 0; i < NW; i++) KT_NEAR(w_before[i] - w[i], grad_w[2][i], 1e-6); /* unclipped */
+    kiln_optimizer_free(opt);
+    kiln_module_free(m);
+    kiln_sync();
+    no_leaks(base);
+}
+
 /* ---- bad input ------------------------------------------------------------------------------ */
 
 static void expect_error(kiln_status got, kiln_status want, const char *op) {
@@ -807,5 +857,6 @@ int main(void) {
     KT_RUN(param_groups_match_reference);
     KT_RUN(param_groups_bad_input);
     KT_RUN(param_groups_checkpoint);
+    KT_RUN(clip_grad_value);
     return kt_finish();
 }

@@ -101,6 +101,11 @@ KILN_API void kiln_optimizer_free(kiln_optimizer *opt);
  * tensor of the norm. */
 KILN_API kiln_status kiln_clip_grad_norm(kiln_optimizer *opt, kiln_grads *g, double max_norm, kiln_tensor *total_norm);
 
+/* Clamps every gradient in g (in place, where they are) to [-clip_value, clip_value], as
+ * torch.nn.utils.clip_grad_value_. No sync; a gradient that fails later carries its error
+ * into the step as before. KILN_ERR_INVALID_ARGUMENT for a negative or non-finite value. */
+KILN_API kiln_status kiln_clip_grad_value(kiln_optimizer *opt, kiln_grads *g, double clip_value);
+
 /* Learning-rate schedules: pure functions of the step (or epoch). */
 KILN_API double kiln_lr_step(double base_lr, int64_t step, int64_t step_size, double gamma);
 KILN_API double kiln_lr_cosine(double base_lr, double min_lr, int64_t step, int64_t total_steps);
@@ -129,6 +134,7 @@ KILN_API kiln_status kiln_checkpoint_load(const char *path, kiln_module *model, 
     X(kiln_optimizer *, adam_new_groups, (int n_groups, const kiln_param_group *groups, kiln_adam_options o), (n_groups, groups, o)) \
     X(kiln_status, optimizer_set_group_lr, (kiln_optimizer *opt, int group, double lr), (opt, group, lr)) \
     X(kiln_status, optimizer_step, (kiln_optimizer *opt, kiln_grads *g), (opt, g)) \
+    X(kiln_status, clip_grad_value, (kiln_optimizer *opt, kiln_grads *g, double clip_value), (opt, g, clip_value)) \
     X(kiln_status, clip_grad_norm, (kiln_optimizer *opt, kiln_grads *g, double max_norm, kiln_tensor *total_norm), (opt, g, max_norm, total_norm)) \
     X(kiln_status, checkpoint_save, (const char *path, kiln_module *model, kiln_optimizer *opt), (path, model, opt)) \
     X(kiln_status, checkpoint_load, (const char *path, kiln_module *model, kiln_optimizer *opt), (path, model, opt))
@@ -140,6 +146,7 @@ KILN_OPTIM_API(KILN__AT_DECLARE)
 #define kiln_adam_new_groups(...) KILN__AT(adam_new_groups, __VA_ARGS__)
 #define kiln_optimizer_set_group_lr(...) KILN__AT(optimizer_set_group_lr, __VA_ARGS__)
 #define kiln_optimizer_step(...) KILN__AT(optimizer_step, __VA_ARGS__)
+#define kiln_clip_grad_value(...) KILN__AT(clip_grad_value, __VA_ARGS__)
 #define kiln_clip_grad_norm(...) KILN__AT(clip_grad_norm, __VA_ARGS__)
 #define kiln_checkpoint_save(...) KILN__AT(checkpoint_save, __VA_ARGS__)
 #define kiln_checkpoint_load(...) KILN__AT(checkpoint_load, __VA_ARGS__)

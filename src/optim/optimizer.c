@@ -432,3 +432,32 @@ kiln_status kiln_clip_grad_norm(kiln_optimizer *opt, kiln_grads *g, double max_n
     kiln__tensor_release(norm);
     return kiln__optim_finish(&c);
 }
+
+kiln_status kiln_clip_grad_value(kiln_optimizer *opt, kiln_grads *g, double clip_value) {
+    KILN__OP_BEGIN("kiln_clip_grad_value");
+    if (!opt || !g) {
+        kiln__fail(&c, KILN_ERR_NULL, "%s is NULL", !opt ? "optimizer" : "gradients container");
+        return kiln__optim_finish(&c);
+    }
+    if (!(clip_value >= 0 && isfinite(clip_value))) {
+        kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "clip_value %g must be finite and >= 0", clip_value);
+        return kiln__optim_finish(&c);
+    }
+    kiln__tensor ***slots = calloc((size_t)(opt->n_params ? opt->n_params : 1), sizeof *slots);
+    if (!slots) {
+        kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the clipping bookkeeping");
+        return kiln__optim_finish(&c);
+    }
+    /* every gradient checked before any is changed */
+    for (int i = 0; i < opt->n_params; i++) {
+        kiln__tensor *param = param_tensor(&c, &opt->params[i]);
+        const kiln__ad_meta *m = param ? param->autodiff : NULL;
+        kiln__tensor **slot = m ? kiln__grads_slot(g, m->leaf) : NULL;
+        if (slot && check_grad(&c, &opt->params[i], param, *slot, false)) slots[i] = slot;
+    }
+    /* in place: a gradient is dense and has one owner, so the clamp reuses its buffer */
+    for (int i = 0; i < opt->n_params && !c.err; i++)
+        if (slots[i]) *slots[i] = kiln__t_clamp(&c, *slots[i], -clip_value, clip_value);
+    free(slots);
+    return kiln__optim_finish(&c);
+}
