@@ -368,6 +368,72 @@ KT_TEST(bad_targets_name_the_loss) {
     KT_MEM_CHECK();
 }
 
+/* ---- l1, smooth_l1, huber ------------------------------------------------------------------- */
+
+static double ref_piecewise(const double *x, const double *t, int n, int kind, double k) {
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        double a = fabs(x[i] - t[i]);
+        if (kind == 0 || k == 0) sum += a;
+        else if (kind == 1) sum += a < k ? 0.5 * a * a / k : a - 0.5 * k;
+        else sum += a < k ? 0.5 * a * a : k * (a - 0.5 * k);
+    }
+    return sum / n;
+}
+
+KT_TEST(l1_smooth_l1_huber_match_reference) {
+    kt_mem_begin();
+    const double x[12] = {0.3, -1.2, 2.5, 0.0, 0.75, -0.05, 1.9, -3.0, 0.2, 0.45, -0.6, 1.0};
+    const double t[12] = {0.1, 0.4, 0.5, 0.0, 0.7, 0.3, -1.0, -2.5, 0.25, 1.5, -0.6, 0.0};
+    kiln_shape s = KILN_SHAPE(3, 4);
+    KT_NEAR(read_scalar(kiln_l1_loss(tensor_of(KILN_F64, s, x), tensor_of(KILN_F64, s, t))), ref_piecewise(x, t, 12, 0, 0), 1e-14);
+    const double ks[4] = {0.0, 0.5, 1.0, 2.0};
+    for (int i = 0; i < 4; i++) {
+        KT_NEAR(read_scalar(kiln_smooth_l1_loss(tensor_of(KILN_F64, s, x), tensor_of(KILN_F64, s, t), ks[i])),
+                ref_piecewise(x, t, 12, 1, ks[i]), 1e-14);
+        if (ks[i] > 0)
+            KT_NEAR(read_scalar(kiln_huber_loss(tensor_of(KILN_F64, s, x), tensor_of(KILN_F64, s, t), ks[i])),
+                    ref_piecewise(x, t, 12, 2, ks[i]), 1e-14);
+    }
+    /* f32 too */
+    KT_NEAR(read_scalar(kiln_huber_loss(tensor_of(KILN_F32, s, x), tensor_of(KILN_F32, s, t), 1.0)),
+            ref_piecewise(x, t, 12, 2, 1.0), 1e-6);
+    KT_MEM_CHECK();
+}
+
+static kiln_tensor run_l1(kiln_tensor *in, void *ctx) { return (void)ctx, kiln_l1_loss(in[0], in[1]); }
+static kiln_tensor run_smooth_l1(kiln_tensor *in, void *ctx) { return kiln_smooth_l1_loss(in[0], in[1], *(double *)ctx); }
+static kiln_tensor run_huber(kiln_tensor *in, void *ctx) { return kiln_huber_loss(in[0], in[1], *(double *)ctx); }
+
+KT_TEST(l1_smooth_l1_huber_gradients) {
+    kt_mem_begin();
+    kiln_shape two[2] = {KILN_SHAPE(3, 4), KILN_SHAPE(3, 4)};
+    double beta = 0.5, delta = 0.7, zero = 0;
+    GC_CHECK("l1_loss", run_l1, NULL, 2, two, 1e-6);
+    GC_CHECK("smooth_l1_loss beta 0.5", run_smooth_l1, &beta, 2, two, 1e-6);
+    GC_CHECK("smooth_l1_loss beta 0", run_smooth_l1, &zero, 2, two, 1e-6);
+    GC_CHECK("huber_loss delta 0.7", run_huber, &delta, 2, two, 1e-6);
+    KT_MEM_CHECK();
+}
+
+KT_TEST(l1_smooth_l1_huber_bad_input) {
+    kt_mem_begin();
+    kiln_tensor gone = kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(3));
+    kiln_release(gone);
+#define Z(...) kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(__VA_ARGS__))
+    KT_READ_ERROR(kiln_l1_loss(Z(3, 1), Z(3)), KILN_ERR_SHAPE, "kiln_l1_loss");
+    KT_READ_ERROR(kiln_l1_loss(kiln_zeros(KILN_CPU, KILN_I64, KILN_SHAPE(3)), Z(3)), KILN_ERR_DTYPE, "kiln_l1_loss");
+    KT_READ_ERROR(kiln_l1_loss(Z(3), gone), KILN_ERR_STALE_HANDLE, "kiln_l1_loss");
+    KT_READ_ERROR(kiln_smooth_l1_loss(Z(3), Z(3), -1.0), KILN_ERR_INVALID_ARGUMENT, "kiln_smooth_l1_loss");
+    KT_READ_ERROR(kiln_smooth_l1_loss(Z(3), Z(3), NAN), KILN_ERR_INVALID_ARGUMENT, "kiln_smooth_l1_loss");
+    KT_READ_ERROR(kiln_smooth_l1_loss(Z(2, 3), Z(3, 2), 1.0), KILN_ERR_SHAPE, "kiln_smooth_l1_loss");
+    KT_READ_ERROR(kiln_huber_loss(Z(3), Z(3), 0.0), KILN_ERR_INVALID_ARGUMENT, "kiln_huber_loss");
+    KT_READ_ERROR(kiln_huber_loss(Z(3), Z(3), INFINITY), KILN_ERR_INVALID_ARGUMENT, "kiln_huber_loss");
+    KT_READ_ERROR(kiln_huber_loss(gone, Z(3), 1.0), KILN_ERR_STALE_HANDLE, "kiln_huber_loss");
+#undef Z
+    KT_MEM_CHECK();
+}
+
 int main(void) {
     KT_RUN(cross_entropy_known_values);
     KT_RUN(cross_entropy_matches_reference);
@@ -375,5 +441,8 @@ int main(void) {
     KT_RUN(loss_gradients);
     KT_RUN(bad_inputs);
     KT_RUN(bad_targets_name_the_loss);
+    KT_RUN(l1_smooth_l1_huber_match_reference);
+    KT_RUN(l1_smooth_l1_huber_gradients);
+    KT_RUN(l1_smooth_l1_huber_bad_input);
     return kt_finish();
 }

@@ -152,6 +152,13 @@ KILN_API kiln_tensor kiln_cross_entropy(kiln_tensor logits, kiln_tensor targets,
 KILN_API kiln_tensor kiln_nll_loss(kiln_tensor log_probs, kiln_tensor targets);
 KILN_API kiln_tensor kiln_mse_loss(kiln_tensor prediction, kiln_tensor target);
 KILN_API kiln_tensor kiln_bce_with_logits(kiln_tensor logits, kiln_tensor target);
+/* mean |prediction - target| (torch's l1_loss); same shapes, float. */
+KILN_API kiln_tensor kiln_l1_loss(kiln_tensor prediction, kiln_tensor target);
+/* torch's smooth_l1_loss: 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (beta >= 0;
+ * 0 is L1), and huber_loss: 0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta)
+ * (delta > 0); both averaged. A bad beta or delta gives KILN_ERR_INVALID_ARGUMENT. */
+KILN_API kiln_tensor kiln_smooth_l1_loss(kiln_tensor prediction, kiln_tensor target, double beta);
+KILN_API kiln_tensor kiln_huber_loss(kiln_tensor prediction, kiln_tensor target, double delta);
 
 /* ---- initialisation (in place on an existing float tensor; the seed picks the values) ---- */
 typedef enum { KILN_INIT_KAIMING_UNIFORM, KILN_INIT_KAIMING_NORMAL, KILN_INIT_XAVIER_UNIFORM, KILN_INIT_XAVIER_NORMAL } kiln_init_kind;
@@ -180,6 +187,9 @@ KILN_API kiln_status kiln_init(kiln_tensor *t, kiln_init_kind kind, uint64_t see
     X(kiln_tensor, nll_loss, (kiln_tensor log_probs, kiln_tensor targets), (log_probs, targets)) \
     X(kiln_tensor, mse_loss, (kiln_tensor prediction, kiln_tensor target), (prediction, target)) \
     X(kiln_tensor, bce_with_logits, (kiln_tensor logits, kiln_tensor target), (logits, target)) \
+    X(kiln_tensor, l1_loss, (kiln_tensor prediction, kiln_tensor target), (prediction, target)) \
+    X(kiln_tensor, smooth_l1_loss, (kiln_tensor prediction, kiln_tensor target, double beta), (prediction, target, beta)) \
+    X(kiln_tensor, huber_loss, (kiln_tensor prediction, kiln_tensor target, double delta), (prediction, target, delta)) \
     X(kiln_status, init, (kiln_tensor *t, kiln_init_kind kind, uint64_t seed), (t, kind, seed)) \
     X(kiln_module *, sequential_new, (int n, kiln_module *const *children), (n, children)) \
     X(kiln_module *, linear_new, (int64_t in_features, int64_t out_features, bool bias, uint64_t seed), (in_features, out_features, bias, seed)) \
@@ -211,6 +221,9 @@ KILN_NN_API(KILN__AT_DECLARE)
 #define kiln_nll_loss(...) KILN__AT(nll_loss, __VA_ARGS__)
 #define kiln_mse_loss(...) KILN__AT(mse_loss, __VA_ARGS__)
 #define kiln_bce_with_logits(...) KILN__AT(bce_with_logits, __VA_ARGS__)
+#define kiln_l1_loss(...) KILN__AT(l1_loss, __VA_ARGS__)
+#define kiln_smooth_l1_loss(...) KILN__AT(smooth_l1_loss, __VA_ARGS__)
+#define kiln_huber_loss(...) KILN__AT(huber_loss, __VA_ARGS__)
 #define kiln_init(...) KILN__AT(init, __VA_ARGS__)
 #define kiln_sequential_new(...) KILN__AT(sequential_new, __VA_ARGS__)
 #define kiln_linear_new(...) KILN__AT(linear_new, __VA_ARGS__)

@@ -148,6 +148,34 @@ static kiln_tensor mse_loss(kiln_tensor prediction, kiln_tensor target) {
     return kiln_mean(kiln_mul(kiln_ref(d), d));
 }
 
+static kiln_tensor l1_loss(kiln_tensor prediction, kiln_tensor target) {
+    kiln_tensor fail;
+    if (!check_pair("kiln_l1_loss", prediction, target, &fail)) return fail;
+    return kiln_mean(kiln_abs(kiln_sub(prediction, target)));
+}
+
+/* With a = |p - t| and m = min(a, k): 0.5 m^2 * scale2 + (a - m) * scale1 is PyTorch's
+ * piecewise loss without a select: smooth L1 (k = beta, scale2 = 1/beta, scale1 = 1) and
+ * Huber (k = delta, scale2 = 1, scale1 = delta); its derivative is m * scale2 below k and
+ * scale1 above, as torch's. */
+static kiln_tensor piecewise(kiln_tensor prediction, kiln_tensor target, double k, double scale2, double scale1) {
+    kiln_tensor a = kiln_abs(kiln_sub(prediction, target));
+    kiln_tensor m = kiln_clamp(kiln_ref(a), NAN, k);
+    kiln_tensor quad = kiln_mul_scalar(kiln_mul(kiln_ref(m), kiln_ref(m)), 0.5 * scale2);
+    kiln_tensor lin = kiln_mul_scalar(kiln_sub(a, m), scale1);
+    return kiln_mean(kiln_add(quad, lin));
+}
+
+static kiln_tensor smooth_l1(const char *op, kiln_tensor prediction, kiln_tensor target, double k, bool huber) {
+    kiln_tensor fail;
+    if (!check_pair(op, prediction, target, &fail)) return fail;
+    if (!(k >= 0 && isfinite(k)) || (huber && k == 0))
+        return kiln__nn_fail(op, 2, (kiln_tensor[]){prediction, target}, KILN_ERR_INVALID_ARGUMENT,
+                             "%s %g must be finite and %s", huber ? "delta" : "beta", k, huber ? "> 0" : ">= 0");
+    if (k == 0) return kiln_mean(kiln_abs(kiln_sub(prediction, target))); /* torch: beta 0 is L1 */
+    return huber ? piecewise(prediction, target, k, 1.0, k) : piecewise(prediction, target, k, 1.0 / k, 1.0);
+}
+
 /* max(x, 0) - x y + log1p(exp(-|x|)) = softplus(x) - x y, and the softplus kernel computes
  * exactly that stable form; its derivative sigmoid(x) keeps the gradient sigmoid(x) - y exact
  * at x = 0, where the max/abs composition would give a one-sided answer. */
@@ -187,4 +215,22 @@ kiln_tensor kiln_mse_loss(kiln_tensor prediction, kiln_tensor target) {
 
 kiln_tensor kiln_bce_with_logits(kiln_tensor logits, kiln_tensor target) {
     return scoped("kiln_bce_with_logits", bce_with_logits, logits, target);
+}
+
+kiln_tensor kiln_l1_loss(kiln_tensor prediction, kiln_tensor target) {
+    return scoped("kiln_l1_loss", l1_loss, prediction, target);
+}
+
+kiln_tensor kiln_smooth_l1_loss(kiln_tensor prediction, kiln_tensor target, double beta) {
+    const char *outer = kiln__op_scope_enter("kiln_smooth_l1_loss");
+    kiln_tensor loss = smooth_l1("kiln_smooth_l1_loss", prediction, target, beta, false);
+    kiln__op_scope_leave(outer);
+    return loss;
+}
+
+kiln_tensor kiln_huber_loss(kiln_tensor prediction, kiln_tensor target, double delta) {
+    const char *outer = kiln__op_scope_enter("kiln_huber_loss");
+    kiln_tensor loss = smooth_l1("kiln_huber_loss", prediction, target, delta, true);
+    kiln__op_scope_leave(outer);
+    return loss;
 }
