@@ -434,6 +434,76 @@ KT_TEST(l1_smooth_l1_huber_bad_input) {
     KT_MEM_CHECK();
 }
 
+/* ---- ignore_index ----------------------------------------------------------------------------- */
+
+static double ref_ce_ignore(const double *x, const int64_t *y, int n, int C, const double *w, double e, int64_t ignore) {
+    double num = 0, smooth = 0, den = 0;
+    for (int i = 0; i < n; i++) {
+        if (y[i] == ignore) continue;
+        double mx = -INFINITY, z = 0;
+        for (int c = 0; c < C; c++) mx = fmax(mx, x[i * C + c]);
+        for (int c = 0; c < C; c++) z += exp(x[i * C + c] - mx);
+        double wy = w ? w[y[i]] : 1;
+        num += wy * (x[i * C + y[i]] - mx - log(z));
+        for (int c = 0; c < C; c++) smooth += (w ? w[c] : 1) * (x[i * C + c] - mx - log(z));
+        den += wy;
+    }
+    return -((1 - e) * num + e / C * smooth) / den;
+}
+
+KT_TEST(cross_entropy_ignore_index) {
+    kt_mem_begin();
+    enum { N = 5, C = 4 };
+    const double x[N * C] = {0.2, -1.0, 2.0, 0.5, 1.5, 0.3, -0.7, 0.0, -2.0, 0.4, 1.1, 0.9, 0.6, 0.6, -0.2, 3.0, 1.0, 2.0, 3.0, 4.0};
+    const int64_t y[N] = {2, -100, 0, 3, -100};
+    const double w[C] = {0.5, 2.0, 1.5, 0.25};
+    kiln_tensor wt = tensor_of(KILN_F64, KILN_SHAPE(C), w);
+    for (int weighted = 0; weighted < 2; weighted++)
+        for (int smooth = 0; smooth < 2; smooth++) {
+            kiln_cross_entropy_options o = kiln_cross_entropy_defaults();
+            KT_CHECK(!o.has_ignore_index);
+            o.has_ignore_index = true, o.ignore_index = -100;
+            o.class_weights = weighted ? wt : KILN_NONE;
+            o.label_smoothing = smooth ? 0.2 : 0;
+            double got = read_scalar(kiln_cross_entropy(tensor_of(KILN_F64, KILN_SHAPE(N, C), x), targets_of(KILN_I64, N, y), o));
+            KT_NEAR(got, ref_ce_ignore(x, y, N, C, weighted ? w : NULL, o.label_smoothing, -100), 1e-13);
+            /* an ignore_index no target has: the default result */
+            kiln_cross_entropy_options plain = o;
+            plain.has_ignore_index = false;
+            const int64_t y2[N] = {2, 1, 0, 3, 1};
+            o.ignore_index = 7;
+            KT_NEAR(read_scalar(kiln_cross_entropy(tensor_of(KILN_F64, KILN_SHAPE(N, C), x), targets_of(KILN_I32, N, y2), o)),
+                    read_scalar(kiln_cross_entropy(tensor_of(KILN_F64, KILN_SHAPE(N, C), x), targets_of(KILN_I32, N, y2), plain)), 1e-13);
+            /* ignoring a real class: that class's samples drop out */
+            o.ignore_index = 1;
+            KT_NEAR(read_scalar(kiln_cross_entropy(tensor_of(KILN_F64, KILN_SHAPE(N, C), x), targets_of(KILN_I64, N, y2), o)),
+                    ref_ce_ignore(x, y2, N, C, weighted ? w : NULL, o.label_smoothing, 1), 1e-13);
+        }
+    /* every sample ignored: NaN, as torch */
+    kiln_cross_entropy_options o = kiln_cross_entropy_defaults();
+    o.has_ignore_index = true, o.ignore_index = -1;
+    const int64_t none[2] = {-1, -1};
+    KT_CHECK(isnan(read_scalar(kiln_cross_entropy(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(2, 3)), targets_of(KILN_I64, 2, none), o))));
+    /* a target neither in range nor ignored is still an error naming the loss */
+    const int64_t bad[2] = {-1, 9};
+    KT_READ_ERROR(kiln_cross_entropy(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(2, 3)), targets_of(KILN_I64, 2, bad), o),
+                  KILN_ERR_INDEX, "kiln_cross_entropy");
+    /* gradients, ignored rows included (they get zero) */
+    const int64_t yg[4] = {2, -1, 4, 0};
+    for (int weighted = 0; weighted < 2; weighted++) {
+        double w5[5] = {0.5, 2, 1, 0.25, 3};
+        kiln_tensor w5t = tensor_of(KILN_F64, KILN_SHAPE(5), w5);
+        ce_case cc = {o, yg, 4, false};
+        cc.o.label_smoothing = 0.1;
+        cc.o.class_weights = weighted ? w5t : KILN_NONE;
+        GC_CHECK(weighted ? "cross_entropy ignore_index weighted" : "cross_entropy ignore_index", run_ce, &cc, 1,
+                 ((kiln_shape[]){KILN_SHAPE(4, 5)}), 1e-6);
+        kiln_release(w5t);
+    }
+    kiln_release(wt);
+    KT_MEM_CHECK();
+}
+
 int main(void) {
     KT_RUN(cross_entropy_known_values);
     KT_RUN(cross_entropy_matches_reference);
@@ -444,5 +514,6 @@ int main(void) {
     KT_RUN(l1_smooth_l1_huber_match_reference);
     KT_RUN(l1_smooth_l1_huber_gradients);
     KT_RUN(l1_smooth_l1_huber_bad_input);
+    KT_RUN(cross_entropy_ignore_index);
     return kt_finish();
 }

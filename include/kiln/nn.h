@@ -144,6 +144,11 @@ typedef struct {
     /* [C] or KILN_NONE. Does not consume class_weights: options are passed by value and
      * reused for every batch, so the loss takes its own reference; release it yourself. */
     kiln_tensor class_weights;
+    /* PyTorch's ignore_index, when has_ignore_index: samples whose target equals it add
+     * nothing, and the mean is over the others (NaN when every sample is ignored). Off by
+     * default (a zeroed struct must not ignore class 0). */
+    bool has_ignore_index;
+    int64_t ignore_index;
 } kiln_cross_entropy_options;
 KILN_API kiln_cross_entropy_options kiln_cross_entropy_defaults(void);
 /* logits [N, C] (consumed), targets [N] i32/i64 class indices (consumed). */

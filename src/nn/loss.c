@@ -67,6 +67,34 @@ static bool check_weights(kiln_tensor w, int64_t classes, kiln_status *st, char 
     return false;
 }
 
+/* The general form with ignored samples: keep_i = (y_i != ignore_index), the per-sample
+ * weight v_i = keep_i * w[y_i] (w = 1 without weights), and ignored targets read as class 0
+ * so the gather stays in range:
+ *   loss = -[(1 - e) sum_i v_i lp[i, y_i] + e/C sum_i keep_i sum_c w[c] lp[i, c]] / sum_i v_i */
+static kiln_tensor cross_entropy_ignoring(kiln_tensor logits, kiln_tensor targets, kiln_cross_entropy_options o,
+                                          bool weighted, kiln_device dev, kiln_dtype ydt, int64_t n) {
+    kiln_dtype dt = kiln_tensor_dtype(logits);
+    int64_t classes = kiln_tensor_dim(logits, 1);
+    double e = o.label_smoothing;
+    kiln_tensor keep = kiln_ne(kiln_ref(targets), kiln_full(dev, ydt, KILN_SHAPE(n), (double)o.ignore_index));
+    kiln_tensor safe = kiln_where(kiln_ref(keep), targets, kiln_zeros(dev, ydt, KILN_SHAPE(n)));
+    kiln_tensor keep_f = kiln_cast(keep, dt);
+    kiln_tensor w = weighted ? kiln_cast(kiln_detach(kiln_ref(o.class_weights)), dt) : KILN_NONE;
+    kiln_tensor v = weighted ? kiln_mul(kiln_index_select(kiln_ref(w), 0, kiln_ref(safe)), kiln_ref(keep_f)) : kiln_ref(keep_f);
+    kiln_tensor lp = kiln_log_softmax(logits, 1);
+    kiln_tensor num = kiln_sum(kiln_mul(pick(kiln_ref(lp), safe), kiln_ref(v)));
+    if (e != 0) {
+        kiln_tensor per_row = weighted ? kiln_sum_dims(kiln_mul(lp, w), KILN_DIMS(1), false) : kiln_sum_dims(lp, KILN_DIMS(1), false);
+        kiln_tensor smooth = kiln_mul_scalar(kiln_sum(kiln_mul(per_row, keep_f)), e / (double)classes);
+        num = kiln_add(kiln_mul_scalar(num, 1.0 - e), smooth);
+    } else {
+        kiln_release(lp);
+        kiln_release(w);
+        kiln_release(keep_f);
+    }
+    return kiln_neg(kiln_div(num, kiln_sum(v)));
+}
+
 /* With log-probabilities lp, weights w and smoothing e over C classes, torch defines
  *   loss = [(1 - e) sum_i w[y_i] (-lp[i, y_i]) + e/C sum_i sum_c w[c] (-lp[i, c])] / sum_i w[y_i]
  * (w = 1 without weights, so the denominator is N). */
@@ -86,6 +114,7 @@ static kiln_tensor cross_entropy(kiln_tensor logits, kiln_tensor targets, kiln_c
         return kiln__nn_fail(op, 2, in, st, "%s", msg);
 
     kiln_dtype dt = s->dtype;
+    if (o.has_ignore_index) return cross_entropy_ignoring(logits, targets, o, weighted, s->device, y->dtype, y->shape[0]);
     kiln_tensor lp = kiln_log_softmax(logits, 1);
     if (!weighted) {
         kiln_tensor nll = kiln_mean(pick(kiln_ref(lp), targets)); /* -nll, until the final negation */
