@@ -504,6 +504,65 @@ KT_TEST(cross_entropy_ignore_index) {
     KT_MEM_CHECK();
 }
 
+/* ---- binary_cross_entropy, kl_div ------------------------------------------------------------ */
+
+KT_TEST(bce_and_kl_div_match_reference) {
+    kt_mem_begin();
+    const double p[6] = {0.1, 0.9, 0.5, 0.0, 1.0, 0.3}, t[6] = {0.0, 1.0, 0.25, 0.0, 0.5, 1.0};
+    double ref = 0;
+    for (int i = 0; i < 6; i++)
+        ref -= (t[i] * fmax(log(p[i]), -100) + (1 - t[i]) * fmax(log(1 - p[i]), -100)) / 6;
+    KT_NEAR(read_scalar(kiln_binary_cross_entropy(tensor_of(KILN_F64, KILN_SHAPE(2, 3), p), tensor_of(KILN_F64, KILN_SHAPE(2, 3), t))),
+            ref, 1e-13);
+    const double lq[6] = {-1.2, -0.4, -2.0, -0.1, -3.0, -0.7}, pt[6] = {0.2, 0.0, 0.5, 0.3, 0.0, 1.0};
+    double kl = 0, kl_log = 0;
+    for (int i = 0; i < 6; i++) {
+        kl += pt[i] > 0 ? pt[i] * (log(pt[i]) - lq[i]) / 6 : 0;
+        kl_log += exp(lq[5 - i]) * (lq[5 - i] - lq[i]) / 6;
+    }
+    double lq_rev[6];
+    for (int i = 0; i < 6; i++) lq_rev[i] = lq[5 - i];
+    KT_NEAR(read_scalar(kiln_kl_div(tensor_of(KILN_F64, KILN_SHAPE(6), lq), tensor_of(KILN_F64, KILN_SHAPE(6), pt), false)), kl, 1e-13);
+    KT_NEAR(read_scalar(kiln_kl_div(tensor_of(KILN_F64, KILN_SHAPE(6), lq), tensor_of(KILN_F64, KILN_SHAPE(6), lq_rev), true)), kl_log,
+            1e-13);
+    KT_MEM_CHECK();
+}
+
+static kiln_tensor run_bce_probs(kiln_tensor *in, void *ctx) {
+    return (void)ctx, kiln_binary_cross_entropy(kiln_sigmoid(in[0]), kiln_sigmoid(in[1]));
+}
+static kiln_tensor run_kl(kiln_tensor *in, void *ctx) {
+    bool log_target = *(bool *)ctx;
+    kiln_tensor target = log_target ? kiln_log_softmax(in[1], 1) : kiln_softmax(in[1], 1);
+    return kiln_kl_div(kiln_log_softmax(in[0], 1), target, log_target);
+}
+
+KT_TEST(bce_and_kl_div_gradients) {
+    kt_mem_begin();
+    kiln_shape two[2] = {KILN_SHAPE(3, 4), KILN_SHAPE(3, 4)};
+    bool no = false, yes = true;
+    GC_CHECK("binary_cross_entropy", run_bce_probs, NULL, 2, two, 1e-6);
+    GC_CHECK("kl_div", run_kl, &no, 2, two, 1e-6);
+    GC_CHECK("kl_div log_target", run_kl, &yes, 2, two, 1e-6);
+    KT_MEM_CHECK();
+}
+
+KT_TEST(bce_and_kl_div_bad_input) {
+    kt_mem_begin();
+    kiln_tensor gone = kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(3));
+    kiln_release(gone);
+#define Z(...) kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(__VA_ARGS__))
+    KT_READ_ERROR(kiln_binary_cross_entropy(Z(3, 1), Z(3)), KILN_ERR_SHAPE, "kiln_binary_cross_entropy");
+    KT_READ_ERROR(kiln_binary_cross_entropy(Z(3), kiln_zeros(KILN_CPU, KILN_I32, KILN_SHAPE(3))), KILN_ERR_DTYPE,
+                  "kiln_binary_cross_entropy");
+    KT_READ_ERROR(kiln_binary_cross_entropy(gone, Z(3)), KILN_ERR_STALE_HANDLE, "kiln_binary_cross_entropy");
+    KT_READ_ERROR(kiln_kl_div(Z(2, 3), Z(3, 2), false), KILN_ERR_SHAPE, "kiln_kl_div");
+    KT_READ_ERROR(kiln_kl_div(kiln_zeros(KILN_CPU, KILN_BOOL, KILN_SHAPE(3)), Z(3), true), KILN_ERR_DTYPE, "kiln_kl_div");
+    KT_READ_ERROR(kiln_kl_div(Z(3), gone, false), KILN_ERR_STALE_HANDLE, "kiln_kl_div");
+#undef Z
+    KT_MEM_CHECK();
+}
+
 int main(void) {
     KT_RUN(cross_entropy_known_values);
     KT_RUN(cross_entropy_matches_reference);
@@ -515,5 +574,8 @@ int main(void) {
     KT_RUN(l1_smooth_l1_huber_gradients);
     KT_RUN(l1_smooth_l1_huber_bad_input);
     KT_RUN(cross_entropy_ignore_index);
+    KT_RUN(bce_and_kl_div_match_reference);
+    KT_RUN(bce_and_kl_div_gradients);
+    KT_RUN(bce_and_kl_div_bad_input);
     return kt_finish();
 }

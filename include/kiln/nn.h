@@ -164,6 +164,14 @@ KILN_API kiln_tensor kiln_l1_loss(kiln_tensor prediction, kiln_tensor target);
  * (delta > 0); both averaged. A bad beta or delta gives KILN_ERR_INVALID_ARGUMENT. */
 KILN_API kiln_tensor kiln_smooth_l1_loss(kiln_tensor prediction, kiln_tensor target, double beta);
 KILN_API kiln_tensor kiln_huber_loss(kiln_tensor prediction, kiln_tensor target, double delta);
+/* torch's binary_cross_entropy on probabilities in [0, 1] (each log clamped at -100; values
+ * outside [0, 1] give NaN rather than torch's error, as they are only seen when computed).
+ * Prefer kiln_bce_with_logits, which is stable. */
+KILN_API kiln_tensor kiln_binary_cross_entropy(kiln_tensor probabilities, kiln_tensor target);
+/* torch's kl_div(input, target, reduction='mean'): input holds log-probabilities; target
+ * probabilities (log-probabilities with log_target); the mean of target * (log target -
+ * input) over every element, 0 where target is 0. */
+KILN_API kiln_tensor kiln_kl_div(kiln_tensor input, kiln_tensor target, bool log_target);
 
 /* ---- initialisation (in place on an existing float tensor; the seed picks the values) ---- */
 typedef enum { KILN_INIT_KAIMING_UNIFORM, KILN_INIT_KAIMING_NORMAL, KILN_INIT_XAVIER_UNIFORM, KILN_INIT_XAVIER_NORMAL } kiln_init_kind;
@@ -195,6 +203,8 @@ KILN_API kiln_status kiln_init(kiln_tensor *t, kiln_init_kind kind, uint64_t see
     X(kiln_tensor, l1_loss, (kiln_tensor prediction, kiln_tensor target), (prediction, target)) \
     X(kiln_tensor, smooth_l1_loss, (kiln_tensor prediction, kiln_tensor target, double beta), (prediction, target, beta)) \
     X(kiln_tensor, huber_loss, (kiln_tensor prediction, kiln_tensor target, double delta), (prediction, target, delta)) \
+    X(kiln_tensor, binary_cross_entropy, (kiln_tensor probabilities, kiln_tensor target), (probabilities, target)) \
+    X(kiln_tensor, kl_div, (kiln_tensor input, kiln_tensor target, bool log_target), (input, target, log_target)) \
     X(kiln_status, init, (kiln_tensor *t, kiln_init_kind kind, uint64_t seed), (t, kind, seed)) \
     X(kiln_module *, sequential_new, (int n, kiln_module *const *children), (n, children)) \
     X(kiln_module *, linear_new, (int64_t in_features, int64_t out_features, bool bias, uint64_t seed), (in_features, out_features, bias, seed)) \
@@ -229,6 +239,8 @@ KILN_NN_API(KILN__AT_DECLARE)
 #define kiln_l1_loss(...) KILN__AT(l1_loss, __VA_ARGS__)
 #define kiln_smooth_l1_loss(...) KILN__AT(smooth_l1_loss, __VA_ARGS__)
 #define kiln_huber_loss(...) KILN__AT(huber_loss, __VA_ARGS__)
+#define kiln_binary_cross_entropy(...) KILN__AT(binary_cross_entropy, __VA_ARGS__)
+#define kiln_kl_div(...) KILN__AT(kl_div, __VA_ARGS__)
 #define kiln_init(...) KILN__AT(init, __VA_ARGS__)
 #define kiln_sequential_new(...) KILN__AT(sequential_new, __VA_ARGS__)
 #define kiln_linear_new(...) KILN__AT(linear_new, __VA_ARGS__)

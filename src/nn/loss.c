@@ -205,6 +205,36 @@ static kiln_tensor smooth_l1(const char *op, kiln_tensor prediction, kiln_tensor
     return huber ? piecewise(prediction, target, k, 1.0, k) : piecewise(prediction, target, k, 1.0 / k, 1.0);
 }
 
+/* torch's binary_cross_entropy: each log clamped at -100, so p = 0 or 1 gives a finite loss. */
+static kiln_tensor binary_cross_entropy(kiln_tensor p, kiln_tensor t) {
+    kiln_tensor fail;
+    if (!check_pair("kiln_binary_cross_entropy", p, t, &fail)) return fail;
+    kiln_tensor log_p = kiln_clamp(kiln_log(kiln_ref(p)), -100.0, NAN);
+    kiln_tensor log_q = kiln_clamp(kiln_log(kiln_rsub_scalar(p, 1.0)), -100.0, NAN);
+    kiln_tensor a = kiln_mul(kiln_ref(t), log_p);
+    kiln_tensor b = kiln_mul(kiln_rsub_scalar(t, 1.0), log_q);
+    return kiln_neg(kiln_mean(kiln_add(a, b)));
+}
+
+/* torch's kl_div(input, target, reduction='mean'), input being log-probabilities: the mean of
+ * target (log target - input), 0 where target is 0 (xlogy); log_target: exp(t) (t - input). */
+static kiln_tensor kl_div(kiln_tensor input, kiln_tensor target, bool log_target) {
+    kiln_tensor fail;
+    if (!check_pair("kiln_kl_div", input, target, &fail)) return fail;
+    if (log_target) {
+        kiln_tensor weight = kiln_exp(kiln_ref(target)); /* before target is consumed below */
+        return kiln_mean(kiln_mul(weight, kiln_sub(target, input)));
+    }
+    kiln_dtype dt = kiln_tensor_dtype(target);
+    kiln_shape shape = kiln_tensor_shape(target);
+    kiln_device dev = kiln_tensor_device(target);
+    kiln_tensor positive = kiln_gt(kiln_ref(target), kiln_zeros(dev, dt, shape));
+    /* log of a clamped target: the unselected branch stays finite, so its zero gradient too */
+    kiln_tensor log_t = kiln_log(kiln_clamp(kiln_ref(target), 1e-300, NAN));
+    kiln_tensor terms = kiln_mul(target, kiln_sub(log_t, input));
+    return kiln_mean(kiln_where(positive, terms, kiln_zeros(dev, dt, shape)));
+}
+
 /* max(x, 0) - x y + log1p(exp(-|x|)) = softplus(x) - x y, and the softplus kernel computes
  * exactly that stable form; its derivative sigmoid(x) keeps the gradient sigmoid(x) - y exact
  * at x = 0, where the max/abs composition would give a one-sided answer. */
@@ -260,6 +290,17 @@ kiln_tensor kiln_smooth_l1_loss(kiln_tensor prediction, kiln_tensor target, doub
 kiln_tensor kiln_huber_loss(kiln_tensor prediction, kiln_tensor target, double delta) {
     const char *outer = kiln__op_scope_enter("kiln_huber_loss");
     kiln_tensor loss = smooth_l1("kiln_huber_loss", prediction, target, delta, true);
+    kiln__op_scope_leave(outer);
+    return loss;
+}
+
+kiln_tensor kiln_binary_cross_entropy(kiln_tensor probabilities, kiln_tensor target) {
+    return scoped("kiln_binary_cross_entropy", binary_cross_entropy, probabilities, target);
+}
+
+kiln_tensor kiln_kl_div(kiln_tensor input, kiln_tensor target, bool log_target) {
+    const char *outer = kiln__op_scope_enter("kiln_kl_div");
+    kiln_tensor loss = kl_div(input, target, log_target);
     kiln__op_scope_leave(outer);
     return loss;
 }
