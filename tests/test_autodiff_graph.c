@@ -154,8 +154,68 @@ KT_TEST(bad_input) {
     KT_CHECK(stats().live_tensors == live);
 }
 
+/* kiln_backward_value: the gradients and the loss's value from one call, consuming the loss. */
+KT_TEST(backward_value) {
+    kt_mem_begin();
+    for (int d = 0; d < 2; d++) {
+        kiln_dtype dt = d ? KILN_F64 : KILN_F32;
+        kiln_tensor w = kiln_cast(kiln_from_data(KILN_CPU, KILN_F64, KILN_SHAPE(3), (double[]){0.5, -1.5, 2.25}), dt);
+        kiln_require_grad(w);
+        kiln_tensor loss = kiln_sum(kiln_mul(kiln_ref(w), kiln_ref(w)));
+        kiln_grads *g = NULL;
+        double v = 0;
+        KT_CHECK(kiln_backward_value(loss, &g, &v) == KILN_OK);
+        KT_CHECK(v == 0.25 + 2.25 + 5.0625);
+        KT_CHECK(!kiln_is_valid(loss));
+        double dw[3];
+        KT_CHECK(kiln_into_data(kiln_cast(kiln_grad(g, w), KILN_F64), dw, sizeof dw) == KILN_OK);
+        KT_CHECK(dw[0] == 1.0 && dw[1] == -3.0 && dw[2] == 4.5);
+        KT_CHECK(kiln_is_valid(w)); /* neither kiln_require_grad nor kiln_grad consumed it */
+        kiln_grads_free(g);
+        kiln_release(w);
+    }
+    /* a loss that fails while computed (a target out of range): its error, NaN, and
+     * gradients that carry the error */
+    kiln_tensor logits = kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(2, 3));
+    kiln_require_grad(logits);
+    kiln_tensor loss = kiln_cross_entropy(kiln_ref(logits), kiln_from_data(KILN_CPU, KILN_I64, KILN_SHAPE(2), (int64_t[]){1, 7}), kiln_cross_entropy_defaults()); int ce_line = __LINE__;
+    kiln_grads *g = NULL;
+    double v = 0;
+    KT_CHECK(kiln_backward_value(loss, &g, &v) == KILN_ERR_INDEX);
+    KT_EXPECT_ERROR(KILN_ERR_INDEX, "kiln_cross_entropy", ce_line);
+    KT_CHECK(isnan(v));
+    kiln_grads_free(g);
+    kiln_release(logits);
+    kiln_sync(); /* the error was delivered: nothing left to report */
+    KT_CHECK(kiln_sync() == KILN_OK);
+    KT_MEM_CHECK();
+}
+
+KT_TEST(backward_value_bad_input) {
+    kt_mem_begin();
+    kiln_tensor w = kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(2));
+    kiln_require_grad(w);
+    kiln_grads *g = NULL;
+    double v = 1;
+    kiln_tensor loss = kiln_sum(kiln_ref(w));
+    KT_CHECK(kiln_backward_value(loss, &g, NULL) == KILN_ERR_NULL); KT_EXPECT_ERROR(KILN_ERR_NULL, "kiln_backward_value", __LINE__);
+    KT_CHECK(!kiln_is_valid(loss) && g == NULL); /* consumed all the same */
+    loss = kiln_sum(kiln_ref(w));
+    KT_CHECK(kiln_backward_value(loss, NULL, &v) == KILN_ERR_NULL); KT_EXPECT_ERROR(KILN_ERR_NULL, "kiln_backward_value", __LINE__);
+    KT_CHECK(isnan(v) && !kiln_is_valid(loss));
+    KT_CHECK(kiln_backward_value(loss, &g, &v) == KILN_ERR_STALE_HANDLE); KT_EXPECT_ERROR(KILN_ERR_STALE_HANDLE, "kiln_backward_value", __LINE__);
+    KT_CHECK(kiln_backward_value(KILN_NONE, &g, &v) != KILN_OK && g == NULL);
+    KT_CHECK(kiln_backward_value(kiln_ones(KILN_CPU, KILN_F32, KILN_SCALAR_SHAPE), &g, &v) == KILN_ERR_NO_GRAPH); KT_EXPECT_ERROR(KILN_ERR_NO_GRAPH, "kiln_backward_value", __LINE__);
+    KT_CHECK(kiln_backward_value(kiln_mul_scalar(kiln_ref(w), 2.0), &g, &v) == KILN_ERR_SHAPE); KT_EXPECT_ERROR(KILN_ERR_SHAPE, "kiln_backward_value", __LINE__);
+    KT_CHECK(isnan(v) && g == NULL);
+    kiln_release(w);
+    KT_MEM_CHECK();
+}
+
 int main(void) {
     KT_RUN(view_gradients);
+    KT_RUN(backward_value);
+    KT_RUN(backward_value_bad_input);
     KT_RUN(shared_leaf_accumulates);
     KT_RUN(dropped_loss_frees_graph_at_once);
     KT_RUN(untracked_ops_record_nothing);

@@ -69,7 +69,7 @@ static unsigned char *opt_snapshot(kiln_optimizer *opt, size_t *n) {
         for (int k = 0; k < KILN__OPTIM_MAX_STATE; k++)
             if (opt->params[i].state[k]) total += (size_t)kiln__tensor_numel(opt->params[i].state[k]) * 4 + 8;
     unsigned char *out = calloc(1, total + 8 * (size_t)opt->n_params), *at = out;
-    double head[3] = {(double)opt->steps, opt->lr, opt->kind == KILN__OPTIM_ADAM ? opt->adam.beta1 : opt->sgd.momentum};
+    double head[3] = {(double)opt->steps, opt->groups[0].lr, opt->kind == KILN__OPTIM_ADAM ? opt->adam.beta1 : opt->sgd.momentum};
     memcpy(at, head, sizeof head), at += sizeof head;
     for (int i = 0; i < opt->n_params; i++) {
         memcpy(at, &opt->params[i].step, 8), at += 8;

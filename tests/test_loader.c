@@ -272,6 +272,64 @@ KT_TEST(errors_name_the_sample) {
     EW_NO_LEAKS(m);
 }
 
+/* A loop `while (kiln_loader_next(...) == KILN_OK)` stops at a failed batch: the next epoch's
+ * start says so (and still starts the epoch); a loop that reads on to KILN_DONE, or one that
+ * stops after a good batch, gets no such report. */
+KT_TEST(unread_failure_is_reported) {
+    ew_mark m = ew_mark_now();
+    enum { N = 30, B = 4 };
+    kiln_dataset *ds = index_dataset(N, 13, 0); /* batch 3 (samples 12..15) fails */
+    for (int w = 0; w < 3; w += 2) {
+        kiln_loader_options o = opts(B, w, 2, false, 3);
+        o.shuffle = false;
+        kiln_loader *l = kiln_loader_new(ds, o);
+        kiln_tensor x, y;
+        kiln_status st;
+        int batches = 0;
+        while ((st = kiln_loader_next(l, &x, &y)) == KILN_OK) { /* the loop shape to avoid */
+            kiln_release(x);
+            kiln_release(y);
+            batches++;
+        }
+        KT_CHECK(st == KILN_ERR_CORRUPT && batches == 3);
+        KT_CHECK(kiln_loader_start_epoch(l, 1) == KILN_ERR_CORRUPT); KT_EXPECT_ERROR(KILN_ERR_CORRUPT, "kiln_loader_start_epoch", __LINE__);
+        KT_CHECK_MSG(strstr(kiln_last_error(), "epoch 0 stopped at its failed batch 3") != NULL, "%s", kiln_last_error());
+        KT_CHECK(strstr(kiln_last_error(), "KILN_DONE") != NULL);
+        /* epoch 1 started all the same; read the right way, to KILN_DONE */
+        int good = 0, failed = 0;
+        while ((st = kiln_loader_next(l, &x, &y)) != KILN_DONE) {
+            if (st != KILN_OK) {
+                failed++;
+                continue;
+            }
+            good++;
+            kiln_release(x);
+            kiln_release(y);
+        }
+        KT_CHECK(good == 7 && failed == 1);
+        KT_CHECK(kiln_loader_start_epoch(l, 2) == KILN_OK); /* that failure was seen */
+        /* stopping early after a good batch is fine */
+        KT_CHECK(kiln_loader_next(l, &x, &y) == KILN_OK);
+        kiln_release(x);
+        kiln_release(y);
+        KT_CHECK(kiln_loader_start_epoch(l, 3) == KILN_OK);
+        /* a failure, then a read that goes on: seen */
+        for (int k = 0; k < 4; k++) {
+            st = kiln_loader_next(l, &x, &y);
+            kiln_release(x);
+            kiln_release(y);
+        }
+        KT_CHECK(st == KILN_ERR_CORRUPT);
+        KT_CHECK(kiln_loader_next(l, &x, &y) == KILN_OK);
+        kiln_release(x);
+        kiln_release(y);
+        KT_CHECK(kiln_loader_start_epoch(l, 4) == KILN_OK);
+        kiln_loader_free(l);
+    }
+    kiln_dataset_free(ds);
+    EW_NO_LEAKS(m);
+}
+
 KT_TEST(bad_arguments) {
     ew_mark m = ew_mark_now();
     kiln_dataset *ds = index_dataset(10, -1, 0);
@@ -407,6 +465,7 @@ int main(void) {
     KT_RUN(order_by_seed_and_epoch);
     KT_RUN(early_stop_and_restart);
     KT_RUN(errors_name_the_sample);
+    KT_RUN(unread_failure_is_reported);
     KT_RUN(bad_arguments);
     KT_RUN(transform_randomness_per_epoch);
     KT_RUN(fashion_mnist_pass);

@@ -368,6 +368,201 @@ KT_TEST(bad_targets_name_the_loss) {
     KT_MEM_CHECK();
 }
 
+/* ---- l1, smooth_l1, huber ------------------------------------------------------------------- */
+
+static double ref_piecewise(const double *x, const double *t, int n, int kind, double k) {
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        double a = fabs(x[i] - t[i]);
+        if (kind == 0 || k == 0) sum += a;
+        else if (kind == 1) sum += a < k ? 0.5 * a * a / k : a - 0.5 * k;
+        else sum += a < k ? 0.5 * a * a : k * (a - 0.5 * k);
+    }
+    return sum / n;
+}
+
+KT_TEST(l1_smooth_l1_huber_match_reference) {
+    kt_mem_begin();
+    const double x[12] = {0.3, -1.2, 2.5, 0.0, 0.75, -0.05, 1.9, -3.0, 0.2, 0.45, -0.6, 1.0};
+    const double t[12] = {0.1, 0.4, 0.5, 0.0, 0.7, 0.3, -1.0, -2.5, 0.25, 1.5, -0.6, 0.0};
+    kiln_shape s = KILN_SHAPE(3, 4);
+    KT_NEAR(read_scalar(kiln_l1_loss(tensor_of(KILN_F64, s, x), tensor_of(KILN_F64, s, t))), ref_piecewise(x, t, 12, 0, 0), 1e-14);
+    const double ks[4] = {0.0, 0.5, 1.0, 2.0};
+    for (int i = 0; i < 4; i++) {
+        KT_NEAR(read_scalar(kiln_smooth_l1_loss(tensor_of(KILN_F64, s, x), tensor_of(KILN_F64, s, t), ks[i])),
+                ref_piecewise(x, t, 12, 1, ks[i]), 1e-14);
+        if (ks[i] > 0)
+            KT_NEAR(read_scalar(kiln_huber_loss(tensor_of(KILN_F64, s, x), tensor_of(KILN_F64, s, t), ks[i])),
+                    ref_piecewise(x, t, 12, 2, ks[i]), 1e-14);
+    }
+    /* f32 too */
+    KT_NEAR(read_scalar(kiln_huber_loss(tensor_of(KILN_F32, s, x), tensor_of(KILN_F32, s, t), 1.0)),
+            ref_piecewise(x, t, 12, 2, 1.0), 1e-6);
+    KT_MEM_CHECK();
+}
+
+static kiln_tensor run_l1(kiln_tensor *in, void *ctx) { return (void)ctx, kiln_l1_loss(in[0], in[1]); }
+static kiln_tensor run_smooth_l1(kiln_tensor *in, void *ctx) { return kiln_smooth_l1_loss(in[0], in[1], *(double *)ctx); }
+static kiln_tensor run_huber(kiln_tensor *in, void *ctx) { return kiln_huber_loss(in[0], in[1], *(double *)ctx); }
+
+KT_TEST(l1_smooth_l1_huber_gradients) {
+    kt_mem_begin();
+    kiln_shape two[2] = {KILN_SHAPE(3, 4), KILN_SHAPE(3, 4)};
+    double beta = 0.5, delta = 0.7, zero = 0;
+    GC_CHECK("l1_loss", run_l1, NULL, 2, two, 1e-6);
+    GC_CHECK("smooth_l1_loss beta 0.5", run_smooth_l1, &beta, 2, two, 1e-6);
+    GC_CHECK("smooth_l1_loss beta 0", run_smooth_l1, &zero, 2, two, 1e-6);
+    GC_CHECK("huber_loss delta 0.7", run_huber, &delta, 2, two, 1e-6);
+    KT_MEM_CHECK();
+}
+
+KT_TEST(l1_smooth_l1_huber_bad_input) {
+    kt_mem_begin();
+    kiln_tensor gone = kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(3));
+    kiln_release(gone);
+#define Z(...) kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(__VA_ARGS__))
+    KT_READ_ERROR(kiln_l1_loss(Z(3, 1), Z(3)), KILN_ERR_SHAPE, "kiln_l1_loss");
+    KT_READ_ERROR(kiln_l1_loss(kiln_zeros(KILN_CPU, KILN_I64, KILN_SHAPE(3)), Z(3)), KILN_ERR_DTYPE, "kiln_l1_loss");
+    KT_READ_ERROR(kiln_l1_loss(Z(3), gone), KILN_ERR_STALE_HANDLE, "kiln_l1_loss");
+    KT_READ_ERROR(kiln_smooth_l1_loss(Z(3), Z(3), -1.0), KILN_ERR_INVALID_ARGUMENT, "kiln_smooth_l1_loss");
+    KT_READ_ERROR(kiln_smooth_l1_loss(Z(3), Z(3), NAN), KILN_ERR_INVALID_ARGUMENT, "kiln_smooth_l1_loss");
+    KT_READ_ERROR(kiln_smooth_l1_loss(Z(2, 3), Z(3, 2), 1.0), KILN_ERR_SHAPE, "kiln_smooth_l1_loss");
+    KT_READ_ERROR(kiln_huber_loss(Z(3), Z(3), 0.0), KILN_ERR_INVALID_ARGUMENT, "kiln_huber_loss");
+    KT_READ_ERROR(kiln_huber_loss(Z(3), Z(3), INFINITY), KILN_ERR_INVALID_ARGUMENT, "kiln_huber_loss");
+    KT_READ_ERROR(kiln_huber_loss(gone, Z(3), 1.0), KILN_ERR_STALE_HANDLE, "kiln_huber_loss");
+#undef Z
+    KT_MEM_CHECK();
+}
+
+/* ---- ignore_index ----------------------------------------------------------------------------- */
+
+static double ref_ce_ignore(const double *x, const int64_t *y, int n, int C, const double *w, double e, int64_t ignore) {
+    double num = 0, smooth = 0, den = 0;
+    for (int i = 0; i < n; i++) {
+        if (y[i] == ignore) continue;
+        double mx = -INFINITY, z = 0;
+        for (int c = 0; c < C; c++) mx = fmax(mx, x[i * C + c]);
+        for (int c = 0; c < C; c++) z += exp(x[i * C + c] - mx);
+        double wy = w ? w[y[i]] : 1;
+        num += wy * (x[i * C + y[i]] - mx - log(z));
+        for (int c = 0; c < C; c++) smooth += (w ? w[c] : 1) * (x[i * C + c] - mx - log(z));
+        den += wy;
+    }
+    return -((1 - e) * num + e / C * smooth) / den;
+}
+
+KT_TEST(cross_entropy_ignore_index) {
+    kt_mem_begin();
+    enum { N = 5, C = 4 };
+    const double x[N * C] = {0.2, -1.0, 2.0, 0.5, 1.5, 0.3, -0.7, 0.0, -2.0, 0.4, 1.1, 0.9, 0.6, 0.6, -0.2, 3.0, 1.0, 2.0, 3.0, 4.0};
+    const int64_t y[N] = {2, -100, 0, 3, -100};
+    const double w[C] = {0.5, 2.0, 1.5, 0.25};
+    kiln_tensor wt = tensor_of(KILN_F64, KILN_SHAPE(C), w);
+    for (int weighted = 0; weighted < 2; weighted++)
+        for (int smooth = 0; smooth < 2; smooth++) {
+            kiln_cross_entropy_options o = kiln_cross_entropy_defaults();
+            KT_CHECK(!o.has_ignore_index);
+            o.has_ignore_index = true, o.ignore_index = -100;
+            o.class_weights = weighted ? wt : KILN_NONE;
+            o.label_smoothing = smooth ? 0.2 : 0;
+            double got = read_scalar(kiln_cross_entropy(tensor_of(KILN_F64, KILN_SHAPE(N, C), x), targets_of(KILN_I64, N, y), o));
+            KT_NEAR(got, ref_ce_ignore(x, y, N, C, weighted ? w : NULL, o.label_smoothing, -100), 1e-13);
+            /* an ignore_index no target has: the default result */
+            kiln_cross_entropy_options plain = o;
+            plain.has_ignore_index = false;
+            const int64_t y2[N] = {2, 1, 0, 3, 1};
+            o.ignore_index = 7;
+            KT_NEAR(read_scalar(kiln_cross_entropy(tensor_of(KILN_F64, KILN_SHAPE(N, C), x), targets_of(KILN_I32, N, y2), o)),
+                    read_scalar(kiln_cross_entropy(tensor_of(KILN_F64, KILN_SHAPE(N, C), x), targets_of(KILN_I32, N, y2), plain)), 1e-13);
+            /* ignoring a real class: that class's samples drop out */
+            o.ignore_index = 1;
+            KT_NEAR(read_scalar(kiln_cross_entropy(tensor_of(KILN_F64, KILN_SHAPE(N, C), x), targets_of(KILN_I64, N, y2), o)),
+                    ref_ce_ignore(x, y2, N, C, weighted ? w : NULL, o.label_smoothing, 1), 1e-13);
+        }
+    /* every sample ignored: NaN, as torch */
+    kiln_cross_entropy_options o = kiln_cross_entropy_defaults();
+    o.has_ignore_index = true, o.ignore_index = -1;
+    const int64_t none[2] = {-1, -1};
+    KT_CHECK(isnan(read_scalar(kiln_cross_entropy(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(2, 3)), targets_of(KILN_I64, 2, none), o))));
+    /* a target neither in range nor ignored is still an error naming the loss */
+    const int64_t bad[2] = {-1, 9};
+    KT_READ_ERROR(kiln_cross_entropy(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(2, 3)), targets_of(KILN_I64, 2, bad), o),
+                  KILN_ERR_INDEX, "kiln_cross_entropy");
+    /* gradients, ignored rows included (they get zero) */
+    const int64_t yg[4] = {2, -1, 4, 0};
+    for (int weighted = 0; weighted < 2; weighted++) {
+        double w5[5] = {0.5, 2, 1, 0.25, 3};
+        kiln_tensor w5t = tensor_of(KILN_F64, KILN_SHAPE(5), w5);
+        ce_case cc = {o, yg, 4, false};
+        cc.o.label_smoothing = 0.1;
+        cc.o.class_weights = weighted ? w5t : KILN_NONE;
+        GC_CHECK(weighted ? "cross_entropy ignore_index weighted" : "cross_entropy ignore_index", run_ce, &cc, 1,
+                 ((kiln_shape[]){KILN_SHAPE(4, 5)}), 1e-6);
+        kiln_release(w5t);
+    }
+    kiln_release(wt);
+    KT_MEM_CHECK();
+}
+
+/* ---- binary_cross_entropy, kl_div ------------------------------------------------------------ */
+
+KT_TEST(bce_and_kl_div_match_reference) {
+    kt_mem_begin();
+    const double p[6] = {0.1, 0.9, 0.5, 0.0, 1.0, 0.3}, t[6] = {0.0, 1.0, 0.25, 0.0, 0.5, 1.0};
+    double ref = 0;
+    for (int i = 0; i < 6; i++)
+        ref -= (t[i] * fmax(log(p[i]), -100) + (1 - t[i]) * fmax(log(1 - p[i]), -100)) / 6;
+    KT_NEAR(read_scalar(kiln_binary_cross_entropy(tensor_of(KILN_F64, KILN_SHAPE(2, 3), p), tensor_of(KILN_F64, KILN_SHAPE(2, 3), t))),
+            ref, 1e-13);
+    const double lq[6] = {-1.2, -0.4, -2.0, -0.1, -3.0, -0.7}, pt[6] = {0.2, 0.0, 0.5, 0.3, 0.0, 1.0};
+    double kl = 0, kl_log = 0;
+    for (int i = 0; i < 6; i++) {
+        kl += pt[i] > 0 ? pt[i] * (log(pt[i]) - lq[i]) / 6 : 0;
+        kl_log += exp(lq[5 - i]) * (lq[5 - i] - lq[i]) / 6;
+    }
+    double lq_rev[6];
+    for (int i = 0; i < 6; i++) lq_rev[i] = lq[5 - i];
+    KT_NEAR(read_scalar(kiln_kl_div(tensor_of(KILN_F64, KILN_SHAPE(6), lq), tensor_of(KILN_F64, KILN_SHAPE(6), pt), false)), kl, 1e-13);
+    KT_NEAR(read_scalar(kiln_kl_div(tensor_of(KILN_F64, KILN_SHAPE(6), lq), tensor_of(KILN_F64, KILN_SHAPE(6), lq_rev), true)), kl_log,
+            1e-13);
+    KT_MEM_CHECK();
+}
+
+static kiln_tensor run_bce_probs(kiln_tensor *in, void *ctx) {
+    return (void)ctx, kiln_binary_cross_entropy(kiln_sigmoid(in[0]), kiln_sigmoid(in[1]));
+}
+static kiln_tensor run_kl(kiln_tensor *in, void *ctx) {
+    bool log_target = *(bool *)ctx;
+    kiln_tensor target = log_target ? kiln_log_softmax(in[1], 1) : kiln_softmax(in[1], 1);
+    return kiln_kl_div(kiln_log_softmax(in[0], 1), target, log_target);
+}
+
+KT_TEST(bce_and_kl_div_gradients) {
+    kt_mem_begin();
+    kiln_shape two[2] = {KILN_SHAPE(3, 4), KILN_SHAPE(3, 4)};
+    bool no = false, yes = true;
+    GC_CHECK("binary_cross_entropy", run_bce_probs, NULL, 2, two, 1e-6);
+    GC_CHECK("kl_div", run_kl, &no, 2, two, 1e-6);
+    GC_CHECK("kl_div log_target", run_kl, &yes, 2, two, 1e-6);
+    KT_MEM_CHECK();
+}
+
+KT_TEST(bce_and_kl_div_bad_input) {
+    kt_mem_begin();
+    kiln_tensor gone = kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(3));
+    kiln_release(gone);
+#define Z(...) kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(__VA_ARGS__))
+    KT_READ_ERROR(kiln_binary_cross_entropy(Z(3, 1), Z(3)), KILN_ERR_SHAPE, "kiln_binary_cross_entropy");
+    KT_READ_ERROR(kiln_binary_cross_entropy(Z(3), kiln_zeros(KILN_CPU, KILN_I32, KILN_SHAPE(3))), KILN_ERR_DTYPE,
+                  "kiln_binary_cross_entropy");
+    KT_READ_ERROR(kiln_binary_cross_entropy(gone, Z(3)), KILN_ERR_STALE_HANDLE, "kiln_binary_cross_entropy");
+    KT_READ_ERROR(kiln_kl_div(Z(2, 3), Z(3, 2), false), KILN_ERR_SHAPE, "kiln_kl_div");
+    KT_READ_ERROR(kiln_kl_div(kiln_zeros(KILN_CPU, KILN_BOOL, KILN_SHAPE(3)), Z(3), true), KILN_ERR_DTYPE, "kiln_kl_div");
+    KT_READ_ERROR(kiln_kl_div(Z(3), gone, false), KILN_ERR_STALE_HANDLE, "kiln_kl_div");
+#undef Z
+    KT_MEM_CHECK();
+}
+
 int main(void) {
     KT_RUN(cross_entropy_known_values);
     KT_RUN(cross_entropy_matches_reference);
@@ -375,5 +570,12 @@ int main(void) {
     KT_RUN(loss_gradients);
     KT_RUN(bad_inputs);
     KT_RUN(bad_targets_name_the_loss);
+    KT_RUN(l1_smooth_l1_huber_match_reference);
+    KT_RUN(l1_smooth_l1_huber_gradients);
+    KT_RUN(l1_smooth_l1_huber_bad_input);
+    KT_RUN(cross_entropy_ignore_index);
+    KT_RUN(bce_and_kl_div_match_reference);
+    KT_RUN(bce_and_kl_div_gradients);
+    KT_RUN(bce_and_kl_div_bad_input);
     return kt_finish();
 }

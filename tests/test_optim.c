@@ -416,6 +416,239 @@ KT_TEST(clip_edge_cases) {
     kiln_module_free(m);
 }
 
+/* ---- parameter groups ------------------------------------------------------------------------ */
+
+/* loss = sum(w*gw) + sum(b*gb) over the caller's own tensors */
+static kiln_grads *grads_of(kiln_tensor w, kiln_tensor b, const double *gw, const double *gb) {
+    kiln_tensor loss = kiln_add(kiln_sum(kiln_mul(kiln_ref(w), make(KILN_F64, KILN_SHAPE(2, 3), gw))),
+                                kiln_sum(kiln_mul(kiln_ref(b), make(KILN_F64, KILN_SHAPE(3), gb))));
+    kiln_grads *g = NULL;
+    KT_CHECK(kiln_backward(loss, &g) == KILN_OK);
+    return g;
+}
+
+static void check_tensor(kiln_tensor t, const ref_state *r, int n, const char *what) {
+    double got[NW];
+    KT_CHECK(kiln_into_data(kiln_ref(t), got, sizeof(double) * (size_t)n) == KILN_OK);
+    for (int k = 0; k < n; k++) KT_CHECK_MSG(fabs(got[k] - r->p[k]) <= 1e-12, "%s[%d]: %.15g vs %.15g", what, k, got[k], r->p[k]);
+}
+
+/* w in group 0 (the options' rate and decay), b in group 1 (its own rate, no decay), each
+ * group's rate changed between steps: every update matches the reference of its group. */
+static void groups_case(bool adam) {
+    kiln_memory_stats base = stats();
+    kiln_tensor w = make(KILN_F64, KILN_SHAPE(2, 3), w0), b = make(KILN_F64, KILN_SHAPE(3), b0);
+    KT_CHECK(kiln_require_grad(w) == KILN_OK && kiln_require_grad(b) == KILN_OK);
+    kiln_sgd_options so = kiln_sgd_defaults();
+    so.momentum = 0.9, so.weight_decay = 0.05;
+    kiln_adam_options ao = kiln_adamw_defaults();
+    ao.weight_decay = 0.2;
+    kiln_param_group groups[2] = {kiln_param_group_of(1, &w), kiln_param_group_of(1, &b)};
+    groups[1].lr = 0.05, groups[1].weight_decay = 0;
+    kiln_optimizer *opt = adam ? kiln_adam_new_groups(2, groups, ao) : kiln_sgd_new_groups(2, groups, so);
+    KT_CHECK(opt != NULL);
+    if (!opt) return;
+    KT_CHECK(kiln_optimizer_num_groups(opt) == 2);
+    KT_CHECK(kiln_optimizer_group_lr(opt, 0) == (adam ? ao.lr : so.lr) && kiln_optimizer_group_lr(opt, 1) == 0.05);
+    ref_state rw, rb;
+    ref_init(&rw, w0, NW);
+    ref_init(&rb, b0, NB);
+    kiln_sgd_options so_b = so;
+    so_b.weight_decay = 0;
+    kiln_adam_options ao_b = ao;
+    ao_b.weight_decay = 0;
+    for (int t = 0; t < 3; t++) {
+        KT_CHECK(kiln_optimizer_set_group_lr(opt, 0, lrs[t]) == KILN_OK);
+        double lr_b = t == 2 ? 0.3 : 0.05;
+        if (t == 2) KT_CHECK(kiln_optimizer_set_group_lr(opt, 1, lr_b) == KILN_OK);
+        KT_CHECK(kiln_optimizer_group_lr(opt, 0) == lrs[t] && kiln_optimizer_group_lr(opt, 1) == lr_b);
+        kiln_grads *g = grads_of(w, b, grad_w[t], grad_b[t]);
+        KT_CHECK(kiln_optimizer_step(opt, g) == KILN_OK);
+        KT_CHECK(kiln_grads_count(g) == 0);
+        kiln_grads_free(g);
+        if (adam) ref_adam(&rw, NW, grad_w[t], lrs[t], ao), ref_adam(&rb, NB, grad_b[t], lr_b, ao_b);
+        else ref_sgd(&rw, NW, grad_w[t], lrs[t], so), ref_sgd(&rb, NB, grad_b[t], lr_b, so_b);
+        check_tensor(w, &rw, NW, adam ? "adamw group 0" : "sgd group 0");
+        check_tensor(b, &rb, NB, adam ? "adamw group 1" : "sgd group 1");
+        if (t == 0) { /* the caller may drop its handle: the optimizer holds its own */
+            kiln_tensor keep = kiln_ref(b);
+            KT_CHECK(kiln_release(b) == KILN_OK);
+            b = keep;
+        }
+    }
+    kiln_optimizer_set_lr(opt, 0.5); /* every group */
+    KT_CHECK(kiln_optimizer_group_lr(opt, 0) == 0.5 && kiln_optimizer_group_lr(opt, 1) == 0.5);
+    kiln_optimizer_free(opt);
+    kiln_release(w);
+    kiln_release(b);
+    kiln_sync();
+    no_leaks(base);
+}
+
+KT_TEST(param_groups_match_reference) {
+    groups_case(false);
+    groups_case(true);
+    /* a module optimizer is one group */
+    kiln_module *m = toy_new(KILN_F32);
+    kiln_optimizer *opt = kiln_sgd_new(m, kiln_sgd_defaults());
+    KT_CHECK(kiln_optimizer_num_groups(opt) == 1 && kiln_optimizer_group_lr(opt, 0) == 0.01);
+    kiln_optimizer_free(opt);
+    kiln_module_free(m);
+}
+
+KT_TEST(param_groups_bad_input) {
+    kiln_memory_stats base = stats();
+    kiln_tensor w = make(KILN_F64, KILN_SHAPE(2, 3), w0), plain = make(KILN_F64, KILN_SHAPE(3), b0);
+    kiln_require_grad(w);
+    kiln_param_group g1 = kiln_param_group_of(1, &w);
+    kiln_sgd_options so = kiln_sgd_defaults();
+    KT_CHECK(kiln_sgd_new_groups(1, NULL, so) == NULL); KT_EXPECT_ERROR(KILN_ERR_NULL, "kiln_sgd_new_groups", __LINE__);
+    KT_CHECK(kiln_sgd_new_groups(0, &g1, so) == NULL); KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "kiln_sgd_new_groups", __LINE__);
+    KT_CHECK(kiln_adam_new_groups(2000, &g1, kiln_adam_defaults()) == NULL); KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "kiln_adam_new_groups", __LINE__);
+    so.lr = -1;
+    KT_CHECK(kiln_sgd_new_groups(1, &g1, so) == NULL); KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "kiln_sgd_new_groups", __LINE__);
+    so = kiln_sgd_defaults();
+    kiln_param_group bad = g1;
+    bad.n = -1;
+    KT_CHECK(kiln_sgd_new_groups(1, &bad, so) == NULL); KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "kiln_sgd_new_groups", __LINE__);
+    bad.n = INT32_MAX;
+    KT_CHECK(kiln_sgd_new_groups(1, &bad, so) == NULL); KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "kiln_sgd_new_groups", __LINE__);
+    bad = kiln_param_group_of(2, NULL);
+    KT_CHECK(kiln_sgd_new_groups(1, &bad, so) == NULL); KT_EXPECT_ERROR(KILN_ERR_NULL, "kiln_sgd_new_groups", __LINE__);
+    bad = g1, bad.lr = NAN;
+    KT_CHECK(kiln_sgd_new_groups(1, &bad, so) == NULL); KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "kiln_sgd_new_groups", __LINE__);
+    bad = g1, bad.weight_decay = INFINITY;
+    KT_CHECK(kiln_sgd_new_groups(1, &bad, so) == NULL); KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "kiln_sgd_new_groups", __LINE__);
+    bad = kiln_param_group_of(1, &plain); /* not marked with kiln_require_grad */
+    KT_CHECK(kiln_sgd_new_groups(1, &bad, so) == NULL); KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "kiln_sgd_new_groups", __LINE__);
+    KT_CHECK(strstr(kiln_last_error(), "kiln_require_grad") != NULL);
+    kiln_tensor twice[2] = {w, kiln_ref(w)};
+    bad = kiln_param_group_of(2, twice);
+    KT_CHECK(kiln_sgd_new_groups(1, &bad, so) == NULL); KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "kiln_sgd_new_groups", __LINE__);
+    kiln_release(twice[1]);
+    bad = kiln_param_group_of(1, &twice[1]); /* stale */
+    KT_CHECK(kiln_sgd_new_groups(1, &bad, so) == NULL); KT_EXPECT_ERROR(KILN_ERR_STALE_HANDLE, "kiln_sgd_new_groups", __LINE__);
+    kiln_tensor half = kiln_zeros(KILN_CPU, KILN_F16, KILN_SHAPE(3));
+    if (kiln_require_grad(half) == KILN_OK) {
+        bad = kiln_param_group_of(1, &half);
+        KT_CHECK(kiln_adam_new_groups(1, &bad, kiln_adam_defaults()) == NULL); KT_EXPECT_ERROR(KILN_ERR_DTYPE, "kiln_adam_new_groups", __LINE__);
+    }
+    kiln_release(half);
+    kiln_param_group empty = kiln_param_group_of(0, NULL); /* an empty group is fine, as in PyTorch */
+    kiln_optimizer *opt = kiln_sgd_new_groups(1, &empty, so);
+    KT_CHECK(opt != NULL && kiln_optimizer_num_groups(opt) == 1);
+    kiln_optimizer_free(opt);
+
+    opt = kiln_sgd_new_groups(1, &g1, so);
+    KT_CHECK(opt != NULL);
+    KT_CHECK(kiln_optimizer_set_group_lr(NULL, 0, 0.1) == KILN_ERR_NULL); KT_EXPECT_ERROR(KILN_ERR_NULL, "kiln_optimizer_set_group_lr", __LINE__);
+    KT_CHECK(kiln_optimizer_set_group_lr(opt, 1, 0.1) == KILN_ERR_INDEX); KT_EXPECT_ERROR(KILN_ERR_INDEX, "kiln_optimizer_set_group_lr", __LINE__);
+    KT_CHECK(kiln_optimizer_set_group_lr(opt, -1, 0.1) == KILN_ERR_INDEX);
+    KT_CHECK(kiln_optimizer_set_group_lr(opt, 0, NAN) == KILN_ERR_INVALID_ARGUMENT); KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "kiln_optimizer_set_group_lr", __LINE__);
+    KT_CHECK(kiln_optimizer_group_lr(opt, 0) == 0.01);
+    KT_CHECK(isnan(kiln_optimizer_group_lr(opt, 7)) && kiln_last_status() == KILN_ERR_INDEX);
+    KT_CHECK(isnan(kiln_optimizer_group_lr(NULL, 0)) && kiln_optimizer_num_groups(NULL) == 0);
+    kiln_optimizer_free(opt);
+    kiln_release(w);
+    kiln_release(plain);
+    kiln_sync();
+    no_leaks(base);
+}
+
+/* A groups optimizer's state, step counts and per-group rates and decays survive a
+ * checkpoint; a file with another number of groups is refused. */
+KT_TEST(param_groups_checkpoint) {
+    kiln_memory_stats base = stats();
+    const char *path = "test_optim_groups.safetensors";
+    kiln_module *m1 = toy_new(KILN_F32), *m2 = toy_new(KILN_F32);
+    kiln_param_group g1[2] = {kiln_param_group_of(1, slot(m1, 0)), kiln_param_group_of(1, slot(m1, 1))};
+    kiln_param_group g2[2] = {kiln_param_group_of(1, slot(m2, 0)), kiln_param_group_of(1, slot(m2, 1))};
+    g1[1].lr = 0.02, g1[1].weight_decay = 0;
+    kiln_adam_options ao = kiln_adamw_defaults();
+    kiln_optimizer *o1 = kiln_adam_new_groups(2, g1, ao), *o2 = kiln_adam_new_groups(2, g2, ao);
+    for (int t = 0; t < 2; t++) {
+        kiln_grads *g = grads_for(m1, KILN_F32, grad_w[t], grad_b[t]);
+        KT_CHECK(kiln_optimizer_step(o1, g) == KILN_OK);
+        kiln_grads_free(g);
+    }
+    KT_CHECK(kiln_checkpoint_save(path, m1, o1) == KILN_OK);
+    KT_CHECK(kiln_checkpoint_load(path, m2, o2) == KILN_OK);
+    KT_CHECK(kiln_optimizer_group_lr(o2, 1) == 0.02 && o2->groups[1].weight_decay == 0 && o2->groups[0].weight_decay == 0.01);
+    KT_CHECK(kiln_optimizer_steps(o2) == 2);
+    /* one more step on both: the same values */
+    kiln_grads *ga = grads_for(m1, KILN_F32, grad_w[2], grad_b[2]), *gb = grads_for(m2, KILN_F32, grad_w[2], grad_b[2]);
+    KT_CHECK(kiln_optimizer_step(o1, ga) == KILN_OK && kiln_optimizer_step(o2, gb) == KILN_OK);
+    kiln_grads_free(ga);
+    kiln_grads_free(gb);
+    for (int i = 0; i < 2; i++) {
+        double a[NW], b[NW];
+        read_param(m1, i, KILN_F32, a);
+        read_param(m2, i, KILN_F32, b);
+        for (int k = 0; k < (i ? NB : NW); k++) KT_CHECK(a[k] == b[k]);
+    }
+    kiln_optimizer *one = kiln_adam_new(m2, ao); /* one group, other names */
+    KT_CHECK(kiln_checkpoint_load(path, m2, one) == KILN_ERR_SHAPE); KT_EXPECT_ERROR(KILN_ERR_SHAPE, "kiln_checkpoint_load", __LINE__);
+    KT_CHECK(strstr(kiln_last_error(), "groups") != NULL);
+    remove(path);
+    kiln_optimizer_free(one);
+    kiln_optimizer_free(o1);
+    kiln_optimizer_free(o2);
+    kiln_module_free(m1);
+    kiln_module_free(m2);
+    kiln_sync();
+    no_leaks(base);
+}
+
+/* ---- clipping by value ------------------------------------------------------------------------ */
+
+KT_TEST(clip_grad_value) {
+    kiln_memory_stats base = stats();
+    kiln_module *m = toy_new(KILN_F32);
+    kiln_sgd_options so = kiln_sgd_defaults();
+    so.lr = 1.0;
+    kiln_optimizer *opt = kiln_sgd_new(m, so);
+    kiln_grads *g = grads_for(m, KILN_F32, grad_w[0], grad_b[0]);
+    KT_CHECK(kiln_clip_grad_value(opt, g, 0.5) == KILN_OK);
+    KT_CHECK(kiln_grads_count(g) == 2); /* still in g */
+    double w_before[NW], w[NW], b[NB];
+    read_param(m, 0, KILN_F32, w_before);
+    KT_CHECK(kiln_optimizer_step(opt, g) == KILN_OK);
+    kiln_grads_free(g);
+    read_param(m, 0, KILN_F32, w);
+    read_param(m, 1, KILN_F32, b);
+    for (int i = 0; i < NW; i++) KT_NEAR(w_before[i] - w[i], fmax(-0.5, fmin(0.5, grad_w[0][i])), 1e-6);
+    for (int i = 0; i < NB; i++) KT_NEAR((float)b0[i] - b[i], fmax(-0.5, fmin(0.5, grad_b[0][i])), 1e-6);
+    /* zero clamps everything to zero */
+    g = grads_for(m, KILN_F32, grad_w[1], NULL);
+    KT_CHECK(kiln_clip_grad_value(opt, g, 0.0) == KILN_OK);
+    read_param(m, 0, KILN_F32, w_before);
+    KT_CHECK(kiln_optimizer_step(opt, g) == KILN_OK);
+    kiln_grads_free(g);
+    read_param(m, 0, KILN_F32, w);
+    for (int i = 0; i < NW; i++) KT_CHECK(w[i] == w_before[i]);
+    /* bad input: a status naming the call and this line; nothing clipped */
+    g = grads_for(m, KILN_F32, grad_w[2], NULL);
+    KT_CHECK(kiln_clip_grad_value(NULL, g, 1.0) == KILN_ERR_NULL); KT_EXPECT_ERROR(KILN_ERR_NULL, "kiln_clip_grad_value", __LINE__);
+    KT_CHECK(kiln_clip_grad_value(opt, NULL, 1.0) == KILN_ERR_NULL); KT_EXPECT_ERROR(KILN_ERR_NULL, "kiln_clip_grad_value", __LINE__);
+    KT_CHECK(kiln_clip_grad_value(opt, g, -1.0) == KILN_ERR_INVALID_ARGUMENT); KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "kiln_clip_grad_value", __LINE__);
+    KT_CHECK(kiln_clip_grad_value(opt, g, NAN) == KILN_ERR_INVALID_ARGUMENT);
+    KT_CHECK(kiln_clip_grad_value(opt, g, INFINITY) == KILN_ERR_INVALID_ARGUMENT);
+    /* a stale parameter: refused before any gradient changes */
+    kiln_tensor keep = kiln_ref(*slot(m, 1));
+    kiln_release(*slot(m, 1));
+    KT_CHECK(kiln_clip_grad_value(opt, g, 0.1) == KILN_ERR_STALE_HANDLE); KT_EXPECT_ERROR(KILN_ERR_STALE_HANDLE, "kiln_clip_grad_value", __LINE__);
+    *slot(m, 1) = keep;
+    read_param(m, 0, KILN_F32, w_before);
+    KT_CHECK(kiln_optimizer_step(opt, g) == KILN_OK);
+    kiln_grads_free(g);
+    read_param(m, 0, KILN_F32, w);
+    for (int i = 0; i < NW; i++) KT_NEAR(w_before[i] - w[i], grad_w[2][i], 1e-6); /* unclipped */
+    kiln_optimizer_free(opt);
+    kiln_module_free(m);
+    kiln_sync();
+    no_leaks(base);
+}
+
 /* ---- bad input ------------------------------------------------------------------------------ */
 
 static void expect_error(kiln_status got, kiln_status want, const char *op) {
@@ -621,5 +854,9 @@ int main(void) {
     KT_RUN(failed_gradient_is_refused);
     KT_RUN(allocation_failures);
     KT_RUN(training_loss_falls);
+    KT_RUN(param_groups_match_reference);
+    KT_RUN(param_groups_bad_input);
+    KT_RUN(param_groups_checkpoint);
+    KT_RUN(clip_grad_value);
     return kt_finish();
 }

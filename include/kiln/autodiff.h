@@ -23,7 +23,8 @@
 extern "C" {
 #endif
 
-/* Marks t (not consumed) as a leaf whose gradient backward computes. Float dtypes only. */
+/* Marks t as a leaf whose gradient backward computes. Float dtypes only.
+ * Does not consume t: marking changes the tensor itself, and the caller goes on using it. */
 KILN_API kiln_status kiln_require_grad(kiln_tensor t);
 KILN_API bool kiln_requires_grad(kiln_tensor t); /* a leaf, or computed from one */
 /* The same data without its graph (consumes t; shares the storage). */
@@ -33,10 +34,17 @@ typedef struct kiln_grads kiln_grads;
 /* Consumes the scalar `loss` and its graph (freeing each node's saved state as soon as it is
  * used); *out receives the leaves' gradients. */
 KILN_API kiln_status kiln_backward(kiln_tensor loss, kiln_grads **out);
+/* kiln_backward that also reads the loss (as a double) for a training loop's log, without
+ * a kiln_ref first: the backward pass is queued, then the loss is read (the one wait, for
+ * the forward pass only). *value is NaN when it fails; the loss is consumed in every case.
+ * A loss that failed while computed gives that error (naming the op and its file:line) and
+ * the gradients, which then carry the same error (kiln_optimizer_step refuses them). */
+KILN_API kiln_status kiln_backward_value(kiln_tensor loss, kiln_grads **out, double *value);
 /* For a non-scalar root: seed is d(objective)/d(root), of root's shape (consumed). */
 KILN_API kiln_status kiln_backward_seed(kiln_tensor root, kiln_tensor seed, kiln_grads **out);
 /* Takes leaf t's gradient out of the container (an owned tensor of t's shape and dtype);
- * KILN_NONE when no path led from t to the loss. t is not consumed. */
+ * KILN_NONE when no path led from t to the loss.
+ * Does not consume t: t is only the key (the leaf) to look up, and stays the caller's. */
 KILN_API kiln_tensor kiln_grad(kiln_grads *grads, kiln_tensor t);
 KILN_API size_t kiln_grads_count(const kiln_grads *grads);
 KILN_API void kiln_grads_free(kiln_grads *grads); /* releases gradients not taken */
@@ -52,6 +60,7 @@ KILN_API bool kiln_grad_enabled(void);
     X(kiln_status, require_grad, (kiln_tensor t), (t)) \
     X(kiln_tensor, detach, (kiln_tensor t), (t)) \
     X(kiln_status, backward, (kiln_tensor loss, kiln_grads **out), (loss, out)) \
+    X(kiln_status, backward_value, (kiln_tensor loss, kiln_grads **out, double *value), (loss, out, value)) \
     X(kiln_status, backward_seed, (kiln_tensor root, kiln_tensor seed, kiln_grads **out), (root, seed, out)) \
     X(kiln_tensor, grad, (kiln_grads *grads, kiln_tensor t), (grads, t))
 KILN_AUTODIFF_API(KILN__AT_DECLARE)
@@ -61,6 +70,7 @@ KILN_AUTODIFF_API(KILN__AT_DECLARE)
 #define kiln_require_grad(...) KILN__AT(require_grad, __VA_ARGS__)
 #define kiln_detach(...) KILN__AT(detach, __VA_ARGS__)
 #define kiln_backward(...) KILN__AT(backward, __VA_ARGS__)
+#define kiln_backward_value(...) KILN__AT(backward_value, __VA_ARGS__)
 #define kiln_backward_seed(...) KILN__AT(backward_seed, __VA_ARGS__)
 #define kiln_grad(...) KILN__AT(grad, __VA_ARGS__)
 #endif

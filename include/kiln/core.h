@@ -109,7 +109,11 @@ typedef struct {
 } kiln_tensor;
 #define KILN_NONE ((kiln_tensor){0})
 
-/* A new handle to the same tensor: O(1), never a copy. Consumes nothing. */
+/* A new handle to the same tensor: O(1), never a copy. Does not consume t (that is its point).
+ * Every other exception to "ops consume their tensor arguments" says so beside its function
+ * in a line "Does not consume ...": metadata queries, kiln_tensor_status, kiln_print /
+ * kiln_to_string, kiln_require_grad, kiln_grad, kiln_init, class_weights, the parameter
+ * groups of optimizers, kiln_module_param (gives a new handle). */
 KILN_API kiln_tensor kiln_ref(kiln_tensor t);
 /* Drops one handle. The buffer is freed once no handle and no queued op uses it. */
 KILN_API kiln_status kiln_release(kiln_tensor t);
@@ -160,6 +164,14 @@ typedef struct {
 KILN_API kiln_memory_stats kiln_memory_stats_get(kiln_device device);
 KILN_API void kiln_memory_reset_peak(kiln_device device);
 KILN_API void kiln_memory_empty_cache(kiln_device device); /* return cached blocks to the system */
+
+/* Leak check: the number of live tensor handles plus gradient containers not yet freed
+ * (kiln_grads_free); when there are any, each is written to stderr with the public call and
+ * file:line that made it ("tensor f32[2, 3] made by kiln_randn at app.c:12"). With
+ * KILN_LEAK_CHECK=1 in the environment kiln runs it at exit, and a leak makes the process
+ * exit with status 1 (kiln's tests run so). Live handles include the ones your modules and
+ * optimizers still hold: free them first. */
+KILN_API int64_t kiln_leak_check(void);
 
 /* Fault injection for tests: make the Nth allocation from now (1-based) fail; 0 disables. */
 KILN_API void kiln_debug_fail_alloc_after(int64_t n);

@@ -9,7 +9,11 @@
  *   kiln_tensor x, y;
  *   for (int epoch = 0; epoch < 5; epoch++) {
  *       kiln_loader_start_epoch(loader, epoch);
- *       while (kiln_loader_next(loader, &x, &y) == KILN_OK) { ... }  // KILN_DONE at the end
+ *       kiln_status st;
+ *       while ((st = kiln_loader_next(loader, &x, &y)) != KILN_DONE) {  // not "== KILN_OK"
+ *           if (st != KILN_OK) { fprintf(stderr, "%s\n", kiln_last_error()); continue; }  // or stop
+ *           ...
+ *       }
  *   }
  *   kiln_loader_free(loader);                               // also fine mid-epoch
  *   kiln_dataset_free(train);
@@ -73,9 +77,13 @@ typedef struct kiln_loader kiln_loader;
 KILN_API kiln_loader *kiln_loader_new(kiln_dataset *ds, kiln_loader_options o);
 /* Starts (or restarts) an epoch: order = shuffle(seed, epoch); every sample once. */
 KILN_API kiln_status kiln_loader_start_epoch(kiln_loader *l, int64_t epoch);
-/* The next batch: inputs [B, ...], targets [B, ...]. KILN_DONE after the last batch. Without
- * a start_epoch first, epoch 0 runs. A batch whose sample failed returns that error (naming
- * the sample); the next call moves on to the following batch. */
+/* The next batch: inputs [B, ...], targets [B, ...]. KILN_DONE (1, not an error) after the
+ * last batch. Without a start_epoch first, epoch 0 runs. A batch whose sample failed returns
+ * that error (< 0, naming the sample, KILN_NONE in both outputs); the next call moves on to
+ * the following batch. So loop until KILN_DONE, not while KILN_OK (which would end the epoch
+ * at a failed batch without a word): see the example above. A failure that ended the loop
+ * (no kiln_loader_next after it) is reported again by the next kiln_loader_start_epoch,
+ * which returns its status (the new epoch still starts). */
 KILN_API kiln_status kiln_loader_next(kiln_loader *l, kiln_tensor *inputs, kiln_tensor *targets);
 KILN_API int64_t kiln_loader_batches(const kiln_loader *l); /* per epoch */
 KILN_API void kiln_loader_free(kiln_loader *l); /* stops the workers, mid-epoch too */

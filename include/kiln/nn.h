@@ -44,6 +44,46 @@ typedef struct {
 KILN_API int kiln_module_params(kiln_module *m, kiln_param *out, int cap);
 KILN_API int64_t kiln_module_num_parameters(kiln_module *m); /* trainable elements */
 
+/* ---- user-defined modules ------------------------------------------------------------------ */
+/* A module of your own: a forward callback with your context, and parameters, buffers and
+ * child modules registered by name, so optimizers, checkpoints ("encoder.0.weight"),
+ * kiln_module_train and kiln_module_free see them as they see the built-in layers':
+ *
+ *   typedef struct { double alpha; } block_ctx;
+ *   static kiln_tensor block_forward(kiln_module *m, kiln_tensor x, void *ctx) {  // consumes x
+ *       x = kiln_module_forward(kiln_module_child(m, "encoder"), x);
+ *       x = kiln_mul_scalar(x, ((block_ctx *)ctx)->alpha);
+ *       return kiln_mul(x, kiln_module_param(m, "scale"));      // a new handle, consumed here
+ *   }
+ *   block_ctx *ctx = malloc(sizeof *ctx);
+ *   ctx->alpha = 0.5;
+ *   kiln_module *m = kiln_module_new("Block", block_forward, ctx, free);      // takes ctx
+ *   kiln_module_add_child(m, "encoder", kiln_linear_new(784, 10, true, 1));   // takes the child
+ *   kiln_module_add_parameter(m, "scale", kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(10)));
+ *   kiln_module_add_buffer(m, "seen", kiln_zeros(KILN_CPU, KILN_F32, KILN_SCALAR_SHAPE));
+ *   // names: encoder.weight, encoder.bias, scale, seen (a buffer: saved, not optimised)
+ *   kiln_module_free(m);                     // frees children, tensors, then free_ctx(ctx)
+ *
+ * In forward, kiln_module_is_training(m) says which mode (train/eval reaches every child).
+ * Names are 1 to 31 letters, digits or '_', unique within a module. kiln_module_new takes ctx
+ * (free_ctx, if not NULL, runs when the module is freed, or at once when it cannot be made);
+ * the add functions take the tensor or child, also when they fail (a failed child is freed),
+ * except a child that already belongs to a module or contains m, which is left as it is. */
+typedef kiln_tensor (*kiln_module_forward_fn)(kiln_module *m, kiln_tensor x, void *ctx);
+KILN_API kiln_module *kiln_module_new(const char *type, kiln_module_forward_fn forward, void *ctx,
+                                      void (*free_ctx)(void *ctx));
+/* A trainable parameter (float; marked with kiln_require_grad here). Takes t. */
+KILN_API kiln_status kiln_module_add_parameter(kiln_module *m, const char *name, kiln_tensor t);
+/* A buffer: saved in checkpoints, not optimised (any dtype). Takes t. */
+KILN_API kiln_status kiln_module_add_buffer(kiln_module *m, const char *name, kiln_tensor t);
+KILN_API kiln_status kiln_module_add_child(kiln_module *m, const char *name, kiln_module *child);
+/* A new handle (kiln_ref) to the parameter or buffer at a dotted path ("encoder.weight");
+ * a poisoned tensor naming the path when there is none. */
+KILN_API kiln_tensor kiln_module_param(kiln_module *m, const char *name);
+/* The child at a dotted path ("encoder", "encoder.0"), borrowed; NULL + error if none. */
+KILN_API kiln_module *kiln_module_child(kiln_module *m, const char *name);
+KILN_API void *kiln_module_context(const kiln_module *m); /* NULL for the built-in layers */
+
 /* ---- layers (constructors return NULL and set kiln_last_error on bad arguments) ---------- */
 KILN_API kiln_module *kiln_sequential_new(int n, kiln_module *const *children); /* takes them */
 KILN_API kiln_module *kiln_linear_new(int64_t in_features, int64_t out_features, bool bias, uint64_t seed);
@@ -81,6 +121,8 @@ KILN_API kiln_module *kiln_silu_new(void);
 /* kiln_conv2d and the pooling ops are tensor ops: see tensor.h. */
 /* Zeroes each element with probability p and scales the rest by 1/(1-p); seed picks the mask. */
 KILN_API kiln_tensor kiln_dropout(kiln_tensor x, double p, uint64_t seed);
+/* The same with the mask's seed drawn from g (NULL: the global generator; see tensor.h). */
+KILN_API kiln_tensor kiln_dropout_gen(kiln_tensor x, double p, kiln_generator *g);
 /* torch.nn.functional.layer_norm: normalises over the trailing dims normalized_shape names
  * (x's last dims must equal it): (x - mean) / sqrt(var + eps) with the biased variance, then
  * * weight + bias, each a float tensor of normalized_shape or KILN_NONE (consumed). */
@@ -99,7 +141,14 @@ KILN_API kiln_tensor kiln_scaled_dot_product_attention(kiln_tensor q, kiln_tenso
 /* ---- losses (mean over the batch unless noted) ------------------------------------------- */
 typedef struct {
     double label_smoothing; /* 0: none */
-    kiln_tensor class_weights; /* [C] or KILN_NONE (not consumed) */
+    /* [C] or KILN_NONE. Does not consume class_weights: options are passed by value and
+     * reused for every batch, so the loss takes its own reference; release it yourself. */
+    kiln_tensor class_weights;
+    /* PyTorch's ignore_index, when has_ignore_index: samples whose target equals it add
+     * nothing, and the mean is over the others (NaN when every sample is ignored). Off by
+     * default (a zeroed struct must not ignore class 0). */
+    bool has_ignore_index;
+    int64_t ignore_index;
 } kiln_cross_entropy_options;
 KILN_API kiln_cross_entropy_options kiln_cross_entropy_defaults(void);
 /* logits [N, C] (consumed), targets [N] i32/i64 class indices (consumed). */
@@ -108,23 +157,54 @@ KILN_API kiln_tensor kiln_cross_entropy(kiln_tensor logits, kiln_tensor targets,
 KILN_API kiln_tensor kiln_nll_loss(kiln_tensor log_probs, kiln_tensor targets);
 KILN_API kiln_tensor kiln_mse_loss(kiln_tensor prediction, kiln_tensor target);
 KILN_API kiln_tensor kiln_bce_with_logits(kiln_tensor logits, kiln_tensor target);
+/* mean |prediction - target| (torch's l1_loss); same shapes, float. */
+KILN_API kiln_tensor kiln_l1_loss(kiln_tensor prediction, kiln_tensor target);
+/* torch's smooth_l1_loss: 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (beta >= 0;
+ * 0 is L1), and huber_loss: 0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta)
+ * (delta > 0); both averaged. A bad beta or delta gives KILN_ERR_INVALID_ARGUMENT. */
+KILN_API kiln_tensor kiln_smooth_l1_loss(kiln_tensor prediction, kiln_tensor target, double beta);
+KILN_API kiln_tensor kiln_huber_loss(kiln_tensor prediction, kiln_tensor target, double delta);
+/* torch's binary_cross_entropy on probabilities in [0, 1] (each log clamped at -100; values
+ * outside [0, 1] give NaN rather than torch's error, as they are only seen when computed).
+ * Prefer kiln_bce_with_logits, which is stable. */
+KILN_API kiln_tensor kiln_binary_cross_entropy(kiln_tensor probabilities, kiln_tensor target);
+/* torch's kl_div(input, target, reduction='mean'): input holds log-probabilities; target
+ * probabilities (log-probabilities with log_target); the mean of target * (log target -
+ * input) over every element, 0 where target is 0. */
+KILN_API kiln_tensor kiln_kl_div(kiln_tensor input, kiln_tensor target, bool log_target);
 
 /* ---- initialisation (in place on an existing float tensor; the seed picks the values) ---- */
 typedef enum { KILN_INIT_KAIMING_UNIFORM, KILN_INIT_KAIMING_NORMAL, KILN_INIT_XAVIER_UNIFORM, KILN_INIT_XAVIER_NORMAL } kiln_init_kind;
-/* Fills *t (replacing the handle) from fan-in/fan-out of its shape ([out, in, ...]). */
+/* Fills *t (replacing the handle) from fan-in/fan-out of its shape ([out, in, ...]).
+ * Does not consume *t: it takes a pointer because it gives new values back in the same
+ * variable: *t's old handle is released and replaced by a new tensor (a new leaf requiring a
+ * gradient if the old one did). Module optimizers follow the module's slot; an optimizer built
+ * from parameter groups keeps the old tensor. On error *t is left as it was. */
 KILN_API kiln_status kiln_init(kiln_tensor *t, kiln_init_kind kind, uint64_t seed);
 
 /* ---- call sites ------------------------------------------------------------------------- */
 /* The calls that record the caller's file:line, as in core.h's list. */
 #define KILN_NN_API(X) \
+    X(kiln_module *, module_new, (const char *type, kiln_module_forward_fn forward, void *ctx, void (*free_ctx)(void *ctx)), (type, forward, ctx, free_ctx)) \
+    X(kiln_status, module_add_parameter, (kiln_module *m, const char *name, kiln_tensor t), (m, name, t)) \
+    X(kiln_status, module_add_buffer, (kiln_module *m, const char *name, kiln_tensor t), (m, name, t)) \
+    X(kiln_status, module_add_child, (kiln_module *m, const char *name, kiln_module *child), (m, name, child)) \
+    X(kiln_tensor, module_param, (kiln_module *m, const char *name), (m, name)) \
+    X(kiln_module *, module_child, (kiln_module *m, const char *name), (m, name)) \
     X(kiln_tensor, module_forward, (kiln_module *m, kiln_tensor x), (m, x)) \
     X(kiln_tensor, dropout, (kiln_tensor x, double p, uint64_t seed), (x, p, seed)) \
+    X(kiln_tensor, dropout_gen, (kiln_tensor x, double p, kiln_generator *g), (x, p, g)) \
     X(kiln_tensor, layer_norm, (kiln_tensor x, kiln_shape normalized_shape, kiln_tensor weight, kiln_tensor bias, double eps), (x, normalized_shape, weight, bias, eps)) \
     X(kiln_tensor, scaled_dot_product_attention, (kiln_tensor q, kiln_tensor k, kiln_tensor v, kiln_tensor attn_mask, bool is_causal, double scale), (q, k, v, attn_mask, is_causal, scale)) \
     X(kiln_tensor, cross_entropy, (kiln_tensor logits, kiln_tensor targets, kiln_cross_entropy_options o), (logits, targets, o)) \
     X(kiln_tensor, nll_loss, (kiln_tensor log_probs, kiln_tensor targets), (log_probs, targets)) \
     X(kiln_tensor, mse_loss, (kiln_tensor prediction, kiln_tensor target), (prediction, target)) \
     X(kiln_tensor, bce_with_logits, (kiln_tensor logits, kiln_tensor target), (logits, target)) \
+    X(kiln_tensor, l1_loss, (kiln_tensor prediction, kiln_tensor target), (prediction, target)) \
+    X(kiln_tensor, smooth_l1_loss, (kiln_tensor prediction, kiln_tensor target, double beta), (prediction, target, beta)) \
+    X(kiln_tensor, huber_loss, (kiln_tensor prediction, kiln_tensor target, double delta), (prediction, target, delta)) \
+    X(kiln_tensor, binary_cross_entropy, (kiln_tensor probabilities, kiln_tensor target), (probabilities, target)) \
+    X(kiln_tensor, kl_div, (kiln_tensor input, kiln_tensor target, bool log_target), (input, target, log_target)) \
     X(kiln_status, init, (kiln_tensor *t, kiln_init_kind kind, uint64_t seed), (t, kind, seed)) \
     X(kiln_module *, sequential_new, (int n, kiln_module *const *children), (n, children)) \
     X(kiln_module *, linear_new, (int64_t in_features, int64_t out_features, bool bias, uint64_t seed), (in_features, out_features, bias, seed)) \
@@ -141,14 +221,26 @@ KILN_NN_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
 #pragma GCC system_header /* see core.h: errors in these calls name the caller's line */
+#define kiln_module_new(...) KILN__AT(module_new, __VA_ARGS__)
+#define kiln_module_add_parameter(...) KILN__AT(module_add_parameter, __VA_ARGS__)
+#define kiln_module_add_buffer(...) KILN__AT(module_add_buffer, __VA_ARGS__)
+#define kiln_module_add_child(...) KILN__AT(module_add_child, __VA_ARGS__)
+#define kiln_module_param(...) KILN__AT(module_param, __VA_ARGS__)
+#define kiln_module_child(...) KILN__AT(module_child, __VA_ARGS__)
 #define kiln_module_forward(...) KILN__AT(module_forward, __VA_ARGS__)
 #define kiln_dropout(...) KILN__AT(dropout, __VA_ARGS__)
+#define kiln_dropout_gen(...) KILN__AT(dropout_gen, __VA_ARGS__)
 #define kiln_layer_norm(...) KILN__AT(layer_norm, __VA_ARGS__)
 #define kiln_scaled_dot_product_attention(...) KILN__AT(scaled_dot_product_attention, __VA_ARGS__)
 #define kiln_cross_entropy(...) KILN__AT(cross_entropy, __VA_ARGS__)
 #define kiln_nll_loss(...) KILN__AT(nll_loss, __VA_ARGS__)
 #define kiln_mse_loss(...) KILN__AT(mse_loss, __VA_ARGS__)
 #define kiln_bce_with_logits(...) KILN__AT(bce_with_logits, __VA_ARGS__)
+#define kiln_l1_loss(...) KILN__AT(l1_loss, __VA_ARGS__)
+#define kiln_smooth_l1_loss(...) KILN__AT(smooth_l1_loss, __VA_ARGS__)
+#define kiln_huber_loss(...) KILN__AT(huber_loss, __VA_ARGS__)
+#define kiln_binary_cross_entropy(...) KILN__AT(binary_cross_entropy, __VA_ARGS__)
+#define kiln_kl_div(...) KILN__AT(kl_div, __VA_ARGS__)
 #define kiln_init(...) KILN__AT(init, __VA_ARGS__)
 #define kiln_sequential_new(...) KILN__AT(sequential_new, __VA_ARGS__)
 #define kiln_linear_new(...) KILN__AT(linear_new, __VA_ARGS__)

@@ -45,6 +45,39 @@ KILN_API kiln_adam_options kiln_adamw_defaults(void); /* the same with decoupled
  * NULL (with kiln_last_error) on bad options. */
 KILN_API kiln_optimizer *kiln_sgd_new(kiln_module *model, kiln_sgd_options o);
 KILN_API kiln_optimizer *kiln_adam_new(kiln_module *model, kiln_adam_options o);
+
+/* Parameter groups (PyTorch's param_groups), for parameters outside a kiln_module or for a
+ * learning rate and weight decay per group (say, no decay on biases):
+ *
+ *   kiln_tensor w = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(4, 3), 0), b = kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(3));
+ *   kiln_require_grad(w);
+ *   kiln_require_grad(b);
+ *   kiln_param_group groups[2] = {kiln_param_group_of(1, &w), kiln_param_group_of(1, &b)};
+ *   groups[1].weight_decay = 0;                                  // group 0 keeps the options' 0.01
+ *   kiln_optimizer *opt = kiln_adam_new_groups(2, groups, kiln_adamw_defaults());
+ *   kiln_optimizer_set_group_lr(opt, 1, 1e-4);                   // a schedule per group
+ *   ...                                                          // steps update w and b in place
+ *   kiln_optimizer_free(opt);                                    // drops its references
+ *   kiln_release(w);                                             // the caller's own handles
+ *   kiln_release(b);
+ *
+ * Ownership: the handles are not consumed. The optimizer takes its own reference to each
+ * parameter (the arrays may be freed after the call) and drops it in kiln_optimizer_free;
+ * the caller keeps and releases its handles whenever it likes. Updates are in place, so
+ * the caller's handles see them; a handle the caller later replaces (kiln_init) is not
+ * followed. Each parameter must be a leaf (kiln_require_grad), f32 or f64, not borrowed
+ * memory, and appear once. Checkpoints name its state "optim.group<g>.<i>.<state>". */
+typedef struct {
+    const kiln_tensor *params; /* n handles (not consumed) */
+    int n;
+    double lr;           /* < 0: the options' lr */
+    double weight_decay; /* < 0: the options' weight_decay */
+} kiln_param_group;
+/* A group of n parameters with the options' lr and weight decay (both -1). */
+KILN_API kiln_param_group kiln_param_group_of(int n, const kiln_tensor *params);
+/* 1 to 1024 groups; NULL (with kiln_last_error) on bad options or parameters. */
+KILN_API kiln_optimizer *kiln_sgd_new_groups(int n_groups, const kiln_param_group *groups, kiln_sgd_options o);
+KILN_API kiln_optimizer *kiln_adam_new_groups(int n_groups, const kiln_param_group *groups, kiln_adam_options o);
 /* One update of every parameter that has a gradient in g (taken out of g). The step is a
  * read of the gradients: it waits until they are computed, and if any of them failed (a
  * target out of range, a poisoned input) it returns that error, naming the op that failed
@@ -52,8 +85,14 @@ KILN_API kiln_optimizer *kiln_adam_new(kiln_module *model, kiln_adam_options o);
  * in a training loop; the updates themselves then run asynchronously, and an update that
  * cannot run leaves its parameter as it was (reported by the next sync). */
 KILN_API kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g);
+/* Sets every group's learning rate; kiln_optimizer_lr reads group 0's. */
 KILN_API void kiln_optimizer_set_lr(kiln_optimizer *opt, double lr);
 KILN_API double kiln_optimizer_lr(const kiln_optimizer *opt);
+/* One group's learning rate (module optimizers have one group, 0). A bad group gives
+ * KILN_ERR_INDEX (the getter returns NaN), a bad rate KILN_ERR_INVALID_ARGUMENT. */
+KILN_API int kiln_optimizer_num_groups(const kiln_optimizer *opt);
+KILN_API kiln_status kiln_optimizer_set_group_lr(kiln_optimizer *opt, int group, double lr);
+KILN_API double kiln_optimizer_group_lr(const kiln_optimizer *opt, int group);
 KILN_API int64_t kiln_optimizer_steps(const kiln_optimizer *opt);
 KILN_API void kiln_optimizer_free(kiln_optimizer *opt);
 
@@ -61,6 +100,11 @@ KILN_API void kiln_optimizer_free(kiln_optimizer *opt);
  * max_norm. Computed on the device (no sync); if total_norm is not NULL it receives a 0-d
  * tensor of the norm. */
 KILN_API kiln_status kiln_clip_grad_norm(kiln_optimizer *opt, kiln_grads *g, double max_norm, kiln_tensor *total_norm);
+
+/* Clamps every gradient in g (in place, where they are) to [-clip_value, clip_value], as
+ * torch.nn.utils.clip_grad_value_. No sync; a gradient that fails later carries its error
+ * into the step as before. KILN_ERR_INVALID_ARGUMENT for a negative or non-finite value. */
+KILN_API kiln_status kiln_clip_grad_value(kiln_optimizer *opt, kiln_grads *g, double clip_value);
 
 /* Learning-rate schedules: pure functions of the step (or epoch). */
 KILN_API double kiln_lr_step(double base_lr, int64_t step, int64_t step_size, double gamma);
@@ -92,7 +136,11 @@ KILN_API kiln_status kiln_tensors_save(const char *path, int n, const char *cons
 /* ---- call sites ------------------------------------------------------------------------- */
 /* The calls that record the caller's file:line, as in core.h's list. */
 #define KILN_OPTIM_API(X) \
+    X(kiln_optimizer *, sgd_new_groups, (int n_groups, const kiln_param_group *groups, kiln_sgd_options o), (n_groups, groups, o)) \
+    X(kiln_optimizer *, adam_new_groups, (int n_groups, const kiln_param_group *groups, kiln_adam_options o), (n_groups, groups, o)) \
+    X(kiln_status, optimizer_set_group_lr, (kiln_optimizer *opt, int group, double lr), (opt, group, lr)) \
     X(kiln_status, optimizer_step, (kiln_optimizer *opt, kiln_grads *g), (opt, g)) \
+    X(kiln_status, clip_grad_value, (kiln_optimizer *opt, kiln_grads *g, double clip_value), (opt, g, clip_value)) \
     X(kiln_status, clip_grad_norm, (kiln_optimizer *opt, kiln_grads *g, double max_norm, kiln_tensor *total_norm), (opt, g, max_norm, total_norm)) \
     X(kiln_status, checkpoint_save, (const char *path, kiln_module *model, kiln_optimizer *opt), (path, model, opt)) \
     X(kiln_status, checkpoint_load, (const char *path, kiln_module *model, kiln_optimizer *opt), (path, model, opt)) \
@@ -101,7 +149,11 @@ KILN_OPTIM_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
 #pragma GCC system_header /* see core.h: errors in these calls name the caller's line */
+#define kiln_sgd_new_groups(...) KILN__AT(sgd_new_groups, __VA_ARGS__)
+#define kiln_adam_new_groups(...) KILN__AT(adam_new_groups, __VA_ARGS__)
+#define kiln_optimizer_set_group_lr(...) KILN__AT(optimizer_set_group_lr, __VA_ARGS__)
 #define kiln_optimizer_step(...) KILN__AT(optimizer_step, __VA_ARGS__)
+#define kiln_clip_grad_value(...) KILN__AT(clip_grad_value, __VA_ARGS__)
 #define kiln_clip_grad_norm(...) KILN__AT(clip_grad_norm, __VA_ARGS__)
 #define kiln_checkpoint_save(...) KILN__AT(checkpoint_save, __VA_ARGS__)
 #define kiln_checkpoint_load(...) KILN__AT(checkpoint_load, __VA_ARGS__)

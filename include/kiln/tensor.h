@@ -40,6 +40,34 @@ KILN_API kiln_tensor kiln_randn(kiln_device dev, kiln_dtype dtype, kiln_shape sh
 KILN_API kiln_tensor kiln_uniform(kiln_device dev, kiln_dtype dtype, kiln_shape shape, double lo, double hi, uint64_t seed);
 KILN_API kiln_tensor kiln_normal(kiln_device dev, kiln_dtype dtype, kiln_shape shape, double mean, double std, uint64_t seed);
 KILN_API kiln_tensor kiln_bernoulli(kiln_device dev, kiln_dtype dtype, kiln_shape shape, double p, uint64_t seed);
+/* Generators (PyTorch's torch.Generator / torch.manual_seed), for code that wants one seed
+ * for a whole program rather than one per call. Each call taking a generator draws the next
+ * seed from it and runs the seeded op above: the same generator seed and the same sequence
+ * of calls give the same values, whatever the thread count. NULL means the global generator
+ * (seed 0 until kiln_manual_seed). A generator may be shared by threads (draws are atomic;
+ * their order is then the threads'). Every call draws, also one that fails.
+ *
+ *   kiln_generator *g = kiln_generator_new(42);
+ *   kiln_tensor a = kiln_randn_gen(g, KILN_CPU, KILN_F32, KILN_SHAPE(2, 3));
+ *   kiln_generator_manual_seed(g, 42);                 // replay: b equals a
+ *   kiln_tensor b = kiln_randn_gen(g, KILN_CPU, KILN_F32, KILN_SHAPE(2, 3));
+ *   kiln_generator_free(g);
+ */
+typedef struct kiln_generator kiln_generator;
+KILN_API kiln_generator *kiln_generator_new(uint64_t seed); /* NULL on out of memory */
+KILN_API void kiln_generator_free(kiln_generator *g);
+KILN_API void kiln_generator_manual_seed(kiln_generator *g, uint64_t seed); /* restarts its sequence */
+KILN_API void kiln_manual_seed(uint64_t seed); /* the global generator's */
+KILN_API kiln_tensor kiln_rand_gen(kiln_generator *g, kiln_device dev, kiln_dtype dtype, kiln_shape shape);
+KILN_API kiln_tensor kiln_randn_gen(kiln_generator *g, kiln_device dev, kiln_dtype dtype, kiln_shape shape);
+#define KILN_RANDOM_API(X) \
+    X(kiln_tensor, rand_gen, (kiln_generator *g, kiln_device dev, kiln_dtype dtype, kiln_shape shape), (g, dev, dtype, shape)) \
+    X(kiln_tensor, randn_gen, (kiln_generator *g, kiln_device dev, kiln_dtype dtype, kiln_shape shape), (g, dev, dtype, shape))
+KILN_RANDOM_API(KILN__AT_DECLARE)
+#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
+#define kiln_rand_gen(...) KILN__AT(rand_gen, __VA_ARGS__)
+#define kiln_randn_gen(...) KILN__AT(randn_gen, __VA_ARGS__)
+#endif
 
 /* ---- views (share storage; consume the input) -------------------------------------------- */
 /* One dim may be -1. Copies only when the layout cannot be viewed. */

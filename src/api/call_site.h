@@ -13,14 +13,14 @@
     _Static_assert(__builtin_types_compatible_p(__typeof__(kiln_##name), ret params),       \
                    "the call-site list entry of kiln_" #name " differs from its prototype"); \
     ret kiln__##name##_at KILN__AT_PARAMS params {                                          \
-        kiln__site_set(kiln__file, kiln__line);                                             \
+        kiln__site_set_op(kiln__file, kiln__line, "kiln_" #name);                         \
         return kiln_##name args;                                                            \
     }
 #define KILN__AT_DEFINE0(ret, name)                                                          \
     _Static_assert(__builtin_types_compatible_p(__typeof__(kiln_##name), ret(void)),        \
                    "the call-site list entry of kiln_" #name " differs from its prototype"); \
     ret kiln__##name##_at(const char *kiln__file, int kiln__line) {                         \
-        kiln__site_set(kiln__file, kiln__line);                                             \
+        kiln__site_set_op(kiln__file, kiln__line, "kiln_" #name);                         \
         return kiln_##name();                                                               \
     }
 

@@ -1,11 +1,15 @@
 /* The backward pass: walks the graph from the root in reverse topological order (a node
  * runs once every consumer has delivered its gradient), releasing each node's saved state
  * right after its derivative is computed, and collects the leaves' gradients. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "autodiff/autodiff-impl.h"
 #include "kiln/autodiff.h"
+#include "kiln/tensor.h"
 
 typedef struct {
     kiln__ad_leaf *leaf; /* a reference */
@@ -15,7 +19,41 @@ typedef struct {
 struct kiln_grads {
     grad_entry *entries;
     size_t n, cap;
+    kiln__site made;             /* the backward call, for the leak check */
+    kiln_grads *prev, *next;     /* every live container */
 };
+
+/* Live containers, for the leak check (a mutex per backward pass, not per op). */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static kiln_grads *live_head;
+static pthread_once_t live_once = PTHREAD_ONCE_INIT;
+
+static int64_t live_containers(FILE *f) {
+    int64_t n = 0;
+    pthread_mutex_lock(&live_lock);
+    for (kiln_grads *g = live_head; g; g = g->next, n++)
+        if (f && n < 32)
+            fprintf(f, "  gradients container made by %s at %s:%d (kiln_grads_free)\n",
+                    g->made.op ? g->made.op : "kiln_backward", g->made.file ? g->made.file : "?", g->made.line);
+    pthread_mutex_unlock(&live_lock);
+    if (f && n > 32) fprintf(f, "  ... and %lld more gradient containers\n", (long long)(n - 32));
+    return n;
+}
+
+static void live_register(void) { kiln__leak_add_reporter(live_containers); }
+
+static kiln_grads *grads_new(void) {
+    kiln_grads *gs = calloc(1, sizeof *gs);
+    if (!gs) return NULL;
+    pthread_once(&live_once, live_register);
+    gs->made = kiln__call_site();
+    pthread_mutex_lock(&live_lock);
+    gs->next = live_head;
+    if (live_head) live_head->prev = gs;
+    live_head = gs;
+    pthread_mutex_unlock(&live_lock);
+    return gs;
+}
 
 static atomic_ullong visit_epoch;
 
@@ -134,7 +172,7 @@ static bool count_consumers(kiln__ad_node *root, node_stack *all) {
 
 static kiln_status run_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor *seed, kiln_grads **out) {
     kiln__ad_meta *m = root->autodiff;
-    kiln_grads *gs = calloc(1, sizeof *gs);
+    kiln_grads *gs = grads_new();
     if (!gs) {
         kiln__drop(2, root, seed);
         kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the gradients container");
@@ -254,6 +292,31 @@ kiln_status kiln_backward_seed(kiln_tensor root, kiln_tensor seed, kiln_grads **
     return backward_common(&c, root, seed, true, out);
 }
 
+/* The backward pass is queued first, then the loss is read: the one wait is for the forward
+ * pass only, and the backward runs meanwhile. The extra reference keeps the loss's buffer from
+ * being reused in place by the backward. */
+kiln_status kiln_backward_value(kiln_tensor loss, kiln_grads **out, double *value) {
+    KILN__OP_BEGIN("kiln_backward_value");
+    if (value) *value = NAN;
+    kiln__error *err = NULL;
+    kiln__tensor *t = kiln__handle_peek(loss, c.name, &err);
+    if (!t) {
+        if (out) *out = NULL;
+        kiln_status st = kiln__error_report(err);
+        kiln__error_unref(err);
+        return st;
+    }
+    if (!value) kiln__fail(&c, KILN_ERR_NULL, "value pointer is NULL");
+    kiln__tensor_retain(t);
+    kiln_tensor keep = kiln__handle_new(t);
+    kiln_status st = backward_common(&c, loss, KILN_NONE, false, out); /* reports its own error */
+    if (st != KILN_OK) {
+        kiln_release(keep);
+        return st;
+    }
+    return kiln_into_scalar_f64(keep, value);
+}
+
 kiln_tensor kiln_grad(kiln_grads *gs, kiln_tensor h) {
     kiln__error *err = NULL;
     kiln__tensor *t = kiln__handle_peek(h, "kiln_grad", &err);
@@ -297,5 +360,10 @@ void kiln_grads_free(kiln_grads *gs) {
         if (atomic_fetch_sub(&l->refs, 1) == 1) free(l);
     }
     free(gs->entries);
+    pthread_mutex_lock(&live_lock);
+    if (gs->prev) gs->prev->next = gs->next;
+    else live_head = gs->next;
+    if (gs->next) gs->next->prev = gs->prev;
+    pthread_mutex_unlock(&live_lock);
     free(gs);
 }

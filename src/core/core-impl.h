@@ -3,6 +3,7 @@
 #define KILN_CORE_IMPL_H
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -56,6 +57,7 @@ kiln_status kiln__report(kiln_status status, const char *op, const char *fmt, ..
 typedef struct {
     const char *file;
     int line;
+    const char *op; /* the public call ("kiln_randn"), or NULL when unknown */
 } kiln__site;
 kiln__site kiln__call_site(void);
 /* Inline so that a call-site wrapper (src/api/) costs two stores, not another call. */
@@ -63,7 +65,20 @@ extern _Thread_local kiln__site kiln__site_now;
 static inline void kiln__site_set(const char *file, int line) {
     kiln__site_now.file = file;
     kiln__site_now.line = line;
+    kiln__site_now.op = NULL;
 }
+/* The same from a call-site wrapper, which also knows the public call's name. */
+static inline void kiln__site_set_op(const char *file, int line, const char *op) {
+    kiln__site_now.file = file;
+    kiln__site_now.line = line;
+    kiln__site_now.op = op;
+}
+
+/* ---- leak check (KILN_LEAK_CHECK=1, kiln_leak_check) -------------------------------------- */
+/* A higher layer's count of its live objects (gradient containers): writes one line per
+ * object to f when f is not NULL, returns how many there are. Registered once. */
+typedef int64_t (*kiln__leak_reporter)(FILE *f);
+void kiln__leak_add_reporter(kiln__leak_reporter fn);
 
 /* ---- dtypes ------------------------------------------------------------------------------ */
 bool kiln__dtype_valid(kiln_dtype dtype);

@@ -1,10 +1,14 @@
 /* Generational handles. A handle is (generation << 32 | slot+1). Consuming or releasing a
  * handle bumps its slot's generation, so any later use is detected; the slot remembers who
  * consumed it so the error can say so. Free slots are reused first-in first-out, which keeps
- * a stale handle's history readable for as long as possible. */
+ * a stale handle's history readable for as long as possible. A live slot also remembers the
+ * public call and file:line that made it, for the leak check (KILN_LEAK_CHECK=1 at exit, or
+ * kiln_leak_check()). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "core/core-impl.h"
 
@@ -18,6 +22,9 @@ typedef struct {
     _Atomic(const char *) consumed_by; /* op that took it last */
     _Atomic(const char *) consumed_file;
     atomic_int consumed_line;
+    _Atomic(const char *) created_by; /* public call that made the handle (may be NULL) */
+    _Atomic(const char *) created_file;
+    atomic_int created_line;
     uint32_t next_free;                /* index+1 of the next free slot; 0 = none */
 } slot;
 
@@ -84,7 +91,11 @@ static void slot_free(uint32_t idx) {
 
 
 
+static pthread_once_t leak_once = PTHREAD_ONCE_INIT;
+static void leak_setup(void);
+
 kiln_tensor kiln__handle_new(kiln__tensor *t) {
+    pthread_once(&leak_once, leak_setup);
     uint32_t idx;
     if (kiln__alloc_should_fail() || !slot_alloc(&idx)) {
         kiln__report(KILN_ERR_OUT_OF_MEMORY, "kiln", "no tensor handle available");
@@ -93,6 +104,10 @@ kiln_tensor kiln__handle_new(kiln__tensor *t) {
     }
     slot *s = slot_at(idx);
     atomic_store_explicit(&s->tensor, t, memory_order_relaxed);
+    kiln__site site = kiln__call_site();
+    atomic_store_explicit(&s->created_by, site.op, memory_order_relaxed);
+    atomic_store_explicit(&s->created_file, site.file, memory_order_relaxed);
+    atomic_store_explicit(&s->created_line, site.line, memory_order_relaxed);
     uint32_t gen = atomic_load_explicit(&s->gen, memory_order_relaxed) + 1; /* even -> odd */
     atomic_store_explicit(&s->gen, gen, memory_order_release);
     return (kiln_tensor){((uint64_t)gen << 32) | (idx + 1)};
@@ -187,3 +202,76 @@ kiln_status kiln_release(kiln_tensor h) {
 }
 
 bool kiln_is_valid(kiln_tensor h) { return kiln__handle_peek(h, "kiln_is_valid", NULL) != NULL; }
+
+/* ---- leak check --------------------------------------------------------------------------- */
+
+#define LEAK_LINES 32 /* objects listed per kind; the rest are counted */
+#define MAX_REPORTERS 4
+
+static kiln__leak_reporter reporters[MAX_REPORTERS];
+static atomic_int n_reporters;
+
+void kiln__leak_add_reporter(kiln__leak_reporter fn) {
+    int i = atomic_fetch_add(&n_reporters, 1);
+    if (ALWAYS(i < MAX_REPORTERS)) reporters[i] = fn;
+}
+
+/* Live handles, one line each (up to LEAK_LINES) to f when f is not NULL. */
+static int64_t live_handles(FILE *f) {
+    pthread_mutex_lock(&freelist.lock);
+    uint32_t used = freelist.used;
+    pthread_mutex_unlock(&freelist.lock);
+    int64_t n = 0;
+    for (uint32_t i = 0; i < used; i++) {
+        slot *s = slot_at(i);
+        if (!s || !(atomic_load_explicit(&s->gen, memory_order_acquire) & 1)) continue;
+        if (f && n < LEAK_LINES) {
+            const char *by = atomic_load_explicit(&s->created_by, memory_order_relaxed);
+            const char *file = atomic_load_explicit(&s->created_file, memory_order_relaxed);
+            const kiln__tensor *t = atomic_load_explicit(&s->tensor, memory_order_relaxed);
+            fprintf(f, "  tensor %s", t ? kiln_dtype_name(t->dtype) : "?");
+            if (t) {
+                fputc('[', f);
+                for (int d = 0; d < t->ndim; d++) fprintf(f, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+                fputc(']', f);
+            }
+            fprintf(f, " made by %s at %s:%d\n", by ? by : "a kiln call", file ? file : "?",
+                    atomic_load_explicit(&s->created_line, memory_order_relaxed));
+        }
+        n++;
+    }
+    if (f && n > LEAK_LINES) fprintf(f, "  ... and %lld more tensors\n", (long long)(n - LEAK_LINES));
+    return n;
+}
+
+static int64_t leak_count(FILE *f) {
+    int64_t n = live_handles(f);
+    int k = atomic_load(&n_reporters);
+    for (int i = 0; i < k && i < MAX_REPORTERS; i++) n += reporters[i](f);
+    return n;
+}
+
+int64_t kiln_leak_check(void) {
+    int64_t n = leak_count(NULL);
+    if (n > 0) {
+        fprintf(stderr, "kiln: %lld live tensor handles and gradient containers:\n", (long long)n);
+        leak_count(stderr);
+    }
+    return n;
+}
+
+/* KILN_LEAK_CHECK=1: at exit, what is still alive is reported and the process exits with
+ * status 1, so a test that leaks fails. */
+static void leak_at_exit(void) {
+    if (leak_count(NULL) == 0) return;
+    fflush(stdout);
+    fprintf(stderr, "kiln: leak check (KILN_LEAK_CHECK=1) at exit:\n");
+    kiln_leak_check();
+    fflush(NULL);
+    _exit(1);
+}
+
+static void leak_setup(void) {
+    const char *v = getenv("KILN_LEAK_CHECK");
+    if (v && *v && strcmp(v, "0") != 0) atexit(leak_at_exit);
+}

@@ -54,6 +54,10 @@ struct kiln_loader {
     int n_slots;
     slot *slots;
     kiln_tensor *dropped; /* room to collect the slots' tensors for release */
+    /* the last kiln_loader_next failed and nothing was read after it: a loop that stops at
+     * the first status other than KILN_OK; the next epoch's start reports it */
+    kiln_status unread_status;
+    int64_t unread_epoch, unread_batch;
 
     int n_threads;
     pthread_t *threads;
@@ -261,6 +265,8 @@ int64_t kiln_loader_batches(const kiln_loader *l) { return l ? l->batches : -1; 
 
 kiln_status kiln_loader_start_epoch(kiln_loader *l, int64_t epoch) {
     if (!l) return kiln__report(KILN_ERR_NULL, "kiln_loader_start_epoch", "loader is NULL");
+    kiln_status unread = l->unread_status;
+    l->unread_status = KILN_OK;
     pthread_mutex_lock(&l->lock);
     atomic_fetch_add(&l->generation, 1); /* first: workers mid-batch stop at their next sample */
     l->epoch = epoch;
@@ -274,6 +280,13 @@ kiln_status kiln_loader_start_epoch(kiln_loader *l, int64_t epoch) {
     pthread_cond_broadcast(&l->work_cond);
     pthread_mutex_unlock(&l->lock);
     release_all(n_dropped, l->dropped); /* outside the lock: the last release of a buffer frees it */
+    if (unread != KILN_OK)
+        return kiln__report(unread, "kiln_loader_start_epoch",
+                            "epoch %lld started, but epoch %lld stopped at its failed batch %lld (%s) and its later "
+                            "batches were never read: loop until kiln_loader_next returns KILN_DONE and check every "
+                            "other status (see kiln/data.h)",
+                            (long long)epoch, (long long)l->unread_epoch, (long long)l->unread_batch,
+                            kiln_status_str(unread));
     return KILN_OK;
 }
 
@@ -283,6 +296,8 @@ kiln_status kiln_loader_next(kiln_loader *l, kiln_tensor *inputs, kiln_tensor *t
     if (targets) *targets = KILN_NONE;
     if (!l || !inputs || !targets) return kiln__report(KILN_ERR_NULL, op, "loader or output pointer is NULL");
     if (!l->started) kiln_loader_start_epoch(l, 0);
+    l->unread_status = KILN_OK; /* the loop went on after a failure: it saw it */
+    int64_t k_now = l->next_deliver;
     batch b;
     if (l->o.workers == 0) { /* no threads: the caller assembles the batch itself */
         if (l->next_deliver >= l->batches) return KILN_DONE;
@@ -303,7 +318,12 @@ kiln_status kiln_loader_next(kiln_loader *l, kiln_tensor *inputs, kiln_tensor *t
         pthread_cond_signal(&l->work_cond); /* one more batch may be claimed */
         pthread_mutex_unlock(&l->lock);
     }
-    if (b.status != KILN_OK) return kiln__report(b.status, op, "%s", b.msg);
+    if (b.status != KILN_OK) {
+        l->unread_status = b.status;
+        l->unread_epoch = l->epoch;
+        l->unread_batch = k_now;
+        return kiln__report(b.status, op, "%s", b.msg);
+    }
     *inputs = b.x;
     *targets = b.y;
     return KILN_OK;

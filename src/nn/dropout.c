@@ -3,6 +3,7 @@
 
 #include "kiln/tensor.h"
 #include "nn/layers-impl.h"
+#include "ops/generator-impl.h"
 
 kiln_tensor kiln_dropout(kiln_tensor x, double p, uint64_t seed) {
     if (!(p >= 0 && p < 1))
@@ -18,6 +19,13 @@ kiln_tensor kiln_dropout(kiln_tensor x, double p, uint64_t seed) {
      * untracked and saved by the multiply for the backward pass */
     kiln_tensor keep = kiln_bernoulli(t->device, t->dtype, shape, 1.0 - p, seed);
     return kiln_mul(x, kiln_mul_scalar(keep, 1.0 / (1.0 - p)));
+}
+
+kiln_tensor kiln_dropout_gen(kiln_tensor x, double p, kiln_generator *g) {
+    const char *outer = kiln__op_scope_enter("kiln_dropout_gen");
+    kiln_tensor y = kiln_dropout(x, p, kiln__generator_draw(g));
+    kiln__op_scope_leave(outer);
+    return y;
 }
 
 typedef struct {

@@ -13,8 +13,6 @@
 #include "kiln/nn.h"
 #include "ops/ops-impl.h"
 
-#define KILN__MODULE_MAX_PARAMS 8
-
 typedef struct kiln__module_vtable {
     const char *type;
     /* Consumes x. m->training says which mode. */
@@ -23,8 +21,10 @@ typedef struct kiln__module_vtable {
     void (*destroy)(kiln_module *m);
 } kiln__module_vtable;
 
+#define KILN__MODULE_NAME_MAX 32 /* parameter and child names, terminator included */
+
 typedef struct {
-    char name[32];
+    char name[KILN__MODULE_NAME_MAX];
     kiln_tensor tensor; /* owned handle */
     bool buffer;
 } kiln__module_param;
@@ -32,11 +32,18 @@ typedef struct {
 struct kiln_module {
     const kiln__module_vtable *vt;
     bool training;
+    bool owned; /* a child of some module, which frees it */
     int n_params;
-    kiln__module_param params[KILN__MODULE_MAX_PARAMS];
+    kiln__module_param *params; /* [n_params], grown as they are added */
     int n_children;
     kiln_module **children;
+    char (*child_names)[KILN__MODULE_NAME_MAX]; /* [n_children]: "0", "1", ... unless named */
     void *state; /* layer-specific settings (owned; freed by destroy or free()) */
+    /* user-defined modules (kiln_module_new) */
+    char type[KILN__MODULE_NAME_MAX];
+    kiln_module_forward_fn user_forward;
+    void *user_ctx;
+    void (*user_free)(void *ctx);
 };
 
 /* A module with `state_size` zeroed bytes of layer state. NULL on OOM (error reported). */
@@ -45,5 +52,7 @@ kiln_module *kiln__module_new(const kiln__module_vtable *vt, size_t state_size);
  * on failure t is released. */
 kiln_status kiln__module_add_param(kiln_module *m, const char *name, kiln_tensor t, bool buffer);
 kiln_status kiln__module_add_child(kiln_module *m, kiln_module *child);
+/* The same, under a name (NULL: its index); the op reported on failure is op. */
+kiln_status kiln__module_add_named_child(kiln_module *m, const char *op, const char *name, kiln_module *child);
 
 #endif

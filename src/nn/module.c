@@ -1,4 +1,6 @@
-/* The module core: forward dispatch, parameters by name, training mode, freeing. */
+/* The module core: forward dispatch, parameters by name, training mode, freeing, and the
+ * public API for user-defined modules (a forward callback with a context, registered
+ * parameters, buffers and named children). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,9 +25,11 @@ kiln_module *kiln__module_new(const kiln__module_vtable *vt, size_t state_size) 
 
 kiln_status kiln__module_add_param(kiln_module *m, const char *name, kiln_tensor t, bool buffer) {
     kiln_status st = kiln_tensor_status(t);
-    if (st == KILN_OK && m->n_params == KILN__MODULE_MAX_PARAMS)
-        st = kiln__report(KILN_ERR_INTERNAL, m->vt->type, "too many parameters");
+    kiln__module_param *grown = NULL;
     if (st == KILN_OK && !buffer) st = kiln_require_grad(t);
+    if (st == KILN_OK && !(grown = realloc(m->params, sizeof *grown * (size_t)(m->n_params + 1))))
+        st = kiln__report(KILN_ERR_OUT_OF_MEMORY, kiln_module_type(m), "cannot add a parameter");
+    if (grown) m->params = grown;
     if (st != KILN_OK) {
         kiln_release(t);
         return st;
@@ -37,12 +41,22 @@ kiln_status kiln__module_add_param(kiln_module *m, const char *name, kiln_tensor
     return KILN_OK;
 }
 
-kiln_status kiln__module_add_child(kiln_module *m, kiln_module *child) {
+kiln_status kiln__module_add_named_child(kiln_module *m, const char *op, const char *name, kiln_module *child) {
     kiln_module **grown = realloc(m->children, sizeof *grown * (size_t)(m->n_children + 1));
-    if (!grown) return kiln__report(KILN_ERR_OUT_OF_MEMORY, m->vt->type, "cannot add a child module");
-    m->children = grown;
+    if (grown) m->children = grown;
+    char(*names)[KILN__MODULE_NAME_MAX] =
+        grown ? realloc(m->child_names, sizeof *names * (size_t)(m->n_children + 1)) : NULL;
+    if (names) m->child_names = names;
+    if (!grown || !names) return kiln__report(KILN_ERR_OUT_OF_MEMORY, op, "cannot add a child module");
+    if (name) snprintf(names[m->n_children], sizeof names[0], "%s", name);
+    else snprintf(names[m->n_children], sizeof names[0], "%d", m->n_children);
     m->children[m->n_children++] = child;
+    child->owned = true;
     return KILN_OK;
+}
+
+kiln_status kiln__module_add_child(kiln_module *m, kiln_module *child) {
+    return kiln__module_add_named_child(m, kiln_module_type(m), NULL, child);
 }
 
 kiln_tensor kiln_module_forward(kiln_module *m, kiln_tensor x) {
@@ -62,14 +76,17 @@ void kiln_module_train(kiln_module *m, bool training) {
 }
 
 bool kiln_module_is_training(const kiln_module *m) { return m && m->training; }
-const char *kiln_module_type(const kiln_module *m) { return m ? m->vt->type : "NULL"; }
+const char *kiln_module_type(const kiln_module *m) { return !m ? "NULL" : m->type[0] ? m->type : m->vt->type; }
 
 void kiln_module_free(kiln_module *m) {
     if (!m) return;
     for (int i = 0; i < m->n_children; i++) kiln_module_free(m->children[i]);
     free(m->children);
+    free(m->child_names);
     for (int i = 0; i < m->n_params; i++) kiln_release(m->params[i].tensor);
+    free(m->params);
     if (m->vt->destroy) m->vt->destroy(m);
+    if (m->user_free) m->user_free(m->user_ctx);
     free(m->state);
     free(m);
 }
@@ -89,7 +106,7 @@ static int list_params(kiln_module *m, const char *prefix, kiln_param *out, int 
         }
     for (int i = 0; i < m->n_children; i++) {
         char child_prefix[96];
-        snprintf(child_prefix, sizeof child_prefix, "%s%d.", prefix, i);
+        snprintf(child_prefix, sizeof child_prefix, "%s%s.", prefix, m->child_names[i]);
         at = list_params(m->children[i], child_prefix, out, cap, at);
     }
     return at;
@@ -144,4 +161,146 @@ kiln_module *kiln_sequential_new(int n, kiln_module *const *children) {
         }
     }
     return m;
+}
+
+/* ---- user-defined modules ------------------------------------------------------------------- */
+
+static kiln_tensor user_forward(kiln_module *m, kiln_tensor x) { return m->user_forward(m, x, m->user_ctx); }
+
+static const kiln__module_vtable user_vt = {"Module", user_forward, NULL};
+
+kiln_module *kiln_module_new(const char *type, kiln_module_forward_fn forward, void *ctx, void (*free_ctx)(void *ctx)) {
+    const char *op = "kiln_module_new";
+    kiln_status st = KILN_OK;
+    if (!forward) st = kiln__report(KILN_ERR_NULL, op, "forward callback is NULL");
+    else if (type && strlen(type) >= KILN__MODULE_NAME_MAX)
+        st = kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "type name '%.40s...' is longer than %d bytes", type,
+                          KILN__MODULE_NAME_MAX - 1);
+    kiln_module *m = st == KILN_OK ? kiln__module_new(&user_vt, 0) : NULL;
+    if (!m) {
+        if (free_ctx) free_ctx(ctx); /* the context was given away */
+        return NULL;
+    }
+    snprintf(m->type, sizeof m->type, "%s", type && *type ? type : "Module");
+    m->user_forward = forward;
+    m->user_ctx = ctx;
+    m->user_free = free_ctx;
+    return m;
+}
+
+void *kiln_module_context(const kiln_module *m) { return m ? m->user_ctx : NULL; }
+
+/* A name for a parameter, buffer or child: [A-Za-z0-9_]+, shorter than the limit, unused in m. */
+static kiln_status check_name(const char *op, const kiln_module *m, const char *name) {
+    if (!name) return kiln__report(KILN_ERR_NULL, op, "name is NULL");
+    size_t n = strlen(name);
+    if (n == 0 || n >= KILN__MODULE_NAME_MAX)
+        return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "name '%.40s' must have 1 to %d characters", name,
+                            KILN__MODULE_NAME_MAX - 1);
+    for (size_t i = 0; i < n; i++) {
+        char ch = name[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_'))
+            return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "name '%s' may hold only letters, digits and '_'", name);
+    }
+    for (int i = 0; i < m->n_params; i++)
+        if (strcmp(m->params[i].name, name) == 0)
+            return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "%s already has a %s named '%s'", kiln_module_type(m),
+                                m->params[i].buffer ? "buffer" : "parameter", name);
+    for (int i = 0; i < m->n_children; i++)
+        if (strcmp(m->child_names[i], name) == 0)
+            return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "%s already has a child named '%s'", kiln_module_type(m), name);
+    return KILN_OK;
+}
+
+static kiln_status add_tensor(const char *op, kiln_module *m, const char *name, kiln_tensor t, bool buffer) {
+    kiln_status st = !m ? kiln__report(KILN_ERR_NULL, op, "module is NULL") : check_name(op, m, name);
+    if (st == KILN_OK && !kiln_is_valid(t))
+        st = kiln__report(KILN_ERR_STALE_HANDLE, op, "tensor '%s' is not a live handle", name);
+    if (st == KILN_OK && kiln_tensor_status(t) != KILN_OK)
+        st = kiln__report(kiln_tensor_status(t), op, "tensor '%s' carries an error (%s)", name,
+                          kiln_status_str(kiln_tensor_status(t)));
+    if (st == KILN_OK && !buffer) {
+        kiln_dtype dt = kiln_tensor_dtype(t);
+        if (dt != KILN_F32 && dt != KILN_F64 && dt != KILN_F16 && dt != KILN_BF16)
+            st = kiln__report(KILN_ERR_DTYPE, op, "parameter '%s' is %s: parameters are float tensors", name,
+                              kiln_dtype_name(dt));
+    }
+    if (st != KILN_OK) {
+        if (kiln_is_valid(t)) kiln_release(t); /* a stale one would replace the error */
+        return st;
+    }
+    return kiln__module_add_param(m, name, t, buffer);
+}
+
+kiln_status kiln_module_add_parameter(kiln_module *m, const char *name, kiln_tensor t) {
+    return add_tensor("kiln_module_add_parameter", m, name, t, false);
+}
+
+kiln_status kiln_module_add_buffer(kiln_module *m, const char *name, kiln_tensor t) {
+    return add_tensor("kiln_module_add_buffer", m, name, t, true);
+}
+
+static bool contains(const kiln_module *tree, const kiln_module *m) {
+    if (tree == m) return true;
+    for (int i = 0; i < tree->n_children; i++)
+        if (contains(tree->children[i], m)) return true;
+    return false;
+}
+
+kiln_status kiln_module_add_child(kiln_module *m, const char *name, kiln_module *child) {
+    const char *op = "kiln_module_add_child";
+    if (!child) return kiln__report(KILN_ERR_NULL, op, "child is NULL");
+    if (child->owned) return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "child '%s' already belongs to a module", name ? name : "?");
+    if (m && contains(child, m))
+        return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "child '%s' contains the module itself", name ? name : "?");
+    kiln_status st = !m ? kiln__report(KILN_ERR_NULL, op, "module is NULL") : check_name(op, m, name);
+    if (st == KILN_OK) st = kiln__module_add_named_child(m, op, name, child);
+    if (st != KILN_OK) kiln_module_free(child); /* it was given away */
+    return st;
+}
+
+/* The module a dotted path's parent part names, and the last part in *leaf; NULL + message. */
+static kiln_module *walk(kiln_module *m, const char *path, const char **leaf, char *why, size_t cap) {
+    const char *part = path;
+    for (const char *dot; (dot = strchr(part, '.')) != NULL; part = dot + 1) {
+        size_t len = (size_t)(dot - part);
+        kiln_module *next = NULL;
+        for (int i = 0; i < m->n_children && !next; i++)
+            if (strlen(m->child_names[i]) == len && strncmp(m->child_names[i], part, len) == 0) next = m->children[i];
+        if (!next) {
+            snprintf(why, cap, "%s has no child '%.*s' (in '%s')", kiln_module_type(m), (int)len, part, path);
+            return NULL;
+        }
+        m = next;
+    }
+    *leaf = part;
+    return m;
+}
+
+kiln_tensor kiln_module_param(kiln_module *m, const char *name) {
+    KILN__OP_BEGIN("kiln_module_param");
+    if (!m || !name) return kiln__result(&c, kiln__fail(&c, KILN_ERR_NULL, "%s is NULL", !m ? "module" : "name"));
+    char why[200];
+    const char *leaf = NULL;
+    kiln_module *owner = walk(m, name, &leaf, why, sizeof why);
+    if (!owner) return kiln__result(&c, kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "%s", why));
+    for (int i = 0; i < owner->n_params; i++)
+        if (strcmp(owner->params[i].name, leaf) == 0) {
+            kiln__tensor *t = kiln__arg(&c, kiln_ref(owner->params[i].tensor));
+            return kiln__result(&c, t);
+        }
+    return kiln__result(&c, kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "%s has no parameter or buffer '%s'",
+                                       kiln_module_type(owner), leaf));
+}
+
+kiln_module *kiln_module_child(kiln_module *m, const char *name) {
+    const char *op = "kiln_module_child";
+    if (!m || !name) return kiln__report(KILN_ERR_NULL, op, "%s is NULL", !m ? "module" : "name"), NULL;
+    char why[200], path[160];
+    if (strlen(name) >= sizeof path - 1) return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "name is too long"), NULL;
+    snprintf(path, sizeof path, "%s.", name); /* every part names a child */
+    const char *leaf = NULL;
+    kiln_module *child = walk(m, path, &leaf, why, sizeof why);
+    if (!child) kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "%s", why);
+    return child;
 }

@@ -23,22 +23,30 @@ kiln_adam_options kiln_adamw_defaults(void) {
 
 kiln_optimizer *kiln_adam_new(kiln_module *model, kiln_adam_options o) {
     if (!kiln__optim_check_adam("kiln_adam_new", o)) return NULL;
-    kiln_optimizer *opt = kiln__optim_new("kiln_adam_new", model, KILN__OPTIM_ADAM);
-    if (!opt) return NULL;
-    opt->adam = o;
-    opt->lr = o.lr;
+    kiln_optimizer *opt = kiln__optim_new("kiln_adam_new", model, KILN__OPTIM_ADAM, o.lr, o.weight_decay);
+    if (opt) opt->adam = o;
+    return opt;
+}
+
+kiln_optimizer *kiln_adam_new_groups(int n_groups, const kiln_param_group *groups, kiln_adam_options o) {
+    if (!kiln__optim_check_adam("kiln_adam_new_groups", o)) return NULL;
+    kiln_optimizer *opt =
+        kiln__optim_new_groups("kiln_adam_new_groups", n_groups, groups, KILN__OPTIM_ADAM, o.lr, o.weight_decay);
+    if (opt) opt->adam = o;
     return opt;
 }
 
 bool kiln__adam_apply(kiln__opctx *c, const kiln_optimizer *opt, const kiln__optim_param *p, kiln__tensor *param,
                       const kiln__tensor *grad) {
     const kiln_adam_options *o = &opt->adam;
+    const kiln__optim_group *g = &opt->groups[p->group];
+    double lr = g->lr, wd = g->weight_decay;
     double t = (double)p->step; /* already counts this update */
     double bc1 = 1.0 - pow(o->beta1, t), bc2 = 1.0 - pow(o->beta2, t);
-    bool decoupled = o->decoupled_weight_decay && o->weight_decay != 0;
-    kiln__adam_update u = {.step_size = opt->lr / bc1, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
+    bool decoupled = o->decoupled_weight_decay && wd != 0;
+    kiln__adam_update u = {.step_size = lr / bc1, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
                            .sqrt_bias_correction2 = sqrt(bc2),
-                           .weight_decay_term = decoupled ? 1.0 - opt->lr * o->weight_decay : o->weight_decay,
+                           .weight_decay_term = decoupled ? 1.0 - lr * wd : wd,
                            .first = p->step == 1, .decoupled = decoupled};
     return kiln__t_adam_update(c, param, p->state[0], p->state[1], grad, &u);
 }

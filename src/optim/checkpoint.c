@@ -82,7 +82,15 @@ static int optim_meta(const kiln_optimizer *opt, meta_text *m) {
     snprintf(m[n].value, sizeof m[n].value, "%s", opt->type);
     n++;
     add_meta(m, &n, OPTIM_PREFIX "steps", "%.0f", (double)opt->steps);
-    add_meta(m, &n, OPTIM_PREFIX "lr", NULL, opt->lr);
+    add_meta(m, &n, OPTIM_PREFIX "lr", NULL, opt->groups[0].lr);
+    add_meta(m, &n, OPTIM_PREFIX "groups", "%.0f", (double)opt->n_groups);
+    for (int g = 0; g < opt->n_groups; g++) {
+        char key[64];
+        snprintf(key, sizeof key, OPTIM_PREFIX "group%d.lr", g);
+        add_meta(m, &n, key, NULL, opt->groups[g].lr);
+        snprintf(key, sizeof key, OPTIM_PREFIX "group%d.weight_decay", g);
+        add_meta(m, &n, key, NULL, opt->groups[g].weight_decay);
+    }
     kiln_sgd_options so = opt->sgd;
     kiln_adam_options ao = opt->adam;
     double flag;
@@ -109,7 +117,7 @@ kiln_status kiln_checkpoint_save(const char *path, kiln_module *model, kiln_opti
     int np = 0, n_state = opt ? kiln__optim_state_count(opt) : 0;
     kiln_param *ps = list_params(&c, model, &np);
     int cap = np + (opt ? opt->n_params * n_state : 0);
-    int n_meta_cap = OPTIM_FIXED_META + (opt ? opt->n_params : 0);
+    int n_meta_cap = OPTIM_FIXED_META + (opt ? opt->n_params + 2 * opt->n_groups : 0);
     save_item *items = calloc((size_t)(cap ? cap : 1), sizeof *items);
     kiln__st_entry *entries = calloc((size_t)(cap ? cap : 1), sizeof *entries);
     meta_text *mt = calloc((size_t)n_meta_cap, sizeof *mt);
@@ -206,7 +214,7 @@ typedef struct {
 typedef struct {
     kiln_sgd_options sgd;
     kiln_adam_options adam;
-    double lr;
+    kiln__optim_group *groups; /* [opt->n_groups] */
     int64_t steps;
     int64_t *param_steps;
     load_item *state; /* [n_params * KILN__OPTIM_MAX_STATE], src NULL where absent */
@@ -277,10 +285,26 @@ static int plan_optim(kiln__opctx *c, const kiln__st_file *f, const kiln_optimiz
     double flag;
     hyper hs[MAX_HYPERS];
     int nh = hyper_list(opt->kind, &plan->sgd, &plan->adam, &flag, hs);
-    bool ok = meta_count(c, f, OPTIM_PREFIX "steps", true, &plan->steps) && meta_double(c, f, OPTIM_PREFIX "lr", &plan->lr);
+    double lr = 0;
+    int64_t n_groups = 1;
+    bool ok = meta_count(c, f, OPTIM_PREFIX "steps", true, &plan->steps) && meta_double(c, f, OPTIM_PREFIX "lr", &lr) &&
+              meta_count(c, f, OPTIM_PREFIX "groups", false, &n_groups);
     for (int i = 0; ok && i < nh; i++) ok = meta_double(c, f, hs[i].key, hs[i].value);
     ok = ok && (flag == 0 || flag == 1);
-    plan->sgd.lr = plan->adam.lr = plan->lr;
+    if (ok && kiln__st_meta_get(f, OPTIM_PREFIX "groups") && n_groups != opt->n_groups)
+        return kiln__fail(c, KILN_ERR_SHAPE, "checkpoint has %lld parameter groups, the optimizer %d", (long long)n_groups,
+                          opt->n_groups), 0;
+    plan->sgd.lr = plan->adam.lr = lr;
+    /* files from before groups: one group with the options' rate and decay */
+    for (int g = 0; ok && g < opt->n_groups; g++) {
+        plan->groups[g] = (kiln__optim_group){lr, opt->kind == KILN__OPTIM_SGD ? plan->sgd.weight_decay : plan->adam.weight_decay};
+        if (!kiln__st_meta_get(f, OPTIM_PREFIX "groups")) continue;
+        char key[64];
+        snprintf(key, sizeof key, OPTIM_PREFIX "group%d.lr", g);
+        ok = meta_double(c, f, key, &plan->groups[g].lr) && plan->groups[g].lr >= 0;
+        snprintf(key, sizeof key, OPTIM_PREFIX "group%d.weight_decay", g);
+        ok = ok && meta_double(c, f, key, &plan->groups[g].weight_decay) && plan->groups[g].weight_decay >= 0;
+    }
     if (opt->kind == KILN__OPTIM_SGD) {
         plan->sgd.nesterov = flag != 0;
         ok = ok && kiln__optim_check_sgd(c->name, plan->sgd);
@@ -336,7 +360,7 @@ static void commit_optim(kiln_optimizer *opt, optim_plan *plan) {
     kiln__optim_clear_state(opt);
     opt->sgd = plan->sgd;
     opt->adam = plan->adam;
-    opt->lr = plan->lr;
+    memcpy(opt->groups, plan->groups, sizeof *opt->groups * (size_t)opt->n_groups);
     opt->steps = plan->steps;
     for (int i = 0; i < opt->n_params; i++) {
         opt->params[i].step = plan->param_steps[i];
@@ -368,8 +392,9 @@ kiln_status kiln_checkpoint_load(const char *path, kiln_module *model, kiln_opti
     if (opt) {
         plan.state = calloc((size_t)(n_opt ? n_opt : 1), sizeof *plan.state);
         plan.param_steps = calloc((size_t)(opt->n_params ? opt->n_params : 1), sizeof *plan.param_steps);
+        plan.groups = calloc((size_t)opt->n_groups, sizeof *plan.groups);
     }
-    if (ps && (!items || (opt && (!plan.state || !plan.param_steps))))
+    if (ps && (!items || (opt && (!plan.state || !plan.param_steps || !plan.groups))))
         kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the load plan");
     /* 1: the module: every parameter and buffer, exactly */
     for (int i = 0; i < np && !c.err; i++) {
@@ -409,7 +434,7 @@ kiln_status kiln_checkpoint_load(const char *path, kiln_module *model, kiln_opti
     if (opt && !c.err) commit_optim(opt, &plan);
     for (int i = 0; items && i < np; i++) kiln__tensor_release(items[i].staged);
     for (int i = 0; i < n_opt && plan.state; i++) kiln__tensor_release(plan.state[i].staged);
-    free(plan.state), free(plan.param_steps), free(items), free(ps);
+    free(plan.state), free(plan.param_steps), free(plan.groups), free(items), free(ps);
     kiln__st_free(&f);
     return kiln__optim_finish(&c);
 }

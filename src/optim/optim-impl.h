@@ -1,8 +1,10 @@
 /* Optimizer internals shared by the optimizers, clipping and checkpoints.
  *
- * An optimizer holds the module's trainable parameter slots (the module's own handles, read
- * afresh at every step, so a replaced handle is followed) and, per parameter, its state
- * tensors, created at the parameter's first update. Updates are one fused op per parameter
+ * An optimizer holds parameter slots and, per parameter, its state tensors, created at the
+ * parameter's first update. Built from a module, a slot is the module's own handle (read
+ * afresh at every step, so a replaced handle is followed); built from parameter groups, a
+ * slot is the optimizer's own reference (`own`) to the caller's tensor. Each parameter
+ * belongs to a group with its own learning rate and weight decay. Updates are one fused op per parameter
  * whose outputs are the parameter's and the state's own storages. */
 #ifndef KILN_OPTIM_IMPL_H
 #define KILN_OPTIM_IMPL_H
@@ -19,15 +21,22 @@ typedef struct {
     kiln_tensor *slot;                           /* the module's handle */
     kiln__tensor *state[KILN__OPTIM_MAX_STATE]; /* NULL until the first update */
     int64_t step;                                /* updates of this parameter (Adam's bias correction) */
+    int group;                                   /* index into the optimizer's groups */
+    kiln_tensor own;                             /* the optimizer's reference (groups), or KILN_NONE */
 } kiln__optim_param;
+
+typedef struct {
+    double lr, weight_decay;
+} kiln__optim_group;
 
 struct kiln_optimizer {
     kiln__optim_kind kind;
     const char *type; /* "sgd" or "adam" (checkpoints) */
     kiln_sgd_options sgd;
     kiln_adam_options adam;
-    double lr;
     int64_t steps;
+    int n_groups;
+    kiln__optim_group *groups;
     int n_params;
     kiln__optim_param *params;
 };
@@ -44,8 +53,15 @@ kiln_status kiln__optim_finish(kiln__opctx *c);
 kiln__tensor *kiln__optim_slot_tensor(kiln__opctx *c, kiln_tensor h);
 /* Drops every parameter's state. */
 void kiln__optim_clear_state(kiln_optimizer *opt);
-/* An optimizer over the module's trainable parameters (f32 or f64); NULL + error under op. */
-kiln_optimizer *kiln__optim_new(const char *op, kiln_module *model, kiln__optim_kind kind);
+/* An optimizer over the module's trainable parameters (f32 or f64) in one group with lr and
+ * weight_decay; NULL + error under op. */
+kiln_optimizer *kiln__optim_new(const char *op, kiln_module *model, kiln__optim_kind kind, double lr, double weight_decay);
+/* An optimizer over the caller's parameter groups (a reference taken to each parameter);
+ * a group's negative lr or weight decay means lr / weight_decay. NULL + error under op. */
+kiln_optimizer *kiln__optim_new_groups(const char *op, int n_groups, const kiln_param_group *groups, kiln__optim_kind kind,
+                                       double lr, double weight_decay);
+/* Whether lr is a usable learning rate; false + error reported under op. */
+bool kiln__optim_check_lr(const char *op, double lr);
 /* The fused update of one parameter (sgd.c, adam.c); its state tensors exist and p->step
  * already counts this update. False + c->err if it could not be queued. */
 bool kiln__sgd_apply(kiln__opctx *c, const kiln_optimizer *opt, const kiln__optim_param *p, kiln__tensor *param,

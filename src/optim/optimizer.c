@@ -2,6 +2,7 @@
  * (check everything, allocate state, then submit one fused update per parameter), the
  * learning rate, and gradient clipping by global norm. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,14 +38,14 @@ void kiln__optim_clear_state(kiln_optimizer *opt) {
     }
 }
 
-static bool check_lr(const char *op, double lr) {
+bool kiln__optim_check_lr(const char *op, double lr) {
     if (lr >= 0 && isfinite(lr)) return true;
     kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "learning rate %g must be finite and >= 0", lr);
     return false;
 }
 
 bool kiln__optim_check_sgd(const char *op, kiln_sgd_options o) {
-    if (!check_lr(op, o.lr)) return false;
+    if (!kiln__optim_check_lr(op, o.lr)) return false;
     const char *bad = NULL;
     if (!(o.momentum >= 0 && isfinite(o.momentum))) bad = "momentum must be finite and >= 0";
     else if (!isfinite(o.dampening)) bad = "dampening must be finite";
@@ -55,7 +56,7 @@ bool kiln__optim_check_sgd(const char *op, kiln_sgd_options o) {
 }
 
 bool kiln__optim_check_adam(const char *op, kiln_adam_options o) {
-    if (!check_lr(op, o.lr)) return false;
+    if (!kiln__optim_check_lr(op, o.lr)) return false;
     const char *bad = NULL;
     if (!(o.beta1 >= 0 && o.beta1 < 1)) bad = "beta1 must be in [0, 1)";
     else if (!(o.beta2 >= 0 && o.beta2 < 1)) bad = "beta2 must be in [0, 1)";
@@ -92,47 +93,129 @@ static kiln__tensor *param_tensor(kiln__opctx *c, const kiln__optim_param *p) {
     return t;
 }
 
-kiln_optimizer *kiln__optim_new(const char *op, kiln_module *model, kiln__optim_kind kind) {
+/* Takes params (n of them, slots and names filled) and groups; frees both on failure. */
+static kiln_optimizer *optim_make(kiln__opctx *c, kiln__optim_kind kind, int n, kiln__optim_param *params, int n_groups,
+                                  kiln__optim_group *groups) {
+    for (int k = 0; k < n && !c->err; k++) param_tensor(c, &params[k]); /* refuse what no step could update */
+    kiln_optimizer *opt = c->err ? NULL : calloc(1, sizeof *opt);
+    if (!opt && !c->err) kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the optimizer");
+    if (c->err) {
+        for (int k = 0; k < n; k++) kiln_release(params[k].own);
+        free(params), free(groups), free(opt);
+        kiln__optim_finish(c);
+        return NULL;
+    }
+    opt->kind = kind;
+    opt->type = kind == KILN__OPTIM_ADAM ? "adam" : "sgd";
+    opt->n_params = n;
+    opt->params = params;
+    opt->n_groups = n_groups;
+    opt->groups = groups;
+    return opt;
+}
+
+kiln_optimizer *kiln__optim_new(const char *op, kiln_module *model, kiln__optim_kind kind, double lr, double weight_decay) {
     if (!model) {
         kiln__report(KILN_ERR_NULL, op, "model is NULL");
         return NULL;
     }
     int n = kiln_module_params(model, NULL, 0);
     kiln_param *list = calloc((size_t)(n ? n : 1), sizeof *list);
-    kiln_optimizer *opt = calloc(1, sizeof *opt);
     kiln__optim_param *params = calloc((size_t)(n ? n : 1), sizeof *params);
-    if (!list || !opt || !params) {
-        free(list), free(opt), free(params);
+    kiln__optim_group *group = calloc(1, sizeof *group);
+    if (!list || !params || !group) {
+        free(list), free(params), free(group);
         kiln__report(KILN_ERR_OUT_OF_MEMORY, op, "cannot allocate the optimizer");
         return NULL;
     }
     kiln_module_params(model, list, n);
     int k = 0;
-    KILN__OP_BEGIN(op);
-    for (int i = 0; i < n && !c.err; i++) {
+    for (int i = 0; i < n; i++) {
         if (list[i].buffer) continue;
         memcpy(params[k].name, list[i].name, sizeof params[k].name);
-        params[k].slot = list[i].slot;
-        param_tensor(&c, &params[k]); /* refuse what no step could update */
-        k++;
-    }
-    if (c.err) {
-        kiln__optim_finish(&c);
-        free(list), free(opt), free(params);
-        return NULL;
+        params[k++].slot = list[i].slot;
     }
     free(list);
-    opt->kind = kind;
-    opt->type = kind == KILN__OPTIM_ADAM ? "adam" : "sgd";
-    opt->n_params = k;
-    opt->params = params;
-    return opt;
+    *group = (kiln__optim_group){lr, weight_decay};
+    KILN__OP_BEGIN(op);
+    return optim_make(&c, kind, k, params, 1, group);
+}
+
+#define MAX_GROUP_PARAMS (1 << 24) /* far above any model; keeps the counts' sums in an int */
+
+kiln_optimizer *kiln__optim_new_groups(const char *op, int n_groups, const kiln_param_group *groups, kiln__optim_kind kind,
+                                       double lr, double weight_decay) {
+    KILN__OP_BEGIN(op);
+    if (!groups) return kiln__fail(&c, KILN_ERR_NULL, "groups is NULL"), kiln__optim_finish(&c), NULL;
+    if (n_groups < 1 || n_groups > 1024)
+        return kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "%d groups: expected 1 to 1024", n_groups), kiln__optim_finish(&c),
+               NULL;
+    int64_t total = 0;
+    for (int g = 0; g < n_groups && !c.err; g++) {
+        const kiln_param_group *pg = &groups[g];
+        double glr = pg->lr < 0 ? lr : pg->lr, gwd = pg->weight_decay < 0 ? weight_decay : pg->weight_decay;
+        if (pg->n < 0 || pg->n > MAX_GROUP_PARAMS)
+            kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "group %d has %d parameters: expected 0 to %d", g, pg->n,
+                       MAX_GROUP_PARAMS);
+        else if (pg->n > 0 && !pg->params) kiln__fail(&c, KILN_ERR_NULL, "group %d's params is NULL", g);
+        else if (!(glr >= 0 && isfinite(glr)) || isnan(pg->lr))
+            kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "group %d's learning rate %g must be finite", g, pg->lr);
+        else if (!(gwd >= 0 && isfinite(gwd)) || isnan(pg->weight_decay))
+            kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "group %d's weight decay %g must be finite", g, pg->weight_decay);
+        total += pg->n;
+    }
+    if (!c.err && total > MAX_GROUP_PARAMS)
+        kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "%lld parameters: at most %d", (long long)total, MAX_GROUP_PARAMS);
+    if (c.err) return kiln__optim_finish(&c), NULL;
+    kiln__optim_param *params = calloc((size_t)(total ? total : 1), sizeof *params);
+    kiln__optim_group *gs = calloc((size_t)n_groups, sizeof *gs);
+    kiln__tensor **seen = calloc((size_t)(total ? total : 1), sizeof *seen);
+    if (!params || !gs || !seen) {
+        free(params), free(gs), free(seen);
+        return kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the optimizer"), kiln__optim_finish(&c), NULL;
+    }
+    int k = 0;
+    for (int g = 0; g < n_groups && !c.err; g++) {
+        const kiln_param_group *pg = &groups[g];
+        gs[g] = (kiln__optim_group){pg->lr < 0 ? lr : pg->lr, pg->weight_decay < 0 ? weight_decay : pg->weight_decay};
+        for (int i = 0; i < pg->n && !c.err; i++) {
+            kiln__tensor *t = kiln__optim_slot_tensor(&c, pg->params[i]);
+            if (!t) break;
+            const kiln__ad_meta *m = t->autodiff;
+            if (!m || !m->leaf) {
+                kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT,
+                           "parameter %d of group %d is not a leaf: mark it with kiln_require_grad", i, g);
+                break;
+            }
+            for (int j = 0; j < k; j++)
+                if (seen[j] == t || ((const kiln__ad_meta *)seen[j]->autodiff)->leaf == m->leaf) {
+                    kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "parameter %d of group %d appears twice", i, g);
+                    break;
+                }
+            if (c.err) break;
+            seen[k] = t;
+            kiln__optim_param *p = &params[k++];
+            snprintf(p->name, sizeof p->name, "group%d.%d", g, i);
+            p->group = g;
+            kiln__tensor_retain(t);
+            p->own = kiln__handle_new(t);
+            p->slot = &p->own;
+        }
+    }
+    free(seen);
+    return optim_make(&c, kind, k, params, n_groups, gs); /* keeps the array: the slots stay valid */
+}
+
+kiln_param_group kiln_param_group_of(int n, const kiln_tensor *params) {
+    return (kiln_param_group){.params = params, .n = n, .lr = -1, .weight_decay = -1};
 }
 
 void kiln_optimizer_free(kiln_optimizer *opt) {
     if (!opt) return;
     kiln__optim_clear_state(opt);
+    for (int i = 0; i < opt->n_params; i++) kiln_release(opt->params[i].own);
     free(opt->params);
+    free(opt->groups);
     free(opt);
 }
 
@@ -141,11 +224,32 @@ void kiln_optimizer_set_lr(kiln_optimizer *opt, double lr) {
         kiln__report(KILN_ERR_NULL, "kiln_optimizer_set_lr", "optimizer is NULL");
         return;
     }
-    if (check_lr("kiln_optimizer_set_lr", lr)) opt->lr = lr;
+    if (kiln__optim_check_lr("kiln_optimizer_set_lr", lr))
+        for (int g = 0; g < opt->n_groups; g++) opt->groups[g].lr = lr;
 }
 
-double kiln_optimizer_lr(const kiln_optimizer *opt) { return opt ? opt->lr : 0.0; }
+double kiln_optimizer_lr(const kiln_optimizer *opt) { return opt && opt->n_groups ? opt->groups[0].lr : 0.0; }
 int64_t kiln_optimizer_steps(const kiln_optimizer *opt) { return opt ? opt->steps : 0; }
+int kiln_optimizer_num_groups(const kiln_optimizer *opt) { return opt ? opt->n_groups : 0; }
+
+static bool check_group(const char *op, const kiln_optimizer *opt, int group) {
+    if (!opt) return kiln__report(KILN_ERR_NULL, op, "optimizer is NULL"), false;
+    if (group < 0 || group >= opt->n_groups)
+        return kiln__report(KILN_ERR_INDEX, op, "group %d out of range: the optimizer has %d", group, opt->n_groups), false;
+    return true;
+}
+
+kiln_status kiln_optimizer_set_group_lr(kiln_optimizer *opt, int group, double lr) {
+    const char *op = "kiln_optimizer_set_group_lr";
+    if (!check_group(op, opt, group)) return kiln_last_status();
+    if (!kiln__optim_check_lr(op, lr)) return kiln_last_status();
+    opt->groups[group].lr = lr;
+    return KILN_OK;
+}
+
+double kiln_optimizer_group_lr(const kiln_optimizer *opt, int group) {
+    return check_group("kiln_optimizer_group_lr", opt, group) ? opt->groups[group].lr : NAN;
+}
 
 /* ---- gradients ------------------------------------------------------------------------------ */
 
@@ -326,5 +430,34 @@ kiln_status kiln_clip_grad_norm(kiln_optimizer *opt, kiln_grads *g, double max_n
         if (out) *total_norm = kiln__handle_new(out);
     }
     kiln__tensor_release(norm);
+    return kiln__optim_finish(&c);
+}
+
+kiln_status kiln_clip_grad_value(kiln_optimizer *opt, kiln_grads *g, double clip_value) {
+    KILN__OP_BEGIN("kiln_clip_grad_value");
+    if (!opt || !g) {
+        kiln__fail(&c, KILN_ERR_NULL, "%s is NULL", !opt ? "optimizer" : "gradients container");
+        return kiln__optim_finish(&c);
+    }
+    if (!(clip_value >= 0 && isfinite(clip_value))) {
+        kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "clip_value %g must be finite and >= 0", clip_value);
+        return kiln__optim_finish(&c);
+    }
+    kiln__tensor ***slots = calloc((size_t)(opt->n_params ? opt->n_params : 1), sizeof *slots);
+    if (!slots) {
+        kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the clipping bookkeeping");
+        return kiln__optim_finish(&c);
+    }
+    /* every gradient checked before any is changed */
+    for (int i = 0; i < opt->n_params; i++) {
+        kiln__tensor *param = param_tensor(&c, &opt->params[i]);
+        const kiln__ad_meta *m = param ? param->autodiff : NULL;
+        kiln__tensor **slot = m ? kiln__grads_slot(g, m->leaf) : NULL;
+        if (slot && check_grad(&c, &opt->params[i], param, *slot, false)) slots[i] = slot;
+    }
+    /* in place: a gradient is dense and has one owner, so the clamp reuses its buffer */
+    for (int i = 0; i < opt->n_params && !c.err; i++)
+        if (slots[i]) *slots[i] = kiln__t_clamp(&c, *slots[i], -clip_value, clip_value);
+    free(slots);
     return kiln__optim_finish(&c);
 }

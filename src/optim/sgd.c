@@ -10,17 +10,24 @@ kiln_sgd_options kiln_sgd_defaults(void) {
 
 kiln_optimizer *kiln_sgd_new(kiln_module *model, kiln_sgd_options o) {
     if (!kiln__optim_check_sgd("kiln_sgd_new", o)) return NULL;
-    kiln_optimizer *opt = kiln__optim_new("kiln_sgd_new", model, KILN__OPTIM_SGD);
-    if (!opt) return NULL;
-    opt->sgd = o;
-    opt->lr = o.lr;
+    kiln_optimizer *opt = kiln__optim_new("kiln_sgd_new", model, KILN__OPTIM_SGD, o.lr, o.weight_decay);
+    if (opt) opt->sgd = o;
+    return opt;
+}
+
+kiln_optimizer *kiln_sgd_new_groups(int n_groups, const kiln_param_group *groups, kiln_sgd_options o) {
+    if (!kiln__optim_check_sgd("kiln_sgd_new_groups", o)) return NULL;
+    kiln_optimizer *opt =
+        kiln__optim_new_groups("kiln_sgd_new_groups", n_groups, groups, KILN__OPTIM_SGD, o.lr, o.weight_decay);
+    if (opt) opt->sgd = o;
     return opt;
 }
 
 bool kiln__sgd_apply(kiln__opctx *c, const kiln_optimizer *opt, const kiln__optim_param *p, kiln__tensor *param,
                      const kiln__tensor *grad) {
     const kiln_sgd_options *o = &opt->sgd;
-    kiln__sgd_update u = {.lr = opt->lr, .momentum = o->momentum, .dampening = o->dampening,
-                          .weight_decay = o->weight_decay, .first = p->step == 1, .nesterov = o->nesterov};
+    const kiln__optim_group *g = &opt->groups[p->group];
+    kiln__sgd_update u = {.lr = g->lr, .momentum = o->momentum, .dampening = o->dampening,
+                          .weight_decay = g->weight_decay, .first = p->step == 1, .nesterov = o->nesterov};
     return kiln__t_sgd_update(c, param, o->momentum != 0 ? p->state[0] : NULL, grad, &u);
 }

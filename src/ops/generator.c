@@ -1,0 +1,65 @@
+/* Random generators: a seed and a count of draws. Each call that takes a generator draws one
+ * 64-bit seed from it (a hash of the generator's seed and the draw's number) and runs the
+ * seeded Philox op with it, so a generator replays the same values for the same seed and the
+ * same sequence of calls, whatever the thread count. The global generator serves NULL. */
+#include <stdlib.h>
+
+#include "kiln/tensor.h"
+#include "ops/generator-impl.h"
+#include "ops/ops-impl.h"
+
+struct kiln_generator {
+    _Atomic uint64_t seed;
+    _Atomic uint64_t draws;
+};
+
+static kiln_generator global_gen; /* seed 0 until kiln_manual_seed */
+
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+uint64_t kiln__generator_draw(kiln_generator *g) {
+    if (!g) g = &global_gen;
+    uint64_t k = atomic_fetch_add(&g->draws, 1);
+    return splitmix64(splitmix64(atomic_load(&g->seed)) ^ splitmix64(~k));
+}
+
+kiln_generator *kiln_generator_new(uint64_t seed) {
+    kiln_generator *g = calloc(1, sizeof *g);
+    if (!g) {
+        kiln__report(KILN_ERR_OUT_OF_MEMORY, "kiln_generator_new", "cannot allocate a generator");
+        return NULL;
+    }
+    atomic_store(&g->seed, seed);
+    return g;
+}
+
+void kiln_generator_free(kiln_generator *g) {
+    if (g != &global_gen) free(g);
+}
+
+void kiln_generator_manual_seed(kiln_generator *g, uint64_t seed) {
+    if (!g) g = &global_gen;
+    atomic_store(&g->seed, seed);
+    atomic_store(&g->draws, 0);
+}
+
+void kiln_manual_seed(uint64_t seed) { kiln_generator_manual_seed(NULL, seed); }
+
+kiln_tensor kiln_rand_gen(kiln_generator *g, kiln_device dev, kiln_dtype dtype, kiln_shape shape) {
+    const char *outer = kiln__op_scope_enter("kiln_rand_gen");
+    kiln_tensor t = kiln_rand(dev, dtype, shape, kiln__generator_draw(g));
+    kiln__op_scope_leave(outer);
+    return t;
+}
+
+kiln_tensor kiln_randn_gen(kiln_generator *g, kiln_device dev, kiln_dtype dtype, kiln_shape shape) {
+    const char *outer = kiln__op_scope_enter("kiln_randn_gen");
+    kiln_tensor t = kiln_randn(dev, dtype, shape, kiln__generator_draw(g));
+    kiln__op_scope_leave(outer);
+    return t;
+}
