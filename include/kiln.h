@@ -11,5 +11,6 @@
 #include "kiln/data.h"
 #include "kiln/text.h"
 #include "kiln/train.h"
+#include "kiln/dist.h"
 
 #endif
