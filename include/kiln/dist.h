@@ -22,7 +22,7 @@
 #ifndef KILN_DIST_H
 #define KILN_DIST_H
 
-#include "nn.h"
+#include "optim.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -69,13 +69,23 @@ KILN_API kiln_ddp *kiln_ddp_new(kiln_module *model, kiln_ddp_options o);
 KILN_API int kiln_ddp_num_buckets(const kiln_ddp *d);
 KILN_API void kiln_ddp_free(kiln_ddp *d);
 
+/* Checkpoints (kiln_checkpoint_save/load's format) under data parallelism: save writes on
+ * rank 0 only (atomically: a temporary file renamed) and every rank returns rank 0's status;
+ * load reads the file on rank 0 and broadcasts it, so every rank ends with rank 0's parameters
+ * and optimizer state without a shared file system. Call them on every rank. In a world of one
+ * they are kiln_checkpoint_save/load. */
+KILN_API kiln_status kiln_dist_checkpoint_save(const char *path, kiln_module *model, kiln_optimizer *opt);
+KILN_API kiln_status kiln_dist_checkpoint_load(const char *path, kiln_module *model, kiln_optimizer *opt);
+
 /* ---- call sites ------------------------------------------------------------------------- */
 /* The calls that record the caller's file:line, as in core.h's list. */
 #define KILN_DIST_API(X) \
     X(kiln_tensor, dist_all_reduce, (kiln_tensor t, kiln_dist_reduce_op op), (t, op)) \
     X(kiln_tensor, dist_broadcast, (kiln_tensor t, int root), (t, root)) \
     X(kiln_tensor, dist_all_gather, (kiln_tensor t), (t)) \
-    X(kiln_ddp *, ddp_new, (kiln_module *model, kiln_ddp_options o), (model, o))
+    X(kiln_ddp *, ddp_new, (kiln_module *model, kiln_ddp_options o), (model, o)) \
+    X(kiln_status, dist_checkpoint_save, (const char *path, kiln_module *model, kiln_optimizer *opt), (path, model, opt)) \
+    X(kiln_status, dist_checkpoint_load, (const char *path, kiln_module *model, kiln_optimizer *opt), (path, model, opt))
 KILN_DIST_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -84,6 +94,8 @@ KILN_DIST_API(KILN__AT_DECLARE)
 #define kiln_dist_broadcast(...) KILN__AT(dist_broadcast, __VA_ARGS__)
 #define kiln_dist_all_gather(...) KILN__AT(dist_all_gather, __VA_ARGS__)
 #define kiln_ddp_new(...) KILN__AT(ddp_new, __VA_ARGS__)
+#define kiln_dist_checkpoint_save(...) KILN__AT(dist_checkpoint_save, __VA_ARGS__)
+#define kiln_dist_checkpoint_load(...) KILN__AT(dist_checkpoint_load, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus
