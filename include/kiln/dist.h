@@ -59,7 +59,7 @@ typedef struct kiln_ddp kiln_ddp;
 typedef struct {
     int64_t bucket_bytes; /* gradients per all-reduce; default 25 MB */
 } kiln_ddp_options;
-KILN_API kiln_ddp_options kiln_ddp_defaults(void);
+KILN_API kiln_ddp_options kiln_ddp_defaults(void); /* KILN_DDP_BUCKET_KB overrides the size */
 /* Broadcasts the model's parameters and buffers from rank 0, groups the trainable parameters
  * into buckets (in reverse order, as backward produces their gradients) and hooks backward:
  * once a bucket's gradients are final, one all-reduce (mean) of the bucket is queued and the

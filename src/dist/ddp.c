@@ -35,7 +35,11 @@ struct kiln_ddp {
     bool seen; /* a gradient of ours was seen in this walk */
 };
 
-kiln_ddp_options kiln_ddp_defaults(void) { return (kiln_ddp_options){.bucket_bytes = DEFAULT_BUCKET_BYTES}; }
+kiln_ddp_options kiln_ddp_defaults(void) {
+    const char *kb = getenv("KILN_DDP_BUCKET_KB"); /* for experiments without recompiling */
+    long long v = kb && *kb ? strtoll(kb, NULL, 10) : 0;
+    return (kiln_ddp_options){.bucket_bytes = v > 0 ? (int64_t)v << 10 : DEFAULT_BUCKET_BYTES};
+}
 
 /* Queues the all-reduce of bucket b: its gradients (those missing count as zeros) joined into
  * one flat tensor, reduced, and handed back as views. failed: this rank's backward failed; the
