@@ -23,7 +23,7 @@
 #endif
 
 static struct {
-    pthread_once_t once;
+    pthread_once_t once, token_once;
     kiln_status init_status;
     char init_msg[256];
     bool mpi;       /* MPI_Init_thread was called by kiln */
@@ -39,7 +39,7 @@ static struct {
     pthread_t watchdog;
     const kiln__op *current;
     uint64_t current_since_ns;
-} dist = {.once = PTHREAD_ONCE_INIT, .size = 1, .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+} dist = {.once = PTHREAD_ONCE_INIT, .token_once = PTHREAD_ONCE_INIT, .size = 1, .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
 static kiln_status comm_kernel(const kiln__op *op);
 
@@ -107,15 +107,13 @@ static void init_once(void) {
         return;
 #endif
     }
-    dist.token = kiln__tensor_new(KILN_CPU, KILN_BOOL, 0, NULL);
-    if (!dist.token) {
-        dist.init_status = KILN_ERR_OUT_OF_MEMORY;
-        snprintf(dist.init_msg, sizeof dist.init_msg, "cannot allocate the collectives' order token");
-        return;
-    }
     kiln__engine_set_comm_kernel(comm_kernel);
     if (dist.size > 1) dist.watchdog_started = pthread_create(&dist.watchdog, NULL, watchdog_main, NULL) == 0;
 }
+
+/* The order token, made with the first collective (so merely asking for the rank allocates no
+ * tensor a leak check would count). */
+static void token_once(void) { dist.token = kiln__tensor_new(KILN_CPU, KILN_BOOL, 0, NULL); }
 
 bool kiln__dist_ready(kiln__opctx *c) {
     pthread_once(&dist.once, init_once);
@@ -127,6 +125,11 @@ bool kiln__dist_ready(kiln__opctx *c) {
         kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "rank %d: kiln_dist_finalize was called", dist.rank);
         return false;
     }
+    pthread_once(&dist.token_once, token_once);
+    if (!dist.token) {
+        kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "rank %d: cannot allocate the collectives' order token", dist.rank);
+        return false;
+    }
     return true;
 }
 
@@ -134,11 +137,9 @@ int kiln__dist_rank(void) { return dist.rank; }
 int kiln__dist_size(void) { return dist.size; }
 
 kiln_status kiln_dist_init(void) {
-    KILN__OP_BEGIN("kiln_dist_init");
-    if (kiln__dist_ready(&c)) return KILN_OK;
-    kiln_status st = kiln__error_report(c.err);
-    kiln__error_unref(c.err);
-    return st;
+    pthread_once(&dist.once, init_once);
+    if (dist.init_status == KILN_OK) return KILN_OK;
+    return kiln__report(dist.init_status, "kiln_dist_init", "%s", dist.init_msg);
 }
 
 kiln_status kiln_dist_finalize(void) {
