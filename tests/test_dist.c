@@ -7,6 +7,7 @@
 
 #include "engine/engine-impl.h"
 #include "kiln_test.h"
+#include "dist_util.h"
 
 static int rank, world;
 static const int64_t sizes[] = {1, 7, 1001, 40013};
@@ -178,18 +179,7 @@ KT_TEST(barrier) {
 }
 
 int main(void) {
-    if (kiln_dist_init() != KILN_OK) {
-        fprintf(stderr, "kiln_dist_init: %s\n", kiln_last_error());
-        return 1;
-    }
-    rank = kiln_dist_rank();
-    world = kiln_dist_world_size();
-    /* the first collective allocates dist's order token (kept until kiln_dist_finalize): before the
-     * leak checks' marks */
-    if (kiln_dist_barrier() != KILN_OK) {
-        fprintf(stderr, "kiln_dist_barrier: %s\n", kiln_last_error());
-        return 1;
-    }
+    if (!kt_dist_begin(&rank, &world)) return 1;
     KT_RUN(world_from_environment);
     KT_RUN(all_reduce_every_dtype);
     KT_RUN(all_reduce_mean_floats);
@@ -199,9 +189,5 @@ int main(void) {
     KT_RUN(dispatch_errors_name_the_call);
     KT_RUN(poisoned_rank_fails_the_collective_everywhere);
     KT_RUN(barrier);
-    if (kiln_dist_finalize() != KILN_OK) {
-        fprintf(stderr, "kiln_dist_finalize: %s\n", kiln_last_error());
-        return 1;
-    }
-    return kt_finish();
+    return kt_dist_end();
 }

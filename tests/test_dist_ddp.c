@@ -7,6 +7,7 @@
 #include <kiln.h>
 
 #include "kiln_test.h"
+#include "dist_util.h"
 
 static int rank, world;
 
@@ -144,24 +145,9 @@ KT_TEST(all_reduce_overlaps_backward) {
 }
 
 int main(void) {
-    if (kiln_dist_init() != KILN_OK) {
-        fprintf(stderr, "kiln_dist_init: %s\n", kiln_last_error());
-        return 1;
-    }
-    rank = kiln_dist_rank();
-    world = kiln_dist_world_size();
-    /* the first collective allocates dist's order token (kept until kiln_dist_finalize): before the
-     * leak checks' marks */
-    if (kiln_dist_barrier() != KILN_OK) {
-        fprintf(stderr, "kiln_dist_barrier: %s\n", kiln_last_error());
-        return 1;
-    }
+    if (!kt_dist_begin(&rank, &world)) return 1;
     KT_RUN(one_bucket_same_as_one_process);
     KT_RUN(bucket_per_parameter_same_as_one_process);
     KT_RUN(all_reduce_overlaps_backward);
-    if (kiln_dist_finalize() != KILN_OK) {
-        fprintf(stderr, "kiln_dist_finalize: %s\n", kiln_last_error());
-        return 1;
-    }
-    return kt_finish();
+    return kt_dist_end();
 }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "kiln_test.h"
+#include "dist_util.h"
 
 static int rank, world;
 
@@ -76,23 +77,8 @@ KT_TEST(checkpoint_rank0_writes_all_load) {
 }
 
 int main(void) {
-    if (kiln_dist_init() != KILN_OK) {
-        fprintf(stderr, "kiln_dist_init: %s\n", kiln_last_error());
-        return 1;
-    }
-    rank = kiln_dist_rank();
-    world = kiln_dist_world_size();
-    /* the first collective allocates dist's order token (kept until kiln_dist_finalize): before the
-     * leak checks' marks */
-    if (kiln_dist_barrier() != KILN_OK) {
-        fprintf(stderr, "kiln_dist_barrier: %s\n", kiln_last_error());
-        return 1;
-    }
+    if (!kt_dist_begin(&rank, &world)) return 1;
     KT_RUN(metrics_sum_over_ranks);
     KT_RUN(checkpoint_rank0_writes_all_load);
-    if (kiln_dist_finalize() != KILN_OK) {
-        fprintf(stderr, "kiln_dist_finalize: %s\n", kiln_last_error());
-        return 1;
-    }
-    return kt_finish();
+    return kt_dist_end();
 }

@@ -208,28 +208,29 @@ static void comm_start(void) {
     engine.comm_started = pthread_create(&engine.comm_thread, NULL, comm_main, NULL) == 0;
 }
 
+/* Appends n to a FIFO of nodes (engine.lock held). */
+static void fifo_append(kiln__node **head, kiln__node **tail, kiln__node *n) {
+    if (*tail)
+        (*tail)->next_ready = n;
+    else
+        *head = n;
+    *tail = n;
+}
+
 static void push_ready(kiln__node *n) {
     n->next_ready = NULL;
     if (KILN__UNLIKELY(kiln__opcode_is_comm(n->op.code))) {
         pthread_once(&engine.comm_once, comm_start);
         if (engine.comm_started) {
             pthread_mutex_lock(&engine.lock);
-            if (engine.comm_tail)
-                engine.comm_tail->next_ready = n;
-            else
-                engine.comm_head = n;
-            engine.comm_tail = n;
+            fifo_append(&engine.comm_head, &engine.comm_tail, n);
             pthread_cond_signal(&engine.comm_cond);
             pthread_mutex_unlock(&engine.lock);
             return;
         }
     }
     pthread_mutex_lock(&engine.lock);
-    if (engine.ready_tail)
-        engine.ready_tail->next_ready = n;
-    else
-        engine.ready_head = n;
-    engine.ready_tail = n;
+    fifo_append(&engine.ready_head, &engine.ready_tail, n);
     atomic_fetch_add_explicit(&engine.ready_count, 1, memory_order_release);
     /* a wake-up is a system call: only pay it when no worker is awake to find the op */
     if (engine.sleeping > 0 &&
