@@ -8,7 +8,12 @@
  * learning-rate schedule over the whole run. Prints a progress bar
  * (plain lines when stdout is not a terminal), test accuracy after every epoch, and saves a
  * safetensors checkpoint at the end. Metrics (kiln_metrics) accumulate on the device and are
- * read once per logging step through one transaction, so nothing waits per batch. */
+ * read once per logging step through one transaction, so nothing waits per batch.
+ *
+ * Data parallel without a change: under `mpirun -np N` every rank trains on its shard of each
+ * epoch (batch B / N per rank, so the global batch stays B), gradients are averaged by kiln_ddp
+ * during backward, metrics are summed over the ranks, rank 0 prints and writes the checkpoint.
+ * Started alone it is a world of one. */
 #include <errno.h>
 #include <getopt.h>
 #include <kiln.h>
@@ -185,7 +190,7 @@ static void progress(bool tty, int epoch, int64_t batch, int64_t batches, double
     }
 }
 
-/* Accuracy of the model on a loader, in eval mode. One read at the end. */
+/* Accuracy of the model on a loader, in eval mode, over every rank's shard. One read at the end. */
 static double evaluate(kiln_module *model, kiln_loader *loader, int64_t *count) {
     kiln_module_train(model, false);
     kiln_no_grad_begin();
@@ -200,20 +205,26 @@ static double evaluate(kiln_module *model, kiln_loader *loader, int64_t *count) 
     }
     kiln_no_grad_end();
     kiln_module_train(model, true);
-    int64_t c = 0;
-    if (st != KILN_DONE || kiln_into_data(correct, &c, sizeof c) != KILN_OK) {
+    int64_t c[2] = {0, 0}; /* correct, seen: summed over the ranks */
+    kiln_tensor both = kiln_stack((kiln_tensor[]){correct, kiln_full(KILN_CPU, KILN_I64, KILN_SCALAR_SHAPE, (double)n)}, 2, 0);
+    if (st != KILN_DONE || kiln_into_data(kiln_dist_all_reduce(both, KILN_DIST_SUM), c, sizeof c) != KILN_OK) {
         fprintf(stderr, "evaluation failed: %s\n", kiln_last_error());
-        if (st != KILN_DONE) kiln_release(correct);
         return -1;
     }
-    *count = n;
-    return n ? (double)c / (double)n : 0.0;
+    *count = c[1];
+    return c[1] ? (double)c[0] / (double)c[1] : 0.0;
 }
 
 int main(int argc, char **argv) {
     options o;
     int stop = parse(argc, argv, &o);
     if (stop >= 0) return stop;
+    if (kiln_dist_init() != KILN_OK) {
+        fprintf(stderr, "cannot join the MPI job: %s\n", kiln_last_error());
+        return 1;
+    }
+    int rank = kiln_dist_rank(), world = kiln_dist_world_size();
+    bool lead = rank == 0; /* prints progress and writes the checkpoint */
     kiln_dataset *train = open_split(o.data, true, o.limit), *test = open_split(o.data, false, o.limit);
     if (!train || !test) {
         fprintf(stderr, "cannot open Fashion-MNIST in %s: %s\n(install it: apt-get install dataset-fashion-mnist)\n", o.data,
@@ -222,14 +233,18 @@ int main(int argc, char **argv) {
     }
     kiln_module *model = build_model(o.model, o.seed);
     kiln_optimizer *opt = model ? kiln_adam_new(model, kiln_adam_defaults()) : NULL;
-    if (!model || !opt) {
+    kiln_ddp *ddp = model ? kiln_ddp_new(model, kiln_ddp_defaults()) : NULL; /* rank 0's weights everywhere */
+    if (!model || !opt || !ddp) {
         fprintf(stderr, "cannot build the model: %s\n", kiln_last_error());
         return 1;
     }
     kiln_optimizer_set_lr(opt, o.lr);
-    kiln_loader_options lo = kiln_loader_defaults(o.batch);
+    int64_t local_batch = (o.batch + world - 1) / world;
+    kiln_loader_options lo = kiln_loader_defaults(local_batch);
     lo.workers = o.workers;
     lo.seed = o.seed;
+    lo.shard_rank = rank;
+    lo.shard_count = world;
     kiln_loader *train_loader = kiln_loader_new(train, lo);
     lo.shuffle = false;
     kiln_loader *test_loader = kiln_loader_new(test, lo);
@@ -240,9 +255,13 @@ int main(int argc, char **argv) {
     int64_t batches = kiln_loader_batches(train_loader);
     if (o.limit > 0 && o.limit / o.batch < batches) batches = o.limit / o.batch > 0 ? o.limit / o.batch : 1;
     bool tty = isatty(STDOUT_FILENO);
-    printf("kiln: %s on Fashion-MNIST, %lld parameters, %d epochs of %lld batches of %lld, Adam lr %g (cosine), %d threads\n",
-           o.model, (long long)kiln_module_num_parameters(model), o.epochs, (long long)batches, (long long)o.batch, o.lr,
-           kiln_num_threads());
+    if (lead && world > 1)
+        printf("kiln: %d ranks (MPI), each %lld samples of every batch of %lld, %d threads each\n", world,
+               (long long)local_batch, (long long)(local_batch * world), kiln_num_threads());
+    if (lead)
+        printf("kiln: %s on Fashion-MNIST, %lld parameters, %d epochs of %lld batches of %lld, Adam lr %g (cosine), %d threads\n",
+               o.model, (long long)kiln_module_num_parameters(model), o.epochs, (long long)batches,
+               (long long)(local_batch * world), o.lr, kiln_num_threads());
     if (o.profile) kiln_profiler_start();
     const int64_t log_every = 50;
     kiln_cross_entropy_options ce = kiln_cross_entropy_defaults();
@@ -274,7 +293,7 @@ int main(int argc, char **argv) {
                 break;
             }
             kiln_grads_free(g);
-            seen += n;
+            seen += n * world;
             if (b % log_every == 0 || b == batches) {
                 double mean_loss, accuracy; /* one transaction: both metrics, one wait */
                 if (kiln_metrics_read(metrics, &mean_loss, &accuracy, NULL) != KILN_OK) {
@@ -283,8 +302,9 @@ int main(int argc, char **argv) {
                     break;
                 }
                 double dt = now_s() - t0;
-                progress(tty, epoch, b, batches, mean_loss, accuracy, (double)seen / dt,
-                         dt / (double)b * (double)(batches - b));
+                if (lead)
+                    progress(tty, epoch, b, batches, mean_loss, accuracy, (double)seen / dt,
+                             dt / (double)b * (double)(batches - b));
             }
         }
         if (kiln_sync() != KILN_OK) {
@@ -296,31 +316,38 @@ int main(int argc, char **argv) {
         int64_t tested = 0;
         double acc = status ? -1 : evaluate(model, test_loader, &tested);
         if (acc < 0) status = 1;
-        printf("%sepoch %d: %.1f s (%.0f samples/s), test accuracy %.4f on %lld images\n", tty ? "\n" : "", epoch, epoch_s,
-               (double)seen / epoch_s, acc, (long long)tested);
+        if (lead)
+            printf("%sepoch %d: %.1f s (%.0f samples/s), test accuracy %.4f on %lld images\n", tty ? "\n" : "", epoch,
+                   epoch_s, (double)seen / epoch_s, acc, (long long)tested);
         fflush(stdout);
     }
     if (!status && o.bench) {
-        printf("{\"name\":\"fashion_mnist_%s_epoch\",\"side\":\"kiln\",\"ms\":%.1f,\"rss_mib\":%.1f}\n", o.model,
-               1e3 * total_train_s / o.epochs, peak_rss_mib());
+        if (lead)
+            printf("{\"name\":\"fashion_mnist_%s_epoch\",\"side\":\"kiln\",\"ms\":%.1f,\"rss_mib\":%.1f}\n", o.model,
+                   1e3 * total_train_s / o.epochs, peak_rss_mib());
     } else if (!status) {
-        printf("mean epoch time %.1f s\n", total_train_s / o.epochs);
-        if (kiln_checkpoint_save(o.checkpoint, model, opt) == KILN_OK)
-            printf("checkpoint written to %s\n", o.checkpoint);
-        else
+        if (lead) printf("mean epoch time %.1f s\n", total_train_s / o.epochs);
+        if (kiln_dist_checkpoint_save(o.checkpoint, model, opt) == KILN_OK) { /* rank 0 writes */
+            if (lead) printf("checkpoint written to %s\n", o.checkpoint);
+        } else {
             fprintf(stderr, "checkpoint: %s\n", kiln_last_error()), status = 1;
+        }
     }
-    if (o.profile) {
+    if (o.profile) { /* rank r > 0 writes FILE.r */
         kiln_profiler_stop();
-        if (kiln_profiler_write_trace(o.profile) == KILN_OK) printf("profile trace written to %s\n", o.profile);
-        kiln_profiler_write_summary(NULL);
+        char path[4096];
+        snprintf(path, sizeof path, lead ? "%s" : "%s.%d", o.profile, rank);
+        if (kiln_profiler_write_trace(path) == KILN_OK && lead) printf("profile trace written to %s\n", o.profile);
+        if (lead) kiln_profiler_write_summary(NULL);
     }
     kiln_metrics_free(metrics);
     kiln_loader_free(train_loader);
     kiln_loader_free(test_loader);
+    kiln_ddp_free(ddp);
     kiln_optimizer_free(opt);
     kiln_module_free(model);
     kiln_dataset_free(train);
     kiln_dataset_free(test);
+    if (!status) kiln_dist_finalize(); /* after a failure, exiting without it makes mpirun end the job */
     return status;
 }

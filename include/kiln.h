@@ -12,5 +12,6 @@
 #include "kiln/text.h"
 #include "kiln/train.h"
 #include "kiln/bert.h"
+#include "kiln/dist.h"
 
 #endif

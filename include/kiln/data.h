@@ -68,6 +68,12 @@ typedef struct {
     bool drop_last;
     uint64_t seed;     /* shuffling and transform randomness */
     kiln_device device;
+    /* Data parallelism: this process's part of each epoch. Every shard shuffles the whole
+     * dataset with the same seed, pads it by wrapping around to a multiple of shard_count, and
+     * takes every shard_count-th sample from position shard_rank: the shards are distinct
+     * (but for the few padded samples) and have equal batch counts. Typically
+     * kiln_dist_rank() and kiln_dist_world_size(); defaults 0 and 1 (0 counts as 1). */
+    int shard_rank, shard_count;
 } kiln_loader_options;
 KILN_API kiln_loader_options kiln_loader_defaults(int64_t batch_size); /* 2 workers, prefetch 4, shuffle */
 

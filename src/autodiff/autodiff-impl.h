@@ -80,6 +80,19 @@ bool kiln__grad_mode(void);
  * clipping scale gradients in place, where they are. */
 kiln__tensor **kiln__grads_slot(kiln_grads *grads, const kiln__ad_leaf *leaf);
 
+/* Backward hooks, registered by a higher layer (dist's data-parallel wrapper). During every
+ * backward walk, leaf_final(ctx, grads, leaf) runs on the walking thread once the leaf's
+ * gradient in grads is complete (every op adding to it is queued), and walk_done(ctx, grads,
+ * ok) once the walk ends (ok false: it failed, and grads is freed next). Add returns false when
+ * 8 are registered already; remove takes the ctx given. */
+typedef struct kiln__ad_backward_hooks {
+    void (*leaf_final)(void *ctx, kiln_grads *grads, const kiln__ad_leaf *leaf);
+    void (*walk_done)(void *ctx, kiln_grads *grads, bool ok);
+    void *ctx;
+} kiln__ad_backward_hooks;
+bool kiln__ad_hooks_add(kiln__ad_backward_hooks h);
+void kiln__ad_hooks_remove(void *ctx);
+
 /* Sums g down to shape (reversing broadcasting). Consumes g. */
 kiln__tensor *kiln__ad_sum_to(kiln__opctx *c, kiln__tensor *g, int ndim, const int64_t *shape);
 

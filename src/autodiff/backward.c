@@ -14,7 +14,39 @@
 typedef struct {
     kiln__ad_leaf *leaf; /* a reference */
     kiln__tensor *grad;
+    int pending; /* with hooks: deliveries still to come in this walk */
 } grad_entry;
+
+#define MAX_HOOKS 8
+static struct {
+    pthread_mutex_t lock;
+    int n;
+    kiln__ad_backward_hooks v[MAX_HOOKS];
+} hooks = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+bool kiln__ad_hooks_add(kiln__ad_backward_hooks h) {
+    pthread_mutex_lock(&hooks.lock);
+    bool ok = hooks.n < MAX_HOOKS;
+    if (ok) hooks.v[hooks.n++] = h;
+    pthread_mutex_unlock(&hooks.lock);
+    return ok;
+}
+
+void kiln__ad_hooks_remove(void *ctx) {
+    pthread_mutex_lock(&hooks.lock);
+    for (int i = 0; i < hooks.n; i++)
+        if (hooks.v[i].ctx == ctx) hooks.v[i--] = hooks.v[--hooks.n];
+    pthread_mutex_unlock(&hooks.lock);
+}
+
+/* The hooks registered when a walk starts. */
+static int hooks_snapshot(kiln__ad_backward_hooks *out) {
+    pthread_mutex_lock(&hooks.lock);
+    int n = hooks.n;
+    memcpy(out, hooks.v, sizeof *out * (size_t)n);
+    pthread_mutex_unlock(&hooks.lock);
+    return n;
+}
 
 struct kiln_grads {
     grad_entry *entries;
@@ -83,26 +115,37 @@ static grad_entry *find_entry(kiln_grads *gs, const kiln__ad_leaf *leaf) {
     return NULL;
 }
 
-static void deliver_to_leaf(kiln__opctx *c, kiln_grads *gs, kiln__ad_leaf *leaf, kiln__tensor *g) {
+/* leaf's entry, made if missing; NULL (and c's error) on out of memory. */
+static grad_entry *entry_for(kiln__opctx *c, kiln_grads *gs, kiln__ad_leaf *leaf) {
     grad_entry *e = find_entry(gs, leaf);
-    if (!e) {
-        if (gs->n == gs->cap) {
-            size_t cap = gs->cap ? gs->cap * 2 : 16;
-            grad_entry *grown = realloc(gs->entries, sizeof *grown * cap);
-            if (!grown) {
-                kiln__tensor_release(g);
-                kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot grow the gradients container");
-                return;
-            }
-            gs->entries = grown;
-            gs->cap = cap;
+    if (e) return e;
+    if (gs->n == gs->cap) {
+        size_t cap = gs->cap ? gs->cap * 2 : 16;
+        grad_entry *grown = realloc(gs->entries, sizeof *grown * cap);
+        if (!grown) {
+            kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot grow the gradients container");
+            return NULL;
         }
-        e = &gs->entries[gs->n++];
-        atomic_fetch_add_explicit(&leaf->refs, 1, memory_order_relaxed);
-        *e = (grad_entry){leaf, NULL};
+        gs->entries = grown;
+        gs->cap = cap;
+    }
+    e = &gs->entries[gs->n++];
+    atomic_fetch_add_explicit(&leaf->refs, 1, memory_order_relaxed);
+    *e = (grad_entry){leaf, NULL, 0};
+    return e;
+}
+
+static void deliver_to_leaf(kiln__opctx *c, kiln_grads *gs, kiln__ad_leaf *leaf, kiln__tensor *g,
+                            const kiln__ad_backward_hooks *hv, int nh) {
+    grad_entry *e = entry_for(c, gs, leaf);
+    if (!e) {
+        kiln__tensor_release(g);
+        return;
     }
     /* a leaf's gradient is dense (sum or expand backward can hand over a broadcast view) */
     accumulate(c, &e->grad, kiln__t_contiguous(c, g));
+    if (nh > 0 && --e->pending <= 0 && !c->err)
+        for (int i = 0; i < nh; i++) hv[i].leaf_final(hv[i].ctx, gs, leaf);
 }
 
 /* Shapes and dtype of a gradient brought back to those of the input it is for. */
@@ -170,6 +213,19 @@ static bool count_consumers(kiln__ad_node *root, node_stack *all) {
     return ok;
 }
 
+/* With hooks: how many gradients each leaf receives in this walk, so the hooks learn when a
+ * leaf's gradient is complete. */
+static void count_leaf_deliveries(kiln__opctx *c, kiln_grads *gs, const node_stack *all) {
+    for (size_t i = 0; i < all->n && !c->err; i++) {
+        const kiln__ad_node *n = all->v[i];
+        for (int k = 0; k < n->n_slots; k++) {
+            if (!n->slots[k].leaf) continue;
+            grad_entry *e = entry_for(c, gs, n->slots[k].leaf);
+            if (e) e->pending++;
+        }
+    }
+}
+
 static kiln_status run_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor *seed, kiln_grads **out) {
     kiln__ad_meta *m = root->autodiff;
     kiln_grads *gs = grads_new();
@@ -178,10 +234,13 @@ static kiln_status run_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor
         kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the gradients container");
         return c->err->status;
     }
+    kiln__ad_backward_hooks hv[MAX_HOOKS];
+    int nh = hooks_snapshot(hv);
     kiln_no_grad_begin();
     if (m->leaf) {
-        deliver_to_leaf(c, gs, m->leaf, seed);
+        deliver_to_leaf(c, gs, m->leaf, seed, hv, nh);
         kiln__tensor_release(root);
+        for (int i = 0; i < nh; i++) hv[i].walk_done(hv[i].ctx, gs, !c->err);
         kiln_no_grad_end();
         *out = gs;
         return c->err ? c->err->status : KILN_OK;
@@ -194,6 +253,7 @@ static kiln_status run_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor
     } else {
         start->grad = seed;
         push(&ready, start); /* cannot fail: `all` grew to this size already */
+        if (nh > 0) count_leaf_deliveries(c, gs, &all);
     }
     kiln__tensor_release(root); /* the root's own meta no longer pins the graph: the walk does */
     while (ready.n && !c->err) {
@@ -220,7 +280,7 @@ static kiln_status run_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor
             gi = fit_to_slot(c, s, gi);
             if (!gi) continue;
             if (s->leaf) {
-                deliver_to_leaf(c, gs, s->leaf, gi);
+                deliver_to_leaf(c, gs, s->leaf, gi, hv, nh);
             } else {
                 accumulate(c, &s->node->grad, gi);
                 if (--s->node->pending == 0) push(&ready, s->node);
@@ -229,6 +289,7 @@ static kiln_status run_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor
         if (gv != grads) free(gv);
         consume_node(n);
     }
+    for (int i = 0; i < nh; i++) hv[i].walk_done(hv[i].ctx, gs, !c->err);
     kiln_no_grad_end();
     for (size_t i = 0; i < all.n; i++) { /* drop walk references (and state left by an error) */
         kiln__tensor_release(all.v[i]->grad);

@@ -39,7 +39,9 @@ typedef struct {
 struct kiln_loader {
     kiln_dataset *ds;
     kiln_loader_options o;
-    int64_t n, batches;
+    int64_t n, batches; /* n: samples of this shard per epoch */
+    int64_t total;      /* samples in the dataset */
+    int64_t *full_order; /* the epoch's order of the whole dataset, when sharded */
     size_t in_bytes, tg_bytes; /* per sample */
     size_t tg_offset;          /* of the targets in a worker's host buffer (aligned) */
 
@@ -168,7 +170,8 @@ static void release_all(int n, const kiln_tensor *t) {
 
 kiln_loader_options kiln_loader_defaults(int64_t batch_size) {
     return (kiln_loader_options){.batch_size = batch_size, .workers = 2, .prefetch = 4, .shuffle = true,
-                                 .drop_last = false, .seed = 0, .device = KILN_CPU};
+                                 .drop_last = false, .seed = 0, .device = KILN_CPU, .shard_rank = 0,
+                                 .shard_count = 1};
 }
 
 static kiln_status check_options(const kiln_dataset *ds, kiln_loader_options o) {
@@ -180,6 +183,9 @@ static kiln_status check_options(const kiln_dataset *ds, kiln_loader_options o) 
         return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "workers %d not in 0..%d", o.workers, MAX_WORKERS);
     if (o.workers > 0 && o.prefetch < 1)
         return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "prefetch %d must be >= 1 with workers", o.prefetch);
+    if (o.shard_count < 0 || o.shard_rank < 0 || o.shard_rank >= (o.shard_count > 0 ? o.shard_count : 1))
+        return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "shard_rank %d is not in 0..%d (shard_count %d)",
+                            o.shard_rank, (o.shard_count > 0 ? o.shard_count : 1) - 1, o.shard_count);
     if (!kiln__backend_get(o.device))
         return kiln__report(KILN_ERR_DEVICE, op, "device %s is not available", kiln_device_name(o.device));
     if (ds->desc.input_shape.ndim >= KILN_MAX_DIMS || ds->desc.target_shape.ndim >= KILN_MAX_DIMS)
@@ -208,6 +214,7 @@ void kiln_loader_free(kiln_loader *l) {
     free(l->slots);
     free(l->dropped);
     free(l->order);
+    free(l->full_order);
     free(l->threads);
     free(l->workers);
     free(l->host_block);
@@ -222,7 +229,9 @@ kiln_loader *kiln_loader_new(kiln_dataset *ds, kiln_loader_options o) {
     if (!l) return kiln__report(KILN_ERR_OUT_OF_MEMORY, op, "cannot allocate the loader"), NULL;
     l->ds = ds;
     l->o = o;
-    l->n = ds->desc.length(ds->ctx);
+    if (o.shard_count < 1) l->o.shard_count = o.shard_count = 1;
+    l->total = ds->desc.length(ds->ctx);
+    l->n = l->total > 0 ? (l->total + o.shard_count - 1) / o.shard_count : 0; /* padded: equal shards */
     l->batches = l->n / o.batch_size + (!o.drop_last && l->n % o.batch_size != 0);
     l->in_bytes = ds->input_bytes;
     l->tg_bytes = ds->target_bytes;
@@ -238,11 +247,12 @@ kiln_loader *kiln_loader_new(kiln_dataset *ds, kiln_loader_options o) {
     l->slots = calloc((size_t)l->n_slots, sizeof *l->slots);
     l->dropped = malloc(sizeof(kiln_tensor) * 2 * (size_t)l->n_slots);
     l->order = malloc(sizeof(int64_t) * (size_t)(l->n ? l->n : 1));
+    if (o.shard_count > 1) l->full_order = malloc(sizeof(int64_t) * (size_t)(l->total ? l->total : 1));
     l->workers = calloc((size_t)hosts, sizeof *l->workers);
     l->threads = calloc((size_t)hosts, sizeof *l->threads);
     l->host_block = aligned_alloc(64, host_bytes * (size_t)hosts + 64);
     l->index_block = malloc(sizeof(int64_t) * most * (size_t)hosts);
-    if (!l->slots || !l->dropped || !l->order || !l->workers || !l->threads || !l->host_block || !l->index_block) {
+    if (!l->slots || !l->dropped || !l->order || (o.shard_count > 1 && !l->full_order) || !l->workers || !l->threads || !l->host_block || !l->index_block) {
         kiln_loader_free(l);
         return kiln__report(KILN_ERR_OUT_OF_MEMORY, op, "cannot allocate buffers for batches of %lld",
                             (long long)o.batch_size), NULL;
@@ -270,10 +280,14 @@ kiln_status kiln_loader_start_epoch(kiln_loader *l, int64_t epoch) {
     pthread_mutex_lock(&l->lock);
     atomic_fetch_add(&l->generation, 1); /* first: workers mid-batch stop at their next sample */
     l->epoch = epoch;
+    int64_t *whole = l->full_order ? l->full_order : l->order;
     if (l->o.shuffle)
-        kiln__shuffle_order(l->order, l->n, l->o.seed, epoch);
+        kiln__shuffle_order(whole, l->total, l->o.seed, epoch);
     else
-        for (int64_t i = 0; i < l->n; i++) l->order[i] = i;
+        for (int64_t i = 0; i < l->total; i++) whole[i] = i;
+    if (l->full_order) /* every shard_count-th, wrapping around at the end */
+        for (int64_t i = 0; i < l->n; i++)
+            l->order[i] = whole[(l->o.shard_rank + i * l->o.shard_count) % l->total];
     l->next_claim = l->next_deliver = 0;
     l->started = true;
     int n_dropped = take_ready(l, l->dropped);

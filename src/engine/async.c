@@ -48,11 +48,20 @@ static struct {
     kiln__epoch first_epoch;
     atomic_int next_stream_id;
     _Atomic int64_t max_inflight, max_bytes; /* read by every stream without a lock */
+    /* the communication thread: runs the collectives, one at a time, so a collective blocked
+     * on its peers never holds a compute worker (started with the first collective) */
+    pthread_once_t comm_once;
+    bool comm_started;
+    pthread_t comm_thread;
+    pthread_cond_t comm_cond;
+    kiln__node *comm_head, *comm_tail; /* guarded by engine.lock */
 } engine = {.once = PTHREAD_ONCE_INIT,
             .lock = PTHREAD_MUTEX_INITIALIZER,
             .ready_cond = PTHREAD_COND_INITIALIZER,
             .all_lock = PTHREAD_MUTEX_INITIALIZER,
             .all_cond = PTHREAD_COND_INITIALIZER,
+            .comm_once = PTHREAD_ONCE_INIT,
+            .comm_cond = PTHREAD_COND_INITIALIZER,
             .epoch = &engine.first_epoch};
 
 static pthread_key_t stream_key;
@@ -123,6 +132,7 @@ static void engine_after_fork_child(void) {
     engine.async = false;
     engine.n_workers = 0;
     engine.ready_head = engine.ready_tail = NULL;
+    engine.comm_head = engine.comm_tail = NULL; /* (the child runs collectives at dispatch) */
     atomic_store(&engine.ready_count, 0);
     atomic_store(&engine.spinning, 0);
     engine.sleeping = 0;
@@ -179,14 +189,56 @@ kiln__stream *kiln__stream_current(void) {
 
 /* ---- ready queue and workers -------------------------------------------------------------- */
 
+static void run_node(kiln__node *n);
+
+/* The profiler's worker id of the communication thread (the last of its 64 tracks). */
+#define COMM_WORKER_ID 63
+
+static void *comm_main(void *arg) {
+    (void)arg;
+    kiln__profiler_set_worker(COMM_WORKER_ID);
+    pthread_mutex_lock(&engine.lock);
+    for (;;) {
+        while (!engine.comm_head && !engine.stopping) pthread_cond_wait(&engine.comm_cond, &engine.lock);
+        kiln__node *n = engine.comm_head;
+        if (!n) break;
+        engine.comm_head = n->next_ready;
+        if (!engine.comm_head) engine.comm_tail = NULL;
+        pthread_mutex_unlock(&engine.lock);
+        run_node(n);
+        pthread_mutex_lock(&engine.lock);
+    }
+    pthread_mutex_unlock(&engine.lock);
+    return NULL;
+}
+
+static void comm_start(void) {
+    engine.comm_started = pthread_create(&engine.comm_thread, NULL, comm_main, NULL) == 0;
+}
+
+/* Appends n to a FIFO of nodes (engine.lock held). */
+static void fifo_append(kiln__node **head, kiln__node **tail, kiln__node *n) {
+    if (*tail)
+        (*tail)->next_ready = n;
+    else
+        *head = n;
+    *tail = n;
+}
+
 static void push_ready(kiln__node *n) {
     n->next_ready = NULL;
+    if (KILN__UNLIKELY(kiln__opcode_is_comm(n->op.code))) {
+        pthread_once(&engine.comm_once, comm_start);
+        if (engine.comm_started) {
+            pthread_mutex_lock(&engine.lock);
+            fifo_append(&engine.comm_head, &engine.comm_tail, n);
+            pthread_cond_signal(&engine.comm_cond);
+            pthread_mutex_unlock(&engine.lock);
+            return;
+        }
+    }
     pthread_mutex_lock(&engine.lock);
-    if (engine.ready_tail)
-        engine.ready_tail->next_ready = n;
-    else
-        engine.ready_head = n;
-    engine.ready_tail = n;
+    fifo_append(&engine.ready_head, &engine.ready_tail, n);
     atomic_fetch_add_explicit(&engine.ready_count, 1, memory_order_release);
     /* a wake-up is a system call: only pay it when no worker is awake to find the op */
     if (engine.sleeping > 0 &&

@@ -11,6 +11,11 @@ void kiln__op_init(kiln__op *op, kiln__opcode code, const char *name);
  * lifetime the engine extends until the op has run). Never fails: an error while running
  * poisons the op's outputs and is reported by the next sync or read. */
 void kiln__submit(kiln__op *op);
+/* The kernel of every collective (ir/opcodes.h's kiln__opcode_is_comm), registered by the
+ * dist layer at its initialisation; such ops run on the engine's one communication thread,
+ * in the order their dependencies release them. */
+typedef kiln_status (*kiln__comm_kernel_fn)(const kiln__op *op);
+void kiln__engine_set_comm_kernel(kiln__comm_kernel_fn fn);
 /* Test hook: the next op named op_name to run fails with KILN_ERR_KERNEL. */
 void kiln__debug_fail_next_kernel(const char *op_name);
 /* Waits until every queued op writing s is done; returns s's runtime error status. */

@@ -113,8 +113,13 @@ static kiln__error *execute_fused(const kiln__op *op) {
     }
     return first;
 }
+static _Atomic(kiln__kernel_fn) comm_kernel;
+
+void kiln__engine_set_comm_kernel(kiln__kernel_fn fn) { atomic_store(&comm_kernel, fn); }
 
 kiln__error *kiln__execute(const kiln__op *op) {
+    /* a collective may block on its peers for long: it stays outside the fork gate */
+    if (KILN__UNLIKELY(kiln__opcode_is_comm(op->code))) return execute_op(op);
     kernel_enter();
     kiln__error *e = op->code == KILN__OP_FUSED ? execute_fused(op) : execute_op(op);
     atomic_fetch_sub(&kernels_running, 1);
@@ -122,10 +127,14 @@ kiln__error *kiln__execute(const kiln__op *op) {
 }
 
 static kiln__error *execute_op(const kiln__op *op) {
+    bool comm = kiln__opcode_is_comm(op->code);
+    kiln__error *poisoned_in = NULL;
     for (int i = 0; i < op->n_in; i++) {
         kiln__storage *s = op->in[i].storage;
         kiln__error *e = s ? atomic_load(&s->err) : NULL;
-        if (e) { /* skip the work, still complete: the outputs carry the error */
+        if (e && comm) { /* a collective still runs (its peers wait for it), then passes e on */
+            if (!poisoned_in) poisoned_in = e;
+        } else if (e) { /* skip the work, still complete: the outputs carry the error */
             if (op->flags & KILN__OP_FLAG_KEEP_OUTPUTS_ON_ERROR) return kiln__error_ref(e); /* a skipped update is reported */
             poison_outputs(op, e);
             return NULL;
@@ -133,7 +142,7 @@ static kiln__error *execute_op(const kiln__op *op) {
     }
     kiln_device dev = op->n_out ? op->out[0].storage->device : KILN_CPU;
     const kiln__backend *be = kiln__backend_get(dev);
-    kiln__kernel_fn fn = be ? be->kernels[op->code] : NULL;
+    kiln__kernel_fn fn = comm ? atomic_load(&comm_kernel) : be ? be->kernels[op->code] : NULL;
     kiln_status st;
     uint64_t t_start = kiln__profiler_on() ? kiln__now_ns() : 0;
     if (KILN__UNLIKELY(injected_failure(op))) {
@@ -147,6 +156,11 @@ static kiln__error *execute_op(const kiln__op *op) {
         st = fn(op);
     }
     if (t_start) kiln__profiler_record(op, t_start, kiln__now_ns());
+    if (poisoned_in) { /* the collective took part; its outputs carry the input's error */
+        kiln__kernel_error("%s", "");
+        poison_outputs(op, poisoned_in);
+        return NULL;
+    }
     if (st == KILN_OK) return NULL;
     const char *detail = kiln__kernel_error_detail();
     kiln__error *e = kiln__error_new(st, op->name, op->file, op->line, op->seq, "%s",

@@ -153,8 +153,8 @@ kiln_status kiln_profiler_write_trace(const char *path) {
             fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":\"stream %d (dispatch)\"}}",
                     e->stream, e->stream);
         if (e->worker >= 0 && e->worker < 64 && !seen_workers[e->worker]++)
-            fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":\"engine worker %d\"}}",
-                    1000 + e->worker, e->worker);
+            fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":\"%s %d\"}}",
+                    1000 + e->worker, e->worker == 63 ? "communication" : "engine worker", e->worker);
     }
     fprintf(f, "\n]}\n");
     pthread_mutex_unlock(&prof.lock);

@@ -2,6 +2,8 @@
 #ifndef KILN_IR_OPCODES_H
 #define KILN_IR_OPCODES_H
 
+#include <stdbool.h>
+
 #define KILN__OPCODES(X)                                                                    \
     /* data movement */                                                                      \
     X(COPY)        /* out = in[0] converted to out's dtype; any strides, same shape */       \
@@ -76,6 +78,14 @@
     X(SUM_SQUARES)    /* out[0] 0-d f64 = sum of in[0]^2 accumulated in double */               \
     X(TO_HOST)        /* copy dense in[0] to host pointer pi[0] (pi[1] bytes) */                 \
     X(FUSED)          /* a fused elementwise group: p.i[0] is its kiln__fused (ir/expr.h) */     \
+    /* collectives (src/dist/): run in queue order on the engine's communication thread, by    \
+     * the kernel dist registers (kiln__engine_set_comm_kernel); they run even when an input is \
+     * poisoned, so every rank takes part, then pass the poison on. p.i[3]: 1 = this rank failed \
+     * at dispatch. A last output is dist's order token (written by every collective). */       \
+    X(ALL_REDUCE)     /* in[0] dense, out[0] dense same shape; p.i[0] 0 sum, 1 mean */          \
+    X(BROADCAST)      /* in[0] dense, out[0] dense same shape; root p.i[0] */                   \
+    X(ALL_GATHER)     /* in[0] dense, out[0] dense [world, in's shape] */                       \
+    X(BARRIER)        /* out[0] the order token only */                                         \
     X(NOOP)
 
 typedef enum {
@@ -86,5 +96,9 @@ typedef enum {
 } kiln__opcode;
 
 const char *kiln__opcode_name(kiln__opcode code);
+
+static inline bool kiln__opcode_is_comm(kiln__opcode code) {
+    return code >= KILN__OP_ALL_REDUCE && code <= KILN__OP_BARRIER;
+}
 
 #endif

@@ -1,9 +1,11 @@
 /* Training metrics that never sync per batch: sums live on the device and are read through
- * one transaction when the caller logs. */
+ * one transaction when the caller logs. Under data parallelism (kiln/dist.h, a world of more
+ * than one) a read first sums them over the ranks, so every rank reports the whole job's. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "kiln/autodiff.h"
+#include "kiln/dist.h"
 #include "kiln/engine.h"
 #include "kiln/tensor.h"
 #include "kiln/train.h"
@@ -59,12 +61,32 @@ kiln_status kiln_metrics_add(kiln_metrics *m, kiln_tensor loss, kiln_tensor logi
     return KILN_OK;
 }
 
+/* The sums of every rank, in one all-reduce of [loss sum, correct, samples, classified]. */
+static kiln_status read_all_ranks(kiln_metrics *m, double *loss, int64_t *correct) {
+    kiln_tensor parts[4] = {
+        m->loss_sum.id ? m->loss_sum : kiln_zeros(KILN_CPU, KILN_F64, KILN_SHAPE()),
+        m->correct.id ? kiln_cast(m->correct, KILN_F64) : kiln_zeros(KILN_CPU, KILN_F64, KILN_SHAPE()),
+        kiln_full(KILN_CPU, KILN_F64, KILN_SHAPE(), (double)m->samples),
+        kiln_full(KILN_CPU, KILN_F64, KILN_SHAPE(), (double)m->classified)};
+    m->loss_sum = m->correct = KILN_NONE; /* consumed */
+    double sums[4];
+    kiln_status st = kiln_into_data(kiln_dist_all_reduce(kiln_stack(parts, 4, 0), KILN_DIST_SUM), sums, sizeof sums);
+    if (st != KILN_OK) return st;
+    *loss = sums[0];
+    *correct = (int64_t)sums[1];
+    m->samples = (int64_t)sums[2];
+    m->classified = (int64_t)sums[3];
+    return KILN_OK;
+}
+
 kiln_status kiln_metrics_read(kiln_metrics *m, double *mean_loss, double *accuracy, int64_t *count) {
     if (!m) return kiln__report(KILN_ERR_NULL, "kiln_metrics_read", "metrics is NULL");
     double loss = 0;
     int64_t correct = 0;
     kiln_status st = KILN_OK;
-    if (m->loss_sum.id || m->correct.id) {
+    if (kiln_dist_world_size() > 1) {
+        st = read_all_ranks(m, &loss, &correct);
+    } else if (m->loss_sum.id || m->correct.id) {
         kiln_transaction *tx = kiln_transaction_new();
         if (!tx) return KILN_ERR_OUT_OF_MEMORY;
         if (m->loss_sum.id) kiln_transaction_read(tx, m->loss_sum, &loss, sizeof loss);

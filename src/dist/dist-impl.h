@@ -1,0 +1,17 @@
+/* dist internals shared by the collectives (dist.c) and the data-parallel wrapper (ddp.c). */
+#ifndef KILN_DIST_IMPL_H
+#define KILN_DIST_IMPL_H
+
+#include "kiln/dist.h"
+#include "ops/ops-impl.h"
+
+/* Initialises dist on first use; false (and c's error) if it cannot or was finalized. */
+bool kiln__dist_ready(kiln__opctx *c);
+int kiln__dist_rank(void);
+int kiln__dist_size(void);
+/* Queues one collective (ALL_REDUCE, BROADCAST, ALL_GATHER) of t (consumed; param: the
+ * reduction or the root) and returns its result, or NULL with c's error. Whatever fails, the
+ * collective is still queued, so the peers are told rather than left waiting. */
+kiln__tensor *kiln__dist_collective(kiln__opctx *c, kiln__opcode code, kiln__tensor *t, int64_t param);
+
+#endif
