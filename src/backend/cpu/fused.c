@@ -41,7 +41,27 @@ static int load_mode_of(const kiln__fused *g, const kiln__view *v) {
     return zero ? LOAD_SCALAR : dense ? LOAD_DENSE : LOAD_GATHER;
 }
 
-/* Copies elements [t0, t0 + m) of v (in the group's row-major order) into buf. */
+/* Copies n elements, stride elements apart, from src to dst: a whole run of the innermost
+ * dim at once, so a broadcast (stride 0) or dense (stride 1) run costs one fill or memcpy. */
+static void copy_run(char *dst, const char *src, int64_t n, int64_t stride, size_t es) {
+    if (stride == 1) {
+        memcpy(dst, src, (size_t)n * es);
+    } else if (stride == 0 && es == 4) {
+        uint32_t v;
+        memcpy(&v, src, 4);
+        for (int64_t i = 0; i < n; i++) memcpy(dst + i * 4, &v, 4);
+    } else if (stride == 0 && es == 8) {
+        uint64_t v;
+        memcpy(&v, src, 8);
+        for (int64_t i = 0; i < n; i++) memcpy(dst + i * 8, &v, 8);
+    } else {
+        for (int64_t i = 0; i < n; i++) memcpy(dst + (size_t)i * es, src + i * stride * (int64_t)es, es);
+    }
+}
+
+/* Copies elements [t0, t0 + m) of v (in the group's row-major order) into buf, a run of the
+ * innermost dim at a time (element by element, the broadcast lse of a composed softmax made
+ * the fused pass slower than the unfused ops). */
 static void gather(const kiln__fused *g, const kiln__view *v, int64_t t0, int64_t m, char *buf) {
     int64_t idx[KILN_MAX_DIMS], rest = t0, off = v->offset;
     for (int d = g->ndim - 1; d >= 0; d--) {
@@ -51,9 +71,22 @@ static void gather(const kiln__fused *g, const kiln__view *v, int64_t t0, int64_
     }
     size_t es = kiln__elsize(v->dtype);
     const char *base = v->storage->data;
-    for (int64_t i = 0; i < m; i++) {
-        memcpy(buf + (size_t)i * es, base + off * (int64_t)es, es);
-        for (int d = g->ndim - 1; d >= 0; d--) {
+    int last = g->ndim - 1;
+    if (last < 0) {
+        memcpy(buf, base + off * (int64_t)es, es);
+        return;
+    }
+    for (int64_t i = 0; i < m;) {
+        int64_t run = g->shape[last] - idx[last];
+        if (run > m - i) run = m - i;
+        copy_run(buf + (size_t)i * es, base + off * (int64_t)es, run, v->strides[last], es);
+        i += run;
+        idx[last] += run;
+        off += run * v->strides[last];
+        if (idx[last] < g->shape[last]) break; /* the tile ended inside this run */
+        off -= idx[last] * v->strides[last];
+        idx[last] = 0;
+        for (int d = last - 1; d >= 0; d--) {
             off += v->strides[d];
             if (++idx[d] < g->shape[d]) break;
             off -= idx[d] * v->strides[d];
