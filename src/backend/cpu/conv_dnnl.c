@@ -34,16 +34,23 @@
 
 static atomic_int dnnl_forced = -1; /* -1: from KILN_CONV (or the default), 0 built-in, 1 oneDNN */
 static atomic_int dnnl_running;     /* oneDNN convs running now, on any thread */
+static atomic_long dnnl_calls;
+static atomic_int env_cached = -1;  /* KILN_CONV read once: 0 builtin, 1 dnnl (or unset) */
 
-void kiln__conv_dnnl_force(int mode) { atomic_store(&dnnl_forced, mode < 0 ? -1 : mode != 0); }
+void kiln__conv_dnnl_force(int mode) {
+    if (mode < 0) atomic_store(&env_cached, -1);
+    atomic_store(&dnnl_forced, mode < 0 ? -1 : mode != 0);
+}
+
+long kiln__conv_dnnl_calls(void) { return atomic_load(&dnnl_calls); }
 
 static int env_mode(void) {
-    static atomic_int cached = -1;
-    int m = atomic_load(&cached);
+    atomic_int *cached = &env_cached;
+    int m = atomic_load(cached);
     if (m >= 0) return m;
     const char *e = getenv("KILN_CONV");
     m = e && strcmp(e, "builtin") == 0 ? 0 : 1;
-    atomic_store(&cached, m);
+    atomic_store(cached, m);
     return m;
 }
 
@@ -284,6 +291,7 @@ bool kiln__conv_dnnl_run(const kiln__op *op, kiln_status *st) {
             kinds[n] = DNNL_ARG_DIFF_WEIGHTS, ptrs[n++] = kiln__view_ptr(w);
         }
         *st = execute(prim, scratch, &k, n, kinds, ptrs);
+        atomic_fetch_add(&dnnl_calls, 1);
         release(prim, slot);
     }
     atomic_fetch_sub(&dnnl_running, 1);
@@ -301,5 +309,7 @@ bool kiln__conv_dnnl_run(const kiln__op *op, kiln_status *st) {
 const char *kiln__conv_dnnl_mode(void) { return "builtin"; }
 
 void kiln__conv_dnnl_force(int mode) { (void)mode; }
+
+long kiln__conv_dnnl_calls(void) { return 0; }
 
 #endif

@@ -23,7 +23,11 @@ bool kiln__conv_dnnl_run(const kiln__op *op, kiln_status *st);
 /* Which path the next call takes by default: "dnnl" or "builtin" (tests, benchmarks). */
 const char *kiln__conv_dnnl_mode(void);
 
-/* Tests and benchmarks: force a path (1 oneDNN, 0 built-in, -1 back to KILN_CONV / default). */
+/* Tests and benchmarks: force a path (1 oneDNN, 0 built-in; -1 back to the default, with
+ * KILN_CONV read again). */
 void kiln__conv_dnnl_force(int mode);
+
+/* Tests: how many convs oneDNN has run (taken and executed) in this process. */
+long kiln__conv_dnnl_calls(void);
 
 #endif
