@@ -213,24 +213,28 @@ KT_TEST(strided_input) {
     KT_MEM_CHECK();
 }
 
+/* KILN_CONV=builtin and =dnnl force the path for every conv; unset, oneDNN takes only the
+ * convs with 8 or more input channels per group (3 channels: built-in; 16: oneDNN). */
 KT_TEST(env_override) {
-    conv_ref r = ref_make(grid[1]);
-    const char *modes[] = {"builtin", "dnnl", NULL};
+    conv_ref few = ref_make(grid[1]), many = ref_make(grid[N_GRID - 1]);
+    const char *modes[] = {"builtin", "dnnl", NULL}, *names[] = {"builtin", "dnnl", "auto"};
     for (int i = 0; i < 3; i++) {
         if (modes[i])
             setenv("KILN_CONV", modes[i], 1);
         else
             unsetenv("KILN_CONV");
         kiln__conv_dnnl_force(-1); /* read KILN_CONV again */
-        KT_CHECK(strcmp(kiln__conv_dnnl_mode(), i == 0 ? "builtin" : "dnnl") == 0);
-        conv_run d = run_conv(&r, -1, false, modes[i] ? modes[i] : "unset");
-        KT_CHECK_MSG(d.dnnl_calls == (i == 0 ? 0 : 3), "KILN_CONV=%s: oneDNN ran %ld convs",
-                     modes[i] ? modes[i] : "(unset)", d.dnnl_calls);
-        run_free(&d);
+        KT_CHECK(strcmp(kiln__conv_dnnl_mode(), names[i]) == 0);
+        conv_run a = run_conv(&few, -1, false, names[i]), b = run_conv(&many, -1, false, names[i]);
+        KT_CHECK_MSG(a.dnnl_calls == (i == 1 ? 3 : 0), "KILN_CONV=%s, 3 channels: oneDNN ran %ld convs", names[i],
+                     a.dnnl_calls);
+        KT_CHECK_MSG(b.dnnl_calls == (i == 0 ? 0 : 3), "KILN_CONV=%s, 16 channels: oneDNN ran %ld convs", names[i],
+                     b.dnnl_calls);
+        run_free(&a), run_free(&b);
     }
     unsetenv("KILN_CONV");
     kiln__conv_dnnl_force(-1);
-    ref_free(&r);
+    ref_free(&few), ref_free(&many);
 }
 
 /* Two host threads, each its own stream, run the same shapes at once: one shared cached

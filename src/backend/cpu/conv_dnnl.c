@@ -1,11 +1,11 @@
 /* CONV2D, CONV2D_BACKWARD_INPUT and CONV2D_BACKWARD_WEIGHT for f32 through oneDNN.
  *
- * Tensors stay in kiln's layouts: NCHW activations, OIHW (GOIHW when grouped) weights, so no
- * reorder runs; oneDNN picks its implementation for those layouts. A primitive is created
- * once per geometry and thread count and kept in a small fixed table (creation costs
- * 0.1-1 ms, a Fashion-MNIST conv 1-10 ms); when the table is full further shapes run
- * uncached. Each call brings its own scratchpad (user scratchpad mode), so two engine
- * workers may run one cached primitive at once.
+ * kiln holds NCHW activations and OIHW (GOIHW when grouped) weights; oneDNN picks its own
+ * (blocked) layouts and reorders run around the conv, into and out of buffers of the call's
+ * own. The primitives (conv and reorders) are created once per geometry and thread count and
+ * kept in a small fixed table (creation costs 0.1-1 ms, a Fashion-MNIST conv 1-10 ms); when
+ * the table is full further shapes run uncached. Each call brings its own scratchpad (user
+ * scratchpad mode), so two engine workers may run one cached primitive at once.
  *
  * Threads (DESIGN.md section 3, one thread budget): oneDNN here runs on OpenMP. The calling
  * engine worker sets its own OpenMP thread count before it creates and runs a primitive:
@@ -15,8 +15,8 @@
  * their condition variable. The thread count is part of the cache key, because some oneDNN
  * implementations fix their work split when the primitive is created.
  *
- * Default path: oneDNN for every f32 conv it takes (measured in bench/bench_conv.c at the
- * Fashion-MNIST CNN's shapes, see the commit and README); KILN_CONV=builtin|dnnl forces one. */
+ * Default path: oneDNN for f32 convs with at least DNNL_MIN_CHANNELS input channels per
+ * group (measured below); KILN_CONV=builtin|dnnl forces one path for every conv. */
 #include "backend/cpu/conv_dnnl.h"
 
 #include <stdatomic.h>
@@ -35,7 +35,7 @@
 static atomic_int dnnl_forced = -1; /* -1: from KILN_CONV (or the default), 0 built-in, 1 oneDNN */
 static atomic_int dnnl_running;     /* oneDNN convs running now, on any thread */
 static atomic_long dnnl_calls;
-static atomic_int env_cached = -1;  /* KILN_CONV read once: 0 builtin, 1 dnnl (or unset) */
+static atomic_int env_cached = -1;  /* KILN_CONV read once: 0 builtin, 1 dnnl, 2 unset (auto) */
 
 void kiln__conv_dnnl_force(int mode) {
     if (mode < 0) atomic_store(&env_cached, -1);
@@ -49,17 +49,29 @@ static int env_mode(void) {
     int m = atomic_load(cached);
     if (m >= 0) return m;
     const char *e = getenv("KILN_CONV");
-    m = e && strcmp(e, "builtin") == 0 ? 0 : 1;
+    m = !e || !*e ? 2 : strcmp(e, "builtin") == 0 ? 0 : strcmp(e, "dnnl") == 0 ? 1 : 2;
     atomic_store(cached, m);
     return m;
 }
 
-static bool dnnl_wanted(void) {
+/* 0 built-in, 1 oneDNN, 2 by the default rule. */
+static int dnnl_mode(void) {
     int f = atomic_load(&dnnl_forced);
-    return f >= 0 ? f == 1 : env_mode() == 1;
+    return f >= 0 ? f : env_mode();
 }
 
-const char *kiln__conv_dnnl_mode(void) { return dnnl_wanted() ? "dnnl" : "builtin"; }
+const char *kiln__conv_dnnl_mode(void) {
+    int m = dnnl_mode();
+    return m == 0 ? "builtin" : m == 1 ? "dnnl" : "auto";
+}
+
+/* The default rule, from bench_conv at the Fashion-MNIST CNN's shapes (batch 128, 2 cores,
+ * medians of 3 interleaved runs of 15-run medians, load average ~10 so +-30%): with 32 input
+ * channels oneDNN (blocked layouts) took the forward from 24.6 to 7.0 ms and forward+backward
+ * from 86 to 19 ms; with 1 input channel the built-in kernel won (forward 1.46 against 2.9 ms,
+ * forward+backward 7.8 against 10.3 ms), its tiny im2col GEMM beating oneDNN's reorders. So
+ * oneDNN from 8 input channels per group up; between 1 and 32 that threshold is a guess. */
+#define DNNL_MIN_CHANNELS 8
 
 /* ---- engine, OpenMP thread count ----------------------------------------------------- */
 
@@ -83,10 +95,20 @@ typedef struct {
     int64_t code, n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups, bias, threads;
 } dnnl_key;
 
+/* One conv and, per argument whose layout in the conv is not kiln's, a reorder to it (inputs)
+ * or from it (outputs). */
+typedef struct {
+    dnnl_primitive_t conv;
+    dnnl_primitive_t re[4];
+    dnnl_memory_desc_t md[4], user_md[4]; /* the conv's layout, kiln's */
+    dnnl_memory_desc_t scratch_md;
+    int kinds[4], n;
+    size_t scratch;
+} dnnl_prims;
+
 typedef struct {
     dnnl_key key;
-    dnnl_primitive_t prim;
-    size_t scratch_bytes;
+    dnnl_prims p;
     int users; /* calls running it now; under cache_lock */
     bool used;
 } dnnl_entry;
@@ -96,13 +118,20 @@ static dnnl_entry cache[CACHE_SIZE];
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool cache_closed;
 
+static void prims_destroy(dnnl_prims *p) {
+    if (p->conv) dnnl_primitive_destroy(p->conv);
+    for (int i = 0; i < 4; i++)
+        if (p->re[i]) dnnl_primitive_destroy(p->re[i]);
+    *p = (dnnl_prims){0};
+}
+
 /* At exit: destroy what no call is running (a call still running at exit keeps its own). */
 static void cache_free_all(void) {
     pthread_mutex_lock(&cache_lock);
     cache_closed = true;
     for (int i = 0; i < CACHE_SIZE; i++)
         if (cache[i].used && cache[i].users == 0) {
-            dnnl_primitive_destroy(cache[i].prim);
+            prims_destroy(&cache[i].p);
             cache[i].used = false;
         }
     pthread_mutex_unlock(&cache_lock);
@@ -113,9 +142,53 @@ static kiln_status dnnl_fail(dnnl_status_t s, const char *what, kiln__opcode cod
     return s == dnnl_out_of_memory ? KILN_ERR_OUT_OF_MEMORY : KILN_ERR_KERNEL;
 }
 
+/* kiln's layout of one argument of key k's conv: NCHW activations, (G)OIHW weights, bias [O]. */
+static dnnl_status_t plain_md(const dnnl_key *k, int arg, dnnl_memory_desc_t *md) {
+    dnnl_dims_t xd = {k->n, k->c, k->h, k->w}, yd = {k->n, k->o, k->oh, k->ow}, bd = {k->o};
+    dnnl_dims_t gwd = {k->groups, k->o / k->groups, k->c / k->groups, k->kh, k->kw};
+    dnnl_dims_t wd = {k->o, k->c / k->groups, k->kh, k->kw};
+    switch (arg) {
+    case DNNL_ARG_SRC: return dnnl_memory_desc_init_by_tag(md, 4, xd, dnnl_f32, dnnl_nchw);
+    case DNNL_ARG_DST: return dnnl_memory_desc_init_by_tag(md, 4, yd, dnnl_f32, dnnl_nchw);
+    case DNNL_ARG_BIAS: return dnnl_memory_desc_init_by_tag(md, 1, bd, dnnl_f32, dnnl_a);
+    default:
+        return k->groups > 1 ? dnnl_memory_desc_init_by_tag(md, 5, gwd, dnnl_f32, dnnl_goihw)
+                             : dnnl_memory_desc_init_by_tag(md, 4, wd, dnnl_f32, dnnl_oihw);
+    }
+}
+
+/* The conv's arguments in the order kiln__conv_dnnl_run passes their pointers. */
+static int arg_kinds(const dnnl_key *k, int *kinds) {
+    int n = 0;
+    if (k->code == KILN__OP_CONV2D) {
+        kinds[n++] = DNNL_ARG_SRC, kinds[n++] = DNNL_ARG_WEIGHTS;
+        if (k->bias) kinds[n++] = DNNL_ARG_BIAS;
+        kinds[n++] = DNNL_ARG_DST;
+    } else if (k->code == KILN__OP_CONV2D_BACKWARD_INPUT) {
+        kinds[n++] = DNNL_ARG_DIFF_DST, kinds[n++] = DNNL_ARG_WEIGHTS, kinds[n++] = DNNL_ARG_DIFF_SRC;
+    } else {
+        kinds[n++] = DNNL_ARG_DIFF_DST, kinds[n++] = DNNL_ARG_SRC, kinds[n++] = DNNL_ARG_DIFF_WEIGHTS;
+    }
+    return n;
+}
+
+static bool is_output(int arg) { return arg == DNNL_ARG_DST || arg == DNNL_ARG_DIFF_SRC || arg == DNNL_ARG_DIFF_WEIGHTS; }
+
+static int user_arg(int arg) {
+    return arg == DNNL_ARG_DIFF_SRC ? DNNL_ARG_SRC : arg == DNNL_ARG_DIFF_DST ? DNNL_ARG_DST
+                                                 : arg == DNNL_ARG_DIFF_WEIGHTS ? DNNL_ARG_WEIGHTS : arg;
+}
+
+/* oneDNN's own (blocked) layouts with reorders around the conv: 2-3x faster than NCHW at
+ * the CNN's conv2 (bench_conv). KILN_DNNL_LAYOUT=plain keeps kiln's layouts, for measuring. */
+static int blocked_layout(void) {
+    const char *e = getenv("KILN_DNNL_LAYOUT");
+    return !e || strcmp(e, "plain") != 0;
+}
+
 /* The primitive for key k: NULL with *st = KILN_OK when oneDNN has no implementation for it
  * (the built-in kernel runs it), NULL with an error status when creation failed otherwise. */
-static dnnl_primitive_t create(const dnnl_key *k, size_t *scratch, kiln_status *st) {
+static bool create(const dnnl_key *k, dnnl_prims *p, kiln_status *st) {
     dnnl_memory_desc_t x, w, b, y;
     dnnl_dims_t xd = {k->n, k->c, k->h, k->w}, yd = {k->n, k->o, k->oh, k->ow};
     dnnl_dims_t gwd = {k->groups, k->o / k->groups, k->c / k->groups, k->kh, k->kw}, bd = {k->o};
@@ -125,11 +198,13 @@ static dnnl_primitive_t create(const dnnl_key *k, size_t *scratch, kiln_status *
     dnnl_dims_t pr = {(k->oh - 1) * k->sh + (k->kh - 1) * k->dh + 1 - k->h - k->ph,
                       (k->ow - 1) * k->sw + (k->kw - 1) * k->dw + 1 - k->w - k->pw};
     bool grouped = k->groups > 1;
-    dnnl_status_t s = dnnl_memory_desc_init_by_tag(&x, 4, xd, dnnl_f32, dnnl_nchw);
-    if (s == dnnl_success) s = dnnl_memory_desc_init_by_tag(&y, 4, yd, dnnl_f32, dnnl_nchw);
+    dnnl_format_tag_t act = blocked_layout() ? dnnl_format_tag_any : dnnl_nchw;
+    dnnl_format_tag_t wt = blocked_layout() ? dnnl_format_tag_any : grouped ? dnnl_goihw : dnnl_oihw;
+    dnnl_status_t s = dnnl_memory_desc_init_by_tag(&x, 4, xd, dnnl_f32, act);
+    if (s == dnnl_success) s = dnnl_memory_desc_init_by_tag(&y, 4, yd, dnnl_f32, act);
     if (s == dnnl_success)
-        s = grouped ? dnnl_memory_desc_init_by_tag(&w, 5, gwd, dnnl_f32, dnnl_goihw)
-                    : dnnl_memory_desc_init_by_tag(&w, 4, wd, dnnl_f32, dnnl_oihw);
+        s = grouped ? dnnl_memory_desc_init_by_tag(&w, 5, gwd, dnnl_f32, wt)
+                    : dnnl_memory_desc_init_by_tag(&w, 4, wd, dnnl_f32, wt);
     if (s == dnnl_success) s = dnnl_memory_desc_init_by_tag(&b, 1, bd, dnnl_f32, dnnl_a);
     dnnl_convolution_desc_t fwd, desc;
     if (s == dnnl_success)
@@ -143,7 +218,7 @@ static dnnl_primitive_t create(const dnnl_key *k, size_t *scratch, kiln_status *
                                                                 strides, dil, pl, pr);
     if (s != dnnl_success) {
         *st = s == dnnl_unimplemented || s == dnnl_invalid_arguments ? KILN_OK : dnnl_fail(s, "descriptor", k->code);
-        return NULL;
+        return false;
     }
     dnnl_primitive_attr_t attr = NULL;
     s = dnnl_primitive_attr_create(&attr);
@@ -154,51 +229,65 @@ static dnnl_primitive_t create(const dnnl_key *k, size_t *scratch, kiln_status *
         s = dnnl_primitive_desc_create(&pd, &desc, attr, cpu_engine, hint);
     else if (s == dnnl_success)
         pd = hint, hint = NULL;
-    dnnl_primitive_t prim = NULL;
+    *p = (dnnl_prims){0};
+    p->n = arg_kinds(k, p->kinds);
     if (s == dnnl_success) {
         const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-        *scratch = sp ? dnnl_memory_desc_get_size(sp) : 0;
-        s = dnnl_primitive_create(&prim, pd);
+        p->scratch = sp ? dnnl_memory_desc_get_size(sp) : 0;
+        if (sp) p->scratch_md = *sp;
+        s = dnnl_primitive_create(&p->conv, pd);
+    }
+    for (int i = 0; i < p->n && s == dnnl_success; i++) {
+        p->md[i] = *dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, p->kinds[i]);
+        s = plain_md(k, user_arg(p->kinds[i]), &p->user_md[i]);
+        if (s != dnnl_success || dnnl_memory_desc_equal(&p->md[i], &p->user_md[i])) continue;
+        bool out = is_output(p->kinds[i]);
+        dnnl_primitive_desc_t rpd = NULL;
+        s = dnnl_reorder_primitive_desc_create(&rpd, out ? &p->md[i] : &p->user_md[i], cpu_engine,
+                                               out ? &p->user_md[i] : &p->md[i], cpu_engine, NULL);
+        if (s == dnnl_success) s = dnnl_primitive_create(&p->re[i], rpd);
+        if (rpd) dnnl_primitive_desc_destroy(rpd);
     }
     if (pd) dnnl_primitive_desc_destroy(pd);
     if (hint) dnnl_primitive_desc_destroy(hint);
     if (attr) dnnl_primitive_attr_destroy(attr);
-    if (s != dnnl_success) *st = s == dnnl_unimplemented ? KILN_OK : dnnl_fail(s, "primitive creation", k->code);
-    return s == dnnl_success ? prim : NULL;
+    if (s == dnnl_success) return true;
+    prims_destroy(p);
+    *st = s == dnnl_unimplemented ? KILN_OK : dnnl_fail(s, "primitive creation", k->code);
+    return false;
 }
 
-/* Finds or creates the primitive for k. *slot is its cache index, or -1 when the caller owns
- * (and destroys) an uncached primitive. */
-static dnnl_primitive_t acquire(const dnnl_key *k, int *slot, size_t *scratch, kiln_status *st) {
+/* Finds or creates the primitives for k into *p. *slot is their cache index, or -1 when the
+ * caller owns (and destroys) uncached ones. False when there are none (*st says why). */
+static bool acquire(const dnnl_key *k, dnnl_prims *p, int *slot, kiln_status *st) {
     pthread_mutex_lock(&cache_lock);
     for (int i = 0; i < CACHE_SIZE && !cache_closed; i++)
         if (cache[i].used && memcmp(&cache[i].key, k, sizeof *k) == 0) {
             cache[i].users++;
             *slot = i;
-            *scratch = cache[i].scratch_bytes;
+            *p = cache[i].p;
             pthread_mutex_unlock(&cache_lock);
-            return cache[i].prim;
+            return true;
         }
     pthread_mutex_unlock(&cache_lock);
-    dnnl_primitive_t p = create(k, scratch, st);
     *slot = -1;
-    if (!p) return NULL;
+    if (!create(k, p, st)) return false;
     pthread_mutex_lock(&cache_lock);
     for (int i = 0; i < CACHE_SIZE && !cache_closed; i++) {
         if (cache[i].used && memcmp(&cache[i].key, k, sizeof *k) == 0) break; /* another thread won */
         if (!cache[i].used) {
-            cache[i] = (dnnl_entry){.key = *k, .prim = p, .scratch_bytes = *scratch, .users = 1, .used = true};
+            cache[i] = (dnnl_entry){.key = *k, .p = *p, .users = 1, .used = true};
             *slot = i;
             break;
         }
     }
     pthread_mutex_unlock(&cache_lock);
-    return p;
+    return true;
 }
 
-static void release(dnnl_primitive_t p, int slot) {
+static void release(dnnl_prims *p, int slot) {
     if (slot < 0) {
-        dnnl_primitive_destroy(p);
+        prims_destroy(p);
         return;
     }
     pthread_mutex_lock(&cache_lock);
@@ -208,43 +297,57 @@ static void release(dnnl_primitive_t p, int slot) {
 
 /* ---- the kernel ---------------------------------------------------------------------- */
 
-static kiln_status execute(dnnl_primitive_t prim, size_t scratch_bytes, const dnnl_key *k, int n_args,
-                           const int *arg_kind, void *const *ptr) {
+static kiln_status execute(const dnnl_prims *p, const dnnl_key *k, void *const *ptr) {
     dnnl_exec_arg_t args[5];
-    dnnl_memory_t mem[5] = {0};
+    dnnl_memory_t mem[5] = {0}, user[4] = {0};
+    void *tmp[4] = {0};
     dnnl_stream_t stream = NULL;
-    void *scratch = scratch_bytes ? malloc(scratch_bytes) : NULL;
-    if (scratch_bytes && !scratch) {
-        kiln__kernel_error("out of memory for oneDNN's %zu-byte %s scratchpad", scratch_bytes,
-                           kiln__opcode_name((kiln__opcode)k->code));
-        return KILN_ERR_OUT_OF_MEMORY;
-    }
-    const_dnnl_primitive_desc_t pd = NULL;
-    dnnl_status_t s = dnnl_primitive_get_primitive_desc(prim, &pd);
+    int n = p->n;
+    void *scratch = p->scratch ? malloc(p->scratch) : NULL;
+    dnnl_status_t s = p->scratch && !scratch ? dnnl_out_of_memory : dnnl_success;
     if (s == dnnl_success) s = dnnl_stream_create(&stream, cpu_engine, dnnl_stream_default_flags);
-    for (int i = 0; i < n_args && s == dnnl_success; i++) {
-        s = dnnl_memory_create(&mem[i], dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, arg_kind[i]),
-                               cpu_engine, ptr[i]);
-        args[i] = (dnnl_exec_arg_t){arg_kind[i], mem[i]};
+    for (int i = 0; i < n && s == dnnl_success; i++) {
+        if (p->re[i]) { /* the conv's layout in a buffer of its own, reordered from or to kiln's */
+            s = dnnl_memory_create(&user[i], &p->user_md[i], cpu_engine, ptr[i]);
+            if (s == dnnl_success && !(tmp[i] = malloc(dnnl_memory_desc_get_size(&p->md[i])))) s = dnnl_out_of_memory;
+            if (s == dnnl_success) s = dnnl_memory_create(&mem[i], &p->md[i], cpu_engine, tmp[i]);
+            dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, user[i]}, {DNNL_ARG_TO, mem[i]}};
+            if (s == dnnl_success && !is_output(p->kinds[i])) s = dnnl_primitive_execute(p->re[i], stream, 2, ra);
+        } else {
+            s = dnnl_memory_create(&mem[i], &p->md[i], cpu_engine, ptr[i]);
+        }
+        args[i] = (dnnl_exec_arg_t){p->kinds[i], mem[i]};
     }
-    if (s == dnnl_success && scratch_bytes) {
-        s = dnnl_memory_create(&mem[n_args], dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0),
-                               cpu_engine, scratch);
-        args[n_args] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, mem[n_args]};
-        n_args++;
+    if (s == dnnl_success && p->scratch) {
+        s = dnnl_memory_create(&mem[4], &p->scratch_md, cpu_engine, scratch);
+        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, mem[4]};
     }
-    if (s == dnnl_success) s = dnnl_primitive_execute(prim, stream, n_args, args);
+    if (s == dnnl_success) s = dnnl_primitive_execute(p->conv, stream, n, args);
+    for (int i = 0; i < p->n && s == dnnl_success; i++)
+        if (p->re[i] && is_output(p->kinds[i])) {
+            dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, mem[i]}, {DNNL_ARG_TO, user[i]}};
+            s = dnnl_primitive_execute(p->re[i], stream, 2, ra);
+        }
     if (s == dnnl_success) s = dnnl_stream_wait(stream);
     for (int i = 0; i < 5; i++)
         if (mem[i]) dnnl_memory_destroy(mem[i]);
+    for (int i = 0; i < 4; i++) {
+        if (user[i]) dnnl_memory_destroy(user[i]);
+        free(tmp[i]);
+    }
     if (stream) dnnl_stream_destroy(stream);
     free(scratch);
+    if (s == dnnl_out_of_memory) {
+        kiln__kernel_error("out of memory for oneDNN's %s buffers", kiln__opcode_name((kiln__opcode)k->code));
+        return KILN_ERR_OUT_OF_MEMORY;
+    }
     return s == dnnl_success ? KILN_OK : dnnl_fail(s, "execution", (kiln__opcode)k->code);
 }
 
 bool kiln__conv_dnnl_run(const kiln__op *op, kiln_status *st) {
     kiln__opcode code = op->code;
-    if (!dnnl_wanted() || op->out[0].dtype != KILN_F32) return false;
+    int mode = dnnl_mode();
+    if (mode == 0 || op->out[0].dtype != KILN_F32) return false;
     bool forward = code == KILN__OP_CONV2D, input_grad = code == KILN__OP_CONV2D_BACKWARD_INPUT;
     const kiln__view *x = forward ? &op->in[0] : input_grad ? &op->out[0] : &op->in[1];
     const kiln__view *w = forward || input_grad ? &op->in[1] : &op->out[0];
@@ -258,6 +361,7 @@ bool kiln__conv_dnnl_run(const kiln__op *op, kiln_status *st) {
                   .sh = op->p.i[0], .sw = op->p.i[1], .ph = op->p.i[2], .pw = op->p.i[3],
                   .dh = op->pi[0], .dw = op->pi[1], .groups = op->pi[2], .bias = forward && op->n_in > 2};
     if (k.n * k.c * k.h * k.w == 0 || k.o * k.kh * k.kw == 0 || k.oh * k.ow == 0) return false;
+    if (mode == 2 && k.c / k.groups < DNNL_MIN_CHANNELS) return false;
     pthread_once(&dnnl_once, dnnl_init);
     if (dnnl_engine_status != dnnl_success) {
         *st = dnnl_fail(dnnl_engine_status, "engine creation", code);
@@ -268,31 +372,18 @@ bool kiln__conv_dnnl_run(const kiln__op *op, kiln_status *st) {
     k.threads = others > 0 || kiln__pool_in_parallel_region() ? 1 : kiln__pool_threads();
     if (omp_set_threads) omp_set_threads((int)k.threads);
     int slot;
-    size_t scratch = 0;
+    dnnl_prims p;
     *st = KILN_OK;
-    dnnl_primitive_t prim = acquire(&k, &slot, &scratch, st);
-    bool taken = prim || *st != KILN_OK;
-    if (prim) {
-        int kinds[4];
-        void *ptrs[4];
-        int n = 0;
-        if (forward) {
-            kinds[n] = DNNL_ARG_SRC, ptrs[n++] = kiln__view_ptr(x);
-            kinds[n] = DNNL_ARG_WEIGHTS, ptrs[n++] = kiln__view_ptr(w);
-            if (k.bias) kinds[n] = DNNL_ARG_BIAS, ptrs[n++] = kiln__view_ptr(&op->in[2]);
-            kinds[n] = DNNL_ARG_DST, ptrs[n++] = kiln__view_ptr(y);
-        } else if (input_grad) {
-            kinds[n] = DNNL_ARG_DIFF_DST, ptrs[n++] = kiln__view_ptr(y);
-            kinds[n] = DNNL_ARG_WEIGHTS, ptrs[n++] = kiln__view_ptr(w);
-            kinds[n] = DNNL_ARG_DIFF_SRC, ptrs[n++] = kiln__view_ptr(x);
-        } else {
-            kinds[n] = DNNL_ARG_DIFF_DST, ptrs[n++] = kiln__view_ptr(y);
-            kinds[n] = DNNL_ARG_SRC, ptrs[n++] = kiln__view_ptr(x);
-            kinds[n] = DNNL_ARG_DIFF_WEIGHTS, ptrs[n++] = kiln__view_ptr(w);
-        }
-        *st = execute(prim, scratch, &k, n, kinds, ptrs);
+    bool taken = acquire(&k, &p, &slot, st);
+    if (taken) {
+        void *ptrs[4] = {kiln__view_ptr(forward ? x : y), kiln__view_ptr(forward || input_grad ? w : x)};
+        if (forward) ptrs[2] = kiln__view_ptr(k.bias ? &op->in[2] : y), ptrs[3] = kiln__view_ptr(y);
+        else ptrs[2] = kiln__view_ptr(input_grad ? x : w);
+        *st = execute(&p, &k, ptrs);
         atomic_fetch_add(&dnnl_calls, 1);
-        release(prim, slot);
+        release(&p, slot);
+    } else {
+        taken = *st != KILN_OK;
     }
     atomic_fetch_sub(&dnnl_running, 1);
     return taken;
