@@ -8,12 +8,16 @@
  * scratchpad mode), so two engine workers may run one cached primitive at once.
  *
  * Threads (DESIGN.md section 3, one thread budget): oneDNN here runs on OpenMP. The calling
- * engine worker sets its own OpenMP thread count before it creates and runs a primitive:
- * kiln__pool_threads() when it is the only oneDNN conv running, 1 when another one already
- * is (or when called inside a kiln pool task), so two workers never ask for two cores each
- * on a 2-core machine. kiln's pool is not used during the call, so its workers sleep on
- * their condition variable. The thread count is part of the cache key, because some oneDNN
- * implementations fix their work split when the primitive is created.
+ * engine worker claims kiln's pool (kiln__pool_try_claim) and sets its own OpenMP thread
+ * count before it creates and runs a primitive: kiln__pool_threads() when it holds the pool,
+ * 1 when another caller does (a kiln parallel_for, or another oneDNN conv on another engine
+ * worker) or when called inside a pool task. While oneDNN holds the pool, kiln's workers
+ * sleep on their condition variable and other ops' parallel_for calls run inline on their
+ * callers, so two workers never ask for two cores each on a 2-core machine. The thread count
+ * is part of the cache key, because some oneDNN implementations fix their work split when
+ * the primitive is created. libgomp reads OMP_WAIT_POLICY / GOMP_SPINCOUNT when it loads,
+ * before any kiln code runs, so kiln cannot set them; by default its threads spin briefly
+ * after each parallel region, then sleep.
  *
  * Default path: oneDNN for f32 convs with at least DNNL_MIN_CHANNELS input channels per
  * group (measured below); KILN_CONV=builtin|dnnl forces one path for every conv. */
@@ -33,7 +37,6 @@
 #include <pthread.h>
 
 static atomic_int dnnl_forced = -1; /* -1: from KILN_CONV (or the default), 0 built-in, 1 oneDNN */
-static atomic_int dnnl_running;     /* oneDNN convs running now, on any thread */
 static atomic_long dnnl_calls;
 static atomic_int env_cached = -1;  /* KILN_CONV read once: 0 builtin, 1 dnnl, 2 unset (auto) */
 
@@ -367,9 +370,10 @@ bool kiln__conv_dnnl_run(const kiln__op *op, kiln_status *st) {
         *st = dnnl_fail(dnnl_engine_status, "engine creation", code);
         return true;
     }
-    /* one thread budget: the whole pool for the only conv running, one thread otherwise */
-    int others = atomic_fetch_add(&dnnl_running, 1);
-    k.threads = others > 0 || kiln__pool_in_parallel_region() ? 1 : kiln__pool_threads();
+    /* one thread budget: oneDNN gets the pool's threads while it holds the pool (other ops
+     * then run inline on their callers), one thread when another op or conv holds it */
+    int held = kiln__pool_try_claim();
+    k.threads = held ? kiln__pool_threads() : 1;
     if (omp_set_threads) omp_set_threads((int)k.threads);
     int slot;
     dnnl_prims p;
@@ -385,7 +389,7 @@ bool kiln__conv_dnnl_run(const kiln__op *op, kiln_status *st) {
     } else {
         taken = *st != KILN_OK;
     }
-    atomic_fetch_sub(&dnnl_running, 1);
+    if (held) kiln__pool_unclaim();
     return taken;
 }
 
