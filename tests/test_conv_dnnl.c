@@ -10,16 +10,9 @@
 #include <pthread.h>
 
 #include "backend/cpu/conv_dnnl.h"
+#include "conv_grid.h"
 #include "ew_util.h"
 #include "kiln_test.h"
-
-typedef struct {
-    int64_t n, c, h, w, o, kh, kw;
-    int sh, sw, ph, pw, dh, dw, groups;
-    bool bias;
-} conv_case;
-
-static int64_t out_dim(int64_t in, int64_t k, int s, int p, int d) { return (in + 2 * p - d * (k - 1) - 1) / s + 1; }
 
 typedef struct {
     conv_case k;
@@ -167,32 +160,24 @@ static double max_diff(const double *a, const double *b, int64_t n) {
     return m;
 }
 
-static const conv_case grid[] = {
+/* conv_grid and the Fashion-MNIST CNN's two convs with fewer channels. */
+static const conv_case cnn_cases[] = {
     /* n  c  h   w   o  kh kw sh sw ph pw dh dw g  bias */
-    {1, 1, 5, 5, 1, 3, 3, 1, 1, 0, 0, 1, 1, 1, true},
-    {2, 3, 7, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},
-    {3, 2, 9, 8, 5, 3, 2, 2, 1, 1, 0, 1, 1, 1, false},
-    {2, 4, 11, 9, 6, 3, 3, 2, 3, 2, 1, 2, 1, 2, true}, /* dilation, groups 2 */
-    {2, 6, 8, 7, 6, 3, 3, 1, 1, 1, 1, 1, 1, 6, true},  /* depthwise */
-    {3, 4, 6, 5, 8, 5, 3, 1, 2, 2, 1, 1, 2, 4, true},  /* depthwise x2 multiplier */
-    {4, 5, 6, 7, 3, 1, 1, 1, 1, 0, 0, 1, 1, 1, true},  /* 1x1 */
-    {2, 6, 5, 5, 4, 1, 1, 2, 2, 1, 0, 1, 1, 2, false}, /* 1x1 strided, padded, grouped */
-    {1, 3, 13, 1, 2, 3, 1, 2, 1, 1, 0, 3, 1, 1, true}, /* a column, dilated */
-    {2, 2, 4, 4, 3, 5, 5, 1, 1, 2, 2, 1, 1, 1, true},  /* kernel as large as the input */
-    {5, 1, 28, 28, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, true}, /* the CNN's conv1, fewer channels */
-    {3, 16, 14, 14, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, true}, /* the CNN's conv2, fewer channels */
+    {5, 1, 28, 28, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},   /* conv1 */
+    {3, 16, 14, 14, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, true}, /* conv2 */
 };
-#define N_GRID ((int)(sizeof grid / sizeof grid[0]))
+#define N_CASES ((int)NGRID + 2)
+static const conv_case *case_at(int i) { return i < (int)NGRID ? &conv_grid[i] : &cnn_cases[i - (int)NGRID]; }
 
 KT_TEST(both_paths_against_reference) {
     kt_mem_begin();
-    for (int i = 0; i < N_GRID; i++) {
-        conv_ref r = ref_make(grid[i]);
+    for (int i = 0; i < N_CASES; i++) {
+        conv_ref r = ref_make(*case_at(i));
         conv_run d = run_conv(&r, 1, false, "");
         conv_run b = run_conv(&r, 0, false, "");
         KT_CHECK_MSG(d.dnnl_calls == 3, "case %d: oneDNN ran %ld of the 3 convs", i, d.dnnl_calls);
         KT_CHECK_MSG(b.dnnl_calls == 0, "case %d: oneDNN ran %ld convs on the built-in path", i, b.dnnl_calls);
-        if (i == N_GRID - 1)
+        if (i == N_CASES - 1)
             printf("    dnnl - builtin, largest: y %.3g dx %.3g dw %.3g\n", max_diff(d.y, b.y, r.ny),
                    max_diff(d.dx, b.dx, r.nx), max_diff(d.dw, b.dw, r.nw));
         run_free(&d), run_free(&b);
@@ -205,7 +190,7 @@ KT_TEST(both_paths_against_reference) {
  * built-in kernel; the input gradient writes a dense dx and runs through oneDNN. */
 KT_TEST(strided_input) {
     kt_mem_begin();
-    conv_ref r = ref_make(grid[3]);
+    conv_ref r = ref_make(conv_grid[3]);
     conv_run d = run_conv(&r, 1, true, "");
     KT_CHECK_MSG(d.dnnl_calls == 1, "oneDNN ran %ld convs, want only the input gradient", d.dnnl_calls);
     run_free(&d);
@@ -216,7 +201,7 @@ KT_TEST(strided_input) {
 /* KILN_CONV=builtin and =dnnl force the path for every conv; unset, oneDNN takes only the
  * convs with 8 or more input channels per group (3 channels: built-in; 16: oneDNN). */
 KT_TEST(env_override) {
-    conv_ref few = ref_make(grid[1]), many = ref_make(grid[N_GRID - 1]);
+    conv_ref few = ref_make(conv_grid[1]), many = ref_make(cnn_cases[1]);
     const char *modes[] = {"builtin", "dnnl", NULL}, *names[] = {"builtin", "dnnl", "auto"};
     for (int i = 0; i < 3; i++) {
         if (modes[i])
@@ -254,7 +239,7 @@ static void *conv_thread(void *arg) {
 
 KT_TEST(concurrent_callers) {
     kt_mem_begin();
-    conv_ref r = ref_make(grid[N_GRID - 1]);
+    conv_ref r = ref_make(cnn_cases[1]);
     kiln__conv_dnnl_force(1);
     long before = kiln__conv_dnnl_calls();
     pthread_t t[2];
