@@ -69,11 +69,12 @@ const char *kiln__conv_dnnl_mode(void) {
 }
 
 /* The default rule, from bench_conv at the Fashion-MNIST CNN's shapes (batch 128, 2 cores,
- * medians of 3 interleaved runs of 15-run medians, load average ~10 so +-30%): with 32 input
- * channels oneDNN (blocked layouts) took the forward from 24.6 to 7.0 ms and forward+backward
- * from 86 to 19 ms; with 1 input channel the built-in kernel won (forward 1.46 against 2.9 ms,
- * forward+backward 7.8 against 10.3 ms), its tiny im2col GEMM beating oneDNN's reorders. So
- * oneDNN from 8 input channels per group up; between 1 and 32 that threshold is a guess. */
+ * medians of 5 interleaved runs of 15-run medians; runs spread up to 2x with the machine's
+ * load): with 32 input channels oneDNN (blocked layouts) took the forward from 16.8 to 5.9 ms
+ * and forward+backward from 47.6 to 23.3 ms; with 1 input channel the built-in kernel won
+ * (forward 1.29 against 1.87 ms, forward+backward 6.6 against 9.1 ms), its tiny im2col GEMM
+ * beating oneDNN's reorders. So oneDNN from 8 input channels per group up; between 1 and 32
+ * that threshold is a guess. */
 #define DNNL_MIN_CHANNELS 8
 
 /* ---- engine, OpenMP thread count ----------------------------------------------------- */
