@@ -6,7 +6,7 @@
 # test finds it (tests/CMakeLists.txt); nothing is fetched when the tests run.
 # Run as root (or with sudo available). Safe to run again.
 set -euo pipefail
-packages=(build-essential cmake clang libclang-rt-14-dev pkg-config libopenblas-dev libopenmpi-dev openmpi-bin zlib1g-dev dataset-fashion-mnist python3
+packages=(build-essential cmake clang libclang-rt-14-dev pkg-config libopenblas-dev libdnnl-dev libopenmpi-dev openmpi-bin zlib1g-dev dataset-fashion-mnist python3
           python3-pip libutf8proc-dev)
 missing=()
 for p in "${packages[@]}"; do

@@ -5,15 +5,9 @@
  * equal bit for bit on 1 and 2 threads) and by finite differences; the Conv2d module
  * (parameter names, shapes, initial bounds); bad input and leaks. */
 #include "gradcheck.h"
+#include "conv_grid.h"
 #include "nd_layout.h"
 
-typedef struct {
-    int64_t n, c, h, w, o, kh, kw;
-    int sh, sw, ph, pw, dh, dw, groups;
-    bool bias;
-} conv_case;
-
-static int64_t out_dim(int64_t in, int64_t k, int s, int p, int d) { return (in + 2 * p - d * (k - 1) - 1) / s + 1; }
 static int64_t ref_oh(const conv_case *k) { return out_dim(k->h, k->kh, k->sh, k->ph, k->dh); }
 static int64_t ref_ow(const conv_case *k) { return out_dim(k->w, k->kw, k->sw, k->pw, k->dw); }
 
@@ -108,32 +102,16 @@ static void check_forward(const conv_case *k, kiln_dtype dt, nd_layout xl, bool 
     free(y);
 }
 
-static const conv_case grid[] = {
-    /* n  c  h  w   o kh kw sh sw ph pw dh dw g  bias */
-    {1, 1, 5, 5, 1, 3, 3, 1, 1, 0, 0, 1, 1, 1, true},
-    {2, 3, 7, 6, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},
-    {3, 2, 9, 8, 5, 3, 2, 2, 1, 1, 0, 1, 1, 1, false},
-    {2, 4, 11, 9, 6, 3, 3, 2, 3, 2, 1, 2, 1, 2, true},   /* dilation, groups 2 */
-    {2, 6, 8, 7, 6, 3, 3, 1, 1, 1, 1, 1, 1, 6, true},    /* depthwise */
-    {3, 4, 6, 5, 8, 5, 3, 1, 2, 2, 1, 1, 2, 4, true},    /* depthwise x2 multiplier */
-    {4, 5, 6, 7, 3, 1, 1, 1, 1, 0, 0, 1, 1, 1, true},    /* 1x1: direct */
-    {2, 6, 5, 5, 4, 1, 1, 2, 2, 1, 0, 1, 1, 2, false},   /* 1x1 strided, padded, grouped */
-    {1, 3, 4, 4, 2, 4, 4, 1, 1, 0, 0, 1, 1, 1, true},    /* kernel = input: 1x1 output */
-    {5, 2, 3, 13, 3, 3, 5, 3, 2, 1, 2, 1, 3, 1, true},   /* wide, batch > threads, odd */
-    {2, 3, 2, 2, 2, 3, 3, 1, 1, 2, 2, 1, 1, 1, true},    /* padding larger than the input */
-    {1, 2, 17, 19, 3, 7, 7, 3, 3, 3, 3, 1, 1, 1, true},  /* big kernel */
-};
-#define NGRID (sizeof grid / sizeof grid[0])
 
 KT_TEST(forward_grid) {
     static const nd_layout layouts[] = {ND_DENSE, ND_PERMUTED, ND_STRIDED, ND_OFFSET};
     for (size_t i = 0; i < NGRID; i++) {
         for (int l = 0; l < 4; l++) {
-            check_forward(&grid[i], KILN_F32, layouts[l], false);
-            check_forward(&grid[i], KILN_F64, layouts[l], l == 1);
+            check_forward(&conv_grid[i], KILN_F32, layouts[l], false);
+            check_forward(&conv_grid[i], KILN_F64, layouts[l], l == 1);
         }
-        check_forward(&grid[i], KILN_F16, ND_DENSE, false);
-        check_forward(&grid[i], KILN_BF16, ND_PERMUTED, true);
+        check_forward(&conv_grid[i], KILN_F16, ND_DENSE, false);
+        check_forward(&conv_grid[i], KILN_BF16, ND_PERMUTED, true);
     }
 }
 
@@ -233,7 +211,7 @@ static double *check_backward(const conv_case *k, kiln_dtype dt, nd_layout xl) {
 KT_TEST(gradients_against_reference) {
     ew_mark mark = ew_mark_now();
     for (size_t i = 0; i < NGRID; i++) {
-        conv_case k = grid[i];
+        conv_case k = conv_grid[i];
         k.bias = true;
         free(check_backward(&k, KILN_F64, i % 2 ? ND_PERMUTED : ND_DENSE));
         free(check_backward(&k, KILN_F32, i % 3 ? ND_DENSE : ND_STRIDED));
@@ -244,8 +222,8 @@ KT_TEST(gradients_against_reference) {
     conv_case one = {11, 16, 7, 7, 8, 1, 1, 1, 1, 0, 0, 1, 1, 1, true};
     free(check_backward(&one, KILN_F64, ND_DENSE));
     /* half precision: computed in f32, gradients rounded once */
-    free(check_backward(&grid[3], KILN_F16, ND_DENSE));
-    free(check_backward(&grid[4], KILN_BF16, ND_PERMUTED));
+    free(check_backward(&conv_grid[3], KILN_F16, ND_DENSE));
+    free(check_backward(&conv_grid[4], KILN_BF16, ND_PERMUTED));
     EW_NO_LEAKS(mark);
 }
 

@@ -328,6 +328,48 @@ KT_TEST(report_call_overhead) {
     KT_CHECK(trivial < 1e-3);
 }
 
+/* While one thread holds the pool for a library's threads, another thread's parallel_for runs
+ * all of its range inline on that thread; a second claim fails, and so does one from inside a
+ * parallel region. Unclaimed, the pool serves calls again. */
+static atomic_int claim_result;
+
+static void *claim_other_thread(void *arg) {
+    coverage *cov = arg;
+    atomic_store(&claim_result, kiln__pool_try_claim());
+    kiln__parallel_for(cov->n, 1, visit_range, cov);
+    return NULL;
+}
+
+static void claim_inside(void *ctx, int64_t begin, int64_t end) {
+    (void)begin, (void)end;
+    if (kiln__pool_try_claim()) {
+        atomic_store((atomic_int *)ctx, 1);
+        kiln__pool_unclaim();
+    }
+}
+
+KT_TEST(claim_makes_others_run_inline) {
+    static atomic_int visits[256];
+    static coverage cov;
+    kiln__pool_set_threads(2);
+    KT_CHECK(kiln__pool_try_claim());
+    coverage_reset(&cov, visits, 256);
+    pthread_t t;
+    pthread_create(&t, NULL, claim_other_thread, &cov);
+    pthread_join(t, NULL);
+    KT_CHECK(atomic_load(&claim_result) == 0);
+    KT_CHECK(all_visited_once(&cov) && atomic_load(&cov.smallest_chunk) == 256); /* one range, inline */
+    KT_CHECK(coverage_thread_count(&cov) == 1);
+    kiln__pool_unclaim();
+
+    atomic_int claimed_inside = 0;
+    kiln__parallel_for(64, 1, claim_inside, &claimed_inside);
+    KT_CHECK(atomic_load(&claimed_inside) == 0);
+    coverage_reset(&cov, visits, 256);
+    kiln__parallel_for(256, 1, visit_range, &cov);
+    KT_CHECK(all_visited_once(&cov) && atomic_load(&cov.smallest_chunk) < 256); /* split again */
+}
+
 int main(void) {
     KT_RUN(every_index_visited_once);
     KT_RUN(workers_take_part);
@@ -336,6 +378,7 @@ int main(void) {
     KT_RUN(resize_while_calls_run);
     KT_RUN(set_threads_clamps_and_restarts);
     KT_RUN(set_threads_inside_region);
+    KT_RUN(claim_makes_others_run_inline);
     KT_RUN(report_call_overhead);
     kiln__pool_shutdown();
     return kt_finish();

@@ -101,6 +101,23 @@ def mlp_autodiff(runs):
     report("mlp_autodiff", timed(run, runs))
 
 
+def conv(layer, train, runs):
+    """bench_conv's workloads: the Fashion-MNIST CNN's conv1 or conv2 at batch 128."""
+    c, o, hw = (1, 32, 28) if layer == "conv1" else (32, 64, 14)
+    x = torch.randn(128, c, hw, hw, requires_grad=train and layer == "conv2")
+    w = (torch.rand(o, c, 3, 3) * 0.2 - 0.1).requires_grad_(train)
+    b = (torch.rand(o) * 0.2 - 0.1).requires_grad_(train)
+
+    def run():
+        y = torch.nn.functional.conv2d(x, w, b, padding=1)
+        if train:
+            y.sum().backward()
+            x.grad = w.grad = b.grad = None
+
+    with torch.set_grad_enabled(train):
+        report(f"{layer}_{'train' if train else 'fwd'}", timed(run, runs))
+
+
 def matmul(n, runs):
     a, b = torch.randn(n, n), torch.randn(n, n)
     ms = timed(lambda: a @ b, runs, warmup=1)
@@ -298,6 +315,10 @@ WORKLOADS = {
     "mlp_inference": mlp_inference,
     "softmax_autodiff": softmax_autodiff,
     "mlp_autodiff": mlp_autodiff,
+    "conv1_fwd": lambda r: conv("conv1", False, r),
+    "conv1_train": lambda r: conv("conv1", True, r),
+    "conv2_fwd": lambda r: conv("conv2", False, r),
+    "conv2_train": lambda r: conv("conv2", True, r),
     "matmul_1024": lambda r: matmul(1024, r),
     "matmul_2048": lambda r: matmul(2048, r),
     "matmul_4096": lambda r: matmul(4096, r),

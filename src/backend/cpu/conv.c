@@ -16,11 +16,14 @@
  * batch runs image by image and lets the GEMM use the pool.
  *
  * The weight gradient adds per-chunk partial sums in a fixed order, with chunks fixed by the
- * batch size alone, so its value does not depend on the thread count. */
+ * batch size alone, so its value does not depend on the thread count.
+ *
+ * f32 convs go to oneDNN first where the build has it (conv_dnnl.c); this path runs the rest. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/conv_dnnl.h"
 #include "backend/cpu/cpu-impl.h"
 #include "backend/cpu/gemm.h"
 
@@ -242,6 +245,7 @@ static kiln_status kernel_conv(const kiln__op *op) {
     const kiln__view *y = forward ? &op->out[0] : &op->in[0];
     kiln_status st = check_op(op, x);
     if (st != KILN_OK) return st;
+    if (kiln__conv_dnnl_run(op, &st)) return st; /* oneDNN took it (f32, dense, supported) */
     conv_job j = {.g = geom_of(op, x, w, y), .code = code, .x = kiln__view_ptr(x), .w = kiln__view_ptr(w),
                   .out = kiln__view_ptr(&op->out[0])};
     size_t es = kiln__elsize(op->out[0].dtype);

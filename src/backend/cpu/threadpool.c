@@ -289,6 +289,13 @@ void kiln__pool_set_threads(int n) {
 
 int kiln__pool_in_parallel_region(void) { return thread_in_region; }
 
+int kiln__pool_try_claim(void) {
+    pool_ensure_init();
+    return !thread_in_region && pthread_mutex_trylock(&pool.caller_lock) == 0;
+}
+
+void kiln__pool_unclaim(void) { pthread_mutex_unlock(&pool.caller_lock); }
+
 void kiln__pool_shutdown(void) {
     pool_ensure_init();
     pthread_mutex_lock(&pool.caller_lock);

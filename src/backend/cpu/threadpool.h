@@ -39,6 +39,17 @@ void kiln__pool_set_threads(int n);
  * another host thread holds the pool. Does nothing when n <= 0. */
 void kiln__parallel_for(int64_t n, int64_t grain, kiln__range_fn fn, void *ctx);
 
+/* Lends the pool's cores to a library with threads of its own (oneDNN's OpenMP): returns 1
+ * when this thread now holds the pool, so that every other parallel_for runs inline on its
+ * caller until kiln__pool_unclaim; 0 (nothing held) when another caller holds it or this
+ * thread is inside a parallel region, and the library call should then use one thread.
+ *
+ *   int held = kiln__pool_try_claim();
+ *   run_library(held ? kiln__pool_threads() : 1);
+ *   if (held) kiln__pool_unclaim(); */
+int kiln__pool_try_claim(void);
+void kiln__pool_unclaim(void);
+
 /* True on a pool worker and on a caller while it runs its share of a parallel_for. */
 int kiln__pool_in_parallel_region(void);
 

@@ -1,0 +1,34 @@
+/* CONV2D and its two backward passes through oneDNN (f32), beside the built-in im2col+GEMM
+ * kernels of conv.c, which ask here first:
+ *
+ *   kiln_status st;
+ *   if (kiln__conv_dnnl_run(op, &st)) return st;   // taken: done, or failed with a message
+ *   ...built-in path...
+ *
+ * KILN_CONV=builtin|dnnl forces one path (read once); by default oneDNN takes the f32 convs
+ * with 8 or more input channels per group (conv_dnnl.c has the measurement). Built without oneDNN (KILN_HAVE_DNNL=0)
+ * kiln__conv_dnnl_run never takes a call. */
+#ifndef KILN_BACKEND_CPU_CONV_DNNL_H
+#define KILN_BACKEND_CPU_CONV_DNNL_H
+
+#include <stdbool.h>
+
+#include "ir/op.h"
+
+/* True when oneDNN ran the op (*st is its status, a kernel error message set on failure);
+ * false when the built-in kernel should run it: another dtype, a strided input or bias, a
+ * shape oneDNN has no implementation for, the default rule, KILN_CONV=builtin, or no oneDNN
+ * in this build. */
+bool kiln__conv_dnnl_run(const kiln__op *op, kiln_status *st);
+
+/* The path asked for: "dnnl", "builtin" or "auto" (the default rule). */
+const char *kiln__conv_dnnl_mode(void);
+
+/* Tests and benchmarks: force a path (1 oneDNN, 0 built-in; -1 back to the default, with
+ * KILN_CONV read again). */
+void kiln__conv_dnnl_force(int mode);
+
+/* Tests: how many convs oneDNN has run (taken and executed) in this process. */
+long kiln__conv_dnnl_calls(void);
+
+#endif
