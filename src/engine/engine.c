@@ -113,9 +113,10 @@ static kiln__error *execute_fused(const kiln__op *op) {
     }
     return first;
 }
-static _Atomic(kiln__kernel_fn) comm_kernel;
 
-void kiln__engine_set_comm_kernel(kiln__kernel_fn fn) { atomic_store(&comm_kernel, fn); }
+static _Atomic(kiln__comm_kernel_fn) comm_kernel;
+
+void kiln__engine_set_comm_kernel(kiln__comm_kernel_fn fn) { atomic_store(&comm_kernel, fn); }
 
 kiln__error *kiln__execute(const kiln__op *op) {
     /* a collective may block on its peers for long: it stays outside the fork gate */
