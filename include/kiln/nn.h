@@ -101,6 +101,33 @@ typedef struct {
 KILN_API kiln_conv2d_options kiln_conv2d_defaults(int64_t in_channels, int64_t out_channels, int kernel);
 KILN_API kiln_module *kiln_conv2d_new(kiln_conv2d_options o, uint64_t seed);
 
+/* torch.nn.Conv1d: a weight [out, in/groups, kernel] and a bias [out], on [N, C, L] inputs. */
+typedef struct {
+    int64_t in_channels, out_channels;
+    int kernel, stride, padding, dilation, groups;
+    bool bias;
+} kiln_conv1d_options;
+/* stride 1, padding 0, dilation 1, groups 1, with bias */
+KILN_API kiln_conv1d_options kiln_conv1d_defaults(int64_t in_channels, int64_t out_channels, int kernel);
+KILN_API kiln_module *kiln_conv1d_new(kiln_conv1d_options o, uint64_t seed);
+
+/* torch.nn.ConvTranspose2d: a weight [in, out/groups, KH, KW] and a bias [out]; each output
+ * padding must be smaller than the stride or the dilation of its dim (as PyTorch). */
+typedef struct {
+    int64_t in_channels, out_channels;
+    int kernel_h, kernel_w;
+    int stride_h, stride_w;
+    int pad_h, pad_w;
+    int output_pad_h, output_pad_w;
+    int dilation_h, dilation_w;
+    int groups;
+    bool bias;
+} kiln_conv_transpose2d_options;
+/* kernel k x k, stride 1, padding 0, output padding 0, dilation 1, groups 1, with bias */
+KILN_API kiln_conv_transpose2d_options kiln_conv_transpose2d_defaults(int64_t in_channels, int64_t out_channels,
+                                                                      int kernel);
+KILN_API kiln_module *kiln_conv_transpose2d_new(kiln_conv_transpose2d_options o, uint64_t seed);
+
 /* Pools: stride 0 means "the kernel size" (PyTorch's default). Max pooling pads with -inf;
  * average pooling counts padding in its divisor. */
 KILN_API kiln_module *kiln_max_pool2d_new(int kernel, int stride, int padding);
@@ -137,6 +164,24 @@ KILN_API kiln_tensor kiln_layer_norm(kiln_tensor x, kiln_shape normalized_shape,
  * gradients (PyTorch >= 2.5), not NaN. All tensors are consumed; a float mask gets a gradient. */
 KILN_API kiln_tensor kiln_scaled_dot_product_attention(kiln_tensor q, kiln_tensor k, kiln_tensor v, kiln_tensor attn_mask,
                                                        bool is_causal, double scale);
+
+/* torch.nn.functional.conv1d: x [N, C, L], w [O, C/groups, K], bias [O] or KILN_NONE (all
+ * consumed); gives [N, O, (L + 2 padding - dilation (K - 1) - 1) / stride + 1]. Computed as
+ * conv2d over a height of one, so a mismatch found past the 3-dim check is reported with that
+ * unit height in the shapes.
+ *
+ *   kiln_tensor y = kiln_conv1d(x, kiln_ref(w), KILN_NONE, 1, 1, 1, 1);   // "same" for K = 3
+ */
+KILN_API kiln_tensor kiln_conv1d(kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride, int padding,
+                                 int dilation, int groups);
+/* torch.nn.functional.conv_transpose2d: x [N, C, H, W], w [C, O/groups, KH, KW] (PyTorch's
+ * layout: input channels first), bias [O] or KILN_NONE (all consumed); gives [N, O, OH, OW]
+ * with OH = (H - 1) stride_h - 2 pad_h + dilation_h (KH - 1) + output_pad_h + 1 (OW alike).
+ * output_pad must be >= 0 and smaller than either the stride or the dilation of its dim. It is
+ * the gradient of conv2d with respect to its input, computed by the same kernels. */
+KILN_API kiln_tensor kiln_conv_transpose2d(kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride_h, int stride_w,
+                                           int pad_h, int pad_w, int output_pad_h, int output_pad_w, int dilation_h,
+                                           int dilation_w, int groups);
 
 /* ---- losses (mean over the batch unless noted) ------------------------------------------- */
 typedef struct {
@@ -216,7 +261,11 @@ KILN_API kiln_status kiln_init(kiln_tensor *t, kiln_init_kind kind, uint64_t see
     X(kiln_module *, layer_norm_new, (int64_t normalized_size, double eps, bool affine), (normalized_size, eps, affine)) \
     X(kiln_module *, dropout_new, (double p, uint64_t seed), (p, seed)) \
     X(kiln_module *, flatten_new, (int start_dim, int end_dim), (start_dim, end_dim)) \
-    X(kiln_module *, embedding_new, (int64_t num_embeddings, int64_t dim, uint64_t seed), (num_embeddings, dim, seed))
+    X(kiln_module *, embedding_new, (int64_t num_embeddings, int64_t dim, uint64_t seed), (num_embeddings, dim, seed)) \
+    X(kiln_tensor, conv1d, (kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride, int padding, int dilation, int groups), (x, w, bias, stride, padding, dilation, groups)) \
+    X(kiln_tensor, conv_transpose2d, (kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride_h, int stride_w, int pad_h, int pad_w, int output_pad_h, int output_pad_w, int dilation_h, int dilation_w, int groups), (x, w, bias, stride_h, stride_w, pad_h, pad_w, output_pad_h, output_pad_w, dilation_h, dilation_w, groups)) \
+    X(kiln_module *, conv1d_new, (kiln_conv1d_options o, uint64_t seed), (o, seed)) \
+    X(kiln_module *, conv_transpose2d_new, (kiln_conv_transpose2d_options o, uint64_t seed), (o, seed))
 KILN_NN_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -253,6 +302,10 @@ KILN_NN_API(KILN__AT_DECLARE)
 #define kiln_dropout_new(...) KILN__AT(dropout_new, __VA_ARGS__)
 #define kiln_flatten_new(...) KILN__AT(flatten_new, __VA_ARGS__)
 #define kiln_embedding_new(...) KILN__AT(embedding_new, __VA_ARGS__)
+#define kiln_conv1d(...) KILN__AT(conv1d, __VA_ARGS__)
+#define kiln_conv_transpose2d(...) KILN__AT(conv_transpose2d, __VA_ARGS__)
+#define kiln_conv1d_new(...) KILN__AT(conv1d_new, __VA_ARGS__)
+#define kiln_conv_transpose2d_new(...) KILN__AT(conv_transpose2d_new, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus
