@@ -183,6 +183,19 @@ KILN_API kiln_tensor kiln_conv_transpose2d(kiln_tensor x, kiln_tensor w, kiln_te
                                            int pad_h, int pad_w, int output_pad_h, int output_pad_w, int dilation_h,
                                            int dilation_w, int groups);
 
+/* torch.nn.functional.interpolate on x [N, C, H, W] (consumed), in one of two ways: an output
+ * size (out_h, out_w > 0, scales 0) or scale factors (scale_h, scale_w > 0, sizes 0; the output
+ * is floor(H scale_h) x floor(W scale_w) and, as PyTorch with recompute_scale_factor unset,
+ * pixels map through 1 / scale). Nearest takes floor(dst * in / out) (any dtype); bilinear
+ * (float only) samples pixel centres, or the corner pixels' centres with align_corners, which
+ * nearest rejects as PyTorch does. Differentiable with respect to x.
+ *
+ *   kiln_tensor up = kiln_interpolate(x, 0, 0, 2.0, 2.0, KILN_INTERP_BILINEAR, false);
+ */
+typedef enum { KILN_INTERP_NEAREST, KILN_INTERP_BILINEAR } kiln_interp_mode;
+KILN_API kiln_tensor kiln_interpolate(kiln_tensor x, int64_t out_h, int64_t out_w, double scale_h, double scale_w,
+                                      kiln_interp_mode mode, bool align_corners);
+
 /* ---- losses (mean over the batch unless noted) ------------------------------------------- */
 typedef struct {
     double label_smoothing; /* 0: none */
@@ -265,7 +278,8 @@ KILN_API kiln_status kiln_init(kiln_tensor *t, kiln_init_kind kind, uint64_t see
     X(kiln_tensor, conv1d, (kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride, int padding, int dilation, int groups), (x, w, bias, stride, padding, dilation, groups)) \
     X(kiln_tensor, conv_transpose2d, (kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride_h, int stride_w, int pad_h, int pad_w, int output_pad_h, int output_pad_w, int dilation_h, int dilation_w, int groups), (x, w, bias, stride_h, stride_w, pad_h, pad_w, output_pad_h, output_pad_w, dilation_h, dilation_w, groups)) \
     X(kiln_module *, conv1d_new, (kiln_conv1d_options o, uint64_t seed), (o, seed)) \
-    X(kiln_module *, conv_transpose2d_new, (kiln_conv_transpose2d_options o, uint64_t seed), (o, seed))
+    X(kiln_module *, conv_transpose2d_new, (kiln_conv_transpose2d_options o, uint64_t seed), (o, seed)) \
+    X(kiln_tensor, interpolate, (kiln_tensor x, int64_t out_h, int64_t out_w, double scale_h, double scale_w, kiln_interp_mode mode, bool align_corners), (x, out_h, out_w, scale_h, scale_w, mode, align_corners))
 KILN_NN_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -306,6 +320,7 @@ KILN_NN_API(KILN__AT_DECLARE)
 #define kiln_conv_transpose2d(...) KILN__AT(conv_transpose2d, __VA_ARGS__)
 #define kiln_conv1d_new(...) KILN__AT(conv1d_new, __VA_ARGS__)
 #define kiln_conv_transpose2d_new(...) KILN__AT(conv_transpose2d_new, __VA_ARGS__)
+#define kiln_interpolate(...) KILN__AT(interpolate, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus
