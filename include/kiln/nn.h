@@ -128,6 +128,35 @@ KILN_API kiln_conv_transpose2d_options kiln_conv_transpose2d_defaults(int64_t in
                                                                       int kernel);
 KILN_API kiln_module *kiln_conv_transpose2d_new(kiln_conv_transpose2d_options o, uint64_t seed);
 
+/* torch.nn.MultiheadAttention (no dropout; key and value have embed_dim features): parameters
+ * in_proj_weight [3E, E] (xavier uniform), in_proj_bias [3E] (zeros), out_proj.weight [E, E] and
+ * out_proj.bias [E] (zeros), named as PyTorch names them. kiln_module_forward(m, x) is
+ * self-attention without masks; kiln_multihead_attention takes the rest. */
+typedef struct {
+    int64_t embed_dim, num_heads; /* num_heads must divide embed_dim */
+    bool bias;                    /* in_proj_bias and out_proj.bias */
+    bool batch_first;             /* inputs and output [N, L, E] rather than [L, N, E] */
+} kiln_multihead_attention_options;
+/* with bias, batch_first false (PyTorch's defaults) */
+KILN_API kiln_multihead_attention_options kiln_multihead_attention_defaults(int64_t embed_dim, int64_t num_heads);
+KILN_API kiln_module *kiln_multihead_attention_new(kiln_multihead_attention_options o, uint64_t seed);
+
+/* torch.nn.LSTM and torch.nn.GRU, unidirectional, without dropout between layers: per layer l,
+ * weight_ih_l{l} [G H, in], weight_hh_l{l} [G H, H], bias_ih_l{l} and bias_hh_l{l} [G H]
+ * (G = 4 for LSTM, gates i, f, g, o; G = 3 for GRU, gates r, z, n), all uniform in
+ * +-1/sqrt(hidden_size) as PyTorch. kiln_module_forward(m, x) gives the outputs from zero
+ * states; kiln_lstm and kiln_gru take initial states and give the final ones. */
+typedef struct {
+    int64_t input_size, hidden_size;
+    int num_layers;   /* 1 to 64 */
+    bool bias;        /* the four bias vectors of each layer */
+    bool batch_first; /* x and the outputs [N, T, *] rather than [T, N, *]; states stay [layers, N, H] */
+} kiln_rnn_options;
+/* one layer, with bias, batch_first false (PyTorch's defaults) */
+KILN_API kiln_rnn_options kiln_rnn_defaults(int64_t input_size, int64_t hidden_size);
+KILN_API kiln_module *kiln_lstm_new(kiln_rnn_options o, uint64_t seed);
+KILN_API kiln_module *kiln_gru_new(kiln_rnn_options o, uint64_t seed);
+
 /* Pools: stride 0 means "the kernel size" (PyTorch's default). Max pooling pads with -inf;
  * average pooling counts padding in its divisor. */
 KILN_API kiln_module *kiln_max_pool2d_new(int kernel, int stride, int padding);
@@ -195,6 +224,33 @@ KILN_API kiln_tensor kiln_conv_transpose2d(kiln_tensor x, kiln_tensor w, kiln_te
 typedef enum { KILN_INTERP_NEAREST, KILN_INTERP_BILINEAR } kiln_interp_mode;
 KILN_API kiln_tensor kiln_interpolate(kiln_tensor x, int64_t out_h, int64_t out_w, double scale_h, double scale_w,
                                       kiln_interp_mode mode, bool align_corners);
+
+/* nn.MultiheadAttention's forward on m (a kiln_multihead_attention_new module, borrowed):
+ * query [L, N, E], key and value [S, N, E] ([N, L, E] and [N, S, E] with batch_first), one
+ * float dtype. key_padding_mask [N, S] and attn_mask [L, S] or [N * num_heads, L, S] are
+ * KILN_NONE, bool (true = the key is hidden, as PyTorch's MultiheadAttention; note that
+ * kiln_scaled_dot_product_attention's bool mask is the opposite) or the query's dtype (added to
+ * the scores). Returns the output, shaped like query. When weights is not NULL it receives the
+ * attention weights averaged over the heads, [N, L, S] (need_weights=True,
+ * average_attn_weights=True), else they are not computed; KILN_NONE when the call fails. A query
+ * whose keys are all hidden gets a zero output row (the weights show NaN there). Consumes every
+ * tensor argument.
+ *
+ *   kiln_tensor w;
+ *   kiln_tensor y = kiln_multihead_attention(mha, kiln_ref(x), kiln_ref(x), x, pad_mask, KILN_NONE, &w);
+ */
+KILN_API kiln_tensor kiln_multihead_attention(kiln_module *m, kiln_tensor query, kiln_tensor key, kiln_tensor value,
+                                              kiln_tensor key_padding_mask, kiln_tensor attn_mask,
+                                              kiln_tensor *weights);
+/* nn.LSTM's forward on m (a kiln_lstm_new module, borrowed): x [T, N, input_size] ([N, T, ...]
+ * with batch_first), h0 and c0 [num_layers, N, hidden_size] or KILN_NONE (zeros). Returns the
+ * last layer's outputs [T, N, hidden_size] (or [N, T, ...]); *h_n and *c_n (each may be NULL)
+ * receive the final states [num_layers, N, hidden_size] (KILN_NONE when the call fails before
+ * running). Consumes x, h0 and c0. */
+KILN_API kiln_tensor kiln_lstm(kiln_module *m, kiln_tensor x, kiln_tensor h0, kiln_tensor c0, kiln_tensor *h_n,
+                               kiln_tensor *c_n);
+/* nn.GRU's forward on m (a kiln_gru_new module): as kiln_lstm without the cell state. */
+KILN_API kiln_tensor kiln_gru(kiln_module *m, kiln_tensor x, kiln_tensor h0, kiln_tensor *h_n);
 
 /* ---- losses (mean over the batch unless noted) ------------------------------------------- */
 typedef struct {
@@ -279,7 +335,13 @@ KILN_API kiln_status kiln_init(kiln_tensor *t, kiln_init_kind kind, uint64_t see
     X(kiln_tensor, conv_transpose2d, (kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride_h, int stride_w, int pad_h, int pad_w, int output_pad_h, int output_pad_w, int dilation_h, int dilation_w, int groups), (x, w, bias, stride_h, stride_w, pad_h, pad_w, output_pad_h, output_pad_w, dilation_h, dilation_w, groups)) \
     X(kiln_module *, conv1d_new, (kiln_conv1d_options o, uint64_t seed), (o, seed)) \
     X(kiln_module *, conv_transpose2d_new, (kiln_conv_transpose2d_options o, uint64_t seed), (o, seed)) \
-    X(kiln_tensor, interpolate, (kiln_tensor x, int64_t out_h, int64_t out_w, double scale_h, double scale_w, kiln_interp_mode mode, bool align_corners), (x, out_h, out_w, scale_h, scale_w, mode, align_corners))
+    X(kiln_tensor, interpolate, (kiln_tensor x, int64_t out_h, int64_t out_w, double scale_h, double scale_w, kiln_interp_mode mode, bool align_corners), (x, out_h, out_w, scale_h, scale_w, mode, align_corners)) \
+    X(kiln_module *, multihead_attention_new, (kiln_multihead_attention_options o, uint64_t seed), (o, seed)) \
+    X(kiln_module *, lstm_new, (kiln_rnn_options o, uint64_t seed), (o, seed)) \
+    X(kiln_module *, gru_new, (kiln_rnn_options o, uint64_t seed), (o, seed)) \
+    X(kiln_tensor, multihead_attention, (kiln_module *m, kiln_tensor query, kiln_tensor key, kiln_tensor value, kiln_tensor key_padding_mask, kiln_tensor attn_mask, kiln_tensor *weights), (m, query, key, value, key_padding_mask, attn_mask, weights)) \
+    X(kiln_tensor, lstm, (kiln_module *m, kiln_tensor x, kiln_tensor h0, kiln_tensor c0, kiln_tensor *h_n, kiln_tensor *c_n), (m, x, h0, c0, h_n, c_n)) \
+    X(kiln_tensor, gru, (kiln_module *m, kiln_tensor x, kiln_tensor h0, kiln_tensor *h_n), (m, x, h0, h_n))
 KILN_NN_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -321,6 +383,12 @@ KILN_NN_API(KILN__AT_DECLARE)
 #define kiln_conv1d_new(...) KILN__AT(conv1d_new, __VA_ARGS__)
 #define kiln_conv_transpose2d_new(...) KILN__AT(conv_transpose2d_new, __VA_ARGS__)
 #define kiln_interpolate(...) KILN__AT(interpolate, __VA_ARGS__)
+#define kiln_multihead_attention_new(...) KILN__AT(multihead_attention_new, __VA_ARGS__)
+#define kiln_lstm_new(...) KILN__AT(lstm_new, __VA_ARGS__)
+#define kiln_gru_new(...) KILN__AT(gru_new, __VA_ARGS__)
+#define kiln_multihead_attention(...) KILN__AT(multihead_attention, __VA_ARGS__)
+#define kiln_lstm(...) KILN__AT(lstm, __VA_ARGS__)
+#define kiln_gru(...) KILN__AT(gru, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus
