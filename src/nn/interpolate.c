@@ -83,7 +83,8 @@ static kiln_tensor interpolate(kiln_tensor x, int64_t out_h, int64_t out_w, doub
                              (long long)out_h, (long long)out_w, scale_h, scale_w);
     int64_t h = t->shape[2], w = t->shape[3];
     if (by_scale) {
-        if (!(scale_h > 0 && scale_w > 0 && scale_h * (double)h < (double)MAX_OUT && scale_w * (double)w < (double)MAX_OUT))
+        double max = (double)MAX_OUT;
+        if (!(scale_h > 0 && scale_w > 0 && scale_h * (double)h < max && scale_w * (double)w < max))
             return kiln__nn_fail(op, 1, &x, KILN_ERR_INVALID_ARGUMENT,
                                  "scale factors (%g, %g) must be positive and finite, and not grow %s past 2^40",
                                  scale_h, scale_w, kiln__nn_shape_str(s, sizeof s, t));

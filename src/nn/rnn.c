@@ -48,8 +48,8 @@ static kiln_module *rnn_new(const kiln__module_vtable *vt, const char *op, kiln_
             snprintf(names[i], sizeof names[i], "%s_l%d", kinds[i], l);
             kiln_shape s = i == 0 ? KILN_SHAPE(g, l ? h : o.input_size) : i == 1 ? KILN_SHAPE(g, h) : KILN_SHAPE(g);
             uint64_t k = (uint64_t)(4 * l + i);
-            ps[i] = (kiln__nn_param){names[i], kiln_uniform(KILN_CPU, KILN_F32, s, -bound, bound, kiln__nn_seed(seed, k)),
-                                     false};
+            kiln_tensor v = kiln_uniform(KILN_CPU, KILN_F32, s, -bound, bound, kiln__nn_seed(seed, k));
+            ps[i] = (kiln__nn_param){names[i], v, false};
         }
         m = kiln__nn_finish(m, np, ps);
     }
