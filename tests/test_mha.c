@@ -4,7 +4,15 @@
  * gradients of the inputs and every parameter; bad input naming kiln_multihead_attention and
  * the caller's line; leaks. */
 #include "gradcheck.h"
-#include "nn_ref.h"
+#include "ew_util.h"
+#include "nn_util.h"
+
+/* n random doubles in [-1, 1] (freed by the caller). */
+static double *nr_rand(int64_t n) {
+    double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    ew_values(v, n, KILN_F64, -1, 1);
+    return v;
+}
 
 typedef struct {
     int64_t n, l, s, e, h;
@@ -23,9 +31,9 @@ static void ref_mha(const mcase *k, const double *q, const double *kv_k, const d
     double *pv = malloc(sizeof(double) * (size_t)(k->s * e)), *o = malloc(sizeof(double) * (size_t)(k->l * e));
     double *sc = malloc(sizeof(double) * (size_t)k->s);
     for (int64_t n = 0; n < k->n; n++) {
-        nr_linear(q + n * k->l * e, win, bin, k->l, e, e, pq);
-        nr_linear(kv_k + n * k->s * e, win + e * e, bin ? bin + e : NULL, k->s, e, e, pk);
-        nr_linear(kv_v + n * k->s * e, win + 2 * e * e, bin ? bin + 2 * e : NULL, k->s, e, e, pv);
+        linear_ref(q + n * k->l * e, win, bin, k->l, e, e, pq);
+        linear_ref(kv_k + n * k->s * e, win + e * e, bin ? bin + e : NULL, k->s, e, e, pk);
+        linear_ref(kv_v + n * k->s * e, win + 2 * e * e, bin ? bin + 2 * e : NULL, k->s, e, e, pv);
         for (int64_t i = 0; i < k->l * k->s; i++) wts[n * k->l * k->s + i] = 0;
         for (int64_t hh = 0; hh < k->h; hh++)
             for (int64_t i = 0; i < k->l; i++) {
@@ -50,7 +58,7 @@ static void ref_mha(const mcase *k, const double *q, const double *kv_k, const d
                 }
                 for (int64_t j = 0; j < k->s; j++) wts[(n * k->l + i) * k->s + j] += sc[j] / z / (double)k->h;
             }
-        nr_linear(o, wout, bout, k->l, e, e, y + n * k->l * e);
+        linear_ref(o, wout, bout, k->l, e, e, y + n * k->l * e);
     }
     free(pq), free(pk), free(pv), free(o), free(sc);
 }
@@ -87,11 +95,11 @@ KT_TEST(against_reference) {
             for (int64_t i = 0; i < nam; i++) am[i] = (i % k->s) != 0 && am[i] > 0.3;
         if (k->kpm == 1)
             for (int64_t i = 0; i < k->n * k->s; i++) kpm[i] = (i % k->s) == k->s - 1;
-        nr_set(m, "in_proj_weight", kiln_from_data(KILN_CPU, KILN_F64, KILN_SHAPE(3 * e, e), win));
-        nr_set(m, "out_proj.weight", kiln_from_data(KILN_CPU, KILN_F64, KILN_SHAPE(e, e), wout));
+        set_param(m, "in_proj_weight", kiln_from_data(KILN_CPU, KILN_F64, KILN_SHAPE(3 * e, e), win));
+        set_param(m, "out_proj.weight", kiln_from_data(KILN_CPU, KILN_F64, KILN_SHAPE(e, e), wout));
         if (k->bias) {
-            nr_set(m, "in_proj_bias", kiln_from_data(KILN_CPU, KILN_F64, KILN_SHAPE(3 * e), bin));
-            nr_set(m, "out_proj.bias", kiln_from_data(KILN_CPU, KILN_F64, KILN_SHAPE(e), bout));
+            set_param(m, "in_proj_bias", kiln_from_data(KILN_CPU, KILN_F64, KILN_SHAPE(3 * e), bin));
+            set_param(m, "out_proj.bias", kiln_from_data(KILN_CPU, KILN_F64, KILN_SHAPE(e), bout));
         }
         double *want = malloc(sizeof(double) * (size_t)(k->n * k->l * e));
         double *want_w = malloc(sizeof(double) * (size_t)(k->n * k->l * k->s));
@@ -127,12 +135,12 @@ KT_TEST(module_parameters) {
     const char *names[4] = {"in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"};
     KT_CHECK(n == 4);
     for (int i = 0; i < 4 && i < n; i++) KT_CHECK_MSG(strcmp(ps[i].name, names[i]) == 0, "%s", ps[i].name);
-    double *w = ew_read(kiln_ref(*nr_slot(m, "in_proj_weight")), KILN_F32, 24 * 8);
+    double *w = ew_read(kiln_ref(*param_slot(m, "in_proj_weight")), KILN_F32, 24 * 8);
     double bound = sqrt(6.0 / 32.0), mx = 0;
     for (int i = 0; w && i < 24 * 8; i++) mx = fmax(mx, fabs(w[i]));
     KT_CHECK(mx <= bound && mx > 0.5 * bound);
     free(w);
-    double *b = ew_read(kiln_ref(*nr_slot(m, "out_proj.bias")), KILN_F32, 8);
+    double *b = ew_read(kiln_ref(*param_slot(m, "out_proj.bias")), KILN_F32, 8);
     for (int i = 0; b && i < 8; i++) KT_CHECK(b[i] == 0);
     free(b);
     kiln_tensor y = kiln_module_forward(m, kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(5, 3, 8), 2));
@@ -151,10 +159,10 @@ typedef struct {
 
 static kiln_tensor gc_mha(kiln_tensor *in, void *ctx) {
     gctx *g = ctx;
-    nr_set(g->m, "in_proj_weight", in[2]);
-    nr_set(g->m, "in_proj_bias", in[3]);
-    nr_set(g->m, "out_proj.weight", in[4]);
-    nr_set(g->m, "out_proj.bias", in[5]);
+    set_param(g->m, "in_proj_weight", in[2]);
+    set_param(g->m, "in_proj_bias", in[3]);
+    set_param(g->m, "out_proj.weight", in[4]);
+    set_param(g->m, "out_proj.bias", in[5]);
     kiln_tensor am = g->mask ? kiln_triu(kiln_ones(KILN_CPU, KILN_BOOL, KILN_SHAPE(3, 2)), 1) : KILN_NONE;
     kiln_tensor w = KILN_NONE;
     kiln_tensor y = kiln_multihead_attention(g->m, in[0], kiln_ref(in[1]), in[1], KILN_NONE, am,

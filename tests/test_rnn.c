@@ -4,7 +4,17 @@
  * input, the states and the parameters; PyTorch's parameter names, shapes and initial bounds;
  * bad input naming kiln_lstm / kiln_gru and the caller's line; leaks. */
 #include "gradcheck.h"
-#include "nn_ref.h"
+#include "ew_util.h"
+#include "nn_util.h"
+
+/* n random doubles in [-1, 1] (freed by the caller). */
+static double *nr_rand(int64_t n) {
+    double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    ew_values(v, n, KILN_F64, -1, 1);
+    return v;
+}
+
+static double sigm(double x) { return 1 / (1 + exp(-x)); }
 
 typedef struct {
     bool lstm;
@@ -32,18 +42,18 @@ static void ref_rnn(const rcase *k, const rparams *p, const double *x, const dou
             c[i] = c0 ? c0[l * k->n * H + i] : 0;
         }
         for (int64_t t = 0; t < k->t; t++) {
-            nr_linear(cur + t * k->n * in, p->w[l][0], k->bias ? p->w[l][2] : NULL, k->n, in, g, gi);
-            nr_linear(h, p->w[l][1], k->bias ? p->w[l][3] : NULL, k->n, H, g, gh);
+            linear_ref(cur + t * k->n * in, p->w[l][0], k->bias ? p->w[l][2] : NULL, k->n, in, g, gi);
+            linear_ref(h, p->w[l][1], k->bias ? p->w[l][3] : NULL, k->n, H, g, gh);
             for (int64_t n = 0; n < k->n; n++)
                 for (int64_t j = 0; j < H; j++) {
                     const double *a = gi + n * g, *b = gh + n * g;
                     if (k->lstm) {
-                        double ig = nr_sigmoid(a[j] + b[j]), fg = nr_sigmoid(a[H + j] + b[H + j]);
-                        double gg = tanh(a[2 * H + j] + b[2 * H + j]), og = nr_sigmoid(a[3 * H + j] + b[3 * H + j]);
+                        double ig = sigm(a[j] + b[j]), fg = sigm(a[H + j] + b[H + j]);
+                        double gg = tanh(a[2 * H + j] + b[2 * H + j]), og = sigm(a[3 * H + j] + b[3 * H + j]);
                         c[n * H + j] = fg * c[n * H + j] + ig * gg;
                         h[n * H + j] = og * tanh(c[n * H + j]);
                     } else {
-                        double r = nr_sigmoid(a[j] + b[j]), z = nr_sigmoid(a[H + j] + b[H + j]);
+                        double r = sigm(a[j] + b[j]), z = sigm(a[H + j] + b[H + j]);
                         double nn = tanh(a[2 * H + j] + r * b[2 * H + j]);
                         h[n * H + j] = (1 - z) * nn + z * h[n * H + j];
                     }
@@ -74,7 +84,7 @@ static void set_params(kiln_module *m, const rcase *k, rparams *p) {
             p->w[l][i] = nr_rand(kiln_shape_numel(s));
             char name[32];
             snprintf(name, sizeof name, "%s_l%d", kinds[i], l);
-            nr_set(m, name, kiln_from_data(KILN_CPU, KILN_F64, s, p->w[l][i]));
+            set_param(m, name, kiln_from_data(KILN_CPU, KILN_F64, s, p->w[l][i]));
         }
 }
 
@@ -175,7 +185,7 @@ static kiln_tensor gc_rnn(kiln_tensor *in, void *ctx) {
     for (int i = 0; i < np; i++) {
         char name[32];
         snprintf(name, sizeof name, "%s_l%d", kinds[i], g->first_param_layer);
-        nr_set(g->m, name, in[at + i]);
+        set_param(g->m, name, in[at + i]);
     }
     kiln_tensor hn, cn = KILN_NONE;
     kiln_tensor y = k->lstm ? kiln_lstm(g->m, in[0], in[1], in[2], &hn, &cn) : kiln_gru(g->m, in[0], in[1], &hn);
