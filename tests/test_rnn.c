@@ -20,83 +20,102 @@ typedef struct {
     bool lstm;
     int64_t t, n, in, h;
     int layers;
-    bool bias, batch_first, given_states;
+    bool bias, batch_first, given_states, bidir;
 } rcase;
 
 typedef struct {
-    double *w[64][4]; /* per layer: w_ih, w_hh, b_ih, b_hh */
+    double *w[64][4]; /* per layer and direction: w_ih, w_hh, b_ih, b_hh */
 } rparams;
 
-/* Reference: x [T, N, in] (time-major), h0/c0 [layers, N, H]; y [T, N, H], hn/cn [layers, N, H]. */
+static int dirs_of(const rcase *k) { return k->bidir ? 2 : 1; }
+
+/* Reference: x [T, N, in] (time-major), h0/c0 [layers * dirs, N, H]; y [T, N, dirs * H],
+ * hn/cn [layers * dirs, N, H]. */
 static void ref_rnn(const rcase *k, const rparams *p, const double *x, const double *h0, const double *c0, double *y,
                     double *hn, double *cn) {
-    int64_t g = (k->lstm ? 4 : 3) * k->h, H = k->h;
-    double *cur = malloc(sizeof(double) * (size_t)(k->t * k->n * (k->in > H ? k->in : H)));
+    int64_t g = (k->lstm ? 4 : 3) * k->h, H = k->h, D = dirs_of(k), width = D * H > k->in ? D * H : k->in;
+    double *cur = malloc(sizeof(double) * (size_t)(k->t * k->n * width));
     memcpy(cur, x, sizeof(double) * (size_t)(k->t * k->n * k->in));
     double *gi = malloc(sizeof(double) * (size_t)(k->n * g)), *gh = malloc(sizeof(double) * (size_t)(k->n * g));
     double *h = malloc(sizeof(double) * (size_t)(k->n * H)), *c = malloc(sizeof(double) * (size_t)(k->n * H));
     for (int l = 0; l < k->layers; l++) {
-        int64_t in = l ? H : k->in;
-        for (int64_t i = 0; i < k->n * H; i++) {
-            h[i] = h0 ? h0[l * k->n * H + i] : 0;
-            c[i] = c0 ? c0[l * k->n * H + i] : 0;
-        }
-        for (int64_t t = 0; t < k->t; t++) {
-            linear_ref(cur + t * k->n * in, p->w[l][0], k->bias ? p->w[l][2] : NULL, k->n, in, g, gi);
-            linear_ref(h, p->w[l][1], k->bias ? p->w[l][3] : NULL, k->n, H, g, gh);
-            for (int64_t n = 0; n < k->n; n++)
-                for (int64_t j = 0; j < H; j++) {
-                    const double *a = gi + n * g, *b = gh + n * g;
-                    if (k->lstm) {
-                        double ig = sigm(a[j] + b[j]), fg = sigm(a[H + j] + b[H + j]);
-                        double gg = tanh(a[2 * H + j] + b[2 * H + j]), og = sigm(a[3 * H + j] + b[3 * H + j]);
-                        c[n * H + j] = fg * c[n * H + j] + ig * gg;
-                        h[n * H + j] = og * tanh(c[n * H + j]);
-                    } else {
-                        double r = sigm(a[j] + b[j]), z = sigm(a[H + j] + b[H + j]);
-                        double nn = tanh(a[2 * H + j] + r * b[2 * H + j]);
-                        h[n * H + j] = (1 - z) * nn + z * h[n * H + j];
+        int64_t in = l ? D * H : k->in;
+        for (int dir = 0; dir < D; dir++) {
+            int ld = l * (int)D + dir;
+            for (int64_t i = 0; i < k->n * H; i++) {
+                h[i] = h0 ? h0[ld * k->n * H + i] : 0;
+                c[i] = c0 ? c0[ld * k->n * H + i] : 0;
+            }
+            for (int64_t s = 0; s < k->t; s++) {
+                int64_t t = dir ? k->t - 1 - s : s;
+                linear_ref(cur + t * k->n * in, p->w[ld][0], k->bias ? p->w[ld][2] : NULL, k->n, in, g, gi);
+                linear_ref(h, p->w[ld][1], k->bias ? p->w[ld][3] : NULL, k->n, H, g, gh);
+                for (int64_t n = 0; n < k->n; n++)
+                    for (int64_t j = 0; j < H; j++) {
+                        const double *a = gi + n * g, *b = gh + n * g;
+                        if (k->lstm) {
+                            double ig = sigm(a[j] + b[j]), fg = sigm(a[H + j] + b[H + j]);
+                            double gg = tanh(a[2 * H + j] + b[2 * H + j]), og = sigm(a[3 * H + j] + b[3 * H + j]);
+                            c[n * H + j] = fg * c[n * H + j] + ig * gg;
+                            h[n * H + j] = og * tanh(c[n * H + j]);
+                        } else {
+                            double r = sigm(a[j] + b[j]), z = sigm(a[H + j] + b[H + j]);
+                            double nn = tanh(a[2 * H + j] + r * b[2 * H + j]);
+                            h[n * H + j] = (1 - z) * nn + z * h[n * H + j];
+                        }
+                        y[(t * k->n + n) * D * H + dir * H + j] = h[n * H + j];
                     }
-                }
-            memcpy(y + t * k->n * H, h, sizeof(double) * (size_t)(k->n * H));
+            }
+            memcpy(hn + ld * k->n * H, h, sizeof(double) * (size_t)(k->n * H));
+            memcpy(cn + ld * k->n * H, c, sizeof(double) * (size_t)(k->n * H));
         }
-        memcpy(hn + l * k->n * H, h, sizeof(double) * (size_t)(k->n * H));
-        memcpy(cn + l * k->n * H, c, sizeof(double) * (size_t)(k->n * H));
-        memcpy(cur, y, sizeof(double) * (size_t)(k->t * k->n * H));
+        memcpy(cur, y, sizeof(double) * (size_t)(k->t * k->n * D * H));
     }
     free(cur), free(gi), free(gh), free(h), free(c);
 }
 
 static const char *const kinds[4] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
 
+/* With dropout between layers, which eval mode (the reference's) turns off. */
 static kiln_module *make(const rcase *k, uint64_t seed) {
     kiln_rnn_options o = kiln_rnn_defaults(k->in, k->h);
-    o.num_layers = k->layers, o.bias = k->bias, o.batch_first = k->batch_first;
-    return k->lstm ? kiln_lstm_new(o, seed) : kiln_gru_new(o, seed);
+    o.dropout = 0.25;
+    o.num_layers = k->layers, o.bias = k->bias, o.batch_first = k->batch_first, o.bidirectional = k->bidir;
+    kiln_module *m = k->lstm ? kiln_lstm_new(o, seed) : kiln_gru_new(o, seed);
+    kiln_module_train(m, false);
+    return m;
+}
+
+/* The name of parameter i of layer-and-direction ld. */
+static void param_name(char *buf, size_t size, const rcase *k, int ld, int i) {
+    snprintf(buf, size, "%s_l%d%s", kinds[i], ld / dirs_of(k), ld % dirs_of(k) ? "_reverse" : "");
 }
 
 /* Random f64 parameters, set into m and kept in p. */
 static void set_params(kiln_module *m, const rcase *k, rparams *p) {
     int64_t g = (k->lstm ? 4 : 3) * k->h;
-    for (int l = 0; l < k->layers; l++)
+    for (int ld = 0; ld < k->layers * dirs_of(k); ld++)
         for (int i = 0; i < (k->bias ? 4 : 2); i++) {
-            kiln_shape s = i == 0 ? KILN_SHAPE(g, l ? k->h : k->in) : i == 1 ? KILN_SHAPE(g, k->h) : KILN_SHAPE(g);
-            p->w[l][i] = nr_rand(kiln_shape_numel(s));
+            int64_t in = ld / dirs_of(k) ? dirs_of(k) * k->h : k->in;
+            kiln_shape s = i == 0 ? KILN_SHAPE(g, in) : i == 1 ? KILN_SHAPE(g, k->h) : KILN_SHAPE(g);
+            p->w[ld][i] = nr_rand(kiln_shape_numel(s));
             char name[32];
-            snprintf(name, sizeof name, "%s_l%d", kinds[i], l);
-            set_param(m, name, kiln_from_data(KILN_CPU, KILN_F64, s, p->w[l][i]));
+            param_name(name, sizeof name, k, ld, i);
+            set_param(m, name, kiln_from_data(KILN_CPU, KILN_F64, s, p->w[ld][i]));
         }
 }
 
 static void free_params(const rcase *k, rparams *p) {
-    for (int l = 0; l < k->layers; l++)
-        for (int i = 0; i < (k->bias ? 4 : 2); i++) free(p->w[l][i]);
+    for (int ld = 0; ld < k->layers * dirs_of(k); ld++)
+        for (int i = 0; i < (k->bias ? 4 : 2); i++) free(p->w[ld][i]);
 }
 
 static const rcase cases[] = {
-    {true, 4, 2, 3, 5, 1, true, false, false},  {true, 3, 3, 4, 2, 2, true, true, true},
-    {true, 5, 1, 2, 3, 3, false, false, true},  {false, 4, 2, 3, 5, 1, true, false, false},
-    {false, 3, 3, 4, 2, 2, true, true, true},   {false, 6, 2, 1, 4, 2, false, false, true},
+    {true, 4, 2, 3, 5, 1, true, false, false, false},  {true, 3, 3, 4, 2, 2, true, true, true, false},
+    {true, 5, 1, 2, 3, 3, false, false, true, false},  {false, 4, 2, 3, 5, 1, true, false, false, false},
+    {false, 3, 3, 4, 2, 2, true, true, true, false},   {false, 6, 2, 1, 4, 2, false, false, true, false},
+    {true, 4, 2, 3, 3, 2, true, false, true, true}, {false, 3, 2, 2, 3, 3, true, true, true, true},
+    {true, 3, 1, 2, 2, 1, false, true, false, true},
 };
 
 KT_TEST(against_reference) {
@@ -106,20 +125,20 @@ KT_TEST(against_reference) {
         kiln_module *m = make(k, 9);
         rparams p;
         set_params(m, k, &p);
-        int64_t ny = k->t * k->n * k->h, ns = k->layers * k->n * k->h;
+        int64_t ny = k->t * k->n * dirs_of(k) * k->h, ns = k->layers * dirs_of(k) * k->n * k->h;
         double *x = nr_rand(k->t * k->n * k->in), *h0 = nr_rand(ns), *c0 = nr_rand(ns);
         double *y = malloc(sizeof(double) * (size_t)ny), *hn = malloc(sizeof(double) * (size_t)ns);
         double *cn = malloc(sizeof(double) * (size_t)ns);
         ref_rnn(k, &p, x, k->given_states ? h0 : NULL, k->given_states ? c0 : NULL, y, hn, cn);
         kiln_tensor xt = kiln_from_data(KILN_CPU, KILN_F64, KILN_SHAPE(k->t, k->n, k->in), x);
         if (k->batch_first) xt = kiln_contiguous(kiln_transpose(xt, 0, 1));
-        kiln_shape ss = KILN_SHAPE(k->layers, k->n, k->h);
+        kiln_shape ss = KILN_SHAPE(k->layers * dirs_of(k), k->n, k->h);
         kiln_tensor h0t = k->given_states ? kiln_from_data(KILN_CPU, KILN_F64, ss, h0) : KILN_NONE;
         kiln_tensor c0t = k->given_states && k->lstm ? kiln_from_data(KILN_CPU, KILN_F64, ss, c0) : KILN_NONE;
         kiln_tensor hnt, cnt = KILN_NONE;
         kiln_tensor yt = k->lstm ? kiln_lstm(m, xt, h0t, c0t, &hnt, &cnt) : kiln_gru(m, xt, h0t, &hnt);
         kiln_shape ys = kiln_tensor_shape(yt);
-        KT_CHECK(ys.ndim == 3 && ys.dims[2] == k->h && ys.dims[k->batch_first ? 1 : 0] == k->t);
+        KT_CHECK(ys.ndim == 3 && ys.dims[2] == dirs_of(k) * k->h && ys.dims[k->batch_first ? 1 : 0] == k->t);
         if (k->batch_first) yt = kiln_contiguous(kiln_transpose(yt, 0, 1));
         double *got = ew_read(yt, KILN_F64, ny), *got_h = ew_read(hnt, KILN_F64, ns);
         char what[64];
@@ -164,7 +183,19 @@ KT_TEST(modules) {
     float sink[40];
     KT_CHECK(kiln_into_data(y, sink, sizeof sink) == KILN_OK);
     kiln_module_free(m);
-    o.bias = false, o.num_layers = 1;
+    o.bidirectional = true;
+    m = kiln_lstm_new(o, 1);
+    KT_CHECK(m && kiln_module_params(m, ps, 16) == 16);
+    KT_CHECK(strcmp(ps[4].name, "weight_ih_l0_reverse") == 0 && strcmp(ps[15].name, "bias_hh_l1_reverse") == 0);
+    s = kiln_tensor_shape(*ps[8].slot); /* weight_ih_l1 takes both directions' features */
+    KT_CHECK(s.ndim == 2 && s.dims[0] == 16 && s.dims[1] == 8);
+    kiln_tensor hn;
+    y = kiln_lstm(m, kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(5, 2, 3), 3), KILN_NONE, KILN_NONE, &hn, NULL);
+    s = kiln_tensor_shape(y);
+    KT_CHECK(s.ndim == 3 && s.dims[2] == 8 && kiln_tensor_shape(hn).dims[0] == 4);
+    kiln_release(y), kiln_release(hn);
+    kiln_module_free(m);
+    o.bias = false, o.num_layers = 1, o.bidirectional = false;
     m = kiln_gru_new(o, 2);
     KT_CHECK(m && strcmp(kiln_module_type(m), "GRU") == 0 && kiln_module_params(m, ps, 16) == 2);
     KT_CHECK(kiln_tensor_shape(*ps[0].slot).dims[0] == 12);
@@ -175,50 +206,82 @@ KT_TEST(modules) {
 typedef struct {
     kiln_module *m;
     const rcase *k;
-    int first_param_layer; /* the parameters in[] sets: those of this layer */
+    int ld; /* the layer-and-direction whose parameters in[] holds */
 } gctx;
 
 static kiln_tensor gc_rnn(kiln_tensor *in, void *ctx) {
     gctx *g = ctx;
     const rcase *k = g->k;
-    int np = 4, at = k->lstm ? 3 : 2;
-    for (int i = 0; i < np; i++) {
+    int at = k->lstm ? 3 : 2;
+    for (int i = 0; i < 4; i++) {
         char name[32];
-        snprintf(name, sizeof name, "%s_l%d", kinds[i], g->first_param_layer);
+        param_name(name, sizeof name, k, g->ld, i);
         set_param(g->m, name, in[at + i]);
     }
     kiln_tensor hn, cn = KILN_NONE;
     kiln_tensor y = k->lstm ? kiln_lstm(g->m, in[0], in[1], in[2], &hn, &cn) : kiln_gru(g->m, in[0], in[1], &hn);
-    kiln_tensor parts[3] = {kiln_flatten(y, 0, -1), kiln_flatten(hn, 0, -1), k->lstm ? kiln_flatten(cn, 0, -1) : KILN_NONE};
+    kiln_tensor parts[3] = {kiln_flatten(y, 0, -1), kiln_flatten(hn, 0, -1),
+                            k->lstm ? kiln_flatten(cn, 0, -1) : KILN_NONE};
     return kiln_cat(parts, k->lstm ? 3 : 2, 0);
 }
 
+/* Input, states and the parameters of the last layer (its backward direction when
+ * bidirectional); the other parameters are fixed f64 values. */
 KT_TEST(gradients_finite_differences) {
     const rcase g_cases[] = {
-        {true, 3, 2, 3, 2, 1, true, false, true}, {true, 3, 2, 2, 2, 2, true, true, true},
-        {false, 3, 2, 3, 2, 1, true, false, true}, {false, 3, 2, 2, 2, 2, true, true, true},
+        {true, 3, 2, 3, 2, 1, true, false, true, false},  {true, 3, 2, 2, 2, 2, true, true, true, false},
+        {false, 3, 2, 3, 2, 1, true, false, true, false}, {false, 3, 2, 2, 2, 2, true, true, true, false},
+        {true, 3, 2, 2, 2, 1, true, false, true, true},   {false, 3, 2, 2, 2, 2, true, true, true, true},
     };
     for (size_t c = 0; c < sizeof g_cases / sizeof g_cases[0]; c++) {
         const rcase *k = &g_cases[c];
-        gctx g = {make(k, 4), k, k->layers - 1};
-        int64_t gsz = (k->lstm ? 4 : 3) * k->h, in = k->layers > 1 ? k->h : k->in;
+        gctx g = {make(k, 4), k, k->layers * dirs_of(k) - 1};
+        rparams p;
+        set_params(g.m, k, &p);
+        free_params(k, &p);
+        int64_t gsz = (k->lstm ? 4 : 3) * k->h, in = k->layers > 1 ? dirs_of(k) * k->h : k->in;
         kiln_shape xs = k->batch_first ? KILN_SHAPE(k->n, k->t, k->in) : KILN_SHAPE(k->t, k->n, k->in);
-        kiln_shape st = KILN_SHAPE(k->layers, k->n, k->h);
+        kiln_shape st = KILN_SHAPE(k->layers * dirs_of(k), k->n, k->h);
         kiln_shape shapes[7] = {xs, st, st, KILN_SHAPE(gsz, in), KILN_SHAPE(gsz, k->h), KILN_SHAPE(gsz), KILN_SHAPE(gsz)};
         if (!k->lstm) memmove(&shapes[2], &shapes[3], sizeof(kiln_shape) * 4);
-        /* the other layer's parameters in f64 too */
-        if (k->layers > 1) {
-            rparams p;
-            rcase first = *k;
-            first.layers = 1;
-            set_params(g.m, &first, &p);
-            free_params(&first, &p);
-        }
         char name[48];
         snprintf(name, sizeof name, "%s case %zu", k->lstm ? "lstm" : "gru", c);
         GC_CHECK(name, gc_rnn, &g, k->lstm ? 7 : 6, shapes, 1e-6);
         kiln_module_free(g.m);
     }
+}
+
+/* Dropout acts between layers in training mode only: eval matches the reference (above, with
+ * dropout set), training differs from it and from one call to the next, and a single layer
+ * has nothing to drop. */
+KT_TEST(dropout_between_layers) {
+    ew_mark mark = ew_mark_now();
+    kiln_rnn_options o = kiln_rnn_defaults(3, 4);
+    o.num_layers = 2, o.dropout = 0.5;
+    kiln_module *m = kiln_gru_new(o, 1);
+    kiln_tensor x = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(5, 2, 3), 9);
+    double *train1 = ew_read(kiln_module_forward(m, kiln_ref(x)), KILN_F32, 40);
+    double *train2 = ew_read(kiln_module_forward(m, kiln_ref(x)), KILN_F32, 40);
+    kiln_module_train(m, false);
+    double *eval1 = ew_read(kiln_module_forward(m, kiln_ref(x)), KILN_F32, 40);
+    double *eval2 = ew_read(kiln_module_forward(m, kiln_ref(x)), KILN_F32, 40);
+    if (train1 && train2 && eval1 && eval2) {
+        KT_CHECK(memcmp(eval1, eval2, 40 * sizeof(double)) == 0);
+        KT_CHECK(memcmp(train1, eval1, 40 * sizeof(double)) != 0);
+        KT_CHECK(memcmp(train1, train2, 40 * sizeof(double)) != 0);
+    }
+    free(train1), free(train2), free(eval1), free(eval2);
+    kiln_module_free(m);
+    o.num_layers = 1;
+    m = kiln_lstm_new(o, 1);
+    train1 = ew_read(kiln_module_forward(m, kiln_ref(x)), KILN_F32, 40);
+    kiln_module_train(m, false);
+    eval1 = ew_read(kiln_module_forward(m, kiln_ref(x)), KILN_F32, 40);
+    if (train1 && eval1) KT_CHECK(memcmp(train1, eval1, 40 * sizeof(double)) == 0);
+    free(train1), free(eval1);
+    kiln_module_free(m);
+    kiln_release(x);
+    EW_NO_LEAKS(mark);
 }
 
 KT_TEST(bad_input) {
@@ -267,6 +330,16 @@ KT_TEST(bad_input) {
     bad = kiln_gru_new(o, 1); line = __LINE__;
     KT_CHECK(bad == NULL);
     KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "kiln_gru_new", line);
+    o.num_layers = 1, o.dropout = 1.0;
+    bad = kiln_lstm_new(o, 1); line = __LINE__;
+    KT_CHECK(bad == NULL);
+    KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "kiln_lstm_new", line);
+    o.dropout = 0, o.bidirectional = true;
+    bad = kiln_gru_new(o, 1);
+    r = kiln_gru(bad, kiln_ref(x), kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(1, 2, 4)), NULL); line = __LINE__;
+    EW_EXPECT_ERROR(r, KILN_ERR_SHAPE, G, line); /* h0 needs 2 directions */
+    KT_CHECK(strstr(kiln_last_error(), "[2, 2, 4]") != NULL);
+    kiln_module_free(bad);
     kiln_release(x), kiln_release(s);
     kiln_module_free(lstm), kiln_module_free(gru);
     EW_NO_LEAKS(mark);
@@ -276,6 +349,7 @@ int main(void) {
     KT_RUN(against_reference);
     KT_RUN(modules);
     KT_RUN(gradients_finite_differences);
+    KT_RUN(dropout_between_layers);
     KT_RUN(bad_input);
     return kt_finish();
 }

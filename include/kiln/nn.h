@@ -141,18 +141,21 @@ typedef struct {
 KILN_API kiln_multihead_attention_options kiln_multihead_attention_defaults(int64_t embed_dim, int64_t num_heads);
 KILN_API kiln_module *kiln_multihead_attention_new(kiln_multihead_attention_options o, uint64_t seed);
 
-/* torch.nn.LSTM and torch.nn.GRU, unidirectional, without dropout between layers: per layer l,
- * weight_ih_l{l} [G H, in], weight_hh_l{l} [G H, H], bias_ih_l{l} and bias_hh_l{l} [G H]
- * (G = 4 for LSTM, gates i, f, g, o; G = 3 for GRU, gates r, z, n), all uniform in
- * +-1/sqrt(hidden_size) as PyTorch. kiln_module_forward(m, x) gives the outputs from zero
- * states; kiln_lstm and kiln_gru take initial states and give the final ones. */
+/* torch.nn.LSTM and torch.nn.GRU (no proj_size): per layer l, weight_ih_l{l} [G H, in],
+ * weight_hh_l{l} [G H, H], bias_ih_l{l} and bias_hh_l{l} [G H] (G = 4 for LSTM, gates i, f, g,
+ * o; G = 3 for GRU, gates r, z, n), then the same with _reverse for a bidirectional layer's
+ * backward pass (whose next layer takes 2 H inputs); all uniform in +-1/sqrt(hidden_size) as
+ * PyTorch. kiln_module_forward(m, x) gives the outputs from zero states; kiln_lstm and kiln_gru
+ * take initial states and give the final ones. */
 typedef struct {
     int64_t input_size, hidden_size;
-    int num_layers;   /* 1 to 64 */
-    bool bias;        /* the four bias vectors of each layer */
-    bool batch_first; /* x and the outputs [N, T, *] rather than [T, N, *]; states stay [layers, N, H] */
+    int num_layers;     /* 1 to 32 */
+    bool bias;          /* the four bias vectors of each layer */
+    bool batch_first;   /* x and the outputs [N, T, *] rather than [T, N, *]; states stay [layers, N, H] */
+    bool bidirectional; /* outputs [.., 2 H] (forward then backward features); states [2 layers, N, H] */
+    double dropout;     /* in [0, 1): dropout on each layer's outputs but the last, in training mode */
 } kiln_rnn_options;
-/* one layer, with bias, batch_first false (PyTorch's defaults) */
+/* one layer, with bias, batch_first false, unidirectional, no dropout (PyTorch's defaults) */
 KILN_API kiln_rnn_options kiln_rnn_defaults(int64_t input_size, int64_t hidden_size);
 KILN_API kiln_module *kiln_lstm_new(kiln_rnn_options o, uint64_t seed);
 KILN_API kiln_module *kiln_gru_new(kiln_rnn_options o, uint64_t seed);
@@ -243,10 +246,11 @@ KILN_API kiln_tensor kiln_multihead_attention(kiln_module *m, kiln_tensor query,
                                               kiln_tensor key_padding_mask, kiln_tensor attn_mask,
                                               kiln_tensor *weights);
 /* nn.LSTM's forward on m (a kiln_lstm_new module, borrowed): x [T, N, input_size] ([N, T, ...]
- * with batch_first), h0 and c0 [num_layers, N, hidden_size] or KILN_NONE (zeros). Returns the
- * last layer's outputs [T, N, hidden_size] (or [N, T, ...]); *h_n and *c_n (each may be NULL)
- * receive the final states [num_layers, N, hidden_size] (KILN_NONE when the call fails before
- * running). Consumes x, h0 and c0. */
+ * with batch_first), h0 and c0 [num_layers * directions, N, hidden_size] or KILN_NONE (zeros).
+ * Returns the last layer's outputs [T, N, directions * hidden_size] (or [N, T, ...]); *h_n and
+ * *c_n (each may be NULL) receive the final states [num_layers * directions, N, hidden_size],
+ * ordered as PyTorch (layer 0 forward, layer 0 backward, layer 1 ...), or KILN_NONE when the
+ * call fails before running. Consumes x, h0 and c0. */
 KILN_API kiln_tensor kiln_lstm(kiln_module *m, kiln_tensor x, kiln_tensor h0, kiln_tensor c0, kiln_tensor *h_n,
                                kiln_tensor *c_n);
 /* nn.GRU's forward on m (a kiln_gru_new module): as kiln_lstm without the cell state. */

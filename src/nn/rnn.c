@@ -1,13 +1,16 @@
-/* LSTM and GRU layers (torch.nn.LSTM / torch.nn.GRU, unidirectional, no dropout between
- * layers), composed from differentiable ops so autodiff runs backward through time. Per layer
- * l, PyTorch's parameters and gate order:
+/* LSTM and GRU layers (torch.nn.LSTM / torch.nn.GRU: several layers, bidirectional, dropout
+ * between layers), composed from differentiable ops so autodiff runs backward through time.
+ * Per layer l (and direction: the reverse one's names end in _reverse), PyTorch's parameters
+ * and gate order:
  *
  *   weight_ih_l{l} [G H, in], weight_hh_l{l} [G H, H], bias_ih_l{l}, bias_hh_l{l} [G H]
  *   LSTM (G = 4: i, f, g, o)  c' = f c + i g,  h' = o tanh(c')   (i, f, o sigmoid; g tanh)
  *   GRU  (G = 3: r, z, n)     n = tanh(W_in x + b_in + r (W_hn h + b_hn)),  h' = (1 - z) n + z h
  *
  * The input projection of every time step is one matmul over the whole sequence; the loop
- * then adds the hidden projection step by step. */
+ * then adds the hidden projection step by step. A bidirectional layer runs a second pass from
+ * the last step back and concatenates the two outputs' features; in training mode, dropout
+ * masks each layer's output but the last. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -17,6 +20,8 @@
 typedef struct {
     kiln_rnn_options o;
     bool lstm;
+    int dirs;                  /* 1, or 2 when bidirectional */
+    uint64_t seed, calls;      /* dropout masks: stream `calls` of seed */
 } rnn_state;
 
 static kiln_tensor rnn_module_forward(kiln_module *m, kiln_tensor x);
@@ -29,25 +34,29 @@ kiln_rnn_options kiln_rnn_defaults(int64_t input_size, int64_t hidden_size) {
 
 /* PyTorch initialises every weight and bias uniform in +-1/sqrt(hidden_size). */
 static kiln_module *rnn_new(const kiln__module_vtable *vt, const char *op, kiln_rnn_options o, uint64_t seed) {
-    if (o.input_size < 1 || o.hidden_size < 1 || o.num_layers < 1 || o.num_layers > 64 ||
+    if (o.input_size < 1 || o.hidden_size < 1 || o.num_layers < 1 || o.num_layers > 32 ||
         o.input_size > ((int64_t)1 << 30) || o.hidden_size > ((int64_t)1 << 28))
-        return kiln__nn_bad_arg(op, "input_size (%lld), hidden_size (%lld) and num_layers (%d, at most 64) must be "
+        return kiln__nn_bad_arg(op, "input_size (%lld), hidden_size (%lld) and num_layers (%d, at most 32) must be "
                                 ">= 1", (long long)o.input_size, (long long)o.hidden_size, o.num_layers);
+    if (!(o.dropout >= 0 && o.dropout < 1))
+        return kiln__nn_bad_arg(op, "dropout %g must lie in [0, 1)", o.dropout);
     bool lstm = vt == &lstm_vt;
+    int dirs = o.bidirectional ? 2 : 1;
     kiln_module *m = kiln__module_new(vt, sizeof(rnn_state));
     if (!m) return NULL;
-    *(rnn_state *)m->state = (rnn_state){o, lstm};
+    *(rnn_state *)m->state = (rnn_state){o, lstm, dirs, kiln__nn_seed(seed, 1u << 20), 0};
     int64_t h = o.hidden_size, g = (lstm ? 4 : 3) * h;
     double bound = 1.0 / sqrt((double)h);
-    for (int l = 0; l < o.num_layers && m; l++) {
+    for (int ld = 0; ld < o.num_layers * dirs && m; ld++) {
+        int l = ld / dirs;
         char names[4][32];
         const char *kinds[4] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
         kiln__nn_param ps[4];
         int np = o.bias ? 4 : 2;
         for (int i = 0; i < np; i++) {
-            snprintf(names[i], sizeof names[i], "%s_l%d", kinds[i], l);
-            kiln_shape s = i == 0 ? KILN_SHAPE(g, l ? h : o.input_size) : i == 1 ? KILN_SHAPE(g, h) : KILN_SHAPE(g);
-            uint64_t k = (uint64_t)(4 * l + i);
+            snprintf(names[i], sizeof names[i], "%s_l%d%s", kinds[i], l, ld % dirs ? "_reverse" : "");
+            kiln_shape s = i == 0 ? KILN_SHAPE(g, l ? dirs * h : o.input_size) : i == 1 ? KILN_SHAPE(g, h) : KILN_SHAPE(g);
+            uint64_t k = (uint64_t)(4 * ld + i);
             kiln_tensor v = kiln_uniform(KILN_CPU, KILN_F32, s, -bound, bound, kiln__nn_seed(seed, k));
             ps[i] = (kiln__nn_param){names[i], v, false};
         }
@@ -59,12 +68,13 @@ static kiln_module *rnn_new(const kiln__module_vtable *vt, const char *op, kiln_
 kiln_module *kiln_lstm_new(kiln_rnn_options o, uint64_t seed) { return rnn_new(&lstm_vt, "kiln_lstm_new", o, seed); }
 kiln_module *kiln_gru_new(kiln_rnn_options o, uint64_t seed) { return rnn_new(&gru_vt, "kiln_gru_new", o, seed); }
 
-static kiln_tensor param(kiln_module *m, const kiln_rnn_options *o, int layer, int i) {
+/* Parameter i (weight_ih, weight_hh, bias_ih, bias_hh) of layer-and-direction ld. */
+static kiln_tensor param(kiln_module *m, const kiln_rnn_options *o, int ld, int i) {
     if (i >= 2 && !o->bias) return KILN_NONE;
-    return kiln_ref(m->params[layer * (o->bias ? 4 : 2) + i].tensor);
+    return kiln_ref(m->params[ld * (o->bias ? 4 : 2) + i].tensor);
 }
 
-/* Layer `layer` of an initial state [layers, N, H] (borrowed), or zeros. */
+/* Entry `layer` of an initial state [layers * dirs, N, H] (borrowed), or zeros. */
 static kiln_tensor initial(kiln_tensor s, int layer, int64_t n, int64_t h, kiln_dtype dt, kiln_device dev) {
     if (s.id == KILN_NONE.id) return kiln_zeros(dev, dt, KILN_SHAPE(n, h));
     return kiln_squeeze(kiln_narrow(kiln_ref(s), 0, layer, 1), 0);
@@ -76,10 +86,11 @@ static void pieces(int got, kiln_tensor *out, int n) {
     for (int i = got; i < n; i++) out[i] = kiln_ref(out[0]);
 }
 
-/* One layer over x [T, N, in] (consumed): its outputs [T, N, H]; *h and *c (LSTM) hold the
- * initial state on entry (consumed) and the final one on return. */
-static kiln_tensor run_layer(kiln_module *m, const rnn_state *st, int layer, kiln_tensor x, int64_t t_len,
-                             kiln_tensor *h, kiln_tensor *c) {
+/* One direction of layer-and-direction ld over x [T, N, in] (consumed), from the last step
+ * back when reverse: its outputs [T, N, H] in time order; *h and *c (LSTM) hold the initial
+ * state on entry (consumed) and the final one on return. */
+static kiln_tensor run_layer(kiln_module *m, const rnn_state *st, int layer, bool reverse, kiln_tensor x,
+                             int64_t t_len, kiln_tensor *h, kiln_tensor *c) {
     const kiln_rnn_options *o = &st->o;
     int gates = st->lstm ? 4 : 3;
     kiln_tensor *steps = malloc(sizeof(kiln_tensor) * (size_t)t_len * 2);
@@ -89,7 +100,8 @@ static kiln_tensor run_layer(kiln_module *m, const rnn_state *st, int layer, kil
     kiln_tensor *outs = steps + t_len;
     kiln_tensor gi = kiln_linear(x, param(m, o, layer, 0), param(m, o, layer, 2)); /* [T, N, G H] */
     pieces(kiln_split(gi, 1, 0, steps, (int)t_len), steps, (int)t_len);
-    for (int64_t t = 0; t < t_len; t++) {
+    for (int64_t step = 0; step < t_len; step++) {
+        int64_t t = reverse ? t_len - 1 - step : step;
         kiln_tensor a = kiln_squeeze(steps[t], 0);
         kiln_tensor b = kiln_linear(kiln_ref(*h), param(m, o, layer, 1), param(m, o, layer, 3));
         kiln_tensor ga[4], gb[4];
@@ -148,10 +160,10 @@ static bool check(const rnn_state *st, const kiln__tensor *x, const kiln__tensor
             return snprintf(msg, size, "%s must have the input's dtype %s, got %s", what, kiln_dtype_name(x->dtype),
                             kiln_dtype_name(s[i]->dtype)), false;
         }
-        if (s[i]->ndim != 3 || s[i]->shape[0] != o->num_layers || s[i]->shape[1] != d->n ||
+        if (s[i]->ndim != 3 || s[i]->shape[0] != o->num_layers * st->dirs || s[i]->shape[1] != d->n ||
             s[i]->shape[2] != o->hidden_size)
-            return snprintf(msg, size, "%s %s must be [num_layers, N, hidden_size] = [%d, %lld, %lld]", what,
-                            kiln__nn_shape_str(b, sizeof b, s[i]), o->num_layers, (long long)d->n,
+            return snprintf(msg, size, "%s %s must be [num_layers * directions, N, hidden_size] = [%d, %lld, %lld]",
+                            what, kiln__nn_shape_str(b, sizeof b, s[i]), o->num_layers * st->dirs, (long long)d->n,
                             (long long)o->hidden_size), false;
     }
     return true;
@@ -168,7 +180,7 @@ static kiln_tensor rnn_run(const char *op, bool want_lstm, kiln_module *m, kiln_
     if (!m || m->vt != vt)
         return kiln__nn_fail(op, n, in, !m ? KILN_ERR_NULL : KILN_ERR_INVALID_ARGUMENT, "module is %s, not a%s %s",
                              kiln_module_type(m), want_lstm ? "n" : "", vt->type);
-    const rnn_state *st = m->state;
+    rnn_state *st = m->state;
     const kiln__tensor *t[3] = {kiln__nn_peek(x), has_h0 ? kiln__nn_peek(h0) : NULL,
                                 has_c0 ? kiln__nn_peek(c0) : NULL};
     if (!t[0] || (has_h0 && !t[1]) || (has_c0 && !t[2]))
@@ -179,20 +191,28 @@ static kiln_tensor rnn_run(const char *op, bool want_lstm, kiln_module *m, kiln_
     if (!check(st, t[0], t[1], t[2], &d, &status, msg, sizeof msg)) return kiln__nn_fail(op, n, in, status, "%s", msg);
     const kiln_rnn_options *o = &st->o;
     if (o->batch_first) x = kiln_transpose(x, 0, 1);
-    kiln_tensor hs[64], cs[64];
+    kiln_tensor hs[64], cs[64]; /* final states, [layers * dirs] */
+    int n_states = o->num_layers * st->dirs;
     for (int l = 0; l < o->num_layers; l++) {
-        kiln_tensor h = initial(h0, l, d.n, o->hidden_size, d.dtype, d.dev);
-        kiln_tensor c = st->lstm ? initial(c0, l, d.n, o->hidden_size, d.dtype, d.dev) : KILN_NONE;
-        x = run_layer(m, st, l, x, d.t, &h, &c);
-        hs[l] = h, cs[l] = c;
+        if (l > 0 && o->dropout > 0 && m->training) /* between layers, as PyTorch */
+            x = kiln_dropout(x, o->dropout, kiln__nn_seed(st->seed, st->calls++));
+        kiln_tensor outs[2];
+        for (int dir = 0; dir < st->dirs; dir++) {
+            int ld = l * st->dirs + dir;
+            kiln_tensor h = initial(h0, ld, d.n, o->hidden_size, d.dtype, d.dev);
+            kiln_tensor c = st->lstm ? initial(c0, ld, d.n, o->hidden_size, d.dtype, d.dev) : KILN_NONE;
+            outs[dir] = run_layer(m, st, ld, dir == 1, dir + 1 < st->dirs ? kiln_ref(x) : x, d.t, &h, &c);
+            hs[ld] = h, cs[ld] = c;
+        }
+        x = st->dirs == 1 ? outs[0] : kiln_cat(outs, 2, 2);
     }
     kiln_release(h0);
     kiln_release(c0);
-    if (h_n) *h_n = kiln_stack(hs, o->num_layers, 0);
-    if (c_n) *c_n = kiln_stack(cs, o->num_layers, 0);
-    for (int l = 0; l < o->num_layers; l++) {
-        if (!h_n) kiln_release(hs[l]);
-        if (!c_n) kiln_release(cs[l]);
+    if (h_n) *h_n = kiln_stack(hs, n_states, 0);
+    if (c_n) *c_n = kiln_stack(cs, n_states, 0);
+    for (int i = 0; i < n_states; i++) {
+        if (!h_n) kiln_release(hs[i]);
+        if (!c_n) kiln_release(cs[i]);
     }
     return o->batch_first ? kiln_transpose(x, 0, 1) : x;
 }
