@@ -147,6 +147,8 @@ KT_TEST(bad_input) {
     EW_EXPECT_ERROR(r, KILN_ERR_INVALID_ARGUMENT, I, line);
     r = kiln_interpolate(kiln_ref(x), 0, 0, 0.1, 2, KILN_INTERP_BILINEAR, false); line = __LINE__;
     EW_EXPECT_ERROR(r, KILN_ERR_SHAPE, I, line); /* floor(3 * 0.1) = 0 rows */
+    r = kiln_interpolate(kiln_ref(x), (int64_t)1 << 38, (int64_t)1 << 38, 0, 0, KILN_INTERP_NEAREST, false); line = __LINE__;
+    EW_EXPECT_ERROR(r, KILN_ERR_OUT_OF_MEMORY, I, line); /* 2^77 elements, refused before any allocation */
     r = kiln_interpolate(kiln_ref(x), 6, 6, 0, 0, KILN_INTERP_NEAREST, true); line = __LINE__;
     EW_EXPECT_ERROR(r, KILN_ERR_INVALID_ARGUMENT, I, line);
     r = kiln_interpolate(kiln_ref(x), 6, 6, 0, 0, (kiln_interp_mode)7, false); line = __LINE__;

@@ -96,6 +96,11 @@ static kiln_tensor interpolate(kiln_tensor x, int64_t out_h, int64_t out_w, doub
     if (out_h < 1 || out_w < 1 || out_h > MAX_OUT || out_w > MAX_OUT || h < 1 || w < 1)
         return kiln__nn_fail(op, 1, &x, KILN_ERR_SHAPE, "cannot resample %s to %lld x %lld: sizes must be >= 1",
                              kiln__nn_shape_str(s, sizeof s, t), (long long)out_h, (long long)out_w);
+    int64_t numel;
+    if (__builtin_mul_overflow(t->shape[0] * t->shape[1], out_h, &numel) ||
+        __builtin_mul_overflow(numel, out_w, &numel) || numel > KILN__MAX_NUMEL)
+        return kiln__nn_fail(op, 1, &x, KILN_ERR_OUT_OF_MEMORY, "resampling %s to %lld x %lld gives too many elements",
+                             kiln__nn_shape_str(s, sizeof s, t), (long long)out_h, (long long)out_w);
     kiln_device dev = t->device;
     kiln_dtype dtype = t->dtype;
     if (out_h != h || scale_h > 0) x = resample(x, 2, h, out_h, scale_h, mode, align_corners, dev, dtype);
