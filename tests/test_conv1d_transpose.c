@@ -83,6 +83,34 @@ KT_TEST(transpose_forward) {
     }
 }
 
+/* Half precision (computed in f32, rounded once) and an input held channels-last (a permuted
+ * view) give the f64 reference's values within their precision. */
+KT_TEST(transpose_dtypes_and_layouts) {
+    const tcase *k = &tcases[1];
+    int64_t nx = k->n * k->c * k->h * k->w, nw = k->c * (k->o / k->groups) * k->kh * k->kw;
+    int64_t ny = k->n * k->o * t_oh(k) * t_ow(k);
+    kiln_dtype dts[3] = {KILN_F16, KILN_BF16, KILN_F32};
+    for (int d = 0; d < 3; d++) {
+        double *x = randv(nx, -1, 1), *w = randv(nw, -1, 1), *b = randv(k->o, -1, 1), *want = randv(ny, 0, 0);
+        kiln_tensor xt = ew_tensor(dts[d], KILN_SHAPE(k->n, k->c, k->h, k->w), x);
+        kiln_tensor wt = ew_tensor(dts[d], KILN_SHAPE(k->c, k->o / k->groups, k->kh, k->kw), w);
+        kiln_tensor bt = ew_tensor(dts[d], KILN_SHAPE(k->o), b);
+        /* the reference sees the rounded values */
+        double *xr = ew_read(kiln_cast(kiln_ref(xt), KILN_F64), KILN_F64, nx);
+        double *wr = ew_read(kiln_cast(kiln_ref(wt), KILN_F64), KILN_F64, nw);
+        double *br = ew_read(kiln_cast(kiln_ref(bt), KILN_F64), KILN_F64, k->o);
+        if (xr && wr && br) ref_transpose(k, xr, wr, br, want);
+        if (dts[d] == KILN_F32) /* channels-last: [N, H, W, C] data viewed as [N, C, H, W] */
+            xt = kiln_permute(kiln_contiguous(kiln_permute(xt, KILN_DIMS(0, 2, 3, 1))), KILN_DIMS(0, 3, 1, 2));
+        kiln_tensor y = kiln_conv_transpose2d(xt, wt, bt, k->sh, k->sw, k->ph, k->pw, k->oph, k->opw, k->dh, k->dw,
+                                              k->groups);
+        double *got = ew_read(kiln_cast(y, KILN_F64), KILN_F64, ny);
+        double tol = dts[d] == KILN_BF16 ? 3e-2 : dts[d] == KILN_F16 ? 4e-3 : 1e-5;
+        if (got) EW_EXPECT_CLOSE(kiln_dtype_name(dts[d]), got, want, ny, tol, tol);
+        free(got), free(x), free(w), free(b), free(want), free(xr), free(wr), free(br);
+    }
+}
+
 /* PyTorch's sizes: ConvTranspose2d(k=3, stride=2, padding=1, output_padding=1) doubles 7 to 14;
  * k=4, stride=2, padding=1 doubles too; stride 1 without padding grows by k - 1. */
 KT_TEST(transpose_output_sizes) {
@@ -295,6 +323,7 @@ KT_TEST(bad_input) {
 
 int main(void) {
     KT_RUN(transpose_forward);
+    KT_RUN(transpose_dtypes_and_layouts);
     KT_RUN(transpose_output_sizes);
     KT_RUN(conv1d_forward);
     KT_RUN(gradients_finite_differences);
