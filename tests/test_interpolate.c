@@ -1,7 +1,8 @@
 /* interpolate (nearest and bilinear, align_corners, by size or by scale factor) against a
  * double-precision resampler written here and against values printed by PyTorch 2.x
  * (torch.nn.functional.interpolate on arange(1, 7).reshape(1, 1, 2, 3)); output sizes;
- * finite-difference gradients; bad input naming kiln_interpolate and the caller's line. */
+ * finite-difference gradients; the Upsample module; bad input naming kiln_interpolate and the
+ * caller's line. */
 #include "gradcheck.h"
 #include "ew_util.h"
 
@@ -124,6 +125,30 @@ KT_TEST(gradients_finite_differences) {
     }
 }
 
+/* Upsample is interpolate as a module: the same values; its arguments are checked when made. */
+KT_TEST(upsample_module) {
+    ew_mark mark = ew_mark_now();
+    kiln_module *m = kiln_upsample_new(0, 0, 2.0, 1.5, KILN_INTERP_BILINEAR, true);
+    KT_CHECK(m && strcmp(kiln_module_type(m), "Upsample") == 0 && kiln_module_params(m, NULL, 0) == 0);
+    kiln_tensor x = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(2, 3, 4, 4), 5);
+    double *a = ew_read(kiln_module_forward(m, kiln_ref(x)), KILN_F32, 2 * 3 * 8 * 6);
+    double *b = ew_read(kiln_interpolate(x, 0, 0, 2.0, 1.5, KILN_INTERP_BILINEAR, true), KILN_F32, 2 * 3 * 8 * 6);
+    if (a && b) KT_CHECK(memcmp(a, b, sizeof(double) * 2 * 3 * 8 * 6) == 0);
+    free(a), free(b);
+    kiln_module_free(m);
+    int line;
+    m = kiln_upsample_new(4, 4, 2.0, 2.0, KILN_INTERP_NEAREST, false); line = __LINE__;
+    KT_CHECK(m == NULL);
+    KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "kiln_upsample_new", line);
+    m = kiln_upsample_new(0, 0, INFINITY, 2.0, KILN_INTERP_NEAREST, false); line = __LINE__;
+    KT_CHECK(m == NULL);
+    KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "kiln_upsample_new", line);
+    m = kiln_upsample_new(4, 4, 0, 0, KILN_INTERP_NEAREST, true); line = __LINE__;
+    KT_CHECK(m == NULL);
+    KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "kiln_upsample_new", line);
+    EW_NO_LEAKS(mark);
+}
+
 KT_TEST(bad_input) {
     ew_mark mark = ew_mark_now();
     kiln_tensor x = kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(1, 2, 3, 4)), r;
@@ -169,6 +194,7 @@ int main(void) {
     KT_RUN(against_reference);
     KT_RUN(pytorch_values);
     KT_RUN(gradients_finite_differences);
+    KT_RUN(upsample_module);
     KT_RUN(bad_input);
     return kt_finish();
 }

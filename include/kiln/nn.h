@@ -227,6 +227,10 @@ KILN_API kiln_tensor kiln_conv_transpose2d(kiln_tensor x, kiln_tensor w, kiln_te
 typedef enum { KILN_INTERP_NEAREST, KILN_INTERP_BILINEAR } kiln_interp_mode;
 KILN_API kiln_tensor kiln_interpolate(kiln_tensor x, int64_t out_h, int64_t out_w, double scale_h, double scale_w,
                                       kiln_interp_mode mode, bool align_corners);
+/* torch.nn.Upsample: kiln_interpolate with these arguments as a module (no parameters); a size
+ * and scale factors both given, or neither, or align_corners with nearest, are refused here. */
+KILN_API kiln_module *kiln_upsample_new(int64_t out_h, int64_t out_w, double scale_h, double scale_w,
+                                        kiln_interp_mode mode, bool align_corners);
 
 /* nn.MultiheadAttention's forward on m (a kiln_multihead_attention_new module, borrowed):
  * query [L, N, E], key and value [S, N, E] ([N, L, E] and [N, S, E] with batch_first), one
@@ -340,6 +344,7 @@ KILN_API kiln_status kiln_init(kiln_tensor *t, kiln_init_kind kind, uint64_t see
     X(kiln_module *, conv1d_new, (kiln_conv1d_options o, uint64_t seed), (o, seed)) \
     X(kiln_module *, conv_transpose2d_new, (kiln_conv_transpose2d_options o, uint64_t seed), (o, seed)) \
     X(kiln_tensor, interpolate, (kiln_tensor x, int64_t out_h, int64_t out_w, double scale_h, double scale_w, kiln_interp_mode mode, bool align_corners), (x, out_h, out_w, scale_h, scale_w, mode, align_corners)) \
+    X(kiln_module *, upsample_new, (int64_t out_h, int64_t out_w, double scale_h, double scale_w, kiln_interp_mode mode, bool align_corners), (out_h, out_w, scale_h, scale_w, mode, align_corners)) \
     X(kiln_module *, multihead_attention_new, (kiln_multihead_attention_options o, uint64_t seed), (o, seed)) \
     X(kiln_module *, lstm_new, (kiln_rnn_options o, uint64_t seed), (o, seed)) \
     X(kiln_module *, gru_new, (kiln_rnn_options o, uint64_t seed), (o, seed)) \
@@ -387,6 +392,7 @@ KILN_NN_API(KILN__AT_DECLARE)
 #define kiln_conv1d_new(...) KILN__AT(conv1d_new, __VA_ARGS__)
 #define kiln_conv_transpose2d_new(...) KILN__AT(conv_transpose2d_new, __VA_ARGS__)
 #define kiln_interpolate(...) KILN__AT(interpolate, __VA_ARGS__)
+#define kiln_upsample_new(...) KILN__AT(upsample_new, __VA_ARGS__)
 #define kiln_multihead_attention_new(...) KILN__AT(multihead_attention_new, __VA_ARGS__)
 #define kiln_lstm_new(...) KILN__AT(lstm_new, __VA_ARGS__)
 #define kiln_gru_new(...) KILN__AT(gru_new, __VA_ARGS__)

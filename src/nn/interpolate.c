@@ -9,7 +9,7 @@
  * PyTorch's mapping: with align_corners, src = dst (in - 1) / (out - 1); otherwise the scale
  * is 1 / scale_factor when one was given, else in / out, and bilinear samples pixel centres,
  * src = max((dst + 0.5) scale - 0.5, 0), while nearest takes floor(dst scale) (in float, as
- * PyTorch computes it), both clamped to the last row. */
+ * PyTorch computes it), both clamped to the last row. Upsample is the same as a module. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -114,4 +114,36 @@ kiln_tensor kiln_interpolate(kiln_tensor x, int64_t out_h, int64_t out_w, double
     kiln_tensor y = interpolate(x, out_h, out_w, scale_h, scale_w, mode, align_corners);
     kiln__op_scope_leave(outer);
     return y;
+}
+
+/* ---- Upsample: interpolate as a module --------------------------------------------------- */
+
+typedef struct {
+    int64_t out_h, out_w;
+    double scale_h, scale_w;
+    kiln_interp_mode mode;
+    bool align_corners;
+} upsample_state;
+
+static kiln_tensor upsample_forward(kiln_module *m, kiln_tensor x) {
+    const upsample_state *s = m->state;
+    return kiln_interpolate(x, s->out_h, s->out_w, s->scale_h, s->scale_w, s->mode, s->align_corners);
+}
+
+static const kiln__module_vtable upsample_vt = {"Upsample", upsample_forward, NULL};
+
+kiln_module *kiln_upsample_new(int64_t out_h, int64_t out_w, double scale_h, double scale_w, kiln_interp_mode mode,
+                               bool align_corners) {
+    const char *op = "kiln_upsample_new";
+    bool by_size = out_h > 0 && out_w > 0 && scale_h == 0 && scale_w == 0;
+    bool by_scale = out_h == 0 && out_w == 0 && scale_h > 0 && scale_w > 0 && isfinite(scale_h) && isfinite(scale_w);
+    if (!by_size && !by_scale)
+        return kiln__nn_bad_arg(op, "give either an output size (%lld, %lld) > 0 or finite scale factors (%g, %g) > 0, "
+                                "the other 0", (long long)out_h, (long long)out_w, scale_h, scale_w);
+    if ((mode != KILN_INTERP_NEAREST && mode != KILN_INTERP_BILINEAR) || (mode == KILN_INTERP_NEAREST && align_corners))
+        return kiln__nn_bad_arg(op, "mode %d with align_corners %d: nearest or bilinear, align_corners with bilinear only",
+                                (int)mode, (int)align_corners);
+    kiln_module *m = kiln__module_new(&upsample_vt, sizeof(upsample_state));
+    if (m) *(upsample_state *)m->state = (upsample_state){out_h, out_w, scale_h, scale_w, mode, align_corners};
+    return m;
 }
