@@ -89,7 +89,7 @@ static void pieces(int got, kiln_tensor *out, int n) {
 /* One direction of layer-and-direction ld over x [T, N, in] (consumed), from the last step
  * back when reverse: its outputs [T, N, H] in time order; *h and *c (LSTM) hold the initial
  * state on entry (consumed) and the final one on return. */
-static kiln_tensor run_layer(kiln_module *m, const rnn_state *st, int layer, bool reverse, kiln_tensor x,
+static kiln_tensor run_layer(kiln_module *m, const rnn_state *st, int ld, bool reverse, kiln_tensor x,
                              int64_t t_len, kiln_tensor *h, kiln_tensor *c) {
     const kiln_rnn_options *o = &st->o;
     int gates = st->lstm ? 4 : 3;
@@ -98,12 +98,12 @@ static kiln_tensor run_layer(kiln_module *m, const rnn_state *st, int layer, boo
         return kiln__nn_fail(st->lstm ? "kiln_lstm" : "kiln_gru", 1, &x, KILN_ERR_OUT_OF_MEMORY,
                              "no memory for %lld time steps", (long long)t_len);
     kiln_tensor *outs = steps + t_len;
-    kiln_tensor gi = kiln_linear(x, param(m, o, layer, 0), param(m, o, layer, 2)); /* [T, N, G H] */
+    kiln_tensor gi = kiln_linear(x, param(m, o, ld, 0), param(m, o, ld, 2)); /* [T, N, G H] */
     pieces(kiln_split(gi, 1, 0, steps, (int)t_len), steps, (int)t_len);
     for (int64_t step = 0; step < t_len; step++) {
         int64_t t = reverse ? t_len - 1 - step : step;
         kiln_tensor a = kiln_squeeze(steps[t], 0);
-        kiln_tensor b = kiln_linear(kiln_ref(*h), param(m, o, layer, 1), param(m, o, layer, 3));
+        kiln_tensor b = kiln_linear(kiln_ref(*h), param(m, o, ld, 1), param(m, o, ld, 3));
         kiln_tensor ga[4], gb[4];
         if (st->lstm) {
             pieces(kiln_chunk(kiln_add(a, b), gates, 1, ga, gates), ga, gates);
