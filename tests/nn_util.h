@@ -55,6 +55,17 @@ static inline bool has_shape(kiln_tensor t, kiln_shape want) {
         KT_CHECK_MSG(strstr(kiln_last_error(), op) != NULL, "message '%s' does not name %s", kiln_last_error(), op);   \
     } while (0)
 
+/* y[r, o] = sum_i x[r, i] w[o, i] + b[o] (b may be NULL): a Linear over rows, in double. */
+static void linear_ref(const double *x, const double *w, const double *b, int64_t rows, int64_t in, int64_t out,
+                       double *y) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t o = 0; o < out; o++) {
+            double acc = b ? b[o] : 0;
+            for (int64_t i = 0; i < in; i++) acc += x[r * in + i] * w[o * in + i];
+            y[r * out + o] = acc;
+        }
+}
+
 /* The module's own handle for the parameter or buffer called name (NULL if none). */
 static kiln_tensor *param_slot(kiln_module *m, const char *name) {
     kiln_param ps[32];

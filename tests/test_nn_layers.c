@@ -8,17 +8,6 @@
 
 /* ---- Linear -------------------------------------------------------------------------------- */
 
-/* y[r, o] = sum_i x[r, i] w[o, i] + b[o] */
-static void linear_ref(const double *x, const double *w, const double *b, int64_t rows, int64_t in, int64_t out,
-                       double *y) {
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t o = 0; o < out; o++) {
-            double acc = b ? b[o] : 0;
-            for (int64_t i = 0; i < in; i++) acc += x[r * in + i] * w[o * in + i];
-            y[r * out + o] = acc;
-        }
-}
-
 KT_TEST(linear_forward) {
     kt_mem_begin();
     kiln_module *m = kiln_linear_new(5, 4, true, 7);

@@ -101,6 +101,65 @@ typedef struct {
 KILN_API kiln_conv2d_options kiln_conv2d_defaults(int64_t in_channels, int64_t out_channels, int kernel);
 KILN_API kiln_module *kiln_conv2d_new(kiln_conv2d_options o, uint64_t seed);
 
+/* torch.nn.Conv1d: a weight [out, in/groups, kernel] and a bias [out], on [N, C, L] inputs. */
+typedef struct {
+    int64_t in_channels, out_channels;
+    int kernel, stride, padding, dilation, groups;
+    bool bias;
+} kiln_conv1d_options;
+/* stride 1, padding 0, dilation 1, groups 1, with bias */
+KILN_API kiln_conv1d_options kiln_conv1d_defaults(int64_t in_channels, int64_t out_channels, int kernel);
+KILN_API kiln_module *kiln_conv1d_new(kiln_conv1d_options o, uint64_t seed);
+
+/* torch.nn.ConvTranspose2d: a weight [in, out/groups, KH, KW] and a bias [out]; each output
+ * padding must be smaller than the stride or the dilation of its dim (as PyTorch). */
+typedef struct {
+    int64_t in_channels, out_channels;
+    int kernel_h, kernel_w;
+    int stride_h, stride_w;
+    int pad_h, pad_w;
+    int output_pad_h, output_pad_w;
+    int dilation_h, dilation_w;
+    int groups;
+    bool bias;
+} kiln_conv_transpose2d_options;
+/* kernel k x k, stride 1, padding 0, output padding 0, dilation 1, groups 1, with bias */
+KILN_API kiln_conv_transpose2d_options kiln_conv_transpose2d_defaults(int64_t in_channels, int64_t out_channels,
+                                                                      int kernel);
+KILN_API kiln_module *kiln_conv_transpose2d_new(kiln_conv_transpose2d_options o, uint64_t seed);
+
+/* torch.nn.MultiheadAttention (no dropout; key and value have embed_dim features): parameters
+ * in_proj_weight [3E, E] (xavier uniform), in_proj_bias [3E] (zeros), out_proj.weight [E, E] and
+ * out_proj.bias [E] (zeros), named as PyTorch names them. kiln_module_forward(m, x) is
+ * self-attention without masks; kiln_multihead_attention takes the rest. */
+typedef struct {
+    int64_t embed_dim, num_heads; /* num_heads must divide embed_dim */
+    bool bias;                    /* in_proj_bias and out_proj.bias */
+    bool batch_first;             /* inputs and output [N, L, E] rather than [L, N, E] */
+} kiln_multihead_attention_options;
+/* with bias, batch_first false (PyTorch's defaults) */
+KILN_API kiln_multihead_attention_options kiln_multihead_attention_defaults(int64_t embed_dim, int64_t num_heads);
+KILN_API kiln_module *kiln_multihead_attention_new(kiln_multihead_attention_options o, uint64_t seed);
+
+/* torch.nn.LSTM and torch.nn.GRU (no proj_size): per layer l, weight_ih_l{l} [G H, in],
+ * weight_hh_l{l} [G H, H], bias_ih_l{l} and bias_hh_l{l} [G H] (G = 4 for LSTM, gates i, f, g,
+ * o; G = 3 for GRU, gates r, z, n), then the same with _reverse for a bidirectional layer's
+ * backward pass (whose next layer takes 2 H inputs); all uniform in +-1/sqrt(hidden_size) as
+ * PyTorch. kiln_module_forward(m, x) gives the outputs from zero states; kiln_lstm and kiln_gru
+ * take initial states and give the final ones. */
+typedef struct {
+    int64_t input_size, hidden_size;
+    int num_layers;     /* 1 to 32 */
+    bool bias;          /* the four bias vectors of each layer */
+    bool batch_first;   /* x and the outputs [N, T, *] rather than [T, N, *]; states stay [layers, N, H] */
+    bool bidirectional; /* outputs [.., 2 H] (forward then backward features); states [2 layers, N, H] */
+    double dropout;     /* in [0, 1): dropout on each layer's outputs but the last, in training mode */
+} kiln_rnn_options;
+/* one layer, with bias, batch_first false, unidirectional, no dropout (PyTorch's defaults) */
+KILN_API kiln_rnn_options kiln_rnn_defaults(int64_t input_size, int64_t hidden_size);
+KILN_API kiln_module *kiln_lstm_new(kiln_rnn_options o, uint64_t seed);
+KILN_API kiln_module *kiln_gru_new(kiln_rnn_options o, uint64_t seed);
+
 /* Pools: stride 0 means "the kernel size" (PyTorch's default). Max pooling pads with -inf;
  * average pooling counts padding in its divisor. */
 KILN_API kiln_module *kiln_max_pool2d_new(int kernel, int stride, int padding);
@@ -137,6 +196,69 @@ KILN_API kiln_tensor kiln_layer_norm(kiln_tensor x, kiln_shape normalized_shape,
  * gradients (PyTorch >= 2.5), not NaN. All tensors are consumed; a float mask gets a gradient. */
 KILN_API kiln_tensor kiln_scaled_dot_product_attention(kiln_tensor q, kiln_tensor k, kiln_tensor v, kiln_tensor attn_mask,
                                                        bool is_causal, double scale);
+
+/* torch.nn.functional.conv1d: x [N, C, L], w [O, C/groups, K], bias [O] or KILN_NONE (all
+ * consumed); gives [N, O, (L + 2 padding - dilation (K - 1) - 1) / stride + 1]. Computed as
+ * conv2d over a height of one, so a mismatch found past the 3-dim check is reported with that
+ * unit height in the shapes.
+ *
+ *   kiln_tensor y = kiln_conv1d(x, kiln_ref(w), KILN_NONE, 1, 1, 1, 1);   // "same" for K = 3
+ */
+KILN_API kiln_tensor kiln_conv1d(kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride, int padding,
+                                 int dilation, int groups);
+/* torch.nn.functional.conv_transpose2d: x [N, C, H, W], w [C, O/groups, KH, KW] (PyTorch's
+ * layout: input channels first), bias [O] or KILN_NONE (all consumed); gives [N, O, OH, OW]
+ * with OH = (H - 1) stride_h - 2 pad_h + dilation_h (KH - 1) + output_pad_h + 1 (OW alike).
+ * output_pad must be >= 0 and smaller than either the stride or the dilation of its dim. It is
+ * the gradient of conv2d with respect to its input, computed by the same kernels. */
+KILN_API kiln_tensor kiln_conv_transpose2d(kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride_h, int stride_w,
+                                           int pad_h, int pad_w, int output_pad_h, int output_pad_w, int dilation_h,
+                                           int dilation_w, int groups);
+
+/* torch.nn.functional.interpolate on x [N, C, H, W] (consumed), in one of two ways: an output
+ * size (out_h, out_w > 0, scales 0) or scale factors (scale_h, scale_w > 0, sizes 0; the output
+ * is floor(H scale_h) x floor(W scale_w) and, as PyTorch with recompute_scale_factor unset,
+ * pixels map through 1 / scale). Nearest takes floor(dst * in / out) (any dtype); bilinear
+ * (float only) samples pixel centres, or the corner pixels' centres with align_corners, which
+ * nearest rejects as PyTorch does. Differentiable with respect to x.
+ *
+ *   kiln_tensor up = kiln_interpolate(x, 0, 0, 2.0, 2.0, KILN_INTERP_BILINEAR, false);
+ */
+typedef enum { KILN_INTERP_NEAREST, KILN_INTERP_BILINEAR } kiln_interp_mode;
+KILN_API kiln_tensor kiln_interpolate(kiln_tensor x, int64_t out_h, int64_t out_w, double scale_h, double scale_w,
+                                      kiln_interp_mode mode, bool align_corners);
+/* torch.nn.Upsample: kiln_interpolate with these arguments as a module (no parameters); a size
+ * and scale factors both given, or neither, or align_corners with nearest, are refused here. */
+KILN_API kiln_module *kiln_upsample_new(int64_t out_h, int64_t out_w, double scale_h, double scale_w,
+                                        kiln_interp_mode mode, bool align_corners);
+
+/* nn.MultiheadAttention's forward on m (a kiln_multihead_attention_new module, borrowed):
+ * query [L, N, E], key and value [S, N, E] ([N, L, E] and [N, S, E] with batch_first), one
+ * float dtype. key_padding_mask [N, S] and attn_mask [L, S] or [N * num_heads, L, S] are
+ * KILN_NONE, bool (true = the key is hidden, as PyTorch's MultiheadAttention; note that
+ * kiln_scaled_dot_product_attention's bool mask is the opposite) or the query's dtype (added to
+ * the scores). Returns the output, shaped like query. When weights is not NULL it receives the
+ * attention weights averaged over the heads, [N, L, S] (need_weights=True,
+ * average_attn_weights=True), else they are not computed; KILN_NONE when the call fails. A query
+ * whose keys are all hidden gets a zero output row (the weights show NaN there). Consumes every
+ * tensor argument.
+ *
+ *   kiln_tensor w;
+ *   kiln_tensor y = kiln_multihead_attention(mha, kiln_ref(x), kiln_ref(x), x, pad_mask, KILN_NONE, &w);
+ */
+KILN_API kiln_tensor kiln_multihead_attention(kiln_module *m, kiln_tensor query, kiln_tensor key, kiln_tensor value,
+                                              kiln_tensor key_padding_mask, kiln_tensor attn_mask,
+                                              kiln_tensor *weights);
+/* nn.LSTM's forward on m (a kiln_lstm_new module, borrowed): x [T, N, input_size] ([N, T, ...]
+ * with batch_first), h0 and c0 [num_layers * directions, N, hidden_size] or KILN_NONE (zeros).
+ * Returns the last layer's outputs [T, N, directions * hidden_size] (or [N, T, ...]); *h_n and
+ * *c_n (each may be NULL) receive the final states [num_layers * directions, N, hidden_size],
+ * ordered as PyTorch (layer 0 forward, layer 0 backward, layer 1 ...), or KILN_NONE when the
+ * call fails before running. Consumes x, h0 and c0. */
+KILN_API kiln_tensor kiln_lstm(kiln_module *m, kiln_tensor x, kiln_tensor h0, kiln_tensor c0, kiln_tensor *h_n,
+                               kiln_tensor *c_n);
+/* nn.GRU's forward on m (a kiln_gru_new module): as kiln_lstm without the cell state. */
+KILN_API kiln_tensor kiln_gru(kiln_module *m, kiln_tensor x, kiln_tensor h0, kiln_tensor *h_n);
 
 /* ---- losses (mean over the batch unless noted) ------------------------------------------- */
 typedef struct {
@@ -216,7 +338,19 @@ KILN_API kiln_status kiln_init(kiln_tensor *t, kiln_init_kind kind, uint64_t see
     X(kiln_module *, layer_norm_new, (int64_t normalized_size, double eps, bool affine), (normalized_size, eps, affine)) \
     X(kiln_module *, dropout_new, (double p, uint64_t seed), (p, seed)) \
     X(kiln_module *, flatten_new, (int start_dim, int end_dim), (start_dim, end_dim)) \
-    X(kiln_module *, embedding_new, (int64_t num_embeddings, int64_t dim, uint64_t seed), (num_embeddings, dim, seed))
+    X(kiln_module *, embedding_new, (int64_t num_embeddings, int64_t dim, uint64_t seed), (num_embeddings, dim, seed)) \
+    X(kiln_tensor, conv1d, (kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride, int padding, int dilation, int groups), (x, w, bias, stride, padding, dilation, groups)) \
+    X(kiln_tensor, conv_transpose2d, (kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride_h, int stride_w, int pad_h, int pad_w, int output_pad_h, int output_pad_w, int dilation_h, int dilation_w, int groups), (x, w, bias, stride_h, stride_w, pad_h, pad_w, output_pad_h, output_pad_w, dilation_h, dilation_w, groups)) \
+    X(kiln_module *, conv1d_new, (kiln_conv1d_options o, uint64_t seed), (o, seed)) \
+    X(kiln_module *, conv_transpose2d_new, (kiln_conv_transpose2d_options o, uint64_t seed), (o, seed)) \
+    X(kiln_tensor, interpolate, (kiln_tensor x, int64_t out_h, int64_t out_w, double scale_h, double scale_w, kiln_interp_mode mode, bool align_corners), (x, out_h, out_w, scale_h, scale_w, mode, align_corners)) \
+    X(kiln_module *, upsample_new, (int64_t out_h, int64_t out_w, double scale_h, double scale_w, kiln_interp_mode mode, bool align_corners), (out_h, out_w, scale_h, scale_w, mode, align_corners)) \
+    X(kiln_module *, multihead_attention_new, (kiln_multihead_attention_options o, uint64_t seed), (o, seed)) \
+    X(kiln_module *, lstm_new, (kiln_rnn_options o, uint64_t seed), (o, seed)) \
+    X(kiln_module *, gru_new, (kiln_rnn_options o, uint64_t seed), (o, seed)) \
+    X(kiln_tensor, multihead_attention, (kiln_module *m, kiln_tensor query, kiln_tensor key, kiln_tensor value, kiln_tensor key_padding_mask, kiln_tensor attn_mask, kiln_tensor *weights), (m, query, key, value, key_padding_mask, attn_mask, weights)) \
+    X(kiln_tensor, lstm, (kiln_module *m, kiln_tensor x, kiln_tensor h0, kiln_tensor c0, kiln_tensor *h_n, kiln_tensor *c_n), (m, x, h0, c0, h_n, c_n)) \
+    X(kiln_tensor, gru, (kiln_module *m, kiln_tensor x, kiln_tensor h0, kiln_tensor *h_n), (m, x, h0, h_n))
 KILN_NN_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -253,6 +387,18 @@ KILN_NN_API(KILN__AT_DECLARE)
 #define kiln_dropout_new(...) KILN__AT(dropout_new, __VA_ARGS__)
 #define kiln_flatten_new(...) KILN__AT(flatten_new, __VA_ARGS__)
 #define kiln_embedding_new(...) KILN__AT(embedding_new, __VA_ARGS__)
+#define kiln_conv1d(...) KILN__AT(conv1d, __VA_ARGS__)
+#define kiln_conv_transpose2d(...) KILN__AT(conv_transpose2d, __VA_ARGS__)
+#define kiln_conv1d_new(...) KILN__AT(conv1d_new, __VA_ARGS__)
+#define kiln_conv_transpose2d_new(...) KILN__AT(conv_transpose2d_new, __VA_ARGS__)
+#define kiln_interpolate(...) KILN__AT(interpolate, __VA_ARGS__)
+#define kiln_upsample_new(...) KILN__AT(upsample_new, __VA_ARGS__)
+#define kiln_multihead_attention_new(...) KILN__AT(multihead_attention_new, __VA_ARGS__)
+#define kiln_lstm_new(...) KILN__AT(lstm_new, __VA_ARGS__)
+#define kiln_gru_new(...) KILN__AT(gru_new, __VA_ARGS__)
+#define kiln_multihead_attention(...) KILN__AT(multihead_attention, __VA_ARGS__)
+#define kiln_lstm(...) KILN__AT(lstm, __VA_ARGS__)
+#define kiln_gru(...) KILN__AT(gru, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

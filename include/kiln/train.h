@@ -36,17 +36,33 @@ KILN_API kiln_status kiln_metrics_add(kiln_metrics *m, kiln_tensor loss, kiln_te
 KILN_API kiln_status kiln_metrics_read(kiln_metrics *m, double *mean_loss, double *accuracy, int64_t *count);
 KILN_API void kiln_metrics_free(kiln_metrics *m);
 
+/* ---- one training step ------------------------------------------------------------------ */
+typedef struct kiln_optimizer kiln_optimizer; /* kiln/optim.h */
+/* Backward from loss (consumed, with its graph), the optimizer's step on the gradients, then
+ * the gradients freed: kiln_backward_value + kiln_optimizer_step + kiln_grads_free. *value
+ * (may be NULL) receives the loss, NaN when it could not be computed. On failure nothing is
+ * updated and the status and message are those of the call that failed (a loss that failed
+ * while computed names its op and file:line).
+ *
+ *   double l;
+ *   if (kiln_train_step(opt, kiln_mse_loss(kiln_module_forward(model, x), y), &l) != KILN_OK)
+ *       fprintf(stderr, "%s\n", kiln_last_error());
+ */
+KILN_API kiln_status kiln_train_step(kiln_optimizer *opt, kiln_tensor loss, double *value);
+
 /* ---- call sites ------------------------------------------------------------------------- */
 /* The calls that record the caller's file:line, as in core.h's list. */
 #define KILN_TRAIN_API(X) \
     X(kiln_status, metrics_add, (kiln_metrics *m, kiln_tensor loss, kiln_tensor logits, kiln_tensor targets), (m, loss, logits, targets)) \
-    X(kiln_status, metrics_read, (kiln_metrics *m, double *mean_loss, double *accuracy, int64_t *count), (m, mean_loss, accuracy, count))
+    X(kiln_status, metrics_read, (kiln_metrics *m, double *mean_loss, double *accuracy, int64_t *count), (m, mean_loss, accuracy, count)) \
+    X(kiln_status, train_step, (kiln_optimizer *opt, kiln_tensor loss, double *value), (opt, loss, value))
 KILN_TRAIN_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
 #pragma GCC system_header /* see core.h: errors in these calls name the caller's line */
 #define kiln_metrics_add(...) KILN__AT(metrics_add, __VA_ARGS__)
 #define kiln_metrics_read(...) KILN__AT(metrics_read, __VA_ARGS__)
+#define kiln_train_step(...) KILN__AT(train_step, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

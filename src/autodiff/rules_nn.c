@@ -38,6 +38,42 @@ kiln__tensor *kiln__ad_conv2d(kiln__opctx *c, kiln__tensor *x, kiln__tensor *w, 
     return kiln__ad_attach(c, n, kiln__t_conv2d(c, x, w, bias, has_bias, p));
 }
 
+/* conv_transpose2d is conv2d's input gradient, so its own gradients are conv2d (for the input)
+ * and conv2d's weight gradient with the roles of dy and x swapped (for the weight). An
+ * output_padding of at least the stride makes conv2d of dy one row or column longer than the
+ * input: that tail is cut off. pi[7] holds the output padding, h << 32 | w. */
+static void conv_transpose2d_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kiln__tensor **grads) {
+    kiln__conv2d_params p = conv_params_of(n);
+    const int64_t *xs = n->slots[0].shape, *ws = n->slots[1].shape;
+    if (kiln__ad_wants(n, 0)) {
+        kiln__tensor *dx = kiln__t_conv2d(c, ad_ref(g), kiln__ad_saved(n, 1), NULL, false, &p);
+        if (dx && dx->shape[2] != xs[2]) dx = kiln__t_slice(c, dx, 2, 0, xs[2], 1);
+        if (dx && dx->shape[3] != xs[3]) dx = kiln__t_slice(c, dx, 3, 0, xs[3], 1);
+        grads[0] = dx;
+    }
+    if (kiln__ad_wants(n, 1))
+        grads[1] = kiln__t_conv2d_backward_weight(c, kiln__ad_saved(n, 0), ad_ref(g), &p, ws[2], ws[3]);
+    if (n->n_slots > 2 && kiln__ad_wants(n, 2))
+        grads[2] = kiln__t_reduce(c, KILN__OP_SUM, ad_ref(g), (1u << 0) | (1u << 2) | (1u << 3), false, 0);
+    kiln__tensor_release(g);
+}
+
+static const kiln__ad_rule conv_transpose2d_rule = {"conv_transpose2d", conv_transpose2d_backward};
+
+kiln__tensor *kiln__ad_conv_transpose2d(kiln__opctx *c, kiln__tensor *x, kiln__tensor *w, kiln__tensor *bias,
+                                        bool has_bias, const kiln__conv2d_params *p, int out_pad_h, int out_pad_w) {
+    kiln__tensor *in[3] = {x, w, bias};
+    kiln__ad_node *n = kiln__ad_node_new(c, &conv_transpose2d_rule, has_bias ? 3 : 2, in);
+    if (n) {
+        const int params[7] = {p->stride_h, p->stride_w, p->pad_h, p->pad_w, p->dilation_h, p->dilation_w, p->groups};
+        for (int i = 0; i < 7; i++) n->pi[i] = params[i];
+        n->pi[7] = (int64_t)out_pad_h << 32 | (int64_t)(uint32_t)out_pad_w;
+    }
+    if (kiln__ad_wants(n, 1)) kiln__ad_save(c, n, 0, x);
+    if (kiln__ad_wants(n, 0)) kiln__ad_save(c, n, 1, w);
+    return kiln__ad_attach(c, n, kiln__t_conv_transpose2d(c, x, w, bias, has_bias, p, out_pad_h, out_pad_w));
+}
+
 /* ---- pooling --------------------------------------------------------------------------------- */
 
 static kiln__pool2d_params pool_params_of(const kiln__ad_node *n) {

@@ -43,6 +43,12 @@ kiln__tensor *kiln__t_conv2d_backward_input(kiln__opctx *c, kiln__tensor *dy, ki
 kiln__tensor *kiln__t_conv2d_backward_weight(kiln__opctx *c, kiln__tensor *dy, kiln__tensor *x,
                                              const kiln__conv2d_params *p, int64_t kh, int64_t kw);
 
+/* torch.nn.functional.conv_transpose2d: x [N, C, H, W], w [C, O/groups, KH, KW], bias [O] (read
+ * only when has_bias), output_padding out_pad_h/w (each smaller than the stride or the dilation);
+ * computed as conv2d's input gradient. */
+kiln__tensor *kiln__t_conv_transpose2d(kiln__opctx *c, kiln__tensor *x, kiln__tensor *w, kiln__tensor *bias,
+                                       bool has_bias, const kiln__conv2d_params *p, int out_pad_h, int out_pad_w);
+
 /* Max pooling; when indices is not NULL it receives the argmax of each window (i64, into the
  * flattened H * W of its plane), which the backward scatters through. */
 kiln__tensor *kiln__t_max_pool2d(kiln__opctx *c, kiln__tensor *x, const kiln__pool2d_params *p,

@@ -137,3 +137,61 @@ kiln__tensor *kiln__t_conv2d_backward_weight(kiln__opctx *c, kiln__tensor *dy, k
     int64_t shape[4] = {dy->shape[1], x->shape[1] / p->groups, kh, kw};
     return conv_run(c, KILN__OP_CONV2D_BACKWARD_WEIGHT, dy, x, NULL, shape, p);
 }
+
+/* ---- conv_transpose2d ------------------------------------------------------------------------- */
+
+/* Output size of one spatial dim of a transposed convolution (PyTorch's formula), or -1 when it
+ * is below 1 or too large. */
+static int64_t transpose_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dilation,
+                                  int64_t out_pad) {
+    int64_t a, b, r;
+    if (__builtin_mul_overflow(in - 1, stride, &a) || __builtin_mul_overflow(dilation, k - 1, &b) ||
+        __builtin_add_overflow(a, b, &r) || __builtin_add_overflow(r, out_pad + 1 - 2 * pad, &r) ||
+        r > KILN__MAX_NUMEL)
+        return -1;
+    return r < 1 ? -1 : r;
+}
+
+kiln__tensor *kiln__t_conv_transpose2d(kiln__opctx *c, kiln__tensor *x, kiln__tensor *w, kiln__tensor *bias,
+                                       bool has_bias, const kiln__conv2d_params *p, int out_pad_h, int out_pad_w) {
+    char sx[128], sw[128], sb[128];
+    if (!kiln__ok(c, x) || !kiln__ok(c, w) || (has_bias && !kiln__ok(c, bias)) || !kiln__same_device(c, x, w) ||
+        (has_bias && !kiln__same_device(c, x, bias)) || !kiln__check_float_input(c, x, "input", 4) ||
+        !kiln__check_float_input(c, w, "weight", 4) || (has_bias && !kiln__check_float_input(c, bias, "bias", 1)) ||
+        !check_params(c, p))
+        return kiln__drop(3, x, w, bias), NULL;
+    kiln__shape_str(sx, sizeof sx, x->ndim, x->shape);
+    kiln__shape_str(sw, sizeof sw, w->ndim, w->shape);
+    int64_t in_c = x->shape[1], g = p->groups, out_c;
+    if (out_pad_h < 0 || out_pad_w < 0 || (out_pad_h >= p->stride_h && out_pad_h >= p->dilation_h) ||
+        (out_pad_w >= p->stride_w && out_pad_w >= p->dilation_w)) {
+        kiln__fail(c, KILN_ERR_INVALID_ARGUMENT,
+                   "output_padding (%d, %d) must be >= 0 and smaller than either stride (%d, %d) or dilation (%d, %d)",
+                   out_pad_h, out_pad_w, p->stride_h, p->stride_w, p->dilation_h, p->dilation_w);
+        return kiln__drop(3, x, w, bias), NULL;
+    }
+    if (w->shape[0] != in_c || in_c % g || __builtin_mul_overflow(w->shape[1], g, &out_c)) {
+        kiln__fail(c, KILN_ERR_SHAPE, "weight %s must be [in_channels, out_channels / groups, KH, KW] with "
+                   "in_channels = %lld (input %s) divisible by groups (%d)", sw, (long long)in_c, sx, p->groups);
+        return kiln__drop(3, x, w, bias), NULL;
+    }
+    if (has_bias && (bias->ndim != 1 || bias->shape[0] != out_c)) {
+        kiln__fail(c, KILN_ERR_SHAPE, "bias %s does not match weight %s: it needs [%lld]",
+                   kiln__shape_str(sb, sizeof sb, bias->ndim, bias->shape), sw, (long long)out_c);
+        return kiln__drop(3, x, w, bias), NULL;
+    }
+    int64_t oh = transpose_out_size(x->shape[2], w->shape[2], p->stride_h, p->pad_h, p->dilation_h, out_pad_h);
+    int64_t ow = transpose_out_size(x->shape[3], w->shape[3], p->stride_w, p->pad_w, p->dilation_w, out_pad_w);
+    if (w->shape[2] < 1 || w->shape[3] < 1 || x->shape[2] < 1 || x->shape[3] < 1 || oh < 1 || ow < 1) {
+        kiln__fail(c, KILN_ERR_SHAPE, "input %s with weight %s, stride (%d, %d), padding (%d, %d) and dilation "
+                   "(%d, %d) gives an empty or too large output", sx, sw, p->stride_h, p->stride_w, p->pad_h,
+                   p->pad_w, p->dilation_h, p->dilation_w);
+        return kiln__drop(3, x, w, bias), NULL;
+    }
+    int64_t shape[4] = {x->shape[0], out_c, oh, ow};
+    /* the input gradient of conv2d is the transposed convolution */
+    kiln__tensor *y = conv_run(c, KILN__OP_CONV2D_BACKWARD_INPUT, x, w, NULL, shape, p);
+    if (!has_bias) return y;
+    int64_t bshape[3] = {out_c, 1, 1};
+    return kiln__t_binary(c, KILN__OP_ADD, y, kiln__t_reshape(c, bias, 3, bshape));
+}
