@@ -139,6 +139,12 @@ KILN_API kiln_tensor kiln_scaled_dot_product_attention(kiln_tensor q, kiln_tenso
                                                        bool is_causal, double scale);
 
 /* ---- losses (mean over the batch unless noted) ------------------------------------------- */
+/* PyTorch's reduction argument: the mean (0, the default of a zeroed options struct), the
+ * sum, or none (the per-element or per-sample losses, in the input's shape). BATCHMEAN is
+ * kl_div's: the sum divided by the first dim's size. The _ex form of each loss takes it; a
+ * value out of range gives KILN_ERR_INVALID_ARGUMENT. */
+typedef enum { KILN_REDUCTION_MEAN, KILN_REDUCTION_SUM, KILN_REDUCTION_NONE, KILN_REDUCTION_BATCHMEAN } kiln_reduction;
+
 typedef struct {
     double label_smoothing; /* 0: none */
     /* [C] or KILN_NONE. Does not consume class_weights: options are passed by value and
@@ -149,12 +155,19 @@ typedef struct {
      * default (a zeroed struct must not ignore class 0). */
     bool has_ignore_index;
     int64_t ignore_index;
+    /* MEAN (the weighted mean over the samples not ignored, as PyTorch), SUM, or NONE: [N]
+     * per-sample losses, 0 for ignored samples. */
+    kiln_reduction reduction;
 } kiln_cross_entropy_options;
 KILN_API kiln_cross_entropy_options kiln_cross_entropy_defaults(void);
 /* logits [N, C] (consumed), targets [N] i32/i64 class indices (consumed). */
 KILN_API kiln_tensor kiln_cross_entropy(kiln_tensor logits, kiln_tensor targets, kiln_cross_entropy_options o);
 /* log_probs [N, C], targets [N]: -mean(log_probs[i, target_i]). */
 KILN_API kiln_tensor kiln_nll_loss(kiln_tensor log_probs, kiln_tensor targets);
+/* torch's nll_loss(log_probs, targets, weight, ignore_index, reduction) with o's class_weights
+ * (not consumed), ignore_index and reduction, as kiln_cross_entropy uses them on log_softmax
+ * of its logits; o.label_smoothing must be 0 (nll_loss has none). */
+KILN_API kiln_tensor kiln_nll_loss_ex(kiln_tensor log_probs, kiln_tensor targets, kiln_cross_entropy_options o);
 KILN_API kiln_tensor kiln_mse_loss(kiln_tensor prediction, kiln_tensor target);
 KILN_API kiln_tensor kiln_bce_with_logits(kiln_tensor logits, kiln_tensor target);
 /* mean |prediction - target| (torch's l1_loss); same shapes, float. */
@@ -172,6 +185,22 @@ KILN_API kiln_tensor kiln_binary_cross_entropy(kiln_tensor probabilities, kiln_t
  * probabilities (log-probabilities with log_target); the mean of target * (log target -
  * input) over every element, 0 where target is 0. */
 KILN_API kiln_tensor kiln_kl_div(kiln_tensor input, kiln_tensor target, bool log_target);
+/* The losses above with PyTorch's reduction (NONE keeps the inputs' shape):
+ *
+ *   kiln_tensor per_elem = kiln_mse_loss_ex(pred, target, KILN_REDUCTION_NONE);  // pred's shape
+ *   kiln_tensor total = kiln_l1_loss_ex(pred2, target2, KILN_REDUCTION_SUM);      // 0-d
+ *
+ * BATCHMEAN only for kl_div (torch's recommended reduction for it). */
+KILN_API kiln_tensor kiln_mse_loss_ex(kiln_tensor prediction, kiln_tensor target, kiln_reduction reduction);
+KILN_API kiln_tensor kiln_l1_loss_ex(kiln_tensor prediction, kiln_tensor target, kiln_reduction reduction);
+KILN_API kiln_tensor kiln_smooth_l1_loss_ex(kiln_tensor prediction, kiln_tensor target, double beta,
+                                            kiln_reduction reduction);
+KILN_API kiln_tensor kiln_huber_loss_ex(kiln_tensor prediction, kiln_tensor target, double delta,
+                                        kiln_reduction reduction);
+KILN_API kiln_tensor kiln_bce_with_logits_ex(kiln_tensor logits, kiln_tensor target, kiln_reduction reduction);
+KILN_API kiln_tensor kiln_binary_cross_entropy_ex(kiln_tensor probabilities, kiln_tensor target,
+                                                  kiln_reduction reduction);
+KILN_API kiln_tensor kiln_kl_div_ex(kiln_tensor input, kiln_tensor target, bool log_target, kiln_reduction reduction);
 
 /* ---- initialisation (in place on an existing float tensor; the seed picks the values) ---- */
 typedef enum { KILN_INIT_KAIMING_UNIFORM, KILN_INIT_KAIMING_NORMAL, KILN_INIT_XAVIER_UNIFORM, KILN_INIT_XAVIER_NORMAL } kiln_init_kind;
@@ -216,7 +245,15 @@ KILN_API kiln_status kiln_init(kiln_tensor *t, kiln_init_kind kind, uint64_t see
     X(kiln_module *, layer_norm_new, (int64_t normalized_size, double eps, bool affine), (normalized_size, eps, affine)) \
     X(kiln_module *, dropout_new, (double p, uint64_t seed), (p, seed)) \
     X(kiln_module *, flatten_new, (int start_dim, int end_dim), (start_dim, end_dim)) \
-    X(kiln_module *, embedding_new, (int64_t num_embeddings, int64_t dim, uint64_t seed), (num_embeddings, dim, seed))
+    X(kiln_module *, embedding_new, (int64_t num_embeddings, int64_t dim, uint64_t seed), (num_embeddings, dim, seed)) \
+    X(kiln_tensor, nll_loss_ex, (kiln_tensor log_probs, kiln_tensor targets, kiln_cross_entropy_options o), (log_probs, targets, o)) \
+    X(kiln_tensor, mse_loss_ex, (kiln_tensor prediction, kiln_tensor target, kiln_reduction reduction), (prediction, target, reduction)) \
+    X(kiln_tensor, l1_loss_ex, (kiln_tensor prediction, kiln_tensor target, kiln_reduction reduction), (prediction, target, reduction)) \
+    X(kiln_tensor, smooth_l1_loss_ex, (kiln_tensor prediction, kiln_tensor target, double beta, kiln_reduction reduction), (prediction, target, beta, reduction)) \
+    X(kiln_tensor, huber_loss_ex, (kiln_tensor prediction, kiln_tensor target, double delta, kiln_reduction reduction), (prediction, target, delta, reduction)) \
+    X(kiln_tensor, bce_with_logits_ex, (kiln_tensor logits, kiln_tensor target, kiln_reduction reduction), (logits, target, reduction)) \
+    X(kiln_tensor, binary_cross_entropy_ex, (kiln_tensor probabilities, kiln_tensor target, kiln_reduction reduction), (probabilities, target, reduction)) \
+    X(kiln_tensor, kl_div_ex, (kiln_tensor input, kiln_tensor target, bool log_target, kiln_reduction reduction), (input, target, log_target, reduction))
 KILN_NN_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -253,6 +290,14 @@ KILN_NN_API(KILN__AT_DECLARE)
 #define kiln_dropout_new(...) KILN__AT(dropout_new, __VA_ARGS__)
 #define kiln_flatten_new(...) KILN__AT(flatten_new, __VA_ARGS__)
 #define kiln_embedding_new(...) KILN__AT(embedding_new, __VA_ARGS__)
+#define kiln_nll_loss_ex(...) KILN__AT(nll_loss_ex, __VA_ARGS__)
+#define kiln_mse_loss_ex(...) KILN__AT(mse_loss_ex, __VA_ARGS__)
+#define kiln_l1_loss_ex(...) KILN__AT(l1_loss_ex, __VA_ARGS__)
+#define kiln_smooth_l1_loss_ex(...) KILN__AT(smooth_l1_loss_ex, __VA_ARGS__)
+#define kiln_huber_loss_ex(...) KILN__AT(huber_loss_ex, __VA_ARGS__)
+#define kiln_bce_with_logits_ex(...) KILN__AT(bce_with_logits_ex, __VA_ARGS__)
+#define kiln_binary_cross_entropy_ex(...) KILN__AT(binary_cross_entropy_ex, __VA_ARGS__)
+#define kiln_kl_div_ex(...) KILN__AT(kl_div_ex, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

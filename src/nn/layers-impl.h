@@ -23,6 +23,11 @@ kiln_tensor kiln__nn_fail(const char *op, int n, const kiln_tensor *inputs, kiln
 bool kiln__nn_expect_input(kiln_tensor *x, int ndim, const int64_t *want, bool leading, const char *op,
                            const char *desc_fmt, ...) __attribute__((format(printf, 6, 7)));
 
+/* Whether r is a reduction (BATCHMEAN only when batchmean_ok), and x (consumed) reduced by
+ * it: the mean, the sum, x itself (NONE), or the sum over x's first dim's size (BATCHMEAN). */
+bool kiln__nn_check_reduction(kiln_reduction r, bool batchmean_ok);
+kiln_tensor kiln__nn_reduce(kiln_tensor x, kiln_reduction r);
+
 /* Reports a bad constructor argument (KILN_ERR_INVALID_ARGUMENT) and returns NULL. */
 kiln_module *kiln__nn_bad_arg(const char *op, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
