@@ -206,49 +206,6 @@ kiln_status kiln_checkpoint_save(const char *path, kiln_module *model, kiln_opti
     return kiln__optim_finish(&c);
 }
 
-kiln_status kiln_tensors_save(const char *path, int n, const char *const *names, const kiln_tensor *tensors) {
-    KILN__OP_BEGIN("kiln_tensors_save");
-    if (!path || (n > 0 && (!names || !tensors))) {
-        kiln__fail(&c, KILN_ERR_NULL, "%s is NULL", !path ? "path" : !names ? "names" : "tensors");
-        return kiln__optim_finish(&c);
-    }
-    if (n < 0) {
-        kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "n is %d", n);
-        return kiln__optim_finish(&c);
-    }
-    kiln__st_entry *entries = calloc((size_t)(n ? n : 1), sizeof *entries);
-    void **host = calloc((size_t)(n ? n : 1), sizeof *host);
-    if (!entries || !host) kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate %d entries", n);
-    for (int i = 0; i < n && !c.err; i++) {
-        size_t len = names[i] ? strlen(names[i]) : 0;
-        if (!names[i] || !len || len > 127) {
-            kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "name %d is %s", i, !names[i] ? "NULL" : !len ? "empty" : "over 127 bytes");
-            break;
-        }
-        for (int k = 0; k < i && !c.err; k++)
-            if (strcmp(names[k], names[i]) == 0) kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "name '%s' is repeated", names[i]);
-        kiln__tensor *t = c.err ? NULL : kiln__optim_slot_tensor(&c, tensors[i]);
-        if (!t) break;
-        size_t nbytes = (size_t)kiln__tensor_numel(t) * kiln__elsize(t->dtype);
-        host[i] = malloc(nbytes ? nbytes : 1);
-        if (!host[i]) {
-            kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes for '%s'", nbytes, names[i]);
-            break;
-        }
-        if (!kiln__t_copy_to_host(&c, t, host[i], nbytes)) break;
-        entries[i] = (kiln__st_entry){names[i], t->dtype, t->ndim, t->shape, host[i], nbytes};
-    }
-    if (!c.err) {
-        kiln__st_meta meta = {"format", "pt"};
-        char why[512];
-        kiln_status st = kiln__st_write(path, entries, n, &meta, 1, why, sizeof why);
-        if (st != KILN_OK) kiln__fail(&c, st, "%s", why);
-    }
-    for (int i = 0; host && i < n; i++) free(host[i]);
-    free(host), free(entries);
-    return kiln__optim_finish(&c);
-}
-
 /* ---- load ------------------------------------------------------------------------------------ */
 
 typedef struct {
