@@ -116,6 +116,9 @@ KILN_API kiln_module *kiln_gelu_new(void);
 KILN_API kiln_module *kiln_tanh_new(void);
 KILN_API kiln_module *kiln_sigmoid_new(void);
 KILN_API kiln_module *kiln_silu_new(void);
+/* torch.nn.RMSNorm(normalized_size, eps, elementwise_affine) over the last dim: runs
+ * kiln_rms_norm with its "weight" (ones, f32) when affine. eps NaN: the dtype's epsilon. */
+KILN_API kiln_module *kiln_rms_norm_new(int64_t normalized_size, double eps, bool affine);
 
 /* ---- functional layer ops (consume tensor arguments; differentiable) --------------------- */
 /* kiln_conv2d and the pooling ops are tensor ops: see tensor.h. */
@@ -128,6 +131,29 @@ KILN_API kiln_tensor kiln_dropout_gen(kiln_tensor x, double p, kiln_generator *g
  * * weight + bias, each a float tensor of normalized_shape or KILN_NONE (consumed). */
 KILN_API kiln_tensor kiln_layer_norm(kiln_tensor x, kiln_shape normalized_shape, kiln_tensor weight, kiln_tensor bias,
                                      double eps);
+/* torch.nn.functional.batch_norm: x [N, C, ...] normalised per channel, (x - mean) /
+ * sqrt(var + eps) * weight + bias, with weight and bias [C] or KILN_NONE (consumed).
+ * training: the batch's mean and biased variance are used, and when running_mean and
+ * running_var are not NULL they are updated, running = (1 - momentum) * running + momentum *
+ * batch (the unbiased variance, as PyTorch), in their own dtype; otherwise (eval) the running
+ * statistics are used and must be given. The running statistics are float [C] handles passed
+ * by pointer and not consumed: an update replaces *running_mean and *running_var with new
+ * handles (the old ones released), as kiln_init does; on error they are left as they were.
+ * Training needs more than one value per channel. Differentiable in x, weight and bias. */
+KILN_API kiln_tensor kiln_batch_norm(kiln_tensor x, kiln_tensor *running_mean, kiln_tensor *running_var, kiln_tensor weight,
+                                     kiln_tensor bias, bool training, double momentum, double eps);
+/* torch.nn.functional.embedding: the rows of weight [num_embeddings, dim] at the i32/i64
+ * indices (any shape, at most 7 dims), giving indices' shape + [dim]; both consumed. An index
+ * out of range fails when the gather runs, naming this call. Differentiable in weight. */
+KILN_API kiln_tensor kiln_embedding(kiln_tensor indices, kiln_tensor weight);
+/* torch.nn.functional.group_norm: x [N, C, ...] with C split into num_groups groups, each
+ * (sample, group) normalised over its channels and positions with the biased variance, then
+ * * weight + bias per channel ([C] or KILN_NONE; consumed). Differentiable. */
+KILN_API kiln_tensor kiln_group_norm(kiln_tensor x, int64_t num_groups, kiln_tensor weight, kiln_tensor bias, double eps);
+/* torch.nn.functional.rms_norm: x / sqrt(mean(x^2 over the trailing normalized_shape dims) +
+ * eps) * weight (of normalized_shape, or KILN_NONE; consumed). eps NaN means the dtype's
+ * epsilon (PyTorch's eps=None). Differentiable in x and weight. */
+KILN_API kiln_tensor kiln_rms_norm(kiln_tensor x, kiln_shape normalized_shape, kiln_tensor weight, double eps);
 /* torch.nn.functional.scaled_dot_product_attention: softmax(q k^T * scale + mask) v for
  * q [..., L, E], k [..., S, E], v [..., S, Ev] (batch dims broadcast; one float dtype) giving
  * [..., L, Ev]. attn_mask: KILN_NONE, bool (true = attend, as PyTorch) or q's dtype (added to
@@ -253,7 +279,12 @@ KILN_API kiln_status kiln_init(kiln_tensor *t, kiln_init_kind kind, uint64_t see
     X(kiln_tensor, huber_loss_ex, (kiln_tensor prediction, kiln_tensor target, double delta, kiln_reduction reduction), (prediction, target, delta, reduction)) \
     X(kiln_tensor, bce_with_logits_ex, (kiln_tensor logits, kiln_tensor target, kiln_reduction reduction), (logits, target, reduction)) \
     X(kiln_tensor, binary_cross_entropy_ex, (kiln_tensor probabilities, kiln_tensor target, kiln_reduction reduction), (probabilities, target, reduction)) \
-    X(kiln_tensor, kl_div_ex, (kiln_tensor input, kiln_tensor target, bool log_target, kiln_reduction reduction), (input, target, log_target, reduction))
+    X(kiln_tensor, kl_div_ex, (kiln_tensor input, kiln_tensor target, bool log_target, kiln_reduction reduction), (input, target, log_target, reduction)) \
+    X(kiln_tensor, batch_norm, (kiln_tensor x, kiln_tensor *running_mean, kiln_tensor *running_var, kiln_tensor weight, kiln_tensor bias, bool training, double momentum, double eps), (x, running_mean, running_var, weight, bias, training, momentum, eps)) \
+    X(kiln_tensor, embedding, (kiln_tensor indices, kiln_tensor weight), (indices, weight)) \
+    X(kiln_tensor, group_norm, (kiln_tensor x, int64_t num_groups, kiln_tensor weight, kiln_tensor bias, double eps), (x, num_groups, weight, bias, eps)) \
+    X(kiln_tensor, rms_norm, (kiln_tensor x, kiln_shape normalized_shape, kiln_tensor weight, double eps), (x, normalized_shape, weight, eps)) \
+    X(kiln_module *, rms_norm_new, (int64_t normalized_size, double eps, bool affine), (normalized_size, eps, affine))
 KILN_NN_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -298,6 +329,11 @@ KILN_NN_API(KILN__AT_DECLARE)
 #define kiln_bce_with_logits_ex(...) KILN__AT(bce_with_logits_ex, __VA_ARGS__)
 #define kiln_binary_cross_entropy_ex(...) KILN__AT(binary_cross_entropy_ex, __VA_ARGS__)
 #define kiln_kl_div_ex(...) KILN__AT(kl_div_ex, __VA_ARGS__)
+#define kiln_batch_norm(...) KILN__AT(batch_norm, __VA_ARGS__)
+#define kiln_embedding(...) KILN__AT(embedding, __VA_ARGS__)
+#define kiln_group_norm(...) KILN__AT(group_norm, __VA_ARGS__)
+#define kiln_rms_norm(...) KILN__AT(rms_norm, __VA_ARGS__)
+#define kiln_rms_norm_new(...) KILN__AT(rms_norm_new, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

@@ -28,6 +28,12 @@ bool kiln__nn_expect_input(kiln_tensor *x, int ndim, const int64_t *want, bool l
 bool kiln__nn_check_reduction(kiln_reduction r, bool batchmean_ok);
 kiln_tensor kiln__nn_reduce(kiln_tensor x, kiln_reduction r);
 
+/* x - mean and the biased variance mean((x - mean)^2) over dims (kept), for the norms (norm.c):
+ * consumes x, keeps mean. Centring first means backward saves only x - mean. */
+kiln_tensor kiln__nn_centre(kiln_tensor x, kiln_tensor mean, kiln_dims dims, kiln_tensor *var);
+/* Whether eps is unusable as a norm's epsilon (negative, NaN or infinite). */
+bool kiln__nn_bad_eps(double eps);
+
 /* Reports a bad constructor argument (KILN_ERR_INVALID_ARGUMENT) and returns NULL. */
 kiln_module *kiln__nn_bad_arg(const char *op, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
