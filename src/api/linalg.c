@@ -50,6 +50,16 @@ static void as_handles(kiln__opctx *c, kiln__tensor **x, kiln_tensor *h) {
     }
 }
 
+/* x[0] @ x[1] (checked) in c's op's scope. */
+static kiln_tensor scoped_matmul(kiln__opctx *c, kiln__tensor **x) {
+    kiln_tensor h[2];
+    as_handles(c, x, h);
+    const char *outer = kiln__op_scope_enter(c->name);
+    kiln_tensor out = kiln_matmul(h[0], h[1]);
+    kiln__op_scope_leave(outer);
+    return out;
+}
+
 static kiln_tensor pair_fail(kiln__opctx *c, kiln__tensor **x) {
     kiln__drop(2, x[0], x[1]);
     return kiln__result(c, NULL);
@@ -63,12 +73,7 @@ kiln_tensor kiln_dot(kiln_tensor a, kiln_tensor b) {
         kiln__fail(&c, KILN_ERR_SHAPE, "lengths %lld and %lld differ", (long long)x[0]->shape[0], (long long)x[1]->shape[0]);
         return pair_fail(&c, x);
     }
-    kiln_tensor h[2];
-    as_handles(&c, x, h);
-    const char *outer = kiln__op_scope_enter("kiln_dot");
-    kiln_tensor out = kiln_matmul(h[0], h[1]); /* 1-d @ 1-d is 0-d */
-    kiln__op_scope_leave(outer);
-    return out;
+    return scoped_matmul(&c, x); /* 1-d @ 1-d is 0-d */
 }
 
 kiln_tensor kiln_outer(kiln_tensor a, kiln_tensor b) {
@@ -93,12 +98,7 @@ kiln_tensor kiln_bmm(kiln_tensor a, kiln_tensor b) {
                    kiln__shape_str(sa, sizeof sa, 3, x[0]->shape), kiln__shape_str(sb, sizeof sb, 3, x[1]->shape));
         return pair_fail(&c, x);
     }
-    kiln_tensor h[2];
-    as_handles(&c, x, h);
-    const char *outer = kiln__op_scope_enter("kiln_bmm");
-    kiln_tensor out = kiln_matmul(h[0], h[1]);
-    kiln__op_scope_leave(outer);
-    return out;
+    return scoped_matmul(&c, x);
 }
 
 kiln_tensor kiln_addmm(kiln_tensor input, kiln_tensor m1, kiln_tensor m2, double beta, double alpha) {

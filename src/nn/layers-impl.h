@@ -31,6 +31,10 @@ kiln_tensor kiln__nn_reduce(kiln_tensor x, kiln_reduction r);
 /* x - mean and the biased variance mean((x - mean)^2) over dims (kept), for the norms (norm.c):
  * consumes x, keeps mean. Centring first means backward saves only x - mean. */
 kiln_tensor kiln__nn_centre(kiln_tensor x, kiln_tensor mean, kiln_dims dims, kiln_tensor *var);
+/* Whether h is a float tensor of shape [size], or (when optional) KILN_NONE; false with st and
+ * a message naming `what` otherwise (h is borrowed). */
+bool kiln__nn_check_channel_vec(kiln_tensor h, const char *what, int64_t size, bool optional, kiln_status *st, char *msg,
+                                size_t cap);
 /* Whether eps is unusable as a norm's epsilon (negative, NaN or infinite). */
 bool kiln__nn_bad_eps(double eps);
 

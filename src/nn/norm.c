@@ -36,8 +36,7 @@ static void update_running(kiln_tensor *slot, kiln_tensor batch, double momentum
     *slot = kiln_cast(mixed, dt);
 }
 
-/* A float [C] tensor, or (when optional) KILN_NONE; false with st and msg otherwise. */
-static bool check_channel_vec(kiln_tensor h, const char *what, int64_t channels, bool optional, kiln_status *st, char *msg,
+bool kiln__nn_check_channel_vec(kiln_tensor h, const char *what, int64_t channels, bool optional, kiln_status *st, char *msg,
                               size_t size) {
     char a[128];
     if (optional && h.id == KILN_NONE.id) return true;
@@ -79,10 +78,10 @@ static kiln_tensor batch_norm(kiln_tensor x, kiln_tensor *running_mean, kiln_ten
                              running_mean ? "var" : "mean");
     if (!training && !has_running)
         return kiln__nn_fail(op, n, in, KILN_ERR_INVALID_ARGUMENT, "running_mean and running_var are needed when not training");
-    if ((has_running && (!check_channel_vec(*running_mean, "running_mean", channels, false, &st, msg, sizeof msg) ||
-                         !check_channel_vec(*running_var, "running_var", channels, false, &st, msg, sizeof msg))) ||
-        !check_channel_vec(weight, "weight", channels, true, &st, msg, sizeof msg) ||
-        !check_channel_vec(bias, "bias", channels, true, &st, msg, sizeof msg))
+    if ((has_running && (!kiln__nn_check_channel_vec(*running_mean, "running_mean", channels, false, &st, msg, sizeof msg) ||
+                         !kiln__nn_check_channel_vec(*running_var, "running_var", channels, false, &st, msg, sizeof msg))) ||
+        !kiln__nn_check_channel_vec(weight, "weight", channels, true, &st, msg, sizeof msg) ||
+        !kiln__nn_check_channel_vec(bias, "bias", channels, true, &st, msg, sizeof msg))
         return kiln__nn_fail(op, n, in, st, "%s", msg);
     if (kiln__nn_bad_eps(eps)) return kiln__nn_fail(op, n, in, KILN_ERR_INVALID_ARGUMENT, "eps %g must be finite and >= 0", eps);
     if (!(momentum >= 0 && momentum <= 1))

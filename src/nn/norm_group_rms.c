@@ -8,21 +8,6 @@
 #include "kiln/tensor.h"
 #include "nn/layers-impl.h"
 
-/* An affine parameter: KILN_NONE, or a float tensor of shape [size]. */
-static bool check_vec(kiln_tensor h, const char *what, int64_t size, kiln_status *st, char *msg, size_t cap) {
-    if (h.id == KILN_NONE.id) return true;
-    const kiln__tensor *t = kiln__nn_peek(h);
-    char a[128];
-    if (!t) *st = KILN_ERR_INVALID_ARGUMENT, snprintf(msg, cap, "%s is unusable", what);
-    else if (!kiln__dtype_is_float(t->dtype))
-        *st = KILN_ERR_DTYPE, snprintf(msg, cap, "%s must be floating point, got %s", what, kiln_dtype_name(t->dtype));
-    else if (t->ndim != 1 || t->shape[0] != size)
-        *st = KILN_ERR_SHAPE, snprintf(msg, cap, "%s must have shape [%lld], got %s", what, (long long)size,
-                                       kiln__nn_shape_str(a, sizeof a, t));
-    else return true;
-    return false;
-}
-
 /* ---- group_norm ------------------------------------------------------------------------------ */
 
 static kiln_tensor group_norm(kiln_tensor x, int64_t groups, kiln_tensor weight, kiln_tensor bias, double eps) {
@@ -45,7 +30,8 @@ static kiln_tensor group_norm(kiln_tensor x, int64_t groups, kiln_tensor weight,
     if (groups < 1 || channels % groups != 0)
         return kiln__nn_fail(op, n, in, KILN_ERR_INVALID_ARGUMENT, "%lld channels cannot be split into %lld groups",
                              (long long)channels, (long long)groups);
-    if (!check_vec(weight, "weight", channels, &st, msg, sizeof msg) || !check_vec(bias, "bias", channels, &st, msg, sizeof msg))
+    if (!kiln__nn_check_channel_vec(weight, "weight", channels, true, &st, msg, sizeof msg) ||
+        !kiln__nn_check_channel_vec(bias, "bias", channels, true, &st, msg, sizeof msg))
         return kiln__nn_fail(op, n, in, st, "%s", msg);
     if (kiln__nn_bad_eps(eps)) return kiln__nn_fail(op, n, in, KILN_ERR_INVALID_ARGUMENT, "eps %g must be finite and >= 0", eps);
     kiln_shape shape = {t->ndim, {0}}, bshape = {t->ndim, {0}};
