@@ -1,7 +1,9 @@
 /* kiln_einsum against a direct double-precision evaluation of the equation (a loop over every
  * letter's values, as torch.einsum defines it): permutations, sums, traces and diagonals,
  * outer products, contractions, batched products, three operands, implicit outputs; finite-
- * difference gradients; bad equations naming the problem, the op and this file's line. */
+ * difference gradients; ellipses (broadcast, summed, implicit) against the same equation
+ * with explicit letters on expanded operands; bad equations naming the problem, the op and
+ * this file's line. */
 #include "gradcheck.h"
 #include "nn_util.h"
 
@@ -137,6 +139,43 @@ KT_TEST(einsum_matches_reference) {
     KT_MEM_CHECK();
 }
 
+/* eq with ellipses against an explicit equation on the operands expanded to their broadcast shapes. */
+static void ellipsis_case(const char *eq, const char *explicit_eq, int n, const kiln_shape *shapes, const kiln_shape *expanded) {
+    kiln_tensor a[MAXN], b[MAXN];
+    for (int i = 0; i < n; i++) {
+        a[i] = kiln_randn(KILN_CPU, KILN_F64, shapes[i], (uint64_t)i + 11);
+        b[i] = kiln_contiguous(kiln_expand(kiln_ref(a[i]), expanded[i]));
+    }
+    kiln_tensor got = kiln_einsum(eq, n, a), want = kiln_einsum(explicit_eq, n, b);
+    kiln_shape gs = kiln_tensor_shape(got), ws = kiln_tensor_shape(want);
+    KT_CHECK_MSG(gs.ndim == ws.ndim && gs.ndim >= 0 && memcmp(gs.dims, ws.dims, sizeof(int64_t) * (size_t)gs.ndim) == 0,
+                 "%s: %d-d vs %d-d (%s)", eq, gs.ndim, ws.ndim, kiln_last_error());
+    int64_t m = kiln_tensor_numel(want);
+    double *x = malloc(sizeof(double) * (size_t)(m + 1)), *y = malloc(sizeof(double) * (size_t)(m + 1));
+    bool ok_got = read_f64(got, x, m), ok_want = read_f64(want, y, m);
+    for (int64_t i = 0; ok_got && ok_want && i < m; i++) KT_CHECK_MSG(fabs(x[i] - y[i]) < 1e-12, "%s [%lld]", eq, (long long)i);
+    free(x);
+    free(y);
+}
+
+#define SHAPES(...) ((const kiln_shape[]){__VA_ARGS__})
+
+KT_TEST(einsum_ellipsis) {
+    kt_mem_begin();
+    ellipsis_case("...ij,...jk->...ik", "bij,bjk->bik", 2, SHAPES(KILN_SHAPE(2, 3, 4), KILN_SHAPE(2, 4, 5)),
+                  SHAPES(KILN_SHAPE(2, 3, 4), KILN_SHAPE(2, 4, 5)));
+    /* torch.einsum('...ij,...jk', [5,1,2,3], [4,3,2]) is [5, 4, 2, 2] */
+    ellipsis_case("...ij,...jk", "abij,abjk->abik", 2, SHAPES(KILN_SHAPE(5, 1, 2, 3), KILN_SHAPE(4, 3, 2)),
+                  SHAPES(KILN_SHAPE(5, 4, 2, 3), KILN_SHAPE(5, 4, 3, 2)));
+    ellipsis_case("...ij->ij", "aij->ij", 1, SHAPES(KILN_SHAPE(2, 3, 4)), SHAPES(KILN_SHAPE(2, 3, 4)));
+    ellipsis_case("i...->...", "ia->a", 1, SHAPES(KILN_SHAPE(2, 3)), SHAPES(KILN_SHAPE(2, 3)));
+    ellipsis_case("...,...", "ab,ab->ab", 2, SHAPES(KILN_SHAPE(2, 3), KILN_SHAPE(3)), SHAPES(KILN_SHAPE(2, 3), KILN_SHAPE(2, 3)));
+    ellipsis_case("...ii->...i", "aii->ai", 1, SHAPES(KILN_SHAPE(2, 3, 3)), SHAPES(KILN_SHAPE(2, 3, 3)));
+    ellipsis_case("b...,b->...", "bxy,b->xy", 2, SHAPES(KILN_SHAPE(3, 2, 4), KILN_SHAPE(3)), SHAPES(KILN_SHAPE(3, 2, 4), KILN_SHAPE(3)));
+    ellipsis_case("ij...,jk->ik...", "ij,jk->ik", 2, SHAPES(KILN_SHAPE(2, 3), KILN_SHAPE(3, 4)), SHAPES(KILN_SHAPE(2, 3), KILN_SHAPE(3, 4)));
+    KT_MEM_CHECK();
+}
+
 typedef struct {
     const char *eq;
     int n;
@@ -156,6 +195,8 @@ KT_TEST(einsum_gradients) {
                                     {KILN_SHAPE(3), KILN_SHAPE(2)},
                                     {KILN_SHAPE(2, 3, 2), KILN_SHAPE(3, 2)}};
     for (int i = 0; i < 5; i++) GC_CHECK(cases[i].eq, run_einsum, &cases[i], cases[i].n, shapes[i], 1e-7);
+    gc_eq bcast = {"...ij,...jk->...ik", 2};
+    GC_CHECK("...ij,...jk->...ik", run_einsum, &bcast, 2, ((kiln_shape[]){KILN_SHAPE(1, 2, 3), KILN_SHAPE(3, 3, 2)}), 1e-7);
     gc_eq three = {"ij,jk,kl->il", 3};
     GC_CHECK("ij,jk,kl->il", run_einsum, &three, 3, ((kiln_shape[]){KILN_SHAPE(2, 3), KILN_SHAPE(3, 2), KILN_SHAPE(2, 2)}), 1e-7);
     KT_MEM_CHECK();
@@ -179,7 +220,10 @@ KT_TEST(einsum_bad_input) {
     bad_eq("ij,ik->jk", 2, KILN_ERR_SHAPE, "sizes 2 and 3");
     bad_eq("ij,jk->iz", 2, KILN_ERR_INVALID_ARGUMENT, "'z' is in no operand");
     bad_eq("ij,jk->ii", 2, KILN_ERR_INVALID_ARGUMENT, "appears twice");
-    bad_eq("...j,jk->k", 2, KILN_ERR_INVALID_ARGUMENT, "ellipsis");
+    bad_eq("..j,jk->k", 2, KILN_ERR_INVALID_ARGUMENT, "not part of '...'");
+    bad_eq("...i...,jk->k", 2, KILN_ERR_INVALID_ARGUMENT, "two ellipses");
+    bad_eq("ij,jk->...ik...", 2, KILN_ERR_INVALID_ARGUMENT, "two ellipses");
+    bad_eq("...i,...i", 2, KILN_ERR_SHAPE, "do not broadcast");
     bad_eq("i1,jk->ik", 2, KILN_ERR_INVALID_ARGUMENT, "'1'");
     bad_eq("ij,jk-ik", 2, KILN_ERR_INVALID_ARGUMENT, "'-' not followed");
     bad_eq("ij,jk->ik,", 2, KILN_ERR_INVALID_ARGUMENT, "after the output");
@@ -204,6 +248,7 @@ KT_TEST(einsum_bad_input) {
 
 int main(void) {
     KT_RUN(einsum_matches_reference);
+    KT_RUN(einsum_ellipsis);
     KT_RUN(einsum_gradients);
     KT_RUN(einsum_bad_input);
     return kt_finish();

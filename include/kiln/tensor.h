@@ -657,11 +657,13 @@ KILN_API kiln_tensor kiln_addmm(kiln_tensor input, kiln_tensor m1, kiln_tensor m
  *   kiln_tensor c = kiln_einsum("bij,bjk->bik", 2, ab);       // batched matmul [8, 4, 6]
  *
  * Permutations ("ij->ji"), sums ("ij->"), traces and diagonals ("ii->", "ii->i"), outer
- * products ("i,j->ij"), contractions and batched products; without "->" the output is the
- * letters seen once, in alphabetical order (as PyTorch). Operands are contracted left to
- * right, each pair as one batched matmul between permutes and reshapes. A letter's sizes
- * must agree (no broadcasting of size 1), and ellipses ("...") are refused: a bad equation
- * gives KILN_ERR_INVALID_ARGUMENT naming the problem. Differentiable. */
+ * products ("i,j->ij"), contractions, batched products and ellipses ("...ij,...jk->...ik":
+ * the ellipsis dims broadcast, right-aligned, as PyTorch's; an output without "..." sums
+ * them); without "->" the output is the ellipsis dims, then the letters seen once in ASCII
+ * order (as PyTorch). Operands are contracted left to right, each pair as one batched matmul
+ * between permutes and reshapes. A letter's sizes must agree (only ellipsis dims broadcast):
+ * a bad equation gives KILN_ERR_INVALID_ARGUMENT (KILN_ERR_SHAPE for sizes) naming the
+ * problem; an intermediate of more than 8 dims, KILN_ERR_UNSUPPORTED. Differentiable. */
 KILN_API kiln_tensor kiln_einsum(const char *equation, int n, const kiln_tensor *ts);
 #define KILN_TENSOR_MORE_API(X) \
     X(kiln_tensor, empty, (kiln_device dev, kiln_dtype dtype, kiln_shape shape), (dev, dtype, shape)) \

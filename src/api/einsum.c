@@ -3,7 +3,8 @@
  * repeated letters become diagonals (a product with an identity mask, summed), letters no
  * later operand or the output needs are summed out, and operands are contracted left to
  * right, each pair as one batched matmul: A permuted to [batch, left, contracted] and B to
- * [batch, contracted, right], both reshaped to 3-d. A last permute gives the output order. */
+ * [batch, contracted, right], both reshaped to 3-d. A last permute gives the output order.
+ * Ellipsis dims get letters of their own (unused by the equation) and broadcast. */
 #include <string.h>
 
 #include "kiln/tensor.h"
@@ -32,12 +33,21 @@ static uint64_t letters(const subs *s) {
     return m;
 }
 
-/* Reads one term's letters (spaces skipped) up to a char of `stop` or the end. */
-static const char *parse_term(kiln__opctx *c, const char *p, const char *stop, subs *out, const char *what) {
+/* One term's letters (spaces skipped) up to a char of `stop` or the end; *ell_at is where its
+ * "..." stands among them (-1: none). */
+static const char *parse_term(kiln__opctx *c, const char *p, const char *stop, subs *out, int *ell_at, const char *what) {
     out->n = 0;
+    *ell_at = -1;
     for (; *p && !strchr(stop, *p); p++) {
         if (*p == ' ') continue;
-        if (*p == '.') return kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "ellipsis ('...') is not supported"), NULL;
+        if (*p == '.') {
+            if (p[1] != '.' || p[2] != '.')
+                return kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "a '.' in %s that is not part of '...'", what), NULL;
+            if (*ell_at >= 0) return kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "%s has two ellipses", what), NULL;
+            *ell_at = out->n;
+            p += 2;
+            continue;
+        }
         if (letter_index(*p) < 0)
             return kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "'%c' in %s: subscripts are letters a-z, A-Z", *p, what), NULL;
         if (out->n == KILN_MAX_DIMS)
@@ -47,55 +57,105 @@ static const char *parse_term(kiln__opctx *c, const char *p, const char *stop, s
     return p;
 }
 
-/* Parses equation for n operands x[], filling in[] (with sizes) and out; false + c's error. */
-static bool parse(kiln__opctx *c, const char *eq, int n, kiln__tensor *const *x, subs *in, subs *out) {
-    int64_t size[MAX_LETTERS];
-    int count[MAX_LETTERS] = {0};
+/* s with the letters ell[0..e) inserted at position at. */
+static bool insert_ellipsis(kiln__opctx *c, subs *s, int at, const char *ell, int e, const char *what) {
+    if (s->n + e > KILN_MAX_DIMS)
+        return kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "%s would have %d dims (at most %d)", what, s->n + e, KILN_MAX_DIMS), false;
+    memmove(s->s + at + e, s->s + at, (size_t)(s->n - at));
+    memcpy(s->s + at, ell, (size_t)e);
+    s->n += e;
+    return true;
+}
+
+/* Parses equation for n operands x[], filling in[] and out with letters and the sizes the
+ * operands broadcast to (the ellipsis dims broadcast as PyTorch's: right-aligned, size 1
+ * against any); *expand[i] tells whether operand i must be expanded to them. The ellipsis dims
+ * get letters the equation does not use. False + c's error. */
+static bool parse(kiln__opctx *c, const char *eq, int n, kiln__tensor *const *x, subs *in, subs *out, bool *expand) {
+    int ell_at[MAX_OPERANDS], out_ell = -1;
+    bool has_out = false;
     const char *p = eq;
+    uint64_t used = 0;
     for (int i = 0; i < n; i++) {
         char what[32];
         snprintf(what, sizeof what, "operand %d", i);
-        if (!(p = parse_term(c, p, ",-", &in[i], what))) return false;
+        if (!(p = parse_term(c, p, ",-", &in[i], &ell_at[i], what))) return false;
         if (i < n - 1 && *p != ',')
             return kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "'%s' has %d operand terms, %d tensors were given", eq, i + 1, n), false;
         if (i < n - 1) p++;
-        if (in[i].n != x[i]->ndim)
-            return kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "operand %d has %d subscripts for a %d-d tensor", i, in[i].n,
-                              x[i]->ndim), false;
-        for (int d = 0; d < in[i].n; d++) {
-            int k = letter_index(in[i].s[d]);
-            in[i].size[d] = x[i]->shape[d];
-            if (count[k] && size[k] != x[i]->shape[d])
-                return kiln__fail(c, KILN_ERR_SHAPE, "subscript '%c' has sizes %lld and %lld", in[i].s[d], (long long)size[k],
-                                  (long long)x[i]->shape[d]), false;
-            size[k] = x[i]->shape[d];
-            count[k]++;
-        }
+        used |= letters(&in[i]);
     }
     if (*p == ',') return kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "'%s' has more operand terms than the %d tensors", eq, n), false;
     if (*p == '-') {
         if (p[1] != '>') return kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "'-' not followed by '>' in '%s'", eq), false;
-        if (!(p = parse_term(c, p + 2, ",-", out, "the output"))) return false;
+        if (!(p = parse_term(c, p + 2, ",-", out, &out_ell, "the output"))) return false;
         if (*p) return kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "'%c' after the output in '%s'", *p, eq), false;
+        has_out = true;
+        used |= letters(out);
+    }
+    /* the ellipsis dims: e[i] of operand i, right-aligned against the most, E */
+    int e[MAX_OPERANDS], most = 0;
+    for (int i = 0; i < n; i++) {
+        e[i] = x[i]->ndim - in[i].n;
+        if (e[i] < 0 || (e[i] > 0 && ell_at[i] < 0))
+            return kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "operand %d has %d subscripts for a %d-d tensor", i, in[i].n,
+                              x[i]->ndim), false;
+        most = e[i] > most ? e[i] : most;
+    }
+    char ell[KILN_MAX_DIMS];
+    for (int k = 0, got = 0; got < most; k++) {
+        if (k == MAX_LETTERS) return kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "too many subscripts for the ellipsis"), false;
+        if (!(used & (1ull << k))) ell[got++] = (char)(k < 26 ? 'a' + k : 'A' + k - 26);
+    }
+    uint64_t ell_bits = 0;
+    for (int k = 0; k < most; k++) ell_bits |= bit(ell[k]);
+    int64_t size[MAX_LETTERS];
+    int count[MAX_LETTERS] = {0};
+    for (int i = 0; i < n; i++) {
+        if (ell_at[i] >= 0) insert_ellipsis(c, &in[i], ell_at[i], ell + most - e[i], e[i], "an operand");
+        for (int d = 0; d < in[i].n; d++) {
+            int k = letter_index(in[i].s[d]);
+            int64_t got = x[i]->shape[d];
+            bool broadcast = (ell_bits & bit(in[i].s[d])) != 0;
+            if (count[k] && size[k] != got && !(broadcast && (got == 1 || size[k] == 1))) {
+                if (broadcast)
+                    return kiln__fail(c, KILN_ERR_SHAPE, "the ellipsis dims of the operands do not broadcast (%lld against %lld)",
+                                      (long long)size[k], (long long)got), false;
+                return kiln__fail(c, KILN_ERR_SHAPE, "subscript '%c' has sizes %lld and %lld", in[i].s[d], (long long)size[k],
+                                  (long long)got), false;
+            }
+            if (!count[k] || size[k] == 1) size[k] = got;
+            count[k]++;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        expand[i] = false;
+        for (int d = 0; d < in[i].n; d++) {
+            in[i].size[d] = size[letter_index(in[i].s[d])];
+            expand[i] = expand[i] || in[i].size[d] != x[i]->shape[d];
+        }
+    }
+    if (has_out) {
         for (int d = 0; d < out->n; d++) {
-            int k = letter_index(out->s[d]);
-            if (!count[k])
+            if (!count[letter_index(out->s[d])])
                 return kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "output subscript '%c' is in no operand", out->s[d]), false;
             if (memchr(out->s, out->s[d], (size_t)d))
                 return kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "output subscript '%c' appears twice", out->s[d]), false;
-            out->size[d] = size[k];
         }
-    } else { /* implicit: the letters seen once, alphabetically (upper case before lower, as torch) */
+        /* without "..." in the output, the ellipsis dims are summed (as PyTorch) */
+        if (out_ell >= 0 && !insert_ellipsis(c, out, out_ell, ell, most, "the output")) return false;
+    } else { /* implicit: the ellipsis dims, then the letters seen once in ASCII order (as PyTorch) */
         out->n = 0;
+        insert_ellipsis(c, out, 0, ell, most, "the output");
         for (int pass = 0; pass < 2; pass++)
             for (int k = pass ? 0 : 26; k < (pass ? 26 : MAX_LETTERS); k++) {
-                if (count[k] != 1) continue;
+                if (count[k] != 1 || (ell_bits & (1ull << k))) continue;
                 if (out->n == KILN_MAX_DIMS)
                     return kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "the output would have over %d dims", KILN_MAX_DIMS), false;
-                out->s[out->n] = (char)(k < 26 ? 'a' + k : 'A' + k - 26);
-                out->size[out->n++] = size[k];
+                out->s[out->n++] = (char)(k < 26 ? 'a' + k : 'A' + k - 26);
             }
     }
+    for (int d = 0; d < out->n; d++) out->size[d] = size[letter_index(out->s[d])];
     return true;
 }
 
@@ -233,6 +293,7 @@ kiln_tensor kiln_einsum(const char *equation, int n, const kiln_tensor *ts) {
     }
     for (int i = 0; i < n; i++) x[i] = kiln__arg(&c, ts[i]);
     subs in[MAX_OPERANDS], out;
+    bool expand[MAX_OPERANDS];
     for (int i = 0; i < n && !c.err; i++) {
         if (!kiln__ok(&c, x[i])) break;
         if (x[i]->dtype != x[0]->dtype)
@@ -241,7 +302,7 @@ kiln_tensor kiln_einsum(const char *equation, int n, const kiln_tensor *ts) {
         else kiln__same_device(&c, x[0], x[i]);
     }
     if (!c.err && !equation) kiln__fail(&c, KILN_ERR_NULL, "equation is NULL");
-    if (!c.err) parse(&c, equation, n, x, in, &out);
+    if (!c.err) parse(&c, equation, n, x, in, &out, expand);
     if (c.err) {
         for (int i = 0; i < n; i++) kiln__tensor_release(x[i]);
         return kiln__result(&c, NULL);
@@ -254,6 +315,12 @@ kiln_tensor kiln_einsum(const char *equation, int n, const kiln_tensor *ts) {
         h[i] = kiln__result(&ci, x[i]);
     }
     const char *outer = kiln__op_scope_enter("kiln_einsum");
+    for (int i = 0; i < n; i++) { /* size-1 ellipsis dims broadcast */
+        if (!expand[i]) continue;
+        kiln_shape full = {in[i].n, {0}};
+        for (int d = 0; d < in[i].n; d++) full.dims[d] = in[i].size[d];
+        h[i] = kiln_expand(h[i], full);
+    }
     kiln_tensor r = lower(n, h, in, &out, dev, dt);
     kiln__op_scope_leave(outer);
     return r;
