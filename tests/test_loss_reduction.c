@@ -1,6 +1,7 @@
 /* PyTorch's reduction (mean, sum, none; kl_div's batchmean) for every loss, and nll_loss with
  * class weights and ignore_index: values against double references written from torch's
- * definitions, finite-difference gradients of the sum and none forms, and bad reductions
+ * definitions, K-dimensional and unbatched inputs as the 2-d case on permuted rows,
+ * finite-difference gradients of the sum and none forms, and bad reductions
  * naming the loss and this file's line (no leaks). */
 #include "gradcheck.h"
 #include "nn_util.h"
@@ -248,6 +249,61 @@ KT_TEST(classification_gradients) {
     KT_MEM_CHECK();
 }
 
+/* K-dimensional inputs [N, C, L] with targets [N, L] are the 2-d case on the rows of the
+ * classes-last permutation; unbatched [C] with a 0-d target is one row. */
+KT_TEST(classification_k_dims) {
+    kt_mem_begin();
+    enum { KN = 2, KC = 3, KLEN = 4 };
+    double x[KN * KC * KLEN], rows[KN * KLEN * KC], got[KN * KLEN], want[KN * KLEN];
+    fill(x, KN * KC * KLEN, -2, 2);
+    for (int n = 0; n < KN; n++)
+        for (int c = 0; c < KC; c++)
+            for (int l = 0; l < KLEN; l++) rows[(n * KLEN + l) * KC + c] = x[(n * KC + c) * KLEN + l];
+    const double y[KN * KLEN] = {0, 2, 1, -100, 2, 2, 0, 1};
+    const double w[KC] = {0.5, 2, 1.25};
+    kiln_tensor wt = tensor_of(KILN_F64, KILN_SHAPE(KC), w);
+    for (int nll = 0; nll < 2; nll++) {
+        kiln_cross_entropy_options o = kiln_cross_entropy_defaults();
+        o.class_weights = wt, o.has_ignore_index = true, o.ignore_index = -100, o.label_smoothing = nll ? 0 : 0.1;
+        o.reduction = KILN_REDUCTION_NONE;
+        kiln_tensor k = classify(nll, tensor_of(KILN_F64, KILN_SHAPE(KN, KC, KLEN), x), tensor_of(KILN_I64, KILN_SHAPE(KN, KLEN), y), o);
+        KT_CHECK(has_shape(k, KILN_SHAPE(KN, KLEN)));
+        bool ok = read_f64(k, got, KN * KLEN);
+        if (ok && read_f64(classify(nll, tensor_of(KILN_F64, KILN_SHAPE(KN * KLEN, KC), rows), tensor_of(KILN_I64, KILN_SHAPE(KN * KLEN), y), o),
+                           want, KN * KLEN))
+            for (int i = 0; i < KN * KLEN; i++) KT_NEAR(got[i], want[i], 1e-13);
+        o.reduction = KILN_REDUCTION_MEAN;
+        KT_NEAR(read_scalar(classify(nll, tensor_of(KILN_F64, KILN_SHAPE(KN, KC, KLEN), x), tensor_of(KILN_I64, KILN_SHAPE(KN, KLEN), y), o)),
+                read_scalar(classify(nll, tensor_of(KILN_F64, KILN_SHAPE(KN * KLEN, KC), rows), tensor_of(KILN_I64, KILN_SHAPE(KN * KLEN), y), o)),
+                1e-13);
+        /* unbatched */
+        o = kiln_cross_entropy_defaults();
+        double one = 2;
+        KT_NEAR(read_scalar(classify(nll, tensor_of(KILN_F64, KILN_SHAPE(KC), rows), tensor_of(KILN_I64, KILN_SCALAR_SHAPE, &one), o)),
+                read_scalar(classify(nll, tensor_of(KILN_F64, KILN_SHAPE(1, KC), rows), tensor_of(KILN_I64, KILN_SHAPE(1), &one), o)), 1e-15);
+        KT_READ_ERROR(classify(nll, tensor_of(KILN_F64, KILN_SHAPE(KN, KC, KLEN), x), kiln_zeros(KILN_CPU, KILN_I64, KILN_SHAPE(KN, KLEN + 1)), o),
+                      KILN_ERR_SHAPE, nll ? "kiln_nll_loss" : "kiln_cross_entropy");
+        KT_READ_ERROR(classify(nll, tensor_of(KILN_F64, KILN_SHAPE(KN, KC, KLEN), x), kiln_zeros(KILN_CPU, KILN_I64, KILN_SHAPE(KN)), o),
+                      KILN_ERR_SHAPE, nll ? "kiln_nll_loss" : "kiln_cross_entropy");
+    }
+    kiln_release(wt);
+    KT_MEM_CHECK();
+}
+
+static kiln_tensor run_k_dims(kiln_tensor *in, void *ctx) {
+    const double y[6] = {0, 2, 1, 1, 2, 0};
+    kiln_cross_entropy_options o = kiln_cross_entropy_defaults();
+    o.reduction = *(const kiln_reduction *)ctx;
+    return kiln_cross_entropy(in[0], tensor_of(KILN_I64, KILN_SHAPE(2, 3), y), o);
+}
+
+KT_TEST(classification_k_dims_gradients) {
+    kt_mem_begin();
+    kiln_reduction r[2] = {KILN_REDUCTION_NONE, KILN_REDUCTION_MEAN};
+    for (int i = 0; i < 2; i++) GC_CHECK("cross_entropy [N, C, L]", run_k_dims, &r[i], 1, ((kiln_shape[]){KILN_SHAPE(2, 3, 3)}), 1e-6);
+    KT_MEM_CHECK();
+}
+
 /* ---- bad input ----------------------------------------------------------------------------------- */
 
 KT_TEST(bad_reductions_and_inputs) {
@@ -291,6 +347,8 @@ int main(void) {
     KT_RUN(pair_loss_gradients);
     KT_RUN(classification_reductions);
     KT_RUN(classification_gradients);
+    KT_RUN(classification_k_dims);
+    KT_RUN(classification_k_dims_gradients);
     KT_RUN(bad_reductions_and_inputs);
     return kt_finish();
 }

@@ -186,9 +186,12 @@ typedef struct {
     kiln_reduction reduction;
 } kiln_cross_entropy_options;
 KILN_API kiln_cross_entropy_options kiln_cross_entropy_defaults(void);
-/* logits [N, C] (consumed), targets [N] i32/i64 class indices (consumed). */
+/* logits [N, C] (consumed), targets [N] i32/i64 class indices (consumed); as PyTorch, also
+ * logits [N, C, d1, ...] with targets [N, d1, ...] (a class per position; NONE gives
+ * [N, d1, ...]) and unbatched logits [C] with a 0-d target. */
 KILN_API kiln_tensor kiln_cross_entropy(kiln_tensor logits, kiln_tensor targets, kiln_cross_entropy_options o);
-/* log_probs [N, C], targets [N]: -mean(log_probs[i, target_i]). */
+/* log_probs [N, C], targets [N]: -mean(log_probs[i, target_i]); the other shapes as
+ * kiln_cross_entropy's. */
 KILN_API kiln_tensor kiln_nll_loss(kiln_tensor log_probs, kiln_tensor targets);
 /* torch's nll_loss(log_probs, targets, weight, ignore_index, reduction) with o's class_weights
  * (not consumed), ignore_index and reduction, as kiln_cross_entropy uses them on log_softmax

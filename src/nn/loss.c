@@ -14,6 +14,16 @@ kiln_cross_entropy_options kiln_cross_entropy_defaults(void) {
         .label_smoothing = 0.0, .class_weights = KILN_NONE, .reduction = KILN_REDUCTION_MEAN};
 }
 
+/* scores [N, C, d1, ...] and targets [N, d1, ...] (PyTorch's K-dimensional form), or scores
+ * [C] and a 0-d target (unbatched); C >= 1. */
+static bool class_shapes(const kiln__tensor *s, const kiln__tensor *y) {
+    int c_dim = s->ndim == 1 ? 0 : 1;
+    if (s->ndim < 1 || y->ndim != s->ndim - 1 || s->shape[c_dim] < 1) return false;
+    for (int d = 0; d < y->ndim; d++)
+        if (y->shape[d] != s->shape[d < 1 ? d : d + 1]) return false;
+    return true;
+}
+
 /* Checks scores [N, C] (float) against targets [N] (i32/i64). Returns false with the status
  * and message of the first problem. */
 static bool check_classification(const kiln__tensor *s, const kiln__tensor *y, const char *what, kiln_status *st,
@@ -30,10 +40,10 @@ static bool check_classification(const kiln__tensor *s, const kiln__tensor *y, c
     } else if (y->dtype != KILN_I32 && y->dtype != KILN_I64) {
         *st = KILN_ERR_DTYPE;
         snprintf(msg, size, "targets must be i32 or i64 class indices, got %s", kiln_dtype_name(y->dtype));
-    } else if (s->ndim != 2 || y->ndim != 1 || y->shape[0] != s->shape[0] || s->shape[1] < 1) {
+    } else if (!class_shapes(s, y)) {
         *st = KILN_ERR_SHAPE;
-        snprintf(msg, size, "expects %s [N, C] with C >= 1 and targets [N], got %s and %s", what,
-                 kiln__nn_shape_str(a, sizeof a, s), kiln__nn_shape_str(b, sizeof b, y));
+        snprintf(msg, size, "expects %s [N, C, d1, ...] (or [C]) with C >= 1 and targets [N, d1, ...] (or []), got %s and %s",
+                 what, kiln__nn_shape_str(a, sizeof a, s), kiln__nn_shape_str(b, sizeof b, y));
     } else {
         return true;
     }
@@ -146,6 +156,18 @@ static kiln_tensor classify(const char *op, kiln_tensor scores, kiln_tensor targ
         return kiln__nn_fail(op, 2, in, KILN_ERR_INVALID_ARGUMENT, "label_smoothing %g: nll_loss has none", e);
     if (!kiln__nn_check_reduction(o.reduction, false))
         return kiln__nn_fail(op, 2, in, KILN_ERR_INVALID_ARGUMENT, "reduction %d is not mean, sum or none", (int)o.reduction);
+    if (s->ndim != 2) { /* [N, C, d...] -> [N * d..., C] (the classes last), or [C] -> [1, C] */
+        kiln_shape ys = {y->ndim, {0}};
+        for (int d = 0; d < y->ndim; d++) ys.dims[d] = y->shape[d];
+        int64_t classes = s->shape[s->ndim == 1 ? 0 : 1], rows = kiln__tensor_numel(y);
+        kiln_dims order = {s->ndim, {0}};
+        for (int d = 0, k = 0; d < s->ndim; d++)
+            if (d != 1) order.d[k++] = d;
+        order.d[s->ndim - 1] = 1;
+        kiln_tensor s2 = kiln_reshape(s->ndim == 1 ? scores : kiln_permute(scores, order), KILN_SHAPE(rows, classes));
+        kiln_tensor l = classify(op, s2, kiln_reshape(targets, KILN_SHAPE(rows)), o, from_logits);
+        return o.reduction == KILN_REDUCTION_NONE ? kiln_reshape(l, ys) : l;
+    }
     int64_t classes = s->shape[1];
     bool weighted = o.class_weights.id != KILN_NONE.id;
     if (weighted && !check_weights(op, o.class_weights, classes, &st, msg, sizeof msg))
