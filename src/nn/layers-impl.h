@@ -35,6 +35,11 @@ kiln_tensor kiln__nn_centre(kiln_tensor x, kiln_tensor mean, kiln_dims dims, kil
  * a message naming `what` otherwise (h is borrowed). */
 bool kiln__nn_check_channel_vec(kiln_tensor h, const char *what, int64_t size, bool optional, kiln_status *st, char *msg,
                                 size_t cap);
+/* A norm's inputs: x, then weight and bias unless KILN_NONE, listed in in[0..*n) (for
+ * kiln__nn_fail). x's tensor (borrowed) when usable and float; otherwise NULL with every input
+ * consumed into *fail, a tensor poisoned for op. */
+const kiln__tensor *kiln__nn_norm_input(const char *op, kiln_tensor x, kiln_tensor weight, kiln_tensor bias, kiln_tensor *in,
+                                        int *n, kiln_tensor *fail);
 /* Whether eps is unusable as a norm's epsilon (negative, NaN or infinite). */
 bool kiln__nn_bad_eps(double eps);
 

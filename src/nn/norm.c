@@ -56,20 +56,30 @@ bool kiln__nn_check_channel_vec(kiln_tensor h, const char *what, int64_t channel
     return false;
 }
 
+const kiln__tensor *kiln__nn_norm_input(const char *op, kiln_tensor x, kiln_tensor weight, kiln_tensor bias, kiln_tensor *in,
+                                        int *n, kiln_tensor *fail) {
+    *n = 0;
+    in[(*n)++] = x;
+    if (weight.id != KILN_NONE.id) in[(*n)++] = weight;
+    if (bias.id != KILN_NONE.id) in[(*n)++] = bias;
+    const kiln__tensor *t = kiln__nn_peek(x);
+    if (!t) *fail = kiln__nn_fail(op, *n, in, KILN_ERR_INVALID_ARGUMENT, "unusable input");
+    else if (!kiln__dtype_is_float(t->dtype))
+        *fail = kiln__nn_fail(op, *n, in, KILN_ERR_DTYPE, "input must be floating point, got %s", kiln_dtype_name(t->dtype));
+    else return t;
+    return NULL;
+}
+
 static kiln_tensor batch_norm(kiln_tensor x, kiln_tensor *running_mean, kiln_tensor *running_var, kiln_tensor weight,
                               kiln_tensor bias, bool training, double momentum, double eps) {
     const char *op = "kiln_batch_norm";
     bool has_w = weight.id != KILN_NONE.id, has_b = bias.id != KILN_NONE.id, has_running = running_mean || running_var;
-    kiln_tensor in[3] = {x, weight, bias};
-    int n = 1;
-    if (has_w) in[n++] = weight;
-    if (has_b) in[n++] = bias;
-    const kiln__tensor *t = kiln__nn_peek(x);
+    kiln_tensor in[3], fail;
+    int n;
+    const kiln__tensor *t = kiln__nn_norm_input(op, x, weight, bias, in, &n, &fail);
+    if (!t) return fail;
     char msg[384], sa[128];
     kiln_status st = KILN_OK;
-    if (!t) return kiln__nn_fail(op, n, in, KILN_ERR_INVALID_ARGUMENT, "unusable input");
-    if (!kiln__dtype_is_float(t->dtype))
-        return kiln__nn_fail(op, n, in, KILN_ERR_DTYPE, "input must be floating point, got %s", kiln_dtype_name(t->dtype));
     if (t->ndim < 2)
         return kiln__nn_fail(op, n, in, KILN_ERR_SHAPE, "expects input [N, C, ...], got %s", kiln__nn_shape_str(sa, sizeof sa, t));
     int64_t channels = t->shape[1], per_channel = kiln__tensor_numel(t) / (channels ? channels : 1);

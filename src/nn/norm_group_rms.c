@@ -13,16 +13,12 @@
 static kiln_tensor group_norm(kiln_tensor x, int64_t groups, kiln_tensor weight, kiln_tensor bias, double eps) {
     const char *op = "kiln_group_norm";
     bool has_w = weight.id != KILN_NONE.id, has_b = bias.id != KILN_NONE.id;
-    kiln_tensor in[3] = {x, weight, bias};
-    int n = 1;
-    if (has_w) in[n++] = weight;
-    if (has_b) in[n++] = bias;
-    const kiln__tensor *t = kiln__nn_peek(x);
+    kiln_tensor in[3], fail;
+    int n;
+    const kiln__tensor *t = kiln__nn_norm_input(op, x, weight, bias, in, &n, &fail);
+    if (!t) return fail;
     char msg[384], sa[128];
     kiln_status st = KILN_OK;
-    if (!t) return kiln__nn_fail(op, n, in, KILN_ERR_INVALID_ARGUMENT, "unusable input");
-    if (!kiln__dtype_is_float(t->dtype))
-        return kiln__nn_fail(op, n, in, KILN_ERR_DTYPE, "input must be floating point, got %s", kiln_dtype_name(t->dtype));
     if (t->ndim < 2 || t->ndim >= KILN_MAX_DIMS)
         return kiln__nn_fail(op, n, in, KILN_ERR_SHAPE, "expects input [N, C, ...] of 2 to %d dims, got %s", KILN_MAX_DIMS - 1,
                              kiln__nn_shape_str(sa, sizeof sa, t));
