@@ -237,6 +237,9 @@ KT_TEST(einsum_bad_input) {
     kiln_release(stale);
     kiln_tensor st2[2] = {t, stale};
     KT_READ_ERROR(kiln_einsum("i,i->", 2, st2), KILN_ERR_STALE_HANDLE, "kiln_einsum");
+    /* a poisoned operand's own error comes through */
+    kiln_tensor po[2] = {kiln_reshape(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(2)), KILN_SHAPE(3)), kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(3))};
+    KT_READ_ERROR(kiln_einsum("i,i->", 2, po), KILN_ERR_SHAPE, "kiln_reshape");
     /* nine output letters, and an intermediate of ten dims: refused, not overflowed */
     kiln_tensor big[2] = {kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(1, 1, 1, 1, 1)), kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(1, 1, 1, 1))};
     KT_READ_ERROR(kiln_einsum("abcde,fghi->abcdefghi", 2, big), KILN_ERR_INVALID_ARGUMENT, "kiln_einsum");

@@ -98,6 +98,9 @@ KT_TEST(product_bad_input) {
     kiln_release(stale);
     KT_READ_ERROR(kiln_outer(stale, kiln_ref(v4)), KILN_ERR_STALE_HANDLE, "kiln_outer");
     KT_READ_ERROR(kiln_addmm(kiln_ref(v4), stale, kiln_ref(m), 1, 1), KILN_ERR_STALE_HANDLE, "kiln_addmm");
+    /* a poisoned input's own error comes through */
+    KT_READ_ERROR(kiln_dot(kiln_reshape(kiln_ref(v4), KILN_SHAPE(5)), kiln_ref(v4)), KILN_ERR_SHAPE, "kiln_reshape");
+    KT_READ_ERROR(kiln_bmm(kiln_ref(m), kiln_reshape(kiln_ref(m), KILN_SHAPE(7))), KILN_ERR_SHAPE, "kiln_reshape");
     kiln_release(v3);
     kiln_release(v4);
     kiln_release(m);

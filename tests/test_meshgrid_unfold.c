@@ -166,6 +166,7 @@ KT_TEST(unfold_bad_input) {
     kiln_tensor stale = kiln_ref(t);
     kiln_release(stale);
     KT_READ_ERROR(kiln_unfold(stale, 0, 1, 1), KILN_ERR_STALE_HANDLE, "kiln_unfold");
+    KT_READ_ERROR(kiln_unfold(kiln_reshape(kiln_ref(t), KILN_SHAPE(5)), 0, 1, 1), KILN_ERR_SHAPE, "kiln_reshape");
     kiln_release(t);
     KT_MEM_CHECK();
 }
