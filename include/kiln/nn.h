@@ -175,6 +175,9 @@ KILN_API kiln_module *kiln_gelu_new(void);
 KILN_API kiln_module *kiln_tanh_new(void);
 KILN_API kiln_module *kiln_sigmoid_new(void);
 KILN_API kiln_module *kiln_silu_new(void);
+/* torch.nn.RMSNorm(normalized_size, eps, elementwise_affine) over the last dim: runs
+ * kiln_rms_norm with its "weight" (ones, f32) when affine. eps NaN: the dtype's epsilon. */
+KILN_API kiln_module *kiln_rms_norm_new(int64_t normalized_size, double eps, bool affine);
 
 /* ---- functional layer ops (consume tensor arguments; differentiable) --------------------- */
 /* kiln_conv2d and the pooling ops are tensor ops: see tensor.h. */
@@ -187,6 +190,29 @@ KILN_API kiln_tensor kiln_dropout_gen(kiln_tensor x, double p, kiln_generator *g
  * * weight + bias, each a float tensor of normalized_shape or KILN_NONE (consumed). */
 KILN_API kiln_tensor kiln_layer_norm(kiln_tensor x, kiln_shape normalized_shape, kiln_tensor weight, kiln_tensor bias,
                                      double eps);
+/* torch.nn.functional.batch_norm: x [N, C, ...] normalised per channel, (x - mean) /
+ * sqrt(var + eps) * weight + bias, with weight and bias [C] or KILN_NONE (consumed).
+ * training: the batch's mean and biased variance are used, and when running_mean and
+ * running_var are not NULL they are updated, running = (1 - momentum) * running + momentum *
+ * batch (the unbiased variance, as PyTorch), in their own dtype; otherwise (eval) the running
+ * statistics are used and must be given. The running statistics are float [C] handles passed
+ * by pointer and not consumed: an update replaces *running_mean and *running_var with new
+ * handles (the old ones released), as kiln_init does; on error they are left as they were.
+ * Training needs more than one value per channel. Differentiable in x, weight and bias. */
+KILN_API kiln_tensor kiln_batch_norm(kiln_tensor x, kiln_tensor *running_mean, kiln_tensor *running_var, kiln_tensor weight,
+                                     kiln_tensor bias, bool training, double momentum, double eps);
+/* torch.nn.functional.embedding: the rows of weight [num_embeddings, dim] at the i32/i64
+ * indices (any shape, at most 7 dims), giving indices' shape + [dim]; both consumed. An index
+ * out of range fails when the gather runs, naming this call. Differentiable in weight. */
+KILN_API kiln_tensor kiln_embedding(kiln_tensor indices, kiln_tensor weight);
+/* torch.nn.functional.group_norm: x [N, C, ...] with C split into num_groups groups, each
+ * (sample, group) normalised over its channels and positions with the biased variance, then
+ * * weight + bias per channel ([C] or KILN_NONE; consumed). Differentiable. */
+KILN_API kiln_tensor kiln_group_norm(kiln_tensor x, int64_t num_groups, kiln_tensor weight, kiln_tensor bias, double eps);
+/* torch.nn.functional.rms_norm: x / sqrt(mean(x^2 over the trailing normalized_shape dims) +
+ * eps) * weight (of normalized_shape, or KILN_NONE; consumed). eps NaN means the dtype's
+ * epsilon (PyTorch's eps=None). Differentiable in x and weight. */
+KILN_API kiln_tensor kiln_rms_norm(kiln_tensor x, kiln_shape normalized_shape, kiln_tensor weight, double eps);
 /* torch.nn.functional.scaled_dot_product_attention: softmax(q k^T * scale + mask) v for
  * q [..., L, E], k [..., S, E], v [..., S, Ev] (batch dims broadcast; one float dtype) giving
  * [..., L, Ev]. attn_mask: KILN_NONE, bool (true = attend, as PyTorch) or q's dtype (added to
@@ -261,6 +287,12 @@ KILN_API kiln_tensor kiln_lstm(kiln_module *m, kiln_tensor x, kiln_tensor h0, ki
 KILN_API kiln_tensor kiln_gru(kiln_module *m, kiln_tensor x, kiln_tensor h0, kiln_tensor *h_n);
 
 /* ---- losses (mean over the batch unless noted) ------------------------------------------- */
+/* PyTorch's reduction argument: the mean (0, the default of a zeroed options struct), the
+ * sum, or none (the per-element or per-sample losses, in the input's shape). BATCHMEAN is
+ * kl_div's: the sum divided by the first dim's size. The _ex form of each loss takes it; a
+ * value out of range gives KILN_ERR_INVALID_ARGUMENT. */
+typedef enum { KILN_REDUCTION_MEAN, KILN_REDUCTION_SUM, KILN_REDUCTION_NONE, KILN_REDUCTION_BATCHMEAN } kiln_reduction;
+
 typedef struct {
     double label_smoothing; /* 0: none */
     /* [C] or KILN_NONE. Does not consume class_weights: options are passed by value and
@@ -271,12 +303,22 @@ typedef struct {
      * default (a zeroed struct must not ignore class 0). */
     bool has_ignore_index;
     int64_t ignore_index;
+    /* MEAN (the weighted mean over the samples not ignored, as PyTorch), SUM, or NONE: [N]
+     * per-sample losses, 0 for ignored samples. */
+    kiln_reduction reduction;
 } kiln_cross_entropy_options;
 KILN_API kiln_cross_entropy_options kiln_cross_entropy_defaults(void);
-/* logits [N, C] (consumed), targets [N] i32/i64 class indices (consumed). */
+/* logits [N, C] (consumed), targets [N] i32/i64 class indices (consumed); as PyTorch, also
+ * logits [N, C, d1, ...] with targets [N, d1, ...] (a class per position; NONE gives
+ * [N, d1, ...]) and unbatched logits [C] with a 0-d target. */
 KILN_API kiln_tensor kiln_cross_entropy(kiln_tensor logits, kiln_tensor targets, kiln_cross_entropy_options o);
-/* log_probs [N, C], targets [N]: -mean(log_probs[i, target_i]). */
+/* log_probs [N, C], targets [N]: -mean(log_probs[i, target_i]); the other shapes as
+ * kiln_cross_entropy's. */
 KILN_API kiln_tensor kiln_nll_loss(kiln_tensor log_probs, kiln_tensor targets);
+/* torch's nll_loss(log_probs, targets, weight, ignore_index, reduction) with o's class_weights
+ * (not consumed), ignore_index and reduction, as kiln_cross_entropy uses them on log_softmax
+ * of its logits; o.label_smoothing must be 0 (nll_loss has none). */
+KILN_API kiln_tensor kiln_nll_loss_ex(kiln_tensor log_probs, kiln_tensor targets, kiln_cross_entropy_options o);
 KILN_API kiln_tensor kiln_mse_loss(kiln_tensor prediction, kiln_tensor target);
 KILN_API kiln_tensor kiln_bce_with_logits(kiln_tensor logits, kiln_tensor target);
 /* mean |prediction - target| (torch's l1_loss); same shapes, float. */
@@ -294,6 +336,22 @@ KILN_API kiln_tensor kiln_binary_cross_entropy(kiln_tensor probabilities, kiln_t
  * probabilities (log-probabilities with log_target); the mean of target * (log target -
  * input) over every element, 0 where target is 0. */
 KILN_API kiln_tensor kiln_kl_div(kiln_tensor input, kiln_tensor target, bool log_target);
+/* The losses above with PyTorch's reduction (NONE keeps the inputs' shape):
+ *
+ *   kiln_tensor per_elem = kiln_mse_loss_ex(pred, target, KILN_REDUCTION_NONE);  // pred's shape
+ *   kiln_tensor total = kiln_l1_loss_ex(pred2, target2, KILN_REDUCTION_SUM);      // 0-d
+ *
+ * BATCHMEAN only for kl_div (torch's recommended reduction for it). */
+KILN_API kiln_tensor kiln_mse_loss_ex(kiln_tensor prediction, kiln_tensor target, kiln_reduction reduction);
+KILN_API kiln_tensor kiln_l1_loss_ex(kiln_tensor prediction, kiln_tensor target, kiln_reduction reduction);
+KILN_API kiln_tensor kiln_smooth_l1_loss_ex(kiln_tensor prediction, kiln_tensor target, double beta,
+                                            kiln_reduction reduction);
+KILN_API kiln_tensor kiln_huber_loss_ex(kiln_tensor prediction, kiln_tensor target, double delta,
+                                        kiln_reduction reduction);
+KILN_API kiln_tensor kiln_bce_with_logits_ex(kiln_tensor logits, kiln_tensor target, kiln_reduction reduction);
+KILN_API kiln_tensor kiln_binary_cross_entropy_ex(kiln_tensor probabilities, kiln_tensor target,
+                                                  kiln_reduction reduction);
+KILN_API kiln_tensor kiln_kl_div_ex(kiln_tensor input, kiln_tensor target, bool log_target, kiln_reduction reduction);
 
 /* ---- initialisation (in place on an existing float tensor; the seed picks the values) ---- */
 typedef enum { KILN_INIT_KAIMING_UNIFORM, KILN_INIT_KAIMING_NORMAL, KILN_INIT_XAVIER_UNIFORM, KILN_INIT_XAVIER_NORMAL } kiln_init_kind;
@@ -350,7 +408,20 @@ KILN_API kiln_status kiln_init(kiln_tensor *t, kiln_init_kind kind, uint64_t see
     X(kiln_module *, gru_new, (kiln_rnn_options o, uint64_t seed), (o, seed)) \
     X(kiln_tensor, multihead_attention, (kiln_module *m, kiln_tensor query, kiln_tensor key, kiln_tensor value, kiln_tensor key_padding_mask, kiln_tensor attn_mask, kiln_tensor *weights), (m, query, key, value, key_padding_mask, attn_mask, weights)) \
     X(kiln_tensor, lstm, (kiln_module *m, kiln_tensor x, kiln_tensor h0, kiln_tensor c0, kiln_tensor *h_n, kiln_tensor *c_n), (m, x, h0, c0, h_n, c_n)) \
-    X(kiln_tensor, gru, (kiln_module *m, kiln_tensor x, kiln_tensor h0, kiln_tensor *h_n), (m, x, h0, h_n))
+    X(kiln_tensor, gru, (kiln_module *m, kiln_tensor x, kiln_tensor h0, kiln_tensor *h_n), (m, x, h0, h_n)) \
+    X(kiln_tensor, nll_loss_ex, (kiln_tensor log_probs, kiln_tensor targets, kiln_cross_entropy_options o), (log_probs, targets, o)) \
+    X(kiln_tensor, mse_loss_ex, (kiln_tensor prediction, kiln_tensor target, kiln_reduction reduction), (prediction, target, reduction)) \
+    X(kiln_tensor, l1_loss_ex, (kiln_tensor prediction, kiln_tensor target, kiln_reduction reduction), (prediction, target, reduction)) \
+    X(kiln_tensor, smooth_l1_loss_ex, (kiln_tensor prediction, kiln_tensor target, double beta, kiln_reduction reduction), (prediction, target, beta, reduction)) \
+    X(kiln_tensor, huber_loss_ex, (kiln_tensor prediction, kiln_tensor target, double delta, kiln_reduction reduction), (prediction, target, delta, reduction)) \
+    X(kiln_tensor, bce_with_logits_ex, (kiln_tensor logits, kiln_tensor target, kiln_reduction reduction), (logits, target, reduction)) \
+    X(kiln_tensor, binary_cross_entropy_ex, (kiln_tensor probabilities, kiln_tensor target, kiln_reduction reduction), (probabilities, target, reduction)) \
+    X(kiln_tensor, kl_div_ex, (kiln_tensor input, kiln_tensor target, bool log_target, kiln_reduction reduction), (input, target, log_target, reduction)) \
+    X(kiln_tensor, batch_norm, (kiln_tensor x, kiln_tensor *running_mean, kiln_tensor *running_var, kiln_tensor weight, kiln_tensor bias, bool training, double momentum, double eps), (x, running_mean, running_var, weight, bias, training, momentum, eps)) \
+    X(kiln_tensor, embedding, (kiln_tensor indices, kiln_tensor weight), (indices, weight)) \
+    X(kiln_tensor, group_norm, (kiln_tensor x, int64_t num_groups, kiln_tensor weight, kiln_tensor bias, double eps), (x, num_groups, weight, bias, eps)) \
+    X(kiln_tensor, rms_norm, (kiln_tensor x, kiln_shape normalized_shape, kiln_tensor weight, double eps), (x, normalized_shape, weight, eps)) \
+    X(kiln_module *, rms_norm_new, (int64_t normalized_size, double eps, bool affine), (normalized_size, eps, affine))
 KILN_NN_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -399,6 +470,19 @@ KILN_NN_API(KILN__AT_DECLARE)
 #define kiln_multihead_attention(...) KILN__AT(multihead_attention, __VA_ARGS__)
 #define kiln_lstm(...) KILN__AT(lstm, __VA_ARGS__)
 #define kiln_gru(...) KILN__AT(gru, __VA_ARGS__)
+#define kiln_nll_loss_ex(...) KILN__AT(nll_loss_ex, __VA_ARGS__)
+#define kiln_mse_loss_ex(...) KILN__AT(mse_loss_ex, __VA_ARGS__)
+#define kiln_l1_loss_ex(...) KILN__AT(l1_loss_ex, __VA_ARGS__)
+#define kiln_smooth_l1_loss_ex(...) KILN__AT(smooth_l1_loss_ex, __VA_ARGS__)
+#define kiln_huber_loss_ex(...) KILN__AT(huber_loss_ex, __VA_ARGS__)
+#define kiln_bce_with_logits_ex(...) KILN__AT(bce_with_logits_ex, __VA_ARGS__)
+#define kiln_binary_cross_entropy_ex(...) KILN__AT(binary_cross_entropy_ex, __VA_ARGS__)
+#define kiln_kl_div_ex(...) KILN__AT(kl_div_ex, __VA_ARGS__)
+#define kiln_batch_norm(...) KILN__AT(batch_norm, __VA_ARGS__)
+#define kiln_embedding(...) KILN__AT(embedding, __VA_ARGS__)
+#define kiln_group_norm(...) KILN__AT(group_norm, __VA_ARGS__)
+#define kiln_rms_norm(...) KILN__AT(rms_norm, __VA_ARGS__)
+#define kiln_rms_norm_new(...) KILN__AT(rms_norm_new, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

@@ -41,10 +41,33 @@ typedef struct {
 KILN_API kiln_adam_options kiln_adam_defaults(void);  /* lr 1e-3, betas 0.9/0.999, eps 1e-8, decay 0 */
 KILN_API kiln_adam_options kiln_adamw_defaults(void); /* the same with decoupled decay 0.01 */
 
+/* RMSprop as torch.optim.RMSprop (same defaults and update, step by step):
+ *   g += weight_decay * p;  square_avg = alpha * square_avg + (1 - alpha) * g * g
+ *   centered: grad_avg = lerp(grad_avg, g, 1 - alpha); avg = sqrt(square_avg - grad_avg^2) + eps
+ *   otherwise avg = sqrt(square_avg) + eps
+ *   momentum > 0: buf = momentum * buf + g / avg; p -= lr * buf     otherwise p -= lr * g / avg
+ * State (checkpoint names as PyTorch's): square_avg, momentum_buffer (momentum > 0),
+ * grad_avg (centered). Every option must be finite and >= 0 (alpha too). */
+typedef struct {
+    double lr, alpha, eps, weight_decay, momentum;
+    bool centered;
+} kiln_rmsprop_options;
+KILN_API kiln_rmsprop_options kiln_rmsprop_defaults(void); /* lr 0.01, alpha 0.99, eps 1e-8, rest 0 */
+
+/* Adagrad as torch.optim.Adagrad: with t the parameter's own update count,
+ *   g += weight_decay * p;  sum += g * g;  p -= lr / (1 + (t - 1) * lr_decay) * g / (sqrt(sum) + eps)
+ * where sum starts at initial_accumulator_value. State: sum. Options finite and >= 0. */
+typedef struct {
+    double lr, lr_decay, weight_decay, initial_accumulator_value, eps;
+} kiln_adagrad_options;
+KILN_API kiln_adagrad_options kiln_adagrad_defaults(void); /* lr 0.01, eps 1e-10, rest 0 */
+
 /* The optimizer keeps a pointer to the module's parameters: the module must outlive it.
  * NULL (with kiln_last_error) on bad options. */
 KILN_API kiln_optimizer *kiln_sgd_new(kiln_module *model, kiln_sgd_options o);
 KILN_API kiln_optimizer *kiln_adam_new(kiln_module *model, kiln_adam_options o);
+KILN_API kiln_optimizer *kiln_rmsprop_new(kiln_module *model, kiln_rmsprop_options o);
+KILN_API kiln_optimizer *kiln_adagrad_new(kiln_module *model, kiln_adagrad_options o);
 
 /* Parameter groups (PyTorch's param_groups), for parameters outside a kiln_module or for a
  * learning rate and weight decay per group (say, no decay on biases):
@@ -78,6 +101,8 @@ KILN_API kiln_param_group kiln_param_group_of(int n, const kiln_tensor *params);
 /* 1 to 1024 groups; NULL (with kiln_last_error) on bad options or parameters. */
 KILN_API kiln_optimizer *kiln_sgd_new_groups(int n_groups, const kiln_param_group *groups, kiln_sgd_options o);
 KILN_API kiln_optimizer *kiln_adam_new_groups(int n_groups, const kiln_param_group *groups, kiln_adam_options o);
+KILN_API kiln_optimizer *kiln_rmsprop_new_groups(int n_groups, const kiln_param_group *groups, kiln_rmsprop_options o);
+KILN_API kiln_optimizer *kiln_adagrad_new_groups(int n_groups, const kiln_param_group *groups, kiln_adagrad_options o);
 /* One update of every parameter that has a gradient in g (taken out of g). The step is a
  * read of the gradients: it waits until they are computed, and if any of them failed (a
  * target out of range, a poisoned input) it returns that error, naming the op that failed
@@ -132,6 +157,21 @@ KILN_API kiln_status kiln_checkpoint_load(const char *path, kiln_module *model, 
  * KILN_ERR_NULL, KILN_ERR_INVALID_ARGUMENT (a bad, empty or repeated name), a tensor's own
  * error, KILN_ERR_IO. */
 KILN_API kiln_status kiln_tensors_save(const char *path, int n, const char *const *names, const kiln_tensor *tensors);
+/* torch.save / torch.load of one tensor, in the same format: kiln_save_tensor writes t (not
+ * consumed; any layout, waited for) under the name "tensor", atomically (a failed save leaves
+ * any earlier file at path as it was). kiln_load_tensor reads the tensor called name, or with
+ * name NULL the file's only tensor (a file of any safetensors writer), into a new dense tensor
+ * on dev. The whole file is checked first: a damaged, truncated or hostile file gives a
+ * poisoned tensor (KILN_ERR_IO cannot read, KILN_ERR_CORRUPT malformed or damaged,
+ * KILN_ERR_UNSUPPORTED a dtype kiln lacks or over 8 dims, KILN_ERR_INVALID_ARGUMENT no such
+ * name or several tensors and no name), naming the call and its file:line.
+ *
+ *   kiln_save_tensor("w.safetensors", w);
+ *   kiln_tensor w2 = kiln_load_tensor("w.safetensors", NULL, KILN_CPU);
+ */
+#define KILN_SAVED_TENSOR_NAME "tensor"
+KILN_API kiln_status kiln_save_tensor(const char *path, kiln_tensor t);
+KILN_API kiln_tensor kiln_load_tensor(const char *path, const char *name, kiln_device dev);
 
 /* ---- call sites ------------------------------------------------------------------------- */
 /* The calls that record the caller's file:line, as in core.h's list. */
@@ -144,7 +184,11 @@ KILN_API kiln_status kiln_tensors_save(const char *path, int n, const char *cons
     X(kiln_status, clip_grad_norm, (kiln_optimizer *opt, kiln_grads *g, double max_norm, kiln_tensor *total_norm), (opt, g, max_norm, total_norm)) \
     X(kiln_status, checkpoint_save, (const char *path, kiln_module *model, kiln_optimizer *opt), (path, model, opt)) \
     X(kiln_status, checkpoint_load, (const char *path, kiln_module *model, kiln_optimizer *opt), (path, model, opt)) \
-    X(kiln_status, tensors_save, (const char *path, int n, const char *const *names, const kiln_tensor *tensors), (path, n, names, tensors))
+    X(kiln_status, tensors_save, (const char *path, int n, const char *const *names, const kiln_tensor *tensors), (path, n, names, tensors)) \
+    X(kiln_optimizer *, rmsprop_new_groups, (int n_groups, const kiln_param_group *groups, kiln_rmsprop_options o), (n_groups, groups, o)) \
+    X(kiln_optimizer *, adagrad_new_groups, (int n_groups, const kiln_param_group *groups, kiln_adagrad_options o), (n_groups, groups, o)) \
+    X(kiln_status, save_tensor, (const char *path, kiln_tensor t), (path, t)) \
+    X(kiln_tensor, load_tensor, (const char *path, const char *name, kiln_device dev), (path, name, dev))
 KILN_OPTIM_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -158,6 +202,10 @@ KILN_OPTIM_API(KILN__AT_DECLARE)
 #define kiln_checkpoint_save(...) KILN__AT(checkpoint_save, __VA_ARGS__)
 #define kiln_checkpoint_load(...) KILN__AT(checkpoint_load, __VA_ARGS__)
 #define kiln_tensors_save(...) KILN__AT(tensors_save, __VA_ARGS__)
+#define kiln_rmsprop_new_groups(...) KILN__AT(rmsprop_new_groups, __VA_ARGS__)
+#define kiln_adagrad_new_groups(...) KILN__AT(adagrad_new_groups, __VA_ARGS__)
+#define kiln_save_tensor(...) KILN__AT(save_tensor, __VA_ARGS__)
+#define kiln_load_tensor(...) KILN__AT(load_tensor, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

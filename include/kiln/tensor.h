@@ -613,6 +613,93 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_into_scalar_f64(...) KILN__AT(into_scalar_f64, __VA_ARGS__)
 #endif
 
+/* ---- creation from a tensor, copies, grids, windows, products (PyTorch's names) ----------- */
+/* torch.empty: a dense tensor whose contents are unspecified (not zeroed: write it before
+ * reading it). Checked as kiln_zeros is. */
+KILN_API kiln_tensor kiln_empty(kiln_device dev, kiln_dtype dtype, kiln_shape shape);
+/* torch.*_like: a new tensor of t's shape, dtype and device (t consumed: pass kiln_ref(t) to
+ * keep it; only its metadata is used, and its error if poisoned). The result never tracks a
+ * gradient. rand_like and randn_like need a float t (see kiln_rand). */
+KILN_API kiln_tensor kiln_empty_like(kiln_tensor t);
+KILN_API kiln_tensor kiln_zeros_like(kiln_tensor t);
+KILN_API kiln_tensor kiln_ones_like(kiln_tensor t);
+KILN_API kiln_tensor kiln_full_like(kiln_tensor t, double value);
+KILN_API kiln_tensor kiln_rand_like(kiln_tensor t, uint64_t seed);
+KILN_API kiln_tensor kiln_randn_like(kiln_tensor t, uint64_t seed);
+/* torch.clone: a dense copy in its own storage (t consumed), so later in-place updates of t's
+ * storage (an optimizer step on a parameter) do not show in it. Differentiable (identity). */
+KILN_API kiln_tensor kiln_clone(kiln_tensor t);
+/* torch.meshgrid of n 1-d (or 0-d, as size 1) tensors of one dtype and device, all consumed:
+ * writes n tensors of shape [s0, s1, ...] (IJ) or [s1, s0, s2, ...] (XY: the first two
+ * swapped, as numpy) to out, where out[i] repeats input i along the other dims (expanded
+ * views). Returns n; on error every out[i] (i < min(n, cap)) is poisoned with it and that
+ * count is returned (0 when out is NULL or cap < 1). Differentiable. */
+typedef enum { KILN_MESHGRID_IJ, KILN_MESHGRID_XY } kiln_meshgrid_indexing;
+KILN_API int kiln_meshgrid(const kiln_tensor *ts, int n, kiln_meshgrid_indexing indexing, kiln_tensor *out, int cap);
+/* torch.Tensor.unfold: every window of `size` elements along dim, `step` apart: dim becomes
+ * the (size(dim) - size) / step + 1 windows and a last dim of `size` is added. A copy (not a
+ * view as in PyTorch, since windows may overlap); differentiable (overlaps add up). size
+ * from 0 to size(dim), step >= 1. */
+KILN_API kiln_tensor kiln_unfold(kiln_tensor t, int dim, int64_t size, int64_t step);
+/* torch.dot (1-d a, b of one length -> 0-d), torch.outer (1-d [n], [m] -> [n, m]), torch.bmm
+ * (3-d [B, n, k] @ [B, k, m], B equal: no broadcasting) and torch.addmm:
+ * beta * input + alpha * (m1 @ m2) for 2-d m1 [n, k], m2 [k, m] and input broadcastable to
+ * [n, m] (beta 0 ignores input's values, NaN included, as PyTorch). All consume their tensors
+ * and are differentiable. */
+KILN_API kiln_tensor kiln_dot(kiln_tensor a, kiln_tensor b);
+KILN_API kiln_tensor kiln_outer(kiln_tensor a, kiln_tensor b);
+KILN_API kiln_tensor kiln_bmm(kiln_tensor a, kiln_tensor b);
+KILN_API kiln_tensor kiln_addmm(kiln_tensor input, kiln_tensor m1, kiln_tensor m2, double beta, double alpha);
+/* torch.einsum on n tensors (consumed) of one dtype and device, subscripts a-z and A-Z:
+ *
+ *   kiln_tensor ab[2] = {kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(8, 4, 5), 1),
+ *                        kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(8, 5, 6), 2)};
+ *   kiln_tensor c = kiln_einsum("bij,bjk->bik", 2, ab);       // batched matmul [8, 4, 6]
+ *
+ * Permutations ("ij->ji"), sums ("ij->"), traces and diagonals ("ii->", "ii->i"), outer
+ * products ("i,j->ij"), contractions, batched products and ellipses ("...ij,...jk->...ik":
+ * the ellipsis dims broadcast, right-aligned, as PyTorch's; an output without "..." sums
+ * them); without "->" the output is the ellipsis dims, then the letters seen once in ASCII
+ * order (as PyTorch). Operands are contracted left to right, each pair as one batched matmul
+ * between permutes and reshapes. A letter's sizes must agree (only ellipsis dims broadcast):
+ * a bad equation gives KILN_ERR_INVALID_ARGUMENT (KILN_ERR_SHAPE for sizes) naming the
+ * problem; an intermediate of more than 8 dims, KILN_ERR_UNSUPPORTED. Differentiable. */
+KILN_API kiln_tensor kiln_einsum(const char *equation, int n, const kiln_tensor *ts);
+#define KILN_TENSOR_MORE_API(X) \
+    X(kiln_tensor, empty, (kiln_device dev, kiln_dtype dtype, kiln_shape shape), (dev, dtype, shape)) \
+    X(kiln_tensor, empty_like, (kiln_tensor t), (t)) \
+    X(kiln_tensor, zeros_like, (kiln_tensor t), (t)) \
+    X(kiln_tensor, ones_like, (kiln_tensor t), (t)) \
+    X(kiln_tensor, full_like, (kiln_tensor t, double value), (t, value)) \
+    X(kiln_tensor, rand_like, (kiln_tensor t, uint64_t seed), (t, seed)) \
+    X(kiln_tensor, randn_like, (kiln_tensor t, uint64_t seed), (t, seed)) \
+    X(kiln_tensor, clone, (kiln_tensor t), (t)) \
+    X(int, meshgrid, (const kiln_tensor *ts, int n, kiln_meshgrid_indexing indexing, kiln_tensor *out, int cap), (ts, n, indexing, out, cap)) \
+    X(kiln_tensor, unfold, (kiln_tensor t, int dim, int64_t size, int64_t step), (t, dim, size, step)) \
+    X(kiln_tensor, dot, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, outer, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, bmm, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, addmm, (kiln_tensor input, kiln_tensor m1, kiln_tensor m2, double beta, double alpha), (input, m1, m2, beta, alpha)) \
+    X(kiln_tensor, einsum, (const char *equation, int n, const kiln_tensor *ts), (equation, n, ts))
+KILN_TENSOR_MORE_API(KILN__AT_DECLARE)
+#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
+#define kiln_empty(...) KILN__AT(empty, __VA_ARGS__)
+#define kiln_empty_like(...) KILN__AT(empty_like, __VA_ARGS__)
+#define kiln_zeros_like(...) KILN__AT(zeros_like, __VA_ARGS__)
+#define kiln_ones_like(...) KILN__AT(ones_like, __VA_ARGS__)
+#define kiln_full_like(...) KILN__AT(full_like, __VA_ARGS__)
+#define kiln_rand_like(...) KILN__AT(rand_like, __VA_ARGS__)
+#define kiln_randn_like(...) KILN__AT(randn_like, __VA_ARGS__)
+#define kiln_clone(...) KILN__AT(clone, __VA_ARGS__)
+#define kiln_meshgrid(...) KILN__AT(meshgrid, __VA_ARGS__)
+#define kiln_unfold(...) KILN__AT(unfold, __VA_ARGS__)
+#define kiln_dot(...) KILN__AT(dot, __VA_ARGS__)
+#define kiln_outer(...) KILN__AT(outer, __VA_ARGS__)
+#define kiln_bmm(...) KILN__AT(bmm, __VA_ARGS__)
+#define kiln_addmm(...) KILN__AT(addmm, __VA_ARGS__)
+#define kiln_einsum(...) KILN__AT(einsum, __VA_ARGS__)
+#endif
+
 #ifdef __cplusplus
 }
 #endif

@@ -86,7 +86,16 @@
     X(BROADCAST)      /* in[0] dense, out[0] dense same shape; root p.i[0] */                   \
     X(ALL_GATHER)     /* in[0] dense, out[0] dense [world, in's shape] */                       \
     X(BARRIER)        /* out[0] the order token only */                                         \
-    X(NOOP)
+    X(NOOP)                                                                                     \
+    /* RMSprop and Adagrad (src/backend/cpu/optim_adaptive.c), in place like ADAM_UPDATE.       \
+     * pi[0] flags: 1 first step (state read as 0, Adagrad's sum as p.f[3]), 8 centered.       */ \
+    X(RMSPROP_GRAD_AVG) /* out[0] grad_avg = lerp(grad_avg, g + wd * p, 1 - alpha); in[0] grad, \
+                           in[1] param; p.f = alpha, weight_decay */                            \
+    X(RMSPROP_UPDATE) /* out[0] param, out[1] square_avg, out[2] momentum buffer when n_out == 3; \
+                         in[0] grad, in[1] grad_avg when centered; p.f = lr, alpha, eps,         \
+                         weight_decay; pi[1] momentum (bits) */                                  \
+    X(ADAGRAD_UPDATE) /* out[0] param, out[1] sum, in[0] grad; p.f = lr / (1 + (t-1) lr_decay), \
+                         eps, weight_decay, initial_accumulator_value */
 
 typedef enum {
 #define KILN__OPCODE_ENUM(name) KILN__OP_##name,

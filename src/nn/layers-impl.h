@@ -23,6 +23,26 @@ kiln_tensor kiln__nn_fail(const char *op, int n, const kiln_tensor *inputs, kiln
 bool kiln__nn_expect_input(kiln_tensor *x, int ndim, const int64_t *want, bool leading, const char *op,
                            const char *desc_fmt, ...) __attribute__((format(printf, 6, 7)));
 
+/* Whether r is a reduction (BATCHMEAN only when batchmean_ok), and x (consumed) reduced by
+ * it: the mean, the sum, x itself (NONE), or the sum over x's first dim's size (BATCHMEAN). */
+bool kiln__nn_check_reduction(kiln_reduction r, bool batchmean_ok);
+kiln_tensor kiln__nn_reduce(kiln_tensor x, kiln_reduction r);
+
+/* x - mean and the biased variance mean((x - mean)^2) over dims (kept), for the norms (norm.c):
+ * consumes x, keeps mean. Centring first means backward saves only x - mean. */
+kiln_tensor kiln__nn_centre(kiln_tensor x, kiln_tensor mean, kiln_dims dims, kiln_tensor *var);
+/* Whether h is a float tensor of shape [size], or (when optional) KILN_NONE; false with st and
+ * a message naming `what` otherwise (h is borrowed). */
+bool kiln__nn_check_channel_vec(kiln_tensor h, const char *what, int64_t size, bool optional, kiln_status *st, char *msg,
+                                size_t cap);
+/* A norm's inputs: x, then weight and bias unless KILN_NONE, listed in in[0..*n) (for
+ * kiln__nn_fail). x's tensor (borrowed) when usable and float; otherwise NULL with every input
+ * consumed into *fail, a tensor poisoned for op. */
+const kiln__tensor *kiln__nn_norm_input(const char *op, kiln_tensor x, kiln_tensor weight, kiln_tensor bias, kiln_tensor *in,
+                                        int *n, kiln_tensor *fail);
+/* Whether eps is unusable as a norm's epsilon (negative, NaN or infinite). */
+bool kiln__nn_bad_eps(double eps);
+
 /* Reports a bad constructor argument (KILN_ERR_INVALID_ARGUMENT) and returns NULL. */
 kiln_module *kiln__nn_bad_arg(const char *op, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

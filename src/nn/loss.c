@@ -1,5 +1,7 @@
-/* Losses, composed from differentiable ops and reduced to a 0-d mean (PyTorch's
- * reduction='mean', with its weighted-mean rule for class weights). */
+/* Classification losses, composed from differentiable ops: cross-entropy on logits and NLL on
+ * log-probabilities, with class weights, label smoothing (cross-entropy), ignore_index and
+ * PyTorch's reduction (the mean follows its weighted-mean rule for class weights). The
+ * elementwise losses are in loss_pair.c. */
 #include <math.h>
 #include <stdio.h>
 
@@ -8,7 +10,18 @@
 #include "nn/layers-impl.h"
 
 kiln_cross_entropy_options kiln_cross_entropy_defaults(void) {
-    return (kiln_cross_entropy_options){.label_smoothing = 0.0, .class_weights = KILN_NONE};
+    return (kiln_cross_entropy_options){
+        .label_smoothing = 0.0, .class_weights = KILN_NONE, .reduction = KILN_REDUCTION_MEAN};
+}
+
+/* scores [N, C, d1, ...] and targets [N, d1, ...] (PyTorch's K-dimensional form), or scores
+ * [C] and a 0-d target (unbatched); C >= 1. */
+static bool class_shapes(const kiln__tensor *s, const kiln__tensor *y) {
+    int c_dim = s->ndim == 1 ? 0 : 1;
+    if (s->ndim < 1 || y->ndim != s->ndim - 1 || s->shape[c_dim] < 1) return false;
+    for (int d = 0; d < y->ndim; d++)
+        if (y->shape[d] != s->shape[d < 1 ? d : d + 1]) return false;
+    return true;
 }
 
 /* Checks scores [N, C] (float) against targets [N] (i32/i64). Returns false with the status
@@ -27,10 +40,10 @@ static bool check_classification(const kiln__tensor *s, const kiln__tensor *y, c
     } else if (y->dtype != KILN_I32 && y->dtype != KILN_I64) {
         *st = KILN_ERR_DTYPE;
         snprintf(msg, size, "targets must be i32 or i64 class indices, got %s", kiln_dtype_name(y->dtype));
-    } else if (s->ndim != 2 || y->ndim != 1 || y->shape[0] != s->shape[0] || s->shape[1] < 1) {
+    } else if (!class_shapes(s, y)) {
         *st = KILN_ERR_SHAPE;
-        snprintf(msg, size, "expects %s [N, C] with C >= 1 and targets [N], got %s and %s", what,
-                 kiln__nn_shape_str(a, sizeof a, s), kiln__nn_shape_str(b, sizeof b, y));
+        snprintf(msg, size, "expects %s [N, C, d1, ...] (or [C]) with C >= 1 and targets [N, d1, ...] (or []), got %s and %s",
+                 what, kiln__nn_shape_str(a, sizeof a, s), kiln__nn_shape_str(b, sizeof b, y));
     } else {
         return true;
     }
@@ -43,9 +56,9 @@ static kiln_tensor pick(kiln_tensor scores, kiln_tensor targets) {
 }
 
 /* The class weights' problem, if any (they are borrowed, not consumed). */
-static bool check_weights(kiln_tensor w, int64_t classes, kiln_status *st, char *msg, size_t size) {
+static bool check_weights(const char *op, kiln_tensor w, int64_t classes, kiln_status *st, char *msg, size_t size) {
     kiln__error *err = NULL;
-    const kiln__tensor *t = kiln__handle_peek(w, "kiln_cross_entropy", &err);
+    const kiln__tensor *t = kiln__handle_peek(w, op, &err);
     char a[128];
     if (!t) {
         *st = err->status;
@@ -71,17 +84,16 @@ static bool check_weights(kiln_tensor w, int64_t classes, kiln_status *st, char 
  * weight v_i = keep_i * w[y_i] (w = 1 without weights), and ignored targets read as class 0
  * so the gather stays in range:
  *   loss = -[(1 - e) sum_i v_i lp[i, y_i] + e/C sum_i keep_i sum_c w[c] lp[i, c]] / sum_i v_i */
-static kiln_tensor cross_entropy_ignoring(kiln_tensor logits, kiln_tensor targets, kiln_cross_entropy_options o,
+static kiln_tensor cross_entropy_ignoring(kiln_tensor lp, kiln_tensor targets, kiln_cross_entropy_options o,
                                           bool weighted, kiln_device dev, kiln_dtype ydt, int64_t n) {
-    kiln_dtype dt = kiln_tensor_dtype(logits);
-    int64_t classes = kiln_tensor_dim(logits, 1);
+    kiln_dtype dt = kiln_tensor_dtype(lp);
+    int64_t classes = kiln_tensor_dim(lp, 1);
     double e = o.label_smoothing;
     kiln_tensor keep = kiln_ne(kiln_ref(targets), kiln_full(dev, ydt, KILN_SHAPE(n), (double)o.ignore_index));
     kiln_tensor safe = kiln_where(kiln_ref(keep), targets, kiln_zeros(dev, ydt, KILN_SHAPE(n)));
     kiln_tensor keep_f = kiln_cast(keep, dt);
     kiln_tensor w = weighted ? kiln_cast(kiln_detach(kiln_ref(o.class_weights)), dt) : KILN_NONE;
     kiln_tensor v = weighted ? kiln_mul(kiln_index_select(kiln_ref(w), 0, kiln_ref(safe)), kiln_ref(keep_f)) : kiln_ref(keep_f);
-    kiln_tensor lp = kiln_log_softmax(logits, 1);
     kiln_tensor num = kiln_sum(kiln_mul(pick(kiln_ref(lp), safe), kiln_ref(v)));
     if (e != 0) {
         kiln_tensor per_row = weighted ? kiln_sum_dims(kiln_mul(lp, w), KILN_DIMS(1), false) : kiln_sum_dims(lp, KILN_DIMS(1), false);
@@ -95,27 +107,80 @@ static kiln_tensor cross_entropy_ignoring(kiln_tensor logits, kiln_tensor target
     return kiln_neg(kiln_div(num, kiln_sum(v)));
 }
 
+/* The per-sample losses [N] (SUM and NONE): with keep_i = (y_i != ignore_index) and ignored
+ * targets read as class 0 so the gather stays in range,
+ *   L_i = -[(1 - e) w[y_i] lp[i, y_i] + e/C sum_c w[c] lp[i, c]]  where keep_i, else 0. */
+static kiln_tensor per_sample(kiln_tensor lp, kiln_tensor targets, kiln_cross_entropy_options o, bool weighted,
+                              kiln_device dev, kiln_dtype ydt, int64_t n) {
+    kiln_dtype dt = kiln_tensor_dtype(lp);
+    int64_t classes = kiln_tensor_dim(lp, 1);
+    double e = o.label_smoothing;
+    kiln_tensor keep = KILN_NONE;
+    if (o.has_ignore_index) {
+        keep = kiln_ne(kiln_ref(targets), kiln_full(dev, ydt, KILN_SHAPE(n), (double)o.ignore_index));
+        targets = kiln_where(kiln_ref(keep), targets, kiln_zeros(dev, ydt, KILN_SHAPE(n)));
+    }
+    kiln_tensor w = weighted ? kiln_cast(kiln_detach(kiln_ref(o.class_weights)), dt) : KILN_NONE;
+    kiln_tensor wy = weighted ? kiln_index_select(kiln_ref(w), 0, kiln_ref(targets)) : KILN_NONE;
+    kiln_tensor loss = pick(kiln_ref(lp), targets);
+    if (weighted) loss = kiln_mul(loss, wy);
+    if (e != 0) {
+        kiln_tensor row = kiln_sum_dims(weighted ? kiln_mul(lp, w) : lp, KILN_DIMS(1), false);
+        loss = kiln_add(kiln_mul_scalar(loss, 1.0 - e), kiln_mul_scalar(row, e / (double)classes));
+    } else {
+        kiln_release(lp);
+        kiln_release(w);
+    }
+    loss = kiln_neg(loss);
+    /* a select, not a product: an ignored row of -inf log-probabilities still gives 0 */
+    if (o.has_ignore_index) loss = kiln_where(keep, loss, kiln_zeros(dev, dt, KILN_SHAPE(n)));
+    return loss;
+}
+
 /* With log-probabilities lp, weights w and smoothing e over C classes, torch defines
  *   loss = [(1 - e) sum_i w[y_i] (-lp[i, y_i]) + e/C sum_i sum_c w[c] (-lp[i, c])] / sum_i w[y_i]
- * (w = 1 without weights, so the denominator is N). */
-static kiln_tensor cross_entropy(kiln_tensor logits, kiln_tensor targets, kiln_cross_entropy_options o) {
-    const char *op = "kiln_cross_entropy";
-    const kiln__tensor *s = kiln__nn_peek(logits), *y = kiln__nn_peek(targets);
-    kiln_tensor in[2] = {logits, targets};
+ * (w = 1 without weights, so the denominator is N). scores are logits, or log-probabilities
+ * when !from_logits (NLL). */
+static kiln_tensor classify(const char *op, kiln_tensor scores, kiln_tensor targets, kiln_cross_entropy_options o,
+                            bool from_logits) {
+    const kiln__tensor *s = kiln__nn_peek(scores), *y = kiln__nn_peek(targets);
+    kiln_tensor in[2] = {scores, targets};
     kiln_status st;
     char msg[512];
-    if (!check_classification(s, y, "logits", &st, msg, sizeof msg)) return kiln__nn_fail(op, 2, in, st, "%s", msg);
+    if (!check_classification(s, y, from_logits ? "logits" : "log_probs", &st, msg, sizeof msg))
+        return kiln__nn_fail(op, 2, in, st, "%s", msg);
     double e = o.label_smoothing;
     if (!(e >= 0 && e <= 1))
         return kiln__nn_fail(op, 2, in, KILN_ERR_INVALID_ARGUMENT, "label_smoothing %g must lie in [0, 1]", e);
+    if (!from_logits && e != 0)
+        return kiln__nn_fail(op, 2, in, KILN_ERR_INVALID_ARGUMENT, "label_smoothing %g: nll_loss has none", e);
+    if (!kiln__nn_check_reduction(o.reduction, false))
+        return kiln__nn_fail(op, 2, in, KILN_ERR_INVALID_ARGUMENT, "reduction %d is not mean, sum or none", (int)o.reduction);
+    if (s->ndim != 2) { /* [N, C, d...] -> [N * d..., C] (the classes last), or [C] -> [1, C] */
+        kiln_shape ys = {y->ndim, {0}};
+        for (int d = 0; d < y->ndim; d++) ys.dims[d] = y->shape[d];
+        int64_t classes = s->shape[s->ndim == 1 ? 0 : 1], rows = kiln__tensor_numel(y);
+        kiln_dims order = {s->ndim, {0}};
+        for (int d = 0, k = 0; d < s->ndim; d++)
+            if (d != 1) order.d[k++] = d;
+        order.d[s->ndim - 1] = 1;
+        kiln_tensor s2 = kiln_reshape(s->ndim == 1 ? scores : kiln_permute(scores, order), KILN_SHAPE(rows, classes));
+        kiln_tensor l = classify(op, s2, kiln_reshape(targets, KILN_SHAPE(rows)), o, from_logits);
+        return o.reduction == KILN_REDUCTION_NONE ? kiln_reshape(l, ys) : l;
+    }
     int64_t classes = s->shape[1];
     bool weighted = o.class_weights.id != KILN_NONE.id;
-    if (weighted && !check_weights(o.class_weights, classes, &st, msg, sizeof msg))
+    if (weighted && !check_weights(op, o.class_weights, classes, &st, msg, sizeof msg))
         return kiln__nn_fail(op, 2, in, st, "%s", msg);
 
     kiln_dtype dt = s->dtype;
-    if (o.has_ignore_index) return cross_entropy_ignoring(logits, targets, o, weighted, s->device, y->dtype, y->shape[0]);
-    kiln_tensor lp = kiln_log_softmax(logits, 1);
+    kiln_device dev = s->device;
+    kiln_dtype ydt = y->dtype;
+    int64_t n = y->shape[0];
+    kiln_tensor lp = from_logits ? kiln_log_softmax(scores, 1) : scores;
+    if (o.reduction != KILN_REDUCTION_MEAN)
+        return kiln__nn_reduce(per_sample(lp, targets, o, weighted, dev, ydt, n), o.reduction);
+    if (o.has_ignore_index) return cross_entropy_ignoring(lp, targets, o, weighted, dev, ydt, n);
     if (!weighted) {
         kiln_tensor nll = kiln_mean(pick(kiln_ref(lp), targets)); /* -nll, until the final negation */
         if (e == 0) {
@@ -126,7 +191,7 @@ static kiln_tensor cross_entropy(kiln_tensor logits, kiln_tensor targets, kiln_c
         kiln_tensor smooth = kiln_mul_scalar(kiln_mean(lp), e);
         return kiln_neg(kiln_add(kiln_mul_scalar(nll, 1.0 - e), smooth));
     }
-    /* weights are constants of the loss, in the logits' dtype */
+    /* weights are constants of the loss, in the scores' dtype */
     kiln_tensor w = kiln_cast(kiln_detach(kiln_ref(o.class_weights)), dt);
     kiln_tensor wy = kiln_index_select(kiln_ref(w), 0, kiln_ref(targets));
     kiln_tensor num = kiln_sum(kiln_mul(pick(kiln_ref(lp), targets), kiln_ref(wy)));
@@ -140,167 +205,25 @@ static kiln_tensor cross_entropy(kiln_tensor logits, kiln_tensor targets, kiln_c
     return kiln_neg(kiln_div(num, kiln_sum(wy)));
 }
 
-static kiln_tensor nll_loss(kiln_tensor log_probs, kiln_tensor targets) {
-    const kiln__tensor *s = kiln__nn_peek(log_probs), *y = kiln__nn_peek(targets);
-    kiln_status st;
-    char msg[512];
-    if (!check_classification(s, y, "log_probs", &st, msg, sizeof msg))
-        return kiln__nn_fail("kiln_nll_loss", 2, (kiln_tensor[]){log_probs, targets}, st, "%s", msg);
-    return kiln_neg(kiln_mean(pick(log_probs, targets)));
-}
-
-/* prediction and target: float tensors of one shape. Broadcasting is refused on purpose:
- * [N, 1] against [N] silently averaging an N x N matrix is a classic bug. */
-static bool check_pair(const char *op, kiln_tensor a, kiln_tensor b, kiln_tensor *fail) {
-    const kiln__tensor *x = kiln__nn_peek(a), *y = kiln__nn_peek(b);
-    kiln_tensor in[2] = {a, b};
-    char sa[128], sb[128];
-    if (!x || !y) {
-        *fail = kiln__nn_fail(op, 2, in, KILN_ERR_INVALID_ARGUMENT, "unusable input");
-    } else if (!kiln__dtype_is_float(x->dtype) || !kiln__dtype_is_float(y->dtype)) {
-        *fail = kiln__nn_fail(op, 2, in, KILN_ERR_DTYPE, "needs floating-point inputs, got %s and %s",
-                              kiln_dtype_name(x->dtype), kiln_dtype_name(y->dtype));
-    } else {
-        bool same = x->ndim == y->ndim;
-        for (int d = 0; same && d < x->ndim; d++) same = x->shape[d] == y->shape[d];
-        if (same) return true;
-        *fail = kiln__nn_fail(op, 2, in, KILN_ERR_SHAPE, "input and target must have the same shape, got %s and %s",
-                              kiln__nn_shape_str(sa, sizeof sa, x), kiln__nn_shape_str(sb, sizeof sb, y));
-    }
-    return false;
-}
-
-static kiln_tensor mse_loss(kiln_tensor prediction, kiln_tensor target) {
-    kiln_tensor fail;
-    if (!check_pair("kiln_mse_loss", prediction, target, &fail)) return fail;
-    kiln_tensor d = kiln_sub(prediction, target);
-    return kiln_mean(kiln_mul(kiln_ref(d), d));
-}
-
-static kiln_tensor l1_loss(kiln_tensor prediction, kiln_tensor target) {
-    kiln_tensor fail;
-    if (!check_pair("kiln_l1_loss", prediction, target, &fail)) return fail;
-    return kiln_mean(kiln_abs(kiln_sub(prediction, target)));
-}
-
-/* With a = |p - t| and m = min(a, k): 0.5 m^2 * scale2 + (a - m) * scale1 is PyTorch's
- * piecewise loss without a select: smooth L1 (k = beta, scale2 = 1/beta, scale1 = 1) and
- * Huber (k = delta, scale2 = 1, scale1 = delta); its derivative is m * scale2 below k and
- * scale1 above, as torch's. */
-static kiln_tensor piecewise(kiln_tensor prediction, kiln_tensor target, double k, double scale2, double scale1) {
-    kiln_tensor a = kiln_abs(kiln_sub(prediction, target));
-    kiln_tensor m = kiln_clamp(kiln_ref(a), NAN, k);
-    kiln_tensor quad = kiln_mul_scalar(kiln_mul(kiln_ref(m), kiln_ref(m)), 0.5 * scale2);
-    kiln_tensor lin = kiln_mul_scalar(kiln_sub(a, m), scale1);
-    return kiln_mean(kiln_add(quad, lin));
-}
-
-static kiln_tensor smooth_l1(const char *op, kiln_tensor prediction, kiln_tensor target, double k, bool huber) {
-    kiln_tensor fail;
-    if (!check_pair(op, prediction, target, &fail)) return fail;
-    if (!(k >= 0 && isfinite(k)) || (huber && k == 0))
-        return kiln__nn_fail(op, 2, (kiln_tensor[]){prediction, target}, KILN_ERR_INVALID_ARGUMENT,
-                             "%s %g must be finite and %s", huber ? "delta" : "beta", k, huber ? "> 0" : ">= 0");
-    if (k == 0) return kiln_mean(kiln_abs(kiln_sub(prediction, target))); /* torch: beta 0 is L1 */
-    return huber ? piecewise(prediction, target, k, 1.0, k) : piecewise(prediction, target, k, 1.0 / k, 1.0);
-}
-
-/* torch's binary_cross_entropy: each log clamped at -100, so p = 0 or 1 gives a finite loss. */
-static kiln_tensor binary_cross_entropy(kiln_tensor p, kiln_tensor t) {
-    kiln_tensor fail;
-    if (!check_pair("kiln_binary_cross_entropy", p, t, &fail)) return fail;
-    kiln_tensor log_p = kiln_clamp(kiln_log(kiln_ref(p)), -100.0, NAN);
-    kiln_tensor log_q = kiln_clamp(kiln_log(kiln_rsub_scalar(p, 1.0)), -100.0, NAN);
-    kiln_tensor a = kiln_mul(kiln_ref(t), log_p);
-    kiln_tensor b = kiln_mul(kiln_rsub_scalar(t, 1.0), log_q);
-    return kiln_neg(kiln_mean(kiln_add(a, b)));
-}
-
-/* torch's kl_div(input, target, reduction='mean'), input being log-probabilities: the mean of
- * target (log target - input), 0 where target is 0 (xlogy); log_target: exp(t) (t - input). */
-static kiln_tensor kl_div(kiln_tensor input, kiln_tensor target, bool log_target) {
-    kiln_tensor fail;
-    if (!check_pair("kiln_kl_div", input, target, &fail)) return fail;
-    if (log_target) {
-        kiln_tensor weight = kiln_exp(kiln_ref(target)); /* before target is consumed below */
-        return kiln_mean(kiln_mul(weight, kiln_sub(target, input)));
-    }
-    kiln_dtype dt = kiln_tensor_dtype(target);
-    kiln_shape shape = kiln_tensor_shape(target);
-    kiln_device dev = kiln_tensor_device(target);
-    kiln_tensor positive = kiln_gt(kiln_ref(target), kiln_zeros(dev, dt, shape));
-    /* log of a clamped target: the unselected branch stays finite, so its zero gradient too */
-    kiln_tensor log_t = kiln_log(kiln_clamp(kiln_ref(target), 1e-300, NAN));
-    kiln_tensor terms = kiln_mul(target, kiln_sub(log_t, input));
-    return kiln_mean(kiln_where(positive, terms, kiln_zeros(dev, dt, shape)));
-}
-
-/* max(x, 0) - x y + log1p(exp(-|x|)) = softplus(x) - x y, and the softplus kernel computes
- * exactly that stable form; its derivative sigmoid(x) keeps the gradient sigmoid(x) - y exact
- * at x = 0, where the max/abs composition would give a one-sided answer. */
-static kiln_tensor bce_with_logits(kiln_tensor logits, kiln_tensor target) {
-    kiln_tensor fail;
-    if (!check_pair("kiln_bce_with_logits", logits, target, &fail)) return fail;
-    kiln_tensor sp = kiln_softplus(kiln_ref(logits));
-    kiln_tensor xy = kiln_mul(logits, target);
-    return kiln_mean(kiln_sub(sp, xy));
-}
-
 /* ---- public wrappers: the ops a loss is built from report errors under the loss's name (a
  * target out of range is found by a gather inside, but the caller called the loss) ---------- */
 
-kiln_tensor kiln_cross_entropy(kiln_tensor logits, kiln_tensor targets, kiln_cross_entropy_options o) {
-    const char *outer = kiln__op_scope_enter("kiln_cross_entropy");
-    kiln_tensor loss = cross_entropy(logits, targets, o);
+static kiln_tensor scoped(const char *op, kiln_tensor scores, kiln_tensor targets, kiln_cross_entropy_options o,
+                          bool from_logits) {
+    const char *outer = kiln__op_scope_enter(op);
+    kiln_tensor loss = classify(op, scores, targets, o, from_logits);
     kiln__op_scope_leave(outer);
     return loss;
 }
 
-static kiln_tensor scoped(const char *name, kiln_tensor (*loss_fn)(kiln_tensor, kiln_tensor), kiln_tensor a,
-                          kiln_tensor b) {
-    const char *outer = kiln__op_scope_enter(name);
-    kiln_tensor loss = loss_fn(a, b);
-    kiln__op_scope_leave(outer);
-    return loss;
+kiln_tensor kiln_cross_entropy(kiln_tensor logits, kiln_tensor targets, kiln_cross_entropy_options o) {
+    return scoped("kiln_cross_entropy", logits, targets, o, true);
+}
+
+kiln_tensor kiln_nll_loss_ex(kiln_tensor log_probs, kiln_tensor targets, kiln_cross_entropy_options o) {
+    return scoped("kiln_nll_loss", log_probs, targets, o, false);
 }
 
 kiln_tensor kiln_nll_loss(kiln_tensor log_probs, kiln_tensor targets) {
-    return scoped("kiln_nll_loss", nll_loss, log_probs, targets);
-}
-
-kiln_tensor kiln_mse_loss(kiln_tensor prediction, kiln_tensor target) {
-    return scoped("kiln_mse_loss", mse_loss, prediction, target);
-}
-
-kiln_tensor kiln_bce_with_logits(kiln_tensor logits, kiln_tensor target) {
-    return scoped("kiln_bce_with_logits", bce_with_logits, logits, target);
-}
-
-kiln_tensor kiln_l1_loss(kiln_tensor prediction, kiln_tensor target) {
-    return scoped("kiln_l1_loss", l1_loss, prediction, target);
-}
-
-kiln_tensor kiln_smooth_l1_loss(kiln_tensor prediction, kiln_tensor target, double beta) {
-    const char *outer = kiln__op_scope_enter("kiln_smooth_l1_loss");
-    kiln_tensor loss = smooth_l1("kiln_smooth_l1_loss", prediction, target, beta, false);
-    kiln__op_scope_leave(outer);
-    return loss;
-}
-
-kiln_tensor kiln_huber_loss(kiln_tensor prediction, kiln_tensor target, double delta) {
-    const char *outer = kiln__op_scope_enter("kiln_huber_loss");
-    kiln_tensor loss = smooth_l1("kiln_huber_loss", prediction, target, delta, true);
-    kiln__op_scope_leave(outer);
-    return loss;
-}
-
-kiln_tensor kiln_binary_cross_entropy(kiln_tensor probabilities, kiln_tensor target) {
-    return scoped("kiln_binary_cross_entropy", binary_cross_entropy, probabilities, target);
-}
-
-kiln_tensor kiln_kl_div(kiln_tensor input, kiln_tensor target, bool log_target) {
-    const char *outer = kiln__op_scope_enter("kiln_kl_div");
-    kiln_tensor loss = kl_div(input, target, log_target);
-    kiln__op_scope_leave(outer);
-    return loss;
+    return kiln_nll_loss_ex(log_probs, targets, kiln_cross_entropy_defaults());
 }

@@ -1,5 +1,6 @@
-/* BatchNorm2d, LayerNorm and the functional layer_norm (which LayerNorm runs), composed from
- * differentiable ops so autodiff runs through the statistics as well as the affine parameters. */
+/* The functional batch_norm (which BatchNorm2d runs), BatchNorm2d, LayerNorm and the
+ * functional layer_norm (which LayerNorm runs), composed from differentiable ops so autodiff
+ * runs through the statistics as well as the affine parameters. */
 #include <math.h>
 #include <stdio.h>
 
@@ -10,13 +11,13 @@
 /* x - mean and the (biased) variance mean((x - mean)^2) over dims, both keeping dims;
  * consumes x, keeps mean. Computing the variance from the centred values (rather than with
  * kiln_var_dims on x) means the backward pass saves only x - mean, not x as well. */
-static kiln_tensor centre(kiln_tensor x, kiln_tensor mean, kiln_dims dims, kiln_tensor *var) {
+kiln_tensor kiln__nn_centre(kiln_tensor x, kiln_tensor mean, kiln_dims dims, kiln_tensor *var) {
     kiln_tensor xc = kiln_sub(x, kiln_ref(mean));
     *var = kiln_mean_dims(kiln_mul(kiln_ref(xc), kiln_ref(xc)), dims, true);
     return xc;
 }
 
-static bool bad_eps(double eps) { return !(eps >= 0 && isfinite(eps)); }
+bool kiln__nn_bad_eps(double eps) { return !(eps >= 0 && isfinite(eps)); }
 
 /* ---- BatchNorm2d --------------------------------------------------------------------------- */
 
@@ -35,6 +36,115 @@ static void update_running(kiln_tensor *slot, kiln_tensor batch, double momentum
     *slot = kiln_cast(mixed, dt);
 }
 
+bool kiln__nn_check_channel_vec(kiln_tensor h, const char *what, int64_t channels, bool optional, kiln_status *st, char *msg,
+                              size_t size) {
+    char a[128];
+    if (optional && h.id == KILN_NONE.id) return true;
+    const kiln__tensor *t = kiln__nn_peek(h);
+    if (!t) {
+        *st = KILN_ERR_INVALID_ARGUMENT; /* the input's own error is reported instead */
+        snprintf(msg, size, "%s is unusable", what);
+    } else if (!kiln__dtype_is_float(t->dtype)) {
+        *st = KILN_ERR_DTYPE;
+        snprintf(msg, size, "%s must be floating point, got %s", what, kiln_dtype_name(t->dtype));
+    } else if (t->ndim != 1 || t->shape[0] != channels) {
+        *st = KILN_ERR_SHAPE;
+        snprintf(msg, size, "%s must have shape [%lld], got %s", what, (long long)channels, kiln__nn_shape_str(a, sizeof a, t));
+    } else {
+        return true;
+    }
+    return false;
+}
+
+const kiln__tensor *kiln__nn_norm_input(const char *op, kiln_tensor x, kiln_tensor weight, kiln_tensor bias, kiln_tensor *in,
+                                        int *n, kiln_tensor *fail) {
+    *n = 0;
+    in[(*n)++] = x;
+    if (weight.id != KILN_NONE.id) in[(*n)++] = weight;
+    if (bias.id != KILN_NONE.id) in[(*n)++] = bias;
+    const kiln__tensor *t = kiln__nn_peek(x);
+    if (!t) *fail = kiln__nn_fail(op, *n, in, KILN_ERR_INVALID_ARGUMENT, "unusable input");
+    else if (!kiln__dtype_is_float(t->dtype))
+        *fail = kiln__nn_fail(op, *n, in, KILN_ERR_DTYPE, "input must be floating point, got %s", kiln_dtype_name(t->dtype));
+    else return t;
+    return NULL;
+}
+
+static kiln_tensor batch_norm(kiln_tensor x, kiln_tensor *running_mean, kiln_tensor *running_var, kiln_tensor weight,
+                              kiln_tensor bias, bool training, double momentum, double eps) {
+    const char *op = "kiln_batch_norm";
+    bool has_w = weight.id != KILN_NONE.id, has_b = bias.id != KILN_NONE.id, has_running = running_mean || running_var;
+    kiln_tensor in[3], fail;
+    int n;
+    const kiln__tensor *t = kiln__nn_norm_input(op, x, weight, bias, in, &n, &fail);
+    if (!t) return fail;
+    char msg[384], sa[128];
+    kiln_status st = KILN_OK;
+    if (t->ndim < 2)
+        return kiln__nn_fail(op, n, in, KILN_ERR_SHAPE, "expects input [N, C, ...], got %s", kiln__nn_shape_str(sa, sizeof sa, t));
+    int64_t channels = t->shape[1], per_channel = kiln__tensor_numel(t) / (channels ? channels : 1);
+    if (has_running && (!running_mean || !running_var))
+        return kiln__nn_fail(op, n, in, KILN_ERR_NULL, "running_%s is NULL: give both running statistics or neither",
+                             running_mean ? "var" : "mean");
+    if (!training && !has_running)
+        return kiln__nn_fail(op, n, in, KILN_ERR_INVALID_ARGUMENT, "running_mean and running_var are needed when not training");
+    if ((has_running && (!kiln__nn_check_channel_vec(*running_mean, "running_mean", channels, false, &st, msg, sizeof msg) ||
+                         !kiln__nn_check_channel_vec(*running_var, "running_var", channels, false, &st, msg, sizeof msg))) ||
+        !kiln__nn_check_channel_vec(weight, "weight", channels, true, &st, msg, sizeof msg) ||
+        !kiln__nn_check_channel_vec(bias, "bias", channels, true, &st, msg, sizeof msg))
+        return kiln__nn_fail(op, n, in, st, "%s", msg);
+    if (kiln__nn_bad_eps(eps)) return kiln__nn_fail(op, n, in, KILN_ERR_INVALID_ARGUMENT, "eps %g must be finite and >= 0", eps);
+    if (!(momentum >= 0 && momentum <= 1))
+        return kiln__nn_fail(op, n, in, KILN_ERR_INVALID_ARGUMENT, "momentum %g must lie in [0, 1]", momentum);
+    if (training && per_channel == 1)
+        return kiln__nn_fail(op, n, in, KILN_ERR_SHAPE,
+                             "expected more than 1 value per channel when training, got input of shape %s",
+                             kiln__nn_shape_str(sa, sizeof sa, t));
+    kiln_shape bshape = {t->ndim, {0}};
+    kiln_dims dims = {t->ndim - 1, {0}};
+    for (int d = 0; d < t->ndim; d++) bshape.dims[d] = d == 1 ? channels : 1;
+    for (int d = 0, k = 0; d < t->ndim; d++)
+        if (d != 1) dims.d[k++] = d;
+    kiln_tensor w = has_w ? kiln_reshape(weight, bshape) : KILN_NONE;
+    kiln_tensor b = has_b ? kiln_reshape(bias, bshape) : KILN_NONE;
+    if (per_channel == 0 && training) { /* nothing to normalise: keep the graph to weight and bias, as torch does */
+        if (has_w) x = kiln_mul(x, w);
+        return has_b ? kiln_add(x, b) : x;
+    }
+    kiln_tensor xc, var;
+    if (training) {
+        kiln_tensor mean = kiln_mean_dims(kiln_ref(x), dims, true);
+        xc = kiln__nn_centre(x, mean, dims, &var);
+        if (has_running) { /* the running variance is the unbiased one, like torch */
+            kiln_no_grad_begin();
+            kiln_shape cshape = KILN_SHAPE(channels);
+            update_running(running_mean, kiln_reshape(kiln_detach(mean), cshape), momentum);
+            double bessel = (double)per_channel / (double)(per_channel - 1);
+            update_running(running_var, kiln_mul_scalar(kiln_reshape(kiln_detach(kiln_ref(var)), cshape), bessel), momentum);
+            kiln_no_grad_end();
+        } else {
+            kiln_release(mean);
+        }
+    } else {
+        xc = kiln_sub(x, kiln_reshape(kiln_detach(kiln_ref(*running_mean)), bshape));
+        var = kiln_reshape(kiln_detach(kiln_ref(*running_var)), bshape);
+    }
+    /* weight / sqrt(var + eps) is per channel: one full-size multiply, and the only full-size
+     * tensor the backward pass keeps is x - mean */
+    kiln_tensor scale = kiln_rsqrt(kiln_add_scalar(var, eps));
+    if (has_w) scale = kiln_mul(w, scale);
+    kiln_tensor y = kiln_mul(xc, scale);
+    return has_b ? kiln_add(y, b) : y;
+}
+
+kiln_tensor kiln_batch_norm(kiln_tensor x, kiln_tensor *running_mean, kiln_tensor *running_var, kiln_tensor weight,
+                            kiln_tensor bias, bool training, double momentum, double eps) {
+    const char *outer = kiln__op_scope_enter("kiln_batch_norm");
+    kiln_tensor y = batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps);
+    kiln__op_scope_leave(outer);
+    return y;
+}
+
 static kiln_tensor batch_norm_forward(kiln_module *m, kiln_tensor x) {
     const batch_norm_state *s = m->state;
     if (!kiln__nn_expect_input(&x, 4, (int64_t[]){-1, s->channels, -1, -1}, false, "BatchNorm2d", "BatchNorm2d(%lld)",
@@ -48,34 +158,17 @@ static kiln_tensor batch_norm_forward(kiln_module *m, kiln_tensor x) {
                              "expected more than 1 value per channel when training, got input of shape %s",
                              kiln__nn_shape_str(buf, sizeof buf, t));
     }
-    kiln_shape bshape = KILN_SHAPE(1, s->channels, 1, 1);
-    kiln_tensor w = kiln_reshape(kiln_ref(m->params[BN_WEIGHT].tensor), bshape);
-    kiln_tensor b = kiln_reshape(kiln_ref(m->params[BN_BIAS].tensor), bshape);
-    if (per_channel == 0) /* nothing to normalise: keep the graph to weight and bias, as torch does */
-        return kiln_add(kiln_mul(x, w), b);
-    kiln_tensor xc, var;
-    if (m->training) {
-        kiln_dims dims = KILN_DIMS(0, 2, 3);
-        kiln_tensor mean = kiln_mean_dims(kiln_ref(x), dims, true);
-        xc = centre(x, mean, dims, &var);
-        /* running statistics use the unbiased variance, like torch */
+    bool update = m->training && per_channel > 0; /* an empty batch leaves the statistics alone */
+    kiln_tensor y = batch_norm(x, &m->params[BN_RUNNING_MEAN].tensor, &m->params[BN_RUNNING_VAR].tensor,
+                               kiln_ref(m->params[BN_WEIGHT].tensor), kiln_ref(m->params[BN_BIAS].tensor), m->training,
+                               s->momentum, s->eps);
+    if (update) {
         kiln_no_grad_begin();
-        kiln_shape cshape = KILN_SHAPE(s->channels);
-        update_running(&m->params[BN_RUNNING_MEAN].tensor, kiln_reshape(kiln_detach(mean), cshape), s->momentum);
-        double bessel = (double)per_channel / (double)(per_channel - 1);
-        update_running(&m->params[BN_RUNNING_VAR].tensor,
-                       kiln_mul_scalar(kiln_reshape(kiln_detach(kiln_ref(var)), cshape), bessel), s->momentum);
         kiln_tensor *count = &m->params[BN_NUM_BATCHES].tensor;
         *count = kiln_add_scalar(*count, 1.0);
         kiln_no_grad_end();
-    } else {
-        xc = kiln_sub(x, kiln_reshape(kiln_ref(m->params[BN_RUNNING_MEAN].tensor), bshape));
-        var = kiln_reshape(kiln_ref(m->params[BN_RUNNING_VAR].tensor), bshape);
     }
-    /* weight / sqrt(var + eps) is per channel: one full-size multiply, and the only full-size
-     * tensor the backward pass keeps is x - mean */
-    kiln_tensor scale = kiln_mul(w, kiln_rsqrt(kiln_add_scalar(var, s->eps)));
-    return kiln_add(kiln_mul(xc, scale), b);
+    return y;
 }
 
 static const kiln__module_vtable batch_norm_vt = {"BatchNorm2d", batch_norm_forward, NULL};
@@ -83,7 +176,7 @@ static const kiln__module_vtable batch_norm_vt = {"BatchNorm2d", batch_norm_forw
 kiln_module *kiln_batch_norm2d_new(int64_t channels, double eps, double momentum) {
     if (channels < 1)
         return kiln__nn_bad_arg("kiln_batch_norm2d_new", "channels %lld must be positive", (long long)channels);
-    if (bad_eps(eps)) return kiln__nn_bad_arg("kiln_batch_norm2d_new", "eps %g must be finite and >= 0", eps);
+    if (kiln__nn_bad_eps(eps)) return kiln__nn_bad_arg("kiln_batch_norm2d_new", "eps %g must be finite and >= 0", eps);
     if (!(momentum >= 0 && momentum <= 1))
         return kiln__nn_bad_arg("kiln_batch_norm2d_new", "momentum %g must lie in [0, 1]", momentum);
     kiln_module *m = kiln__module_new(&batch_norm_vt, sizeof(batch_norm_state));
@@ -151,12 +244,12 @@ static kiln_tensor layer_norm(kiln_tensor x, kiln_shape ns, kiln_tensor weight, 
     if ((has_w && !check_affine(w, "weight", ns, &st, msg, sizeof msg)) ||
         (has_b && !check_affine(b, "bias", ns, &st, msg, sizeof msg)))
         return kiln__nn_fail(op, n, in, st, "%s", msg);
-    if (bad_eps(eps)) return kiln__nn_fail(op, n, in, KILN_ERR_INVALID_ARGUMENT, "eps %g must be finite and >= 0", eps);
+    if (kiln__nn_bad_eps(eps)) return kiln__nn_fail(op, n, in, KILN_ERR_INVALID_ARGUMENT, "eps %g must be finite and >= 0", eps);
 
     kiln_dims dims = {ns.ndim, {0}};
     for (int d = 0; d < ns.ndim; d++) dims.d[d] = d - ns.ndim;
     kiln_tensor mean = kiln_mean_dims(kiln_ref(x), dims, true), var;
-    kiln_tensor xc = centre(x, mean, dims, &var);
+    kiln_tensor xc = kiln__nn_centre(x, mean, dims, &var);
     kiln_release(mean);
     kiln_tensor y = kiln_mul(xc, kiln_rsqrt(kiln_add_scalar(var, eps)));
     if (has_w) y = kiln_mul(y, weight);
@@ -190,7 +283,7 @@ kiln_module *kiln_layer_norm_new(int64_t normalized_size, double eps, bool affin
     if (normalized_size < 1)
         return kiln__nn_bad_arg("kiln_layer_norm_new", "normalized_size %lld must be positive",
                                 (long long)normalized_size);
-    if (bad_eps(eps)) return kiln__nn_bad_arg("kiln_layer_norm_new", "eps %g must be finite and >= 0", eps);
+    if (kiln__nn_bad_eps(eps)) return kiln__nn_bad_arg("kiln_layer_norm_new", "eps %g must be finite and >= 0", eps);
     kiln_module *m = kiln__module_new(&layer_norm_vt, sizeof(layer_norm_state));
     if (m) *(layer_norm_state *)m->state = (layer_norm_state){normalized_size, eps, affine};
     if (!affine) return m;

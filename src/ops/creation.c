@@ -158,3 +158,9 @@ kiln_tensor kiln_bernoulli(kiln_device dev, kiln_dtype dtype, kiln_shape shape, 
     if (!(p >= 0 && p <= 1)) return kiln__result(&c, kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "bernoulli p=%g not in [0, 1]", p));
     return random_op(&c, KILN__OP_RAND_BERNOULLI, dev, dtype, shape, p, 0.0, seed);
 }
+
+kiln_tensor kiln_empty(kiln_device dev, kiln_dtype dtype, kiln_shape shape) {
+    KILN__OP_BEGIN("kiln_empty");
+    if (!check_creation(&c, dev, dtype, shape)) return kiln__result(&c, NULL);
+    return kiln__result(&c, kiln__t_empty(&c, dev, dtype, shape.ndim, shape.dims));
+}

@@ -29,6 +29,18 @@ typedef struct {
     bool first, decoupled;
 } kiln__adam_update;
 
+/* RMSprop (torch.optim.RMSprop); the caller runs the grad_avg pass first when centered. */
+typedef struct {
+    double lr, alpha, eps, weight_decay, momentum;
+    bool first, centered;
+} kiln__rmsprop_update;
+
+/* Adagrad (torch.optim.Adagrad) with the decayed rate lr / (1 + (t - 1) * lr_decay) folded in. */
+typedef struct {
+    double clr, eps, weight_decay, initial_accumulator_value;
+    bool first; /* the sum is read as initial_accumulator_value */
+} kiln__adagrad_update;
+
 /* Whether dev has a kernel for code, so a later submit of it cannot fail. */
 bool kiln__t_has_kernel(kiln_device dev, kiln__opcode code);
 /* momentum: the buffer, or NULL when momentum is 0. False + error if the op cannot be queued. */
@@ -36,6 +48,14 @@ bool kiln__t_sgd_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *momen
                         const kiln__sgd_update *u);
 bool kiln__t_adam_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *exp_avg, kiln__tensor *exp_avg_sq,
                          const kiln__tensor *grad, const kiln__adam_update *u);
+/* grad_avg = lerp(grad_avg, grad + wd * param, 1 - alpha) (grad_avg read as 0 when first). */
+bool kiln__t_rmsprop_grad_avg(kiln__opctx *c, kiln__tensor *grad_avg, const kiln__tensor *param,
+                              const kiln__tensor *grad, const kiln__rmsprop_update *u);
+/* momentum: the buffer or NULL; grad_avg: the centered average (already updated) or NULL. */
+bool kiln__t_rmsprop_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *square_avg, kiln__tensor *momentum,
+                            const kiln__tensor *grad_avg, const kiln__tensor *grad, const kiln__rmsprop_update *u);
+bool kiln__t_adagrad_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *sum, const kiln__tensor *grad,
+                            const kiln__adagrad_update *u);
 /* Writes sum(x * x) into element k of the f64 vector sums. */
 bool kiln__t_sum_squares_into(kiln__opctx *c, kiln__tensor *sums, int64_t k, const kiln__tensor *x);
 /* Waits for t's data and copies it densely into nbytes of host memory (t is borrowed). */

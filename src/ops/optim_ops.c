@@ -6,7 +6,7 @@
 #include "ops/optim_ops-impl.h"
 
 /* pi[0] flags and doubles carried in pi[] as bit patterns, as the update kernels decode them. */
-enum { FLAG_FIRST = 1, FLAG_NESTEROV = 2, FLAG_DECOUPLED = 4 };
+enum { FLAG_FIRST = 1, FLAG_NESTEROV = 2, FLAG_DECOUPLED = 4, FLAG_CENTERED = 8 };
 
 static int64_t f64_bits(double v) {
     int64_t bits;
@@ -53,6 +53,42 @@ bool kiln__t_adam_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *exp_
     op.pi[0] = (u->first ? FLAG_FIRST : 0) | (u->decoupled ? FLAG_DECOUPLED : 0);
     op.pi[1] = f64_bits(u->sqrt_bias_correction2);
     op.pi[2] = f64_bits(u->weight_decay_term);
+    return kiln__t_submit(c, &op, param->device);
+}
+
+bool kiln__t_rmsprop_grad_avg(kiln__opctx *c, kiln__tensor *grad_avg, const kiln__tensor *param,
+                              const kiln__tensor *grad, const kiln__rmsprop_update *u) {
+    kiln__op op;
+    update_init(&op, KILN__OP_RMSPROP_GRAD_AVG, c->name, grad_avg, grad);
+    op.in[1] = kiln__view_of(param);
+    op.n_in = 2;
+    memcpy(op.p.f, (double[2]){u->alpha, u->weight_decay}, 2 * sizeof(double));
+    op.pi[0] = u->first ? FLAG_FIRST : 0;
+    return kiln__t_submit(c, &op, param->device);
+}
+
+bool kiln__t_rmsprop_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *square_avg, kiln__tensor *momentum,
+                            const kiln__tensor *grad_avg, const kiln__tensor *grad, const kiln__rmsprop_update *u) {
+    kiln__op op;
+    update_init(&op, KILN__OP_RMSPROP_UPDATE, c->name, param, grad);
+    op.out[1] = kiln__view_of(square_avg);
+    op.n_out = 2;
+    if (momentum) op.out[op.n_out++] = kiln__view_of(momentum);
+    if (grad_avg) op.in[op.n_in++] = kiln__view_of(grad_avg);
+    memcpy(op.p.f, (double[4]){u->lr, u->alpha, u->eps, u->weight_decay}, 4 * sizeof(double));
+    op.pi[0] = (u->first ? FLAG_FIRST : 0) | (grad_avg ? FLAG_CENTERED : 0);
+    op.pi[1] = f64_bits(u->momentum);
+    return kiln__t_submit(c, &op, param->device);
+}
+
+bool kiln__t_adagrad_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *sum, const kiln__tensor *grad,
+                            const kiln__adagrad_update *u) {
+    kiln__op op;
+    update_init(&op, KILN__OP_ADAGRAD_UPDATE, c->name, param, grad);
+    op.out[1] = kiln__view_of(sum);
+    op.n_out = 2;
+    memcpy(op.p.f, (double[4]){u->clr, u->eps, u->weight_decay, u->initial_accumulator_value}, 4 * sizeof(double));
+    op.pi[0] = u->first ? FLAG_FIRST : 0;
     return kiln__t_submit(c, &op, param->device);
 }
 

@@ -57,16 +57,37 @@ typedef struct {
     double *value;
 } hyper;
 
-/* The hyperparameters saved besides the learning rate, as pointers into s or a; the last one,
- * the bool (nesterov, decoupled_weight_decay), goes through *flag as 0 or 1. */
-static int hyper_list(kiln__optim_kind kind, kiln_sgd_options *s, kiln_adam_options *a, double *flag, hyper *out) {
-    if (kind == KILN__OPTIM_SGD) {
+/* The hyperparameters saved besides the learning rate, as pointers into o's options (o is a
+ * copy); the bool (nesterov, decoupled_weight_decay, centered), if the kind has one, is the
+ * last and goes through *flag as 0 or 1 (Adagrad has none: *flag stays 0). */
+static int hyper_list(kiln_optimizer *o, double *flag, hyper *out) {
+    *flag = 0;
+    if (o->kind == KILN__OPTIM_SGD) {
+        kiln_sgd_options *s = &o->sgd;
         *flag = s->nesterov;
         hyper h[] = {{OPTIM_PREFIX "momentum", &s->momentum}, {OPTIM_PREFIX "dampening", &s->dampening},
                      {OPTIM_PREFIX "weight_decay", &s->weight_decay}, {OPTIM_PREFIX "nesterov", flag}};
         memcpy(out, h, sizeof h);
         return 4;
     }
+    if (o->kind == KILN__OPTIM_RMSPROP) {
+        kiln_rmsprop_options *r = &o->rmsprop;
+        *flag = r->centered;
+        hyper h[] = {{OPTIM_PREFIX "alpha", &r->alpha}, {OPTIM_PREFIX "eps", &r->eps},
+                     {OPTIM_PREFIX "weight_decay", &r->weight_decay}, {OPTIM_PREFIX "momentum", &r->momentum},
+                     {OPTIM_PREFIX "centered", flag}};
+        memcpy(out, h, sizeof h);
+        return 5;
+    }
+    if (o->kind == KILN__OPTIM_ADAGRAD) {
+        kiln_adagrad_options *g = &o->adagrad;
+        hyper h[] = {{OPTIM_PREFIX "lr_decay", &g->lr_decay}, {OPTIM_PREFIX "eps", &g->eps},
+                     {OPTIM_PREFIX "weight_decay", &g->weight_decay},
+                     {OPTIM_PREFIX "initial_accumulator_value", &g->initial_accumulator_value}};
+        memcpy(out, h, sizeof h);
+        return 4;
+    }
+    kiln_adam_options *a = &o->adam;
     *flag = a->decoupled_weight_decay;
     hyper h[] = {{OPTIM_PREFIX "beta1", &a->beta1}, {OPTIM_PREFIX "beta2", &a->beta2}, {OPTIM_PREFIX "eps", &a->eps},
                  {OPTIM_PREFIX "weight_decay", &a->weight_decay}, {OPTIM_PREFIX "decoupled_weight_decay", flag}};
@@ -74,6 +95,32 @@ static int hyper_list(kiln__optim_kind kind, kiln_sgd_options *s, kiln_adam_opti
     return 5;
 }
 #define MAX_HYPERS 5
+
+/* The options' weight decay (a group's default). */
+static double options_weight_decay(const kiln_optimizer *o) {
+    switch (o->kind) {
+    case KILN__OPTIM_SGD: return o->sgd.weight_decay;
+    case KILN__OPTIM_RMSPROP: return o->rmsprop.weight_decay;
+    case KILN__OPTIM_ADAGRAD: return o->adagrad.weight_decay;
+    default: return o->adam.weight_decay;
+    }
+}
+
+/* Sets the options' lr and bool from the loaded values and checks them as a constructor would. */
+static bool options_finish(kiln__opctx *c, kiln_optimizer *o, double lr, double flag) {
+    switch (o->kind) {
+    case KILN__OPTIM_SGD:
+        o->sgd.lr = lr, o->sgd.nesterov = flag != 0;
+        return kiln__optim_check_sgd(c->name, o->sgd);
+    case KILN__OPTIM_RMSPROP:
+        o->rmsprop.lr = lr, o->rmsprop.centered = flag != 0;
+        return kiln__optim_check_rmsprop(c->name, o->rmsprop);
+    case KILN__OPTIM_ADAGRAD: o->adagrad.lr = lr; return kiln__optim_check_adagrad(c->name, o->adagrad);
+    default:
+        o->adam.lr = lr, o->adam.decoupled_weight_decay = flag != 0;
+        return kiln__optim_check_adam(c->name, o->adam);
+    }
+}
 
 /* Type, counts and hyperparameters (doubles printed to read back exactly). */
 static int optim_meta(const kiln_optimizer *opt, meta_text *m) {
@@ -91,11 +138,10 @@ static int optim_meta(const kiln_optimizer *opt, meta_text *m) {
         snprintf(key, sizeof key, OPTIM_PREFIX "group%d.weight_decay", g);
         add_meta(m, &n, key, NULL, opt->groups[g].weight_decay);
     }
-    kiln_sgd_options so = opt->sgd;
-    kiln_adam_options ao = opt->adam;
+    kiln_optimizer copy = *opt;
     double flag;
     hyper hs[MAX_HYPERS];
-    int nh = hyper_list(opt->kind, &so, &ao, &flag, hs);
+    int nh = hyper_list(&copy, &flag, hs);
     for (int i = 0; i < nh; i++) add_meta(m, &n, hs[i].key, NULL, *hs[i].value);
     for (int i = 0; i < opt->n_params; i++) {
         if (!opt->params[i].step) continue;
@@ -160,49 +206,6 @@ kiln_status kiln_checkpoint_save(const char *path, kiln_module *model, kiln_opti
     return kiln__optim_finish(&c);
 }
 
-kiln_status kiln_tensors_save(const char *path, int n, const char *const *names, const kiln_tensor *tensors) {
-    KILN__OP_BEGIN("kiln_tensors_save");
-    if (!path || (n > 0 && (!names || !tensors))) {
-        kiln__fail(&c, KILN_ERR_NULL, "%s is NULL", !path ? "path" : !names ? "names" : "tensors");
-        return kiln__optim_finish(&c);
-    }
-    if (n < 0) {
-        kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "n is %d", n);
-        return kiln__optim_finish(&c);
-    }
-    kiln__st_entry *entries = calloc((size_t)(n ? n : 1), sizeof *entries);
-    void **host = calloc((size_t)(n ? n : 1), sizeof *host);
-    if (!entries || !host) kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate %d entries", n);
-    for (int i = 0; i < n && !c.err; i++) {
-        size_t len = names[i] ? strlen(names[i]) : 0;
-        if (!names[i] || !len || len > 127) {
-            kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "name %d is %s", i, !names[i] ? "NULL" : !len ? "empty" : "over 127 bytes");
-            break;
-        }
-        for (int k = 0; k < i && !c.err; k++)
-            if (strcmp(names[k], names[i]) == 0) kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "name '%s' is repeated", names[i]);
-        kiln__tensor *t = c.err ? NULL : kiln__optim_slot_tensor(&c, tensors[i]);
-        if (!t) break;
-        size_t nbytes = (size_t)kiln__tensor_numel(t) * kiln__elsize(t->dtype);
-        host[i] = malloc(nbytes ? nbytes : 1);
-        if (!host[i]) {
-            kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes for '%s'", nbytes, names[i]);
-            break;
-        }
-        if (!kiln__t_copy_to_host(&c, t, host[i], nbytes)) break;
-        entries[i] = (kiln__st_entry){names[i], t->dtype, t->ndim, t->shape, host[i], nbytes};
-    }
-    if (!c.err) {
-        kiln__st_meta meta = {"format", "pt"};
-        char why[512];
-        kiln_status st = kiln__st_write(path, entries, n, &meta, 1, why, sizeof why);
-        if (st != KILN_OK) kiln__fail(&c, st, "%s", why);
-    }
-    for (int i = 0; host && i < n; i++) free(host[i]);
-    free(host), free(entries);
-    return kiln__optim_finish(&c);
-}
-
 /* ---- load ------------------------------------------------------------------------------------ */
 
 typedef struct {
@@ -212,8 +215,7 @@ typedef struct {
 } load_item;
 
 typedef struct {
-    kiln_sgd_options sgd;
-    kiln_adam_options adam;
+    kiln_optimizer opts;       /* a copy of the optimizer with the loaded options */
     kiln__optim_group *groups; /* [opt->n_groups] */
     int64_t steps;
     int64_t *param_steps;
@@ -280,11 +282,10 @@ static int plan_optim(kiln__opctx *c, const kiln__st_file *f, const kiln_optimiz
     if (!type) return kiln__fail(c, KILN_ERR_SHAPE, "checkpoint has no optimizer state"), 0;
     if (strcmp(type, opt->type) != 0)
         return kiln__fail(c, KILN_ERR_SHAPE, "checkpoint has %s state, the optimizer is %s", type, opt->type), 0;
-    plan->sgd = opt->sgd;
-    plan->adam = opt->adam;
+    plan->opts = *opt;
     double flag;
     hyper hs[MAX_HYPERS];
-    int nh = hyper_list(opt->kind, &plan->sgd, &plan->adam, &flag, hs);
+    int nh = hyper_list(&plan->opts, &flag, hs);
     double lr = 0;
     int64_t n_groups = 1;
     bool ok = meta_count(c, f, OPTIM_PREFIX "steps", true, &plan->steps) && meta_double(c, f, OPTIM_PREFIX "lr", &lr) &&
@@ -294,10 +295,9 @@ static int plan_optim(kiln__opctx *c, const kiln__st_file *f, const kiln_optimiz
     if (ok && kiln__st_meta_get(f, OPTIM_PREFIX "groups") && n_groups != opt->n_groups)
         return kiln__fail(c, KILN_ERR_SHAPE, "checkpoint has %lld parameter groups, the optimizer %d", (long long)n_groups,
                           opt->n_groups), 0;
-    plan->sgd.lr = plan->adam.lr = lr;
     /* files from before groups: one group with the options' rate and decay */
     for (int g = 0; ok && g < opt->n_groups; g++) {
-        plan->groups[g] = (kiln__optim_group){lr, opt->kind == KILN__OPTIM_SGD ? plan->sgd.weight_decay : plan->adam.weight_decay};
+        plan->groups[g] = (kiln__optim_group){lr, options_weight_decay(&plan->opts)};
         if (!kiln__st_meta_get(f, OPTIM_PREFIX "groups")) continue;
         char key[64];
         snprintf(key, sizeof key, OPTIM_PREFIX "group%d.lr", g);
@@ -305,18 +305,11 @@ static int plan_optim(kiln__opctx *c, const kiln__st_file *f, const kiln_optimiz
         snprintf(key, sizeof key, OPTIM_PREFIX "group%d.weight_decay", g);
         ok = ok && meta_double(c, f, key, &plan->groups[g].weight_decay) && plan->groups[g].weight_decay >= 0;
     }
-    if (opt->kind == KILN__OPTIM_SGD) {
-        plan->sgd.nesterov = flag != 0;
-        ok = ok && kiln__optim_check_sgd(c->name, plan->sgd);
-    } else {
-        plan->adam.decoupled_weight_decay = flag != 0;
-        ok = ok && kiln__optim_check_adam(c->name, plan->adam);
-    }
+    ok = ok && options_finish(c, &plan->opts, lr, flag);
     if (!ok) return kiln__fail(c, KILN_ERR_CORRUPT, "checkpoint has invalid optimizer hyperparameters"), 0;
     /* the state count follows the loaded hyperparameters (SGD without momentum has none) */
-    kiln_optimizer probe = *opt;
-    probe.sgd = plan->sgd;
-    int n_state = kiln__optim_state_count(&probe), used = 0;
+    const kiln_optimizer *probe = &plan->opts;
+    int n_state = kiln__optim_state_count(probe), used = 0;
     for (int i = 0; i < opt->n_params && !c->err; i++) {
         const kiln__optim_param *p = &opt->params[i];
         kiln__tensor *param = kiln__optim_slot_tensor(c, *p->slot);
@@ -325,7 +318,7 @@ static int plan_optim(kiln__opctx *c, const kiln__st_file *f, const kiln_optimiz
         if (!param || !meta_count(c, f, key, false, &plan->param_steps[i])) break;
         int present = 0;
         for (int k = 0; k < n_state && !c->err; k++) {
-            snprintf(key, sizeof key, OPTIM_PREFIX "%s.%s", p->name, kiln__optim_state_name(&probe, k));
+            snprintf(key, sizeof key, OPTIM_PREFIX "%s.%s", p->name, kiln__optim_state_name(probe, k));
             load_item *it = &plan->state[i * KILN__OPTIM_MAX_STATE + k];
             it->src = match(c, f, key, param, false);
             it->dst = param;
@@ -358,8 +351,10 @@ static bool stage(kiln__opctx *c, load_item *it, const kiln__st_file *f) {
 
 static void commit_optim(kiln_optimizer *opt, optim_plan *plan) {
     kiln__optim_clear_state(opt);
-    opt->sgd = plan->sgd;
-    opt->adam = plan->adam;
+    opt->sgd = plan->opts.sgd;
+    opt->adam = plan->opts.adam;
+    opt->rmsprop = plan->opts.rmsprop;
+    opt->adagrad = plan->opts.adagrad;
     memcpy(opt->groups, plan->groups, sizeof *opt->groups * (size_t)opt->n_groups);
     opt->steps = plan->steps;
     for (int i = 0; i < opt->n_params; i++) {

@@ -12,9 +12,9 @@
 #include "kiln/optim.h"
 #include "ops/optim_ops-impl.h"
 
-#define KILN__OPTIM_MAX_STATE 2
+#define KILN__OPTIM_MAX_STATE 3 /* RMSprop: square_avg, momentum_buffer, grad_avg */
 
-typedef enum { KILN__OPTIM_SGD, KILN__OPTIM_ADAM } kiln__optim_kind;
+typedef enum { KILN__OPTIM_SGD, KILN__OPTIM_ADAM, KILN__OPTIM_RMSPROP, KILN__OPTIM_ADAGRAD } kiln__optim_kind;
 
 typedef struct {
     char name[96];                               /* the module's name for it ("0.weight") */
@@ -31,9 +31,11 @@ typedef struct {
 
 struct kiln_optimizer {
     kiln__optim_kind kind;
-    const char *type; /* "sgd" or "adam" (checkpoints) */
+    const char *type; /* "sgd", "adam", "rmsprop" or "adagrad" (checkpoints) */
     kiln_sgd_options sgd;
     kiln_adam_options adam;
+    kiln_rmsprop_options rmsprop;
+    kiln_adagrad_options adagrad;
     int64_t steps;
     int n_groups;
     kiln__optim_group *groups;
@@ -41,12 +43,17 @@ struct kiln_optimizer {
     kiln__optim_param *params;
 };
 
-/* Number of state tensors and their names (PyTorch's: momentum_buffer; exp_avg, exp_avg_sq). */
+/* Number of state tensors and their names (PyTorch's: momentum_buffer; exp_avg, exp_avg_sq;
+ * square_avg, momentum_buffer, grad_avg; sum), in the order of kiln__optim_param.state. */
 int kiln__optim_state_count(const kiln_optimizer *opt);
 const char *kiln__optim_state_name(const kiln_optimizer *opt, int i);
 /* Validates hyperparameters as the constructors do; false + error reported under op. */
 bool kiln__optim_check_sgd(const char *op, kiln_sgd_options o);
 bool kiln__optim_check_adam(const char *op, kiln_adam_options o);
+bool kiln__optim_check_rmsprop(const char *op, kiln_rmsprop_options o);
+bool kiln__optim_check_adagrad(const char *op, kiln_adagrad_options o);
+/* The kind's name in checkpoints ("sgd", ...). */
+const char *kiln__optim_type_name(kiln__optim_kind kind);
 /* Reports c's error as the thread's last error (if any) and returns its status. */
 kiln_status kiln__optim_finish(kiln__opctx *c);
 /* The usable tensor behind a module slot (borrowed); NULL + c->err if stale or poisoned. */
@@ -62,11 +69,17 @@ kiln_optimizer *kiln__optim_new_groups(const char *op, int n_groups, const kiln_
                                        double lr, double weight_decay);
 /* Whether lr is a usable learning rate; false + error reported under op. */
 bool kiln__optim_check_lr(const char *op, double lr);
-/* The fused update of one parameter (sgd.c, adam.c); its state tensors exist and p->step
+/* The fused update of one parameter (sgd.c, adam.c, adaptive.c); its state tensors exist and p->step
  * already counts this update. False + c->err if it could not be queued. */
 bool kiln__sgd_apply(kiln__opctx *c, const kiln_optimizer *opt, const kiln__optim_param *p, kiln__tensor *param,
                      const kiln__tensor *grad);
 bool kiln__adam_apply(kiln__opctx *c, const kiln_optimizer *opt, const kiln__optim_param *p, kiln__tensor *param,
                       const kiln__tensor *grad);
+bool kiln__rmsprop_apply(kiln__opctx *c, const kiln_optimizer *opt, const kiln__optim_param *p, kiln__tensor *param,
+                         const kiln__tensor *grad);
+bool kiln__adagrad_apply(kiln__opctx *c, const kiln_optimizer *opt, const kiln__optim_param *p, kiln__tensor *param,
+                         const kiln__tensor *grad);
+/* Whether param's device has every kernel opt's updates use. */
+bool kiln__optim_has_kernels(const kiln_optimizer *opt, kiln_device dev);
 
 #endif

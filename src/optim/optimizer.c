@@ -19,13 +19,50 @@ kiln_status kiln__optim_finish(kiln__opctx *c) {
 }
 
 int kiln__optim_state_count(const kiln_optimizer *opt) {
-    if (opt->kind == KILN__OPTIM_ADAM) return 2;
-    return opt->sgd.momentum != 0 ? 1 : 0;
+    switch (opt->kind) {
+    case KILN__OPTIM_ADAM: return 2;
+    case KILN__OPTIM_RMSPROP: return 1 + (opt->rmsprop.momentum != 0) + opt->rmsprop.centered;
+    case KILN__OPTIM_ADAGRAD: return 1;
+    default: return opt->sgd.momentum != 0 ? 1 : 0;
+    }
 }
 
 const char *kiln__optim_state_name(const kiln_optimizer *opt, int i) {
-    if (opt->kind == KILN__OPTIM_ADAM) return i == 0 ? "exp_avg" : "exp_avg_sq";
-    return "momentum_buffer";
+    switch (opt->kind) {
+    case KILN__OPTIM_ADAM: return i == 0 ? "exp_avg" : "exp_avg_sq";
+    case KILN__OPTIM_RMSPROP:
+        if (i == 0) return "square_avg";
+        return i == 1 && opt->rmsprop.momentum != 0 ? "momentum_buffer" : "grad_avg";
+    case KILN__OPTIM_ADAGRAD: return "sum";
+    default: return "momentum_buffer";
+    }
+}
+
+const char *kiln__optim_type_name(kiln__optim_kind kind) {
+    static const char *const names[] = {"sgd", "adam", "rmsprop", "adagrad"};
+    return names[kind];
+}
+
+bool kiln__optim_has_kernels(const kiln_optimizer *opt, kiln_device dev) {
+    switch (opt->kind) {
+    case KILN__OPTIM_ADAM: return kiln__t_has_kernel(dev, KILN__OP_ADAM_UPDATE);
+    case KILN__OPTIM_RMSPROP:
+        return kiln__t_has_kernel(dev, KILN__OP_RMSPROP_UPDATE) &&
+               (!opt->rmsprop.centered || kiln__t_has_kernel(dev, KILN__OP_RMSPROP_GRAD_AVG));
+    case KILN__OPTIM_ADAGRAD: return kiln__t_has_kernel(dev, KILN__OP_ADAGRAD_UPDATE);
+    default: return kiln__t_has_kernel(dev, KILN__OP_SGD_UPDATE);
+    }
+}
+
+/* One parameter's update by opt's kind. */
+static bool apply_update(kiln__opctx *c, const kiln_optimizer *opt, const kiln__optim_param *p, kiln__tensor *param,
+                         const kiln__tensor *grad) {
+    switch (opt->kind) {
+    case KILN__OPTIM_ADAM: return kiln__adam_apply(c, opt, p, param, grad);
+    case KILN__OPTIM_RMSPROP: return kiln__rmsprop_apply(c, opt, p, param, grad);
+    case KILN__OPTIM_ADAGRAD: return kiln__adagrad_apply(c, opt, p, param, grad);
+    default: return kiln__sgd_apply(c, opt, p, param, grad);
+    }
 }
 
 void kiln__optim_clear_state(kiln_optimizer *opt) {
@@ -106,7 +143,7 @@ static kiln_optimizer *optim_make(kiln__opctx *c, kiln__optim_kind kind, int n, 
         return NULL;
     }
     opt->kind = kind;
-    opt->type = kind == KILN__OPTIM_ADAM ? "adam" : "sgd";
+    opt->type = kiln__optim_type_name(kind);
     opt->n_params = n;
     opt->params = params;
     opt->n_groups = n_groups;
@@ -302,7 +339,6 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
         kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the step's bookkeeping");
         return kiln__optim_finish(&c);
     }
-    kiln__opcode code = opt->kind == KILN__OPTIM_ADAM ? KILN__OP_ADAM_UPDATE : KILN__OP_SGD_UPDATE;
     int n_state = kiln__optim_state_count(opt);
     /* 1: every gradient and parameter checked before anything changes */
     for (int i = 0; i < opt->n_params; i++) {
@@ -319,9 +355,8 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
                        opt->params[i].name);
             continue;
         }
-        if (!kiln__t_has_kernel(param->device, code))
-            kiln__fail(&c, KILN_ERR_UNSUPPORTED, "%s has no %s kernel", kiln_device_name(param->device),
-                       kiln__opcode_name(code));
+        if (!kiln__optim_has_kernels(opt, param->device))
+            kiln__fail(&c, KILN_ERR_UNSUPPORTED, "%s has no %s update kernel", kiln_device_name(param->device), opt->type);
     }
     /* 2: state for parameters updated for the first time */
     for (int i = 0; i < opt->n_params && !c.err; i++) {
@@ -338,8 +373,7 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
         if (ups[i].grad && !c.err) {
             p->step++;
             /* the kernel was checked above: the submit cannot fail */
-            if (opt->kind == KILN__OPTIM_ADAM) kiln__adam_apply(&c, opt, p, ups[i].param, ups[i].grad);
-            else kiln__sgd_apply(&c, opt, p, ups[i].param, ups[i].grad);
+            apply_update(&c, opt, p, ups[i].param, ups[i].grad);
         }
         if (c.err && ups[i].fresh_state)
             for (int k = 0; k < KILN__OPTIM_MAX_STATE; k++) {

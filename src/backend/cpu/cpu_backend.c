@@ -31,6 +31,7 @@ static void cpu_init(void) {
     kiln__cpu_register_scan(cpu.kernels);
     kiln__cpu_register_sort(cpu.kernels);
     kiln__cpu_register_fused(cpu.kernels);
+    kiln__cpu_register_optim_adaptive(cpu.kernels);
 }
 
 const kiln__backend *kiln__cpu_backend(void) {
