@@ -56,8 +56,8 @@ static inline bool has_shape(kiln_tensor t, kiln_shape want) {
     } while (0)
 
 /* y[r, o] = sum_i x[r, i] w[o, i] + b[o] (b may be NULL): a Linear over rows, in double. */
-static void linear_ref(const double *x, const double *w, const double *b, int64_t rows, int64_t in, int64_t out,
-                       double *y) {
+static inline void linear_ref(const double *x, const double *w, const double *b, int64_t rows, int64_t in, int64_t out,
+                              double *y) {
     for (int64_t r = 0; r < rows; r++)
         for (int64_t o = 0; o < out; o++) {
             double acc = b ? b[o] : 0;
