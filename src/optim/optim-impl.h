@@ -47,6 +47,8 @@ const char *kiln__optim_state_name(const kiln_optimizer *opt, int i);
 /* Validates hyperparameters as the constructors do; false + error reported under op. */
 bool kiln__optim_check_sgd(const char *op, kiln_sgd_options o);
 bool kiln__optim_check_adam(const char *op, kiln_adam_options o);
+/* A plain parameter list's length: at least one (as PyTorch's "empty parameter list"). */
+bool kiln__optim_check_count(const char *op, int n);
 /* Reports c's error as the thread's last error (if any) and returns its status. */
 kiln_status kiln__optim_finish(kiln__opctx *c);
 /* The usable tensor behind a module slot (borrowed); NULL + c->err if stale or poisoned. */
