@@ -26,7 +26,7 @@ static kiln_tensor tokens(uint64_t seed) {
 }
 
 int main(int argc, char **argv) {
-    const char *usage = "usage: attention_adam [--steps N] (default 300)\n";
+    const char *usage = "usage: attention_adam [--steps N] (N from 1 to 1000000, default 300)\n";
     const struct option opts[] = {{"steps", required_argument, NULL, 's'}, {"help", no_argument, NULL, 'h'}, {0}};
     long steps = 300;
     for (int c; (c = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {

@@ -11,7 +11,7 @@
 enum { N = 512, D = 8 };
 
 int main(int argc, char **argv) {
-    const char *usage = "usage: logistic_regression [--steps N] (default 200)\n";
+    const char *usage = "usage: logistic_regression [--steps N] (N from 1 to 1000000, default 200)\n";
     const struct option opts[] = {{"steps", required_argument, NULL, 's'}, {"help", no_argument, NULL, 'h'}, {0}};
     long steps = 200;
     for (int c; (c = getopt_long(argc, argv, "h", opts, NULL)) != -1;) {
