@@ -27,6 +27,15 @@ extern "C" {
  * Does not consume t: marking changes the tensor itself, and the caller goes on using it. */
 KILN_API kiln_status kiln_require_grad(kiln_tensor t);
 KILN_API bool kiln_requires_grad(kiln_tensor t); /* a leaf, or computed from one */
+/* kiln_require_grad as an op: consumes t and returns it (the same tensor, no copy) marked as a
+ * leaf, so a parameter is made in one expression, as torch.zeros(..., requires_grad=True):
+ *
+ *   kiln_tensor w = kiln_leaf(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(8, 1)));
+ *
+ * A tensor that is a leaf already comes back unchanged. A poisoned tensor (KILN_ERR_DTYPE for
+ * a non-float t; KILN_ERR_INVALID_ARGUMENT for a tensor computed by tracked ops, which is no
+ * leaf: kiln_detach it first) when it cannot be marked. */
+KILN_API kiln_tensor kiln_leaf(kiln_tensor t);
 /* The same data without its graph (consumes t; shares the storage). */
 KILN_API kiln_tensor kiln_detach(kiln_tensor t);
 
@@ -58,6 +67,7 @@ KILN_API bool kiln_grad_enabled(void);
 /* The calls that record the caller's file:line, as in core.h's list. */
 #define KILN_AUTODIFF_API(X) \
     X(kiln_status, require_grad, (kiln_tensor t), (t)) \
+    X(kiln_tensor, leaf, (kiln_tensor t), (t)) \
     X(kiln_tensor, detach, (kiln_tensor t), (t)) \
     X(kiln_status, backward, (kiln_tensor loss, kiln_grads **out), (loss, out)) \
     X(kiln_status, backward_value, (kiln_tensor loss, kiln_grads **out, double *value), (loss, out, value)) \
@@ -68,6 +78,7 @@ KILN_AUTODIFF_API(KILN__AT_DECLARE)
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
 #pragma GCC system_header /* see core.h: errors in these calls name the caller's line */
 #define kiln_require_grad(...) KILN__AT(require_grad, __VA_ARGS__)
+#define kiln_leaf(...) KILN__AT(leaf, __VA_ARGS__)
 #define kiln_detach(...) KILN__AT(detach, __VA_ARGS__)
 #define kiln_backward(...) KILN__AT(backward, __VA_ARGS__)
 #define kiln_backward_value(...) KILN__AT(backward_value, __VA_ARGS__)

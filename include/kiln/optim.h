@@ -28,6 +28,8 @@ extern "C" {
 
 typedef struct kiln_optimizer kiln_optimizer;
 
+/* Every field but lr is 0 (false) by default, as in torch.optim.SGD, so a designated
+ * initializer names only what differs: (kiln_sgd_options){.lr = 0.1, .momentum = 0.9}. */
 typedef struct {
     double lr, momentum, dampening, weight_decay;
     bool nesterov;
@@ -98,6 +100,21 @@ typedef struct {
 } kiln_param_group;
 /* A group of n parameters with the options' lr and weight decay (both -1). */
 KILN_API kiln_param_group kiln_param_group_of(int n, const kiln_tensor *params);
+/* The common case of one group: n parameters (n >= 1, not consumed) with the options' lr and
+ * weight decay, as torch.optim.SGD([w, b], lr=0.5):
+ *
+ *   kiln_tensor w = kiln_leaf(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(8, 1)));
+ *   kiln_tensor b = kiln_leaf(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(1)));
+ *   kiln_optimizer *opt = kiln_sgd_new_params(2, (kiln_tensor[]){w, b}, (kiln_sgd_options){.lr = 0.5});
+ *   ...
+ *   kiln_optimizer_free(opt);
+ *   kiln_release(w);
+ *   kiln_release(b);
+ *
+ * Everything said above of groups holds (its own references, leaves only, checkpoint names
+ * "optim.group0.<i>.<state>"). NULL (with kiln_last_error) on bad options or parameters. */
+KILN_API kiln_optimizer *kiln_sgd_new_params(int n, const kiln_tensor *params, kiln_sgd_options o);
+KILN_API kiln_optimizer *kiln_adam_new_params(int n, const kiln_tensor *params, kiln_adam_options o);
 /* 1 to 1024 groups; NULL (with kiln_last_error) on bad options or parameters. */
 KILN_API kiln_optimizer *kiln_sgd_new_groups(int n_groups, const kiln_param_group *groups, kiln_sgd_options o);
 KILN_API kiln_optimizer *kiln_adam_new_groups(int n_groups, const kiln_param_group *groups, kiln_adam_options o);
@@ -176,6 +193,8 @@ KILN_API kiln_tensor kiln_load_tensor(const char *path, const char *name, kiln_d
 /* ---- call sites ------------------------------------------------------------------------- */
 /* The calls that record the caller's file:line, as in core.h's list. */
 #define KILN_OPTIM_API(X) \
+    X(kiln_optimizer *, sgd_new_params, (int n, const kiln_tensor *params, kiln_sgd_options o), (n, params, o)) \
+    X(kiln_optimizer *, adam_new_params, (int n, const kiln_tensor *params, kiln_adam_options o), (n, params, o)) \
     X(kiln_optimizer *, sgd_new_groups, (int n_groups, const kiln_param_group *groups, kiln_sgd_options o), (n_groups, groups, o)) \
     X(kiln_optimizer *, adam_new_groups, (int n_groups, const kiln_param_group *groups, kiln_adam_options o), (n_groups, groups, o)) \
     X(kiln_status, optimizer_set_group_lr, (kiln_optimizer *opt, int group, double lr), (opt, group, lr)) \
@@ -193,6 +212,8 @@ KILN_OPTIM_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
 #pragma GCC system_header /* see core.h: errors in these calls name the caller's line */
+#define kiln_sgd_new_params(...) KILN__AT(sgd_new_params, __VA_ARGS__)
+#define kiln_adam_new_params(...) KILN__AT(adam_new_params, __VA_ARGS__)
 #define kiln_sgd_new_groups(...) KILN__AT(sgd_new_groups, __VA_ARGS__)
 #define kiln_adam_new_groups(...) KILN__AT(adam_new_groups, __VA_ARGS__)
 #define kiln_optimizer_set_group_lr(...) KILN__AT(optimizer_set_group_lr, __VA_ARGS__)

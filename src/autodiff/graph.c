@@ -155,6 +155,21 @@ kiln__tensor *kiln__ad_attach(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *ou
     return out;
 }
 
+/* Makes t (float, untracked) a leaf; false on out of memory. */
+static bool attach_leaf(kiln__tensor *t) {
+    kiln__ad_meta *m = meta_new();
+    kiln__ad_leaf *leaf = calloc(1, sizeof *leaf);
+    if (!m || !leaf) {
+        free(m);
+        free(leaf);
+        return false;
+    }
+    atomic_init(&leaf->refs, 1);
+    m->leaf = leaf;
+    t->autodiff = m;
+    return true;
+}
+
 /* ---- public ------------------------------------------------------------------------------ */
 
 kiln_status kiln_require_grad(kiln_tensor h) {
@@ -174,17 +189,22 @@ kiln_status kiln_require_grad(kiln_tensor h) {
     if (m && m->node)
         return kiln__report(KILN_ERR_INVALID_ARGUMENT, "kiln_require_grad",
                             "tensor is computed by tracked ops; kiln_detach it first to make a leaf");
-    m = meta_new();
-    kiln__ad_leaf *leaf = calloc(1, sizeof *leaf);
-    if (!m || !leaf) {
-        free(m);
-        free(leaf);
-        return kiln__report(KILN_ERR_OUT_OF_MEMORY, "kiln_require_grad", "cannot allocate a leaf record");
-    }
-    atomic_init(&leaf->refs, 1);
-    m->leaf = leaf;
-    t->autodiff = m;
+    if (!attach_leaf(t)) return kiln__report(KILN_ERR_OUT_OF_MEMORY, "kiln_require_grad", "cannot allocate a leaf record");
     return KILN_OK;
+}
+
+kiln_tensor kiln_leaf(kiln_tensor h) {
+    KILN__OP_BEGIN("kiln_leaf");
+    kiln__tensor *t = kiln__arg(&c, h);
+    if (!kiln__ok(&c, t)) return kiln__drop(1, t), kiln__result(&c, NULL);
+    if (!kiln__dtype_is_float(t->dtype))
+        kiln__fail(&c, KILN_ERR_DTYPE, "only float tensors can require a gradient, got %s", kiln_dtype_name(t->dtype));
+    else if (t->autodiff && ((const kiln__ad_meta *)t->autodiff)->node)
+        kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "tensor is computed by tracked ops; kiln_detach it first to make a leaf");
+    else if (!t->autodiff && !attach_leaf(t))
+        kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate a leaf record");
+    if (c.err) return kiln__drop(1, t), kiln__result(&c, NULL);
+    return kiln__result(&c, t);
 }
 
 bool kiln_requires_grad(kiln_tensor h) {

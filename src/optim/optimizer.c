@@ -92,6 +92,11 @@ bool kiln__optim_check_sgd(const char *op, kiln_sgd_options o) {
     return !bad;
 }
 
+bool kiln__optim_check_count(const char *op, int n) {
+    if (n < 1) kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "%d parameters: the list must not be empty", n);
+    return n >= 1;
+}
+
 bool kiln__optim_check_adam(const char *op, kiln_adam_options o) {
     if (!kiln__optim_check_lr(op, o.lr)) return false;
     const char *bad = NULL;
