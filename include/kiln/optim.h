@@ -115,6 +115,8 @@ KILN_API kiln_param_group kiln_param_group_of(int n, const kiln_tensor *params);
  * "optim.group0.<i>.<state>"). NULL (with kiln_last_error) on bad options or parameters. */
 KILN_API kiln_optimizer *kiln_sgd_new_params(int n, const kiln_tensor *params, kiln_sgd_options o);
 KILN_API kiln_optimizer *kiln_adam_new_params(int n, const kiln_tensor *params, kiln_adam_options o);
+KILN_API kiln_optimizer *kiln_rmsprop_new_params(int n, const kiln_tensor *params, kiln_rmsprop_options o);
+KILN_API kiln_optimizer *kiln_adagrad_new_params(int n, const kiln_tensor *params, kiln_adagrad_options o);
 /* 1 to 1024 groups; NULL (with kiln_last_error) on bad options or parameters. */
 KILN_API kiln_optimizer *kiln_sgd_new_groups(int n_groups, const kiln_param_group *groups, kiln_sgd_options o);
 KILN_API kiln_optimizer *kiln_adam_new_groups(int n_groups, const kiln_param_group *groups, kiln_adam_options o);
@@ -207,7 +209,9 @@ KILN_API kiln_tensor kiln_load_tensor(const char *path, const char *name, kiln_d
     X(kiln_optimizer *, rmsprop_new_groups, (int n_groups, const kiln_param_group *groups, kiln_rmsprop_options o), (n_groups, groups, o)) \
     X(kiln_optimizer *, adagrad_new_groups, (int n_groups, const kiln_param_group *groups, kiln_adagrad_options o), (n_groups, groups, o)) \
     X(kiln_status, save_tensor, (const char *path, kiln_tensor t), (path, t)) \
-    X(kiln_tensor, load_tensor, (const char *path, const char *name, kiln_device dev), (path, name, dev))
+    X(kiln_tensor, load_tensor, (const char *path, const char *name, kiln_device dev), (path, name, dev)) \
+    X(kiln_optimizer *, rmsprop_new_params, (int n, const kiln_tensor *params, kiln_rmsprop_options o), (n, params, o)) \
+    X(kiln_optimizer *, adagrad_new_params, (int n, const kiln_tensor *params, kiln_adagrad_options o), (n, params, o))
 KILN_OPTIM_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -227,6 +231,8 @@ KILN_OPTIM_API(KILN__AT_DECLARE)
 #define kiln_adagrad_new_groups(...) KILN__AT(adagrad_new_groups, __VA_ARGS__)
 #define kiln_save_tensor(...) KILN__AT(save_tensor, __VA_ARGS__)
 #define kiln_load_tensor(...) KILN__AT(load_tensor, __VA_ARGS__)
+#define kiln_rmsprop_new_params(...) KILN__AT(rmsprop_new_params, __VA_ARGS__)
+#define kiln_adagrad_new_params(...) KILN__AT(adagrad_new_params, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

@@ -55,6 +55,15 @@ kiln_optimizer *kiln_rmsprop_new_groups(int n_groups, const kiln_param_group *gr
     return opt;
 }
 
+kiln_optimizer *kiln_rmsprop_new_params(int n, const kiln_tensor *params, kiln_rmsprop_options o) {
+    if (!kiln__optim_check_rmsprop("kiln_rmsprop_new_params", o) || !kiln__optim_check_count("kiln_rmsprop_new_params", n))
+        return NULL;
+    kiln_param_group g = kiln_param_group_of(n, params);
+    kiln_optimizer *opt = kiln__optim_new_groups("kiln_rmsprop_new_params", 1, &g, KILN__OPTIM_RMSPROP, o.lr, o.weight_decay);
+    if (opt) opt->rmsprop = o;
+    return opt;
+}
+
 kiln_optimizer *kiln_adagrad_new(kiln_module *model, kiln_adagrad_options o) {
     if (!kiln__optim_check_adagrad("kiln_adagrad_new", o)) return NULL;
     kiln_optimizer *opt = kiln__optim_new("kiln_adagrad_new", model, KILN__OPTIM_ADAGRAD, o.lr, o.weight_decay);
@@ -66,6 +75,15 @@ kiln_optimizer *kiln_adagrad_new_groups(int n_groups, const kiln_param_group *gr
     if (!kiln__optim_check_adagrad("kiln_adagrad_new_groups", o)) return NULL;
     kiln_optimizer *opt = kiln__optim_new_groups("kiln_adagrad_new_groups", n_groups, groups, KILN__OPTIM_ADAGRAD, o.lr,
                                                  o.weight_decay);
+    if (opt) opt->adagrad = o;
+    return opt;
+}
+
+kiln_optimizer *kiln_adagrad_new_params(int n, const kiln_tensor *params, kiln_adagrad_options o) {
+    if (!kiln__optim_check_adagrad("kiln_adagrad_new_params", o) || !kiln__optim_check_count("kiln_adagrad_new_params", n))
+        return NULL;
+    kiln_param_group g = kiln_param_group_of(n, params);
+    kiln_optimizer *opt = kiln__optim_new_groups("kiln_adagrad_new_params", 1, &g, KILN__OPTIM_ADAGRAD, o.lr, o.weight_decay);
     if (opt) opt->adagrad = o;
     return opt;
 }
