@@ -1,0 +1,108 @@
+/* OpenCL backend internals shared by its files: one context per device, its command queues,
+ * its caching buffer allocator, and its program cache. A storage's `data` on an OpenCL
+ * device is a kiln__cl_buf (a cl_mem and its size), never a host address. */
+#ifndef KILN_OPENCL_IMPL_H
+#define KILN_OPENCL_IMPL_H
+
+#include <pthread.h>
+
+#include <CL/cl.h>
+
+#include "backend/backend-impl.h"
+#include "ir/expr.h"
+
+/* Command queues per device: a kiln stream uses queue (stream id mod this). */
+#define KILN__CL_QUEUES 4
+
+typedef struct kiln__cl_buf {
+    cl_mem mem;
+    size_t size; /* the rounded size it was created with */
+    struct kiln__cl_buf *next; /* in a free list */
+} kiln__cl_buf;
+
+typedef struct kiln__cl_program {
+    char *source;
+    uint64_t hash;
+    cl_program program;
+    struct kiln__cl_program *next;
+} kiln__cl_program;
+
+typedef struct kiln__cl_device {
+    int index;
+    kiln_device device;
+    cl_platform_id platform;
+    cl_device_id id;
+    cl_context context;
+    cl_command_queue queue[KILN__CL_QUEUES];
+    bool fp64;
+    kiln__device_desc desc;
+    kiln__backend backend;
+    kiln__device_memory memory;
+    /* caching allocator */
+    pthread_mutex_t mem_lock;
+    kiln__cl_buf *free_class[KILN__ALLOC_CLASSES];
+    size_t cached_bytes, cache_limit;
+    _Atomic uint64_t in_use; /* bytes of live buffers, against desc.global_memory */
+    /* programs by source */
+    pthread_mutex_t prog_lock;
+    kiln__cl_program *programs;
+    void *blas; /* matmul state (matmul.c) */
+} kiln__cl_device;
+
+/* The device a storage lives on (storage->device must be an OpenCL device). */
+kiln__cl_device *kiln__cl_device_of(kiln_device dev);
+static inline cl_mem kiln__cl_mem(const kiln__storage *s) { return ((const kiln__cl_buf *)s->data)->mem; }
+/* The queue an op runs on (by its stream). */
+cl_command_queue kiln__cl_queue(kiln__cl_device *d, const kiln__op *op);
+/* Waits for ev (and releases it), turning a failure into a kernel error naming what. */
+kiln_status kiln__cl_wait(cl_event ev, const char *what);
+kiln_status kiln__cl_fail(cl_int err, const char *what);
+const char *kiln__cl_strerror(cl_int err);
+
+/* A built program for source (cached in memory and on disk); NULL with a kernel error set
+ * (the build log's first lines) on failure. The program stays owned by the cache. */
+cl_program kiln__cl_program_get(kiln__cl_device *d, const char *source);
+void kiln__cl_programs_free(kiln__cl_device *d);
+/* Launches kernel "k" of source over global items (1-d; local NULL) with args (size, ptr)
+ * pairs, and waits for it. */
+typedef struct {
+    size_t size;
+    const void *ptr;
+} kiln__cl_arg;
+kiln_status kiln__cl_launch(kiln__cl_device *d, const kiln__op *op, const char *source, size_t global,
+                            const kiln__cl_arg *args, int n_args);
+
+/* ---- code generation (codegen.c) --------------------------------------------------------- */
+/* A growable string. */
+typedef struct {
+    char *s;
+    size_t len, cap;
+    bool oom;
+} kiln__cl_src;
+void kiln__cl_src_printf(kiln__cl_src *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The common prelude: pragmas, f16/bf16 helpers. */
+void kiln__cl_src_prelude(kiln__cl_src *b, bool fp64);
+const char *kiln__cl_ctype(kiln_dtype dtype);     /* compute type: float double int long uchar */
+const char *kiln__cl_storetype(kiln_dtype dtype); /* buffer element type */
+/* Source of kernel "k" evaluating the elementwise part of a group (no REDUCE node) and its
+ * launch arguments; false with a kernel error when a node has no OpenCL form. The arguments
+ * point into *scratch, which must outlive the launch. */
+typedef struct {
+    cl_long8 shape;
+    cl_long off[KILN__EXPR_MAX_INPUTS + KILN__EXPR_MAX_OUTPUTS];
+    cl_long8 strides[KILN__EXPR_MAX_INPUTS + KILN__EXPR_MAX_OUTPUTS];
+    cl_double consts[KILN__EXPR_MAX_NODES];
+    cl_mem mem[KILN__EXPR_MAX_INPUTS + KILN__EXPR_MAX_OUTPUTS];
+    cl_long n;
+    kiln__cl_arg args[3 * (KILN__EXPR_MAX_INPUTS + KILN__EXPR_MAX_OUTPUTS) + KILN__EXPR_MAX_NODES + 2];
+    int n_args;
+} kiln__cl_ew_launch;
+bool kiln__cl_codegen_elementwise(const kiln__fused *g, bool fp64, kiln__cl_src *src, kiln__cl_ew_launch *l);
+
+/* ---- kernels --------------------------------------------------------------------------- */
+void kiln__cl_register_elementwise(kiln__kernel_fn *table);
+void kiln__cl_register_reduce(kiln__kernel_fn *table);
+void kiln__cl_register_matmul(kiln__kernel_fn *table);
+void kiln__cl_matmul_free(kiln__cl_device *d);
+
+#endif
