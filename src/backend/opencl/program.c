@@ -94,6 +94,14 @@ static bool cache_path(uint64_t hash, char *path, size_t cap, bool create) {
 static cl_program build(kiln__cl_device *d, cl_program p) {
     cl_int err = clBuildProgram(p, 1, &d->id, BUILD_OPTIONS, NULL, NULL);
     if (err == CL_SUCCESS) return p;
+    const char *dump = getenv("KILN_OPENCL_DUMP"); /* debugging: the source that failed, on stderr */
+    if (dump && strcmp(dump, "1") == 0) {
+        size_t n = 0;
+        clGetProgramInfo(p, CL_PROGRAM_SOURCE, 0, NULL, &n);
+        char *s = n ? malloc(n) : NULL;
+        if (s && clGetProgramInfo(p, CL_PROGRAM_SOURCE, n, s, NULL) == CL_SUCCESS) fprintf(stderr, "%s\n", s);
+        free(s);
+    }
     char log[4096] = "";
     clGetProgramBuildInfo(p, d->id, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
     log[sizeof log - 1] = '\0';
