@@ -284,7 +284,7 @@ bool kiln__cl_codegen_elementwise(const kiln__fused *g, bool fp64, kiln__cl_src 
     }
     for (int i = 0; i < e->n_nodes; i++) {
         if (e->node[i].kind != KILN__EXPR_CONST) continue;
-        kiln__cl_src_printf(b, ", %s c%d", fp64 ? "double" : "float", i);
+        kiln__cl_src_printf(b, ", %s cv%d", fp64 ? "double" : "float", i);
         double v = e->node[i].value;
         if (e->node[i].dtype == KILN_F16) v = kiln__f16_to_f32(kiln__f32_to_f16((float)v));
         if (e->node[i].dtype == KILN_BF16) v = kiln__bf16_to_f32(kiln__f32_to_bf16((float)v));
@@ -306,7 +306,7 @@ bool kiln__cl_codegen_elementwise(const kiln__fused *g, bool fp64, kiln__cl_src 
         const char *T = kiln__cl_ctype(n->dtype);
         kiln__cl_src_printf(b, "  %s v%d = ", T, i);
         if (n->kind == KILN__EXPR_CONST) {
-            kiln__cl_src_printf(b, "(%s)c%d", T, i); /* f16/bf16: rounded on the host, as the CPU does */
+            kiln__cl_src_printf(b, "(%s)cv%d", T, i); /* f16/bf16: rounded on the host, as the CPU does */
         } else if (n->kind == KILN__EXPR_LOAD) {
             int k = n->input;
             kiln_dtype dt = g->input[k].dtype;

@@ -62,6 +62,7 @@ const char *kiln__cl_strerror(cl_int err);
 /* A built program for source (cached in memory and on disk); NULL with a kernel error set
  * (the build log's first lines) on failure. The program stays owned by the cache. */
 cl_program kiln__cl_program_get(kiln__cl_device *d, const char *source);
+/* Forgets every cached program (tests; only while no kernel of the device runs). */
 void kiln__cl_programs_free(kiln__cl_device *d);
 /* Launches kernel "k" of source over global items (1-d; local NULL) with args (size, ptr)
  * pairs, and waits for it. */
@@ -103,6 +104,5 @@ bool kiln__cl_codegen_elementwise(const kiln__fused *g, bool fp64, kiln__cl_src 
 void kiln__cl_register_elementwise(kiln__kernel_fn *table);
 void kiln__cl_register_reduce(kiln__kernel_fn *table);
 void kiln__cl_register_matmul(kiln__kernel_fn *table);
-void kiln__cl_matmul_free(kiln__cl_device *d);
 
 #endif

@@ -197,6 +197,18 @@ cl_program kiln__cl_program_get(kiln__cl_device *d, const char *source) {
     return p;
 }
 
+void kiln__cl_programs_free(kiln__cl_device *d) {
+    pthread_mutex_lock(&d->prog_lock);
+    for (kiln__cl_program *e = d->programs, *next; e; e = next) {
+        next = e->next;
+        clReleaseProgram(e->program);
+        free(e->source);
+        free(e);
+    }
+    d->programs = NULL;
+    pthread_mutex_unlock(&d->prog_lock);
+}
+
 kiln_status kiln__cl_launch(kiln__cl_device *d, const kiln__op *op, const char *source, size_t global,
                             const kiln__cl_arg *args, int n_args) {
     cl_program p = kiln__cl_program_get(d, source);
