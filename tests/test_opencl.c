@@ -261,6 +261,74 @@ KT_TEST(gradients) {
     for (int i = 0; i < 4; i++) kiln_release(xs[i]);
 }
 
+
+/* ---- random numbers: the CPU's Philox stream, the same values ------------------------------ */
+KT_TEST(random_matches_cpu) {
+    kiln_shape sh = KILN_SHAPE(3, 41);
+    compare("rand", kiln_rand(DEV, KILN_F32, sh, 5), kiln_rand(KILN_CPU, KILN_F32, sh, 5), 0, 0);
+    compare("randn", kiln_randn(DEV, KILN_F32, sh, 6), kiln_randn(KILN_CPU, KILN_F32, sh, 6), 0, 0);
+    compare("uniform f64", kiln_uniform(DEV, KILN_F64, sh, -2, 3, 7), kiln_uniform(KILN_CPU, KILN_F64, sh, -2, 3, 7), 0, 0);
+    compare("normal f64", kiln_normal(DEV, KILN_F64, sh, 1, 2, 8), kiln_normal(KILN_CPU, KILN_F64, sh, 1, 2, 8), 1e-14, 1e-14);
+    compare("randn bf16", kiln_randn(DEV, KILN_BF16, sh, 9), kiln_randn(KILN_CPU, KILN_BF16, sh, 9), 0, 0);
+    compare("bernoulli", kiln_bernoulli(DEV, KILN_F32, sh, 0.3, 10), kiln_bernoulli(KILN_CPU, KILN_F32, sh, 0.3, 10), 0, 0);
+}
+
+/* ---- indexing ------------------------------------------------------------------------------ */
+KT_TEST(indexing) {
+    kiln_tensor x = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(4, 6), 21);
+    int64_t iv[8] = {5, 0, 2, 2, 1, 3, 4, 0};
+    kiln_tensor idx = kiln_from_data(KILN_CPU, KILN_I64, KILN_SHAPE(4, 2), iv);
+    kiln_tensor xd = to_dev(kiln_ref(x)), idxd = to_dev(kiln_ref(idx));
+    compare("gather", kiln_gather(kiln_ref(xd), 1, kiln_ref(idxd)), kiln_gather(kiln_ref(x), 1, kiln_ref(idx)), 0, 0);
+    kiln_tensor rows = kiln_reshape(kiln_narrow(kiln_ref(idx), 1, 0, 1), KILN_SHAPE(4));
+    compare("index_select", kiln_index_select(kiln_ref(xd), 1, to_dev(kiln_ref(rows))),
+            kiln_index_select(kiln_ref(x), 1, kiln_ref(rows)), 0, 0);
+    kiln_tensor src = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(4, 2), 22);
+    compare("scatter_add", kiln_scatter_add(kiln_ref(xd), 1, kiln_ref(idxd), to_dev(kiln_ref(src))),
+            kiln_scatter_add(kiln_ref(x), 1, kiln_ref(idx), kiln_ref(src)), 0, 0);
+    compare("one_hot", kiln_one_hot(kiln_ref(idxd), 6, KILN_F32), kiln_one_hot(kiln_ref(idx), 6, KILN_F32), 0, 0);
+    /* an index out of range is found while the kernel runs: KILN_ERR_INDEX naming the op */
+    KT_READ_ERROR(kiln_one_hot(kiln_ref(idxd), 3, KILN_F32), KILN_ERR_INDEX, "kiln_one_hot");
+    KT_READ_ERROR(kiln_gather(kiln_narrow(kiln_ref(xd), 1, 0, 2), 1, kiln_ref(idxd)), KILN_ERR_INDEX, "kiln_gather");
+    kiln_release(src), kiln_release(rows);
+    kiln_release(x), kiln_release(idx), kiln_release(xd), kiln_release(idxd);
+}
+
+/* ---- training: an MLP with cross-entropy and Adam, on the device and on the CPU ------------ */
+static void train(kiln_device dev, double losses[4], float w_out[12]) {
+    kiln_tensor w1 = kiln_to_device(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(8, 6), 31), dev);
+    kiln_tensor b1 = kiln_zeros(dev, KILN_F32, KILN_SHAPE(6));
+    kiln_tensor w2 = kiln_to_device(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(6, 3), 32), dev);
+    kiln_tensor params[3] = {w1, b1, w2};
+    for (int i = 0; i < 3; i++) kiln_require_grad(params[i]);
+    kiln_param_group group = kiln_param_group_of(3, params);
+    kiln_optimizer *opt = kiln_adam_new_groups(1, &group, kiln_adam_defaults());
+    KT_CHECK_MSG(opt != NULL, "%s", kiln_last_error());
+    int64_t labels[5] = {0, 2, 1, 1, 0};
+    for (int step = 0; step < 4; step++) {
+        kiln_tensor x = kiln_to_device(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(5, 8), 40 + (uint64_t)step), dev);
+        kiln_tensor y = kiln_from_data(dev, KILN_I64, KILN_SHAPE(5), labels);
+        kiln_tensor h = kiln_relu(kiln_add(kiln_matmul(x, kiln_ref(w1)), kiln_ref(b1)));
+        kiln_tensor loss = kiln_cross_entropy(kiln_matmul(h, kiln_ref(w2)), y, kiln_cross_entropy_defaults());
+        kiln_grads *g = NULL;
+        KT_CHECK_MSG(kiln_backward_value(loss, &g, &losses[step]) == KILN_OK, "%s", kiln_last_error());
+        KT_CHECK_MSG(kiln_optimizer_step(opt, g) == KILN_OK, "%s", kiln_last_error());
+        kiln_grads_free(g);
+    }
+    KT_CHECK(kiln_into_data(kiln_to_device(kiln_narrow(kiln_ref(w2), 0, 0, 4), KILN_CPU), w_out, 12 * sizeof(float)) == KILN_OK);
+    kiln_optimizer_free(opt);
+    for (int i = 0; i < 3; i++) kiln_release(params[i]);
+}
+
+KT_TEST(mlp_training) {
+    double ld[4], lc[4];
+    float wd[12], wc[12];
+    train(DEV, ld, wd);
+    train(KILN_CPU, lc, wc);
+    for (int i = 0; i < 4; i++) KT_NEAR(ld[i], lc[i], 1e-5);
+    for (int i = 0; i < 12; i++) KT_NEAR(wd[i], wc[i], 1e-5);
+}
+
 /* ---- memory ----------------------------------------------------------------------------- */
 KT_TEST(memory_stats_and_oom) {
     kiln_sync();
@@ -300,7 +368,9 @@ KT_TEST(unsupported_and_failures) {
     /* no device kernel: refused at dispatch, naming the op and the device */
     KT_READ_ERROR(kiln_cumsum(kiln_ref(x), 0), KILN_ERR_UNSUPPORTED, "kiln_cumsum");
     KT_CHECK(strstr(kiln_last_error(), "opencl") != NULL);
-    KT_READ_ERROR(kiln_randn(DEV, KILN_F32, KILN_SHAPE(3), 1), KILN_ERR_UNSUPPORTED, "kiln_randn");
+    KT_READ_ERROR(kiln_conv2d(kiln_ones(DEV, KILN_F32, KILN_SHAPE(1, 1, 3, 3)), kiln_ones(DEV, KILN_F32, KILN_SHAPE(1, 1, 2, 2)),
+                              KILN_NONE, 1, 1, 0, 0, 1, 1, 1),
+                  KILN_ERR_UNSUPPORTED, "kiln_conv2d");
     /* a kernel the device cannot run (integer fmod): poisons its result, reported once */
     kiln_tensor i = kiln_full(DEV, KILN_I32, KILN_SHAPE(4), 7);
     kiln_tensor r = kiln_add_scalar(kiln_fmod(kiln_ref(i), kiln_full(DEV, KILN_I32, KILN_SHAPE(4), 3)), 1);
@@ -423,6 +493,9 @@ int main(void) {
     KT_RUN(reductions);
     KT_RUN(matmul);
     KT_RUN(gradients);
+    KT_RUN(random_matches_cpu);
+    KT_RUN(indexing);
+    KT_RUN(mlp_training);
     KT_RUN(memory_stats_and_oom);
     KT_RUN(unsupported_and_failures);
     KT_RUN(corrupt_disk_cache);

@@ -78,6 +78,23 @@ const char *kiln__cl_storetype(kiln_dtype d) {
     }
 }
 
+const char *const kiln__cl_layout_helpers =
+    "inline void unpack(long8 v, long *a) { vstore8(v, 0, a); }\n"
+    /* offsets of output element o: in (kept coordinates) and out */
+    "inline void locate(long o, const long *oshape, const long *istr, const long *ostr, long *ib, long *ob) {\n"
+    "  for (int d = 7; d >= 0; d--) { long c = o % oshape[d]; o /= oshape[d]; *ib += c * istr[d]; *ob += c * ostr[d]; } }\n"
+    /* offset of reduced element j from the output's base */
+    "inline long roff(long j, const long *rshape, const long *istr) {\n"
+    "  long off = 0; for (int d = 7; d >= 0; d--) { long c = j % rshape[d]; j /= rshape[d]; off += c * istr[d]; } return off; }\n"
+    /* row-major coordinates of element e, and an offset from coordinates */
+    "inline void coords(long e, const long *shape, long *c) { for (int d = 7; d >= 0; d--) { c[d] = e % shape[d]; e /= shape[d]; } }\n"
+    "inline long dot(const long *c, const long *st) { long o = 0; for (int d = 0; d < 8; d++) o += c[d] * st[d]; return o; }\n";
+
+void kiln__cl_pack8(cl_long8 *v, const int64_t *a, int nd, int64_t pad) {
+    int off = 8 - nd; /* leading pads: size 1, stride 0 */
+    for (int d = 0; d < 8; d++) v->s[d] = d < off ? pad : a[d - off];
+}
+
 static bool is_float(kiln_dtype d) { return kiln__dtype_is_float(d); }
 
 /* A double as an OpenCL C literal (exact: hexadecimal). */

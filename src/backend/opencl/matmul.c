@@ -15,10 +15,6 @@
 #include <clblast_c.h>
 #endif
 
-static void pack8(cl_long8 *v, const int64_t *a, int n, int64_t pad) {
-    for (int d = 0; d < 8; d++) v->s[d] = d < 8 - n ? pad : a[d - (8 - n)];
-}
-
 static kiln_status naive(kiln__cl_device *d, const kiln__op *op, bool accumulate) {
     const kiln__view *a = &op->in[0], *b = &op->in[1], *c = &op->out[0];
     int nd = c->ndim, nb = nd - 2;
@@ -46,9 +42,9 @@ static kiln_status naive(kiln__cl_device *d, const kiln__op *op, bool accumulate
         bbst[q] = b->strides[q];
     }
     cl_long8 bs8, as8, bb8;
-    pack8(&bs8, bshape, nb, 1);
-    pack8(&as8, abst, nb, 0);
-    pack8(&bb8, bbst, nb, 0);
+    kiln__cl_pack8(&bs8, bshape, nb, 1);
+    kiln__cl_pack8(&as8, abst, nb, 0);
+    kiln__cl_pack8(&bb8, bbst, nb, 0);
     cl_long M = c->shape[nd - 2], N = c->shape[nd - 1], K = a->shape[nd - 1], ao = a->offset, bo = b->offset;
     cl_long ars = a->strides[nd - 2], acs = a->strides[nd - 1], brs = b->strides[nd - 2], bcs = b->strides[nd - 1];
     cl_long acc = accumulate;

@@ -83,6 +83,11 @@ typedef struct {
 void kiln__cl_src_printf(kiln__cl_src *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The common prelude: pragmas, f16/bf16 helpers. */
 void kiln__cl_src_prelude(kiln__cl_src *b, bool fp64);
+/* OpenCL C helpers for kernels over strided views of up to 8 dims (as long8 arguments packed
+ * by kiln__cl_pack8: a view's dims right-aligned, leading dims of size 1): unpack, locate,
+ * roff, coords, dot. */
+extern const char *const kiln__cl_layout_helpers;
+void kiln__cl_pack8(cl_long8 *v, const int64_t *a, int nd, int64_t pad);
 const char *kiln__cl_ctype(kiln_dtype dtype);     /* compute type: float double int long uchar */
 const char *kiln__cl_storetype(kiln_dtype dtype); /* buffer element type */
 /* Source of kernel "k" evaluating the elementwise part of a group (no REDUCE node) and its
@@ -104,5 +109,8 @@ bool kiln__cl_codegen_elementwise(const kiln__fused *g, bool fp64, kiln__cl_src 
 void kiln__cl_register_elementwise(kiln__kernel_fn *table);
 void kiln__cl_register_reduce(kiln__kernel_fn *table);
 void kiln__cl_register_matmul(kiln__kernel_fn *table);
+void kiln__cl_register_index(kiln__kernel_fn *table);
+void kiln__cl_register_optim(kiln__kernel_fn *table);
+void kiln__cl_register_random(kiln__kernel_fn *table);
 
 #endif

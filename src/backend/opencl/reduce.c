@@ -11,21 +11,12 @@
 #if KILN_HAVE_OPENCL
 #include "backend/opencl/opencl-impl.h"
 
-static const char *LAYOUT_HELPERS =
-    "inline void unpack(long8 v, long *a) { vstore8(v, 0, a); }\n"
-    /* offsets of output element o: in (kept coordinates) and out */
-    "inline void locate(long o, const long *oshape, const long *istr, const long *ostr, long *ib, long *ob) {\n"
-    "  for (int d = 7; d >= 0; d--) { long c = o % oshape[d]; o /= oshape[d]; *ib += c * istr[d]; *ob += c * ostr[d]; } }\n"
-    /* offset of reduced element j from the output's base */
-    "inline long roff(long j, const long *rshape, const long *istr) {\n"
-    "  long off = 0; for (int d = 7; d >= 0; d--) { long c = j % rshape[d]; j /= rshape[d]; off += c * istr[d]; } return off; }\n";
-
 static void fold_source(kiln__cl_src *b, kiln__opcode code, kiln_dtype in, kiln_dtype out, bool fp64) {
     const char *T = kiln__cl_ctype(in), *U = kiln__cl_ctype(out);
     bool f = kiln__dtype_is_float(in);
     const char *A = f ? (fp64 ? "double" : "float") : "long";
     kiln__cl_src_prelude(b, fp64);
-    kiln__cl_src_printf(b, "%s", LAYOUT_HELPERS);
+    kiln__cl_src_printf(b, "%s", kiln__cl_layout_helpers);
     kiln__cl_src_printf(b,
                         "__kernel void k(long nout, long nred, long8 oshape8, long8 rshape8, long8 istr8, long8 ostr8,\n"
                         "  long io, long oo, long corr, long take_sqrt, __global const %s *x, __global %s *y) {\n"
@@ -74,11 +65,6 @@ static void fold_source(kiln__cl_src *b, kiln__opcode code, kiln_dtype in, kiln_
     }
 }
 
-static void pack(cl_long8 *v, const int64_t *a, int nd, int64_t pad) {
-    int off = 8 - nd; /* leading pads: size 1, stride 0 */
-    for (int d = 0; d < 8; d++) v->s[d] = d < off ? pad : a[d - off];
-}
-
 static kiln_status kernel_reduce(const kiln__op *op) {
     const kiln__view *in = &op->in[0], *out = &op->out[0];
     kiln__cl_device *d = kiln__cl_device_of(out->storage->device);
@@ -103,10 +89,10 @@ static kiln_status kernel_reduce(const kiln__op *op) {
     kiln__cl_src_printf(&src, "}\n");
     if (src.oom) return free(src.s), KILN_ERR_OUT_OF_MEMORY;
     cl_long8 os, rs, ist, ost;
-    pack(&os, oshape, nd, 1);
-    pack(&rs, rshape, nd, 1);
-    pack(&ist, in->strides, nd, 0);
-    pack(&ost, out->strides, nd, 0);
+    kiln__cl_pack8(&os, oshape, nd, 1);
+    kiln__cl_pack8(&rs, rshape, nd, 1);
+    kiln__cl_pack8(&ist, in->strides, nd, 0);
+    kiln__cl_pack8(&ost, out->strides, nd, 0);
     cl_long io = in->offset, oo = out->offset, corr = op->p.i[0], sq = op->p.i[1];
     cl_mem x = kiln__cl_mem(in->storage), y = kiln__cl_mem(out->storage);
     if (nred == 0 && (op->code == KILN__OP_MAX || op->code == KILN__OP_MIN || op->code == KILN__OP_ARGMAX ||
@@ -137,7 +123,7 @@ static kiln_status kernel_softmax(const kiln__op *op) {
     const char *T = kiln__cl_ctype(dt), *A = d->fp64 ? "double" : "float";
     kiln__cl_src src = {0};
     kiln__cl_src_prelude(&src, d->fp64);
-    kiln__cl_src_printf(&src, "%s", LAYOUT_HELPERS);
+    kiln__cl_src_printf(&src, "%s", kiln__cl_layout_helpers);
     kiln__cl_src_printf(&src,
                         "__kernel void k(long nout, long len, long8 oshape8, long8 istr8, long8 ostr8, long io, long oo,\n"
                         "  long is, long os, __global const %s *x, __global %s *y) {\n"
@@ -159,9 +145,9 @@ static kiln_status kernel_softmax(const kiln__op *op) {
         nout *= oshape[k];
     }
     cl_long8 os8, is8, ost8;
-    pack(&os8, oshape, nd, 1);
-    pack(&is8, nd ? in->strides : zero8, nd, 0);
-    pack(&ost8, nd ? out->strides : zero8, nd, 0);
+    kiln__cl_pack8(&os8, oshape, nd, 1);
+    kiln__cl_pack8(&is8, nd ? in->strides : zero8, nd, 0);
+    kiln__cl_pack8(&ost8, nd ? out->strides : zero8, nd, 0);
     cl_long io = in->offset, oo = out->offset, is = nd ? in->strides[dim] : 0, os = nd ? out->strides[dim] : 0;
     cl_mem x = kiln__cl_mem(in->storage), y = kiln__cl_mem(out->storage);
     kiln__cl_arg args[] = {{8, &nout}, {8, &len}, {64, &os8}, {64, &is8}, {64, &ost8}, {8, &io}, {8, &oo},
