@@ -189,6 +189,37 @@ KT_TEST(casts) {
     kiln_release(xd);
 }
 
+
+/* ---- a fused group (ir/expr.h) runs as one generated kernel ---------------------------------- */
+static bool only_t(void *ctx, const kiln__storage *s) { return s == ctx; }
+
+KT_TEST(fused_group) {
+    kiln_tensor x = kiln_uniform(DEV, KILN_F32, KILN_SHAPE(3, 5), -1, 1, 51), y = kiln_uniform(DEV, KILN_F32, KILN_SHAPE(5), -1, 1, 52);
+    kiln_tensor t = kiln_zeros(DEV, KILN_F32, KILN_SHAPE(3, 5)), u = kiln_zeros(DEV, KILN_F32, KILN_SHAPE(3, 5));
+    KT_CHECK(kiln_sync() == KILN_OK);
+    kiln__error *err = NULL;
+    kiln__tensor *tx = kiln__handle_peek(x, "test", &err), *ty = kiln__handle_peek(y, "test", &err);
+    kiln__tensor *tt = kiln__handle_peek(t, "test", &err), *tu = kiln__handle_peek(u, "test", &err);
+    KT_CHECK(tx && ty && tt && tu);
+    kiln__op e = {.code = KILN__OP_EXP, .n_in = 1, .n_out = 1, .name = "kiln_exp"}, a = e, f = e;
+    e.in[0] = kiln__view_of(tx), e.out[0] = kiln__view_of(tt);
+    a.code = KILN__OP_ADD, a.name = "kiln_add", a.n_in = 2;
+    a.in[0] = e.out[0], a.in[1] = kiln__view_of(ty), a.out[0] = kiln__view_of(tu);
+    a.in[1].ndim = 2, a.in[1].shape[0] = 3, a.in[1].shape[1] = 5, a.in[1].strides[0] = 0, a.in[1].strides[1] = 1;
+    kiln__fused *g = calloc(1, sizeof *g);
+    kiln__fused_init(g, &a.out[0]);
+    KT_CHECK(kiln__fused_add(g, &e) && kiln__fused_add(g, &a));
+    kiln__fused_finish(g, only_t, tt->storage); /* t is dead: never written */
+    KT_CHECK(g->expr.n_stores == 1);
+    f.code = KILN__OP_FUSED, f.name = "fused", f.n_in = 0, f.out[0] = a.out[0], f.p.i[0] = (int64_t)(intptr_t)g;
+    const kiln__backend *be = kiln__backend_get(DEV);
+    KT_CHECK_MSG(be->kernels[KILN__OP_FUSED](&f) == KILN_OK, "%s", kiln__kernel_error_detail());
+    free(g);
+    compare("fused exp+add", u, kiln_add(kiln_exp(kiln_to_device(kiln_ref(x), KILN_CPU)), kiln_to_device(kiln_ref(y), KILN_CPU)), 4e-7, 1e-7);
+    compare("dead intermediate", t, kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(3, 5)), 0, 0);
+    kiln_release(x), kiln_release(y);
+}
+
 /* ---- reductions, softmax, matmul ------------------------------------------------------- */
 KT_TEST(reductions) {
     kiln_tensor x = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(3, 4, 50), 3);
@@ -490,6 +521,7 @@ int main(void) {
     KT_RUN(unary_ops);
     KT_RUN(binary_broadcast);
     KT_RUN(casts);
+    KT_RUN(fused_group);
     KT_RUN(reductions);
     KT_RUN(matmul);
     KT_RUN(gradients);
