@@ -118,7 +118,7 @@ static kiln_status kernel_fill(const kiln__op *op) {
     cl_int err = clEnqueueFillBuffer(kiln__cl_queue(d, op), kiln__cl_mem(out->storage), pattern, es,
                                      (size_t)out->offset * es, n * es, 0, NULL, &ev);
     if (err != CL_SUCCESS) return kiln__cl_fail(err, "clEnqueueFillBuffer");
-    return kiln__cl_wait(ev, "clEnqueueFillBuffer");
+    return kiln__cl_done(d, ev, "clEnqueueFillBuffer");
 }
 
 static kiln_status kernel_to_host(const kiln__op *op) {

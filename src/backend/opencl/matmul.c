@@ -127,7 +127,7 @@ static kiln_status blas(kiln__cl_device *d, const kiln__op *op, bool accumulate,
         return KILN_OK; /* not done: the generated kernel runs it */
     }
     *done = true;
-    return kiln__cl_wait(ev, "CLBlast GEMM");
+    return kiln__cl_done(d, ev, "CLBlast GEMM");
 }
 #endif
 

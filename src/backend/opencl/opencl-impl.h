@@ -11,8 +11,15 @@
 #include "backend/backend-impl.h"
 #include "ir/expr.h"
 
-/* Command queues per device: a kiln stream uses queue (stream id mod this). */
-#define KILN__CL_QUEUES 4
+/* One in-order command queue per device: every stream's device work goes through it, so the
+ * queue itself orders a kernel after the kernels it depends on, and a kernel returns to the
+ * engine once enqueued (kiln__cl_done). A transfer from or to host memory, and a kernel whose
+ * result the host must check (an index out of range), wait for their event. */
+#define KILN__CL_QUEUES 1
+/* Enqueued kernels not yet waited for: past this many the launching worker waits for its own
+ * kernel, so the device queue stays bounded like the engine's (a flood of ops cannot grow it
+ * without limit). */
+#define KILN__CL_MAX_UNWAITED 64
 
 typedef struct kiln__cl_buf {
     cl_mem mem;
@@ -43,6 +50,7 @@ typedef struct kiln__cl_device {
     kiln__cl_buf *free_class[KILN__ALLOC_CLASSES];
     size_t cached_bytes, cache_limit;
     _Atomic uint64_t in_use; /* bytes of live buffers, against desc.global_memory */
+    atomic_int unwaited;     /* kernels enqueued since the last wait */
     /* programs by source */
     pthread_mutex_t prog_lock;
     kiln__cl_program *programs;
@@ -56,6 +64,10 @@ static inline cl_mem kiln__cl_mem(const kiln__storage *s) { return ((const kiln_
 cl_command_queue kiln__cl_queue(kiln__cl_device *d, const kiln__op *op);
 /* Waits for ev (and releases it), turning a failure into a kernel error naming what. */
 kiln_status kiln__cl_wait(cl_event ev, const char *what);
+/* A kernel was enqueued with event ev: releases ev, or waits for it when the queue holds
+ * KILN__CL_MAX_UNWAITED unwaited kernels or KILN_SYNC=1 / KILN_OPENCL_WAIT=1 asks for a wait
+ * after each kernel (errors then name the op that failed). */
+kiln_status kiln__cl_done(kiln__cl_device *d, cl_event ev, const char *what);
 kiln_status kiln__cl_fail(cl_int err, const char *what);
 const char *kiln__cl_strerror(cl_int err);
 

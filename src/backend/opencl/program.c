@@ -5,6 +5,7 @@
  * ignored (and rewritten): the program is built from source. KILN_OPENCL_CACHE=0 turns the
  * disk cache off. Also: launching a kernel and waiting for it, and OpenCL error strings. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +50,23 @@ kiln_status kiln__cl_wait(cl_event ev, const char *what) {
     clReleaseEvent(ev);
     if (err != CL_SUCCESS) return kiln__cl_fail(err, what);
     return st < 0 ? kiln__cl_fail(st, what) : KILN_OK;
+}
+
+static int wait_each = -1;
+
+kiln_status kiln__cl_done(kiln__cl_device *d, cl_event ev, const char *what) {
+    int w = __atomic_load_n(&wait_each, __ATOMIC_RELAXED);
+    if (w < 0) {
+        const char *a = getenv("KILN_SYNC"), *b = getenv("KILN_OPENCL_WAIT");
+        w = (a && strcmp(a, "1") == 0) || (b && strcmp(b, "1") == 0);
+        __atomic_store_n(&wait_each, w, __ATOMIC_RELAXED);
+    }
+    if (w || atomic_fetch_add(&d->unwaited, 1) + 1 >= KILN__CL_MAX_UNWAITED) {
+        atomic_store(&d->unwaited, 0);
+        return kiln__cl_wait(ev, what);
+    }
+    clReleaseEvent(ev);
+    return KILN_OK;
 }
 
 static uint64_t fnv1a(uint64_t h, const char *s, size_t n) {
@@ -197,7 +215,46 @@ cl_program kiln__cl_program_get(kiln__cl_device *d, const char *source) {
     return p;
 }
 
+/* cl_kernel objects per thread (a kernel's arguments are per object, so one object must not
+ * be shared by threads launching at once), by program; dropped when the programs are. */
+#define THREAD_KERNELS 64
+static atomic_uint programs_generation;
+static _Thread_local struct {
+    unsigned generation;
+    int next;
+    cl_program program[THREAD_KERNELS];
+    cl_kernel kernel[THREAD_KERNELS];
+} tk;
+
+static void thread_kernels_drop(void) {
+    for (int i = 0; i < THREAD_KERNELS; i++) {
+        if (tk.kernel[i]) clReleaseKernel(tk.kernel[i]);
+        tk.kernel[i] = NULL;
+        tk.program[i] = NULL;
+    }
+}
+
+/* The thread's kernel "k" of p (created on first use), or NULL with *err set. */
+static cl_kernel thread_kernel(cl_program p, cl_int *err) {
+    unsigned gen = atomic_load_explicit(&programs_generation, memory_order_acquire);
+    if (tk.generation != gen) {
+        thread_kernels_drop(); /* the programs they came from were freed */
+        tk.generation = gen;
+    }
+    for (int i = 0; i < THREAD_KERNELS; i++)
+        if (tk.program[i] == p && tk.kernel[i]) return tk.kernel[i];
+    cl_kernel k = clCreateKernel(p, "k", err);
+    if (*err != CL_SUCCESS) return NULL;
+    int slot = tk.next++ % THREAD_KERNELS;
+    if (tk.kernel[slot]) clReleaseKernel(tk.kernel[slot]);
+    tk.program[slot] = p;
+    tk.kernel[slot] = k;
+    return k;
+}
+
 void kiln__cl_programs_free(kiln__cl_device *d) {
+    atomic_fetch_add_explicit(&programs_generation, 1, memory_order_release);
+    thread_kernels_drop(); /* this thread's now; other threads' at their next launch */
     pthread_mutex_lock(&d->prog_lock);
     for (kiln__cl_program *e = d->programs, *next; e; e = next) {
         next = e->next;
@@ -215,14 +272,13 @@ kiln_status kiln__cl_launch(kiln__cl_device *d, const kiln__op *op, const char *
     if (!p) return KILN_ERR_KERNEL;
     if (global == 0) return KILN_OK;
     cl_int err = CL_SUCCESS;
-    cl_kernel k = clCreateKernel(p, "k", &err); /* per launch: a cl_kernel's arguments are not thread-safe */
-    if (err != CL_SUCCESS) return kiln__cl_fail(err, "clCreateKernel");
+    cl_kernel k = thread_kernel(p, &err);
+    if (!k) return kiln__cl_fail(err, "clCreateKernel");
     for (int i = 0; i < n_args && err == CL_SUCCESS; i++) err = clSetKernelArg(k, (cl_uint)i, args[i].size, args[i].ptr);
     cl_event ev = NULL;
     if (err == CL_SUCCESS) err = clEnqueueNDRangeKernel(kiln__cl_queue(d, op), k, 1, NULL, &global, NULL, 0, NULL, &ev);
-    clReleaseKernel(k);
     if (err != CL_SUCCESS) return kiln__cl_fail(err, "launching an OpenCL kernel");
-    return kiln__cl_wait(ev, "an OpenCL kernel");
+    return kiln__cl_done(d, ev, "an OpenCL kernel");
 }
 
 #endif
