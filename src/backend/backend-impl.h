@@ -29,6 +29,12 @@ const kiln__backend *kiln__cpu_backend(void);
 /* NULL when the device is not available in this build or machine. */
 const kiln__backend *kiln__backend_get(kiln_device dev);
 
+/* Waits until every device's queued kernels are done (a device kernel may return to the engine
+ * once enqueued): kiln_sync calls it after draining its stream. KILN_OK or the first failure. */
+kiln_status kiln__backends_synchronize(void);
+/* The same for the OpenCL devices opened so far. */
+kiln_status kiln__opencl_synchronize_all(void);
+
 /* Kernel-side detail for an error (thread-local; read by the engine after a failure). */
 void kiln__kernel_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *kiln__kernel_error_detail(void);

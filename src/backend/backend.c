@@ -25,6 +25,8 @@ const kiln__backend *kiln__backend_get(kiln_device dev) {
     return NULL; /* CUDA arrives with its backend */
 }
 
+kiln_status kiln__backends_synchronize(void) { return kiln__opencl_synchronize_all(); }
+
 int kiln_device_count(kiln_device_kind kind) {
     switch (kind) {
     case KILN_KIND_CPU: return 1;

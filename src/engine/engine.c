@@ -248,6 +248,8 @@ kiln_status kiln_sync(void) {
     kiln__stream *s = kiln__stream_current();
     if (!s) return kiln__report(KILN_ERR_OUT_OF_MEMORY, "kiln_sync", "cannot create this thread's stream");
     kiln__stream_drain(s);
+    if (kiln__backends_synchronize() != KILN_OK) /* device kernels enqueued by the drained ops */
+        return kiln__report(KILN_ERR_DEVICE, "kiln_sync", "a device failed while finishing its queued kernels");
     kiln__error *e = kiln__stream_take_error(s);
     if (!e || atomic_load(&e->delivered)) { /* a read on another thread reported it already */
         kiln__error_unref(e);

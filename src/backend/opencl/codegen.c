@@ -314,9 +314,11 @@ bool kiln__cl_codegen_elementwise(const kiln__fused *g, bool fp64, kiln__cl_src 
         }
     }
     kiln__cl_src_printf(b, ") {\n  long i = get_global_id(0);\n  if (i >= n) return;\n");
-    if (!all_dense) {
-        kiln__cl_src_printf(b, "  long r = i;\n");
-        for (int d = g->ndim - 1; d >= 0; d--) kiln__cl_src_printf(b, "  long c%d = r %% shape.s%d; r /= shape.s%d;\n", d, d, d);
+    if (!all_dense) { /* 32-bit divisions when the space allows: a 64-bit one costs several times more */
+        const char *I = l->n <= INT32_MAX ? "uint" : "long";
+        kiln__cl_src_printf(b, "  %s r = (%s)i;\n", I, I);
+        for (int d = g->ndim - 1; d >= 0; d--)
+            kiln__cl_src_printf(b, "  long c%d = r %% (%s)shape.s%d; r /= (%s)shape.s%d;\n", d, I, d, I, d);
     }
     for (int i = 0; i < e->n_nodes; i++) {
         const kiln__expr_node *n = &e->node[i];

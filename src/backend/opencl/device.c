@@ -13,6 +13,7 @@
 const kiln__backend *kiln__opencl_backend(int index) { return NULL; }
 int kiln__opencl_device_count(void) { return 0; }
 bool kiln__opencl_describe(int index, kiln__device_desc *out) { return false; }
+kiln_status kiln__opencl_synchronize_all(void) { return KILN_OK; }
 
 #else
 
@@ -157,6 +158,15 @@ const kiln__backend *kiln__opencl_backend(int index) {
     }
     pthread_mutex_unlock(&cl.lock);
     return d ? &d->backend : NULL;
+}
+
+kiln_status kiln__opencl_synchronize_all(void) {
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < KILN_MAX_DEVICES; i++) {
+        kiln__cl_device *d = __atomic_load_n(&cl.dev[i], __ATOMIC_ACQUIRE);
+        if (d && cl_synchronize(d) != KILN_OK && st == KILN_OK) st = KILN_ERR_DEVICE;
+    }
+    return st;
 }
 
 kiln__cl_device *kiln__cl_device_of(kiln_device dev) {

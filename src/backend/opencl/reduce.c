@@ -17,9 +17,13 @@ static void fold_source(kiln__cl_src *b, kiln__opcode code, kiln_dtype in, kiln_
     const char *A = f ? (fp64 ? "double" : "float") : "long";
     kiln__cl_src_prelude(b, fp64);
     kiln__cl_src_printf(b, "%s", kiln__cl_layout_helpers);
+    /* reduced element j: the innermost reduced dim (ilen elements, istep apart) walked directly;
+     * the others (nouter combinations) through roff */
+    kiln__cl_src_printf(b, "#define RO(j) (nouter == 1 ? (j) * istep : roff((j) / ilen, rshape, istr) + ((j) %% ilen) * istep)\n");
     kiln__cl_src_printf(b,
                         "__kernel void k(long nout, long nred, long8 oshape8, long8 rshape8, long8 istr8, long8 ostr8,\n"
-                        "  long io, long oo, long corr, long take_sqrt, __global const %s *x, __global %s *y) {\n"
+                        "  long io, long oo, long corr, long take_sqrt, long ilen, long istep, long nouter,\n"
+                        "  __global const %s *x, __global %s *y) {\n"
                         "  long o = get_global_id(0); if (o >= nout) return;\n"
                         "  long oshape[8], rshape[8], istr[8], ostr[8];\n"
                         "  unpack(oshape8, oshape); unpack(rshape8, rshape); unpack(istr8, istr); unpack(ostr8, ostr);\n"
@@ -27,29 +31,29 @@ static void fold_source(kiln__cl_src *b, kiln__opcode code, kiln_dtype in, kiln_
                         T, U);
     switch (code) {
     case KILN__OP_SUM: case KILN__OP_MEAN: case KILN__OP_VAR:
-        if (f) kiln__cl_src_printf(b, "  %s a = 0; for (long j = 0; j < nred; j++) a += (%s)x[ib + roff(j, rshape, istr)];\n", A, A);
-        else kiln__cl_src_printf(b, "  ulong a = 0; for (long j = 0; j < nred; j++) a += (ulong)x[ib + roff(j, rshape, istr)];\n");
+        if (f) kiln__cl_src_printf(b, "  %s a = 0; for (long j = 0; j < nred; j++) a += (%s)x[ib + RO(j)];\n", A, A);
+        else kiln__cl_src_printf(b, "  ulong a = 0; for (long j = 0; j < nred; j++) a += (ulong)x[ib + RO(j)];\n");
         if (code == KILN__OP_SUM) kiln__cl_src_printf(b, "  y[ob] = (%s)a;\n", U);
         else if (code == KILN__OP_MEAN) kiln__cl_src_printf(b, "  y[ob] = (%s)(a / (%s)nred);\n", U, A);
         else
             kiln__cl_src_printf(b,
                                 "  %s m = a / (%s)nred, s = 0;\n"
-                                "  for (long j = 0; j < nred; j++) { %s d = (%s)x[ib + roff(j, rshape, istr)] - m; s += d * d; }\n"
+                                "  for (long j = 0; j < nred; j++) { %s d = (%s)x[ib + RO(j)] - m; s += d * d; }\n"
                                 "  %s v = s / (nred > corr ? (%s)nred - (%s)corr : (%s)0);\n"
                                 "  y[ob] = (%s)(take_sqrt ? sqrt(v) : v);\n",
                                 A, A, A, A, A, A, A, A, U);
         return;
     case KILN__OP_PROD:
-        if (f) kiln__cl_src_printf(b, "  %s a = 1; for (long j = 0; j < nred; j++) a *= (%s)x[ib + roff(j, rshape, istr)];\n", A, A);
-        else kiln__cl_src_printf(b, "  ulong a = 1; for (long j = 0; j < nred; j++) a *= (ulong)x[ib + roff(j, rshape, istr)];\n");
+        if (f) kiln__cl_src_printf(b, "  %s a = 1; for (long j = 0; j < nred; j++) a *= (%s)x[ib + RO(j)];\n", A, A);
+        else kiln__cl_src_printf(b, "  ulong a = 1; for (long j = 0; j < nred; j++) a *= (ulong)x[ib + RO(j)];\n");
         kiln__cl_src_printf(b, "  y[ob] = (%s)a;\n", U);
         return;
     case KILN__OP_LOGSUMEXP:
         kiln__cl_src_printf(b,
-                            "  %s m = -INFINITY; for (long j = 0; j < nred; j++) { %s v = x[ib + roff(j, rshape, istr)];\n"
+                            "  %s m = -INFINITY; for (long j = 0; j < nred; j++) { %s v = x[ib + RO(j)];\n"
                             "    if (isnan(m)) break; if (isnan(v) || v > m) m = v; }\n"
                             "  if (isinf(m) || isnan(m)) { y[ob] = (%s)m; return; }\n"
-                            "  %s s = 0; for (long j = 0; j < nred; j++) s += exp((%s)x[ib + roff(j, rshape, istr)] - (%s)m);\n"
+                            "  %s s = 0; for (long j = 0; j < nred; j++) s += exp((%s)x[ib + RO(j)] - (%s)m);\n"
                             "  y[ob] = (%s)((%s)m + log(s));\n",
                             T, T, U, A, A, A, U, A);
         return;
@@ -57,7 +61,7 @@ static void fold_source(kiln__cl_src *b, kiln__opcode code, kiln_dtype in, kiln_
         bool max = code == KILN__OP_MAX || code == KILN__OP_ARGMAX, arg = code == KILN__OP_ARGMAX || code == KILN__OP_ARGMIN;
         kiln__cl_src_printf(b, "  %s best = x[ib]; long at = 0;\n  for (long j = 1; j < nred; j++) {\n", T);
         if (f) kiln__cl_src_printf(b, "    if (isnan(best)) break;\n");
-        kiln__cl_src_printf(b, "    %s v = x[ib + roff(j, rshape, istr)];\n    if (%sv %s best) { best = v; at = j; }\n  }\n", T,
+        kiln__cl_src_printf(b, "    %s v = x[ib + RO(j)];\n    if (%sv %s best) { best = v; at = j; }\n  }\n", T,
                             f ? "isnan(v) || " : "", max ? ">" : "<");
         kiln__cl_src_printf(b, arg ? "  y[ob] = at;\n" : "  y[ob] = best;\n");
         return;
@@ -93,7 +97,16 @@ static kiln_status kernel_reduce(const kiln__op *op) {
     kiln__cl_pack8(&rs, rshape, nd, 1);
     kiln__cl_pack8(&ist, in->strides, nd, 0);
     kiln__cl_pack8(&ost, out->strides, nd, 0);
-    cl_long io = in->offset, oo = out->offset, corr = op->p.i[0], sq = op->p.i[1];
+    cl_long io = in->offset, oo = out->offset, corr = op->p.i[0], sq = op->p.i[1], ilen = 1, istep = 0;
+    for (int k = nd - 1; k >= 0; k--)
+        if (rshape[k] != 1) {
+            ilen = rshape[k], istep = in->strides[k];
+            rshape[k] = 1;
+            kiln__cl_pack8(&rs, rshape, nd, 1); /* the outer reduced dims */
+            break;
+        }
+    cl_long nouter = ilen ? nred / ilen : 1;
+    if (!ilen) ilen = 1;
     cl_mem x = kiln__cl_mem(in->storage), y = kiln__cl_mem(out->storage);
     if (nred == 0 && (op->code == KILN__OP_MAX || op->code == KILN__OP_MIN || op->code == KILN__OP_ARGMAX ||
                       op->code == KILN__OP_ARGMIN)) {
@@ -102,7 +115,7 @@ static kiln_status kernel_reduce(const kiln__op *op) {
         return KILN_ERR_SHAPE;
     }
     kiln__cl_arg args[] = {{8, &nout}, {8, &nred}, {64, &os}, {64, &rs}, {64, &ist}, {64, &ost}, {8, &io}, {8, &oo},
-                           {8, &corr}, {8, &sq}, {sizeof x, &x}, {sizeof y, &y}};
+                           {8, &corr}, {8, &sq}, {8, &ilen}, {8, &istep}, {8, &nouter}, {sizeof x, &x}, {sizeof y, &y}};
     kiln_status st = kiln__cl_launch(d, op, src.s, (size_t)nout, args, (int)(sizeof args / sizeof args[0]));
     free(src.s);
     return st;
