@@ -493,6 +493,15 @@ KT_TEST(two_streams) {
     KT_CHECK(bad[0] == 0 && bad[1] == 0);
 }
 
+/* A long chain of small device ops stays within the engine's and the device queue's bounds. */
+KT_TEST(flood) {
+    kiln_tensor acc = kiln_zeros(DEV, KILN_F32, KILN_SHAPE(4));
+    for (int i = 0; i < 20000; i++) acc = kiln_add_scalar(acc, 1);
+    KT_CHECK(kiln_sync() == KILN_OK);
+    float v[4];
+    KT_CHECK(kiln_into_data(acc, v, sizeof v) == KILN_OK && v[0] == 20000.0f && v[3] == 20000.0f);
+}
+
 KT_TEST(profiler_names) {
     kiln_profiler_start();
     kiln_tensor y = kiln_exp(kiln_ones(DEV, KILN_F32, KILN_SHAPE(8)));
@@ -532,6 +541,7 @@ int main(void) {
     KT_RUN(unsupported_and_failures);
     KT_RUN(corrupt_disk_cache);
     KT_RUN(two_streams);
+    KT_RUN(flood);
     KT_RUN(profiler_names);
     return kt_finish();
 #endif
