@@ -304,6 +304,18 @@ KT_TEST(random_matches_cpu) {
     compare("bernoulli", kiln_bernoulli(DEV, KILN_F32, sh, 0.3, 10), kiln_bernoulli(KILN_CPU, KILN_F32, sh, 0.3, 10), 0, 0);
 }
 
+/* ---- ranges and scans ---------------------------------------------------------------------- */
+KT_TEST(ranges_and_scans) {
+    compare("arange f32", kiln_arange(DEV, KILN_F32, -1, 2, 0.1), kiln_arange(KILN_CPU, KILN_F32, -1, 2, 0.1), 0, 0);
+    compare("arange i64", kiln_arange(DEV, KILN_I64, 5, 40, 3), kiln_arange(KILN_CPU, KILN_I64, 5, 40, 3), 0, 0);
+    compare("linspace", kiln_linspace(DEV, KILN_F64, 0, 1, 11), kiln_linspace(KILN_CPU, KILN_F64, 0, 1, 11), 0, 0);
+    compare("eye", kiln_eye(DEV, KILN_BF16, 3, 4), kiln_eye(KILN_CPU, KILN_BF16, 3, 4), 0, 0);
+    kiln_tensor x = kiln_uniform(KILN_CPU, KILN_F32, KILN_SHAPE(3, 7), 0.5, 1.5, 61);
+    compare("cumsum", kiln_cumsum(to_dev(kiln_ref(x)), 1), kiln_cumsum(kiln_ref(x), 1), 0, 0);
+    compare("cumprod", kiln_cumprod(to_dev(kiln_transpose(kiln_ref(x), 0, 1)), 0), kiln_cumprod(kiln_transpose(kiln_ref(x), 0, 1), 0), 0, 0);
+    kiln_release(x);
+}
+
 /* ---- indexing ------------------------------------------------------------------------------ */
 KT_TEST(indexing) {
     kiln_tensor x = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(4, 6), 21);
@@ -397,7 +409,7 @@ KT_TEST(memory_stats_and_oom) {
 KT_TEST(unsupported_and_failures) {
     kiln_tensor x = kiln_ones(DEV, KILN_F32, KILN_SHAPE(4));
     /* no device kernel: refused at dispatch, naming the op and the device */
-    KT_READ_ERROR(kiln_cumsum(kiln_ref(x), 0), KILN_ERR_UNSUPPORTED, "kiln_cumsum");
+    KT_READ_ERROR(kiln_sort(kiln_ref(x), 0, false, NULL), KILN_ERR_UNSUPPORTED, "kiln_sort");
     KT_CHECK(strstr(kiln_last_error(), "opencl") != NULL);
     KT_READ_ERROR(kiln_conv2d(kiln_ones(DEV, KILN_F32, KILN_SHAPE(1, 1, 3, 3)), kiln_ones(DEV, KILN_F32, KILN_SHAPE(1, 1, 2, 2)),
                               KILN_NONE, 1, 1, 0, 0, 1, 1, 1),
@@ -535,6 +547,7 @@ int main(void) {
     KT_RUN(matmul);
     KT_RUN(gradients);
     KT_RUN(random_matches_cpu);
+    KT_RUN(ranges_and_scans);
     KT_RUN(indexing);
     KT_RUN(mlp_training);
     KT_RUN(memory_stats_and_oom);
