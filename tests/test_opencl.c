@@ -355,6 +355,7 @@ static void train(kiln_device dev, double losses[4], float w_out[12]) {
         kiln_tensor loss = kiln_cross_entropy(kiln_matmul(h, kiln_ref(w2)), y, kiln_cross_entropy_defaults());
         kiln_grads *g = NULL;
         KT_CHECK_MSG(kiln_backward_value(loss, &g, &losses[step]) == KILN_OK, "%s", kiln_last_error());
+        KT_CHECK_MSG(kiln_clip_grad_norm(opt, g, 5.0, NULL) == KILN_OK, "%s", kiln_last_error());
         KT_CHECK_MSG(kiln_optimizer_step(opt, g) == KILN_OK, "%s", kiln_last_error());
         kiln_grads_free(g);
     }

@@ -134,7 +134,37 @@ static kiln_status kernel_adam(const kiln__op *op) {
     return launch(d, op, &s, &l, args, a, 7);
 }
 
+/* SUM_SQUARES: out[0] 0-d f64 = sum of in[0]^2 in double (gradient clipping). One work item
+ * walks the tensor: a gradient's norm is one small kernel per parameter, not a bottleneck. */
+static kiln_status kernel_sum_squares(const kiln__op *op) {
+    const kiln__view *in = &op->in[0], *out = &op->out[0];
+    kiln__cl_device *d = kiln__cl_device_of(out->storage->device);
+    if (NEVER(!d)) return KILN_ERR_INTERNAL;
+    if (out->dtype != KILN_F64 || !d->fp64 || (in->dtype != KILN_F32 && in->dtype != KILN_F64)) {
+        kiln__kernel_error("no OpenCL kernel for SUM_SQUARES on %s yet", kiln_dtype_name(in->dtype));
+        return KILN_ERR_UNSUPPORTED;
+    }
+    kiln__cl_src s = {0};
+    kiln__cl_src_prelude(&s, true);
+    kiln__cl_src_printf(&s, "%s__kernel void k(long n, long8 shape8, long8 st8, long io, long oo, __global const %s *x,\n"
+                            "  __global double *y) {\n  if (get_global_id(0) != 0) return;\n"
+                            "  long shape[8], st[8], c[8]; unpack(shape8, shape); unpack(st8, st); double sum = 0;\n"
+                            "  for (long e = 0; e < n; e++) { coords(e, shape, c); double v = x[io + dot(c, st)]; sum += v * v; }\n"
+                            "  y[oo] = sum;\n}\n",
+                        kiln__cl_layout_helpers, kiln__cl_ctype(in->dtype));
+    cl_long8 shape8, st8;
+    kiln__cl_pack8(&shape8, in->shape, in->ndim, 1);
+    kiln__cl_pack8(&st8, in->strides, in->ndim, 0);
+    cl_long n = kiln__view_numel(in), io = in->offset, oo = out->offset;
+    cl_mem x = kiln__cl_mem(in->storage), y = kiln__cl_mem(out->storage);
+    kiln__cl_arg args[] = {{8, &n}, {64, &shape8}, {64, &st8}, {8, &io}, {8, &oo}, {sizeof x, &x}, {sizeof y, &y}};
+    kiln_status st = s.oom ? KILN_ERR_OUT_OF_MEMORY : kiln__cl_launch(d, op, s.s, 1, args, 7);
+    free(s.s);
+    return st;
+}
+
 void kiln__cl_register_optim(kiln__kernel_fn *table) {
+    table[KILN__OP_SUM_SQUARES] = kernel_sum_squares;
     table[KILN__OP_SGD_UPDATE] = kernel_sgd;
     table[KILN__OP_ADAM_UPDATE] = kernel_adam;
 }
