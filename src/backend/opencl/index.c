@@ -20,14 +20,14 @@ static const char *raw_type(kiln_dtype d) {
 }
 
 /* Runs source with args plus a trailing flag buffer; KILN_ERR_INDEX when the kernel set it. */
-static kiln_status launch_checked(kiln__cl_device *d, const kiln__op *op, const char *src, size_t global,
+static kiln_status launch_checked(kiln__cl_device *d, const kiln__op *op, kiln__cl_src *src, size_t global,
                                   kiln__cl_arg *args, int n_args, int64_t size) {
     cl_long flag[2] = {0, 0};
     cl_int err = CL_SUCCESS;
     cl_mem bad = clCreateBuffer(d->context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof flag, flag, &err);
-    if (err != CL_SUCCESS) return kiln__cl_fail(err, "clCreateBuffer");
+    if (err != CL_SUCCESS) return free(src->s), kiln__cl_fail(err, "clCreateBuffer");
     args[n_args++] = (kiln__cl_arg){sizeof bad, &bad};
-    kiln_status st = kiln__cl_launch(d, op, src, global, args, n_args);
+    kiln_status st = kiln__cl_run(d, op, src, global, args, n_args);
     if (st == KILN_OK) {
         err = clEnqueueReadBuffer(kiln__cl_queue(d, op), bad, CL_TRUE, 0, sizeof flag, flag, 0, NULL, NULL);
         if (err != CL_SUCCESS) st = kiln__cl_fail(err, "clEnqueueReadBuffer");
@@ -73,9 +73,7 @@ static kiln_status run_gather(const kiln__op *op, const kiln__view *idx) {
     kiln__cl_arg args[16] = {{8, &n},  {64, &shape8}, {64, &ost8}, {8, &oo},          {64, &sst8},       {8, &so},
                              {64, &ist8}, {8, &io},   {4, &dim8},  {8, &size},        {sizeof om, &om},  {sizeof sm, &sm},
                              {sizeof im, &im}};
-    kiln_status st = s.oom ? KILN_ERR_OUT_OF_MEMORY : launch_checked(d, op, s.s, (size_t)n, args, 13, size);
-    free(s.s);
-    return st;
+    return launch_checked(d, op, &s, (size_t)n, args, 13, size);
 }
 
 static kiln_status kernel_gather(const kiln__op *op) { return run_gather(op, &op->in[1]); }
@@ -137,9 +135,7 @@ static kiln_status kernel_scatter_add(const kiln__op *op) {
     kiln__cl_arg args[16] = {{8, &n},     {64, &shape8}, {64, &ost8}, {8, &oo},   {64, &sst8},      {8, &so},
                              {64, &ist8}, {8, &io},      {4, &dim8},  {8, &len},  {8, &size},       {sizeof om, &om},
                              {sizeof sm, &sm}, {sizeof im, &im}};
-    kiln_status st = s.oom ? KILN_ERR_OUT_OF_MEMORY : launch_checked(d, op, s.s, len ? (size_t)n : 0, args, 14, size);
-    free(s.s);
-    return st;
+    return launch_checked(d, op, &s, len ? (size_t)n : 0, args, 14, size);
 }
 
 /* out[.., c] = (idx[..] == c) in out's dtype. */
@@ -173,9 +169,7 @@ static kiln_status kernel_one_hot(const kiln__op *op) {
     kiln__cl_arg args[16] = {{8, &n},       {64, &shape8}, {64, &ost8},      {8, &oo},        {8, &cstep},
                              {64, &ist8},   {8, &io},      {8, &classes},    {kiln__elsize(out->dtype), one},
                              {sizeof om, &om}, {sizeof im, &im}};
-    kiln_status st = s.oom ? KILN_ERR_OUT_OF_MEMORY : launch_checked(d, op, s.s, (size_t)n, args, 11, classes);
-    free(s.s);
-    return st;
+    return launch_checked(d, op, &s, (size_t)n, args, 11, classes);
 }
 
 void kiln__cl_register_index(kiln__kernel_fn *table) {

@@ -57,10 +57,7 @@ static kiln_status naive(kiln__cl_device *d, const kiln__op *op, bool accumulate
     kiln__cl_arg args[] = {{8, &total}, {8, &M},   {8, &N},   {8, &K},   {64, &bs8},          {64, &as8},
                            {64, &bb8},  {8, &ao},  {8, &ars}, {8, &acs}, {8, &bo},            {8, &brs},
                            {8, &bcs},   {8, &acc}, {sizeof am, &am}, {sizeof bm, &bm}, {sizeof cm, &cm}};
-    kiln_status st = src.oom ? KILN_ERR_OUT_OF_MEMORY
-                             : kiln__cl_launch(d, op, src.s, (size_t)total, args, (int)(sizeof args / sizeof args[0]));
-    free(src.s);
-    return st;
+    return kiln__cl_run(d, op, &src, (size_t)total, args, (int)(sizeof args / sizeof args[0]));
 }
 
 #if KILN_HAVE_CLBLAST

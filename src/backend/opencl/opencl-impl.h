@@ -84,10 +84,15 @@ typedef struct {
 } kiln__cl_arg;
 kiln_status kiln__cl_launch(kiln__cl_device *d, const kiln__op *op, const char *source, size_t global,
                             const kiln__cl_arg *args, int n_args);
+struct kiln__cl_src;
+/* kiln__cl_launch of a generated source (out of memory if its generation ran out), which it
+ * frees. */
+kiln_status kiln__cl_run(kiln__cl_device *d, const kiln__op *op, struct kiln__cl_src *src, size_t global,
+                         const kiln__cl_arg *args, int n_args);
 
 /* ---- code generation (codegen.c) --------------------------------------------------------- */
 /* A growable string. */
-typedef struct {
+typedef struct kiln__cl_src {
     char *s;
     size_t len, cap;
     bool oom;

@@ -70,9 +70,7 @@ static kiln_status launch(kiln__cl_device *d, const kiln__op *op, kiln__cl_src *
         hf[i] = (cl_float)l->hp[i];
         args[a++] = d->fp64 ? (kiln__cl_arg){8, &l->hp[i]} : (kiln__cl_arg){4, &hf[i]};
     }
-    kiln_status st = s->oom ? KILN_ERR_OUT_OF_MEMORY : kiln__cl_launch(d, op, s->s, (size_t)l->n, args, a);
-    free(s->s);
-    return st;
+    return kiln__cl_run(d, op, s, (size_t)l->n, args, a);
 }
 
 /* out[0] param, out[1] momentum buffer (n_out == 2), in[0] grad; p.f = lr, momentum, dampening, wd. */
@@ -158,9 +156,7 @@ static kiln_status kernel_sum_squares(const kiln__op *op) {
     cl_long n = kiln__view_numel(in), io = in->offset, oo = out->offset;
     cl_mem x = kiln__cl_mem(in->storage), y = kiln__cl_mem(out->storage);
     kiln__cl_arg args[] = {{8, &n}, {64, &shape8}, {64, &st8}, {8, &io}, {8, &oo}, {sizeof x, &x}, {sizeof y, &y}};
-    kiln_status st = s.oom ? KILN_ERR_OUT_OF_MEMORY : kiln__cl_launch(d, op, s.s, 1, args, 7);
-    free(s.s);
-    return st;
+    return kiln__cl_run(d, op, &s, 1, args, 7);
 }
 
 void kiln__cl_register_optim(kiln__kernel_fn *table) {

@@ -266,6 +266,16 @@ void kiln__cl_programs_free(kiln__cl_device *d) {
     pthread_mutex_unlock(&d->prog_lock);
 }
 
+kiln_status kiln__cl_run(kiln__cl_device *d, const kiln__op *op, kiln__cl_src *src, size_t global, const kiln__cl_arg *args,
+                         int n_args) {
+    kiln_status st = KILN_ERR_OUT_OF_MEMORY;
+    if (src->oom) kiln__kernel_error("out of host memory generating an OpenCL kernel");
+    else st = kiln__cl_launch(d, op, src->s, global, args, n_args);
+    free(src->s);
+    src->s = NULL;
+    return st;
+}
+
 kiln_status kiln__cl_launch(kiln__cl_device *d, const kiln__op *op, const char *source, size_t global,
                             const kiln__cl_arg *args, int n_args) {
     cl_program p = kiln__cl_program_get(d, source);

@@ -101,9 +101,7 @@ static kiln_status kernel_rand(const kiln__op *op) {
     cl_mem y = kiln__cl_mem(out->storage);
     kiln__cl_arg args[] = {{8, &n}, {64, &shape8}, {64, &st8}, {8, &oo}, {8, &seed}, {8, &offset},
                            {8, &a}, {8, &b},       {8, &below_hi}, {sizeof y, &y}};
-    kiln_status st = s.oom ? KILN_ERR_OUT_OF_MEMORY : kiln__cl_launch(d, op, s.s, (size_t)n, args, 10);
-    free(s.s);
-    return st;
+    return kiln__cl_run(d, op, &s, (size_t)n, args, 10);
 }
 
 void kiln__cl_register_random(kiln__kernel_fn *table) {

@@ -91,7 +91,6 @@ static kiln_status kernel_reduce(const kiln__op *op) {
     kiln__cl_src src = {0};
     fold_source(&src, op->code, idt, odt, d->fp64);
     kiln__cl_src_printf(&src, "}\n");
-    if (src.oom) return free(src.s), KILN_ERR_OUT_OF_MEMORY;
     cl_long8 os, rs, ist, ost;
     kiln__cl_pack8(&os, oshape, nd, 1);
     kiln__cl_pack8(&rs, rshape, nd, 1);
@@ -116,9 +115,7 @@ static kiln_status kernel_reduce(const kiln__op *op) {
     }
     kiln__cl_arg args[] = {{8, &nout}, {8, &nred}, {64, &os}, {64, &rs}, {64, &ist}, {64, &ost}, {8, &io}, {8, &oo},
                            {8, &corr}, {8, &sq}, {8, &ilen}, {8, &istep}, {8, &nouter}, {sizeof x, &x}, {sizeof y, &y}};
-    kiln_status st = kiln__cl_launch(d, op, src.s, (size_t)nout, args, (int)(sizeof args / sizeof args[0]));
-    free(src.s);
-    return st;
+    return kiln__cl_run(d, op, &src, (size_t)nout, args, (int)(sizeof args / sizeof args[0]));
 }
 
 /* SOFTMAX / LOG_SOFTMAX over dim p.i[0]: one work item per line. */
@@ -165,10 +162,7 @@ static kiln_status kernel_softmax(const kiln__op *op) {
     cl_mem x = kiln__cl_mem(in->storage), y = kiln__cl_mem(out->storage);
     kiln__cl_arg args[] = {{8, &nout}, {8, &len}, {64, &os8}, {64, &is8}, {64, &ost8}, {8, &io}, {8, &oo},
                            {8, &is}, {8, &os}, {sizeof x, &x}, {sizeof y, &y}};
-    kiln_status st = src.oom ? KILN_ERR_OUT_OF_MEMORY
-                             : kiln__cl_launch(d, op, src.s, len ? (size_t)nout : 0, args, (int)(sizeof args / sizeof args[0]));
-    free(src.s);
-    return st;
+    return kiln__cl_run(d, op, &src, len ? (size_t)nout : 0, args, (int)(sizeof args / sizeof args[0]));
 }
 
 void kiln__cl_register_reduce(kiln__kernel_fn *table) {

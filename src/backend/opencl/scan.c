@@ -31,9 +31,7 @@ static kiln_status run(kiln__cl_device *d, const kiln__op *op, kiln__cl_src *s, 
     cl_long n = kiln__view_numel(out), oo = out->offset;
     cl_mem y = kiln__cl_mem(out->storage);
     kiln__cl_arg args[] = {{8, &n}, {64, &shape8}, {64, &st8}, {8, &oo}, {8, &a}, {8, &b}, {8, &n_param}, {sizeof y, &y}};
-    kiln_status st = s->oom ? KILN_ERR_OUT_OF_MEMORY : kiln__cl_launch(d, op, s->s, (size_t)n, args, 8);
-    free(s->s);
-    return st;
+    return kiln__cl_run(d, op, s, (size_t)n, args, 8);
 }
 
 static void header(kiln__cl_src *s, kiln_dtype dt) {
@@ -114,9 +112,7 @@ static kiln_status kernel_scan(const kiln__op *op) {
     cl_mem y = kiln__cl_mem(out->storage), x = kiln__cl_mem(in->storage);
     kiln__cl_arg args[] = {{8, &n}, {64, &shape8}, {64, &ost8}, {8, &oo}, {64, &ist8}, {8, &io}, {4, &dim8},
                            {8, &len}, {8, &rev}, {sizeof y, &y}, {sizeof x, &x}};
-    kiln_status st = s.oom ? KILN_ERR_OUT_OF_MEMORY : kiln__cl_launch(d, op, s.s, len ? (size_t)n : 0, args, 11);
-    free(s.s);
-    return st;
+    return kiln__cl_run(d, op, &s, len ? (size_t)n : 0, args, 11);
 }
 
 void kiln__cl_register_scan(kiln__kernel_fn *table) {
