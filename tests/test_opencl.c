@@ -304,6 +304,19 @@ KT_TEST(random_matches_cpu) {
     compare("bernoulli", kiln_bernoulli(DEV, KILN_F32, sh, 0.3, 10), kiln_bernoulli(KILN_CPU, KILN_F32, sh, 0.3, 10), 0, 0);
 }
 
+/* ---- empty and 0-d tensors, strided outputs (cat writes into views of its result) --------------- */
+KT_TEST(edge_cases) {
+    compare("empty exp", kiln_exp(kiln_zeros(DEV, KILN_F32, KILN_SHAPE(0, 3))), kiln_exp(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(0, 3))), 0, 0);
+    compare("sum of empty", kiln_sum(kiln_zeros(DEV, KILN_F32, KILN_SHAPE(0))), kiln_sum(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(0))), 0, 0);
+    compare("matmul k=0", kiln_matmul(kiln_ones(DEV, KILN_F32, KILN_SHAPE(2, 0)), kiln_ones(DEV, KILN_F32, KILN_SHAPE(0, 3))),
+            kiln_matmul(kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(2, 0)), kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(0, 3))), 0, 0);
+    compare("0-d", kiln_tanh(kiln_full(DEV, KILN_F64, KILN_SCALAR_SHAPE, 0.5)), kiln_tanh(kiln_full(KILN_CPU, KILN_F64, KILN_SCALAR_SHAPE, 0.5)), 1e-15, 0);
+    kiln_tensor a = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(2, 3), 71), b = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(2, 5), 72);
+    compare("cat", kiln_cat((kiln_tensor[]){to_dev(kiln_ref(a)), to_dev(kiln_ref(b))}, 2, 1), kiln_cat((kiln_tensor[]){kiln_ref(a), kiln_ref(b)}, 2, 1), 0, 0);
+    compare("slice step 2", kiln_mul_scalar(kiln_slice(to_dev(kiln_ref(b)), 1, 0, 5, 2), 3), kiln_mul_scalar(kiln_slice(kiln_ref(b), 1, 0, 5, 2), 3), 0, 0);
+    kiln_release(a), kiln_release(b);
+}
+
 /* ---- ranges and scans ---------------------------------------------------------------------- */
 KT_TEST(ranges_and_scans) {
     compare("arange f32", kiln_arange(DEV, KILN_F32, -1, 2, 0.1), kiln_arange(KILN_CPU, KILN_F32, -1, 2, 0.1), 0, 0);
@@ -549,6 +562,7 @@ int main(void) {
     KT_RUN(gradients);
     KT_RUN(random_matches_cpu);
     KT_RUN(ranges_and_scans);
+    KT_RUN(edge_cases);
     KT_RUN(indexing);
     KT_RUN(mlp_training);
     KT_RUN(memory_stats_and_oom);
