@@ -221,7 +221,7 @@ cl_program kiln__cl_program_get(kiln__cl_device *d, const char *source) {
 static atomic_uint programs_generation;
 static _Thread_local struct {
     unsigned generation;
-    int next;
+    unsigned next;
     cl_program program[THREAD_KERNELS];
     cl_kernel kernel[THREAD_KERNELS];
 } tk;
@@ -234,8 +234,19 @@ static void thread_kernels_drop(void) {
     }
 }
 
+/* A thread that ends releases its kernels (engine workers live as long as the process; user
+ * threads launch kernels in KILN_SYNC=1 mode). */
+static pthread_key_t tk_key;
+static pthread_once_t tk_once = PTHREAD_ONCE_INIT;
+static void tk_exit(void *unused) { thread_kernels_drop(); }
+static void tk_init(void) { pthread_key_create(&tk_key, tk_exit); }
+
 /* The thread's kernel "k" of p (created on first use), or NULL with *err set. */
 static cl_kernel thread_kernel(cl_program p, cl_int *err) {
+    if (!tk.next) { /* the thread's first kernel: arrange the release at its exit */
+        pthread_once(&tk_once, tk_init);
+        pthread_setspecific(tk_key, (void *)1);
+    }
     unsigned gen = atomic_load_explicit(&programs_generation, memory_order_acquire);
     if (tk.generation != gen) {
         thread_kernels_drop(); /* the programs they came from were freed */
@@ -245,7 +256,7 @@ static cl_kernel thread_kernel(cl_program p, cl_int *err) {
         if (tk.program[i] == p && tk.kernel[i]) return tk.kernel[i];
     cl_kernel k = clCreateKernel(p, "k", err);
     if (*err != CL_SUCCESS) return NULL;
-    int slot = tk.next++ % THREAD_KERNELS;
+    int slot = (int)(tk.next++ % THREAD_KERNELS);
     if (tk.kernel[slot]) clReleaseKernel(tk.kernel[slot]);
     tk.program[slot] = p;
     tk.kernel[slot] = k;
