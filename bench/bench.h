@@ -46,6 +46,17 @@ static inline bool bench_flag(int argc, char **argv, const char *flag) {
     return false;
 }
 
+/* --device cpu|opencl|opencl:N (default cpu): where the workload's tensors live. */
+static inline kiln_device bench_device(int argc, char **argv) {
+    kiln_device d = KILN_CPU;
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--device") == 0 && kiln_device_parse(argv[i + 1], &d) != KILN_OK) {
+            fprintf(stderr, "--device: %s\n", kiln_last_error());
+            exit(2);
+        }
+    return d;
+}
+
 /* Prints {"name":..., "ms":..., "rss_mib":..., extra} where extra is "" or ",\"key\":value". */
 static inline void bench_report(const char *name, double ms, const char *extra) {
     printf("{\"name\":\"%s\",\"side\":\"kiln\",\"ms\":%.4f,\"rss_mib\":%.1f%s}\n", name, ms, bench_peak_rss_mib(), extra ? extra : "");

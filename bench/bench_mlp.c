@@ -7,16 +7,17 @@
 
 int main(int argc, char **argv) {
     int runs = bench_runs(argc, argv, 10);
+    kiln_device dev = bench_device(argc, argv);
     bool autodiff = bench_flag(argc, argv, "--autodiff");
     double *ms = malloc(sizeof(double) * (size_t)runs);
     kiln_tensor w[LAYERS], b[LAYERS];
     double bound = 1.0 / 45.25; /* 1/sqrt(2048), like torch's default init */
     for (int l = 0; l < LAYERS; l++) {
-        w[l] = kiln_uniform(KILN_CPU, KILN_F32, KILN_SHAPE(WIDTH, WIDTH), -bound, bound, 10 + (uint64_t)l);
-        b[l] = kiln_uniform(KILN_CPU, KILN_F32, KILN_SHAPE(WIDTH), -bound, bound, 100 + (uint64_t)l);
+        w[l] = kiln_uniform(dev, KILN_F32, KILN_SHAPE(WIDTH, WIDTH), -bound, bound, 10 + (uint64_t)l);
+        b[l] = kiln_uniform(dev, KILN_F32, KILN_SHAPE(WIDTH), -bound, bound, 100 + (uint64_t)l);
         if (autodiff) bench_check(kiln_require_grad(w[l]), "w"), bench_check(kiln_require_grad(b[l]), "b");
     }
-    kiln_tensor x = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(128, WIDTH), 1);
+    kiln_tensor x = kiln_randn(dev, KILN_F32, KILN_SHAPE(128, WIDTH), 1);
     bench_check(kiln_sync(), "init");
     for (int r = -2; r < runs; r++) {
         double t0 = bench_now_ms();

@@ -10,9 +10,10 @@ static kiln_tensor softmax_composed(kiln_tensor x) {
 
 int main(int argc, char **argv) {
     int runs = bench_runs(argc, argv, 10);
+    kiln_device dev = bench_device(argc, argv);
     bool autodiff = bench_flag(argc, argv, "--autodiff");
     double *ms = malloc(sizeof(double) * (size_t)runs);
-    kiln_tensor x = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(128, 128, 2048), 1);
+    kiln_tensor x = kiln_randn(dev, KILN_F32, KILN_SHAPE(128, 128, 2048), 1);
     if (autodiff) bench_check(kiln_require_grad(x), "require_grad");
     bench_check(kiln_sync(), "init");
     for (int r = -2; r < runs; r++) {

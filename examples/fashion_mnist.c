@@ -2,7 +2,7 @@
  *
  *   fashion_mnist [--model mlp|cnn] [--epochs N] [--batch B] [--lr X] [--workers W]
  *                 [--limit N] [--data DIR] [--checkpoint FILE] [--profile FILE] [--seed S]
- *                 [--bench] [--help]
+ *                 [--device cpu|opencl|opencl:N] [--bench] [--help]
  *
  * An MLP (784-256-128-10) by default, a small CNN with --model cnn; Adam with a cosine
  * learning-rate schedule over the whole run. Prints a progress bar
@@ -33,6 +33,7 @@ typedef struct {
     int64_t batch, limit;
     double lr;
     uint64_t seed;
+    kiln_device device;
 } options;
 
 static double now_s(void) {
@@ -60,6 +61,7 @@ static const char usage_text[] =
     "                     (default fashion_mnist_mlp.safetensors or fashion_mnist_cnn.safetensors)\n"
     "  --profile FILE     write a Chrome trace of every op to FILE and a summary to stderr\n"
     "  --seed S           seed of the weights, the shuffling and dropout (default 1)\n"
+    "  --device D         cpu (default), opencl or opencl:N: where the model trains\n"
     "  --bench            print one JSON line (mean epoch time) for bench/run; no checkpoint\n"
     "  -h, --help         print this and exit\n";
 
@@ -92,7 +94,7 @@ static bool positive_arg(const char *name, const char *s, double *out) {
  * --help), -1 to go on. Nothing is loaded before the options are known to be good. */
 static int parse(int argc, char **argv, options *o) {
     *o = (options){.model = "mlp", .data = "/usr/share/datasets/fashion-mnist", .workers = 2, .batch = 128, .seed = 1};
-    enum { MODEL = 256, EPOCHS, BATCH, LR, WORKERS, LIMIT, DATA, CHECKPOINT, PROFILE, SEED, BENCH };
+    enum { MODEL = 256, EPOCHS, BATCH, LR, WORKERS, LIMIT, DATA, CHECKPOINT, PROFILE, SEED, BENCH, DEVICE };
     static const struct option longopts[] = {
         {"model", required_argument, NULL, MODEL},     {"epochs", required_argument, NULL, EPOCHS},
         {"batch", required_argument, NULL, BATCH},     {"lr", required_argument, NULL, LR},
@@ -100,6 +102,7 @@ static int parse(int argc, char **argv, options *o) {
         {"data", required_argument, NULL, DATA},       {"checkpoint", required_argument, NULL, CHECKPOINT},
         {"profile", required_argument, NULL, PROFILE}, {"seed", required_argument, NULL, SEED},
         {"bench", no_argument, NULL, BENCH},           {"help", no_argument, NULL, 'h'},
+        {"device", required_argument, NULL, DEVICE},
         {NULL, 0, NULL, 0},
     };
     long long v = 0;
@@ -120,6 +123,10 @@ static int parse(int argc, char **argv, options *o) {
         case PROFILE: o->profile = optarg; break;
         case SEED: ok = int_arg(name, optarg, 0, INT64_MAX, &v); o->seed = (uint64_t)v; break;
         case BENCH: o->bench = true; break;
+        case DEVICE:
+            ok = kiln_device_parse(optarg, &o->device) == KILN_OK;
+            if (!ok) fprintf(stderr, "fashion_mnist: --device: '%s' is not cpu, opencl or opencl:N\n", optarg);
+            break;
         default: ok = false; break; /* getopt_long has named the unknown option or missing value */
         }
     }
@@ -191,11 +198,11 @@ static void progress(bool tty, int epoch, int64_t batch, int64_t batches, double
 }
 
 /* Accuracy of the model on a loader, in eval mode, over every rank's shard. One read at the end. */
-static double evaluate(kiln_module *model, kiln_loader *loader, int64_t *count) {
+static double evaluate(kiln_module *model, kiln_loader *loader, kiln_device device, int64_t *count) {
     kiln_module_train(model, false);
     kiln_no_grad_begin();
     kiln_loader_start_epoch(loader, 0);
-    kiln_tensor x, y, correct = kiln_zeros(KILN_CPU, KILN_I64, KILN_SCALAR_SHAPE);
+    kiln_tensor x, y, correct = kiln_zeros(device, KILN_I64, KILN_SCALAR_SHAPE);
     int64_t n = 0;
     kiln_status st;
     while ((st = kiln_loader_next(loader, &x, &y)) == KILN_OK) {
@@ -206,7 +213,7 @@ static double evaluate(kiln_module *model, kiln_loader *loader, int64_t *count) 
     kiln_no_grad_end();
     kiln_module_train(model, true);
     int64_t c[2] = {0, 0}; /* correct, seen: summed over the ranks */
-    kiln_tensor both = kiln_stack((kiln_tensor[]){correct, kiln_full(KILN_CPU, KILN_I64, KILN_SCALAR_SHAPE, (double)n)}, 2, 0);
+    kiln_tensor both = kiln_stack((kiln_tensor[]){kiln_to_device(correct, KILN_CPU), kiln_full(KILN_CPU, KILN_I64, KILN_SCALAR_SHAPE, (double)n)}, 2, 0);
     if (st != KILN_DONE || kiln_into_data(kiln_dist_all_reduce(both, KILN_DIST_SUM), c, sizeof c) != KILN_OK) {
         fprintf(stderr, "evaluation failed: %s\n", kiln_last_error());
         return -1;
@@ -232,9 +239,18 @@ int main(int argc, char **argv) {
         return 1;
     }
     kiln_module *model = build_model(o.model, o.seed);
+    if (model && o.device != KILN_CPU && kiln_module_to_device(model, o.device) != KILN_OK) {
+        fprintf(stderr, "cannot move the model to %s: %s\n", kiln_device_name(o.device), kiln_last_error());
+        return 1;
+    }
     kiln_optimizer *opt = model ? kiln_adam_new(model, kiln_adam_defaults()) : NULL;
-    kiln_ddp *ddp = model ? kiln_ddp_new(model, kiln_ddp_defaults()) : NULL; /* rank 0's weights everywhere */
-    if (!model || !opt || !ddp) {
+    if (world > 1 && o.device != KILN_CPU) {
+        fprintf(stderr, "fashion_mnist: --device %s: collectives run on CPU tensors only (one rank)\n", kiln_device_name(o.device));
+        return 2;
+    }
+    /* rank 0's weights everywhere; one process on a device needs none */
+    kiln_ddp *ddp = model && o.device == KILN_CPU ? kiln_ddp_new(model, kiln_ddp_defaults()) : NULL;
+    if (!model || !opt || (!ddp && o.device == KILN_CPU)) {
         fprintf(stderr, "cannot build the model: %s\n", kiln_last_error());
         return 1;
     }
@@ -245,6 +261,7 @@ int main(int argc, char **argv) {
     lo.seed = o.seed;
     lo.shard_rank = rank;
     lo.shard_count = world;
+    lo.device = o.device; /* batches reach the device on the loader's own streams */
     kiln_loader *train_loader = kiln_loader_new(train, lo);
     lo.shuffle = false;
     kiln_loader *test_loader = kiln_loader_new(test, lo);
@@ -314,7 +331,7 @@ int main(int argc, char **argv) {
         double epoch_s = now_s() - t0;
         total_train_s += epoch_s;
         int64_t tested = 0;
-        double acc = status ? -1 : evaluate(model, test_loader, &tested);
+        double acc = status ? -1 : evaluate(model, test_loader, o.device, &tested);
         if (acc < 0) status = 1;
         if (lead)
             printf("%sepoch %d: %.1f s (%.0f samples/s), test accuracy %.4f on %lld images\n", tty ? "\n" : "", epoch,

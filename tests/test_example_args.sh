@@ -43,6 +43,7 @@ for v in abc -1 257; do bad --workers "$v"; done
 for v in abc 0 -5; do bad --limit "$v"; done
 for v in abc -1 99999999999999999999; do bad --seed "$v"; done
 bad --model rnn
+for v in gpu opencl:99 cuda:x ""; do bad --device "$v"; done
 
 run 2 "--frobnicate" --data "$nodata" --frobnicate
 run 2 "'--epochs' requires an argument" --data "$nodata" --epochs
@@ -52,7 +53,7 @@ run 2 "invalid option" --data "$nodata" -x
 "$exe" --help >"$out" 2>"$err"
 got=$?
 if [ $got != 0 ]; then echo "FAIL --help: exit status $got"; failed=1; fi
-for opt in --model --epochs --batch --lr --workers --limit --data --checkpoint --profile --seed --bench --help; do
+for opt in --model --epochs --batch --lr --workers --limit --data --checkpoint --profile --seed --device --bench --help; do
     grep -qF -- "$opt" "$out" || { echo "FAIL --help does not list $opt"; failed=1; }
 done
 [ $got = 0 ] && echo "ok   --help -> 0, lists every option"
@@ -61,5 +62,5 @@ run 0 "usage:" -h
 # every option with a good value is accepted: the program goes on to open the data
 run 1 "cannot open Fashion-MNIST in $nodata" --data "$nodata" --model cnn --epochs 3 --batch 64 --lr 0.01 \
     --workers 0 --limit 1000 --seed 7 --checkpoint x.safetensors --profile x.json --bench
-run 1 "cannot open Fashion-MNIST in $nodata" --data="$nodata" --epochs=2 --lr=1e-2 --model=mlp
+run 1 "cannot open Fashion-MNIST in $nodata" --data="$nodata" --epochs=2 --lr=1e-2 --model=mlp --device=cpu
 exit $failed

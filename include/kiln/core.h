@@ -72,8 +72,47 @@ typedef enum {
 KILN_API const char *kiln_dtype_name(kiln_dtype dtype);
 KILN_API size_t kiln_dtype_size(kiln_dtype dtype); /* 0 for an invalid dtype */
 
-typedef enum { KILN_CPU = 0, KILN_CUDA = 1, KILN_DEVICE_COUNT } kiln_device;
+/* A device is a kind plus an index, packed in one integer: the kind in bits 8 and up, the
+ * index (0..KILN_MAX_DEVICES-1) in the low bits. KILN_CPU, KILN_CUDA and KILN_OPENCL are
+ * device 0 of their kind; kiln_opencl_device(i) names another. KILN_OPENCL is the default
+ * OpenCL device: the platforms' device KILN_OPENCL_DEVICE (an index into the list of all
+ * OpenCL devices, 0 when unset) becomes kiln's OpenCL device 0. KILN_DEVICE_COUNT is not a
+ * device (an always-invalid value, kept for code that used it as a sentinel). */
+#define KILN_MAX_DEVICES 16
+typedef enum {
+    KILN_CPU = 0,
+    KILN_CUDA = 1 << 8,
+    KILN_OPENCL = 2 << 8,
+    KILN_DEVICE_COUNT = 3 << 8
+} kiln_device;
+typedef enum { KILN_KIND_CPU = 0, KILN_KIND_CUDA = 1, KILN_KIND_OPENCL = 2, KILN_KIND_COUNT } kiln_device_kind;
+#define kiln_opencl_device(i) ((kiln_device)(KILN_OPENCL | ((int)(i) & 0xff)))
+#define kiln_device_kind(d) ((kiln_device_kind)((int)(d) >> 8))
+#define kiln_device_index(d) ((int)(d) & 0xff)
+/* "cpu", "opencl:0", ..., or "invalid". */
 KILN_API const char *kiln_device_name(kiln_device device);
+/* Parses "cpu", "opencl", "opencl:1", "cuda": KILN_OK and *out, or KILN_ERR_INVALID_ARGUMENT. */
+KILN_API kiln_status kiln_device_parse(const char *name, kiln_device *out);
+
+/* The devices of a kind this process can use (1 for KILN_KIND_CPU; 0 for OpenCL in a build
+ * without it or on a machine without an OpenCL platform). */
+KILN_API int kiln_device_count(kiln_device_kind kind);
+typedef struct {
+    kiln_device device;
+    char name[128];       /* the driver's name for it */
+    char driver[64];      /* driver version ("" for the CPU) */
+    uint64_t global_memory; /* bytes */
+    int compute_units;
+} kiln_device_info;
+/* Describes an available device: KILN_OK and *info, or KILN_ERR_DEVICE.
+ *
+ *   for (int i = 0; i < kiln_device_count(KILN_KIND_OPENCL); i++) {
+ *       kiln_device_info info;
+ *       if (kiln_device_info_get(kiln_opencl_device(i), &info) == KILN_OK)
+ *           printf("%s: %s, %d compute units\n", kiln_device_name(info.device), info.name, info.compute_units);
+ *   }
+ */
+KILN_API kiln_status kiln_device_info_get(kiln_device device, kiln_device_info *info);
 
 /* ---- shapes and dim lists (up to 8 dims; passed by value) -------------------------------- */
 #define KILN_MAX_DIMS 8

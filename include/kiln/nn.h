@@ -27,6 +27,10 @@ KILN_API kiln_tensor kiln_module_forward(kiln_module *m, kiln_tensor x);
 /* Training mode (dropout active, batch norm uses and updates batch statistics) or eval. */
 KILN_API void kiln_module_train(kiln_module *m, bool training);
 KILN_API bool kiln_module_is_training(const kiln_module *m);
+/* Moves every parameter and buffer of m and its children to dev (each a queued copy; the
+ * handles the module owns are replaced, so take kiln_module_param handles and build the
+ * optimizer after the move). Parameters stay leaves that require grad. */
+KILN_API kiln_status kiln_module_to_device(kiln_module *m, kiln_device dev);
 KILN_API void kiln_module_free(kiln_module *m); /* frees children and parameters */
 KILN_API const char *kiln_module_type(const kiln_module *m);
 

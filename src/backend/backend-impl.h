@@ -17,8 +17,10 @@ typedef struct kiln__backend {
     const char *name;
     kiln_device device;
     void *context;
-    kiln_status (*copy_to_host)(void *ctx, void *dst, const void *src, size_t nbytes);
-    kiln_status (*copy_from_host)(void *ctx, void *dst, const void *src, size_t nbytes);
+    /* Blocking copies between host memory and a storage of this device, at a byte offset into
+     * the storage (a device buffer is a handle, not an address to add offsets to). */
+    kiln_status (*copy_to_host)(void *ctx, void *dst, const kiln__storage *src, size_t offset, size_t nbytes);
+    kiln_status (*copy_from_host)(void *ctx, kiln__storage *dst, size_t offset, const void *src, size_t nbytes);
     kiln_status (*synchronize)(void *ctx);
     kiln__kernel_fn kernels[KILN__OP_COUNT];
 } kiln__backend;
@@ -26,6 +28,12 @@ typedef struct kiln__backend {
 const kiln__backend *kiln__cpu_backend(void);
 /* NULL when the device is not available in this build or machine. */
 const kiln__backend *kiln__backend_get(kiln_device dev);
+
+/* Waits until every device's queued kernels are done (a device kernel may return to the engine
+ * once enqueued): kiln_sync calls it after draining its stream. KILN_OK or the first failure. */
+kiln_status kiln__backends_synchronize(void);
+/* The same for the OpenCL devices opened so far. */
+kiln_status kiln__opencl_synchronize_all(void);
 
 /* Kernel-side detail for an error (thread-local; read by the engine after a failure). */
 void kiln__kernel_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -44,5 +52,18 @@ void kiln__cpu_register_scan(kiln__kernel_fn *table); /* cumsum, cumprod (scan.c
 void kiln__cpu_register_sort(kiln__kernel_fn *table); /* sort, topk (sort.c) */
 void kiln__cpu_register_fused(kiln__kernel_fn *table);
 void kiln__cpu_register_optim_adaptive(kiln__kernel_fn *table); /* RMSprop, Adagrad (optim_adaptive.c) */
+
+/* The OpenCL backend (src/backend/opencl/): NULL when the build has no OpenCL or the machine
+ * has no such device. */
+const kiln__backend *kiln__opencl_backend(int index);
+/* OpenCL devices found (0 without OpenCL), and one's description. */
+int kiln__opencl_device_count(void);
+typedef struct kiln__device_desc {
+    char name[128];
+    char driver[64];
+    uint64_t global_memory;
+    int compute_units;
+} kiln__device_desc;
+bool kiln__opencl_describe(int index, kiln__device_desc *out);
 
 #endif

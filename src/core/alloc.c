@@ -25,8 +25,9 @@ static struct {
 
 static struct {
     _Atomic int64_t in_use, peak;
+    _Atomic int64_t cached; /* device allocators' cached bytes */
     atomic_ullong allocs, system_allocs, inplace, live_tensors;
-} stats[KILN_DEVICE_COUNT];
+} stats[KILN__DEVICE_SLOTS];
 
 static atomic_llong fail_countdown;
 
@@ -39,7 +40,7 @@ bool kiln__alloc_should_fail(void) {
 }
 
 /* Size class: for sizes up to 256 bytes one class per 64 bytes, then 4 classes per power of two. */
-static int size_class(size_t n, size_t *rounded) {
+int kiln__alloc_size_class(size_t n, size_t *rounded) {
     if (n <= 256) {
         size_t r = (n + 63) & ~(size_t)63;
         if (r == 0) r = 64;
@@ -72,7 +73,7 @@ static bool caching_enabled(void) {
 void *kiln__cpu_alloc(size_t nbytes) {
     if (kiln__alloc_should_fail()) return NULL;
     size_t rounded = nbytes;
-    int cls = caching_enabled() ? size_class(nbytes, &rounded) : -1;
+    int cls = caching_enabled() ? kiln__alloc_size_class(nbytes, &rounded) : -1;
     if (cls >= 0) {
         pthread_mutex_lock(&cache.lock);
         free_block *b = cache.classes[cls];
@@ -95,7 +96,7 @@ void *kiln__cpu_alloc(size_t nbytes) {
 void kiln__cpu_free(void *p, size_t nbytes) {
     if (!p) return;
     size_t rounded = nbytes;
-    int cls = caching_enabled() ? size_class(nbytes, &rounded) : -1;
+    int cls = caching_enabled() ? kiln__alloc_size_class(nbytes, &rounded) : -1;
     if (cls >= 0) {
         pthread_mutex_lock(&cache.lock);
         if (cache.cached_bytes + rounded <= cache.cache_limit) {
@@ -111,7 +112,10 @@ void kiln__cpu_free(void *p, size_t nbytes) {
 }
 
 void kiln__memory_empty_cache(kiln_device dev) {
-    if (dev != KILN_CPU) return;
+    if (dev != KILN_CPU) {
+        kiln__storage_empty_cache(dev);
+        return;
+    }
     pthread_mutex_lock(&cache.lock);
     for (int c = 0; c < NUM_CLASSES; c++) {
         free_block *b = cache.classes[c];
@@ -127,15 +131,24 @@ void kiln__memory_empty_cache(kiln_device dev) {
 }
 
 void kiln__stats_add_in_use(kiln_device dev, int64_t delta) {
-    int64_t now = atomic_fetch_add(&stats[dev].in_use, delta) + delta;
-    int64_t peak = atomic_load_explicit(&stats[dev].peak, memory_order_relaxed);
-    while (now > peak && !atomic_compare_exchange_weak(&stats[dev].peak, &peak, now)) {
+    int k = kiln__device_slot(dev);
+    if (NEVER(k < 0)) return;
+    int64_t now = atomic_fetch_add(&stats[k].in_use, delta) + delta;
+    int64_t peak = atomic_load_explicit(&stats[k].peak, memory_order_relaxed);
+    while (now > peak && !atomic_compare_exchange_weak(&stats[k].peak, &peak, now)) {
     }
 }
 
 void kiln__stats_count_alloc(kiln_device dev, bool from_system) {
-    atomic_fetch_add_explicit(&stats[dev].allocs, 1, memory_order_relaxed);
-    if (from_system) atomic_fetch_add_explicit(&stats[dev].system_allocs, 1, memory_order_relaxed);
+    int k = kiln__device_slot(dev);
+    if (NEVER(k < 0)) return;
+    atomic_fetch_add_explicit(&stats[k].allocs, 1, memory_order_relaxed);
+    if (from_system) atomic_fetch_add_explicit(&stats[k].system_allocs, 1, memory_order_relaxed);
+}
+
+void kiln__stats_add_cached(kiln_device dev, int64_t delta) {
+    int k = kiln__device_slot(dev);
+    if (ALWAYS(k > 0)) atomic_fetch_add_explicit(&stats[k].cached, delta, memory_order_relaxed);
 }
 
 void kiln__stats_count_inplace(void) { atomic_fetch_add_explicit(&stats[0].inplace, 1, memory_order_relaxed); }
@@ -146,10 +159,13 @@ void kiln__stats_count_tensor(int delta) {
 
 kiln_memory_stats kiln__memory_stats_snapshot(kiln_device dev) {
     kiln_memory_stats s = {0};
-    s.bytes_in_use = (uint64_t)atomic_load(&stats[dev].in_use);
-    s.peak_bytes = (uint64_t)atomic_load(&stats[dev].peak);
-    s.alloc_count = atomic_load(&stats[dev].allocs);
-    s.system_allocs = atomic_load(&stats[dev].system_allocs);
+    int k = kiln__device_slot(dev);
+    if (NEVER(k < 0)) return s;
+    s.bytes_in_use = (uint64_t)atomic_load(&stats[k].in_use);
+    s.peak_bytes = (uint64_t)atomic_load(&stats[k].peak);
+    s.alloc_count = atomic_load(&stats[k].allocs);
+    s.system_allocs = atomic_load(&stats[k].system_allocs);
+    s.bytes_cached = (uint64_t)atomic_load(&stats[k].cached);
     s.inplace_reuses = atomic_load(&stats[0].inplace);
     s.live_tensors = atomic_load(&stats[0].live_tensors);
     if (dev == KILN_CPU) {
@@ -161,5 +177,7 @@ kiln_memory_stats kiln__memory_stats_snapshot(kiln_device dev) {
 }
 
 void kiln__memory_reset_peak(kiln_device dev) {
-    atomic_store(&stats[dev].peak, atomic_load(&stats[dev].in_use));
+    int k = kiln__device_slot(dev);
+    if (NEVER(k < 0)) return;
+    atomic_store(&stats[k].peak, atomic_load(&stats[k].in_use));
 }

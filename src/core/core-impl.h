@@ -80,6 +80,20 @@ static inline void kiln__site_set_op(const char *file, int line, const char *op)
 typedef int64_t (*kiln__leak_reporter)(FILE *f);
 void kiln__leak_add_reporter(kiln__leak_reporter fn);
 
+/* ---- devices ----------------------------------------------------------------------------- */
+/* Tables indexed by device use a slot: 0 the CPU, then KILN_MAX_DEVICES per other kind. */
+#define KILN__DEVICE_SLOTS (1 + 2 * KILN_MAX_DEVICES)
+/* The slot of a valid device, or -1 (an invalid kind or index). */
+static inline int kiln__device_slot(kiln_device d) {
+    int v = (int)d, kind = v >> 8, idx = v & 0xff;
+    if (v < 0) return -1;
+    if (kind == KILN_KIND_CPU) return idx == 0 ? 0 : -1;
+    if (idx >= KILN_MAX_DEVICES) return -1;
+    if (kind == KILN_KIND_CUDA) return 1 + idx;
+    if (kind == KILN_KIND_OPENCL) return 1 + KILN_MAX_DEVICES + idx;
+    return -1;
+}
+
 /* ---- dtypes ------------------------------------------------------------------------------ */
 bool kiln__dtype_valid(kiln_dtype dtype);
 /* Element size of a valid dtype (no checks: hot path). */
@@ -145,6 +159,7 @@ typedef struct kiln__device_memory {
     void *(*alloc)(void *ctx, size_t nbytes); /* NULL on failure */
     void (*free)(void *ctx, void *ptr, size_t nbytes);
     void *context;
+    void (*empty_cache)(void *ctx); /* optional: return cached blocks to the device */
 } kiln__device_memory;
 void kiln__storage_register_memory(kiln_device dev, const kiln__device_memory *m);
 /* Frees s once every queued op that uses it is done. The engine registers it when it starts,
@@ -224,6 +239,10 @@ int kiln__open_regular(const char *path, uint64_t *size, const char **why);
 char *kiln__read_small_file(const char *path, uint64_t max_bytes, const char *what, const char *op, size_t *size);
 
 /* ---- memory ------------------------------------------------------------------------------ */
+/* The caching allocators' size classes (4 per power of two): the class of n (< 256) with its
+ * rounded size, or -1 for a size too large to cache. */
+#define KILN__ALLOC_CLASSES 256
+int kiln__alloc_size_class(size_t n, size_t *rounded);
 void *kiln__cpu_alloc(size_t nbytes); /* 64-byte aligned; caching; NULL on failure */
 void kiln__cpu_free(void *p, size_t nbytes);
 bool kiln__alloc_should_fail(void); /* fault injection */
@@ -234,5 +253,9 @@ void kiln__stats_add_in_use(kiln_device dev, int64_t delta);
 void kiln__stats_count_alloc(kiln_device dev, bool from_system);
 void kiln__stats_count_inplace(void);
 void kiln__stats_count_tensor(int delta);
+/* A device allocator's cached bytes (the CPU's own cache counts itself). */
+void kiln__stats_add_cached(kiln_device dev, int64_t delta);
+/* Empties the cache of a device whose memory was registered (kiln__device_memory.empty_cache). */
+void kiln__storage_empty_cache(kiln_device dev);
 
 #endif

@@ -1,5 +1,8 @@
 /* dtype names, sizes, promotion, and f16/bf16 conversions. */
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/core-impl.h"
@@ -12,12 +15,49 @@ const char *kiln_dtype_name(kiln_dtype d) { return kiln__dtype_valid(d) ? dtype_
 
 size_t kiln_dtype_size(kiln_dtype d) { return kiln__dtype_valid(d) ? kiln__elsize(d) : 0; }
 
-const char *kiln_device_name(kiln_device dev) {
-    switch (dev) {
-    case KILN_CPU: return "cpu";
-    case KILN_CUDA: return "cuda";
-    default: return "invalid";
+/* "cuda:3", "opencl:15": names built once, so the pointers stay valid for the process. */
+static char device_names[KILN__DEVICE_SLOTS][12];
+static pthread_once_t names_once = PTHREAD_ONCE_INIT;
+
+static void names_init(void) {
+    strcpy(device_names[0], "cpu");
+    for (int i = 0; i < KILN_MAX_DEVICES; i++) {
+        snprintf(device_names[1 + i], sizeof device_names[0], i ? "cuda:%d" : "cuda", i);
+        snprintf(device_names[1 + KILN_MAX_DEVICES + i], sizeof device_names[0], "opencl:%d", i);
     }
+}
+
+const char *kiln_device_name(kiln_device dev) {
+    int slot = kiln__device_slot(dev);
+    if (slot < 0) return "invalid";
+    pthread_once(&names_once, names_init);
+    return device_names[slot];
+}
+
+kiln_status kiln_device_parse(const char *name, kiln_device *out) {
+    if (!name || !out) return kiln__report(KILN_ERR_NULL, "kiln_device_parse", "name or out is NULL");
+    static const struct {
+        const char *prefix;
+        kiln_device base;
+    } kinds[] = {{"cpu", KILN_CPU}, {"cuda", KILN_CUDA}, {"opencl", KILN_OPENCL}};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        size_t n = strlen(kinds[k].prefix);
+        if (strncmp(name, kinds[k].prefix, n) != 0) continue;
+        int idx = 0;
+        if (name[n] == ':') {
+            char *end;
+            long v = strtol(name + n + 1, &end, 10);
+            if (end == name + n + 1 || *end || v < 0 || v >= KILN_MAX_DEVICES) break;
+            idx = (int)v;
+        } else if (name[n]) {
+            continue;
+        }
+        kiln_device d = (kiln_device)((int)kinds[k].base | idx);
+        if (kiln__device_slot(d) < 0) break;
+        *out = d;
+        return KILN_OK;
+    }
+    return kiln__report(KILN_ERR_INVALID_ARGUMENT, "kiln_device_parse", "unknown device \"%s\"", name);
 }
 
 bool kiln__dtype_is_float(kiln_dtype d) {

@@ -10,12 +10,12 @@ static void *host_alloc(void *ctx, size_t nbytes) { return kiln__cpu_alloc(nbyte
 static void host_free(void *ctx, void *ptr, size_t nbytes) { kiln__cpu_free(ptr, nbytes); }
 static const kiln__device_memory host_memory = {.alloc = host_alloc, .free = host_free};
 
-static _Atomic(const kiln__device_memory *) device_memory[KILN_DEVICE_COUNT] = {[KILN_CPU] = &host_memory};
+static _Atomic(const kiln__device_memory *) device_memory[KILN__DEVICE_SLOTS] = {[0] = &host_memory};
 static _Atomic(kiln__storage_release_fn) release_hook;
 
 void kiln__storage_register_memory(kiln_device dev, const kiln__device_memory *m) {
-    if (ALWAYS((unsigned)dev < KILN_DEVICE_COUNT && dev != KILN_CPU))
-        atomic_store_explicit(&device_memory[dev], m, memory_order_release);
+    int slot = kiln__device_slot(dev);
+    if (ALWAYS(slot > 0)) atomic_store_explicit(&device_memory[slot], m, memory_order_release);
 }
 
 void kiln__storage_set_release_hook(kiln__storage_release_fn fn) {
@@ -23,7 +23,13 @@ void kiln__storage_set_release_hook(kiln__storage_release_fn fn) {
 }
 
 static const kiln__device_memory *memory_of(kiln_device dev) {
-    return (unsigned)dev < KILN_DEVICE_COUNT ? atomic_load_explicit(&device_memory[dev], memory_order_acquire) : NULL;
+    int slot = kiln__device_slot(dev);
+    return slot >= 0 ? atomic_load_explicit(&device_memory[slot], memory_order_acquire) : NULL;
+}
+
+void kiln__storage_empty_cache(kiln_device dev) {
+    const kiln__device_memory *m = kiln__device_slot(dev) > 0 ? memory_of(dev) : NULL;
+    if (m && m->empty_cache) m->empty_cache(m->context);
 }
 
 kiln__storage *kiln__storage_new(kiln_device dev, size_t nbytes) {

@@ -127,6 +127,16 @@ kiln__error *kiln__execute(const kiln__op *op) {
     return e;
 }
 
+/* The device whose kernel runs op: its first storage on a device other than the CPU (a copy
+ * between the host and a device runs on the device), else the CPU. */
+static kiln_device op_device(const kiln__op *op) {
+    for (int i = 0; i < op->n_out; i++)
+        if (op->out[i].storage && op->out[i].storage->device != KILN_CPU) return op->out[i].storage->device;
+    for (int i = 0; i < op->n_in; i++)
+        if (op->in[i].storage && op->in[i].storage->device != KILN_CPU) return op->in[i].storage->device;
+    return KILN_CPU;
+}
+
 static kiln__error *execute_op(const kiln__op *op) {
     bool comm = kiln__opcode_is_comm(op->code);
     kiln__error *poisoned_in = NULL;
@@ -141,7 +151,7 @@ static kiln__error *execute_op(const kiln__op *op) {
             return NULL;
         }
     }
-    kiln_device dev = op->n_out ? op->out[0].storage->device : KILN_CPU;
+    kiln_device dev = op_device(op);
     const kiln__backend *be = kiln__backend_get(dev);
     kiln__kernel_fn fn = comm ? atomic_load(&comm_kernel) : be ? be->kernels[op->code] : NULL;
     kiln_status st;
@@ -238,6 +248,8 @@ kiln_status kiln_sync(void) {
     kiln__stream *s = kiln__stream_current();
     if (!s) return kiln__report(KILN_ERR_OUT_OF_MEMORY, "kiln_sync", "cannot create this thread's stream");
     kiln__stream_drain(s);
+    if (kiln__backends_synchronize() != KILN_OK) /* device kernels enqueued by the drained ops */
+        return kiln__report(KILN_ERR_DEVICE, "kiln_sync", "a device failed while finishing its queued kernels");
     kiln__error *e = kiln__stream_take_error(s);
     if (!e || atomic_load(&e->delivered)) { /* a read on another thread reported it already */
         kiln__error_unref(e);

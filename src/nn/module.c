@@ -75,6 +75,34 @@ void kiln_module_train(kiln_module *m, bool training) {
     for (int i = 0; i < m->n_children; i++) kiln_module_train(m->children[i], training);
 }
 
+/* Each tensor moves with one queued copy; a parameter stays a leaf that requires grad. */
+static kiln_status move_tree(kiln_module *m, kiln_device dev) {
+    for (int i = 0; i < m->n_params; i++) {
+        kiln__module_param *p = &m->params[i];
+        if (kiln_tensor_device(p->tensor) == dev) continue;
+        kiln_no_grad_begin();
+        kiln_tensor t = kiln_to_device(p->tensor, dev);
+        kiln_no_grad_end();
+        p->tensor = t;
+        kiln_status st = kiln_tensor_status(t);
+        if (st != KILN_OK) return st;
+        if (!p->buffer) kiln_require_grad(t);
+    }
+    for (int i = 0; i < m->n_children; i++) {
+        kiln_status st = move_tree(m->children[i], dev);
+        if (st != KILN_OK) return st;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_module_to_device(kiln_module *m, kiln_device dev) {
+    if (!m) return kiln__report(KILN_ERR_NULL, "kiln_module_to_device", "module is NULL");
+    if (!kiln__backend_get(dev))
+        return kiln__report(KILN_ERR_DEVICE, "kiln_module_to_device", "device %s is not available", kiln_device_name(dev));
+    kiln_status st = move_tree(m, dev);
+    return st == KILN_OK ? KILN_OK : kiln__report(st, "kiln_module_to_device", "%s", kiln_last_error());
+}
+
 bool kiln_module_is_training(const kiln_module *m) { return m && m->training; }
 const char *kiln_module_type(const kiln_module *m) { return !m ? "NULL" : m->type[0] ? m->type : m->vt->type; }
 

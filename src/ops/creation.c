@@ -44,7 +44,7 @@ kiln_tensor kiln_from_data(kiln_device dev, kiln_dtype dtype, kiln_shape shape, 
     if (t && n > 0) {
         /* copied now: the caller may reuse `data` as soon as this returns */
         const kiln__backend *be = kiln__backend_get(dev);
-        kiln_status st = be->copy_from_host(be->context, t->storage->data, data, (size_t)n * kiln__elsize(dtype));
+        kiln_status st = be->copy_from_host(be->context, t->storage, 0, data, (size_t)n * kiln__elsize(dtype));
         if (st != KILN_OK) kiln__tensor_release(t), t = kiln__fail(&c, st, "copy to %s failed", kiln_device_name(dev));
     }
     return kiln__result(&c, t);

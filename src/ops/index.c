@@ -240,14 +240,31 @@ kiln__tensor *kiln__t_one_hot(kiln__opctx *c, kiln__tensor *index, int64_t class
 
 /* ---- devices ------------------------------------------------------------------------------- */
 
+/* A COPY between the host and a device: the device's backend runs it (the engine picks the
+ * device side of an op), as a transfer queued on this thread's stream. */
+static bool submit_transfer(kiln__opctx *c, kiln__tensor *out, const kiln__tensor *src) {
+    kiln__op op;
+    kiln__op_init(&op, KILN__OP_COPY, c->name);
+    op.in[0] = kiln__view_of(src);
+    op.out[0] = kiln__view_of(out);
+    op.n_in = op.n_out = 1;
+    return kiln__t_submit(c, &op, out->device == KILN_CPU ? src->device : out->device);
+}
+
 kiln__tensor *kiln__t_to_device(kiln__opctx *c, kiln__tensor *t, kiln_device dev) {
     if (!kiln__ok(c, t)) return kiln__drop(1, t), NULL;
     if (t->device == dev) return t;
     kiln_device from = t->device;
-    kiln__tensor_release(t);
-    if ((unsigned)dev >= KILN_DEVICE_COUNT) return kiln__fail(c, KILN_ERR_DEVICE, "invalid device %d", (int)dev);
+    if (kiln__device_slot(dev) < 0) return kiln__drop(1, t), kiln__fail(c, KILN_ERR_DEVICE, "invalid device %d", (int)dev);
     if (!kiln__backend_get(dev))
-        return kiln__fail(c, KILN_ERR_DEVICE, "device %s is not available", kiln_device_name(dev));
-    return kiln__fail(c, KILN_ERR_UNSUPPORTED, "copies from %s to %s are not implemented", kiln_device_name(from),
-                      kiln_device_name(dev));
+        return kiln__drop(1, t), kiln__fail(c, KILN_ERR_DEVICE, "device %s is not available", kiln_device_name(dev));
+    if (from != KILN_CPU && dev != KILN_CPU) /* device to device: through the host */
+        return kiln__t_to_device(c, kiln__t_to_device(c, t, KILN_CPU), dev);
+    /* a dense source (a copy on its own device first), then one transfer queued on the stream */
+    t = kiln__t_contiguous(c, t);
+    if (!t) return NULL;
+    kiln__tensor *out = kiln__t_empty(c, dev, t->dtype, t->ndim, t->shape);
+    if (out && !submit_transfer(c, out, t)) kiln__tensor_release(out), out = NULL;
+    kiln__tensor_release(t);
+    return out;
 }

@@ -115,8 +115,8 @@ bool kiln__t_copy_to_host(kiln__opctx *c, kiln__tensor *t, void *dst, size_t nby
         if (!c->err) c->err = kiln__error_ref(atomic_load(&t->storage->err));
     } else if (nbytes) {
         const kiln__backend *be = kiln__backend_get(t->device);
-        const char *src = (const char *)t->storage->data + t->offset * (int64_t)kiln__elsize(t->dtype);
-        ok = be->copy_to_host(be->context, dst, src, nbytes) == KILN_OK;
+        size_t off = (size_t)t->offset * kiln__elsize(t->dtype);
+        ok = be->copy_to_host(be->context, dst, t->storage, off, nbytes) == KILN_OK;
         if (!ok) kiln__fail(c, KILN_ERR_DEVICE, "copy from %s failed", kiln_device_name(t->device));
     }
     kiln__tensor_release(t);
@@ -125,7 +125,7 @@ bool kiln__t_copy_to_host(kiln__opctx *c, kiln__tensor *t, void *dst, size_t nby
 
 bool kiln__t_copy_from_host(kiln__opctx *c, kiln__tensor *dst, const void *src, size_t nbytes) {
     const kiln__backend *be = kiln__backend_get(dst->device);
-    bool ok = !nbytes || be->copy_from_host(be->context, dst->storage->data, src, nbytes) == KILN_OK;
+    bool ok = !nbytes || be->copy_from_host(be->context, dst->storage, (size_t)dst->offset * kiln__elsize(dst->dtype), src, nbytes) == KILN_OK;
     if (!ok) kiln__fail(c, KILN_ERR_DEVICE, "copy to %s failed", kiln_device_name(dst->device));
     return ok;
 }

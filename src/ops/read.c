@@ -14,8 +14,8 @@ static kiln_status read_into(kiln__opctx *c, kiln__tensor *t, void *dst, size_t 
         kiln__error_report(atomic_load(&t->storage->err));
     } else {
         const kiln__backend *be = kiln__backend_get(t->device);
-        const char *src = (const char *)t->storage->data + t->offset * (int64_t)kiln__elsize(t->dtype);
-        st = be->copy_to_host(be->context, dst, src, dst_bytes);
+        size_t off = (size_t)t->offset * kiln__elsize(t->dtype);
+        st = be->copy_to_host(be->context, dst, t->storage, off, dst_bytes);
         if (st != KILN_OK) kiln__report(st, c->name, "copy from %s failed", kiln_device_name(t->device));
     }
     kiln__tensor_release(t);

@@ -64,8 +64,8 @@ kiln_status kiln_metrics_add(kiln_metrics *m, kiln_tensor loss, kiln_tensor logi
 /* The sums of every rank, in one all-reduce of [loss sum, correct, samples, classified]. */
 static kiln_status read_all_ranks(kiln_metrics *m, double *loss, int64_t *correct) {
     kiln_tensor parts[4] = {
-        m->loss_sum.id ? m->loss_sum : kiln_zeros(KILN_CPU, KILN_F64, KILN_SHAPE()),
-        m->correct.id ? kiln_cast(m->correct, KILN_F64) : kiln_zeros(KILN_CPU, KILN_F64, KILN_SHAPE()),
+        m->loss_sum.id ? kiln_to_device(m->loss_sum, KILN_CPU) : kiln_zeros(KILN_CPU, KILN_F64, KILN_SHAPE()),
+        m->correct.id ? kiln_cast(kiln_to_device(m->correct, KILN_CPU), KILN_F64) : kiln_zeros(KILN_CPU, KILN_F64, KILN_SHAPE()),
         kiln_full(KILN_CPU, KILN_F64, KILN_SHAPE(), (double)m->samples),
         kiln_full(KILN_CPU, KILN_F64, KILN_SHAPE(), (double)m->classified)};
     m->loss_sum = m->correct = KILN_NONE; /* consumed */

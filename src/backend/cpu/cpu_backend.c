@@ -4,8 +4,12 @@
 
 #include "backend/cpu/cpu-impl.h"
 
-static kiln_status cpu_copy(void *ctx, void *dst, const void *src, size_t nbytes) {
-    if (nbytes) memcpy(dst, src, nbytes);
+static kiln_status cpu_copy_to_host(void *ctx, void *dst, const kiln__storage *src, size_t offset, size_t nbytes) {
+    if (nbytes) memcpy(dst, (const char *)src->data + offset, nbytes);
+    return KILN_OK;
+}
+static kiln_status cpu_copy_from_host(void *ctx, kiln__storage *dst, size_t offset, const void *src, size_t nbytes) {
+    if (nbytes) memcpy((char *)dst->data + offset, src, nbytes);
     return KILN_OK;
 }
 static kiln_status cpu_synchronize(void *ctx) { return KILN_OK; }
@@ -13,8 +17,8 @@ static kiln_status cpu_synchronize(void *ctx) { return KILN_OK; }
 static kiln__backend cpu = {
     .name = "cpu",
     .device = KILN_CPU,
-    .copy_to_host = cpu_copy,
-    .copy_from_host = cpu_copy,
+    .copy_to_host = cpu_copy_to_host,
+    .copy_from_host = cpu_copy_from_host,
     .synchronize = cpu_synchronize,
 };
 static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;

@@ -1,0 +1,362 @@
+/* The expression IR (ir/expr.h) printed as OpenCL C. One kernel "k" evaluates every node of a
+ * group per element: work item i computes element i of the group's iteration space, loading
+ * each input through its offset and strides (passed as arguments, so one source serves every
+ * shape of the same rank and layout class) and storing each stored node. Constants travel as
+ * arguments too; op parameters (clamp bounds, slopes) are printed into the source. The
+ * formulas follow the CPU kernels (src/backend/cpu/elementwise*.c) line by line, with
+ * FP_CONTRACT off and correctly rounded division and sqrt, so exact ops give the CPU's bits.
+ *
+ *   __kernel void k(long n, long8 shape, __global const float *in0, long io0, long8 is0,
+ *                   __global float *out0, long oo0, long8 os0) {
+ *       long i = get_global_id(0); if (i >= n) return;
+ *       float v0 = in0[io0 + i]; float v1 = exp(v0); out0[oo0 + i] = v1; }
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend-impl.h"
+
+#if KILN_HAVE_OPENCL
+#include "backend/opencl/opencl-impl.h"
+
+void kiln__cl_src_printf(kiln__cl_src *b, const char *fmt, ...) {
+    if (b->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        size_t room = b->cap - b->len;
+        int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? room : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->oom = true;
+            return;
+        }
+        if (b->s && (size_t)n < room) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = b->cap ? b->cap * 2 : 4096;
+        while (cap < b->len + (size_t)n + 1) cap *= 2;
+        char *s = realloc(b->s, cap);
+        if (!s) {
+            b->oom = true;
+            return;
+        }
+        b->s = s;
+        b->cap = cap;
+    }
+}
+
+void kiln__cl_src_prelude(kiln__cl_src *b, bool fp64) {
+    kiln__cl_src_printf(b, "%s",
+                        "#pragma OPENCL FP_CONTRACT OFF\n"
+                        "inline float bf2f(ushort h) { return as_float((uint)h << 16); }\n"
+                        "inline ushort f2bf(float f) { uint u = as_uint(f);\n"
+                        "  if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40);\n"
+                        "  return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }\n");
+    if (fp64) kiln__cl_src_printf(b, "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n");
+}
+
+const char *kiln__cl_ctype(kiln_dtype d) {
+    switch (d) {
+    case KILN_F64: return "double";
+    case KILN_I32: return "int";
+    case KILN_I64: return "long";
+    case KILN_BOOL: return "uchar";
+    default: return "float";
+    }
+}
+
+const char *kiln__cl_storetype(kiln_dtype d) {
+    switch (d) {
+    case KILN_F16: return "half";
+    case KILN_BF16: return "ushort";
+    default: return kiln__cl_ctype(d);
+    }
+}
+
+const char *const kiln__cl_layout_helpers =
+    "inline void unpack(long8 v, long *a) { vstore8(v, 0, a); }\n"
+    /* offsets of output element o: in (kept coordinates) and out */
+    "inline void locate(long o, const long *oshape, const long *istr, const long *ostr, long *ib, long *ob) {\n"
+    "  for (int d = 7; d >= 0; d--) { long c = o % oshape[d]; o /= oshape[d]; *ib += c * istr[d]; *ob += c * ostr[d]; } }\n"
+    /* offset of reduced element j from the output's base */
+    "inline long roff(long j, const long *rshape, const long *istr) {\n"
+    "  long off = 0; for (int d = 7; d >= 0; d--) { long c = j % rshape[d]; j /= rshape[d]; off += c * istr[d]; } return off; }\n"
+    /* row-major coordinates of element e, and an offset from coordinates */
+    "inline void coords(long e, const long *shape, long *c) { for (int d = 7; d >= 0; d--) { c[d] = e % shape[d]; e /= shape[d]; } }\n"
+    "inline long dot(const long *c, const long *st) { long o = 0; for (int d = 0; d < 8; d++) o += c[d] * st[d]; return o; }\n";
+
+void kiln__cl_pack8(cl_long8 *v, const int64_t *a, int nd, int64_t pad) {
+    int off = 8 - nd; /* leading pads: size 1, stride 0 */
+    for (int d = 0; d < 8; d++) v->s[d] = d < off ? pad : a[d - off];
+}
+
+static bool is_float(kiln_dtype d) { return kiln__dtype_is_float(d); }
+
+/* A double as an OpenCL C literal (exact: hexadecimal). */
+static void lit(char *buf, size_t cap, double v) {
+    if (isnan(v)) snprintf(buf, cap, "NAN");
+    else if (isinf(v)) snprintf(buf, cap, v > 0 ? "INFINITY" : "(-INFINITY)");
+    else snprintf(buf, cap, "(%a)", v);
+}
+
+/* The value of node i converted to dtype `to` the way the CPU's COPY does (through double). */
+static void convert(kiln__cl_src *b, const char *x, kiln_dtype from, kiln_dtype to, bool fp64) {
+    const char *fc = kiln__cl_ctype(from), *tc = kiln__cl_ctype(to);
+    if (strcmp(fc, tc) == 0) kiln__cl_src_printf(b, "%s", x);
+    else if (to == KILN_BOOL) kiln__cl_src_printf(b, "(uchar)(%s != 0)", x);
+    else if (to == KILN_I32 || to == KILN_I64) kiln__cl_src_printf(b, from == KILN_BOOL ? "(%s)%s" : "convert_%s_sat(%s)", tc, x);
+    else if (strcmp(tc, "float") == 0 && from == KILN_I64 && fp64) kiln__cl_src_printf(b, "(float)(double)%s", x);
+    else kiln__cl_src_printf(b, "(%s)%s", tc, x);
+}
+
+/* Integer clamp bounds saturate to the dtype's range; NaN means no bound. */
+static long long int_bound(double v, long long none, long long lo, long long hi) {
+    if (isnan(v)) return none;
+    if (v >= (double)hi) return hi;
+    if (v <= (double)lo) return lo;
+    return (long long)v;
+}
+
+/* Prints the expression of an OP node; false when the opcode has no OpenCL form. */
+static bool op_expr(kiln__cl_src *b, const kiln__expr *e, const kiln__expr_node *n, bool fp64) {
+    char X[16], Y[16], Z[16], p0[48], p1[48], p2[48];
+    snprintf(X, sizeof X, "v%d", n->arg[0]);
+    snprintf(Y, sizeof Y, "v%d", n->n_args > 1 ? n->arg[1] : 0);
+    snprintf(Z, sizeof Z, "v%d", n->n_args > 2 ? n->arg[2] : 0);
+    lit(p0, sizeof p0, n->param[0]);
+    lit(p1, sizeof p1, n->param[1]);
+    lit(p2, sizeof p2, n->param[2]);
+    kiln_dtype in = e->node[n->arg[0]].dtype;
+    const char *T = kiln__cl_ctype(n->dtype);
+    const char *UT = n->dtype == KILN_I32 ? "uint" : "ulong";
+    bool f = is_float(n->dtype), fin = is_float(in);
+#define P(...) kiln__cl_src_printf(b, __VA_ARGS__)
+    switch (n->code) {
+    case KILN__OP_COPY: convert(b, X, in, n->dtype, fp64); return true;
+    case KILN__OP_NEG: f ? P("-%s", X) : P("(%s)((%s)0 - (%s)%s)", T, UT, UT, X); return true;
+    case KILN__OP_ABS: f ? P("fabs(%s)", X) : P("(%s < 0 ? (%s)((%s)0 - (%s)%s) : %s)", X, T, UT, UT, X, X); return true;
+    case KILN__OP_SIGN:
+        f ? P("(%s > 0 ? (%s)1 : (%s < 0 ? (%s)-1 : %s))", X, T, X, T, X) : P("(%s)((%s > 0) - (%s < 0))", T, X, X);
+        return true;
+    case KILN__OP_RELU: P("(%s < 0 ? (%s)0 : %s)", X, T, X); return true;
+    case KILN__OP_LOGICAL_NOT: P("(uchar)(%s == 0)", X); return true;
+    case KILN__OP_CLAMP:
+        if (f) {
+            P("(%s < (%s)%s ? (%s)%s : (%s > (%s)%s ? (%s)%s : %s))", X, T, isnan(n->param[0]) ? "(-INFINITY)" : p0, T,
+              isnan(n->param[0]) ? "(-INFINITY)" : p0, X, T, isnan(n->param[1]) ? "INFINITY" : p1, T,
+              isnan(n->param[1]) ? "INFINITY" : p1, X);
+        } else {
+            long long lo = n->dtype == KILN_I32 ? INT32_MIN : INT64_MIN, hi = n->dtype == KILN_I32 ? INT32_MAX : INT64_MAX;
+            long long l = int_bound(n->param[0], lo, lo, hi), h = int_bound(n->param[1], hi, lo, hi);
+            char L[40], H[40]; /* INT64_MIN has no literal: written as an expression */
+            snprintf(L, sizeof L, l == INT64_MIN ? "(-9223372036854775807L - 1)" : "%lldL", l);
+            snprintf(H, sizeof H, "%lldL", h);
+            P("(%s < (%s)%s ? (%s)%s : (%s > (%s)%s ? (%s)%s : %s))", X, T, L, T, L, X, T, H, T, H, X);
+        }
+        return true;
+    case KILN__OP_EXP: P("exp(%s)", X); return f;
+    case KILN__OP_LOG: P("log(%s)", X); return f;
+    case KILN__OP_LOG1P: P("log1p(%s)", X); return f;
+    case KILN__OP_EXPM1: P("expm1(%s)", X); return f;
+    case KILN__OP_SQRT: P("sqrt(%s)", X); return f;
+    case KILN__OP_RSQRT: P("((%s)1 / sqrt(%s))", T, X); return f;
+    case KILN__OP_SIN: P("sin(%s)", X); return f;
+    case KILN__OP_COS: P("cos(%s)", X); return f;
+    case KILN__OP_TANH: P("tanh(%s)", X); return f;
+    case KILN__OP_SIGMOID: P("((%s)1 / ((%s)1 + exp(-%s)))", T, T, X); return f;
+    case KILN__OP_GELU: P("((%s)0.5 * %s * ((%s)1 + erf(%s * (%s)0.70710678118654752440)))", T, X, T, X, T); return f;
+    case KILN__OP_GELU_TANH:
+        P("((%s)0.5 * %s * ((%s)1 + tanh((%s)0.79788456080286535588 * (%s + (%s)0.044715 * %s * %s * %s))))", T, X, T,
+          T, X, T, X, X, X);
+        return f;
+    case KILN__OP_SILU: P("(%s / ((%s)1 + exp(-%s)))", X, T, X); return f;
+    case KILN__OP_SOFTPLUS: P("(%s > (%s)20 ? %s : log1p(exp(%s)))", X, T, X, X); return f;
+    case KILN__OP_ERF: P("erf(%s)", X); return f;
+    case KILN__OP_FLOOR: P("floor(%s)", X); return f;
+    case KILN__OP_CEIL: P("ceil(%s)", X); return f;
+    case KILN__OP_ROUND: P("rint(%s)", X); return f;
+    case KILN__OP_TRUNC: P("trunc(%s)", X); return f;
+    case KILN__OP_ATAN: P("atan(%s)", X); return f;
+    case KILN__OP_LOG2: P("log2(%s)", X); return f;
+    case KILN__OP_LOG10: P("log10(%s)", X); return f;
+    case KILN__OP_EXP2: P("exp2(%s)", X); return f;
+    case KILN__OP_LOG_SIGMOID: P("(fmin(%s, (%s)0) - log1p(exp(-fabs(%s))))", X, T, X); return f;
+    case KILN__OP_MISH: P("(%s * tanh(%s > (%s)20 ? %s : log1p(exp(%s))))", X, X, T, X, X); return f;
+    case KILN__OP_SOFTSIGN: P("(%s / ((%s)1 + fabs(%s)))", X, T, X); return f;
+    case KILN__OP_HARDSWISH: P("(%s * fmin(fmax(%s + (%s)3, (%s)0), (%s)6) / (%s)6)", X, X, T, T, T, T); return f;
+    case KILN__OP_ISNAN: P("(uchar)(isnan(%s) != 0)", X); return fin;
+    case KILN__OP_ISINF: P("(uchar)(isinf(%s) != 0)", X); return fin;
+    case KILN__OP_ISFINITE: P("(uchar)(isfinite(%s) != 0)", X); return fin;
+    case KILN__OP_NAN_TO_NUM:
+        P("(%s != %s ? (%s)%s : %s == (%s)INFINITY ? (%s)%s : %s == (%s)(-INFINITY) ? (%s)%s : %s)", X, X, T, p0, X, T,
+          T, p1, X, T, T, p2, X);
+        return f;
+    case KILN__OP_LEAKY_RELU: P("(%s < 0 ? %s * (%s)%s : %s)", X, X, T, p0, X); return f;
+    case KILN__OP_ELU: P("((%s)%s * (%s > 0 ? %s : (%s)%s * expm1((%s)%s * %s)))", T, p1, X, X, T, p0, T, p2, X); return f;
+    case KILN__OP_ADD: f ? P("(%s + %s)", X, Y) : P("(%s)((%s)%s + (%s)%s)", T, UT, X, UT, Y); return n->dtype != KILN_BOOL;
+    case KILN__OP_SUB: f ? P("(%s - %s)", X, Y) : P("(%s)((%s)%s - (%s)%s)", T, UT, X, UT, Y); return n->dtype != KILN_BOOL;
+    case KILN__OP_MUL: f ? P("(%s * %s)", X, Y) : P("(%s)((%s)%s * (%s)%s)", T, UT, X, UT, Y); return n->dtype != KILN_BOOL;
+    case KILN__OP_DIV: P("(%s / %s)", X, Y); return f;
+    case KILN__OP_POW: P("(%s == (%s)2 ? %s * %s : pow(%s, %s))", Y, T, X, X, X, Y); return f;
+    case KILN__OP_MAXIMUM: f ? P("((%s > %s || %s != %s) ? %s : %s)", X, Y, X, X, X, Y) : P("(%s > %s ? %s : %s)", X, Y, X, Y);
+        return n->dtype != KILN_BOOL;
+    case KILN__OP_MINIMUM: f ? P("((%s < %s || %s != %s) ? %s : %s)", X, Y, X, X, X, Y) : P("(%s < %s ? %s : %s)", X, Y, X, Y);
+        return n->dtype != KILN_BOOL;
+    case KILN__OP_EQ: P("(uchar)(%s == %s)", X, Y); return true;
+    case KILN__OP_NE: P("(uchar)(%s != %s)", X, Y); return true;
+    case KILN__OP_LT: P("(uchar)(%s < %s)", X, Y); return true;
+    case KILN__OP_LE: P("(uchar)(%s <= %s)", X, Y); return true;
+    case KILN__OP_GT: P("(uchar)(%s > %s)", X, Y); return true;
+    case KILN__OP_GE: P("(uchar)(%s >= %s)", X, Y); return true;
+    case KILN__OP_LOGICAL_AND: P("(uchar)((%s != 0) & (%s != 0))", X, Y); return true;
+    case KILN__OP_LOGICAL_OR: P("(uchar)((%s != 0) | (%s != 0))", X, Y); return true;
+    case KILN__OP_FMOD: P("fmod(%s, %s)", X, Y); return f;
+    case KILN__OP_REMAINDER:
+        P("(fmod(%s, %s) != 0 && ((fmod(%s, %s) < 0) != (%s < 0)) ? fmod(%s, %s) + %s : fmod(%s, %s))", X, Y, X, Y, Y, X,
+          Y, Y, X, Y);
+        return f;
+    case KILN__OP_ATAN2: P("atan2(%s, %s)", X, Y); return f;
+    case KILN__OP_WHERE: P("(%s ? %s : %s)", X, Y, Z); return true;
+    case KILN__OP_LERP:
+        P("(%s < (%s)0.5 ? %s + %s * (%s - %s) : %s - (%s - %s) * ((%s)1 - %s))", Z, T, X, Z, Y, X, Y, Y, X, T, Z);
+        return f;
+    case KILN__OP_RELU_BACKWARD: P("(%s > 0 ? %s : (%s)0)", Y, X, T); return f;
+    default: return false;
+    }
+#undef P
+}
+
+/* True when v walks the iteration space densely (row-major, size-1 dims ignored). */
+static bool dense_in(const kiln__fused *g, const kiln__view *v) {
+    int64_t expect = 1;
+    for (int d = g->ndim - 1; d >= 0; d--) {
+        if (g->shape[d] == 1) continue;
+        if (v->strides[d] != expect) return false;
+        expect *= g->shape[d];
+    }
+    return true;
+}
+
+static void print_index(kiln__cl_src *b, const kiln__fused *g, bool dense, char kind, int k) {
+    if (dense) {
+        kiln__cl_src_printf(b, "%co%d + i", kind, k);
+        return;
+    }
+    kiln__cl_src_printf(b, "%co%d", kind, k);
+    for (int d = 0; d < g->ndim; d++) kiln__cl_src_printf(b, " + c%d * %cs%d.s%d", d, kind, k, d);
+}
+
+static void push(kiln__cl_ew_launch *l, size_t size, const void *ptr) {
+    l->args[l->n_args++] = (kiln__cl_arg){size, ptr};
+}
+
+static void set_layout(const kiln__fused *g, const kiln__view *v, cl_long *off, cl_long8 *st) {
+    *off = v->offset;
+    for (int d = 0; d < 8; d++) st->s[d] = d < g->ndim ? v->strides[d] : 0;
+}
+
+bool kiln__cl_codegen_elementwise(const kiln__fused *g, bool fp64, kiln__cl_src *b, kiln__cl_ew_launch *l) {
+    const kiln__expr *e = &g->expr;
+    l->n_args = 0;
+    l->n = 1;
+    for (int d = 0; d < 8; d++) l->shape.s[d] = d < g->ndim ? g->shape[d] : 1;
+    for (int d = 0; d < g->ndim; d++) l->n *= g->shape[d];
+    for (int i = 0; i < e->n_nodes; i++) {
+        kiln_dtype dt = e->node[i].dtype;
+        if (!kiln__dtype_valid(dt) || (dt == KILN_F64 && !fp64)) {
+            kiln__kernel_error("this OpenCL device has no %s arithmetic", kiln_dtype_name(dt));
+            return false;
+        }
+    }
+    bool all_dense = true, dense_k[KILN__EXPR_MAX_INPUTS + KILN__EXPR_MAX_OUTPUTS];
+    for (int k = 0; k < e->n_inputs; k++) all_dense &= dense_k[k] = dense_in(g, &g->input[k]);
+    for (int s = 0; s < e->n_stores; s++)
+        all_dense &= dense_k[KILN__EXPR_MAX_INPUTS + s] = dense_in(g, &g->output[e->store[s].output]);
+    kiln__cl_src_prelude(b, fp64);
+    kiln__cl_src_printf(b, "__kernel void k(long n, long8 shape");
+    push(l, sizeof l->n, &l->n);
+    push(l, sizeof l->shape, &l->shape);
+    for (int k = 0; k < e->n_inputs; k++) {
+        kiln__cl_src_printf(b, ", __global const %s *in%d, long io%d, long8 is%d", kiln__cl_storetype(g->input[k].dtype), k, k, k);
+        l->mem[k] = kiln__cl_mem(g->input[k].storage);
+        set_layout(g, &g->input[k], &l->off[k], &l->strides[k]);
+        push(l, sizeof(cl_mem), &l->mem[k]);
+        push(l, sizeof(cl_long), &l->off[k]);
+        push(l, sizeof(cl_long8), &l->strides[k]);
+    }
+    for (int s = 0; s < e->n_stores; s++) {
+        const kiln__view *v = &g->output[e->store[s].output];
+        int j = KILN__EXPR_MAX_INPUTS + s;
+        kiln__cl_src_printf(b, ", __global %s *out%d, long oo%d, long8 os%d", kiln__cl_storetype(v->dtype), s, s, s);
+        l->mem[j] = kiln__cl_mem(v->storage);
+        set_layout(g, v, &l->off[j], &l->strides[j]);
+        push(l, sizeof(cl_mem), &l->mem[j]);
+        push(l, sizeof(cl_long), &l->off[j]);
+        push(l, sizeof(cl_long8), &l->strides[j]);
+    }
+    for (int i = 0; i < e->n_nodes; i++) {
+        if (e->node[i].kind != KILN__EXPR_CONST) continue;
+        kiln__cl_src_printf(b, ", %s cv%d", fp64 ? "double" : "float", i);
+        double v = e->node[i].value;
+        if (e->node[i].dtype == KILN_F16) v = kiln__f16_to_f32(kiln__f32_to_f16((float)v));
+        if (e->node[i].dtype == KILN_BF16) v = kiln__bf16_to_f32(kiln__f32_to_bf16((float)v));
+        if (fp64) {
+            l->consts[i] = v;
+            push(l, sizeof(cl_double), &l->consts[i]);
+        } else {
+            memcpy(&l->consts[i], &(cl_float){(cl_float)v}, sizeof(cl_float));
+            push(l, sizeof(cl_float), &l->consts[i]);
+        }
+    }
+    kiln__cl_src_printf(b, ") {\n  long i = get_global_id(0);\n  if (i >= n) return;\n");
+    if (!all_dense) { /* 32-bit divisions when the space allows: a 64-bit one costs several times more */
+        const char *I = l->n <= INT32_MAX ? "uint" : "long";
+        kiln__cl_src_printf(b, "  %s r = (%s)i;\n", I, I);
+        for (int d = g->ndim - 1; d >= 0; d--)
+            kiln__cl_src_printf(b, "  long c%d = r %% (%s)shape.s%d; r /= (%s)shape.s%d;\n", d, I, d, I, d);
+    }
+    for (int i = 0; i < e->n_nodes; i++) {
+        const kiln__expr_node *n = &e->node[i];
+        const char *T = kiln__cl_ctype(n->dtype);
+        kiln__cl_src_printf(b, "  %s v%d = ", T, i);
+        if (n->kind == KILN__EXPR_CONST) {
+            kiln__cl_src_printf(b, "(%s)cv%d", T, i); /* f16/bf16: rounded on the host, as the CPU does */
+        } else if (n->kind == KILN__EXPR_LOAD) {
+            int k = n->input;
+            kiln_dtype dt = g->input[k].dtype;
+            const char *pre = dt == KILN_F16 ? "vload_half(" : dt == KILN_BF16 ? "bf2f(in%d[" : "in%d[";
+            if (dt == KILN_F16) kiln__cl_src_printf(b, "%s", pre);
+            else kiln__cl_src_printf(b, pre, k);
+            print_index(b, g, dense_k[k], 'i', k);
+            if (dt == KILN_F16) kiln__cl_src_printf(b, ", in%d)", k);
+            else kiln__cl_src_printf(b, dt == KILN_BF16 ? "])" : "]");
+            if (dt == KILN_BOOL) kiln__cl_src_printf(b, " != 0");
+        } else if (n->kind != KILN__EXPR_OP || !op_expr(b, e, n, fp64)) {
+            kiln__kernel_error("no OpenCL kernel for %s on %s yet", kiln__opcode_name(n->code),
+                               kiln_dtype_name(e->node[n->kind == KILN__EXPR_OP ? n->arg[0] : i].dtype));
+            return false;
+        }
+        kiln__cl_src_printf(b, ";\n");
+    }
+    for (int s = 0; s < e->n_stores; s++) {
+        int node = e->store[s].node;
+        kiln_dtype dt = g->output[e->store[s].output].dtype;
+        kiln__cl_src_printf(b, "  ");
+        if (dt == KILN_F16) kiln__cl_src_printf(b, "vstore_half_rte(v%d, ", node);
+        else kiln__cl_src_printf(b, "out%d[", s);
+        print_index(b, g, dense_k[KILN__EXPR_MAX_INPUTS + s], 'o', s);
+        if (dt == KILN_F16) kiln__cl_src_printf(b, ", out%d);\n", s);
+        else if (dt == KILN_BF16) kiln__cl_src_printf(b, "] = f2bf(v%d);\n", node);
+        else kiln__cl_src_printf(b, "] = v%d;\n", node);
+    }
+    kiln__cl_src_printf(b, "}\n");
+    if (b->oom) kiln__kernel_error("out of host memory generating an OpenCL kernel");
+    return !b->oom;
+}
+
+#endif

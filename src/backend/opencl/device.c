@@ -1,0 +1,183 @@
+/* The OpenCL backend's devices: discovery (every device of every platform, with
+ * KILN_OPENCL_DEVICE=k making the platforms' device k kiln's opencl:0), one context and a
+ * few in-order queues per device, the vtable, and blocking host copies. Without OpenCL in the
+ * build every entry reports no device. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend-impl.h"
+
+#if !KILN_HAVE_OPENCL
+
+const kiln__backend *kiln__opencl_backend(int index) { return NULL; }
+int kiln__opencl_device_count(void) { return 0; }
+bool kiln__opencl_describe(int index, kiln__device_desc *out) { return false; }
+kiln_status kiln__opencl_synchronize_all(void) { return KILN_OK; }
+
+#else
+
+#include "backend/opencl/opencl-impl.h"
+
+void kiln__cl_memory_init(kiln__cl_device *d); /* memory.c */
+
+static struct {
+    pthread_once_t once;
+    int count;
+    cl_platform_id platform[KILN_MAX_DEVICES];
+    cl_device_id id[KILN_MAX_DEVICES];
+    pthread_mutex_t lock;
+    kiln__cl_device *dev[KILN_MAX_DEVICES];
+    bool failed[KILN_MAX_DEVICES];
+} cl = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void discover(void) {
+    cl_platform_id plats[16];
+    cl_uint np = 0;
+    if (clGetPlatformIDs(16, plats, &np) != CL_SUCCESS) return;
+    cl_platform_id all_p[KILN_MAX_DEVICES];
+    cl_device_id all_d[KILN_MAX_DEVICES];
+    int n = 0;
+    for (cl_uint p = 0; p < np && p < 16; p++) {
+        cl_device_id ids[KILN_MAX_DEVICES];
+        cl_uint nd = 0;
+        if (clGetDeviceIDs(plats[p], CL_DEVICE_TYPE_ALL, KILN_MAX_DEVICES, ids, &nd) != CL_SUCCESS) continue;
+        for (cl_uint i = 0; i < nd && i < KILN_MAX_DEVICES && n < KILN_MAX_DEVICES; i++) {
+            all_p[n] = plats[p];
+            all_d[n++] = ids[i];
+        }
+    }
+    const char *env = getenv("KILN_OPENCL_DEVICE");
+    int first = env && *env ? atoi(env) : 0;
+    if (first < 0 || first >= n) first = 0;
+    for (int i = 0; i < n; i++) { /* the chosen device first, the others in platform order */
+        int k = (first + i) % n;
+        cl.platform[i] = all_p[k];
+        cl.id[i] = all_d[k];
+    }
+    cl.count = n;
+}
+
+int kiln__opencl_device_count(void) {
+    pthread_once(&cl.once, discover);
+    return cl.count;
+}
+
+static void describe(cl_device_id id, kiln__device_desc *out) {
+    memset(out, 0, sizeof *out);
+    cl_ulong mem = 0;
+    cl_uint cu = 0;
+    clGetDeviceInfo(id, CL_DEVICE_NAME, sizeof out->name - 1, out->name, NULL);
+    clGetDeviceInfo(id, CL_DRIVER_VERSION, sizeof out->driver - 1, out->driver, NULL);
+    clGetDeviceInfo(id, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof mem, &mem, NULL);
+    clGetDeviceInfo(id, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu, NULL);
+    out->global_memory = mem;
+    out->compute_units = (int)cu;
+}
+
+bool kiln__opencl_describe(int index, kiln__device_desc *out) {
+    if (index < 0 || index >= kiln__opencl_device_count()) return false;
+    describe(cl.id[index], out);
+    return true;
+}
+
+static kiln_status cl_copy_to_host(void *ctx, void *dst, const kiln__storage *src, size_t offset, size_t nbytes) {
+    kiln__cl_device *d = ctx;
+    if (!nbytes) return KILN_OK;
+    cl_int err = clEnqueueReadBuffer(d->queue[0], kiln__cl_mem(src), CL_TRUE, offset, nbytes, dst, 0, NULL, NULL);
+    return err == CL_SUCCESS ? KILN_OK : kiln__cl_fail(err, "clEnqueueReadBuffer");
+}
+
+static kiln_status cl_copy_from_host(void *ctx, kiln__storage *dst, size_t offset, const void *src, size_t nbytes) {
+    kiln__cl_device *d = ctx;
+    if (!nbytes) return KILN_OK;
+    cl_int err = clEnqueueWriteBuffer(d->queue[0], kiln__cl_mem(dst), CL_TRUE, offset, nbytes, src, 0, NULL, NULL);
+    return err == CL_SUCCESS ? KILN_OK : kiln__cl_fail(err, "clEnqueueWriteBuffer");
+}
+
+static kiln_status cl_synchronize(void *ctx) {
+    kiln__cl_device *d = ctx;
+    for (int q = 0; q < KILN__CL_QUEUES; q++)
+        if (clFinish(d->queue[q]) != CL_SUCCESS) return KILN_ERR_DEVICE;
+    return KILN_OK;
+}
+
+static void device_free(kiln__cl_device *d) {
+    for (int q = 0; q < KILN__CL_QUEUES; q++)
+        if (d->queue[q]) clReleaseCommandQueue(d->queue[q]);
+    if (d->context) clReleaseContext(d->context);
+    free(d);
+}
+
+static kiln__cl_device *device_open(int index) {
+    kiln__cl_device *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    d->index = index;
+    d->device = kiln_opencl_device(index);
+    d->platform = cl.platform[index];
+    d->id = cl.id[index];
+    describe(d->id, &d->desc);
+    cl_device_fp_config fp64 = 0;
+    clGetDeviceInfo(d->id, CL_DEVICE_DOUBLE_FP_CONFIG, sizeof fp64, &fp64, NULL);
+    d->fp64 = fp64 != 0;
+    cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)d->platform, 0};
+    cl_int err = CL_SUCCESS;
+    d->context = clCreateContext(props, 1, &d->id, NULL, NULL, &err);
+    for (int q = 0; q < KILN__CL_QUEUES && err == CL_SUCCESS; q++)
+        d->queue[q] = clCreateCommandQueue(d->context, d->id, 0, &err);
+    if (err != CL_SUCCESS) {
+        device_free(d);
+        return NULL;
+    }
+    pthread_mutex_init(&d->prog_lock, NULL);
+    d->backend = (kiln__backend){.name = "opencl", .device = d->device, .context = d,
+                                 .copy_to_host = cl_copy_to_host, .copy_from_host = cl_copy_from_host,
+                                 .synchronize = cl_synchronize};
+    kiln__cl_register_elementwise(d->backend.kernels);
+    kiln__cl_register_reduce(d->backend.kernels);
+    kiln__cl_register_matmul(d->backend.kernels);
+    kiln__cl_register_index(d->backend.kernels);
+    kiln__cl_register_optim(d->backend.kernels);
+    kiln__cl_register_random(d->backend.kernels);
+    kiln__cl_register_scan(d->backend.kernels);
+    kiln__cl_memory_init(d); /* registers the memory with core: from here on storages can be made */
+    return d;
+}
+
+/* Devices stay open for the process (storages and cached programs point into them); the
+ * ICD loader and the driver own their memory at exit. */
+const kiln__backend *kiln__opencl_backend(int index) {
+    if (index < 0 || index >= kiln__opencl_device_count()) return NULL;
+    kiln__cl_device *d = __atomic_load_n(&cl.dev[index], __ATOMIC_ACQUIRE);
+    if (d) return &d->backend;
+    pthread_mutex_lock(&cl.lock);
+    d = cl.dev[index];
+    if (!d && !cl.failed[index]) {
+        d = device_open(index);
+        cl.failed[index] = !d;
+        __atomic_store_n(&cl.dev[index], d, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&cl.lock);
+    return d ? &d->backend : NULL;
+}
+
+kiln_status kiln__opencl_synchronize_all(void) {
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < KILN_MAX_DEVICES; i++) {
+        kiln__cl_device *d = __atomic_load_n(&cl.dev[i], __ATOMIC_ACQUIRE);
+        if (d && cl_synchronize(d) != KILN_OK && st == KILN_OK) st = KILN_ERR_DEVICE;
+    }
+    return st;
+}
+
+kiln__cl_device *kiln__cl_device_of(kiln_device dev) {
+    int i = kiln_device_index(dev);
+    return i < KILN_MAX_DEVICES ? __atomic_load_n(&cl.dev[i], __ATOMIC_ACQUIRE) : NULL;
+}
+
+cl_command_queue kiln__cl_queue(kiln__cl_device *d, const kiln__op *op) {
+    int s = op->stream_id < 0 ? 0 : op->stream_id;
+    return d->queue[s % KILN__CL_QUEUES];
+}
+
+#endif

@@ -1,0 +1,150 @@
+/* OpenCL kernels of the elementwise family, every one generated from the expression IR: an
+ * elementwise op record becomes a one-op group (ir/expr.h) and runs through the same printer
+ * as a fused group (codegen.c). Also the copies between host and device (queued as COPY
+ * records whose other side is a CPU storage), FILL, TO_HOST and NOOP. Each kernel enqueues
+ * on its stream's queue and waits for its event on the engine worker that runs it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend-impl.h"
+
+#if KILN_HAVE_OPENCL
+#include "backend/opencl/opencl-impl.h"
+
+static kiln__cl_device *device_of_op(const kiln__op *op) {
+    for (int i = 0; i < op->n_out; i++)
+        if (op->out[i].storage && op->out[i].storage->device != KILN_CPU) return kiln__cl_device_of(op->out[i].storage->device);
+    for (int i = 0; i < op->n_in; i++)
+        if (op->in[i].storage && op->in[i].storage->device != KILN_CPU) return kiln__cl_device_of(op->in[i].storage->device);
+    return NULL;
+}
+
+static kiln_status run_group(kiln__cl_device *d, const kiln__op *op, const kiln__fused *g) {
+    if (g->row > 0) {
+        kiln__kernel_error("no OpenCL kernel for a fused reduction yet");
+        return KILN_ERR_UNSUPPORTED;
+    }
+    for (int k = 0; k < g->expr.n_inputs; k++)
+        if (g->input[k].storage->device != d->device) {
+            kiln__kernel_error("input %d of %s is on %s, not %s", k, op->name, kiln_device_name(g->input[k].storage->device),
+                               kiln_device_name(d->device));
+            return KILN_ERR_DEVICE;
+        }
+    kiln__cl_src src = {0};
+    kiln__cl_ew_launch *l = malloc(sizeof *l);
+    kiln_status st = KILN_ERR_OUT_OF_MEMORY;
+    if (!l) kiln__kernel_error("out of host memory");
+    else if (!kiln__cl_codegen_elementwise(g, d->fp64, &src, l)) st = KILN_ERR_UNSUPPORTED;
+    else st = kiln__cl_launch(d, op, src.s, (size_t)l->n, l->args, l->n_args);
+    free(l);
+    free(src.s);
+    return st;
+}
+
+static kiln_status kernel_fused(const kiln__op *op) {
+    kiln__cl_device *d = device_of_op(op);
+    if (NEVER(!d)) return KILN_ERR_INTERNAL;
+    return run_group(d, op, (const kiln__fused *)(intptr_t)op->p.i[0]);
+}
+
+static kiln_status kernel_elementwise(const kiln__op *op) {
+    kiln__cl_device *d = device_of_op(op);
+    if (NEVER(!d)) return KILN_ERR_INTERNAL;
+    kiln__fused *g = malloc(sizeof *g);
+    if (!g) {
+        kiln__kernel_error("out of host memory");
+        return KILN_ERR_OUT_OF_MEMORY;
+    }
+    kiln__fused_init(g, &op->out[0]);
+    kiln_status st = KILN_ERR_INTERNAL;
+    if (ALWAYS(kiln__fused_add(g, op))) {
+        kiln__fused_finish(g, NULL, NULL);
+        st = run_group(d, op, g);
+    }
+    free(g);
+    return st;
+}
+
+static bool dense(const kiln__view *v) { return kiln__view_is_contiguous(v); }
+
+/* COPY: device to device runs the generated kernel; host to device and back are transfers
+ * of a dense, same-dtype run (kiln_to_device makes its source so first). */
+static kiln_status kernel_copy(const kiln__op *op) {
+    const kiln__view *in = &op->in[0], *out = &op->out[0];
+    bool in_host = in->storage && in->storage->device == KILN_CPU, out_host = out->storage->device == KILN_CPU;
+    if (!in_host && !out_host) return kernel_elementwise(op);
+    kiln__cl_device *d = device_of_op(op);
+    if (NEVER(!d)) return KILN_ERR_INTERNAL;
+    if (in->dtype != out->dtype || !dense(in) || !dense(out)) {
+        kiln__kernel_error("a copy between the host and %s needs dense operands of one dtype", kiln_device_name(d->device));
+        return KILN_ERR_UNSUPPORTED;
+    }
+    size_t es = kiln__elsize(out->dtype), n = (size_t)kiln__view_numel(out) * es;
+    if (!n) return KILN_OK;
+    cl_event ev = NULL;
+    cl_int err;
+    if (in_host)
+        err = clEnqueueWriteBuffer(kiln__cl_queue(d, op), kiln__cl_mem(out->storage), CL_FALSE, (size_t)out->offset * es, n,
+                                   kiln__view_ptr(in), 0, NULL, &ev);
+    else
+        err = clEnqueueReadBuffer(kiln__cl_queue(d, op), kiln__cl_mem(in->storage), CL_FALSE, (size_t)in->offset * es, n,
+                                  kiln__view_ptr(out), 0, NULL, &ev);
+    if (err != CL_SUCCESS) return kiln__cl_fail(err, in_host ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer");
+    return kiln__cl_wait(ev, "a copy between the host and an OpenCL device");
+}
+
+static kiln_status kernel_fill(const kiln__op *op) {
+    const kiln__view *out = &op->out[0];
+    kiln__cl_device *d = device_of_op(op);
+    if (NEVER(!d)) return KILN_ERR_INTERNAL;
+    if (!dense(out)) { /* a strided fill: a one-node group storing a constant */
+        kiln__fused *g = calloc(1, sizeof *g);
+        if (!g) return KILN_ERR_OUT_OF_MEMORY;
+        kiln__fused_init(g, out);
+        g->expr.node[0] = (kiln__expr_node){.kind = KILN__EXPR_CONST, .dtype = out->dtype, .value = op->p.f[0]};
+        g->expr.n_nodes = 1;
+        g->expr.n_outputs = g->expr.n_stores = 1;
+        g->output[0] = *out;
+        g->expr.store[0] = (kiln__expr_store){.node = 0, .output = 0};
+        kiln_status st = run_group(d, op, g);
+        free(g);
+        return st;
+    }
+    _Alignas(8) unsigned char pattern[8] = {0};
+    size_t es = kiln__elsize(out->dtype), n = (size_t)kiln__view_numel(out);
+    kiln__store_from_f64(pattern, out->dtype, 0, op->p.f[0]); /* COPY's conversions (saturating) */
+    if (!n) return KILN_OK;
+    cl_event ev = NULL;
+    cl_int err = clEnqueueFillBuffer(kiln__cl_queue(d, op), kiln__cl_mem(out->storage), pattern, es,
+                                     (size_t)out->offset * es, n * es, 0, NULL, &ev);
+    if (err != CL_SUCCESS) return kiln__cl_fail(err, "clEnqueueFillBuffer");
+    return kiln__cl_done(d, ev, "clEnqueueFillBuffer");
+}
+
+static kiln_status kernel_to_host(const kiln__op *op) {
+    kiln__cl_device *d = device_of_op(op);
+    if (NEVER(!d)) return KILN_ERR_INTERNAL;
+    const kiln__view *in = &op->in[0];
+    if (!op->pi[1]) return KILN_OK;
+    cl_event ev = NULL;
+    cl_int err = clEnqueueReadBuffer(kiln__cl_queue(d, op), kiln__cl_mem(in->storage), CL_FALSE,
+                                     (size_t)in->offset * kiln__elsize(in->dtype), (size_t)op->pi[1],
+                                     (void *)(intptr_t)op->pi[0], 0, NULL, &ev);
+    if (err != CL_SUCCESS) return kiln__cl_fail(err, "clEnqueueReadBuffer");
+    return kiln__cl_wait(ev, "clEnqueueReadBuffer");
+}
+
+static kiln_status kernel_noop(const kiln__op *op) { return KILN_OK; }
+
+void kiln__cl_register_elementwise(kiln__kernel_fn *table) {
+    for (int code = 0; code < KILN__OP_COUNT; code++)
+        if (kiln__expr_opcode_fusable((kiln__opcode)code)) table[code] = kernel_elementwise;
+    table[KILN__OP_LERP] = kernel_elementwise;
+    table[KILN__OP_COPY] = kernel_copy;
+    table[KILN__OP_FILL] = kernel_fill;
+    table[KILN__OP_TO_HOST] = kernel_to_host;
+    table[KILN__OP_NOOP] = kernel_noop;
+    table[KILN__OP_FUSED] = kernel_fused;
+}
+
+#endif

@@ -1,0 +1,163 @@
+/* OpenCL MATMUL: in[0] [..., M, K] and in[1] [..., K, N] broadcast to out's batch dims, out
+ * dense [..., M, N], an optional in[2] broadcast to out's shape added (copied into out first,
+ * then the product added with beta = 1). f32 and f64. With CLBlast in the build, an operand
+ * whose matrix is row- or column-contiguous and whose batch dims flatten to one stride goes to
+ * CLBlast's (strided batched) GEMM; anything else, and every product without CLBlast, runs a
+ * generated kernel: one work item per output element, any strides. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend-impl.h"
+
+#if KILN_HAVE_OPENCL
+#include "backend/opencl/opencl-impl.h"
+#if KILN_HAVE_CLBLAST
+#include <clblast_c.h>
+#endif
+
+static kiln_status naive(kiln__cl_device *d, const kiln__op *op, bool accumulate) {
+    const kiln__view *a = &op->in[0], *b = &op->in[1], *c = &op->out[0];
+    int nd = c->ndim, nb = nd - 2;
+    const char *T = kiln__cl_ctype(c->dtype), *A = T;
+    kiln__cl_src src = {0};
+    kiln__cl_src_prelude(&src, d->fp64);
+    kiln__cl_src_printf(&src,
+                        "__kernel void k(long total, long M, long N, long K, long8 bshape8, long8 abst8, long8 bbst8,\n"
+                        "  long ao, long ars, long acs, long bo, long brs, long bcs, long acc,\n"
+                        "  __global const %s *a, __global const %s *b, __global %s *c) {\n"
+                        "  long g = get_global_id(0); if (g >= total) return;\n"
+                        "  long j = g %% N, i = (g / N) %% M, r = g / (M * N);\n"
+                        "  long bshape[8], abst[8], bbst[8]; vstore8(bshape8, 0, bshape); vstore8(abst8, 0, abst); vstore8(bbst8, 0, bbst);\n"
+                        "  long ab = ao, bb = bo;\n"
+                        "  for (int q = 7; q >= 0; q--) { long t = r %% bshape[q]; r /= bshape[q]; ab += t * abst[q]; bb += t * bbst[q]; }\n"
+                        "  %s s = 0; for (long p = 0; p < K; p++) s += a[ab + i * ars + p * acs] * b[bb + p * brs + j * bcs];\n"
+                        "  c[g] = acc ? c[g] + s : s;\n}\n",
+                        T, T, T, A);
+    int64_t bshape[KILN_MAX_DIMS] = {0}, abst[KILN_MAX_DIMS] = {0}, bbst[KILN_MAX_DIMS] = {0};
+    cl_long total = 1;
+    for (int q = 0; q < nd; q++) total *= c->shape[q];
+    for (int q = 0; q < nb; q++) {
+        bshape[q] = c->shape[q];
+        abst[q] = a->strides[q];
+        bbst[q] = b->strides[q];
+    }
+    cl_long8 bs8, as8, bb8;
+    kiln__cl_pack8(&bs8, bshape, nb, 1);
+    kiln__cl_pack8(&as8, abst, nb, 0);
+    kiln__cl_pack8(&bb8, bbst, nb, 0);
+    cl_long M = c->shape[nd - 2], N = c->shape[nd - 1], K = a->shape[nd - 1], ao = a->offset, bo = b->offset;
+    cl_long ars = a->strides[nd - 2], acs = a->strides[nd - 1], brs = b->strides[nd - 2], bcs = b->strides[nd - 1];
+    cl_long acc = accumulate;
+    cl_mem am = kiln__cl_mem(a->storage), bm = kiln__cl_mem(b->storage), cm = kiln__cl_mem(c->storage);
+    if (c->offset) { /* out is a fresh dense tensor: its offset is 0 */
+        free(src.s);
+        kiln__kernel_error("matmul into an offset view");
+        return KILN_ERR_UNSUPPORTED;
+    }
+    kiln__cl_arg args[] = {{8, &total}, {8, &M},   {8, &N},   {8, &K},   {64, &bs8},          {64, &as8},
+                           {64, &bb8},  {8, &ao},  {8, &ars}, {8, &acs}, {8, &bo},            {8, &brs},
+                           {8, &bcs},   {8, &acc}, {sizeof am, &am}, {sizeof bm, &bm}, {sizeof cm, &cm}};
+    return kiln__cl_run(d, op, &src, (size_t)total, args, (int)(sizeof args / sizeof args[0]));
+}
+
+#if KILN_HAVE_CLBLAST
+typedef struct {
+    bool trans;
+    size_t ld, stride, offset;
+} blas_operand;
+
+/* rows x cols matrix with strides rs, cs, batch dims flattening to one stride. */
+static bool blas_layout(const kiln__view *v, const kiln__view *c, int64_t rows, int64_t cols, blas_operand *o) {
+    int nd = c->ndim, nb = nd - 2;
+    int64_t rs = v->strides[nd - 2], cs = v->strides[nd - 1];
+    if (cs == 1 || cols == 1) {
+        o->trans = false;
+        o->ld = (size_t)(rs > cols ? rs : cols);
+    } else if (rs == 1 || rows == 1) {
+        o->trans = true;
+        o->ld = (size_t)(cs > rows ? cs : rows);
+    } else {
+        return false;
+    }
+    int64_t stride = -1, span = 1;
+    for (int q = nb - 1; q >= 0; q--) {
+        if (c->shape[q] == 1) continue;
+        if (stride < 0) stride = v->strides[q];
+        else if (v->strides[q] != stride * span) return false;
+        span *= c->shape[q];
+    }
+    o->stride = stride < 0 ? 0 : (size_t)stride;
+    o->offset = (size_t)v->offset;
+    return true;
+}
+
+static kiln_status blas(kiln__cl_device *d, const kiln__op *op, bool accumulate, bool *done) {
+    const kiln__view *a = &op->in[0], *b = &op->in[1], *c = &op->out[0];
+    int nd = c->ndim;
+    size_t M = (size_t)c->shape[nd - 2], N = (size_t)c->shape[nd - 1], K = (size_t)a->shape[nd - 1], batch = 1;
+    for (int q = 0; q < nd - 2; q++) batch *= (size_t)c->shape[q];
+    blas_operand oa, ob;
+    *done = false;
+    if (!M || !N || !K || !batch || c->offset || !blas_layout(a, c, (int64_t)M, (int64_t)K, &oa) ||
+        !blas_layout(b, c, (int64_t)K, (int64_t)N, &ob))
+        return KILN_OK;
+    CLBlastTranspose ta = oa.trans ? CLBlastTransposeYes : CLBlastTransposeNo, tb = ob.trans ? CLBlastTransposeYes : CLBlastTransposeNo;
+    cl_command_queue q = kiln__cl_queue(d, op);
+    cl_event ev = NULL;
+    cl_mem am = kiln__cl_mem(a->storage), bm = kiln__cl_mem(b->storage), cm = kiln__cl_mem(c->storage);
+    CLBlastStatusCode s;
+    double beta = accumulate ? 1 : 0;
+    if (c->dtype == KILN_F32)
+        s = batch == 1 ? CLBlastSgemm(CLBlastLayoutRowMajor, ta, tb, M, N, K, 1.0f, am, oa.offset, oa.ld, bm, ob.offset, ob.ld,
+                                      (float)beta, cm, 0, N, &q, &ev)
+                       : CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, ta, tb, M, N, K, 1.0f, am, oa.offset, oa.ld,
+                                                    oa.stride, bm, ob.offset, ob.ld, ob.stride, (float)beta, cm, 0, N,
+                                                    M * N, batch, &q, &ev);
+    else
+        s = batch == 1 ? CLBlastDgemm(CLBlastLayoutRowMajor, ta, tb, M, N, K, 1.0, am, oa.offset, oa.ld, bm, ob.offset, ob.ld,
+                                      beta, cm, 0, N, &q, &ev)
+                       : CLBlastDgemmStridedBatched(CLBlastLayoutRowMajor, ta, tb, M, N, K, 1.0, am, oa.offset, oa.ld,
+                                                    oa.stride, bm, ob.offset, ob.ld, ob.stride, beta, cm, 0, N, M * N,
+                                                    batch, &q, &ev);
+    if (s != CLBlastSuccess) {
+        if (ev) clReleaseEvent(ev);
+        return KILN_OK; /* not done: the generated kernel runs it */
+    }
+    *done = true;
+    return kiln__cl_done(d, ev, "CLBlast GEMM");
+}
+#endif
+
+static kiln_status kernel_matmul(const kiln__op *op) {
+    const kiln__view *c = &op->out[0];
+    kiln__cl_device *d = kiln__cl_device_of(c->storage->device);
+    if (NEVER(!d)) return KILN_ERR_INTERNAL;
+    kiln_dtype dt = c->dtype;
+    if ((dt != KILN_F32 && dt != KILN_F64) || (dt == KILN_F64 && !d->fp64) || op->in[0].dtype != dt ||
+        op->in[1].dtype != dt || c->ndim < 2) {
+        kiln__kernel_error("no OpenCL kernel for matmul on %s yet", kiln_dtype_name(dt));
+        return KILN_ERR_UNSUPPORTED;
+    }
+    bool accumulate = op->n_in == 3;
+    if (accumulate) { /* out = in[2] first: a COPY through the elementwise kernel */
+        kiln__op copy = *op;
+        copy.code = KILN__OP_COPY;
+        copy.n_in = 1;
+        copy.in[0] = op->in[2];
+        kiln_status st = d->backend.kernels[KILN__OP_COPY](&copy);
+        if (st != KILN_OK) return st;
+    }
+#if KILN_HAVE_CLBLAST
+    const char *off = getenv("KILN_OPENCL_BLAS");
+    if (!off || strcmp(off, "0") != 0) {
+        bool done;
+        kiln_status st = blas(d, op, accumulate, &done);
+        if (done || st != KILN_OK) return st;
+    }
+#endif
+    return naive(d, op, accumulate);
+}
+
+void kiln__cl_register_matmul(kiln__kernel_fn *table) { table[KILN__OP_MATMUL] = kernel_matmul; }
+
+#endif

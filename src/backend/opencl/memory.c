@@ -1,0 +1,110 @@
+/* The OpenCL caching allocator: cl_mem buffers in the CPU allocator's size classes, freed
+ * buffers kept per class for reuse up to KILN_CACHE_LIMIT_MB (default 1 GiB per device),
+ * KILN_NO_CACHING=1 to release every buffer at once. The same fault injection as the CPU's
+ * (kiln_debug_fail_alloc_after) and the same stats; a request past the device's global
+ * memory fails (NULL: the op reports out of memory) instead of reaching the driver. */
+#include <stdlib.h>
+
+#include "backend/backend-impl.h"
+
+#if KILN_HAVE_OPENCL
+#include "backend/opencl/opencl-impl.h"
+
+#define DEFAULT_CACHE_LIMIT ((size_t)1 << 30)
+
+static bool caching(void) {
+    const char *env = getenv("KILN_NO_CACHING");
+    return !(env && env[0] && env[0] != '0');
+}
+
+static void *cl_alloc(void *ctx, size_t nbytes) {
+    kiln__cl_device *d = ctx;
+    if (kiln__alloc_should_fail()) return NULL;
+    size_t rounded = nbytes;
+    int cls = caching() ? kiln__alloc_size_class(nbytes ? nbytes : 1, &rounded) : -1;
+    if (rounded == 0) rounded = 64;
+    if (cls >= 0) {
+        pthread_mutex_lock(&d->mem_lock);
+        kiln__cl_buf *b = d->free_class[cls];
+        if (b) {
+            d->free_class[cls] = b->next;
+            d->cached_bytes -= b->size;
+        }
+        pthread_mutex_unlock(&d->mem_lock);
+        if (b) {
+            kiln__stats_add_cached(d->device, -(int64_t)b->size);
+            kiln__stats_count_alloc(d->device, false);
+            atomic_fetch_add(&d->in_use, b->size);
+            return b;
+        }
+    }
+    uint64_t used = atomic_fetch_add(&d->in_use, rounded) + rounded;
+    if (d->desc.global_memory && used > d->desc.global_memory) {
+        atomic_fetch_sub(&d->in_use, rounded);
+        return NULL;
+    }
+    kiln__cl_buf *b = malloc(sizeof *b);
+    cl_int err = CL_SUCCESS;
+    cl_mem m = b ? clCreateBuffer(d->context, CL_MEM_READ_WRITE, rounded, NULL, &err) : NULL;
+    if (!m || err != CL_SUCCESS) {
+        free(b);
+        atomic_fetch_sub(&d->in_use, rounded);
+        return NULL;
+    }
+    *b = (kiln__cl_buf){.mem = m, .size = rounded};
+    kiln__stats_count_alloc(d->device, true);
+    return b;
+}
+
+static void cl_free(void *ctx, void *ptr, size_t nbytes) {
+    kiln__cl_device *d = ctx;
+    kiln__cl_buf *b = ptr;
+    if (!b) return;
+    atomic_fetch_sub(&d->in_use, b->size);
+    size_t rounded;
+    int cls = caching() ? kiln__alloc_size_class(nbytes ? nbytes : 1, &rounded) : -1;
+    if (cls >= 0) {
+        pthread_mutex_lock(&d->mem_lock);
+        bool keep = d->cached_bytes + b->size <= d->cache_limit;
+        if (keep) {
+            b->next = d->free_class[cls];
+            d->free_class[cls] = b;
+            d->cached_bytes += b->size;
+        }
+        pthread_mutex_unlock(&d->mem_lock);
+        if (keep) {
+            kiln__stats_add_cached(d->device, (int64_t)b->size);
+            return;
+        }
+    }
+    clReleaseMemObject(b->mem); /* the driver keeps it alive for commands still using it */
+    free(b);
+}
+
+static void cl_empty_cache(void *ctx) {
+    kiln__cl_device *d = ctx;
+    pthread_mutex_lock(&d->mem_lock);
+    size_t freed = d->cached_bytes;
+    for (int c = 0; c < KILN__ALLOC_CLASSES; c++) {
+        for (kiln__cl_buf *b = d->free_class[c], *next; b; b = next) {
+            next = b->next;
+            clReleaseMemObject(b->mem);
+            free(b);
+        }
+        d->free_class[c] = NULL;
+    }
+    d->cached_bytes = 0;
+    pthread_mutex_unlock(&d->mem_lock);
+    kiln__stats_add_cached(d->device, -(int64_t)freed);
+}
+
+void kiln__cl_memory_init(kiln__cl_device *d); /* device.c calls it once per device */
+void kiln__cl_memory_init(kiln__cl_device *d) {
+    pthread_mutex_init(&d->mem_lock, NULL);
+    const char *limit = getenv("KILN_CACHE_LIMIT_MB");
+    d->cache_limit = limit ? (size_t)atoll(limit) << 20 : DEFAULT_CACHE_LIMIT;
+    d->memory = (kiln__device_memory){.alloc = cl_alloc, .free = cl_free, .empty_cache = cl_empty_cache, .context = d};
+    kiln__storage_register_memory(d->device, &d->memory);
+}
+
+#endif

@@ -1,0 +1,134 @@
+/* OpenCL backend internals shared by its files: one context per device, its command queues,
+ * its caching buffer allocator, and its program cache. A storage's `data` on an OpenCL
+ * device is a kiln__cl_buf (a cl_mem and its size), never a host address. */
+#ifndef KILN_OPENCL_IMPL_H
+#define KILN_OPENCL_IMPL_H
+
+#include <pthread.h>
+
+#include <CL/cl.h>
+
+#include "backend/backend-impl.h"
+#include "ir/expr.h"
+
+/* One in-order command queue per device: every stream's device work goes through it, so the
+ * queue itself orders a kernel after the kernels it depends on, and a kernel returns to the
+ * engine once enqueued (kiln__cl_done). A transfer from or to host memory, and a kernel whose
+ * result the host must check (an index out of range), wait for their event. */
+#define KILN__CL_QUEUES 1
+/* Enqueued kernels not yet waited for: past this many the launching worker waits for its own
+ * kernel, so the device queue stays bounded like the engine's (a flood of ops cannot grow it
+ * without limit). */
+#define KILN__CL_MAX_UNWAITED 64
+
+typedef struct kiln__cl_buf {
+    cl_mem mem;
+    size_t size; /* the rounded size it was created with */
+    struct kiln__cl_buf *next; /* in a free list */
+} kiln__cl_buf;
+
+typedef struct kiln__cl_program {
+    char *source;
+    uint64_t hash;
+    cl_program program;
+    struct kiln__cl_program *next;
+} kiln__cl_program;
+
+typedef struct kiln__cl_device {
+    int index;
+    kiln_device device;
+    cl_platform_id platform;
+    cl_device_id id;
+    cl_context context;
+    cl_command_queue queue[KILN__CL_QUEUES];
+    bool fp64;
+    kiln__device_desc desc;
+    kiln__backend backend;
+    kiln__device_memory memory;
+    /* caching allocator */
+    pthread_mutex_t mem_lock;
+    kiln__cl_buf *free_class[KILN__ALLOC_CLASSES];
+    size_t cached_bytes, cache_limit;
+    _Atomic uint64_t in_use; /* bytes of live buffers, against desc.global_memory */
+    atomic_int unwaited;     /* kernels enqueued since the last wait */
+    /* programs by source */
+    pthread_mutex_t prog_lock;
+    kiln__cl_program *programs;
+    void *blas; /* matmul state (matmul.c) */
+} kiln__cl_device;
+
+/* The device a storage lives on (storage->device must be an OpenCL device). */
+kiln__cl_device *kiln__cl_device_of(kiln_device dev);
+static inline cl_mem kiln__cl_mem(const kiln__storage *s) { return ((const kiln__cl_buf *)s->data)->mem; }
+/* The queue an op runs on (by its stream). */
+cl_command_queue kiln__cl_queue(kiln__cl_device *d, const kiln__op *op);
+/* Waits for ev (and releases it), turning a failure into a kernel error naming what. */
+kiln_status kiln__cl_wait(cl_event ev, const char *what);
+/* A kernel was enqueued with event ev: releases ev, or waits for it when the queue holds
+ * KILN__CL_MAX_UNWAITED unwaited kernels or KILN_SYNC=1 / KILN_OPENCL_WAIT=1 asks for a wait
+ * after each kernel (errors then name the op that failed). */
+kiln_status kiln__cl_done(kiln__cl_device *d, cl_event ev, const char *what);
+kiln_status kiln__cl_fail(cl_int err, const char *what);
+const char *kiln__cl_strerror(cl_int err);
+
+/* A built program for source (cached in memory and on disk); NULL with a kernel error set
+ * (the build log's first lines) on failure. The program stays owned by the cache. */
+cl_program kiln__cl_program_get(kiln__cl_device *d, const char *source);
+/* Forgets every cached program (tests; only while no kernel of the device runs). */
+void kiln__cl_programs_free(kiln__cl_device *d);
+/* Launches kernel "k" of source over global items (1-d; local NULL) with args (size, ptr)
+ * pairs, and waits for it. */
+typedef struct {
+    size_t size;
+    const void *ptr;
+} kiln__cl_arg;
+kiln_status kiln__cl_launch(kiln__cl_device *d, const kiln__op *op, const char *source, size_t global,
+                            const kiln__cl_arg *args, int n_args);
+struct kiln__cl_src;
+/* kiln__cl_launch of a generated source (out of memory if its generation ran out), which it
+ * frees. */
+kiln_status kiln__cl_run(kiln__cl_device *d, const kiln__op *op, struct kiln__cl_src *src, size_t global,
+                         const kiln__cl_arg *args, int n_args);
+
+/* ---- code generation (codegen.c) --------------------------------------------------------- */
+/* A growable string. */
+typedef struct kiln__cl_src {
+    char *s;
+    size_t len, cap;
+    bool oom;
+} kiln__cl_src;
+void kiln__cl_src_printf(kiln__cl_src *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The common prelude: pragmas, f16/bf16 helpers. */
+void kiln__cl_src_prelude(kiln__cl_src *b, bool fp64);
+/* OpenCL C helpers for kernels over strided views of up to 8 dims (as long8 arguments packed
+ * by kiln__cl_pack8: a view's dims right-aligned, leading dims of size 1): unpack, locate,
+ * roff, coords, dot. */
+extern const char *const kiln__cl_layout_helpers;
+void kiln__cl_pack8(cl_long8 *v, const int64_t *a, int nd, int64_t pad);
+const char *kiln__cl_ctype(kiln_dtype dtype);     /* compute type: float double int long uchar */
+const char *kiln__cl_storetype(kiln_dtype dtype); /* buffer element type */
+/* Source of kernel "k" evaluating the elementwise part of a group (no REDUCE node) and its
+ * launch arguments; false with a kernel error when a node has no OpenCL form. The arguments
+ * point into *scratch, which must outlive the launch. */
+typedef struct {
+    cl_long8 shape;
+    cl_long off[KILN__EXPR_MAX_INPUTS + KILN__EXPR_MAX_OUTPUTS];
+    cl_long8 strides[KILN__EXPR_MAX_INPUTS + KILN__EXPR_MAX_OUTPUTS];
+    cl_double consts[KILN__EXPR_MAX_NODES];
+    cl_mem mem[KILN__EXPR_MAX_INPUTS + KILN__EXPR_MAX_OUTPUTS];
+    cl_long n;
+    kiln__cl_arg args[3 * (KILN__EXPR_MAX_INPUTS + KILN__EXPR_MAX_OUTPUTS) + KILN__EXPR_MAX_NODES + 2];
+    int n_args;
+} kiln__cl_ew_launch;
+bool kiln__cl_codegen_elementwise(const kiln__fused *g, bool fp64, kiln__cl_src *src, kiln__cl_ew_launch *l);
+
+/* ---- kernels --------------------------------------------------------------------------- */
+void kiln__cl_register_elementwise(kiln__kernel_fn *table);
+void kiln__cl_register_reduce(kiln__kernel_fn *table);
+void kiln__cl_register_matmul(kiln__kernel_fn *table);
+void kiln__cl_register_index(kiln__kernel_fn *table);
+void kiln__cl_register_optim(kiln__kernel_fn *table);
+void kiln__cl_register_random(kiln__kernel_fn *table);
+void kiln__cl_register_scan(kiln__kernel_fn *table);
+
+#endif

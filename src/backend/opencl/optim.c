@@ -1,0 +1,168 @@
+/* OpenCL optimizer updates: SGD_UPDATE and ADAM_UPDATE in place, one work item per element,
+ * the formulas of the CPU kernels (src/backend/cpu/optim.c, PyTorch's single-tensor steps) in
+ * the parameter's precision, with contraction off and correctly rounded sqrt and division, so
+ * an f32 step gives the CPU's bits. The flags (first step, momentum, nesterov, decay kind) are
+ * printed into the source; hyperparameters are arguments. */
+#include <string.h>
+
+#include "backend/backend-impl.h"
+
+#if KILN_HAVE_OPENCL
+#include "backend/opencl/opencl-impl.h"
+
+#define FLAG_FIRST 1
+#define FLAG_NESTEROV 2
+#define FLAG_DECOUPLED 4
+
+static double f64_of_bits(int64_t bits) {
+    double v;
+    memcpy(&v, &bits, sizeof v);
+    return v;
+}
+
+static bool float_params(const kiln__op *op, kiln__cl_device *d) {
+    kiln_dtype dt = op->out[0].dtype;
+    bool ok = (dt == KILN_F32 || (dt == KILN_F64 && d->fp64)) && op->in[0].dtype == dt;
+    for (int i = 1; i < op->n_out; i++) ok = ok && op->out[i].dtype == dt;
+    if (!ok) kiln__kernel_error("no OpenCL kernel for %s on %s yet", kiln__opcode_name(op->code), kiln_dtype_name(dt));
+    return ok;
+}
+
+/* Views v[0..n) over v[0]'s shape: their packed strides and offsets as kernel arguments. */
+typedef struct {
+    cl_long n;
+    cl_long8 shape, st[4];
+    cl_long off[4];
+    cl_mem mem[4];
+    cl_double hp[8];
+} layout;
+
+static int push_views(layout *l, const kiln__view *const *v, int n, kiln__cl_arg *args) {
+    int nd = v[0]->ndim, a = 0;
+    l->n = kiln__view_numel(v[0]);
+    kiln__cl_pack8(&l->shape, v[0]->shape, nd, 1);
+    args[a++] = (kiln__cl_arg){8, &l->n};
+    args[a++] = (kiln__cl_arg){64, &l->shape};
+    for (int i = 0; i < n; i++) {
+        kiln__cl_pack8(&l->st[i], v[i]->strides, nd, 0);
+        l->off[i] = v[i]->offset;
+        l->mem[i] = kiln__cl_mem(v[i]->storage);
+        args[a++] = (kiln__cl_arg){64, &l->st[i]};
+        args[a++] = (kiln__cl_arg){8, &l->off[i]};
+        args[a++] = (kiln__cl_arg){sizeof(cl_mem), &l->mem[i]};
+    }
+    return a;
+}
+
+static void header(kiln__cl_src *s, bool fp64, const char *T, int n_views, int n_hp) {
+    kiln__cl_src_prelude(s, fp64);
+    kiln__cl_src_printf(s, "%s__kernel void k(long n, long8 shape8", kiln__cl_layout_helpers);
+    for (int i = 0; i < n_views; i++) kiln__cl_src_printf(s, ", long8 st%d, long o%d, __global %s *v%d", i, i, T, i);
+    for (int i = 0; i < n_hp; i++) kiln__cl_src_printf(s, ", %s h%d", fp64 ? "double" : "float", i);
+    kiln__cl_src_printf(s, ") {\n  long e = get_global_id(0); if (e >= n) return;\n  long shape[8], c[8], t[8];\n"
+                           "  unpack(shape8, shape); coords(e, shape, c);\n");
+    for (int i = 0; i < n_views; i++) kiln__cl_src_printf(s, "  unpack(st%d, t); long i%d = o%d + dot(c, t);\n", i, i, i);
+}
+
+static kiln_status launch(kiln__cl_device *d, const kiln__op *op, kiln__cl_src *s, layout *l, kiln__cl_arg *args, int a, int n_hp) {
+    cl_float hf[8];
+    for (int i = 0; i < n_hp; i++) {
+        hf[i] = (cl_float)l->hp[i];
+        args[a++] = d->fp64 ? (kiln__cl_arg){8, &l->hp[i]} : (kiln__cl_arg){4, &hf[i]};
+    }
+    return kiln__cl_run(d, op, s, (size_t)l->n, args, a);
+}
+
+/* out[0] param, out[1] momentum buffer (n_out == 2), in[0] grad; p.f = lr, momentum, dampening, wd. */
+static kiln_status kernel_sgd(const kiln__op *op) {
+    kiln__cl_device *d = kiln__cl_device_of(op->out[0].storage->device);
+    if (NEVER(!d)) return KILN_ERR_INTERNAL;
+    if (!float_params(op, d)) return KILN_ERR_DTYPE;
+    bool mom = op->n_out == 2, wd = op->p.f[3] != 0;
+    int flags = (int)op->pi[0];
+    const char *T = kiln__cl_ctype(op->out[0].dtype);
+    kiln__cl_src s = {0};
+    /* views: v0 param, v1 grad, v2 buffer */
+    header(&s, d->fp64, T, mom ? 3 : 2, 4);
+    kiln__cl_src_printf(&s, "  %s lr = (%s)h0, mu = (%s)h1, damp = (%s)h2, w = (%s)h3;\n  %s g = v1[i1];\n", T, T, T, T, T, T);
+    if (wd) kiln__cl_src_printf(&s, "  g = g + w * v0[i0];\n");
+    if (mom) {
+        kiln__cl_src_printf(&s, (flags & FLAG_FIRST) ? "  %s buf = g;\n" : "  %s buf = mu * v2[i2] + damp * g;\n", T);
+        kiln__cl_src_printf(&s, "  v2[i2] = buf;\n");
+        kiln__cl_src_printf(&s, (flags & FLAG_NESTEROV) ? "  g = g + mu * buf;\n" : "  g = buf;\n");
+    }
+    kiln__cl_src_printf(&s, "  v0[i0] = v0[i0] - lr * g;\n}\n");
+    const kiln__view *v[3] = {&op->out[0], &op->in[0], &op->out[1]};
+    layout l;
+    kiln__cl_arg args[24];
+    int a = push_views(&l, v, mom ? 3 : 2, args);
+    l.hp[0] = op->p.f[0], l.hp[1] = op->p.f[1], l.hp[2] = 1.0 - op->p.f[2], l.hp[3] = op->p.f[3];
+    return launch(d, op, &s, &l, args, a, 4);
+}
+
+/* out[0] param, out[1] exp_avg, out[2] exp_avg_sq, in[0] grad; p.f = step size, beta1, beta2,
+ * eps; pi[1] sqrt(bias correction 2), pi[2] the decay factor (as double bits). */
+static kiln_status kernel_adam(const kiln__op *op) {
+    kiln__cl_device *d = kiln__cl_device_of(op->out[0].storage->device);
+    if (NEVER(!d)) return KILN_ERR_INTERNAL;
+    if (op->n_out != 3) return KILN_ERR_INTERNAL;
+    if (!float_params(op, d)) return KILN_ERR_DTYPE;
+    int flags = (int)op->pi[0];
+    double decay_v = f64_of_bits(op->pi[2]);
+    int decay = decay_v == 0 && !(flags & FLAG_DECOUPLED) ? 0 : (flags & FLAG_DECOUPLED) ? 2 : 1;
+    bool first = flags & FLAG_FIRST;
+    const char *T = kiln__cl_ctype(op->out[0].dtype);
+    kiln__cl_src s = {0};
+    /* views: v0 param, v1 exp_avg, v2 exp_avg_sq, v3 grad */
+    header(&s, d->fp64, T, 4, 7);
+    kiln__cl_src_printf(&s, "  %s step = (%s)h0, w1 = (%s)h1, b2 = (%s)h2, w2 = (%s)h3, eps = (%s)h4, bc2 = (%s)h5, kd = (%s)h6;\n",
+                        T, T, T, T, T, T, T, T);
+    kiln__cl_src_printf(&s, "  %s x = v0[i0], g = v3[i3];\n", T);
+    if (decay == 1) kiln__cl_src_printf(&s, "  g = g + kd * x;\n");
+    if (decay == 2) kiln__cl_src_printf(&s, "  x = x * kd;\n");
+    kiln__cl_src_printf(&s, first ? "  %s m0 = 0, s0 = 0;\n" : "  %s m0 = v1[i1], s0 = v2[i2];\n", T);
+    kiln__cl_src_printf(&s, "  %s m1 = m0 + w1 * (g - m0);\n  %s s1 = s0 * b2 + w2 * g * g;\n"
+                            "  v1[i1] = m1; v2[i2] = s1;\n  v0[i0] = x - step * (m1 / (sqrt(s1) / bc2 + eps));\n}\n", T, T);
+    const kiln__view *v[4] = {&op->out[0], &op->out[1], &op->out[2], &op->in[0]};
+    layout l;
+    kiln__cl_arg args[24];
+    int a = push_views(&l, v, 4, args);
+    l.hp[0] = op->p.f[0], l.hp[1] = 1.0 - op->p.f[1], l.hp[2] = op->p.f[2], l.hp[3] = 1.0 - op->p.f[2];
+    l.hp[4] = op->p.f[3], l.hp[5] = f64_of_bits(op->pi[1]), l.hp[6] = decay_v;
+    return launch(d, op, &s, &l, args, a, 7);
+}
+
+/* SUM_SQUARES: out[0] 0-d f64 = sum of in[0]^2 in double (gradient clipping). One work item
+ * walks the tensor: a gradient's norm is one small kernel per parameter, not a bottleneck. */
+static kiln_status kernel_sum_squares(const kiln__op *op) {
+    const kiln__view *in = &op->in[0], *out = &op->out[0];
+    kiln__cl_device *d = kiln__cl_device_of(out->storage->device);
+    if (NEVER(!d)) return KILN_ERR_INTERNAL;
+    if (out->dtype != KILN_F64 || !d->fp64 || (in->dtype != KILN_F32 && in->dtype != KILN_F64)) {
+        kiln__kernel_error("no OpenCL kernel for SUM_SQUARES on %s yet", kiln_dtype_name(in->dtype));
+        return KILN_ERR_UNSUPPORTED;
+    }
+    kiln__cl_src s = {0};
+    kiln__cl_src_prelude(&s, true);
+    kiln__cl_src_printf(&s, "%s__kernel void k(long n, long8 shape8, long8 st8, long io, long oo, __global const %s *x,\n"
+                            "  __global double *y) {\n  if (get_global_id(0) != 0) return;\n"
+                            "  long shape[8], st[8], c[8]; unpack(shape8, shape); unpack(st8, st); double sum = 0;\n"
+                            "  for (long e = 0; e < n; e++) { coords(e, shape, c); double v = x[io + dot(c, st)]; sum += v * v; }\n"
+                            "  y[oo] = sum;\n}\n",
+                        kiln__cl_layout_helpers, kiln__cl_ctype(in->dtype));
+    cl_long8 shape8, st8;
+    kiln__cl_pack8(&shape8, in->shape, in->ndim, 1);
+    kiln__cl_pack8(&st8, in->strides, in->ndim, 0);
+    cl_long n = kiln__view_numel(in), io = in->offset, oo = out->offset;
+    cl_mem x = kiln__cl_mem(in->storage), y = kiln__cl_mem(out->storage);
+    kiln__cl_arg args[] = {{8, &n}, {64, &shape8}, {64, &st8}, {8, &io}, {8, &oo}, {sizeof x, &x}, {sizeof y, &y}};
+    return kiln__cl_run(d, op, &s, 1, args, 7);
+}
+
+void kiln__cl_register_optim(kiln__kernel_fn *table) {
+    table[KILN__OP_SUM_SQUARES] = kernel_sum_squares;
+    table[KILN__OP_SGD_UPDATE] = kernel_sgd;
+    table[KILN__OP_ADAM_UPDATE] = kernel_adam;
+}
+
+#endif
