@@ -73,6 +73,8 @@ static bool bool_result(kiln__opcode code) {
 
 bool kiln__ew_binary_loop(kiln__opcode code, kiln_dtype dt, kiln_dtype out, kiln__ew_loop *l) {
     *l = (kiln__ew_loop){.fn = kiln__dtype_valid(dt) && code >= 0 && code < KILN__OP_COUNT ? binary_loops[code][dt] : NULL};
+    kiln__loop_fn fast = l->fn ? kiln__ew_avx2_loop(code, dt) : NULL;
+    if (fast) l->fn = fast;
     return l->fn && out == (bool_result(code) ? KILN_BOOL : dt);
 }
 

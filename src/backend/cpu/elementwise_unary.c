@@ -162,7 +162,8 @@ bool kiln__ew_unary_loop(kiln__opcode code, kiln_dtype dt, kiln_dtype out, const
         if (code != KILN__OP_NEG && code != KILN__OP_ABS && code != KILN__OP_SIGN && code != KILN__OP_RELU &&
             code != KILN__OP_CLAMP)
             return false;
-        l->fn = typed_loops(code)[dt];
+        kiln__loop_fn fast = kiln__ew_avx2_loop(code, dt);
+        l->fn = fast ? fast : typed_loops(code)[dt];
         return l->fn != NULL;
     }
     if (dt == KILN_F32 && (l->math.f32 = kiln__vmath_f32_kernel(vop))) l->fn = math_f32;

@@ -13,6 +13,13 @@
 
 static char *node_base(const kiln__view *v, size_t es) { return (char *)v->storage->data + v->offset * (int64_t)es; }
 
+/* Bytes between scratch blocks: padded so that two blocks' elements at one index are not a
+ * multiple of 4 KiB apart (a load after a store to such an address waits on it: "4K
+ * aliasing", which every op of a chain hits when it reads one block and writes the next). */
+static size_t slot_size(const kiln__fused_plan *p) {
+    return (size_t)p->block * 8 + 192;
+}
+
 /* Where a load's elements [t0, t0 + m) are read: in place when dense, a scalar, or inside one
  * run of the innermost dim with stride 0 or 1; gathered into the node's scratch otherwise. */
 static void load(const kiln__fused_plan *p, int i, int64_t t0, int64_t m, char *slot, char **ptr, int64_t *st) {
@@ -67,7 +74,7 @@ static kiln_status eval_block(const kiln__fused_plan *p, int64_t t0, int64_t m, 
     const kiln__expr *e = &g->expr;
     char *ptr[KILN__EXPR_MAX_NODES];
     int64_t st[KILN__EXPR_MAX_NODES];
-    size_t slot_bytes = (size_t)p->block * 8;
+    size_t slot_bytes = slot_size(p);
     for (int i = 0; i < e->n_nodes; i++) {
         const kiln__expr_node *n = &e->node[i];
         char *slot = p->slot_of[i] >= 0 ? scratch + (size_t)p->slot_of[i] * slot_bytes : NULL;
@@ -96,10 +103,24 @@ static kiln_status eval_block(const kiln__fused_plan *p, int64_t t0, int64_t m, 
     return KILN_OK;
 }
 
+/* Asks for elements [t0, t0 + m) of the dense inputs while the block before them runs: a
+ * block of a few KiB starts a fresh page of each input, where the hardware prefetcher stops,
+ * and the chain's first reads of it then waited on memory. */
+static void prefetch_block(const kiln__fused_plan *p, int64_t t0, int64_t m) {
+    const kiln__fused *g = p->g;
+    for (int k = 0; k < g->expr.n_inputs; k++) {
+        if (p->load_mode[k] != KILN__LOAD_DENSE) continue;
+        const kiln__view *in = &g->input[k];
+        size_t es = kiln__elsize(in->dtype);
+        const char *a = node_base(in, es) + t0 * (int64_t)es, *end = a + m * (int64_t)es;
+        for (; a < end; a += 64) __builtin_prefetch(a, 0, 3);
+    }
+}
+
 static void run_blocks(void *ctx, int64_t begin, int64_t end) {
     kiln__fused_plan *p = ctx;
     _Alignas(64) char stack[STACK_SCRATCH];
-    size_t bytes = (size_t)p->n_slots * (size_t)p->block * 8;
+    size_t bytes = (size_t)p->n_slots * slot_size(p);
     char *scratch = bytes <= sizeof stack ? stack : malloc(bytes);
     if (!scratch) {
         atomic_store(&p->status, KILN_ERR_OUT_OF_MEMORY);
@@ -107,6 +128,7 @@ static void run_blocks(void *ctx, int64_t begin, int64_t end) {
     }
     for (int64_t b = begin; b < end && atomic_load_explicit(&p->status, memory_order_relaxed) == KILN_OK; b++) {
         int64_t t0 = b * p->block, m = p->numel - t0 < p->block ? p->numel - t0 : p->block;
+        if (b + 1 < end) prefetch_block(p, t0 + m, p->numel - t0 - m < p->block ? p->numel - t0 - m : p->block);
         kiln_status st = eval_block(p, t0, m, scratch);
         if (st != KILN_OK) atomic_store(&p->status, st);
     }
