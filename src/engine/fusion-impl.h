@@ -24,6 +24,7 @@ struct kiln__window {
     kiln__fused *g;       /* the group being built (g->n_ops ops) */
     atomic_int n_held;    /* g->n_ops + n_dead, readable without the lock: only the owner raises it */
     int n_st, n_dead;
+    int64_t bytes;        /* of the storages the group writes: counted against the bounded queue */
     bool closed;          /* the group ended in a reduction: the next op starts a new one */
     window_storage st[MAX_STORAGES];
     kiln__storage *dead[MAX_STORAGES]; /* released while held: freed after the group */

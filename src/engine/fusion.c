@@ -46,6 +46,9 @@ void kiln__fusion_stats_reset(void) {
     atomic_store(&fusion.reductions, 0);
 }
 
+/* Window bytes from which each joining op checks the stream's bounds. */
+#define THROTTLE_MIN_BYTES ((int64_t)16 << 20)
+
 /* The window this thread holds locked: a drain inside a flush (out of memory) skips it. */
 static _Thread_local kiln__window *held;
 
@@ -119,6 +122,7 @@ static void flush_locked(kiln__window *w, bool owner) {
     for (int i = 0; i < w->n_dead; i++) kiln__async_enqueue(s, &free_op, NULL, w->dead[i], NULL, owner, false);
     if (w->g) w->g->n_ops = 0;
     w->n_st = w->n_dead = 0;
+    w->bytes = 0;
     w->closed = false;
     atomic_store_explicit(&w->n_held, 0, memory_order_release);
 }
@@ -227,8 +231,12 @@ bool kiln__fusion_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
         if (!joined && w->g->n_ops == 0) break; /* not even alone */
         if (!joined) flush_locked(w, true), flushed = true;
     }
+    int64_t window_bytes = w->bytes;
     unlock_window(w);
-    if (flushed) kiln__stream_throttle(s); /* the bounded queue, outside the lock */
+    /* the bounded queue, outside the lock: the window's outputs count as pending bytes, so a
+     * frontend filling windows with large tensors waits as it would unfused (small ones skip
+     * the stream's lock: the dispatch cost stays that of the window) */
+    if (flushed || window_bytes >= THROTTLE_MIN_BYTES) kiln__stream_throttle(s, window_bytes);
     return joined;
 }
 

@@ -92,6 +92,7 @@ static void accesses_commit(kiln__window *w, const access *a, int n) {
             atomic_store((kiln__window *_Atomic *)&a[j].s->window, w);
         }
         w->st[e].same &= kiln__view_same(&w->st[e].map, a[j].v);
+        if (a[j].write && !w->st[e].written) w->bytes += (int64_t)a[j].s->nbytes;
         w->st[e].written |= a[j].write;
     }
 }
