@@ -85,6 +85,57 @@ KT_TEST(fused_reductions_equal_unfused) {
     kiln_fusion_set_enabled(was);
 }
 
+/* exp(x - log(sum(exp(x), -1))) (DESIGN.md's softmax): one group, the log and x - lse, exp
+ * running after the sum as its epilogue, the exp(x) intermediate never written; equal to the
+ * unfused ops. */
+static kiln_tensor softmax_composed(int64_t r, int64_t c) {
+    kiln_tensor x = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(r, c), 31);
+    KT_CHECK(kiln_sync() == KILN_OK);
+    kiln__fusion_stats_reset();
+    kiln_tensor lse = kiln_log(kiln_sum_dims(kiln_exp(kiln_ref(x)), KILN_DIMS(-1), true));
+    return kiln_exp(kiln_sub(x, lse));
+}
+
+KT_TEST(reduction_epilogue_equals_unfused) {
+    static float on[3 * 9000], off[3 * 9000];
+    const int64_t shapes[][2] = {{61, 3}, {5, 4097}, {3, 9000}};
+    bool was = kiln_fusion_enabled();
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        int64_t r = shapes[k][0], c = shapes[k][1];
+        size_t bytes = sizeof(float) * (size_t)(r * c);
+        kiln_fusion_set_enabled(false);
+        KT_CHECK(kiln_into_data(softmax_composed(r, c), off, bytes) == KILN_OK);
+        kiln_fusion_set_enabled(true);
+        KT_CHECK(kiln_into_data(softmax_composed(r, c), on, bytes) == KILN_OK);
+        kiln__fusion_stats st = kiln__fusion_stats_get();
+        if (kiln_engine_is_async())
+            KT_CHECK_MSG(st.groups == 1 && st.ops_fused == 5 && st.stores_elided >= 2,
+                         "groups %lld ops %lld elided %lld", (long long)st.groups, (long long)st.ops_fused,
+                         (long long)st.stores_elided);
+        KT_CHECK_MSG(memcmp(on, off, bytes) == 0, "[%lld, %lld] differs", (long long)r, (long long)c);
+    }
+    kiln_fusion_set_enabled(was);
+}
+
+/* A group whose unwritten intermediate gave its memory back, then run op by op (a kernel
+ * fails): the ops before the failure still compute from that intermediate, which gets memory
+ * again; the error names the failing op. */
+KT_TEST(dropped_intermediate_when_run_op_by_op) {
+    kiln_tensor x = kiln_full(KILN_CPU, KILN_F32, KILN_SHAPE(4, 300), 0.5);
+    KT_CHECK(kiln_sync() == KILN_OK);
+    kiln_tensor s = kiln_sum_dims(kiln_exp(kiln_ref(x)), KILN_DIMS(-1), true); /* exp(x) dies here */
+    kiln_tensor kept = kiln_ref(s);
+    kiln__debug_fail_next_kernel("kiln_log");
+    int line = __LINE__ + 1;
+    kiln_tensor y = kiln_sub(x, kiln_log(s));
+    float v[4 * 300], sum[4];
+    KT_CHECK(kiln_into_data(y, v, sizeof v) == KILN_ERR_KERNEL);
+    KT_EXPECT_ERROR(KILN_ERR_KERNEL, "kiln_log", line);
+    KT_CHECK(kiln_sync() == KILN_OK);
+    KT_CHECK(kiln_into_data(kept, sum, sizeof sum) == KILN_OK);
+    for (int i = 0; i < 4; i++) KT_NEAR(sum[i], 300.0 * exp(0.5), 1e-3);
+}
+
 /* Values that tell the loops' rules apart: NaN on either side, infinities, signed zeros. */
 static void special_values(float *v, int n, unsigned seed) {
     static const float pick[] = {0.0f, -0.0f, 1.0f, -1.0f, 2.5f, -3.25f, INFINITY, -INFINITY, NAN, 1e-40f, 7.0f};
@@ -132,6 +183,8 @@ int main(void) {
     KT_RUN(fused_blocks_equal_unfused);
     KT_RUN(fused_reductions_equal_unfused);
     KT_RUN(avx2_loops_equal_portable);
+    KT_RUN(reduction_epilogue_equals_unfused);
+    KT_RUN(dropped_intermediate_when_run_op_by_op);
     KT_MEM_CHECK();
     return kt_finish();
 }

@@ -13,6 +13,7 @@ typedef struct {
     kiln__view map;  /* the first access's element mapping */
     bool same;       /* every access so far used map */
     bool written;
+    bool read_first; /* read before the group first wrote it: its old value is loaded */
 } window_storage;
 
 /* Windows are never freed: a thread that read a storage's mark may lock the window after its

@@ -60,7 +60,9 @@ static int find_storage(const kiln__window *w, const kiln__storage *s) {
 }
 
 /* Tile-wise evaluation in program order is only right when every access to a storage the
- * group writes uses one element mapping (in-place chains: same view each step). */
+ * group writes uses one element mapping (in-place chains: same view each step); after a
+ * reduction, a read may also broadcast a reduced-shape value along the rows it belongs to
+ * (blocks hold whole rows, so the row's value is there). */
 static bool accesses_fit(const kiln__window *w, const access *a, int n) {
     int n_new = 0;
     for (int j = 0; j < n; j++) {
@@ -77,7 +79,8 @@ static bool accesses_fit(const kiln__window *w, const access *a, int n) {
         }
         bool this_same = !map || kiln__view_same(map, a[j].v);
         if (a[j].write && !(same && this_same)) return false;
-        if (written && !this_same) return false;
+        if (written && !this_same && !(w->closed && !a[j].write && kiln__view_is_row_broadcast(a[j].v, map)))
+            return false;
         if (e < 0 && !seen_here) n_new++;
     }
     return w->n_st + n_new <= MAX_STORAGES;
@@ -93,8 +96,28 @@ static void accesses_commit(kiln__window *w, const access *a, int n) {
         }
         w->st[e].same &= kiln__view_same(&w->st[e].map, a[j].v);
         if (a[j].write && !w->st[e].written) w->bytes += (int64_t)a[j].s->nbytes;
+        if (!a[j].write && !w->st[e].written) w->st[e].read_first = true;
         w->st[e].written |= a[j].write;
     }
+}
+
+/* After the reduction that closed w's group: an elementwise op of the group's shape, or of the
+ * reduced shape (last dim 1) whose inputs are all values the group wrote there or scalars. */
+static bool epilogue_fits(const kiln__window *w, const kiln__op *op) {
+    const kiln__fused *g = w->g;
+    int nd = g->ndim;
+    if (g->row <= 0) return false;
+    if (same_shape(&op->out[0], nd, g->shape)) return true;
+    const kiln__view *out = &op->out[0];
+    if (out->ndim != nd || out->shape[nd - 1] != 1) return false;
+    for (int d = 0; d < nd - 1; d++)
+        if (out->shape[d] != g->shape[d]) return false;
+    for (int i = 0; i < op->n_in; i++) {
+        const kiln__storage *s = op->in[i].storage;
+        int e = s ? find_storage(w, s) : -1;
+        if (s && (e < 0 || !w->st[e].written)) return false; /* rows load nothing */
+    }
+    return true;
 }
 
 /* Adds op to w's group (w->lock held); false when it does not fit the current group. */
@@ -104,7 +127,7 @@ bool kiln__window_try_join(kiln__window *w, const kiln__op *op) {
     for (int i = 0; i < n; i++)
         if (!kiln__var_of(a[i].s)) return false; /* (a storage with a var reaches the release hook) */
     kiln__fused *g = w->g;
-    if (w->closed || (g->n_ops > 0 && !same_shape(&op->out[0], g->ndim, g->shape))) return false;
+    if (w->closed ? !epilogue_fits(w, op) : g->n_ops > 0 && !same_shape(&op->out[0], g->ndim, g->shape)) return false;
     if (!accesses_fit(w, a, n)) return false;
     if (g->n_ops == 0) kiln__fused_init(g, &op->out[0]);
     if (!kiln__fused_add(g, op)) return false;

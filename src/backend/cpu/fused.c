@@ -66,6 +66,35 @@ static kiln_status reduce_rows(const kiln__fused_plan *p, int i, int64_t t0, int
     return fn ? fn(&op) : KILN_ERR_UNSUPPORTED;
 }
 
+static void run_node(const kiln__fused_plan *p, int i, int64_t m, char *const *ptr, const int64_t *st) {
+    const kiln__expr_node *n = &p->g->expr.node[i];
+    char *args[KILN__OP_MAX_IN + 1];
+    int64_t strides[KILN__OP_MAX_IN + 1];
+    args[0] = ptr[i], strides[0] = st[i];
+    for (int a = 0; a < n->n_args; a++) args[a + 1] = ptr[n->arg[a]], strides[a + 1] = st[n->arg[a]];
+    p->loop[i].fn(p->loop[i].ctx, m, args, strides);
+}
+
+/* An epilogue node of the group's shape that reads a per-row value: a row at a time, the
+ * row's value as a stride-0 operand (what the unfused kernel's iterator hands its loop). */
+static void epilogue_rows(const kiln__fused_plan *p, int i, int64_t m, char *const *ptr, const int64_t *st) {
+    const kiln__expr *e = &p->g->expr;
+    const kiln__expr_node *n = &e->node[i];
+    int64_t row = p->g->row;
+    char *args[KILN__OP_MAX_IN + 1];
+    int64_t strides[KILN__OP_MAX_IN + 1];
+    strides[0] = st[i];
+    for (int a = 0; a < n->n_args; a++) strides[a + 1] = e->node[n->arg[a]].rows ? 0 : st[n->arg[a]];
+    for (int64_t r = 0; r < m / row; r++) {
+        args[0] = ptr[i] + r * row * st[i];
+        for (int a = 0; a < n->n_args; a++) {
+            int k = n->arg[a];
+            args[a + 1] = ptr[k] + (e->node[k].rows ? r * st[k] : r * row * st[k]);
+        }
+        p->loop[i].fn(p->loop[i].ctx, row, args, strides);
+    }
+}
+
 /* Evaluates every node over elements [t0, t0 + m). A stored node writes straight into its
  * output: every read of the value it overwrites comes earlier in program order (later reads
  * name the node), and all accesses share one element mapping. */
@@ -90,13 +119,13 @@ static kiln_status eval_block(const kiln__fused_plan *p, int64_t t0, int64_t m, 
         }
         default: {
             int w = p->store_of[i];
-            char *args[KILN__OP_MAX_IN + 1];
-            int64_t strides[KILN__OP_MAX_IN + 1];
-            ptr[i] = w >= 0 ? node_base(&g->output[w], (size_t)es) + t0 * es : slot;
+            bool per_row = false;
+            int64_t first = n->rows ? t0 / g->row : t0; /* in the node's own shape */
+            ptr[i] = w >= 0 ? node_base(&g->output[w], (size_t)es) + first * es : slot;
             st[i] = es;
-            args[0] = ptr[i], strides[0] = es;
-            for (int a = 0; a < n->n_args; a++) args[a + 1] = ptr[n->arg[a]], strides[a + 1] = st[n->arg[a]];
-            p->loop[i].fn(p->loop[i].ctx, m, args, strides);
+            for (int a = 0; a < n->n_args; a++) per_row |= !n->rows && e->node[n->arg[a]].rows;
+            if (per_row) epilogue_rows(p, i, m, ptr, st);
+            else run_node(p, i, n->rows ? m / g->row : m, ptr, st);
         }
         }
     }
