@@ -13,7 +13,7 @@ static struct {
     pthread_mutex_t lock; /* spare list */
     kiln__window *_Atomic all;
     kiln__window *spare;
-    _Atomic int64_t groups, ops_fused, stores_elided, foreign_flushes, reductions;
+    _Atomic int64_t groups, ops_fused, stores_elided, foreign_flushes, reductions, epilogues;
 } fusion = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void fusion_init(void) {
@@ -35,7 +35,7 @@ void kiln_fusion_set_enabled(bool on) {
 kiln__fusion_stats kiln__fusion_stats_get(void) {
     return (kiln__fusion_stats){atomic_load(&fusion.groups), atomic_load(&fusion.ops_fused),
                                 atomic_load(&fusion.stores_elided), atomic_load(&fusion.foreign_flushes),
-                                atomic_load(&fusion.reductions)};
+                                atomic_load(&fusion.reductions), atomic_load(&fusion.epilogues)};
 }
 
 void kiln__fusion_stats_reset(void) {
@@ -44,6 +44,7 @@ void kiln__fusion_stats_reset(void) {
     atomic_store(&fusion.stores_elided, 0);
     atomic_store(&fusion.foreign_flushes, 0);
     atomic_store(&fusion.reductions, 0);
+    atomic_store(&fusion.epilogues, 0);
 }
 
 /* Window bytes from which each joining op checks the stream's bounds. */
@@ -133,6 +134,7 @@ static void flush_locked(kiln__window *w, bool owner) {
         atomic_fetch_add(&fusion.ops_fused, g->n_ops);
         atomic_fetch_add(&fusion.stores_elided, g->expr.n_outputs - g->expr.n_stores);
         if (g->row > 0) atomic_fetch_add(&fusion.reductions, 1);
+        if (kiln__expr_has_epilogue(&g->expr)) atomic_fetch_add(&fusion.epilogues, 1);
         w->g = NULL; /* the engine frees it once it has run */
         drop_unwritten(w);
         kiln__async_enqueue(s, &op, NULL, NULL, g, owner, false);

@@ -14,6 +14,7 @@
  * that ended in a reduction. */
 typedef struct kiln__fusion_stats {
     int64_t groups, ops_fused, stores_elided, foreign_flushes, reductions;
+    int64_t epilogues; /* groups with elementwise ops after their reduction */
 } kiln__fusion_stats;
 kiln__fusion_stats kiln__fusion_stats_get(void);
 void kiln__fusion_stats_reset(void);
