@@ -117,6 +117,50 @@ KT_TEST(reduction_epilogue_equals_unfused) {
     kiln_fusion_set_enabled(was);
 }
 
+/* Epilogue ops per row that read inputs of the reduced shape ([r, 1] dense, [1, 1] one
+ * value), and the composed softmax's gradient (its backward is a reduction with a per-row
+ * epilogue too): equal to the unfused ops, and one group each where the engine is async. */
+static void row_inputs(int64_t r, int64_t c, float *y, float *dx) {
+    kiln_tensor x = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(r, c), 41);
+    kiln_tensor col = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(r, 1), 42);
+    kiln_tensor one = kiln_full(KILN_CPU, KILN_F32, KILN_SHAPE(1, 1), 0.75);
+    KT_CHECK(kiln_sync() == KILN_OK);
+    kiln__fusion_stats_reset();
+    kiln_tensor lse = kiln_log(kiln_sum_dims(kiln_exp(kiln_ref(x)), KILN_DIMS(-1), true));
+    kiln_tensor z = kiln_mul(kiln_add(lse, col), one);
+    KT_CHECK(kiln_into_data(kiln_exp(kiln_sub(kiln_ref(x), z)), y, sizeof(float) * (size_t)(r * c)) == KILN_OK);
+    if (kiln_engine_is_async() && kiln_fusion_enabled()) {
+        kiln__fusion_stats st = kiln__fusion_stats_get();
+        KT_CHECK_MSG(st.groups == 1 && st.ops_fused == 7 && st.epilogues == 1, "groups %lld ops %lld",
+                     (long long)st.groups, (long long)st.ops_fused);
+    }
+    KT_CHECK(kiln_require_grad(x) == KILN_OK);
+    kiln_tensor lse2 = kiln_log(kiln_sum_dims(kiln_exp(kiln_ref(x)), KILN_DIMS(-1), true));
+    kiln_tensor sm = kiln_exp(kiln_sub(kiln_ref(x), lse2));
+    kiln_grads *g = NULL;
+    KT_CHECK(kiln_backward(kiln_sum(kiln_mul_scalar(sm, 3.0)), &g) == KILN_OK);
+    KT_CHECK(kiln_into_data(kiln_grad(g, x), dx, sizeof(float) * (size_t)(r * c)) == KILN_OK);
+    kiln_grads_free(g);
+    kiln_release(x);
+}
+
+KT_TEST(epilogue_row_inputs_and_backward_equal_unfused) {
+    static float y_on[3 * 4097], y_off[3 * 4097], dx_on[3 * 4097], dx_off[3 * 4097];
+    const int64_t shapes[][2] = {{37, 5}, {3, 4097}};
+    bool was = kiln_fusion_enabled();
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        int64_t r = shapes[k][0], c = shapes[k][1];
+        size_t bytes = sizeof(float) * (size_t)(r * c);
+        kiln_fusion_set_enabled(false);
+        row_inputs(r, c, y_off, dx_off);
+        kiln_fusion_set_enabled(true);
+        row_inputs(r, c, y_on, dx_on);
+        KT_CHECK_MSG(memcmp(y_on, y_off, bytes) == 0, "y [%lld, %lld] differs", (long long)r, (long long)c);
+        KT_CHECK_MSG(memcmp(dx_on, dx_off, bytes) == 0, "dx [%lld, %lld] differs", (long long)r, (long long)c);
+    }
+    kiln_fusion_set_enabled(was);
+}
+
 /* A group whose unwritten intermediate gave its memory back, then run op by op (a kernel
  * fails): the ops before the failure still compute from that intermediate, which gets memory
  * again; the error names the failing op. */
@@ -185,6 +229,7 @@ int main(void) {
     KT_RUN(avx2_loops_equal_portable);
     KT_RUN(reduction_epilogue_equals_unfused);
     KT_RUN(dropped_intermediate_when_run_op_by_op);
+    KT_RUN(epilogue_row_inputs_and_backward_equal_unfused);
     KT_MEM_CHECK();
     return kt_finish();
 }

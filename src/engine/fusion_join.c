@@ -113,9 +113,11 @@ static bool epilogue_fits(const kiln__window *w, const kiln__op *op) {
     for (int d = 0; d < nd - 1; d++)
         if (out->shape[d] != g->shape[d]) return false;
     for (int i = 0; i < op->n_in; i++) {
-        const kiln__storage *s = op->in[i].storage;
-        int e = s ? find_storage(w, s) : -1;
-        if (s && (e < 0 || !w->st[e].written)) return false; /* rows load nothing */
+        const kiln__view *v = &op->in[i];
+        int e = v->storage ? find_storage(w, v->storage) : -1;
+        /* a value the group wrote, or an input of the reduced shape, dense or one value */
+        if (v->storage && (e < 0 || !w->st[e].written) && !kiln__view_is_contiguous(v) && !all_zero_strides(v))
+            return false;
     }
     return true;
 }

@@ -45,7 +45,7 @@ static int find_output(const kiln__fused *g, const kiln__storage *s) {
     return -1;
 }
 
-static int load_of(kiln__fused *g, const kiln__view *v) {
+static int load_of(kiln__fused *g, const kiln__view *v, bool rows) {
     kiln__expr *e = &g->expr;
     int k = 0;
     while (k < e->n_inputs && !kiln__view_same(&g->input[k], v)) k++;
@@ -56,14 +56,15 @@ static int load_of(kiln__fused *g, const kiln__view *v) {
     if (k == KILN__EXPR_MAX_INPUTS) return -1;
     if (k == e->n_inputs) g->input[e->n_inputs++] = *v;
     kiln__expr_node *n = &e->node[e->n_nodes];
-    *n = (kiln__expr_node){.kind = KILN__EXPR_LOAD, .input = (int16_t)k, .dtype = v->dtype};
+    *n = (kiln__expr_node){.kind = KILN__EXPR_LOAD, .input = (int16_t)k, .dtype = v->dtype, .rows = rows};
     return e->n_nodes++;
 }
 
 bool kiln__fused_add(kiln__fused *g, const kiln__op *op) {
     kiln__expr *e = &g->expr;
     if (g->n_ops == KILN__FUSE_MAX_OPS || e->n_nodes + op->n_in + 1 > KILN__EXPR_MAX_NODES) return false;
-    int saved_nodes = e->n_nodes, saved_inputs = e->n_inputs;
+    int saved_nodes = e->n_nodes, saved_inputs = e->n_inputs, nd = g->ndim;
+    bool rows = g->row > 0 && op->out[0].ndim == nd && op->out[0].shape[nd - 1] == 1; /* an epilogue op per row */
     int16_t args[KILN__OP_MAX_IN] = {0};
     for (int i = 0; i < op->n_in; i++) {
         const kiln__view *v = &op->in[i];
@@ -75,7 +76,7 @@ bool kiln__fused_add(kiln__fused *g, const kiln__op *op) {
         } else if (w >= 0) {
             node = g->last_writer[w];
         } else {
-            node = load_of(g, v);
+            node = load_of(g, v, rows);
         }
         if (node < 0) {
             e->n_nodes = saved_nodes, e->n_inputs = saved_inputs;
@@ -93,8 +94,6 @@ bool kiln__fused_add(kiln__fused *g, const kiln__op *op) {
         g->output[w] = op->out[0];
     }
     kiln__expr_node *n = &e->node[e->n_nodes];
-    int nd = g->ndim;
-    bool rows = g->row > 0 && op->out[0].ndim == nd && op->out[0].shape[nd - 1] == 1;
     *n = (kiln__expr_node){.kind = KILN__EXPR_OP, .n_args = op->n_in, .op = (int16_t)g->n_ops, .code = op->code,
                            .dtype = op->out[0].dtype, .param = {op->p.f[0], op->p.f[1], op->p.f[2], op->p.f[3]},
                            .rows = rows};

@@ -17,8 +17,9 @@
  * Nodes may follow the REDUCE (an elementwise epilogue: softmax's log and x - lse, exp). An
  * OP node with `rows` set is evaluated once per row, over the reduced shape (the REDUCE
  * node has it set too); an OP node without it that names a `rows` node reads that value
- * broadcast along the last dim. Only nodes after the REDUCE have `rows` set, and they read
- * no LOAD. kiln__expr_has_epilogue tells a backend that handles only the prologue form. */
+ * broadcast along the last dim. Only nodes after the REDUCE have `rows` set; a LOAD with
+ * `rows` set reads an input of the reduced shape (dense in it, or one value). kiln__expr_
+ * has_epilogue tells a backend that handles only the prologue form. */
 #ifndef KILN_IR_EXPR_H
 #define KILN_IR_EXPR_H
 
@@ -42,7 +43,7 @@ typedef struct kiln__expr_node {
     kiln_dtype dtype;  /* the value's dtype */
     double value;      /* CONST */
     double param[4];   /* OP: p.f[0..3] of the op (CLAMP bounds, NAN_TO_NUM and ELU's three) */
-    bool rows;         /* REDUCE, and OP nodes after it: one value per row (see above) */
+    bool rows;         /* REDUCE, and OP and LOAD nodes after it: one value per row (see above) */
 } kiln__expr_node;
 
 typedef struct kiln__expr_store {

@@ -22,7 +22,8 @@
  * 121, 16384 -> 148. */
 #define KILN__FUSED_BLOCK ((int64_t)512)
 
-enum { KILN__LOAD_GATHER, KILN__LOAD_DENSE, KILN__LOAD_SCALAR };
+/* KILN__LOAD_ROWS: an epilogue's input of the reduced shape, dense in it (one value a row). */
+enum { KILN__LOAD_GATHER, KILN__LOAD_DENSE, KILN__LOAD_SCALAR, KILN__LOAD_ROWS };
 
 typedef struct kiln__fused_plan {
     const kiln__fused *g;

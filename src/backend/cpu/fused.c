@@ -31,6 +31,7 @@ static void load(const kiln__fused_plan *p, int i, int64_t t0, int64_t m, char *
     switch (p->load_mode[k]) {
     case KILN__LOAD_DENSE: *ptr = node_base(in, es) + t0 * (int64_t)es, *st = (int64_t)es; return;
     case KILN__LOAD_SCALAR: *ptr = node_base(in, es), *st = 0; return;
+    case KILN__LOAD_ROWS: *ptr = node_base(in, es) + t0 / g->row * (int64_t)es, *st = (int64_t)es; return;
     default: {
         int64_t off = kiln__fused_run_offset(g, in, t0, m, &stride);
         if (off >= 0 && (stride == 0 || stride == 1)) {

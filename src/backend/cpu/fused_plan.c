@@ -71,6 +71,15 @@ kiln_status kiln__fused_plan_make(kiln__fused_plan *p, const kiln__fused *g) {
     for (int d = 0; d < g->ndim; d++) p->numel *= g->shape[d];
     atomic_init(&p->status, KILN_OK);
     for (int k = 0; k < e->n_inputs; k++) p->load_mode[k] = (uint8_t)kiln__fused_load_mode(g, &g->input[k]);
+    for (int i = 0; i < e->n_nodes; i++) { /* per-row loads: dense in the reduced shape, or one value */
+        const kiln__expr_node *n = &e->node[i];
+        if (n->kind != KILN__EXPR_LOAD || !n->rows) continue;
+        const kiln__view *v = &g->input[n->input];
+        bool scalar = true;
+        for (int d = 0; d < v->ndim; d++) scalar &= v->shape[d] == 1 || v->strides[d] == 0;
+        if (!scalar && NEVER(!kiln__view_is_contiguous(v))) return KILN_ERR_INTERNAL;
+        p->load_mode[n->input] = scalar ? KILN__LOAD_SCALAR : KILN__LOAD_ROWS;
+    }
     memset(p->store_of, -1, sizeof p->store_of);
     for (int s = 0; s < e->n_stores; s++) p->store_of[e->store[s].node] = (int8_t)e->store[s].output;
     for (int i = 0; i < e->n_nodes; i++) {
