@@ -26,7 +26,7 @@ struct kiln__window {
     atomic_int n_held;    /* g->n_ops + n_dead, readable without the lock: only the owner raises it */
     int n_st, n_dead;
     int64_t bytes;        /* of the storages the group writes: counted against the bounded queue */
-    bool closed;          /* the group ended in a reduction: the next op starts a new one */
+    bool closed;          /* the group has its reduction: only epilogue ops may join now */
     window_storage st[MAX_STORAGES];
     kiln__storage *dead[MAX_STORAGES]; /* released while held: freed after the group */
 };

@@ -11,7 +11,7 @@
 
 /* Counters since the last reset: groups run fused, ops they held, stores left out (an
  * intermediate no handle kept), windows flushed because another thread touched them, groups
- * that ended in a reduction. */
+ * that held a reduction. */
 typedef struct kiln__fusion_stats {
     int64_t groups, ops_fused, stores_elided, foreign_flushes, reductions;
     int64_t epilogues; /* groups with elementwise ops after their reduction */

@@ -1,6 +1,7 @@
 /* Which ops may join a stream's fusion group (see engine/fusion.h): elementwise ops of one
- * shape whose accesses keep tile-wise evaluation in program order right, and a reduction over
- * the last dim of what the group wrote, which ends it. */
+ * shape whose accesses keep tile-wise evaluation in program order right, a reduction over
+ * the last dim of what the group wrote, and after it elementwise ops per row or broadcast
+ * along the rows (the epilogue). */
 #include "engine/fusion-impl.h"
 
 static bool same_shape(const kiln__view *v, int ndim, const int64_t *shape) {
@@ -102,7 +103,8 @@ static void accesses_commit(kiln__window *w, const access *a, int n) {
 }
 
 /* After the reduction that closed w's group: an elementwise op of the group's shape, or of the
- * reduced shape (last dim 1) whose inputs are all values the group wrote there or scalars. */
+ * reduced shape (last dim 1) whose inputs are values the group wrote, scalars, or inputs of
+ * the reduced shape that are dense or one value (what the CPU kernel reads per row). */
 static bool epilogue_fits(const kiln__window *w, const kiln__op *op) {
     const kiln__fused *g = w->g;
     int nd = g->ndim;
