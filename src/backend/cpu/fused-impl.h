@@ -18,8 +18,9 @@
 #include "ir/expr.h"
 
 /* Elements per block of an elementwise group. Measured on chain8 (bench_elementwise, CPU time,
- * one thread, a loaded machine): 128 -> 116 ms, 256 -> 119, 512 -> 114, 1024 -> 122, 4096 ->
- * 121, 16384 -> 148. */
+ * a loaded machine): 128 -> 116 ms, 256 -> 119, 512 -> 114, 1024 -> 122, 4096 -> 121, 16384 ->
+ * 148 (one thread, before the prefetch); with it, medians of 4: 256 -> 123, 512 -> 112, 1024
+ * -> 138. */
 #define KILN__FUSED_BLOCK ((int64_t)512)
 
 /* KILN__LOAD_ROWS: an epilogue's input of the reduced shape, dense in it (one value a row). */
