@@ -1,5 +1,6 @@
-/* Random elementwise DAGs (shapes with broadcasting, f32/f64/i32, refs kept or dropped) run
- * with fusion on and off from the same seed: every tensor left must match bit for bit. */
+/* Random elementwise DAGs (shapes with broadcasting, f32/f64/i32, refs kept or dropped,
+ * reductions over the last dim and ops after them) run with fusion on and off from the same
+ * seed: every tensor left must match bit for bit. */
 #include <kiln.h>
 
 #include "engine/fusion.h"
@@ -79,7 +80,10 @@ static int run(uint64_t seed, double *out, int cap) {
         bool keep = rnd(3) == 0;
         kiln_tensor a = take(&p, (int)rnd((uint32_t)p.n), keep);
         uint32_t kind = rnd(12);
-        if (kind == 0) { /* a reduction over the last dim: a group's possible end */
+        if (kind == 0) { /* a reduction over the last dim, maybe with an epilogue */
+            bool has_ext = rnd(2) != 0;
+            kiln_tensor ext = {0};
+            if (has_ext) ext = source(r, c, 2, KILN_F32, seed * 100 + (uint64_t)s); /* [r, 1] */
             kiln_tensor f = kiln_cast(a, KILN_F32);
             switch (rnd(4)) {
             case 0: put(&p, kiln_sum_dims(f, KILN_DIMS(-1), true)); break;
@@ -87,6 +91,14 @@ static int run(uint64_t seed, double *out, int cap) {
             case 2: put(&p, kiln_mean_dims(f, KILN_DIMS(-1), true)); break;
             default: put(&p, kiln_logsumexp_dims(kiln_tanh(f), KILN_DIMS(-1), true)); break;
             }
+            if (rnd(2) && p.n > 1) { /* an epilogue: per row, then broadcast against a full tensor */
+                kiln_tensor red = take(&p, p.n - 1, false);
+                if (rnd(2)) red = unary(red, rnd(9));
+                if (has_ext) red = binary(red, ext, rnd(6)), has_ext = false; /* per row, an [r, 1] input */
+                kiln_tensor full = take(&p, (int)rnd((uint32_t)p.n), rnd(3) == 0);
+                put(&p, rnd(2) ? binary(full, red, rnd(6)) : binary(red, full, rnd(6)));
+            }
+            if (has_ext) kiln_release(ext);
         } else if (kind < 6 || p.n == 0) {
             put(&p, unary(a, rnd(9)));
         } else {
@@ -126,6 +138,7 @@ KT_TEST(random_dags_fused_match_unfused) {
     if (kiln_engine_is_async()) {
         KT_CHECK_MSG(s.groups > SEEDS, "only %lld groups fused", (long long)s.groups);
         KT_CHECK_MSG(s.reductions > 0, "no group ended in a reduction");
+        KT_CHECK_MSG(s.epilogues > 0, "no group had an epilogue");
     }
     kiln_fusion_set_enabled(was);
 }

@@ -26,7 +26,10 @@ static void unary_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, ki
     switch (n->code) {
     case KILN__OP_NEG: r = ad_neg(c, g); break;
     case KILN__OP_ABS: r = ad_mul(c, g, ad_un(c, KILN__OP_SIGN, ad_ref(x))); break;
-    case KILN__OP_EXP: r = ad_mul(c, g, ad_ref(y)); break;
+    case KILN__OP_EXP: /* y's last use: handed over, so g * y may be written in place over it */
+        r = ad_mul(c, g, y);
+        n->saved[1] = NULL;
+        break;
     case KILN__OP_EXPM1: r = ad_mul(c, g, ad_adds(c, ad_ref(y), 1.0)); break;
     case KILN__OP_LOG: r = ad_div(c, g, ad_ref(x)); break;
     case KILN__OP_LOG1P: r = ad_div(c, g, ad_adds(c, ad_ref(x), 1.0)); break;

@@ -150,6 +150,12 @@ void kiln__storage_retain(kiln__storage *s);
 void kiln__storage_release(kiln__storage *s);
 /* Frees the buffer now (the engine calls it once nothing uses the buffer any more). */
 void kiln__storage_destroy(kiln__storage *s);
+/* For a storage whose value nobody will read or write (a fused group's unwritten intermediate):
+ * gives its memory back now, leaving data NULL until kiln__storage_ensure_data. Not for
+ * borrowed storages. */
+void kiln__storage_drop_data(kiln__storage *s);
+/* Allocates a dropped storage's memory again (its value undefined); false when out of memory. */
+bool kiln__storage_ensure_data(kiln__storage *s);
 
 /* How core reaches up, through what the layers above register (never a call upward). A
  * device's buffer memory: the CPU's is core's own allocator and needs no registration; a

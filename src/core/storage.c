@@ -84,11 +84,27 @@ void kiln__storage_release(kiln__storage *s) {
 void kiln__storage_destroy(kiln__storage *s) {
     if (s->borrowed) {
         if (s->on_release) s->on_release(s->release_ctx);
-    } else {
+    } else if (s->data) { /* (NULL: dropped) */
         const kiln__device_memory *m = memory_of(s->device);
         if (ALWAYS(m)) m->free(m->context, s->data, s->nbytes);
         kiln__stats_add_in_use(s->device, -(int64_t)s->nbytes);
     }
     kiln__error_unref(atomic_load(&s->err));
     free(s);
+}
+
+void kiln__storage_drop_data(kiln__storage *s) {
+    const kiln__device_memory *m = memory_of(s->device);
+    if (NEVER(s->borrowed || !m) || !s->data || s->nbytes == 0) return;
+    m->free(m->context, s->data, s->nbytes);
+    kiln__stats_add_in_use(s->device, -(int64_t)s->nbytes);
+    s->data = NULL;
+}
+
+bool kiln__storage_ensure_data(kiln__storage *s) {
+    const kiln__device_memory *m = memory_of(s->device);
+    if (s->data || s->borrowed || s->nbytes == 0) return true;
+    if (NEVER(!m) || !(s->data = m->alloc(m->context, s->nbytes))) return false;
+    kiln__stats_add_in_use(s->device, (int64_t)s->nbytes);
+    return true;
 }

@@ -557,8 +557,8 @@ void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
     release_grant(n);
 }
 
-void kiln__stream_throttle(kiln__stream *s) {
-    room_request r = {0, atomic_load_explicit(&engine.max_inflight, memory_order_relaxed),
+void kiln__stream_throttle(kiln__stream *s, int64_t bytes) {
+    room_request r = {bytes, atomic_load_explicit(&engine.max_inflight, memory_order_relaxed),
                       atomic_load_explicit(&engine.max_bytes, memory_order_relaxed)};
     pthread_mutex_lock(&s->lock);
     s->waiting_for_room++;

@@ -137,6 +137,14 @@ static kiln_device op_device(const kiln__op *op) {
     return KILN_CPU;
 }
 
+/* An intermediate that fusion gave back the memory of (fusion.c) gets it again when its
+ * group runs op by op after all (execute_fused). */
+static bool outputs_have_memory(const kiln__op *op) {
+    for (int i = 0; i < op->n_out; i++)
+        if (KILN__UNLIKELY(!op->out[i].storage->data) && !kiln__storage_ensure_data(op->out[i].storage)) return false;
+    return true;
+}
+
 static kiln__error *execute_op(const kiln__op *op) {
     bool comm = kiln__opcode_is_comm(op->code);
     kiln__error *poisoned_in = NULL;
@@ -163,6 +171,9 @@ static kiln__error *execute_op(const kiln__op *op) {
         kiln__kernel_error("no %s kernel for %s on %s", kiln__opcode_name(op->code), op->name,
                            kiln_device_name(dev));
         st = KILN_ERR_UNSUPPORTED;
+    } else if (!outputs_have_memory(op)) {
+        kiln__kernel_error("out of memory for the output");
+        st = KILN_ERR_OUT_OF_MEMORY;
     } else {
         st = fn(op);
     }

@@ -13,6 +13,7 @@ typedef struct {
     kiln__view map;  /* the first access's element mapping */
     bool same;       /* every access so far used map */
     bool written;
+    bool read_first; /* read before the group first wrote it: its old value is loaded */
 } window_storage;
 
 /* Windows are never freed: a thread that read a storage's mark may lock the window after its
@@ -24,7 +25,8 @@ struct kiln__window {
     kiln__fused *g;       /* the group being built (g->n_ops ops) */
     atomic_int n_held;    /* g->n_ops + n_dead, readable without the lock: only the owner raises it */
     int n_st, n_dead;
-    bool closed;          /* the group ended in a reduction: the next op starts a new one */
+    int64_t bytes;        /* of the storages the group writes: counted against the bounded queue */
+    bool closed;          /* the group has its reduction: only epilogue ops may join now */
     window_storage st[MAX_STORAGES];
     kiln__storage *dead[MAX_STORAGES]; /* released while held: freed after the group */
 };

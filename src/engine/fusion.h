@@ -11,9 +11,10 @@
 
 /* Counters since the last reset: groups run fused, ops they held, stores left out (an
  * intermediate no handle kept), windows flushed because another thread touched them, groups
- * that ended in a reduction. */
+ * that held a reduction. */
 typedef struct kiln__fusion_stats {
     int64_t groups, ops_fused, stores_elided, foreign_flushes, reductions;
+    int64_t epilogues; /* groups with elementwise ops after their reduction */
 } kiln__fusion_stats;
 kiln__fusion_stats kiln__fusion_stats_get(void);
 void kiln__fusion_stats_reset(void);
@@ -43,7 +44,8 @@ void kiln__fusion_fork_child(void);
  * for room in the bounded queue (never under a window's lock: waiting helps run kernels). */
 void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target,
                          const kiln__fused *g, bool owner, bool may_block);
-/* Waits (helping) until s is within its bounds: after a flush that could not wait. */
-void kiln__stream_throttle(kiln__stream *s);
+/* Waits (helping) until s is within its bounds with `bytes` more pending: after a flush that
+ * could not wait (0), or for the outputs a window holds before it is queued. */
+void kiln__stream_throttle(kiln__stream *s, int64_t bytes);
 
 #endif

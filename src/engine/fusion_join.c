@@ -1,6 +1,7 @@
 /* Which ops may join a stream's fusion group (see engine/fusion.h): elementwise ops of one
- * shape whose accesses keep tile-wise evaluation in program order right, and a reduction over
- * the last dim of what the group wrote, which ends it. */
+ * shape whose accesses keep tile-wise evaluation in program order right, a reduction over
+ * the last dim of what the group wrote, and after it elementwise ops per row or broadcast
+ * along the rows (the epilogue). */
 #include "engine/fusion-impl.h"
 
 static bool same_shape(const kiln__view *v, int ndim, const int64_t *shape) {
@@ -60,7 +61,9 @@ static int find_storage(const kiln__window *w, const kiln__storage *s) {
 }
 
 /* Tile-wise evaluation in program order is only right when every access to a storage the
- * group writes uses one element mapping (in-place chains: same view each step). */
+ * group writes uses one element mapping (in-place chains: same view each step); after a
+ * reduction, a read may also broadcast a reduced-shape value along the rows it belongs to
+ * (blocks hold whole rows, so the row's value is there). */
 static bool accesses_fit(const kiln__window *w, const access *a, int n) {
     int n_new = 0;
     for (int j = 0; j < n; j++) {
@@ -77,7 +80,8 @@ static bool accesses_fit(const kiln__window *w, const access *a, int n) {
         }
         bool this_same = !map || kiln__view_same(map, a[j].v);
         if (a[j].write && !(same && this_same)) return false;
-        if (written && !this_same) return false;
+        if (written && !this_same && !(w->closed && !a[j].write && kiln__view_is_row_broadcast(a[j].v, map)))
+            return false;
         if (e < 0 && !seen_here) n_new++;
     }
     return w->n_st + n_new <= MAX_STORAGES;
@@ -92,8 +96,32 @@ static void accesses_commit(kiln__window *w, const access *a, int n) {
             atomic_store((kiln__window *_Atomic *)&a[j].s->window, w);
         }
         w->st[e].same &= kiln__view_same(&w->st[e].map, a[j].v);
+        if (a[j].write && !w->st[e].written) w->bytes += (int64_t)a[j].s->nbytes;
+        if (!a[j].write && !w->st[e].written) w->st[e].read_first = true;
         w->st[e].written |= a[j].write;
     }
+}
+
+/* After the reduction that closed w's group: an elementwise op of the group's shape, or of the
+ * reduced shape (last dim 1) whose inputs are values the group wrote, scalars, or inputs of
+ * the reduced shape that are dense or one value (what the CPU kernel reads per row). */
+static bool epilogue_fits(const kiln__window *w, const kiln__op *op) {
+    const kiln__fused *g = w->g;
+    int nd = g->ndim;
+    if (g->row <= 0) return false;
+    if (same_shape(&op->out[0], nd, g->shape)) return true;
+    const kiln__view *out = &op->out[0];
+    if (out->ndim != nd || out->shape[nd - 1] != 1) return false;
+    for (int d = 0; d < nd - 1; d++)
+        if (out->shape[d] != g->shape[d]) return false;
+    for (int i = 0; i < op->n_in; i++) {
+        const kiln__view *v = &op->in[i];
+        int e = v->storage ? find_storage(w, v->storage) : -1;
+        /* a value the group wrote, or an input of the reduced shape, dense or one value */
+        if (v->storage && (e < 0 || !w->st[e].written) && !kiln__view_is_contiguous(v) && !all_zero_strides(v))
+            return false;
+    }
+    return true;
 }
 
 /* Adds op to w's group (w->lock held); false when it does not fit the current group. */
@@ -103,7 +131,7 @@ bool kiln__window_try_join(kiln__window *w, const kiln__op *op) {
     for (int i = 0; i < n; i++)
         if (!kiln__var_of(a[i].s)) return false; /* (a storage with a var reaches the release hook) */
     kiln__fused *g = w->g;
-    if (w->closed || (g->n_ops > 0 && !same_shape(&op->out[0], g->ndim, g->shape))) return false;
+    if (w->closed ? !epilogue_fits(w, op) : g->n_ops > 0 && !same_shape(&op->out[0], g->ndim, g->shape)) return false;
     if (!accesses_fit(w, a, n)) return false;
     if (g->n_ops == 0) kiln__fused_init(g, &op->out[0]);
     if (!kiln__fused_add(g, op)) return false;

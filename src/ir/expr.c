@@ -15,6 +15,22 @@ bool kiln__view_same(const kiln__view *a, const kiln__view *b) {
     return true;
 }
 
+bool kiln__expr_has_epilogue(const kiln__expr *e) {
+    for (int i = 0; i + 1 < e->n_nodes; i++)
+        if (e->node[i].kind == KILN__EXPR_REDUCE) return true;
+    return false;
+}
+
+bool kiln__view_is_row_broadcast(const kiln__view *v, const kiln__view *map) {
+    int nd = v->ndim;
+    if (v->storage != map->storage || v->dtype != map->dtype || v->offset != map->offset || nd != map->ndim || nd < 1 ||
+        map->shape[nd - 1] != 1 || v->shape[nd - 1] < 2 || v->strides[nd - 1] != 0)
+        return false;
+    for (int d = 0; d < nd - 1; d++)
+        if (v->shape[d] != map->shape[d] || (v->shape[d] != 1 && v->strides[d] != map->strides[d])) return false;
+    return true;
+}
+
 void kiln__fused_init(kiln__fused *g, const kiln__view *out) {
     g->expr.n_nodes = g->expr.n_inputs = g->expr.n_outputs = g->expr.n_stores = 0;
     g->n_ops = 0;
@@ -29,7 +45,7 @@ static int find_output(const kiln__fused *g, const kiln__storage *s) {
     return -1;
 }
 
-static int load_of(kiln__fused *g, const kiln__view *v) {
+static int load_of(kiln__fused *g, const kiln__view *v, bool rows) {
     kiln__expr *e = &g->expr;
     int k = 0;
     while (k < e->n_inputs && !kiln__view_same(&g->input[k], v)) k++;
@@ -40,14 +56,15 @@ static int load_of(kiln__fused *g, const kiln__view *v) {
     if (k == KILN__EXPR_MAX_INPUTS) return -1;
     if (k == e->n_inputs) g->input[e->n_inputs++] = *v;
     kiln__expr_node *n = &e->node[e->n_nodes];
-    *n = (kiln__expr_node){.kind = KILN__EXPR_LOAD, .input = (int16_t)k, .dtype = v->dtype};
+    *n = (kiln__expr_node){.kind = KILN__EXPR_LOAD, .input = (int16_t)k, .dtype = v->dtype, .rows = rows};
     return e->n_nodes++;
 }
 
 bool kiln__fused_add(kiln__fused *g, const kiln__op *op) {
     kiln__expr *e = &g->expr;
     if (g->n_ops == KILN__FUSE_MAX_OPS || e->n_nodes + op->n_in + 1 > KILN__EXPR_MAX_NODES) return false;
-    int saved_nodes = e->n_nodes, saved_inputs = e->n_inputs;
+    int saved_nodes = e->n_nodes, saved_inputs = e->n_inputs, nd = g->ndim;
+    bool rows = g->row > 0 && op->out[0].ndim == nd && op->out[0].shape[nd - 1] == 1; /* an epilogue op per row */
     int16_t args[KILN__OP_MAX_IN] = {0};
     for (int i = 0; i < op->n_in; i++) {
         const kiln__view *v = &op->in[i];
@@ -59,7 +76,7 @@ bool kiln__fused_add(kiln__fused *g, const kiln__op *op) {
         } else if (w >= 0) {
             node = g->last_writer[w];
         } else {
-            node = load_of(g, v);
+            node = load_of(g, v, rows);
         }
         if (node < 0) {
             e->n_nodes = saved_nodes, e->n_inputs = saved_inputs;
@@ -78,7 +95,8 @@ bool kiln__fused_add(kiln__fused *g, const kiln__op *op) {
     }
     kiln__expr_node *n = &e->node[e->n_nodes];
     *n = (kiln__expr_node){.kind = KILN__EXPR_OP, .n_args = op->n_in, .op = (int16_t)g->n_ops, .code = op->code,
-                           .dtype = op->out[0].dtype, .param = {op->p.f[0], op->p.f[1], op->p.f[2], op->p.f[3]}};
+                           .dtype = op->out[0].dtype, .param = {op->p.f[0], op->p.f[1], op->p.f[2], op->p.f[3]},
+                           .rows = rows};
     memcpy(n->arg, args, sizeof args);
     g->last_writer[w] = (int16_t)e->n_nodes++;
     g->ops[g->n_ops++] = *op;
@@ -96,7 +114,7 @@ bool kiln__fused_add_reduce(kiln__fused *g, const kiln__op *op) {
     kiln__expr_node *n = &e->node[e->n_nodes];
     *n = (kiln__expr_node){.kind = KILN__EXPR_REDUCE, .n_args = 1, .arg = {g->last_writer[src]},
                            .op = (int16_t)g->n_ops, .code = op->code, .dtype = op->out[0].dtype,
-                           .param = {(double)op->p.i[0], (double)op->p.i[1]}};
+                           .param = {(double)op->p.i[0], (double)op->p.i[1]}, .rows = true};
     g->last_writer[w] = (int16_t)e->n_nodes++;
     g->row = g->shape[g->ndim - 1];
     g->ops[g->n_ops++] = *op;

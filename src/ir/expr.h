@@ -11,8 +11,15 @@
  *
  * Every node is evaluated over the group's whole iteration space (one shape, all outputs
  * dense in it); nodes come in program order, so a node's arguments precede it. A group may
- * end in one REDUCE node (an elementwise prologue into a reduction over the last dim): its
- * output has the group's shape with the last dim 1, and it is evaluated row by row. */
+ * hold one REDUCE node (an elementwise prologue into a reduction over the last dim): its
+ * output has the group's shape with the last dim 1, and it is evaluated row by row.
+ *
+ * Nodes may follow the REDUCE (an elementwise epilogue: softmax's log and x - lse, exp). An
+ * OP node with `rows` set is evaluated once per row, over the reduced shape (the REDUCE
+ * node has it set too); an OP node without it that names a `rows` node reads that value
+ * broadcast along the last dim. Only nodes after the REDUCE have `rows` set; a LOAD with
+ * `rows` set reads an input of the reduced shape (dense in it, or one value). kiln__expr_
+ * has_epilogue tells a backend that handles only the prologue form. */
 #ifndef KILN_IR_EXPR_H
 #define KILN_IR_EXPR_H
 
@@ -36,6 +43,7 @@ typedef struct kiln__expr_node {
     kiln_dtype dtype;  /* the value's dtype */
     double value;      /* CONST */
     double param[4];   /* OP: p.f[0..3] of the op (CLAMP bounds, NAN_TO_NUM and ELU's three) */
+    bool rows;         /* REDUCE, and OP and LOAD nodes after it: one value per row (see above) */
 } kiln__expr_node;
 
 typedef struct kiln__expr_store {
@@ -78,6 +86,11 @@ bool kiln__fused_add_reduce(kiln__fused *g, const kiln__op *op);
 /* Ends the group: each written storage is stored once, from its last writer, unless
  * dead(storage) says no handle to it remains (its value is then never written). */
 void kiln__fused_finish(kiln__fused *g, bool (*dead)(void *ctx, const kiln__storage *s), void *ctx);
+/* True when nodes follow the group's REDUCE node (an epilogue). */
+bool kiln__expr_has_epilogue(const kiln__expr *e);
+/* True when v reads, broadcast along the last dim, the dense reduced-shape view map (the
+ * output of a REDUCE or of an epilogue node with rows set). */
+bool kiln__view_is_row_broadcast(const kiln__view *v, const kiln__view *map);
 /* Same element mapping: storage, dtype, offset, shape and strides. */
 bool kiln__view_same(const kiln__view *a, const kiln__view *b);
 

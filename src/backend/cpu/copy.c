@@ -49,6 +49,7 @@ static const kiln__loop_fn convert_table[KILN_DTYPE_COUNT][KILN_DTYPE_COUNT] = {
 /* Same-dtype copy: memcpy for dense runs, typed moves otherwise. */
 static void copy_same(void *ctx, int64_t n, char **p, const int64_t *st) {
     size_t es = *(const size_t *)ctx;
+    if (p[0] == p[1] && st[0] == st[1]) return; /* onto itself (a fused cast in place) */
     if (st[0] == (int64_t)es && st[1] == (int64_t)es) {
         memcpy(p[0], p[1], (size_t)n * es);
         return;
@@ -67,13 +68,19 @@ static kiln_status kernel_copy(const kiln__op *op) {
         views[0].offset == views[1].offset &&
         memcmp(views[0].strides, views[1].strides, sizeof(int64_t) * (size_t)views[0].ndim) == 0)
         return KILN_OK; /* copying a buffer onto itself */
-    if (views[0].dtype == views[1].dtype) {
-        size_t es = kiln__elsize(views[0].dtype);
-        kiln__cpu_foreach(2, views, copy_same, &es, KILN__GRAIN_ELEMENTWISE * 4);
-    } else {
-        kiln__cpu_foreach(2, views, convert_table[views[1].dtype][views[0].dtype], NULL, KILN__GRAIN_ELEMENTWISE);
-    }
+    kiln__ew_loop l;
+    if (NEVER(!kiln__cpu_copy_loop(views[1].dtype, views[0].dtype, &l))) return KILN_ERR_INTERNAL;
+    int64_t grain = views[0].dtype == views[1].dtype ? KILN__GRAIN_ELEMENTWISE * 4 : KILN__GRAIN_ELEMENTWISE;
+    kiln__cpu_foreach(2, views, l.fn, l.ctx, grain);
     return KILN_OK;
+}
+
+bool kiln__cpu_copy_loop(kiln_dtype src, kiln_dtype dst, kiln__ew_loop *l) {
+    static const size_t elsize[KILN_DTYPE_COUNT] = {4, 8, 4, 8, 1, 2, 2}; /* kiln_dtype order */
+    if (!kiln__dtype_valid(src) || !kiln__dtype_valid(dst)) return false;
+    *l = (kiln__ew_loop){.fn = src == dst ? copy_same : convert_table[src][dst],
+                         .ctx = src == dst ? (void *)&elsize[src] : NULL};
+    return true;
 }
 
 static void fill_loop(void *ctx, int64_t n, char **p, const int64_t *st) {

@@ -27,6 +27,27 @@ static inline int64_t kiln__cpu_line_offset(const kiln__view *v, int dim, int64_
     return off;
 }
 
+/* The inner loop an elementwise kernel runs for one opcode and dtype pair, resolved once so a
+ * caller (the fused kernel) can run it over many short runs without an op record each time.
+ * ctx points at the op's params (which must outlive the loop) or into the struct itself (the
+ * vmath function a math loop calls), so a resolved loop must not be moved. */
+typedef struct kiln__ew_loop {
+    kiln__loop_fn fn;
+    void *ctx;
+    union {
+        void (*f32)(float *y, const float *x, int64_t n);   /* kiln__vmath_f32_fn */
+        void (*f64)(double *y, const double *x, int64_t n); /* kiln__vmath_f64_fn */
+    } math;
+} kiln__ew_loop;
+
+/* Resolves the loop the unfused kernel of code runs for inputs of dtypes in[0..n_in) and an
+ * output of dtype out, with params param (p.f); false when that kernel refuses the dtypes (it
+ * would fail) or is not a plain elementwise loop. Elementwise families (elementwise*.c) and
+ * COPY (copy.c). */
+bool kiln__ew_loop_find(kiln__opcode code, int n_in, const kiln_dtype *in, kiln_dtype out, const double *param,
+                        kiln__ew_loop *l);
+bool kiln__cpu_copy_loop(kiln_dtype src, kiln_dtype dst, kiln__ew_loop *l);
+
 /* Elements per parallel task for cheap elementwise work. */
 #define KILN__GRAIN_ELEMENTWISE 32768
 

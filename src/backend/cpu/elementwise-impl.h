@@ -86,6 +86,16 @@
 /* Records "<kernel> has no <dtype> version" and returns the status for it. */
 kiln_status kiln__ew_bad_dtype(const kiln__op *op, kiln_dtype dtype);
 
+/* The loops of each family (see kiln__ew_loop_find): false when its kernel refuses the dtypes
+ * or does not handle code. */
+bool kiln__ew_unary_loop(kiln__opcode code, kiln_dtype in, kiln_dtype out, const double *param, kiln__ew_loop *l);
+bool kiln__ew_binary_loop(kiln__opcode code, kiln_dtype in, kiln_dtype out, kiln__ew_loop *l);
+bool kiln__ew_special_loop(kiln__opcode code, kiln_dtype in, kiln_dtype out, const double *param, kiln__ew_loop *l);
+
+/* The AVX2 loop of code for dt (elementwise_avx2.c), NULL when there is none or the CPU or
+ * KILN_ISA says no; it gives the portable loop's bits. */
+kiln__loop_fn kiln__ew_avx2_loop(kiln__opcode code, kiln_dtype dt);
+
 void kiln__cpu_register_unary(kiln__kernel_fn *table);
 void kiln__cpu_register_binary(kiln__kernel_fn *table);
 void kiln__cpu_register_special(kiln__kernel_fn *table); /* elementwise_special.c */

@@ -37,20 +37,41 @@ WHERE_FN(16)
 WHERE_FN(32)
 WHERE_FN(64)
 
-static kiln_status kernel_where(const kiln__op *op) {
-    kiln_dtype dt = op->out[0].dtype;
-    if (op->in[0].dtype != KILN_BOOL || op->in[1].dtype != dt || op->in[2].dtype != dt || !kiln__dtype_valid(dt))
-        return kiln__ew_bad_dtype(op, op->in[1].dtype);
-    kiln__loop_fn fn;
+static kiln__loop_fn where_loop(const kiln_dtype *in, kiln_dtype dt) {
+    if (in[0] != KILN_BOOL || in[1] != dt || in[2] != dt || !kiln__dtype_valid(dt)) return NULL;
     switch (kiln__elsize(dt)) {
-    case 1: fn = where_8; break;
-    case 2: fn = where_16; break;
-    case 4: fn = where_32; break;
-    default: fn = where_64; break;
+    case 1: return where_8;
+    case 2: return where_16;
+    case 4: return where_32;
+    default: return where_64;
     }
+}
+
+static kiln_status kernel_where(const kiln__op *op) {
+    kiln_dtype in[3] = {op->in[0].dtype, op->in[1].dtype, op->in[2].dtype};
+    kiln__loop_fn fn = where_loop(in, op->out[0].dtype);
+    if (!fn) return kiln__ew_bad_dtype(op, op->in[1].dtype);
     kiln__view v[4] = {op->out[0], op->in[0], op->in[1], op->in[2]};
     kiln__cpu_foreach(4, v, fn, NULL, KILN__GRAIN_ELEMENTWISE);
     return KILN_OK;
+}
+
+bool kiln__ew_loop_find(kiln__opcode code, int n_in, const kiln_dtype *in, kiln_dtype out, const double *param,
+                        kiln__ew_loop *l) {
+    *l = (kiln__ew_loop){0};
+    for (int i = 1; i < n_in; i++) /* every family takes one input dtype (where: past the mask) */
+        if (in[i] != in[n_in == 3 ? 1 : 0]) return false;
+    switch (n_in) {
+    case 1:
+        if (code == KILN__OP_COPY) return kiln__cpu_copy_loop(in[0], out, l);
+        return kiln__ew_unary_loop(code, in[0], out, param, l) || kiln__ew_special_loop(code, in[0], out, param, l);
+    case 2:
+        if (code == KILN__OP_FMOD || code == KILN__OP_REMAINDER || code == KILN__OP_ATAN2)
+            return kiln__ew_special_loop(code, in[0], out, param, l);
+        return kiln__ew_binary_loop(code, in[0], out, l);
+    case 3: return code == KILN__OP_WHERE && (l->fn = where_loop(in, out)) != NULL;
+    default: return false;
+    }
 }
 
 void kiln__cpu_register_elementwise(kiln__kernel_fn *table) {

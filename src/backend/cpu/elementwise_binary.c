@@ -71,13 +71,20 @@ static bool bool_result(kiln__opcode code) {
     return (code >= KILN__OP_EQ && code <= KILN__OP_GE) || code == KILN__OP_LOGICAL_AND || code == KILN__OP_LOGICAL_OR;
 }
 
+bool kiln__ew_binary_loop(kiln__opcode code, kiln_dtype dt, kiln_dtype out, kiln__ew_loop *l) {
+    *l = (kiln__ew_loop){.fn = kiln__dtype_valid(dt) && code >= 0 && code < KILN__OP_COUNT ? binary_loops[code][dt] : NULL};
+    kiln__loop_fn fast = l->fn ? kiln__ew_avx2_loop(code, dt) : NULL;
+    if (fast) l->fn = fast;
+    return l->fn && out == (bool_result(code) ? KILN_BOOL : dt);
+}
+
 static kiln_status kernel_binary(const kiln__op *op) {
     kiln_dtype dt = op->in[0].dtype;
-    kiln__loop_fn fn = kiln__dtype_valid(dt) ? binary_loops[op->code][dt] : NULL;
-    kiln_dtype want_out = bool_result(op->code) ? KILN_BOOL : dt;
-    if (!fn || op->in[1].dtype != dt || op->out[0].dtype != want_out) return kiln__ew_bad_dtype(op, dt);
+    kiln__ew_loop l;
+    if (op->in[1].dtype != dt || !kiln__ew_binary_loop(op->code, dt, op->out[0].dtype, &l))
+        return kiln__ew_bad_dtype(op, dt);
     kiln__view v[3] = {op->out[0], op->in[0], op->in[1]};
-    kiln__cpu_foreach(3, v, fn, NULL, KILN__GRAIN_ELEMENTWISE);
+    kiln__cpu_foreach(3, v, l.fn, NULL, KILN__GRAIN_ELEMENTWISE);
     return KILN_OK;
 }
 

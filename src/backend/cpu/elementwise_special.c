@@ -45,12 +45,11 @@ static kiln__loop_fn param_loop(kiln__opcode code, kiln_dtype dt) {
 }
 
 static kiln_status kernel_unary_param(const kiln__op *op) {
-    kiln_dtype dt = op->in[0].dtype;
-    bool class_test = op->code == KILN__OP_ISNAN || op->code == KILN__OP_ISINF || op->code == KILN__OP_ISFINITE;
-    kiln__loop_fn fn = param_loop(op->code, dt);
-    if (!fn || op->out[0].dtype != (class_test ? KILN_BOOL : dt)) return kiln__ew_bad_dtype(op, dt);
+    kiln__ew_loop l;
+    if (!kiln__ew_special_loop(op->code, op->in[0].dtype, op->out[0].dtype, op->p.f, &l))
+        return kiln__ew_bad_dtype(op, op->in[0].dtype);
     kiln__view v[2] = {op->out[0], op->in[0]};
-    kiln__cpu_foreach(2, v, fn, (void *)op->p.f, KILN__GRAIN_ELEMENTWISE);
+    kiln__cpu_foreach(2, v, l.fn, l.ctx, KILN__GRAIN_ELEMENTWISE);
     return KILN_OK;
 }
 
@@ -110,15 +109,9 @@ static kiln_status kernel_mod_atan2(const kiln__op *op) {
     kiln_dtype dt = op->in[0].dtype;
     if (op->in[1].dtype != dt || op->out[0].dtype != dt) return kiln__ew_bad_dtype(op, dt);
     kiln__view v[3] = {op->out[0], op->in[0], op->in[1]};
-    bool f64 = dt == KILN_F64;
-    if (dt == KILN_F32 || dt == KILN_F64) {
-        kiln__loop_fn fn;
-        switch (op->code) {
-        case KILN__OP_FMOD: fn = f64 ? fmod_f64 : fmod_f32; break;
-        case KILN__OP_REMAINDER: fn = f64 ? remainder_f64 : remainder_f32; break;
-        default: fn = f64 ? atan2_f64 : atan2_f32; break;
-        }
-        kiln__cpu_foreach(3, v, fn, NULL, KILN__GRAIN_ELEMENTWISE);
+    kiln__ew_loop l;
+    if (kiln__ew_special_loop(op->code, dt, dt, op->p.f, &l)) {
+        kiln__cpu_foreach(3, v, l.fn, NULL, KILN__GRAIN_ELEMENTWISE);
         return KILN_OK;
     }
     if ((dt != KILN_I32 && dt != KILN_I64) || op->code == KILN__OP_ATAN2) return kiln__ew_bad_dtype(op, dt);
@@ -130,6 +123,24 @@ static kiln_status kernel_mod_atan2(const kiln__op *op) {
         return KILN_ERR_INVALID_ARGUMENT;
     }
     return KILN_OK;
+}
+
+/* Float loops only: the integer fmod and remainder report a zero divisor after the loop. */
+bool kiln__ew_special_loop(kiln__opcode code, kiln_dtype dt, kiln_dtype out, const double *param, kiln__ew_loop *l) {
+    bool f64 = dt == KILN_F64;
+    *l = (kiln__ew_loop){.ctx = (void *)param};
+    if (dt != KILN_F32 && dt != KILN_F64) return false;
+    switch (code) {
+    case KILN__OP_ISNAN: case KILN__OP_ISINF: case KILN__OP_ISFINITE:
+        l->fn = param_loop(code, dt);
+        return out == KILN_BOOL;
+    case KILN__OP_NAN_TO_NUM: case KILN__OP_LEAKY_RELU: case KILN__OP_ELU: l->fn = param_loop(code, dt); break;
+    case KILN__OP_FMOD: l->fn = f64 ? fmod_f64 : fmod_f32; break;
+    case KILN__OP_REMAINDER: l->fn = f64 ? remainder_f64 : remainder_f32; break;
+    case KILN__OP_ATAN2: l->fn = f64 ? atan2_f64 : atan2_f32; break;
+    default: return false;
+    }
+    return out == dt;
 }
 
 /* ---- lerp: three inputs, any of them broadcast or a scalar -------------------------------- */

@@ -74,18 +74,11 @@ static const kiln__loop_fn *typed_loops(kiln__opcode code) {
 }
 
 static kiln_status kernel_typed(const kiln__op *op) {
-    kiln_dtype dt = op->in[0].dtype;
-    kiln__loop_fn fn = kiln__dtype_valid(dt) ? typed_loops(op->code)[dt] : NULL;
-    if (!fn || op->out[0].dtype != dt) return kiln__ew_bad_dtype(op, dt);
+    kiln__ew_loop l;
+    if (!kiln__ew_unary_loop(op->code, op->in[0].dtype, op->out[0].dtype, op->p.f, &l))
+        return kiln__ew_bad_dtype(op, op->in[0].dtype);
     kiln__view v[2] = {op->out[0], op->in[0]};
-    kiln__cpu_foreach(2, v, fn, (void *)op->p.f, KILN__GRAIN_ELEMENTWISE);
-    return KILN_OK;
-}
-
-static kiln_status kernel_logical_not(const kiln__op *op) {
-    if (op->in[0].dtype != KILN_BOOL || op->out[0].dtype != KILN_BOOL) return kiln__ew_bad_dtype(op, op->in[0].dtype);
-    kiln__view v[2] = {op->out[0], op->in[0]};
-    kiln__cpu_foreach(2, v, logical_not_b, NULL, KILN__GRAIN_ELEMENTWISE);
+    kiln__cpu_foreach(2, v, l.fn, l.ctx, KILN__GRAIN_ELEMENTWISE);
     return KILN_OK;
 }
 
@@ -149,23 +142,34 @@ static kiln__vmath_op vmath_op_of(kiln__opcode code) {
 #define GRAIN_MATH (KILN__GRAIN_ELEMENTWISE / 4)
 
 static kiln_status kernel_math(const kiln__op *op) {
-    kiln_dtype dt = op->in[0].dtype;
+    kiln__ew_loop l;
+    if (!kiln__ew_unary_loop(op->code, op->in[0].dtype, op->out[0].dtype, op->p.f, &l))
+        return kiln__ew_bad_dtype(op, op->in[0].dtype);
     kiln__view v[2] = {op->out[0], op->in[0]};
-    kiln__vmath_op vop = vmath_op_of(op->code);
-    if (op->out[0].dtype != dt) return kiln__ew_bad_dtype(op, dt);
-    if (dt == KILN_F32) {
-        kiln__vmath_f32_fn f = kiln__vmath_f32_kernel(vop);
-        if (NEVER(!f)) return KILN_ERR_INTERNAL;
-        kiln__cpu_foreach(2, v, math_f32, &f, GRAIN_MATH);
-        return KILN_OK;
+    kiln__cpu_foreach(2, v, l.fn, l.ctx, GRAIN_MATH);
+    return KILN_OK;
+}
+
+bool kiln__ew_unary_loop(kiln__opcode code, kiln_dtype dt, kiln_dtype out, const double *param, kiln__ew_loop *l) {
+    *l = (kiln__ew_loop){.ctx = (void *)param};
+    if (!kiln__dtype_valid(dt) || out != dt) return false;
+    if (code == KILN__OP_LOGICAL_NOT) {
+        l->fn = dt == KILN_BOOL ? logical_not_b : NULL;
+        return l->fn != NULL;
     }
-    if (dt == KILN_F64) {
-        kiln__vmath_f64_fn f = kiln__vmath_f64_kernel(vop);
-        if (NEVER(!f)) return KILN_ERR_INTERNAL;
-        kiln__cpu_foreach(2, v, math_f64, &f, GRAIN_MATH);
-        return KILN_OK;
+    kiln__vmath_op vop = vmath_op_of(code);
+    if (vop == KILN_VMATH_OP_COUNT) {
+        if (code != KILN__OP_NEG && code != KILN__OP_ABS && code != KILN__OP_SIGN && code != KILN__OP_RELU &&
+            code != KILN__OP_CLAMP)
+            return false;
+        kiln__loop_fn fast = kiln__ew_avx2_loop(code, dt);
+        l->fn = fast ? fast : typed_loops(code)[dt];
+        return l->fn != NULL;
     }
-    return kiln__ew_bad_dtype(op, dt);
+    if (dt == KILN_F32 && (l->math.f32 = kiln__vmath_f32_kernel(vop))) l->fn = math_f32;
+    if (dt == KILN_F64 && (l->math.f64 = kiln__vmath_f64_kernel(vop))) l->fn = math_f64;
+    l->ctx = &l->math;
+    return l->fn != NULL;
 }
 
 void kiln__cpu_register_unary(kiln__kernel_fn *table) {
@@ -173,5 +177,5 @@ void kiln__cpu_register_unary(kiln__kernel_fn *table) {
     for (size_t i = 0; i < sizeof typed / sizeof typed[0]; i++) table[typed[i]] = kernel_typed;
     for (int code = 0; code < KILN__OP_COUNT; code++)
         if (vmath_op_of((kiln__opcode)code) != KILN_VMATH_OP_COUNT) table[code] = kernel_math;
-    table[KILN__OP_LOGICAL_NOT] = kernel_logical_not;
+    table[KILN__OP_LOGICAL_NOT] = kernel_typed;
 }

@@ -1,230 +1,182 @@
-/* The CPU kernel of a fused elementwise group: interprets the group's expression IR
- * (ir/expr.h) tile by tile, so intermediates live in a small per-thread buffer instead of
- * memory. Each node runs the unfused kernel of its opcode over the whole tile, so results
- * are bit-identical to running the ops one by one. Tiles are split over the thread pool. A
- * group ending in a reduction takes whole rows per tile, and its REDUCE node runs the unfused
+/* The CPU kernel of a fused group (ir/expr.h): runs the plan of fused-impl.h block by block,
+ * blocks split over the thread pool. Each IR node runs the inner loop of its op's unfused
+ * kernel over the block, so results are bit-identical to running the ops one by one. A group
+ * ending in a reduction takes whole rows per block, and its REDUCE node runs the unfused
  * reduction kernel over those rows (each row's result depends on that row alone). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/cpu-impl.h"
-#include "ir/expr.h"
+#include "backend/cpu/fused-impl.h"
 
-/* Elements per tile. Each node costs ~100 ns of kernel setup per tile; measured on chain8
- * (bench_elementwise, 2 threads): 2048 -> 82 ms, 4096 -> 74 ms, 8192 -> 74 ms. */
-#define TILE ((int64_t)4096)
-#define GRAIN_TILES 8 /* tiles per parallel task: a few ops' worth of a cheap elementwise grain */
+/* Scratch a task keeps on its stack; a plan that needs more allocates once per task. */
+#define STACK_SCRATCH ((size_t)32768)
 
-enum { LOAD_GATHER, LOAD_DENSE, LOAD_SCALAR };
+static char *node_base(const kiln__view *v, size_t es) { return (char *)v->storage->data + v->offset * (int64_t)es; }
 
-typedef struct {
-    const kiln__fused *g;
-    const kiln__kernel_fn *kernels;
-    int64_t numel;
-    int64_t tile; /* elements per tile: TILE, or whole rows when the group ends in a reduction */
-    uint8_t load_mode[KILN__EXPR_MAX_INPUTS];
-    int8_t store_of[KILN__EXPR_MAX_NODES]; /* the output a node is stored to, or -1 */
-    int8_t slot_of[KILN__EXPR_MAX_NODES]; /* the scratch tile a node's value lives in */
-    int n_slots;
-    _Atomic kiln_status status;
-} fused_run;
-
-static int load_mode_of(const kiln__fused *g, const kiln__view *v) {
-    bool zero = true, dense = true;
-    int64_t expect = 1;
-    for (int d = g->ndim - 1; d >= 0; d--) {
-        if (g->shape[d] == 1) continue;
-        if (v->strides[d] != 0) zero = false;
-        if (v->strides[d] != expect) dense = false;
-        expect *= g->shape[d];
-    }
-    return zero ? LOAD_SCALAR : dense ? LOAD_DENSE : LOAD_GATHER;
+/* Bytes between scratch blocks: padded so that two blocks' elements at one index are not a
+ * multiple of 4 KiB apart ("4K aliasing": a load after a store to such an address may wait
+ * on it, and a chain reads one block while writing the next). Cheap insurance: chain8 showed
+ * no difference either way on this machine. */
+static size_t slot_size(const kiln__fused_plan *p) {
+    return (size_t)p->block * 8 + 192;
 }
 
-/* Copies n elements, stride elements apart, from src to dst: a whole run of the innermost
- * dim at once, so a broadcast (stride 0) or dense (stride 1) run costs one fill or memcpy. */
-static void copy_run(char *dst, const char *src, int64_t n, int64_t stride, size_t es) {
-    if (stride == 1) {
-        memcpy(dst, src, (size_t)n * es);
-    } else if (stride == 0 && es == 4) {
-        uint32_t v;
-        memcpy(&v, src, 4);
-        for (int64_t i = 0; i < n; i++) memcpy(dst + i * 4, &v, 4);
-    } else if (stride == 0 && es == 8) {
-        uint64_t v;
-        memcpy(&v, src, 8);
-        for (int64_t i = 0; i < n; i++) memcpy(dst + i * 8, &v, 8);
-    } else {
-        for (int64_t i = 0; i < n; i++) memcpy(dst + (size_t)i * es, src + i * stride * (int64_t)es, es);
-    }
-}
-
-/* Copies elements [t0, t0 + m) of v (in the group's row-major order) into buf, a run of the
- * innermost dim at a time (element by element, the broadcast lse of a composed softmax made
- * the fused pass slower than the unfused ops). */
-static void gather(const kiln__fused *g, const kiln__view *v, int64_t t0, int64_t m, char *buf) {
-    int64_t idx[KILN_MAX_DIMS], rest = t0, off = v->offset;
-    for (int d = g->ndim - 1; d >= 0; d--) {
-        idx[d] = rest % g->shape[d];
-        rest /= g->shape[d];
-        off += idx[d] * v->strides[d];
-    }
-    size_t es = kiln__elsize(v->dtype);
-    const char *base = v->storage->data;
-    int last = g->ndim - 1;
-    if (last < 0) {
-        memcpy(buf, base + off * (int64_t)es, es);
-        return;
-    }
-    for (int64_t i = 0; i < m;) {
-        int64_t run = g->shape[last] - idx[last];
-        if (run > m - i) run = m - i;
-        copy_run(buf + (size_t)i * es, base + off * (int64_t)es, run, v->strides[last], es);
-        i += run;
-        idx[last] += run;
-        off += run * v->strides[last];
-        if (idx[last] < g->shape[last]) break; /* the tile ended inside this run */
-        off -= idx[last] * v->strides[last];
-        idx[last] = 0;
-        for (int d = last - 1; d >= 0; d--) {
-            off += v->strides[d];
-            if (++idx[d] < g->shape[d]) break;
-            off -= idx[d] * v->strides[d];
-            idx[d] = 0;
+/* Where a load's elements [t0, t0 + m) are read: in place when dense, a scalar, or inside one
+ * run of the innermost dim with stride 0 or 1; gathered into the node's scratch otherwise. */
+static void load(const kiln__fused_plan *p, int i, int64_t t0, int64_t m, char *slot, char **ptr, int64_t *st) {
+    const kiln__fused *g = p->g;
+    int k = g->expr.node[i].input;
+    const kiln__view *in = &g->input[k];
+    size_t es = (size_t)p->es[i];
+    int64_t stride;
+    switch (p->load_mode[k]) {
+    case KILN__LOAD_DENSE: *ptr = node_base(in, es) + t0 * (int64_t)es, *st = (int64_t)es; return;
+    case KILN__LOAD_SCALAR: *ptr = node_base(in, es), *st = 0; return;
+    case KILN__LOAD_ROWS: *ptr = node_base(in, es) + t0 / g->row * (int64_t)es, *st = (int64_t)es; return;
+    default: {
+        int64_t off = kiln__fused_run_offset(g, in, t0, m, &stride);
+        if (off >= 0 && (stride == 0 || stride == 1)) {
+            *ptr = (char *)in->storage->data + off * (int64_t)es, *st = stride * (int64_t)es;
+            return;
         }
+        kiln__fused_gather(g, in, t0, m, slot);
+        *ptr = slot, *st = (int64_t)es;
+    }
     }
 }
 
-static kiln__view flat_view(kiln__storage *s, kiln_dtype dtype, int64_t offset, int64_t m, int64_t stride) {
-    kiln__view v = {.storage = s, .dtype = dtype, .ndim = 1, .offset = offset};
-    v.shape[0] = m;
-    v.strides[0] = stride;
-    return v;
+/* The REDUCE node over the m / row whole rows of its argument, through the unfused kernel. */
+static kiln_status reduce_rows(const kiln__fused_plan *p, int i, int64_t t0, int64_t m, char *slot, char **ptr,
+                               const int64_t *st) {
+    const kiln__fused *g = p->g;
+    const kiln__expr_node *n = &g->expr.node[i];
+    int64_t row = g->row, rows = m / row;
+    int a = n->arg[0];
+    kiln__storage arg = {.data = ptr[a]}, tmp = {.data = slot};
+    kiln__op op = {.code = n->code, .n_in = 1, .n_out = 1, .name = g->ops[n->op].name};
+    op.p.i[0] = (int64_t)n->param[0];
+    op.p.i[1] = (int64_t)n->param[1];
+    int64_t in_es = p->es[a];
+    op.in[0] = (kiln__view){.storage = &arg, .dtype = g->expr.node[a].dtype, .ndim = 2, .shape = {rows, row},
+                            .strides = {st[a] ? row : 0, st[a] / in_es}};
+    int w = p->store_of[i];
+    const kiln__view *out = w >= 0 ? &g->output[w] : NULL;
+    op.out[0] = (kiln__view){.storage = out ? out->storage : &tmp, .dtype = n->dtype, .ndim = 2,
+                             .offset = out ? out->offset + t0 / row : 0, .shape = {rows, 1}, .strides = {1, 1}};
+    ptr[i] = kiln__view_ptr(&op.out[0]);
+    kiln__kernel_fn fn = p->kernels[n->code];
+    return fn ? fn(&op) : KILN_ERR_UNSUPPORTED;
 }
 
-/* Evaluates every node over elements [t0, t0 + m). With store set, a stored node writes
- * straight into its output: every read of the value it overwrites comes earlier in program
- * order (later reads name the node), and all accesses share one element mapping. Without,
- * nothing is written but the scratch buffers. */
-static kiln_status run_tile(fused_run *r, int64_t t0, int64_t m, char *scratch, kiln__storage *bufs, bool store) {
-    const kiln__fused *g = r->g;
+static void run_node(const kiln__fused_plan *p, int i, int64_t m, char *const *ptr, const int64_t *st) {
+    const kiln__expr_node *n = &p->g->expr.node[i];
+    char *args[KILN__OP_MAX_IN + 1];
+    int64_t strides[KILN__OP_MAX_IN + 1];
+    args[0] = ptr[i], strides[0] = st[i];
+    for (int a = 0; a < n->n_args; a++) args[a + 1] = ptr[n->arg[a]], strides[a + 1] = st[n->arg[a]];
+    p->loop[i].fn(p->loop[i].ctx, m, args, strides);
+}
+
+/* An epilogue node of the group's shape that reads a per-row value: a row at a time, the
+ * row's value as a stride-0 operand (what the unfused kernel's iterator hands its loop). */
+static void epilogue_rows(const kiln__fused_plan *p, int i, int64_t m, char *const *ptr, const int64_t *st) {
+    const kiln__expr *e = &p->g->expr;
+    const kiln__expr_node *n = &e->node[i];
+    int64_t row = p->g->row;
+    char *args[KILN__OP_MAX_IN + 1];
+    int64_t strides[KILN__OP_MAX_IN + 1];
+    strides[0] = st[i];
+    for (int a = 0; a < n->n_args; a++) strides[a + 1] = e->node[n->arg[a]].rows ? 0 : st[n->arg[a]];
+    for (int64_t r = 0; r < m / row; r++) {
+        args[0] = ptr[i] + r * row * st[i];
+        for (int a = 0; a < n->n_args; a++) {
+            int k = n->arg[a];
+            args[a + 1] = ptr[k] + (e->node[k].rows ? r * st[k] : r * row * st[k]);
+        }
+        p->loop[i].fn(p->loop[i].ctx, row, args, strides);
+    }
+}
+
+/* Evaluates every node over elements [t0, t0 + m). A stored node writes straight into its
+ * output: every read of the value it overwrites comes earlier in program order (later reads
+ * name the node), and all accesses share one element mapping. */
+static kiln_status eval_block(const kiln__fused_plan *p, int64_t t0, int64_t m, char *scratch) {
+    const kiln__fused *g = p->g;
     const kiln__expr *e = &g->expr;
-    kiln__view tv[KILN__EXPR_MAX_NODES];
+    char *ptr[KILN__EXPR_MAX_NODES];
+    int64_t st[KILN__EXPR_MAX_NODES];
+    size_t slot_bytes = slot_size(p);
     for (int i = 0; i < e->n_nodes; i++) {
         const kiln__expr_node *n = &e->node[i];
-        bufs[r->slot_of[i]].data = scratch + (size_t)r->slot_of[i] * (size_t)r->tile * 8;
-        if (n->kind == KILN__EXPR_CONST) {
-            tv[i] = kiln__view_scalar(n->dtype, 1, &m, n->value);
-        } else if (n->kind == KILN__EXPR_LOAD) {
-            const kiln__view *in = &g->input[n->input];
-            switch (r->load_mode[n->input]) {
-            case LOAD_DENSE: tv[i] = flat_view(in->storage, in->dtype, in->offset + t0, m, 1); break;
-            case LOAD_SCALAR: tv[i] = flat_view(in->storage, in->dtype, in->offset, m, 0); break;
-            default:
-                gather(g, in, t0, m, bufs[r->slot_of[i]].data);
-                tv[i] = flat_view(&bufs[r->slot_of[i]], in->dtype, 0, m, 1);
-            }
-        } else if (n->kind == KILN__EXPR_REDUCE) {
-            int64_t row = g->row, rows = m / row;
-            const kiln__view *a = &tv[n->arg[0]];
-            kiln__op op = {.code = n->code, .n_in = 1, .n_out = 1, .name = g->ops[n->op].name};
-            op.p.i[0] = (int64_t)n->param[0];
-            op.p.i[1] = (int64_t)n->param[1];
-            op.in[0] = (kiln__view){.storage = a->storage, .dtype = a->dtype, .ndim = 2, .offset = a->offset,
-                                    .shape = {rows, row}, .strides = {row, 1}};
-            int w = store ? r->store_of[i] : -1;
-            const kiln__view *out = w >= 0 ? &g->output[w] : NULL;
-            op.out[0] = (kiln__view){.storage = out ? out->storage : &bufs[r->slot_of[i]], .dtype = n->dtype, .ndim = 2,
-                                     .offset = out ? out->offset + t0 / row : 0, .shape = {rows, 1}, .strides = {1, 1}};
-            tv[i] = op.out[0];
-            kiln__kernel_fn fn = r->kernels[n->code];
-            kiln_status st = fn ? fn(&op) : KILN_ERR_UNSUPPORTED;
-            if (st != KILN_OK) return st;
-        } else {
-            const kiln__op *src = &g->ops[n->op];
-            kiln__op op = {.code = n->code, .n_in = n->n_args, .n_out = 1, .name = src->name,
-                           .file = src->file, .line = src->line, .seq = src->seq};
-            for (int a = 0; a < n->n_args; a++) op.in[a] = tv[n->arg[a]];
-            for (int k = 0; k < 4; k++) op.p.f[k] = n->param[k];
-            int w = store ? r->store_of[i] : -1;
-            if (w >= 0) {
-                const kiln__view *out = &g->output[w];
-                tv[i] = op.out[0] = flat_view(out->storage, out->dtype, out->offset + t0, m, 1);
-            } else {
-                tv[i] = op.out[0] = flat_view(&bufs[r->slot_of[i]], n->dtype, 0, m, 1);
-            }
-            kiln__kernel_fn fn = r->kernels[n->code];
-            kiln_status st = fn ? fn(&op) : KILN_ERR_UNSUPPORTED;
-            if (st != KILN_OK) return st;
+        char *slot = p->slot_of[i] >= 0 ? scratch + (size_t)p->slot_of[i] * slot_bytes : NULL;
+        int64_t es = p->es[i];
+        switch (n->kind) {
+        case KILN__EXPR_CONST: ptr[i] = (char *)p->konst[i], st[i] = 0; break;
+        case KILN__EXPR_LOAD: load(p, i, t0, m, slot, &ptr[i], &st[i]); break;
+        case KILN__EXPR_REDUCE: {
+            kiln_status s = reduce_rows(p, i, t0, m, slot, ptr, st);
+            if (s != KILN_OK) return s;
+            st[i] = es;
+            break;
+        }
+        default: {
+            int w = p->store_of[i];
+            bool per_row = false;
+            int64_t first = n->rows ? t0 / g->row : t0; /* in the node's own shape */
+            ptr[i] = w >= 0 ? node_base(&g->output[w], (size_t)es) + first * es : slot;
+            st[i] = es;
+            for (int a = 0; a < n->n_args; a++) per_row |= !n->rows && e->node[n->arg[a]].rows;
+            if (per_row) epilogue_rows(p, i, m, ptr, st);
+            else run_node(p, i, n->rows ? m / g->row : m, ptr, st);
+        }
         }
     }
     return KILN_OK;
 }
 
-/* Gives each node a scratch tile, reusing one whose value no later node reads: a chain of
- * any length cycles through two or three tiles (96 KiB of scratch per thread for chain8
- * instead of 384). It did not change chain8's time measurably. A node never shares a tile
- * with its own arguments, so kernels see distinct buffers. Returns the number of tiles. */
-static int plan_slots(const kiln__expr *e, int8_t *slot_of) {
-    int16_t last_use[KILN__EXPR_MAX_NODES], free_after[KILN__EXPR_MAX_NODES];
-    for (int i = 0; i < e->n_nodes; i++) {
-        last_use[i] = (int16_t)i;
-        const kiln__expr_node *n = &e->node[i];
-        if (n->kind == KILN__EXPR_OP || n->kind == KILN__EXPR_REDUCE)
-            for (int a = 0; a < n->n_args; a++)
-                if (last_use[n->arg[a]] < i) last_use[n->arg[a]] = (int16_t)i;
+/* Asks for elements [t0, t0 + m) of the dense inputs while the block before them runs: a
+ * block of a few KiB starts a fresh page of each input, where the hardware prefetcher stops,
+ * and the chain's first reads of it then waited on memory. */
+static void prefetch_block(const kiln__fused_plan *p, int64_t t0, int64_t m) {
+    const kiln__fused *g = p->g;
+    for (int k = 0; k < g->expr.n_inputs; k++) {
+        if (p->load_mode[k] != KILN__LOAD_DENSE) continue;
+        const kiln__view *in = &g->input[k];
+        size_t es = kiln__elsize(in->dtype);
+        const char *a = node_base(in, es) + t0 * (int64_t)es, *end = a + m * (int64_t)es;
+        for (; a < end; a += 64) __builtin_prefetch(a, 0, 3);
     }
-    int n_slots = 0;
-    for (int i = 0; i < e->n_nodes; i++) {
-        int s = 0;
-        while (s < n_slots && free_after[s] >= i) s++;
-        if (s == n_slots) n_slots++;
-        slot_of[i] = (int8_t)s;
-        free_after[s] = last_use[i];
-    }
-    return n_slots;
 }
 
-static void run_tiles(void *ctx, int64_t begin, int64_t end) {
-    fused_run *r = ctx;
-    char *scratch = malloc((size_t)r->n_slots * (size_t)r->tile * 8);
-    kiln__storage bufs[KILN__EXPR_MAX_NODES];
-    memset(bufs, 0, sizeof(kiln__storage) * (size_t)r->n_slots);
+static void run_blocks(void *ctx, int64_t begin, int64_t end) {
+    kiln__fused_plan *p = ctx;
+    _Alignas(64) char stack[STACK_SCRATCH];
+    size_t bytes = (size_t)p->n_slots * slot_size(p);
+    char *scratch = bytes <= sizeof stack ? stack : malloc(bytes);
     if (!scratch) {
-        atomic_store(&r->status, KILN_ERR_OUT_OF_MEMORY);
+        atomic_store(&p->status, KILN_ERR_OUT_OF_MEMORY);
         return;
     }
-    for (int64_t t = begin; t < end && atomic_load_explicit(&r->status, memory_order_relaxed) == KILN_OK; t++) {
-        int64_t t0 = t * r->tile, m = r->numel - t0 < r->tile ? r->numel - t0 : r->tile;
-        kiln_status st = run_tile(r, t0, m, scratch, bufs, true);
-        if (st != KILN_OK) atomic_store(&r->status, st);
+    for (int64_t b = begin; b < end && atomic_load_explicit(&p->status, memory_order_relaxed) == KILN_OK; b++) {
+        int64_t t0 = b * p->block, m = p->numel - t0 < p->block ? p->numel - t0 : p->block;
+        if (b + 1 < end) prefetch_block(p, t0 + m, p->numel - t0 - m < p->block ? p->numel - t0 - m : p->block);
+        kiln_status st = eval_block(p, t0, m, scratch);
+        if (st != KILN_OK) atomic_store(&p->status, st);
     }
-    free(scratch);
+    if (scratch != stack) free(scratch);
 }
 
 static kiln_status kernel_fused(const kiln__op *op) {
     const kiln__fused *g = (const kiln__fused *)(intptr_t)op->p.i[0];
-    fused_run r = {.g = g, .kernels = kiln__cpu_backend()->kernels, .numel = 1};
-    for (int d = 0; d < g->ndim; d++) r.numel *= g->shape[d];
-    atomic_init(&r.status, KILN_OK);
-    for (int k = 0; k < g->expr.n_inputs; k++) r.load_mode[k] = (uint8_t)load_mode_of(g, &g->input[k]);
-    memset(r.store_of, -1, sizeof r.store_of);
-    for (int s = 0; s < g->expr.n_stores; s++) r.store_of[g->expr.store[s].node] = (int8_t)g->expr.store[s].output;
-    if (r.numel == 0) return KILN_OK;
-    r.tile = g->row > 0 ? (TILE > g->row ? TILE / g->row : 1) * g->row : TILE;
-    /* one element first, storing nothing: a node whose kernel refuses its dtypes fails here,
-     * before any output (possibly an input too, in place) is overwritten */
-    r.n_slots = plan_slots(&g->expr, r.slot_of);
-    char *scratch = malloc((size_t)r.n_slots * (size_t)r.tile * 8);
-    if (!scratch) return KILN_ERR_OUT_OF_MEMORY;
-    kiln__storage bufs[KILN__EXPR_MAX_NODES];
-    memset(bufs, 0, sizeof bufs);
-    kiln_status st = run_tile(&r, 0, g->row > 0 ? g->row : 1, scratch, bufs, false);
-    free(scratch);
-    if (st != KILN_OK) return st;
-    int64_t tiles = (r.numel + r.tile - 1) / r.tile;
-    kiln__parallel_for(tiles, GRAIN_TILES, run_tiles, &r);
-    return atomic_load(&r.status);
+    kiln__fused_plan p;
+    /* a node no loop handles fails here, before any output (maybe an input, in place) is
+     * written; the engine then runs the ops one by one and reports the one that failed */
+    kiln_status st = kiln__fused_plan_make(&p, g);
+    if (st != KILN_OK || p.numel == 0) return st;
+    int64_t blocks = (p.numel + p.block - 1) / p.block;
+    int64_t grain = KILN__GRAIN_ELEMENTWISE / p.block;
+    kiln__parallel_for(blocks, grain > 0 ? grain : 1, run_blocks, &p);
+    return atomic_load(&p.status);
 }
 
 void kiln__cpu_register_fused(kiln__kernel_fn *table) { table[KILN__OP_FUSED] = kernel_fused; }

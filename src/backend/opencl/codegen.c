@@ -268,6 +268,10 @@ bool kiln__cl_codegen_elementwise(const kiln__fused *g, bool fp64, kiln__cl_src 
     for (int d = 0; d < g->ndim; d++) l->n *= g->shape[d];
     for (int i = 0; i < e->n_nodes; i++) {
         kiln_dtype dt = e->node[i].dtype;
+        if (e->node[i].kind == KILN__EXPR_REDUCE || e->node[i].rows) { /* the CPU's prologue/epilogue forms */
+            kiln__kernel_error("the OpenCL printer has no fused reductions yet");
+            return false;
+        }
         if (!kiln__dtype_valid(dt) || (dt == KILN_F64 && !fp64)) {
             kiln__kernel_error("this OpenCL device has no %s arithmetic", kiln_dtype_name(dt));
             return false;
