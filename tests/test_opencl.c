@@ -395,11 +395,15 @@ KT_TEST(memory_stats_and_oom) {
     KT_CHECK(mid.bytes_in_use == before.bytes_in_use + 4000 && mid.peak_bytes >= mid.bytes_in_use);
     kiln_release(a);
     kiln_memory_stats after = kiln_memory_stats_get(DEV);
-    KT_CHECK(after.bytes_in_use == before.bytes_in_use && after.bytes_cached >= 4000);
-    KT_CHECK(kiln_memory_stats_get(KILN_CPU).bytes_in_use == kiln_memory_stats_get(KILN_CPU).bytes_in_use);
+    /* KILN_NO_CACHING=1 (the sanitizer runs) gives every buffer back at once, as on the CPU */
+    const char *nocache = getenv("KILN_NO_CACHING");
+    bool caching = !(nocache && *nocache && strcmp(nocache, "0") != 0);
+    KT_CHECK(after.bytes_in_use == before.bytes_in_use);
+    KT_CHECK_MSG(caching ? after.bytes_cached >= 4000 : after.bytes_cached == 0, "cached %lld bytes",
+                 (long long)after.bytes_cached);
     /* a cached buffer is reused: no new system allocation */
     a = kiln_zeros(DEV, KILN_F32, KILN_SHAPE(1000));
-    KT_CHECK(kiln_memory_stats_get(DEV).system_allocs == after.system_allocs);
+    KT_CHECK(kiln_memory_stats_get(DEV).system_allocs == after.system_allocs + (caching ? 0 : 1));
     kiln_release(a);
     kiln_memory_empty_cache(DEV);
     KT_CHECK(kiln_memory_stats_get(DEV).bytes_cached == 0);
