@@ -13,7 +13,8 @@ root=build-test
 build() { # name compiler extra-cmake-args...
     local name=$1 cc=$2
     shift 2
-    cmake -S . -B "$root/$name" -DCMAKE_C_COMPILER="$cc" -DKILN_WERROR=ON -DKILN_BUILD_BENCH=OFF "$@" >/dev/null
+    cmake -S . -B "$root/$name" -DCMAKE_C_COMPILER="$cc" -DKILN_WERROR=ON -DKILN_BUILD_BENCH=OFF \
+        -DKILN_TEST_OPENCL_CACHE="$PWD/$root/opencl-cache" "$@" >/dev/null
     cmake --build "$root/$name" -j "$jobs" >"$root/$name.log" 2>&1 || { cat "$root/$name.log"; exit 1; }
 }
 
