@@ -50,8 +50,8 @@ echo "== ThreadSanitizer (engine tests, dist tests as 2 ranks)"
 # instrumented, so its team hand-offs show as races; use the built-in GEMM and convolution here)
 build tsan clang -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=thread -DKILN_USE_BLAS=OFF -DKILN_USE_DNNL=OFF
 (cd "$root/tsan" && KILN_NO_CACHING=1 TSAN_OPTIONS=halt_on_error=1 ctest -j "$jobs" --output-on-failure -L engine)
-# the collectives and the data-parallel wrapper as 2 ranks (35-60 s on 2 loaded cores; Open MPI's one lock-order
-# report in MPI_Init is suppressed by tests/tsan-mpi.supp, which the tests' environment names)
+# the collectives and the data-parallel wrapper as 2 ranks (35-60 s on 2 loaded cores); Open
+# MPI's one lock-order report in MPI_Init is suppressed by tests/tsan-mpi.supp (the tests' env)
 (cd "$root/tsan" && KILN_NO_CACHING=1 ctest --output-on-failure -R '^test_dist(_ddp|_train)?_np2$')
 
 echo "== fuzzers (libFuzzer + ASan + UBSan): each file reader, the tokenizer and the config.json reader on mutations of kiln's own seeds"
