@@ -3,7 +3,7 @@
 # README, builds kiln and runs every test: a
 # warnings-as-errors Release build with gcc (then installed in three layouts, each used through
 # pkg-config) and with clang, then the whole suite under AddressSanitizer +
-# UndefinedBehaviorSanitizer, then the engine tests under ThreadSanitizer, then the file
+# UndefinedBehaviorSanitizer, then the engine and dist tests under ThreadSanitizer, then the file
 # readers' libFuzzer targets for a short while each. Build trees go to build-test/ (ignored by git).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,11 +46,14 @@ echo "== synchronous engine (KILN_SYNC=1): the same suite, every op run at dispa
 echo "== fusion off (KILN_FUSION=0): the same suite, every op run on its own"
 (cd "$root/gcc" && KILN_FUSION=0 ctest -j "$jobs" --output-on-failure)
 
-echo "== ThreadSanitizer (engine tests)"
+echo "== ThreadSanitizer (engine tests, dist tests as 2 ranks)"
 # (OpenBLAS's threads and oneDNN's OpenMP runtime synchronise in ways TSan cannot see: libgomp is not
 # instrumented, so its team hand-offs show as races; use the built-in GEMM and convolution here)
 build tsan clang -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=thread -DKILN_USE_BLAS=OFF -DKILN_USE_DNNL=OFF
 (cd "$root/tsan" && KILN_NO_CACHING=1 TSAN_OPTIONS=halt_on_error=1 ctest -j "$jobs" --output-on-failure -L engine)
+# the collectives and the data-parallel wrapper as 2 ranks (35-60 s on 2 loaded cores); Open
+# MPI's one lock-order report in MPI_Init is suppressed by tests/tsan-mpi.supp (the tests' env)
+(cd "$root/tsan" && KILN_NO_CACHING=1 ctest --output-on-failure -R '^test_dist(_ddp|_train)?_np2$')
 
 echo "== fuzzers (libFuzzer + ASan + UBSan): each file reader, the tokenizer and the config.json reader on mutations of kiln's own seeds"
 # KILN_FUZZ_SECONDS per target (default 45); a crash, leak or UB report fails CI and leaves

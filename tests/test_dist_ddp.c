@@ -3,7 +3,9 @@
  * trained here, in one process, on the whole batch; the ranks start from different weights, so
  * this also checks rank 0's broadcast. Small buckets give several all-reduces per step, and the
  * profiler shows them running on the communication thread while backward's matrix products
- * still run. Run alone (a world of one) and under `mpirun -np 2` / `-np 3`. */
+ * still run, and the gradient of a parameter in an early bucket can be read before a later
+ * bucket's all-reduce ends (it waits for its own bucket only). Run alone (a world of one) and
+ * under `mpirun -np 2` / `-np 3`. */
 #include <kiln.h>
 
 #include "kiln_test.h"
@@ -146,10 +148,68 @@ KT_TEST(all_reduce_overlaps_backward) {
     kiln_module_free(m);
 }
 
+KT_TEST(gradient_waits_for_its_own_bucket_only) {
+    /* Linear(2048, 1024) then Linear(1024, 4): two buckets. The small last layer's gradient is
+     * final first and its bucket's all-reduce is short; the first layer's 8 MB bucket follows
+     * a large weight-gradient product and holds the communication thread for milliseconds.
+     * The last layer's gradient is a view of its own bucket's result, so it can be read (and a
+     * marker op queued after the read runs) before the first layer's all-reduce ends. A timing
+     * check, so it takes the best of a few steps (the same number on every rank: each step's
+     * all-reduces pair up). (kiln_optimizer_step itself reads every gradient before it queues
+     * any update, so the updates start after the last bucket: see BENCHMARKS.md.) */
+    enum { IN_W = 2048, HID = 1024, OUT_W = 4, N = 64 };
+    kiln_module *layers[] = {kiln_linear_new(IN_W, HID, false, 21), kiln_relu_new(), kiln_linear_new(HID, OUT_W, false, 22)};
+    kiln_module *m = kiln_sequential_new(3, layers);
+    kiln_param ps[2];
+    KT_CHECK(kiln_module_params(m, ps, 2) == 2);
+    kiln_ddp_options o = kiln_ddp_defaults();
+    o.bucket_bytes = (int64_t)HID * OUT_W * 4;
+    kiln_ddp *ddp = kiln_ddp_new(m, o);
+    KT_CHECK(kiln_ddp_num_buckets(ddp) == 2);
+    KT_CHECK(kiln_sync() == KILN_OK);
+    bool early = false;
+    for (int attempt = 0; attempt < 4; attempt++) {
+        kiln_tensor x = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(N, IN_W), 30 + (uint64_t)attempt);
+        kiln_tensor out = kiln_module_forward(m, x);
+        KT_CHECK(kiln_sync() == KILN_OK);
+        kiln_profiler_start();
+        kiln_grads *g = NULL;
+        KT_CHECK(kiln_backward(kiln_mean(out), &g) == KILN_OK);
+        static float last[HID * OUT_W];
+        KT_CHECK(kiln_into_data(kiln_grad(g, *ps[1].slot), last, sizeof last) == KILN_OK);
+        double marker = 0; /* an op queued once the read returned: its start is after the read */
+        KT_CHECK(kiln_into_scalar_f64(kiln_tanh(kiln_full(KILN_CPU, KILN_F64, KILN_SHAPE(1), 0.5)), &marker) == KILN_OK);
+        KT_CHECK(fabs(marker - tanh(0.5)) < 1e-12);
+        kiln_grads_free(g);
+        kiln_profiler_stop();
+        static kiln_profile_event ev[4096];
+        size_t n = kiln_profiler_events(ev, 4096);
+        double last_reduce_end = 0, marker_start = -1;
+        int reduces = 0;
+        for (size_t i = 0; i < n && i < 4096; i++) {
+            if (strcmp(ev[i].kernel, "ALL_REDUCE") == 0) reduces++, last_reduce_end = fmax(last_reduce_end, ev[i].end_us);
+            if (ev[i].op && strstr(ev[i].op, "kiln_tanh")) marker_start = ev[i].start_us; /* (maybe fused) */
+        }
+        if (getenv("KILN_TEST_DUMP"))
+            for (size_t i = 0; i < n && i < 4096; i++)
+                fprintf(stderr, "rank %d: %s %s w%d %.0f-%.0f\n", rank, ev[i].op, ev[i].kernel, ev[i].worker,
+                        ev[i].start_us, ev[i].end_us);
+        KT_CHECK_MSG(reduces == (world > 1 ? 2 : 0) && marker_start >= 0, "%d all-reduces, marker %g", reduces,
+                     marker_start);
+        early |= marker_start < last_reduce_end;
+    }
+    /* (a world of one has no all-reduce; KILN_SYNC=1 runs every op at dispatch, in order) */
+    KT_CHECK_MSG(world == 1 || !kiln_engine_is_async() || early,
+                 "the last layer's gradient was read only after the first layer's all-reduce ended");
+    kiln_ddp_free(ddp);
+    kiln_module_free(m);
+}
+
 int main(void) {
     if (!kt_dist_begin(&rank, &world)) return 1;
     KT_RUN(one_bucket_same_as_one_process);
     KT_RUN(bucket_per_parameter_same_as_one_process);
     KT_RUN(all_reduce_overlaps_backward);
+    KT_RUN(gradient_waits_for_its_own_bucket_only);
     return kt_dist_end();
 }

@@ -63,8 +63,9 @@ KILN_API kiln_ddp_options kiln_ddp_defaults(void); /* KILN_DDP_BUCKET_KB overrid
 /* Broadcasts the model's parameters and buffers from rank 0, groups the trainable parameters
  * into buckets (in reverse order, as backward produces their gradients) and hooks backward:
  * once a bucket's gradients are final, one all-reduce (mean) of the bucket is queued and the
- * gradients in the kiln_grads become views of its result, so the optimizer's update of a
- * parameter depends on its own bucket only. The model must outlive it. NULL on error. */
+ * gradients in the kiln_grads become views of its result, so reading one waits for its own
+ * bucket only (kiln_optimizer_step reads every gradient before it updates anything, so the step
+ * starts after the last bucket). The model must outlive it. NULL on error. */
 KILN_API kiln_ddp *kiln_ddp_new(kiln_module *model, kiln_ddp_options o);
 KILN_API int kiln_ddp_num_buckets(const kiln_ddp *d);
 KILN_API void kiln_ddp_free(kiln_ddp *d);

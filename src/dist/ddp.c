@@ -4,7 +4,8 @@
  * moment its last gradient is complete (autodiff's leaf_final hook), so it runs on the
  * communication thread while the rest of backward runs on the engine workers. A bucket is one
  * flat tensor per step (the cat of its gradients); the gradients handed back are views of its
- * all-reduced result, so each parameter's update waits only for its own bucket. */
+ * all-reduced result, so each gradient waits only for its own bucket (kiln_optimizer_step then
+ * reads them all before it queues any update: the updates start after the last bucket). */
 #include <stdlib.h>
 #include <string.h>
 
