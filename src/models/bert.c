@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <float.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,15 +220,34 @@ static bool load_weights(const char *path, kiln__st_file *f, wanted *w, int n) {
             return kiln__report(KILN_ERR_SHAPE, OP_LOAD, "%s: unexpected tensor '%s' (not a part of a BERT encoder of this config)",
                                 path, name), false;
     }
+    /* A mapped file whose tensors are all f32-aligned becomes one borrowed f32 tensor over its
+     * data, unmapped once nothing uses it, and every weight a view of it: nothing is copied. */
+    kiln_tensor all = KILN_NONE;
+    bool aligned = f->mapped && (uintptr_t)f->data % sizeof(float) == 0;
+    for (int i = 0; i < n && aligned; i++) aligned = kiln__st_find(f, w[i].name)->begin % sizeof(float) == 0;
+    void *mapping = aligned ? kiln__st_take_mapping(f) : NULL;
+    if (mapping) {
+        all = kiln_from_borrowed(KILN_F32, KILN_SHAPE((int64_t)(f->data_len / sizeof(float))), f->data, kiln__st_unmap, mapping);
+        if (!kiln__nn_peek(all)) /* on failure the mapping is still ours */
+            return kiln_release(all), kiln__st_unmap(mapping), kiln__report(KILN_ERR_OUT_OF_MEMORY, OP_LOAD, "%s: cannot wrap the mapped file: %s", path,
+                                kiln_last_error()), false;
+    }
     for (int i = 0; i < n; i++) {
         const kiln__st_tensor *t = kiln__st_find(f, w[i].name);
         kiln_shape shape = {.ndim = t->ndim};
         memcpy(shape.dims, t->shape, sizeof(int64_t) * (size_t)t->ndim);
-        *w[i].slot = kiln_from_data(KILN_CPU, KILN_F32, shape, f->data + t->begin); /* copied now */
-        if (!kiln__nn_peek(*w[i].slot)) /* poisoned: out of memory */
+        if (all.id)
+            *w[i].slot = kiln_reshape(kiln_narrow(kiln_ref(all), 0, (int64_t)(t->begin / sizeof(float)),
+                                                  (int64_t)((t->end - t->begin) / sizeof(float))), shape);
+        else
+            *w[i].slot = kiln_from_data(KILN_CPU, KILN_F32, shape, f->data + t->begin); /* copied now */
+        if (!kiln__nn_peek(*w[i].slot)) { /* poisoned: out of memory */
+            if (all.id) kiln_release(all);
             return kiln__report(KILN_ERR_OUT_OF_MEMORY, OP_LOAD, "%s: cannot make tensor '%s': %s", path, w[i].name,
                                 kiln_last_error()), false;
+        }
     }
+    if (all.id) kiln_release(all);
     return true;
 }
 
@@ -282,7 +302,7 @@ kiln_bert *kiln_bert_load(const char *dir) {
     char path[4096], why[512];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     kiln__st_file f;
-    kiln_status st = kiln__st_read(path, &f, why, sizeof why);
+    kiln_status st = kiln__st_map(path, &f, why, sizeof why);
     if (st != KILN_OK) {
         free(w), kiln_bert_free(m);
         /* name the file once: some of the reader's reasons name it already */
