@@ -228,9 +228,12 @@ static bool load_weights(const char *path, kiln__st_file *f, wanted *w, int n) {
     void *mapping = aligned ? kiln__st_take_mapping(f) : NULL;
     if (mapping) {
         all = kiln_from_borrowed(KILN_F32, KILN_SHAPE((int64_t)(f->data_len / sizeof(float))), f->data, kiln__st_unmap, mapping);
-        if (!kiln__nn_peek(all)) /* on failure the mapping is still ours */
-            return kiln_release(all), kiln__st_unmap(mapping), kiln__report(KILN_ERR_OUT_OF_MEMORY, OP_LOAD, "%s: cannot wrap the mapped file: %s", path,
-                                kiln_last_error()), false;
+        if (!kiln__nn_peek(all)) { /* on failure the mapping is still ours */
+            kiln__report(KILN_ERR_OUT_OF_MEMORY, OP_LOAD, "%s: cannot wrap the mapped file: %s", path, kiln_last_error());
+            kiln_release(all);
+            kiln__st_unmap(mapping);
+            return false;
+        }
     }
     for (int i = 0; i < n; i++) {
         const kiln__st_tensor *t = kiln__st_find(f, w[i].name);
