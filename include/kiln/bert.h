@@ -40,7 +40,10 @@ typedef struct kiln_bert kiln_bert;
  * (which must ask for mean pooling of dimension hidden_size). NULL with kiln_last_error for a
  * missing or corrupt file, an unsupported setting, or a tensor that is missing, unexpected, or
  * of the wrong shape or dtype: KILN_ERR_IO, KILN_ERR_CORRUPT, KILN_ERR_UNSUPPORTED,
- * KILN_ERR_SHAPE, KILN_ERR_DTYPE, KILN_ERR_OUT_OF_MEMORY. The weights live on the CPU. */
+ * KILN_ERR_SHAPE, KILN_ERR_DTYPE, KILN_ERR_OUT_OF_MEMORY. The weights live on the CPU, read
+ * in place from model.safetensors mapped into memory (read-only, private) until kiln_bert_free:
+ * replacing the file meanwhile is safe, truncating it in place is not (as with any mapped
+ * weights, the lost pages would fault). Where the file cannot be mapped it is read instead. */
 KILN_API kiln_bert *kiln_bert_load(const char *dir);
 KILN_API void kiln_bert_free(kiln_bert *m);
 /* The loaded configuration (all zero for NULL). */
@@ -49,7 +52,8 @@ KILN_API kiln_bert_config kiln_bert_get_config(const kiln_bert *m);
 /* The encoder's last hidden state [batch, seq, hidden_size] f32. input_ids [batch, seq]
  * (i32/i64, each below vocab_size, seq at most max_position_embeddings), attention_mask of the
  * same shape (non-zero: a token, 0: padding; any dtype) and token_type_ids (same, or KILN_NONE
- * for all zeros) are consumed. Errors come back as a poisoned tensor naming kiln_bert_forward. */
+ * for all zeros) are consumed. Padding is hidden from attention as transformers does it (the
+ * lowest float added to its scores), so a sequence with no token at all attends evenly. Errors come back as a poisoned tensor naming kiln_bert_forward. */
 KILN_API kiln_tensor kiln_bert_forward(const kiln_bert *m, kiln_tensor input_ids, kiln_tensor attention_mask,
                                        kiln_tensor token_type_ids);
 /* Sentence embeddings [batch, hidden_size] f32: the hidden states averaged over the tokens

@@ -5,7 +5,9 @@
  * exact shape and dtype, with nothing left over but the parts BertModel has and an encoder does
  * not use (the pooler, the position_ids buffer). */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +26,10 @@ static const char OP_LOAD[] = "kiln_bert_load";
 
 /* One encoder layer's tensors, in the order of LAYER_TENSORS. */
 enum { Q_W, Q_B, K_W, K_B, V_W, V_B, AO_W, AO_B, ALN_W, ALN_B, I_W, I_B, O_W, O_B, OLN_W, OLN_B, LAYER_N };
+/* Made at load time from the Q, K and V projections (which are then released): one weight
+ * [3H, H] and bias [3H], the query's rows pre-scaled by 1/sqrt(head size), so each layer
+ * projects in one GEMM and the scores need no scaling pass. */
+enum { QKV_W = LAYER_N, QKV_B, LAYER_SLOTS };
 /* Shapes in units: H hidden, I intermediate. */
 enum { DIM_H = -1, DIM_I = -2, DIM_NONE = 0 };
 static const struct {
@@ -46,7 +52,7 @@ static const char *const IGNORED[] = {"pooler.dense.weight", "pooler.dense.bias"
 struct kiln_bert {
     kiln_bert_config cfg;
     kiln_tensor word, position, token_type, ln_w, ln_b; /* embeddings */
-    kiln_tensor (*layers)[LAYER_N];
+    kiln_tensor (*layers)[LAYER_SLOTS];
 };
 
 kiln_bert_config kiln_bert_get_config(const kiln_bert *m) { return m ? m->cfg : (kiln_bert_config){0}; }
@@ -57,7 +63,7 @@ void kiln_bert_free(kiln_bert *m) {
     for (size_t i = 0; i < sizeof emb / sizeof *emb; i++)
         if (emb[i]->id) kiln_release(*emb[i]);
     for (int64_t l = 0; m->layers && l < m->cfg.num_hidden_layers; l++)
-        for (int k = 0; k < LAYER_N; k++)
+        for (int k = 0; k < LAYER_SLOTS; k++)
             if (m->layers[l][k].id) kiln_release(m->layers[l][k]);
     free(m->layers);
     free(m);
@@ -214,14 +220,54 @@ static bool load_weights(const char *path, kiln__st_file *f, wanted *w, int n) {
             return kiln__report(KILN_ERR_SHAPE, OP_LOAD, "%s: unexpected tensor '%s' (not a part of a BERT encoder of this config)",
                                 path, name), false;
     }
+    /* A mapped file whose tensors are all f32-aligned becomes one borrowed f32 tensor over its
+     * data, unmapped once nothing uses it, and every weight a view of it: nothing is copied. */
+    kiln_tensor all = KILN_NONE;
+    bool aligned = f->mapped && (uintptr_t)f->data % sizeof(float) == 0;
+    for (int i = 0; i < n && aligned; i++) aligned = kiln__st_find(f, w[i].name)->begin % sizeof(float) == 0;
+    void *mapping = aligned ? kiln__st_take_mapping(f) : NULL;
+    if (mapping) {
+        all = kiln_from_borrowed(KILN_F32, KILN_SHAPE((int64_t)(f->data_len / sizeof(float))), f->data, kiln__st_unmap, mapping);
+        if (!kiln__nn_peek(all)) { /* on failure the mapping is still ours */
+            kiln__report(KILN_ERR_OUT_OF_MEMORY, OP_LOAD, "%s: cannot wrap the mapped file: %s", path, kiln_last_error());
+            kiln_release(all);
+            kiln__st_unmap(mapping);
+            return false;
+        }
+    }
     for (int i = 0; i < n; i++) {
         const kiln__st_tensor *t = kiln__st_find(f, w[i].name);
         kiln_shape shape = {.ndim = t->ndim};
         memcpy(shape.dims, t->shape, sizeof(int64_t) * (size_t)t->ndim);
-        *w[i].slot = kiln_from_data(KILN_CPU, KILN_F32, shape, f->data + t->begin); /* copied now */
-        if (!kiln__nn_peek(*w[i].slot)) /* poisoned: out of memory */
+        if (all.id)
+            *w[i].slot = kiln_reshape(kiln_narrow(kiln_ref(all), 0, (int64_t)(t->begin / sizeof(float)),
+                                                  (int64_t)((t->end - t->begin) / sizeof(float))), shape);
+        else
+            *w[i].slot = kiln_from_data(KILN_CPU, KILN_F32, shape, f->data + t->begin); /* copied now */
+        if (!kiln__nn_peek(*w[i].slot)) { /* poisoned: out of memory */
+            if (all.id) kiln_release(all);
             return kiln__report(KILN_ERR_OUT_OF_MEMORY, OP_LOAD, "%s: cannot make tensor '%s': %s", path, w[i].name,
                                 kiln_last_error()), false;
+        }
+    }
+    if (all.id) kiln_release(all);
+    return true;
+}
+
+/* Every layer's QKV_W and QKV_B from its Q, K and V tensors, which it consumes; false with the
+ * error (out of memory) reported. */
+static bool fuse_qkv(kiln_bert *m) {
+    double scale = 1.0 / sqrt((double)(m->cfg.hidden_size / m->cfg.num_attention_heads));
+    for (int64_t l = 0; l < m->cfg.num_hidden_layers; l++) {
+        kiln_tensor *w = m->layers[l];
+        kiln_tensor ws[3] = {kiln_mul_scalar(w[Q_W], scale), w[K_W], w[V_W]};
+        kiln_tensor bs[3] = {kiln_mul_scalar(w[Q_B], scale), w[K_B], w[V_B]};
+        w[QKV_W] = kiln_cat(ws, 3, 0);
+        w[QKV_B] = kiln_cat(bs, 3, 0);
+        w[Q_W].id = w[K_W].id = w[V_W].id = w[Q_B].id = w[K_B].id = w[V_B].id = 0; /* consumed */
+        if (kiln_tensor_status(w[QKV_W]) != KILN_OK || kiln_tensor_status(w[QKV_B]) != KILN_OK)
+            return kiln__report(KILN_ERR_OUT_OF_MEMORY, OP_LOAD, "cannot join layer %lld's query, key and value: %s",
+                                (long long)l, kiln_last_error()), false;
     }
     return true;
 }
@@ -259,7 +305,7 @@ kiln_bert *kiln_bert_load(const char *dir) {
     char path[4096], why[512];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     kiln__st_file f;
-    kiln_status st = kiln__st_read(path, &f, why, sizeof why);
+    kiln_status st = kiln__st_map(path, &f, why, sizeof why);
     if (st != KILN_OK) {
         free(w), kiln_bert_free(m);
         /* name the file once: some of the reader's reasons name it already */
@@ -268,15 +314,19 @@ kiln_bert *kiln_bert_load(const char *dir) {
     bool ok = load_weights(path, &f, w, n);
     kiln__st_free(&f);
     free(w);
+    if (ok) ok = fuse_qkv(m);
     if (!ok) return kiln_bert_free(m), NULL;
     return m;
 }
 
 /* ---- forward ------------------------------------------------------------------------------ */
 
-/* [b, s, h] -> [b, heads, s, h / heads] */
-static kiln_tensor split_heads(kiln_tensor x, int64_t b, int64_t s, int64_t heads, int64_t hd) {
-    return kiln_permute(kiln_reshape(x, KILN_SHAPE(b, s, heads, hd)), KILN_DIMS(0, 2, 1, 3));
+/* Part `which` (0 query, 1 key, 2 value) of the fused projection qkv [b, s, 3, heads, hd] as a
+ * view [b, heads, s, hd], or [b, heads, hd, s] when transposed: the GEMMs read it in place
+ * (rows 3h apart), no copy. Consumes qkv. */
+static kiln_tensor head_view(kiln_tensor qkv, int which, bool transposed) {
+    kiln_tensor t = kiln_squeeze(kiln_narrow(qkv, 2, which, 1), 2);
+    return kiln_permute(t, transposed ? KILN_DIMS(0, 2, 3, 1) : KILN_DIMS(0, 2, 1, 3));
 }
 
 static kiln_tensor encoder(const kiln_bert *m, kiln_tensor ids, kiln_tensor mask, kiln_tensor types, int64_t b, int64_t s) {
@@ -292,14 +342,19 @@ static kiln_tensor encoder(const kiln_bert *m, kiln_tensor ids, kiln_tensor mask
         x = kiln_add(x, kiln_narrow(kiln_ref(m->token_type), 0, 0, 1));
     x = kiln_add(kiln_reshape(x, KILN_SHAPE(b, s, h)), kiln_narrow(kiln_ref(m->position), 0, 0, s));
     x = kiln_layer_norm(x, hs, kiln_ref(m->ln_w), kiln_ref(m->ln_b), eps);
-    /* keys that are tokens: [b, 1, 1, s], broadcast over heads and queries */
-    kiln_tensor attend = kiln_reshape(kiln_ne_scalar(mask, 0.0), KILN_SHAPE(b, 1, 1, s));
+    /* transformers' extended attention mask: 0 for a token, the lowest float for padding, added
+     * to the scores [b, heads, s, s] as [b, 1, 1, s]. Finite, as there: a row with no token at
+     * all attends evenly rather than giving NaN. */
+    kiln_tensor hide = kiln_mul_scalar(kiln_cast(kiln_eq_scalar(mask, 0.0), KILN_F32), -FLT_MAX);
+    hide = kiln_reshape(hide, KILN_SHAPE(b, 1, 1, s));
     for (int64_t l = 0; l < c->num_hidden_layers; l++) {
         const kiln_tensor *w = m->layers[l];
-        kiln_tensor q = split_heads(kiln_linear(kiln_ref(x), kiln_ref(w[Q_W]), kiln_ref(w[Q_B])), b, s, heads, hd);
-        kiln_tensor k = split_heads(kiln_linear(kiln_ref(x), kiln_ref(w[K_W]), kiln_ref(w[K_B])), b, s, heads, hd);
-        kiln_tensor v = split_heads(kiln_linear(kiln_ref(x), kiln_ref(w[V_W]), kiln_ref(w[V_B])), b, s, heads, hd);
-        kiln_tensor ctx = kiln_scaled_dot_product_attention(q, k, v, kiln_ref(attend), false, 0.0);
+        kiln_tensor qkv = kiln_linear(kiln_ref(x), kiln_ref(w[QKV_W]), kiln_ref(w[QKV_B]));
+        qkv = kiln_reshape(qkv, KILN_SHAPE(b, s, 3, heads, hd));
+        /* softmax(q k^T + hide) v, q pre-scaled by 1/sqrt(hd) in the weights */
+        kiln_tensor scores = kiln_matmul(head_view(kiln_ref(qkv), 0, false), head_view(kiln_ref(qkv), 1, true));
+        kiln_tensor p = kiln_softmax(kiln_add(scores, kiln_ref(hide)), -1);
+        kiln_tensor ctx = kiln_matmul(p, head_view(qkv, 2, false));
         ctx = kiln_reshape(kiln_permute(ctx, KILN_DIMS(0, 2, 1, 3)), KILN_SHAPE(b, s, h));
         kiln_tensor a = kiln_linear(ctx, kiln_ref(w[AO_W]), kiln_ref(w[AO_B]));
         x = kiln_layer_norm(kiln_add(a, x), hs, kiln_ref(w[ALN_W]), kiln_ref(w[ALN_B]), eps);
@@ -307,7 +362,7 @@ static kiln_tensor encoder(const kiln_bert *m, kiln_tensor ids, kiln_tensor mask
         kiln_tensor o = kiln_linear(i, kiln_ref(w[O_W]), kiln_ref(w[O_B]));
         x = kiln_layer_norm(kiln_add(o, x), hs, kiln_ref(w[OLN_W]), kiln_ref(w[OLN_B]), eps);
     }
-    kiln_release(attend);
+    kiln_release(hide);
     return x;
 }
 

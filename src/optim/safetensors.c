@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -515,7 +516,19 @@ static kiln_status open_regular(const char *path, int *fd, uint64_t *size, char 
     return *fd >= 0 ? KILN_OK : fail(KILN_ERR_IO, why, why_size, "cannot open '%s': %s", path, what);
 }
 
-kiln_status kiln__st_read(const char *path, kiln__st_file *f, char *why, size_t why_size) {
+/* The whole file mapped read-only in place of the copy that f->bytes holds so far (its header,
+ * already checked): true, or false with f unchanged. */
+static bool map_file(int fd, uint64_t size, kiln__st_file *f) {
+    void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    if (m == MAP_FAILED) return false;
+    free(f->bytes);
+    f->bytes = m;
+    f->size = (size_t)size;
+    f->mapped = true;
+    return true;
+}
+
+static kiln_status st_read(const char *path, kiln__st_file *f, bool map, char *why, size_t why_size) {
     memset(f, 0, sizeof *f);
     int fd = -1;
     uint64_t size = 0, n = 0;
@@ -536,14 +549,16 @@ kiln_status kiln__st_read(const char *path, kiln__st_file *f, char *why, size_t 
         memcpy(f->bytes, first, 8);
         st = parse_checked(f, f->bytes + 8, (size_t)n, size, &crc_at, why, why_size);
     }
-    if (st == KILN_OK) {
+    if (st == KILN_OK && map && size > 0 && map_file(fd, size, f)) {
+        /* mapped: the data is the page cache's, read in place */
+    } else if (st == KILN_OK) {
         unsigned char *all = realloc(f->bytes, size ? (size_t)size : 1);
         if (!all) st = fail(KILN_ERR_OUT_OF_MEMORY, why, why_size, "cannot allocate %llu bytes for '%s'",
                             (unsigned long long)size, path);
         else f->bytes = all;
+        if (st == KILN_OK && !read_at(fd, f->bytes + 8 + n, (size_t)(size - 8 - n), 8 + n))
+            st = fail(KILN_ERR_IO, why, why_size, "cannot read '%s': it changed size while being read", path);
     }
-    if (st == KILN_OK && !read_at(fd, f->bytes + 8 + n, (size_t)(size - 8 - n), 8 + n))
-        st = fail(KILN_ERR_IO, why, why_size, "cannot read '%s': it changed size while being read", path);
     struct stat sb;
     if (st == KILN_OK && (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != size))
         st = fail(KILN_ERR_IO, why, why_size, "cannot read '%s': it changed size while being read", path);
@@ -555,6 +570,35 @@ kiln_status kiln__st_read(const char *path, kiln__st_file *f, char *why, size_t 
     }
     if (st != KILN_OK) kiln__st_free(f);
     return st;
+}
+
+kiln_status kiln__st_read(const char *path, kiln__st_file *f, char *why, size_t why_size) {
+    return st_read(path, f, false, why, why_size);
+}
+
+kiln_status kiln__st_map(const char *path, kiln__st_file *f, char *why, size_t why_size) {
+    return st_read(path, f, true, why, why_size);
+}
+
+typedef struct {
+    void *addr;
+    size_t len;
+} st_mapping;
+
+void *kiln__st_take_mapping(kiln__st_file *f) {
+    st_mapping *m = f->mapped ? malloc(sizeof *m) : NULL;
+    if (!m) return NULL;
+    m->addr = f->bytes, m->len = f->size;
+    f->mapped = false;
+    f->bytes = NULL; /* kiln__st_free leaves it alone now; f->data stays valid */
+    return m;
+}
+
+void kiln__st_unmap(void *mapping) {
+    st_mapping *m = mapping;
+    if (!m) return;
+    munmap(m->addr, m->len);
+    free(m);
 }
 
 kiln_status kiln__st_parse(const void *bytes, size_t size, kiln__st_file *f, char *why, size_t why_size) {
@@ -576,7 +620,10 @@ kiln_status kiln__st_parse(const void *bytes, size_t size, kiln__st_file *f, cha
 }
 
 void kiln__st_free(kiln__st_file *f) {
-    free(f->bytes);
+    if (f->mapped)
+        munmap(f->bytes, f->size);
+    else
+        free(f->bytes);
     free(f->tensors);
     free(f->meta);
     free(f->strings);

@@ -47,6 +47,7 @@ typedef struct {
     kiln__st_tensor *tensors;
     kiln__st_meta *meta;
     char *strings; /* decoded names and metadata */
+    bool mapped;   /* bytes is a read-only mapping of the file (kiln__st_map) */
 } kiln__st_file;
 
 /* Reads and checks a file: header length against the file size, well-formed JSON of the
@@ -57,6 +58,18 @@ typedef struct {
  * KILN_ERR_UNSUPPORTED (over 8 dims) or out of memory, with a reason in why. On success f
  * owns a copy of the file's bytes (kiln__st_free); tensors and metadata are sorted by name. */
 kiln_status kiln__st_read(const char *path, kiln__st_file *f, char *why, size_t why_size);
+/* kiln__st_read with the file mapped read-only (MAP_PRIVATE, pre-faulted) instead of copied,
+ * falling back to reading it when mapping fails: the page cache's pages are used in place, so
+ * a large checkpoint costs no fresh memory to fault in (all-MiniLM-L6-v2's 90 MB: 7-11 ms
+ * against 40-90 ms read, measured here). As with any mapped weights (llama.cpp, safetensors'
+ * safe_open), the file must not be truncated in place while mapped: its pages would be gone
+ * (SIGBUS); replacing it (a new file renamed over it) is safe. */
+kiln_status kiln__st_map(const char *path, kiln__st_file *f, char *why, size_t why_size);
+/* Takes over a mapped file's bytes (f->data stays valid, kiln__st_free no longer unmaps):
+ * returns the handle for kiln__st_unmap, which has the on_release shape of kiln_from_borrowed;
+ * NULL (nothing taken) when f is not mapped or out of memory. */
+void *kiln__st_take_mapping(kiln__st_file *f);
+void kiln__st_unmap(void *mapping);
 /* The same checks on a file's bytes already in memory (copied into f): the fuzzers' entry. */
 kiln_status kiln__st_parse(const void *bytes, size_t size, kiln__st_file *f, char *why, size_t why_size);
 void kiln__st_free(kiln__st_file *f);

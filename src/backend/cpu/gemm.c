@@ -333,9 +333,11 @@ GEMM_TARGET_AVX2 static void gemm_kernel_avx2_f64(int64_t kc, const double *ap, 
         free(bp);                                                                             \
     }                                                                                         \
                                                                                               \
-    void kiln__gemm_builtin_##SFX(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,  \
-                                  T alpha, const T *a, int64_t lda, const T *b, int64_t ldb,  \
-                                  T beta, T *c, int64_t ldc) {                                \
+    /* serial: on the calling thread alone, as one task over every tile. */                   \
+    static void gemm_builtin_run_##SFX(int trans_a, int trans_b, int64_t m, int64_t n,        \
+                                       int64_t k, T alpha, const T *a, int64_t lda,           \
+                                       const T *b, int64_t ldb, T beta, T *c, int64_t ldc,    \
+                                       int serial) {                                          \
         if (m <= 0 || n <= 0) return;                                                         \
         if (k <= 0 || alpha == (T)0) {                                                        \
             gemm_scale_##SFX(m, n, beta, c, ldc);                                             \
@@ -346,12 +348,24 @@ GEMM_TARGET_AVX2 static void gemm_kernel_avx2_f64(int64_t kc, const double *ap, 
                               .lda = lda, .ldb = ldb, .ldc = ldc,                             \
                               .kernel = gemm_kernel_portable_##SFX};                          \
         gemm_kernel_select_##SFX(&job.kernel);                                                \
-        gemm_tiling tiling = gemm_plan_tiles(m, n, k, MC, NR, NC);                            \
+        gemm_tiling tiling =                                                                  \
+            gemm_plan_tiles(m, n, k, MC, NR, NC, serial ? 1 : kiln__pool_threads());          \
         job.tile_m = tiling.tile_m;                                                           \
         job.tile_n = tiling.tile_n;                                                           \
         job.tiles_n = tiling.tiles_n;                                                         \
-        kiln__parallel_for(tiling.tiles_m * tiling.tiles_n, tiling.grain, gemm_tiles_##SFX,   \
-                           &job);                                                             \
+        if (serial) {                                                                         \
+            gemm_tiles_##SFX(&job, 0, tiling.tiles_m * tiling.tiles_n);                       \
+        } else {                                                                              \
+            kiln__parallel_for(tiling.tiles_m * tiling.tiles_n, tiling.grain,                 \
+                               gemm_tiles_##SFX, &job);                                       \
+        }                                                                                     \
+    }                                                                                         \
+                                                                                              \
+    void kiln__gemm_builtin_##SFX(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,  \
+                                  T alpha, const T *a, int64_t lda, const T *b, int64_t ldb,  \
+                                  T beta, T *c, int64_t ldc) {                                \
+        gemm_builtin_run_##SFX(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,     \
+                               ldc, 0);                                                       \
     }
 
 static size_t gemm_round_up(size_t x, size_t to) { return (x + to - 1) / to * to; }
@@ -365,9 +379,9 @@ static int64_t gemm_ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
 /* Tiles of at most mc_max x nc_max, split further until every thread has a couple of tiles
  * to balance with, then evened out so the last row or column of tiles is not a sliver. */
 static gemm_tiling gemm_plan_tiles(int64_t m, int64_t n, int64_t k, int64_t mc_max, int64_t nr,
-                                   int64_t nc_max) {
+                                   int64_t nc_max, int threads) {
     int64_t tiles_m = gemm_ceil_div(m, mc_max), tiles_n = gemm_ceil_div(n, nc_max);
-    int64_t want = 2 * (int64_t)kiln__pool_threads();
+    int64_t want = threads > 1 ? 2 * (int64_t)threads : 1;
     while (tiles_m * tiles_n < want) {
         int can_split_m = gemm_ceil_div(m, tiles_m + 1) >= 4 * GEMM_MR;
         int can_split_n = gemm_ceil_div(n, tiles_n + 1) >= 4 * nr;
@@ -489,3 +503,65 @@ void kiln__gemm_f64(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, d
 #endif
     kiln__gemm_builtin_f64(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
+
+/* ---- Serial products: one thread each, many side by side ---------------------------- */
+
+/* OpenBLAS runs a product of at most 2^18 multiply-adds (m*n*k) on its caller without waking
+ * its threads (SMP_THRESHOLD_MIN x GEMM_MULTITHREAD_THRESHOLD in interface/gemm.c). A larger
+ * product cut into row blocks under that size stays on the calling thread too, and so costs
+ * nothing in global thread settings that concurrent callers would race on. Blocks shorter
+ * than GEMM_SERIAL_MIN_ROWS lose too much to repacking B: the built-in kernel runs those. */
+#define GEMM_BLAS_SERIAL_MNK ((int64_t)1 << 18)
+#define GEMM_SERIAL_MIN_ROWS 8
+
+/* Rows of C per BLAS call of a serial product, or 0 when the built-in kernel runs it. */
+static int64_t gemm_serial_rows(int64_t m, int64_t n, int64_t k) {
+#if KILN_HAVE_CBLAS
+    if (m <= 0 || n <= 0 || k <= 0) return m > 0 ? m : 1;
+    if (n > GEMM_BLAS_SERIAL_MNK / k) return 0; /* even one row is over the limit */
+    int64_t rows = GEMM_BLAS_SERIAL_MNK / (n * k);
+    if (rows >= m) return m;
+    return rows >= GEMM_SERIAL_MIN_ROWS ? rows : 0;
+#else
+    (void)m, (void)n, (void)k;
+    return 0;
+#endif
+}
+
+int kiln__gemm_serial_is_fast(int64_t m, int64_t n, int64_t k) {
+    return !KILN_HAVE_CBLAS || gemm_serial_rows(m, n, k) > 0;
+}
+
+#if KILN_HAVE_CBLAS
+#define GEMM_SERIAL_BLAS(T, BLAS_FN)                                                          \
+    int64_t rows = gemm_serial_rows(m, n, k);                                                 \
+    if (rows > 0 && gemm_blas_can_take(trans_a, trans_b, m, n, k, &lda, &ldb, &ldc)) {        \
+        for (int64_t i = 0; i < m; i += rows) {                                               \
+            int64_t mb = m - i < rows ? m - i : rows;                                         \
+            const T *ai = trans_a ? a + i : a + i * lda; /* op(A)'s rows from i */            \
+            BLAS_FN(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,                       \
+                    trans_b ? CblasTrans : CblasNoTrans, (int)mb, (int)n, (int)k, alpha, ai,  \
+                    (int)lda, b, (int)ldb, beta, c + i * ldc, (int)ldc);                      \
+        }                                                                                     \
+        return;                                                                               \
+    }
+#else
+#define GEMM_SERIAL_BLAS(T, BLAS_FN)
+#endif
+
+#define GEMM_SERIAL_DEFINE(T, SFX, BLAS_FN)                                                   \
+    void kiln__gemm_serial_##SFX(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,   \
+                                 T alpha, const T *a, int64_t lda, const T *b, int64_t ldb,   \
+                                 T beta, T *c, int64_t ldc) {                                 \
+        if (m <= 0 || n <= 0) return;                                                         \
+        if (k <= 0 || alpha == (T)0) {                                                        \
+            gemm_scale_##SFX(m, n, beta, c, ldc);                                             \
+            return;                                                                           \
+        }                                                                                     \
+        GEMM_SERIAL_BLAS(T, BLAS_FN)                                                          \
+        gemm_builtin_run_##SFX(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,     \
+                               ldc, 1);                                                       \
+    }
+
+GEMM_SERIAL_DEFINE(float, f32, cblas_sgemm)
+GEMM_SERIAL_DEFINE(double, f64, cblas_dgemm)

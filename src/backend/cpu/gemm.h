@@ -26,6 +26,19 @@ void kiln__gemm_f64(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, d
                     const double *a, int64_t lda, const double *b, int64_t ldb, double beta,
                     double *c, int64_t ldc);
 
+/* The same product on the calling thread alone, never waking BLAS's threads or the pool's:
+ * for a caller that runs many products side by side (a batch spread across the pool). With
+ * CBLAS, a product over OpenBLAS's single-thread size goes to it in row blocks under that
+ * size; kiln__gemm_serial_is_fast says whether a shape keeps BLAS that way (else the built-in
+ * kernel runs it, slower than a multi-threaded BLAS call on a large product). */
+void kiln__gemm_serial_f32(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                           const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                           float *c, int64_t ldc);
+void kiln__gemm_serial_f64(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                           double alpha, const double *a, int64_t lda, const double *b,
+                           int64_t ldb, double beta, double *c, int64_t ldc);
+int kiln__gemm_serial_is_fast(int64_t m, int64_t n, int64_t k);
+
 /* The built-in kernel, whatever the build: for tests and benchmarks against CBLAS. */
 void kiln__gemm_builtin_f32(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                             float alpha, const float *a, int64_t lda, const float *b,
