@@ -130,6 +130,10 @@ kiln__error *kiln__execute(const kiln__op *op) {
 /* The device whose kernel runs op: its first storage on a device other than the CPU (a copy
  * between the host and a device runs on the device), else the CPU. */
 static kiln_device op_device(const kiln__op *op) {
+    if (op->code == KILN__OP_FUSED) { /* a group's ops share one device (fusion_join.c) */
+        const kiln__fused *g = (const kiln__fused *)(intptr_t)op->p.i[0];
+        return g->n_ops ? g->ops[0].out[0].storage->device : KILN_CPU;
+    }
     for (int i = 0; i < op->n_out; i++)
         if (op->out[i].storage && op->out[i].storage->device != KILN_CPU) return op->out[i].storage->device;
     for (int i = 0; i < op->n_in; i++)

@@ -130,5 +130,6 @@ void kiln__cl_register_index(kiln__kernel_fn *table);
 void kiln__cl_register_optim(kiln__kernel_fn *table);
 void kiln__cl_register_random(kiln__kernel_fn *table);
 void kiln__cl_register_scan(kiln__kernel_fn *table);
+void kiln__cl_register_nn(kiln__kernel_fn *table);
 
 #endif
