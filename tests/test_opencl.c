@@ -162,6 +162,17 @@ KT_TEST(binary_broadcast) {
     kiln_tensor i = kiln_full(KILN_CPU, KILN_I32, KILN_SHAPE(3), 2147483647.0);
     compare("i32 add wraps", kiln_add_scalar(to_dev(kiln_ref(i)), 1), kiln_add_scalar(kiln_ref(i), 1), 0, 0);
     compare("i32 neg", kiln_neg(to_dev(kiln_ref(i))), kiln_neg(kiln_ref(i)), 0, 0);
+    /* integer fmod and remainder: C's truncation, the divisor's sign, -1 and INT_MIN */
+    int32_t xi[8] = {7, -7, 7, -7, INT32_MIN, 5, 0, -3}, yi[8] = {3, 3, -3, -3, -1, 7, 4, 2};
+    for (int dt = 0; dt < 2; dt++) {
+        kiln_tensor xh = kiln_cast(kiln_from_data(KILN_CPU, KILN_I32, KILN_SHAPE(8), xi), dt ? KILN_I64 : KILN_I32);
+        kiln_tensor yh = kiln_cast(kiln_from_data(KILN_CPU, KILN_I32, KILN_SHAPE(8), yi), dt ? KILN_I64 : KILN_I32);
+        compare("int fmod", kiln_fmod(to_dev(kiln_ref(xh)), to_dev(kiln_ref(yh))), kiln_fmod(kiln_ref(xh), kiln_ref(yh)), 0, 0);
+        compare("int remainder", kiln_remainder(to_dev(kiln_ref(xh)), to_dev(kiln_ref(yh))), kiln_remainder(kiln_ref(xh), kiln_ref(yh)), 0, 0);
+        compare("int remainder broadcast", kiln_remainder(to_dev(kiln_reshape(kiln_ref(xh), KILN_SHAPE(8, 1))), to_dev(kiln_ref(yh))),
+                kiln_remainder(kiln_reshape(kiln_ref(xh), KILN_SHAPE(8, 1)), kiln_ref(yh)), 0, 0);
+        kiln_release(xh), kiln_release(yh);
+    }
     kiln_tensor a64 = kiln_cast(kiln_ref(a), KILN_F64);
     compare("f64 mul", kiln_mul(to_dev(kiln_ref(a64)), to_dev(kiln_cast(kiln_ref(b), KILN_F64))),
             kiln_mul(kiln_ref(a64), kiln_cast(kiln_ref(b), KILN_F64)), 0, 0);
@@ -452,17 +463,55 @@ KT_TEST(memory_stats_and_oom) {
     KT_CHECK(kiln_memory_stats_get(DEV).bytes_in_use == before.bytes_in_use);
 }
 
+/* ---- sort, argsort, topk: the CPU's stable order, NaN largest ------------------------------- */
+KT_TEST(sorting) {
+    kiln_tensor x = kiln_round(kiln_mul_scalar(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(3, 37, 5), 70), 3)); /* ties */
+    static float buf[3 * 37 * 5];
+    KT_CHECK(kiln_into_data(kiln_ref(x), buf, sizeof buf) == KILN_OK);
+    buf[1 * 185 + 4 * 5 + 2] = buf[2 * 185 + 9 * 5 + 4] = NAN;
+    kiln_tensor xn = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(3, 37, 5), buf);
+    kiln_tensor xd = to_dev(kiln_ref(xn));
+    for (int desc = 0; desc < 2; desc++) {
+        kiln_tensor id = KILN_NONE, ic = KILN_NONE;
+        compare(desc ? "sort desc" : "sort", kiln_sort(kiln_ref(xd), 1, desc, &id), kiln_sort(kiln_ref(xn), 1, desc, &ic), 0, 0);
+        compare("sort indices", id, ic, 0, 0);
+        compare("argsort last dim", kiln_argsort(kiln_ref(xd), -1, desc), kiln_argsort(kiln_ref(xn), -1, desc), 0, 0);
+        compare("topk", kiln_topk(kiln_ref(xd), 4, 1, !desc, &id), kiln_topk(kiln_ref(xn), 4, 1, !desc, &ic), 0, 0);
+        compare("topk indices", id, ic, 0, 0);
+    }
+    kiln_tensor i = kiln_cast(kiln_ref(x), KILN_I64), i32 = kiln_cast(kiln_ref(x), KILN_I32);
+    compare("sort i64 strided", kiln_sort(kiln_transpose(to_dev(kiln_ref(i)), 0, 2), 2, true, NULL),
+            kiln_sort(kiln_transpose(kiln_ref(i), 0, 2), 2, true, NULL), 0, 0);
+    compare("argsort i32", kiln_argsort(to_dev(kiln_ref(i32)), 0, false), kiln_argsort(kiln_ref(i32), 0, false), 0, 0);
+    /* topk's gradient scatters back through the indices */
+    kiln_tensor g1 = to_dev(kiln_ref(x)), g2 = kiln_ref(x);
+    kiln_require_grad(g1), kiln_require_grad(g2);
+    kiln_grads *gd = NULL, *gc = NULL;
+    KT_CHECK(kiln_backward(kiln_sum(kiln_topk(kiln_ref(g1), 3, -1, true, NULL)), &gd) == KILN_OK);
+    KT_CHECK(kiln_backward(kiln_sum(kiln_topk(kiln_ref(g2), 3, -1, true, NULL)), &gc) == KILN_OK);
+    compare("topk grad", kiln_grad(gd, g1), kiln_grad(gc, g2), 0, 0);
+    kiln_grads_free(gd), kiln_grads_free(gc);
+    kiln_release(g1), kiln_release(g2), kiln_release(i), kiln_release(i32);
+    kiln_release(x), kiln_release(xn), kiln_release(xd);
+}
+
 /* ---- unsupported ops and failures ------------------------------------------------------------ */
 KT_TEST(unsupported_and_failures) {
     kiln_tensor x = kiln_ones(DEV, KILN_F32, KILN_SHAPE(4));
     /* no device kernel: refused at dispatch, naming the op and the device */
-    KT_READ_ERROR(kiln_sort(kiln_ref(x), 0, false, NULL), KILN_ERR_UNSUPPORTED, "kiln_sort");
-    KT_CHECK(strstr(kiln_last_error(), "opencl") != NULL);
-    /* a kernel the device cannot run (integer fmod): poisons its result, reported once */
+    kiln_tensor xg = kiln_ones(DEV, KILN_F32, KILN_SHAPE(4));
+    kiln_require_grad(xg);
+    kiln_grads *g = NULL;
+    KT_CHECK(kiln_backward(kiln_sum(kiln_cumprod(kiln_ref(xg), 0)), &g) == KILN_ERR_UNSUPPORTED); /* the cumprod gradient */
+    KT_CHECK_MSG(strstr(kiln_last_error(), "opencl") != NULL && strstr(kiln_last_error(), "CUMPROD_BACKWARD") != NULL, "%s",
+                 kiln_last_error());
+    kiln_grads_free(g);
+    kiln_release(xg);
+    /* a kernel that fails while running (integer fmod by zero): poisons its result, reported once */
     kiln_tensor i = kiln_full(DEV, KILN_I32, KILN_SHAPE(4), 7);
-    kiln_tensor r = kiln_add_scalar(kiln_fmod(kiln_ref(i), kiln_full(DEV, KILN_I32, KILN_SHAPE(4), 3)), 1);
-    KT_READ_ERROR(r, KILN_ERR_UNSUPPORTED, "kiln_fmod");
-    KT_CHECK(strstr(kiln_last_error(), "no OpenCL kernel for FMOD") != NULL);
+    kiln_tensor r = kiln_add_scalar(kiln_fmod(kiln_ref(i), kiln_full(DEV, KILN_I32, KILN_SHAPE(4), 0)), 1);
+    KT_READ_ERROR(r, KILN_ERR_INVALID_ARGUMENT, "kiln_fmod");
+    KT_CHECK(strstr(kiln_last_error(), "integer division by zero in fmod") != NULL);
     KT_CHECK(kiln_sync() == KILN_OK); /* already reported by the read */
     /* mixing devices is refused at dispatch */
     KT_READ_ERROR(kiln_add(kiln_ref(x), kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(4))), KILN_ERR_DEVICE, "kiln_add");
@@ -595,6 +644,7 @@ int main(void) {
     KT_RUN(ranges_and_scans);
     KT_RUN(edge_cases);
     KT_RUN(indexing);
+    KT_RUN(sorting);
     KT_RUN(mlp_training);
     KT_RUN(memory_stats_and_oom);
     KT_RUN(unsupported_and_failures);

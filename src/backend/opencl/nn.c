@@ -11,6 +11,7 @@
  * plane (image, channel) walking its outputs in the CPU's order, so they write no shared
  * element and equal the CPU's bit for bit. Semantics as the CPU's (pool.c): padding is -inf
  * for max, the first maximum wins and a NaN propagates, averages count the padding. */
+#include <stdint.h>
 #include <string.h>
 
 #include "backend/backend-impl.h"
@@ -56,11 +57,13 @@ static const char *const conv_body[3] = {
     "  for (long oo = 0; oo < og; oo++) {\n"
     "    long o = o0 + oo;\n"
     "    for (long ki = 0; ki < KH; ki++) {\n"
-    "      long ty = iy + ph - ki * dh; if (ty < 0 || ty % sh) continue;\n"
-    "      long oy = ty / sh; if (oy >= OH) continue;\n"
+    "      int ty = (int)(iy + ph - ki * dh), oy = ty; if (ty < 0) continue;\n"
+    "      if (sh != 1) { if (ty % (int)sh) continue; oy = ty / (int)sh; }\n" /* no 64-bit divisions per tap */
+    "      if (oy >= OH) continue;\n"
     "      for (long kj = 0; kj < KW; kj++) {\n"
-    "        long tx = ix + pw - kj * dw; if (tx < 0 || tx % sw) continue;\n"
-    "        long ox = tx / sw; if (ox >= OW) continue;\n"
+    "        int tx = (int)(ix + pw - kj * dw), ox = tx; if (tx < 0) continue;\n"
+    "        if (sw != 1) { if (tx % (int)sw) continue; ox = tx / (int)sw; }\n"
+    "        if (ox >= OW) continue;\n"
     "        acc += dy[yo + ((n * O + o) * OH + oy) * OW + ox] * wt[bo + ((o * cg + ci) * KH + ki) * KW + kj];\n"
     "      }\n"
     "    }\n"
@@ -217,6 +220,10 @@ static kiln_status kernel_conv(const kiln__op *op) {
         n_ints = 1;
     }
     if (g[G_GROUPS] < 1 || g[G_C] % g[G_GROUPS] || g[G_O] % g[G_GROUPS]) return KILN_ERR_INTERNAL;
+    if (g[G_H] + g[G_PH] >= INT32_MAX / 2 || g[G_W] + g[G_PW] >= INT32_MAX / 2) { /* the input gradient's int taps */
+        kiln__kernel_error("no OpenCL %s kernel for images of 2^30 rows or columns", kiln__opcode_name(op->code));
+        return KILN_ERR_UNSUPPORTED;
+    }
     return launch(d, op, "", conv_body[which], g, (size_t)g[G_TOTAL], bufs, n_bufs, ints, n_ints);
 }
 
