@@ -617,6 +617,18 @@ KT_TEST(profiler_names) {
     bool found = false;
     for (size_t i = 0; i < n && i < 64; i++) found |= strcmp(ev[i].op, "kiln_exp") == 0;
     KT_CHECK(found);
+    /* device times: a matmul's event spans its kernels' device execution, inside the worker's run */
+    kiln_tensor a = kiln_randn(DEV, KILN_F32, KILN_SHAPE(64, 64), 1);
+    KT_CHECK(kiln_sync() == KILN_OK);
+    kiln_profiler_start();
+    kiln_release(kiln_matmul(kiln_ref(a), kiln_ref(a)));
+    kiln_profiler_stop();
+    n = kiln_profiler_events(ev, 64);
+    found = false;
+    for (size_t i = 0; i < n && i < 64; i++)
+        if (strcmp(ev[i].op, "kiln_matmul") == 0) found = ev[i].end_us > ev[i].start_us && ev[i].start_us >= ev[i].dispatch_us;
+    KT_CHECK(found);
+    kiln_release(a);
 }
 
 #endif

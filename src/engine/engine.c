@@ -168,9 +168,14 @@ static kiln__error *execute_op(const kiln__op *op) {
                            kiln_device_name(dev));
         st = KILN_ERR_UNSUPPORTED;
     } else {
+        kiln__kernel_timing = t_start != 0, kiln__kernel_device_ns = 0;
         st = fn(op);
+        kiln__kernel_timing = false;
     }
-    if (t_start) kiln__profiler_record(op, t_start, kiln__now_ns());
+    if (t_start) { /* a device kernel's own execution time, ending when its wait returned */
+        uint64_t end = kiln__now_ns(), dev_ns = kiln__kernel_device_ns;
+        kiln__profiler_record(op, dev_ns && dev_ns <= end - t_start ? end - dev_ns : t_start, end);
+    }
     if (poisoned_in) { /* the collective took part; its outputs carry the input's error */
         kiln__kernel_error("%s", "");
         poison_outputs(op, poisoned_in);
