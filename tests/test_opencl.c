@@ -408,14 +408,27 @@ KT_TEST(indexing) {
 }
 
 /* ---- training: an MLP with cross-entropy and Adam, on the device and on the CPU ------------ */
-static void train(kiln_device dev, double losses[4], float w_out[12]) {
+/* kind 0 Adam, 1 RMSprop (centered, momentum, weight decay), 2 RMSprop plain, 3 Adagrad */
+static kiln_optimizer *make_opt(int kind, kiln_param_group *group) {
+    if (kind == 0) return kiln_adam_new_groups(1, group, kiln_adam_defaults());
+    if (kind == 3) {
+        kiln_adagrad_options o = kiln_adagrad_defaults();
+        o.lr = 0.1, o.lr_decay = 0.01, o.weight_decay = 0.01, o.initial_accumulator_value = 0.1;
+        return kiln_adagrad_new_groups(1, group, o);
+    }
+    kiln_rmsprop_options o = kiln_rmsprop_defaults();
+    if (kind == 1) o.centered = true, o.momentum = 0.9, o.weight_decay = 0.01;
+    return kiln_rmsprop_new_groups(1, group, o);
+}
+
+static void train(kiln_device dev, int kind, double losses[4], float w_out[12]) {
     kiln_tensor w1 = kiln_to_device(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(8, 6), 31), dev);
     kiln_tensor b1 = kiln_zeros(dev, KILN_F32, KILN_SHAPE(6));
     kiln_tensor w2 = kiln_to_device(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(6, 3), 32), dev);
     kiln_tensor params[3] = {w1, b1, w2};
     for (int i = 0; i < 3; i++) kiln_require_grad(params[i]);
     kiln_param_group group = kiln_param_group_of(3, params);
-    kiln_optimizer *opt = kiln_adam_new_groups(1, &group, kiln_adam_defaults());
+    kiln_optimizer *opt = make_opt(kind, &group);
     KT_CHECK_MSG(opt != NULL, "%s", kiln_last_error());
     int64_t labels[5] = {0, 2, 1, 1, 0};
     for (int step = 0; step < 4; step++) {
@@ -435,12 +448,15 @@ static void train(kiln_device dev, double losses[4], float w_out[12]) {
 }
 
 KT_TEST(mlp_training) {
-    double ld[4], lc[4];
-    float wd[12], wc[12];
-    train(DEV, ld, wd);
-    train(KILN_CPU, lc, wc);
-    for (int i = 0; i < 4; i++) KT_NEAR(ld[i], lc[i], 1e-5);
-    for (int i = 0; i < 12; i++) KT_NEAR(wd[i], wc[i], 1e-5);
+    for (int kind = 0; kind < 4; kind++) { /* Adam, RMSprop centered+momentum, RMSprop, Adagrad */
+        double ld[4], lc[4];
+        float wd[12], wc[12];
+        train(DEV, kind, ld, wd);
+        train(KILN_CPU, kind, lc, wc);
+        for (int i = 0; i < 4; i++) KT_NEAR(ld[i], lc[i], 1e-5);
+        for (int i = 0; i < 12; i++) KT_NEAR(wd[i], wc[i], 1e-5);
+        KT_CHECK(lc[3] != lc[0]);
+    }
 }
 
 /* ---- memory ----------------------------------------------------------------------------- */
