@@ -23,10 +23,16 @@
 enum { G_N, G_C, G_H, G_W, G_O, G_KH, G_KW, G_OH, G_OW, G_SH, G_SW, G_PH, G_PW, G_DH, G_DW, G_GROUPS,
        G_XS0, G_XS1, G_XS2, G_XS3, G_XO, G_YS0, G_YS1, G_YS2, G_YS3, G_YO, G_AO, G_BO, G_BS, G_TOTAL, G_COUNT };
 
-static const char *const geom_params =
-    "long N, long C, long H, long W, long O, long KH, long KW, long OH, long OW, long sh, long sw, long ph,\n"
-    "  long pw, long dh, long dw, long G, long xs0, long xs1, long xs2, long xs3, long xo, long ys0, long ys1,\n"
-    "  long ys2, long ys3, long yo, long ao, long bo, long bs, long total";
+/* Their names in the kernels. The layer's shape (C..G) is printed into the source as constants,
+ * so loops over taps unroll and index divisions are by constants: a program per layer shape and
+ * dtype; the batch, strides and offsets stay arguments. On PoCL (one run, loaded machine) the
+ * Fashion-MNIST CNN's conv 32->64 3x3 over [128, 32, 14, 14] went from 520-570 to 420-440 ms
+ * forward and from 790-910 to 680-710 ms for both gradients. */
+static const char *const geom_names[G_COUNT] = {
+    "N", "C", "H", "W", "O", "KH", "KW", "OH", "OW", "sh", "sw", "ph", "pw", "dh", "dw", "G",
+    "xs0", "xs1", "xs2", "xs3", "xo", "ys0", "ys1", "ys2", "ys3", "yo", "ao", "bo", "bs", "total"};
+#define G_FIRST_CONST G_C
+#define G_LAST_CONST G_GROUPS
 
 /* Kernel sources by (op, dtype): the body after "__kernel void k(<geometry>, <buffers>) {". */
 static const char *const conv_body[3] = {
@@ -177,8 +183,14 @@ static kiln_status launch(kiln__cl_device *d, const kiln__op *op, const char *he
     kiln__cl_src s = {0};
     bool f64 = op->out[0].dtype == KILN_F64;
     kiln__cl_src_prelude(&s, d->fp64);
-    kiln__cl_src_printf(&s, "typedef %s T;\n%s__kernel void k(%s,\n  %s", f64 ? "double" : "float", helpers,
-                        geom_params, body);
+    kiln__cl_src_printf(&s, "typedef %s T;\n", f64 ? "double" : "float");
+    for (int i = 0; i < G_COUNT; i++) {
+        if (i >= G_FIRST_CONST && i <= G_LAST_CONST) kiln__cl_src_printf(&s, "#define %s (%lldL)\n", geom_names[i], (long long)g[i]);
+        else kiln__cl_src_printf(&s, "#define %s g%d\n", geom_names[i], i);
+    }
+    kiln__cl_src_printf(&s, "%s__kernel void k(", helpers);
+    for (int i = 0; i < G_COUNT; i++) kiln__cl_src_printf(&s, "long g%d, ", i);
+    kiln__cl_src_printf(&s, "\n  %s", body);
     kiln__cl_arg args[G_COUNT + 8];
     int n = 0;
     for (int i = 0; i < G_COUNT; i++) args[n++] = (kiln__cl_arg){8, &g[i]};
