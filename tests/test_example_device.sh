@@ -1,16 +1,19 @@
 #!/bin/sh
-# examples/fashion_mnist trains its MLP on the OpenCL device: a few batches (--limit) give the
-# same loss trajectory and test accuracy as on the CPU, within tolerance. Skipped (exit 77)
-# without the dataset or without an OpenCL device.
-# Usage: test_example_device.sh PATH-TO-fashion_mnist
+# examples/fashion_mnist trains its MLP (or, with --model cnn, its CNN) on the OpenCL device: a
+# few batches (--limit) give the same loss trajectory and test accuracy as on the CPU, within
+# tolerance. Skipped (exit 77) without the dataset or without an OpenCL device.
+# Usage: test_example_device.sh PATH-TO-fashion_mnist [--model cnn]
 set -u
 exe=$1
+shift
 data=/usr/share/datasets/fashion-mnist
 [ -d "$data" ] || { echo "no Fashion-MNIST in $data: skipped"; exit 77; }
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 cd "$dir" || exit 1
 args="--limit 1280 --epochs 2 --workers 1 --seed 3 --checkpoint $dir/x.safetensors"
+# the CNN: two batches, one epoch (the device's direct conv kernels are slow on PoCL)
+[ "$*" = "--model cnn" ] && args="--model cnn --limit 256 --epochs 1 --workers 1 --seed 3 --checkpoint $dir/x.safetensors"
 "$exe" $args --device cpu >cpu.txt 2>&1 || { echo "FAIL: the CPU run failed"; cat cpu.txt; exit 1; }
 "$exe" $args --device opencl >dev.txt 2>&1
 st=$?

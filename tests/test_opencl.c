@@ -13,6 +13,7 @@
 #include "kiln_test.h"
 #if KILN_HAVE_OPENCL
 #include "backend/opencl/opencl-impl.h"
+#include "engine/fusion.h"
 
 #define DEV KILN_OPENCL
 
@@ -161,6 +162,17 @@ KT_TEST(binary_broadcast) {
     kiln_tensor i = kiln_full(KILN_CPU, KILN_I32, KILN_SHAPE(3), 2147483647.0);
     compare("i32 add wraps", kiln_add_scalar(to_dev(kiln_ref(i)), 1), kiln_add_scalar(kiln_ref(i), 1), 0, 0);
     compare("i32 neg", kiln_neg(to_dev(kiln_ref(i))), kiln_neg(kiln_ref(i)), 0, 0);
+    /* integer fmod and remainder: C's truncation, the divisor's sign, -1 and INT_MIN */
+    int32_t xi[8] = {7, -7, 7, -7, INT32_MIN, 5, 0, -3}, yi[8] = {3, 3, -3, -3, -1, 7, 4, 2};
+    for (int dt = 0; dt < 2; dt++) {
+        kiln_tensor xh = kiln_cast(kiln_from_data(KILN_CPU, KILN_I32, KILN_SHAPE(8), xi), dt ? KILN_I64 : KILN_I32);
+        kiln_tensor yh = kiln_cast(kiln_from_data(KILN_CPU, KILN_I32, KILN_SHAPE(8), yi), dt ? KILN_I64 : KILN_I32);
+        compare("int fmod", kiln_fmod(to_dev(kiln_ref(xh)), to_dev(kiln_ref(yh))), kiln_fmod(kiln_ref(xh), kiln_ref(yh)), 0, 0);
+        compare("int remainder", kiln_remainder(to_dev(kiln_ref(xh)), to_dev(kiln_ref(yh))), kiln_remainder(kiln_ref(xh), kiln_ref(yh)), 0, 0);
+        compare("int remainder broadcast", kiln_remainder(to_dev(kiln_reshape(kiln_ref(xh), KILN_SHAPE(8, 1))), to_dev(kiln_ref(yh))),
+                kiln_remainder(kiln_reshape(kiln_ref(xh), KILN_SHAPE(8, 1)), kiln_ref(yh)), 0, 0);
+        kiln_release(xh), kiln_release(yh);
+    }
     kiln_tensor a64 = kiln_cast(kiln_ref(a), KILN_F64);
     compare("f64 mul", kiln_mul(to_dev(kiln_ref(a64)), to_dev(kiln_cast(kiln_ref(b), KILN_F64))),
             kiln_mul(kiln_ref(a64), kiln_cast(kiln_ref(b), KILN_F64)), 0, 0);
@@ -218,6 +230,38 @@ KT_TEST(fused_group) {
     compare("fused exp+add", u, kiln_add(kiln_exp(kiln_to_device(kiln_ref(x), KILN_CPU)), kiln_to_device(kiln_ref(y), KILN_CPU)), 4e-7, 1e-7);
     compare("dead intermediate", t, kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(3, 5)), 0, 0);
     kiln_release(x), kiln_release(y);
+}
+
+/* The engine's fusion window joins elementwise ops on one OpenCL device into a group that runs
+ * as the device's FUSED kernel: same values as unfused, fewer kernels; a chain that mixes
+ * devices is not joined across them. */
+static kiln_tensor chain(kiln_tensor x, kiln_tensor y) {
+    kiln_tensor a = kiln_mul_scalar(kiln_add(kiln_exp(kiln_ref(x)), kiln_ref(y)), 0.5);
+    return kiln_sub(kiln_tanh(kiln_mul(a, kiln_ref(x))), kiln_sigmoid(kiln_ref(y)));
+}
+
+KT_TEST(engine_fuses_device_ops) {
+    kiln_tensor x = kiln_uniform(DEV, KILN_F32, KILN_SHAPE(7, 33), -1, 1, 53), y = kiln_uniform(DEV, KILN_F32, KILN_SHAPE(7, 33), -1, 1, 54);
+    bool was = kiln_fusion_enabled();
+    KT_CHECK(kiln_sync() == KILN_OK);
+    kiln_fusion_set_enabled(false);
+    kiln_tensor off = chain(x, y);
+    KT_CHECK(kiln_sync() == KILN_OK);
+    kiln_fusion_set_enabled(true);
+    kiln__fusion_stats_reset();
+    kiln_tensor on = chain(x, y);
+    KT_CHECK(kiln_sync() == KILN_OK);
+    kiln__fusion_stats s = kiln__fusion_stats_get();
+    if (was && kiln_engine_is_async())
+        KT_CHECK_MSG(s.groups >= 1 && s.ops_fused >= 4, "groups %lld ops %lld", (long long)s.groups, (long long)s.ops_fused);
+    compare("fused device chain", on, off, 0, 0);
+    /* the same chain on the CPU gives the same values within rounding */
+    kiln_tensor xc = kiln_to_device(kiln_ref(x), KILN_CPU), yc = kiln_to_device(kiln_ref(y), KILN_CPU);
+    compare("fused device chain vs cpu", chain(x, y), chain(xc, yc), 1e-6, 1e-7);
+    /* a device op reading a CPU tensor is refused, the group before it still runs */
+    KT_READ_ERROR(kiln_add(kiln_exp(kiln_ref(x)), kiln_ref(xc)), KILN_ERR_DEVICE, "kiln_add");
+    kiln_fusion_set_enabled(was);
+    kiln_release(xc), kiln_release(yc), kiln_release(x), kiln_release(y);
 }
 
 /* ---- reductions, softmax, matmul ------------------------------------------------------- */
@@ -327,6 +371,19 @@ KT_TEST(ranges_and_scans) {
     compare("cumsum", kiln_cumsum(to_dev(kiln_ref(x)), 1), kiln_cumsum(kiln_ref(x), 1), 0, 0);
     compare("cumprod", kiln_cumprod(to_dev(kiln_transpose(kiln_ref(x), 0, 1)), 0), kiln_cumprod(kiln_transpose(kiln_ref(x), 0, 1), 0), 0, 0);
     kiln_release(x);
+    /* the cumprod gradient, with zeros in x (one, several, none per line), f32 and f64 */
+    for (int f64 = 0; f64 < 2; f64++) {
+        kiln_tensor z = kiln_relu(kiln_randn(KILN_CPU, f64 ? KILN_F64 : KILN_F32, KILN_SHAPE(5, 9), 62 + f64));
+        kiln_tensor t = kiln_randn(KILN_CPU, f64 ? KILN_F64 : KILN_F32, KILN_SHAPE(5, 9), 64);
+        kiln_tensor zd = to_dev(kiln_ref(z)), td = to_dev(kiln_ref(t));
+        kiln_require_grad(z), kiln_require_grad(zd);
+        kiln_grads *gd = NULL, *gc = NULL;
+        KT_CHECK(kiln_backward(kiln_sum(kiln_mul(kiln_cumprod(kiln_ref(zd), 1), kiln_ref(td))), &gd) == KILN_OK);
+        KT_CHECK(kiln_backward(kiln_sum(kiln_mul(kiln_cumprod(kiln_ref(z), 1), kiln_ref(t))), &gc) == KILN_OK);
+        compare(f64 ? "cumprod grad f64" : "cumprod grad", kiln_grad(gd, zd), kiln_grad(gc, z), 0, 0);
+        kiln_grads_free(gd), kiln_grads_free(gc);
+        kiln_release(z), kiln_release(t), kiln_release(zd), kiln_release(td);
+    }
 }
 
 /* ---- indexing ------------------------------------------------------------------------------ */
@@ -351,14 +408,27 @@ KT_TEST(indexing) {
 }
 
 /* ---- training: an MLP with cross-entropy and Adam, on the device and on the CPU ------------ */
-static void train(kiln_device dev, double losses[4], float w_out[12]) {
+/* kind 0 Adam, 1 RMSprop (centered, momentum, weight decay), 2 RMSprop plain, 3 Adagrad */
+static kiln_optimizer *make_opt(int kind, kiln_param_group *group) {
+    if (kind == 0) return kiln_adam_new_groups(1, group, kiln_adam_defaults());
+    if (kind == 3) {
+        kiln_adagrad_options o = kiln_adagrad_defaults();
+        o.lr = 0.1, o.lr_decay = 0.01, o.weight_decay = 0.01, o.initial_accumulator_value = 0.1;
+        return kiln_adagrad_new_groups(1, group, o);
+    }
+    kiln_rmsprop_options o = kiln_rmsprop_defaults();
+    if (kind == 1) o.centered = true, o.momentum = 0.9, o.weight_decay = 0.01;
+    return kiln_rmsprop_new_groups(1, group, o);
+}
+
+static void train(kiln_device dev, int kind, double losses[4], float w_out[12]) {
     kiln_tensor w1 = kiln_to_device(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(8, 6), 31), dev);
     kiln_tensor b1 = kiln_zeros(dev, KILN_F32, KILN_SHAPE(6));
     kiln_tensor w2 = kiln_to_device(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(6, 3), 32), dev);
     kiln_tensor params[3] = {w1, b1, w2};
     for (int i = 0; i < 3; i++) kiln_require_grad(params[i]);
     kiln_param_group group = kiln_param_group_of(3, params);
-    kiln_optimizer *opt = kiln_adam_new_groups(1, &group, kiln_adam_defaults());
+    kiln_optimizer *opt = make_opt(kind, &group);
     KT_CHECK_MSG(opt != NULL, "%s", kiln_last_error());
     int64_t labels[5] = {0, 2, 1, 1, 0};
     for (int step = 0; step < 4; step++) {
@@ -378,12 +448,15 @@ static void train(kiln_device dev, double losses[4], float w_out[12]) {
 }
 
 KT_TEST(mlp_training) {
-    double ld[4], lc[4];
-    float wd[12], wc[12];
-    train(DEV, ld, wd);
-    train(KILN_CPU, lc, wc);
-    for (int i = 0; i < 4; i++) KT_NEAR(ld[i], lc[i], 1e-5);
-    for (int i = 0; i < 12; i++) KT_NEAR(wd[i], wc[i], 1e-5);
+    for (int kind = 0; kind < 4; kind++) { /* Adam, RMSprop centered+momentum, RMSprop, Adagrad */
+        double ld[4], lc[4];
+        float wd[12], wc[12];
+        train(DEV, kind, ld, wd);
+        train(KILN_CPU, kind, lc, wc);
+        for (int i = 0; i < 4; i++) KT_NEAR(ld[i], lc[i], 1e-5);
+        for (int i = 0; i < 12; i++) KT_NEAR(wd[i], wc[i], 1e-5);
+        KT_CHECK(lc[3] != lc[0]);
+    }
 }
 
 /* ---- memory ----------------------------------------------------------------------------- */
@@ -423,20 +496,62 @@ KT_TEST(memory_stats_and_oom) {
     KT_CHECK(kiln_memory_stats_get(DEV).bytes_in_use == before.bytes_in_use);
 }
 
+/* ---- sort, argsort, topk: the CPU's stable order, NaN largest ------------------------------- */
+KT_TEST(sorting) {
+    kiln_tensor x = kiln_round(kiln_mul_scalar(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(3, 37, 5), 70), 3)); /* ties */
+    static float buf[3 * 37 * 5];
+    KT_CHECK(kiln_into_data(kiln_ref(x), buf, sizeof buf) == KILN_OK);
+    buf[1 * 185 + 4 * 5 + 2] = buf[2 * 185 + 9 * 5 + 4] = NAN;
+    kiln_tensor xn = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(3, 37, 5), buf);
+    kiln_tensor xd = to_dev(kiln_ref(xn));
+    for (int desc = 0; desc < 2; desc++) {
+        kiln_tensor id = KILN_NONE, ic = KILN_NONE;
+        compare(desc ? "sort desc" : "sort", kiln_sort(kiln_ref(xd), 1, desc, &id), kiln_sort(kiln_ref(xn), 1, desc, &ic), 0, 0);
+        compare("sort indices", id, ic, 0, 0);
+        compare("argsort last dim", kiln_argsort(kiln_ref(xd), -1, desc), kiln_argsort(kiln_ref(xn), -1, desc), 0, 0);
+        compare("topk", kiln_topk(kiln_ref(xd), 4, 1, !desc, &id), kiln_topk(kiln_ref(xn), 4, 1, !desc, &ic), 0, 0);
+        compare("topk indices", id, ic, 0, 0);
+    }
+    kiln_tensor i = kiln_cast(kiln_ref(x), KILN_I64), i32 = kiln_cast(kiln_ref(x), KILN_I32);
+    compare("sort i64 strided", kiln_sort(kiln_transpose(to_dev(kiln_ref(i)), 0, 2), 2, true, NULL),
+            kiln_sort(kiln_transpose(kiln_ref(i), 0, 2), 2, true, NULL), 0, 0);
+    compare("argsort i32", kiln_argsort(to_dev(kiln_ref(i32)), 0, false), kiln_argsort(kiln_ref(i32), 0, false), 0, 0);
+    /* topk's gradient scatters back through the indices */
+    kiln_tensor g1 = to_dev(kiln_ref(x)), g2 = kiln_ref(x);
+    kiln_require_grad(g1), kiln_require_grad(g2);
+    kiln_grads *gd = NULL, *gc = NULL;
+    KT_CHECK(kiln_backward(kiln_sum(kiln_topk(kiln_ref(g1), 3, -1, true, NULL)), &gd) == KILN_OK);
+    KT_CHECK(kiln_backward(kiln_sum(kiln_topk(kiln_ref(g2), 3, -1, true, NULL)), &gc) == KILN_OK);
+    compare("topk grad", kiln_grad(gd, g1), kiln_grad(gc, g2), 0, 0);
+    kiln_grads_free(gd), kiln_grads_free(gc);
+    kiln_release(g1), kiln_release(g2), kiln_release(i), kiln_release(i32);
+    kiln_release(x), kiln_release(xn), kiln_release(xd);
+}
+
 /* ---- unsupported ops and failures ------------------------------------------------------------ */
 KT_TEST(unsupported_and_failures) {
     kiln_tensor x = kiln_ones(DEV, KILN_F32, KILN_SHAPE(4));
     /* no device kernel: refused at dispatch, naming the op and the device */
-    KT_READ_ERROR(kiln_sort(kiln_ref(x), 0, false, NULL), KILN_ERR_UNSUPPORTED, "kiln_sort");
-    KT_CHECK(strstr(kiln_last_error(), "opencl") != NULL);
-    KT_READ_ERROR(kiln_conv2d(kiln_ones(DEV, KILN_F32, KILN_SHAPE(1, 1, 3, 3)), kiln_ones(DEV, KILN_F32, KILN_SHAPE(1, 1, 2, 2)),
-                              KILN_NONE, 1, 1, 0, 0, 1, 1, 1),
-                  KILN_ERR_UNSUPPORTED, "kiln_conv2d");
-    /* a kernel the device cannot run (integer fmod): poisons its result, reported once */
+    /* (every public op has one now: the cumprod gradient's is taken away for the test) */
+    KT_CHECK(kiln_sync() == KILN_OK);
+    kiln__backend *be = (kiln__backend *)kiln__backend_get(DEV);
+    kiln__kernel_fn saved = be->kernels[KILN__OP_CUMPROD_BACKWARD];
+    be->kernels[KILN__OP_CUMPROD_BACKWARD] = NULL;
+    kiln_tensor xg = kiln_ones(DEV, KILN_F32, KILN_SHAPE(4));
+    kiln_require_grad(xg);
+    kiln_grads *g = NULL;
+    KT_CHECK(kiln_backward(kiln_sum(kiln_cumprod(kiln_ref(xg), 0)), &g) == KILN_ERR_UNSUPPORTED);
+    KT_CHECK_MSG(strstr(kiln_last_error(), "opencl") != NULL && strstr(kiln_last_error(), "CUMPROD_BACKWARD") != NULL, "%s",
+                 kiln_last_error());
+    kiln_grads_free(g);
+    kiln_release(xg);
+    KT_CHECK(kiln_sync() == KILN_OK);
+    be->kernels[KILN__OP_CUMPROD_BACKWARD] = saved;
+    /* a kernel that fails while running (integer fmod by zero): poisons its result, reported once */
     kiln_tensor i = kiln_full(DEV, KILN_I32, KILN_SHAPE(4), 7);
-    kiln_tensor r = kiln_add_scalar(kiln_fmod(kiln_ref(i), kiln_full(DEV, KILN_I32, KILN_SHAPE(4), 3)), 1);
-    KT_READ_ERROR(r, KILN_ERR_UNSUPPORTED, "kiln_fmod");
-    KT_CHECK(strstr(kiln_last_error(), "no OpenCL kernel for FMOD") != NULL);
+    kiln_tensor r = kiln_add_scalar(kiln_fmod(kiln_ref(i), kiln_full(DEV, KILN_I32, KILN_SHAPE(4), 0)), 1);
+    KT_READ_ERROR(r, KILN_ERR_INVALID_ARGUMENT, "kiln_fmod");
+    KT_CHECK(strstr(kiln_last_error(), "integer division by zero in fmod") != NULL);
     KT_CHECK(kiln_sync() == KILN_OK); /* already reported by the read */
     /* mixing devices is refused at dispatch */
     KT_READ_ERROR(kiln_add(kiln_ref(x), kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(4))), KILN_ERR_DEVICE, "kiln_add");
@@ -542,6 +657,18 @@ KT_TEST(profiler_names) {
     bool found = false;
     for (size_t i = 0; i < n && i < 64; i++) found |= strcmp(ev[i].op, "kiln_exp") == 0;
     KT_CHECK(found);
+    /* device times: a matmul's event spans its kernels' device execution, inside the worker's run */
+    kiln_tensor a = kiln_randn(DEV, KILN_F32, KILN_SHAPE(64, 64), 1);
+    KT_CHECK(kiln_sync() == KILN_OK);
+    kiln_profiler_start();
+    kiln_release(kiln_matmul(kiln_ref(a), kiln_ref(a)));
+    kiln_profiler_stop();
+    n = kiln_profiler_events(ev, 64);
+    found = false;
+    for (size_t i = 0; i < n && i < 64; i++)
+        if (strcmp(ev[i].op, "kiln_matmul") == 0) found = ev[i].end_us > ev[i].start_us && ev[i].start_us >= ev[i].dispatch_us;
+    KT_CHECK(found);
+    kiln_release(a);
 }
 
 #endif
@@ -561,6 +688,7 @@ int main(void) {
     KT_RUN(binary_broadcast);
     KT_RUN(casts);
     KT_RUN(fused_group);
+    KT_RUN(engine_fuses_device_ops);
     KT_RUN(reductions);
     KT_RUN(matmul);
     KT_RUN(gradients);
@@ -568,6 +696,7 @@ int main(void) {
     KT_RUN(ranges_and_scans);
     KT_RUN(edge_cases);
     KT_RUN(indexing);
+    KT_RUN(sorting);
     KT_RUN(mlp_training);
     KT_RUN(memory_stats_and_oom);
     KT_RUN(unsupported_and_failures);

@@ -38,6 +38,11 @@ kiln_status kiln__opencl_synchronize_all(void);
 /* Kernel-side detail for an error (thread-local; read by the engine after a failure). */
 void kiln__kernel_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *kiln__kernel_error_detail(void);
+/* Set by the engine around a kernel while the profiler records: a device kernel then waits for
+ * its device work and adds that work's execution time (ns, from the device's own profiling
+ * events) to kiln__kernel_device_ns, which the engine records in place of the enqueue time. */
+extern _Thread_local bool kiln__kernel_timing;
+extern _Thread_local uint64_t kiln__kernel_device_ns;
 
 /* CPU kernel registration, one function per kernel family (src/backend/cpu/). */
 void kiln__cpu_register_copy(kiln__kernel_fn *table);

@@ -18,6 +18,9 @@ void kiln__kernel_error(const char *fmt, ...) {
 
 const char *kiln__kernel_error_detail(void) { return kernel_error; }
 
+_Thread_local bool kiln__kernel_timing;
+_Thread_local uint64_t kiln__kernel_device_ns;
+
 const kiln__backend *kiln__backend_get(kiln_device dev) {
     if (dev == KILN_CPU) return kiln__cpu_backend();
     if (kiln_device_kind(dev) == KILN_KIND_OPENCL && kiln__device_slot(dev) >= 0)

@@ -130,6 +130,10 @@ kiln__error *kiln__execute(const kiln__op *op) {
 /* The device whose kernel runs op: its first storage on a device other than the CPU (a copy
  * between the host and a device runs on the device), else the CPU. */
 static kiln_device op_device(const kiln__op *op) {
+    if (op->code == KILN__OP_FUSED) { /* a group's ops share one device (fusion_join.c) */
+        const kiln__fused *g = (const kiln__fused *)(intptr_t)op->p.i[0];
+        return g->n_ops ? g->ops[0].out[0].storage->device : KILN_CPU;
+    }
     for (int i = 0; i < op->n_out; i++)
         if (op->out[i].storage && op->out[i].storage->device != KILN_CPU) return op->out[i].storage->device;
     for (int i = 0; i < op->n_in; i++)
@@ -175,9 +179,14 @@ static kiln__error *execute_op(const kiln__op *op) {
         kiln__kernel_error("out of memory for the output");
         st = KILN_ERR_OUT_OF_MEMORY;
     } else {
+        kiln__kernel_timing = t_start != 0, kiln__kernel_device_ns = 0;
         st = fn(op);
+        kiln__kernel_timing = false;
     }
-    if (t_start) kiln__profiler_record(op, t_start, kiln__now_ns());
+    if (t_start) { /* a device kernel's own execution time, ending when its wait returned */
+        uint64_t end = kiln__now_ns(), dev_ns = kiln__kernel_device_ns;
+        kiln__profiler_record(op, dev_ns && dev_ns <= end - t_start ? end - dev_ns : t_start, end);
+    }
     if (poisoned_in) { /* the collective took part; its outputs carry the input's error */
         kiln__kernel_error("%s", "");
         poison_outputs(op, poisoned_in);

@@ -1,7 +1,8 @@
 /* Which ops may join a stream's fusion group (see engine/fusion.h): elementwise ops of one
  * shape whose accesses keep tile-wise evaluation in program order right, a reduction over
- * the last dim of what the group wrote, and after it elementwise ops per row or broadcast
- * along the rows (the epilogue). */
+ * the last dim of what the group wrote (CPU groups only), and after it elementwise ops per row
+ * or broadcast along the rows (the epilogue). */
+#include "backend/backend-impl.h"
 #include "engine/fusion-impl.h"
 
 static bool same_shape(const kiln__view *v, int ndim, const int64_t *shape) {
@@ -17,18 +18,26 @@ static bool all_zero_strides(const kiln__view *v) {
     return true;
 }
 
-/* An elementwise op on the CPU with one dense output whose inputs are already broadcast to
- * its shape (what the IR and the tile interpreter handle). */
+/* A device whose backend runs a fused group (FUSED): the CPU, or a device backend with a
+ * generated kernel for it (OpenCL). */
+static bool device_fuses(kiln_device dev) {
+    if (dev == KILN_CPU) return true;
+    const kiln__backend *be = kiln__backend_get(dev);
+    return be && be->kernels[KILN__OP_FUSED];
+}
+
+/* An elementwise op with one dense output whose inputs are already broadcast to its shape
+ * (what the IR and the tile interpreter handle), every storage on one device that fuses. */
 bool kiln__fusion_op_fusable(const kiln__op *op) {
     if (op->flags || op->n_out != 1 || !kiln__expr_opcode_fusable(op->code)) return false;
     const kiln__view *out = &op->out[0];
-    if (!out->storage || out->storage->device != KILN_CPU || !kiln__view_is_contiguous(out) ||
-        kiln__view_numel(out) == 0)
-        return false;
+    if (!out->storage || !kiln__view_is_contiguous(out) || kiln__view_numel(out) == 0) return false;
+    kiln_device dev = out->storage->device;
     for (int i = 0; i < op->n_in; i++) {
         const kiln__view *v = &op->in[i];
-        if (!same_shape(v, out->ndim, out->shape) || (v->storage && v->storage->device != KILN_CPU)) return false;
+        if (!same_shape(v, out->ndim, out->shape) || (v->storage && v->storage->device != dev)) return false;
     }
+    if (!device_fuses(dev)) return false;
     /* integer fmod/remainder fail on a zero divisor while running: a group could then have
      * overwritten an in-place input before its ops are rerun one by one */
     if ((op->code == KILN__OP_FMOD || op->code == KILN__OP_REMAINDER) && !kiln__dtype_is_float(out->dtype))
@@ -132,6 +141,7 @@ bool kiln__window_try_join(kiln__window *w, const kiln__op *op) {
         if (!kiln__var_of(a[i].s)) return false; /* (a storage with a var reaches the release hook) */
     kiln__fused *g = w->g;
     if (w->closed ? !epilogue_fits(w, op) : g->n_ops > 0 && !same_shape(&op->out[0], g->ndim, g->shape)) return false;
+    if (g->n_ops > 0 && g->ops[0].out[0].storage->device != op->out[0].storage->device) return false; /* one device */
     if (!accesses_fit(w, a, n)) return false;
     if (g->n_ops == 0) kiln__fused_init(g, &op->out[0]);
     if (!kiln__fused_add(g, op)) return false;

@@ -282,6 +282,12 @@ bool kiln__cl_codegen_elementwise(const kiln__fused *g, bool fp64, kiln__cl_src 
     for (int s = 0; s < e->n_stores; s++)
         all_dense &= dense_k[KILN__EXPR_MAX_INPUTS + s] = dense_in(g, &g->output[e->store[s].output]);
     kiln__cl_src_prelude(b, fp64);
+    for (int i = 0; i < e->n_nodes; i++)
+        if (e->node[i].kind == KILN__EXPR_OP && e->node[i].dtype == KILN_F16) { /* rounds through a half in memory */
+            kiln__cl_src_printf(b, "inline float rf16(float f) { ushort u; vstore_half_rte(f, 0, (__private half *)&u);\n"
+                                   "  return vload_half(0, (__private const half *)&u); }\n");
+            break;
+        }
     kiln__cl_src_printf(b, "__kernel void k(long n, long8 shape");
     push(l, sizeof l->n, &l->n);
     push(l, sizeof l->shape, &l->shape);
@@ -346,6 +352,10 @@ bool kiln__cl_codegen_elementwise(const kiln__fused *g, bool fp64, kiln__cl_src 
             return false;
         }
         kiln__cl_src_printf(b, ";\n");
+        /* an f16 / bf16 result is rounded to its dtype, as the unfused op's store would (a
+         * fused group may not store it) */
+        if (n->kind == KILN__EXPR_OP && n->dtype == KILN_F16) kiln__cl_src_printf(b, "  v%d = rf16(v%d);\n", i, i);
+        if (n->kind == KILN__EXPR_OP && n->dtype == KILN_BF16) kiln__cl_src_printf(b, "  v%d = bf2f(f2bf(v%d));\n", i, i);
     }
     for (int s = 0; s < e->n_stores; s++) {
         int node = e->store[s].node;

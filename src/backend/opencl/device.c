@@ -124,7 +124,7 @@ static kiln__cl_device *device_open(int index) {
     cl_int err = CL_SUCCESS;
     d->context = clCreateContext(props, 1, &d->id, NULL, NULL, &err);
     for (int q = 0; q < KILN__CL_QUEUES && err == CL_SUCCESS; q++)
-        d->queue[q] = clCreateCommandQueue(d->context, d->id, 0, &err);
+        d->queue[q] = clCreateCommandQueue(d->context, d->id, CL_QUEUE_PROFILING_ENABLE, &err); /* device times */
     if (err != CL_SUCCESS) {
         device_free(d);
         return NULL;
@@ -140,6 +140,9 @@ static kiln__cl_device *device_open(int index) {
     kiln__cl_register_optim(d->backend.kernels);
     kiln__cl_register_random(d->backend.kernels);
     kiln__cl_register_scan(d->backend.kernels);
+    kiln__cl_register_nn(d->backend.kernels);
+    kiln__cl_register_sort(d->backend.kernels);
+    kiln__cl_register_intmod(d->backend.kernels);
     kiln__cl_memory_init(d); /* registers the memory with core: from here on storages can be made */
     return d;
 }

@@ -3,6 +3,7 @@
  * so sums match bit for bit), ONE_HOT (one per index). Elements move as raw bits of their
  * size. An index out of range is written to a small flag buffer read back after the kernel:
  * the op then fails with KILN_ERR_INDEX as on the CPU. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend-impl.h"
@@ -19,24 +20,31 @@ static const char *raw_type(kiln_dtype d) {
     }
 }
 
-/* Runs source with args plus a trailing flag buffer; KILN_ERR_INDEX when the kernel set it. */
-static kiln_status launch_checked(kiln__cl_device *d, const kiln__op *op, kiln__cl_src *src, size_t global,
-                                  kiln__cl_arg *args, int n_args, int64_t size) {
-    cl_long flag[2] = {0, 0};
+kiln_status kiln__cl_run_flagged(kiln__cl_device *d, const kiln__op *op, kiln__cl_src *src, size_t global,
+                                 kiln__cl_arg *args, int n_args, cl_long flag[2]) {
+    flag[0] = flag[1] = 0;
     cl_int err = CL_SUCCESS;
-    cl_mem bad = clCreateBuffer(d->context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof flag, flag, &err);
-    if (err != CL_SUCCESS) return free(src->s), kiln__cl_fail(err, "clCreateBuffer");
+    cl_mem bad = clCreateBuffer(d->context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, 2 * sizeof(cl_long), flag, &err);
+    if (err != CL_SUCCESS) return free(src->s), src->s = NULL, kiln__cl_fail(err, "clCreateBuffer");
     args[n_args++] = (kiln__cl_arg){sizeof bad, &bad};
     kiln_status st = kiln__cl_run(d, op, src, global, args, n_args);
     if (st == KILN_OK) {
-        err = clEnqueueReadBuffer(kiln__cl_queue(d, op), bad, CL_TRUE, 0, sizeof flag, flag, 0, NULL, NULL);
+        err = clEnqueueReadBuffer(kiln__cl_queue(d, op), bad, CL_TRUE, 0, 2 * sizeof(cl_long), flag, 0, NULL, NULL);
         if (err != CL_SUCCESS) st = kiln__cl_fail(err, "clEnqueueReadBuffer");
-        else if (flag[0]) {
-            kiln__kernel_error("index %lld out of range for dim of size %lld", (long long)flag[1], (long long)size);
-            st = KILN_ERR_INDEX;
-        }
     }
     clReleaseMemObject(bad);
+    return st;
+}
+
+/* kiln__cl_run_flagged; KILN_ERR_INDEX when the kernel flagged an index out of range. */
+static kiln_status launch_checked(kiln__cl_device *d, const kiln__op *op, kiln__cl_src *src, size_t global,
+                                  kiln__cl_arg *args, int n_args, int64_t size) {
+    cl_long flag[2];
+    kiln_status st = kiln__cl_run_flagged(d, op, src, global, args, n_args, flag);
+    if (st == KILN_OK && flag[0]) {
+        kiln__kernel_error("index %lld out of range for dim of size %lld", (long long)flag[1], (long long)size);
+        st = KILN_ERR_INDEX;
+    }
     return st;
 }
 

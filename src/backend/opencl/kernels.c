@@ -41,10 +41,13 @@ static kiln_status run_group(kiln__cl_device *d, const kiln__op *op, const kiln_
     return st;
 }
 
+/* A group from the fusion window carries its views in the group, not the op. */
 static kiln_status kernel_fused(const kiln__op *op) {
+    const kiln__fused *g = (const kiln__fused *)(intptr_t)op->p.i[0];
     kiln__cl_device *d = device_of_op(op);
+    if (!d && g->expr.n_outputs > 0) d = kiln__cl_device_of(g->output[0].storage->device);
     if (NEVER(!d)) return KILN_ERR_INTERNAL;
-    return run_group(d, op, (const kiln__fused *)(intptr_t)op->p.i[0]);
+    return run_group(d, op, g);
 }
 
 static kiln_status kernel_elementwise(const kiln__op *op) {

@@ -85,6 +85,12 @@ typedef struct {
 kiln_status kiln__cl_launch(kiln__cl_device *d, const kiln__op *op, const char *source, size_t global,
                             const kiln__cl_arg *args, int n_args);
 struct kiln__cl_src;
+/* kiln__cl_run with a trailing __global long[2] flag argument (zeroed before), read back into
+ * flag after the kernel (it waits): how a kernel reports a bad value (an index out of range, an
+ * integer division by zero) for the host to turn into the op's error. args needs room for one
+ * more. */
+kiln_status kiln__cl_run_flagged(kiln__cl_device *d, const kiln__op *op, struct kiln__cl_src *src, size_t global,
+                                 kiln__cl_arg *args, int n_args, cl_long flag[2]);
 /* kiln__cl_launch of a generated source (out of memory if its generation ran out), which it
  * frees. */
 kiln_status kiln__cl_run(kiln__cl_device *d, const kiln__op *op, struct kiln__cl_src *src, size_t global,
@@ -130,5 +136,8 @@ void kiln__cl_register_index(kiln__kernel_fn *table);
 void kiln__cl_register_optim(kiln__kernel_fn *table);
 void kiln__cl_register_random(kiln__kernel_fn *table);
 void kiln__cl_register_scan(kiln__kernel_fn *table);
+void kiln__cl_register_nn(kiln__kernel_fn *table);
+void kiln__cl_register_sort(kiln__kernel_fn *table);
+void kiln__cl_register_intmod(kiln__kernel_fn *table); /* after register_elementwise */
 
 #endif

@@ -13,6 +13,7 @@
 #define FLAG_FIRST 1
 #define FLAG_NESTEROV 2
 #define FLAG_DECOUPLED 4
+#define FLAG_CENTERED 8
 
 static double f64_of_bits(int64_t bits) {
     double v;
@@ -31,9 +32,9 @@ static bool float_params(const kiln__op *op, kiln__cl_device *d) {
 /* Views v[0..n) over v[0]'s shape: their packed strides and offsets as kernel arguments. */
 typedef struct {
     cl_long n;
-    cl_long8 shape, st[4];
-    cl_long off[4];
-    cl_mem mem[4];
+    cl_long8 shape, st[5];
+    cl_long off[5];
+    cl_mem mem[5];
     cl_double hp[8];
 } layout;
 
@@ -159,7 +160,75 @@ static kiln_status kernel_sum_squares(const kiln__op *op) {
     return kiln__cl_run(d, op, &s, 1, args, 7);
 }
 
+/* RMSprop and Adagrad as the CPU's optim_adaptive.c computes them (PyTorch's single-tensor
+ * steps in the parameter's precision). p.f and pi as there: RMSPROP_GRAD_AVG (out ga; in grad,
+ * param; f = alpha, wd), RMSPROP_UPDATE (out param, square_avg, [buf]; in grad, [grad_avg];
+ * f = lr, alpha, eps, wd; pi[1] momentum bits), ADAGRAD_UPDATE (out param, sum; in grad;
+ * f = clr, eps, wd, initial accumulator). pi[0] the flags. */
+static kiln_status kernel_adaptive(const kiln__op *op) {
+    kiln__cl_device *d = kiln__cl_device_of(op->out[0].storage->device);
+    if (NEVER(!d)) return KILN_ERR_INTERNAL;
+    int flags = (int)op->pi[0];
+    bool first = flags & FLAG_FIRST, centered = flags & FLAG_CENTERED;
+    kiln__opcode code = op->code;
+    bool shape_ok = code == KILN__OP_RMSPROP_GRAD_AVG ? op->n_out == 1 && op->n_in == 2
+                    : code == KILN__OP_ADAGRAD_UPDATE ? op->n_out == 2 && op->n_in == 1
+                                                      : op->n_out >= 2 && op->n_out <= 3 && op->n_in == (centered ? 2 : 1);
+    if (!shape_ok) return KILN_ERR_INTERNAL;
+    if (!float_params(op, d)) return KILN_ERR_DTYPE;
+    for (int i = 0; i < op->n_in; i++)
+        if (op->in[i].dtype != op->out[0].dtype) {
+            kiln__kernel_error("gradient dtype differs from the parameter's");
+            return KILN_ERR_DTYPE;
+        }
+    const char *T = kiln__cl_ctype(op->out[0].dtype);
+    const kiln__view *v[5];
+    int n = 0;
+    for (int i = 0; i < op->n_out; i++) v[n++] = &op->out[i];
+    for (int i = 0; i < op->n_in; i++) v[n++] = &op->in[i];
+    layout l;
+    kiln__cl_arg args[32];
+    int a = push_views(&l, v, n, args);
+    int n_hp = code == KILN__OP_RMSPROP_UPDATE ? 6 : code == KILN__OP_ADAGRAD_UPDATE ? 4 : 2;
+    kiln__cl_src s = {0};
+    header(&s, d->fp64, T, n, n_hp);
+    if (code == KILN__OP_RMSPROP_GRAD_AVG) { /* v0 ga, v1 grad, v2 param */
+        l.hp[0] = 1.0 - op->p.f[0], l.hp[1] = op->p.f[1];
+        kiln__cl_src_printf(&s, "  %s w = (%s)h0, wd = (%s)h1, g = v1[i1];\n  if (wd != 0) g = g + wd * v2[i2];\n", T, T, T);
+        kiln__cl_src_printf(&s, first ? "  %s g0 = 0;\n" : "  %s g0 = v0[i0];\n", T);
+        kiln__cl_src_printf(&s, "  v0[i0] = g0 + w * (g - g0);\n}\n");
+    } else if (code == KILN__OP_ADAGRAD_UPDATE) { /* v0 param, v1 sum, v2 grad */
+        for (int i = 0; i < 4; i++) l.hp[i] = op->p.f[i];
+        kiln__cl_src_printf(&s, "  %s clr = (%s)h0, eps = (%s)h1, wd = (%s)h2, init = (%s)h3, g = v2[i2];\n"
+                                "  if (wd != 0) g = g + wd * v0[i0];\n", T, T, T, T, T);
+        kiln__cl_src_printf(&s, first ? "  %s sm = init + g * g;\n" : "  %s sm = v1[i1] + g * g;\n", T);
+        kiln__cl_src_printf(&s, "  v1[i1] = sm;\n  v0[i0] = v0[i0] - clr * (g / (sqrt(sm) + eps));\n}\n");
+    } else { /* v0 param, v1 square_avg, [v2 buf], grad, [grad_avg] */
+        bool mom = op->n_out == 3;
+        int ig = mom ? 3 : 2, ia = ig + 1;
+        l.hp[0] = op->p.f[0], l.hp[1] = op->p.f[1], l.hp[2] = 1.0 - op->p.f[1], l.hp[3] = op->p.f[2];
+        l.hp[4] = op->p.f[3], l.hp[5] = f64_of_bits(op->pi[1]);
+        kiln__cl_src_printf(&s, "  %s lr = (%s)h0, alpha = (%s)h1, w = (%s)h2, eps = (%s)h3, wd = (%s)h4, mu = (%s)h5;\n"
+                                "  %s g = v%d[i%d];\n  if (wd != 0) g = g + wd * v0[i0];\n", T, T, T, T, T, T, T, T, ig, ig);
+        kiln__cl_src_printf(&s, first ? "  %s sq = (%s)0 + w * g * g;\n" : "  %s sq = v1[i1] * alpha + w * g * g;\n", T, T);
+        kiln__cl_src_printf(&s, "  v1[i1] = sq;\n");
+        if (centered) kiln__cl_src_printf(&s, "  %s ga = v%d[i%d]; sq = sq - ga * ga;\n", T, ia, ia);
+        kiln__cl_src_printf(&s, "  %s avg = sqrt(sq) + eps;\n", T);
+        if (mom) {
+            kiln__cl_src_printf(&s, first ? "  %s buf = (%s)0 + g / avg;\n" : "  %s buf = v2[i2] * mu + g / avg;\n", T, T);
+            kiln__cl_src_printf(&s, "  v2[i2] = buf;\n  v0[i0] = v0[i0] - lr * buf;\n}\n");
+        } else {
+            kiln__cl_src_printf(&s, "  v0[i0] = v0[i0] - lr * (g / avg);\n}\n");
+        }
+    }
+    return launch(d, op, &s, &l, args, a, n_hp);
+}
+
 void kiln__cl_register_optim(kiln__kernel_fn *table) {
+    table[KILN__OP_RMSPROP_GRAD_AVG] = kernel_adaptive;
+    table[KILN__OP_RMSPROP_UPDATE] = kernel_adaptive;
+    table[KILN__OP_ADAGRAD_UPDATE] = kernel_adaptive;
+
     table[KILN__OP_SUM_SQUARES] = kernel_sum_squares;
     table[KILN__OP_SGD_UPDATE] = kernel_sgd;
     table[KILN__OP_ADAM_UPDATE] = kernel_adam;

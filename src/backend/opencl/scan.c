@@ -3,6 +3,7 @@
  * one work item per line along dim, accumulating as the CPU does: f32 in double, i64 wrapping),
  * so results equal the CPU's bit for bit. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "backend/backend-impl.h"
 
@@ -115,7 +116,66 @@ static kiln_status kernel_scan(const kiln__op *op) {
     return kiln__cl_run(d, op, &s, len ? (size_t)n : 0, args, 11);
 }
 
+/* CUMPROD_BACKWARD (out = dx of y = cumprod(x) along dim, from in[0] = g and in[1] = x), one
+ * work item per line with the CPU's formula and order (exact where x has zeros, running products
+ * in double in a scratch buffer), so results equal the CPU's bit for bit. out may alias g
+ * exactly: each g[k] is read before out[k] is written. */
+static kiln_status kernel_cumprod_backward(const kiln__op *op) {
+    const kiln__view *out = &op->out[0], *g = &op->in[0], *x = &op->in[1];
+    kiln__cl_device *d = dev_of(op);
+    if (NEVER(!d)) return KILN_ERR_INTERNAL;
+    kiln_dtype dt = out->dtype;
+    if ((dt != KILN_F32 && dt != KILN_F64) || g->dtype != dt || x->dtype != dt || !d->fp64 || out->ndim < 1) {
+        kiln__kernel_error("no OpenCL kernel for %s on %s here", kiln__opcode_name(op->code), kiln_dtype_name(dt));
+        return KILN_ERR_UNSUPPORTED;
+    }
+    int nd = out->ndim, dim = (int)op->p.i[0];
+    const char *T = kiln__cl_ctype(dt);
+    kiln__cl_src s = {0};
+    kiln__cl_src_prelude(&s, true);
+    kiln__cl_src_printf(&s, "%s", kiln__cl_layout_helpers);
+    kiln__cl_src_printf(&s,
+                        "__kernel void k(long lines, long8 shape8, long8 ost8, long oo, long8 gst8, long go, long8 xst8,\n"
+                        "  long xo, int dim, long n, __global %s *out, __global const %s *g, __global const %s *x,\n"
+                        "  __global double *scratch) {\n"
+                        "  long l = get_global_id(0); if (l >= lines) return;\n"
+                        "  long shape[8], ost[8], gst[8], xst[8], c[8];\n"
+                        "  unpack(shape8, shape); unpack(ost8, ost); unpack(gst8, gst); unpack(xst8, xst); coords(l, shape, c);\n"
+                        "  __global %s *o = out + oo + dot(c, ost); __global const %s *gl = g + go + dot(c, gst);\n"
+                        "  __global const %s *xl = x + xo + dot(c, xst); __global double *p = scratch + l * n;\n"
+                        "  long os = ost[dim], gs = gst[dim], xs = xst[dim], z = n; double run = 1;\n"
+                        "  for (long j = 0; j < n; j++) { double xj = xl[j * xs]; if (xj == 0 && z == n) z = j; run *= xj; p[j] = run; }\n"
+                        "  double at_z = 0;\n"
+                        "  if (z < n) { double r = z ? p[z - 1] : 1;\n"
+                        "    for (long j = z; j < n; j++) { if (j > z) r *= xl[j * xs]; at_z += gl[j * gs] * r; } }\n"
+                        "  double acc = 0;\n"
+                        "  for (long k = z - 1; k >= 0; k--) { acc += gl[k * gs] * p[k]; o[k * os] = (%s)(acc / xl[k * xs]); }\n"
+                        "  for (long k = z; k < n; k++) o[k * os] = (%s)(k == z ? at_z : 0);\n}\n",
+                        T, T, T, T, T, T, T, T);
+    int64_t shape[KILN_MAX_DIMS];
+    cl_long lines = 1, n = out->shape[dim];
+    for (int q = 0; q < nd; q++) shape[q] = q == dim ? 1 : out->shape[q], lines *= shape[q];
+    cl_long8 shape8, ost8, gst8, xst8;
+    kiln__cl_pack8(&shape8, shape, nd, 1);
+    kiln__cl_pack8(&ost8, out->strides, nd, 0);
+    kiln__cl_pack8(&gst8, g->strides, nd, 0);
+    kiln__cl_pack8(&xst8, x->strides, nd, 0);
+    cl_long oo = out->offset, go = g->offset, xo = x->offset;
+    cl_int dim8 = dim + 8 - nd, err = CL_SUCCESS;
+    size_t bytes = (size_t)(lines * n > 0 ? lines * n : 1) * sizeof(cl_double);
+    cl_mem scratch = clCreateBuffer(d->context, CL_MEM_READ_WRITE, bytes, NULL, &err);
+    if (err != CL_SUCCESS) return free(s.s), kiln__cl_fail(err, "clCreateBuffer (cumprod backward scratch)");
+    cl_mem om = kiln__cl_mem(out->storage), gm = kiln__cl_mem(g->storage), xm = kiln__cl_mem(x->storage);
+    kiln__cl_arg args[] = {{8, &lines}, {64, &shape8}, {64, &ost8}, {8, &oo},  {64, &gst8},      {8, &go},         {64, &xst8},
+                           {8, &xo},    {4, &dim8},    {8, &n},     {sizeof om, &om}, {sizeof gm, &gm}, {sizeof xm, &xm},
+                           {sizeof scratch, &scratch}};
+    kiln_status st = kiln__cl_run(d, op, &s, n ? (size_t)lines : 0, args, 14);
+    clReleaseMemObject(scratch); /* freed once the kernel is done (OpenCL keeps it for queued work) */
+    return st;
+}
+
 void kiln__cl_register_scan(kiln__kernel_fn *table) {
+    table[KILN__OP_CUMPROD_BACKWARD] = kernel_cumprod_backward;
     table[KILN__OP_ARANGE] = kernel_range;
     table[KILN__OP_LINSPACE] = kernel_range;
     table[KILN__OP_EYE] = kernel_range;
