@@ -53,6 +53,10 @@ kiln__error *kiln__execute(const kiln__op *op);
  * forked child, also forgetting the parent's kernels). */
 void kiln__kernels_hold(void);
 void kiln__kernels_release(bool in_child);
+/* At exit(): no kernel starts any more, and one still running gets a few seconds to finish,
+ * so that no kernel runs while exit tears down the libraries kernels call (oneDNN's and
+ * OpenBLAS's static state). Queued work is dropped: nothing can read its results. */
+void kiln__kernels_stop_at_exit(void);
 /* Asynchronous submission: queue op on the stream; if ev is not NULL, count it there. */
 void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target);
 /* Submits op counted on ev (runs it at once in synchronous mode). */

@@ -60,6 +60,11 @@ void kiln__kernels_release(bool in_child) {
     atomic_store(&kernels_held, false);
 }
 
+void kiln__kernels_stop_at_exit(void) {
+    atomic_store(&kernels_held, true);
+    for (int i = 0; i < 100000 && atomic_load(&kernels_running) > 0; i++) usleep(50); /* about 5 s at most */
+}
+
 static void kernel_enter(void) {
     for (;;) {
         while (atomic_load(&kernels_held)) usleep(50);
