@@ -20,10 +20,6 @@ static kiln__cl_device *device_of_op(const kiln__op *op) {
 }
 
 static kiln_status run_group(kiln__cl_device *d, const kiln__op *op, const kiln__fused *g) {
-    if (g->row > 0) {
-        kiln__kernel_error("no OpenCL kernel for a fused reduction yet");
-        return KILN_ERR_UNSUPPORTED;
-    }
     for (int k = 0; k < g->expr.n_inputs; k++)
         if (g->input[k].storage->device != d->device) {
             kiln__kernel_error("input %d of %s is on %s, not %s", k, op->name, kiln_device_name(g->input[k].storage->device),
