@@ -267,6 +267,7 @@ static void set_layout(const kiln__fused *g, const kiln__view *v, cl_long *off, 
 bool kiln__cl_codegen_params(const kiln__fused *g, bool fp64, kiln__cl_src *b, kiln__cl_ew_launch *l) {
     const kiln__expr *e = &g->expr;
     l->n_args = 0;
+    l->local = 0;
     l->n = 1;
     for (int d = 0; d < 8; d++) l->shape.s[d] = d < g->ndim ? g->shape[d] : 1;
     for (int d = 0; d < g->ndim; d++) l->n *= g->shape[d];
