@@ -30,6 +30,8 @@
 
 /* Work items per row (a power of two). */
 #define ROW_GROUP 64
+/* Elements per item between two barriers (each step printed out in full). */
+#define ROW_UNROLL 4
 
 typedef struct {
     const kiln__fused *g;
@@ -59,13 +61,17 @@ static void input_index(kiln__cl_src *b, const void *ctx, int k) {
  * the node count, skipping per-row ones), then `tail`. */
 static bool walk(kiln__cl_src *b, const kiln__fused *g, bool fp64, const row_index *x, int end, const char *tail) {
     const kiln__expr *e = &g->expr;
-    kiln__cl_src_printf(b, "  for (long j0 = 0; j0 < len; j0 += %d) {\n  long j = j0 + lid;\n  if (j < len) {\n", ROW_GROUP);
-    for (int i = 0; i < end; i++) {
-        const kiln__expr_node *n = &e->node[i];
-        if (n->kind == KILN__EXPR_CONST || n->kind == KILN__EXPR_REDUCE || n->rows) continue;
-        if (!kiln__cl_codegen_node(b, g, i, fp64, input_index, x)) return false;
+    kiln__cl_src_printf(b, "  for (long j0 = 0; j0 < len; j0 += %d) {\n", ROW_GROUP * ROW_UNROLL);
+    for (int u = 0; u < ROW_UNROLL; u++) {
+        kiln__cl_src_printf(b, "  { long j = j0 + %d + lid;\n  if (j < len) {\n", u * ROW_GROUP);
+        for (int i = 0; i < end; i++) {
+            const kiln__expr_node *n = &e->node[i];
+            if (n->kind == KILN__EXPR_CONST || n->kind == KILN__EXPR_REDUCE || n->rows) continue;
+            if (!kiln__cl_codegen_node(b, g, i, fp64, input_index, x)) return false;
+        }
+        kiln__cl_src_printf(b, "%s  } }\n", tail);
     }
-    kiln__cl_src_printf(b, "%s  }\n  barrier(CLK_LOCAL_MEM_FENCE);\n  }\n", tail);
+    kiln__cl_src_printf(b, "  barrier(CLK_LOCAL_MEM_FENCE);\n  }\n");
     return true;
 }
 
