@@ -169,8 +169,9 @@ bool kiln__window_try_join_reduce(kiln__window *w, const kiln__op *op) {
     const kiln__view *in = &op->in[0], *out = &op->out[0];
     int nd = g->ndim;
     if (nd < 1 || g->shape[nd - 1] < 2 || g->shape[nd - 1] > MAX_FUSED_ROW || !in->storage || !out->storage ||
-        out->storage->device != KILN_CPU || !same_shape(in, nd, g->shape) || out->ndim != nd ||
-        !kiln__view_is_contiguous(out) || (in->dtype != KILN_F32 && in->dtype != KILN_F64))
+        out->storage->device != g->ops[0].out[0].storage->device || !device_fuses(out->storage->device) ||
+        !same_shape(in, nd, g->shape) || out->ndim != nd || !kiln__view_is_contiguous(out) ||
+        (in->dtype != KILN_F32 && in->dtype != KILN_F64))
         return false;
     for (int d = 0; d < nd; d++)
         if (out->shape[d] != (d == nd - 1 ? 1 : g->shape[d])) return false;

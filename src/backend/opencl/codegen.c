@@ -260,27 +260,24 @@ static void set_layout(const kiln__fused *g, const kiln__view *v, cl_long *off, 
     for (int d = 0; d < 8; d++) st->s[d] = d < g->ndim ? v->strides[d] : 0;
 }
 
-bool kiln__cl_codegen_elementwise(const kiln__fused *g, bool fp64, kiln__cl_src *b, kiln__cl_ew_launch *l) {
+/* Checks every node's dtype, prints the prelude and the signature of kernel "k" (n, shape,
+ * each input and stored output with its offset and strides, each constant) and pushes the
+ * launch arguments. A per-row load (ir/expr.h) reads its reduced-shape input at offset + row
+ * * strides.s0: the host passes s0 = 1 for a dense one, 0 for one value. */
+bool kiln__cl_codegen_params(const kiln__fused *g, bool fp64, kiln__cl_src *b, kiln__cl_ew_launch *l) {
     const kiln__expr *e = &g->expr;
     l->n_args = 0;
+    l->local = 0;
     l->n = 1;
     for (int d = 0; d < 8; d++) l->shape.s[d] = d < g->ndim ? g->shape[d] : 1;
     for (int d = 0; d < g->ndim; d++) l->n *= g->shape[d];
     for (int i = 0; i < e->n_nodes; i++) {
         kiln_dtype dt = e->node[i].dtype;
-        if (e->node[i].kind == KILN__EXPR_REDUCE || e->node[i].rows) { /* the CPU's prologue/epilogue forms */
-            kiln__kernel_error("the OpenCL printer has no fused reductions yet");
-            return false;
-        }
         if (!kiln__dtype_valid(dt) || (dt == KILN_F64 && !fp64)) {
             kiln__kernel_error("this OpenCL device has no %s arithmetic", kiln_dtype_name(dt));
             return false;
         }
     }
-    bool all_dense = true, dense_k[KILN__EXPR_MAX_INPUTS + KILN__EXPR_MAX_OUTPUTS];
-    for (int k = 0; k < e->n_inputs; k++) all_dense &= dense_k[k] = dense_in(g, &g->input[k]);
-    for (int s = 0; s < e->n_stores; s++)
-        all_dense &= dense_k[KILN__EXPR_MAX_INPUTS + s] = dense_in(g, &g->output[e->store[s].output]);
     kiln__cl_src_prelude(b, fp64);
     for (int i = 0; i < e->n_nodes; i++)
         if (e->node[i].kind == KILN__EXPR_OP && e->node[i].dtype == KILN_F16) { /* rounds through a half in memory */
@@ -298,6 +295,14 @@ bool kiln__cl_codegen_elementwise(const kiln__fused *g, bool fp64, kiln__cl_src 
         push(l, sizeof(cl_mem), &l->mem[k]);
         push(l, sizeof(cl_long), &l->off[k]);
         push(l, sizeof(cl_long8), &l->strides[k]);
+    }
+    for (int i = 0; i < e->n_nodes; i++) {
+        const kiln__expr_node *n = &e->node[i];
+        if (n->kind != KILN__EXPR_LOAD || !n->rows) continue;
+        const kiln__view *v = &g->input[n->input];
+        bool scalar = true;
+        for (int d = 0; d < v->ndim; d++) scalar &= v->shape[d] == 1 || v->strides[d] == 0;
+        l->strides[n->input].s[0] = scalar ? 0 : 1; /* dense in the reduced shape otherwise (the join checked) */
     }
     for (int s = 0; s < e->n_stores; s++) {
         const kiln__view *v = &g->output[e->store[s].output];
@@ -323,50 +328,86 @@ bool kiln__cl_codegen_elementwise(const kiln__fused *g, bool fp64, kiln__cl_src 
             push(l, sizeof(cl_float), &l->consts[i]);
         }
     }
-    kiln__cl_src_printf(b, ") {\n  long i = get_global_id(0);\n  if (i >= n) return;\n");
+    kiln__cl_src_printf(b, ") {\n");
+    return true;
+}
+
+/* Prints node i (a CONST, LOAD or OP) as the declaration of v<i>; index(b, ctx, k) prints the
+ * element index of input k. */
+bool kiln__cl_codegen_node(kiln__cl_src *b, const kiln__fused *g, int i, bool fp64,
+                           void (*index)(kiln__cl_src *b, const void *ctx, int k), const void *ctx) {
+    const kiln__expr *e = &g->expr;
+    const kiln__expr_node *n = &e->node[i];
+    const char *T = kiln__cl_ctype(n->dtype);
+    kiln__cl_src_printf(b, "  %s v%d = ", T, i);
+    if (n->kind == KILN__EXPR_CONST) {
+        kiln__cl_src_printf(b, "(%s)cv%d", T, i); /* f16/bf16: rounded on the host, as the CPU does */
+    } else if (n->kind == KILN__EXPR_LOAD) {
+        int k = n->input;
+        kiln_dtype dt = g->input[k].dtype;
+        const char *pre = dt == KILN_F16 ? "vload_half(" : dt == KILN_BF16 ? "bf2f(in%d[" : "in%d[";
+        if (dt == KILN_F16) kiln__cl_src_printf(b, "%s", pre);
+        else kiln__cl_src_printf(b, pre, k);
+        index(b, ctx, k);
+        if (dt == KILN_F16) kiln__cl_src_printf(b, ", in%d)", k);
+        else kiln__cl_src_printf(b, dt == KILN_BF16 ? "])" : "]");
+        if (dt == KILN_BOOL) kiln__cl_src_printf(b, " != 0");
+    } else if (n->kind != KILN__EXPR_OP || !op_expr(b, e, n, fp64)) {
+        kiln__kernel_error("no OpenCL kernel for %s on %s yet", kiln__opcode_name(n->code),
+                           kiln_dtype_name(e->node[n->kind == KILN__EXPR_OP ? n->arg[0] : i].dtype));
+        return false;
+    }
+    kiln__cl_src_printf(b, ";\n");
+    /* an f16 / bf16 result is rounded to its dtype, as the unfused op's store would (a fused
+     * group may not store it) */
+    if (n->kind == KILN__EXPR_OP && n->dtype == KILN_F16) kiln__cl_src_printf(b, "  v%d = rf16(v%d);\n", i, i);
+    if (n->kind == KILN__EXPR_OP && n->dtype == KILN_BF16) kiln__cl_src_printf(b, "  v%d = bf2f(f2bf(v%d));\n", i, i);
+    return true;
+}
+
+/* Prints the store of stored output s (its node's value) at element index idx. */
+void kiln__cl_codegen_store(kiln__cl_src *b, const kiln__fused *g, int s, const char *idx) {
+    int node = g->expr.store[s].node;
+    kiln_dtype dt = g->output[g->expr.store[s].output].dtype;
+    if (dt == KILN_F16) kiln__cl_src_printf(b, "  vstore_half_rte(v%d, %s, out%d);\n", node, idx, s);
+    else if (dt == KILN_BF16) kiln__cl_src_printf(b, "  out%d[%s] = f2bf(v%d);\n", s, idx, node);
+    else kiln__cl_src_printf(b, "  out%d[%s] = v%d;\n", s, idx, node);
+}
+
+typedef struct {
+    const kiln__fused *g;
+    const bool *dense;
+} ew_index;
+
+static void ew_input_index(kiln__cl_src *b, const void *ctx, int k) {
+    const ew_index *x = ctx;
+    print_index(b, x->g, x->dense[k], 'i', k);
+}
+
+bool kiln__cl_codegen_elementwise(const kiln__fused *g, bool fp64, kiln__cl_src *b, kiln__cl_ew_launch *l) {
+    if (g->row > 0) return kiln__cl_codegen_rows(g, fp64, b, l);
+    const kiln__expr *e = &g->expr;
+    bool all_dense = true, dense_k[KILN__EXPR_MAX_INPUTS + KILN__EXPR_MAX_OUTPUTS];
+    for (int k = 0; k < e->n_inputs; k++) all_dense &= dense_k[k] = dense_in(g, &g->input[k]);
+    for (int s = 0; s < e->n_stores; s++)
+        all_dense &= dense_k[KILN__EXPR_MAX_INPUTS + s] = dense_in(g, &g->output[e->store[s].output]);
+    if (!kiln__cl_codegen_params(g, fp64, b, l)) return false;
+    kiln__cl_src_printf(b, "  long i = get_global_id(0);\n  if (i >= n) return;\n");
     if (!all_dense) { /* 32-bit divisions when the space allows: a 64-bit one costs several times more */
         const char *I = l->n <= INT32_MAX ? "uint" : "long";
         kiln__cl_src_printf(b, "  %s r = (%s)i;\n", I, I);
         for (int d = g->ndim - 1; d >= 0; d--)
             kiln__cl_src_printf(b, "  long c%d = r %% (%s)shape.s%d; r /= (%s)shape.s%d;\n", d, I, d, I, d);
     }
-    for (int i = 0; i < e->n_nodes; i++) {
-        const kiln__expr_node *n = &e->node[i];
-        const char *T = kiln__cl_ctype(n->dtype);
-        kiln__cl_src_printf(b, "  %s v%d = ", T, i);
-        if (n->kind == KILN__EXPR_CONST) {
-            kiln__cl_src_printf(b, "(%s)cv%d", T, i); /* f16/bf16: rounded on the host, as the CPU does */
-        } else if (n->kind == KILN__EXPR_LOAD) {
-            int k = n->input;
-            kiln_dtype dt = g->input[k].dtype;
-            const char *pre = dt == KILN_F16 ? "vload_half(" : dt == KILN_BF16 ? "bf2f(in%d[" : "in%d[";
-            if (dt == KILN_F16) kiln__cl_src_printf(b, "%s", pre);
-            else kiln__cl_src_printf(b, pre, k);
-            print_index(b, g, dense_k[k], 'i', k);
-            if (dt == KILN_F16) kiln__cl_src_printf(b, ", in%d)", k);
-            else kiln__cl_src_printf(b, dt == KILN_BF16 ? "])" : "]");
-            if (dt == KILN_BOOL) kiln__cl_src_printf(b, " != 0");
-        } else if (n->kind != KILN__EXPR_OP || !op_expr(b, e, n, fp64)) {
-            kiln__kernel_error("no OpenCL kernel for %s on %s yet", kiln__opcode_name(n->code),
-                               kiln_dtype_name(e->node[n->kind == KILN__EXPR_OP ? n->arg[0] : i].dtype));
-            return false;
-        }
-        kiln__cl_src_printf(b, ";\n");
-        /* an f16 / bf16 result is rounded to its dtype, as the unfused op's store would (a
-         * fused group may not store it) */
-        if (n->kind == KILN__EXPR_OP && n->dtype == KILN_F16) kiln__cl_src_printf(b, "  v%d = rf16(v%d);\n", i, i);
-        if (n->kind == KILN__EXPR_OP && n->dtype == KILN_BF16) kiln__cl_src_printf(b, "  v%d = bf2f(f2bf(v%d));\n", i, i);
-    }
+    ew_index x = {g, dense_k};
+    for (int i = 0; i < e->n_nodes; i++)
+        if (!kiln__cl_codegen_node(b, g, i, fp64, ew_input_index, &x)) return false;
     for (int s = 0; s < e->n_stores; s++) {
-        int node = e->store[s].node;
-        kiln_dtype dt = g->output[e->store[s].output].dtype;
-        kiln__cl_src_printf(b, "  ");
-        if (dt == KILN_F16) kiln__cl_src_printf(b, "vstore_half_rte(v%d, ", node);
-        else kiln__cl_src_printf(b, "out%d[", s);
-        print_index(b, g, dense_k[KILN__EXPR_MAX_INPUTS + s], 'o', s);
-        if (dt == KILN_F16) kiln__cl_src_printf(b, ", out%d);\n", s);
-        else if (dt == KILN_BF16) kiln__cl_src_printf(b, "] = f2bf(v%d);\n", node);
-        else kiln__cl_src_printf(b, "] = v%d;\n", node);
+        kiln__cl_src idx = {0};
+        print_index(&idx, g, dense_k[KILN__EXPR_MAX_INPUTS + s], 'o', s);
+        if (idx.oom) b->oom = true;
+        else kiln__cl_codegen_store(b, g, s, idx.s);
+        free(idx.s);
     }
     kiln__cl_src_printf(b, "}\n");
     if (b->oom) kiln__kernel_error("out of host memory generating an OpenCL kernel");

@@ -20,10 +20,6 @@ static kiln__cl_device *device_of_op(const kiln__op *op) {
 }
 
 static kiln_status run_group(kiln__cl_device *d, const kiln__op *op, const kiln__fused *g) {
-    if (g->row > 0) {
-        kiln__kernel_error("no OpenCL kernel for a fused reduction yet");
-        return KILN_ERR_UNSUPPORTED;
-    }
     for (int k = 0; k < g->expr.n_inputs; k++)
         if (g->input[k].storage->device != d->device) {
             kiln__kernel_error("input %d of %s is on %s, not %s", k, op->name, kiln_device_name(g->input[k].storage->device),
@@ -35,7 +31,7 @@ static kiln_status run_group(kiln__cl_device *d, const kiln__op *op, const kiln_
     kiln_status st = KILN_ERR_OUT_OF_MEMORY;
     if (!l) kiln__kernel_error("out of host memory");
     else if (!kiln__cl_codegen_elementwise(g, d->fp64, &src, l)) st = KILN_ERR_UNSUPPORTED;
-    else st = kiln__cl_launch(d, op, src.s, (size_t)l->n, l->args, l->n_args);
+    else st = kiln__cl_launch_local(d, op, src.s, (size_t)l->n, l->local, l->args, l->n_args);
     free(l);
     free(src.s);
     return st;

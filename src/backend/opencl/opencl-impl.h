@@ -84,6 +84,9 @@ typedef struct {
 } kiln__cl_arg;
 kiln_status kiln__cl_launch(kiln__cl_device *d, const kiln__op *op, const char *source, size_t global,
                             const kiln__cl_arg *args, int n_args);
+/* kiln__cl_launch in work-groups of `local` items (a divisor of global; 0: the driver's choice). */
+kiln_status kiln__cl_launch_local(kiln__cl_device *d, const kiln__op *op, const char *source, size_t global,
+                                  size_t local, const kiln__cl_arg *args, int n_args);
 struct kiln__cl_src;
 /* kiln__cl_run with a trailing __global long[2] flag argument (zeroed before), read back into
  * flag after the kernel (it waits): how a kernel reports a bad value (an index out of range, an
@@ -113,9 +116,9 @@ extern const char *const kiln__cl_layout_helpers;
 void kiln__cl_pack8(cl_long8 *v, const int64_t *a, int nd, int64_t pad);
 const char *kiln__cl_ctype(kiln_dtype dtype);     /* compute type: float double int long uchar */
 const char *kiln__cl_storetype(kiln_dtype dtype); /* buffer element type */
-/* Source of kernel "k" evaluating the elementwise part of a group (no REDUCE node) and its
- * launch arguments; false with a kernel error when a node has no OpenCL form. The arguments
- * point into *scratch, which must outlive the launch. */
+/* Source of kernel "k" evaluating a group and its launch arguments (l->n work items); false
+ * with a kernel error when a node has no OpenCL form. The arguments point into *l, which
+ * must outlive the launch. */
 typedef struct {
     cl_long8 shape;
     cl_long off[KILN__EXPR_MAX_INPUTS + KILN__EXPR_MAX_OUTPUTS];
@@ -123,10 +126,20 @@ typedef struct {
     cl_double consts[KILN__EXPR_MAX_NODES];
     cl_mem mem[KILN__EXPR_MAX_INPUTS + KILN__EXPR_MAX_OUTPUTS];
     cl_long n;
+    size_t local; /* work-group size, 0: the driver's */
     kiln__cl_arg args[3 * (KILN__EXPR_MAX_INPUTS + KILN__EXPR_MAX_OUTPUTS) + KILN__EXPR_MAX_NODES + 2];
     int n_args;
 } kiln__cl_ew_launch;
 bool kiln__cl_codegen_elementwise(const kiln__fused *g, bool fp64, kiln__cl_src *src, kiln__cl_ew_launch *l);
+/* The parts codegen.c shares with codegen_rows.c: the prelude and signature with its launch
+ * arguments, one node's declaration, one store. */
+bool kiln__cl_codegen_params(const kiln__fused *g, bool fp64, kiln__cl_src *b, kiln__cl_ew_launch *l);
+bool kiln__cl_codegen_node(kiln__cl_src *b, const kiln__fused *g, int i, bool fp64,
+                           void (*index)(kiln__cl_src *b, const void *ctx, int k), const void *ctx);
+void kiln__cl_codegen_store(kiln__cl_src *b, const kiln__fused *g, int s, const char *idx);
+/* A group ending in a REDUCE over its last dim (g->row > 0), with its epilogue: one work-group
+ * per row (l->n items in groups of l->local), see codegen_rows.c. */
+bool kiln__cl_codegen_rows(const kiln__fused *g, bool fp64, kiln__cl_src *b, kiln__cl_ew_launch *l);
 
 /* ---- kernels --------------------------------------------------------------------------- */
 void kiln__cl_register_elementwise(kiln__kernel_fn *table);

@@ -294,6 +294,11 @@ kiln_status kiln__cl_run(kiln__cl_device *d, const kiln__op *op, kiln__cl_src *s
 
 kiln_status kiln__cl_launch(kiln__cl_device *d, const kiln__op *op, const char *source, size_t global,
                             const kiln__cl_arg *args, int n_args) {
+    return kiln__cl_launch_local(d, op, source, global, 0, args, n_args);
+}
+
+kiln_status kiln__cl_launch_local(kiln__cl_device *d, const kiln__op *op, const char *source, size_t global,
+                                  size_t local, const kiln__cl_arg *args, int n_args) {
     cl_program p = kiln__cl_program_get(d, source);
     if (!p) return KILN_ERR_KERNEL;
     if (global == 0) return KILN_OK;
@@ -302,7 +307,7 @@ kiln_status kiln__cl_launch(kiln__cl_device *d, const kiln__op *op, const char *
     if (!k) return kiln__cl_fail(err, "clCreateKernel");
     for (int i = 0; i < n_args && err == CL_SUCCESS; i++) err = clSetKernelArg(k, (cl_uint)i, args[i].size, args[i].ptr);
     cl_event ev = NULL;
-    if (err == CL_SUCCESS) err = clEnqueueNDRangeKernel(kiln__cl_queue(d, op), k, 1, NULL, &global, NULL, 0, NULL, &ev);
+    if (err == CL_SUCCESS) err = clEnqueueNDRangeKernel(kiln__cl_queue(d, op), k, 1, NULL, &global, local ? &local : NULL, 0, NULL, &ev);
     if (err != CL_SUCCESS) return kiln__cl_fail(err, "launching an OpenCL kernel");
     return kiln__cl_done(d, ev, "an OpenCL kernel");
 }
