@@ -29,10 +29,8 @@ kiln_optimizer *kiln_adam_new(kiln_module *model, kiln_adam_options o) {
 }
 
 kiln_optimizer *kiln_adam_new_params(int n, const kiln_tensor *params, kiln_adam_options o) {
-    if (!kiln__optim_check_adam("kiln_adam_new_params", o) || !kiln__optim_check_count("kiln_adam_new_params", n))
-        return NULL;
-    kiln_param_group g = kiln_param_group_of(n, params);
-    kiln_optimizer *opt = kiln__optim_new_groups("kiln_adam_new_params", 1, &g, KILN__OPTIM_ADAM, o.lr, o.weight_decay);
+    if (!kiln__optim_check_adam("kiln_adam_new_params", o)) return NULL;
+    kiln_optimizer *opt = kiln__optim_new_params("kiln_adam_new_params", n, params, KILN__OPTIM_ADAM, o.lr, o.weight_decay);
     if (opt) opt->adam = o;
     return opt;
 }

@@ -56,10 +56,8 @@ kiln_optimizer *kiln_rmsprop_new_groups(int n_groups, const kiln_param_group *gr
 }
 
 kiln_optimizer *kiln_rmsprop_new_params(int n, const kiln_tensor *params, kiln_rmsprop_options o) {
-    if (!kiln__optim_check_rmsprop("kiln_rmsprop_new_params", o) || !kiln__optim_check_count("kiln_rmsprop_new_params", n))
-        return NULL;
-    kiln_param_group g = kiln_param_group_of(n, params);
-    kiln_optimizer *opt = kiln__optim_new_groups("kiln_rmsprop_new_params", 1, &g, KILN__OPTIM_RMSPROP, o.lr, o.weight_decay);
+    if (!kiln__optim_check_rmsprop("kiln_rmsprop_new_params", o)) return NULL;
+    kiln_optimizer *opt = kiln__optim_new_params("kiln_rmsprop_new_params", n, params, KILN__OPTIM_RMSPROP, o.lr, o.weight_decay);
     if (opt) opt->rmsprop = o;
     return opt;
 }
@@ -80,10 +78,8 @@ kiln_optimizer *kiln_adagrad_new_groups(int n_groups, const kiln_param_group *gr
 }
 
 kiln_optimizer *kiln_adagrad_new_params(int n, const kiln_tensor *params, kiln_adagrad_options o) {
-    if (!kiln__optim_check_adagrad("kiln_adagrad_new_params", o) || !kiln__optim_check_count("kiln_adagrad_new_params", n))
-        return NULL;
-    kiln_param_group g = kiln_param_group_of(n, params);
-    kiln_optimizer *opt = kiln__optim_new_groups("kiln_adagrad_new_params", 1, &g, KILN__OPTIM_ADAGRAD, o.lr, o.weight_decay);
+    if (!kiln__optim_check_adagrad("kiln_adagrad_new_params", o)) return NULL;
+    kiln_optimizer *opt = kiln__optim_new_params("kiln_adagrad_new_params", n, params, KILN__OPTIM_ADAGRAD, o.lr, o.weight_decay);
     if (opt) opt->adagrad = o;
     return opt;
 }

@@ -54,8 +54,10 @@ bool kiln__optim_check_rmsprop(const char *op, kiln_rmsprop_options o);
 bool kiln__optim_check_adagrad(const char *op, kiln_adagrad_options o);
 /* The kind's name in checkpoints ("sgd", ...). */
 const char *kiln__optim_type_name(kiln__optim_kind kind);
-/* A plain parameter list's length: at least one (as PyTorch's "empty parameter list"). */
-bool kiln__optim_check_count(const char *op, int n);
+/* An optimizer over a plain list of n parameters (at least one, as PyTorch's "empty parameter
+ * list") in one group with lr and weight_decay; NULL + error under op. */
+kiln_optimizer *kiln__optim_new_params(const char *op, int n, const kiln_tensor *params, kiln__optim_kind kind,
+                                       double lr, double weight_decay);
 /* Reports c's error as the thread's last error (if any) and returns its status. */
 kiln_status kiln__optim_finish(kiln__opctx *c);
 /* The usable tensor behind a module slot (borrowed); NULL + c->err if stale or poisoned. */

@@ -92,9 +92,14 @@ bool kiln__optim_check_sgd(const char *op, kiln_sgd_options o) {
     return !bad;
 }
 
-bool kiln__optim_check_count(const char *op, int n) {
-    if (n < 1) kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "%d parameters: the list must not be empty", n);
-    return n >= 1;
+kiln_optimizer *kiln__optim_new_params(const char *op, int n, const kiln_tensor *params, kiln__optim_kind kind,
+                                       double lr, double weight_decay) {
+    if (n < 1) {
+        kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "%d parameters: the list must not be empty", n);
+        return NULL;
+    }
+    kiln_param_group g = kiln_param_group_of(n, params);
+    return kiln__optim_new_groups(op, 1, &g, kind, lr, weight_decay);
 }
 
 bool kiln__optim_check_adam(const char *op, kiln_adam_options o) {

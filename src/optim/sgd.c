@@ -16,10 +16,8 @@ kiln_optimizer *kiln_sgd_new(kiln_module *model, kiln_sgd_options o) {
 }
 
 kiln_optimizer *kiln_sgd_new_params(int n, const kiln_tensor *params, kiln_sgd_options o) {
-    if (!kiln__optim_check_sgd("kiln_sgd_new_params", o) || !kiln__optim_check_count("kiln_sgd_new_params", n))
-        return NULL;
-    kiln_param_group g = kiln_param_group_of(n, params);
-    kiln_optimizer *opt = kiln__optim_new_groups("kiln_sgd_new_params", 1, &g, KILN__OPTIM_SGD, o.lr, o.weight_decay);
+    if (!kiln__optim_check_sgd("kiln_sgd_new_params", o)) return NULL;
+    kiln_optimizer *opt = kiln__optim_new_params("kiln_sgd_new_params", n, params, KILN__OPTIM_SGD, o.lr, o.weight_decay);
     if (opt) opt->sgd = o;
     return opt;
 }
