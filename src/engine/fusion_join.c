@@ -26,6 +26,9 @@ static bool device_fuses(kiln_device dev) {
     return be && be->kernels[KILN__OP_FUSED];
 }
 
+/* A group is on one device (its ops passed kiln__fusion_op_fusable, so one that fuses). */
+static kiln_device group_device(const kiln__fused *g) { return g->ops[0].out[0].storage->device; }
+
 /* An elementwise op with one dense output whose inputs are already broadcast to its shape
  * (what the IR and the tile interpreter handle), every storage on one device that fuses. */
 bool kiln__fusion_op_fusable(const kiln__op *op) {
@@ -141,7 +144,7 @@ bool kiln__window_try_join(kiln__window *w, const kiln__op *op) {
         if (!kiln__var_of(a[i].s)) return false; /* (a storage with a var reaches the release hook) */
     kiln__fused *g = w->g;
     if (w->closed ? !epilogue_fits(w, op) : g->n_ops > 0 && !same_shape(&op->out[0], g->ndim, g->shape)) return false;
-    if (g->n_ops > 0 && g->ops[0].out[0].storage->device != op->out[0].storage->device) return false; /* one device */
+    if (g->n_ops > 0 && group_device(g) != op->out[0].storage->device) return false;
     if (!accesses_fit(w, a, n)) return false;
     if (g->n_ops == 0) kiln__fused_init(g, &op->out[0]);
     if (!kiln__fused_add(g, op)) return false;
@@ -169,7 +172,7 @@ bool kiln__window_try_join_reduce(kiln__window *w, const kiln__op *op) {
     const kiln__view *in = &op->in[0], *out = &op->out[0];
     int nd = g->ndim;
     if (nd < 1 || g->shape[nd - 1] < 2 || g->shape[nd - 1] > MAX_FUSED_ROW || !in->storage || !out->storage ||
-        out->storage->device != g->ops[0].out[0].storage->device || !device_fuses(out->storage->device) ||
+        out->storage->device != group_device(g) ||
         !same_shape(in, nd, g->shape) || out->ndim != nd || !kiln__view_is_contiguous(out) ||
         (in->dtype != KILN_F32 && in->dtype != KILN_F64))
         return false;
