@@ -38,6 +38,14 @@ kiln_status kiln__opencl_synchronize_all(void);
 /* Kernel-side detail for an error (thread-local; read by the engine after a failure). */
 void kiln__kernel_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 const char *kiln__kernel_error_detail(void);
+
+/* exit() runs its handlers newest first, and a library may register its static objects'
+ * destructors lazily, on first use (oneDNN does, while creating primitives): a kernel still
+ * running then would use destroyed state. The engine sets the hold that stops kernels at exit;
+ * a backend calls kiln__backend_exit_hold_register right after such a first use, so the hold
+ * is registered after (and runs before) what the library registered. */
+void kiln__backend_set_exit_hold(void (*hold)(void));
+void kiln__backend_exit_hold_register(void);
 /* Set by the engine around a kernel while the profiler records: a device kernel then waits for
  * its device work and adds that work's execution time (ns, from the device's own profiling
  * events) to kiln__kernel_device_ns, which the engine records in place of the enqueue time. */

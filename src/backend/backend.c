@@ -1,5 +1,7 @@
 /* Backend registry and kernel error details. */
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -17,6 +19,19 @@ void kiln__kernel_error(const char *fmt, ...) {
 }
 
 const char *kiln__kernel_error_detail(void) { return kernel_error; }
+
+static void (*_Atomic exit_hold)(void);
+
+static void run_exit_hold(void) {
+    void (*hold)(void) = atomic_load(&exit_hold);
+    if (hold) hold();
+}
+
+void kiln__backend_set_exit_hold(void (*hold)(void)) { atomic_store(&exit_hold, hold); }
+
+void kiln__backend_exit_hold_register(void) {
+    if (atomic_load(&exit_hold)) atexit(run_exit_hold);
+}
 
 _Thread_local bool kiln__kernel_timing;
 _Thread_local uint64_t kiln__kernel_device_ns;

@@ -157,7 +157,8 @@ static void engine_init(void) {
     pthread_key_create(&stream_key, stream_thread_exit);
     pthread_atfork(engine_before_fork, engine_after_fork_parent, engine_after_fork_child);
     if (!engine.async) return;
-    atexit(kiln__kernels_stop_at_exit);
+    kiln__backend_set_exit_hold(kiln__kernels_stop_at_exit);
+    kiln__backend_exit_hold_register();
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int n = (int)env_int("KILN_ENGINE_THREADS", cpus > 0 ? cpus : 2);
     if (n > MAX_WORKERS) n = MAX_WORKERS;

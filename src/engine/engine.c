@@ -50,10 +50,14 @@ static bool injected_failure(const kiln__op *op) {
 static atomic_bool kernels_held;
 static atomic_int kernels_running;
 
-void kiln__kernels_hold(void) {
+/* Closes the gate and waits for the running kernels, polling every 50 us, at most max_polls
+ * times (-1: until they are done). */
+static void hold_kernels(long max_polls) {
     atomic_store(&kernels_held, true);
-    while (atomic_load(&kernels_running) > 0) usleep(50);
+    for (long i = 0; (max_polls < 0 || i < max_polls) && atomic_load(&kernels_running) > 0; i++) usleep(50);
 }
+
+void kiln__kernels_hold(void) { hold_kernels(-1); }
 
 void kiln__kernels_release(bool in_child) {
     if (in_child) atomic_store(&kernels_running, 0);
@@ -61,8 +65,8 @@ void kiln__kernels_release(bool in_child) {
 }
 
 void kiln__kernels_stop_at_exit(void) {
-    atomic_store(&kernels_held, true);
-    for (int i = 0; i < 100000 && atomic_load(&kernels_running) > 0; i++) usleep(50); /* about 5 s at most */
+    static atomic_bool stopped; /* (registered more than once: see kiln__backend_exit_hold_register) */
+    if (!atomic_exchange(&stopped, true)) hold_kernels(100000); /* about 5 s at most */
 }
 
 static void kernel_enter(void) {

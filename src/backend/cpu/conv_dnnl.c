@@ -275,7 +275,12 @@ static bool acquire(const dnnl_key *k, dnnl_prims *p, int *slot, kiln_status *st
         }
     pthread_mutex_unlock(&cache_lock);
     *slot = -1;
-    if (!create(k, p, st)) return false;
+    bool created = create(k, p, st);
+    /* the first creations construct oneDNN's lazy statics (see backend-impl.h); a bounded
+     * number of registrations covers them */
+    static atomic_int registrations;
+    if (atomic_fetch_add(&registrations, 1) < 64) kiln__backend_exit_hold_register();
+    if (!created) return false;
     pthread_mutex_lock(&cache_lock);
     for (int i = 0; i < CACHE_SIZE && !cache_closed; i++) {
         if (cache[i].used && memcmp(&cache[i].key, k, sizeof *k) == 0) break; /* another thread won */
