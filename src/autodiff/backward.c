@@ -72,7 +72,13 @@ static int64_t live_containers(FILE *f) {
     return n;
 }
 
-static void live_register(void) { kiln__leak_add_reporter(live_containers); }
+static void live_lock_for_fork(void) { pthread_mutex_lock(&live_lock); }
+static void live_unlock_after_fork(void) { pthread_mutex_unlock(&live_lock); }
+
+static void live_register(void) {
+    kiln__leak_add_reporter(live_containers);
+    pthread_atfork(live_lock_for_fork, live_unlock_after_fork, live_unlock_after_fork);
+}
 
 static kiln_grads *grads_new(void) {
     kiln_grads *gs = calloc(1, sizeof *gs);

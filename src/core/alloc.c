@@ -23,6 +23,13 @@ static struct {
     int caching; /* -1 unknown */
 } cache = {.lock = PTHREAD_MUTEX_INITIALIZER, .caching = -1};
 
+void kiln__alloc_fork_lock(bool lock) {
+    if (lock)
+        pthread_mutex_lock(&cache.lock);
+    else
+        pthread_mutex_unlock(&cache.lock);
+}
+
 static struct {
     _Atomic int64_t in_use, peak;
     _Atomic int64_t cached; /* device allocators' cached bytes */

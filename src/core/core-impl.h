@@ -234,6 +234,15 @@ kiln__tensor *kiln__handle_peek(kiln_tensor h, const char *op, kiln__error **err
 /* Consumes the handle: the caller now owns the tensor's reference. NULL + *err if stale. */
 kiln__tensor *kiln__handle_take(kiln_tensor h, const char *op, kiln__error **err);
 
+/* ---- fork ------------------------------------------------------------------------------- */
+/* Registers (once) fork handlers that hold core's locks (the handle table's and the CPU
+ * allocator's) across fork(), so a child never inherits one held by a thread it lacks. A layer
+ * above that drains work in its own prepare handler calls this before registering its own
+ * handlers: prepare handlers run newest first, so core's locks are then taken last. */
+void kiln__core_fork_guard(void);
+void kiln__handle_fork_lock(bool lock);
+void kiln__alloc_fork_lock(bool lock);
+
 /* ---- files ------------------------------------------------------------------------------ */
 /* Opens path for reading if it is a regular file (never blocking in open() on a FIFO): the
  * descriptor, with *size; or -1 with *why a static description of what is wrong. */

@@ -91,6 +91,27 @@ static void slot_free(uint32_t idx) {
 
 
 
+void kiln__handle_fork_lock(bool lock) {
+    if (lock)
+        pthread_mutex_lock(&freelist.lock);
+    else
+        pthread_mutex_unlock(&freelist.lock);
+}
+
+static void fork_prepare(void) {
+    kiln__alloc_fork_lock(true);
+    kiln__handle_fork_lock(true);
+}
+
+static void fork_done(void) { /* parent and child alike: the forking thread holds both */
+    kiln__handle_fork_lock(false);
+    kiln__alloc_fork_lock(false);
+}
+
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static void fork_register(void) { pthread_atfork(fork_prepare, fork_done, fork_done); }
+void kiln__core_fork_guard(void) { pthread_once(&fork_once, fork_register); }
+
 static pthread_once_t leak_once = PTHREAD_ONCE_INIT;
 static void leak_setup(void);
 

@@ -155,6 +155,7 @@ static void engine_init(void) {
     engine.max_inflight = env_int("KILN_MAX_INFLIGHT", DEFAULT_MAX_INFLIGHT);
     engine.max_bytes = env_int("KILN_MAX_PENDING_MB", DEFAULT_MAX_BYTES >> 20) << 20;
     pthread_key_create(&stream_key, stream_thread_exit);
+    kiln__core_fork_guard(); /* (first: its locks are taken after the engine has drained) */
     pthread_atfork(engine_before_fork, engine_after_fork_parent, engine_after_fork_child);
     if (!engine.async) return;
     kiln__backend_set_exit_hold(kiln__kernels_stop_at_exit);
