@@ -63,6 +63,7 @@ void kiln__cpu_register_optim(kiln__kernel_fn *table);
 void kiln__cpu_register_nn(kiln__kernel_fn *table);
 void kiln__cpu_register_scan(kiln__kernel_fn *table); /* cumsum, cumprod (scan.c) */
 void kiln__cpu_register_sort(kiln__kernel_fn *table); /* sort, topk (sort.c) */
+void kiln__cpu_register_attention(kiln__kernel_fn *table); /* fused inference attention (attention.c) */
 void kiln__cpu_register_fused(kiln__kernel_fn *table);
 void kiln__cpu_register_optim_adaptive(kiln__kernel_fn *table); /* RMSprop, Adagrad (optim_adaptive.c) */
 

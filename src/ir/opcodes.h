@@ -95,7 +95,11 @@
                          in[0] grad, in[1] grad_avg when centered; p.f = lr, alpha, eps,         \
                          weight_decay; pi[1] momentum (bits) */                                  \
     X(ADAGRAD_UPDATE) /* out[0] param, out[1] sum, in[0] grad; p.f = lr / (1 + (t-1) lr_decay), \
-                         eps, weight_decay, initial_accumulator_value */
+                         eps, weight_decay, initial_accumulator_value */                        \
+    X(ATTENTION)      /* softmax(q k^T * p.f[0] + mask) v for inference (src/backend/cpu/attention.c): \
+                         in[0] q [.., L, E]; no mask (pi[1] 0): in[1] k, in[2] v; a mask: in[1] k \
+                         and v as one [2, .., S, E] view (pi[1] 1: k first, 2: v first), in[2]  \
+                         the mask [.., L, S] (bool, or q's dtype: added); pi[0] causal; out dense */
 
 typedef enum {
 #define KILN__OPCODE_ENUM(name) KILN__OP_##name,

@@ -322,11 +322,9 @@ kiln_bert *kiln_bert_load(const char *dir) {
 /* ---- forward ------------------------------------------------------------------------------ */
 
 /* Part `which` (0 query, 1 key, 2 value) of the fused projection qkv [b, s, 3, heads, hd] as a
- * view [b, heads, s, hd], or [b, heads, hd, s] when transposed: the GEMMs read it in place
- * (rows 3h apart), no copy. Consumes qkv. */
-static kiln_tensor head_view(kiln_tensor qkv, int which, bool transposed) {
-    kiln_tensor t = kiln_squeeze(kiln_narrow(qkv, 2, which, 1), 2);
-    return kiln_permute(t, transposed ? KILN_DIMS(0, 2, 3, 1) : KILN_DIMS(0, 2, 1, 3));
+ * view [b, heads, s, hd]: attention reads it in place (rows 3h apart), no copy. Consumes qkv. */
+static kiln_tensor head_view(kiln_tensor qkv, int which) {
+    return kiln_permute(kiln_squeeze(kiln_narrow(qkv, 2, which, 1), 2), KILN_DIMS(0, 2, 1, 3));
 }
 
 static kiln_tensor encoder(const kiln_bert *m, kiln_tensor ids, kiln_tensor mask, kiln_tensor types, int64_t b, int64_t s) {
@@ -351,10 +349,11 @@ static kiln_tensor encoder(const kiln_bert *m, kiln_tensor ids, kiln_tensor mask
         const kiln_tensor *w = m->layers[l];
         kiln_tensor qkv = kiln_linear(kiln_ref(x), kiln_ref(w[QKV_W]), kiln_ref(w[QKV_B]));
         qkv = kiln_reshape(qkv, KILN_SHAPE(b, s, 3, heads, hd));
-        /* softmax(q k^T + hide) v, q pre-scaled by 1/sqrt(hd) in the weights */
-        kiln_tensor scores = kiln_matmul(head_view(kiln_ref(qkv), 0, false), head_view(kiln_ref(qkv), 1, true));
-        kiln_tensor p = kiln_softmax(kiln_add(scores, kiln_ref(hide)), -1);
-        kiln_tensor ctx = kiln_matmul(p, head_view(qkv, 2, false));
+        /* softmax(q k^T + hide) v, q pre-scaled by 1/sqrt(hd) in the weights (scale 1): one fused
+         * kernel per head at inference, its output already laid out [b, s, heads, hd] so the
+         * heads merge as a view */
+        kiln_tensor q = head_view(kiln_ref(qkv), 0), k = head_view(kiln_ref(qkv), 1), v = head_view(qkv, 2);
+        kiln_tensor ctx = kiln_scaled_dot_product_attention(q, k, v, kiln_ref(hide), false, 1.0);
         ctx = kiln_reshape(kiln_permute(ctx, KILN_DIMS(0, 2, 1, 3)), KILN_SHAPE(b, s, h));
         kiln_tensor a = kiln_linear(ctx, kiln_ref(w[AO_W]), kiln_ref(w[AO_B]));
         x = kiln_layer_norm(kiln_add(a, x), hs, kiln_ref(w[ALN_W]), kiln_ref(w[ALN_B]), eps);

@@ -6,11 +6,16 @@
  * The softmax is the max-subtracted kernel. A row that the mask hides entirely (every key
  * masked) gives zeros and zero gradients, as PyTorch >= 2.5 (its _safe_softmax) does, not NaN:
  * such rows are found from the mask alone (cheap: the mask is usually far smaller than the
- * scores), left unmasked so their softmax stays finite, then zeroed. */
+ * scores), left unmasked so their softmax stays finite, then zeroed.
+ *
+ * When nothing is tracked (inference) and the operands suit it, the whole product is one
+ * fused op instead (kiln__t_attention: one kernel per head, the scores never a tensor), with
+ * the same results to rounding. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "kiln/autodiff.h"
 #include "kiln/tensor.h"
 #include "nn/layers-impl.h"
 
@@ -98,6 +103,13 @@ static kiln_tensor attention(kiln_tensor q, kiln_tensor k, kiln_tensor v, kiln_t
     kiln_device dev = t[0]->device;
     bool bool_mask = has_mask && m->dtype == KILN_BOOL;
     if (!(scale > 0)) scale = e > 0 ? 1.0 / sqrt((double)e) : 1.0; /* E = 0: every score is 0 anyway */
+    bool tracked = kiln_grad_enabled() && (kiln_requires_grad(q) || kiln_requires_grad(k) || kiln_requires_grad(v) ||
+                                           (has_mask && kiln_requires_grad(attn_mask)));
+    if (!tracked && kiln__t_attention_fits(t[0], t[1], t[2], m)) { /* inference: one kernel */
+        KILN__OP_BEGIN(op);
+        kiln__tensor *x[4] = {kiln__arg(&c, q), kiln__arg(&c, k), kiln__arg(&c, v), has_mask ? kiln__arg(&c, attn_mask) : NULL};
+        return kiln__result(&c, kiln__t_attention(&c, x[0], x[1], x[2], x[3], is_causal, scale));
+    }
 
     kiln_tensor s = kiln_mul_scalar(kiln_matmul(q, kiln_transpose(k, -2, -1)), scale);
     if (is_causal) /* top-left aligned: query i sees keys 0..i */

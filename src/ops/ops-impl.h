@@ -117,6 +117,12 @@ kiln__tensor *kiln__t_where(kiln__opctx *c, kiln__tensor *mask, kiln__tensor *a,
  * of the last two dims, zeros outside the kept triangle (PyTorch's diagonal offset). */
 kiln__tensor *kiln__t_masked_fill(kiln__opctx *c, kiln__tensor *x, kiln__tensor *mask, double value);
 kiln__tensor *kiln__t_tri(kiln__opctx *c, kiln__tensor *x, int64_t diagonal, bool upper);
+/* Fused inference attention (src/ops/attention.c): whether q, k, v (and mask, which may be
+ * NULL) suit the ATTENTION kernel, and the op itself on operands that do (consumed; mask may be
+ * NULL). The arguments are checked by the caller (kiln_scaled_dot_product_attention). */
+bool kiln__t_attention_fits(const kiln__tensor *q, const kiln__tensor *k, const kiln__tensor *v, const kiln__tensor *mask);
+kiln__tensor *kiln__t_attention(kiln__opctx *c, kiln__tensor *q, kiln__tensor *k, kiln__tensor *v, kiln__tensor *mask,
+                                bool causal, double scale);
 /* g where y > 0, else 0 (one pass; y is relu's output). */
 kiln__tensor *kiln__t_relu_backward(kiln__opctx *c, kiln__tensor *g, kiln__tensor *y);
 

@@ -34,6 +34,7 @@ static void cpu_init(void) {
     kiln__cpu_register_nn(cpu.kernels);
     kiln__cpu_register_scan(cpu.kernels);
     kiln__cpu_register_sort(cpu.kernels);
+    kiln__cpu_register_attention(cpu.kernels);
     kiln__cpu_register_fused(cpu.kernels);
     kiln__cpu_register_optim_adaptive(cpu.kernels);
 }
