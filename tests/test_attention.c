@@ -4,7 +4,8 @@
  * broadcast, causal masks with L < S, L = S and L > S, the default and explicit scales, large
  * scores (the softmax subtracts the max), rows the mask hides entirely (zeros and zero
  * gradients, as PyTorch >= 2.5), finite-difference gradients of q, k, v and a float mask,
- * bad input, leaks. */
+ * bad input, leaks. Untracked inputs run the fused ATTENTION kernel, tracked ones the composed
+ * ops: the reference cases run both ways through kiln_leaf in attention_fused_kv_views. */
 #include "gradcheck.h"
 #include "nd_layout.h"
 
@@ -190,6 +191,65 @@ KT_TEST(batched_matmul_attention_shapes) {
     KT_MEM_CHECK();
 }
 
+/* ---- the fused inference kernel with a mask: k and v as views of one projection ---------- */
+
+/* Inference (nothing tracked) with k and v in one storage runs the fused ATTENTION op with
+ * its mask; a tracked run of the same inputs takes the composed ops. Both must match the
+ * double reference: q, k, v as [B, H, S, E] views of a joint [B, S, 3, H, E] projection
+ * (BERT's layout), float masks [B, 1, 1, S] and [B, 1, L, S] (row 0 all -inf: zeros) and a
+ * bool mask, and the result's heads merged back by a permute and a reshape. */
+KT_TEST(attention_fused_kv_views) {
+    kt_mem_begin();
+    enum { B = 2, H = 3, L = 5, E = 4 };
+    const struct {
+        kiln_shape mask;
+        mask_kind kind;
+    } masks[] = {{KILN_SHAPE(B, 1, 1, L), MASK_FLOAT}, {KILN_SHAPE(B, 1, L, L), MASK_FLOAT}, {KILN_SHAPE(B, 1, L, L), MASK_BOOL}};
+    const kiln_dtype dts[] = {KILN_F32, KILN_F64};
+    for (int t = 0; t < 2; t++)
+        for (int mi = 0; mi < 3; mi++)
+            for (int tracked = 0; tracked < 2; tracked++) {
+                kiln_dtype dt = dts[t];
+                int64_t n = B * L * 3 * H * E, nm = kiln_shape_numel(masks[mi].mask), no = B * H * L * E;
+                double *qkv = malloc(sizeof(double) * (size_t)n), *m = malloc(sizeof(double) * (size_t)nm);
+                double *q = malloc(sizeof(double) * (size_t)no), *k = malloc(sizeof(double) * (size_t)no);
+                double *v = malloc(sizeof(double) * (size_t)no), *want = malloc(sizeof(double) * (size_t)no);
+                ew_values(qkv, n, dt, -1.5, 1.5);
+                attn_case ac = {KILN_SHAPE(B, H, L, E), KILN_SHAPE(B, H, L, E), KILN_SHAPE(B, H, L, E), masks[mi].mask,
+                                masks[mi].kind, false, 0};
+                mask_values(&ac, m, nm);
+                for (int64_t b = 0; b < B; b++) /* the dense q, k, v the views show */
+                    for (int64_t h = 0; h < H; h++)
+                        for (int64_t s = 0; s < L; s++)
+                            for (int64_t e = 0; e < E; e++) {
+                                int64_t src = (((b * L + s) * 3) * H + h) * E + e, dst = ((b * H + h) * L + s) * E + e;
+                                q[dst] = qkv[src], k[dst] = qkv[src + H * E], v[dst] = qkv[src + 2 * H * E];
+                            }
+                reference(&ac, q, k, v, m, want);
+                kiln_tensor joint = ew_tensor(dt, KILN_SHAPE(B, L, 3, H, E), qkv);
+                if (tracked) joint = kiln_leaf(joint);
+                kiln_tensor part[3];
+                for (int i = 0; i < 3; i++)
+                    part[i] = kiln_permute(kiln_squeeze(kiln_narrow(kiln_ref(joint), 2, i, 1), 2), KILN_DIMS(0, 2, 1, 3));
+                kiln_tensor mask = ew_tensor(masks[mi].kind == MASK_BOOL ? KILN_BOOL : dt, masks[mi].mask, m);
+                kiln_tensor y = kiln_scaled_dot_product_attention(part[0], part[1], part[2], mask, false, 0);
+                KT_CHECK(kiln_requires_grad(y) == (tracked != 0));
+                kiln_tensor merged = kiln_reshape(kiln_permute(kiln_detach(y), KILN_DIMS(0, 2, 1, 3)), KILN_SHAPE(B, L, H * E));
+                double *got = ew_read(merged, dt, no), *back = malloc(sizeof(double) * (size_t)no);
+                for (int64_t b = 0; b < B && got; b++) /* [B, L, H, E] back to [B, H, L, E] */
+                    for (int64_t s = 0; s < L; s++)
+                        for (int64_t h = 0; h < H; h++)
+                            for (int64_t e = 0; e < E; e++) back[((b * H + h) * L + s) * E + e] = got[((b * L + s) * H + h) * E + e];
+                char label[96];
+                snprintf(label, sizeof label, "sdpa kv views %s mask %d %s", kiln_dtype_name(dt), mi, tracked ? "tracked" : "fused");
+                double tol = dt == KILN_F64 ? 1e-12 : 3e-6;
+                if (got) EW_EXPECT_CLOSE(label, back, want, no, tol, tol);
+                free(got), free(back), free(qkv), free(m), free(q), free(k), free(v), free(want);
+                kiln_release(joint);
+            }
+    KT_MEM_CHECK();
+}
+
 /* ---- rows with every key masked --------------------------------------------------------- */
 
 static bool all_finite(const double *v, int64_t n) {
@@ -330,6 +390,7 @@ KT_TEST(attention_bad_input) {
 int main(void) {
     KT_RUN(attention_matches_reference);
     KT_RUN(batched_matmul_attention_shapes);
+    KT_RUN(attention_fused_kv_views);
     KT_RUN(attention_fully_masked_rows_give_zeros);
     KT_RUN(attention_gradient);
     KT_RUN(attention_bad_input);

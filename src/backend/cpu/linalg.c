@@ -10,6 +10,7 @@
 
 #include "backend/cpu/cpu-impl.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm_small.h"
 
 /* A batch of products runs one single-threaded GEMM per task across the pool (attention's
  * batch x heads of 128 x 128 x 32: measured 3-5 ms for 384 of them against 7-25 ms with each
@@ -17,6 +18,11 @@
  * is small, or when the batch is at least two per thread and a single-threaded GEMM keeps
  * BLAS speed at this shape. Otherwise the batches run in turn, each GEMM using every thread. */
 #define SMALL_GEMM ((int64_t)1 << 18) /* M*N*K */
+/* A linear layer over at most this many rows (a sentence's tokens) skips BLAS for the unpacked
+ * small-M kernel (gemm_small.c), its columns split across the pool in pieces of at least
+ * SMALL_M_TASK multiply-adds: [16, 384] x [384, 1152] is 7M of them, two pieces. */
+#define SMALL_M 32
+#define SMALL_M_TASK ((int64_t)1 << 21)
 
 typedef struct {
     const char *base;
@@ -155,6 +161,25 @@ static void mm_task(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
+/* Columns [begin, end) of a small-M product: the addend's columns first, then A W^T added. */
+static void small_m_task(void *ctx, int64_t begin, int64_t end) {
+    const mm_job *j = ctx;
+    float *c = (float *)j->c;
+    if (j->addend) {
+        const kiln__view *v = j->addend;
+        const float *src = (const float *)kiln__view_ptr(v);
+        for (int64_t i = 0; i < j->m; i++)
+            for (int64_t q = begin; q < end; q++) c[i * j->ldc + q] = src[i * v->strides[j->nb] + q * v->strides[j->nb + 1]];
+    }
+    kiln__gemm_small_nt_f32(j->m, begin, end, j->k, (const float *)j->a.base, j->a.ld, (const float *)j->b.base, j->b.ld,
+                            j->addend != NULL, c, j->ldc);
+}
+
+static bool small_m_fits(const mm_job *j, int64_t nbatch) {
+    return j->dt == KILN_F32 && nbatch == 1 && j->m <= SMALL_M && j->k > 0 && j->a.trans == 0 && j->b.trans == 1 &&
+           kiln__gemm_small_available();
+}
+
 static kiln_status kernel_matmul(const kiln__op *op) {
     const kiln__view *out = &op->out[0];
     for (int i = 0; i < op->n_in; i++) {
@@ -196,7 +221,9 @@ static kiln_status kernel_matmul(const kiln__op *op) {
     if (st == KILN_OK) {
         int64_t work = j.m * j.n * (j.k ? j.k : 1), threads = kiln__pool_threads();
         j.serial = nbatch > 1 && (work < SMALL_GEMM || (nbatch >= 2 * threads && kiln__gemm_serial_is_fast(j.m, j.n, j.k)));
-        if (j.serial)
+        if (small_m_fits(&j, nbatch))
+            kiln__parallel_for(j.n, SMALL_M_TASK / (j.m * j.k) + 1, small_m_task, &j);
+        else if (j.serial)
             kiln__parallel_for(nbatch, work < SMALL_GEMM ? SMALL_GEMM / 2 / work + 1 : 1, mm_task, &j);
         else
             mm_task(&j, 0, nbatch);

@@ -1,0 +1,124 @@
+/* Small-M products against a transposed weight: C [m, n] = A [m, k] W^T (+ C), W stored
+ * [n, k] row-major, as a linear layer over a few tokens runs it (one 16-token sentence through
+ * BERT: [16, 384] x [384, 1152]).
+ *
+ * Why: BLAS packs all of W for every call, and at m = 16 packing costs as much memory traffic
+ * as the product itself (W is read once either way), while the product is a few hundred
+ * microseconds. Here each output is a dot product of two contiguous rows: a 4 x 3 block of
+ * outputs keeps twelve vector accumulators, reads 4 rows of A (in L1: m x k is at most
+ * 32 x 1536 floats here) and 3 rows of W straight from memory, with nothing packed. The
+ * sums run 8 lanes wide in f32 then across lanes, so results differ from BLAS's order by
+ * rounding only. */
+#include <stdatomic.h>
+#include <string.h>
+
+#include "backend/cpu/gemm_small.h"
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define SMALL_HAVE_AVX2 1
+#define SMALL_TARGET __attribute__((target("avx2,fma")))
+#else
+#define SMALL_HAVE_AVX2 0
+#endif
+
+static atomic_int small_isa_cap = 3; /* tests: 1 plain C, 2 AVX2, 3 whatever the CPU has */
+
+void kiln__gemm_small_limit_isa(int level) { atomic_store(&small_isa_cap, level < 1 ? 3 : level); }
+
+#if SMALL_HAVE_AVX2
+#define SMALL_TARGET512 __attribute__((target("avx512f,avx2,fma")))
+static int small_avx512(void) { return atomic_load(&small_isa_cap) >= 3 && __builtin_cpu_supports("avx512f"); }
+#endif
+
+int kiln__gemm_small_available(void) {
+#if SMALL_HAVE_AVX2
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}
+
+#if SMALL_HAVE_AVX2
+SMALL_TARGET static inline float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+SMALL_TARGET512 static inline float hsum512(__m512 v) { return _mm512_reduce_add_ps(v); }
+
+/* One kernel per vector width, from one text:
+ *   block_S(MR, NR, ...)  out[i][j] = dot(a row i, w row j) for an MR x NR block (MR <= 4,
+ *                         NR <= NRMAX; constants once inlined, so the accumulators stay in
+ *                         registers: 4 x 3 of 8 floats with AVX2, 4 x 6 of 16 with AVX-512)
+ *   nt_S(...)             the 4 x NRMAX blocks over C, single rows and columns at the edges */
+#define SMALL_KERNEL(S, TARGET, VEC, LANES, NRMAX, ZERO, LOAD, FMA, HSUM)                                           \
+    TARGET __attribute__((always_inline)) static inline void block_##S(int MR, int NR, int64_t k, const float *a,     \
+                                                                       int64_t lda, const float *w, int64_t ldw,      \
+                                                                       float out[4][NRMAX]) {                         \
+        VEC acc[4][NRMAX];                                                                                          \
+        for (int i = 0; i < MR; i++)                                                                                \
+            for (int j = 0; j < NR; j++) acc[i][j] = ZERO();                                                        \
+        int64_t p = 0;                                                                                              \
+        for (; p + LANES <= k; p += LANES) {                                                                        \
+            VEC wv[NRMAX];                                                                                          \
+            for (int j = 0; j < NR; j++) wv[j] = LOAD(w + j * ldw + p);                                             \
+            for (int i = 0; i < MR; i++) {                                                                          \
+                VEC av = LOAD(a + i * lda + p);                                                                     \
+                for (int j = 0; j < NR; j++) acc[i][j] = FMA(av, wv[j], acc[i][j]);                                 \
+            }                                                                                                       \
+        }                                                                                                           \
+        for (int i = 0; i < MR; i++)                                                                                \
+            for (int j = 0; j < NR; j++) {                                                                          \
+                float s = HSUM(acc[i][j]);                                                                          \
+                for (int64_t q = p; q < k; q++) s += a[i * lda + q] * w[j * ldw + q];                               \
+                out[i][j] = s;                                                                                      \
+            }                                                                                                       \
+    }                                                                                                               \
+    TARGET static void nt_##S(int64_t m, int64_t n0, int64_t n1, int64_t k, const float *a, int64_t lda,            \
+                              const float *w, int64_t ldw, int accumulate, float *c, int64_t ldc) {                 \
+        float out[4][NRMAX];                                                                                        \
+        for (int64_t i = 0; i < m; i += 4) {                                                                        \
+            int64_t j = n0;                                                                                         \
+            for (; i + 4 <= m && j + NRMAX <= n1; j += NRMAX) {                                                     \
+                block_##S(4, NRMAX, k, a + i * lda, lda, w + j * ldw, ldw, out);                                    \
+                for (int r = 0; r < 4; r++)                                                                         \
+                    for (int q = 0; q < NRMAX; q++) {                                                               \
+                        float *y = c + (i + r) * ldc + j + q;                                                       \
+                        *y = accumulate ? *y + out[r][q] : out[r][q];                                               \
+                    }                                                                                               \
+            }                                                                                                       \
+            for (int64_t r = i; r < i + 4 && r < m; r++) /* the edges, one output at a time */                      \
+                for (int64_t q = j; q < n1; q++) {                                                                  \
+                    block_##S(1, 1, k, a + r * lda, lda, w + q * ldw, ldw, out);                                    \
+                    float *y = c + r * ldc + q;                                                                     \
+                    *y = accumulate ? *y + out[0][0] : out[0][0];                                                   \
+                }                                                                                                   \
+        }                                                                                                           \
+    }
+
+SMALL_KERNEL(avx2, SMALL_TARGET, __m256, 8, 3, _mm256_setzero_ps, _mm256_loadu_ps, _mm256_fmadd_ps, hsum256)
+SMALL_KERNEL(avx512, SMALL_TARGET512, __m512, 16, 6, _mm512_setzero_ps, _mm512_loadu_ps, _mm512_fmadd_ps, hsum512)
+#endif
+
+void kiln__gemm_small_nt_f32(int64_t m, int64_t n0, int64_t n1, int64_t k, const float *a, int64_t lda, const float *w,
+                             int64_t ldw, int accumulate, float *c, int64_t ldc) {
+#if SMALL_HAVE_AVX2
+    if (kiln__gemm_small_available() && small_avx512()) {
+        nt_avx512(m, n0, n1, k, a, lda, w, ldw, accumulate, c, ldc);
+        return;
+    }
+    if (kiln__gemm_small_available() && atomic_load(&small_isa_cap) >= 2) {
+        nt_avx2(m, n0, n1, k, a, lda, w, ldw, accumulate, c, ldc);
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = n0; j < n1; j++) {
+            float s = 0;
+            for (int64_t p = 0; p < k; p++) s += a[i * lda + p] * w[j * ldw + p];
+            c[i * ldc + j] = accumulate ? c[i * ldc + j] + s : s;
+        }
+}
