@@ -406,6 +406,39 @@ KT_TEST(tensors_save) {
     KT_MEM_CHECK();
 }
 
+/* kiln_bert_embed runs the linear layers over the tokens alone when a batch has padding (the
+ * padded rows gathered out and back): each sentence's embedding is the one it gets alone, in
+ * any row, beside a row whose mask hides everything (embedded as zeros, as by the padded
+ * path), and a batch with no token at all takes the padded path. */
+KT_TEST(padded_batches_pack_tokens) {
+    kt_mem_begin();
+    kiln_bert *m = kiln_bert_load(write_tiny("good", EDIT_NONE, NULL));
+    KT_CHECK_MSG(m != NULL, "%s", kiln_last_error());
+    if (!m) return;
+    int64_t one[3] = {1, 5, 2}, two[5] = {1, 7, 3, 9, 2};
+    float e1[T_H], e2[T_H], got[3 * T_H];
+    kiln_token_batch a = tiny_batch(1, 3, one), b = tiny_batch(1, 5, two);
+    KT_CHECK(kiln_into_data(kiln_bert_embed(m, a.input_ids, a.attention_mask, a.token_type_ids), e1, sizeof e1) == KILN_OK);
+    KT_CHECK(kiln_into_data(kiln_bert_embed(m, b.input_ids, b.attention_mask, b.token_type_ids), e2, sizeof e2) == KILN_OK);
+    /* rows: nothing (mask all 0, ids not 0), the long one, the short one padded */
+    int64_t ids[15] = {1, 4, 4, 4, 2, 1, 7, 3, 9, 2, 1, 5, 2, 0, 0}, mask[15] = {0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0};
+    kiln_tensor e = kiln_bert_embed(m, kiln_from_data(KILN_CPU, KILN_I64, KILN_SHAPE(3, 5), ids),
+                                    kiln_from_data(KILN_CPU, KILN_I64, KILN_SHAPE(3, 5), mask), KILN_NONE);
+    KT_CHECK_MSG(kiln_into_data(e, got, sizeof got) == KILN_OK, "%s", kiln_last_error());
+    for (int d = 0; d < T_H; d++) {
+        KT_NEAR(got[d], 0.0, 0);
+        KT_NEAR(got[T_H + d], e2[d], 1e-6);
+        KT_NEAR(got[2 * T_H + d], e1[d], 1e-6);
+    }
+    int64_t none[6] = {0};
+    e = kiln_bert_embed(m, kiln_from_data(KILN_CPU, KILN_I64, KILN_SHAPE(2, 3), ids),
+                        kiln_from_data(KILN_CPU, KILN_I64, KILN_SHAPE(2, 3), none), KILN_NONE);
+    KT_CHECK_MSG(kiln_into_data(e, got, 2 * T_H * sizeof *got) == KILN_OK, "%s", kiln_last_error());
+    for (int d = 0; d < 2 * T_H; d++) KT_NEAR(got[d], 0.0, 0);
+    kiln_bert_free(m);
+    KT_MEM_CHECK();
+}
+
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "--reference") == 0) {
         model_dir = mr_model_dir();
@@ -416,6 +449,7 @@ int main(int argc, char **argv) {
     snprintf(tmp_dir, sizeof tmp_dir, "/tmp/kiln_bert_XXXXXX");
     if (!mkdtemp(tmp_dir)) return perror("mkdtemp"), 1;
     KT_RUN(tiny_model_loads_and_pools);
+    KT_RUN(padded_batches_pack_tokens);
     KT_RUN(tensor_errors);
     KT_RUN(config_errors);
     KT_RUN(input_errors);

@@ -327,7 +327,52 @@ static kiln_tensor head_view(kiln_tensor qkv, int which) {
     return kiln_permute(kiln_squeeze(kiln_narrow(qkv, 2, which, 1), 2), KILN_DIMS(0, 2, 1, 3));
 }
 
-static kiln_tensor encoder(const kiln_bert *m, kiln_tensor ids, kiln_tensor mask, kiln_tensor types, int64_t b, int64_t s) {
+/* Packing for embeddings: which rows of a padded batch [b * s] are tokens. A padding token's
+ * hidden state never reaches a real token's (its key is hidden: exp(-FLT_MAX + ...) is exactly
+ * 0) nor the mean pooling (weight 0), so the linear layers, GELU and layer norms may run over
+ * the tokens alone: at a batch of mixed lengths padded to its longest, about half the rows.
+ * Attention still sees the padded layout, gathered back through `unpack`. */
+typedef struct {
+    kiln_tensor pack;   /* [T] i64: the padded rows that are tokens, in order */
+    kiln_tensor unpack; /* [b * s] i64: each padded row's packed row (padding: its sentence's
+                         * first token, or row 0; either is hidden or dropped) */
+} token_packing;
+
+/* A packing for attention_mask [b, s], or false when it does not pay (no padding, no token at
+ * all, a mask that cannot be read: the padded path then runs, and reports any error). Reads
+ * the mask: a wait for whatever computes it (the tokenizer's output is ready). */
+static bool plan_packing(kiln_tensor mask, int64_t b, int64_t s, token_packing *out) {
+    int64_t n = b * s, *keep = malloc(sizeof(int64_t) * (size_t)n), *where = malloc(sizeof(int64_t) * (size_t)n);
+    bool ok = keep && where &&
+              kiln_into_data(kiln_cast(kiln_ref(mask), KILN_I64), keep, sizeof(int64_t) * (size_t)n) == KILN_OK;
+    if (!ok) kiln_clear_error(); /* the padded path meets the same problem and reports it */
+    int64_t t = 0;
+    for (int64_t r = 0; ok && r < b; r++) {
+        int64_t first = -1;
+        for (int64_t c = 0; c < s; c++) {
+            int64_t i = r * s + c;
+            if (keep[i] != 0) {
+                if (first < 0) first = t;
+                where[i] = t;
+                keep[t++] = i; /* t <= i: overwrites only what was read */
+            } else {
+                where[i] = -1;
+            }
+        }
+        for (int64_t c = 0; c < s; c++)
+            if (where[r * s + c] < 0) where[r * s + c] = first < 0 ? 0 : first;
+    }
+    ok = ok && t > 0 && t < n;
+    if (ok) {
+        out->pack = kiln_from_data(KILN_CPU, KILN_I64, KILN_SHAPE(t), keep);
+        out->unpack = kiln_from_data(KILN_CPU, KILN_I64, KILN_SHAPE(n), where);
+    }
+    free(keep), free(where);
+    return ok;
+}
+
+static kiln_tensor encoder(const kiln_bert *m, kiln_tensor ids, kiln_tensor mask, kiln_tensor types, int64_t b, int64_t s,
+                           const token_packing *packing) {
     const kiln_bert_config *c = &m->cfg;
     int64_t h = c->hidden_size, heads = c->num_attention_heads, hd = h / heads;
     double eps = c->layer_norm_eps;
@@ -340,6 +385,7 @@ static kiln_tensor encoder(const kiln_bert *m, kiln_tensor ids, kiln_tensor mask
         x = kiln_add(x, kiln_narrow(kiln_ref(m->token_type), 0, 0, 1));
     x = kiln_add(kiln_reshape(x, KILN_SHAPE(b, s, h)), kiln_narrow(kiln_ref(m->position), 0, 0, s));
     x = kiln_layer_norm(x, hs, kiln_ref(m->ln_w), kiln_ref(m->ln_b), eps);
+    if (packing) x = kiln_index_select(kiln_reshape(x, KILN_SHAPE(b * s, h)), 0, kiln_ref(packing->pack)); /* [T, h] */
     /* transformers' extended attention mask: 0 for a token, the lowest float for padding, added
      * to the scores [b, heads, s, s] as [b, 1, 1, s]. Finite, as there: a row with no token at
      * all attends evenly rather than giving NaN. */
@@ -348,13 +394,15 @@ static kiln_tensor encoder(const kiln_bert *m, kiln_tensor ids, kiln_tensor mask
     for (int64_t l = 0; l < c->num_hidden_layers; l++) {
         const kiln_tensor *w = m->layers[l];
         kiln_tensor qkv = kiln_linear(kiln_ref(x), kiln_ref(w[QKV_W]), kiln_ref(w[QKV_B]));
+        if (packing) qkv = kiln_index_select(qkv, 0, kiln_ref(packing->unpack));
         qkv = kiln_reshape(qkv, KILN_SHAPE(b, s, 3, heads, hd));
         /* softmax(q k^T + hide) v, q pre-scaled by 1/sqrt(hd) in the weights (scale 1): one fused
          * kernel per head at inference, its output already laid out [b, s, heads, hd] so the
          * heads merge as a view */
         kiln_tensor q = head_view(kiln_ref(qkv), 0), k = head_view(kiln_ref(qkv), 1), v = head_view(qkv, 2);
         kiln_tensor ctx = kiln_scaled_dot_product_attention(q, k, v, kiln_ref(hide), false, 1.0);
-        ctx = kiln_reshape(kiln_permute(ctx, KILN_DIMS(0, 2, 1, 3)), KILN_SHAPE(b, s, h));
+        ctx = kiln_reshape(kiln_permute(ctx, KILN_DIMS(0, 2, 1, 3)), packing ? KILN_SHAPE(b * s, h) : KILN_SHAPE(b, s, h));
+        if (packing) ctx = kiln_index_select(ctx, 0, kiln_ref(packing->pack));
         kiln_tensor a = kiln_linear(ctx, kiln_ref(w[AO_W]), kiln_ref(w[AO_B]));
         x = kiln_layer_norm(kiln_add(a, x), hs, kiln_ref(w[ALN_W]), kiln_ref(w[ALN_B]), eps);
         kiln_tensor i = kiln_gelu(kiln_linear(kiln_ref(x), kiln_ref(w[I_W]), kiln_ref(w[I_B])));
@@ -362,6 +410,7 @@ static kiln_tensor encoder(const kiln_bert *m, kiln_tensor ids, kiln_tensor mask
         x = kiln_layer_norm(kiln_add(o, x), hs, kiln_ref(w[OLN_W]), kiln_ref(w[OLN_B]), eps);
     }
     kiln_release(hide);
+    if (packing) x = kiln_reshape(kiln_index_select(x, 0, kiln_ref(packing->unpack)), KILN_SHAPE(b, s, h));
     return x;
 }
 
@@ -414,7 +463,10 @@ static kiln_tensor run(const char *op, bool pool, const kiln_bert *m, kiln_tenso
     if (!check_inputs(op, m, in, &b, &s, &out)) return out;
     const char *outer = kiln__op_scope_enter(op);
     kiln_tensor mask = pool ? kiln_ref(attention_mask) : KILN_NONE;
-    out = encoder(m, input_ids, attention_mask, token_type_ids, b, s);
+    token_packing packing; /* the pooled embedding only: forward's padded rows stay transformers' */
+    bool packed = pool && plan_packing(attention_mask, b, s, &packing);
+    out = encoder(m, input_ids, attention_mask, token_type_ids, b, s, packed ? &packing : NULL);
+    if (packed) kiln_release(packing.pack), kiln_release(packing.unpack);
     if (pool) out = mean_pool_normalize(out, mask);
     kiln__op_scope_leave(outer);
     return out;

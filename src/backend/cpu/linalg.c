@@ -54,7 +54,9 @@ static int gemm_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs, int64
 static void copy_matrix(size_t es, char *dst, int64_t drs, int64_t dcs, const char *src, int64_t srs, int64_t scs,
                         int64_t rows, int64_t cols) {
     for (int64_t i = 0; i < rows; i++) {
-        if (es == 4) {
+        if (dcs == 1 && scs == 1) { /* a bias row into each row of C: one vector copy */
+            memcpy(dst + i * drs * (int64_t)es, src + i * srs * (int64_t)es, (size_t)cols * es);
+        } else if (es == 4) {
             float *d = (float *)dst + i * drs;
             const float *s = (const float *)src + i * srs;
             for (int64_t j = 0; j < cols; j++) d[j * dcs] = s[j * scs];
