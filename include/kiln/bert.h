@@ -58,7 +58,9 @@ KILN_API kiln_tensor kiln_bert_forward(const kiln_bert *m, kiln_tensor input_ids
                                        kiln_tensor token_type_ids);
 /* Sentence embeddings [batch, hidden_size] f32: the hidden states averaged over the tokens
  * attention_mask marks, then divided by their L2 norm (sentence-transformers' Pooling +
- * Normalize). Takes the tokenizer's batch (kiln_token_batch's three tensors, consumed). */
+ * Normalize). Takes the tokenizer's batch (kiln_token_batch's three tensors, consumed). A batch
+ * with padding runs its linear layers over the tokens alone (the same result): this reads the
+ * mask, so the call waits for whatever computes attention_mask. */
 KILN_API kiln_tensor kiln_bert_embed(const kiln_bert *m, kiln_tensor input_ids, kiln_tensor attention_mask,
                                      kiln_tensor token_type_ids);
 

@@ -223,7 +223,10 @@ KILN_API kiln_tensor kiln_rms_norm(kiln_tensor x, kiln_shape normalized_shape, k
  * the scores), broadcastable to [..., L, S]. is_causal: query i attends keys 0..i (top-left
  * aligned, also when L != S); it cannot be combined with attn_mask (as PyTorch). scale <= 0 or
  * NaN means the default 1/sqrt(E). A row whose keys are all masked gives zeros with zero
- * gradients (PyTorch >= 2.5), not NaN. All tensors are consumed; a float mask gets a gradient. */
+ * gradients (PyTorch >= 2.5), not NaN. All tensors are consumed; a float mask gets a gradient.
+ * When no input is tracked (inference) on the CPU, f32/f64, it runs as one fused kernel (the
+ * scores never a tensor; with a mask, k and v must be views of one storage, as a joint QKV
+ * projection gives) and returns a view laid out [..., L, heads, Ev]; otherwise composed ops. */
 KILN_API kiln_tensor kiln_scaled_dot_product_attention(kiln_tensor q, kiln_tensor k, kiln_tensor v, kiln_tensor attn_mask,
                                                        bool is_causal, double scale);
 
