@@ -1,16 +1,45 @@
 /* MLP (DESIGN.md §4): 12 x (Linear(2048,2048) + ReLU) on [128,2048] f32.
- * --autodiff: weights and biases require gradients; each run is forward + sum + backward. */
+ * --autodiff: weights and biases require gradients; each run is forward + sum + backward.
+ * Inference also times, in the same runs and interleaved with the MLP: the 12 GEMMs alone
+ * (h @ w^T of the same shapes and layouts through the same BLAS, no bias, no activation:
+ * "gemms_ms", the floor matmul epilogues aim at) and, when fusion is on, the MLP with fusion
+ * turned off in-process ("unfused_ms"). */
 #include "bench.h"
 
 #define LAYERS 12
 #define WIDTH 2048
 
+static kiln_tensor w[LAYERS], b[LAYERS];
+
+/* One inference pass (gemms_only: the products alone, h @ w^T without bias or ReLU). */
+static double inference_once(kiln_tensor x, bool gemms_only) {
+    double t0 = bench_now_ms();
+    kiln_tensor h = kiln_ref(x);
+    for (int l = 0; l < LAYERS; l++)
+        h = gemms_only ? kiln_matmul(h, kiln_transpose(kiln_ref(w[l]), 0, 1))
+                       : kiln_relu(kiln_linear(h, kiln_ref(w[l]), kiln_ref(b[l])));
+    bench_check(kiln_sync(), "mlp");
+    kiln_release(h);
+    return bench_now_ms() - t0;
+}
+
+static double mlp_autodiff_once(kiln_tensor x) {
+    double t0 = bench_now_ms();
+    kiln_tensor h = kiln_ref(x);
+    for (int l = 0; l < LAYERS; l++) h = kiln_relu(kiln_linear(h, kiln_ref(w[l]), kiln_ref(b[l])));
+    kiln_grads *g = NULL;
+    bench_check(kiln_backward(kiln_sum(h), &g), "backward");
+    bench_check(kiln_sync(), "mlp");
+    kiln_grads_free(g);
+    return bench_now_ms() - t0;
+}
+
 int main(int argc, char **argv) {
     int runs = bench_runs(argc, argv, 10);
     kiln_device dev = bench_device(argc, argv);
     bool autodiff = bench_flag(argc, argv, "--autodiff");
-    double *ms = malloc(sizeof(double) * (size_t)runs);
-    kiln_tensor w[LAYERS], b[LAYERS];
+    bool fused = kiln_fusion_enabled();
+    double *ms = malloc(sizeof(double) * (size_t)runs * 3), *gemm_ms = ms + runs, *unfused_ms = ms + 2 * runs;
     double bound = 1.0 / 45.25; /* 1/sqrt(2048), like torch's default init */
     for (int l = 0; l < LAYERS; l++) {
         w[l] = kiln_uniform(dev, KILN_F32, KILN_SHAPE(WIDTH, WIDTH), -bound, bound, 10 + (uint64_t)l);
@@ -20,21 +49,26 @@ int main(int argc, char **argv) {
     kiln_tensor x = kiln_randn(dev, KILN_F32, KILN_SHAPE(128, WIDTH), 1);
     bench_check(kiln_sync(), "init");
     for (int r = -2; r < runs; r++) {
-        double t0 = bench_now_ms();
-        kiln_tensor h = kiln_ref(x);
-        for (int l = 0; l < LAYERS; l++) h = kiln_relu(kiln_linear(h, kiln_ref(w[l]), kiln_ref(b[l])));
         if (autodiff) {
-            kiln_grads *g = NULL;
-            bench_check(kiln_backward(kiln_sum(h), &g), "backward");
-            bench_check(kiln_sync(), "mlp");
-            kiln_grads_free(g);
-        } else {
-            bench_check(kiln_sync(), "mlp");
-            kiln_release(h);
+            double t = mlp_autodiff_once(x);
+            if (r >= 0) ms[r] = t;
+            continue;
         }
-        if (r >= 0) ms[r] = bench_now_ms() - t0;
+        double t = inference_once(x, false), tg = inference_once(x, true), tu = 0;
+        if (fused) {
+            kiln_fusion_set_enabled(false);
+            tu = inference_once(x, false);
+            kiln_fusion_set_enabled(true);
+        }
+        if (r >= 0) ms[r] = t, gemm_ms[r] = tg, unfused_ms[r] = tu;
     }
-    bench_report(autodiff ? "mlp_autodiff" : "mlp_inference", bench_quantile(ms, runs, 0.5), NULL);
+    char extra[128] = "";
+    if (!autodiff)
+        snprintf(extra, sizeof extra, ",\"gemms_ms\":%.4f", bench_quantile(gemm_ms, runs, 0.5));
+    if (!autodiff && fused)
+        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ",\"unfused_ms\":%.4f",
+                 bench_quantile(unfused_ms, runs, 0.5));
+    bench_report(autodiff ? "mlp_autodiff" : "mlp_inference", bench_quantile(ms, runs, 0.5), extra);
     for (int l = 0; l < LAYERS; l++) kiln_release(w[l]), kiln_release(b[l]);
     kiln_release(x);
     free(ms);
