@@ -3,7 +3,8 @@
  * Inference also times, in the same runs and interleaved with the MLP: the 12 GEMMs alone
  * (h @ w^T of the same shapes and layouts through the same BLAS, no bias, no activation:
  * "gemms_ms", the floor matmul epilogues aim at) and, when fusion is on, the MLP with fusion
- * turned off in-process ("unfused_ms"). */
+ * turned off in-process ("unfused_ms"); and the CPU time of each (all threads: steadier than
+ * the wall clock on a loaded machine, best read with one thread). */
 #include "bench.h"
 
 #define LAYERS 12
@@ -11,15 +12,17 @@
 
 static kiln_tensor w[LAYERS], b[LAYERS];
 
-/* One inference pass (gemms_only: the products alone, h @ w^T without bias or ReLU). */
-static double inference_once(kiln_tensor x, bool gemms_only) {
-    double t0 = bench_now_ms();
+/* One inference pass (gemms_only: the products alone, h @ w^T without bias or ReLU); its CPU
+ * time in *cpu. */
+static double inference_once(kiln_tensor x, bool gemms_only, double *cpu) {
+    double t0 = bench_now_ms(), c0 = bench_cpu_ms();
     kiln_tensor h = kiln_ref(x);
     for (int l = 0; l < LAYERS; l++)
         h = gemms_only ? kiln_matmul(h, kiln_transpose(kiln_ref(w[l]), 0, 1))
                        : kiln_relu(kiln_linear(h, kiln_ref(w[l]), kiln_ref(b[l])));
     bench_check(kiln_sync(), "mlp");
     kiln_release(h);
+    *cpu = bench_cpu_ms() - c0;
     return bench_now_ms() - t0;
 }
 
@@ -39,7 +42,9 @@ int main(int argc, char **argv) {
     kiln_device dev = bench_device(argc, argv);
     bool autodiff = bench_flag(argc, argv, "--autodiff");
     bool fused = kiln_fusion_enabled();
-    double *ms = malloc(sizeof(double) * (size_t)runs * 3), *gemm_ms = ms + runs, *unfused_ms = ms + 2 * runs;
+    /* wall and CPU ms of the MLP, its GEMMs alone, the MLP unfused */
+    double *ms = malloc(sizeof(double) * (size_t)runs * 6), *gemm_ms = ms + runs, *unfused_ms = ms + 2 * runs;
+    double *cpu = ms + 3 * runs, *gemm_cpu = ms + 4 * runs, *unfused_cpu = ms + 5 * runs;
     double bound = 1.0 / 45.25; /* 1/sqrt(2048), like torch's default init */
     for (int l = 0; l < LAYERS; l++) {
         w[l] = kiln_uniform(dev, KILN_F32, KILN_SHAPE(WIDTH, WIDTH), -bound, bound, 10 + (uint64_t)l);
@@ -54,20 +59,22 @@ int main(int argc, char **argv) {
             if (r >= 0) ms[r] = t;
             continue;
         }
-        double t = inference_once(x, false), tg = inference_once(x, true), tu = 0;
+        double c, cg, cu = 0;
+        double t = inference_once(x, false, &c), tg = inference_once(x, true, &cg), tu = 0;
         if (fused) {
             kiln_fusion_set_enabled(false);
-            tu = inference_once(x, false);
+            tu = inference_once(x, false, &cu);
             kiln_fusion_set_enabled(true);
         }
-        if (r >= 0) ms[r] = t, gemm_ms[r] = tg, unfused_ms[r] = tu;
+        if (r >= 0) ms[r] = t, gemm_ms[r] = tg, unfused_ms[r] = tu, cpu[r] = c, gemm_cpu[r] = cg, unfused_cpu[r] = cu;
     }
-    char extra[128] = "";
+    char extra[256] = "";
     if (!autodiff)
-        snprintf(extra, sizeof extra, ",\"gemms_ms\":%.4f", bench_quantile(gemm_ms, runs, 0.5));
+        snprintf(extra, sizeof extra, ",\"gemms_ms\":%.4f,\"cpu_ms\":%.2f,\"gemms_cpu_ms\":%.2f",
+                 bench_quantile(gemm_ms, runs, 0.5), bench_quantile(cpu, runs, 0.5), bench_quantile(gemm_cpu, runs, 0.5));
     if (!autodiff && fused)
-        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ",\"unfused_ms\":%.4f",
-                 bench_quantile(unfused_ms, runs, 0.5));
+        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ",\"unfused_ms\":%.4f,\"unfused_cpu_ms\":%.2f",
+                 bench_quantile(unfused_ms, runs, 0.5), bench_quantile(unfused_cpu, runs, 0.5));
     bench_report(autodiff ? "mlp_autodiff" : "mlp_inference", bench_quantile(ms, runs, 0.5), extra);
     for (int l = 0; l < LAYERS; l++) kiln_release(w[l]), kiln_release(b[l]);
     kiln_release(x);
