@@ -21,7 +21,7 @@ static float next_value(void) {
 }
 
 static float *random_floats(int64_t n, uint64_t seed) {
-    float *v = malloc(sizeof *v * (size_t)n);
+    float *v = malloc(sizeof *v * (size_t)(n + 1));
     lcg_state = seed;
     for (int64_t i = 0; i < n; i++) v[i] = next_value();
     return v;
@@ -87,8 +87,8 @@ static void check_case(const mm_case *c) {
     kiln__fusion_stats s = kiln__fusion_stats_get();
     kiln_fusion_set_enabled(was);
     if (kiln_engine_is_async() && was)
-        KT_CHECK_MSG(s.groups == 1 && s.ops_fused == 4, "m %lld: groups %lld ops %lld", (long long)c->m,
-                     (long long)s.groups, (long long)s.ops_fused);
+        KT_CHECK_MSG(s.groups == 1 && s.ops_fused == (c->k ? 4 : 3), "m %lld k %lld n %lld: groups %lld ops %lld",
+                     (long long)c->m, (long long)c->k, (long long)c->n, (long long)s.groups, (long long)s.ops_fused);
     KT_CHECK_MSG(memcmp(on, off, sizeof(float) * (size_t)mn) == 0, "m %lld k %lld n %lld: fused != unfused",
                  (long long)c->m, (long long)c->k, (long long)c->n);
     if (c->keep) KT_CHECK(memcmp(pre_on, pre_off, sizeof(float) * (size_t)mn) == 0);
@@ -125,6 +125,23 @@ KT_TEST(linear_activation_chain_is_bit_identical) {
         {.m = 2500, .k = 24, .n = 333, .act = ACT_RELU, .keep = true, .trans_x = true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i]);
+}
+
+/* Random shapes, activations and layouts, the same checks (one seed: reproducible). */
+KT_TEST(random_cases) {
+    uint64_t saved = lcg_state;
+    lcg_state = 77;
+    mm_case cases[24];
+    for (int i = 0; i < 24; i++) {
+        double u[6];
+        for (int j = 0; j < 6; j++) u[j] = (next_value() + 1) / 2;
+        cases[i] = (mm_case){.m = 1 + (int64_t)(u[0] * 400), .k = (int64_t)(u[1] * 40), .n = 1 + (int64_t)(u[2] * 300),
+                             .act = (act_kind)(int)(u[3] * 4), .trans_x = u[4] < 0.4, .keep = u[5] < 0.3,
+                             .row_add = u[5] > 0.5};
+    }
+    cases[0].k = 0; /* an empty inner dim: the product is the bias (run unfused) */
+    lcg_state = saved;
+    for (int i = 0; i < 24; i++) check_case(&cases[i]);
 }
 
 /* matmul (no bias op inside) then a bias added as a broadcast [n] row, in f64. */
@@ -241,6 +258,7 @@ KT_TEST(profiler_names_the_product_and_its_epilogue) {
 int main(void) {
     kt_mem_begin();
     KT_RUN(linear_activation_chain_is_bit_identical);
+    KT_RUN(random_cases);
     KT_RUN(matmul_then_bias_add_f64);
     KT_RUN(gradient_through_the_group);
     KT_RUN(poisoned_input_names_the_original_op);
