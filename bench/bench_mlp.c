@@ -1,40 +1,97 @@
 /* MLP (DESIGN.md §4): 12 x (Linear(2048,2048) + ReLU) on [128,2048] f32.
- * --autodiff: weights and biases require gradients; each run is forward + sum + backward. */
+ * --autodiff: weights and biases require gradients; each run is forward + sum + backward.
+ * --batch B --width W --gelu: another shape (rows B, features W) and GELU for ReLU, e.g. a
+ * product larger than L2 (--batch 16384 --width 256: 16 MiB per layer).
+ * Inference also times, in the same runs and interleaved with the MLP: the 12 GEMMs alone
+ * (h @ w^T of the same shapes and layouts through the same BLAS, no bias, no activation:
+ * "gemms_ms", the floor matmul epilogues aim at) and, when fusion is on, the MLP with fusion
+ * turned off in-process ("unfused_ms"); and the CPU time of each (all threads: steadier than
+ * the wall clock on a loaded machine, best read with one thread). */
+#include <math.h>
+
 #include "bench.h"
 
 #define LAYERS 12
-#define WIDTH 2048
+
+static kiln_tensor w[LAYERS], b[LAYERS];
+static bool use_gelu;
+
+static int64_t int_arg(int argc, char **argv, const char *name, int64_t fallback) {
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], name) == 0) return atoll(argv[i + 1]);
+    return fallback;
+}
+
+static kiln_tensor layer(kiln_tensor h, int l) {
+    h = kiln_linear(h, kiln_ref(w[l]), kiln_ref(b[l]));
+    return use_gelu ? kiln_gelu(h) : kiln_relu(h);
+}
+
+/* One inference pass (gemms_only: the products alone, h @ w^T without bias or ReLU); its CPU
+ * time in *cpu. */
+static double inference_once(kiln_tensor x, bool gemms_only, double *cpu) {
+    double t0 = bench_now_ms(), c0 = bench_cpu_ms();
+    kiln_tensor h = kiln_ref(x);
+    for (int l = 0; l < LAYERS; l++)
+        h = gemms_only ? kiln_matmul(h, kiln_transpose(kiln_ref(w[l]), 0, 1)) : layer(h, l);
+    bench_check(kiln_sync(), "mlp");
+    kiln_release(h);
+    *cpu = bench_cpu_ms() - c0;
+    return bench_now_ms() - t0;
+}
+
+static double mlp_autodiff_once(kiln_tensor x) {
+    double t0 = bench_now_ms();
+    kiln_tensor h = kiln_ref(x);
+    for (int l = 0; l < LAYERS; l++) h = layer(h, l);
+    kiln_grads *g = NULL;
+    bench_check(kiln_backward(kiln_sum(h), &g), "backward");
+    bench_check(kiln_sync(), "mlp");
+    kiln_grads_free(g);
+    return bench_now_ms() - t0;
+}
 
 int main(int argc, char **argv) {
     int runs = bench_runs(argc, argv, 10);
     kiln_device dev = bench_device(argc, argv);
     bool autodiff = bench_flag(argc, argv, "--autodiff");
-    double *ms = malloc(sizeof(double) * (size_t)runs);
-    kiln_tensor w[LAYERS], b[LAYERS];
-    double bound = 1.0 / 45.25; /* 1/sqrt(2048), like torch's default init */
+    bool fused = kiln_fusion_enabled();
+    int64_t batch = int_arg(argc, argv, "--batch", 128), width = int_arg(argc, argv, "--width", 2048);
+    use_gelu = bench_flag(argc, argv, "--gelu");
+    /* wall and CPU ms of the MLP, its GEMMs alone, the MLP unfused */
+    double *ms = malloc(sizeof(double) * (size_t)runs * 6), *gemm_ms = ms + runs, *unfused_ms = ms + 2 * runs;
+    double *cpu = ms + 3 * runs, *gemm_cpu = ms + 4 * runs, *unfused_cpu = ms + 5 * runs;
+    double bound = 1.0 / sqrt((double)width); /* like torch's default init */
     for (int l = 0; l < LAYERS; l++) {
-        w[l] = kiln_uniform(dev, KILN_F32, KILN_SHAPE(WIDTH, WIDTH), -bound, bound, 10 + (uint64_t)l);
-        b[l] = kiln_uniform(dev, KILN_F32, KILN_SHAPE(WIDTH), -bound, bound, 100 + (uint64_t)l);
+        w[l] = kiln_uniform(dev, KILN_F32, KILN_SHAPE(width, width), -bound, bound, 10 + (uint64_t)l);
+        b[l] = kiln_uniform(dev, KILN_F32, KILN_SHAPE(width), -bound, bound, 100 + (uint64_t)l);
         if (autodiff) bench_check(kiln_require_grad(w[l]), "w"), bench_check(kiln_require_grad(b[l]), "b");
     }
-    kiln_tensor x = kiln_randn(dev, KILN_F32, KILN_SHAPE(128, WIDTH), 1);
+    kiln_tensor x = kiln_randn(dev, KILN_F32, KILN_SHAPE(batch, width), 1);
     bench_check(kiln_sync(), "init");
     for (int r = -2; r < runs; r++) {
-        double t0 = bench_now_ms();
-        kiln_tensor h = kiln_ref(x);
-        for (int l = 0; l < LAYERS; l++) h = kiln_relu(kiln_linear(h, kiln_ref(w[l]), kiln_ref(b[l])));
         if (autodiff) {
-            kiln_grads *g = NULL;
-            bench_check(kiln_backward(kiln_sum(h), &g), "backward");
-            bench_check(kiln_sync(), "mlp");
-            kiln_grads_free(g);
-        } else {
-            bench_check(kiln_sync(), "mlp");
-            kiln_release(h);
+            double t = mlp_autodiff_once(x);
+            if (r >= 0) ms[r] = t;
+            continue;
         }
-        if (r >= 0) ms[r] = bench_now_ms() - t0;
+        double c, cg, cu = 0;
+        double t = inference_once(x, false, &c), tg = inference_once(x, true, &cg), tu = 0;
+        if (fused) {
+            kiln_fusion_set_enabled(false);
+            tu = inference_once(x, false, &cu);
+            kiln_fusion_set_enabled(true);
+        }
+        if (r >= 0) ms[r] = t, gemm_ms[r] = tg, unfused_ms[r] = tu, cpu[r] = c, gemm_cpu[r] = cg, unfused_cpu[r] = cu;
     }
-    bench_report(autodiff ? "mlp_autodiff" : "mlp_inference", bench_quantile(ms, runs, 0.5), NULL);
+    char extra[256] = "";
+    if (!autodiff)
+        snprintf(extra, sizeof extra, ",\"gemms_ms\":%.4f,\"cpu_ms\":%.2f,\"gemms_cpu_ms\":%.2f",
+                 bench_quantile(gemm_ms, runs, 0.5), bench_quantile(cpu, runs, 0.5), bench_quantile(gemm_cpu, runs, 0.5));
+    if (!autodiff && fused)
+        snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ",\"unfused_ms\":%.4f,\"unfused_cpu_ms\":%.2f",
+                 bench_quantile(unfused_ms, runs, 0.5), bench_quantile(unfused_cpu, runs, 0.5));
+    bench_report(autodiff ? "mlp_autodiff" : "mlp_inference", bench_quantile(ms, runs, 0.5), extra);
     for (int l = 0; l < LAYERS; l++) kiln_release(w[l]), kiln_release(b[l]);
     kiln_release(x);
     free(ms);

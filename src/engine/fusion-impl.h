@@ -33,6 +33,10 @@ struct kiln__window {
 
 /* An elementwise op the IR and the CPU interpreter handle (shapes, devices, layout). */
 bool kiln__fusion_op_fusable(const kiln__op *op);
+/* A 2-d MATMUL on the CPU that may start a group as its producer (fusion_matmul.c). */
+bool kiln__fusion_matmul_fusable(const kiln__op *op);
+/* Starts w's empty group with such a MATMUL (w->lock held); false when it does not fit. */
+bool kiln__window_try_join_matmul(kiln__window *w, const kiln__op *op);
 /* A reduction that may end a group (opcode only). */
 bool kiln__fusion_is_reduction(kiln__opcode code);
 /* Adds op to w's group (w->lock held), marking its storages; false when it does not fit. */

@@ -237,7 +237,8 @@ bool kiln__fusion_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
         unlock_window(s->window);
         if (joined) return true;
     }
-    if (ev || !kiln_fusion_enabled() || !kiln__fusion_op_fusable(op)) {
+    bool matmul = op->code == KILN__OP_MATMUL && kiln__fusion_matmul_fusable(op); /* a group's producer */
+    if (ev || !kiln_fusion_enabled() || !(matmul || kiln__fusion_op_fusable(op))) {
         kiln__fusion_flush_stream(s);
         return false;
     }
@@ -250,7 +251,7 @@ bool kiln__fusion_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
             if (!(w->g = malloc(sizeof *w->g))) break;
             w->g->n_ops = 0;
         }
-        joined = kiln__window_try_join(w, op);
+        joined = matmul ? kiln__window_try_join_matmul(w, op) : kiln__window_try_join(w, op);
         if (!joined && w->g->n_ops == 0) break; /* not even alone */
         if (!joined) flush_locked(w, true), flushed = true;
     }

@@ -166,7 +166,7 @@ bool kiln__fusion_is_reduction(kiln__opcode code) {
  * output: it ends the group (w->lock held; true when it joined). */
 bool kiln__window_try_join_reduce(kiln__window *w, const kiln__op *op) {
     kiln__fused *g = w->g;
-    if (w->closed || !g || g->n_ops == 0 || op->flags || op->n_in != 1 || op->n_out != 1 ||
+    if (w->closed || !g || g->n_ops == 0 || g->matmul || op->flags || op->n_in != 1 || op->n_out != 1 ||
         !kiln__fusion_is_reduction(op->code))
         return false;
     const kiln__view *in = &op->in[0], *out = &op->out[0];

@@ -35,6 +35,7 @@ void kiln__fused_init(kiln__fused *g, const kiln__view *out) {
     g->expr.n_nodes = g->expr.n_inputs = g->expr.n_outputs = g->expr.n_stores = 0;
     g->n_ops = 0;
     g->row = 0;
+    g->matmul = false;
     g->ndim = out->ndim;
     memcpy(g->shape, out->shape, sizeof g->shape);
 }

@@ -19,7 +19,13 @@
  * node has it set too); an OP node without it that names a `rows` node reads that value
  * broadcast along the last dim. Only nodes after the REDUCE have `rows` set; a LOAD with
  * `rows` set reads an input of the reduced shape (dense in it, or one value). kiln__expr_
- * has_epilogue tells a backend that handles only the prologue form. */
+ * has_epilogue tells a backend that handles only the prologue form.
+ *
+ * A group may instead start with a matrix product (`matmul` set, ops[0] its MATMUL record):
+ * input 0 is the product's output, and the expression is its epilogue (bias, activation, any
+ * elementwise chain over the product's shape). A backend computes the product a block of rows
+ * at a time and evaluates the expression over each block right after it, while it is in
+ * cache; a device backend can print the same expression after its GEMM. */
 #ifndef KILN_IR_EXPR_H
 #define KILN_IR_EXPR_H
 
@@ -65,6 +71,7 @@ typedef struct kiln__fused {
     kiln__view input[KILN__EXPR_MAX_INPUTS];  /* input k, broadcast to shape */
     kiln__view output[KILN__EXPR_MAX_OUTPUTS]; /* dense, of shape (a REDUCE's: last dim 1) */
     int64_t row; /* > 0: the group ends in a REDUCE over its last dim, of this length */
+    bool matmul; /* ops[0] is a MATMUL producing input 0 (see above) */
     int n_ops;
     kiln__op ops[KILN__FUSE_MAX_OPS];
     /* while building: the node that last wrote each output's storage */
@@ -83,6 +90,9 @@ bool kiln__fused_add(kiln__fused *g, const kiln__op *op);
 /* Appends a reduction over the last dim of a value the group wrote (op->in[0] is a storage
  * the group wrote, with the group's mapping). The group takes no op after it. */
 bool kiln__fused_add_reduce(kiln__fused *g, const kiln__op *op);
+/* Starts g (empty) with a 2-d MATMUL op as its producer: its output becomes input 0 and the
+ * value of that storage, so elementwise ops over the product's shape join as its epilogue. */
+bool kiln__fused_add_matmul(kiln__fused *g, const kiln__op *op);
 /* Ends the group: each written storage is stored once, from its last writer, unless
  * dead(storage) says no handle to it remains (its value is then never written). */
 void kiln__fused_finish(kiln__fused *g, bool (*dead)(void *ctx, const kiln__storage *s), void *ctx);

@@ -52,4 +52,10 @@ void kiln__fused_gather(const kiln__fused *g, const kiln__view *v, int64_t t0, i
  * element offset in v's storage, with *stride set to that dim's stride; -1 otherwise. */
 int64_t kiln__fused_run_offset(const kiln__fused *g, const kiln__view *v, int64_t t0, int64_t m, int64_t *stride);
 
+/* Evaluates blocks [begin, end) of p's group (a kiln__parallel_for range function). */
+void kiln__fused_run_blocks(void *p, int64_t begin, int64_t end);
+/* Runs a group that starts with a matrix product: its GEMM a panel of rows at a time, each
+ * panel's epilogue blocks right after it (fused_matmul.c). */
+kiln_status kiln__fused_matmul_run(kiln__fused_plan *p);
+
 #endif

@@ -173,10 +173,13 @@ static kiln_status kernel_fused(const kiln__op *op) {
      * written; the engine then runs the ops one by one and reports the one that failed */
     kiln_status st = kiln__fused_plan_make(&p, g);
     if (st != KILN_OK || p.numel == 0) return st;
+    if (g->matmul) return kiln__fused_matmul_run(&p);
     int64_t blocks = (p.numel + p.block - 1) / p.block;
     int64_t grain = KILN__GRAIN_ELEMENTWISE / p.block;
     kiln__parallel_for(blocks, grain > 0 ? grain : 1, run_blocks, &p);
     return atomic_load(&p.status);
 }
+
+void kiln__fused_run_blocks(void *p, int64_t begin, int64_t end) { run_blocks(p, begin, end); }
 
 void kiln__cpu_register_fused(kiln__kernel_fn *table) { table[KILN__OP_FUSED] = kernel_fused; }
