@@ -125,7 +125,7 @@ static bool compile(kiln__fused_vec *v, const kiln__fused_plan *p) {
 #include <immintrin.h>
 
 /* Vectors per chunk. chain8 (bench_elementwise, CPU ms, AVX-512, medians of 3 on a loaded
- * machine): 2 -> 80, 4 -> 72, 8 -> 68; a chunk's values (a few KiB) stay in L1. */
+ * machine): 2 -> 80, 4 -> 71, 8 -> 68; a chunk's values (a few KiB) stay in L1. */
 #define U 8
 
 #define TARGET __attribute__((target("avx2")))
