@@ -15,6 +15,9 @@
 
 _Atomic int64_t kiln__fused_stream_bytes;
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
 static int64_t stream_bytes(void) {
     int64_t b = atomic_load_explicit(&kiln__fused_stream_bytes, memory_order_relaxed);
     if (b > 0) return b;
@@ -121,9 +124,6 @@ static bool compile(kiln__fused_vec *v, const kiln__fused_plan *p) {
     return true;
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-
 /* Vectors per chunk. chain8 (bench_elementwise, CPU ms, AVX-512, medians of 3 on a loaded
  * machine): 2 -> 80, 4 -> 71, 8 -> 68; a chunk's values (a few KiB) stay in L1. */
 #define U 8
@@ -157,8 +157,10 @@ static bool compile(kiln__fused_vec *v, const kiln__fused_plan *p) {
 bool kiln__fused_vec_make(kiln__fused_vec *v, const kiln__fused_plan *p) {
     const char *isa = kiln__vmath_isa(); /* KILN_ISA=scalar: the block path's portable loops */
     memset(v, 0, sizeof *v);
-    if (strcmp(isa, "avx512") == 0) v->run = run_avx512, v->chunk = U * 16;
-    else if (strcmp(isa, "avx2") == 0) v->run = run_avx2, v->chunk = U * 8;
+    bool avx512 = strcmp(isa, "avx512") == 0;
+    /* vmath's avx512 asks for AVX512F only; xor and andnot of floats are AVX512DQ's */
+    if (avx512 && __builtin_cpu_supports("avx512dq")) v->run = run_avx512, v->chunk = U * 16;
+    else if (avx512 || strcmp(isa, "avx2") == 0) v->run = run_avx2, v->chunk = U * 8;
     else return false;
     if (!compile(v, p)) {
         v->run = NULL;
