@@ -1,5 +1,9 @@
-/* Inside the CPU's fused kernel (fused.c, fused_plan.c, fused_gather.c): a group's plan, made
- * once per run from its IR (ir/expr.h), and the block loop that evaluates it.
+/* Inside the CPU's fused kernel (fused.c, fused_plan.c, fused_gather.c, fused_vec.c): a group's
+ * plan, made once per run from its IR (ir/expr.h), and the block loop that evaluates it.
+ *
+ * An f32 group of the simple ops over dense or one-value inputs, with no reduction, takes the
+ * fast path of fused_vec.c instead: the whole expression a chunk of a few vectors at a time
+ * (the block loop still runs the last elements of a thread's range, fewer than a chunk).
  *
  * Elementwise groups are evaluated a block of BLOCK elements at a time (L1-resident scratch):
  * each IR node calls the inner loop the unfused kernel of its opcode runs (kiln__ew_loop,
@@ -26,6 +30,36 @@
 /* KILN__LOAD_ROWS: an epilogue's input of the reduced shape, dense in it (one value a row). */
 enum { KILN__LOAD_GATHER, KILN__LOAD_DENSE, KILN__LOAD_SCALAR, KILN__LOAD_ROWS };
 
+/* The register-level fast path (fused_vec.c): opcodes of its instructions. */
+enum {
+    KILN__VEC_LOAD, /* d = input a's elements */
+    KILN__VEC_ADD, KILN__VEC_SUB, KILN__VEC_MUL, KILN__VEC_DIV, KILN__VEC_MAX, KILN__VEC_MIN, KILN__VEC_RELU_BWD,
+    KILN__VEC_NEG, /* first of the unary ones */
+    KILN__VEC_ABS, KILN__VEC_RELU, KILN__VEC_SQRT, KILN__VEC_CLAMP /* bounds in registers b, c */
+};
+/* Registers: one per IR node, then the clamp bounds. */
+#define KILN__VEC_REGS (KILN__EXPR_MAX_NODES + 16)
+
+typedef struct kiln__vec_ins {
+    uint8_t op, d, a, b, c; /* d = op(a, b); registers, or an input index (LOAD) */
+} kiln__vec_ins;
+
+/* A group compiled for the fast path: loads, ops and stores of one chunk, in program order. */
+typedef struct kiln__fused_vec {
+    void (*run)(const struct kiln__fused_vec *v, int64_t t0, int64_t n); /* whole chunks of [t0, t0 + n) */
+    int64_t chunk; /* elements per chunk */
+    int n_code, n_bcast, n_store;
+    bool stream; /* outputs written with streaming stores */
+    kiln__vec_ins code[KILN__EXPR_MAX_NODES];
+    struct {
+        uint8_t node;
+        float value;
+    } bcast[KILN__VEC_REGS]; /* registers set once: constants, one-value inputs, clamp bounds */
+    const float *in[KILN__EXPR_MAX_INPUTS];
+    float *out[KILN__EXPR_MAX_OUTPUTS];
+    uint8_t store_node[KILN__EXPR_MAX_OUTPUTS];
+} kiln__fused_vec;
+
 typedef struct kiln__fused_plan {
     const kiln__fused *g;
     const kiln__kernel_fn *kernels; /* the REDUCE node's kernel */
@@ -39,7 +73,19 @@ typedef struct kiln__fused_plan {
     kiln__ew_loop loop[KILN__EXPR_MAX_NODES]; /* OP nodes */
     _Alignas(8) unsigned char konst[KILN__EXPR_MAX_NODES][8]; /* CONST nodes, in their dtype */
     _Atomic kiln_status status;
+    kiln__fused_vec vec; /* vec.run NULL: the block path */
 } kiln__fused_plan;
+
+/* Outputs of the fast path of at least this many bytes in all are written with streaming
+ * stores, which skip the read of each line a plain store first makes: half the last-level
+ * cache (sysconf; 32 MiB when it says nothing), so a value that is streamed would not have
+ * stayed in cache for its reader anyway. Tests lower it to reach the streaming code. */
+extern _Atomic int64_t kiln__fused_stream_bytes; /* 0: not yet read from sysconf */
+
+/* Compiles p's group for the fast path when it qualifies (every value f32, inputs dense or one
+ * value, simple ops, no reduction, an AVX2 or AVX-512 CPU not held back by KILN_ISA); false
+ * (v->run NULL) otherwise. */
+bool kiln__fused_vec_make(kiln__fused_vec *v, const kiln__fused_plan *p);
 
 /* Fills p for g (p must not move afterwards: loops point into it). Returns KILN_OK, or the
  * status of a node no loop handles (the group is then run op by op, which reports it). */

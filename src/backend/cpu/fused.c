@@ -1,8 +1,9 @@
 /* The CPU kernel of a fused group (ir/expr.h): runs the plan of fused-impl.h block by block,
- * blocks split over the thread pool. Each IR node runs the inner loop of its op's unfused
- * kernel over the block, so results are bit-identical to running the ops one by one. A group
- * ending in a reduction takes whole rows per block, and its REDUCE node runs the unfused
- * reduction kernel over those rows (each row's result depends on that row alone). */
+ * blocks split over the thread pool (a thread's range chunk by chunk on fused_vec.c's fast
+ * path). Each IR node runs the inner loop of its op's unfused kernel over the block, so results
+ * are bit-identical to running the ops one by one. A group ending in a reduction takes whole
+ * rows per block, and its REDUCE node runs the unfused reduction kernel over those rows (each
+ * row's result depends on that row alone). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -150,6 +151,13 @@ static void prefetch_block(const kiln__fused_plan *p, int64_t t0, int64_t m) {
 
 static void run_blocks(void *ctx, int64_t begin, int64_t end) {
     kiln__fused_plan *p = ctx;
+    int64_t t = begin * p->block, t_end = end * p->block < p->numel ? end * p->block : p->numel;
+    if (p->vec.run) { /* whole chunks on the fast path; the last few elements through a block */
+        int64_t done = (t_end - t) / p->vec.chunk * p->vec.chunk;
+        p->vec.run(&p->vec, t, done);
+        t += done;
+        if (t == t_end) return;
+    }
     _Alignas(64) char stack[STACK_SCRATCH];
     size_t bytes = (size_t)p->n_slots * slot_size(p);
     char *scratch = bytes <= sizeof stack ? stack : malloc(bytes);
@@ -157,10 +165,10 @@ static void run_blocks(void *ctx, int64_t begin, int64_t end) {
         atomic_store(&p->status, KILN_ERR_OUT_OF_MEMORY);
         return;
     }
-    for (int64_t b = begin; b < end && atomic_load_explicit(&p->status, memory_order_relaxed) == KILN_OK; b++) {
-        int64_t t0 = b * p->block, m = p->numel - t0 < p->block ? p->numel - t0 : p->block;
-        if (b + 1 < end) prefetch_block(p, t0 + m, p->numel - t0 - m < p->block ? p->numel - t0 - m : p->block);
-        kiln_status st = eval_block(p, t0, m, scratch);
+    for (int64_t m; t < t_end && atomic_load_explicit(&p->status, memory_order_relaxed) == KILN_OK; t += m) {
+        m = t_end - t < p->block ? t_end - t : p->block;
+        if (t + m < t_end) prefetch_block(p, t + m, t_end - t - m < p->block ? t_end - t - m : p->block);
+        kiln_status st = eval_block(p, t, m, scratch);
         if (st != KILN_OK) atomic_store(&p->status, st);
     }
     if (scratch != stack) free(scratch);
@@ -173,6 +181,7 @@ static kiln_status kernel_fused(const kiln__op *op) {
      * written; the engine then runs the ops one by one and reports the one that failed */
     kiln_status st = kiln__fused_plan_make(&p, g);
     if (st != KILN_OK || p.numel == 0) return st;
+    kiln__fused_vec_make(&p.vec, &p);
     if (g->matmul) return kiln__fused_matmul_run(&p);
     int64_t blocks = (p.numel + p.block - 1) / p.block;
     int64_t grain = KILN__GRAIN_ELEMENTWISE / p.block;
