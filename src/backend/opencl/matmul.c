@@ -2,8 +2,9 @@
  * dense [..., M, N], an optional in[2] broadcast to out's shape added (copied into out first,
  * then the product added with beta = 1). f32 and f64. With CLBlast in the build, an operand
  * whose matrix is row- or column-contiguous and whose batch dims flatten to one stride goes to
- * CLBlast's (strided batched) GEMM; anything else, and every product without CLBlast, runs a
- * generated kernel: one work item per output element, any strides. */
+ * CLBlast's (strided batched) GEMM, on a CPU device f32 goes to the register-tiled kernels
+ * below first; anything else, and every product without CLBlast, runs a generated kernel: one
+ * work item per output element, any strides. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,6 +61,129 @@ static kiln_status naive(kiln__cl_device *d, const kiln__op *op, bool accumulate
     return kiln__cl_run(d, op, &src, (size_t)total, args, (int)(sizeof args / sizeof args[0]));
 }
 
+/* The stride between out's batch matrices in v (0 when v is broadcast over them), false when
+ * v's batch dims do not flatten to one stride. */
+static bool batch_stride(const kiln__view *v, const kiln__view *c, int64_t *out) {
+    int64_t stride = -1, span = 1;
+    for (int q = c->ndim - 3; q >= 0; q--) {
+        if (c->shape[q] == 1) continue;
+        if (stride < 0) stride = v->strides[q];
+        else if (v->strides[q] != stride * span) return false;
+        span *= c->shape[q];
+    }
+    *out = stride < 0 ? 0 : stride;
+    return true;
+}
+
+/* ---- register-tiled f32 GEMM for CPU devices --------------------------------------------------
+ * On a CPU OpenCL device (PoCL) CLBlast runs untuned defaults, about 15x slower than the host
+ * BLAS on the MLP's [128,2048] x [2048,2048]; PoCL compiles explicit vector code well but
+ * did not vectorize a scalar GEMM across work items (one column per item measured 20x slower
+ * than these). So one work item computes a tile of out with float16 registers, two forms
+ * (BENCHMARKS.md has the measurements):
+ *  dot:   A's rows and B's columns contiguous along K (x @ w^T, the linear layer): a 4x4 tile,
+ *         16 float16 partial sums along K, summed across lanes at the end (sums in another
+ *         order than the CPU's, so results agree to rounding, not bit for bit).
+ *  outer: B's rows contiguous along N, A any strides (x @ w, and a^T @ b of the weight
+ *         gradient): 8 rows x 32 columns, A's element broadcast times two float16 of B's row.
+ * Rows past M load row M-1 (so the K loop has no branch) and are not stored; the last columns
+ * of the outer form (N not a multiple of 32) take a scalar loop. Work groups of one item: each
+ * item is already a vector loop, and items of one group share B's tile through the cache. */
+static const char *const gemm_dot_source =
+    "__kernel void k(long M, long N, long K, long tiles_m, long tiles_n, long ao, long lda, long sa, long bo,\n"
+    "  long ldb, long sb, long acc, __global const float *a, __global const float *b, __global float *c) {\n"
+    "  long g = get_global_id(0), tm = g % tiles_m, rest = g / tiles_m, tn = rest % tiles_n, z = rest / tiles_n;\n"
+    "  long i0 = tm * 4, j0 = tn * 4, ar[4], br[4];\n"
+    "  for (int r = 0; r < 4; r++) {\n"
+    "    ar[r] = ao + z * sa + min(i0 + r, M - 1) * lda; br[r] = bo + z * sb + min(j0 + r, N - 1) * ldb; }\n"
+    "  float16 s[4][4];\n"
+    "  for (int r = 0; r < 4; r++) for (int q = 0; q < 4; q++) s[r][q] = 0;\n"
+    "  long k16 = K & ~15L;\n"
+    "  for (long p = 0; p < k16; p += 16) {\n"
+    "    float16 x[4], y[4];\n"
+    "    for (int r = 0; r < 4; r++) { x[r] = vload16(0, a + ar[r] + p); y[r] = vload16(0, b + br[r] + p); }\n"
+    "    for (int r = 0; r < 4; r++) for (int q = 0; q < 4; q++) s[r][q] = fma(x[r], y[q], s[r][q]);\n"
+    "  }\n"
+    "  for (int r = 0; r < 4; r++) for (int q = 0; q < 4; q++) {\n"
+    "    float16 w = s[r][q]; float8 v = w.lo + w.hi; float4 h = v.lo + v.hi; float2 t = h.lo + h.hi;\n"
+    "    float sum = t.x + t.y;\n"
+    "    for (long p = k16; p < K; p++) sum = fma(a[ar[r] + p], b[br[q] + p], sum);\n"
+    "    long i = i0 + r, j = j0 + q;\n"
+    "    if (i < M && j < N) { long o = (z * M + i) * N + j; c[o] = acc ? c[o] + sum : sum; }\n"
+    "  }\n"
+    "}\n";
+
+static const char *const gemm_outer_source =
+    "__kernel void k(long M, long N, long K, long tiles_m, long tiles_n, long ao, long ars, long acs, long sa,\n"
+    "  long bo, long ldb, long sb, long acc, __global const float *a, __global const float *b, __global float *c) {\n"
+    "  long g = get_global_id(0), tm = g % tiles_m, rest = g / tiles_m, tn = rest % tiles_n, z = rest / tiles_n;\n"
+    "  long i0 = tm * 8, j0 = tn * 32, ar[8];\n"
+    "  for (int r = 0; r < 8; r++) ar[r] = ao + z * sa + min(i0 + r, M - 1) * ars;\n"
+    "  const __global float *bz = b + bo + z * sb;\n"
+    "  __global float *cz = c + z * M * N;\n"
+    "  if (j0 + 32 <= N) {\n"
+    "    float16 s[8], t[8];\n"
+    "    for (int r = 0; r < 8; r++) s[r] = t[r] = 0;\n"
+    "    for (long p = 0; p < K; p++) {\n"
+    "      const __global float *row = bz + p * ldb + j0;\n"
+    "      float16 y0 = vload16(0, row), y1 = vload16(1, row);\n"
+    "      for (int r = 0; r < 8; r++) {\n"
+    "        float16 x = (float16)(a[ar[r] + p * acs]); s[r] = fma(x, y0, s[r]); t[r] = fma(x, y1, t[r]); }\n"
+    "    }\n"
+    "    for (int r = 0; r < 8; r++) {\n"
+    "      if (i0 + r >= M) break;\n"
+    "      __global float *o = cz + (i0 + r) * N + j0;\n"
+    "      if (acc) { s[r] += vload16(0, o); t[r] += vload16(1, o); }\n"
+    "      vstore16(s[r], 0, o); vstore16(t[r], 1, o);\n"
+    "    }\n"
+    "  } else {\n"
+    "    for (int r = 0; r < 8 && i0 + r < M; r++) for (long j = j0; j < N; j++) {\n"
+    "      float sum = 0;\n"
+    "      for (long p = 0; p < K; p++) sum = fma(a[ar[r] + p * acs], bz[p * ldb + j], sum);\n"
+    "      long o = (i0 + r) * N + j; cz[o] = acc ? cz[o] + sum : sum;\n"
+    "    }\n"
+    "  }\n"
+    "}\n";
+
+static bool cpu_device(const kiln__cl_device *d) {
+    cl_device_type t = 0;
+    return clGetDeviceInfo(d->id, CL_DEVICE_TYPE, sizeof t, &t, NULL) == CL_SUCCESS && (t & CL_DEVICE_TYPE_CPU);
+}
+
+/* out = a b (+ out) by one of the tiled forms; *done false when neither fits the layout. */
+static kiln_status tiled(kiln__cl_device *d, const kiln__op *op, bool accumulate, bool *done) {
+    const kiln__view *a = &op->in[0], *b = &op->in[1], *c = &op->out[0];
+    int nd = c->ndim;
+    cl_long M = c->shape[nd - 2], N = c->shape[nd - 1], K = a->shape[nd - 1], batch = 1;
+    for (int q = 0; q < nd - 2; q++) batch *= c->shape[q];
+    int64_t sa, sb;
+    *done = false;
+    if (c->dtype != KILN_F32 || !M || !N || !K || !batch || c->offset || !batch_stride(a, c, &sa) || !batch_stride(b, c, &sb))
+        return KILN_OK;
+    cl_long ars = a->strides[nd - 2], acs = a->strides[nd - 1], brs = b->strides[nd - 2], bcs = b->strides[nd - 1];
+    cl_long ao = a->offset, bo = b->offset, csa = sa, csb = sb, acc = accumulate, tiles_m, tiles_n;
+    cl_mem am = kiln__cl_mem(a->storage), bm = kiln__cl_mem(b->storage), cm = kiln__cl_mem(c->storage);
+    if ((acs == 1 || K == 1) && (brs == 1 || K == 1)) {
+        tiles_m = (M + 3) / 4, tiles_n = (N + 3) / 4;
+        kiln__cl_arg args[] = {{8, &M},   {8, &N},   {8, &K},   {8, &tiles_m},    {8, &tiles_n},    {8, &ao},
+                               {8, &ars}, {8, &csa}, {8, &bo},  {8, &bcs},        {8, &csb},        {8, &acc},
+                               {sizeof am, &am},     {sizeof bm, &bm},            {sizeof cm, &cm}};
+        *done = true;
+        return kiln__cl_launch_local(d, op, gemm_dot_source, (size_t)(tiles_m * tiles_n * batch), 1, args,
+                                     (int)(sizeof args / sizeof args[0]));
+    }
+    if (bcs == 1 || N == 1) {
+        tiles_m = (M + 7) / 8, tiles_n = (N + 31) / 32;
+        kiln__cl_arg args[] = {{8, &M},   {8, &N},   {8, &K},   {8, &tiles_m},    {8, &tiles_n},    {8, &ao},
+                               {8, &ars}, {8, &acs}, {8, &csa}, {8, &bo},         {8, &brs},        {8, &csb},
+                               {8, &acc}, {sizeof am, &am},     {sizeof bm, &bm}, {sizeof cm, &cm}};
+        *done = true;
+        return kiln__cl_launch_local(d, op, gemm_outer_source, (size_t)(tiles_m * tiles_n * batch), 1, args,
+                                     (int)(sizeof args / sizeof args[0]));
+    }
+    return KILN_OK;
+}
+
 #if KILN_HAVE_CLBLAST
 typedef struct {
     bool trans;
@@ -68,7 +192,7 @@ typedef struct {
 
 /* rows x cols matrix with strides rs, cs, batch dims flattening to one stride. */
 static bool blas_layout(const kiln__view *v, const kiln__view *c, int64_t rows, int64_t cols, blas_operand *o) {
-    int nd = c->ndim, nb = nd - 2;
+    int nd = c->ndim;
     int64_t rs = v->strides[nd - 2], cs = v->strides[nd - 1];
     if (cs == 1 || cols == 1) {
         o->trans = false;
@@ -79,14 +203,9 @@ static bool blas_layout(const kiln__view *v, const kiln__view *c, int64_t rows, 
     } else {
         return false;
     }
-    int64_t stride = -1, span = 1;
-    for (int q = nb - 1; q >= 0; q--) {
-        if (c->shape[q] == 1) continue;
-        if (stride < 0) stride = v->strides[q];
-        else if (v->strides[q] != stride * span) return false;
-        span *= c->shape[q];
-    }
-    o->stride = stride < 0 ? 0 : (size_t)stride;
+    int64_t stride;
+    if (!batch_stride(v, c, &stride)) return false;
+    o->stride = (size_t)stride;
     o->offset = (size_t)v->offset;
     return true;
 }
@@ -147,10 +266,19 @@ static kiln_status kernel_matmul(const kiln__op *op) {
         kiln_status st = d->backend.kernels[KILN__OP_COPY](&copy);
         if (st != KILN_OK) return st;
     }
+    /* KILN_OPENCL_GEMM: "tiled" or "clblast" forces that path where its layout fits, "generic"
+     * (or the older KILN_OPENCL_BLAS=0) the generated per-element kernel; unset: the tiled
+     * GEMM on a CPU device, CLBlast on the others. */
+    const char *mode = getenv("KILN_OPENCL_GEMM"), *blas_off = getenv("KILN_OPENCL_BLAS");
+    bool generic = (mode && strcmp(mode, "generic") == 0) || (blas_off && strcmp(blas_off, "0") == 0);
+    bool want_tiled = mode ? strcmp(mode, "tiled") == 0 : cpu_device(d);
+    bool done = false;
+    if (!generic && want_tiled) {
+        kiln_status st = tiled(d, op, accumulate, &done);
+        if (done || st != KILN_OK) return st;
+    }
 #if KILN_HAVE_CLBLAST
-    const char *off = getenv("KILN_OPENCL_BLAS");
-    if (!off || strcmp(off, "0") != 0) {
-        bool done;
+    if (!generic) {
         kiln_status st = blas(d, op, accumulate, &done);
         if (done || st != KILN_OK) return st;
     }
