@@ -449,8 +449,8 @@ static void gemm_blas_set_threads(int want) {
  * pool task) runs on its caller alone. A small product runs on its caller alone anyway and
  * leaves the pool free: waking OpenBLAS's helper costs more than it saves below about
  * GEMM_BLAS_MIN_FLOPS_PER_THREAD each (measured on this 2-core machine under load, cblas_sgemm
- * alone: 128x784x256 took 0.36 ms on one thread and 7.0 ms on two; 128x3136x128 0.80 against
- * 6.9 ms). OpenBLAS's thread count is one global: a product starting between another's
+ * alone: 128x3136x128 took 0.76 ms on one thread and 5.4 ms on two, 128x784x256 0.36 against
+ * 7.0 ms in one run and 0.39 in another; bench_gemm_shapes). OpenBLAS's thread count is one global: a product starting between another's
  * setting and its read may run with the other's count, which costs speed, never correctness.
  * For measurement, KILN_GEMM_BUDGET=0 gives every product the pool's threads (the rule
  * before) and KILN_GEMM_BUDGET=1 claims the pool without the size rule. */
