@@ -47,6 +47,24 @@ void kiln__conv_dnnl_force(int mode) {
 
 long kiln__conv_dnnl_calls(void) { return atomic_load(&dnnl_calls); }
 
+/* Failure injection for tests (kiln__conv_dnnl_inject_failure): the stage and how many more
+ * calls reaching it fail. */
+static atomic_int inject_stage, inject_left;
+
+void kiln__conv_dnnl_inject_failure(int stage, int count) {
+    atomic_store(&inject_left, count > 0 ? count : 0);
+    atomic_store(&inject_stage, count > 0 ? stage : 0);
+}
+
+/* True when this call should fail at `stage` (and counts it). */
+static bool injected(int stage) {
+    if (atomic_load_explicit(&inject_stage, memory_order_relaxed) != stage) return false;
+    int left = atomic_load(&inject_left);
+    while (left > 0 && !atomic_compare_exchange_weak(&inject_left, &left, left - 1)) {
+    }
+    return left > 0;
+}
+
 static int env_mode(void) {
     atomic_int *cached = &env_cached;
     int m = atomic_load(cached);
@@ -239,7 +257,7 @@ static bool create(const dnnl_key *k, dnnl_prims *p, kiln_status *st) {
         const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
         p->scratch = sp ? dnnl_memory_desc_get_size(sp) : 0;
         if (sp) p->scratch_md = *sp;
-        s = dnnl_primitive_create(&p->conv, pd);
+        s = injected(KILN__DNNL_FAIL_CREATE) ? dnnl_runtime_error : dnnl_primitive_create(&p->conv, pd);
     }
     for (int i = 0; i < p->n && s == dnnl_success; i++) {
         p->md[i] = *dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, p->kinds[i]);
@@ -313,7 +331,7 @@ static kiln_status execute(const dnnl_prims *p, const dnnl_key *k, void *const *
     dnnl_stream_t stream = NULL;
     int n = p->n;
     void *scratch = p->scratch ? malloc(p->scratch) : NULL;
-    dnnl_status_t s = p->scratch && !scratch ? dnnl_out_of_memory : dnnl_success;
+    dnnl_status_t s = (p->scratch && !scratch) || injected(KILN__DNNL_FAIL_ALLOC) ? dnnl_out_of_memory : dnnl_success;
     if (s == dnnl_success) s = dnnl_stream_create(&stream, cpu_engine, dnnl_stream_default_flags);
     for (int i = 0; i < n && s == dnnl_success; i++) {
         if (p->re[i]) { /* the conv's layout in a buffer of its own, reordered from or to kiln's */
@@ -412,5 +430,10 @@ const char *kiln__conv_dnnl_mode(void) { return "builtin"; }
 void kiln__conv_dnnl_force(int mode) { (void)mode; }
 
 long kiln__conv_dnnl_calls(void) { return 0; }
+
+void kiln__conv_dnnl_inject_failure(int stage, int count) {
+    (void)stage;
+    (void)count;
+}
 
 #endif

@@ -31,4 +31,11 @@ void kiln__conv_dnnl_force(int mode);
 /* Tests: how many convs oneDNN has run (taken and executed) in this process. */
 long kiln__conv_dnnl_calls(void);
 
+/* Tests: the next `count` oneDNN convs fail at `stage` (count 0 clears): KILN__DNNL_FAIL_ALLOC
+ * as if a buffer allocation returned NULL (KILN_ERR_OUT_OF_MEMORY), KILN__DNNL_FAIL_CREATE as
+ * if oneDNN refused to create the primitive (KILN_ERR_KERNEL; only a shape not yet in the
+ * primitive cache creates one). Does nothing in a build without oneDNN. */
+enum { KILN__DNNL_FAIL_ALLOC = 1, KILN__DNNL_FAIL_CREATE = 2 };
+void kiln__conv_dnnl_inject_failure(int stage, int count);
+
 #endif

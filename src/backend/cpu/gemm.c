@@ -436,12 +436,52 @@ void openblas_set_num_threads(int num_threads);
 
 static atomic_int gemm_blas_threads;
 
-/* BLAS gets the same thread budget as the kiln pool, re-applied when the pool resizes. */
-static void gemm_blas_sync_threads(void) {
-    int want = kiln__pool_threads();
-    if (atomic_load_explicit(&gemm_blas_threads, memory_order_relaxed) == want) return;
-    atomic_store(&gemm_blas_threads, want);
+static void gemm_blas_set_threads(int want) {
+    if (atomic_exchange_explicit(&gemm_blas_threads, want, memory_order_relaxed) == want) return;
     if (openblas_set_num_threads) openblas_set_num_threads(want);
+}
+
+/* One thread budget (DESIGN.md section 3). Two engine workers may each start a product; if
+ * both asked OpenBLAS for every core, a 2-core machine would run four busy threads (and
+ * OpenBLAS's idle helpers yield-spin after each call). So a product claims kiln's pool, as a
+ * oneDNN convolution does: the holder gives OpenBLAS the pool's threads, and a product that
+ * starts while another product, convolution or parallel_for holds the pool (or from inside a
+ * pool task) runs on its caller alone. A small product runs on its caller alone anyway and
+ * leaves the pool free: waking OpenBLAS's helper costs more than it saves below about
+ * GEMM_BLAS_MIN_FLOPS_PER_THREAD each (measured on this 2-core machine under load, cblas_sgemm
+ * alone: 128x3136x128 took 0.76 ms on one thread and 5.4 ms on two, 128x784x256 0.36 against
+ * 7.0 ms in one run and 0.39 in another; bench_gemm_shapes). OpenBLAS's thread count is one global: a product starting between another's
+ * setting and its read may run with the other's count, which costs speed, never correctness.
+ * For measurement, KILN_GEMM_BUDGET=0 gives every product the pool's threads (the rule
+ * before) and KILN_GEMM_BUDGET=1 claims the pool without the size rule. */
+#define GEMM_BLAS_MIN_FLOPS_PER_THREAD 2.0e8
+
+static int gemm_blas_budget_mode(void) {
+    static atomic_int cached = -1;
+    int mode = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (mode < 0) {
+        const char *e = getenv("KILN_GEMM_BUDGET");
+        mode = e && (e[0] == '0' || e[0] == '1') ? e[0] - '0' : 2;
+        atomic_store_explicit(&cached, mode, memory_order_relaxed);
+    }
+    return mode;
+}
+
+/* Sets OpenBLAS's thread count for an m x n x k product; returns whether it claimed the pool
+ * (the caller unclaims after the product). */
+static int gemm_blas_claim_threads(int64_t m, int64_t n, int64_t k) {
+    int mode = gemm_blas_budget_mode(), threads = kiln__pool_threads();
+    if (mode == 0) {
+        gemm_blas_set_threads(threads);
+        return 0;
+    }
+    if (mode == 2 && 2.0 * (double)m * (double)n * (double)k < 2.0 * GEMM_BLAS_MIN_FLOPS_PER_THREAD) {
+        gemm_blas_set_threads(1);
+        return 0;
+    }
+    int held = threads > 1 && kiln__pool_try_claim();
+    gemm_blas_set_threads(held ? threads : 1);
+    return held;
 }
 
 /* CBLAS wants int sizes and leading dimensions of at least the row width. A single row
@@ -474,10 +514,11 @@ void kiln__gemm_f32(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, f
     }
 #if KILN_HAVE_CBLAS
     if (gemm_blas_can_take(trans_a, trans_b, m, n, k, &lda, &ldb, &ldc)) {
-        gemm_blas_sync_threads();
+        int held = gemm_blas_claim_threads(m, n, k);
         cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                     trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a,
                     (int)lda, b, (int)ldb, beta, c, (int)ldc);
+        if (held) kiln__pool_unclaim();
         return;
     }
 #endif
@@ -494,10 +535,11 @@ void kiln__gemm_f64(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, d
     }
 #if KILN_HAVE_CBLAS
     if (gemm_blas_can_take(trans_a, trans_b, m, n, k, &lda, &ldb, &ldc)) {
-        gemm_blas_sync_threads();
+        int held = gemm_blas_claim_threads(m, n, k);
         cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                     trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a,
                     (int)lda, b, (int)ldb, beta, c, (int)ldc);
+        if (held) kiln__pool_unclaim();
         return;
     }
 #endif
