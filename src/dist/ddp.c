@@ -4,8 +4,10 @@
  * moment its last gradient is complete (autodiff's leaf_final hook), so it runs on the
  * communication thread while the rest of backward runs on the engine workers. A bucket is one
  * flat tensor per step (the cat of its gradients); the gradients handed back are views of its
- * all-reduced result, so each gradient waits only for its own bucket (kiln_optimizer_step then
- * reads them all before it queues any update: the updates start after the last bucket). */
+ * all-reduced result, so each gradient waits only for its own bucket, and the container is
+ * marked (kiln__grads_mark_late) so that kiln_optimizer_step queues each parameter's update to
+ * run as soon as its own bucket is done, and commits them all only once every bucket succeeded
+ * (src/optim/optimizer.c, step_early). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,6 +78,7 @@ static void launch(kiln_ddp *d, ddp_bucket *b, kiln_grads *gs, bool failed) {
         int64_t n = kiln__tensor_numel(p->param);
         parts[k] = g ? kiln__t_reshape(&c, g, 1, &n) : NULL;
     }
+    kiln__grads_mark_late(gs);
     kiln__tensor *flat = kiln__t_cat(&c, parts, b->n, 0);
     kiln__tensor *sum = kiln__dist_collective(&c, KILN__OP_ALL_REDUCE, flat, KILN_DIST_MEAN);
     int64_t off = 0;

@@ -14,4 +14,11 @@ int kiln__dist_size(void);
  * collective is still queued, so the peers are told rather than left waiting. */
 kiln__tensor *kiln__dist_collective(kiln__opctx *c, kiln__opcode code, kiln__tensor *t, int64_t param);
 
+/* Test hooks on this rank's collectives, counted in the order they run from the call on: the
+ * one after `skip` more sleeps ms before it communicates (a slow all-reduce, to make an
+ * overlap test deterministic); the one after `skip` more fails here, as an injected error,
+ * and its peers learn of it as of any failed rank. */
+void kiln__dist_debug_delay(int skip, int ms);
+void kiln__dist_debug_fail(int skip);
+
 #endif

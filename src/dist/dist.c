@@ -452,14 +452,43 @@ static kiln_status agree(bool failed_here, int *failed_rank) {
 #endif
 }
 
+/* The test hooks: how many collectives to let pass first (-1: off); only the communication
+ * thread counts down. */
+static struct {
+    _Atomic int delay_skip, delay_ms, fail_skip;
+} debug = {-1, 0, -1};
+
+void kiln__dist_debug_delay(int skip, int ms) {
+    atomic_store(&debug.delay_ms, ms);
+    atomic_store(&debug.delay_skip, skip);
+}
+
+void kiln__dist_debug_fail(int skip) { atomic_store(&debug.fail_skip, skip); }
+
+static bool debug_take(_Atomic int *skip) {
+    int v = atomic_load(skip);
+    if (KILN__LIKELY(v < 0)) return false;
+    atomic_store(skip, v - 1);
+    return v == 0;
+}
+
 static kiln_status comm_kernel(const kiln__op *op) {
-    bool failed_here = op->p.i[3] != 0 || (op->n_in > 0 && op->in[0].storage && atomic_load(&op->in[0].storage->err));
+    bool injected = debug_take(&debug.fail_skip);
+    bool failed_here = injected || op->p.i[3] != 0 ||
+                       (op->n_in > 0 && op->in[0].storage && atomic_load(&op->in[0].storage->err));
     watch(op);
+    if (debug_take(&debug.delay_skip)) {
+        long ms = atomic_load(&debug.delay_ms);
+        nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL);
+    }
     int failed_rank;
     kiln_status st = agree(failed_here, &failed_rank);
-    if (st == KILN_OK && failed_rank >= 0 && !failed_here) {
-        kiln__kernel_error("rank %d of %d: rank %d failed before this collective (its input was poisoned), so "
-                           "this rank's result is not valid",
+    if (st == KILN_OK && injected) {
+        kiln__kernel_error("rank %d of %d: injected failure (a test hook)", dist.rank, dist.size);
+        st = KILN_ERR_KERNEL;
+    } else if (st == KILN_OK && failed_rank >= 0 && !failed_here) {
+        kiln__kernel_error("rank %d of %d: rank %d failed at or before this collective (e.g. its input was "
+                           "poisoned), so this rank's result is not valid",
                            dist.rank, dist.size, failed_rank);
         st = KILN_ERR_KERNEL;
     } else if (st == KILN_OK && !failed_here) {
