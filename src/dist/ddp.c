@@ -50,8 +50,12 @@ kiln_ddp_options kiln_ddp_defaults(void) {
 static void launch(kiln_ddp *d, ddp_bucket *b, kiln_grads *gs, bool failed) {
     KILN__OP_BEGIN("kiln_backward (kiln_ddp gradient all-reduce)");
     b->launched = true;
+    /* every rank knows the bucket's size, even one whose gradients failed: a sized all-reduce */
+    int64_t numel = 0;
+    for (int k = 0; k < b->n; k++) numel += kiln__tensor_numel(d->params[b->first + k].param);
+    kiln_dtype dtype = d->params[b->first].param->dtype;
     if (failed) {
-        kiln__dist_collective(&c, KILN__OP_ALL_REDUCE, NULL, KILN_DIST_MEAN);
+        kiln__dist_all_reduce_sized(&c, NULL, numel, dtype);
         return;
     }
     kiln__tensor **parts = calloc((size_t)b->n, sizeof *parts);
@@ -60,7 +64,7 @@ static void launch(kiln_ddp *d, ddp_bucket *b, kiln_grads *gs, bool failed) {
         free(parts);
         free(slots);
         kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot gather a bucket's gradients");
-        kiln__dist_collective(&c, KILN__OP_ALL_REDUCE, NULL, KILN_DIST_MEAN);
+        kiln__dist_all_reduce_sized(&c, NULL, numel, dtype);
         kiln__stream_record_dispatch_error(c.err);
         kiln__error_unref(c.err);
         return;
@@ -80,7 +84,7 @@ static void launch(kiln_ddp *d, ddp_bucket *b, kiln_grads *gs, bool failed) {
     }
     kiln__grads_mark_late(gs);
     kiln__tensor *flat = kiln__t_cat(&c, parts, b->n, 0);
-    kiln__tensor *sum = kiln__dist_collective(&c, KILN__OP_ALL_REDUCE, flat, KILN_DIST_MEAN);
+    kiln__tensor *sum = kiln__dist_all_reduce_sized(&c, flat, numel, dtype);
     int64_t off = 0;
     for (int k = 0; k < b->n; k++) {
         const kiln__tensor *param = d->params[b->first + k].param;
