@@ -3,7 +3,8 @@
  * another in the order this process queued them, the same order on every rank; the engine runs
  * them on its communication thread through comm_kernel below. Every collective first agrees on
  * whether some rank failed before it (one small all-reduce of the lowest failed rank), so a rank
- * whose input was poisoned never leaves its peers waiting for data that will not come. A
+ * whose input was poisoned never leaves its peers waiting for data that will not come (for a
+ * data-parallel bucket, whose size every rank knows, the agreement travels beside the data). A
  * watchdog turns a collective blocked on a dead or stuck peer into a clear message and an
  * aborted job. Without mpirun (or without MPI at build time) this is a world of one. */
 #include <limits.h>
