@@ -155,8 +155,8 @@ KT_TEST(gradient_waits_for_its_own_bucket_only) {
      * The last layer's gradient is a view of its own bucket's result, so it can be read (and a
      * marker op queued after the read runs) before the first layer's all-reduce ends. A timing
      * check, so it takes the best of a few steps (the same number on every rank: each step's
-     * all-reduces pair up). (kiln_optimizer_step itself reads every gradient before it queues
-     * any update, so the updates start after the last bucket: see BENCHMARKS.md.) */
+     * all-reduces pair up). (kiln_optimizer_step's updates likewise start bucket by bucket:
+     * tests/test_dist_step.c.) */
     enum { IN_W = 2048, HID = 1024, OUT_W = 4, N = 64 };
     kiln_module *layers[] = {kiln_linear_new(IN_W, HID, false, 21), kiln_relu_new(), kiln_linear_new(HID, OUT_W, false, 22)};
     kiln_module *m = kiln_sequential_new(3, layers);

@@ -64,8 +64,10 @@ KILN_API kiln_ddp_options kiln_ddp_defaults(void); /* KILN_DDP_BUCKET_KB overrid
  * into buckets (in reverse order, as backward produces their gradients) and hooks backward:
  * once a bucket's gradients are final, one all-reduce (mean) of the bucket is queued and the
  * gradients in the kiln_grads become views of its result, so reading one waits for its own
- * bucket only (kiln_optimizer_step reads every gradient before it updates anything, so the step
- * starts after the last bucket). The model must outlive it. NULL on error. */
+ * bucket only. kiln_optimizer_step on those gradients starts each parameter's update as soon
+ * as its own bucket is all-reduced (into copies of the parameter and its state) and commits
+ * them all once every bucket succeeded: a failed bucket leaves every parameter and the
+ * optimizer's state unchanged, on every rank. The model must outlive it. NULL on error. */
 KILN_API kiln_ddp *kiln_ddp_new(kiln_module *model, kiln_ddp_options o);
 KILN_API int kiln_ddp_num_buckets(const kiln_ddp *d);
 KILN_API void kiln_ddp_free(kiln_ddp *d);

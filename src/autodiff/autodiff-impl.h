@@ -79,6 +79,12 @@ bool kiln__grad_mode(void);
 /* Where a leaf's gradient sits in a container (NULL if the container has none for it): lets
  * clipping scale gradients in place, where they are. */
 kiln__tensor **kiln__grads_slot(kiln_grads *grads, const kiln__ad_leaf *leaf);
+/* Marks a container whose gradients a higher layer replaced by results of queued collectives
+ * (dist's data-parallel all-reduces), which finish at different times: kiln_optimizer_step then
+ * starts each parameter's update as soon as its own gradient is ready (and commits them all
+ * once every gradient succeeded) instead of waiting for every gradient first. */
+void kiln__grads_mark_late(kiln_grads *grads);
+bool kiln__grads_late(const kiln_grads *grads);
 
 /* Backward hooks, registered by a higher layer (dist's data-parallel wrapper). During every
  * backward walk, leaf_final(ctx, grads, leaf) runs on the walking thread once the leaf's

@@ -52,6 +52,7 @@ struct kiln_grads {
     grad_entry *entries;
     size_t n, cap;
     kiln__site made;             /* the backward call, for the leak check */
+    bool late;                   /* some gradients are still being computed by collectives */
     kiln_grads *prev, *next;     /* every live container */
 };
 
@@ -412,6 +413,12 @@ kiln__tensor **kiln__grads_slot(kiln_grads *gs, const kiln__ad_leaf *leaf) {
     grad_entry *e = gs && leaf ? find_entry(gs, leaf) : NULL;
     return e && e->grad ? &e->grad : NULL;
 }
+
+void kiln__grads_mark_late(kiln_grads *gs) {
+    if (gs) gs->late = true;
+}
+
+bool kiln__grads_late(const kiln_grads *gs) { return gs && gs->late; }
 
 size_t kiln_grads_count(const kiln_grads *gs) {
     size_t n = 0;

@@ -4,8 +4,10 @@
  * moment its last gradient is complete (autodiff's leaf_final hook), so it runs on the
  * communication thread while the rest of backward runs on the engine workers. A bucket is one
  * flat tensor per step (the cat of its gradients); the gradients handed back are views of its
- * all-reduced result, so each gradient waits only for its own bucket (kiln_optimizer_step then
- * reads them all before it queues any update: the updates start after the last bucket). */
+ * all-reduced result, so each gradient waits only for its own bucket, and the container is
+ * marked (kiln__grads_mark_late) so that kiln_optimizer_step queues each parameter's update to
+ * run as soon as its own bucket is done, and commits them all only once every bucket succeeded
+ * (src/optim/optimizer.c, step_early). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,8 +50,12 @@ kiln_ddp_options kiln_ddp_defaults(void) {
 static void launch(kiln_ddp *d, ddp_bucket *b, kiln_grads *gs, bool failed) {
     KILN__OP_BEGIN("kiln_backward (kiln_ddp gradient all-reduce)");
     b->launched = true;
+    /* every rank knows the bucket's size, even one whose gradients failed: a sized all-reduce */
+    int64_t numel = 0;
+    for (int k = 0; k < b->n; k++) numel += kiln__tensor_numel(d->params[b->first + k].param);
+    kiln_dtype dtype = d->params[b->first].param->dtype;
     if (failed) {
-        kiln__dist_collective(&c, KILN__OP_ALL_REDUCE, NULL, KILN_DIST_MEAN);
+        kiln__dist_all_reduce_sized(&c, NULL, numel, dtype);
         return;
     }
     kiln__tensor **parts = calloc((size_t)b->n, sizeof *parts);
@@ -58,7 +64,7 @@ static void launch(kiln_ddp *d, ddp_bucket *b, kiln_grads *gs, bool failed) {
         free(parts);
         free(slots);
         kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot gather a bucket's gradients");
-        kiln__dist_collective(&c, KILN__OP_ALL_REDUCE, NULL, KILN_DIST_MEAN);
+        kiln__dist_all_reduce_sized(&c, NULL, numel, dtype);
         kiln__stream_record_dispatch_error(c.err);
         kiln__error_unref(c.err);
         return;
@@ -76,8 +82,9 @@ static void launch(kiln_ddp *d, ddp_bucket *b, kiln_grads *gs, bool failed) {
         int64_t n = kiln__tensor_numel(p->param);
         parts[k] = g ? kiln__t_reshape(&c, g, 1, &n) : NULL;
     }
+    kiln__grads_mark_late(gs);
     kiln__tensor *flat = kiln__t_cat(&c, parts, b->n, 0);
-    kiln__tensor *sum = kiln__dist_collective(&c, KILN__OP_ALL_REDUCE, flat, KILN_DIST_MEAN);
+    kiln__tensor *sum = kiln__dist_all_reduce_sized(&c, flat, numel, dtype);
     int64_t off = 0;
     for (int k = 0; k < b->n; k++) {
         const kiln__tensor *param = d->params[b->first + k].param;

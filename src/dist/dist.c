@@ -3,7 +3,8 @@
  * another in the order this process queued them, the same order on every rank; the engine runs
  * them on its communication thread through comm_kernel below. Every collective first agrees on
  * whether some rank failed before it (one small all-reduce of the lowest failed rank), so a rank
- * whose input was poisoned never leaves its peers waiting for data that will not come. A
+ * whose input was poisoned never leaves its peers waiting for data that will not come (for a
+ * data-parallel bucket, whose size every rank knows, the agreement travels beside the data). A
  * watchdog turns a collective blocked on a dead or stuck peer into a clear message and an
  * aborted job. Without mpirun (or without MPI at build time) this is a world of one. */
 #include <limits.h>
@@ -186,17 +187,43 @@ void kiln_dist_set_timeout(double seconds) {
 
 /* The op of a collective that failed at dispatch on this rank: it takes part in the agreement
  * only, so the peers learn of the failure instead of waiting for data. */
-static void submit_failed(kiln__opctx *c, kiln__opcode code) {
+static void submit_failed(kiln__opctx *c, kiln__opcode code, const int64_t sized[2]) {
     if (!dist.token || dist.finalized) return;
     kiln__op op;
     kiln__op_init(&op, code, c->name);
     op.out[0] = kiln__view_of(dist.token);
     op.n_out = 1;
     op.p.i[3] = 1;
+    op.pi[0] = sized ? sized[0] : -1;
+    op.pi[1] = sized ? sized[1] : 0;
     kiln__submit(&op);
 }
 
+/* pi[0] >= 0 (a sized all-reduce): every rank knows the element count (pi[0]) and dtype
+ * (pi[1]) even when its own input failed, so the failure agreement can travel beside the data
+ * (one round trip instead of two, see reduce_sized). Only for the dtypes MPI adds natively, in
+ * one chunk: the choice must be the same on every rank, and it depends on n and dtype only. */
+static bool sized_ok(int64_t n, kiln_dtype dt) {
+    return n >= 0 && n < ((int64_t)1 << 28) && (dt == KILN_F32 || dt == KILN_F64 || dt == KILN_I32 || dt == KILN_I64);
+}
+
+static kiln__tensor *collective(kiln__opctx *c, kiln__opcode code, kiln__tensor *t, int64_t param, const int64_t *sized);
+
 kiln__tensor *kiln__dist_collective(kiln__opctx *c, kiln__opcode code, kiln__tensor *t, int64_t param) {
+    return collective(c, code, t, param, NULL);
+}
+
+kiln__tensor *kiln__dist_all_reduce_sized(kiln__opctx *c, kiln__tensor *t, int64_t n, kiln_dtype dtype) {
+    int64_t sized[2] = {n, dtype};
+    if (t && !t->err && (kiln__tensor_numel(t) != n || t->dtype != dtype)) {
+        kiln__fail(c, KILN_ERR_INTERNAL, "rank %d: a sized all-reduce of %lld elements got %lld", dist.rank, (long long)n,
+                   (long long)kiln__tensor_numel(t));
+        kiln__drop(1, t), t = NULL;
+    }
+    return collective(c, KILN__OP_ALL_REDUCE, t, KILN_DIST_MEAN, sized_ok(n, dtype) ? sized : NULL);
+}
+
+static kiln__tensor *collective(kiln__opctx *c, kiln__opcode code, kiln__tensor *t, int64_t param, const int64_t *sized) {
     if (!kiln__dist_ready(c)) return kiln__drop(1, t), NULL;
     if (t && !t->err) {
         if (t->device != KILN_CPU)
@@ -213,7 +240,7 @@ kiln__tensor *kiln__dist_collective(kiln__opctx *c, kiln__opcode code, kiln__ten
             kiln__fail(c, KILN_ERR_UNSUPPORTED, "rank %d: all_gather adds a dim to %d dims", dist.rank, t->ndim);
     }
     if (!kiln__ok(c, t) || c->err) {
-        submit_failed(c, code);
+        submit_failed(c, code, sized);
         return kiln__drop(1, t), NULL;
     }
     kiln__tensor *out = NULL;
@@ -228,13 +255,15 @@ kiln__tensor *kiln__dist_collective(kiln__opctx *c, kiln__opcode code, kiln__ten
             out = kiln__t_output(c, t->device, t->dtype, t->ndim, t->shape, &t, 1);
         }
         if (!out) {
-            submit_failed(c, code);
+            submit_failed(c, code, sized);
             return kiln__drop(1, t), NULL;
         }
     }
     kiln__op op;
     kiln__op_init(&op, code, c->name);
     op.p.i[0] = param;
+    op.pi[0] = sized ? sized[0] : -1;
+    op.pi[1] = sized ? sized[1] : 0;
     op.in[0] = kiln__view_of(t);
     op.out[0] = kiln__view_of(out);
     op.out[1] = kiln__view_of(dist.token);
@@ -269,7 +298,7 @@ kiln_status kiln_dist_barrier(void) {
         /* out[0] a fresh flag to wait on (the order token may carry an old collective's poison) */
         kiln__tensor *done = kiln__t_empty(&c, KILN_CPU, KILN_BOOL, 0, NULL);
         if (!done) {
-            submit_failed(&c, KILN__OP_BARRIER);
+            submit_failed(&c, KILN__OP_BARRIER, NULL);
         } else {
             kiln__op op;
             kiln__op_init(&op, KILN__OP_BARRIER, c.name);
@@ -314,12 +343,12 @@ static kiln_status mpi_check(int rc, const char *what) {
 /* Waits for a non-blocking collective by testing it, sleeping between tests once it is not
  * quick: a blocking MPI call busy-polls its core, which on a small machine starves the engine
  * workers that should run backward meanwhile (the overlap). The sleep grows to 200 us. */
-static kiln_status mpi_wait(int rc, MPI_Request *req, const char *what) {
+static kiln_status mpi_wait_all(int rc, int n, MPI_Request *reqs, const char *what) {
     kiln_status st = mpi_check(rc, what);
     long sleep_ns = 0;
     for (int polls = 0; st == KILN_OK; polls++) {
         int done = 0;
-        st = mpi_check(MPI_Test(req, &done, MPI_STATUS_IGNORE), what);
+        st = mpi_check(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE), what);
         if (done || st != KILN_OK) break;
         if (polls < 64) continue;
         sleep_ns = sleep_ns ? (sleep_ns * 2 > 200000 ? 200000 : sleep_ns * 2) : 2000;
@@ -327,6 +356,8 @@ static kiln_status mpi_wait(int rc, MPI_Request *req, const char *what) {
     }
     return st;
 }
+
+static kiln_status mpi_wait(int rc, MPI_Request *req, const char *what) { return mpi_wait_all(rc, 1, req, what); }
 
 static kiln_status reduce_native(void *buf, int64_t n, MPI_Datatype type, MPI_Op mop, size_t elsize) {
     for (int64_t off = 0; off < n; off += CHUNK) {
@@ -436,6 +467,50 @@ static kiln_status all_gather(const kiln__op *op) {
 #endif
 }
 
+/* A sized all-reduce (sized_ok): the failure agreement's MIN and the data's SUM start together
+ * and are waited for together, one round trip where agree() then all_reduce() take two, which
+ * is most of a small bucket's time when the ranks share busy cores. A rank that failed still
+ * adds a buffer of n elements (zeros), as its peers' collective expects them; everyone then
+ * discards the result. *failed_rank as agree() gives it. */
+static kiln_status reduce_sized(const kiln__op *op, bool failed_here, int *failed_rank) {
+    *failed_rank = failed_here ? dist.rank : -1;
+#if KILN_HAVE_MPI
+    int64_t n = op->pi[0];
+    kiln_dtype dt = (kiln_dtype)op->pi[1];
+    size_t es = kiln__elsize(dt);
+    char *buf = NULL, *scratch = NULL;
+    if (failed_here) {
+        buf = scratch = calloc((size_t)(n ? n : 1), es);
+        if (!buf) { /* the peers cannot be told: their watchdog ends the job */
+            kiln__kernel_error("rank %d: no memory to take part in a failed all-reduce", dist.rank);
+            return KILN_ERR_OUT_OF_MEMORY;
+        }
+    } else {
+        buf = kiln__view_ptr(&op->out[0]);
+        const char *src = kiln__view_ptr(&op->in[0]);
+        if (buf != src) memcpy(buf, src, (size_t)n * es);
+    }
+    MPI_Datatype type = dt == KILN_F32 ? MPI_FLOAT : dt == KILN_F64 ? MPI_DOUBLE : dt == KILN_I32 ? MPI_INT32_T : MPI_INT64_T;
+    int v = failed_here ? dist.rank : INT_MAX;
+    MPI_Request reqs[2];
+    kiln_status st = mpi_check(MPI_Iallreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &reqs[0]),
+                               "MPI_Iallreduce");
+    if (st == KILN_OK) {
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, type, MPI_SUM, MPI_COMM_WORLD, &reqs[1]);
+        st = rc == MPI_SUCCESS ? mpi_wait_all(rc, 2, reqs, "MPI_Iallreduce")
+                               : (mpi_wait(MPI_SUCCESS, &reqs[0], "MPI_Iallreduce"), mpi_check(rc, "MPI_Iallreduce"));
+    }
+    free(scratch);
+    if (st != KILN_OK) return st;
+    if (v != INT_MAX) *failed_rank = v;
+    else if (op->p.i[0] == KILN_DIST_MEAN) scale(buf, n, dt, 1.0 / dist.size);
+    return KILN_OK;
+#else
+    (void)op;
+    return KILN_ERR_INTERNAL; /* a world of more than one needs MPI */
+#endif
+}
+
 /* Agrees with the peers on the lowest rank that failed before this collective (-1: none). */
 static kiln_status agree(bool failed_here, int *failed_rank) {
     *failed_rank = failed_here ? dist.rank : -1;
@@ -452,17 +527,47 @@ static kiln_status agree(bool failed_here, int *failed_rank) {
 #endif
 }
 
+/* The test hooks: how many collectives to let pass first (-1: off); only the communication
+ * thread counts down. */
+static struct {
+    _Atomic int delay_skip, delay_ms, fail_skip;
+} debug = {-1, 0, -1};
+
+void kiln__dist_debug_delay(int skip, int ms) {
+    atomic_store(&debug.delay_ms, ms);
+    atomic_store(&debug.delay_skip, skip);
+}
+
+void kiln__dist_debug_fail(int skip) { atomic_store(&debug.fail_skip, skip); }
+
+static bool debug_take(_Atomic int *skip) {
+    int v = atomic_load(skip);
+    if (KILN__LIKELY(v < 0)) return false;
+    atomic_store(skip, v - 1);
+    return v == 0;
+}
+
 static kiln_status comm_kernel(const kiln__op *op) {
-    bool failed_here = op->p.i[3] != 0 || (op->n_in > 0 && op->in[0].storage && atomic_load(&op->in[0].storage->err));
+    bool injected = debug_take(&debug.fail_skip);
+    bool failed_here = injected || op->p.i[3] != 0 ||
+                       (op->n_in > 0 && op->in[0].storage && atomic_load(&op->in[0].storage->err));
     watch(op);
+    if (debug_take(&debug.delay_skip)) {
+        long ms = atomic_load(&debug.delay_ms);
+        nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL);
+    }
     int failed_rank;
-    kiln_status st = agree(failed_here, &failed_rank);
-    if (st == KILN_OK && failed_rank >= 0 && !failed_here) {
-        kiln__kernel_error("rank %d of %d: rank %d failed before this collective (its input was poisoned), so "
-                           "this rank's result is not valid",
+    bool sized = op->code == KILN__OP_ALL_REDUCE && op->pi[0] >= 0 && dist.size > 1;
+    kiln_status st = sized ? reduce_sized(op, failed_here, &failed_rank) : agree(failed_here, &failed_rank);
+    if (st == KILN_OK && injected) {
+        kiln__kernel_error("rank %d of %d: injected failure (a test hook)", dist.rank, dist.size);
+        st = KILN_ERR_KERNEL;
+    } else if (st == KILN_OK && failed_rank >= 0 && !failed_here) {
+        kiln__kernel_error("rank %d of %d: rank %d failed at or before this collective (e.g. its input was "
+                           "poisoned), so this rank's result is not valid",
                            dist.rank, dist.size, failed_rank);
         st = KILN_ERR_KERNEL;
-    } else if (st == KILN_OK && !failed_here) {
+    } else if (st == KILN_OK && !failed_here && !sized) {
         switch (op->code) {
         case KILN__OP_ALL_REDUCE: st = all_reduce(op); break;
         case KILN__OP_BROADCAST: st = broadcast(op); break;

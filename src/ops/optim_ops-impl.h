@@ -7,7 +7,10 @@
  *       kiln__t_sgd_update(c, param, NULL, grad, &u);
  *
  * The updates write the parameter (and its state) in place and keep them on error: a failed
- * update never poisons a parameter. They borrow every tensor. */
+ * update never poisons a parameter. A tentative update (the flag in each options struct) writes
+ * fresh copies that the caller commits or discards: on error they are poisoned like any op's
+ * outputs, and the error is left for the caller to find there (not reported to the stream a
+ * second time). They borrow every tensor. */
 #ifndef KILN_OPS_OPTIM_OPS_IMPL_H
 #define KILN_OPS_OPTIM_OPS_IMPL_H
 
@@ -18,6 +21,7 @@ typedef struct {
     double lr, momentum, dampening, weight_decay;
     bool first;    /* the first update: the momentum buffer starts as g */
     bool nesterov;
+    bool tentative;
 } kiln__sgd_update;
 
 /* Adam / AdamW with the bias corrections already folded in by the caller. */
@@ -27,18 +31,21 @@ typedef struct {
     double sqrt_bias_correction2; /* sqrt(1 - beta2^t) */
     double weight_decay_term;  /* decoupled: 1 - lr * wd (p is scaled by it); else wd (added to g) */
     bool first, decoupled;
+    bool tentative;
 } kiln__adam_update;
 
 /* RMSprop (torch.optim.RMSprop); the caller runs the grad_avg pass first when centered. */
 typedef struct {
     double lr, alpha, eps, weight_decay, momentum;
     bool first, centered;
+    bool tentative;
 } kiln__rmsprop_update;
 
 /* Adagrad (torch.optim.Adagrad) with the decayed rate lr / (1 + (t - 1) * lr_decay) folded in. */
 typedef struct {
     double clr, eps, weight_decay, initial_accumulator_value;
     bool first; /* the sum is read as initial_accumulator_value */
+    bool tentative;
 } kiln__adagrad_update;
 
 /* Whether dev has a kernel for code, so a later submit of it cannot fail. */

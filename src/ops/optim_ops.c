@@ -20,9 +20,9 @@ bool kiln__t_has_kernel(kiln_device dev, kiln__opcode code) {
 }
 
 static void update_init(kiln__op *op, kiln__opcode code, const char *name, kiln__tensor *param,
-                        const kiln__tensor *grad) {
+                        const kiln__tensor *grad, bool tentative) {
     kiln__op_init(op, code, name);
-    op->flags |= KILN__OP_FLAG_KEEP_OUTPUTS_ON_ERROR;
+    if (!tentative) op->flags |= KILN__OP_FLAG_KEEP_OUTPUTS_ON_ERROR;
     op->out[0] = kiln__view_of(param);
     op->in[0] = kiln__view_of(grad);
     op->n_in = 1;
@@ -32,7 +32,7 @@ static void update_init(kiln__op *op, kiln__opcode code, const char *name, kiln_
 bool kiln__t_sgd_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *momentum, const kiln__tensor *grad,
                         const kiln__sgd_update *u) {
     kiln__op op;
-    update_init(&op, KILN__OP_SGD_UPDATE, c->name, param, grad);
+    update_init(&op, KILN__OP_SGD_UPDATE, c->name, param, grad, u->tentative);
     if (momentum) {
         op.out[1] = kiln__view_of(momentum);
         op.n_out = 2;
@@ -45,7 +45,7 @@ bool kiln__t_sgd_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *momen
 bool kiln__t_adam_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *exp_avg, kiln__tensor *exp_avg_sq,
                          const kiln__tensor *grad, const kiln__adam_update *u) {
     kiln__op op;
-    update_init(&op, KILN__OP_ADAM_UPDATE, c->name, param, grad);
+    update_init(&op, KILN__OP_ADAM_UPDATE, c->name, param, grad, u->tentative);
     op.out[1] = kiln__view_of(exp_avg);
     op.out[2] = kiln__view_of(exp_avg_sq);
     op.n_out = 3;
@@ -59,7 +59,7 @@ bool kiln__t_adam_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *exp_
 bool kiln__t_rmsprop_grad_avg(kiln__opctx *c, kiln__tensor *grad_avg, const kiln__tensor *param,
                               const kiln__tensor *grad, const kiln__rmsprop_update *u) {
     kiln__op op;
-    update_init(&op, KILN__OP_RMSPROP_GRAD_AVG, c->name, grad_avg, grad);
+    update_init(&op, KILN__OP_RMSPROP_GRAD_AVG, c->name, grad_avg, grad, u->tentative);
     op.in[1] = kiln__view_of(param);
     op.n_in = 2;
     memcpy(op.p.f, (double[2]){u->alpha, u->weight_decay}, 2 * sizeof(double));
@@ -70,7 +70,7 @@ bool kiln__t_rmsprop_grad_avg(kiln__opctx *c, kiln__tensor *grad_avg, const kiln
 bool kiln__t_rmsprop_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *square_avg, kiln__tensor *momentum,
                             const kiln__tensor *grad_avg, const kiln__tensor *grad, const kiln__rmsprop_update *u) {
     kiln__op op;
-    update_init(&op, KILN__OP_RMSPROP_UPDATE, c->name, param, grad);
+    update_init(&op, KILN__OP_RMSPROP_UPDATE, c->name, param, grad, u->tentative);
     op.out[1] = kiln__view_of(square_avg);
     op.n_out = 2;
     if (momentum) op.out[op.n_out++] = kiln__view_of(momentum);
@@ -84,7 +84,7 @@ bool kiln__t_rmsprop_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *s
 bool kiln__t_adagrad_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *sum, const kiln__tensor *grad,
                             const kiln__adagrad_update *u) {
     kiln__op op;
-    update_init(&op, KILN__OP_ADAGRAD_UPDATE, c->name, param, grad);
+    update_init(&op, KILN__OP_ADAGRAD_UPDATE, c->name, param, grad, u->tentative);
     op.out[1] = kiln__view_of(sum);
     op.n_out = 2;
     memcpy(op.p.f, (double[4]){u->clr, u->eps, u->weight_decay, u->initial_accumulator_value}, 4 * sizeof(double));

@@ -54,6 +54,6 @@ bool kiln__adam_apply(kiln__opctx *c, const kiln_optimizer *opt, const kiln__opt
     kiln__adam_update u = {.step_size = lr / bc1, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps,
                            .sqrt_bias_correction2 = sqrt(bc2),
                            .weight_decay_term = decoupled ? 1.0 - lr * wd : wd,
-                           .first = p->step == 1, .decoupled = decoupled};
+                           .first = p->step == 1, .decoupled = decoupled, .tentative = p->tentative};
     return kiln__t_adam_update(c, param, p->state[0], p->state[1], grad, &u);
 }

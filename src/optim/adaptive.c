@@ -89,7 +89,8 @@ bool kiln__rmsprop_apply(kiln__opctx *c, const kiln_optimizer *opt, const kiln__
     const kiln_rmsprop_options *o = &opt->rmsprop;
     const kiln__optim_group *g = &opt->groups[p->group];
     kiln__rmsprop_update u = {.lr = g->lr, .alpha = o->alpha, .eps = o->eps, .weight_decay = g->weight_decay,
-                              .momentum = o->momentum, .first = p->step == 1, .centered = o->centered};
+                              .momentum = o->momentum, .first = p->step == 1, .centered = o->centered,
+                              .tentative = p->tentative};
     /* state: square_avg, then momentum_buffer (momentum > 0), then grad_avg (centered) */
     kiln__tensor *buf = o->momentum != 0 ? p->state[1] : NULL;
     kiln__tensor *avg = o->centered ? p->state[o->momentum != 0 ? 2 : 1] : NULL;
@@ -103,6 +104,7 @@ bool kiln__adagrad_apply(kiln__opctx *c, const kiln_optimizer *opt, const kiln__
     const kiln__optim_group *g = &opt->groups[p->group];
     kiln__adagrad_update u = {.clr = g->lr / (1.0 + (double)(p->step - 1) * o->lr_decay), .eps = o->eps,
                               .weight_decay = g->weight_decay,
-                              .initial_accumulator_value = o->initial_accumulator_value, .first = p->step == 1};
+                              .initial_accumulator_value = o->initial_accumulator_value, .first = p->step == 1,
+                                .tentative = p->tentative};
     return kiln__t_adagrad_update(c, param, p->state[0], grad, &u);
 }

@@ -23,6 +23,7 @@ typedef struct {
     int64_t step;                                /* updates of this parameter (Adam's bias correction) */
     int group;                                   /* index into the optimizer's groups */
     kiln_tensor own;                             /* the optimizer's reference (groups), or KILN_NONE */
+    bool tentative; /* a step's working copy: state and parameter are fresh copies, committed later */
 } kiln__optim_param;
 
 typedef struct {

@@ -336,7 +336,69 @@ typedef struct {
     kiln__tensor *param; /* borrowed */
     kiln__tensor *grad;  /* owned */
     bool fresh_state;
+    /* the early path: the updated copies of the parameter and its state (owned) */
+    kiln__tensor *next, *next_state[KILN__OPTIM_MAX_STATE];
 } update;
+
+/* A fresh dense copy of t (borrowed), queued. */
+static kiln__tensor *copy_of(kiln__opctx *c, const kiln__tensor *t) {
+    kiln__tensor *out = kiln__t_empty(c, t->device, t->dtype, t->ndim, t->shape);
+    if (out && !kiln__t_copy_into(c, kiln__view_of(out), t)) kiln__tensor_release(out), out = NULL;
+    return out;
+}
+
+/* The step for gradients that are results of queued collectives (kiln__grads_late: data
+ * parallelism's bucket all-reduces, which end one after another). Waiting for every gradient
+ * before queuing any update would start every update after the last bucket; updating in place
+ * as each gradient arrives could leave the parameters half-changed when a later bucket fails.
+ * So: (a) each parameter's update is queued at once into copies of the parameter and its state,
+ * so it runs as soon as its own gradient is ready; (b) the step waits for every gradient and
+ * every copy; (c) only if all succeeded, each parameter gets its copy back (one queued copy) and
+ * takes the new state tensors (a swap); otherwise the copies are dropped and the parameters, the
+ * state and the step counts are as before. Same kernels, same order of arithmetic: the same
+ * values as updating in place. */
+static void step_early(kiln__opctx *c, kiln_optimizer *opt, update *ups, int n_state) {
+    /* (a) */
+    for (int i = 0; i < opt->n_params && !c->err; i++) {
+        if (!ups[i].grad) continue;
+        kiln__optim_param work = opt->params[i];
+        work.tentative = true;
+        work.step++;
+        ups[i].next = copy_of(c, ups[i].param);
+        for (int k = 0; k < n_state && !c->err; k++) {
+            const kiln__tensor *old = opt->params[i].state[k];
+            const kiln__tensor *p = ups[i].param;
+            ups[i].next_state[k] = old ? copy_of(c, old) : kiln__t_empty(c, p->device, p->dtype, p->ndim, p->shape);
+            work.state[k] = ups[i].next_state[k];
+        }
+        if (!c->err) apply_update(c, opt, &work, ups[i].next, ups[i].grad);
+    }
+    /* (b) */
+    for (int i = 0; i < opt->n_params && !c->err; i++) {
+        if (!ups[i].grad) continue;
+        if (!check_grad(c, &opt->params[i], ups[i].param, ups[i].grad, true)) break;
+        for (int k = -1; k < n_state && !c->err; k++) {
+            kiln__tensor *t = k < 0 ? ups[i].next : ups[i].next_state[k];
+            if (kiln__wait_storage(t->storage) != KILN_OK)
+                c->err = kiln__earliest_error(atomic_load(&t->storage->err));
+        }
+    }
+    /* (c) nothing below can fail at dispatch: the copies above ran on the same devices */
+    for (int i = 0; i < opt->n_params; i++) {
+        kiln__optim_param *p = &opt->params[i];
+        if (ups[i].grad && !c->err) {
+            kiln__t_copy_into(c, kiln__view_of(ups[i].param), ups[i].next);
+            for (int k = 0; k < n_state; k++) {
+                kiln__tensor_release(p->state[k]);
+                p->state[k] = ups[i].next_state[k];
+                ups[i].next_state[k] = NULL;
+            }
+            p->step++;
+        }
+        kiln__tensor_release(ups[i].next);
+        for (int k = 0; k < KILN__OPTIM_MAX_STATE; k++) kiln__tensor_release(ups[i].next_state[k]);
+    }
+}
 
 kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
     KILN__OP_BEGIN("kiln_optimizer_step");
@@ -350,14 +412,17 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
         return kiln__optim_finish(&c);
     }
     int n_state = kiln__optim_state_count(opt);
-    /* 1: every gradient and parameter checked before anything changes */
+    /* gradients still being all-reduced: each update starts when its own gradient is ready */
+    bool early = kiln__grads_late(g);
+    /* 1: every gradient and parameter checked before anything changes (the early path waits
+     * for the gradients later, in step_early) */
     for (int i = 0; i < opt->n_params; i++) {
         kiln__tensor *param = param_tensor(&c, &opt->params[i]);
         kiln__tensor *grad = param ? take_grad(&c, opt, i, param, g) : NULL;
         if (!grad) continue;
         ups[i].param = param;
         ups[i].grad = grad;
-        if (!check_grad(&c, &opt->params[i], param, grad, true)) continue;
+        if (!check_grad(&c, &opt->params[i], param, grad, !early)) continue;
         const kiln__tensor *st = opt->params[i].state[0];
         if (st && (st->dtype != param->dtype || st->device != param->device || st->ndim != param->ndim ||
                    memcmp(st->shape, param->shape, sizeof(int64_t) * (size_t)param->ndim) != 0)) {
@@ -367,6 +432,13 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
         }
         if (!kiln__optim_has_kernels(opt, param->device))
             kiln__fail(&c, KILN_ERR_UNSUPPORTED, "%s has no %s update kernel", kiln_device_name(param->device), opt->type);
+    }
+    if (early) {
+        if (!c.err) step_early(&c, opt, ups, n_state);
+        for (int i = 0; i < opt->n_params; i++) kiln__tensor_release(ups[i].grad);
+        free(ups);
+        if (!c.err) opt->steps++;
+        return kiln__optim_finish(&c);
     }
     /* 2: state for parameters updated for the first time */
     for (int i = 0; i < opt->n_params && !c.err; i++) {

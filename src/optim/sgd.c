@@ -35,6 +35,7 @@ bool kiln__sgd_apply(kiln__opctx *c, const kiln_optimizer *opt, const kiln__opti
     const kiln_sgd_options *o = &opt->sgd;
     const kiln__optim_group *g = &opt->groups[p->group];
     kiln__sgd_update u = {.lr = g->lr, .momentum = o->momentum, .dampening = o->dampening,
-                          .weight_decay = g->weight_decay, .first = p->step == 1, .nesterov = o->nesterov};
+                          .weight_decay = g->weight_decay, .first = p->step == 1, .nesterov = o->nesterov,
+                          .tentative = p->tentative};
     return kiln__t_sgd_update(c, param, o->momentum != 0 ? p->state[0] : NULL, grad, &u);
 }
