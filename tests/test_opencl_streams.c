@@ -3,7 +3,8 @@
  * independent chains; a tensor made on one stream, read on another while the first writes it
  * in place; CPU -> device -> CPU chains handed between threads; a device op failing while it
  * runs poisons what another stream computes from it and is reported once; a read waits for
- * its own tensor, not for the rest of its stream; the profiler's device times. Results
+ * its own tensor, not for the rest of its stream; copies from the host through pinned staging
+ * buffers; the profiler's device times. Results
  * against the CPU's. Skipped (exit 77)
  * without an OpenCL device. */
 #include <kiln.h>
@@ -208,6 +209,42 @@ static int read_during_chain(void) {
 
 KT_TEST(read_waits_for_its_tensor) { read_during_chain(); }
 
+/* ---- copies from the host through pinned staging buffers ------------------------------------ */
+/* Bytes of staging buffers made, once all are back in the cache (waits up to 2 s). */
+static size_t staging_settled(kiln__cl_device *d) {
+    size_t free_bytes = 0, made = kiln__cl_staging_count(d, &free_bytes);
+    for (int i = 0; i < 400 && free_bytes != made; i++) usleep(5000), made = kiln__cl_staging_count(d, &free_bytes);
+    return made;
+}
+
+/* Host tensors copied to the device and changed (or freed) right after: each copy took its
+ * source when it ran, the staging buffers all come back, and copies reuse them. */
+KT_TEST(staged_copies) {
+    kiln__cl_device *d = kiln__cl_device_of(DEV);
+    KT_CHECK(kiln_sync() == KILN_OK);
+    kiln_tensor acc = kiln_zeros(DEV, KILN_F32, KILN_SHAPE(1000));
+    kiln_tensor h = kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(1000));
+    for (int i = 0; i < 200; i++) {
+        h = kiln_add_scalar(h, 1); /* in place after the copy below read it */
+        acc = kiln_add(acc, kiln_to_device(kiln_ref(h), DEV));
+        kiln_release(kiln_to_device(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(5000), (uint64_t)i), DEV)); /* source freed */
+    }
+    /* acc = 1 + 2 + ... + 200 */
+    compare("staged sum", acc, kiln_full(KILN_CPU, KILN_F32, KILN_SHAPE(1000), 200.0 * 201 / 2), 0, 0);
+    KT_CHECK(kiln_sync() == KILN_OK);
+    /* every staging buffer comes back once its write is done (an event callback, soon after) */
+    size_t made = staging_settled(d);
+    KT_CHECK_MSG(made > 0 && made < 200 * ((size_t)4096 + 32768), "%zu staging bytes for 400 copies", made);
+    /* copies one at a time reuse what was made */
+    for (int i = 0; i < 20; i++) {
+        staging_settled(d);
+        compare("one staged copy", kiln_to_device(kiln_full(KILN_CPU, KILN_F32, KILN_SHAPE(5000), i), DEV),
+                kiln_full(KILN_CPU, KILN_F32, KILN_SHAPE(5000), i), 0, 0);
+    }
+    KT_CHECK(staging_settled(d) == made);
+    kiln_release(h);
+}
+
 /* ---- the profiler: device times from the queue's events ---------------------------------------- */
 /* The same with the profiler on (it does not wait for each kernel): the chain's matmuls carry
  * device times, in order on their stream's queue, and the trace shows them on a device track. */
@@ -251,6 +288,7 @@ int main(void) {
         KT_RUN(dependent_streams);
         KT_RUN(failure_across_streams);
         KT_RUN(read_waits_for_its_tensor);
+        KT_RUN(staged_copies);
         KT_RUN(profiler_device_times);
         return kt_finish();
     }

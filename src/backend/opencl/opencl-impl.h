@@ -72,6 +72,10 @@ typedef struct kiln__cl_device {
     bool transfer_in_order;
     pthread_mutex_t dep_lock; /* the buffers' events */
     _Atomic int64_t clock_offset; /* host - device clock, the smallest seen (profiler) */
+    /* pinned staging buffers for copies from the host (staging.c) */
+    pthread_mutex_t staging_lock;
+    struct kiln__cl_staging *staging_free;
+    size_t staging_bytes; /* of every staging buffer made, free or in use */
     kiln__kernel_fn inner[KILN__OP_COUNT]; /* the kernels the table's wrapper runs */
     bool fp64;
     kiln__device_desc desc;
@@ -101,6 +105,13 @@ int kiln__cl_wait_list(const cl_event **events);
 /* Every command an op enqueues gives its event to kiln__cl_done or kiln__cl_wait: the last one
  * given stands for the op (its queue is in order) in the buffers' dependency state. */
 void kiln__cl_note_event(cl_event ev);
+/* Writes n bytes of host memory src into dst at offset on q without waiting for the write: src
+ * is copied into a pinned staging buffer first (staging.c). */
+typedef struct kiln__cl_staging kiln__cl_staging;
+kiln_status kiln__cl_write_staged(kiln__cl_device *d, cl_command_queue q, cl_mem dst, size_t offset, const void *src,
+                                  size_t n);
+/* Bytes of all staging buffers made, and of those free now (tests). */
+size_t kiln__cl_staging_count(kiln__cl_device *d, size_t *bytes_free);
 /* CLOCK_MONOTONIC in ns: the profiler's clock, which device times are put on. */
 uint64_t kiln__cl_host_ns(void);
 /* stream.c: queues and the dependency wrapper around every kernel of the table. */

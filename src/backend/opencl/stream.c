@@ -53,6 +53,7 @@ static cl_command_queue new_queue(kiln__cl_device *d, cl_command_queue_propertie
 bool kiln__cl_streams_init(kiln__cl_device *d) {
     pthread_mutex_init(&d->queue_lock, NULL);
     pthread_mutex_init(&d->dep_lock, NULL);
+    pthread_mutex_init(&d->staging_lock, NULL);
     cl_int err = CL_SUCCESS;
     d->transfer = new_queue(d, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
     if (err != CL_SUCCESS) { /* a driver without out-of-order queues: reads wait in turn */
