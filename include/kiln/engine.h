@@ -62,6 +62,7 @@ typedef struct {
     int worker;         /* engine thread that ran it (-1: the dispatching thread) */
     uint64_t seq;       /* sequence number on its stream */
     double dispatch_us, start_us, end_us; /* since the profiler started */
+    bool on_device;     /* start and end are the device's (its queue's profiling events) */
 } kiln_profile_event;
 
 /* Starts recording (clears earlier events). KILN_PROFILE=path starts it at the first op

@@ -34,6 +34,10 @@ const kiln__backend *kiln__backend_get(kiln_device dev);
 kiln_status kiln__backends_synchronize(void);
 /* The same for the OpenCL devices opened so far. */
 kiln_status kiln__opencl_synchronize_all(void);
+/* The engine ended a stream (its thread is gone and its queued ops have run): a device backend
+ * releases the queue it kept for it. */
+void kiln__backends_stream_end(int stream_id);
+void kiln__opencl_stream_end(int stream_id);
 
 /* Kernel-side detail for an error (thread-local; read by the engine after a failure). */
 void kiln__kernel_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -46,11 +50,19 @@ const char *kiln__kernel_error_detail(void);
  * is registered after (and runs before) what the library registered. */
 void kiln__backend_set_exit_hold(void (*hold)(void));
 void kiln__backend_exit_hold_register(void);
-/* Set by the engine around a kernel while the profiler records: a device kernel then waits for
- * its device work and adds that work's execution time (ns, from the device's own profiling
- * events) to kiln__kernel_device_ns, which the engine records in place of the enqueue time. */
+/* Set by the engine around a kernel while the profiler records: a device kernel then leaves in
+ * kiln__kernel_probe a probe of the device work it queued (it does not wait for it). The
+ * profiler keeps the probe with the op's event and resolves it when the events are read:
+ * resolve waits for the work and gives its device start and end on CLOCK_MONOTONIC's scale
+ * (false if the device could not say); called again, it gives them on the device's best clock
+ * match so far (resolving every probe twice lines them up); release frees the token. */
+typedef struct kiln__device_probe {
+    bool (*resolve)(void *token, uint64_t *start_ns, uint64_t *end_ns);
+    void (*release)(void *token);
+    void *token; /* NULL: no probe */
+} kiln__device_probe;
 extern _Thread_local bool kiln__kernel_timing;
-extern _Thread_local uint64_t kiln__kernel_device_ns;
+extern _Thread_local kiln__device_probe kiln__kernel_probe;
 
 /* CPU kernel registration, one function per kernel family (src/backend/cpu/). */
 void kiln__cpu_register_copy(kiln__kernel_fn *table);

@@ -34,7 +34,7 @@ void kiln__backend_exit_hold_register(void) {
 }
 
 _Thread_local bool kiln__kernel_timing;
-_Thread_local uint64_t kiln__kernel_device_ns;
+_Thread_local kiln__device_probe kiln__kernel_probe;
 
 const kiln__backend *kiln__backend_get(kiln_device dev) {
     if (dev == KILN_CPU) return kiln__cpu_backend();
@@ -44,6 +44,8 @@ const kiln__backend *kiln__backend_get(kiln_device dev) {
 }
 
 kiln_status kiln__backends_synchronize(void) { return kiln__opencl_synchronize_all(); }
+
+void kiln__backends_stream_end(int stream_id) { kiln__opencl_stream_end(stream_id); }
 
 int kiln_device_count(kiln_device_kind kind) {
     switch (kind) {

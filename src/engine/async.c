@@ -85,6 +85,7 @@ static void free_node_list(kiln__node *n) {
 
 static void stream_unref(kiln__stream *s) {
     if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1) return;
+    kiln__backends_stream_end(s->id); /* a device's queue for it */
     free_node_list(s->spare);
     free_node_list(atomic_load(&s->returned));
     kiln__error_unref(s->first_error);

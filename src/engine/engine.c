@@ -188,13 +188,13 @@ static kiln__error *execute_op(const kiln__op *op) {
         kiln__kernel_error("out of memory for the output");
         st = KILN_ERR_OUT_OF_MEMORY;
     } else {
-        kiln__kernel_timing = t_start != 0, kiln__kernel_device_ns = 0;
+        kiln__kernel_timing = t_start != 0, kiln__kernel_probe.token = NULL;
         st = fn(op);
         kiln__kernel_timing = false;
     }
-    if (t_start) { /* a device kernel's own execution time, ending when its wait returned */
-        uint64_t end = kiln__now_ns(), dev_ns = kiln__kernel_device_ns;
-        kiln__profiler_record(op, dev_ns && dev_ns <= end - t_start ? end - dev_ns : t_start, end);
+    if (t_start) { /* a device kernel's probe gives its device times when the events are read */
+        kiln__profiler_record(op, t_start, kiln__now_ns(), &kiln__kernel_probe);
+        kiln__kernel_probe.token = NULL;
     }
     if (poisoned_in) { /* the collective took part; its outputs carry the input's error */
         kiln__kernel_error("%s", "");

@@ -15,11 +15,16 @@ static struct {
     atomic_bool on;
     uint64_t t0;
     kiln_profile_event *events;
-    size_t n, cap;
+    kiln__device_probe *probes; /* beside events: device work not yet resolved */
+    size_t n, cap, n_probes;
     pthread_once_t env_once;
 } prof = {.lock = PTHREAD_MUTEX_INITIALIZER, .env_once = PTHREAD_ONCE_INIT};
 
 static _Thread_local int worker_id = -1;
+
+/* Trace track ids: a stream's dispatches at its id, engine workers from 1000, the device
+ * queues of streams from 2000. */
+#define DEVICE_TRACK 2000
 
 typedef struct name_node {
     struct name_node *next;
@@ -68,16 +73,22 @@ bool kiln__profiler_on(void) {
     return atomic_load_explicit(&prof.on, memory_order_relaxed);
 }
 
-void kiln__profiler_record(const kiln__op *op, uint64_t start, uint64_t end) {
+void kiln__profiler_record(const kiln__op *op, uint64_t start, uint64_t end, const kiln__device_probe *probe) {
+    bool kept = false;
     pthread_mutex_lock(&prof.lock);
     if (atomic_load(&prof.on)) {
         if (prof.n == prof.cap) {
             size_t cap = prof.cap ? prof.cap * 2 : 4096;
             kiln_profile_event *grown = realloc(prof.events, cap * sizeof *grown);
-            if (grown) prof.events = grown, prof.cap = cap;
+            if (grown) prof.events = grown;
+            kiln__device_probe *pgrown = grown ? realloc(prof.probes, cap * sizeof *pgrown) : NULL;
+            if (pgrown) prof.probes = pgrown, prof.cap = cap;
         }
         if (prof.n < prof.cap) {
             double t0 = (double)prof.t0;
+            prof.probes[prof.n] = probe && probe->token ? *probe : (kiln__device_probe){0};
+            kept = probe && probe->token;
+            prof.n_probes += kept;
             prof.events[prof.n++] = (kiln_profile_event){
                 .op = op->name,
                 .kernel = kiln__opcode_name(op->code),
@@ -91,10 +102,36 @@ void kiln__profiler_record(const kiln__op *op, uint64_t start, uint64_t end) {
         }
     }
     pthread_mutex_unlock(&prof.lock);
+    if (!kept && probe && probe->token) probe->release(probe->token);
+}
+
+/* The device times of the events whose probes are pending (prof.lock held): each waits for its
+ * device work, which a read of the events may do (they are a sync point); twice, so all are
+ * put on the host's clock by the best match any of them gave. */
+static void resolve_probes_locked(void) {
+    uint64_t ignored;
+    for (size_t i = 0; prof.n_probes && i < prof.n; i++) /* first each one's clock match */
+        if (prof.probes[i].token) prof.probes[i].resolve(prof.probes[i].token, &ignored, &ignored);
+    for (size_t i = 0; prof.n_probes && i < prof.n; i++) {
+        kiln__device_probe *p = &prof.probes[i];
+        if (!p->token) continue;
+        uint64_t start = 0, end = 0;
+        if (p->resolve(p->token, &start, &end) && end >= start) {
+            double t0 = (double)prof.t0;
+            prof.events[i].start_us = ((double)start - t0) / 1e3;
+            prof.events[i].end_us = ((double)end - t0) / 1e3;
+            prof.events[i].on_device = true;
+        }
+        p->release(p->token);
+        p->token = NULL;
+        prof.n_probes--;
+    }
 }
 
 void kiln_profiler_start(void) {
     pthread_mutex_lock(&prof.lock);
+    for (size_t i = 0; prof.n_probes && i < prof.n; i++)
+        if (prof.probes[i].token) prof.probes[i].release(prof.probes[i].token), prof.probes[i].token = NULL, prof.n_probes--;
     prof.n = 0;
     prof.t0 = kiln__now_ns();
     atomic_store(&prof.on, true);
@@ -108,6 +145,7 @@ void kiln_profiler_stop(void) {
 
 size_t kiln_profiler_events(kiln_profile_event *out, size_t cap) {
     pthread_mutex_lock(&prof.lock);
+    resolve_probes_locked();
     size_t n = prof.n;
     if (out) memcpy(out, prof.events, (n < cap ? n : cap) * sizeof *out);
     pthread_mutex_unlock(&prof.lock);
@@ -131,6 +169,7 @@ kiln_status kiln_profiler_write_trace(const char *path) {
     FILE *f = open_out(path, "kiln_profiler_write_trace");
     if (!f) return KILN_ERR_IO;
     pthread_mutex_lock(&prof.lock);
+    resolve_probes_locked();
     fprintf(f, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
     bool first = true;
     for (size_t i = 0; i < prof.n; i++) {
@@ -139,16 +178,20 @@ kiln_status kiln_profiler_write_trace(const char *path) {
         fprintf(f, "%s{\"name\":\"%s\",\"ph\":\"i\",\"s\":\"t\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,\"args\":{\"seq\":%llu}}",
                 first ? "" : ",\n", e->op, e->stream, e->dispatch_us, (unsigned long long)e->seq);
         first = false;
-        int tid = e->worker >= 0 ? 1000 + e->worker : e->stream;
+        /* a device op's times are the device's, on its stream's device queue track */
+        int tid = e->on_device ? DEVICE_TRACK + e->stream : e->worker >= 0 ? 1000 + e->worker : e->stream;
         fprintf(f, ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
-                   "\"args\":{\"stream\":%d,\"seq\":%llu,\"queued_us\":%.3f}}",
+                   "\"args\":{\"stream\":%d,\"seq\":%llu,\"queued_us\":%.3f,\"device\":%s}}",
                 e->op, e->kernel, tid, e->start_us, e->end_us - e->start_us, e->stream, (unsigned long long)e->seq,
-                e->start_us - e->dispatch_us);
+                e->start_us - e->dispatch_us, e->on_device ? "true" : "false");
     }
     /* name the tracks */
-    int seen_streams[64] = {0}, seen_workers[64] = {0};
+    int seen_streams[64] = {0}, seen_workers[64] = {0}, seen_queues[64] = {0};
     for (size_t i = 0; i < prof.n; i++) {
         const kiln_profile_event *e = &prof.events[i];
+        if (e->on_device && e->stream >= 0 && e->stream < 64 && !seen_queues[e->stream]++)
+            fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":\"stream %d (device queue)\"}}",
+                    DEVICE_TRACK + e->stream, e->stream);
         if (e->stream >= 0 && e->stream < 64 && !seen_streams[e->stream]++)
             fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":\"stream %d (dispatch)\"}}",
                     e->stream, e->stream);
@@ -176,6 +219,7 @@ kiln_status kiln_profiler_write_summary(const char *path) {
     FILE *f = open_out(path, "kiln_profiler_write_summary");
     if (!f) return KILN_ERR_IO;
     pthread_mutex_lock(&prof.lock);
+    resolve_probes_locked();
     op_total *totals = calloc(prof.n ? prof.n : 1, sizeof *totals);
     size_t n_ops = 0;
     double all = 0;

@@ -1,6 +1,6 @@
 /* The OpenCL backend's devices: discovery (every device of every platform, with
- * KILN_OPENCL_DEVICE=k making the platforms' device k kiln's opencl:0), one context and a
- * few in-order queues per device, the vtable, and blocking host copies. Without OpenCL in the
+ * KILN_OPENCL_DEVICE=k making the platforms' device k kiln's opencl:0), one context per
+ * device (its queues are the streams', stream.c), the vtable, and blocking host copies. Without OpenCL in the
  * build every entry reports no device. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +14,7 @@ const kiln__backend *kiln__opencl_backend(int index) { return NULL; }
 int kiln__opencl_device_count(void) { return 0; }
 bool kiln__opencl_describe(int index, kiln__device_desc *out) { return false; }
 kiln_status kiln__opencl_synchronize_all(void) { return KILN_OK; }
+void kiln__opencl_stream_end(int stream_id) {}
 
 #else
 
@@ -81,30 +82,33 @@ bool kiln__opencl_describe(int index, kiln__device_desc *out) {
     return true;
 }
 
+/* A blocking read on the transfer queue, after the last write of src only. */
 static kiln_status cl_copy_to_host(void *ctx, void *dst, const kiln__storage *src, size_t offset, size_t nbytes) {
     kiln__cl_device *d = ctx;
     if (!nbytes) return KILN_OK;
-    cl_int err = clEnqueueReadBuffer(d->queue[0], kiln__cl_mem(src), CL_TRUE, offset, nbytes, dst, 0, NULL, NULL);
+    cl_event deps[1 + KILN__CL_READERS];
+    int n = kiln__cl_buf_deps(d, src->data, false, d->transfer_qid, deps);
+    cl_int err = clEnqueueReadBuffer(d->transfer, kiln__cl_mem(src), CL_TRUE, offset, nbytes, dst, (cl_uint)n, n ? deps : NULL, NULL);
+    for (int i = 0; i < n; i++) clReleaseEvent(deps[i]);
     return err == CL_SUCCESS ? KILN_OK : kiln__cl_fail(err, "clEnqueueReadBuffer");
 }
 
+/* A blocking write after every queued user of dst: once it returns they are all done. */
 static kiln_status cl_copy_from_host(void *ctx, kiln__storage *dst, size_t offset, const void *src, size_t nbytes) {
     kiln__cl_device *d = ctx;
     if (!nbytes) return KILN_OK;
-    cl_int err = clEnqueueWriteBuffer(d->queue[0], kiln__cl_mem(dst), CL_TRUE, offset, nbytes, src, 0, NULL, NULL);
+    cl_event deps[1 + KILN__CL_READERS];
+    int n = kiln__cl_buf_deps(d, dst->data, true, d->transfer_qid, deps);
+    cl_int err = clEnqueueWriteBuffer(d->transfer, kiln__cl_mem(dst), CL_TRUE, offset, nbytes, src, (cl_uint)n, n ? deps : NULL, NULL);
+    for (int i = 0; i < n; i++) clReleaseEvent(deps[i]);
+    if (err == CL_SUCCESS) kiln__cl_buf_forget(d, dst->data);
     return err == CL_SUCCESS ? KILN_OK : kiln__cl_fail(err, "clEnqueueWriteBuffer");
 }
 
-static kiln_status cl_synchronize(void *ctx) {
-    kiln__cl_device *d = ctx;
-    for (int q = 0; q < KILN__CL_QUEUES; q++)
-        if (clFinish(d->queue[q]) != CL_SUCCESS) return KILN_ERR_DEVICE;
-    return KILN_OK;
-}
+static kiln_status cl_synchronize(void *ctx) { return kiln__cl_streams_finish(ctx); }
 
 static void device_free(kiln__cl_device *d) {
-    for (int q = 0; q < KILN__CL_QUEUES; q++)
-        if (d->queue[q]) clReleaseCommandQueue(d->queue[q]);
+    kiln__cl_streams_free(d);
     if (d->context) clReleaseContext(d->context);
     free(d);
 }
@@ -123,9 +127,7 @@ static kiln__cl_device *device_open(int index) {
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)d->platform, 0};
     cl_int err = CL_SUCCESS;
     d->context = clCreateContext(props, 1, &d->id, NULL, NULL, &err);
-    for (int q = 0; q < KILN__CL_QUEUES && err == CL_SUCCESS; q++)
-        d->queue[q] = clCreateCommandQueue(d->context, d->id, CL_QUEUE_PROFILING_ENABLE, &err); /* device times */
-    if (err != CL_SUCCESS) {
+    if (err != CL_SUCCESS || !kiln__cl_streams_init(d)) {
         device_free(d);
         return NULL;
     }
@@ -143,6 +145,7 @@ static kiln__cl_device *device_open(int index) {
     kiln__cl_register_nn(d->backend.kernels);
     kiln__cl_register_sort(d->backend.kernels);
     kiln__cl_register_intmod(d->backend.kernels);
+    kiln__cl_streams_wrap(d); /* (last: every kernel runs on its stream's queue) */
     kiln__cl_memory_init(d); /* registers the memory with core: from here on storages can be made */
     return d;
 }
@@ -178,9 +181,11 @@ kiln__cl_device *kiln__cl_device_of(kiln_device dev) {
     return i < KILN_MAX_DEVICES ? __atomic_load_n(&cl.dev[i], __ATOMIC_ACQUIRE) : NULL;
 }
 
-cl_command_queue kiln__cl_queue(kiln__cl_device *d, const kiln__op *op) {
-    int s = op->stream_id < 0 ? 0 : op->stream_id;
-    return d->queue[s % KILN__CL_QUEUES];
+void kiln__opencl_stream_end(int stream_id) {
+    for (int i = 0; i < KILN_MAX_DEVICES; i++) {
+        kiln__cl_device *d = __atomic_load_n(&cl.dev[i], __ATOMIC_ACQUIRE);
+        if (d) kiln__cl_stream_end(d, stream_id);
+    }
 }
 
 #endif

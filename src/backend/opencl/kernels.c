@@ -2,7 +2,9 @@
  * elementwise op record becomes a one-op group (ir/expr.h) and runs through the same printer
  * as a fused group (codegen.c). Also the copies between host and device (queued as COPY
  * records whose other side is a CPU storage), FILL, TO_HOST and NOOP. Each kernel enqueues
- * on its stream's queue and waits for its event on the engine worker that runs it. */
+ * on the queue stream.c chose for it; a copy from host memory goes through a pinned staging
+ * buffer and does not wait (staging.c); a read to host memory waits for its own event on the
+ * engine worker that runs it (the host must have the data when the op is done). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,16 +82,16 @@ static kiln_status kernel_copy(const kiln__op *op) {
     }
     size_t es = kiln__elsize(out->dtype), n = (size_t)kiln__view_numel(out) * es;
     if (!n) return KILN_OK;
+    if (in_host) /* (on the stream's queue, behind its barrier: no wait list) */
+        return kiln__cl_write_staged(d, kiln__cl_queue(d, op), kiln__cl_mem(out->storage), (size_t)out->offset * es,
+                                     kiln__view_ptr(in), n);
     cl_event ev = NULL;
-    cl_int err;
-    if (in_host)
-        err = clEnqueueWriteBuffer(kiln__cl_queue(d, op), kiln__cl_mem(out->storage), CL_FALSE, (size_t)out->offset * es, n,
-                                   kiln__view_ptr(in), 0, NULL, &ev);
-    else
-        err = clEnqueueReadBuffer(kiln__cl_queue(d, op), kiln__cl_mem(in->storage), CL_FALSE, (size_t)in->offset * es, n,
-                                  kiln__view_ptr(out), 0, NULL, &ev);
-    if (err != CL_SUCCESS) return kiln__cl_fail(err, in_host ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer");
-    return kiln__cl_wait(ev, "a copy between the host and an OpenCL device");
+    const cl_event *wait;
+    cl_uint n_wait = (cl_uint)kiln__cl_wait_list(&wait);
+    cl_int err = clEnqueueReadBuffer(kiln__cl_queue(d, op), kiln__cl_mem(in->storage), CL_FALSE, (size_t)in->offset * es,
+                                     n, kiln__view_ptr(out), n_wait, n_wait ? wait : NULL, &ev);
+    if (err != CL_SUCCESS) return kiln__cl_fail(err, "clEnqueueReadBuffer");
+    return kiln__cl_wait(ev, "a copy from an OpenCL device to the host");
 }
 
 static kiln_status kernel_fill(const kiln__op *op) {
@@ -126,9 +128,11 @@ static kiln_status kernel_to_host(const kiln__op *op) {
     const kiln__view *in = &op->in[0];
     if (!op->pi[1]) return KILN_OK;
     cl_event ev = NULL;
+    const cl_event *wait;
+    cl_uint n_wait = (cl_uint)kiln__cl_wait_list(&wait);
     cl_int err = clEnqueueReadBuffer(kiln__cl_queue(d, op), kiln__cl_mem(in->storage), CL_FALSE,
                                      (size_t)in->offset * kiln__elsize(in->dtype), (size_t)op->pi[1],
-                                     (void *)(intptr_t)op->pi[0], 0, NULL, &ev);
+                                     (void *)(intptr_t)op->pi[0], n_wait, n_wait ? wait : NULL, &ev);
     if (err != CL_SUCCESS) return kiln__cl_fail(err, "clEnqueueReadBuffer");
     return kiln__cl_wait(ev, "clEnqueueReadBuffer");
 }

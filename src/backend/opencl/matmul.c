@@ -210,6 +210,11 @@ static bool blas_layout(const kiln__view *v, const kiln__view *c, int64_t rows, 
     return true;
 }
 
+/* CLBlast's first call per routine and precision fills a shared tuning database that is not
+ * safe to fill from two threads at once (ASan: a use after free in Database::Database when two
+ * streams' workers, or two KILN_SYNC=1 threads, start GEMMs together); a call only enqueues. */
+static pthread_mutex_t clblast_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static kiln_status blas(kiln__cl_device *d, const kiln__op *op, bool accumulate, bool *done) {
     const kiln__view *a = &op->in[0], *b = &op->in[1], *c = &op->out[0];
     int nd = c->ndim;
@@ -226,6 +231,7 @@ static kiln_status blas(kiln__cl_device *d, const kiln__op *op, bool accumulate,
     cl_mem am = kiln__cl_mem(a->storage), bm = kiln__cl_mem(b->storage), cm = kiln__cl_mem(c->storage);
     CLBlastStatusCode s;
     double beta = accumulate ? 1 : 0;
+    pthread_mutex_lock(&clblast_lock);
     if (c->dtype == KILN_F32)
         s = batch == 1 ? CLBlastSgemm(CLBlastLayoutRowMajor, ta, tb, M, N, K, 1.0f, am, oa.offset, oa.ld, bm, ob.offset, ob.ld,
                                       (float)beta, cm, 0, N, &q, &ev)
@@ -238,6 +244,7 @@ static kiln_status blas(kiln__cl_device *d, const kiln__op *op, bool accumulate,
                        : CLBlastDgemmStridedBatched(CLBlastLayoutRowMajor, ta, tb, M, N, K, 1.0, am, oa.offset, oa.ld,
                                                     oa.stride, bm, ob.offset, ob.ld, ob.stride, beta, cm, 0, N, M * N,
                                                     batch, &q, &ev);
+    pthread_mutex_unlock(&clblast_lock);
     if (s != CLBlastSuccess) {
         if (ev) clReleaseEvent(ev);
         return KILN_OK; /* not done: the generated kernel runs it */

@@ -51,7 +51,7 @@ static void *cl_alloc(void *ctx, size_t nbytes) {
         atomic_fetch_sub(&d->in_use, rounded);
         return NULL;
     }
-    *b = (kiln__cl_buf){.mem = m, .size = rounded};
+    *b = (kiln__cl_buf){.mem = m, .size = rounded}; /* no events: nothing used it yet */
     kiln__stats_count_alloc(d->device, true);
     return b;
 }
@@ -77,6 +77,7 @@ static void cl_free(void *ctx, void *ptr, size_t nbytes) {
             return;
         }
     }
+    kiln__cl_buf_forget(d, b);
     clReleaseMemObject(b->mem); /* the driver keeps it alive for commands still using it */
     free(b);
 }
@@ -88,6 +89,7 @@ static void cl_empty_cache(void *ctx) {
     for (int c = 0; c < KILN__ALLOC_CLASSES; c++) {
         for (kiln__cl_buf *b = d->free_class[c], *next; b; b = next) {
             next = b->next;
+            kiln__cl_buf_forget(d, b); /* (dep_lock after mem_lock, never the other way) */
             clReleaseMemObject(b->mem);
             free(b);
         }

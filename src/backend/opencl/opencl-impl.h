@@ -11,21 +11,44 @@
 #include "backend/backend-impl.h"
 #include "ir/expr.h"
 
-/* One in-order command queue per device: every stream's device work goes through it, so the
- * queue itself orders a kernel after the kernels it depends on, and a kernel returns to the
- * engine once enqueued (kiln__cl_done). A transfer from or to host memory, and a kernel whose
- * result the host must check (an index out of range), wait for their event. */
-#define KILN__CL_QUEUES 1
+/* Each kiln stream has its own in-order command queue on each device it uses (stream.c),
+ * created at the stream's first op there and released when the stream ends. Work on one queue
+ * is ordered by the queue; a buffer remembers the events of its last write and of its reads
+ * since, per queue, so an op on another queue waits for them as device events (a barrier
+ * enqueued before it), never on the host. A kernel returns to the engine once enqueued
+ * (kiln__cl_done). Reads to the host go through a per-device transfer queue and wait only for
+ * the tensor they read. */
+/* Read events a buffer keeps (one per queue): past this many they are merged into one marker. */
+#define KILN__CL_READERS 8
 /* Enqueued kernels not yet waited for: past this many the launching worker waits for its own
  * kernel, so the device queue stays bounded like the engine's (a flood of ops cannot grow it
  * without limit). */
 #define KILN__CL_MAX_UNWAITED 64
 
+/* A device event and the queue it was enqueued on (by the queue's id: ids are never reused,
+ * unlike the addresses of released queues). */
+typedef struct {
+    cl_event ev;
+    uint64_t qid;
+} kiln__cl_dep;
+
 typedef struct kiln__cl_buf {
     cl_mem mem;
     size_t size; /* the rounded size it was created with */
     struct kiln__cl_buf *next; /* in a free list */
+    /* guarded by the device's dep_lock; kept while the buffer waits in the cache, so its next
+     * user waits for its last one */
+    kiln__cl_dep write;                      /* the last command writing it */
+    kiln__cl_dep reads[KILN__CL_READERS];    /* commands reading it since, one per queue */
+    int n_reads;
 } kiln__cl_buf;
+
+/* The command queue of one stream on one device. */
+typedef struct {
+    int stream_id;
+    cl_command_queue queue;
+    uint64_t qid;
+} kiln__cl_stream_queue;
 
 typedef struct kiln__cl_program {
     char *source;
@@ -40,7 +63,20 @@ typedef struct kiln__cl_device {
     cl_platform_id platform;
     cl_device_id id;
     cl_context context;
-    cl_command_queue queue[KILN__CL_QUEUES];
+    /* queues (stream.c) */
+    pthread_mutex_t queue_lock;
+    kiln__cl_stream_queue *queues; /* one per live stream that used the device */
+    int n_queues, cap_queues;
+    cl_command_queue transfer; /* reads to the host; out of order where the driver can */
+    uint64_t transfer_qid;
+    bool transfer_in_order;
+    pthread_mutex_t dep_lock; /* the buffers' events */
+    _Atomic int64_t clock_offset; /* host - device clock, the smallest seen (profiler) */
+    /* pinned staging buffers for copies from the host (staging.c) */
+    pthread_mutex_t staging_lock;
+    struct kiln__cl_staging *staging_free;
+    size_t staging_bytes; /* of every staging buffer made, free or in use */
+    kiln__kernel_fn inner[KILN__OP_COUNT]; /* the kernels the table's wrapper runs */
     bool fp64;
     kiln__device_desc desc;
     kiln__backend backend;
@@ -60,13 +96,43 @@ typedef struct kiln__cl_device {
 /* The device a storage lives on (storage->device must be an OpenCL device). */
 kiln__cl_device *kiln__cl_device_of(kiln_device dev);
 static inline cl_mem kiln__cl_mem(const kiln__storage *s) { return ((const kiln__cl_buf *)s->data)->mem; }
-/* The queue an op runs on (by its stream). */
+/* The queue the op being run enqueues on (its stream's; the transfer queue for a read to the
+ * host). */
 cl_command_queue kiln__cl_queue(kiln__cl_device *d, const kiln__op *op);
+/* Device events the op's first command on an out-of-order queue must wait for (on an in-order
+ * stream queue they are a barrier already, and this is empty). */
+int kiln__cl_wait_list(const cl_event **events);
+/* Every command an op enqueues gives its event to kiln__cl_done or kiln__cl_wait: the last one
+ * given stands for the op (its queue is in order) in the buffers' dependency state. */
+void kiln__cl_note_event(cl_event ev);
+/* Writes n bytes of host memory src into dst at offset on q without waiting for the write: src
+ * is copied into a pinned staging buffer first (staging.c). */
+typedef struct kiln__cl_staging kiln__cl_staging;
+kiln_status kiln__cl_write_staged(kiln__cl_device *d, cl_command_queue q, cl_mem dst, size_t offset, const void *src,
+                                  size_t n);
+/* Bytes of all staging buffers made, and of those free now (tests). */
+size_t kiln__cl_staging_count(kiln__cl_device *d, size_t *bytes_free);
+/* CLOCK_MONOTONIC in ns: the profiler's clock, which device times are put on. */
+uint64_t kiln__cl_host_ns(void);
+/* stream.c: queues and the dependency wrapper around every kernel of the table. */
+bool kiln__cl_streams_init(kiln__cl_device *d);
+void kiln__cl_streams_wrap(kiln__cl_device *d);
+kiln_status kiln__cl_streams_finish(kiln__cl_device *d);
+void kiln__cl_streams_free(kiln__cl_device *d);
+/* The engine ended stream_id: its queue on d is released (its commands still complete). */
+void kiln__cl_stream_end(kiln__cl_device *d, int stream_id);
+/* The events of b (the last write; with write, the reads too) that a command on queue qid must
+ * wait for, retained into deps (room for 1 + KILN__CL_READERS); returns their count. */
+int kiln__cl_buf_deps(kiln__cl_device *d, kiln__cl_buf *b, bool write, uint64_t qid, cl_event *deps);
+/* b's events, released (the buffer goes back to the driver, or a blocking command waited for
+ * them all). */
+void kiln__cl_buf_forget(kiln__cl_device *d, kiln__cl_buf *b);
 /* Waits for ev (and releases it), turning a failure into a kernel error naming what. */
 kiln_status kiln__cl_wait(cl_event ev, const char *what);
 /* A kernel was enqueued with event ev: releases ev, or waits for it when the queue holds
  * KILN__CL_MAX_UNWAITED unwaited kernels or KILN_SYNC=1 / KILN_OPENCL_WAIT=1 asks for a wait
- * after each kernel (errors then name the op that failed). */
+ * after each kernel (errors then name the op that failed). The profiler never makes it wait:
+ * it reads the device times from the events later (stream.c's probe). */
 kiln_status kiln__cl_done(kiln__cl_device *d, cl_event ev, const char *what);
 kiln_status kiln__cl_fail(cl_int err, const char *what);
 const char *kiln__cl_strerror(cl_int err);

@@ -44,14 +44,10 @@ kiln_status kiln__cl_fail(cl_int err, const char *what) {
 }
 
 kiln_status kiln__cl_wait(cl_event ev, const char *what) {
+    kiln__cl_note_event(ev);
     cl_int err = clWaitForEvents(1, &ev);
     cl_int st = CL_COMPLETE;
     clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL);
-    cl_ulong t0 = 0, t1 = 0;
-    if (kiln__kernel_timing && err == CL_SUCCESS && st == CL_COMPLETE &&
-        clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL) == CL_SUCCESS &&
-        clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL) == CL_SUCCESS && t1 > t0)
-        kiln__kernel_device_ns += t1 - t0;
     clReleaseEvent(ev);
     if (err != CL_SUCCESS) return kiln__cl_fail(err, what);
     return st < 0 ? kiln__cl_fail(st, what) : KILN_OK;
@@ -60,13 +56,14 @@ kiln_status kiln__cl_wait(cl_event ev, const char *what) {
 static int wait_each = -1;
 
 kiln_status kiln__cl_done(kiln__cl_device *d, cl_event ev, const char *what) {
+    kiln__cl_note_event(ev);
     int w = __atomic_load_n(&wait_each, __ATOMIC_RELAXED);
     if (w < 0) {
         const char *a = getenv("KILN_SYNC"), *b = getenv("KILN_OPENCL_WAIT");
         w = (a && strcmp(a, "1") == 0) || (b && strcmp(b, "1") == 0);
         __atomic_store_n(&wait_each, w, __ATOMIC_RELAXED);
     }
-    if (w || kiln__kernel_timing || atomic_fetch_add(&d->unwaited, 1) + 1 >= KILN__CL_MAX_UNWAITED) {
+    if (w || atomic_fetch_add(&d->unwaited, 1) + 1 >= KILN__CL_MAX_UNWAITED) {
         atomic_store(&d->unwaited, 0);
         return kiln__cl_wait(ev, what);
     }

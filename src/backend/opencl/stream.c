@@ -1,0 +1,392 @@
+/* Device streams: each kiln stream gets its own in-order command queue on a device (made at the
+ * stream's first op there, released when the engine ends the stream), and the buffers an op
+ * touches give the device events it must wait for. Every kernel of the device's table runs
+ * inside run_on_stream: the events of other queues that the op's buffers wait on become one
+ * barrier on the op's queue (clEnqueueBarrierWithWaitList), the op's kernels enqueue behind it
+ * and return, and the op's last event becomes its buffers' new state: the last write, or one
+ * more read. The host never waits for a device event to dispatch; only reads to the host
+ * (and kernels whose result the host checks) wait, each for its own command. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/backend-impl.h"
+#include "ir/expr.h"
+
+#if KILN_HAVE_OPENCL
+#include "backend/opencl/opencl-impl.h"
+
+/* Buffers one op touches, at most (a fused group's inputs and outputs, an optimizer's state). */
+#define MAX_BUFS (2 * (KILN__EXPR_MAX_INPUTS + KILN__EXPR_MAX_OUTPUTS) + KILN__OP_MAX_IN + KILN__OP_MAX_OUT)
+/* Events waited for by one barrier; more make several barriers. */
+#define MAX_WAIT 64
+
+static atomic_uint_fast64_t next_qid = 1;
+
+/* The op being run on this thread: its queue and the last event its kernels enqueued. */
+static _Thread_local struct {
+    kiln__cl_device *d;
+    cl_command_queue queue;
+    cl_event first, last; /* (first: only while the profiler records) */
+    uint64_t first_host_ns; /* when first's enqueue returned */
+    const cl_event *wait;
+    int n_wait;
+} cur;
+
+void kiln__cl_note_event(cl_event ev) {
+    if (!cur.d || !ev) return;
+    if (kiln__kernel_timing && !cur.first) clRetainEvent(cur.first = ev), cur.first_host_ns = kiln__cl_host_ns();
+    clRetainEvent(ev);
+    if (cur.last) clReleaseEvent(cur.last);
+    cur.last = ev;
+}
+
+int kiln__cl_wait_list(const cl_event **events) {
+    *events = cur.wait;
+    return cur.n_wait;
+}
+
+static cl_command_queue new_queue(kiln__cl_device *d, cl_command_queue_properties extra, cl_int *err) {
+    return clCreateCommandQueue(d->context, d->id, CL_QUEUE_PROFILING_ENABLE | extra, err); /* device times */
+}
+
+bool kiln__cl_streams_init(kiln__cl_device *d) {
+    pthread_mutex_init(&d->queue_lock, NULL);
+    pthread_mutex_init(&d->dep_lock, NULL);
+    pthread_mutex_init(&d->staging_lock, NULL);
+    cl_int err = CL_SUCCESS;
+    d->transfer = new_queue(d, CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE, &err);
+    if (err != CL_SUCCESS) { /* a driver without out-of-order queues: reads wait in turn */
+        d->transfer = new_queue(d, 0, &err);
+        d->transfer_in_order = true;
+    }
+    d->transfer_qid = atomic_fetch_add(&next_qid, 1);
+    atomic_init(&d->clock_offset, INT64_MAX);
+    return err == CL_SUCCESS;
+}
+
+void kiln__cl_streams_free(kiln__cl_device *d) {
+    for (int i = 0; i < d->n_queues; i++) clReleaseCommandQueue(d->queues[i].queue);
+    free(d->queues);
+    if (d->transfer) clReleaseCommandQueue(d->transfer);
+}
+
+/* The stream's queue on d, made on first use (NULL with *err set when the driver refuses). */
+static cl_command_queue stream_queue(kiln__cl_device *d, int stream_id, uint64_t *qid, cl_int *err) {
+    /* a one-entry cache per thread: stream ids are never reused, so an entry cannot go stale
+     * while an op of its stream can still run */
+    static _Thread_local struct {
+        kiln__cl_device *d;
+        int stream_id;
+        cl_command_queue queue;
+        uint64_t qid;
+    } last;
+    if (last.d == d && last.stream_id == stream_id && last.queue) {
+        *qid = last.qid;
+        return last.queue;
+    }
+    cl_command_queue q = NULL;
+    pthread_mutex_lock(&d->queue_lock);
+    for (int i = 0; i < d->n_queues && !q; i++)
+        if (d->queues[i].stream_id == stream_id) q = d->queues[i].queue, *qid = d->queues[i].qid;
+    if (!q && d->n_queues == d->cap_queues) {
+        int cap = d->cap_queues ? 2 * d->cap_queues : 8;
+        kiln__cl_stream_queue *grown = realloc(d->queues, (size_t)cap * sizeof *grown);
+        if (grown) d->queues = grown, d->cap_queues = cap;
+    }
+    if (!q && d->n_queues < d->cap_queues && (q = new_queue(d, 0, err))) {
+        *qid = atomic_fetch_add(&next_qid, 1);
+        d->queues[d->n_queues++] = (kiln__cl_stream_queue){.stream_id = stream_id, .queue = q, .qid = *qid};
+    } else if (!q && *err == CL_SUCCESS) {
+        *err = CL_OUT_OF_HOST_MEMORY;
+    }
+    pthread_mutex_unlock(&d->queue_lock);
+    if (q) last.d = d, last.stream_id = stream_id, last.queue = q, last.qid = *qid;
+    return q;
+}
+
+void kiln__cl_stream_end(kiln__cl_device *d, int stream_id) {
+    cl_command_queue q = NULL;
+    pthread_mutex_lock(&d->queue_lock);
+    for (int i = 0; i < d->n_queues && !q; i++)
+        if (d->queues[i].stream_id == stream_id) {
+            q = d->queues[i].queue;
+            d->queues[i] = d->queues[--d->n_queues];
+        }
+    pthread_mutex_unlock(&d->queue_lock);
+    if (q) { /* its commands still run: the driver keeps the queue until they are done */
+        clFlush(q);
+        clReleaseCommandQueue(q);
+    }
+}
+
+kiln_status kiln__cl_streams_finish(kiln__cl_device *d) {
+    pthread_mutex_lock(&d->queue_lock);
+    int n = d->n_queues;
+    cl_command_queue *qs = malloc((size_t)(n + 1) * sizeof *qs);
+    if (qs) {
+        for (int i = 0; i < n; i++) clRetainCommandQueue(qs[i] = d->queues[i].queue);
+        qs[n] = d->transfer;
+    }
+    pthread_mutex_unlock(&d->queue_lock);
+    kiln_status st = KILN_OK;
+    if (!qs) { /* no memory for the list: a marker per queue waited for under the lock instead */
+        pthread_mutex_lock(&d->queue_lock);
+        for (int i = 0; i < d->n_queues; i++)
+            if (clFinish(d->queues[i].queue) != CL_SUCCESS) st = KILN_ERR_DEVICE;
+        pthread_mutex_unlock(&d->queue_lock);
+        return clFinish(d->transfer) == CL_SUCCESS ? st : KILN_ERR_DEVICE;
+    }
+    for (int i = 0; i <= n; i++) {
+        if (clFinish(qs[i]) != CL_SUCCESS) st = KILN_ERR_DEVICE;
+        if (i < n) clReleaseCommandQueue(qs[i]);
+    }
+    free(qs);
+    return st;
+}
+
+/* ---- buffers' events ---------------------------------------------------------------------- */
+
+static void dep_set(kiln__cl_dep *dep, cl_event ev, uint64_t qid) {
+    if (ev) clRetainEvent(ev);
+    if (dep->ev) clReleaseEvent(dep->ev);
+    *dep = (kiln__cl_dep){.ev = ev, .qid = ev ? qid : 0};
+}
+
+static int buf_deps_locked(kiln__cl_buf *b, bool write, uint64_t qid, cl_event *deps) {
+    int n = 0;
+    if (b->write.ev && b->write.qid != qid) clRetainEvent(deps[n++] = b->write.ev);
+    if (write)
+        for (int i = 0; i < b->n_reads; i++)
+            if (b->reads[i].qid != qid) clRetainEvent(deps[n++] = b->reads[i].ev);
+    return n;
+}
+
+int kiln__cl_buf_deps(kiln__cl_device *d, kiln__cl_buf *b, bool write, uint64_t qid, cl_event *deps) {
+    pthread_mutex_lock(&d->dep_lock);
+    int n = buf_deps_locked(b, write, qid, deps);
+    pthread_mutex_unlock(&d->dep_lock);
+    return n;
+}
+
+static void forget_locked(kiln__cl_buf *b) {
+    dep_set(&b->write, NULL, 0);
+    for (int i = 0; i < b->n_reads; i++) dep_set(&b->reads[i], NULL, 0);
+    b->n_reads = 0;
+}
+
+void kiln__cl_buf_forget(kiln__cl_device *d, kiln__cl_buf *b) {
+    pthread_mutex_lock(&d->dep_lock);
+    forget_locked(b);
+    pthread_mutex_unlock(&d->dep_lock);
+}
+
+/* ev (on queue q, id qid) read b: it joins b's reads, replacing the read of its own queue
+ * (which the in-order queue orders before it); with every slot taken by other queues, all the
+ * reads and ev merge into one marker on q. */
+static void add_read_locked(kiln__cl_buf *b, cl_command_queue q, uint64_t qid, cl_event ev) {
+    for (int i = 0; i < b->n_reads; i++)
+        if (b->reads[i].qid == qid) {
+            dep_set(&b->reads[i], ev, qid);
+            return;
+        }
+    if (b->n_reads < KILN__CL_READERS) {
+        b->reads[b->n_reads] = (kiln__cl_dep){0};
+        dep_set(&b->reads[b->n_reads++], ev, qid);
+        return;
+    }
+    cl_event all[KILN__CL_READERS + 1], marker = NULL;
+    for (int i = 0; i < b->n_reads; i++) all[i] = b->reads[i].ev;
+    all[b->n_reads] = ev;
+    if (clEnqueueMarkerWithWaitList(q, (cl_uint)b->n_reads + 1, all, &marker) != CL_SUCCESS) {
+        clWaitForEvents((cl_uint)b->n_reads, all); /* (the driver refused: wait, rarely, here) */
+        marker = ev, clRetainEvent(ev);
+    }
+    for (int i = 0; i < b->n_reads; i++) dep_set(&b->reads[i], NULL, 0);
+    b->n_reads = 0;
+    b->reads[b->n_reads++] = (kiln__cl_dep){.ev = marker, .qid = qid}; /* (takes the reference) */
+}
+
+/* ---- device times for the profiler ------------------------------------------------------ */
+
+uint64_t kiln__cl_host_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts); /* the profiler's clock */
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* An op's device work: from its first command's start to its last one's end. The device's
+ * clock is put on the host's by the offset host time - QUEUED time of first commands: each op
+ * gives one (its first command's QUEUED, taken during the enqueue, against the host time just
+ * after it), late by as long as the enqueue took; the device keeps the smallest seen, the
+ * closest to the true offset, so ops resolved again later line up on one offset. */
+typedef struct {
+    kiln__cl_device *d;
+    cl_event first, last;
+    uint64_t host_ns;
+    bool have_times;
+    cl_ulong start, end;
+} probe_token;
+
+static bool probe_resolve(void *token, uint64_t *start_ns, uint64_t *end_ns) {
+    probe_token *p = token;
+    if (!p->have_times) {
+        cl_ulong queued = 0;
+        if (clWaitForEvents(1, &p->last) != CL_SUCCESS ||
+            clGetEventProfilingInfo(p->first, CL_PROFILING_COMMAND_QUEUED, sizeof queued, &queued, NULL) != CL_SUCCESS ||
+            clGetEventProfilingInfo(p->first, CL_PROFILING_COMMAND_START, sizeof p->start, &p->start, NULL) != CL_SUCCESS ||
+            clGetEventProfilingInfo(p->last, CL_PROFILING_COMMAND_END, sizeof p->end, &p->end, NULL) != CL_SUCCESS ||
+            p->end < p->start)
+            return false;
+        p->have_times = true;
+        int64_t gap = (int64_t)p->host_ns - (int64_t)queued, best = atomic_load(&p->d->clock_offset);
+        while (gap < best && !atomic_compare_exchange_weak(&p->d->clock_offset, &best, gap)) {}
+    }
+    int64_t offset = atomic_load(&p->d->clock_offset);
+    *start_ns = (uint64_t)((int64_t)p->start + offset);
+    *end_ns = (uint64_t)((int64_t)p->end + offset);
+    return true;
+}
+
+static void probe_release(void *token) {
+    probe_token *p = token;
+    clReleaseEvent(p->first);
+    clReleaseEvent(p->last);
+    free(p);
+}
+
+/* Leaves the op's probe for the engine's profiler (takes first's reference). */
+static void probe_leave(kiln__cl_device *d, cl_event first, cl_event last, uint64_t host_ns) {
+    probe_token *p = last ? malloc(sizeof *p) : NULL;
+    if (!p) {
+        clReleaseEvent(first);
+        return;
+    }
+    clRetainEvent(last);
+    *p = (probe_token){.d = d, .first = first, .last = last, .host_ns = host_ns};
+    kiln__kernel_probe = (kiln__device_probe){.resolve = probe_resolve, .release = probe_release, .token = p};
+}
+
+/* ---- the wrapper ------------------------------------------------------------------------- */
+
+typedef struct {
+    kiln__cl_buf *buf;
+    bool write;
+} access;
+
+static void add_access(access *a, int *n, const kiln__storage *s, kiln_device dev, bool write) {
+    if (!s || s->device != dev || !s->data) return;
+    kiln__cl_buf *b = s->data;
+    for (int i = 0; i < *n; i++)
+        if (a[i].buf == b) {
+            a[i].write |= write;
+            return;
+        }
+    if (*n < MAX_BUFS) a[(*n)++] = (access){b, write};
+}
+
+static kiln__cl_device *device_of(const kiln__op *op, const kiln__fused *g) {
+    if (g) {
+        for (int w = 0; w < g->expr.n_outputs; w++)
+            if (g->output[w].storage->device != KILN_CPU) return kiln__cl_device_of(g->output[w].storage->device);
+        for (int k = 0; k < g->expr.n_inputs; k++)
+            if (g->input[k].storage && g->input[k].storage->device != KILN_CPU) return kiln__cl_device_of(g->input[k].storage->device);
+    }
+    for (int i = 0; i < op->n_out; i++)
+        if (op->out[i].storage && op->out[i].storage->device != KILN_CPU) return kiln__cl_device_of(op->out[i].storage->device);
+    for (int i = 0; i < op->n_in; i++)
+        if (op->in[i].storage && op->in[i].storage->device != KILN_CPU) return kiln__cl_device_of(op->in[i].storage->device);
+    return NULL;
+}
+
+/* The buffers of d that op reads and writes. */
+static int accesses(const kiln__op *op, const kiln__fused *g, kiln_device dev, access *a) {
+    int n = 0;
+    if (g) {
+        for (int k = 0; k < g->expr.n_inputs; k++) add_access(a, &n, g->input[k].storage, dev, false);
+        for (int w = 0; w < g->expr.n_outputs; w++) add_access(a, &n, g->output[w].storage, dev, true);
+    }
+    for (int i = 0; i < op->n_in; i++) add_access(a, &n, op->in[i].storage, dev, false);
+    for (int i = 0; i < op->n_out; i++) add_access(a, &n, op->out[i].storage, dev, true);
+    return n;
+}
+
+/* A read to the host waits on the transfer queue for the tensor it reads, not for the rest of
+ * its stream. */
+static bool reads_to_host(const kiln__op *op) {
+    return op->code == KILN__OP_TO_HOST ||
+           (op->code == KILN__OP_COPY && op->out[0].storage && op->out[0].storage->device == KILN_CPU);
+}
+
+static kiln_status run_on_stream(const kiln__op *op) {
+    const kiln__fused *g = op->code == KILN__OP_FUSED ? (const kiln__fused *)(intptr_t)op->p.i[0] : NULL;
+    kiln__cl_device *d = device_of(op, g);
+    if (NEVER(!d)) return KILN_ERR_INTERNAL;
+    kiln__kernel_fn inner = d->inner[op->code];
+    if (NEVER(!inner)) return KILN_ERR_INTERNAL;
+    if (cur.d == d) return inner(op); /* a kernel running another (matmul's bias copy): one op */
+    bool transfer = reads_to_host(op);
+    uint64_t qid = d->transfer_qid;
+    cl_int err = CL_SUCCESS;
+    cl_command_queue q = transfer ? d->transfer : stream_queue(d, op->stream_id, &qid, &err);
+    if (!q) return kiln__cl_fail(err, "clCreateCommandQueue");
+    access a[MAX_BUFS];
+    int n_bufs = accesses(op, g, d->device, a);
+    cl_event wait[MAX_WAIT + 1 + KILN__CL_READERS];
+    int n_wait = 0;
+    kiln_status st = KILN_OK;
+    pthread_mutex_lock(&d->dep_lock);
+    for (int i = 0; i < n_bufs && st == KILN_OK; i++) {
+        n_wait += buf_deps_locked(a[i].buf, a[i].write, qid, wait + n_wait);
+        if (n_wait >= MAX_WAIT && !transfer) { /* many: one barrier now, more after it */
+            err = clEnqueueBarrierWithWaitList(q, (cl_uint)n_wait, wait, NULL);
+            for (int k = 0; k < n_wait; k++) clReleaseEvent(wait[k]);
+            n_wait = 0;
+            if (err != CL_SUCCESS) st = kiln__cl_fail(err, "clEnqueueBarrierWithWaitList");
+        }
+    }
+    pthread_mutex_unlock(&d->dep_lock);
+    if (st == KILN_OK && n_wait && !transfer) {
+        err = clEnqueueBarrierWithWaitList(q, (cl_uint)n_wait, wait, NULL);
+        for (int k = 0; k < n_wait; k++) clReleaseEvent(wait[k]);
+        n_wait = 0;
+        if (err != CL_SUCCESS) st = kiln__cl_fail(err, "clEnqueueBarrierWithWaitList");
+    }
+    if (st == KILN_OK) {
+        cur.d = d, cur.queue = q, cur.first = cur.last = NULL, cur.wait = wait, cur.n_wait = n_wait;
+        st = inner(op);
+        cl_event ev = cur.last;
+        if (cur.first) probe_leave(d, cur.first, ev, cur.first_host_ns);
+        cur.d = NULL, cur.first = cur.last = NULL, cur.wait = NULL, cur.n_wait = 0;
+        if (ev) { /* the op's last command stands for all of it (its queue is in order) */
+            pthread_mutex_lock(&d->dep_lock);
+            for (int i = 0; i < n_bufs; i++)
+                if (a[i].write) {
+                    forget_locked(a[i].buf);
+                    dep_set(&a[i].buf->write, ev, qid);
+                }
+            for (int i = 0; i < n_bufs; i++)
+                if (!a[i].write) add_read_locked(a[i].buf, q, qid, ev);
+            pthread_mutex_unlock(&d->dep_lock);
+            clReleaseEvent(ev);
+        }
+    }
+    for (int k = 0; k < n_wait; k++) clReleaseEvent(wait[k]);
+    return st;
+}
+
+cl_command_queue kiln__cl_queue(kiln__cl_device *d, const kiln__op *op) {
+    if (cur.d == d) return cur.queue;
+    uint64_t qid; /* (a kernel run outside the wrapper: tests) */
+    cl_int err = CL_SUCCESS;
+    return stream_queue(d, op->stream_id, &qid, &err);
+}
+
+void kiln__cl_streams_wrap(kiln__cl_device *d) {
+    for (int code = 0; code < KILN__OP_COUNT; code++) {
+        d->inner[code] = d->backend.kernels[code];
+        if (d->inner[code]) d->backend.kernels[code] = run_on_stream;
+    }
+}
+
+#endif

@@ -1,0 +1,298 @@
+/* Device streams: each thread's stream has its own OpenCL queue (released when the thread's
+ * stream ends), and work crossing streams waits on device events. Two threads computing
+ * independent chains; a tensor made on one stream, read on another while the first writes it
+ * in place; CPU -> device -> CPU chains handed between threads; a device op failing while it
+ * runs poisons what another stream computes from it and is reported once; a read waits for
+ * its own tensor, not for the rest of its stream; copies from the host through pinned staging
+ * buffers; the profiler's device times. Results
+ * against the CPU's. Skipped (exit 77)
+ * without an OpenCL device. */
+#include <kiln.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kiln_test.h"
+#if KILN_HAVE_OPENCL
+#include "backend/opencl/opencl-impl.h"
+
+#define DEV KILN_OPENCL
+
+#include "opencl_compare.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int queues_of_device(void) {
+    kiln__cl_device *d = kiln__cl_device_of(DEV);
+    if (!d) return -1;
+    pthread_mutex_lock(&d->queue_lock);
+    int n = d->n_queues;
+    pthread_mutex_unlock(&d->queue_lock);
+    return n;
+}
+
+/* A chain of device ops from x (consumed): matmuls keep each queue busy for a while. */
+static kiln_tensor chain(kiln_tensor x, kiln_tensor w, int steps) {
+    for (int i = 0; i < steps; i++) x = kiln_tanh(kiln_add_scalar(kiln_matmul(x, kiln_ref(w)), 0.25));
+    kiln_release(w);
+    return x;
+}
+
+/* ---- independent chains on two streams ---------------------------------------------------- */
+typedef struct {
+    int seed;
+    int bad;
+    pthread_barrier_t *both_running;
+} indep_arg;
+
+static void *indep_worker(void *p) {
+    indep_arg *a = p;
+    kiln_tensor x = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(64, 96), (uint64_t)a->seed);
+    kiln_tensor w = kiln_mul_scalar(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(96, 96), (uint64_t)a->seed + 100), 0.1);
+    kiln_tensor xd = kiln_to_device(kiln_ref(x), DEV), wd = kiln_to_device(kiln_ref(w), DEV);
+    if (kiln_sync() != KILN_OK) a->bad++; /* the stream's first device ops have run: it has a queue */
+    kiln_tensor got = chain(xd, wd, 12);
+    pthread_barrier_wait(a->both_running); /* both streams have queues on the device now */
+    pthread_barrier_wait(a->both_running); /* the main thread has counted them */
+    kiln_tensor want = chain(x, w, 12);
+    int64_t n;
+    double *g = read_f64(got, &n), *r = read_f64(want, &n);
+    for (int64_t i = 0; g && r && i < n; i++)
+        if (fabs(g[i] - r[i]) > 1e-4 * fabs(r[i]) + 1e-5) a->bad++;
+    if (!g || !r) a->bad++;
+    free(g);
+    free(r);
+    if (kiln_sync() != KILN_OK) a->bad++;
+    return NULL;
+}
+
+KT_TEST(independent_streams) {
+    kiln_release(kiln_ones(DEV, KILN_F32, KILN_SHAPE(1))); /* (opens the device) */
+    KT_CHECK(kiln_sync() == KILN_OK);
+    int before = queues_of_device();
+    pthread_barrier_t both;
+    pthread_barrier_init(&both, NULL, 3);
+    pthread_t t[2];
+    indep_arg a[2] = {{.seed = 1, .both_running = &both}, {.seed = 2, .both_running = &both}};
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, indep_worker, &a[i]);
+    pthread_barrier_wait(&both);
+    int during = queues_of_device();
+    pthread_barrier_wait(&both);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&both);
+    KT_CHECK(a[0].bad == 0 && a[1].bad == 0);
+    /* one queue per stream that used the device (the threads' streams and maybe this one) */
+    KT_CHECK_MSG(during >= before + 2, "%d queues before, %d with two more streams", before, during);
+    /* each ended stream's queue is released once its last op has run */
+    KT_CHECK(kiln_sync_all() == KILN_OK);
+    int after = queues_of_device();
+    for (int i = 0; i < 200 && after > before; i++) usleep(10000), after = queues_of_device();
+    KT_CHECK_MSG(after == before, "%d queues before, %d after the streams ended", before, after);
+}
+
+/* ---- a tensor crossing streams ------------------------------------------------------------ */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int stage;
+    kiln_tensor x;      /* made by the producer, read by the consumer */
+    kiln_tensor result; /* the consumer's */
+    kiln_tensor back;   /* a CPU tensor from the consumer */
+} handoff;
+
+static void hand(handoff *h, int stage) {
+    pthread_mutex_lock(&h->lock);
+    h->stage = stage;
+    pthread_cond_broadcast(&h->cond);
+    pthread_mutex_unlock(&h->lock);
+}
+
+static void await(handoff *h, int stage) {
+    pthread_mutex_lock(&h->lock);
+    while (h->stage < stage) pthread_cond_wait(&h->cond, &h->lock);
+    pthread_mutex_unlock(&h->lock);
+}
+
+/* The consumer: its own queue busy first, then it reads the producer's x (not yet computed
+ * when it is queued) and hands back what it made. */
+static void *consumer(void *p) {
+    handoff *h = p;
+    kiln_tensor w = kiln_to_device(kiln_mul_scalar(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(96, 96), 9), 0.1), DEV);
+    kiln_tensor busy = chain(kiln_ones(DEV, KILN_F32, KILN_SHAPE(64, 96)), kiln_ref(w), 8);
+    await(h, 1);
+    h->result = kiln_add(kiln_matmul(h->x, w), busy); /* consumes its handle to x */
+    h->back = kiln_to_device(kiln_exp(kiln_ref(h->result)), KILN_CPU);
+    hand(h, 2);
+    return NULL;
+}
+
+KT_TEST(dependent_streams) {
+    handoff h = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    kiln_tensor xh = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(64, 96), 3);
+    kiln_tensor wh = kiln_mul_scalar(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(96, 96), 4), 0.1);
+    pthread_t t;
+    pthread_create(&t, NULL, consumer, &h);
+    /* the producer's chain is queued, not run, when the consumer queues its read of it */
+    kiln_tensor x = chain(kiln_to_device(kiln_ref(xh), DEV), kiln_to_device(kiln_ref(wh), DEV), 10);
+    h.x = kiln_ref(x);
+    hand(&h, 1);
+    await(&h, 2);
+    /* the consumer's read is queued: writing x in place now must wait for it on the device */
+    x = kiln_mul_scalar(x, -3);
+    kiln_tensor cpu_sum = kiln_sum(kiln_mul_scalar(h.back, 2)); /* a CPU op on the device's copy */
+    pthread_join(t, NULL);
+    /* the same on the CPU */
+    kiln_tensor w9 = kiln_mul_scalar(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(96, 96), 9), 0.1);
+    kiln_tensor rx = chain(xh, wh, 10);
+    kiln_tensor rbusy = chain(kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(64, 96)), kiln_ref(w9), 8);
+    kiln_tensor rresult = kiln_add(kiln_matmul(kiln_ref(rx), w9), rbusy);
+    kiln_tensor rsum = kiln_sum(kiln_mul_scalar(kiln_exp(kiln_ref(rresult)), 2));
+    compare("consumer's result", h.result, rresult, 1e-4, 1e-5);
+    compare("x written after the read", x, kiln_mul_scalar(rx, -3), 1e-4, 1e-5);
+    float got, want;
+    KT_CHECK(kiln_into_scalar(cpu_sum, &got) == KILN_OK);
+    KT_CHECK(kiln_into_scalar(rsum, &want) == KILN_OK);
+    KT_NEAR(got, want, 1e-4);
+    KT_CHECK(kiln_sync() == KILN_OK);
+}
+
+/* ---- a failure on one stream, read on another ----------------------------------------------- */
+static void *poisoned_reader(void *p) {
+    handoff *h = p;
+    await(h, 1);
+    kiln_tensor y = kiln_add_scalar(kiln_exp(kiln_to_device(h->x, DEV)), 1);
+    float v[6];
+    kiln_status st = kiln_into_data(y, v, sizeof v);
+    h->stage = st == KILN_ERR_INDEX && strstr(kiln_last_error(), "kiln_one_hot") ? 2 : -1;
+    if (kiln_sync() != KILN_OK) h->stage = -2; /* reported once, by the read */
+    return NULL;
+}
+
+KT_TEST(failure_across_streams) {
+    handoff h = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    int64_t idx[2] = {1, 7}; /* 7 is past 3 classes: found while the kernel runs */
+    pthread_t t;
+    pthread_create(&t, NULL, poisoned_reader, &h);
+    h.x = kiln_one_hot(kiln_from_data(DEV, KILN_I64, KILN_SHAPE(2), idx), 3, KILN_F32);
+    hand(&h, 1);
+    pthread_join(t, NULL);
+    KT_CHECK_MSG(h.stage == 2, "stage %d: %s", h.stage, kiln_last_error());
+    KT_CHECK(kiln_sync() == KILN_OK); /* delivered by the other thread's read: not again here */
+    /* the device goes on working after the failure */
+    compare("after a failure", kiln_exp(kiln_ones(DEV, KILN_F32, KILN_SHAPE(3))), kiln_exp(kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(3))), 1e-6, 0);
+}
+
+/* ---- a read waits for its tensor only --------------------------------------------------------- */
+/* A small tensor read while a slow chain runs on the same stream: the read returns first.
+ * Returns the chain's matmul count. */
+static int read_during_chain(void) {
+    kiln_tensor small = kiln_full(DEV, KILN_F32, KILN_SHAPE(4), 2.5);
+    kiln_tensor w = kiln_mul_scalar(kiln_randn(DEV, KILN_F32, KILN_SHAPE(256, 256), 5), 0.05);
+    KT_CHECK(kiln_sync() == KILN_OK);
+    double t0 = now_s();
+    kiln_tensor slow = chain(kiln_ones(DEV, KILN_F32, KILN_SHAPE(256, 256)), w, 24);
+    float v[4];
+    KT_CHECK(kiln_into_data(small, v, sizeof v) == KILN_OK && v[0] == 2.5f && v[3] == 2.5f);
+    double t_read = now_s() - t0;
+    KT_CHECK(kiln_sync() == KILN_OK);
+    double t_all = now_s() - t0;
+    /* (synchronous mode runs the chain at dispatch: the read then finds it done) */
+    KT_CHECK_MSG(t_read < 0.5 * t_all || !kiln_engine_is_async(), "read %.3f s, all %.3f s", t_read, t_all);
+    kiln_release(slow);
+    return 24;
+}
+
+KT_TEST(read_waits_for_its_tensor) { read_during_chain(); }
+
+/* ---- copies from the host through pinned staging buffers ------------------------------------ */
+/* Bytes of staging buffers made, once all are back in the cache (waits up to 2 s). */
+static size_t staging_settled(kiln__cl_device *d) {
+    size_t free_bytes = 0, made = kiln__cl_staging_count(d, &free_bytes);
+    for (int i = 0; i < 400 && free_bytes != made; i++) usleep(5000), made = kiln__cl_staging_count(d, &free_bytes);
+    return made;
+}
+
+/* Host tensors copied to the device and changed (or freed) right after: each copy took its
+ * source when it ran, the staging buffers all come back, and copies reuse them. */
+KT_TEST(staged_copies) {
+    kiln__cl_device *d = kiln__cl_device_of(DEV);
+    KT_CHECK(kiln_sync() == KILN_OK);
+    kiln_tensor acc = kiln_zeros(DEV, KILN_F32, KILN_SHAPE(1000));
+    kiln_tensor h = kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(1000));
+    for (int i = 0; i < 200; i++) {
+        h = kiln_add_scalar(h, 1); /* in place after the copy below read it */
+        acc = kiln_add(acc, kiln_to_device(kiln_ref(h), DEV));
+        kiln_release(kiln_to_device(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(5000), (uint64_t)i), DEV)); /* source freed */
+    }
+    /* acc = 1 + 2 + ... + 200 */
+    compare("staged sum", acc, kiln_full(KILN_CPU, KILN_F32, KILN_SHAPE(1000), 200.0 * 201 / 2), 0, 0);
+    KT_CHECK(kiln_sync() == KILN_OK);
+    /* every staging buffer comes back once its write is done (an event callback, soon after) */
+    size_t made = staging_settled(d);
+    KT_CHECK_MSG(made > 0 && made < 200 * ((size_t)4096 + 32768), "%zu staging bytes for 400 copies", made);
+    /* copies one at a time reuse what was made */
+    for (int i = 0; i < 20; i++) {
+        staging_settled(d);
+        compare("one staged copy", kiln_to_device(kiln_full(KILN_CPU, KILN_F32, KILN_SHAPE(5000), i), DEV),
+                kiln_full(KILN_CPU, KILN_F32, KILN_SHAPE(5000), i), 0, 0);
+    }
+    KT_CHECK(staging_settled(d) == made);
+    kiln_release(h);
+}
+
+/* ---- the profiler: device times from the queue's events ---------------------------------------- */
+/* The same with the profiler on (it does not wait for each kernel): the chain's matmuls carry
+ * device times, in order on their stream's queue, and the trace shows them on a device track. */
+KT_TEST(profiler_device_times) {
+    kiln_profiler_start();
+    int matmuls = read_during_chain();
+    kiln_profiler_stop();
+    size_t n = kiln_profiler_events(NULL, 0);
+    kiln_profile_event *ev = calloc(n ? n : 1, sizeof *ev);
+    n = kiln_profiler_events(ev, n);
+    int on_device = 0, in_order = 0;
+    double last_end = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(ev[i].op, "kiln_matmul") != 0) continue;
+        KT_CHECK(ev[i].on_device && ev[i].end_us > ev[i].start_us && ev[i].start_us >= ev[i].dispatch_us);
+        on_device += ev[i].on_device;
+        in_order += ev[i].start_us >= last_end - 5; /* (clocks put together within a few us) */
+        last_end = ev[i].end_us;
+    }
+    KT_CHECK_MSG(on_device == matmuls && in_order == matmuls, "%d matmuls, %d with device times, %d in order", matmuls,
+                 on_device, in_order);
+    char path[] = "/tmp/kiln_opencl_trace_XXXXXX";
+    int fd = mkstemp(path);
+    KT_CHECK(fd >= 0 && kiln_profiler_write_trace(path) == KILN_OK);
+    FILE *f = fdopen(fd, "r");
+    char *text = calloc(1 << 22, 1);
+    size_t len = f && text ? fread(text, 1, (1 << 22) - 1, f) : 0;
+    KT_CHECK(len > 0 && strstr(text, "(device queue)") && strstr(text, "\"device\":true"));
+    if (f) fclose(f);
+    unlink(path);
+    free(text);
+    free(ev);
+}
+
+#endif
+
+int main(void) {
+#if KILN_HAVE_OPENCL
+    if (kiln_device_count(KILN_KIND_OPENCL) > 0) {
+        KT_RUN(independent_streams);
+        KT_RUN(dependent_streams);
+        KT_RUN(failure_across_streams);
+        KT_RUN(read_waits_for_its_tensor);
+        KT_RUN(staged_copies);
+        KT_RUN(profiler_device_times);
+        return kt_finish();
+    }
+#endif
+    printf("no OpenCL device (or a build without OpenCL): skipped\n");
+    return 77; /* ctest's skip */
+}
