@@ -123,6 +123,12 @@ KT_TEST(linear_activation_chain_is_bit_identical) {
         /* more rows than one panel (L2 / 2), panels of a row count whose end splits a block */
         {.m = 2500, .k = 24, .n = 333, .act = ACT_GELU, .row_add = true},
         {.m = 2500, .k = 24, .n = 333, .act = ACT_RELU, .keep = true, .trans_x = true},
+        /* panels of 64, 128 or 256 rows of 2048 (L2 of 0.5, 1 or 2 MiB) and 20 rows over: a
+         * panel of 32 rows or fewer would take the small-M kernel the whole product does not */
+        {.m = 84, .k = 16, .n = 2048, .act = ACT_RELU},
+        {.m = 148, .k = 16, .n = 2048, .act = ACT_RELU},
+        {.m = 276, .k = 16, .n = 2048, .act = ACT_GELU},
+        {.m = 532, .k = 16, .n = 2048, .act = ACT_RELU, .row_add = true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i]);
 }

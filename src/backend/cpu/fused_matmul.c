@@ -11,19 +11,35 @@
 #include <unistd.h>
 
 #include "backend/cpu/fused-impl.h"
+#include "backend/cpu/gemm_small.h"
 
 /* Output bytes per panel: half of one core's L2 (the epilogue reads the panel back while the
  * next ops' inputs and outputs also pass through), 512 KiB where the size is unknown. Panels
  * hold at least MIN_PANEL_ROWS rows: each panel's GEMM reads all of the right operand, so thin
- * panels would stream a large weight matrix from memory again and again. */
-#define MIN_PANEL_ROWS ((int64_t)32)
+ * panels would stream a large weight matrix from memory again and again; and a panel of a
+ * larger product must not fall to the small-M kernel, whose sums differ from the BLAS's. */
+#define MIN_PANEL_ROWS ((int64_t)KILN__GEMM_SMALL_MAX_M + 1)
 
-static int64_t panel_rows(int64_t m, int64_t n, size_t es) {
-    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    int64_t target = l2 > 0 ? (int64_t)l2 / 2 : (int64_t)512 << 10;
-    int64_t rows = target / (n * (int64_t)es);
+static int64_t l2_bytes(void) {
+    static _Atomic int64_t cached; /* 0: not asked yet */
+    int64_t v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v) return v;
+    long l2 = -1;
+#ifdef _SC_LEVEL2_CACHE_SIZE /* (a glibc extension) */
+    l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+    v = l2 > 0 ? (int64_t)l2 : (int64_t)1 << 20;
+    atomic_store_explicit(&cached, v, memory_order_relaxed);
+    return v;
+}
+
+/* The number of panels: as many as the target size asks for, rows shared out evenly so that
+ * no panel (the last included) holds fewer than MIN_PANEL_ROWS rows. */
+static int64_t panel_count(int64_t m, int64_t n, size_t es) {
+    int64_t rows = l2_bytes() / 2 / (n * (int64_t)es);
     if (rows < MIN_PANEL_ROWS) rows = MIN_PANEL_ROWS;
-    return rows < m ? rows : m;
+    int64_t panels = m / rows;
+    return panels > 1 ? panels : 1;
 }
 
 /* Rows [r0, r0 + rows) of a 2-d view (a broadcast bias has row stride 0: unchanged). */
@@ -48,11 +64,11 @@ kiln_status kiln__fused_matmul_run(kiln__fused_plan *p) {
     kiln__kernel_fn gemm = p->kernels[KILN__OP_MATMUL];
     if (!g->matmul || g->ndim != 2 || !gemm) return KILN_ERR_UNSUPPORTED;
     int64_t m = g->shape[0], n = g->shape[1];
-    int64_t rows = panel_rows(m, n, kiln__elsize(mm->out[0].dtype));
+    int64_t panels = panel_count(m, n, kiln__elsize(mm->out[0].dtype));
     int64_t n_blocks = (p->numel + p->block - 1) / p->block, grain = KILN__GRAIN_ELEMENTWISE / p->block;
     blocks_from b = {.p = p, .first = 0};
-    for (int64_t r0 = 0; r0 < m; r0 += rows) {
-        int64_t r1 = r0 + rows < m ? r0 + rows : m;
+    for (int64_t i = 0, r0 = 0; i < panels; i++) {
+        int64_t r1 = m / panels * (i + 1) + (i + 1 < panels ? 0 : m % panels);
         kiln__op panel = *mm;
         slice_rows(&panel.in[0], r0, r1 - r0);
         if (panel.n_in > 2) slice_rows(&panel.in[2], r0, r1 - r0);
@@ -67,6 +83,7 @@ kiln_status kiln__fused_matmul_run(kiln__fused_plan *p) {
         b.first = done > b.first ? done : b.first;
         st = atomic_load(&p->status);
         if (st != KILN_OK) return st;
+        r0 = r1;
     }
     return KILN_OK;
 }

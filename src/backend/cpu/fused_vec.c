@@ -95,7 +95,8 @@ static bool compile(kiln__fused_vec *v, const kiln__fused_plan *p) {
             const kiln__view *in = &g->input[n->input];
             float *base = (float *)in->storage->data + in->offset;
             if (p->load_mode[n->input] == KILN__LOAD_SCALAR) {
-                if (!add_bcast(v, i, *base)) return false;
+                /* (read now, at planning: a matmul group's input 0 is written after that) */
+                if ((g->matmul && n->input == 0) || !add_bcast(v, i, *base)) return false;
             } else if (p->load_mode[n->input] == KILN__LOAD_DENSE) {
                 v->in[n->input] = base;
                 v->code[v->n_code++] = (kiln__vec_ins){.op = KILN__VEC_LOAD, .d = (uint8_t)i, .a = (uint8_t)n->input};

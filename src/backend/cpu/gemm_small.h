@@ -10,6 +10,11 @@
 
 #include <stdint.h>
 
+/* linalg.c's MATMUL kernel takes this path for products of at most this many rows (whose
+ * summation order differs from the BLAS's): fused_matmul.c's panels of a larger product keep
+ * more rows than this, so each panel sums as the whole product does. */
+#define KILN__GEMM_SMALL_MAX_M 32
+
 int kiln__gemm_small_available(void);
 void kiln__gemm_small_nt_f32(int64_t m, int64_t n0, int64_t n1, int64_t k, const float *a, int64_t lda, const float *w,
                              int64_t ldw, int accumulate, float *c, int64_t ldc);

@@ -21,7 +21,7 @@
 /* A linear layer over at most this many rows (a sentence's tokens) skips BLAS for the unpacked
  * small-M kernel (gemm_small.c), its columns split across the pool in pieces of at least
  * SMALL_M_TASK multiply-adds: [16, 384] x [384, 1152] is 7M of them, two pieces. */
-#define SMALL_M 32
+#define SMALL_M KILN__GEMM_SMALL_MAX_M
 #define SMALL_M_TASK ((int64_t)1 << 21)
 
 typedef struct {
