@@ -343,9 +343,12 @@ typedef struct {
  * the mask: a wait for whatever computes it (the tokenizer's output is ready). */
 static bool plan_packing(kiln_tensor mask, int64_t b, int64_t s, token_packing *out) {
     int64_t n = b * s, *keep = malloc(sizeof(int64_t) * (size_t)n), *where = malloc(sizeof(int64_t) * (size_t)n);
+    /* a token where the mask is nonzero, as the pooling and the attention's hiding count it
+     * (a cast to i64 would truncate 0.5 to padding); a poisoned mask's error stays reported
+     * (this read delivers it: the padded path's poisoned result then fails its own read) */
     bool ok = keep && where &&
-              kiln_into_data(kiln_cast(kiln_ref(mask), KILN_I64), keep, sizeof(int64_t) * (size_t)n) == KILN_OK;
-    if (!ok) kiln_clear_error(); /* the padded path meets the same problem and reports it */
+              kiln_into_data(kiln_cast(kiln_ne_scalar(kiln_ref(mask), 0.0), KILN_I64), keep,
+                             sizeof(int64_t) * (size_t)n) == KILN_OK;
     int64_t t = 0;
     for (int64_t r = 0; ok && r < b; r++) {
         int64_t first = -1;
