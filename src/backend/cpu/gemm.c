@@ -12,6 +12,7 @@
 #include "backend/cpu/gemm.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -434,11 +435,19 @@ void openblas_set_num_threads(int num_threads);
 #endif
 #pragma weak openblas_set_num_threads
 
+/* OpenBLAS's count is one global: the cache and the setting change together under a lock, or
+ * two threads interleaving could leave the cache saying 1 while OpenBLAS runs on N */
 static atomic_int gemm_blas_threads;
+static pthread_mutex_t gemm_blas_threads_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void gemm_blas_set_threads(int want) {
-    if (atomic_exchange_explicit(&gemm_blas_threads, want, memory_order_relaxed) == want) return;
-    if (openblas_set_num_threads) openblas_set_num_threads(want);
+    if (atomic_load_explicit(&gemm_blas_threads, memory_order_relaxed) == want) return;
+    pthread_mutex_lock(&gemm_blas_threads_lock);
+    if (atomic_load_explicit(&gemm_blas_threads, memory_order_relaxed) != want) {
+        if (openblas_set_num_threads) openblas_set_num_threads(want);
+        atomic_store_explicit(&gemm_blas_threads, want, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&gemm_blas_threads_lock);
 }
 
 /* One thread budget (DESIGN.md section 3). Two engine workers may each start a product; if
