@@ -91,7 +91,7 @@ KT_TEST(early_step_same_as_in_place) {
         kiln_optimizer *oa = make_opt(a, (kind)k), *ob = make_opt(b, (kind)k);
         for (int s = 0; s < 3; s++) {
             kiln_grads *ga = grads_of(a, s), *gb = grads_of(b, s);
-            kiln__grads_mark_late(gb);
+            kiln__grads_mark_late(gb, NULL);
             KT_CHECK(kiln_optimizer_step(oa, ga) == KILN_OK);
             KT_CHECK(kiln_optimizer_step(ob, gb) == KILN_OK);
             kiln_grads_free(ga);
@@ -132,7 +132,7 @@ KT_TEST(failed_kernel_in_early_step_changes_nothing) {
     long before_len, after_len;
     char *before = checkpoint_bytes(m, opt, &before_len);
     g = grads_of(m, 1);
-    kiln__grads_mark_late(g);
+    kiln__grads_mark_late(g, NULL);
     KT_CHECK(kiln_sync() == KILN_OK);
     /* the first kernel the step runs fails: a copy or an update, of any parameter */
     kiln__debug_fail_next_kernel("kiln_optimizer_step");
@@ -188,6 +188,39 @@ KT_TEST(failed_bucket_changes_nothing_on_any_rank) {
     kiln_module_free(m);
 }
 
+/* A failure on one rank alone, after every bucket's all-reduce succeeded (here a kernel of its
+ * tentative updates): the ranks agree before committing, so none commits. */
+KT_TEST(failure_on_one_rank_alone_changes_nothing_on_any_rank) {
+    if (world == 1) return; /* (the failed-kernel test above covers a world of one) */
+    kiln_module *m = mlp(13 + (uint64_t)rank);
+    kiln_ddp *ddp = two_buckets(m);
+    kiln_optimizer *opt = make_opt(m, ADAM);
+    kiln_grads *g = grads_of(m, 0);
+    KT_CHECK(kiln_optimizer_step(opt, g) == KILN_OK);
+    kiln_grads_free(g);
+    long before_len, after_len;
+    char *before = checkpoint_bytes(m, opt, &before_len);
+    g = grads_of(m, 1);
+    if (rank == 1) kiln__debug_fail_next_kernel("kiln_optimizer_step");
+    kiln_status st = kiln_optimizer_step(opt, g);
+    kiln__debug_fail_next_kernel(NULL);
+    KT_CHECK_MSG(st != KILN_OK, "rank %d: the step succeeded", rank);
+    const char *want = rank == 1 ? "injected failure" : "rank 1 failed";
+    KT_CHECK_MSG(strstr(kiln_last_error(), want), "rank %d: '%s' without '%s'", rank, kiln_last_error(), want);
+    KT_CHECK_MSG(strstr(kiln_last_error(), "kiln_optimizer_step"), "rank %d: '%s' does not name the step", rank,
+                 kiln_last_error());
+    kiln_grads_free(g);
+    kiln_sync(); /* (the failed kernel's error, already reported by the step) */
+    char *after = checkpoint_bytes(m, opt, &after_len);
+    KT_CHECK_MSG(before_len == after_len && memcmp(before, after, (size_t)before_len) == 0,
+                 "rank %d: a failure on rank 1 alone changed the parameters or the optimizer state", rank);
+    free(before), free(after);
+    next_step_works(m, opt);
+    kiln_ddp_free(ddp);
+    kiln_optimizer_free(opt);
+    kiln_module_free(m);
+}
+
 KT_TEST(first_bucket_updates_before_last_all_reduce_ends) {
     if (world == 1) return; /* (a world of one has no all-reduce) */
     kiln_module *m = mlp(21);
@@ -202,16 +235,23 @@ KT_TEST(first_bucket_updates_before_last_all_reduce_ends) {
     kiln_profiler_stop();
     static kiln_profile_event ev[4096];
     size_t n = kiln_profiler_events(ev, 4096);
-    double last_reduce_end = 0, first_update = -1;
+    /* the buckets' two all-reduces, then the step's agreement before it commits (the last) */
+    double reduce_start[3] = {0}, reduce_end[3] = {0}, first_update = -1;
     int reduces = 0, updates = 0;
     for (size_t i = 0; i < n && i < 4096; i++) {
-        if (strcmp(ev[i].kernel, "ALL_REDUCE") == 0) reduces++, last_reduce_end = fmax(last_reduce_end, ev[i].end_us);
+        if (strcmp(ev[i].kernel, "ALL_REDUCE") == 0 && reduces < 3) {
+            int k = reduces++;
+            for (; k > 0 && reduce_start[k - 1] > ev[i].start_us; k--)
+                reduce_start[k] = reduce_start[k - 1], reduce_end[k] = reduce_end[k - 1];
+            reduce_start[k] = ev[i].start_us, reduce_end[k] = ev[i].end_us;
+        }
         if (strcmp(ev[i].kernel, "SGD_UPDATE") == 0) {
             updates++;
             if (first_update < 0 || ev[i].start_us < first_update) first_update = ev[i].start_us;
         }
     }
-    KT_CHECK_MSG(reduces == 2 && updates == 4, "%d all-reduces, %d updates", reduces, updates);
+    KT_CHECK_MSG(reduces == 3 && updates == 4, "%d all-reduces, %d updates", reduces, updates);
+    double last_reduce_end = fmax(reduce_end[0], reduce_end[1]);
     /* (KILN_SYNC=1 runs every op at dispatch, in order: the all-reduces during backward) */
     KT_CHECK_MSG(!kiln_engine_is_async() || first_update < last_reduce_end,
                  "rank %d: the first update started at %.0f us, after the last all-reduce ended (%.0f us)", rank,
@@ -227,6 +267,7 @@ int main(void) {
     KT_RUN(early_step_same_as_in_place);
     KT_RUN(failed_kernel_in_early_step_changes_nothing);
     KT_RUN(failed_bucket_changes_nothing_on_any_rank);
+    KT_RUN(failure_on_one_rank_alone_changes_nothing_on_any_rank);
     KT_RUN(first_bucket_updates_before_last_all_reduce_ends);
     return kt_dist_end();
 }

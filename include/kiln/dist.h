@@ -66,8 +66,10 @@ KILN_API kiln_ddp_options kiln_ddp_defaults(void); /* KILN_DDP_BUCKET_KB overrid
  * gradients in the kiln_grads become views of its result, so reading one waits for its own
  * bucket only. kiln_optimizer_step on those gradients starts each parameter's update as soon
  * as its own bucket is all-reduced (into copies of the parameter and its state) and commits
- * them all once every bucket succeeded: a failed bucket leaves every parameter and the
- * optimizer's state unchanged, on every rank. The model must outlive it. NULL on error. */
+ * them all once every bucket succeeded and every rank's updates did (one more one-value
+ * all-reduce, after the updates): a failed bucket, or a step that failed on one rank alone,
+ * leaves every parameter and the optimizer's state unchanged, on every rank. The step returns
+ * once the updates have run. The model must outlive it. NULL on error. */
 KILN_API kiln_ddp *kiln_ddp_new(kiln_module *model, kiln_ddp_options o);
 KILN_API int kiln_ddp_num_buckets(const kiln_ddp *d);
 KILN_API void kiln_ddp_free(kiln_ddp *d);

@@ -82,9 +82,14 @@ kiln__tensor **kiln__grads_slot(kiln_grads *grads, const kiln__ad_leaf *leaf);
 /* Marks a container whose gradients a higher layer replaced by results of queued collectives
  * (dist's data-parallel all-reduces), which finish at different times: kiln_optimizer_step then
  * starts each parameter's update as soon as its own gradient is ready (and commits them all
- * once every gradient succeeded) instead of waiting for every gradient first. */
-void kiln__grads_mark_late(kiln_grads *grads);
+ * once every gradient succeeded) instead of waiting for every gradient first. `agree` (may be
+ * NULL) is how the processes sharing the step agree before it commits: the step calls it once
+ * its own updates are known to have succeeded or not (c's error), on every path, and it sets
+ * c's error when any of them failed, so all commit or none does. */
+typedef void (*kiln__grads_agree_fn)(kiln__opctx *c);
+void kiln__grads_mark_late(kiln_grads *grads, kiln__grads_agree_fn agree);
 bool kiln__grads_late(const kiln_grads *grads);
+kiln__grads_agree_fn kiln__grads_agree(const kiln_grads *grads);
 
 /* Backward hooks, registered by a higher layer (dist's data-parallel wrapper). During every
  * backward walk, leaf_final(ctx, grads, leaf) runs on the walking thread once the leaf's

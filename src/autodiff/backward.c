@@ -53,6 +53,7 @@ struct kiln_grads {
     size_t n, cap;
     kiln__site made;             /* the backward call, for the leak check */
     bool late;                   /* some gradients are still being computed by collectives */
+    kiln__grads_agree_fn agree;  /* (late) how the step's processes agree before committing */
     kiln_grads *prev, *next;     /* every live container */
 };
 
@@ -414,11 +415,12 @@ kiln__tensor **kiln__grads_slot(kiln_grads *gs, const kiln__ad_leaf *leaf) {
     return e && e->grad ? &e->grad : NULL;
 }
 
-void kiln__grads_mark_late(kiln_grads *gs) {
-    if (gs) gs->late = true;
+void kiln__grads_mark_late(kiln_grads *gs, kiln__grads_agree_fn agree) {
+    if (gs) gs->late = true, gs->agree = agree;
 }
 
 bool kiln__grads_late(const kiln_grads *gs) { return gs && gs->late; }
+kiln__grads_agree_fn kiln__grads_agree(const kiln_grads *gs) { return gs ? gs->agree : NULL; }
 
 size_t kiln_grads_count(const kiln_grads *gs) {
     size_t n = 0;

@@ -7,7 +7,7 @@
  * all-reduced result, so each gradient waits only for its own bucket, and the container is
  * marked (kiln__grads_mark_late) so that kiln_optimizer_step queues each parameter's update to
  * run as soon as its own bucket is done, and commits them all only once every bucket succeeded
- * (src/optim/optimizer.c, step_early). */
+ * on every rank (src/optim/optimizer.c, step_early; the ranks agree through agree_step). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +16,21 @@
 #include "nn/module-impl.h"
 
 #define DEFAULT_BUCKET_BYTES ((int64_t)25 << 20)
+
+/* kiln_optimizer_step's agreement before it commits a data-parallel step: one sized all-reduce
+ * of one value, which a rank whose step failed (a kernel, memory, a check) joins without data,
+ * so its peers fail the step too ("rank N failed at or before this collective") and every rank
+ * keeps its weights, rather than one rank keeping them while the others commit. */
+static void agree_step(kiln__opctx *c) {
+    if (kiln__dist_size() < 2) return;
+    int64_t one_shape[1] = {1};
+    kiln__tensor *ok = c->err ? NULL : kiln__t_fill(c, KILN_CPU, KILN_F32, 1, one_shape, 1.0);
+    kiln__tensor *all = kiln__dist_all_reduce_sized(c, ok, 1, KILN_F32);
+    if (!all) return;
+    if (kiln__wait_storage(all->storage) != KILN_OK && !c->err)
+        c->err = kiln__earliest_error(atomic_load(&all->storage->err));
+    kiln__tensor_release(all);
+}
 
 typedef struct {
     const kiln__ad_leaf *leaf;
@@ -82,7 +97,7 @@ static void launch(kiln_ddp *d, ddp_bucket *b, kiln_grads *gs, bool failed) {
         int64_t n = kiln__tensor_numel(p->param);
         parts[k] = g ? kiln__t_reshape(&c, g, 1, &n) : NULL;
     }
-    kiln__grads_mark_late(gs);
+    kiln__grads_mark_late(gs, agree_step);
     kiln__tensor *flat = kiln__t_cat(&c, parts, b->n, 0);
     kiln__tensor *sum = kiln__dist_all_reduce_sized(&c, flat, numel, dtype);
     int64_t off = 0;

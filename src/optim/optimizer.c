@@ -353,11 +353,13 @@ static kiln__tensor *copy_of(kiln__opctx *c, const kiln__tensor *t) {
  * as each gradient arrives could leave the parameters half-changed when a later bucket fails.
  * So: (a) each parameter's update is queued at once into copies of the parameter and its state,
  * so it runs as soon as its own gradient is ready; (b) the step waits for every gradient and
- * every copy; (c) only if all succeeded, each parameter gets its copy back (one queued copy) and
+ * every copy, and the processes sharing the step agree (`agree`: every rank of a data-parallel
+ * step; one that failed alone would otherwise keep its weights while the others commit); (c)
+ * only if all succeeded, each parameter gets its copy back (one queued copy) and
  * takes the new state tensors (a swap); otherwise the copies are dropped and the parameters, the
  * state and the step counts are as before. Same kernels, same order of arithmetic: the same
  * values as updating in place. */
-static void step_early(kiln__opctx *c, kiln_optimizer *opt, update *ups, int n_state) {
+static void step_early(kiln__opctx *c, kiln_optimizer *opt, update *ups, int n_state, kiln__grads_agree_fn agree) {
     /* (a) */
     for (int i = 0; i < opt->n_params && !c->err; i++) {
         if (!ups[i].grad) continue;
@@ -383,6 +385,7 @@ static void step_early(kiln__opctx *c, kiln_optimizer *opt, update *ups, int n_s
                 c->err = kiln__earliest_error(atomic_load(&t->storage->err));
         }
     }
+    if (agree) agree(c); /* (also when this process failed: its peers wait for its word) */
     /* (c) nothing below can fail at dispatch: the copies above ran on the same devices */
     for (int i = 0; i < opt->n_params; i++) {
         kiln__optim_param *p = &opt->params[i];
@@ -434,7 +437,7 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
             kiln__fail(&c, KILN_ERR_UNSUPPORTED, "%s has no %s update kernel", kiln_device_name(param->device), opt->type);
     }
     if (early) {
-        if (!c.err) step_early(&c, opt, ups, n_state);
+        step_early(&c, opt, ups, n_state, kiln__grads_agree(g)); /* (a failed check: it agrees, then drops) */
         for (int i = 0; i < opt->n_params; i++) kiln__tensor_release(ups[i].grad);
         free(ups);
         if (!c.err) opt->steps++;
