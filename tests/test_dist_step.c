@@ -158,9 +158,12 @@ static kiln_ddp *two_buckets(kiln_module *m) {
     return ddp;
 }
 
-KT_TEST(failed_bucket_changes_nothing_on_any_rank) {
-    if (world == 1) return; /* (no all-reduce to fail: the test above covers a world of one) */
-    kiln_module *m = mlp(11 + (uint64_t)rank);
+/* A data-parallel step in which rank 1 alone fails (inject runs there, just before the step):
+ * it must fail on every rank, rank 1 naming `own` and the others "rank 1 failed", and leave
+ * every rank's parameters and optimizer state (the checkpoint's bytes) as they were; the next
+ * step then works and the ranks agree. */
+static void step_failing_on_rank_1(uint64_t seed, void (*inject)(void), const char *own) {
+    kiln_module *m = mlp(seed + (uint64_t)rank);
     kiln_ddp *ddp = two_buckets(m);
     kiln_optimizer *opt = make_opt(m, ADAM);
     kiln_grads *g = grads_of(m, 0);
@@ -168,19 +171,18 @@ KT_TEST(failed_bucket_changes_nothing_on_any_rank) {
     kiln_grads_free(g);
     long before_len, after_len;
     char *before = checkpoint_bytes(m, opt, &before_len);
-    /* rank 1's second collective from here (the step's second bucket) fails; the first one,
-     * the other bucket, succeeds everywhere */
-    if (rank == 1) kiln__dist_debug_fail(1);
     g = grads_of(m, 1);
+    if (rank == 1) inject();
     kiln_status st = kiln_optimizer_step(opt, g);
+    kiln__debug_fail_next_kernel(NULL);
     KT_CHECK_MSG(st != KILN_OK, "rank %d: the step succeeded", rank);
-    const char *want = rank == 1 ? "injected failure" : "rank 1 failed";
+    const char *want = rank == 1 ? own : "rank 1 failed";
     KT_CHECK_MSG(strstr(kiln_last_error(), want), "rank %d: '%s' without '%s'", rank, kiln_last_error(), want);
     kiln_grads_free(g);
-    kiln_sync(); /* (the failed collective's error, already reported by the step) */
+    kiln_sync(); /* (the failure's error, already reported by the step) */
     char *after = checkpoint_bytes(m, opt, &after_len);
     KT_CHECK_MSG(before_len == after_len && memcmp(before, after, (size_t)before_len) == 0,
-                 "rank %d: a failed bucket changed the parameters or the optimizer state", rank);
+                 "rank %d: a failure on rank 1 changed the parameters or the optimizer state", rank);
     free(before), free(after);
     next_step_works(m, opt);
     kiln_ddp_free(ddp);
@@ -188,37 +190,23 @@ KT_TEST(failed_bucket_changes_nothing_on_any_rank) {
     kiln_module_free(m);
 }
 
-/* A failure on one rank alone, after every bucket's all-reduce succeeded (here a kernel of its
- * tentative updates): the ranks agree before committing, so none commits. */
+/* rank 1's second collective from here (the step's second bucket) fails; the first one, the
+ * other bucket, succeeds everywhere */
+static void fail_second_bucket(void) { kiln__dist_debug_fail(1); }
+
+KT_TEST(failed_bucket_changes_nothing_on_any_rank) {
+    if (world == 1) return; /* (no all-reduce to fail: the test above covers a world of one) */
+    step_failing_on_rank_1(11, fail_second_bucket, "injected failure");
+}
+
+/* every bucket succeeds; then a kernel of rank 1's tentative updates fails */
+static void fail_first_update(void) { kiln__debug_fail_next_kernel("kiln_optimizer_step"); }
+
+/* A failure on one rank alone, after every bucket's all-reduce succeeded: the ranks agree
+ * before committing, so none commits (rank 1's error names the step's injected failure). */
 KT_TEST(failure_on_one_rank_alone_changes_nothing_on_any_rank) {
     if (world == 1) return; /* (the failed-kernel test above covers a world of one) */
-    kiln_module *m = mlp(13 + (uint64_t)rank);
-    kiln_ddp *ddp = two_buckets(m);
-    kiln_optimizer *opt = make_opt(m, ADAM);
-    kiln_grads *g = grads_of(m, 0);
-    KT_CHECK(kiln_optimizer_step(opt, g) == KILN_OK);
-    kiln_grads_free(g);
-    long before_len, after_len;
-    char *before = checkpoint_bytes(m, opt, &before_len);
-    g = grads_of(m, 1);
-    if (rank == 1) kiln__debug_fail_next_kernel("kiln_optimizer_step");
-    kiln_status st = kiln_optimizer_step(opt, g);
-    kiln__debug_fail_next_kernel(NULL);
-    KT_CHECK_MSG(st != KILN_OK, "rank %d: the step succeeded", rank);
-    const char *want = rank == 1 ? "injected failure" : "rank 1 failed";
-    KT_CHECK_MSG(strstr(kiln_last_error(), want), "rank %d: '%s' without '%s'", rank, kiln_last_error(), want);
-    KT_CHECK_MSG(strstr(kiln_last_error(), "kiln_optimizer_step"), "rank %d: '%s' does not name the step", rank,
-                 kiln_last_error());
-    kiln_grads_free(g);
-    kiln_sync(); /* (the failed kernel's error, already reported by the step) */
-    char *after = checkpoint_bytes(m, opt, &after_len);
-    KT_CHECK_MSG(before_len == after_len && memcmp(before, after, (size_t)before_len) == 0,
-                 "rank %d: a failure on rank 1 alone changed the parameters or the optimizer state", rank);
-    free(before), free(after);
-    next_step_works(m, opt);
-    kiln_ddp_free(ddp);
-    kiln_optimizer_free(opt);
-    kiln_module_free(m);
+    step_failing_on_rank_1(13, fail_first_update, "kiln_optimizer_step");
 }
 
 KT_TEST(first_bucket_updates_before_last_all_reduce_ends) {
