@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backend/cpu/gemm_small.h"
+#include "backend/cpu/vmath.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -24,11 +25,19 @@
 
 static atomic_int small_isa_cap = 3; /* tests: 1 plain C, 2 AVX2, 3 whatever the CPU has */
 
+/* The cap above, lowered by KILN_ISA as the vector math follows it (vmath.c). */
+static int small_isa_level(void) {
+    const char *isa = kiln__vmath_isa();
+    int env = strcmp(isa, "scalar") == 0 ? 1 : strcmp(isa, "avx2") == 0 ? 2 : 3;
+    int cap = atomic_load(&small_isa_cap);
+    return env < cap ? env : cap;
+}
+
 void kiln__gemm_small_limit_isa(int level) { atomic_store(&small_isa_cap, level < 1 ? 3 : level); }
 
 #if SMALL_HAVE_AVX2
 #define SMALL_TARGET512 __attribute__((target("avx512f,avx2,fma")))
-static int small_avx512(void) { return atomic_load(&small_isa_cap) >= 3 && __builtin_cpu_supports("avx512f"); }
+static int small_avx512(void) { return small_isa_level() >= 3 && __builtin_cpu_supports("avx512f"); }
 #endif
 
 int kiln__gemm_small_available(void) {
@@ -110,7 +119,7 @@ void kiln__gemm_small_nt_f32(int64_t m, int64_t n0, int64_t n1, int64_t k, const
         nt_avx512(m, n0, n1, k, a, lda, w, ldw, accumulate, c, ldc);
         return;
     }
-    if (kiln__gemm_small_available() && atomic_load(&small_isa_cap) >= 2) {
+    if (kiln__gemm_small_available() && small_isa_level() >= 2) {
         nt_avx2(m, n0, n1, k, a, lda, w, ldw, accumulate, c, ldc);
         return;
     }
