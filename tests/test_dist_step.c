@@ -158,7 +158,7 @@ static kiln_ddp *two_buckets(kiln_module *m) {
     return ddp;
 }
 
-/* A data-parallel step in which rank 1 alone fails (inject runs there, just before the step):
+/* A data-parallel step in which rank 1 alone fails (inject runs there, before the step's backward):
  * it must fail on every rank, rank 1 naming `own` and the others "rank 1 failed", and leave
  * every rank's parameters and optimizer state (the checkpoint's bytes) as they were; the next
  * step then works and the ranks agree. */
@@ -171,8 +171,8 @@ static void step_failing_on_rank_1(uint64_t seed, void (*inject)(void), const ch
     kiln_grads_free(g);
     long before_len, after_len;
     char *before = checkpoint_bytes(m, opt, &before_len);
+    if (rank == 1) inject(); /* (before backward: its buckets' all-reduces may run at once) */
     g = grads_of(m, 1);
-    if (rank == 1) inject();
     kiln_status st = kiln_optimizer_step(opt, g);
     kiln__debug_fail_next_kernel(NULL);
     KT_CHECK_MSG(st != KILN_OK, "rank %d: the step succeeded", rank);
