@@ -95,6 +95,15 @@ static const char *const conv_body[3] = {
     "  dwt[ao + i] = acc;\n}\n",
 };
 
+/* IM2COL (for the f32 forward): col[n, (c*KH + ki)*KW + kj, oy*OW + ox] (dense) is the input
+ * tap of output (oy, ox), 0 in the padding. */
+static const char *const im2col_body =
+    "__global T *col, __global const T *x) {\n"
+    "  long i = get_global_id(0); if (i >= total) return;\n"
+    "  long ox = i % OW, t = i / OW, oy = t % OH; t /= OH; long kj = t % KW; t /= KW; long ki = t % KH; t /= KH;\n"
+    "  long c = t % C, n = t / C, iy = oy * sh - ph + ki * dh, ix = ox * sw - pw + kj * dw;\n"
+    "  col[i] = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? x[xo + n * xs0 + c * xs1 + iy * xs2 + ix * xs3] : (T)0;\n}\n";
+
 /* The pooling window of output i along one dim (pool.c's window()). */
 static const char *const pool_window =
     "void window(int adaptive, long i, long k, long s, long p, long size, long n_out, long *lo, long *hi, long *div) {\n"
@@ -199,6 +208,66 @@ static kiln_status launch(kiln__cl_device *d, const kiln__op *op, const char *he
     return kiln__cl_run(d, op, &s, global, args, n);
 }
 
+/* The column matrix of one conv forward on the device: at most this many bytes (and an eighth
+ * of the device's memory); past it the direct kernel runs. */
+#define IM2COL_MAX_BYTES ((size_t)512 << 20)
+
+static kiln__view dense3(kiln__storage *s, kiln_dtype dt, int64_t offset, int64_t d0, int64_t d1, int64_t d2) {
+    return (kiln__view){.storage = s, .dtype = dt, .ndim = 3, .offset = offset, .shape = {d0, d1, d2},
+                        .strides = {d1 * d2, d2, 1}};
+}
+
+/* CONV2D forward as im2col + the device's GEMM (matmul.c: the tiled kernels on a CPU device,
+ * CLBlast on a GPU): y[n] [O, OH*OW] = w [O, C*KH*KW] col[n] (+ bias, which the matmul copies
+ * into y first), one batched product over the images. The direct kernel reads each input tap
+ * once per output channel with no reuse across items; the GEMM kernels keep tiles in
+ * registers. f32 with one group into a dense y at offset 0 (the GEMM's out); *done false
+ * otherwise (KILN_OPENCL_CONV=direct too), or when the column buffer would be too large or
+ * cannot be had: the direct kernel runs then. */
+static kiln_status conv_im2col(kiln__cl_device *d, const kiln__op *op, const cl_long *g, bool *done) {
+    *done = false;
+    const char *mode = getenv("KILN_OPENCL_CONV");
+    if ((mode && strcmp(mode, "direct") == 0) || op->out[0].dtype != KILN_F32 || g[G_GROUPS] != 1 || op->out[0].offset)
+        return KILN_OK;
+    int64_t ck = g[G_C] * g[G_KH] * g[G_KW], p = g[G_OH] * g[G_OW];
+    if (!g[G_N] || !ck || !p || !g[G_O]) return KILN_OK;
+    size_t bytes = (size_t)g[G_N] * (size_t)ck * (size_t)p * sizeof(float);
+    if (bytes / sizeof(float) / (size_t)g[G_N] / (size_t)p != (size_t)ck || bytes > IM2COL_MAX_BYTES ||
+        (d->desc.global_memory && bytes > d->desc.global_memory / 8))
+        return KILN_OK;
+    kiln__storage *col = kiln__storage_new(d->device, bytes);
+    if (!col) return KILN_OK; /* the direct kernel needs no scratch */
+    kiln__cl_buf *cb = col->data;
+    kiln_status st = kiln__cl_scratch_begin(d, cb, kiln__cl_queue(d, op));
+    if (st == KILN_OK) {
+        cl_long gc[G_COUNT];
+        memcpy(gc, g, sizeof gc);
+        gc[G_TOTAL] = g[G_N] * ck * p;
+        cl_mem bufs[2] = {cb->mem, kiln__cl_mem(op->in[0].storage)};
+        st = launch(d, op, "", im2col_body, gc, (size_t)gc[G_TOTAL], bufs, 2, NULL, 0);
+    }
+    if (st == KILN_OK) {
+        kiln__op mm = *op;
+        mm.code = KILN__OP_MATMUL;
+        mm.n_out = 1;
+        mm.n_in = op->n_in > 2 ? 3 : 2;
+        kiln_dtype dt = op->out[0].dtype;
+        mm.in[0] = dense3(op->in[1].storage, dt, op->in[1].offset, g[G_N], g[G_O], ck);
+        mm.in[0].strides[0] = 0; /* one weight for every image */
+        mm.in[1] = dense3(col, dt, 0, g[G_N], ck, p);
+        mm.out[0] = dense3(op->out[0].storage, dt, 0, g[G_N], g[G_O], p);
+        if (mm.n_in == 3) { /* the bias broadcast over images and positions */
+            mm.in[2] = dense3(op->in[2].storage, dt, op->in[2].offset, g[G_N], g[G_O], p);
+            mm.in[2].strides[0] = 0, mm.in[2].strides[1] = op->in[2].strides[0], mm.in[2].strides[2] = 0;
+        }
+        st = d->backend.kernels[KILN__OP_MATMUL](&mm);
+    }
+    kiln__cl_scratch_end(d, cb);
+    kiln__storage_release(col);
+    *done = true;
+    return st;
+}
+
 static kiln_status kernel_conv(const kiln__op *op) {
     kiln__cl_device *d = dev_of(op);
     if (NEVER(!d)) return KILN_ERR_INTERNAL;
@@ -235,6 +304,11 @@ static kiln_status kernel_conv(const kiln__op *op) {
     if (g[G_H] + g[G_PH] >= INT32_MAX / 2 || g[G_W] + g[G_PW] >= INT32_MAX / 2) { /* the input gradient's int taps */
         kiln__kernel_error("no OpenCL %s kernel for images of 2^30 rows or columns", kiln__opcode_name(op->code));
         return KILN_ERR_UNSUPPORTED;
+    }
+    if (which == 0) {
+        bool done;
+        kiln_status st = conv_im2col(d, op, g, &done);
+        if (done) return st;
     }
     return launch(d, op, "", conv_body[which], g, (size_t)g[G_TOTAL], bufs, n_bufs, ints, n_ints);
 }
