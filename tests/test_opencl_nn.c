@@ -84,11 +84,11 @@ KT_TEST(conv2d) {
     check("conv2d empty batch", conv, p0, in0, 2, 0);
 }
 
-/* The f32 forward runs as im2col + the device GEMM (nn.c): edge shapes for its column layout
- * and the GEMM's tiles (one image, odd sizes, 1x1 kernels, an output of one position, more
- * than 32 positions and channels so the tiled kernel's full and partial tiles both run, a
- * kernel as large as the padded input), each with and without bias. The gradients run the
- * direct kernels; groups and f64 (the fallback) are in conv2d above. */
+/* The f32 forward and weight gradient run as im2col + the device GEMM (nn.c): edge shapes for
+ * the column layouts and the GEMM's tiles (one image, odd sizes, 1x1 kernels, an output of one
+ * position, more than 32 positions and channels so the tiled kernel's full and partial tiles
+ * both run, a kernel as large as the padded input), with and without bias. The input gradient
+ * runs the direct kernel; groups and f64 (the direct fallback) are in conv2d above. */
 KT_TEST(conv2d_im2col) {
     /* N, C, H, W, O, KH, KW, stride, pad, dilation, bias */
     static const int shapes[][11] = {
