@@ -2,6 +2,7 @@
  *   conv1: x [B, 1, 28, 28]  -> 32 channels, 3x3, pad 1, bias
  *   conv2: x [B, 32, 14, 14] -> 64 channels, 3x3, pad 1, bias
  * --layer conv1|conv2 (default conv2), --batch B (default 128), --runs N (default 20).
+ * --device cpu|opencl|opencl:N (default cpu): where the tensors live.
  * --train: each run is forward + sum + backward (the weight and bias gradients, and for
  * conv2 the input gradient, as in training); otherwise forward only.
  * The path is kiln's default or KILN_CONV=builtin|dnnl; the name carries which was asked:
@@ -17,18 +18,19 @@ static const char *arg_str(int argc, char **argv, const char *flag, const char *
 int main(int argc, char **argv) {
     int runs = bench_runs(argc, argv, 20);
     bool train = bench_flag(argc, argv, "--train");
+    kiln_device dev = bench_device(argc, argv);
     const char *layer = arg_str(argc, argv, "--layer", "conv2");
     int64_t batch = atoll(arg_str(argc, argv, "--batch", "128"));
     bool first = strcmp(layer, "conv1") == 0;
     if ((!first && strcmp(layer, "conv2") != 0) || batch < 1 || runs < 1) {
-        fprintf(stderr, "usage: bench_conv [--layer conv1|conv2] [--batch B] [--runs N] [--train]\n");
+        fprintf(stderr, "usage: bench_conv [--layer conv1|conv2] [--batch B] [--runs N] [--device D] [--train]\n");
         return 2;
     }
     int64_t c = first ? 1 : 32, o = first ? 32 : 64, hw = first ? 28 : 14;
     double *ms = malloc(sizeof(double) * (size_t)runs);
-    kiln_tensor x = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(batch, c, hw, hw), 1);
-    kiln_tensor w = kiln_uniform(KILN_CPU, KILN_F32, KILN_SHAPE(o, c, 3, 3), -0.1, 0.1, 2);
-    kiln_tensor b = kiln_uniform(KILN_CPU, KILN_F32, KILN_SHAPE(o), -0.1, 0.1, 3);
+    kiln_tensor x = kiln_randn(dev, KILN_F32, KILN_SHAPE(batch, c, hw, hw), 1);
+    kiln_tensor w = kiln_uniform(dev, KILN_F32, KILN_SHAPE(o, c, 3, 3), -0.1, 0.1, 2);
+    kiln_tensor b = kiln_uniform(dev, KILN_F32, KILN_SHAPE(o), -0.1, 0.1, 3);
     if (train) {
         bench_check(kiln_require_grad(w), "w");
         bench_check(kiln_require_grad(b), "b");
@@ -49,9 +51,9 @@ int main(int argc, char **argv) {
         }
         if (r >= 0) ms[r] = bench_now_ms() - t0;
     }
-    const char *mode = getenv("KILN_CONV");
+    const char *mode = getenv(dev == KILN_CPU ? "KILN_CONV" : "KILN_OPENCL_CONV");
     char name[96], extra[96];
-    snprintf(name, sizeof name, "%s_%s", layer, train ? "train" : "fwd");
+    snprintf(name, sizeof name, "%s_%s%s", layer, train ? "train" : "fwd", dev == KILN_CPU ? "" : "_device");
     snprintf(extra, sizeof extra, ",\"conv\":\"%s\",\"batch\":%lld,\"min_ms\":%.4f", mode ? mode : "default",
              (long long)batch, (bench_quantile(ms, runs, 0.0)));
     bench_report(name, bench_quantile(ms, runs, 0.5), extra);

@@ -84,6 +84,35 @@ KT_TEST(conv2d) {
     check("conv2d empty batch", conv, p0, in0, 2, 0);
 }
 
+/* The f32 forward and weight gradient run as im2col + the device GEMM (nn.c): edge shapes for
+ * the column layouts and the GEMM's tiles (one image, odd sizes, 1x1 kernels, an output of one
+ * position, more than 32 positions and channels so the tiled kernel's full and partial tiles
+ * both run, a kernel as large as the padded input), with and without bias. The input gradient
+ * runs the direct kernel; groups and f64 (the direct fallback) are in conv2d above. */
+KT_TEST(conv2d_im2col) {
+    /* N, C, H, W, O, KH, KW, stride, pad, dilation, bias */
+    static const int shapes[][11] = {
+        {1, 3, 7, 5, 4, 3, 3, 1, 0, 1, 1},   {2, 5, 11, 9, 7, 3, 3, 2, 1, 1, 1}, {3, 16, 6, 6, 40, 1, 1, 1, 0, 1, 1},
+        {2, 3, 13, 13, 33, 5, 3, 1, 2, 2, 0}, {1, 1, 1, 1, 3, 1, 1, 1, 0, 1, 1},  {2, 4, 5, 5, 3, 5, 5, 1, 0, 1, 1},
+        {2, 8, 9, 9, 16, 3, 3, 3, 1, 1, 0},   {1, 2, 3, 4, 5, 3, 3, 2, 2, 1, 1},  {1, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1},
+    };
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        const int *s = shapes[k];
+        const int p[5] = {s[7], s[8], s[9], 1, s[10]};
+        kiln_tensor in[3] = {kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(s[0], s[1], s[2], s[3]), 50 + k),
+                             kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(s[4], s[1], s[5], s[6]), 60 + k),
+                             kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(s[4]), 70 + k)};
+        char what[96];
+        snprintf(what, sizeof what, "conv2d im2col [%d,%d,%d,%d] o%d k%dx%d s%d p%d d%d%s", s[0], s[1], s[2], s[3], s[4], s[5],
+                 s[6], s[7], s[8], s[9], s[10] ? " bias" : "");
+        if (!s[10]) kiln_release(in[2]);
+        /* f32 sums of C*KH*KW products (and O*KH*KW for the input gradient) in another order
+         * than the CPU's: the tolerance grows with the count */
+        int taps = s[1] * s[5] * s[6] > s[4] * s[5] * s[6] ? s[1] * s[5] * s[6] : s[4] * s[5] * s[6];
+        check(what, conv, p, in, s[10] ? 3 : 2, taps > 10 ? 1e-6 * taps : 1e-5);
+    }
+}
+
 /* p: kind (0 max, 1 avg, 2 adaptive avg), kernel, stride, pad (or the adaptive output size) */
 static kiln_tensor pool(kiln_tensor *in, const int *p) {
     if (p[0] == 0) return kiln_max_pool2d(kiln_ref(in[0]), p[1], p[1] + 1, p[2], p[2], p[3], p[3]);
@@ -161,6 +190,7 @@ int main(void) {
         return 77;
     }
     KT_RUN(conv2d);
+    KT_RUN(conv2d_im2col);
     KT_RUN(pooling);
     KT_RUN(cnn_training);
     return kt_finish();

@@ -1,10 +1,13 @@
 /* OpenCL kernels of the nn family: CONV2D and its two gradients, MAX_POOL2D, AVG_POOL2D (plain
  * and adaptive) and their gradients, for f32 and f64 (the op layer casts other dtypes).
  *
- * Convolutions are direct kernels, one work item per output element (the forward's y, the input
- * gradient's dx, the weight gradient's dw), each summing its taps with stride, padding,
- * dilation and groups as the CPU's im2col + GEMM does; sums are in the operand dtype, so f32
- * results differ from the CPU's in rounding only. The sources depend on the dtype alone
+ * In f32 with one group, the forward and the weight gradient are im2col (a generated kernel
+ * into a column buffer from the device's caching allocator) + the device's GEMM (matmul.c);
+ * everything else (groups, f64, the input gradient, columns too large) runs direct kernels, one
+ * work item per output element (the forward's y, the input gradient's dx, the weight
+ * gradient's dw), each summing its taps with stride, padding, dilation and groups as the CPU's
+ * im2col + GEMM does; sums are in the operand dtype, so f32 results differ from the CPU's in
+ * rounding only. The sources depend on the dtype alone
  * (geometry and strides are arguments), so a program is compiled once per dtype.
  *
  * Pooling forward is one work item per output; the backward kernels run one work item per
@@ -94,6 +97,30 @@ static const char *const conv_body[3] = {
     "    }\n"
     "  dwt[ao + i] = acc;\n}\n",
 };
+
+/* IM2COL (for the f32 forward): col[n, (c*KH + ki)*KW + kj, oy*OW + ox] (dense) is the input
+ * tap of output (oy, ox), 0 in the padding. */
+static const char *const im2col_body =
+    "__global T *col, __global const T *x) {\n"
+    "  long i = get_global_id(0); if (i >= total) return;\n"
+    "  long ox = i % OW, t = i / OW, oy = t % OH; t /= OH; long kj = t % KW; t /= KW; long ki = t % KH; t /= KH;\n"
+    "  long c = t % C, n = t / C, iy = oy * sh - ph + ki * dh, ix = ox * sw - pw + kj * dw;\n"
+    "  col[i] = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? x[xo + n * xs0 + c * xs1 + iy * xs2 + ix * xs3] : (T)0;\n}\n";
+
+/* For the weight gradient: the same taps with the images inner, colt[(c*KH + ki)*KW + kj, n,
+ * oy*OW + ox] (so col^T is one matrix whose rows run along the GEMM's K), and dy [N, O, P]
+ * (dense, at yo) turned into dyt [O, N, P]. */
+static const char *const im2col_t_body =
+    "__global T *col, __global const T *x) {\n"
+    "  long i = get_global_id(0); if (i >= total) return;\n"
+    "  long ox = i % OW, t = i / OW, oy = t % OH; t /= OH; long n = t % N; t /= N; long kj = t % KW; t /= KW;\n"
+    "  long ki = t % KH, c = t / KH, iy = oy * sh - ph + ki * dh, ix = ox * sw - pw + kj * dw;\n"
+    "  col[i] = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? x[xo + n * xs0 + c * xs1 + iy * xs2 + ix * xs3] : (T)0;\n}\n";
+static const char *const dy_t_body =
+    "__global T *dyt, __global const T *dy) {\n"
+    "  long i = get_global_id(0); if (i >= total) return;\n"
+    "  long p = i % (OH * OW), t = i / (OH * OW), n = t % N, o = t / N;\n"
+    "  dyt[i] = dy[yo + (n * O + o) * (OH * OW) + p];\n}\n";
 
 /* The pooling window of output i along one dim (pool.c's window()). */
 static const char *const pool_window =
@@ -199,6 +226,119 @@ static kiln_status launch(kiln__cl_device *d, const kiln__op *op, const char *he
     return kiln__cl_run(d, op, &s, global, args, n);
 }
 
+/* The column matrix of one conv forward on the device: at most this many bytes (and an eighth
+ * of the device's memory); past it the direct kernel runs. */
+#define IM2COL_MAX_BYTES ((size_t)512 << 20)
+
+static kiln__view dense3(kiln__storage *s, kiln_dtype dt, int64_t offset, int64_t d0, int64_t d1, int64_t d2) {
+    return (kiln__view){.storage = s, .dtype = dt, .ndim = 3, .offset = offset, .shape = {d0, d1, d2},
+                        .strides = {d1 * d2, d2, 1}};
+}
+
+/* A MATMUL of n_in operands run inside op (the caller sets the views). */
+static kiln__op matmul_in(const kiln__op *op, int n_in) {
+    kiln__op mm = *op;
+    mm.code = KILN__OP_MATMUL;
+    mm.n_out = 1;
+    mm.n_in = n_in;
+    return mm;
+}
+
+/* Runs body (im2col_body, im2col_t_body or dy_t_body) over total items writing scratch from src. */
+static kiln_status to_scratch(kiln__cl_device *d, const kiln__op *op, const char *body, const cl_long *g, int64_t total,
+                              kiln__cl_buf *scratch, const kiln__storage *src) {
+    cl_long gc[G_COUNT];
+    memcpy(gc, g, sizeof gc);
+    gc[G_TOTAL] = total;
+    cl_mem bufs[2] = {scratch->mem, kiln__cl_mem(src)};
+    return launch(d, op, "", body, gc, (size_t)total, bufs, 2, NULL, 0);
+}
+
+/* CONV2D forward as im2col + the device's GEMM (matmul.c: the tiled kernels on a CPU device,
+ * CLBlast on a GPU): y[n] [O, OH*OW] = w [O, C*KH*KW] col[n] (+ bias, which the matmul copies
+ * into y first), one batched product over the images. The direct kernel reads each input tap
+ * once per output channel with no reuse across items; the GEMM kernels keep tiles in
+ * registers. f32 with one group into a dense y at offset 0 (the GEMM's out); *done false
+ * otherwise (KILN_OPENCL_CONV=direct too), or when the column buffer would be too large or
+ * cannot be had: the direct kernel runs then. */
+static kiln_status conv_im2col(kiln__cl_device *d, const kiln__op *op, const cl_long *g, bool *done) {
+    *done = false;
+    const char *mode = getenv("KILN_OPENCL_CONV");
+    if ((mode && strcmp(mode, "direct") == 0) || op->out[0].dtype != KILN_F32 || g[G_GROUPS] != 1 || op->out[0].offset)
+        return KILN_OK;
+    int64_t ck = g[G_C] * g[G_KH] * g[G_KW], p = g[G_OH] * g[G_OW];
+    if (!g[G_N] || !ck || !p || !g[G_O]) return KILN_OK;
+    size_t bytes = (size_t)g[G_N] * (size_t)ck * (size_t)p * sizeof(float);
+    if (bytes / sizeof(float) / (size_t)g[G_N] / (size_t)p != (size_t)ck || bytes > IM2COL_MAX_BYTES ||
+        (d->desc.global_memory && bytes > d->desc.global_memory / 8))
+        return KILN_OK;
+    kiln__storage *col = kiln__storage_new(d->device, bytes);
+    if (!col) return KILN_OK; /* the direct kernel needs no scratch */
+    kiln__cl_buf *cb = col->data;
+    kiln_status st = kiln__cl_scratch_begin(d, cb, kiln__cl_queue(d, op));
+    if (st == KILN_OK) st = to_scratch(d, op, im2col_body, g, g[G_N] * ck * p, cb, op->in[0].storage);
+    if (st == KILN_OK) {
+        kiln__op mm = matmul_in(op, op->n_in > 2 ? 3 : 2);
+        kiln_dtype dt = op->out[0].dtype;
+        mm.in[0] = dense3(op->in[1].storage, dt, op->in[1].offset, g[G_N], g[G_O], ck);
+        mm.in[0].strides[0] = 0; /* one weight for every image */
+        mm.in[1] = dense3(col, dt, 0, g[G_N], ck, p);
+        mm.out[0] = dense3(op->out[0].storage, dt, 0, g[G_N], g[G_O], p);
+        if (mm.n_in == 3) { /* the bias broadcast over images and positions */
+            mm.in[2] = dense3(op->in[2].storage, dt, op->in[2].offset, g[G_N], g[G_O], p);
+            mm.in[2].strides[0] = 0, mm.in[2].strides[1] = op->in[2].strides[0], mm.in[2].strides[2] = 0;
+        }
+        st = d->backend.kernels[KILN__OP_MATMUL](&mm);
+    }
+    kiln__cl_scratch_end(d, cb);
+    kiln__storage_release(col);
+    *done = true;
+    return st;
+}
+
+/* CONV2D_BACKWARD_WEIGHT as one GEMM over every image and position: dw [O, C*KH*KW] =
+ * dyt [O, N*P] colt^T [N*P, C*KH*KW] (the dot form of the tiled GEMM: both operands contiguous
+ * along K). The direct kernel walks all N*P positions per weight element with no reuse. Same
+ * conditions and fallback as conv_im2col, for both scratch buffers together. */
+static kiln_status conv_weight_im2col(kiln__cl_device *d, const kiln__op *op, const cl_long *g, bool *done) {
+    *done = false;
+    const char *mode = getenv("KILN_OPENCL_CONV");
+    if ((mode && strcmp(mode, "direct") == 0) || op->out[0].dtype != KILN_F32 || g[G_GROUPS] != 1 || op->out[0].offset)
+        return KILN_OK;
+    int64_t ck = g[G_C] * g[G_KH] * g[G_KW], np = g[G_N] * g[G_OH] * g[G_OW];
+    if (!np || !ck || !g[G_O]) return KILN_OK;
+    size_t elems = (size_t)np * (size_t)(ck + g[G_O]);
+    if (elems / (size_t)np != (size_t)(ck + g[G_O]) || elems > IM2COL_MAX_BYTES / sizeof(float) ||
+        (d->desc.global_memory && elems * sizeof(float) > d->desc.global_memory / 8))
+        return KILN_OK;
+    kiln__storage *col = kiln__storage_new(d->device, (size_t)(np * ck) * sizeof(float));
+    kiln__storage *dyt = col ? kiln__storage_new(d->device, (size_t)(np * g[G_O]) * sizeof(float)) : NULL;
+    if (!dyt) {
+        kiln__storage_release(col);
+        return KILN_OK; /* the direct kernel needs no scratch */
+    }
+    kiln__cl_buf *cb = col->data, *tb = dyt->data;
+    cl_command_queue q = kiln__cl_queue(d, op);
+    kiln_status st = kiln__cl_scratch_begin(d, cb, q);
+    if (st == KILN_OK) st = kiln__cl_scratch_begin(d, tb, q);
+    if (st == KILN_OK) st = to_scratch(d, op, im2col_t_body, g, np * ck, cb, op->in[1].storage);
+    if (st == KILN_OK) st = to_scratch(d, op, dy_t_body, g, np * g[G_O], tb, op->in[0].storage);
+    if (st == KILN_OK) {
+        kiln__op mm = matmul_in(op, 2);
+        kiln_dtype dt = op->out[0].dtype;
+        mm.in[0] = (kiln__view){.storage = dyt, .dtype = dt, .ndim = 2, .shape = {g[G_O], np}, .strides = {np, 1}};
+        mm.in[1] = (kiln__view){.storage = col, .dtype = dt, .ndim = 2, .shape = {np, ck}, .strides = {1, np}};
+        mm.out[0] = (kiln__view){.storage = op->out[0].storage, .dtype = dt, .ndim = 2, .shape = {g[G_O], ck}, .strides = {ck, 1}};
+        st = d->backend.kernels[KILN__OP_MATMUL](&mm);
+    }
+    kiln__cl_scratch_end(d, cb);
+    kiln__cl_scratch_end(d, tb);
+    kiln__storage_release(col);
+    kiln__storage_release(dyt);
+    *done = true;
+    return st;
+}
+
 static kiln_status kernel_conv(const kiln__op *op) {
     kiln__cl_device *d = dev_of(op);
     if (NEVER(!d)) return KILN_ERR_INTERNAL;
@@ -235,6 +375,11 @@ static kiln_status kernel_conv(const kiln__op *op) {
     if (g[G_H] + g[G_PH] >= INT32_MAX / 2 || g[G_W] + g[G_PW] >= INT32_MAX / 2) { /* the input gradient's int taps */
         kiln__kernel_error("no OpenCL %s kernel for images of 2^30 rows or columns", kiln__opcode_name(op->code));
         return KILN_ERR_UNSUPPORTED;
+    }
+    if (which != 1) {
+        bool done;
+        kiln_status st = which == 0 ? conv_im2col(d, op, g, &done) : conv_weight_im2col(d, op, g, &done);
+        if (done) return st;
     }
     return launch(d, op, "", conv_body[which], g, (size_t)g[G_TOTAL], bufs, n_bufs, ints, n_ints);
 }

@@ -127,6 +127,12 @@ int kiln__cl_buf_deps(kiln__cl_device *d, kiln__cl_buf *b, bool write, uint64_t 
 /* b's events, released (the buffer goes back to the driver, or a blocking command waited for
  * them all). */
 void kiln__cl_buf_forget(kiln__cl_device *d, kiln__cl_buf *b);
+/* A scratch buffer (from the caching allocator) that the op being run writes on its queue q,
+ * which the wrapper does not track: begin makes q wait for the buffer's earlier users on other
+ * queues (a cached buffer keeps their events); end, after the op's last command that uses it,
+ * records that command as its writer, so whoever takes it from the cache next waits for it. */
+kiln_status kiln__cl_scratch_begin(kiln__cl_device *d, kiln__cl_buf *b, cl_command_queue q);
+void kiln__cl_scratch_end(kiln__cl_device *d, kiln__cl_buf *b);
 /* Waits for ev (and releases it), turning a failure into a kernel error naming what. */
 kiln_status kiln__cl_wait(cl_event ev, const char *what);
 /* A kernel was enqueued with event ev: releases ev, or waits for it when the queue holds

@@ -27,6 +27,7 @@ static atomic_uint_fast64_t next_qid = 1;
 static _Thread_local struct {
     kiln__cl_device *d;
     cl_command_queue queue;
+    uint64_t qid;
     cl_event first, last; /* (first: only while the profiler records) */
     uint64_t first_host_ns; /* when first's enqueue returned */
     const cl_event *wait;
@@ -353,7 +354,7 @@ static kiln_status run_on_stream(const kiln__op *op) {
         if (err != CL_SUCCESS) st = kiln__cl_fail(err, "clEnqueueBarrierWithWaitList");
     }
     if (st == KILN_OK) {
-        cur.d = d, cur.queue = q, cur.first = cur.last = NULL, cur.wait = wait, cur.n_wait = n_wait;
+        cur.d = d, cur.queue = q, cur.qid = qid, cur.first = cur.last = NULL, cur.wait = wait, cur.n_wait = n_wait;
         st = inner(op);
         cl_event ev = cur.last;
         if (cur.first) probe_leave(d, cur.first, ev, cur.first_host_ns);
@@ -373,6 +374,23 @@ static kiln_status run_on_stream(const kiln__op *op) {
     }
     for (int k = 0; k < n_wait; k++) clReleaseEvent(wait[k]);
     return st;
+}
+
+kiln_status kiln__cl_scratch_begin(kiln__cl_device *d, kiln__cl_buf *b, cl_command_queue q) {
+    cl_event deps[1 + KILN__CL_READERS];
+    int n = kiln__cl_buf_deps(d, b, true, cur.d == d ? cur.qid : 0, deps);
+    if (!n) return KILN_OK;
+    cl_int err = clEnqueueBarrierWithWaitList(q, (cl_uint)n, deps, NULL);
+    for (int k = 0; k < n; k++) clReleaseEvent(deps[k]);
+    return err == CL_SUCCESS ? KILN_OK : kiln__cl_fail(err, "clEnqueueBarrierWithWaitList (scratch buffer)");
+}
+
+void kiln__cl_scratch_end(kiln__cl_device *d, kiln__cl_buf *b) {
+    if (cur.d != d || !cur.last) return;
+    pthread_mutex_lock(&d->dep_lock);
+    forget_locked(b);
+    dep_set(&b->write, cur.last, cur.qid);
+    pthread_mutex_unlock(&d->dep_lock);
 }
 
 cl_command_queue kiln__cl_queue(kiln__cl_device *d, const kiln__op *op) {
