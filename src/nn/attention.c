@@ -19,23 +19,6 @@
 #include "kiln/tensor.h"
 #include "nn/layers-impl.h"
 
-/* The batch dims of q, k and v broadcast into out (nb of them); false if they cannot. */
-static bool batch_shape(const kiln__tensor *const *t, int *nb, int64_t *out) {
-    *nb = 0;
-    for (int i = 0; i < 3; i++) {
-        int n = t[i]->ndim - 2, m = n > *nb ? n : *nb;
-        int64_t merged[KILN_MAX_DIMS];
-        for (int d = 0; d < m; d++) {
-            int64_t a = d < m - *nb ? 1 : out[d - (m - *nb)], b = d < m - n ? 1 : t[i]->shape[d - (m - n)];
-            if (a != b && a != 1 && b != 1) return false;
-            merged[d] = a == 1 ? b : a;
-        }
-        memcpy(out, merged, sizeof(int64_t) * (size_t)m);
-        *nb = m;
-    }
-    return true;
-}
-
 /* mask broadcasts to the scores' shape without growing it */
 static bool mask_fits(const kiln__tensor *mask, int nd, const int64_t *scores) {
     if (mask->ndim > nd) return false;
@@ -69,7 +52,7 @@ static bool check(const kiln__tensor *const *t, const kiln__tensor *mask, bool i
     if (k->shape[k->ndim - 2] != v->shape[v->ndim - 2])
         return snprintf(msg, size, "key %s and value %s must have the same sequence length S (dim -2)", b, c), false;
     int nb;
-    if (!batch_shape(t, &nb, scores))
+    if (!kiln__attention_batch_shape(t, &nb, scores))
         return snprintf(msg, size, "the batch dims of query %s, key %s and value %s cannot be broadcast together", a, b, c), false;
     scores[nb] = q->shape[q->ndim - 2];
     scores[nb + 1] = k->shape[k->ndim - 2];

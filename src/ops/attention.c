@@ -13,8 +13,7 @@
 #include "kiln/tensor.h"
 #include "ops/ops-impl.h"
 
-/* The batch dims of q, k and v broadcast together; false if they cannot (no error set). */
-static bool batch_dims(const kiln__tensor *const *t, int *nb, int64_t *out) {
+bool kiln__attention_batch_shape(const kiln__tensor *const *t, int *nb, int64_t *out) {
     *nb = 0;
     for (int i = 0; i < 3; i++) {
         int n = t[i]->ndim - 2, m = n > *nb ? n : *nb;
@@ -46,7 +45,7 @@ bool kiln__t_attention_fits(const kiln__tensor *q, const kiln__tensor *k, const 
     if (q->dtype != KILN_F32 && q->dtype != KILN_F64) return false;
     int nb;
     int64_t shape[KILN_MAX_DIMS];
-    if (!batch_dims(t, &nb, shape) || nb + 3 > KILN_MAX_DIMS) return false;
+    if (!kiln__attention_batch_shape(t, &nb, shape) || nb + 3 > KILN_MAX_DIMS) return false;
     if (!mask) return true;
     if (!mask->storage || kiln_device_kind(mask->device) != KILN_KIND_CPU || (mask->dtype != KILN_BOOL && mask->dtype != q->dtype))
         return false;
@@ -66,7 +65,7 @@ kiln__tensor *kiln__t_attention(kiln__opctx *c, kiln__tensor *q, kiln__tensor *k
     const kiln__tensor *t[3] = {q, k, v};
     int nb;
     int64_t batch[KILN_MAX_DIMS], shape[KILN_MAX_DIMS];
-    batch_dims(t, &nb, batch);
+    kiln__attention_batch_shape(t, &nb, batch);
     int64_t L = q->shape[q->ndim - 2], E = q->shape[q->ndim - 1], S = k->shape[k->ndim - 2], Ev = v->shape[v->ndim - 1];
     /* out as [..., L, heads, Ev] in memory, seen as [..., heads, L, Ev] */
     memcpy(shape, batch, sizeof(int64_t) * (size_t)nb);

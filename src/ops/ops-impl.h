@@ -120,6 +120,9 @@ kiln__tensor *kiln__t_tri(kiln__opctx *c, kiln__tensor *x, int64_t diagonal, boo
 /* Fused inference attention (src/ops/attention.c): whether q, k, v (and mask, which may be
  * NULL) suit the ATTENTION kernel, and the op itself on operands that do (consumed; mask may be
  * NULL). The arguments are checked by the caller (kiln_scaled_dot_product_attention). */
+/* The batch dims (all but the last two) of q, k and v (t[0..2]) broadcast together into out,
+ * nb of them; false if they cannot (no error set). */
+bool kiln__attention_batch_shape(const kiln__tensor *const *t, int *nb, int64_t *out);
 bool kiln__t_attention_fits(const kiln__tensor *q, const kiln__tensor *k, const kiln__tensor *v, const kiln__tensor *mask);
 kiln__tensor *kiln__t_attention(kiln__opctx *c, kiln__tensor *q, kiln__tensor *k, kiln__tensor *v, kiln__tensor *mask,
                                 bool causal, double scale);
