@@ -254,6 +254,21 @@ static kiln_status to_scratch(kiln__cl_device *d, const kiln__op *op, const char
     return launch(d, op, "", body, gc, (size_t)total, bufs, 2, NULL, 0);
 }
 
+/* What the GEMM paths below take: f32, one group, a dense output at offset 0 (the GEMM's out),
+ * unless KILN_OPENCL_CONV=direct. */
+static bool im2col_takes(const kiln__op *op, const cl_long *g) {
+    const char *mode = getenv("KILN_OPENCL_CONV");
+    return !(mode && strcmp(mode, "direct") == 0) && op->out[0].dtype == KILN_F32 && g[G_GROUPS] == 1 &&
+           !op->out[0].offset;
+}
+
+/* Whether `floats` floats of scratch stay within the bounds: IM2COL_MAX_BYTES and an eighth of
+ * the device's memory. */
+static bool scratch_fits(const kiln__cl_device *d, size_t floats) {
+    return floats <= IM2COL_MAX_BYTES / sizeof(float) &&
+           !(d->desc.global_memory && floats * sizeof(float) > d->desc.global_memory / 8);
+}
+
 /* CONV2D forward as im2col + the device's GEMM (matmul.c: the tiled kernels on a CPU device,
  * CLBlast on a GPU): y[n] [O, OH*OW] = w [O, C*KH*KW] col[n] (+ bias, which the matmul copies
  * into y first), one batched product over the images. The direct kernel reads each input tap
@@ -263,14 +278,11 @@ static kiln_status to_scratch(kiln__cl_device *d, const kiln__op *op, const char
  * cannot be had: the direct kernel runs then. */
 static kiln_status conv_im2col(kiln__cl_device *d, const kiln__op *op, const cl_long *g, bool *done) {
     *done = false;
-    const char *mode = getenv("KILN_OPENCL_CONV");
-    if ((mode && strcmp(mode, "direct") == 0) || op->out[0].dtype != KILN_F32 || g[G_GROUPS] != 1 || op->out[0].offset)
-        return KILN_OK;
+    if (!im2col_takes(op, g)) return KILN_OK;
     int64_t ck = g[G_C] * g[G_KH] * g[G_KW], p = g[G_OH] * g[G_OW];
     if (!g[G_N] || !ck || !p || !g[G_O]) return KILN_OK;
     size_t bytes = (size_t)g[G_N] * (size_t)ck * (size_t)p * sizeof(float);
-    if (bytes / sizeof(float) / (size_t)g[G_N] / (size_t)p != (size_t)ck || bytes > IM2COL_MAX_BYTES ||
-        (d->desc.global_memory && bytes > d->desc.global_memory / 8))
+    if (bytes / sizeof(float) / (size_t)g[G_N] / (size_t)p != (size_t)ck || !scratch_fits(d, bytes / sizeof(float)))
         return KILN_OK;
     kiln__storage *col = kiln__storage_new(d->device, bytes);
     if (!col) return KILN_OK; /* the direct kernel needs no scratch */
@@ -302,15 +314,11 @@ static kiln_status conv_im2col(kiln__cl_device *d, const kiln__op *op, const cl_
  * conditions and fallback as conv_im2col, for both scratch buffers together. */
 static kiln_status conv_weight_im2col(kiln__cl_device *d, const kiln__op *op, const cl_long *g, bool *done) {
     *done = false;
-    const char *mode = getenv("KILN_OPENCL_CONV");
-    if ((mode && strcmp(mode, "direct") == 0) || op->out[0].dtype != KILN_F32 || g[G_GROUPS] != 1 || op->out[0].offset)
-        return KILN_OK;
+    if (!im2col_takes(op, g)) return KILN_OK;
     int64_t ck = g[G_C] * g[G_KH] * g[G_KW], np = g[G_N] * g[G_OH] * g[G_OW];
     if (!np || !ck || !g[G_O]) return KILN_OK;
     size_t elems = (size_t)np * (size_t)(ck + g[G_O]);
-    if (elems / (size_t)np != (size_t)(ck + g[G_O]) || elems > IM2COL_MAX_BYTES / sizeof(float) ||
-        (d->desc.global_memory && elems * sizeof(float) > d->desc.global_memory / 8))
-        return KILN_OK;
+    if (elems / (size_t)np != (size_t)(ck + g[G_O]) || !scratch_fits(d, elems)) return KILN_OK;
     kiln__storage *col = kiln__storage_new(d->device, (size_t)(np * ck) * sizeof(float));
     kiln__storage *dyt = col ? kiln__storage_new(d->device, (size_t)(np * g[G_O]) * sizeof(float)) : NULL;
     if (!dyt) {
