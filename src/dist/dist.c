@@ -370,6 +370,17 @@ static kiln_status reduce_native(void *buf, int64_t n, MPI_Datatype type, MPI_Op
     }
     return KILN_OK;
 }
+
+/* The MPI type that sums dt natively (the dtypes sized_ok takes), MPI_DATATYPE_NULL otherwise. */
+static MPI_Datatype native_sum_type(kiln_dtype dt) {
+    switch (dt) {
+    case KILN_F32: return MPI_FLOAT;
+    case KILN_F64: return MPI_DOUBLE;
+    case KILN_I32: return MPI_INT32_T;
+    case KILN_I64: return MPI_INT64_T;
+    default: return MPI_DATATYPE_NULL;
+    }
+}
 #endif
 
 static void scale(void *buf, int64_t n, kiln_dtype dt, double s) {
@@ -391,10 +402,10 @@ static kiln_status all_reduce(const kiln__op *op) {
 #if KILN_HAVE_MPI
     kiln_status st = KILN_OK;
     switch (out->dtype) {
-    case KILN_F32: st = reduce_native(dst, n, MPI_FLOAT, MPI_SUM, es); break;
-    case KILN_F64: st = reduce_native(dst, n, MPI_DOUBLE, MPI_SUM, es); break;
-    case KILN_I32: st = reduce_native(dst, n, MPI_INT32_T, MPI_SUM, es); break;
-    case KILN_I64: st = reduce_native(dst, n, MPI_INT64_T, MPI_SUM, es); break;
+    case KILN_F32:
+    case KILN_F64:
+    case KILN_I32:
+    case KILN_I64: st = reduce_native(dst, n, native_sum_type(out->dtype), MPI_SUM, es); break;
     case KILN_BOOL: st = reduce_native(dst, n, MPI_UNSIGNED_CHAR, MPI_MAX, es); break;
     case KILN_F16:
     case KILN_BF16: { /* added in f32, rounded once */
@@ -490,7 +501,7 @@ static kiln_status reduce_sized(const kiln__op *op, bool failed_here, int *faile
         const char *src = kiln__view_ptr(&op->in[0]);
         if (buf != src) memcpy(buf, src, (size_t)n * es);
     }
-    MPI_Datatype type = dt == KILN_F32 ? MPI_FLOAT : dt == KILN_F64 ? MPI_DOUBLE : dt == KILN_I32 ? MPI_INT32_T : MPI_INT64_T;
+    MPI_Datatype type = native_sum_type(dt);
     int v = failed_here ? dist.rank : INT_MAX;
     MPI_Request reqs[2];
     kiln_status st = mpi_check(MPI_Iallreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &reqs[0]),
