@@ -33,7 +33,7 @@ void kiln__alloc_fork_lock(bool lock) {
 static struct {
     _Atomic int64_t in_use, peak;
     _Atomic int64_t cached; /* device allocators' cached bytes */
-    atomic_ullong allocs, system_allocs, inplace, live_tensors;
+    atomic_ullong allocs, system_allocs;
 } stats[KILN__DEVICE_SLOTS];
 
 static atomic_llong fail_countdown;
@@ -158,12 +158,6 @@ void kiln__stats_add_cached(kiln_device dev, int64_t delta) {
     if (ALWAYS(k > 0)) atomic_fetch_add_explicit(&stats[k].cached, delta, memory_order_relaxed);
 }
 
-void kiln__stats_count_inplace(void) { atomic_fetch_add_explicit(&stats[0].inplace, 1, memory_order_relaxed); }
-
-void kiln__stats_count_tensor(int delta) {
-    atomic_fetch_add_explicit(&stats[0].live_tensors, (unsigned long long)(long long)delta, memory_order_relaxed);
-}
-
 kiln_memory_stats kiln__memory_stats_snapshot(kiln_device dev) {
     kiln_memory_stats s = {0};
     int k = kiln__device_slot(dev);
@@ -173,8 +167,10 @@ kiln_memory_stats kiln__memory_stats_snapshot(kiln_device dev) {
     s.alloc_count = atomic_load(&stats[k].allocs);
     s.system_allocs = atomic_load(&stats[k].system_allocs);
     s.bytes_cached = (uint64_t)atomic_load(&stats[k].cached);
-    s.inplace_reuses = atomic_load(&stats[0].inplace);
-    s.live_tensors = atomic_load(&stats[0].live_tensors);
+    int64_t live, inplace;
+    kiln__stats_counts_sum(&live, &inplace);
+    s.inplace_reuses = (uint64_t)inplace;
+    s.live_tensors = (uint64_t)live;
     if (dev == KILN_CPU) {
         pthread_mutex_lock(&cache.lock);
         s.bytes_cached = cache.cached_bytes;

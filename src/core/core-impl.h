@@ -59,9 +59,9 @@ typedef struct {
     int line;
     const char *op; /* the public call ("kiln_randn"), or NULL when unknown */
 } kiln__site;
-kiln__site kiln__call_site(void);
 /* Inline so that a call-site wrapper (src/api/) costs two stores, not another call. */
 extern _Thread_local kiln__site kiln__site_now;
+static inline kiln__site kiln__call_site(void) { return kiln__site_now; }
 static inline void kiln__site_set(const char *file, int line) {
     kiln__site_now.file = file;
     kiln__site_now.line = line;
@@ -235,7 +235,7 @@ kiln__tensor *kiln__handle_peek(kiln_tensor h, const char *op, kiln__error **err
 kiln__tensor *kiln__handle_take(kiln_tensor h, const char *op, kiln__error **err);
 
 /* ---- fork ------------------------------------------------------------------------------- */
-/* Registers (once) fork handlers that hold core's locks (the handle table's and the CPU
+/* Registers (once) fork handlers that hold core's locks (the handle table's, the counters' and the CPU
  * allocator's) across fork(), so a child never inherits one held by a thread it lacks. A layer
  * above that drains work in its own prepare handler calls this before registering its own
  * handlers: prepare handlers run newest first, so core's locks are then taken last. */
@@ -266,8 +266,11 @@ void kiln__memory_reset_peak(kiln_device dev);
 void kiln__memory_empty_cache(kiln_device dev);
 void kiln__stats_add_in_use(kiln_device dev, int64_t delta);
 void kiln__stats_count_alloc(kiln_device dev, bool from_system);
+/* Per-thread counts (core/counts.c), summed over the threads by kiln__stats_counts_sum. */
 void kiln__stats_count_inplace(void);
 void kiln__stats_count_tensor(int delta);
+void kiln__stats_counts_sum(int64_t *live_tensors, int64_t *inplace);
+void kiln__counts_fork_lock(bool lock);
 /* A device allocator's cached bytes (the CPU's own cache counts itself). */
 void kiln__stats_add_cached(kiln_device dev, int64_t delta);
 /* Empties the cache of a device whose memory was registered (kiln__device_memory.empty_cache). */

@@ -24,8 +24,6 @@ const char *kiln_status_str(kiln_status status) {
 
 void kiln_set_call_site(const char *file, int line) { kiln__site_set(file, line); }
 
-kiln__site kiln__call_site(void) { return kiln__site_now; }
-
 static kiln__error *error_vnew(kiln_status status, const char *op, const char *file, int line,
                                uint64_t seq, const char *fmt, va_list ap) {
     char detail[384];

@@ -83,11 +83,54 @@ static void free_node_list(kiln__node *n) {
     }
 }
 
+/* A recycled fused group, linked through its first bytes (its contents are dead). */
+typedef struct group_link {
+    struct group_link *next;
+} group_link;
+
+/* Groups a stream keeps for reuse beyond those in flight: enough for a window being built while
+ * the previous groups run; more go back to malloc. */
+#define SPARE_GROUPS 8
+
+static void free_group_list(group_link *l, int keep) {
+    for (int i = 0; l; i++) {
+        group_link *next = l->next;
+        if (i + 1 == keep) l->next = NULL;
+        if (i + 1 > keep) free(l);
+        l = next;
+    }
+}
+
+kiln__fused *kiln__stream_group_alloc(kiln__stream *s) {
+    group_link *l = s->spare_groups;
+    if (!l) {
+        l = atomic_exchange_explicit(&s->returned_groups, NULL, memory_order_acquire);
+        free_group_list(l, SPARE_GROUPS); /* (keeps the first SPARE_GROUPS) */
+    }
+    if (l) {
+        s->spare_groups = l->next;
+        return (kiln__fused *)(void *)l;
+    }
+    return malloc(sizeof(kiln__fused));
+}
+
+/* Gives a group that has run back to the stream that built it (any thread). */
+static void group_return(kiln__stream *s, const kiln__fused *g) {
+    group_link *l = (group_link *)(void *)(intptr_t)g;
+    void *head = atomic_load_explicit(&s->returned_groups, memory_order_relaxed);
+    do {
+        l->next = head;
+    } while (!atomic_compare_exchange_weak_explicit(&s->returned_groups, &head, l, memory_order_release,
+                                                    memory_order_relaxed));
+}
+
 static void stream_unref(kiln__stream *s) {
     if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1) return;
     kiln__backends_stream_end(s->id); /* a device's queue for it */
     free_node_list(s->spare);
     free_node_list(atomic_load(&s->returned));
+    free_group_list(s->spare_groups, 0);
+    free_group_list(atomic_load(&s->returned_groups), 0);
     kiln__error_unref(s->first_error);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->cond);
@@ -350,7 +393,7 @@ static void run_node(kiln__node *n) {
         return;
     }
     kiln__error *err = kiln__execute(&n->op);
-    if (n->op.code == KILN__OP_FUSED) free((void *)(intptr_t)n->op.p.i[0]);
+    if (n->op.code == KILN__OP_FUSED) group_return(n->stream, (const kiln__fused *)(intptr_t)n->op.p.i[0]);
     complete(n, err);
     kiln__error_unref(err);
 }
@@ -516,7 +559,7 @@ void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
         kiln__error_unref(err);
         return;
     }
-    memcpy(&n->op, op, sizeof *op);
+    kiln__op_copy(&n->op, op);
     n->stream = s;
     n->event = ev;
     n->free_target = free_target;

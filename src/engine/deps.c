@@ -18,7 +18,7 @@ static kiln__var *var_new(void) {
     return v;
 }
 
-kiln__var *kiln__var_of(kiln__storage *s) {
+kiln__var *kiln__var_make(kiln__storage *s) {
     kiln__var *v = atomic_load_explicit((kiln__var *_Atomic *)&s->var, memory_order_acquire);
     if (v) return v;
     kiln__var *fresh = var_new();

@@ -39,6 +39,10 @@ typedef struct kiln__stream {
      * thread takes the whole list when its private `spare` list runs dry. */
     struct kiln__node *_Atomic returned;
     struct kiln__node *spare;
+    /* Fused groups recycled the same way (kiln__stream_group_alloc), each list linked through
+     * the groups' first bytes. */
+    void *_Atomic returned_groups;
+    void *spare_groups;
     struct kiln__window *window; /* fusion: ops held back to run as one group */
 } kiln__stream;
 

@@ -31,6 +31,13 @@ struct kiln__window {
     kiln__storage *dead[MAX_STORAGES]; /* released while held: freed after the group */
 };
 
+/* One more op or deferred free held (w->lock held). Every write of n_held happens under the
+ * lock, so a plain store does, not a locked add (one locked instruction fewer per op). */
+static inline void kiln__window_count_held(kiln__window *w) {
+    int n = atomic_load_explicit(&w->n_held, memory_order_relaxed);
+    atomic_store_explicit(&w->n_held, n + 1, memory_order_release);
+}
+
 /* An elementwise op the IR and the CPU interpreter handle (shapes, devices, layout). */
 bool kiln__fusion_op_fusable(const kiln__op *op);
 /* A 2-d MATMUL on the CPU that may start a group as its producer (fusion_matmul.c). */

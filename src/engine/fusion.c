@@ -208,7 +208,7 @@ bool kiln__fusion_defer_free(kiln__storage *st, kiln__stream *cur) {
     if (window_of(st) == w && w->n_dead < MAX_STORAGES) {
         w->dead[w->n_dead++] = st;
         drop_if_unwritten(w, st);
-        atomic_fetch_add_explicit(&w->n_held, 1, memory_order_relaxed);
+        kiln__window_count_held(w);
         joined = true;
     } else {
         flush_locked(w, true);
@@ -248,7 +248,7 @@ bool kiln__fusion_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
     bool joined = false, flushed = false;
     for (int attempt = 0; attempt < 2 && !joined; attempt++) {
         if (!w->g) {
-            if (!(w->g = malloc(sizeof *w->g))) break;
+            if (!(w->g = kiln__stream_group_alloc(s))) break;
             w->g->n_ops = 0;
         }
         joined = matmul ? kiln__window_try_join_matmul(w, op) : kiln__window_try_join(w, op);

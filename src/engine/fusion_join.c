@@ -75,8 +75,9 @@ static int find_storage(const kiln__window *w, const kiln__storage *s) {
 /* Tile-wise evaluation in program order is only right when every access to a storage the
  * group writes uses one element mapping (in-place chains: same view each step); after a
  * reduction, a read may also broadcast a reduced-shape value along the rows it belongs to
- * (blocks hold whole rows, so the row's value is there). */
-static bool accesses_fit(const kiln__window *w, const access *a, int n) {
+ * (blocks hold whole rows, so the row's value is there). same_map[j]: whether access j uses
+ * its storage's mapping (the first access's), for accesses_commit. */
+static bool accesses_fit(const kiln__window *w, const access *a, int n, bool *same_map) {
     int n_new = 0;
     for (int j = 0; j < n; j++) {
         const kiln__view *map = NULL;
@@ -87,10 +88,10 @@ static bool accesses_fit(const kiln__window *w, const access *a, int n) {
             if (a[k].s != a[j].s) continue;
             seen_here = true;
             if (!map) map = a[k].v;
-            else same &= kiln__view_same(map, a[k].v);
+            same &= same_map[k]; /* (true for the access that gave the map) */
             written |= a[k].write;
         }
-        bool this_same = !map || kiln__view_same(map, a[j].v);
+        bool this_same = same_map[j] = !map || kiln__view_same(map, a[j].v);
         if (a[j].write && !(same && this_same)) return false;
         if (written && !this_same && !(w->closed && !a[j].write && kiln__view_is_row_broadcast(a[j].v, map)))
             return false;
@@ -99,7 +100,7 @@ static bool accesses_fit(const kiln__window *w, const access *a, int n) {
     return w->n_st + n_new <= MAX_STORAGES;
 }
 
-static void accesses_commit(kiln__window *w, const access *a, int n) {
+static void accesses_commit(kiln__window *w, const access *a, int n, const bool *same_map) {
     for (int j = 0; j < n; j++) {
         int e = find_storage(w, a[j].s);
         if (e < 0) {
@@ -107,7 +108,7 @@ static void accesses_commit(kiln__window *w, const access *a, int n) {
             w->st[e] = (window_storage){.s = a[j].s, .map = *a[j].v, .same = true};
             atomic_store((kiln__window *_Atomic *)&a[j].s->window, w);
         }
-        w->st[e].same &= kiln__view_same(&w->st[e].map, a[j].v);
+        w->st[e].same &= same_map[j];
         if (a[j].write && !w->st[e].written) w->bytes += (int64_t)a[j].s->nbytes;
         if (!a[j].write && !w->st[e].written) w->st[e].read_first = true;
         w->st[e].written |= a[j].write;
@@ -145,11 +146,12 @@ bool kiln__window_try_join(kiln__window *w, const kiln__op *op) {
     kiln__fused *g = w->g;
     if (w->closed ? !epilogue_fits(w, op) : g->n_ops > 0 && !same_shape(&op->out[0], g->ndim, g->shape)) return false;
     if (g->n_ops > 0 && group_device(g) != op->out[0].storage->device) return false;
-    if (!accesses_fit(w, a, n)) return false;
+    bool same_map[KILN__OP_MAX_IN + 1];
+    if (!accesses_fit(w, a, n, same_map)) return false;
     if (g->n_ops == 0) kiln__fused_init(g, &op->out[0]);
     if (!kiln__fused_add(g, op)) return false;
-    accesses_commit(w, a, n);
-    atomic_fetch_add_explicit(&w->n_held, 1, memory_order_relaxed);
+    accesses_commit(w, a, n, same_map);
+    kiln__window_count_held(w);
     return true;
 }
 
@@ -181,9 +183,10 @@ bool kiln__window_try_join_reduce(kiln__window *w, const kiln__op *op) {
     int e = find_storage(w, in->storage);
     if (e < 0 || !w->st[e].written || find_storage(w, out->storage) >= 0) return false;
     access a[2] = {{in->storage, in, false}, {out->storage, out, true}};
-    if (!accesses_fit(w, a, 2) || !kiln__var_of(out->storage) || !kiln__fused_add_reduce(g, op)) return false;
-    accesses_commit(w, a, 2);
+    bool same_map[2];
+    if (!accesses_fit(w, a, 2, same_map) || !kiln__var_of(out->storage) || !kiln__fused_add_reduce(g, op)) return false;
+    accesses_commit(w, a, 2, same_map);
     w->closed = true;
-    atomic_fetch_add_explicit(&w->n_held, 1, memory_order_relaxed);
+    kiln__window_count_held(w);
     return true;
 }

@@ -57,6 +57,6 @@ bool kiln__window_try_join_matmul(kiln__window *w, const kiln__op *op) {
                                         .read_first = true};
     atomic_store((kiln__window *_Atomic *)&op->out[0].storage->window, w);
     w->bytes += (int64_t)op->out[0].storage->nbytes;
-    atomic_fetch_add_explicit(&w->n_held, 1, memory_order_relaxed);
+    kiln__window_count_held(w);
     return true;
 }

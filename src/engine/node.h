@@ -23,7 +23,12 @@ typedef struct kiln__node {
     uint64_t t_dispatch; /* profiler timestamps (ns) */
 } kiln__node;
 
-kiln__var *kiln__var_of(kiln__storage *s);
+/* s's dependency state, made on first use (NULL when out of memory). */
+kiln__var *kiln__var_make(kiln__storage *s);
+static inline kiln__var *kiln__var_of(kiln__storage *s) {
+    kiln__var *v = atomic_load_explicit((kiln__var *_Atomic *)&s->var, memory_order_acquire);
+    return KILN__LIKELY(v != NULL) ? v : kiln__var_make(s);
+}
 void kiln__var_free(kiln__var *v);
 bool kiln__var_idle(kiln__var *v);
 bool kiln__var_append(kiln__var *v, kiln__node *n, bool write, bool *oom);

@@ -100,7 +100,7 @@ bool kiln__fused_add(kiln__fused *g, const kiln__op *op) {
                            .rows = rows};
     memcpy(n->arg, args, sizeof args);
     g->last_writer[w] = (int16_t)e->n_nodes++;
-    g->ops[g->n_ops++] = *op;
+    kiln__op_copy(&g->ops[g->n_ops++], op);
     return true;
 }
 

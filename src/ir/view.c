@@ -5,13 +5,7 @@
 
 kiln__view kiln__view_of(const kiln__tensor *t) {
     kiln__view v;
-    v.storage = t->storage;
-    v.dtype = t->dtype;
-    v.ndim = t->ndim;
-    v.offset = t->offset;
-    v.scalar = 0;
-    memcpy(v.shape, t->shape, sizeof v.shape);
-    memcpy(v.strides, t->strides, sizeof v.strides);
+    kiln__view_set(&v, t);
     return v;
 }
 

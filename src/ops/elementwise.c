@@ -76,8 +76,8 @@ static kiln__tensor *run_elementwise(kiln__opctx *c, kiln__opcode code, int n_in
     if (out) {
         kiln__op op;
         kiln__op_init(&op, code, c->name);
-        for (int i = 0; i < n_in; i++) op.in[i] = kiln__view_broadcast(in[i], n_shape, shape);
-        op.out[0] = kiln__view_of(out);
+        for (int i = 0; i < n_in; i++) kiln__view_set_broadcast(&op.in[i], in[i], n_shape, shape);
+        kiln__view_set(&op.out[0], out);
         op.n_in = (int8_t)n_in;
         op.n_out = 1;
         if (params)

@@ -139,14 +139,8 @@ bool kiln__broadcast_shapes(kiln__opctx *c, int na, const int64_t *a, int nb, co
 }
 
 kiln__view kiln__view_broadcast(const kiln__tensor *t, int ndim, const int64_t *shape) {
-    kiln__view v = kiln__view_of(t);
-    int lead = ndim - t->ndim;
-    v.ndim = ndim;
-    for (int d = ndim - 1; d >= 0; d--) {
-        int s = d - lead;
-        v.shape[d] = shape[d];
-        v.strides[d] = (s >= 0 && t->shape[s] == shape[d]) ? t->strides[s] : 0;
-    }
+    kiln__view v;
+    kiln__view_set_broadcast(&v, t, ndim, shape);
     return v;
 }
 

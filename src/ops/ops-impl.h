@@ -65,6 +65,20 @@ bool kiln__broadcast_shapes(kiln__opctx *c, int na, const int64_t *a, int nb, co
                             int64_t *out);
 /* t's view broadcast (right-aligned, stride 0 on expanded dims) to shape. */
 kiln__view kiln__view_broadcast(const kiln__tensor *t, int ndim, const int64_t *shape);
+/* The same, written into *v (ndim >= t->ndim; the dims past ndim are zero). */
+static inline void kiln__view_set_broadcast(kiln__view *v, const kiln__tensor *t, int ndim, const int64_t *shape) {
+    int lead = ndim - t->ndim;
+    v->storage = t->storage;
+    v->dtype = t->dtype;
+    v->ndim = ndim;
+    v->offset = t->offset;
+    v->scalar = 0;
+    for (int d = 0; d < KILN_MAX_DIMS; d++) {
+        int s = d - lead;
+        v->shape[d] = d < ndim ? shape[d] : 0;
+        v->strides[d] = d < ndim && s >= 0 && t->shape[s] == shape[d] ? t->strides[s] : 0;
+    }
+}
 
 /* An output tensor of dtype/shape on dev. Reuses (in place) the first candidate that is
  * exclusive, dense, not borrowed and of the same byte size and element size; else allocates.
