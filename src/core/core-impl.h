@@ -197,6 +197,10 @@ kiln__tensor *kiln__tensor_poisoned(kiln__error *err);
 /* A tensor of given metadata around an existing storage (retains it). */
 kiln__tensor *kiln__tensor_wrap(kiln__storage *s, kiln_dtype dtype, int ndim, const int64_t *shape,
                                 const int64_t *strides, int64_t offset);
+/* Gives t, which its caller holds the only reference to, new metadata over the same storage
+ * (an op's output taking over its input's object and buffer in place). */
+void kiln__tensor_describe(kiln__tensor *t, kiln_dtype dtype, int ndim, const int64_t *shape, const int64_t *strides,
+                           int64_t offset);
 void kiln__tensor_retain(kiln__tensor *t);
 void kiln__tensor_release(kiln__tensor *t);
 int64_t kiln__tensor_numel(const kiln__tensor *t);

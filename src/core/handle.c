@@ -171,7 +171,8 @@ static pthread_once_t leak_once = PTHREAD_ONCE_INIT;
 static void leak_setup(void);
 
 kiln_tensor kiln__handle_new(kiln__tensor *t) {
-    pthread_once(&leak_once, leak_setup);
+    static _Thread_local bool leak_ready; /* (pthread_once's own check is a call per handle) */
+    if (KILN__UNLIKELY(!leak_ready)) pthread_once(&leak_once, leak_setup), leak_ready = true;
     uint32_t idx;
     if (kiln__alloc_should_fail() || !slot_alloc(&idx)) {
         kiln__report(KILN_ERR_OUT_OF_MEMORY, "kiln", "no tensor handle available");

@@ -46,18 +46,23 @@ static kiln__tensor *tensor_alloc(void) {
     return t;
 }
 
+void kiln__tensor_describe(kiln__tensor *t, kiln_dtype dtype, int ndim, const int64_t *shape, const int64_t *strides,
+                           int64_t offset) {
+    t->dtype = dtype;
+    t->ndim = ndim;
+    t->offset = offset;
+    for (int d = 0; d < KILN_MAX_DIMS; d++) { /* (the dims past ndim are zero) */
+        t->shape[d] = d < ndim ? shape[d] : 0;
+        t->strides[d] = d < ndim ? strides[d] : 0;
+    }
+}
+
 kiln__tensor *kiln__tensor_wrap(kiln__storage *s, kiln_dtype dtype, int ndim, const int64_t *shape,
                                 const int64_t *strides, int64_t offset) {
     kiln__tensor *t = tensor_alloc();
     if (!t) return NULL;
-    t->dtype = dtype;
-    t->ndim = ndim;
     t->device = s->device;
-    t->offset = offset;
-    for (int d = 0; d < KILN_MAX_DIMS; d++) { /* (the dims past ndim are zero, as they always were) */
-        t->shape[d] = d < ndim ? shape[d] : 0;
-        t->strides[d] = d < ndim ? strides[d] : 0;
-    }
+    kiln__tensor_describe(t, dtype, ndim, shape, strides, offset);
     kiln__storage_retain(s);
     t->storage = s;
     return t;

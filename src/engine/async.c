@@ -215,7 +215,8 @@ static void engine_init(void) {
 }
 
 bool kiln__engine_is_async(void) {
-    pthread_once(&engine.once, engine_init);
+    static _Thread_local bool ready; /* (pthread_once's own check is a call per op) */
+    if (KILN__UNLIKELY(!ready)) pthread_once(&engine.once, engine_init), ready = true;
     return engine.async;
 }
 

@@ -94,6 +94,19 @@ static const char *fused_name(const kiln__fused *g) {
     return kiln__profiler_intern(buf);
 }
 
+/* Whether an input of one of g's ops is poisoned. A storage the group reads before it writes
+ * it is one of its loads, and one it writes first is fresh or the in-place input of the op
+ * writing it (so read first): the loads and the leading product's operands are all there is
+ * to check. The op records are left alone, so their cache lines stay with the thread that
+ * queues the next group (reading them here made writing the next group's records wait). */
+static bool reads_poison(const kiln__fused *g) {
+    for (int k = 0; k < g->expr.n_inputs; k++)
+        if (g->input[k].storage && atomic_load(&g->input[k].storage->err)) return true;
+    for (int i = 0; g->matmul && i < g->ops[0].n_in; i++)
+        if (g->ops[0].in[i].storage && atomic_load(&g->ops[0].in[i].storage->err)) return true;
+    return false;
+}
+
 /* A fused group runs as one kernel unless one of its ops must be seen on its own: a poisoned
  * input, an injected failure, or a kernel that refuses the group (it checks before writing).
  * Then its ops run one by one, so poisoning and errors name the op and line that failed. */
@@ -105,10 +118,7 @@ static kiln__error *execute_fused(const kiln__op *op) {
         named.name = fused_name(g);
         op = &named;
     }
-    bool one_by_one = atomic_load_explicit(&fail_next_named, memory_order_relaxed) != NULL;
-    for (int k = 0; k < g->n_ops && !one_by_one; k++)
-        for (int i = 0; i < g->ops[k].n_in; i++)
-            if (g->ops[k].in[i].storage && atomic_load(&g->ops[k].in[i].storage->err)) one_by_one = true;
+    bool one_by_one = atomic_load_explicit(&fail_next_named, memory_order_relaxed) != NULL || reads_poison(g);
     if (!one_by_one) {
         kiln__error *e = execute_op(op);
         if (!e) return NULL;

@@ -8,13 +8,6 @@ bool kiln__expr_opcode_fusable(kiln__opcode code) {
     return code == KILN__OP_COPY || code == KILN__OP_RELU_BACKWARD;
 }
 
-bool kiln__view_same(const kiln__view *a, const kiln__view *b) {
-    if (a->storage != b->storage || a->dtype != b->dtype || a->offset != b->offset || a->ndim != b->ndim) return false;
-    for (int d = 0; d < a->ndim; d++)
-        if (a->shape[d] != b->shape[d] || (a->shape[d] != 1 && a->strides[d] != b->strides[d])) return false;
-    return true;
-}
-
 bool kiln__expr_has_epilogue(const kiln__expr *e) {
     for (int i = 0; i + 1 < e->n_nodes; i++)
         if (e->node[i].kind == KILN__EXPR_REDUCE) return true;

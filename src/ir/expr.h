@@ -101,7 +101,13 @@ bool kiln__expr_has_epilogue(const kiln__expr *e);
 /* True when v reads, broadcast along the last dim, the dense reduced-shape view map (the
  * output of a REDUCE or of an epilogue node with rows set). */
 bool kiln__view_is_row_broadcast(const kiln__view *v, const kiln__view *map);
-/* Same element mapping: storage, dtype, offset, shape and strides. */
-bool kiln__view_same(const kiln__view *a, const kiln__view *b);
+/* Same element mapping: storage, dtype, offset, shape and strides (inline: fusion compares
+ * each access of every joining op). */
+static inline bool kiln__view_same(const kiln__view *a, const kiln__view *b) {
+    if (a->storage != b->storage || a->dtype != b->dtype || a->offset != b->offset || a->ndim != b->ndim) return false;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d] || (a->shape[d] != 1 && a->strides[d] != b->strides[d])) return false;
+    return true;
+}
 
 #endif

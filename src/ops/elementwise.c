@@ -72,11 +72,11 @@ static kiln_dtype result_dtype(kiln__opcode code, kiln_dtype in, kiln_dtype kern
 static kiln__tensor *run_elementwise(kiln__opctx *c, kiln__opcode code, int n_in, kiln__tensor **in, int n_shape,
                                      const int64_t *shape, kiln_dtype out_dtype, const double *params) {
     kiln_device dev = in[0]->device;
-    kiln__tensor *out = kiln__t_output(c, dev, out_dtype, n_shape, shape, in, n_in);
+    kiln__op op;
+    kiln__op_init(&op, code, c->name);
+    for (int i = 0; i < n_in; i++) kiln__view_set_broadcast(&op.in[i], in[i], n_shape, shape);
+    kiln__tensor *out = kiln__t_output_taking(c, dev, out_dtype, n_shape, shape, in, n_in); /* (after the views) */
     if (out) {
-        kiln__op op;
-        kiln__op_init(&op, code, c->name);
-        for (int i = 0; i < n_in; i++) kiln__view_set_broadcast(&op.in[i], in[i], n_shape, shape);
         kiln__view_set(&op.out[0], out);
         op.n_in = (int8_t)n_in;
         op.n_out = 1;

@@ -161,8 +161,10 @@ kiln__tensor *kiln__t_empty(kiln__opctx *c, kiln_device dev, kiln_dtype dtype, i
     return out;
 }
 
-kiln__tensor *kiln__t_output(kiln__opctx *c, kiln_device dev, kiln_dtype dtype, int ndim, const int64_t *shape,
-                             kiln__tensor *const *candidates, int n_candidates) {
+/* The output in place of the first candidate that can give its buffer (see kiln__t_output);
+ * taking: the candidate's tensor object itself may become the output (its entry is then NULL). */
+static kiln__tensor *output_in_place(kiln__opctx *c, kiln_device dev, kiln_dtype dtype, int ndim, const int64_t *shape,
+                                     kiln__tensor **candidates, int n_candidates, bool taking) {
     if (!kiln__check_dims(c, ndim, shape)) return NULL;
     int64_t strides[KILN_MAX_DIMS];
     int64_t numel = kiln__dense_strides(ndim, shape, strides);
@@ -171,12 +173,28 @@ kiln__tensor *kiln__t_output(kiln__opctx *c, kiln_device dev, kiln_dtype dtype, 
         kiln__tensor *t = candidates[i];
         if (!t || !kiln__tensor_is_exclusive(t) || t->device != dev) continue;
         if (kiln__elsize(t->dtype) != kiln__elsize(dtype) || t->storage->nbytes != bytes || !is_dense(t)) continue;
-        kiln__tensor *out = kiln__tensor_wrap(t->storage, dtype, ndim, shape, strides, 0);
-        if (!out) break;
+        kiln__tensor *out;
+        if (taking && !t->autodiff) { /* the caller holds the only reference: no one else sees it change */
+            kiln__tensor_describe(t, dtype, ndim, shape, strides, 0);
+            candidates[i] = NULL;
+            out = t;
+        } else if (!(out = kiln__tensor_wrap(t->storage, dtype, ndim, shape, strides, 0))) {
+            break;
+        }
         kiln__stats_count_inplace();
         return out;
     }
     return kiln__t_empty(c, dev, dtype, ndim, shape);
+}
+
+kiln__tensor *kiln__t_output(kiln__opctx *c, kiln_device dev, kiln_dtype dtype, int ndim, const int64_t *shape,
+                             kiln__tensor *const *candidates, int n_candidates) {
+    return output_in_place(c, dev, dtype, ndim, shape, (kiln__tensor **)(uintptr_t)candidates, n_candidates, false);
+}
+
+kiln__tensor *kiln__t_output_taking(kiln__opctx *c, kiln_device dev, kiln_dtype dtype, int ndim, const int64_t *shape,
+                                    kiln__tensor **candidates, int n_candidates) {
+    return output_in_place(c, dev, dtype, ndim, shape, candidates, n_candidates, true);
 }
 
 bool kiln__t_submit(kiln__opctx *c, kiln__op *op, kiln_device dev) {

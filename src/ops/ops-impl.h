@@ -85,6 +85,12 @@ static inline void kiln__view_set_broadcast(kiln__view *v, const kiln__tensor *t
  * Candidates are only borrowed here: the caller still releases them after submitting. */
 kiln__tensor *kiln__t_output(kiln__opctx *c, kiln_device dev, kiln_dtype dtype, int ndim, const int64_t *shape,
                              kiln__tensor *const *candidates, int n_candidates);
+/* The same for a caller that has read its candidates' views already: a reused candidate with
+ * no autodiff metadata becomes the output itself (the tensor object and its reference to the
+ * buffer move over, no new object, no reference counted) and its entry is set to NULL. The
+ * caller releases the candidates left. */
+kiln__tensor *kiln__t_output_taking(kiln__opctx *c, kiln_device dev, kiln_dtype dtype, int ndim, const int64_t *shape,
+                                    kiln__tensor **candidates, int n_candidates);
 /* Fresh dense output, never in place. */
 kiln__tensor *kiln__t_empty(kiln__opctx *c, kiln_device dev, kiln_dtype dtype, int ndim, const int64_t *shape);
 
