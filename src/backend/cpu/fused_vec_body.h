@@ -42,55 +42,59 @@ static inline TARGET V NAME(exp)(V a) {
 }
 
 /* Every instruction over the chunk at in[k] + o of each input k, then the stores to out[s] + o:
- * after every load, since an output may be an input's storage (in place). */
+ * after every load, since an output may be an input's storage (in place). Operands are read
+ * through src: a computed value's register, or a loaded one's input itself (a LOAD only points
+ * there, so the chunk's inputs are not copied into the register file). */
 static inline __attribute__((always_inline)) TARGET void NAME(chunk)(const kiln__fused_vec *v, V (*r)[U],
-                                                                     const float *const *in, float *const *out,
-                                                                     int64_t o, bool stream) {
+                                                                     const float **src, const float *const *in,
+                                                                     float *const *out, int64_t o, bool stream) {
     const V zero = VP(set1_ps)(0.0f), sign = VP(set1_ps)(-0.0f);
     for (int j = 0; j < v->n_code; j++) {
         const kiln__vec_ins *c = &v->code[j];
-        V *d = r[c->d], *a = r[c->a], *b = r[c->b];
+        V *d = r[c->d];
+        const float *a = src[c->a], *b = src[c->b];
+#define A(u) VP(loadu_ps)(a + (u) * W)
+#define B(u) VP(loadu_ps)(b + (u) * W)
         switch (c->op) {
-        case KILN__VEC_LOAD: {
-            const float *s = in[c->a] + o;
-            for (int u = 0; u < U; u++) d[u] = VP(loadu_ps)(s + u * W);
-            break;
-        }
-        case KILN__VEC_ADD: for (int u = 0; u < U; u++) d[u] = NAME(add)(a[u], b[u]); break;
-        case KILN__VEC_SUB: for (int u = 0; u < U; u++) d[u] = VP(sub_ps)(a[u], b[u]); break;
-        case KILN__VEC_MUL: for (int u = 0; u < U; u++) d[u] = NAME(mul)(a[u], b[u]); break;
-        case KILN__VEC_DIV: for (int u = 0; u < U; u++) d[u] = VP(div_ps)(a[u], b[u]); break;
+        case KILN__VEC_LOAD: src[c->d] = in[c->a] + o; break;
+        case KILN__VEC_ADD: for (int u = 0; u < U; u++) d[u] = NAME(add)(A(u), B(u)); break;
+        case KILN__VEC_SUB: for (int u = 0; u < U; u++) d[u] = VP(sub_ps)(A(u), B(u)); break;
+        case KILN__VEC_MUL: for (int u = 0; u < U; u++) d[u] = NAME(mul)(A(u), B(u)); break;
+        case KILN__VEC_DIV: for (int u = 0; u < U; u++) d[u] = VP(div_ps)(A(u), B(u)); break;
         /* (x > y || x != x) ? x : y, and (x < y || x != x) ? x : y */
-        case KILN__VEC_MAX: for (int u = 0; u < U; u++) d[u] = SEL(b[u], a[u], OR(GT(a[u], b[u]), ISNAN(a[u]))); break;
-        case KILN__VEC_MIN: for (int u = 0; u < U; u++) d[u] = SEL(b[u], a[u], OR(LT(a[u], b[u]), ISNAN(a[u]))); break;
+        case KILN__VEC_MAX: for (int u = 0; u < U; u++) d[u] = SEL(B(u), A(u), OR(GT(A(u), B(u)), ISNAN(A(u)))); break;
+        case KILN__VEC_MIN: for (int u = 0; u < U; u++) d[u] = SEL(B(u), A(u), OR(LT(A(u), B(u)), ISNAN(A(u)))); break;
         /* y > 0 ? x : 0 */
-        case KILN__VEC_RELU_BWD: for (int u = 0; u < U; u++) d[u] = SEL(zero, a[u], GT(b[u], zero)); break;
-        case KILN__VEC_NEG: for (int u = 0; u < U; u++) d[u] = VP(xor_ps)(a[u], sign); break;
-        case KILN__VEC_ABS: for (int u = 0; u < U; u++) d[u] = VP(andnot_ps)(sign, a[u]); break;
+        case KILN__VEC_RELU_BWD: for (int u = 0; u < U; u++) d[u] = SEL(zero, A(u), GT(B(u), zero)); break;
+        case KILN__VEC_NEG: for (int u = 0; u < U; u++) d[u] = VP(xor_ps)(A(u), sign); break;
+        case KILN__VEC_ABS: for (int u = 0; u < U; u++) d[u] = VP(andnot_ps)(sign, A(u)); break;
         /* x < 0 ? 0 : x */
-        case KILN__VEC_RELU: for (int u = 0; u < U; u++) d[u] = SEL(a[u], zero, LT(a[u], zero)); break;
-        case KILN__VEC_SQRT: for (int u = 0; u < U; u++) d[u] = VP(sqrt_ps)(a[u]); break;
+        case KILN__VEC_RELU: for (int u = 0; u < U; u++) d[u] = SEL(A(u), zero, LT(A(u), zero)); break;
+        case KILN__VEC_SQRT: for (int u = 0; u < U; u++) d[u] = VP(sqrt_ps)(A(u)); break;
         /* x < lo ? lo : (x > hi ? hi : x), lo and hi in registers b and c */
         case KILN__VEC_CLAMP: {
-            const V *h = r[c->c];
-            for (int u = 0; u < U; u++) d[u] = SEL(SEL(a[u], h[u], GT(a[u], h[u])), b[u], LT(a[u], b[u]));
+            const V *h = r[c->c], *l = r[c->b];
+            for (int u = 0; u < U; u++) d[u] = SEL(SEL(A(u), h[u], GT(A(u), h[u])), l[u], LT(A(u), l[u]));
             break;
         }
-        case KILN__VEC_EXP: for (int u = 0; u < U; u++) d[u] = NAME(exp)(a[u]); break;
+        case KILN__VEC_EXP: for (int u = 0; u < U; u++) d[u] = NAME(exp)(A(u)); break;
         default: break;
         }
+#undef A
+#undef B
     }
     for (int s = 0; s < v->n_store; s++) {
         float *y = out[s] + o;
-        const V *x = r[v->store_node[s]];
+        const float *x = src[v->store_node[s]];
         if (stream && v->out[s])
-            for (int u = 0; u < U; u++) VP(stream_ps)(y + u * W, x[u]);
+            for (int u = 0; u < U; u++) VP(stream_ps)(y + u * W, VP(loadu_ps)(x + u * W));
         else
-            for (int u = 0; u < U; u++) VP(storeu_ps)(y + u * W, x[u]);
+            for (int u = 0; u < U; u++) VP(storeu_ps)(y + u * W, VP(loadu_ps)(x + u * W));
     }
 }
 
-static inline TARGET void NAME(set_bcast)(const kiln__fused_vec *v, V (*r)[U]) {
+static inline TARGET void NAME(set_bcast)(const kiln__fused_vec *v, V (*r)[U], const float **src) {
+    for (int k = 0; k < KILN__VEC_REGS; k++) src[k] = (const float *)r[k];
     for (int k = 0; k < v->n_bcast; k++)
         for (int u = 0; u < U; u++) r[v->bcast[k].node][u] = VP(set1_ps)(v->bcast[k].value);
 }
@@ -104,18 +108,19 @@ static inline TARGET void NAME(at)(const kiln__fused_vec *v, int64_t t, int64_t 
 
 TARGET void EXT(run)(const kiln__fused_vec *v, int64_t t0, int64_t n) {
     V r[KILN__VEC_REGS][U];
+    const float *src[KILN__VEC_REGS];
     const float *in[KILN__EXPR_MAX_INPUTS];
     float *out[KILN__EXPR_MAX_OUTPUTS + 1];
-    NAME(set_bcast)(v, r);
+    NAME(set_bcast)(v, r, src);
     NAME(at)(v, t0, t0, NULL, in, out);
-    for (int64_t o = 0; o + U * W <= n; o += U * W) NAME(chunk)(v, r, in, out, o, v->stream);
+    for (int64_t o = 0; o + U * W <= n; o += U * W) NAME(chunk)(v, r, src, in, out, o, v->stream);
     if (v->stream) _mm_sfence(); /* streamed stores are visible before the task says it is done */
 }
 
 /* n < U W elements from t (a row's first ones before a line, or its last ones): inputs copied
  * into zero-filled chunks, outputs through chunks on the stack (lanes are independent, so the
  * padding changes no bits). */
-static TARGET void NAME(tail)(const kiln__fused_vec *v, V (*r)[U], int64_t t, int64_t n, int64_t t0, float *local) {
+static TARGET void NAME(tail)(const kiln__fused_vec *v, V (*r)[U], const float **src, int64_t t, int64_t n, int64_t t0, float *local) {
     _Alignas(64) float tin[KILN__EXPR_MAX_INPUTS][U * W], tout[KILN__EXPR_MAX_OUTPUTS + 1][U * W];
     const float *in[KILN__EXPR_MAX_INPUTS];
     float *out[KILN__EXPR_MAX_OUTPUTS + 1], *dst[KILN__EXPR_MAX_OUTPUTS + 1];
@@ -127,16 +132,17 @@ static TARGET void NAME(tail)(const kiln__fused_vec *v, V (*r)[U], int64_t t, in
         in[k] = tin[k];
     }
     for (int s = 0; s < v->n_store; s++) out[s] = tout[s];
-    NAME(chunk)(v, r, in, out, 0, false);
+    NAME(chunk)(v, r, src, in, out, 0, false);
     for (int s = 0; s < v->n_store; s++) memcpy(dst[s], tout[s], sizeof(float) * (size_t)n);
 }
 
 TARGET void EXT(run_rows)(const kiln__fused_vec *v, int64_t t0, int64_t m, char *const *rp, const int64_t *rst,
                    float *local) {
     V r[KILN__VEC_REGS][U];
+    const float *src[KILN__VEC_REGS];
     const float *in[KILN__EXPR_MAX_INPUTS];
     float *out[KILN__EXPR_MAX_OUTPUTS + 1];
-    NAME(set_bcast)(v, r);
+    NAME(set_bcast)(v, r, src);
     for (int64_t j = 0; j < m / v->row; j++) {
         for (int k = 0; k < v->n_rowb; k++) {
             int i = v->rowb[k];
@@ -147,15 +153,15 @@ TARGET void EXT(run_rows)(const kiln__fused_vec *v, int64_t t0, int64_t m, char 
         NAME(at)(v, t, t0, local, in, out);
         if (v->stream && (t & 15)) { /* streamed chunks start on a line (v->out[s] are) */
             o = 16 - (t & 15);
-            NAME(tail)(v, r, t, o, t0, local);
+            NAME(tail)(v, r, src, t, o, t0, local);
         }
         for (; o + U * W <= v->row; o += U * W) {
             for (int k = 0; k < v->n_in; k++)
                 for (int q = 0; in[k] && q < U * W; q += 16) _mm_prefetch((const char *)(in[k] + o + PREFETCH + q), _MM_HINT_T0);
-            NAME(chunk)(v, r, in, out, o, v->stream);
+            NAME(chunk)(v, r, src, in, out, o, v->stream);
         }
         t += o;
-        if (t < end) NAME(tail)(v, r, t, end - t, t0, local);
+        if (t < end) NAME(tail)(v, r, src, t, end - t, t0, local);
     }
     if (v->stream) _mm_sfence();
 }
