@@ -1,9 +1,13 @@
 /* Inside the CPU's fused kernel (fused.c, fused_plan.c, fused_gather.c, fused_vec.c): a group's
  * plan, made once per run from its IR (ir/expr.h), and the block loop that evaluates it.
  *
- * An f32 group of the simple ops over dense or one-value inputs, with no reduction, takes the
- * fast path of fused_vec.c instead: the whole expression a chunk of a few vectors at a time
- * (the block loop still runs the last elements of a thread's range, fewer than a chunk).
+ * An f32 group of the simple ops over dense or one-value inputs takes the fast path of
+ * fused_vec.c instead: the whole expression a chunk of a few vectors at a time (the block loop
+ * still runs the last elements of a thread's range, fewer than a chunk). So does a group
+ * ending in a reduction (exp allowed too) whose outputs are large enough to be streamed: each
+ * block of whole rows in three steps, the REDUCE's argument chunk by chunk into scratch (the
+ * `pre` program), the reduction and the per-row nodes as on the block path, then the values
+ * of the group's shape after them chunk by chunk (the `vec` program).
  *
  * Elementwise groups are evaluated a block of BLOCK elements at a time (L1-resident scratch):
  * each IR node calls the inner loop the unfused kernel of its opcode runs (kiln__ew_loop,
@@ -35,7 +39,8 @@ enum {
     KILN__VEC_LOAD, /* d = input a's elements */
     KILN__VEC_ADD, KILN__VEC_SUB, KILN__VEC_MUL, KILN__VEC_DIV, KILN__VEC_MAX, KILN__VEC_MIN, KILN__VEC_RELU_BWD,
     KILN__VEC_NEG, /* first of the unary ones */
-    KILN__VEC_ABS, KILN__VEC_RELU, KILN__VEC_SQRT, KILN__VEC_CLAMP /* bounds in registers b, c */
+    KILN__VEC_ABS, KILN__VEC_RELU, KILN__VEC_SQRT, KILN__VEC_CLAMP, /* bounds in registers b, c */
+    KILN__VEC_EXP /* vmath's exp (vmath_exp.h), the unfused kernel's bits */
 };
 /* Registers: one per IR node, then the clamp bounds. */
 #define KILN__VEC_REGS (KILN__EXPR_MAX_NODES + 16)
@@ -44,20 +49,30 @@ typedef struct kiln__vec_ins {
     uint8_t op, d, a, b, c; /* d = op(a, b); registers, or an input index (LOAD) */
 } kiln__vec_ins;
 
-/* A group compiled for the fast path: loads, ops and stores of one chunk, in program order. */
+/* A group compiled for the fast path: loads, ops and stores of one chunk, in program order.
+ * Elementwise groups use run; the two programs of a group with a reduction use run_rows over
+ * blocks of whole rows, reading the per-row values (the REDUCE and the nodes after it with
+ * `rows` set) broadcast from the block path's pointers. */
 typedef struct kiln__fused_vec {
     void (*run)(const struct kiln__fused_vec *v, int64_t t0, int64_t n); /* whole chunks of [t0, t0 + n) */
+    /* Rows [t0, t0 + m) / row whole, every element: node i's value for the block's row j at
+     * rp[i] + j * rst[i] (rows nodes only); a store with out NULL writes element t to
+     * local[t - t0]. */
+    void (*run_rows)(const struct kiln__fused_vec *v, int64_t t0, int64_t m, char *const *rp, const int64_t *rst,
+                     float *local);
     int64_t chunk; /* elements per chunk */
-    int n_code, n_bcast, n_store;
+    int64_t row;   /* run_rows: elements per row */
+    int n_code, n_bcast, n_store, n_rowb, n_in; /* n_in: inputs [0, n_in) may be loaded */
     bool stream; /* outputs written with streaming stores */
     kiln__vec_ins code[KILN__EXPR_MAX_NODES];
     struct {
         uint8_t node;
         float value;
     } bcast[KILN__VEC_REGS]; /* registers set once: constants, one-value inputs, clamp bounds */
+    uint8_t rowb[KILN__EXPR_MAX_NODES]; /* registers set once a row: per-row nodes */
     const float *in[KILN__EXPR_MAX_INPUTS];
-    float *out[KILN__EXPR_MAX_OUTPUTS];
-    uint8_t store_node[KILN__EXPR_MAX_OUTPUTS];
+    float *out[KILN__EXPR_MAX_OUTPUTS + 1]; /* NULL: the caller's local buffer */
+    uint8_t store_node[KILN__EXPR_MAX_OUTPUTS + 1];
 } kiln__fused_vec;
 
 typedef struct kiln__fused_plan {
@@ -66,6 +81,7 @@ typedef struct kiln__fused_plan {
     int64_t numel;
     int64_t block; /* elements per block: KILN__FUSED_BLOCK, or whole rows ending in a reduction */
     int n_slots;   /* scratch blocks of block * 8 bytes each */
+    int arg_slot;  /* with vec.run_rows: the scratch block pre writes the REDUCE's argument to */
     uint8_t load_mode[KILN__EXPR_MAX_INPUTS];
     int8_t store_of[KILN__EXPR_MAX_NODES]; /* the output a node is stored to, or -1 */
     int8_t slot_of[KILN__EXPR_MAX_NODES];  /* the scratch block a node's value lives in */
@@ -73,19 +89,34 @@ typedef struct kiln__fused_plan {
     kiln__ew_loop loop[KILN__EXPR_MAX_NODES]; /* OP nodes */
     _Alignas(8) unsigned char konst[KILN__EXPR_MAX_NODES][8]; /* CONST nodes, in their dtype */
     _Atomic kiln_status status;
-    kiln__fused_vec vec; /* vec.run NULL: the block path */
+    kiln__fused_vec vec; /* vec.run and vec.run_rows NULL: the block path */
+    kiln__fused_vec pre; /* with vec.run_rows: the REDUCE's argument (and stored values before it) */
 } kiln__fused_plan;
 
 /* Outputs of the fast path of at least this many bytes in all are written with streaming
  * stores, which skip the read of each line a plain store first makes: half the last-level
- * cache (sysconf; 32 MiB when it says nothing), so a value that is streamed would not have
- * stayed in cache for its reader anyway. Tests lower it to reach the streaming code. */
-extern _Atomic int64_t kiln__fused_stream_bytes; /* 0: not yet read from sysconf */
+ * cache (sysfs, else sysconf; 32 MiB when neither says), so a value that is streamed would
+ * not have stayed in cache for its reader anyway. Tests lower it to reach the streaming code. */
+extern _Atomic int64_t kiln__fused_stream_bytes; /* 0: not yet read from sysfs or sysconf */
+/* Groups with a reduction run on the fast path so far (tests see which path ran). */
+extern _Atomic int64_t kiln__fused_rows_runs;
 
 /* Compiles p's group for the fast path when it qualifies (every value f32, inputs dense or one
- * value, simple ops, no reduction, an AVX2 or AVX-512 CPU not held back by KILN_ISA); false
- * (v->run NULL) otherwise. */
-bool kiln__fused_vec_make(kiln__fused_vec *v, const kiln__fused_plan *p);
+ * value, simple ops, an AVX2 or AVX-512 CPU not held back by KILN_ISA; with a reduction: rows
+ * of 64 or more, streamed outputs, and no value before the REDUCE stored over an input):
+ * p->vec.run, or p->vec.run_rows and p->pre (p->block then whole rows of 8192 elements or
+ * more); false (both NULL) otherwise. */
+bool kiln__fused_vec_make(kiln__fused_plan *p);
+/* The per-ISA evaluators (fused_vec_avx2.c, fused_vec_avx512.c); chunk: U vectors. */
+void kiln__fused_vec_run_avx2(const kiln__fused_vec *v, int64_t t0, int64_t n);
+void kiln__fused_vec_run_rows_avx2(const kiln__fused_vec *v, int64_t t0, int64_t m, char *const *rp,
+                                   const int64_t *rst, float *local);
+void kiln__fused_vec_run_avx512(const kiln__fused_vec *v, int64_t t0, int64_t n);
+void kiln__fused_vec_run_rows_avx512(const kiln__fused_vec *v, int64_t t0, int64_t m, char *const *rp,
+                                     const int64_t *rst, float *local);
+/* Vectors per chunk. chain8 (bench_elementwise, CPU ms, AVX-512, medians of 3 on a loaded
+ * machine): 2 -> 80, 4 -> 71, 8 -> 68; a chunk's values (a few KiB) stay in L1. */
+#define KILN__VEC_U 8
 
 /* Fills p for g (p must not move afterwards: loops point into it). Returns KILN_OK, or the
  * status of a node no loop handles (the group is then run op by op, which reports it). */

@@ -98,40 +98,70 @@ static void epilogue_rows(const kiln__fused_plan *p, int i, int64_t m, char *con
     }
 }
 
+/* An OP node over the block: into its output when stored, else its scratch slot. */
+static void eval_op(const kiln__fused_plan *p, int i, int64_t t0, int64_t m, char *slot, char **ptr, int64_t *st) {
+    const kiln__fused *g = p->g;
+    const kiln__expr *e = &g->expr;
+    const kiln__expr_node *n = &e->node[i];
+    int64_t es = p->es[i];
+    int w = p->store_of[i];
+    bool per_row = false;
+    int64_t first = n->rows ? t0 / g->row : t0; /* in the node's own shape */
+    ptr[i] = w >= 0 ? node_base(&g->output[w], (size_t)es) + first * es : slot;
+    st[i] = es;
+    for (int a = 0; a < n->n_args; a++) per_row |= !n->rows && e->node[n->arg[a]].rows;
+    if (per_row) epilogue_rows(p, i, m, ptr, st);
+    else run_node(p, i, n->rows ? m / g->row : m, ptr, st);
+}
+
+/* Scratch block k of a task's scratch (NULL for -1). */
+static char *slot_at(const kiln__fused_plan *p, char *scratch, int k) {
+    return k >= 0 ? scratch + (size_t)k * slot_size(p) : NULL;
+}
+
+/* On the fast path, the REDUCE's argument a: read in place when loaded, else computed chunk by
+ * chunk by pre into its own scratch block. */
+static void reduce_arg(const kiln__fused_plan *p, int a, int64_t t0, int64_t m, char *scratch, char **ptr,
+                       int64_t *st) {
+    if (p->g->expr.node[a].kind == KILN__EXPR_LOAD) {
+        load(p, a, t0, m, slot_at(p, scratch, p->slot_of[a]), &ptr[a], &st[a]);
+        return;
+    }
+    float *local = (float *)slot_at(p, scratch, p->arg_slot);
+    p->pre.run_rows(&p->pre, t0, m, NULL, NULL, local);
+    ptr[a] = (char *)local, st[a] = 4;
+}
+
 /* Evaluates every node over elements [t0, t0 + m). A stored node writes straight into its
  * output: every read of the value it overwrites comes earlier in program order (later reads
- * name the node), and all accesses share one element mapping. */
+ * name the node), and all accesses share one element mapping. On the fast path for a block of
+ * whole rows (vec.run_rows), only the REDUCE and the per-row nodes run here: pre computes the
+ * REDUCE's argument before it, and vec every value of the group's shape after them, reading
+ * the per-row values this loop leaves in ptr. */
 static kiln_status eval_block(const kiln__fused_plan *p, int64_t t0, int64_t m, char *scratch) {
     const kiln__fused *g = p->g;
     const kiln__expr *e = &g->expr;
     char *ptr[KILN__EXPR_MAX_NODES];
     int64_t st[KILN__EXPR_MAX_NODES];
-    size_t slot_bytes = slot_size(p);
+    bool fast = p->vec.run_rows != NULL;
     for (int i = 0; i < e->n_nodes; i++) {
         const kiln__expr_node *n = &e->node[i];
-        char *slot = p->slot_of[i] >= 0 ? scratch + (size_t)p->slot_of[i] * slot_bytes : NULL;
-        int64_t es = p->es[i];
+        char *slot = slot_at(p, scratch, p->slot_of[i]);
+        if (fast && !n->rows && (n->kind == KILN__EXPR_LOAD || n->kind == KILN__EXPR_OP)) continue;
         switch (n->kind) {
         case KILN__EXPR_CONST: ptr[i] = (char *)p->konst[i], st[i] = 0; break;
         case KILN__EXPR_LOAD: load(p, i, t0, m, slot, &ptr[i], &st[i]); break;
         case KILN__EXPR_REDUCE: {
+            if (fast) reduce_arg(p, n->arg[0], t0, m, scratch, ptr, st);
             kiln_status s = reduce_rows(p, i, t0, m, slot, ptr, st);
             if (s != KILN_OK) return s;
-            st[i] = es;
+            st[i] = p->es[i];
             break;
         }
-        default: {
-            int w = p->store_of[i];
-            bool per_row = false;
-            int64_t first = n->rows ? t0 / g->row : t0; /* in the node's own shape */
-            ptr[i] = w >= 0 ? node_base(&g->output[w], (size_t)es) + first * es : slot;
-            st[i] = es;
-            for (int a = 0; a < n->n_args; a++) per_row |= !n->rows && e->node[n->arg[a]].rows;
-            if (per_row) epilogue_rows(p, i, m, ptr, st);
-            else run_node(p, i, n->rows ? m / g->row : m, ptr, st);
-        }
+        default: eval_op(p, i, t0, m, slot, ptr, st);
         }
     }
+    if (fast && p->vec.n_store > 0) p->vec.run_rows(&p->vec, t0, m, ptr, st, NULL);
     return KILN_OK;
 }
 
@@ -181,7 +211,7 @@ static kiln_status kernel_fused(const kiln__op *op) {
      * written; the engine then runs the ops one by one and reports the one that failed */
     kiln_status st = kiln__fused_plan_make(&p, g);
     if (st != KILN_OK || p.numel == 0) return st;
-    kiln__fused_vec_make(&p.vec, &p);
+    if (kiln__fused_vec_make(&p) && p.vec.run_rows) atomic_fetch_add_explicit(&kiln__fused_rows_runs, 1, memory_order_relaxed);
     if (g->matmul) return kiln__fused_matmul_run(&p);
     int64_t blocks = (p.numel + p.block - 1) / p.block;
     int64_t grain = KILN__GRAIN_ELEMENTWISE / p.block;

@@ -68,7 +68,7 @@ static kiln_status resolve_node(kiln__fused_plan *p, int i) {
 kiln_status kiln__fused_plan_make(kiln__fused_plan *p, const kiln__fused *g) {
     const kiln__expr *e = &g->expr;
     p->g = g;
-    p->vec.run = NULL; /* the block path, unless kiln__fused_vec_make says otherwise */
+    p->vec.run = NULL, p->vec.run_rows = NULL; /* the block path, unless kiln__fused_vec_make says otherwise */
     p->kernels = kiln__cpu_backend()->kernels;
     p->numel = 1;
     for (int d = 0; d < g->ndim; d++) p->numel *= g->shape[d];

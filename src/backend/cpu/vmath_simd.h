@@ -1,7 +1,7 @@
 /* The f32 kernels of vmath, written once over a small vocabulary of vector primitives.
  *
- * Not an ordinary header: vmath_avx2.c and vmath_avx512.c each define the vocabulary for their
- * ISA and then include this file, which defines the kernels and the table VM_TABLE (e.g.
+ * Not an ordinary header: vmath_avx2.c and vmath_avx512.c each include the vocabulary for their
+ * ISA (vmath_avx2.h, vmath_avx512.h) and then this file, which defines the kernels and the table VM_TABLE (e.g.
  * kiln__vmath_avx2_kernels). The vocabulary, all static inline and VM_TARGET:
  *
  *   vf, vi, vmask          VM_W floats; VM_W int32s; a lane mask
@@ -28,11 +28,10 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/cpu/vmath_exp.h" /* vm_exp and the pieces the functions below share */
+
 /* ---- constants ---------------------------------------------------------------------------- */
 
-#define VM_LOG2E 1.442695022e+00f
-#define VM_LN2_HI 6.931471825e-01f /* ln 2 = VM_LN2_HI + VM_LN2_LO to ~2^-48 */
-#define VM_LN2_LO -1.904654212e-09f
 #define VM_2_OVER_PI 6.366197467e-01f
 #define VM_PIO2_1 1.570796371e+00f /* pi/2 in three parts: the FMA reduction stays exact */
 #define VM_PIO2_2 -4.371138829e-08f
@@ -46,35 +45,6 @@
 #define VM_GT_C3_LO 2.398832466e-09f
 
 /* ---- exp and its relatives ---------------------------------------------------------------- */
-
-/* e^r - 1 = r + r^2 g(r) for |r| <= 0.35. */
-static inline VM_TARGET vf vm_expm1_poly(vf r)
-{
-    vf g = v_fma(v_set(1.392693957e-03f), r, v_set(8.363784291e-03f));
-    g = v_fma(g, r, v_set(4.166654870e-02f));
-    g = v_fma(g, r, v_set(1.666657329e-01f));
-    g = v_fma(g, r, v_set(5.000000000e-01f));
-    return v_fma(v_mul(r, r), g, r);
-}
-
-/* Writes x = n ln2 + r with |r| <= ln2/2: returns r, n (integral) in *n. With FMA the first
- * step is exact, so r is good to an ulp for any |x| up to ~2^20. */
-static inline VM_TARGET vf vm_exp_reduce(vf x, vf *n)
-{
-    vf k = v_rint(v_mul(x, v_set(VM_LOG2E)));
-    vf r = v_fnma(k, v_set(VM_LN2_HI), x);
-    *n = k;
-    return v_fnma(k, v_set(VM_LN2_LO), r);
-}
-
-static inline VM_TARGET vf vm_exp(vf x)
-{
-    /* Out of [-104, 89] the result is 0 or inf anyway; the clamp keeps n in v_ldexp's range. */
-    vf xc = v_min(v_max(x, v_set(-104.0f)), v_set(89.0f));
-    vf n, r = vm_exp_reduce(xc, &n);
-    vf y = v_ldexp(v_add(vm_expm1_poly(r), v_set(1.0f)), n);
-    return v_sel(m_nan(x), x, y);
-}
 
 /* expm1 for x in [-30, 89]: 2^n (1 + q) - 1 = 2 (h q + (h - 1/2)) with h = 2^(n-1), where
  * h - 1/2 is exact whenever it matters, so small results keep their relative accuracy and
