@@ -145,11 +145,6 @@ static const char *const gemm_outer_source =
     "  }\n"
     "}\n";
 
-static bool cpu_device(const kiln__cl_device *d) {
-    cl_device_type t = 0;
-    return clGetDeviceInfo(d->id, CL_DEVICE_TYPE, sizeof t, &t, NULL) == CL_SUCCESS && (t & CL_DEVICE_TYPE_CPU);
-}
-
 /* out = a b (+ out) by one of the tiled forms; *done false when neither fits the layout. */
 static kiln_status tiled(kiln__cl_device *d, const kiln__op *op, bool accumulate, bool *done) {
     const kiln__view *a = &op->in[0], *b = &op->in[1], *c = &op->out[0];
@@ -278,7 +273,7 @@ static kiln_status kernel_matmul(const kiln__op *op) {
      * GEMM on a CPU device, CLBlast on the others. */
     const char *mode = getenv("KILN_OPENCL_GEMM"), *blas_off = getenv("KILN_OPENCL_BLAS");
     bool generic = (mode && strcmp(mode, "generic") == 0) || (blas_off && strcmp(blas_off, "0") == 0);
-    bool want_tiled = mode ? strcmp(mode, "tiled") == 0 : cpu_device(d);
+    bool want_tiled = mode ? strcmp(mode, "tiled") == 0 : d->cpu;
     bool done = false;
     if (!generic && want_tiled) {
         kiln_status st = tiled(d, op, accumulate, &done);
