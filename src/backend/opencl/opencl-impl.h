@@ -241,6 +241,11 @@ void kiln__cl_row_stores(const kiln__fused *g, kiln__cl_src *stores, kiln__cl_sr
 bool kiln__cl_rows_vec_takes(const kiln__fused *g);
 bool kiln__cl_codegen_rows_vec(const kiln__fused *g, bool fp64, kiln__cl_src *b, kiln__cl_ew_launch *l);
 
+/* A SUM or MEAN of a whole dense f32 tensor of at least 2^16 elements, in chunks then their
+ * total (reduce_chunked.c); _takes: op has that form. */
+bool kiln__cl_sum_chunked_takes(const kiln__op *op);
+kiln_status kiln__cl_sum_chunked(kiln__cl_device *d, const kiln__op *op);
+
 /* ---- kernels --------------------------------------------------------------------------- */
 void kiln__cl_register_elementwise(kiln__kernel_fn *table);
 void kiln__cl_register_reduce(kiln__kernel_fn *table);
