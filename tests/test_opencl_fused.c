@@ -3,10 +3,13 @@
  * per-row input, over odd row lengths, rows of 1 and rows holding NaN and infinities. Each is
  * run on the device with fusion on (the fusion stats show the reduction joined its group) and
  * off, and against the CPU, within a few ulps (the fused kernel sums a row in another order,
- * in double). Skipped (exit 77) without an OpenCL device. */
+ * in double), in both forms of the fused row kernel (KILN_OPENCL_ROWS: a work-group per row,
+ * or one float16 loop per row, the default on a CPU device). Skipped (exit 77) without an
+ * OpenCL device. */
 #include <kiln.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "kiln_test.h"
 #if KILN_HAVE_OPENCL
@@ -117,6 +120,26 @@ KT_TEST(fused_f64) {
     check_all("f64 [4, 33]", kiln_randn(KILN_CPU, KILN_F64, KILN_SHAPE(4, 33), 16), true);
 }
 
+/* Both kernel forms on rows of 16-element steps and a tail, with NaN and infinities inside the
+ * steps (lanes of the vector form) and in the tail. */
+KT_TEST(fused_rows_both_forms) {
+    const char *forms[] = {"group", "vector"};
+    float v[5][35];
+    for (int r = 0; r < 5; r++)
+        for (int c = 0; c < 35; c++) v[r][c] = (float)((r * 35 + c) * 37 % 23) * 0.25f - 2;
+    v[1][7] = NAN;                        /* a NaN in the first step */
+    v[2][20] = INFINITY;                  /* +inf in the second */
+    v[3][33] = NAN, v[3][3] = -INFINITY;  /* a NaN in the tail */
+    for (int c = 0; c < 35; c++) v[4][c] = -INFINITY;
+    for (int f = 0; f < 2; f++) {
+        setenv("KILN_OPENCL_ROWS", forms[f], 1);
+        check_all(forms[f], kiln_mul_scalar(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(3, 2, 67), 18), 3), true);
+        check_all(forms[f], kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(5, 35), v), true);
+        check_all(forms[f], kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(2, 16), 19), true); /* no tail */
+    }
+    unsetenv("KILN_OPENCL_ROWS");
+}
+
 /* A group that overwrites its own input in place (x.exp_() then its sum): every walk over a
  * row before the last reads the input unchanged. */
 KT_TEST(fused_in_place_prologue) {
@@ -144,6 +167,7 @@ int main(void) {
     KT_RUN(fused_softmax_nan_inf);
     KT_RUN(fused_f64);
     KT_RUN(fused_in_place_prologue);
+    KT_RUN(fused_rows_both_forms);
     return kt_finish();
 #endif
 }

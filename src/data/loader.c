@@ -1,6 +1,6 @@
 /* The data loader. Workers claim batch numbers in order, each assembles its batch on its own
  * thread (get() writes every sample straight into its slice of one host buffer) and moves it
- * to the device with one kiln_from_data per tensor, so on the worker's own stream. Ready
+ * to the device with one copy op per tensor on the worker's own stream (batch_tensor). Ready
  * batches wait in a ring of `prefetch` slots: a worker may only claim batch k while
  * k < next_deliver + prefetch, so batch k has slot k % prefetch to itself, and the caller
  * receives batches in order whichever worker finishes first.
@@ -79,6 +79,18 @@ static kiln_shape batch_shape(kiln_shape sample, int64_t count) {
     return s;
 }
 
+/* A batch tensor on the loader's device from host bytes, copied now (the buffer is reused). To
+ * a device it is a CPU tensor moved by kiln_to_device: an op on this thread's stream (a
+ * worker's own), whose write is queued on that stream's device queue from pinned staging, so
+ * it overlaps the caller's device work and this thread goes on to the next batch; the
+ * caller's ops wait for it through a device event. (kiln_from_data straight to the device
+ * writes through the device's one transfer queue, behind reads that wait for the caller's
+ * work, and blocks until done.) */
+static kiln_tensor batch_tensor(const kiln_loader *l, kiln_dtype dtype, kiln_shape shape, const void *bytes) {
+    if (l->o.device == KILN_CPU) return kiln_from_data(KILN_CPU, dtype, shape, bytes);
+    return kiln_to_device(kiln_from_data(KILN_CPU, dtype, shape, bytes), l->o.device);
+}
+
 /* Builds batch k from the indices in w (count of them) into *out. Returns false, with nothing
  * allocated, when the generation moved on (the batch is no longer wanted). */
 static bool assemble(kiln_loader *l, worker *w, int64_t k, int64_t count, int64_t epoch, uint64_t gen, batch *out) {
@@ -100,8 +112,8 @@ static bool assemble(kiln_loader *l, worker *w, int64_t k, int64_t count, int64_
         }
     }
     const kiln_dataset_desc *d = &l->ds->desc;
-    out->x = kiln_from_data(l->o.device, d->input_dtype, batch_shape(d->input_shape, count), in);
-    out->y = kiln_from_data(l->o.device, d->target_dtype, batch_shape(d->target_shape, count), tg);
+    out->x = batch_tensor(l, d->input_dtype, batch_shape(d->input_shape, count), in);
+    out->y = batch_tensor(l, d->target_dtype, batch_shape(d->target_shape, count), tg);
     kiln_status st = kiln_tensor_status(out->x);
     if (st == KILN_OK) st = kiln_tensor_status(out->y);
     if (st != KILN_OK) {

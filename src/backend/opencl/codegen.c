@@ -231,6 +231,10 @@ static bool op_expr(kiln__cl_src *b, const kiln__expr *e, const kiln__expr_node 
 #undef P
 }
 
+bool kiln__cl_codegen_op(kiln__cl_src *b, const kiln__fused *g, int i, bool fp64) {
+    return g->expr.node[i].kind == KILN__EXPR_OP && op_expr(b, &g->expr, &g->expr.node[i], fp64);
+}
+
 /* True when v walks the iteration space densely (row-major, size-1 dims ignored). */
 static bool dense_in(const kiln__fused *g, const kiln__view *v) {
     int64_t expect = 1;
@@ -384,8 +388,10 @@ static void ew_input_index(kiln__cl_src *b, const void *ctx, int k) {
     print_index(b, x->g, x->dense[k], 'i', k);
 }
 
-bool kiln__cl_codegen_elementwise(const kiln__fused *g, bool fp64, kiln__cl_src *b, kiln__cl_ew_launch *l) {
-    if (g->row > 0) return kiln__cl_codegen_rows(g, fp64, b, l);
+bool kiln__cl_codegen_elementwise(const kiln__fused *g, bool fp64, bool vec_rows, kiln__cl_src *b, kiln__cl_ew_launch *l) {
+    if (g->row > 0)
+        return vec_rows && kiln__cl_rows_vec_takes(g) ? kiln__cl_codegen_rows_vec(g, fp64, b, l)
+                                                      : kiln__cl_codegen_rows(g, fp64, b, l);
     const kiln__expr *e = &g->expr;
     bool all_dense = true, dense_k[KILN__EXPR_MAX_INPUTS + KILN__EXPR_MAX_OUTPUTS];
     for (int k = 0; k < e->n_inputs; k++) all_dense &= dense_k[k] = dense_in(g, &g->input[k]);

@@ -33,12 +33,6 @@
 /* Elements per item between two barriers (each step printed out in full). */
 #define ROW_UNROLL 4
 
-typedef struct {
-    const kiln__fused *g;
-    bool rows_in[KILN__EXPR_MAX_INPUTS]; /* input k is read once per row */
-    int64_t step[KILN__EXPR_MAX_INPUTS];  /* input k's stride along the row */
-} row_index;
-
 /* The element index of j along a row of stride `step` from base: literal for the usual dense
  * and broadcast cases, so that the compiler sees consecutive accesses and vectorizes. */
 static void along(char *buf, size_t cap, const char *base, int k, int64_t step, char kind, int last) {
@@ -47,8 +41,8 @@ static void along(char *buf, size_t cap, const char *base, int k, int64_t step, 
     else snprintf(buf, cap, "%s%d + j * %cs%d.s%d", base, k, kind, k, last);
 }
 
-static void input_index(kiln__cl_src *b, const void *ctx, int k) {
-    const row_index *x = ctx;
+void kiln__cl_row_input_index(kiln__cl_src *b, const void *ctx, int k) {
+    const kiln__cl_row_index *x = ctx;
     if (x->rows_in[k]) kiln__cl_src_printf(b, "io%d + r * is%d.s0", k, k);
     else {
         char idx[64];
@@ -59,7 +53,7 @@ static void input_index(kiln__cl_src *b, const void *ctx, int k) {
 
 /* A walk over the row evaluating the per-element nodes before `end` (all of them when end is
  * the node count, skipping per-row ones), then `tail`. */
-static bool walk(kiln__cl_src *b, const kiln__fused *g, bool fp64, const row_index *x, int end, const char *tail) {
+static bool walk(kiln__cl_src *b, const kiln__fused *g, bool fp64, const kiln__cl_row_index *x, int end, const char *tail) {
     const kiln__expr *e = &g->expr;
     kiln__cl_src_printf(b, "  for (long j0 = 0; j0 < len; j0 += %d) {\n", ROW_GROUP * ROW_UNROLL);
     for (int u = 0; u < ROW_UNROLL; u++) {
@@ -67,7 +61,7 @@ static bool walk(kiln__cl_src *b, const kiln__fused *g, bool fp64, const row_ind
         for (int i = 0; i < end; i++) {
             const kiln__expr_node *n = &e->node[i];
             if (n->kind == KILN__EXPR_CONST || n->kind == KILN__EXPR_REDUCE || n->rows) continue;
-            if (!kiln__cl_codegen_node(b, g, i, fp64, input_index, x)) return false;
+            if (!kiln__cl_codegen_node(b, g, i, fp64, kiln__cl_row_input_index, x)) return false;
         }
         kiln__cl_src_printf(b, "%s  } }\n", tail);
     }
@@ -86,7 +80,7 @@ static void combine(kiln__cl_src *b, const char *arr, const char *var, const cha
 }
 
 /* The REDUCE node R as v<R> in every item, over the walks its opcode needs. */
-static bool reduce(kiln__cl_src *b, const kiln__fused *g, bool fp64, const row_index *x, int R) {
+static bool reduce(kiln__cl_src *b, const kiln__fused *g, bool fp64, const kiln__cl_row_index *x, int R) {
     const kiln__expr_node *n = &g->expr.node[R];
     int a = n->arg[0];
     const char *T = kiln__cl_ctype(n->dtype), *TA = kiln__cl_ctype(g->expr.node[a].dtype);
@@ -130,52 +124,82 @@ static bool reduce(kiln__cl_src *b, const kiln__fused *g, bool fp64, const row_i
     }
 }
 
-bool kiln__cl_codegen_rows(const kiln__fused *g, bool fp64, kiln__cl_src *b, kiln__cl_ew_launch *l) {
+int kiln__cl_row_reduce_node(const kiln__fused *g) {
+    for (int i = 0; i < g->expr.n_nodes; i++)
+        if (g->expr.node[i].kind == KILN__EXPR_REDUCE) return i;
+    return -1;
+}
+
+/* The kernel's part after `r` (the row) is declared: len, the row's bases ib<k> and ob<s>, the
+ * constants; *last_walk: per-element values are stored or an epilogue follows. */
+static bool row_head(kiln__cl_src *b, const kiln__fused *g, bool fp64, kiln__cl_row_index *x, bool *last_walk) {
     const kiln__expr *e = &g->expr;
-    int nd = g->ndim, R = -1;
-    for (int i = 0; i < e->n_nodes && R < 0; i++)
-        if (e->node[i].kind == KILN__EXPR_REDUCE) R = i;
-    if (NEVER(R < 0 || nd < 1 || g->row != g->shape[nd - 1])) return false;
-    row_index x = {.g = g};
+    int nd = g->ndim, R = kiln__cl_row_reduce_node(g);
+    *x = (kiln__cl_row_index){.g = g};
     for (int i = 0; i < e->n_nodes; i++)
-        if (e->node[i].kind == KILN__EXPR_LOAD && e->node[i].rows) x.rows_in[e->node[i].input] = true;
-    for (int k = 0; k < e->n_inputs; k++) x.step[k] = g->input[k].strides[nd - 1];
-    if (!kiln__cl_codegen_params(g, fp64, b, l)) return false;
-    l->n = l->n / g->row * ROW_GROUP; /* one work-group per row */
-    l->local = ROW_GROUP;
-    kiln__cl_src_printf(b, "  long r = get_group_id(0);\n  int lid = (int)get_local_id(0);\n  long len = shape.s%d, rr = r;\n", nd - 1);
+        if (e->node[i].kind == KILN__EXPR_LOAD && e->node[i].rows) x->rows_in[e->node[i].input] = true;
+    for (int k = 0; k < e->n_inputs; k++) x->step[k] = g->input[k].strides[nd - 1];
+    kiln__cl_src_printf(b, "  long len = shape.s%d, rr = r;\n", nd - 1);
     for (int d = nd - 2; d >= 0; d--) kiln__cl_src_printf(b, "  long c%d = rr %% shape.s%d; rr /= shape.s%d;\n", d, d, d);
     for (int k = 0; k < e->n_inputs; k++) {
-        if (x.rows_in[k]) continue;
+        if (x->rows_in[k]) continue;
         kiln__cl_src_printf(b, "  long ib%d = io%d", k, k);
         for (int d = 0; d < nd - 1; d++) kiln__cl_src_printf(b, " + c%d * is%d.s%d", d, k, d);
         kiln__cl_src_printf(b, ";\n");
     }
-    bool last_walk = false; /* per-element values to store, or an epilogue */
+    *last_walk = false; /* per-element values to store, or an epilogue */
     for (int s = 0; s < e->n_stores; s++) {
-        last_walk |= !e->node[e->store[s].node].rows;
+        *last_walk |= !e->node[e->store[s].node].rows;
         kiln__cl_src_printf(b, "  long ob%d = oo%d", s, s);
         for (int d = 0; d < nd - 1; d++) kiln__cl_src_printf(b, " + c%d * os%d.s%d", d, s, d);
         kiln__cl_src_printf(b, ";\n");
     }
     for (int i = 0; i < e->n_nodes; i++) {
         const kiln__expr_node *n = &e->node[i];
-        if (n->kind == KILN__EXPR_CONST && !kiln__cl_codegen_node(b, g, i, fp64, input_index, &x)) return false;
-        last_walk |= i > R && !n->rows && n->kind != KILN__EXPR_CONST;
+        if (n->kind == KILN__EXPR_CONST && !kiln__cl_codegen_node(b, g, i, fp64, kiln__cl_row_input_index, x)) return false;
+        *last_walk |= i > R && !n->rows && n->kind != KILN__EXPR_CONST;
     }
-    if (!reduce(b, g, fp64, &x, R)) return false;
+    return true;
+}
+
+bool kiln__cl_row_body(kiln__cl_src *b, const kiln__fused *g, bool fp64, kiln__cl_row_index *x, bool *last_walk,
+                       kiln__cl_row_reduce_fn reduce_row) {
+    const kiln__expr *e = &g->expr;
+    int R = kiln__cl_row_reduce_node(g);
+    if (!row_head(b, g, fp64, x, last_walk) || !reduce_row(b, g, fp64, x, R)) return false;
     for (int i = R + 1; i < e->n_nodes; i++) /* the per-row epilogue */
-        if (e->node[i].rows && e->node[i].kind != KILN__EXPR_CONST && !kiln__cl_codegen_node(b, g, i, fp64, input_index, &x))
+        if (e->node[i].rows && e->node[i].kind != KILN__EXPR_CONST &&
+            !kiln__cl_codegen_node(b, g, i, fp64, kiln__cl_row_input_index, x))
             return false;
+    return true;
+}
+
+void kiln__cl_row_stores(const kiln__fused *g, kiln__cl_src *stores, kiln__cl_src *vstores) {
+    const kiln__expr *e = &g->expr;
+    for (int s = 0; s < e->n_stores; s++) {
+        if (e->node[e->store[s].node].rows) continue;
+        char idx[64];
+        along(idx, sizeof idx, "ob", s, g->output[e->store[s].output].strides[g->ndim - 1], 'o', g->ndim - 1);
+        kiln__cl_codegen_store(stores, g, s, idx);
+        if (vstores) kiln__cl_src_printf(vstores, "  vstore16(v%d, 0, out%d + ob%d + j);\n", e->store[s].node, s, s);
+    }
+}
+
+bool kiln__cl_codegen_rows(const kiln__fused *g, bool fp64, kiln__cl_src *b, kiln__cl_ew_launch *l) {
+    const kiln__expr *e = &g->expr;
+    int nd = g->ndim, R = kiln__cl_row_reduce_node(g);
+    if (NEVER(R < 0 || nd < 1 || g->row != g->shape[nd - 1])) return false;
+    if (!kiln__cl_codegen_params(g, fp64, b, l)) return false;
+    l->n = l->n / g->row * ROW_GROUP; /* one work-group per row */
+    l->local = ROW_GROUP;
+    kiln__cl_src_printf(b, "  long r = get_group_id(0);\n  int lid = (int)get_local_id(0);\n");
+    kiln__cl_row_index x;
+    bool last_walk;
+    if (!kiln__cl_row_body(b, g, fp64, &x, &last_walk, reduce)) return false;
     if (last_walk) {
         kiln__cl_src stores = {0};
-        for (int s = 0; s < e->n_stores; s++) {
-            if (e->node[e->store[s].node].rows) continue;
-            char idx[64];
-            along(idx, sizeof idx, "ob", s, g->output[e->store[s].output].strides[nd - 1], 'o', nd - 1);
-            kiln__cl_codegen_store(&stores, g, s, idx);
-        }
-                bool ok = !stores.oom && walk(b, g, fp64, &x, e->n_nodes, stores.s);
+        kiln__cl_row_stores(g, &stores, NULL);
+        bool ok = !stores.oom && walk(b, g, fp64, &x, e->n_nodes, stores.s);
         b->oom |= stores.oom;
         free(stores.s);
         if (!ok && !b->oom) return false;

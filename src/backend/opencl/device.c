@@ -124,6 +124,8 @@ static kiln__cl_device *device_open(int index) {
     cl_device_fp_config fp64 = 0;
     clGetDeviceInfo(d->id, CL_DEVICE_DOUBLE_FP_CONFIG, sizeof fp64, &fp64, NULL);
     d->fp64 = fp64 != 0;
+    cl_device_type type = 0;
+    d->cpu = clGetDeviceInfo(d->id, CL_DEVICE_TYPE, sizeof type, &type, NULL) == CL_SUCCESS && (type & CL_DEVICE_TYPE_CPU);
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)d->platform, 0};
     cl_int err = CL_SUCCESS;
     d->context = clCreateContext(props, 1, &d->id, NULL, NULL, &err);

@@ -21,6 +21,13 @@ static kiln__cl_device *device_of_op(const kiln__op *op) {
     return NULL;
 }
 
+/* A group ending in a reduction as one vector loop per row (codegen_rows_vec.c) on a CPU
+ * device, as a work-group per row elsewhere; KILN_OPENCL_ROWS=vector|group forces one. */
+static bool vector_rows(const kiln__cl_device *d) {
+    const char *mode = getenv("KILN_OPENCL_ROWS");
+    return mode ? strcmp(mode, "vector") == 0 : d->cpu;
+}
+
 static kiln_status run_group(kiln__cl_device *d, const kiln__op *op, const kiln__fused *g) {
     for (int k = 0; k < g->expr.n_inputs; k++)
         if (g->input[k].storage->device != d->device) {
@@ -32,7 +39,7 @@ static kiln_status run_group(kiln__cl_device *d, const kiln__op *op, const kiln_
     kiln__cl_ew_launch *l = malloc(sizeof *l);
     kiln_status st = KILN_ERR_OUT_OF_MEMORY;
     if (!l) kiln__kernel_error("out of host memory");
-    else if (!kiln__cl_codegen_elementwise(g, d->fp64, &src, l)) st = KILN_ERR_UNSUPPORTED;
+    else if (!kiln__cl_codegen_elementwise(g, d->fp64, vector_rows(d), &src, l)) st = KILN_ERR_UNSUPPORTED;
     else st = kiln__cl_launch_local(d, op, src.s, (size_t)l->n, l->local, l->args, l->n_args);
     free(l);
     free(src.s);

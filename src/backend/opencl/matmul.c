@@ -88,67 +88,62 @@ static bool batch_stride(const kiln__view *v, const kiln__view *c, int64_t *out)
  *         gradient): 8 rows x 32 columns, A's element broadcast times two float16 of B's row.
  * Rows past M load row M-1 (so the K loop has no branch) and are not stored; the last columns
  * of the outer form (N not a multiple of 32) take a scalar loop. Work groups of one item: each
- * item is already a vector loop, and items of one group share B's tile through the cache. */
+ * item is already a vector loop, and items of one group share B's tile through the cache.
+ * The tiles are written out register by register (macros R4/R8 repeat a statement per row): with
+ * private arrays indexed in loops, PoCL 3.1 (LLVM 15) kept the accumulators on the stack, a
+ * load and a store around every fma, and ran both kernels 2-4x slower. */
 static const char *const gemm_dot_source =
+    "#define R4(X) X(0) X(1) X(2) X(3)\n"
+    "float hsum(float16 w) { float8 v = w.lo + w.hi; float4 h = v.lo + v.hi; float2 t = h.lo + h.hi; return t.x + t.y; }\n"
     "__kernel void k(long M, long N, long K, long tiles_m, long tiles_n, long ao, long lda, long sa, long bo,\n"
     "  long ldb, long sb, long acc, __global const float *a, __global const float *b, __global float *c) {\n"
     "  long g = get_global_id(0), tm = g % tiles_m, rest = g / tiles_m, tn = rest % tiles_n, z = rest / tiles_n;\n"
-    "  long i0 = tm * 4, j0 = tn * 4, ar[4], br[4];\n"
-    "  for (int r = 0; r < 4; r++) {\n"
-    "    ar[r] = ao + z * sa + min(i0 + r, M - 1) * lda; br[r] = bo + z * sb + min(j0 + r, N - 1) * ldb; }\n"
-    "  float16 s[4][4];\n"
-    "  for (int r = 0; r < 4; r++) for (int q = 0; q < 4; q++) s[r][q] = 0;\n"
-    "  long k16 = K & ~15L;\n"
+    "  long i0 = tm * 4, j0 = tn * 4, k16 = K & ~15L;\n"
+    "#define PTR(r) const __global float *a##r = a + ao + z * sa + min(i0 + r, M - 1) * lda,\\\n"
+    "    *b##r = b + bo + z * sb + min(j0 + r, N - 1) * ldb; float16 s##r##0 = 0, s##r##1 = 0, s##r##2 = 0, s##r##3 = 0;\n"
+    "  R4(PTR)\n"
     "  for (long p = 0; p < k16; p += 16) {\n"
-    "    float16 x[4], y[4];\n"
-    "    for (int r = 0; r < 4; r++) { x[r] = vload16(0, a + ar[r] + p); y[r] = vload16(0, b + br[r] + p); }\n"
-    "    for (int r = 0; r < 4; r++) for (int q = 0; q < 4; q++) s[r][q] = fma(x[r], y[q], s[r][q]);\n"
+    "#define LOAD(r) float16 x##r = vload16(0, a##r + p), y##r = vload16(0, b##r + p);\n"
+    "    R4(LOAD)\n"
+    "#define FMA(r) s##r##0 = fma(x##r, y0, s##r##0); s##r##1 = fma(x##r, y1, s##r##1);\\\n"
+    "    s##r##2 = fma(x##r, y2, s##r##2); s##r##3 = fma(x##r, y3, s##r##3);\n"
+    "    R4(FMA)\n"
     "  }\n"
-    "  for (int r = 0; r < 4; r++) for (int q = 0; q < 4; q++) {\n"
-    "    float16 w = s[r][q]; float8 v = w.lo + w.hi; float4 h = v.lo + v.hi; float2 t = h.lo + h.hi;\n"
-    "    float sum = t.x + t.y;\n"
-    "    for (long p = k16; p < K; p++) sum = fma(a[ar[r] + p], b[br[q] + p], sum);\n"
-    "    long i = i0 + r, j = j0 + q;\n"
-    "    if (i < M && j < N) { long o = (z * M + i) * N + j; c[o] = acc ? c[o] + sum : sum; }\n"
-    "  }\n"
+    "#define ONE(r, q) { float sum = hsum(s##r##q); for (long p = k16; p < K; p++) sum = fma(a##r[p], b##q[p], sum);\\\n"
+    "    long i = i0 + r, j = j0 + q;\\\n"
+    "    if (i < M && j < N) { long o = (z * M + i) * N + j; c[o] = acc ? c[o] + sum : sum; } }\n"
+    "#define STORE(r) ONE(r, 0) ONE(r, 1) ONE(r, 2) ONE(r, 3)\n"
+    "  R4(STORE)\n"
     "}\n";
 
 static const char *const gemm_outer_source =
+    "#define R8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)\n"
     "__kernel void k(long M, long N, long K, long tiles_m, long tiles_n, long ao, long ars, long acs, long sa,\n"
     "  long bo, long ldb, long sb, long acc, __global const float *a, __global const float *b, __global float *c) {\n"
     "  long g = get_global_id(0), tm = g % tiles_m, rest = g / tiles_m, tn = rest % tiles_n, z = rest / tiles_n;\n"
-    "  long i0 = tm * 8, j0 = tn * 32, ar[8];\n"
-    "  for (int r = 0; r < 8; r++) ar[r] = ao + z * sa + min(i0 + r, M - 1) * ars;\n"
+    "  long i0 = tm * 8, j0 = tn * 32;\n"
+    "#define PTR(r) const __global float *a##r = a + ao + z * sa + min(i0 + r, M - 1) * ars; float16 s##r = 0, t##r = 0;\n"
+    "  R8(PTR)\n"
     "  const __global float *bz = b + bo + z * sb;\n"
     "  __global float *cz = c + z * M * N;\n"
     "  if (j0 + 32 <= N) {\n"
-    "    float16 s[8], t[8];\n"
-    "    for (int r = 0; r < 8; r++) s[r] = t[r] = 0;\n"
     "    for (long p = 0; p < K; p++) {\n"
     "      const __global float *row = bz + p * ldb + j0;\n"
     "      float16 y0 = vload16(0, row), y1 = vload16(1, row);\n"
-    "      for (int r = 0; r < 8; r++) {\n"
-    "        float16 x = (float16)(a[ar[r] + p * acs]); s[r] = fma(x, y0, s[r]); t[r] = fma(x, y1, t[r]); }\n"
+    "#define FMA(r) { float16 x = (float16)(a##r[p * acs]); s##r = fma(x, y0, s##r); t##r = fma(x, y1, t##r); }\n"
+    "      R8(FMA)\n"
     "    }\n"
-    "    for (int r = 0; r < 8; r++) {\n"
-    "      if (i0 + r >= M) break;\n"
-    "      __global float *o = cz + (i0 + r) * N + j0;\n"
-    "      if (acc) { s[r] += vload16(0, o); t[r] += vload16(1, o); }\n"
-    "      vstore16(s[r], 0, o); vstore16(t[r], 1, o);\n"
-    "    }\n"
+    "#define STORE(r) if (i0 + r < M) { __global float *o = cz + (i0 + r) * N + j0;\\\n"
+    "      if (acc) { s##r += vload16(0, o); t##r += vload16(1, o); }\\\n"
+    "      vstore16(s##r, 0, o); vstore16(t##r, 1, o); }\n"
+    "    R8(STORE)\n"
     "  } else {\n"
-    "    for (int r = 0; r < 8 && i0 + r < M; r++) for (long j = j0; j < N; j++) {\n"
-    "      float sum = 0;\n"
-    "      for (long p = 0; p < K; p++) sum = fma(a[ar[r] + p * acs], bz[p * ldb + j], sum);\n"
-    "      long o = (i0 + r) * N + j; cz[o] = acc ? cz[o] + sum : sum;\n"
-    "    }\n"
+    "#define TAIL(r) if (i0 + r < M) for (long j = j0; j < N; j++) { float sum = 0;\\\n"
+    "      for (long p = 0; p < K; p++) sum = fma(a##r[p * acs], bz[p * ldb + j], sum);\\\n"
+    "      long o = (i0 + r) * N + j; cz[o] = acc ? cz[o] + sum : sum; }\n"
+    "    R8(TAIL)\n"
     "  }\n"
     "}\n";
-
-static bool cpu_device(const kiln__cl_device *d) {
-    cl_device_type t = 0;
-    return clGetDeviceInfo(d->id, CL_DEVICE_TYPE, sizeof t, &t, NULL) == CL_SUCCESS && (t & CL_DEVICE_TYPE_CPU);
-}
 
 /* out = a b (+ out) by one of the tiled forms; *done false when neither fits the layout. */
 static kiln_status tiled(kiln__cl_device *d, const kiln__op *op, bool accumulate, bool *done) {
@@ -278,7 +273,7 @@ static kiln_status kernel_matmul(const kiln__op *op) {
      * GEMM on a CPU device, CLBlast on the others. */
     const char *mode = getenv("KILN_OPENCL_GEMM"), *blas_off = getenv("KILN_OPENCL_BLAS");
     bool generic = (mode && strcmp(mode, "generic") == 0) || (blas_off && strcmp(blas_off, "0") == 0);
-    bool want_tiled = mode ? strcmp(mode, "tiled") == 0 : cpu_device(d);
+    bool want_tiled = mode ? strcmp(mode, "tiled") == 0 : d->cpu;
     bool done = false;
     if (!generic && want_tiled) {
         kiln_status st = tiled(d, op, accumulate, &done);

@@ -2,8 +2,9 @@
  * and adaptive) and their gradients, for f32 and f64 (the op layer casts other dtypes).
  *
  * In f32 with one group, the forward and the weight gradient are im2col (a generated kernel
- * into a column buffer from the device's caching allocator) + the device's GEMM (matmul.c);
- * everything else (groups, f64, the input gradient, columns too large) runs direct kernels, one
+ * into a column buffer from the device's caching allocator) + the device's GEMM (matmul.c),
+ * the input gradient the GEMM into a column buffer + col2im; everything else (groups, f64,
+ * columns too large) runs direct kernels, one
  * work item per output element (the forward's y, the input gradient's dx, the weight
  * gradient's dw), each summing its taps with stride, padding, dilation and groups as the CPU's
  * im2col + GEMM does; sums are in the operand dtype, so f32 results differ from the CPU's in
@@ -121,6 +122,27 @@ static const char *const dy_t_body =
     "  long i = get_global_id(0); if (i >= total) return;\n"
     "  long p = i % (OH * OW), t = i / (OH * OW), n = t % N, o = t / N;\n"
     "  dyt[i] = dy[yo + (n * O + o) * (OH * OW) + p];\n}\n";
+
+/* For the input gradient: dx[n,c,iy,ix] (dense, at ao) sums colt[n, oy*OW + ox, (c*KH + ki)*KW
+ * + kj] over the taps (ki, kj) whose output (oy, ox) reads it (taps as the direct kernel's). */
+static const char *const col2im_t_body =
+    "__global T *dx, __global const T *col) {\n"
+    "  long i = get_global_id(0); if (i >= total) return;\n"
+    "  long ix = i % W, t = i / W, iy = t % H; t /= H; long c = t % C, n = t / C;\n"
+    "  __global const T *cn = col + n * (OH * OW) * (C * KH * KW) + c * (KH * KW);\n"
+    "  T acc = 0;\n"
+    "  for (long ki = 0; ki < KH; ki++) {\n"
+    "    int ty = (int)(iy + ph - ki * dh), oy = ty; if (ty < 0) continue;\n"
+    "    if (sh != 1) { if (ty % (int)sh) continue; oy = ty / (int)sh; }\n"
+    "    if (oy >= OH) continue;\n"
+    "    for (long kj = 0; kj < KW; kj++) {\n"
+    "      int tx = (int)(ix + pw - kj * dw), ox = tx; if (tx < 0) continue;\n"
+    "      if (sw != 1) { if (tx % (int)sw) continue; ox = tx / (int)sw; }\n"
+    "      if (ox >= OW) continue;\n"
+    "      acc += cn[(oy * OW + ox) * (C * KH * KW) + ki * KW + kj];\n"
+    "    }\n"
+    "  }\n"
+    "  dx[ao + i] = acc;\n}\n";
 
 /* The pooling window of output i along one dim (pool.c's window()). */
 static const char *const pool_window =
@@ -347,6 +369,42 @@ static kiln_status conv_weight_im2col(kiln__cl_device *d, const kiln__op *op, co
     return st;
 }
 
+/* CONV2D_BACKWARD_INPUT as one batched GEMM and col2im: colt[n] [P, C*KH*KW] = dy[n]^T [P, O]
+ * w [O, C*KH*KW] (the outer form of the tiled GEMM), then one work item per dx element sums
+ * its taps' entries of colt (col2im_t_body: a gather, no two items write one element). The
+ * direct kernel reads dy and w once per input element and tap, with no reuse across items.
+ * Same conditions and fallback as conv_im2col, dy dense too. */
+static kiln_status conv_input_im2col(kiln__cl_device *d, const kiln__op *op, const cl_long *g, bool *done) {
+    *done = false;
+    if (!im2col_takes(op, g) || !kiln__view_is_contiguous(&op->in[0])) return KILN_OK;
+    int64_t ck = g[G_C] * g[G_KH] * g[G_KW], p = g[G_OH] * g[G_OW];
+    if (!g[G_N] || !ck || !p || !g[G_O]) return KILN_OK;
+    size_t floats = (size_t)g[G_N] * (size_t)ck * (size_t)p;
+    if (floats / (size_t)g[G_N] / (size_t)p != (size_t)ck || !scratch_fits(d, floats)) return KILN_OK;
+    kiln__storage *col = kiln__storage_new(d->device, floats * sizeof(float));
+    if (!col) return KILN_OK; /* the direct kernel needs no scratch */
+    kiln__cl_buf *cb = col->data;
+    kiln_status st = kiln__cl_scratch_begin(d, cb, kiln__cl_queue(d, op));
+    if (st == KILN_OK) {
+        kiln__op mm = matmul_in(op, 2);
+        kiln_dtype dt = op->out[0].dtype;
+        mm.in[0] = dense3(op->in[0].storage, dt, op->in[0].offset, g[G_N], p, g[G_O]);
+        mm.in[0].strides[1] = 1, mm.in[0].strides[2] = p; /* dy[n] [O, P] read transposed */
+        mm.in[1] = dense3(op->in[1].storage, dt, op->in[1].offset, g[G_N], g[G_O], ck);
+        mm.in[1].strides[0] = 0; /* one weight for every image */
+        mm.out[0] = dense3(col, dt, 0, g[G_N], p, ck);
+        st = d->backend.kernels[KILN__OP_MATMUL](&mm);
+    }
+    if (st == KILN_OK) {
+        cl_mem bufs[2] = {kiln__cl_mem(op->out[0].storage), cb->mem};
+        st = launch(d, op, "", col2im_t_body, g, (size_t)g[G_TOTAL], bufs, 2, NULL, 0);
+    }
+    kiln__cl_scratch_end(d, cb);
+    kiln__storage_release(col);
+    *done = true;
+    return st;
+}
+
 static kiln_status kernel_conv(const kiln__op *op) {
     kiln__cl_device *d = dev_of(op);
     if (NEVER(!d)) return KILN_ERR_INTERNAL;
@@ -384,11 +442,11 @@ static kiln_status kernel_conv(const kiln__op *op) {
         kiln__kernel_error("no OpenCL %s kernel for images of 2^30 rows or columns", kiln__opcode_name(op->code));
         return KILN_ERR_UNSUPPORTED;
     }
-    if (which != 1) {
-        bool done;
-        kiln_status st = which == 0 ? conv_im2col(d, op, g, &done) : conv_weight_im2col(d, op, g, &done);
-        if (done) return st;
-    }
+    bool done;
+    kiln_status st = which == 0   ? conv_im2col(d, op, g, &done)
+                     : which == 1 ? conv_input_im2col(d, op, g, &done)
+                                  : conv_weight_im2col(d, op, g, &done);
+    if (done) return st;
     return launch(d, op, "", conv_body[which], g, (size_t)g[G_TOTAL], bufs, n_bufs, ints, n_ints);
 }
 

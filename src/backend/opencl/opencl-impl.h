@@ -78,6 +78,7 @@ typedef struct kiln__cl_device {
     size_t staging_bytes; /* of every staging buffer made, free or in use */
     kiln__kernel_fn inner[KILN__OP_COUNT]; /* the kernels the table's wrapper runs */
     bool fp64;
+    bool cpu; /* a CPU device (PoCL): kernels written as explicit vector loops run best there */
     kiln__device_desc desc;
     kiln__backend backend;
     kiln__device_memory memory;
@@ -202,16 +203,48 @@ typedef struct {
     kiln__cl_arg args[3 * (KILN__EXPR_MAX_INPUTS + KILN__EXPR_MAX_OUTPUTS) + KILN__EXPR_MAX_NODES + 2];
     int n_args;
 } kiln__cl_ew_launch;
-bool kiln__cl_codegen_elementwise(const kiln__fused *g, bool fp64, kiln__cl_src *src, kiln__cl_ew_launch *l);
+/* vec_rows: a group ending in a reduction takes the vector form (codegen_rows_vec.c) when it
+ * fits it. */
+bool kiln__cl_codegen_elementwise(const kiln__fused *g, bool fp64, bool vec_rows, kiln__cl_src *src, kiln__cl_ew_launch *l);
 /* The parts codegen.c shares with codegen_rows.c: the prelude and signature with its launch
  * arguments, one node's declaration, one store. */
 bool kiln__cl_codegen_params(const kiln__fused *g, bool fp64, kiln__cl_src *b, kiln__cl_ew_launch *l);
 bool kiln__cl_codegen_node(kiln__cl_src *b, const kiln__fused *g, int i, bool fp64,
                            void (*index)(kiln__cl_src *b, const void *ctx, int k), const void *ctx);
 void kiln__cl_codegen_store(kiln__cl_src *b, const kiln__fused *g, int s, const char *idx);
+/* Prints OP node i's expression (no declaration); false when it has no OpenCL form. */
+bool kiln__cl_codegen_op(kiln__cl_src *b, const kiln__fused *g, int i, bool fp64);
 /* A group ending in a REDUCE over its last dim (g->row > 0), with its epilogue: one work-group
  * per row (l->n items in groups of l->local), see codegen_rows.c. */
 bool kiln__cl_codegen_rows(const kiln__fused *g, bool fp64, kiln__cl_src *b, kiln__cl_ew_launch *l);
+/* What codegen_rows.c shares with codegen_rows_vec.c: which inputs are read once per row and
+ * each input's stride along the row; the index of input k at element j of row r (a callback of
+ * kiln__cl_codegen_node); the REDUCE node; the kernel's part after `r` (the row) is declared
+ * (len, the row's bases ib<k> and ob<s>, the constants, then `reduce` printing the REDUCE node R
+ * as v<R>, then the per-row nodes after it; *last_walk: per-element values are stored or an
+ * epilogue follows, so the row is walked once more); the per-element stores at element j
+ * (and as vstore16 at j..j+15 into vstores unless NULL). */
+typedef struct {
+    const kiln__fused *g;
+    bool rows_in[KILN__EXPR_MAX_INPUTS]; /* input k is read once per row */
+    int64_t step[KILN__EXPR_MAX_INPUTS];  /* input k's stride along the row */
+} kiln__cl_row_index;
+typedef bool (*kiln__cl_row_reduce_fn)(kiln__cl_src *b, const kiln__fused *g, bool fp64, const kiln__cl_row_index *x, int R);
+void kiln__cl_row_input_index(kiln__cl_src *b, const void *ctx, int k);
+int kiln__cl_row_reduce_node(const kiln__fused *g);
+bool kiln__cl_row_body(kiln__cl_src *b, const kiln__fused *g, bool fp64, kiln__cl_row_index *x, bool *last_walk,
+                       kiln__cl_row_reduce_fn reduce);
+void kiln__cl_row_stores(const kiln__fused *g, kiln__cl_src *stores, kiln__cl_src *vstores);
+/* The same group as one work item per row walking it in float16 vectors (codegen_rows_vec.c),
+ * for CPU devices; _takes: the group's nodes, dtypes and layouts have that form (f32, rows
+ * dense or broadcast, opcodes whose OpenCL C reads the same on vectors). */
+bool kiln__cl_rows_vec_takes(const kiln__fused *g);
+bool kiln__cl_codegen_rows_vec(const kiln__fused *g, bool fp64, kiln__cl_src *b, kiln__cl_ew_launch *l);
+
+/* A SUM or MEAN of a whole dense f32 tensor of at least 2^16 elements, in chunks then their
+ * total (reduce_chunked.c); _takes: op has that form. */
+bool kiln__cl_sum_chunked_takes(const kiln__op *op);
+kiln_status kiln__cl_sum_chunked(kiln__cl_device *d, const kiln__op *op);
 
 /* ---- kernels --------------------------------------------------------------------------- */
 void kiln__cl_register_elementwise(kiln__kernel_fn *table);

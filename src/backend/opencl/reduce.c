@@ -1,7 +1,8 @@
 /* OpenCL reductions (SUM MEAN PROD MAX MIN VAR LOGSUMEXP ARGMAX ARGMIN over any dims) and
  * SOFTMAX / LOG_SOFTMAX over one dim: generated kernels, one work item per output element
  * (per line for softmax) walking its reduced elements in row-major order. The source depends
- * on the opcode and dtypes only: shapes and strides are arguments. Floats accumulate in double
+ * on the opcode and dtypes only: shapes and strides are arguments. A long f32 SUM or MEAN to one
+ * value runs in chunks instead (reduce_chunked.c). Floats accumulate in double
  * when the device has it (the CPU accumulates in double too, in another order: sums agree to
  * rounding, max/min/arg* exactly); NaN propagates as on the CPU. */
 #include <string.h>
@@ -78,6 +79,7 @@ static kiln_status kernel_reduce(const kiln__op *op) {
         kiln__kernel_error("no OpenCL kernel for %s on %s yet", kiln__opcode_name(op->code), kiln_dtype_name(idt));
         return KILN_ERR_UNSUPPORTED;
     }
+    if (kiln__cl_sum_chunked_takes(op)) return kiln__cl_sum_chunked(d, op);
     int nd = in->ndim;
     int64_t oshape[KILN_MAX_DIMS], rshape[KILN_MAX_DIMS];
     cl_long nout = 1, nred = 1;
