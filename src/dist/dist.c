@@ -340,16 +340,30 @@ static kiln_status mpi_check(int rc, const char *what) {
 /* MPI counts are int: long buffers go in chunks. */
 #define CHUNK ((int64_t)1 << 28)
 
-/* Waits for a non-blocking collective by testing it, sleeping between tests once it is not
- * quick: a blocking MPI call busy-polls its core, which on a small machine starves the engine
- * workers that should run backward meanwhile (the overlap). The sleep grows to 200 us. */
+/* Waits for non-blocking collectives by testing them, sleeping between tests once they are not
+ * quick (the sleep grows to 200 us): a blocking MPI call busy-polls its core, which on a small
+ * machine starves the engine workers that should run backward meanwhile (the overlap).
+ * With n > 1, reqs[0] is a failure agreement that every rank starts just before its data
+ * (reduce_sized): its end says that every peer has arrived. Waiting for them may take
+ * milliseconds, but from then on the data is moving, and over shared memory each step of it
+ * (the rendezvous, the single-copy read, its acknowledgement) advances only inside some rank's
+ * test; so the sleep starts again from the shortest, instead of adding up to 200 us a step to
+ * every bucket, a tail that is exposed once backward is done. (Spinning once the peers are here
+ * was measured and not kept: the rank that arrives last still has backward to run, and
+ * spinning on its own core delays it further; BENCHMARKS.md, "Data parallelism over MPI".) */
 static kiln_status mpi_wait_all(int rc, int n, MPI_Request *reqs, const char *what) {
     kiln_status st = mpi_check(rc, what);
     long sleep_ns = 0;
+    bool arrived = n == 1;
     for (int polls = 0; st == KILN_OK; polls++) {
         int done = 0;
         st = mpi_check(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE), what);
         if (done || st != KILN_OK) break;
+        if (!arrived) {
+            int flag = 0;
+            st = mpi_check(MPI_Test(&reqs[0], &flag, MPI_STATUS_IGNORE), what);
+            if (flag) arrived = true, sleep_ns = 0;
+        }
         if (polls < 64) continue;
         sleep_ns = sleep_ns ? (sleep_ns * 2 > 200000 ? 200000 : sleep_ns * 2) : 2000;
         nanosleep(&(struct timespec){0, sleep_ns}, NULL);
