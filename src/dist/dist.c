@@ -7,6 +7,7 @@
  * data-parallel bucket, whose size every rank knows, the agreement travels beside the data). A
  * watchdog turns a collective blocked on a dead or stuck peer into a clear message and an
  * aborted job. Without mpirun (or without MPI at build time) this is a world of one. */
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -14,6 +15,10 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#endif
 
 #include "dist/dist-impl.h"
 #include "engine/profiler.h"
@@ -340,16 +345,30 @@ static kiln_status mpi_check(int rc, const char *what) {
 /* MPI counts are int: long buffers go in chunks. */
 #define CHUNK ((int64_t)1 << 28)
 
-/* Waits for a non-blocking collective by testing it, sleeping between tests once it is not
- * quick: a blocking MPI call busy-polls its core, which on a small machine starves the engine
- * workers that should run backward meanwhile (the overlap). The sleep grows to 200 us. */
+/* Waits for non-blocking collectives by testing them, sleeping between tests once they are not
+ * quick (the sleep grows to 200 us): a blocking MPI call busy-polls its core, which on a small
+ * machine starves the engine workers that should run backward meanwhile (the overlap).
+ * With n > 1, reqs[0] is a failure agreement that every rank starts just before its data
+ * (reduce_sized): its end says that every peer has arrived. Waiting for them may take
+ * milliseconds, but from then on the data is moving, and over shared memory each step of it
+ * (the rendezvous, the single-copy read, its acknowledgement) advances only inside some rank's
+ * test; so the sleep starts again from the shortest, instead of adding up to 200 us a step to
+ * every bucket, a tail that is exposed once backward is done. (Spinning once the peers are here
+ * was measured and not kept: the rank that arrives last still has backward to run, and
+ * spinning on its own core delays it further; BENCHMARKS.md, "Data parallelism over MPI".) */
 static kiln_status mpi_wait_all(int rc, int n, MPI_Request *reqs, const char *what) {
     kiln_status st = mpi_check(rc, what);
     long sleep_ns = 0;
+    bool arrived = n == 1;
     for (int polls = 0; st == KILN_OK; polls++) {
         int done = 0;
         st = mpi_check(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE), what);
         if (done || st != KILN_OK) break;
+        if (!arrived) {
+            int flag = 0;
+            st = mpi_check(MPI_Test(&reqs[0], &flag, MPI_STATUS_IGNORE), what);
+            if (flag) arrived = true, sleep_ns = 0;
+        }
         if (polls < 64) continue;
         sleep_ns = sleep_ns ? (sleep_ns * 2 > 200000 ? 200000 : sleep_ns * 2) : 2000;
         nanosleep(&(struct timespec){0, sleep_ns}, NULL);
@@ -558,7 +577,36 @@ static bool debug_take(_Atomic int *skip) {
     return v == 0;
 }
 
+/* Asks the scheduler for a short time slice for the calling thread, the engine's communication
+ * thread (Linux 6.12+'s EEVDF takes sched_attr's sched_runtime as the slice a SCHED_OTHER task
+ * asks for; older kernels ignore it). That thread mostly sleeps between tests of a collective;
+ * when it wakes on a core busy with backward, a short slice gives it an early deadline, so it
+ * runs at once instead of after the compute thread's slice (0.7 ms x (1 + log2 CPUs), 1.4 ms on
+ * 2 cores). It gets no more CPU time: its weight (the nice value) stays as it was. */
+static void request_short_slice(void) {
+#if defined(__linux__) && defined(SYS_sched_setattr)
+    struct {
+        uint32_t size, policy;
+        uint64_t flags;
+        int32_t nice;
+        uint32_t priority;
+        uint64_t runtime, deadline, period;
+    } attr = {.size = sizeof attr, .policy = 0 /* SCHED_OTHER */};
+    errno = 0;
+    int nice = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+    if (nice == -1 && errno) return;
+    attr.nice = nice;
+    attr.runtime = 100000; /* 0.1 ms, the shortest slice the kernel takes */
+    (void)syscall(SYS_sched_setattr, 0, &attr, 0u); /* best effort */
+#endif
+}
+
 static kiln_status comm_kernel(const kiln__op *op) {
+    static _Thread_local bool sliced;
+    if (!sliced) { /* (in synchronous mode this is the caller's thread: left alone) */
+        sliced = true;
+        if (kiln_engine_is_async()) request_short_slice();
+    }
     bool injected = debug_take(&debug.fail_skip);
     bool failed_here = injected || op->p.i[3] != 0 ||
                        (op->n_in > 0 && op->in[0].storage && atomic_load(&op->in[0].storage->err));
