@@ -388,7 +388,10 @@ static kiln_tensor encoder(const kiln_bert *m, kiln_tensor ids, kiln_tensor mask
         x = kiln_add(x, kiln_narrow(kiln_ref(m->token_type), 0, 0, 1));
     x = kiln_add(kiln_reshape(x, KILN_SHAPE(b, s, h)), kiln_narrow(kiln_ref(m->position), 0, 0, s));
     x = kiln_layer_norm(x, hs, kiln_ref(m->ln_w), kiln_ref(m->ln_b), eps);
-    if (packing) x = kiln_index_select(kiln_reshape(x, KILN_SHAPE(b * s, h)), 0, kiln_ref(packing->pack)); /* [T, h] */
+    /* the rows as one 2-d [b * s, h] (or packed [T, h]) matrix from here on: each linear is one
+     * 2-d product, which fuses with its GELU or residual add (fusion_matmul.c takes 2-d only) */
+    x = kiln_reshape(x, KILN_SHAPE(b * s, h));
+    if (packing) x = kiln_index_select(x, 0, kiln_ref(packing->pack)); /* [T, h] */
     /* transformers' extended attention mask: 0 for a token, the lowest float for padding, added
      * to the scores [b, heads, s, s] as [b, 1, 1, s]. Finite, as there: a row with no token at
      * all attends evenly rather than giving NaN. */
@@ -404,7 +407,7 @@ static kiln_tensor encoder(const kiln_bert *m, kiln_tensor ids, kiln_tensor mask
          * heads merge as a view */
         kiln_tensor q = head_view(kiln_ref(qkv), 0), k = head_view(kiln_ref(qkv), 1), v = head_view(qkv, 2);
         kiln_tensor ctx = kiln_scaled_dot_product_attention(q, k, v, kiln_ref(hide), false, 1.0);
-        ctx = kiln_reshape(kiln_permute(ctx, KILN_DIMS(0, 2, 1, 3)), packing ? KILN_SHAPE(b * s, h) : KILN_SHAPE(b, s, h));
+        ctx = kiln_reshape(kiln_permute(ctx, KILN_DIMS(0, 2, 1, 3)), KILN_SHAPE(b * s, h));
         if (packing) ctx = kiln_index_select(ctx, 0, kiln_ref(packing->pack));
         kiln_tensor a = kiln_linear(ctx, kiln_ref(w[AO_W]), kiln_ref(w[AO_B]));
         x = kiln_layer_norm(kiln_add(a, x), hs, kiln_ref(w[ALN_W]), kiln_ref(w[ALN_B]), eps);
@@ -413,8 +416,8 @@ static kiln_tensor encoder(const kiln_bert *m, kiln_tensor ids, kiln_tensor mask
         x = kiln_layer_norm(kiln_add(o, x), hs, kiln_ref(w[OLN_W]), kiln_ref(w[OLN_B]), eps);
     }
     kiln_release(hide);
-    if (packing) x = kiln_reshape(kiln_index_select(x, 0, kiln_ref(packing->unpack)), KILN_SHAPE(b, s, h));
-    return x;
+    if (packing) x = kiln_index_select(x, 0, kiln_ref(packing->unpack));
+    return kiln_reshape(x, KILN_SHAPE(b, s, h));
 }
 
 /* Checks the inputs; on success *b and *s are the batch and sequence sizes. Otherwise returns
