@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "kiln/bert.h"
@@ -272,6 +273,56 @@ static bool fuse_qkv(kiln_bert *m) {
     return true;
 }
 
+/* The linear layers' weights, layer by layer in the order a forward reads them, copied into one
+ * buffer of 2 MiB pages (transparent huge pages, asked for with madvise): a forward over a few
+ * tokens streams all of them (42 MB for MiniLM) from memory once, and with 4 KiB pages (the
+ * file mapping, or separate allocations of 0.6-2.4 MB) their TLB misses cost about a fifth of
+ * that stream: 16-row products over MiniLM's weights cold, one thread, 4.2 -> 3.4 ms. */
+#define WEIGHT_PAGE ((size_t)2 << 20)
+
+static void free_weights(void *buf) { free(buf); }
+
+static bool pack_linear_weights(kiln_bert *m) {
+    static const int which[] = {QKV_W, AO_W, I_W, O_W};
+    enum { N = sizeof which / sizeof *which };
+    int64_t total = 0, layers = m->cfg.num_hidden_layers;
+    for (int64_t l = 0; l < layers; l++)
+        for (int k = 0; k < N; k++) total += kiln_tensor_numel(m->layers[l][which[k]]);
+    size_t bytes = ((size_t)total * sizeof(float) + WEIGHT_PAGE - 1) / WEIGHT_PAGE * WEIGHT_PAGE;
+    float *buf = aligned_alloc(WEIGHT_PAGE, bytes);
+    if (!buf) return kiln__report(KILN_ERR_OUT_OF_MEMORY, OP_LOAD, "out of memory for the weights"), false;
+#ifdef MADV_HUGEPAGE
+    madvise(buf, bytes, MADV_HUGEPAGE); /* a hint: without it the pages are 4 KiB, nothing else changes */
+#endif
+    int64_t off = 0;
+    kiln_status st = KILN_OK;
+    for (int64_t l = 0; l < layers && st == KILN_OK; l++)
+        for (int k = 0; k < N && st == KILN_OK; k++) {
+            int64_t n = kiln_tensor_numel(m->layers[l][which[k]]);
+            st = kiln_into_data(kiln_ref(m->layers[l][which[k]]), buf + off, sizeof(float) * (size_t)n);
+            off += n;
+        }
+    kiln_tensor all = st == KILN_OK ? kiln_from_borrowed(KILN_F32, KILN_SHAPE(total), buf, free_weights, buf) : KILN_NONE;
+    if (!kiln__nn_peek(all)) {
+        kiln_release(all);
+        free(buf);
+        return kiln__report(st != KILN_OK ? st : KILN_ERR_OUT_OF_MEMORY, OP_LOAD, "cannot gather the weights: %s",
+                            kiln_last_error()), false;
+    }
+    off = 0;
+    for (int64_t l = 0; l < layers; l++)
+        for (int k = 0; k < N; k++) {
+            kiln_tensor *t = &m->layers[l][which[k]];
+            int64_t n = kiln_tensor_numel(*t);
+            kiln_tensor view = kiln_reshape(kiln_narrow(kiln_ref(all), 0, off, n), kiln_tensor_shape(*t));
+            kiln_release(*t);
+            *t = view;
+            off += n;
+        }
+    kiln_release(all);
+    return true;
+}
+
 kiln_bert *kiln_bert_load(const char *dir) {
     if (!dir) return kiln__report(KILN_ERR_NULL, OP_LOAD, "dir is NULL"), NULL;
     kiln_bert *m = calloc(1, sizeof *m);
@@ -315,6 +366,7 @@ kiln_bert *kiln_bert_load(const char *dir) {
     kiln__st_free(&f);
     free(w);
     if (ok) ok = fuse_qkv(m);
+    if (ok) ok = pack_linear_weights(m);
     if (!ok) return kiln_bert_free(m), NULL;
     return m;
 }
