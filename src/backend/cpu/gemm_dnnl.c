@@ -53,13 +53,13 @@ static bool enabled(void) {
 
 int64_t kiln__gemm_dnnl_rows(void) { return enabled() ? TILE_ROWS : 0; }
 
-/* oneDNN wants each leading dimension at least its stored row's width */
-static bool ld_ok(int64_t rows, int64_t cols, int64_t ld) { return rows <= 1 ? ld >= 1 : ld >= (cols > 1 ? cols : 1); }
+/* oneDNN wants each leading dimension at least its stored row's width, even of a single row */
+static bool ld_ok(int64_t cols, int64_t ld) { return ld >= (cols > 1 ? cols : 1); }
 
 bool kiln__gemm_dnnl_takes(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
                            int64_t ldc) {
-    return enabled() && m > 0 && n > 0 && k > 0 && ld_ok(trans_a ? k : m, trans_a ? m : k, lda) &&
-           ld_ok(trans_b ? n : k, trans_b ? k : n, ldb) && ld_ok(m, n, ldc);
+    return enabled() && m > 0 && n > 0 && k > 0 && ld_ok(trans_a ? m : k, lda) && ld_ok(trans_b ? k : n, ldb) &&
+           ld_ok(n, ldc);
 }
 
 #if KILN_HAVE_DNNL
