@@ -6,6 +6,7 @@
  * than 32 rows through the MATMUL kernel with the path on and off. Skipped (77) in a build
  * without oneDNN. */
 #include "backend/cpu/gemm_dnnl.h"
+#include "backend/cpu/vmath.h"
 #include "ew_util.h"
 
 /* C = alpha op(A) op(B) + beta C0 in double */
@@ -106,7 +107,14 @@ KT_TEST(refuses_what_it_cannot_take) {
     kiln__gemm_dnnl_force(0);
     KT_CHECK(kiln__gemm_dnnl_rows() == 0);
     KT_CHECK(!kiln__gemm_dnnl_takes(0, 0, 40, 8, 16, 16, 8, 8));
+    /* by default, off where kiln's vector code is capped below AVX-512 (KILN_ISA) */
     kiln__gemm_dnnl_force(-1);
+    const char *env = getenv("KILN_GEMM_DNNL");
+    if (!(env && *env) && kiln__vmath_force_isa("avx2") == 0) {
+        KT_CHECK(kiln__gemm_dnnl_rows() == 0);
+        KT_CHECK(!kiln__gemm_dnnl_takes(0, 0, 40, 8, 16, 16, 8, 8));
+        kiln__vmath_force_isa(NULL);
+    }
 }
 
 /* y = x W^T + b through the MATMUL kernel, oneDNN on and off, against double. */

@@ -3,9 +3,11 @@
  * Why: Debian's OpenBLAS 0.3.21 does not know AMD's Zen 5 and runs its Haswell (AVX2)
  * kernels there, while oneDNN picks AVX-512 from the CPU's feature bits. One thread, this
  * machine (AMD EPYC, AVX-512), x W^T at MiniLM's shapes (m = 2300 tokens): OpenBLAS 107-118
- * GFLOP/s, dnnl_sgemm 211-223. On an Intel CPU with AVX-512, where OpenBLAS has its SkylakeX
- * kernels, the two measured alike (222 against 224 GFLOP/s), so the path is on wherever the
- * CPU has AVX-512 (KILN_GEMM_DNNL=0 turns it off, =1 on everywhere oneDNN runs).
+ * GFLOP/s, dnnl_sgemm 211-223. With OPENBLAS_CORETYPE=SkylakeX (the AVX-512 kernels OpenBLAS
+ * picks on an Intel CPU) the two measured alike here (222 against 224 GFLOP/s at 2300 x 1152 x
+ * 384), so oneDNN costs nothing where OpenBLAS does know the CPU, and the path is on wherever the
+ * CPU has AVX-512 and KILN_ISA leaves kiln's own AVX-512 code on (KILN_GEMM_DNNL=0 turns it
+ * off, =1 on everywhere oneDNN runs).
  *
  * Tiles: oneDNN's sums over k for one output element depend on the call's shape (a row
  * computed in a call of fewer than 16 rows, or with k = 1000 fewer than 128, came out
@@ -21,6 +23,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu-impl.h"
+#include "backend/cpu/vmath.h"
 
 #define TILE_ROWS 256
 /* Columns: two tiles (one per core here) from 256 columns up, in multiples of 64. */
@@ -30,8 +33,8 @@ static atomic_int forced = -1;
 
 void kiln__gemm_dnnl_force(int mode) { atomic_store(&forced, mode < 0 ? -1 : mode != 0); }
 
-/* KILN_GEMM_DNNL=0/1, else on where the CPU has AVX-512 */
-static int default_on(void) {
+/* 0 off and 1 on (KILN_GEMM_DNNL=0/1), 2 by the CPU: it has AVX-512; read once */
+static int env_mode(void) {
     static atomic_int cached = -1;
     int v = atomic_load_explicit(&cached, memory_order_relaxed);
     if (v >= 0) return v;
@@ -39,16 +42,21 @@ static int default_on(void) {
     v = 0;
     if (e && (e[0] == '0' || e[0] == '1') && !e[1]) v = e[0] - '0';
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    else
-        v = __builtin_cpu_supports("avx512f");
+    else if (__builtin_cpu_supports("avx512f"))
+        v = 2;
 #endif
     atomic_store_explicit(&cached, v, memory_order_relaxed);
     return v;
 }
 
+/* forced, else KILN_GEMM_DNNL, else the CPU's AVX-512 unless KILN_ISA (or a test) caps kiln's
+ * vector code below it */
 static bool enabled(void) {
+    if (!KILN_HAVE_DNNL) return false;
     int f = atomic_load_explicit(&forced, memory_order_relaxed);
-    return KILN_HAVE_DNNL && (f >= 0 ? f : default_on());
+    if (f >= 0) return f;
+    int mode = env_mode();
+    return mode == 1 || (mode == 2 && strcmp(kiln__vmath_isa(), "avx512") == 0);
 }
 
 int64_t kiln__gemm_dnnl_rows(void) { return enabled() ? TILE_ROWS : 0; }
