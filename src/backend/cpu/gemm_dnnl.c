@@ -115,6 +115,10 @@ kiln_status kiln__gemm_dnnl_f32(int trans_a, int trans_b, int64_t m, int64_t n, 
                    .ldb = ldb, .ldc = ldc, .tile_cols = tile_cols, .col_tiles = (n + tile_cols - 1) / tile_cols,
                    .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c};
     kiln__parallel_for((m + TILE_ROWS - 1) / TILE_ROWS * j.col_tiles, 1, tiles_task, &j);
+    /* oneDNN registers its JIT kernels' destructors when it first makes them (for each shape
+     * class): the exit hold is registered after them (backend-impl.h), a bounded number of times */
+    static atomic_int registrations;
+    if (atomic_fetch_add(&registrations, 1) < 64) kiln__backend_exit_hold_register();
     if (!atomic_load(&j.failed)) return KILN_OK;
     kiln__kernel_error("oneDNN sgemm refused a tile of a %lld x %lld x %lld product", (long long)m, (long long)n,
                        (long long)k);
