@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "backend/cpu/fused-impl.h"
+#include "backend/cpu/gemm_dnnl.h"
 #include "backend/cpu/gemm_small.h"
 
 /* Output bytes per panel: half of one core's L2 (the epilogue reads the panel back while the
@@ -42,6 +43,16 @@ static int64_t panel_count(int64_t m, int64_t n, size_t es) {
     return panels > 1 ? panels : 1;
 }
 
+/* The end of the panel that starts at row r0 (panel i of `panels`): the rows shared out evenly;
+ * or, when the f32 product goes to oneDNN in tiles of `tile` rows (gemm_dnnl.h), panels of
+ * whole tiles, so that each panel makes the same oneDNN calls as the whole product, the last
+ * panel taking a remainder too small to be a panel of its own. */
+static int64_t panel_end(int64_t m, int64_t panels, int64_t i, int64_t r0, int64_t tile, int64_t rows) {
+    if (tile <= 0) return m / panels * (i + 1) + (i + 1 < panels ? 0 : m % panels);
+    int64_t r1 = r0 + (rows + tile - 1) / tile * tile;
+    return r1 >= m || m - r1 < MIN_PANEL_ROWS ? m : r1;
+}
+
 /* Rows [r0, r0 + rows) of a 2-d view (a broadcast bias has row stride 0: unchanged). */
 static void slice_rows(kiln__view *v, int64_t r0, int64_t rows) {
     v->offset += r0 * v->strides[0];
@@ -64,11 +75,12 @@ kiln_status kiln__fused_matmul_run(kiln__fused_plan *p) {
     kiln__kernel_fn gemm = p->kernels[KILN__OP_MATMUL];
     if (!g->matmul || g->ndim != 2 || !gemm) return KILN_ERR_UNSUPPORTED;
     int64_t m = g->shape[0], n = g->shape[1];
-    int64_t panels = panel_count(m, n, kiln__elsize(mm->out[0].dtype));
+    size_t es = kiln__elsize(mm->out[0].dtype);
+    int64_t panels = panel_count(m, n, es), tile = mm->out[0].dtype == KILN_F32 ? kiln__gemm_dnnl_rows() : 0;
     int64_t n_blocks = (p->numel + p->block - 1) / p->block, grain = KILN__GRAIN_ELEMENTWISE / p->block;
     blocks_from b = {.p = p, .first = 0};
-    for (int64_t i = 0, r0 = 0; i < panels; i++) {
-        int64_t r1 = m / panels * (i + 1) + (i + 1 < panels ? 0 : m % panels);
+    for (int64_t i = 0, r0 = 0; r0 < m; i++) {
+        int64_t r1 = panel_end(m, panels, i, r0, tile, (m + panels - 1) / panels);
         kiln__op panel = *mm;
         slice_rows(&panel.in[0], r0, r1 - r0);
         if (panel.n_in > 2) slice_rows(&panel.in[2], r0, r1 - r0);

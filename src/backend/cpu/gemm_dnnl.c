@@ -1,0 +1,139 @@
+/* f32 products through oneDNN's dnnl_sgemm (see gemm_dnnl.h).
+ *
+ * Why: Debian's OpenBLAS 0.3.21 does not know AMD's Zen 5 and runs its Haswell (AVX2)
+ * kernels there, while oneDNN picks AVX-512 from the CPU's feature bits. One thread, this
+ * machine (AMD EPYC, AVX-512), x W^T at MiniLM's shapes (m = 2300 tokens): OpenBLAS 107-118
+ * GFLOP/s, dnnl_sgemm 211-223. With OPENBLAS_CORETYPE=SkylakeX (the AVX-512 kernels OpenBLAS
+ * picks on an Intel CPU) the two measured alike here (222 against 224 GFLOP/s at 2300 x 1152 x
+ * 384), so oneDNN costs nothing where OpenBLAS does know the CPU, and the path is on wherever the
+ * CPU has AVX-512 and KILN_ISA leaves kiln's own AVX-512 code on (KILN_GEMM_DNNL=0 turns it
+ * off, =1 on everywhere oneDNN runs).
+ *
+ * Tiles: oneDNN's sums over k for one output element depend on the call's shape (a row
+ * computed in a call of fewer than 16 rows, or with k = 1000 fewer than 128, came out
+ * different from the same row in a larger call), so every product runs as TILE_ROWS-row
+ * tiles from its row 0, and columns in a split fixed by n alone: a panel of a product
+ * starting at a multiple of TILE_ROWS (fused_matmul.c) makes the same calls for its rows as
+ * the whole product does. The tiles spread over kiln's pool, each oneDNN call on its own
+ * thread (OpenMP told one thread on each pool thread: no OpenMP team besides the pool). */
+#include "backend/cpu/gemm_dnnl.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu-impl.h"
+#include "backend/cpu/vmath.h"
+
+#define TILE_ROWS 256
+/* Columns: two tiles (one per core here) from 256 columns up, in multiples of 64. */
+#define TILE_COLS_MIN 256
+
+static atomic_int forced = -1;
+
+void kiln__gemm_dnnl_force(int mode) { atomic_store(&forced, mode < 0 ? -1 : mode != 0); }
+
+/* 0 off and 1 on (KILN_GEMM_DNNL=0/1), 2 by the CPU: it has AVX-512; read once */
+static int env_mode(void) {
+    static atomic_int cached = -1;
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v >= 0) return v;
+    const char *e = getenv("KILN_GEMM_DNNL");
+    v = 0;
+    if (e && (e[0] == '0' || e[0] == '1') && !e[1]) v = e[0] - '0';
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    else if (__builtin_cpu_supports("avx512f"))
+        v = 2;
+#endif
+    atomic_store_explicit(&cached, v, memory_order_relaxed);
+    return v;
+}
+
+/* forced, else KILN_GEMM_DNNL, else the CPU's AVX-512 unless KILN_ISA (or a test) caps kiln's
+ * vector code below it */
+static bool enabled(void) {
+    if (!KILN_HAVE_DNNL) return false;
+    int f = atomic_load_explicit(&forced, memory_order_relaxed);
+    if (f >= 0) return f;
+    int mode = env_mode();
+    return mode == 1 || (mode == 2 && strcmp(kiln__vmath_isa(), "avx512") == 0);
+}
+
+int64_t kiln__gemm_dnnl_rows(void) { return enabled() ? TILE_ROWS : 0; }
+
+/* oneDNN wants each leading dimension at least its stored row's width, even of a single row */
+static bool ld_ok(int64_t cols, int64_t ld) { return ld >= (cols > 1 ? cols : 1); }
+
+bool kiln__gemm_dnnl_takes(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                           int64_t ldc) {
+    return enabled() && m > 0 && n > 0 && k > 0 && ld_ok(trans_a ? m : k, lda) && ld_ok(trans_b ? k : n, ldb) &&
+           ld_ok(n, ldc);
+}
+
+#if KILN_HAVE_DNNL
+
+#include <dlfcn.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <pthread.h>
+
+/* libgomp's omp_set_num_threads, which comes in with libdnnl; looked up, not linked */
+static void (*omp_set_threads)(int);
+static pthread_once_t omp_once = PTHREAD_ONCE_INIT;
+static void omp_lookup(void) { *(void **)&omp_set_threads = dlsym(RTLD_DEFAULT, "omp_set_num_threads"); }
+
+typedef struct {
+    char ta, tb;
+    int64_t m, n, k, lda, ldb, ldc, tile_cols, col_tiles;
+    float alpha, beta;
+    const float *a, *b;
+    float *c;
+    atomic_int failed;
+} tiles_job;
+
+static void tiles_task(void *ctx, int64_t begin, int64_t end) {
+    tiles_job *j = ctx;
+    if (omp_set_threads) omp_set_threads(1); /* every time: a oneDNN conv on this thread sets its own */
+    for (int64_t t = begin; t < end; t++) {
+        int64_t i0 = t / j->col_tiles * TILE_ROWS, j0 = t % j->col_tiles * j->tile_cols;
+        int64_t rows = j->m - i0 < TILE_ROWS ? j->m - i0 : TILE_ROWS;
+        int64_t cols = j->n - j0 < j->tile_cols ? j->n - j0 : j->tile_cols;
+        const float *a = j->a + (j->ta == 'T' ? i0 : i0 * j->lda);
+        const float *b = j->b + (j->tb == 'T' ? j0 * j->ldb : j0);
+        float *c = j->c + i0 * j->ldc + j0;
+        if (dnnl_sgemm(j->ta, j->tb, rows, cols, j->k, j->alpha, a, j->lda, b, j->ldb, j->beta, c, j->ldc) !=
+            dnnl_success)
+            atomic_store(&j->failed, 1);
+    }
+}
+
+kiln_status kiln__gemm_dnnl_f32(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                                const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                                int64_t ldc) {
+    pthread_once(&omp_once, omp_lookup);
+    int64_t tile_cols = n < TILE_COLS_MIN ? n : ((n + 1) / 2 + 63) / 64 * 64;
+    tiles_job j = {.ta = trans_a ? 'T' : 'N', .tb = trans_b ? 'T' : 'N', .m = m, .n = n, .k = k, .lda = lda,
+                   .ldb = ldb, .ldc = ldc, .tile_cols = tile_cols, .col_tiles = (n + tile_cols - 1) / tile_cols,
+                   .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c};
+    kiln__parallel_for((m + TILE_ROWS - 1) / TILE_ROWS * j.col_tiles, 1, tiles_task, &j);
+    /* oneDNN registers its JIT kernels' destructors when it first makes them (for each shape
+     * class): the exit hold is registered after them (backend-impl.h), a bounded number of times */
+    static atomic_int registrations;
+    if (atomic_fetch_add(&registrations, 1) < 64) kiln__backend_exit_hold_register();
+    if (!atomic_load(&j.failed)) return KILN_OK;
+    kiln__kernel_error("oneDNN sgemm refused a tile of a %lld x %lld x %lld product", (long long)m, (long long)n,
+                       (long long)k);
+    return KILN_ERR_KERNEL;
+}
+
+#else
+
+kiln_status kiln__gemm_dnnl_f32(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                                const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                                int64_t ldc) {
+    (void)trans_a, (void)trans_b, (void)m, (void)n, (void)k, (void)alpha, (void)a, (void)lda, (void)b, (void)ldb;
+    (void)beta, (void)c, (void)ldc;
+    kiln__kernel_error("kiln was built without oneDNN");
+    return KILN_ERR_UNSUPPORTED;
+}
+
+#endif

@@ -1,0 +1,36 @@
+/* f32 products through oneDNN's sgemm, in fixed tiles (gemm_dnnl.c):
+ *
+ *   C = alpha * op(A) * op(B) + beta * C   (row-major, as kiln__gemm_f32)
+ *
+ * for the MATMUL kernel's single products of more than KILN__GEMM_SMALL_MAX_M rows on CPUs
+ * where oneDNN runs AVX-512 kernels and Debian's OpenBLAS 0.3.21 does not (it takes a Zen 5
+ * for a Haswell). */
+#ifndef KILN_BACKEND_CPU_GEMM_DNNL_H
+#define KILN_BACKEND_CPU_GEMM_DNNL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kiln/core.h"
+
+/* Rows per tile when the oneDNN path is on (KILN_GEMM_DNNL, or the CPU's default), else 0.
+ * Every product runs as tiles of this many rows (the last one shorter) starting at its row
+ * 0, each one oneDNN call: a caller that splits a product into row panels whose starts are
+ * multiples of it (fused_matmul.c) gets the bits of the whole product. */
+int64_t kiln__gemm_dnnl_rows(void);
+
+/* Whether kiln__gemm_dnnl_f32 takes this product: the path is on, sizes are positive and each
+ * leading dimension is at least its stored row's width. Otherwise the caller runs it another
+ * way. */
+bool kiln__gemm_dnnl_takes(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                           int64_t ldc);
+
+/* Runs a product kiln__gemm_dnnl_takes took, its tiles spread over kiln's pool: KILN_OK, or
+ * KILN_ERR_KERNEL (with the kernel error set) when oneDNN refused a tile. */
+kiln_status kiln__gemm_dnnl_f32(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                         int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+
+/* Tests: 1 on, 0 off, -1 back to KILN_GEMM_DNNL / the CPU's default. */
+void kiln__gemm_dnnl_force(int mode);
+
+#endif

@@ -1,0 +1,162 @@
+/* f32 products through oneDNN in fixed tiles (src/backend/cpu/gemm_dnnl.c): every transpose
+ * combination, beta 0 and 1, padded leading dims and sizes around the 256-row and 64-column
+ * tile edges against a double reference, on one pool thread and on two; row panels starting
+ * at multiples of the tile height give the whole product's bits (k = 1000 included, where
+ * oneDNN's sums depend on the call's row count); layouts it refuses; kiln_linear over more
+ * than 32 rows through the MATMUL kernel with the path on and off. Skipped (77) in a build
+ * without oneDNN. */
+#include "backend/cpu/gemm_dnnl.h"
+#include "backend/cpu/vmath.h"
+#include "ew_util.h"
+
+/* C = alpha op(A) op(B) + beta C0 in double */
+static void reference(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                      const float *b, int64_t ldb, float beta, const float *c0, double *c, int64_t ldc) {
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0;
+            for (int64_t p = 0; p < k; p++)
+                s += (double)(ta ? a[p * lda + i] : a[i * lda + p]) * (tb ? b[j * ldb + p] : b[p * ldb + j]);
+            c[i * ldc + j] = alpha * s + (beta != 0 ? beta * (double)c0[i * ldc + j] : 0);
+        }
+}
+
+static float *filled(int64_t n) {
+    float *x = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) x[i] = (float)ew_uniform(-1, 1);
+    return x;
+}
+
+/* values that f32 holds exactly, in double: kiln_linear's operands */
+static double *filled_f64(int64_t n) {
+    double *x = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) x[i] = (float)ew_uniform(-1, 1);
+    return x;
+}
+
+static void check_product(int ta, int tb, int64_t m, int64_t n, int64_t k, float beta) {
+    int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = n + 2;
+    float *a = filled((ta ? k : m) * lda), *b = filled((tb ? n : k) * ldb), *c = filled(m * ldc);
+    float *c0 = malloc(sizeof(float) * (size_t)(m * ldc));
+    double *want = malloc(sizeof(double) * (size_t)(m * ldc));
+    memcpy(c0, c, sizeof(float) * (size_t)(m * ldc));
+    reference(ta, tb, m, n, k, 0.75f, a, lda, b, ldb, beta, c0, want, ldc);
+    KT_CHECK(kiln__gemm_dnnl_takes(ta, tb, m, n, k, lda, ldb, ldc));
+    KT_CHECK(kiln__gemm_dnnl_f32(ta, tb, m, n, k, 0.75f, a, lda, b, ldb, beta, c, ldc) == KILN_OK);
+    double worst = 0;
+    bool pad_kept = true;
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j++) {
+            double e = fabs(c[i * ldc + j] - want[i * ldc + j]);
+            worst = e > worst ? e : worst;
+        }
+        pad_kept &= c[i * ldc + n] == c0[i * ldc + n] && c[i * ldc + n + 1] == c0[i * ldc + n + 1];
+    }
+    KT_CHECK_MSG(worst <= 1e-6 * (double)(k + 2), "ta %d tb %d m %lld n %lld k %lld beta %g: off by %g", ta, tb,
+                 (long long)m, (long long)n, (long long)k, beta, worst);
+    KT_CHECK_MSG(pad_kept, "m %lld n %lld: wrote into C's padding", (long long)m, (long long)n);
+    free(a), free(b), free(c), free(c0), free(want);
+}
+
+KT_TEST(products_match_reference) {
+    kiln__gemm_dnnl_force(1);
+    int saved = kiln_num_threads();
+    const int64_t ms[] = {1, 33, 255, 256, 257, 530}, ns[] = {1, 7, 255, 256, 300}, ks[] = {1, 13, 384};
+    for (int threads = 1; threads <= 2; threads++) {
+        kiln_set_num_threads(threads);
+        for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++)
+            for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
+                for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++)
+                    for (int t = 0; t < 4; t++) check_product(t & 1, t >> 1, ms[mi], ns[ni], ks[ki], t == 3 ? 1.0f : 0.0f);
+    }
+    kiln_set_num_threads(saved);
+    kiln__gemm_dnnl_force(-1);
+}
+
+/* Rows [r0, r1) of C computed alone equal the whole product's when r0 is a tile edge. */
+KT_TEST(tile_aligned_panels_are_bit_identical) {
+    kiln__gemm_dnnl_force(1);
+    int64_t tile = kiln__gemm_dnnl_rows();
+    KT_CHECK(tile > 32);
+    const int64_t ks[] = {384, 1000, 1536};
+    for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++)
+        for (int tb = 0; tb < 2; tb++) {
+            int64_t m = 2 * tile + 37, n = 389, k = ks[ki];
+            float *a = filled(m * k), *b = filled(n * k), *whole = calloc((size_t)(m * n), 4), *parts = calloc((size_t)(m * n), 4);
+            int64_t ldb = tb ? k : n;
+            KT_CHECK(kiln__gemm_dnnl_f32(0, tb, m, n, k, 1.0f, a, k, b, ldb, 0.0f, whole, n) == KILN_OK);
+            const int64_t cuts[] = {0, tile, 2 * tile, m};
+            for (int p = 0; p < 3; p++)
+                KT_CHECK(kiln__gemm_dnnl_f32(0, tb, cuts[p + 1] - cuts[p], n, k, 1.0f, a + cuts[p] * k, k, b, ldb, 0.0f,
+                                             parts + cuts[p] * n, n) == KILN_OK);
+            KT_CHECK_MSG(memcmp(whole, parts, sizeof(float) * (size_t)(m * n)) == 0, "k %lld tb %d: panels differ",
+                         (long long)k, tb);
+            free(a), free(b), free(whole), free(parts);
+        }
+    kiln__gemm_dnnl_force(-1);
+}
+
+KT_TEST(refuses_what_it_cannot_take) {
+    kiln__gemm_dnnl_force(1);
+    KT_CHECK(!kiln__gemm_dnnl_takes(0, 1, 40, 8, 16, 15, 16, 8)); /* lda under k */
+    KT_CHECK(!kiln__gemm_dnnl_takes(0, 0, 40, 8, 16, 16, 7, 8));  /* ldb under n */
+    KT_CHECK(!kiln__gemm_dnnl_takes(1, 0, 40, 8, 16, 39, 8, 8));  /* A^T: lda under m */
+    KT_CHECK(!kiln__gemm_dnnl_takes(0, 0, 40, 8, 16, 16, 8, 7));  /* ldc under n */
+    KT_CHECK(!kiln__gemm_dnnl_takes(0, 0, 40, 8, 0, 1, 8, 8));    /* k = 0: the caller's */
+    KT_CHECK(kiln__gemm_dnnl_takes(0, 0, 40, 8, 16, 16, 8, 8));
+    kiln__gemm_dnnl_force(0);
+    KT_CHECK(kiln__gemm_dnnl_rows() == 0);
+    KT_CHECK(!kiln__gemm_dnnl_takes(0, 0, 40, 8, 16, 16, 8, 8));
+    /* by default, off where kiln's vector code is capped below AVX-512 (KILN_ISA) */
+    kiln__gemm_dnnl_force(-1);
+    const char *env = getenv("KILN_GEMM_DNNL");
+    if (!(env && *env) && kiln__vmath_force_isa("avx2") == 0) {
+        KT_CHECK(kiln__gemm_dnnl_rows() == 0);
+        KT_CHECK(!kiln__gemm_dnnl_takes(0, 0, 40, 8, 16, 16, 8, 8));
+        kiln__vmath_force_isa(NULL);
+    }
+}
+
+/* y = x W^T + b through the MATMUL kernel, oneDNN on and off, against double. */
+static void check_linear(int64_t rows, int64_t in, int64_t out, int mode) {
+    kiln__gemm_dnnl_force(mode);
+    double *x = filled_f64(rows * in), *w = filled_f64(out * in), *b = filled_f64(out);
+    double *want = malloc(sizeof(double) * (size_t)(rows * out));
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < out; j++) {
+            double s = b[j];
+            for (int64_t p = 0; p < in; p++) s += x[i * in + p] * w[j * in + p];
+            want[i * out + j] = s;
+        }
+    kiln_tensor y = kiln_linear(ew_tensor(KILN_F32, KILN_SHAPE(rows, in), x), ew_tensor(KILN_F32, KILN_SHAPE(out, in), w),
+                                ew_tensor(KILN_F32, KILN_SHAPE(out), b));
+    double *got = ew_read(y, KILN_F32, rows * out);
+    char label[64];
+    snprintf(label, sizeof label, "linear %lld x %lld x %lld mode %d", (long long)rows, (long long)in, (long long)out, mode);
+    KT_CHECK(got != NULL);
+    if (got) EW_EXPECT_CLOSE(label, got, want, rows * out, 1e-5, 1e-6 * (double)(in + 2));
+    free(x), free(w), free(b), free(got), free(want);
+    kiln__gemm_dnnl_force(-1);
+}
+
+KT_TEST(linear_through_matmul_kernel) {
+    kt_mem_begin();
+    for (int mode = 0; mode < 2; mode++) {
+        check_linear(33, 384, 1152, mode);
+        check_linear(300, 37, 13, mode);
+        check_linear(517, 384, 257, mode);
+    }
+    KT_MEM_CHECK();
+}
+
+int main(void) {
+#if !KILN_HAVE_DNNL
+    printf("built without oneDNN: skipped\n");
+    return 77;
+#endif
+    KT_RUN(products_match_reference);
+    KT_RUN(tile_aligned_panels_are_bit_identical);
+    KT_RUN(refuses_what_it_cannot_take);
+    KT_RUN(linear_through_matmul_kernel);
+    return kt_finish();
+}
