@@ -476,6 +476,11 @@ static int gemm_blas_budget_mode(void) {
     return mode;
 }
 
+/* Under the size rule: a product its caller runs alone. */
+static int gemm_blas_is_small(int64_t m, int64_t n, int64_t k) {
+    return 2.0 * (double)m * (double)n * (double)k < 2.0 * GEMM_BLAS_MIN_FLOPS_PER_THREAD;
+}
+
 /* Sets OpenBLAS's thread count for an m x n x k product; returns whether it claimed the pool
  * (the caller unclaims after the product). */
 static int gemm_blas_claim_threads(int64_t m, int64_t n, int64_t k) {
@@ -484,7 +489,7 @@ static int gemm_blas_claim_threads(int64_t m, int64_t n, int64_t k) {
         gemm_blas_set_threads(threads);
         return 0;
     }
-    if (mode == 2 && 2.0 * (double)m * (double)n * (double)k < 2.0 * GEMM_BLAS_MIN_FLOPS_PER_THREAD) {
+    if (mode == 2 && gemm_blas_is_small(m, n, k)) {
         gemm_blas_set_threads(1);
         return 0;
     }
@@ -523,7 +528,15 @@ void kiln__gemm_f32(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, f
     }
 #if KILN_HAVE_CBLAS
     if (gemm_blas_can_take(trans_a, trans_b, m, n, k, &lda, &ldb, &ldc)) {
+        /* where the build has oneDNN its sgemm runs f32 products (gemm_dnnl.c): on the pool's
+         * threads, one block of C each, above the size rule; else on the caller alone */
+        int dnnl = gemm_blas_budget_mode() == 2 ? kiln__gemm_dnnl_mode() : 0;
+        if (dnnl == 2 && !gemm_blas_is_small(m, n, k) &&
+            kiln__gemm_dnnl_f32_pool(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+            return;
         int held = gemm_blas_claim_threads(m, n, k);
+        if (!held && dnnl && kiln__gemm_dnnl_f32(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+            return;
         cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                     trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a,
                     (int)lda, b, (int)ldb, beta, c, (int)ldc);

@@ -47,6 +47,32 @@ void kiln__gemm_builtin_f64(int trans_a, int trans_b, int64_t m, int64_t n, int6
                             double alpha, const double *a, int64_t lda, const double *b,
                             int64_t ldb, double beta, double *c, int64_t ldc);
 
+/* ---- f32 products through oneDNN's sgemm (gemm_dnnl.c has the measurement) ---------------
+ *
+ *   if (!kiln__gemm_dnnl_f32(0, 1, m, n, k, 1.0f, x, k, w, k, 0.0f, y, n))
+ *       cblas_sgemm(...);   // not taken: no oneDNN in this build, or KILN_GEMM_DNNL=0
+ *
+ * Same contract as kiln__gemm_f32 (row-major; leading dimensions at least the row width), run
+ * on the calling thread alone. Returns 1 when oneDNN computed C, 0 (C untouched) when the
+ * caller must: also for k == 0 or alpha == 0 (C = beta * C, which oneDNN skips at beta 0), or
+ * when oneDNN refused the call (out of memory). */
+int kiln__gemm_dnnl_f32(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                        const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                        float *c, int64_t ldc);
+
+/* The same product cut into one block of C per pool thread, each block a one-thread sgemm run
+ * by kiln__parallel_for (inline, one block after another, when another caller holds the pool);
+ * a block oneDNN refuses (out of memory) runs through kiln__gemm_serial_f32. Returns 0 (C
+ * untouched) only when the path is off or k == 0 or alpha == 0. */
+int kiln__gemm_dnnl_f32_pool(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                             const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                             float *c, int64_t ldc);
+
+/* 0: off (built without oneDNN, libgomp's thread setter not found, or KILN_GEMM_DNNL=0);
+ * 1: one-thread products only (KILN_GEMM_DNNL=1); 2: also products for every core (default).
+ * Read once. */
+int kiln__gemm_dnnl_mode(void);
+
 /* Where products go: "openblas", "cblas" (another CBLAS library) or "builtin". */
 const char *kiln__gemm_impl(void);
 
