@@ -11,7 +11,8 @@
  *
  * When beta is 0, C is written without being read (NaN in C does not leak through); when
  * k is 0 or alpha is 0 the result is beta * C. Built with KILN_HAVE_CBLAS=1 the product
- * goes to cblas_sgemm/cblas_dgemm (OpenBLAS, told to use kiln__pool_threads() threads);
+ * goes to cblas_sgemm/cblas_dgemm (OpenBLAS, told to use kiln__pool_threads() threads), an
+ * f32 one to oneDNN's sgemm instead where the build also has oneDNN (gemm_dnnl.c);
  * otherwise, and for sizes CBLAS's int arguments cannot hold, a built-in blocked kernel
  * runs on the kiln thread pool. */
 #ifndef KILN_BACKEND_CPU_GEMM_H
