@@ -7,10 +7,14 @@
  *
  * Each panel's GEMM computes every output element as the whole GEMM would (the BLAS splits M
  * into its own blocks the same way and sums over K in one order per element), so results are
- * the bits of the unfused product followed by the unfused ops (tests/test_fusion_matmul.c). */
+ * the bits of the unfused product followed by the unfused ops (tests/test_fusion_matmul.c).
+ * oneDNN's sgemm, which runs f32 products where the build has it, does not keep that promise:
+ * such a product is one panel (the epilogue then reads it back from memory when it is larger
+ * than L2). */
 #include <unistd.h>
 
 #include "backend/cpu/fused-impl.h"
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/gemm_small.h"
 
 /* Output bytes per panel: half of one core's L2 (the epilogue reads the panel back while the
@@ -36,6 +40,9 @@ static int64_t l2_bytes(void) {
 /* The number of panels: as many as the target size asks for, rows shared out evenly so that
  * no panel (the last included) holds fewer than MIN_PANEL_ROWS rows. */
 static int64_t panel_count(int64_t m, int64_t n, size_t es) {
+    /* oneDNN's sgemm (gemm_dnnl.c) sums an element differently as the rows of its call change
+     * (its blocking of k follows m): an f32 product it runs stays one call, as unfused */
+    if (es == sizeof(float) && kiln__gemm_dnnl_mode()) return 1;
     int64_t rows = l2_bytes() / 2 / (n * (int64_t)es);
     if (rows < MIN_PANEL_ROWS) rows = MIN_PANEL_ROWS;
     int64_t panels = m / rows;
