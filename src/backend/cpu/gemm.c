@@ -476,6 +476,12 @@ static int gemm_blas_budget_mode(void) {
     return mode;
 }
 
+/* oneDNN's products on the pool: from here two one-thread blocks beat one thread (Fashion-MNIST
+ * MLP epoch, whose fc1 products are 5.1e7 flop, at load 3 on the 2-vCPU EPYC: 426 ms with the
+ * OpenBLAS rule above, 394 ms from 4e7, 423 ms from 4e6 that also splits the 8.4e6 fc2
+ * products; 8 rounds alternated, medians). */
+#define GEMM_DNNL_POOL_MIN_FLOPS 4.0e7
+
 /* Under the size rule: a product its caller runs alone. */
 static int gemm_blas_is_small(int64_t m, int64_t n, int64_t k) {
     return 2.0 * (double)m * (double)n * (double)k < 2.0 * GEMM_BLAS_MIN_FLOPS_PER_THREAD;
@@ -529,9 +535,9 @@ void kiln__gemm_f32(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, f
 #if KILN_HAVE_CBLAS
     if (gemm_blas_can_take(trans_a, trans_b, m, n, k, &lda, &ldb, &ldc)) {
         /* where the build has oneDNN its sgemm runs f32 products (gemm_dnnl.c): on the pool's
-         * threads, one block of C each, above the size rule; else on the caller alone */
+         * threads, one block of C each, from GEMM_DNNL_POOL_MIN_FLOPS; else on the caller alone */
         int dnnl = gemm_blas_budget_mode() == 2 ? kiln__gemm_dnnl_mode() : 0;
-        if (dnnl == 2 && !gemm_blas_is_small(m, n, k) &&
+        if (dnnl == 2 && 2.0 * (double)m * (double)n * (double)k >= GEMM_DNNL_POOL_MIN_FLOPS &&
             kiln__gemm_dnnl_f32_pool(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
             return;
         int held = gemm_blas_claim_threads(m, n, k);
