@@ -205,7 +205,7 @@ KT_TEST(large_multi_tile) {
     check_case(gc);
 }
 
-/* Above the size rule (4e8 flops) f32 products run in blocks of C on the pool's threads (columns,
+/* From 4e7 flops (gemm.c) f32 products run in blocks of C on the pool's threads (columns,
  * or rows when C is taller than wide), also with a thread count that leaves a short last block. */
 KT_TEST(pool_blocks_above_size_rule) {
     int threads = kiln__pool_threads();
