@@ -129,6 +129,10 @@ KT_TEST(linear_activation_chain_is_bit_identical) {
         {.m = 148, .k = 16, .n = 2048, .act = ACT_RELU},
         {.m = 276, .k = 16, .n = 2048, .act = ACT_GELU},
         {.m = 532, .k = 16, .n = 2048, .act = ACT_RELU, .row_add = true},
+        /* a longer k over several panels: a BLAS whose sums depend on the rows of its call (oneDNN's
+         * sgemm does) must still see the unfused call */
+        {.m = 600, .k = 784, .n = 1024, .act = ACT_RELU},
+        {.m = 300, .k = 256, .n = 4096, .act = ACT_GELU, .row_add = true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i]);
 }

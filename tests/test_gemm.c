@@ -1,6 +1,7 @@
 /* Matrix product against a double-precision reference: shapes, transposes, strides,
  * alpha/beta, for the dispatching entry points and both built-in micro-kernels. */
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm_dnnl.h"
 
 #include <stdint.h>
 
@@ -28,8 +29,10 @@ typedef struct gemm_case {
     int nan_c; /* fill C with NaN (only meaningful with beta == 0) */
 } gemm_case;
 
-typedef enum { VIA_DISPATCH, VIA_BUILTIN_FAST, VIA_BUILTIN_PORTABLE, VIA_COUNT } gemm_route;
-static const char *route_names[VIA_COUNT] = {"dispatch", "builtin-fast", "builtin-portable"};
+/* f32 also goes straight to oneDNN's sgemm in its fixed tiles (gemm_dnnl.c) where this CPU
+ * takes that path; f64, and a build or CPU without it, take the dispatching path on that route */
+typedef enum { VIA_DISPATCH, VIA_BUILTIN_FAST, VIA_BUILTIN_PORTABLE, VIA_DNNL, VIA_COUNT } gemm_route;
+static const char *route_names[VIA_COUNT] = {"dispatch", "builtin-fast", "builtin-portable", "dnnl"};
 
 static void select_route(gemm_route route) {
     kiln__gemm_builtin_use_portable(route == VIA_BUILTIN_PORTABLE);
@@ -111,7 +114,12 @@ static int run_case_f32(const gemm_case *gc, gemm_route route) {
     for (size_t i = 0; i < b_size; i++) b[i] = (float)o.b[i];
     for (size_t i = 0; i < c_size; i++) c[i] = (float)o.c0[i];
     select_route(route);
-    if (route == VIA_DISPATCH) {
+    int taken = route == VIA_DNNL && kiln__gemm_dnnl_takes(gc->trans_a, gc->trans_b, gc->m, gc->n, gc->k, o.lda,
+                                                           o.ldb, o.ldc);
+    if (taken) {
+        taken = kiln__gemm_dnnl_f32(gc->trans_a, gc->trans_b, gc->m, gc->n, gc->k, (float)gc->alpha, a, o.lda, b,
+                                    o.ldb, (float)gc->beta, c, o.ldc) == KILN_OK;
+    } else if (route == VIA_DISPATCH || route == VIA_DNNL) {
         kiln__gemm_f32(gc->trans_a, gc->trans_b, gc->m, gc->n, gc->k, (float)gc->alpha, a, o.lda, b,
                        o.ldb, (float)gc->beta, c, o.ldc);
     } else {
@@ -132,7 +140,7 @@ static int run_case_f64(const gemm_case *gc, gemm_route route) {
     double *c = malloc(c_size * sizeof *c);
     memcpy(c, o.c0, c_size * sizeof *c);
     select_route(route);
-    if (route == VIA_DISPATCH) {
+    if (route == VIA_DISPATCH || route == VIA_DNNL) {
         kiln__gemm_f64(gc->trans_a, gc->trans_b, gc->m, gc->n, gc->k, gc->alpha, o.a, o.lda, o.b,
                        o.ldb, gc->beta, c, o.ldc);
     } else {
@@ -196,6 +204,21 @@ KT_TEST(large_multi_tile) {
     check_case(gc);
 }
 
+/* f32 products over several oneDNN tiles (gemm_dnnl.c: 256 rows, two column tiles from 256
+ * columns) spread over the pool's threads, also with a thread count that leaves one short. */
+KT_TEST(pool_blocks_above_size_rule) {
+    int threads = kiln__pool_threads();
+    gemm_case big[2] = {{.trans_a = 0, .trans_b = 1, .m = 260, .n = 1030, .k = 760, .pad = 1, .alpha = 1.0, .beta = 0.0},
+                        {.trans_a = 1, .trans_b = 0, .m = 1030, .n = 250, .k = 790, .pad = 3, .alpha = -0.5, .beta = 0.75}};
+    for (int i = 0; i < 2; i++) { /* f32 only, the routes that cut C (the reference is costly) */
+        kiln__pool_set_threads(2 + i);
+        KT_CHECK_MSG(run_case_f32(&big[i], VIA_DISPATCH) && run_case_f32(&big[i], VIA_DNNL), "m=%lld n=%lld k=%lld, %d threads",
+                     (long long)big[i].m, (long long)big[i].n, (long long)big[i].k, 2 + i);
+    }
+    kiln__pool_set_threads(threads);
+    check_all_transposes(301, 1100, 40, 1, 1.0, 0.25); /* the pool route on a smaller product */
+}
+
 KT_TEST(random_shapes) {
     for (int trial = 0; trial < 40; trial++) {
         gemm_case gc = {.trans_a = (int)random_below(2), .trans_b = (int)random_below(2),
@@ -246,6 +269,7 @@ int main(void) {
     KT_RUN(empty_and_degenerate_shapes);
     KT_RUN(odd_sizes_all_transposes);
     KT_RUN(large_multi_tile);
+    KT_RUN(pool_blocks_above_size_rule);
     KT_RUN(random_shapes);
     KT_RUN(zero_beta_overwrites_nan);
     KT_RUN(alpha_zero_scales_c);

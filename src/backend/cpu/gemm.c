@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/gemm_dnnl.h"
 #include "backend/cpu/threadpool.h"
 
 #ifndef KILN_HAVE_CBLAS
@@ -476,6 +477,11 @@ static int gemm_blas_budget_mode(void) {
     return mode;
 }
 
+/* Under the size rule: a product its caller runs alone. */
+static int gemm_blas_is_small(int64_t m, int64_t n, int64_t k) {
+    return 2.0 * (double)m * (double)n * (double)k < 2.0 * GEMM_BLAS_MIN_FLOPS_PER_THREAD;
+}
+
 /* Sets OpenBLAS's thread count for an m x n x k product; returns whether it claimed the pool
  * (the caller unclaims after the product). */
 static int gemm_blas_claim_threads(int64_t m, int64_t n, int64_t k) {
@@ -484,7 +490,7 @@ static int gemm_blas_claim_threads(int64_t m, int64_t n, int64_t k) {
         gemm_blas_set_threads(threads);
         return 0;
     }
-    if (mode == 2 && 2.0 * (double)m * (double)n * (double)k < 2.0 * GEMM_BLAS_MIN_FLOPS_PER_THREAD) {
+    if (mode == 2 && gemm_blas_is_small(m, n, k)) {
         gemm_blas_set_threads(1);
         return 0;
     }
@@ -519,6 +525,12 @@ void kiln__gemm_f32(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, f
     if (m <= 0 || n <= 0) return;
     if (k <= 0 || alpha == 0.0f) {
         gemm_scale_f32(m, n, beta, c, ldc);
+        return;
+    }
+    /* where the CPU has AVX-512 and the build oneDNN, its sgemm runs f32 products in fixed tiles
+     * over kiln's pool (gemm_dnnl.c: Debian's OpenBLAS runs AVX2 kernels on a Zen 5) */
+    if (kiln__gemm_dnnl_takes(trans_a, trans_b, m, n, k, lda, ldb, ldc)) {
+        (void)kiln__gemm_dnnl_f32(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return;
     }
 #if KILN_HAVE_CBLAS

@@ -2,9 +2,9 @@
  *
  *   C = alpha * op(A) * op(B) + beta * C   (row-major, as kiln__gemm_f32)
  *
- * for the MATMUL kernel's single products of more than KILN__GEMM_SMALL_MAX_M rows on CPUs
- * where oneDNN runs AVX-512 kernels and Debian's OpenBLAS 0.3.21 does not (it takes a Zen 5
- * for a Haswell). */
+ * for every f32 product kiln__gemm_f32 runs (and the MATMUL kernel's single products of more
+ * than KILN__GEMM_SMALL_MAX_M rows) on CPUs where oneDNN runs AVX-512 kernels and Debian's
+ * OpenBLAS 0.3.21 does not (it takes a Zen 5 for a Haswell). */
 #ifndef KILN_BACKEND_CPU_GEMM_DNNL_H
 #define KILN_BACKEND_CPU_GEMM_DNNL_H
 
@@ -25,8 +25,9 @@ int64_t kiln__gemm_dnnl_rows(void);
 bool kiln__gemm_dnnl_takes(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
                            int64_t ldc);
 
-/* Runs a product kiln__gemm_dnnl_takes took, its tiles spread over kiln's pool: KILN_OK, or
- * KILN_ERR_KERNEL (with the kernel error set) when oneDNN refused a tile. */
+/* Runs a product kiln__gemm_dnnl_takes took, its tiles spread over kiln's pool (inline on the
+ * caller when another op holds it): KILN_OK; a tile oneDNN refuses runs on the built-in kernel.
+ * KILN_ERR_UNSUPPORTED only in a build without oneDNN, where kiln__gemm_dnnl_takes is false. */
 kiln_status kiln__gemm_dnnl_f32(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                          int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
