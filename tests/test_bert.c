@@ -439,6 +439,44 @@ KT_TEST(padded_batches_pack_tokens) {
     KT_MEM_CHECK();
 }
 
+/* Out of memory at each allocation of a load in turn (kiln_debug_fail_alloc_after): the load
+ * fails with an error, or it succeeds with a model that embeds as a clean load's does. Never a
+ * crash (the packed weights' buffer, or the file's mapping, freed twice when a handle could not
+ * be made for the tensor over it) nor a loaded model with a poisoned weight (a view of the
+ * packed buffer that could not be made). */
+KT_TEST(load_out_of_memory) {
+    kt_mem_begin();
+    const char *dir = write_tiny("oom", EDIT_NONE, NULL);
+    int64_t ids[3] = {1, 5, 2};
+    float want[T_H], got[T_H];
+    kiln_bert *m = kiln_bert_load(dir);
+    KT_CHECK_MSG(m != NULL, "%s", kiln_last_error());
+    if (!m) return;
+    kiln_token_batch a = tiny_batch(1, 3, ids);
+    KT_CHECK(kiln_into_data(kiln_bert_embed(m, a.input_ids, a.attention_mask, a.token_type_ids), want, sizeof want) == KILN_OK);
+    kiln_bert_free(m);
+    int failed = 0, clean = 0;
+    for (int64_t n = 1; n <= 2000 && clean < 20; n++) {
+        kiln_debug_fail_alloc_after(n);
+        m = kiln_bert_load(dir);
+        kiln_debug_fail_alloc_after(0);
+        if (!m) {
+            failed++, clean = 0;
+            continue;
+        }
+        clean++;
+        kiln_token_batch b = tiny_batch(1, 3, ids);
+        kiln_status st = kiln_into_data(kiln_bert_embed(m, b.input_ids, b.attention_mask, b.token_type_ids), got, sizeof got);
+        KT_CHECK_MSG(st == KILN_OK, "allocation %lld failed, the load did not, the embedding: %s", (long long)n,
+                     kiln_last_error());
+        for (int d = 0; st == KILN_OK && d < T_H; d++) KT_NEAR(got[d], want[d], 1e-6);
+        kiln_bert_free(m);
+    }
+    KT_CHECK(failed > 0 && clean == 20);
+    (void)kiln_sync(); /* (the failed loads' errors) */
+    KT_MEM_CHECK();
+}
+
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "--reference") == 0) {
         model_dir = mr_model_dir();
@@ -454,6 +492,7 @@ int main(int argc, char **argv) {
     KT_RUN(config_errors);
     KT_RUN(input_errors);
     KT_RUN(tensors_save);
+    KT_RUN(load_out_of_memory);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
     if (system(cmd) != 0) fprintf(stderr, "  could not remove %s\n", tmp_dir);

@@ -289,6 +289,30 @@ KT_TEST(from_borrowed_wraps_user_memory) {
     KT_MEM_CHECK();
 }
 
+/* Out of memory at each of kiln_from_borrowed's allocations in turn (its storage record, its
+ * tensor, its handle): a failure never calls the callback (the caller still owns the memory and
+ * frees it), a success calls it once when the tensor goes. */
+KT_TEST(from_borrowed_out_of_memory) {
+    kt_mem_begin();
+    float data[3] = {1, 2, 3};
+    int failures = 0;
+    for (int64_t n = 1; n <= 8; n++) {
+        release_calls = 0;
+        kiln_debug_fail_alloc_after(n);
+        kiln_tensor t = kiln_from_borrowed(KILN_F32, KILN_SHAPE(3), data, on_release, NULL);
+        kiln_debug_fail_alloc_after(0);
+        bool ok = kiln_tensor_status(t) == KILN_OK;
+        kiln_release(t);
+        kiln_sync();
+        failures += !ok;
+        KT_CHECK_MSG(release_calls == (ok ? 1 : 0), "allocation %lld failed: %s, %d callbacks", (long long)n,
+                     ok ? "made" : "not made", release_calls);
+    }
+    KT_CHECK(failures >= 3); /* (the record, the tensor, the handle) */
+    kiln_sync();
+    KT_MEM_CHECK();
+}
+
 int main(void) {
     KT_RUN(zeros_ones_full);
     KT_RUN(zeros_ones_full_bad_input);
@@ -298,5 +322,6 @@ int main(void) {
     KT_RUN(range_bad_input);
     KT_RUN(from_data_round_trips);
     KT_RUN(from_borrowed_wraps_user_memory);
+    KT_RUN(from_borrowed_out_of_memory);
     return kt_finish();
 }

@@ -30,7 +30,8 @@ KILN_API kiln_tensor kiln_eye(kiln_device dev, kiln_dtype dtype, int64_t rows, i
 /* Copies `data` (dense, row-major, in `dtype`). */
 KILN_API kiln_tensor kiln_from_data(kiln_device dev, kiln_dtype dtype, kiln_shape shape, const void *data);
 /* Wraps CPU memory without copying. kiln never writes it (ops never reuse it in place) and
- * calls on_release(ctx) (if not NULL) once no tensor or queued op uses it. */
+ * calls on_release(ctx) (if not NULL) once no tensor or queued op uses it. When it fails (a
+ * poisoned result, out of memory) on_release is never called: `data` is still the caller's. */
 KILN_API kiln_tensor kiln_from_borrowed(kiln_dtype dtype, kiln_shape shape, const void *data,
                                         void (*on_release)(void *ctx), void *ctx);
 /* Counter-based (Philox) random numbers: the same seed gives the same tensor whatever

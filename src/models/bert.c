@@ -309,16 +309,32 @@ static bool pack_linear_weights(kiln_bert *m) {
         return kiln__report(st != KILN_OK ? st : KILN_ERR_OUT_OF_MEMORY, OP_LOAD, "cannot gather the weights: %s",
                             kiln_last_error()), false;
     }
+    /* every view first, then the swap: a view that cannot be made (out of memory) fails the
+     * load and leaves the weights as they were, never one of them poisoned in a loaded model */
+    kiln_tensor *views = calloc((size_t)(layers > 0 ? layers : 1) * N, sizeof *views);
+    bool made = views != NULL;
     off = 0;
-    for (int64_t l = 0; l < layers; l++)
-        for (int k = 0; k < N; k++) {
-            kiln_tensor *t = &m->layers[l][which[k]];
-            int64_t n = kiln_tensor_numel(*t);
-            kiln_tensor view = kiln_reshape(kiln_narrow(kiln_ref(all), 0, off, n), kiln_tensor_shape(*t));
-            kiln_release(*t);
-            *t = view;
+    for (int64_t l = 0; l < layers && made; l++)
+        for (int k = 0; k < N && made; k++) {
+            const kiln_tensor t = m->layers[l][which[k]];
+            int64_t n = kiln_tensor_numel(t);
+            views[l * N + k] = kiln_reshape(kiln_narrow(kiln_ref(all), 0, off, n), kiln_tensor_shape(t));
+            made = kiln__nn_peek(views[l * N + k]) != NULL;
             off += n;
         }
+    if (!made) {
+        for (int64_t i = 0; views && i < layers * N; i++) kiln_release(views[i]); /* (KILN_NONE past the failed one) */
+        free(views);
+        kiln_release(all); /* (with the views, the last user of buf: frees it) */
+        return kiln__report(KILN_ERR_OUT_OF_MEMORY, OP_LOAD, "cannot view the gathered weights: %s", kiln_last_error()),
+               false;
+    }
+    for (int64_t l = 0; l < layers; l++)
+        for (int k = 0; k < N; k++) {
+            kiln_release(m->layers[l][which[k]]);
+            m->layers[l][which[k]] = views[l * N + k];
+        }
+    free(views);
     kiln_release(all);
     return true;
 }

@@ -56,19 +56,22 @@ kiln_tensor kiln_from_borrowed(kiln_dtype dtype, kiln_shape shape, const void *d
     if (!check_creation(&c, KILN_CPU, dtype, shape)) return kiln__result(&c, NULL);
     int64_t n = kiln_shape_numel(shape);
     if (!data && n > 0) return kiln__result(&c, kiln__fail(&c, KILN_ERR_NULL, "data is NULL"));
-    /* no callback until the tensor exists: on failure the caller still owns `data` */
+    /* no callback until the handle exists: on any failure the caller still owns `data` */
     kiln__storage *s = kiln__storage_borrow((void *)data, (size_t)n * kiln__elsize(dtype), NULL, NULL);
     if (!s) return kiln__result(&c, kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate a storage record"));
     int64_t strides[KILN_MAX_DIMS];
     kiln__dense_strides(shape.ndim, shape.dims, strides);
     kiln__tensor *t = kiln__tensor_wrap(s, dtype, shape.ndim, shape.dims, strides, 0);
-    if (t) {
+    kiln__storage_release(s);
+    if (!t) return kiln__result(&c, kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate a tensor"));
+    /* (a handle that cannot be made releases t, and with it s: were the callback set by then,
+     * it would free `data` under a caller told that it still owns it) */
+    kiln_tensor h = kiln__result(&c, t);
+    if (h.id != KILN__OOM_HANDLE_ID) { /* t (the only user of s) is still this call's alone */
         s->on_release = on_release;
         s->release_ctx = ctx;
     }
-    kiln__storage_release(s);
-    if (!t) return kiln__result(&c, kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate a tensor"));
-    return kiln__result(&c, t);
+    return h;
 }
 
 int64_t kiln_shape_numel(kiln_shape shape) {
