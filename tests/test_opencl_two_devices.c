@@ -86,12 +86,17 @@ KT_TEST(mixed_devices_rejected) {
 }
 
 /* ---- two threads, one per device ------------------------------------------------------------ */
+/* (PC_STEPS products of PC_N x PC_N: the producer's chain still runs when the consumer queues
+ * its copy of the result; without the copy's wait list the result read is the unfinished one) */
+#define PC_N 256
+#define PC_STEPS 16
+
 /* Device 1's thread: its own queue busy, then the producer's x (still being computed on
  * device 0) moved here and used; then x written in place here after device 0 read it back. */
 static void *consumer(void *p) {
     handoff *h = p;
-    kiln_tensor w = kiln_to_device(weights(96, 9), D1);
-    kiln_tensor busy = chain(kiln_ones(D1, KILN_F32, KILN_SHAPE(64, 96)), kiln_ref(w), 6);
+    kiln_tensor w = kiln_to_device(weights(PC_N, 9), D1);
+    kiln_tensor busy = chain(kiln_ones(D1, KILN_F32, KILN_SHAPE(PC_N, PC_N)), kiln_ref(w), 6);
     await(h, 1);
     kiln_tensor x1 = kiln_to_device(h->x, D1); /* consumes the handle */
     h->result = kiln_add(kiln_matmul(kiln_ref(x1), w), busy);
@@ -106,20 +111,20 @@ static void *consumer(void *p) {
 
 KT_TEST(producer_and_consumer) {
     handoff h = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
-    kiln_tensor xh = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(64, 96), 5);
-    kiln_tensor wh = weights(96, 6);
+    kiln_tensor xh = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(PC_N, PC_N), 5);
+    kiln_tensor wh = weights(PC_N, 6);
     pthread_t t;
     pthread_create(&t, NULL, consumer, &h);
     /* the chain is queued (not run) on device 0 when its result is handed over */
-    kiln_tensor x = chain(kiln_to_device(kiln_ref(xh), D0), kiln_to_device(kiln_ref(wh), D0), 12);
+    kiln_tensor x = chain(kiln_to_device(kiln_ref(xh), D0), kiln_to_device(kiln_ref(wh), D0), PC_STEPS);
     hand_over(&h, x);
     kiln_tensor echoed = h.x; /* x back on device 0 from device 1, taken before device 1 wrote it */
     x = kiln_add_scalar(x, 1); /* in place on device 0 after device 1's copy read it */
     pthread_join(t, NULL);
     KT_CHECK(h.bad == 0);
-    kiln_tensor rx = chain(xh, wh, 12);
-    kiln_tensor rbusy = chain(kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(64, 96)), weights(96, 9), 6);
-    kiln_tensor rresult = kiln_add(kiln_matmul(kiln_ref(rx), weights(96, 9)), rbusy);
+    kiln_tensor rx = chain(xh, wh, PC_STEPS);
+    kiln_tensor rbusy = chain(kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(PC_N, PC_N)), weights(PC_N, 9), 6);
+    kiln_tensor rresult = kiln_add(kiln_matmul(kiln_ref(rx), weights(PC_N, 9)), rbusy);
     compare("consumer's result", h.result, rresult, 1e-4, 1e-5);
     compare("x written after device 1 read it", kiln_to_device(x, D1), kiln_add_scalar(kiln_ref(rx), 1), 1e-4, 1e-5);
     compare("x echoed before device 1 wrote it", kiln_to_device(echoed, D1), rx, 1e-4, 1e-5);
