@@ -2,9 +2,9 @@
  *
  *   C = alpha * op(A) * op(B) + beta * C   (row-major, as kiln__gemm_f32)
  *
- * for every f32 product kiln__gemm_f32 runs (and the MATMUL kernel's single products of more
- * than KILN__GEMM_SMALL_MAX_M rows) on CPUs where oneDNN runs AVX-512 kernels and Debian's
- * OpenBLAS 0.3.21 does not (it takes a Zen 5 for a Haswell). */
+ * for every f32 product kiln__gemm_f32 runs (the MATMUL kernel's products of more than
+ * KILN__GEMM_SMALL_MAX_M rows among them) on CPUs where oneDNN runs AVX-512 kernels and
+ * Debian's OpenBLAS 0.3.21 does not (it takes a Zen 5 for a Haswell). */
 #ifndef KILN_BACKEND_CPU_GEMM_DNNL_H
 #define KILN_BACKEND_CPU_GEMM_DNNL_H
 

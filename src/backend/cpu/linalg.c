@@ -10,7 +10,6 @@
 
 #include "backend/cpu/cpu-impl.h"
 #include "backend/cpu/gemm.h"
-#include "backend/cpu/gemm_dnnl.h"
 #include "backend/cpu/gemm_small.h"
 
 /* A batch of products runs one single-threaded GEMM per task across the pool (attention's
@@ -183,21 +182,6 @@ static bool small_m_fits(const mm_job *j, int64_t nbatch) {
            kiln__gemm_small_available();
 }
 
-/* A single f32 product of more than SMALL_M rows through oneDNN (gemm_dnnl.c), where it takes
- * it: the addend's rows into C first, as mm_task does, then C += A B. */
-static bool dnnl_fits(const mm_job *j, int64_t nbatch) {
-    return j->dt == KILN_F32 && nbatch == 1 && j->m > SMALL_M &&
-           kiln__gemm_dnnl_takes(j->a.trans, j->b.trans, j->m, j->n, j->k, j->a.ld, j->b.ld, j->ldc);
-}
-
-static kiln_status mm_dnnl(const mm_job *j) {
-    if (j->addend)
-        copy_matrix(sizeof(float), j->c, j->ldc, 1, kiln__view_ptr(j->addend), j->addend->strides[j->nb],
-                    j->addend->strides[j->nb + 1], j->m, j->n);
-    return kiln__gemm_dnnl_f32(j->a.trans, j->b.trans, j->m, j->n, j->k, 1.0f, (const float *)j->a.base, j->a.ld,
-                               (const float *)j->b.base, j->b.ld, j->addend ? 1.0f : 0.0f, (float *)j->c, j->ldc);
-}
-
 static kiln_status kernel_matmul(const kiln__op *op) {
     const kiln__view *out = &op->out[0];
     for (int i = 0; i < op->n_in; i++) {
@@ -241,8 +225,6 @@ static kiln_status kernel_matmul(const kiln__op *op) {
         j.serial = nbatch > 1 && (work < SMALL_GEMM || (nbatch >= 2 * threads && kiln__gemm_serial_is_fast(j.m, j.n, j.k)));
         if (small_m_fits(&j, nbatch))
             kiln__parallel_for(j.n, SMALL_M_TASK / (j.m * j.k) + 1, small_m_task, &j);
-        else if (dnnl_fits(&j, nbatch))
-            st = mm_dnnl(&j);
         else if (j.serial)
             kiln__parallel_for(nbatch, work < SMALL_GEMM ? SMALL_GEMM / 2 / work + 1 : 1, mm_task, &j);
         else
