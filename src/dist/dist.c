@@ -400,14 +400,15 @@ static MPI_Datatype native_sum_type(kiln_dtype dt) {
     default: return MPI_DATATYPE_NULL;
     }
 }
-#endif
 
+/* a mean's division after the sum (only collectives that talk to MPI have more than one rank) */
 static void scale(void *buf, int64_t n, kiln_dtype dt, double s) {
     if (dt == KILN_F32)
         for (int64_t i = 0; i < n; i++) ((float *)buf)[i] = (float)(((float *)buf)[i] * s);
     else if (dt == KILN_F64)
         for (int64_t i = 0; i < n; i++) ((double *)buf)[i] *= s;
 }
+#endif
 
 static kiln_status all_reduce(const kiln__op *op) {
     const kiln__view *in = &op->in[0], *out = &op->out[0];
