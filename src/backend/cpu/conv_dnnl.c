@@ -28,10 +28,10 @@
 #include <string.h>
 
 #include "backend/cpu/cpu-impl.h"
+#include "backend/cpu/gemm_dnnl.h"
 
 #if KILN_HAVE_DNNL
 
-#include <dlfcn.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
 #include <pthread.h>
@@ -100,14 +100,11 @@ const char *kiln__conv_dnnl_mode(void) {
 static pthread_once_t dnnl_once = PTHREAD_ONCE_INIT;
 static dnnl_engine_t cpu_engine;
 static dnnl_status_t dnnl_engine_status;
-static void (*omp_set_threads)(int); /* libgomp's omp_set_num_threads, loaded with oneDNN */
 
 static void cache_free_all(void);
 
 static void dnnl_init(void) {
     dnnl_engine_status = dnnl_engine_create(&cpu_engine, dnnl_cpu, 0);
-    /* libgomp comes in with libdnnl; looked up rather than linked so no -lgomp is needed */
-    *(void **)&omp_set_threads = dlsym(RTLD_DEFAULT, "omp_set_num_threads");
     if (dnnl_engine_status == dnnl_success) atexit(cache_free_all);
 }
 
@@ -398,7 +395,7 @@ bool kiln__conv_dnnl_run(const kiln__op *op, kiln_status *st) {
      * then run inline on their callers), one thread when another op or conv holds it */
     int held = kiln__pool_try_claim();
     k.threads = held ? kiln__pool_threads() : 1;
-    if (omp_set_threads) omp_set_threads((int)k.threads);
+    kiln__dnnl_omp_threads((int)k.threads);
     int slot;
     dnnl_prims p;
     *st = KILN_OK;

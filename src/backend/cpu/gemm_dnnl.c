@@ -82,6 +82,11 @@ static void (*omp_set_threads)(int);
 static pthread_once_t omp_once = PTHREAD_ONCE_INIT;
 static void omp_lookup(void) { *(void **)&omp_set_threads = dlsym(RTLD_DEFAULT, "omp_set_num_threads"); }
 
+void kiln__dnnl_omp_threads(int n) {
+    pthread_once(&omp_once, omp_lookup);
+    if (omp_set_threads) omp_set_threads(n);
+}
+
 typedef struct {
     char ta, tb;
     int64_t m, n, k, lda, ldb, ldc, tile_cols, col_tiles;
@@ -92,7 +97,7 @@ typedef struct {
 
 static void tiles_task(void *ctx, int64_t begin, int64_t end) {
     tiles_job *j = ctx;
-    if (omp_set_threads) omp_set_threads(1); /* every time: a oneDNN conv on this thread sets its own */
+    kiln__dnnl_omp_threads(1); /* every time: a oneDNN conv on this thread sets its own */
     for (int64_t t = begin; t < end; t++) {
         int64_t i0 = t / j->col_tiles * TILE_ROWS, j0 = t % j->col_tiles * j->tile_cols;
         int64_t rows = j->m - i0 < TILE_ROWS ? j->m - i0 : TILE_ROWS;
@@ -112,7 +117,6 @@ static void tiles_task(void *ctx, int64_t begin, int64_t end) {
 kiln_status kiln__gemm_dnnl_f32(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                                 const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                                 int64_t ldc) {
-    pthread_once(&omp_once, omp_lookup);
     int64_t tile_cols = n < TILE_COLS_MIN ? n : ((n + 1) / 2 + 63) / 64 * 64;
     tiles_job j = {.ta = trans_a ? 'T' : 'N', .tb = trans_b ? 'T' : 'N', .m = m, .n = n, .k = k, .lda = lda,
                    .ldb = ldb, .ldc = ldc, .tile_cols = tile_cols, .col_tiles = (n + tile_cols - 1) / tile_cols,

@@ -31,6 +31,11 @@ bool kiln__gemm_dnnl_takes(int trans_a, int trans_b, int64_t m, int64_t n, int64
 kiln_status kiln__gemm_dnnl_f32(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                          int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
+/* Sets oneDNN's OpenMP thread count (libgomp's, a per-thread setting) for the calling thread;
+ * nothing where libgomp is not loaded. For this file's products and conv_dnnl.c's convs. Only in
+ * a build with oneDNN. */
+void kiln__dnnl_omp_threads(int n);
+
 /* Tests: 1 on, 0 off, -1 back to KILN_GEMM_DNNL / the CPU's default. */
 void kiln__gemm_dnnl_force(int mode);
 
