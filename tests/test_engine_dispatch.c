@@ -7,6 +7,7 @@
 #include <kiln.h>
 #include <pthread.h>
 
+#include "core/core-impl.h"
 #include "kiln_test.h"
 
 static kiln_memory_stats stats(void) { return kiln_memory_stats_get(KILN_CPU); }
@@ -60,6 +61,39 @@ KT_TEST(handles_and_counts_cross_thread_exits) {
     KT_CHECK(stats().live_tensors == live);
 }
 
+/* A handle released by a thread-exit destructor that runs after kiln's own (a key created
+ * later runs later) still goes back to the shared free list, not into a batch that is gone. */
+static pthread_key_t late_key;
+
+static void release_late(void *h) { kiln_release(*(kiln_tensor *)h); }
+
+static void *release_at_exit(void *arg) {
+    kiln_tensor *h = arg;
+    *h = kiln_full(KILN_CPU, KILN_F32, KILN_SHAPE(2), 1.0);
+    KT_CHECK(kiln_sync() == KILN_OK);
+    pthread_setspecific(late_key, h);
+    return NULL;
+}
+
+KT_TEST(handle_released_in_a_later_exit_destructor_is_given_back) {
+    kiln_release(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(1))); /* kiln's key exists first */
+    KT_CHECK(kiln_sync() == KILN_OK);
+    KT_CHECK(pthread_key_create(&late_key, release_late) == 0);
+    uint64_t live = stats().live_tensors;
+    uint32_t before = kiln__handle_slots_outstanding();
+    for (int round = 0; round < 3; round++) {
+        kiln_tensor h;
+        pthread_t th;
+        KT_CHECK(pthread_create(&th, NULL, release_at_exit, &h) == 0);
+        pthread_join(th, NULL);
+        KT_CHECK(kiln_sync() == KILN_OK);
+        KT_CHECK(stats().live_tensors == live);
+        KT_CHECK_MSG(kiln__handle_slots_outstanding() == before, "round %d: %u slots outstanding, %u before", round,
+                     kiln__handle_slots_outstanding(), before);
+    }
+    pthread_key_delete(late_key);
+}
+
 /* An exclusive input becomes the output; one with another handle, or a leaf's, does not. */
 KT_TEST(in_place_output_takes_only_a_single_owner) {
     kiln_memory_stats s0 = stats();
@@ -108,6 +142,7 @@ KT_TEST(many_groups_give_exact_results) {
 
 int main(void) {
     KT_RUN(handles_and_counts_cross_thread_exits);
+    KT_RUN(handle_released_in_a_later_exit_destructor_is_given_back);
     KT_RUN(in_place_output_takes_only_a_single_owner);
     KT_RUN(many_groups_give_exact_results);
     return kt_finish();

@@ -237,6 +237,9 @@ kiln_tensor kiln__handle_new(kiln__tensor *t);
 kiln__tensor *kiln__handle_peek(kiln_tensor h, const char *op, kiln__error **err);
 /* Consumes the handle: the caller now owns the tensor's reference. NULL + *err if stale. */
 kiln__tensor *kiln__handle_take(kiln_tensor h, const char *op, kiln__error **err);
+/* Slots handed out and not yet back in the shared free list (live handles, plus freed ones
+ * waiting in a thread's batch): tests check that a thread's exit gives every batch back. */
+uint32_t kiln__handle_slots_outstanding(void);
 
 /* ---- fork ------------------------------------------------------------------------------- */
 /* Registers (once) fork handlers that hold core's locks (the handle table's, the counters' and the CPU

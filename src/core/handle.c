@@ -110,6 +110,9 @@ static void local_exit(void *arg) {
     slots_give(l->taken + l->next_taken, l->n_taken - l->next_taken);
     slots_give(l->freed, l->n_freed);
     l->n_taken = l->next_taken = l->n_freed = 0;
+    /* a later thread-exit destructor that frees a handle registers again (POSIX runs the
+     * destructors again for a key set during exit), rather than batching into a dead list */
+    l->registered = false;
 }
 
 static void local_key_create(void) { pthread_key_create(&local_key, local_exit); }
@@ -142,6 +145,13 @@ static void slot_free(uint32_t idx) {
         slots_give(local.freed, local.n_freed);
         local.n_freed = 0;
     }
+}
+
+uint32_t kiln__handle_slots_outstanding(void) {
+    pthread_mutex_lock(&freelist.lock);
+    uint32_t n = freelist.used - freelist.n_free;
+    pthread_mutex_unlock(&freelist.lock);
+    return n;
 }
 
 void kiln__handle_fork_lock(bool lock) {
