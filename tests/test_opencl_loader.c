@@ -1,9 +1,11 @@
 /* The data loader on the OpenCL device: each batch arrives on the device with the bytes the CPU
  * loader gives for the same seed (0 and 2 workers, a last short batch), the caller computes on
- * each batch while later ones are copied, and with workers every host-to-device copy of a
- * batch runs on a worker's stream (the profiler's stream ids), not on the caller's: it does not
- * queue behind the caller's device work, and its tensor reaches the caller's stream through a
- * device event. Skipped (exit 77) without an OpenCL device. */
+ * each batch while later ones are copied, and every host-to-device copy of a batch runs on a
+ * stream other than the caller's (the profiler's stream ids): a worker's, or with no workers
+ * the one stream the loader keeps for its copies. So it does not queue behind the caller's
+ * device work, and its tensor reaches the caller's stream through a device event; with no
+ * workers, batches stay right while the caller's queue is kept busy and batches are released
+ * unread. Skipped (exit 77) without an OpenCL device. */
 #include <kiln.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,8 +86,9 @@ KT_TEST(loader_device_batches) {
 }
 
 /* The profiler's events of one epoch with `workers`: the stream of the caller's ops (kiln_mul)
- * and how many host-to-device copies ran on another stream (*elsewhere) or on it (*here). */
-static void copy_streams(kiln_dataset *ds, int workers, int *copies, int *elsewhere, int *here) {
+ * and how many host-to-device copies ran on another stream (*elsewhere) or on it (*here), on
+ * how many streams in all (*streams). */
+static void copy_streams(kiln_dataset *ds, int workers, int *copies, int *elsewhere, int *here, int *streams) {
     kiln_loader *l = loader(ds, DEV, workers);
     kiln_profiler_start();
     KT_CHECK(kiln_loader_start_epoch(l, 1) == KILN_OK);
@@ -104,26 +107,73 @@ static void copy_streams(kiln_dataset *ds, int workers, int *copies, int *elsewh
     for (size_t i = 0; i < n; i++)
         if (strstr(ev[i].op, "kiln_mul")) caller = ev[i].stream; /* alone or fused */
     KT_CHECK(caller >= 0);
-    *copies = *elsewhere = *here = 0;
+    *copies = *elsewhere = *here = *streams = 0;
+    int seen[64];
     for (size_t i = 0; i < n; i++) {
         if (strcmp(ev[i].kernel, "COPY") != 0 || !ev[i].on_device) continue;
         ++*copies;
         if (ev[i].stream == caller) ++*here;
         else ++*elsewhere;
+        bool known = false;
+        for (int k = 0; k < *streams; k++) known |= seen[k] == ev[i].stream;
+        if (!known && *streams < 64) seen[(*streams)++] = ev[i].stream;
     }
     free(ev);
 }
 
-KT_TEST(loader_copies_on_worker_streams) {
+KT_TEST(loader_copies_on_own_streams) {
     kiln_dataset_desc d = {.input_dtype = KILN_F32, .target_dtype = KILN_I64, .input_shape = KILN_SHAPE(3),
                            .target_shape = KILN_SCALAR_SHAPE, .length = length, .get = get};
     kiln_dataset *ds = kiln_dataset_new(d, NULL);
-    int copies, elsewhere, here;
-    copy_streams(ds, 2, &copies, &elsewhere, &here);
+    int copies, elsewhere, here, streams;
+    copy_streams(ds, 2, &copies, &elsewhere, &here, &streams);
     int batches = (N_SAMPLES + BATCH - 1) / BATCH;
     KT_CHECK_MSG(copies >= 2 * batches && here == 0, "workers 2: %d copies, %d on the caller's stream", copies, here);
-    copy_streams(ds, 0, &copies, &elsewhere, &here); /* no workers: the caller copies */
-    KT_CHECK_MSG(copies >= 2 * batches && elsewhere == 0, "workers 0: %d copies, %d elsewhere", copies, elsewhere);
+    /* no workers: the caller copies, on the loader's one copy stream */
+    copy_streams(ds, 0, &copies, &elsewhere, &here, &streams);
+    KT_CHECK_MSG(copies >= 2 * batches && here == 0 && streams == 1, "workers 0: %d copies, %d on the caller's stream, %d streams",
+                 copies, here, streams);
+    kiln_dataset_free(ds);
+}
+
+/* No workers, the caller's device queue kept busy (a chain of products queued before each
+ * batch is asked for): each batch, copied on the loader's stream meanwhile, is the CPU
+ * loader's, and the products that use it see it; every other batch is released unread. */
+KT_TEST(loader_no_workers_busy_caller) {
+    kiln_dataset_desc d = {.input_dtype = KILN_F32, .target_dtype = KILN_I64, .input_shape = KILN_SHAPE(3),
+                           .target_shape = KILN_SCALAR_SHAPE, .length = length, .get = get};
+    kiln_dataset *ds = kiln_dataset_new(d, NULL);
+    kiln_loader *ld = loader(ds, DEV, 0), *lc = loader(ds, KILN_CPU, 0);
+    KT_CHECK(kiln_loader_start_epoch(ld, 3) == KILN_OK && kiln_loader_start_epoch(lc, 3) == KILN_OK);
+    kiln_tensor w = kiln_mul_scalar(kiln_ones(DEV, KILN_F32, KILN_SHAPE(192, 192)), 1.0 / 192);
+    kiln_tensor busy = kiln_ones(DEV, KILN_F32, KILN_SHAPE(192, 192));
+    kiln_tensor x, y, xc, yc;
+    int bad = 0;
+    for (int k = 0; kiln_loader_next(ld, &x, &y) == KILN_OK; k++) {
+        KT_CHECK(kiln_loader_next(lc, &xc, &yc) == KILN_OK);
+        for (int i = 0; i < 4; i++) busy = kiln_matmul(busy, kiln_ref(w)); /* queued ahead of the batch's use */
+        if (k % 2) { /* released unread, its copy maybe still queued */
+            kiln_release(x), kiln_release(y), kiln_release(xc), kiln_release(yc);
+            continue;
+        }
+        /* used on the caller's stream after the products: x * (0 sum(busy) + 1) is x */
+        kiln_tensor scale = kiln_add_scalar(kiln_mul_scalar(kiln_sum(kiln_ref(busy)), 0), 1);
+        kiln_tensor got = kiln_to_device(kiln_mul(x, scale), KILN_CPU);
+        int64_t n = kiln_tensor_numel(xc);
+        float g[BATCH * 3], want[BATCH * 3];
+        int64_t gy[BATCH], wy[BATCH];
+        if (kiln_into_data(got, g, sizeof(float) * (size_t)n) != KILN_OK || kiln_into_data(xc, want, sizeof(float) * (size_t)n) != KILN_OK ||
+            kiln_into_data(kiln_to_device(y, KILN_CPU), gy, sizeof(int64_t) * (size_t)(n / 3)) != KILN_OK ||
+            kiln_into_data(yc, wy, sizeof(int64_t) * (size_t)(n / 3)) != KILN_OK)
+            bad++;
+        else if (memcmp(g, want, sizeof(float) * (size_t)n) != 0 || memcmp(gy, wy, sizeof(int64_t) * (size_t)(n / 3)) != 0)
+            bad++;
+    }
+    KT_CHECK_MSG(bad == 0, "%d batches differ from the CPU loader's", bad);
+    kiln_release(busy), kiln_release(w);
+    kiln_loader_free(ld);
+    kiln_loader_free(lc);
+    KT_CHECK(kiln_sync() == KILN_OK);
     kiln_dataset_free(ds);
 }
 #endif
@@ -132,7 +182,8 @@ int main(void) {
 #if KILN_HAVE_OPENCL
     if (kiln_device_count(KILN_KIND_OPENCL) > 0) {
         KT_RUN(loader_device_batches);
-        KT_RUN(loader_copies_on_worker_streams);
+        KT_RUN(loader_copies_on_own_streams);
+        KT_RUN(loader_no_workers_busy_caller);
         return kt_finish();
     }
 #endif

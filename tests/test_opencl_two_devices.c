@@ -1,17 +1,24 @@
-/* Two OpenCL devices (PoCL's CPU twice: POCL_DEVICES="pthread pthread"): tensors moved between
- * them by kiln_to_device (a copy to the host on the source device's stream, then one to the
- * other device: each device's own buffers and events, the engine ordering the two). CPU ->
- * device 0 -> device 1 -> CPU chains with ops on each device against the same ops on the CPU;
- * two threads, one per device, the consumer taking the producer's tensor while the producer's
- * chain is still queued; in-place writes on one device after the other one read the tensor; a
- * failure found while a device-0 kernel runs poisons what device 1 computes from it and is
- * reported once; tensors released while the work that reads them is queued. Skipped (exit 77)
- * with fewer than two OpenCL devices or without OpenCL. */
+/* Two OpenCL devices (PoCL's CPU twice: POCL_DEVICES="pthread pthread"), which share one
+ * OpenCL context: a tensor moved between them by kiln_to_device is one buffer copy queued on the
+ * destination's stream, after the source's last write as a device event (with
+ * KILN_OPENCL_SHARED_CONTEXT=0 each device has its own context and a move goes through the
+ * host: a copy to the host on the source device, then one to the other device). CPU -> device
+ * 0 -> device 1 -> CPU chains with ops on each device against the same ops on the CPU, bit for
+ * bit where the math is exact; a move is one op on the device (the profiler's events); two
+ * threads, one per device, the consumer taking the producer's tensor while the producer's
+ * chain is still queued, and two threads moving tensors both ways at once; in-place writes on
+ * one device after the other one read the tensor; a failure found while a device-0 kernel runs,
+ * or a failed kernel, poisons what device 1 computes from it and is reported once; an
+ * allocation failing on device 1 mid-chain is an error naming the move and its call site, and
+ * each device's memory stats count only its own buffers; tensors released while the work that
+ * reads them is queued. Skipped (exit 77) with fewer than two OpenCL devices or without
+ * OpenCL. */
 #include <kiln.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "engine/engine-impl.h"
 #include "kiln_test.h"
 #if KILN_HAVE_OPENCL
 
@@ -73,6 +80,167 @@ KT_TEST(chain_across_devices) {
     kiln_tensor bh = kiln_to_device(kiln_ref(b0), KILN_CPU);
     compare("bool", kiln_to_device(b0, D1), bh, 0, 0);
     KT_CHECK(kiln_sync() == KILN_OK);
+}
+
+/* t (consumed, any device) read on the host against want (a CPU tensor, consumed), byte for
+ * byte. */
+static void same_bytes(const char *what, kiln_tensor t, kiln_tensor want) {
+    size_t n = (size_t)kiln_tensor_numel(want) * kiln_dtype_size(kiln_tensor_dtype(want));
+    unsigned char *a = malloc(n + 1), *b = malloc(n + 1);
+    KT_CHECK_MSG(kiln_tensor_dtype(t) == kiln_tensor_dtype(want) && kiln_tensor_numel(t) == kiln_tensor_numel(want),
+                 "%s: dtype or size differs", what);
+    kiln_status sa = kiln_into_data(kiln_to_device(t, KILN_CPU), a, n), sb = kiln_into_data(want, b, n);
+    KT_CHECK_MSG(sa == KILN_OK && sb == KILN_OK, "%s: read failed: %s", what, kiln_last_error());
+    KT_CHECK_MSG(sa != KILN_OK || memcmp(a, b, n) == 0, "%s: bytes differ", what);
+    free(a);
+    free(b);
+}
+
+/* CPU -> device 0 -> device 1 -> CPU, bit for bit: several dtypes and sizes (empty, one
+ * element, past a staging buffer), a narrowed source (an offset into its buffer), and a tensor
+ * bounced between the devices with in-place writes on each side. */
+KT_TEST(exact_chains) {
+    static const kiln_dtype dtypes[] = {KILN_F32, KILN_F64, KILN_I32, KILN_I64, KILN_F16, KILN_BF16};
+    static const int64_t sizes[] = {0, 1, 1000, (1 << 20) + 3};
+    for (size_t k = 0; k < sizeof dtypes / sizeof *dtypes; k++)
+        for (size_t j = 0; j < sizeof sizes / sizeof *sizes; j++) {
+            kiln_dtype dt = dtypes[k];
+            int64_t n = sizes[j];
+            /* small integers: every op below is exact in every dtype */
+            kiln_tensor x = kiln_cast(kiln_remainder_scalar(kiln_arange(KILN_CPU, KILN_F64, 0, (double)n, 1), 50), dt);
+            kiln_tensor a0 = kiln_add_scalar(kiln_to_device(kiln_ref(x), D0), 3);
+            kiln_tensor b1 = kiln_mul_scalar(kiln_to_device(a0, D1), 2);
+            kiln_tensor want = kiln_mul_scalar(kiln_add_scalar(x, 3), 2);
+            char what[64];
+            snprintf(what, sizeof what, "%s[%lld] via both devices", kiln_dtype_name(dt), (long long)n);
+            KT_CHECK(kiln_tensor_device(b1) == D1);
+            same_bytes(what, b1, want);
+        }
+    /* a narrowed source: one copy from an offset into device 0's buffer */
+    kiln_tensor x = kiln_arange(KILN_CPU, KILN_F32, 0, 4096, 1);
+    kiln_tensor x0 = kiln_to_device(kiln_ref(x), D0);
+    same_bytes("narrowed", kiln_to_device(kiln_narrow(kiln_ref(x0), 0, 1000, 777), D1), kiln_narrow(kiln_ref(x), 0, 1000, 777));
+    same_bytes("rows of a matrix", kiln_to_device(kiln_narrow(kiln_reshape(x0, KILN_SHAPE(64, 64)), 0, 5, 9), D1),
+               kiln_narrow(kiln_reshape(kiln_ref(x), KILN_SHAPE(64, 64)), 0, 5, 9));
+    /* bounced: each side writes its copy in place after the move read it */
+    kiln_tensor b = kiln_to_device(kiln_ref(x), D0), rb = kiln_ref(x);
+    for (int i = 0; i < 10; i++) {
+        kiln_tensor other = kiln_to_device(kiln_ref(b), i % 2 ? D0 : D1);
+        b = kiln_add_scalar(b, 1); /* the tensor left behind, after the move read it */
+        kiln_release(b);
+        b = kiln_add_scalar(other, (double)i);
+        rb = kiln_add_scalar(rb, (double)i);
+    }
+    KT_CHECK(kiln_tensor_device(b) == D0);
+    same_bytes("bounced", b, rb);
+    kiln_release(x);
+    KT_CHECK(kiln_sync() == KILN_OK);
+}
+
+/* With one context a move between the devices is one op, run on device 1's queue (device
+ * times): no copy to the host, no engine worker waiting for device 0. */
+KT_TEST(move_is_one_device_op) {
+    const char *env = getenv("KILN_OPENCL_SHARED_CONTEXT");
+    bool shared = !(env && env[0] == '0');
+    kiln_tensor x = kiln_exp(kiln_full(D0, KILN_F32, KILN_SHAPE(1 << 16), 0.5));
+    KT_CHECK(kiln_sync() == KILN_OK);
+    kiln_profiler_start();
+    kiln_tensor y = kiln_to_device(x, D1);
+    kiln_profiler_stop();
+    kiln_profile_event ev[16];
+    size_t n = kiln_profiler_events(ev, 16), moves = 0, on_device = 0;
+    for (size_t i = 0; i < n && i < 16; i++)
+        if (strcmp(ev[i].op, "kiln_to_device") == 0) moves++, on_device += ev[i].on_device;
+    KT_CHECK_MSG(moves == (shared ? 1u : 2u), "%zu ops for one move (shared context: %d)", moves, shared);
+    KT_CHECK_MSG(!shared || on_device == 1, "the move is not a device op");
+    compare("moved", y, kiln_exp(kiln_full(KILN_CPU, KILN_F32, KILN_SHAPE(1 << 16), 0.5)), 1e-6, 0);
+}
+
+/* A kernel that fails on device 0 poisons the move to device 1 and what device 1 computes from
+ * it; the read reports it once. */
+KT_TEST(poisoned_source) {
+    kiln__debug_fail_next_kernel("kiln_exp");
+    kiln_tensor bad = kiln_exp(kiln_ones(D0, KILN_F32, KILN_SHAPE(64)));
+    kiln_tensor moved = kiln_to_device(bad, D1);
+    kiln_tensor y = kiln_sum(kiln_mul_scalar(moved, 2));
+    float v = 0;
+    KT_CHECK(kiln_into_scalar(y, &v) == KILN_ERR_KERNEL);
+    KT_CHECK_MSG(strstr(kiln_last_error(), "kiln_exp") && strstr(kiln_last_error(), "injected"), "%s", kiln_last_error());
+    KT_CHECK(kiln_sync() == KILN_OK);
+    KT_CHECK(kiln_sync_all() == KILN_OK);
+    kiln__debug_fail_next_kernel(NULL);
+}
+
+/* Device 1's buffer for a move cannot be had: a clean error naming kiln_to_device and its call
+ * site, device 0's chain unharmed, and each device's stats counting only its own buffers. */
+KT_TEST(alloc_failure_on_device_1) {
+    KT_CHECK(kiln_sync_all() == KILN_OK);
+    kiln_memory_stats s0 = kiln_memory_stats_get(D0), s1 = kiln_memory_stats_get(D1);
+    kiln_tensor a0 = kiln_add_scalar(kiln_mul_scalar(kiln_full(D0, KILN_F32, KILN_SHAPE(4096), 3), 2), 1);
+    kiln_tensor src = kiln_ref(a0);
+    kiln_debug_fail_alloc_after(1);
+    int line = __LINE__ + 1;
+    kiln_tensor a1 = kiln_to_device(src, D1); /* its buffer on device 1 fails */
+    kiln_debug_fail_alloc_after(0);
+    KT_READ_ERROR(kiln_add_scalar(a1, 1), KILN_ERR_OUT_OF_MEMORY, "kiln_to_device");
+    char site[64];
+    snprintf(site, sizeof site, "test_opencl_two_devices.c:%d", line);
+    KT_CHECK_MSG(strstr(kiln_last_error(), site), "'%s' lacks %s", kiln_last_error(), site);
+    /* device 0 goes on; a move that can allocate counts on device 1 alone */
+    kiln_tensor m1 = kiln_to_device(kiln_ref(a0), D1);
+    KT_CHECK(kiln_sync_all() == KILN_OK);
+    kiln_memory_stats m0s = kiln_memory_stats_get(D0), m1s = kiln_memory_stats_get(D1);
+    KT_CHECK_MSG(m1s.bytes_in_use == s1.bytes_in_use + 4096 * 4 && m0s.bytes_in_use == s0.bytes_in_use + 4096 * 4,
+                 "in use %llu on device 0, %llu on device 1", (unsigned long long)m0s.bytes_in_use,
+                 (unsigned long long)m1s.bytes_in_use);
+    same_bytes("device 0 after the failure", a0, kiln_full(KILN_CPU, KILN_F32, KILN_SHAPE(4096), 7));
+    same_bytes("moved after the failure", m1, kiln_full(KILN_CPU, KILN_F32, KILN_SHAPE(4096), 7));
+    KT_CHECK(kiln_sync_all() == KILN_OK);
+    KT_CHECK(kiln_memory_stats_get(D0).bytes_in_use == s0.bytes_in_use &&
+             kiln_memory_stats_get(D1).bytes_in_use == s1.bytes_in_use);
+}
+
+/* ---- two threads moving tensors both ways at once ------------------------------------------ */
+#define BOTH_ROUNDS 40
+
+typedef struct {
+    kiln_device from, to;
+    int bad;
+} mover;
+
+/* Rounds of: made on `from`, moved to `to`, written there, moved back and compared bit for bit
+ * with the CPU's; each round's tensors also feed a running sum on `to`. */
+static void *move_both_ways(void *p) {
+    mover *m = p;
+    kiln_tensor acc = kiln_zeros(m->to, KILN_F32, KILN_SHAPE(3000)), racc = kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(3000));
+    for (int r = 0; r < BOTH_ROUNDS; r++) {
+        kiln_tensor base = kiln_remainder_scalar(kiln_arange(KILN_CPU, KILN_F32, r, r + 3000, 1), 97);
+        kiln_tensor x = kiln_mul_scalar(kiln_to_device(kiln_ref(base), m->from), 2);
+        kiln_tensor y = kiln_add_scalar(kiln_to_device(x, m->to), 1);
+        acc = kiln_add(acc, kiln_ref(y));
+        kiln_tensor back = kiln_sub_scalar(kiln_to_device(y, m->from), 1);
+        kiln_tensor want = kiln_mul_scalar(base, 2);
+        racc = kiln_add(racc, kiln_add_scalar(kiln_ref(want), 1));
+        float g[3000], w[3000];
+        if (kiln_into_data(kiln_to_device(back, KILN_CPU), g, sizeof g) != KILN_OK ||
+            kiln_into_data(want, w, sizeof w) != KILN_OK || memcmp(g, w, sizeof g) != 0)
+            m->bad++;
+    }
+    float g[3000], w[3000];
+    if (kiln_into_data(kiln_to_device(acc, KILN_CPU), g, sizeof g) != KILN_OK || kiln_into_data(racc, w, sizeof w) != KILN_OK ||
+        memcmp(g, w, sizeof g) != 0)
+        m->bad++;
+    if (kiln_sync() != KILN_OK) m->bad++;
+    return NULL;
+}
+
+KT_TEST(both_ways_at_once) {
+    mover a = {D0, D1, 0}, b = {D1, D0, 0};
+    pthread_t t;
+    pthread_create(&t, NULL, move_both_ways, &a);
+    move_both_ways(&b);
+    pthread_join(t, NULL);
+    KT_CHECK_MSG(a.bad == 0 && b.bad == 0, "mismatches: %d device 0 -> 1, %d device 1 -> 0", a.bad, b.bad);
 }
 
 /* An op on tensors of two devices is an error naming the op and both devices, not a crash. */
@@ -195,6 +363,11 @@ int main(void) {
 #if KILN_HAVE_OPENCL
     if (kiln_device_count(KILN_KIND_OPENCL) >= 2) {
         KT_RUN(chain_across_devices);
+        KT_RUN(exact_chains);
+        KT_RUN(move_is_one_device_op);
+        KT_RUN(poisoned_source);
+        KT_RUN(alloc_failure_on_device_1);
+        KT_RUN(both_ways_at_once);
         KT_RUN(mixed_devices_rejected);
         KT_RUN(producer_and_consumer);
         KT_RUN(in_place_after_read);

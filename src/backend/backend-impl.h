@@ -22,6 +22,10 @@ typedef struct kiln__backend {
     kiln_status (*copy_to_host)(void *ctx, void *dst, const kiln__storage *src, size_t offset, size_t nbytes);
     kiln_status (*copy_from_host)(void *ctx, kiln__storage *dst, size_t offset, const void *src, size_t nbytes);
     kiln_status (*synchronize)(void *ctx);
+    /* Whether storages of `other` (a device of the same kind) are this device's kernels' to use
+     * as they are: a copy from `other` is then one op on this device, ordered by device events
+     * (one OpenCL context). NULL: never (a copy goes through the host). */
+    bool (*shares_memory)(void *ctx, kiln_device other);
     kiln__kernel_fn kernels[KILN__OP_COUNT];
 } kiln__backend;
 

@@ -1,6 +1,7 @@
 /* The data loader. Workers claim batch numbers in order, each assembles its batch on its own
  * thread (get() writes every sample straight into its slice of one host buffer) and moves it
- * to the device with one copy op per tensor on the worker's own stream (batch_tensor). Ready
+ * to the device with one copy op per tensor on the worker's own stream (batch_tensor); with no
+ * workers the caller assembles it and moves it on a stream the loader keeps for that. Ready
  * batches wait in a ring of `prefetch` slots: a worker may only claim batch k while
  * k < next_deliver + prefetch, so batch k has slot k % prefetch to itself, and the caller
  * receives batches in order whichever worker finishes first.
@@ -15,6 +16,7 @@
 
 #include "backend/backend-impl.h"
 #include "data/data-impl.h"
+#include "engine/engine-impl.h"
 #include "kiln/tensor.h"
 
 #define MAX_WORKERS 256
@@ -64,6 +66,7 @@ struct kiln_loader {
     int n_threads;
     pthread_t *threads;
     worker *workers; /* n_threads, or one for the caller when workers == 0 */
+    struct kiln__stream *copies; /* workers == 0 on a device: the stream of the caller's copies */
     unsigned char *host_block;
     int64_t *index_block;
 };
@@ -81,11 +84,12 @@ static kiln_shape batch_shape(kiln_shape sample, int64_t count) {
 
 /* A batch tensor on the loader's device from host bytes, copied now (the buffer is reused). To
  * a device it is a CPU tensor moved by kiln_to_device: an op on this thread's stream (a
- * worker's own), whose write is queued on that stream's device queue from pinned staging, so
- * it overlaps the caller's device work and this thread goes on to the next batch; the
- * caller's ops wait for it through a device event. (kiln_from_data straight to the device
- * writes through the device's one transfer queue, behind reads that wait for the caller's
- * work, and blocks until done.) */
+ * worker's own, or the loader's copy stream the caller enters, see assemble), whose write is
+ * queued on that stream's device queue from pinned staging, so it overlaps the caller's device
+ * work (it does not queue behind it) and this thread goes on to the next batch; the caller's
+ * ops wait for it through a device event. (kiln_from_data straight to the device writes
+ * through the device's one transfer queue, behind reads that wait for the caller's work, and
+ * blocks until done.) */
 static kiln_tensor batch_tensor(const kiln_loader *l, kiln_dtype dtype, kiln_shape shape, const void *bytes) {
     if (l->o.device == KILN_CPU) return kiln_from_data(KILN_CPU, dtype, shape, bytes);
     return kiln_to_device(kiln_from_data(KILN_CPU, dtype, shape, bytes), l->o.device);
@@ -112,10 +116,12 @@ static bool assemble(kiln_loader *l, worker *w, int64_t k, int64_t count, int64_
         }
     }
     const kiln_dataset_desc *d = &l->ds->desc;
+    struct kiln__stream *own = l->copies ? kiln__stream_enter(l->copies) : NULL;
     out->x = batch_tensor(l, d->input_dtype, batch_shape(d->input_shape, count), in);
     out->y = batch_tensor(l, d->target_dtype, batch_shape(d->target_shape, count), tg);
     kiln_status st = kiln_tensor_status(out->x);
     if (st == KILN_OK) st = kiln_tensor_status(out->y);
+    if (l->copies) kiln__stream_leave(l->copies, own);
     if (st != KILN_OK) {
         snprintf(out->msg, sizeof out->msg, "batch %lld of epoch %lld: %s", (long long)k, (long long)epoch,
                  kiln_last_error());
@@ -220,6 +226,7 @@ void kiln_loader_free(kiln_loader *l) {
     pthread_mutex_unlock(&l->lock);
     for (int i = 0; i < l->n_threads; i++) pthread_join(l->threads[i], NULL);
     if (l->slots && l->dropped) release_all(take_ready(l, l->dropped), l->dropped);
+    kiln__stream_free(l->copies);
     pthread_mutex_destroy(&l->lock);
     pthread_cond_destroy(&l->work_cond);
     pthread_cond_destroy(&l->ready_cond);
@@ -271,6 +278,10 @@ kiln_loader *kiln_loader_new(kiln_dataset *ds, kiln_loader_options o) {
     }
     for (int i = 0; i < hosts; i++) {
         l->workers[i] = (worker){l, l->host_block + host_bytes * (size_t)i, l->index_block + most * (size_t)i};
+    }
+    if (o.workers == 0 && o.device != KILN_CPU && !(l->copies = kiln__stream_new())) {
+        kiln_loader_free(l);
+        return kiln__report(KILN_ERR_OUT_OF_MEMORY, op, "cannot allocate the stream of the batches' copies"), NULL;
     }
     for (int i = 0; i < o.workers; i++) {
         int err = pthread_create(&l->threads[i], NULL, worker_main, &l->workers[i]);

@@ -220,19 +220,44 @@ bool kiln__engine_is_async(void) {
     return engine.async;
 }
 
-kiln__stream *kiln__stream_current(void) {
-    kiln__stream *s = current_stream;
-    if (KILN__LIKELY(s)) return s;
+static kiln__stream *stream_new(void) {
     pthread_once(&engine.once, engine_init);
-    s = calloc(1, sizeof *s);
+    kiln__stream *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->cond, NULL);
     atomic_init(&s->refs, 1);
     s->id = atomic_fetch_add(&engine.next_stream_id, 1);
+    return s;
+}
+
+kiln__stream *kiln__stream_current(void) {
+    kiln__stream *s = current_stream;
+    if (KILN__LIKELY(s)) return s;
+    if (!(s = stream_new())) return NULL;
     pthread_setspecific(stream_key, s);
     current_stream = s;
     return s;
+}
+
+kiln__stream *kiln__stream_new(void) { return stream_new(); }
+
+kiln__stream *kiln__stream_enter(kiln__stream *s) {
+    kiln__stream *own = kiln__stream_current(); /* (made now if the thread had none: it ends with the thread) */
+    if (s) current_stream = s;
+    return own;
+}
+
+void kiln__stream_leave(kiln__stream *s, kiln__stream *prev) {
+    if (!s || current_stream != s) return;
+    kiln__fusion_flush_stream(s); /* nothing of it waits for this thread any more */
+    current_stream = prev;
+}
+
+void kiln__stream_free(kiln__stream *s) {
+    if (!s) return;
+    kiln__fusion_stream_exit(s);
+    stream_unref(s); /* (its queued ops hold it until they have run) */
 }
 
 /* ---- ready queue and workers -------------------------------------------------------------- */

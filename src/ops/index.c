@@ -240,8 +240,9 @@ kiln__tensor *kiln__t_one_hot(kiln__opctx *c, kiln__tensor *index, int64_t class
 
 /* ---- devices ------------------------------------------------------------------------------- */
 
-/* A COPY between the host and a device: the device's backend runs it (the engine picks the
- * device side of an op), as a transfer queued on this thread's stream. */
+/* A COPY between the host and a device, or between two devices that share memory: the
+ * device's backend runs it (the engine picks the device side of an op, the destination of a
+ * copy between devices), as a transfer queued on this thread's stream. */
 static bool submit_transfer(kiln__opctx *c, kiln__tensor *out, const kiln__tensor *src) {
     kiln__op op;
     kiln__op_init(&op, KILN__OP_COPY, c->name);
@@ -256,11 +257,13 @@ kiln__tensor *kiln__t_to_device(kiln__opctx *c, kiln__tensor *t, kiln_device dev
     if (t->device == dev) return t;
     kiln_device from = t->device;
     if (kiln__device_slot(dev) < 0) return kiln__drop(1, t), kiln__fail(c, KILN_ERR_DEVICE, "invalid device %d", (int)dev);
-    if (!kiln__backend_get(dev))
-        return kiln__drop(1, t), kiln__fail(c, KILN_ERR_DEVICE, "device %s is not available", kiln_device_name(dev));
-    if (from != KILN_CPU && dev != KILN_CPU) /* device to device: through the host */
-        return kiln__t_to_device(c, kiln__t_to_device(c, t, KILN_CPU), dev);
-    /* a dense source (a copy on its own device first), then one transfer queued on the stream */
+    const kiln__backend *be = kiln__backend_get(dev);
+    if (!be) return kiln__drop(1, t), kiln__fail(c, KILN_ERR_DEVICE, "device %s is not available", kiln_device_name(dev));
+    if (from != KILN_CPU && dev != KILN_CPU && !(be->shares_memory && be->shares_memory(be->context, from)))
+        return kiln__t_to_device(c, kiln__t_to_device(c, t, KILN_CPU), dev); /* through the host */
+    /* a dense source (a copy on its own device first), then one transfer queued on the stream
+     * (between two devices that share memory: on the destination's queue, after the source's
+     * last write as a device event) */
     t = kiln__t_contiguous(c, t);
     if (!t) return NULL;
     kiln__tensor *out = kiln__t_empty(c, dev, t->dtype, t->ndim, t->shape);

@@ -1,7 +1,10 @@
 /* The OpenCL backend's devices: discovery (every device of every platform, with
  * KILN_OPENCL_DEVICE=k making the platforms' device k kiln's opencl:0), one context per
- * device (its queues are the streams', stream.c), the vtable, and blocking host copies. Without OpenCL in the
- * build every entry reports no device. */
+ * platform shared by its devices (so a buffer of one is a kernel argument, a copy source and
+ * an event source for another; KILN_OPENCL_SHARED_CONTEXT=0 gives each device its own, as a
+ * driver that refuses a context of several devices does), the devices' queues (the streams',
+ * stream.c), the vtable, and blocking host copies. Without OpenCL in the build every entry
+ * reports no device. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +33,7 @@ static struct {
     pthread_mutex_t lock;
     kiln__cl_device *dev[KILN_MAX_DEVICES];
     bool failed[KILN_MAX_DEVICES];
+    cl_context context[KILN_MAX_DEVICES]; /* made for the platform, not yet taken by the device */
 } cl = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void discover(void) {
@@ -107,6 +111,43 @@ static kiln_status cl_copy_from_host(void *ctx, kiln__storage *dst, size_t offse
 
 static kiln_status cl_synchronize(void *ctx) { return kiln__cl_streams_finish(ctx); }
 
+/* The device's context (a reference it owns; cl.lock held): the one made for its platform's
+ * devices when one of them opened first, or a new one with all of them (or only this one, when
+ * sharing is off or the driver refuses several). */
+static cl_context open_context(int index) {
+    cl_context ctx = cl.context[index];
+    if (ctx) {
+        cl.context[index] = NULL;
+        return ctx;
+    }
+    cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)cl.platform[index], 0};
+    cl_int err = CL_SUCCESS;
+    const char *env = getenv("KILN_OPENCL_SHARED_CONTEXT");
+    if (!(env && env[0] == '0')) {
+        cl_device_id ids[KILN_MAX_DEVICES];
+        int who[KILN_MAX_DEVICES], n = 0;
+        for (int k = 0; k < cl.count; k++)
+            if (cl.platform[k] == cl.platform[index] && !cl.dev[k] && !cl.failed[k]) who[n] = k, ids[n++] = cl.id[k];
+        if (n > 1) {
+            ctx = clCreateContext(props, (cl_uint)n, ids, NULL, NULL, &err);
+            if (ctx && err == CL_SUCCESS) {
+                for (int i = 0; i < n; i++)
+                    if (who[i] != index) clRetainContext(cl.context[who[i]] = ctx);
+                return ctx;
+            }
+            if (ctx) clReleaseContext(ctx);
+        }
+    }
+    ctx = clCreateContext(props, 1, &cl.id[index], NULL, NULL, &err);
+    return err == CL_SUCCESS ? ctx : NULL;
+}
+
+/* other's buffers live in d's context: d's kernels and copies use them as they are. */
+static bool cl_shares_memory(void *ctx, kiln_device other) {
+    kiln__cl_device *d = ctx, *o = kiln_device_kind(other) == KILN_KIND_OPENCL ? kiln__cl_device_of(other) : NULL;
+    return o && o->context == d->context;
+}
+
 static void device_free(kiln__cl_device *d) {
     kiln__cl_streams_free(d);
     if (d->context) clReleaseContext(d->context);
@@ -126,17 +167,15 @@ static kiln__cl_device *device_open(int index) {
     d->fp64 = fp64 != 0;
     cl_device_type type = 0;
     d->cpu = clGetDeviceInfo(d->id, CL_DEVICE_TYPE, sizeof type, &type, NULL) == CL_SUCCESS && (type & CL_DEVICE_TYPE_CPU);
-    cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)d->platform, 0};
-    cl_int err = CL_SUCCESS;
-    d->context = clCreateContext(props, 1, &d->id, NULL, NULL, &err);
-    if (err != CL_SUCCESS || !kiln__cl_streams_init(d)) {
+    d->context = open_context(index);
+    if (!d->context || !kiln__cl_streams_init(d)) {
         device_free(d);
         return NULL;
     }
     pthread_mutex_init(&d->prog_lock, NULL);
     d->backend = (kiln__backend){.name = "opencl", .device = d->device, .context = d,
                                  .copy_to_host = cl_copy_to_host, .copy_from_host = cl_copy_from_host,
-                                 .synchronize = cl_synchronize};
+                                 .synchronize = cl_synchronize, .shares_memory = cl_shares_memory};
     kiln__cl_register_elementwise(d->backend.kernels);
     kiln__cl_register_reduce(d->backend.kernels);
     kiln__cl_register_matmul(d->backend.kernels);

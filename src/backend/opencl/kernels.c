@@ -75,13 +75,32 @@ static kiln_status kernel_elementwise(const kiln__op *op) {
 
 static bool dense(const kiln__view *v) { return kiln__view_is_contiguous(v); }
 
-/* COPY: device to device runs the generated kernel; host to device and back are transfers
- * of a dense, same-dtype run (kiln_to_device makes its source so first). */
+/* A dense, same-dtype COPY from another device of the context: one clEnqueueCopyBuffer on the
+ * destination's queue, behind the barrier that waits for the source's last write. */
+static kiln_status copy_between_devices(kiln__cl_device *d, const kiln__op *op) {
+    const kiln__view *in = &op->in[0], *out = &op->out[0];
+    size_t es = kiln__elsize(out->dtype), n = (size_t)kiln__view_numel(out) * es;
+    if (!n) return KILN_OK;
+    cl_event ev = NULL;
+    const cl_event *wait;
+    cl_uint n_wait = (cl_uint)kiln__cl_wait_list(&wait);
+    cl_int err = clEnqueueCopyBuffer(kiln__cl_queue(d, op), kiln__cl_mem(in->storage), kiln__cl_mem(out->storage),
+                                     (size_t)in->offset * es, (size_t)out->offset * es, n, n_wait, n_wait ? wait : NULL, &ev);
+    if (err != CL_SUCCESS) return kiln__cl_fail(err, "clEnqueueCopyBuffer");
+    return kiln__cl_done(d, ev, "a copy between two OpenCL devices");
+}
+
+/* COPY: on one device it runs the generated kernel, from another device of the context a
+ * buffer copy (the generated kernel for a view or a cast); host to device and back are
+ * transfers of a dense, same-dtype run (kiln_to_device makes its source so first). */
 static kiln_status kernel_copy(const kiln__op *op) {
     const kiln__view *in = &op->in[0], *out = &op->out[0];
     bool in_host = in->storage && in->storage->device == KILN_CPU, out_host = out->storage->device == KILN_CPU;
-    if (!in_host && !out_host) return kernel_elementwise(op);
     kiln__cl_device *d = device_of_op(op);
+    if (!in_host && !out_host) {
+        bool buffer_copy = in->storage && in->storage->device != out->storage->device && in->dtype == out->dtype && dense(in) && dense(out);
+        return buffer_copy && ALWAYS(d) ? copy_between_devices(d, op) : kernel_elementwise(op);
+    }
     if (NEVER(!d)) return KILN_ERR_INTERNAL;
     if (in->dtype != out->dtype || !dense(in) || !dense(out)) {
         kiln__kernel_error("a copy between the host and %s needs dense operands of one dtype", kiln_device_name(d->device));

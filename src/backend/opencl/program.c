@@ -160,14 +160,28 @@ static cl_program load_cached(kiln__cl_device *d, uint64_t hash, size_t source_l
     return p;
 }
 
+/* A program made from source in a context of several devices has a binary slot per device,
+ * built only for d's: its binary is the one at d's place in the program's device list. */
 static void store_cached(kiln__cl_device *d, cl_program p, uint64_t hash, size_t source_len) {
     char path[1100], tmp[1200];
-    size_t size = 0;
+    cl_uint n_dev = 0;
     if (!cache_path(hash, path, sizeof path, true)) return;
-    if (clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) != CL_SUCCESS || !size) return;
-    unsigned char *bin = malloc(size);
-    unsigned char *bins[1] = {bin};
-    if (bin && clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bins, bins, NULL) == CL_SUCCESS) {
+    if (clGetProgramInfo(p, CL_PROGRAM_NUM_DEVICES, sizeof n_dev, &n_dev, NULL) != CL_SUCCESS || !n_dev ||
+        n_dev > KILN_MAX_DEVICES)
+        return;
+    cl_device_id ids[KILN_MAX_DEVICES];
+    size_t sizes[KILN_MAX_DEVICES] = {0};
+    unsigned char *bins[KILN_MAX_DEVICES] = {NULL};
+    cl_uint at = n_dev;
+    if (clGetProgramInfo(p, CL_PROGRAM_DEVICES, n_dev * sizeof *ids, ids, NULL) == CL_SUCCESS)
+        for (cl_uint i = 0; i < n_dev && at == n_dev; i++)
+            if (ids[i] == d->id) at = i;
+    if (at == n_dev || clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, n_dev * sizeof *sizes, sizes, NULL) != CL_SUCCESS ||
+        !sizes[at])
+        return;
+    size_t size = sizes[at];
+    unsigned char *bin = bins[at] = malloc(size); /* (NULL slots: no binary wanted there) */
+    if (bin && clGetProgramInfo(p, CL_PROGRAM_BINARIES, n_dev * sizeof *bins, bins, NULL) == CL_SUCCESS) {
         snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
         FILE *f = fopen(tmp, "wb");
         uint64_t h = hash, slen = source_len, sz = size;

@@ -4,8 +4,11 @@
  * inside run_on_stream: the events of other queues that the op's buffers wait on become one
  * barrier on the op's queue (clEnqueueBarrierWithWaitList), the op's kernels enqueue behind it
  * and return, and the op's last event becomes its buffers' new state: the last write, or one
- * more read. The host never waits for a device event to dispatch; only reads to the host
- * (and kernels whose result the host checks) wait, each for its own command. */
+ * more read. Buffers of another device in the same context (a copy between devices) take
+ * part the same way, their events guarded by their own device's lock: the copy waits for the
+ * source's last write as a device event and becomes one of its reads. The host never waits
+ * for a device event to dispatch; only reads to the host (and kernels whose result the host
+ * checks) wait, each for its own command. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -272,18 +275,30 @@ static void probe_leave(kiln__cl_device *d, cl_event first, cl_event last, uint6
 
 typedef struct {
     kiln__cl_buf *buf;
+    kiln__cl_device *owner; /* whose dep_lock guards buf's events */
     bool write;
 } access;
 
-static void add_access(access *a, int *n, const kiln__storage *s, kiln_device dev, bool write) {
-    if (!s || s->device != dev || !s->data) return;
+static void add_access(access *a, int *n, const kiln__storage *s, kiln__cl_device *d, bool write) {
+    if (!s || !s->data || kiln_device_kind(s->device) != KILN_KIND_OPENCL) return;
+    kiln__cl_device *owner = s->device == d->device ? d : kiln__cl_device_of(s->device);
+    if (!owner || owner->context != d->context) return; /* (another context's: never an op's) */
     kiln__cl_buf *b = s->data;
     for (int i = 0; i < *n; i++)
         if (a[i].buf == b) {
             a[i].write |= write;
             return;
         }
-    if (*n < MAX_BUFS) a[(*n)++] = (access){b, write};
+    if (*n < MAX_BUFS) a[(*n)++] = (access){b, owner, write};
+}
+
+/* Holds the dep_lock of `want` (NULL: none), giving up the one held before: one lock at a time,
+ * so two devices' locks are never nested. */
+static void hold_deps(kiln__cl_device **held, kiln__cl_device *want) {
+    if (*held == want) return;
+    if (*held) pthread_mutex_unlock(&(*held)->dep_lock);
+    if (want) pthread_mutex_lock(&want->dep_lock);
+    *held = want;
 }
 
 static kiln__cl_device *device_of(const kiln__op *op, const kiln__fused *g) {
@@ -300,15 +315,15 @@ static kiln__cl_device *device_of(const kiln__op *op, const kiln__fused *g) {
     return NULL;
 }
 
-/* The buffers of d that op reads and writes. */
-static int accesses(const kiln__op *op, const kiln__fused *g, kiln_device dev, access *a) {
+/* The buffers of d's context that op reads and writes. */
+static int accesses(const kiln__op *op, const kiln__fused *g, kiln__cl_device *d, access *a) {
     int n = 0;
     if (g) {
-        for (int k = 0; k < g->expr.n_inputs; k++) add_access(a, &n, g->input[k].storage, dev, false);
-        for (int w = 0; w < g->expr.n_outputs; w++) add_access(a, &n, g->output[w].storage, dev, true);
+        for (int k = 0; k < g->expr.n_inputs; k++) add_access(a, &n, g->input[k].storage, d, false);
+        for (int w = 0; w < g->expr.n_outputs; w++) add_access(a, &n, g->output[w].storage, d, true);
     }
-    for (int i = 0; i < op->n_in; i++) add_access(a, &n, op->in[i].storage, dev, false);
-    for (int i = 0; i < op->n_out; i++) add_access(a, &n, op->out[i].storage, dev, true);
+    for (int i = 0; i < op->n_in; i++) add_access(a, &n, op->in[i].storage, d, false);
+    for (int i = 0; i < op->n_out; i++) add_access(a, &n, op->out[i].storage, d, true);
     return n;
 }
 
@@ -332,12 +347,13 @@ static kiln_status run_on_stream(const kiln__op *op) {
     cl_command_queue q = transfer ? d->transfer : stream_queue(d, op->stream_id, &qid, &err);
     if (!q) return kiln__cl_fail(err, "clCreateCommandQueue");
     access a[MAX_BUFS];
-    int n_bufs = accesses(op, g, d->device, a);
+    int n_bufs = accesses(op, g, d, a);
     cl_event wait[MAX_WAIT + 1 + KILN__CL_READERS];
     int n_wait = 0;
     kiln_status st = KILN_OK;
-    pthread_mutex_lock(&d->dep_lock);
+    kiln__cl_device *held = NULL;
     for (int i = 0; i < n_bufs && st == KILN_OK; i++) {
+        hold_deps(&held, a[i].owner);
         n_wait += buf_deps_locked(a[i].buf, a[i].write, qid, wait + n_wait);
         if (n_wait >= MAX_WAIT && !transfer) { /* many: one barrier now, more after it */
             err = clEnqueueBarrierWithWaitList(q, (cl_uint)n_wait, wait, NULL);
@@ -346,7 +362,7 @@ static kiln_status run_on_stream(const kiln__op *op) {
             if (err != CL_SUCCESS) st = kiln__cl_fail(err, "clEnqueueBarrierWithWaitList");
         }
     }
-    pthread_mutex_unlock(&d->dep_lock);
+    hold_deps(&held, NULL);
     if (st == KILN_OK && n_wait && !transfer) {
         err = clEnqueueBarrierWithWaitList(q, (cl_uint)n_wait, wait, NULL);
         for (int k = 0; k < n_wait; k++) clReleaseEvent(wait[k]);
@@ -360,15 +376,16 @@ static kiln_status run_on_stream(const kiln__op *op) {
         if (cur.first) probe_leave(d, cur.first, ev, cur.first_host_ns);
         cur.d = NULL, cur.first = cur.last = NULL, cur.wait = NULL, cur.n_wait = 0;
         if (ev) { /* the op's last command stands for all of it (its queue is in order) */
-            pthread_mutex_lock(&d->dep_lock);
-            for (int i = 0; i < n_bufs; i++)
+            for (int i = 0; i < n_bufs; i++) {
+                hold_deps(&held, a[i].owner);
                 if (a[i].write) {
                     forget_locked(a[i].buf);
                     dep_set(&a[i].buf->write, ev, qid);
+                } else {
+                    add_read_locked(a[i].buf, q, qid, ev);
                 }
-            for (int i = 0; i < n_bufs; i++)
-                if (!a[i].write) add_read_locked(a[i].buf, q, qid, ev);
-            pthread_mutex_unlock(&d->dep_lock);
+            }
+            hold_deps(&held, NULL);
             clReleaseEvent(ev);
         }
     }
