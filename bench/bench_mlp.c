@@ -6,7 +6,10 @@
  * (h @ w^T of the same shapes and layouts through the same BLAS, no bias, no activation:
  * "gemms_ms", the floor matmul epilogues aim at) and, when fusion is on, the MLP with fusion
  * turned off in-process ("unfused_ms"); and the CPU time of each (all threads: steadier than
- * the wall clock on a loaded machine, best read with one thread). */
+ * the wall clock on a loaded machine, best read with one thread). --autodiff with fusion on
+ * likewise times a run with fusion off after each fused one ("unfused_ms"): in one process,
+ * alternated run by run, the two see the same machine (separate processes on a shared 2-core
+ * machine moved by more than the difference measured). */
 #include <math.h>
 
 #include "bench.h"
@@ -70,9 +73,14 @@ int main(int argc, char **argv) {
     kiln_tensor x = kiln_randn(dev, KILN_F32, KILN_SHAPE(batch, width), 1);
     bench_check(kiln_sync(), "init");
     for (int r = -2; r < runs; r++) {
-        if (autodiff) {
-            double t = mlp_autodiff_once(x);
-            if (r >= 0) ms[r] = t;
+        if (autodiff) { /* with fusion on, an unfused run interleaved with each fused one */
+            double t = mlp_autodiff_once(x), tu = 0;
+            if (fused) {
+                kiln_fusion_set_enabled(false);
+                tu = mlp_autodiff_once(x);
+                kiln_fusion_set_enabled(true);
+            }
+            if (r >= 0) ms[r] = t, unfused_ms[r] = tu;
             continue;
         }
         double c, cg, cu = 0;
@@ -91,6 +99,8 @@ int main(int argc, char **argv) {
     if (!autodiff && fused)
         snprintf(extra + strlen(extra), sizeof extra - strlen(extra), ",\"unfused_ms\":%.4f,\"unfused_cpu_ms\":%.2f",
                  bench_quantile(unfused_ms, runs, 0.5), bench_quantile(unfused_cpu, runs, 0.5));
+    if (autodiff && fused)
+        snprintf(extra, sizeof extra, ",\"unfused_ms\":%.4f", bench_quantile(unfused_ms, runs, 0.5));
     bench_report(autodiff ? "mlp_autodiff" : "mlp_inference", bench_quantile(ms, runs, 0.5), extra);
     for (int l = 0; l < LAYERS; l++) kiln_release(w[l]), kiln_release(b[l]);
     kiln_release(x);

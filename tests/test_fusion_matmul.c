@@ -267,6 +267,7 @@ KT_TEST(profiler_names_the_product_and_its_epilogue) {
 
 int main(void) {
     kt_mem_begin();
+    kiln__fusion_set_matmul_min_bytes(0); /* small products too (the size rule: test_fusion_matmul_size.c) */
     KT_RUN(linear_activation_chain_is_bit_identical);
     KT_RUN(random_cases);
     KT_RUN(matmul_then_bias_add_f64);

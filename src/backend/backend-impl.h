@@ -81,6 +81,10 @@ void kiln__cpu_register_scan(kiln__kernel_fn *table); /* cumsum, cumprod (scan.c
 void kiln__cpu_register_sort(kiln__kernel_fn *table); /* sort, topk (sort.c) */
 void kiln__cpu_register_attention(kiln__kernel_fn *table); /* fused inference attention (attention.c) */
 void kiln__cpu_register_fused(kiln__kernel_fn *table);
+/* Output bytes per row panel of a fused matrix product on the CPU (fused_matmul.c): half of one
+ * core's L2. A product smaller than this stays in L2 between its GEMM and a separate
+ * elementwise pass anyway, so the engine does not make such a product an epilogue group. */
+int64_t kiln__cpu_panel_bytes(void);
 void kiln__cpu_register_optim_adaptive(kiln__kernel_fn *table); /* RMSprop, Adagrad (optim_adaptive.c) */
 
 /* The OpenCL backend (src/backend/opencl/): NULL when the build has no OpenCL or the machine

@@ -18,6 +18,10 @@ typedef struct kiln__fusion_stats {
 } kiln__fusion_stats;
 kiln__fusion_stats kiln__fusion_stats_get(void);
 void kiln__fusion_stats_reset(void);
+/* The smallest product output (bytes) that starts a matmul-epilogue group (fusion_matmul.c):
+ * bytes < 0 restores the default (KILN_FUSION_MATMUL_MIN_BYTES, else one CPU panel); 0 lets
+ * every product start one (tests of small epilogues). */
+void kiln__fusion_set_matmul_min_bytes(int64_t bytes);
 
 /* Submission through the window of s: true when op joined it (the caller queues nothing);
  * false when the caller must queue op now (the window was flushed first if needed). */

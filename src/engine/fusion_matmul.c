@@ -3,8 +3,39 @@
  * that follow join through kiln__window_try_join as its epilogue; the CPU kernel runs the GEMM
  * a block of rows at a time and the epilogue over each block while it is in cache
  * (backend/cpu/fused_matmul.c). Batched products, and outputs seen through another view (a
- * reshape back to [..., out]), are left to run unfused. */
+ * reshape back to [..., out]), are left to run unfused.
+ *
+ * So are products smaller than one panel (kiln__cpu_panel_bytes, half an L2): their output
+ * stays in L2 between the GEMM and a separate pass, so the epilogue saves a pass over cache
+ * only (the ReLU after a 128 x 256 x 256 product: 1.3 of 83 us), while as groups the small
+ * training products ran slower: the Fashion-MNIST MLP epoch (outputs of 128 x 256 and
+ * 128 x 128) took 3-10% longer fused than with KILN_FUSION=0 on a quiet 2-core machine and
+ * matched it with these groups left out; alternated under load, 1.03-1.05x unfused with them
+ * and 0.96-0.99x without (BENCHMARKS.md). KILN_FUSION_MATMUL_MIN_BYTES=N sets another
+ * threshold (0: every product). */
+#include <stdlib.h>
+
+#include "backend/backend-impl.h"
 #include "engine/fusion-impl.h"
+
+static _Atomic int64_t min_bytes_set = -1; /* -1: the environment's, else the panel size */
+
+void kiln__fusion_set_matmul_min_bytes(int64_t bytes) { atomic_store(&min_bytes_set, bytes < 0 ? -1 : bytes); }
+
+static int64_t min_bytes(void) {
+    int64_t v = atomic_load_explicit(&min_bytes_set, memory_order_relaxed);
+    if (v >= 0) return v;
+    static _Atomic int64_t from_env = -2; /* -2: not read yet; -1: unset */
+    int64_t e = atomic_load_explicit(&from_env, memory_order_relaxed);
+    if (e == -2) {
+        const char *s = getenv("KILN_FUSION_MATMUL_MIN_BYTES");
+        char *end = NULL;
+        long long n = s && *s ? strtoll(s, &end, 10) : -1;
+        e = s && *s && *end == '\0' && n >= 0 ? (int64_t)n : -1;
+        atomic_store_explicit(&from_env, e, memory_order_relaxed);
+    }
+    return e >= 0 ? e : kiln__cpu_panel_bytes();
+}
 
 /* Matrix dims (rows, cols, strides) that reach GEMM without a copy: row- or column-contiguous
  * (the CPU kernel's rule); the kernel then cannot run out of memory once it has started. */
@@ -27,7 +58,8 @@ bool kiln__fusion_matmul_fusable(const kiln__op *op) {
             v->storage == out->storage)
             return false;
     }
-    return gemm_ready(&op->in[0]) && gemm_ready(&op->in[1]);
+    if (!gemm_ready(&op->in[0]) || !gemm_ready(&op->in[1])) return false;
+    return kiln__view_numel(out) * (int64_t)kiln__elsize(out->dtype) >= min_bytes();
 }
 
 static int find_storage(const kiln__window *w, const kiln__storage *s) {

@@ -21,7 +21,7 @@
  * larger product must not fall to the small-M kernel, whose sums differ from the BLAS's. */
 #define MIN_PANEL_ROWS ((int64_t)KILN__GEMM_SMALL_MAX_M + 1)
 
-static int64_t l2_bytes(void) {
+int64_t kiln__cpu_panel_bytes(void) {
     static _Atomic int64_t cached; /* 0: not asked yet */
     int64_t v = atomic_load_explicit(&cached, memory_order_relaxed);
     if (v) return v;
@@ -29,7 +29,7 @@ static int64_t l2_bytes(void) {
 #ifdef _SC_LEVEL2_CACHE_SIZE /* (a glibc extension) */
     l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
 #endif
-    v = l2 > 0 ? (int64_t)l2 : (int64_t)1 << 20;
+    v = (l2 > 0 ? (int64_t)l2 : (int64_t)1 << 20) / 2;
     atomic_store_explicit(&cached, v, memory_order_relaxed);
     return v;
 }
@@ -37,7 +37,7 @@ static int64_t l2_bytes(void) {
 /* The number of panels: as many as the target size asks for, rows shared out evenly so that
  * no panel (the last included) holds fewer than MIN_PANEL_ROWS rows. */
 static int64_t panel_count(int64_t m, int64_t n, size_t es) {
-    int64_t rows = l2_bytes() / 2 / (n * (int64_t)es);
+    int64_t rows = kiln__cpu_panel_bytes() / (n * (int64_t)es);
     if (rows < MIN_PANEL_ROWS) rows = MIN_PANEL_ROWS;
     int64_t panels = m / rows;
     return panels > 1 ? panels : 1;

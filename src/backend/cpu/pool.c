@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu-impl.h"
+#include "backend/cpu/pool_avx2.h"
 
 typedef struct {
     int64_t c, h, w, oh, ow;
@@ -154,6 +155,22 @@ static inline void valid_range(int64_t off, int64_t s, int64_t size, int64_t n_o
 POOL_DEFINE(float, f32, uint32_t)
 POOL_DEFINE(double, f64, uint64_t)
 
+/* The CNNs' pool (2x2, stride 2, no padding, f32, dense columns) through pool_avx2.c: on one
+ * thread, [128, 32, 28, 28] took 4.4-4.9 ms in the generic sweep above, 0.58 ms there. */
+static void max_forward_2x2_f32(void *ctx, int64_t begin, int64_t end) {
+    const pool_job *j = ctx;
+    for (int64_t pl = begin; pl < end; pl++)
+        kiln__max_pool_2x2_avx2((const float *)plane_of(j->in, j->is, j->c, pl, sizeof(float)), j->is[2], j->w, j->oh,
+                                j->ow, (float *)j->out + pl * j->oh * j->ow,
+                                j->idx_out ? j->idx_out + pl * j->oh * j->ow : NULL);
+}
+
+static bool is_2x2_f32(const pool_job *j, kiln_dtype dt) {
+    return dt == KILN_F32 && !j->adaptive && j->kh == 2 && j->kw == 2 && j->sh == 2 && j->sw == 2 && j->ph == 0 &&
+           j->pw == 0 && j->is[3] == 1 && 2 * j->oh <= j->h && 2 * j->ow <= j->w &&
+           kiln__max_pool_2x2_avx2_ok(j->h, j->w);
+}
+
 /* x (or dx) [N, C, H, W] and y (or dy) [N, C, OH, OW] give the sizes; the op the windows. */
 static pool_job job_of(const kiln__op *op, const kiln__view *x, const kiln__view *y, const kiln__view *in) {
     pool_job j = {
@@ -216,7 +233,9 @@ static kiln_status kernel_pool(const kiln__op *op) {
         j.idx_in = (const int64_t *)kiln__view_ptr(&op->in[1]);
         memcpy(j.ks, op->in[1].strides, sizeof j.ks);
     }
-    run_planes(&j, planes_of(&op->out[0]), fns[which][op->out[0].dtype == KILN_F64]);
+    kiln__range_fn fn = fns[which][op->out[0].dtype == KILN_F64];
+    if (which == 0 && is_2x2_f32(&j, op->out[0].dtype)) fn = max_forward_2x2_f32;
+    run_planes(&j, planes_of(&op->out[0]), fn);
     return KILN_OK;
 }
 
