@@ -341,12 +341,14 @@ static void epoch_done(kiln__epoch *ep) {
 /* One access of n granted. When that makes n ready it goes to the queue, or, with keep given
  * and still empty, to *keep: the thread that completed the op n waited for runs it next, so a
  * chain of dependent ops stays on one thread without a queue hand-off or a wake-up call. */
-static void release_grant(kiln__node *n, kiln__node **keep) {
-    if (atomic_fetch_sub_explicit(&n->wait, 1, memory_order_acq_rel) != 1) return;
-    if (keep && !*keep && !kiln__opcode_is_comm(n->op.code))
+static bool release_grant(kiln__node *n, kiln__node **keep) {
+    if (atomic_fetch_sub_explicit(&n->wait, 1, memory_order_acq_rel) != 1) return false;
+    if (keep && !*keep && !kiln__opcode_is_comm(n->op.code)) {
         *keep = n;
-    else
-        push_ready(n);
+        return false;
+    }
+    push_ready(n);
+    return true; /* (queued) */
 }
 
 static void complete(kiln__node *n, kiln__error *err, kiln__node **keep) {
@@ -358,17 +360,20 @@ static void complete(kiln__node *n, kiln__error *err, kiln__node **keep) {
         pthread_mutex_unlock(&s->lock);
     }
     kiln__node *granted[64];
+    bool queued = false;
     for (int i = 0; i < n->n_vars; i++) {
         int g = kiln__var_complete(n->vars[i].var, n->vars[i].write, granted, 64);
-        for (int k = 0; k < g; k++) release_grant(granted[k], keep);
+        for (int k = 0; k < g; k++) queued |= release_grant(granted[k], keep);
     }
     pthread_mutex_lock(&s->lock);
     bool event_done = n->event && --n->event->pending == 0;
     s->pending_ops--;
     s->pending_bytes -= n->bytes;
-    /* the waits on s->cond (wait_helping): an event done, the stream idle, room in its bounds;
-     * a wake-up per op besides would cost a system call and a core's time at each op */
-    if (event_done || s->pending_ops == 0 || s->waiting_for_room > 0) pthread_cond_broadcast(&s->cond);
+    /* the waits on s->cond (wait_helping) end on an event done, the stream idle, room in its
+     * bounds; a waiter also helps with ops put in the queue. An op that only handed its
+     * successor to this thread wakes no one: a wake-up per op of a chain would cost a system
+     * call and a core's time at each op. */
+    if (queued || event_done || s->pending_ops == 0 || s->waiting_for_room > 0) pthread_cond_broadcast(&s->cond);
     pthread_mutex_unlock(&s->lock);
     epoch_done(n->epoch);
     /* back to the stream that made it (before dropping our reference to that stream) */
