@@ -1,6 +1,7 @@
-/* Scheduling, checked with the profiler's timestamps (not wall time): independent chains
- * overlap on two cores; a thread's small read is not held behind another thread's long
- * chain. */
+/* Scheduling, checked with the profiler's timestamps and worker ids (not wall time):
+ * independent chains overlap on two cores; a chain of dependent ops queued behind a long op
+ * runs on the thread that finished each op before it (no hand-off per op); a thread's small
+ * read is not held behind another thread's long chain. */
 #include <kiln.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -44,6 +45,36 @@ KT_TEST(independent_chains_overlap) {
     KT_CHECK_MSG(overlap > 0, "no overlap among %zu ops", n);
     free(ev);
     kiln_set_num_threads(2);
+    kiln_fusion_set_enabled(fusion);
+}
+
+KT_TEST(dependent_chain_stays_on_one_thread) {
+    if (!kiln_engine_is_async()) return; /* KILN_SYNC=1: every op on the dispatching thread */
+    bool fusion = kiln_fusion_enabled();
+    kiln_fusion_set_enabled(false); /* 200 ops, not one group */
+    kiln_tensor a = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(512, 512), 3);
+    KT_CHECK(kiln_sync() == KILN_OK);
+    kiln_profiler_start();
+    /* the product takes milliseconds, so every op of the chain is queued before it ends: each
+     * becomes ready when the one before completes, on whichever thread ran that one */
+    kiln_tensor p = kiln_narrow(kiln_matmul(kiln_ref(a), kiln_ref(a)), 0, 0, 1); /* a row: tiny ops */
+    for (int i = 0; i < 200; i++) p = kiln_mul_scalar(p, 0.5); /* (in place after the first) */
+    float v;
+    KT_CHECK(kiln_into_data(kiln_sum(p), &v, sizeof v) == KILN_OK);
+    kiln_profiler_stop();
+    size_t n;
+    kiln_profile_event *ev = events(&n);
+    int chain = 0, moved = 0, last_worker = 0;
+    for (size_t i = 0; i < n; i++) { /* one stream: completion order is seq order */
+        if (strcmp(ev[i].kernel, "MUL") != 0) continue;
+        if (chain++ && ev[i].worker != last_worker) moved++;
+        last_worker = ev[i].worker;
+    }
+    KT_CHECK_MSG(chain == 200, "%d of the chain's 200 ops recorded", chain);
+    /* a few may still be dispatched after the op before them ended (a preempted frontend) */
+    KT_CHECK_MSG(moved <= 10, "the chain changed threads %d times in %d ops", moved, chain);
+    free(ev);
+    kiln_release(a);
     kiln_fusion_set_enabled(fusion);
 }
 
@@ -123,6 +154,7 @@ KT_TEST(trace_and_summary_files) {
 
 int main(void) {
     KT_RUN(independent_chains_overlap);
+    KT_RUN(dependent_chain_stays_on_one_thread);
     KT_RUN(small_read_not_held_behind_long_chain);
     KT_RUN(trace_and_summary_files);
     return kt_finish();

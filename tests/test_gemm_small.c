@@ -1,9 +1,10 @@
 /* The small-M product against a transposed weight (src/backend/cpu/gemm_small.c) that linear
  * layers over at most 32 rows use instead of BLAS: the kernel itself over every block edge
- * (m around its 4-row blocks, n around its 3- and 6-column blocks, k around the 8- and 16-lane
- * vectors, column sub-ranges, padded leading dims, accumulate or not) against a double
- * reference, then kiln_linear through the MATMUL kernel on both sides of the 32-row switch,
- * with and without bias, against the same reference. */
+ * (m around its 4-row blocks and the 1-3 rows after them, n around its 3- and 6-column blocks
+ * and the next block it prefetches, k around the 8- and 16-lane vectors, column sub-ranges,
+ * padded leading dims, accumulate or not) against a double reference, then kiln_linear through
+ * the MATMUL kernel on both sides of the 32-row switch, with and without bias, against the same
+ * reference. */
 #include "backend/cpu/gemm_small.h"
 #include "ew_util.h"
 
@@ -24,7 +25,7 @@ static void fill(float *x, int64_t n) {
 
 static void kernel_cases(int isa) {
     kiln__gemm_small_limit_isa(isa);
-    const int64_t ms[] = {1, 3, 4, 5, 8, 16, 17, 32}, ns[] = {1, 2, 3, 5, 6, 7, 13, 50}, ks[] = {1, 7, 8, 9, 15, 16, 17, 40, 384};
+    const int64_t ms[] = {1, 2, 3, 4, 5, 8, 16, 17, 30, 32}, ns[] = {1, 2, 3, 5, 6, 7, 13, 50}, ks[] = {1, 7, 8, 9, 15, 16, 17, 40, 384};
     for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++)
         for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++)
             for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++)

@@ -1,4 +1,5 @@
-/* The intra-op pool: coverage of every index, nesting, concurrent callers, resizing. */
+/* The intra-op pool: coverage of every index, nesting, concurrent callers, resizing, calls
+ * that find a worker still polling after the last job or asleep. */
 #include "backend/cpu/threadpool.h"
 
 #include <pthread.h>
@@ -307,6 +308,48 @@ static double seconds_per_call(int64_t n, kiln__range_fn fn, int calls) {
     return (seconds_now() - start) / calls;
 }
 
+static void pause_us(long us) {
+    struct timespec pause = {0, us * 1000};
+    if (us > 0) nanosleep(&pause, NULL);
+}
+
+/* A worker polls for a while after each job, then sleeps: calls after pauses shorter and longer
+ * than that poll (and a resize right after a job) each cover their range once, with both
+ * threads taking part. */
+KT_TEST(calls_after_short_and_long_pauses) {
+    static coverage cov;
+    atomic_int visits[16];
+    static const long pauses_us[] = {0, 5, 20, 40, 80, 200, 1000, 0};
+    kiln__pool_set_threads(2);
+    rendezvous_threads = 2;
+    for (int round = 0; round < 3; round++)
+        for (size_t p = 0; p < sizeof pauses_us / sizeof *pauses_us; p++) {
+            pause_us(pauses_us[p]);
+            coverage_reset(&cov, visits, 16);
+            kiln__parallel_for(16, 1, rendezvous_range, &cov);
+            KT_CHECK_MSG(all_visited_once(&cov), "after a %ld us pause", pauses_us[p]);
+            KT_CHECK_MSG(coverage_thread_count(&cov) == 2, "after a %ld us pause: %d threads ran chunks",
+                         pauses_us[p], coverage_thread_count(&cov));
+        }
+    kiln__pool_set_threads(1); /* a resize while the worker polls: it stops and is joined */
+    kiln__pool_set_threads(2);
+    coverage_reset(&cov, visits, 16);
+    kiln__parallel_for(16, 1, rendezvous_range, &cov);
+    KT_CHECK(all_visited_once(&cov) && coverage_thread_count(&cov) == 2);
+}
+
+/* Time per call of 2 x 20 us chunks with a pause before each call (not counted). */
+static double seconds_per_paused_call(long pause, int calls) {
+    double total = 0;
+    for (int i = 0; i < calls; i++) {
+        pause_us(pause);
+        double start = seconds_now();
+        kiln__parallel_for(2, 1, busy_range, NULL);
+        total += seconds_now() - start;
+    }
+    return total / calls;
+}
+
 /* Informational: the fixed cost of a call. "trivial" is a call whose work is done before
  * a worker could wake; "2 x 20 us" is two chunks of work that both threads must share,
  * reported as the time above a perfect halving of the one-thread time. */
@@ -325,6 +368,10 @@ KT_TEST(report_call_overhead) {
     fprintf(stderr, "  parallel_for, 2 threads: trivial %.2f us/call; 2 x 20 us chunks %.1f us/call "
             "(1 thread %.1f us, overhead over ideal %.1f us)\n",
             trivial * 1e6, pooled * 1e6, serial * 1e6, (pooled - serial / 2) * 1e6);
+    /* a BERT layer over a few tokens: parallel products ~10-20 us apart */
+    double after20 = seconds_per_paused_call(20, 1000), after500 = seconds_per_paused_call(500, 300);
+    fprintf(stderr, "  the same after a 20 us pause: %.1f us/call; after 500 us (the worker asleep): %.1f us/call\n",
+            after20 * 1e6, after500 * 1e6);
     KT_CHECK(trivial < 1e-3);
 }
 
@@ -379,6 +426,7 @@ int main(void) {
     KT_RUN(set_threads_clamps_and_restarts);
     KT_RUN(set_threads_inside_region);
     KT_RUN(claim_makes_others_run_inline);
+    KT_RUN(calls_after_short_and_long_pauses);
     KT_RUN(report_call_overhead);
     kiln__pool_shutdown();
     return kt_finish();

@@ -262,7 +262,7 @@ void kiln__stream_free(kiln__stream *s) {
 
 /* ---- ready queue and workers -------------------------------------------------------------- */
 
-static void run_node(kiln__node *n);
+static kiln__node *run_node(kiln__node *n, bool chain);
 
 /* The profiler's worker id of the communication thread (the last of its 64 tracks). */
 #define COMM_WORKER_ID 63
@@ -278,7 +278,7 @@ static void *comm_main(void *arg) {
         engine.comm_head = n->next_ready;
         if (!engine.comm_head) engine.comm_tail = NULL;
         pthread_mutex_unlock(&engine.lock);
-        run_node(n);
+        run_node(n, false);
         pthread_mutex_lock(&engine.lock);
     }
     pthread_mutex_unlock(&engine.lock);
@@ -363,11 +363,20 @@ static void epoch_done(kiln__epoch *ep) {
     pthread_mutex_unlock(&engine.all_lock);
 }
 
-static void release_grant(kiln__node *n) {
-    if (atomic_fetch_sub_explicit(&n->wait, 1, memory_order_acq_rel) == 1) push_ready(n);
+/* One access of n granted. When that makes n ready it goes to the queue, or, with keep given
+ * and still empty, to *keep: the thread that completed the op n waited for runs it next, so a
+ * chain of dependent ops stays on one thread without a queue hand-off or a wake-up call. */
+static bool release_grant(kiln__node *n, kiln__node **keep) {
+    if (atomic_fetch_sub_explicit(&n->wait, 1, memory_order_acq_rel) != 1) return false;
+    if (keep && !*keep && !kiln__opcode_is_comm(n->op.code)) {
+        *keep = n;
+        return false;
+    }
+    push_ready(n);
+    return true; /* (queued) */
 }
 
-static void complete(kiln__node *n, kiln__error *err) {
+static void complete(kiln__node *n, kiln__error *err, kiln__node **keep) {
     kiln__stream *s = n->stream;
     if (err) { /* recorded before dependents are released: a read of them may deliver it */
         pthread_mutex_lock(&s->lock);
@@ -376,15 +385,20 @@ static void complete(kiln__node *n, kiln__error *err) {
         pthread_mutex_unlock(&s->lock);
     }
     kiln__node *granted[64];
+    bool queued = false;
     for (int i = 0; i < n->n_vars; i++) {
         int g = kiln__var_complete(n->vars[i].var, n->vars[i].write, granted, 64);
-        for (int k = 0; k < g; k++) release_grant(granted[k]);
+        for (int k = 0; k < g; k++) queued |= release_grant(granted[k], keep);
     }
     pthread_mutex_lock(&s->lock);
-    if (n->event) n->event->pending--;
+    bool event_done = n->event && --n->event->pending == 0;
     s->pending_ops--;
     s->pending_bytes -= n->bytes;
-    pthread_cond_broadcast(&s->cond);
+    /* the waits on s->cond (wait_helping) end on an event done, the stream idle, room in its
+     * bounds; a waiter also helps with ops put in the queue. An op that only handed its
+     * successor to this thread wakes no one: a wake-up per op of a chain would cost a system
+     * call and a core's time at each op. */
+    if (queued || event_done || s->pending_ops == 0 || s->waiting_for_room > 0) pthread_cond_broadcast(&s->cond);
     pthread_mutex_unlock(&s->lock);
     epoch_done(n->epoch);
     /* back to the stream that made it (before dropping our reference to that stream) */
@@ -406,7 +420,10 @@ static kiln__node *node_alloc(kiln__stream *s) {
     return malloc(sizeof *n);
 }
 
-static void run_node(kiln__node *n) {
+/* Runs n; returns the op its completion made ready that this thread is to run next (chain: see
+ * release_grant), or NULL. */
+static kiln__node *run_node(kiln__node *n, bool chain) {
+    kiln__node *next = NULL;
     if (n->free_target) {
         /* every earlier user is done: nothing can follow a free in the storage's queue */
         kiln__storage *target = n->free_target;
@@ -415,13 +432,14 @@ static void run_node(kiln__node *n) {
         target->var = NULL;
         kiln__var_free(v);
         kiln__storage_destroy(target);
-        complete(n, NULL);
-        return;
+        complete(n, NULL, chain ? &next : NULL);
+        return next;
     }
     kiln__error *err = kiln__execute(&n->op);
     if (n->op.code == KILN__OP_FUSED) group_return(n->stream, (const kiln__fused *)(intptr_t)n->op.p.i[0]);
-    complete(n, err);
+    complete(n, err, chain ? &next : NULL);
     kiln__error_unref(err);
+    return next;
 }
 
 /* After finishing an op a worker polls the queue for a short while before sleeping: a
@@ -470,7 +488,7 @@ static void *worker_main(void *arg) {
         atomic_fetch_sub_explicit(&engine.spinning, 1, memory_order_relaxed);
         if (!n) n = pop_ready(true);
         if (!n) return NULL; /* stopping */
-        run_node(n);
+        while (n) n = run_node(n, true);
     }
 }
 
@@ -493,26 +511,33 @@ static kiln__node *pop_ready_of(const kiln__stream *s) {
 
 /* A thread about to wait runs one of its own stream's ready ops instead: the hand-off to a
  * sleeping worker and back costs more than a small op. Only its own: a sync must never end up
- * waiting for another thread's work. Returns false when none was ready. */
-static bool help_one(const kiln__stream *s) {
-    if (atomic_load_explicit(&engine.ready_count, memory_order_acquire) <= 0) return false;
-    kiln__node *n = pop_ready_of(s);
-    if (!n) return false;
-    run_node(n);
-    return true;
+ * waiting for another thread's work. n is the op the previous one left this thread (or NULL:
+ * one from the queue); returns the op this one leaves, NULL if none. *ran: whether one ran. */
+static kiln__node *help_one(const kiln__stream *s, kiln__node *n, bool *ran) {
+    if (n && n->stream != s) push_ready(n), n = NULL;
+    if (!n && atomic_load_explicit(&engine.ready_count, memory_order_acquire) > 0) n = pop_ready_of(s);
+    *ran = n != NULL;
+    return n ? run_node(n, true) : NULL;
 }
 
 /* Waits on s->cond (s->lock held) until done(s, arg), helping with ready ops meanwhile. */
 static void wait_helping(kiln__stream *s, bool (*done)(kiln__stream *, void *), void *arg) {
+    kiln__node *next = NULL;
     while (!done(s, arg)) {
-        if (atomic_load_explicit(&engine.ready_count, memory_order_acquire) > 0) {
+        if (next || atomic_load_explicit(&engine.ready_count, memory_order_acquire) > 0) {
             pthread_mutex_unlock(&s->lock);
-            bool ran = help_one(s);
+            bool ran;
+            next = help_one(s, next, &ran);
             pthread_mutex_lock(&s->lock);
             if (ran) continue;
             if (done(s, arg)) break; /* the lock was dropped: it may have happened meanwhile */
         }
         pthread_cond_wait(&s->cond, &s->lock);
+    }
+    if (next) { /* done before the op left to this thread: a worker takes it */
+        pthread_mutex_unlock(&s->lock);
+        push_ready(next);
+        pthread_mutex_lock(&s->lock);
     }
 }
 
@@ -627,7 +652,7 @@ void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
             atomic_fetch_sub_explicit(&n->wait, 1, memory_order_relaxed);
         }
     }
-    release_grant(n);
+    release_grant(n, NULL);
 }
 
 void kiln__stream_throttle(kiln__stream *s, int64_t bytes) {

@@ -14,6 +14,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,6 +29,10 @@ enum {
 /* How long a caller polls for its workers to finish before sleeping (see
  * pool_wait_for_workers): about two futex wake-ups on a virtual machine. */
 #define POOL_CALLER_POLL_SECONDS 50e-6
+/* How long a worker that finished a job polls for the next one before it sleeps: a chain of
+ * small parallel ops (a 16-token sentence through BERT: a product, a few tiny ops, the next
+ * product, ~20 us apart) then finds it awake instead of paying a wake-up per op. */
+#define POOL_WORKER_POLL_SECONDS 50e-6
 
 #if defined(__x86_64__) || defined(__i386__)
 #define pool_cpu_relax() __builtin_ia32_pause()
@@ -54,7 +59,8 @@ static struct {
     pthread_cond_t work_ready; /* workers sleep here */
     pthread_cond_t work_done;  /* the caller waits here for joined workers */
     pool_job *job;             /* the published job, NULL between calls */
-    uint64_t job_generation;   /* bumped per job so a worker runs each job at most once */
+    _Atomic uint64_t job_generation; /* bumped per job so a worker runs each job at most once;
+                                      * polled without the lock by a worker that just finished one */
     atomic_int busy_workers;   /* workers inside the job; changed under state_lock */
     int stopping;
     pthread_t *workers;
@@ -157,13 +163,31 @@ static void pool_run_chunks(pool_job *job) {
     }
 }
 
+static double pool_seconds_now(void);
+
+/* A worker that has run a job polls, for a bounded moment and without the lock, for the next
+ * one to be published (caller holds state_lock and releases it). */
+static void pool_worker_poll(uint64_t seen_generation) {
+    pthread_mutex_unlock(&pool.state_lock);
+    double give_up = pool_seconds_now() + POOL_WORKER_POLL_SECONDS;
+    for (int polls = 1; atomic_load_explicit(&pool.job_generation, memory_order_relaxed) == seen_generation; polls++) {
+        if (polls % 64 == 0 && pool_seconds_now() > give_up) break;
+        pool_cpu_relax();
+    }
+    pthread_mutex_lock(&pool.state_lock);
+}
+
 /* arg carries the job generation current when the worker was created: reading it here
  * instead would skip a job published before this thread first ran. */
 static void *pool_worker_main(void *arg) {
     uint64_t seen_generation = (uint64_t)(uintptr_t)arg;
+    int ran = 0; /* a job since the last sleep: poll before the next */
     thread_in_region = 1;
     pthread_mutex_lock(&pool.state_lock);
     for (;;) {
+        bool idle = !pool.stopping && (pool.job == NULL || pool.job_generation == seen_generation);
+        if (idle && ran) pool_worker_poll(seen_generation);
+        ran = 0;
         while (!pool.stopping && (pool.job == NULL || pool.job_generation == seen_generation))
             pthread_cond_wait(&pool.work_ready, &pool.state_lock);
         if (pool.stopping) break;
@@ -177,6 +201,7 @@ static void *pool_worker_main(void *arg) {
         pthread_mutex_unlock(&pool.state_lock);
 
         pool_run_chunks(job);
+        ran = 1;
 
         pthread_mutex_lock(&pool.state_lock);
         /* The caller retracts the job before it waits, so only wake it when it can be
