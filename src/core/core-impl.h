@@ -250,6 +250,11 @@ void kiln__core_fork_guard(void);
 void kiln__handle_fork_lock(bool lock);
 void kiln__alloc_fork_lock(bool lock);
 
+/* ---- environment ------------------------------------------------------------------------ */
+/* The integer in environment variable name: the whole value a decimal number >= min, else
+ * fallback (unset, empty, trailing characters, below min). */
+int64_t kiln__env_int(const char *name, int64_t min, int64_t fallback);
+
 /* ---- files ------------------------------------------------------------------------------ */
 /* Opens path for reading if it is a regular file (never blocking in open() on a FIFO): the
  * descriptor, with *size; or -1 with *why a static description of what is wrong. */

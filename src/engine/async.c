@@ -67,14 +67,6 @@ static struct {
 static pthread_key_t stream_key;
 static _Thread_local kiln__stream *current_stream;
 
-static int64_t env_int(const char *name, int64_t fallback) {
-    const char *v = getenv(name);
-    if (!v || !*v) return fallback;
-    char *end;
-    long long x = strtoll(v, &end, 10);
-    return (*end == '\0' && x > 0) ? x : fallback;
-}
-
 static void free_node_list(kiln__node *n) {
     while (n) {
         kiln__node *next = n->next_ready;
@@ -196,8 +188,8 @@ static void engine_init(void) {
     kiln__storage_set_release_hook(free_storage_after_users);
     const char *sync = getenv("KILN_SYNC");
     engine.async = !(sync && sync[0] && sync[0] != '0');
-    engine.max_inflight = env_int("KILN_MAX_INFLIGHT", DEFAULT_MAX_INFLIGHT);
-    engine.max_bytes = env_int("KILN_MAX_PENDING_MB", DEFAULT_MAX_BYTES >> 20) << 20;
+    engine.max_inflight = kiln__env_int("KILN_MAX_INFLIGHT", 1, DEFAULT_MAX_INFLIGHT);
+    engine.max_bytes = kiln__env_int("KILN_MAX_PENDING_MB", 1, DEFAULT_MAX_BYTES >> 20) << 20;
     pthread_key_create(&stream_key, stream_thread_exit);
     kiln__core_fork_guard(); /* (first: its locks are taken after the engine has drained) */
     pthread_atfork(engine_before_fork, engine_after_fork_parent, engine_after_fork_child);
@@ -205,7 +197,7 @@ static void engine_init(void) {
     kiln__backend_set_exit_hold(kiln__kernels_stop_at_exit);
     kiln__backend_exit_hold_register();
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    int n = (int)env_int("KILN_ENGINE_THREADS", cpus > 0 ? cpus : 2);
+    int n = (int)kiln__env_int("KILN_ENGINE_THREADS", 1, cpus > 0 ? cpus : 2);
     if (n > MAX_WORKERS) n = MAX_WORKERS;
     for (int i = 0; i < n; i++) {
         if (pthread_create(&engine.workers[i], NULL, worker_main, (void *)(intptr_t)i) != 0) break;

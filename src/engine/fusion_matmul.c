@@ -13,8 +13,6 @@
  * matched it with these groups left out; alternated under load, 1.03-1.05x unfused with them
  * and 0.96-0.99x without (BENCHMARKS.md). KILN_FUSION_MATMUL_MIN_BYTES=N sets another
  * threshold (0: every product). */
-#include <stdlib.h>
-
 #include "backend/backend-impl.h"
 #include "engine/fusion-impl.h"
 
@@ -28,10 +26,7 @@ static int64_t min_bytes(void) {
     static _Atomic int64_t from_env = -2; /* -2: not read yet; -1: unset */
     int64_t e = atomic_load_explicit(&from_env, memory_order_relaxed);
     if (e == -2) {
-        const char *s = getenv("KILN_FUSION_MATMUL_MIN_BYTES");
-        char *end = NULL;
-        long long n = s && *s ? strtoll(s, &end, 10) : -1;
-        e = s && *s && *end == '\0' && n >= 0 ? (int64_t)n : -1;
+        e = kiln__env_int("KILN_FUSION_MATMUL_MIN_BYTES", 0, -1);
         atomic_store_explicit(&from_env, e, memory_order_relaxed);
     }
     return e >= 0 ? e : kiln__cpu_panel_bytes();

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE 1 /* sched_getaffinity, CPU_COUNT */
 #endif
 #include "backend/cpu/threadpool.h"
+#include "core/core-impl.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -85,12 +86,8 @@ static int pool_clamp_threads(long n) {
 }
 
 static int pool_default_threads(void) {
-    const char *env = getenv("KILN_NUM_THREADS");
-    if (env && *env) {
-        char *end = NULL;
-        long n = strtol(env, &end, 10);
-        if (end && *end == '\0' && n > 0) return pool_clamp_threads(n);
-    }
+    int64_t n = kiln__env_int("KILN_NUM_THREADS", 1, 0);
+    if (n > 0) return pool_clamp_threads(n < POOL_MAX_THREADS ? (long)n : POOL_MAX_THREADS);
     cpu_set_t set;
     CPU_ZERO(&set);
     if (sched_getaffinity(0, sizeof set, &set) == 0) {
