@@ -28,8 +28,14 @@ extern "C" {
 
 typedef struct kiln_optimizer kiln_optimizer;
 
-/* Every field but lr is 0 (false) by default, as in torch.optim.SGD, so a designated
- * initializer names only what differs: (kiln_sgd_options){.lr = 0.1, .momentum = 0.9}. */
+/* Options structs: a field left 0 takes its default, so a designated initializer names only
+ * what differs: (kiln_adam_options){.lr = 1e-3} is kiln_adam_defaults() with that lr (betas
+ * 0.9/0.999, eps 1e-8), never betas and eps of 0. Where 0 is also a meaningful value (a
+ * learning rate, Adam's beta1), write KILN_ZERO for a real 0. Fields whose default is 0 (decays,
+ * momentum, flags) read as written; a group's weight_decay of 0 is no decay.
+ * Every field but lr is 0 (false) by default, as in torch.optim.SGD:
+ * (kiln_sgd_options){.lr = 0.1, .momentum = 0.9}. */
+#define KILN_ZERO (-0.0) /* an explicit 0 for an option whose 0 means "the default" */
 typedef struct {
     double lr, momentum, dampening, weight_decay;
     bool nesterov;
@@ -95,7 +101,7 @@ KILN_API kiln_optimizer *kiln_adagrad_new(kiln_module *model, kiln_adagrad_optio
 typedef struct {
     const kiln_tensor *params; /* n handles (not consumed) */
     int n;
-    double lr;           /* < 0: the options' lr */
+    double lr;           /* < 0 or left 0: the options' lr (KILN_ZERO: a real 0) */
     double weight_decay; /* < 0: the options' weight_decay */
 } kiln_param_group;
 /* A group of n parameters with the options' lr and weight decay (both -1). */

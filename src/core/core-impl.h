@@ -251,9 +251,13 @@ void kiln__handle_fork_lock(bool lock);
 void kiln__alloc_fork_lock(bool lock);
 
 /* ---- environment ------------------------------------------------------------------------ */
-/* The integer in environment variable name: the whole value a decimal number >= min, else
- * fallback (unset, empty, trailing characters, below min). */
-int64_t kiln__env_int(const char *name, int64_t min, int64_t fallback);
+/* Settings from the environment, parsed strictly (env.c): unset or empty gives fallback; a
+ * value that is not wholly a number in [min, max] (or a switch: 0/1, true/false, yes/no, on/off)
+ * gives fallback too, after one warning on stderr naming the variable. */
+int64_t kiln__env_int(const char *name, int64_t min, int64_t fallback); /* max INT64_MAX */
+int64_t kiln__env_int_range(const char *name, int64_t min, int64_t max, int64_t fallback);
+double kiln__env_double(const char *name, double min, double max, double fallback);
+bool kiln__env_flag(const char *name, bool fallback);
 
 /* ---- files ------------------------------------------------------------------------------ */
 /* Opens path for reading if it is a regular file (never blocking in open() on a FIFO): the

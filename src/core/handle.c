@@ -359,6 +359,5 @@ static void leak_at_exit(void) {
 }
 
 static void leak_setup(void) {
-    const char *v = getenv("KILN_LEAK_CHECK");
-    if (v && *v && strcmp(v, "0") != 0) atexit(leak_at_exit);
+    if (kiln__env_flag("KILN_LEAK_CHECK", false)) atexit(leak_at_exit);
 }
