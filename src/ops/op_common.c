@@ -20,13 +20,21 @@ const char *kiln__op_name(const char *name) { return scope_name ? scope_name : n
 kiln__tensor *kiln__arg(kiln__opctx *c, kiln_tensor h) {
     kiln__error *err = NULL;
     kiln__tensor *t = kiln__handle_take(h, c->name, &err);
-    if (!t) {
-        if (!c->err)
-            c->err = err;
-        else
-            kiln__error_unref(err);
+    if (t) {
+        if (c->n_taken < KILN__OP_TAKEN) c->taken_id[c->n_taken] = h.id, c->taken[c->n_taken++] = t;
+        return t;
     }
-    return t;
+    for (int i = 0; i < c->n_taken; i++)
+        if (c->taken_id[i] == h.id) { /* x * x: the handle's one tensor, used twice */
+            kiln__error_unref(err);
+            kiln__tensor_retain(c->taken[i]);
+            return c->taken[i];
+        }
+    if (!c->err)
+        c->err = err;
+    else
+        kiln__error_unref(err);
+    return NULL;
 }
 
 bool kiln__ok(kiln__opctx *c, kiln__tensor *t) {

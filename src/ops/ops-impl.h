@@ -17,9 +17,15 @@
 #include "backend/backend-impl.h"
 #include "engine/engine-impl.h"
 
+#define KILN__OP_TAKEN 8 /* handles remembered per call (a longer list names a repeat instead) */
 typedef struct {
     const char *name;
     kiln__error *err; /* first error of this op, owned */
+    /* The handles this call has taken and their tensors (not owned: the op holds them while it
+     * takes its arguments), so a handle passed twice, kiln_mul(x, x), is one tensor used twice. */
+    int n_taken;
+    uint64_t taken_id[KILN__OP_TAKEN];
+    kiln__tensor *taken[KILN__OP_TAKEN];
 } kiln__opctx;
 
 #define KILN__OP_BEGIN(opname) kiln__opctx c = {.name = kiln__op_name(opname), .err = NULL}
@@ -36,7 +42,9 @@ const char *kiln__op_name(const char *name);
  * and offsets computed from a shape then never overflow. */
 #define KILN__MAX_NUMEL (INT64_MAX / 16)
 
-/* Takes (consumes) a handle; NULL and c->err set if stale. */
+/* Takes (consumes) a handle; NULL and c->err set if stale. A handle this call took already
+ * (the same handle passed twice) gives the same tensor again, with a reference of its own:
+ * an op must take all its arguments before it consumes any of them. */
 kiln__tensor *kiln__arg(kiln__opctx *c, kiln_tensor h);
 /* True if t is usable; false if NULL or poisoned (then its error is adopted). */
 bool kiln__ok(kiln__opctx *c, kiln__tensor *t);
