@@ -137,6 +137,8 @@ KILN_API kiln_tensor kiln_avg_pool2d(kiln_tensor x, int kernel_h, int kernel_w, 
 KILN_API kiln_tensor kiln_adaptive_avg_pool2d(kiln_tensor x, int out_h, int out_w);
 
 /* ---- elementwise (NumPy broadcasting; ints/bools promote to f32 for float math) ---------- */
+/* Two or three tensors of different dtypes compute in torch.result_type's dtype (README
+ * "Dtypes"): a 0-d tensor promotes a dimensioned one only from a lower category. */
 KILN_API kiln_tensor kiln_neg(kiln_tensor t);
 KILN_API kiln_tensor kiln_abs(kiln_tensor t);
 KILN_API kiln_tensor kiln_sign(kiln_tensor t);
@@ -209,7 +211,8 @@ KILN_API kiln_tensor kiln_atan2(kiln_tensor a, kiln_tensor b); /* atan2(a, b): a
 KILN_API kiln_tensor kiln_lerp(kiln_tensor start, kiln_tensor end, kiln_tensor weight);
 KILN_API kiln_tensor kiln_lerp_scalar(kiln_tensor start, kiln_tensor end, double weight);
 
-/* Scalar variants: the scalar takes the tensor's dtype (a float scalar promotes an int tensor). */
+/* Scalar variants: the scalar takes the tensor's dtype (a float scalar promotes an int or bool
+ * tensor to f32; a whole one a bool tensor to i64, as PyTorch). */
 KILN_API kiln_tensor kiln_add_scalar(kiln_tensor t, double s);
 KILN_API kiln_tensor kiln_sub_scalar(kiln_tensor t, double s);
 KILN_API kiln_tensor kiln_rsub_scalar(kiln_tensor t, double s); /* s - t */
@@ -267,7 +270,8 @@ KILN_API kiln_tensor kiln_log_softmax(kiln_tensor t, int dim);
 
 /* ---- linear algebra --------------------------------------------------------------------- */
 /* torch.matmul semantics: 1-d operands are promoted and the added dim removed; batch dims
- * broadcast. */
+ * broadcast. The products here and the convolutions take floating-point operands of one dtype
+ * (as PyTorch's: f32 @ f64 is KILN_ERR_DTYPE; kiln_cast one of them). */
 KILN_API kiln_tensor kiln_matmul(kiln_tensor a, kiln_tensor b);
 /* x @ w^T + bias; w: [out, in]; bias: [out] or KILN_NONE. */
 KILN_API kiln_tensor kiln_linear(kiln_tensor x, kiln_tensor w, kiln_tensor bias);

@@ -95,6 +95,15 @@ bool kiln__same_device(kiln__opctx *c, const kiln__tensor *a, const kiln__tensor
     return false;
 }
 
+bool kiln__same_dtype(kiln__opctx *c, const kiln__tensor *a, const kiln__tensor *b, const kiln__tensor *bias) {
+    const kiln__tensor *other = a->dtype != b->dtype ? b : bias && bias->dtype != a->dtype ? bias : NULL;
+    if (!other) return true;
+    kiln__fail(c, KILN_ERR_DTYPE, "operands of one dtype expected, got %s and %s%s (as PyTorch, a product does not "
+               "promote: kiln_cast one of them)", kiln_dtype_name(a->dtype), kiln_dtype_name(other->dtype),
+               other == bias ? " (bias)" : "");
+    return false;
+}
+
 const char *kiln__shape_str(char *buf, size_t size, int ndim, const int64_t *shape) {
     size_t at = 0;
     at += (size_t)snprintf(buf + at, size - at, "[");

@@ -59,6 +59,9 @@ kiln_tensor kiln__result(kiln__opctx *c, kiln__tensor *out);
 bool kiln__norm_dim(kiln__opctx *c, int *dim, int ndim);
 /* Same device for all; false + error otherwise. */
 bool kiln__same_device(kiln__opctx *c, const kiln__tensor *a, const kiln__tensor *b);
+/* The products (matmul, linear, addmm, convolutions) take operands of one dtype, as PyTorch's:
+ * false (c->err set, naming both) when b (and bias, unless NULL) differ from a's. */
+bool kiln__same_dtype(kiln__opctx *c, const kiln__tensor *a, const kiln__tensor *b, const kiln__tensor *bias);
 /* Shape as text "[2, 3]" into buf. */
 const char *kiln__shape_str(char *buf, size_t size, int ndim, const int64_t *shape);
 /* Validates a user shape (ndim 0..8, then as kiln__check_dims); false + error otherwise. */
