@@ -11,9 +11,11 @@
 enum { N = 32, S = 16 };
 
 int main(int argc, char **argv) {
+    if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0))
+        return printf("usage: %s [--steps N]\n", argv[0]), 0;
     char *end = "";
     long steps = argc == 1 ? 200 : argc == 3 && strcmp(argv[1], "--steps") == 0 ? strtol(argv[2], &end, 10) : 0;
-    if (*end || steps < 1) return fprintf(stderr, "usage: %s [--steps N]\n", argv[0]), 2;
+    if (*end || steps < 1 || steps > 1000000) return fprintf(stderr, "usage: %s [--steps N]\n", argv[0]), 2;
     kiln_conv2d_options d1 = kiln_conv2d_defaults(1, 8, 3), d2 = kiln_conv2d_defaults(8, 16, 3);
     kiln_conv_transpose2d_options u1 = kiln_conv_transpose2d_defaults(16, 8, 3);
     kiln_conv_transpose2d_options u2 = kiln_conv_transpose2d_defaults(8, 1, 3);

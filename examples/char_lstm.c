@@ -12,9 +12,11 @@ enum { V = 28, N = 16, T = 32, E = 16, H = 64 };
 static int32_t code(char c) { return c == ' ' ? 26 : c == '.' ? 27 : c - 'a'; }
 
 int main(int argc, char **argv) {
+    if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0))
+        return printf("usage: %s [--steps N]\n", argv[0]), 0;
     char *end = "";
     long steps = argc == 1 ? 200 : argc == 3 && strcmp(argv[1], "--steps") == 0 ? strtol(argv[2], &end, 10) : 0;
-    if (*end || steps < 1) return fprintf(stderr, "usage: %s [--steps N]\n", argv[0]), 2;
+    if (*end || steps < 1 || steps > 1000000) return fprintf(stderr, "usage: %s [--steps N]\n", argv[0]), 2;
     kiln_rnn_options o = kiln_rnn_defaults(E, H);
     o.batch_first = true;
     kiln_module *layers[] = {kiln_embedding_new(V, E, 1), kiln_lstm_new(o, 2), kiln_linear_new(H, V, true, 3)};

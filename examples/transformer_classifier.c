@@ -35,9 +35,11 @@ static void batch(kiln_tensor *x, kiln_tensor *y) {
 }
 
 int main(int argc, char **argv) {
+    if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0))
+        return printf("usage: %s [--steps N]\n", argv[0]), 0;
     char *end = "";
     long steps = argc == 1 ? 300 : argc == 3 && strcmp(argv[1], "--steps") == 0 ? strtol(argv[2], &end, 10) : 0;
-    if (*end || steps < 1) return fprintf(stderr, "usage: %s [--steps N]\n", argv[0]), 2;
+    if (*end || steps < 1 || steps > 1000000) return fprintf(stderr, "usage: %s [--steps N]\n", argv[0]), 2;
     kiln_module *model = kiln_module_new("Encoder", encoder, NULL, NULL);
     kiln_multihead_attention_options mo = kiln_multihead_attention_defaults(D, 4);
     mo.batch_first = true;

@@ -185,7 +185,7 @@ KT_TEST(scalar_variants) {
                 bool whole = sv == floor(sv);
                 kiln_dtype xd = dt;
                 if (!ew_is_float(dt) && !whole) xd = KILN_F32;
-                else if (dt == KILN_BOOL) xd = KILN_I32;
+                else if (dt == KILN_BOOL) xd = KILN_I64; /* as torch: bool with a whole number */
                 if (xd == KILN_I32 && fabs(sv) > 2147483647.0) xd = KILN_I64;
                 kiln_dtype kd = xd == KILN_F16 || xd == KILN_BF16 || (sc->float_math && !ew_is_float(xd)) ? KILN_F32 : xd;
                 kiln_dtype rd = xd == KILN_F16 || xd == KILN_BF16 ? xd : kd;

@@ -2,7 +2,7 @@
 # An example program (examples/char_lstm, transformer_classifier, autoencoder) trains for a few
 # steps and its loss falls: the last "step N loss X" line it prints must be below FRACTION of
 # the first. A bad --steps value exits 2 with a usage line, before training; with HELP given
-# (the examples that parse their options with getopt_long), --help prints the usage line to
+# (every example but fashion_mnist and embed, tested on their own), --help prints the usage line to
 # stdout and exits 0.
 # Usage: test_example_learns.sh EXE STEPS FRACTION [HELP]
 set -u

@@ -343,8 +343,8 @@ KT_TEST(bad_arguments) {
     KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "workers -1", 0);
     KT_CHECK(kiln_loader_new(ds, opts(2, 100000, 2, false, 0)) == NULL);
     KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "workers 100000", 0);
-    KT_CHECK(kiln_loader_new(ds, opts(2, 2, 0, false, 0)) == NULL);
-    KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "prefetch 0", 0);
+    KT_CHECK(kiln_loader_new(ds, opts(2, 2, -1, false, 0)) == NULL); /* (0 is the default: test_options_defaults) */
+    KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "prefetch -1", 0);
     kiln_loader_options o = opts(2, 1, 2, false, 0);
     o.device = KILN_CUDA;
     KT_CHECK(kiln_loader_new(ds, o) == NULL); /* no CUDA in this build */

@@ -180,7 +180,31 @@ KT_TEST(custom_module_bad_input) {
     KT_MEM_CHECK();
 }
 
+/* A misspelt child: the lookup names the missing child and lists the ones there are, and the
+ * NULL it gives, passed to kiln_module_forward, says where it came from. */
+KT_TEST(misspelt_child_is_named) {
+    kt_mem_begin();
+    kiln_module *m = net_new(1);
+    KT_CHECK(kiln_module_child(m, "encodr") == NULL);
+    const char *msg = kiln_last_error();
+    KT_CHECK_MSG(strstr(msg, "no child 'encodr'") && strstr(msg, "'encoder', 'head'"), "%s", msg);
+    KT_CHECK(kiln_module_child(m, "encoder.5") == NULL);
+    KT_CHECK_MSG(strstr(kiln_last_error(), "'0', '1'") != NULL, "%s", kiln_last_error());
+    int line = __LINE__ + 1;
+    kiln_tensor y = kiln_module_forward(kiln_module_child(m, "haed"), kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(2, 8)));
+    KT_CHECK(kiln_into_data(y, NULL, 0) == KILN_ERR_NULL);
+    KT_EXPECT_ERROR(KILN_ERR_NULL, "no child 'haed'", line);
+    KT_CHECK(kiln_module_child(m, "head") != NULL); /* a lookup that succeeds forgets the failed one */
+    KT_CHECK(kiln_into_data(kiln_module_forward(NULL, kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(2))), NULL, 0) == KILN_ERR_NULL);
+    KT_CHECK(strstr(kiln_last_error(), "haed") == NULL);
+    KT_READ_ERROR(kiln_module_param(m, "encodr.0.weight"), KILN_ERR_INVALID_ARGUMENT, "kiln_module_param");
+    KT_CHECK(strstr(kiln_last_error(), "its children: 'encoder', 'head'") != NULL);
+    kiln_module_free(m);
+    KT_MEM_CHECK();
+}
+
 int main(void) {
+    KT_RUN(misspelt_child_is_named);
     KT_RUN(custom_module_names_and_modes);
     KT_RUN(custom_module_trains_and_checkpoints);
     KT_RUN(custom_module_bad_input);

@@ -141,7 +141,8 @@ KILN_API int64_t kiln_shape_numel(kiln_shape shape);
 
 /* ---- tensor handles ----------------------------------------------------------------------- */
 /* A handle is a generation-checked slot: using it after it was consumed or released is a
- * reported error (KILN_ERR_STALE_HANDLE naming the op that consumed it), never UB.
+ * reported error (KILN_ERR_STALE_HANDLE naming the op that consumed it), never UB. One handle
+ * passed twice to one call, kiln_mul(x, x), is one tensor used twice (consumed once).
  * The all-zero handle KILN_NONE means "no tensor" (e.g. linear without bias). */
 typedef struct {
     uint64_t id;

@@ -60,10 +60,13 @@ KILN_API kiln_dataset *kiln_transform_random_crop(kiln_dataset *base, int paddin
 KILN_API kiln_dataset *kiln_transform_random_hflip(kiln_dataset *base, double p);
 
 /* ---- loader ---------------------------------------------------------------------------------- */
+/* Fields left 0 take their defaults where 0 means nothing else (prefetch 4, shard_count 1);
+ * batch_size is required (0 is refused); workers 0, shuffle and drop_last false are choices and
+ * read as written (kiln_loader_defaults gives 2 workers and shuffling). */
 typedef struct {
     int64_t batch_size;
     int workers;       /* threads assembling batches (0: on the calling thread; at most 256) */
-    int prefetch;      /* batches being assembled or ready ahead, at most (unused with 0 workers) */
+    int prefetch;      /* batches being assembled or ready ahead, at most (unused with 0 workers; 0: 4) */
     bool shuffle;
     bool drop_last;
     uint64_t seed;     /* shuffling and transform randomness */

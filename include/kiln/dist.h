@@ -57,7 +57,7 @@ KILN_API kiln_status kiln_dist_barrier(void);
 /* ---- data parallelism ---------------------------------------------------------------------- */
 typedef struct kiln_ddp kiln_ddp;
 typedef struct {
-    int64_t bucket_bytes; /* gradients per all-reduce; default 25 MB */
+    int64_t bucket_bytes; /* gradients per all-reduce; default (and when left 0) 25 MB */
 } kiln_ddp_options;
 KILN_API kiln_ddp_options kiln_ddp_defaults(void); /* KILN_DDP_BUCKET_KB overrides the size */
 /* Broadcasts the model's parameters and buffers from rank 0, groups the trainable parameters

@@ -28,8 +28,14 @@ extern "C" {
 
 typedef struct kiln_optimizer kiln_optimizer;
 
-/* Every field but lr is 0 (false) by default, as in torch.optim.SGD, so a designated
- * initializer names only what differs: (kiln_sgd_options){.lr = 0.1, .momentum = 0.9}. */
+/* Options structs: a field left 0 takes its default, so a designated initializer names only
+ * what differs: (kiln_adam_options){.lr = 1e-3} is kiln_adam_defaults() with that lr (betas
+ * 0.9/0.999, eps 1e-8), never betas and eps of 0. Where 0 is also a meaningful value (a
+ * learning rate, Adam's beta1), write KILN_ZERO for a real 0. Fields whose default is 0 (decays,
+ * momentum, flags) read as written; a group's weight_decay of 0 is no decay.
+ * Every field but lr is 0 (false) by default, as in torch.optim.SGD:
+ * (kiln_sgd_options){.lr = 0.1, .momentum = 0.9}. */
+#define KILN_ZERO (-0.0) /* an explicit 0 for an option whose 0 means "the default" */
 typedef struct {
     double lr, momentum, dampening, weight_decay;
     bool nesterov;
@@ -95,11 +101,29 @@ KILN_API kiln_optimizer *kiln_adagrad_new(kiln_module *model, kiln_adagrad_optio
 typedef struct {
     const kiln_tensor *params; /* n handles (not consumed) */
     int n;
-    double lr;           /* < 0: the options' lr */
+    double lr;           /* < 0 or left 0: the options' lr (KILN_ZERO: a real 0) */
     double weight_decay; /* < 0: the options' weight_decay */
 } kiln_param_group;
 /* A group of n parameters with the options' lr and weight decay (both -1). */
 KILN_API kiln_param_group kiln_param_group_of(int n, const kiln_tensor *params);
+/* Two groups of a module's trainable parameters (buffers left out), split by name: those for
+ * which first(name, ctx) is true (names as kiln_module_params gives them, "0.bias") in
+ * groups[0], the others in groups[1], both with the options' lr and weight decay. The groups
+ * point into handles[0..cap), which receives the module's own handles (no new references: the
+ * optimizer takes its own). Returns the number of parameters, or -1 with kiln_last_error
+ * (NULL arguments, cap too small). PyTorch's "no weight decay on biases":
+ *
+ *   static bool is_bias(const char *name, void *ctx) { (void)ctx; return strstr(name, "bias"); }
+ *   ...
+ *   kiln_tensor handles[64];
+ *   kiln_param_group groups[2];
+ *   kiln_module_param_groups(model, is_bias, NULL, handles, 64, groups);
+ *   groups[0].weight_decay = 0;
+ *   kiln_optimizer *opt = kiln_adam_new_groups(2, groups, kiln_adamw_defaults());
+ */
+typedef bool (*kiln_param_filter)(const char *name, void *ctx);
+KILN_API int kiln_module_param_groups(kiln_module *m, kiln_param_filter first, void *ctx, kiln_tensor *handles, int cap,
+                                      kiln_param_group *groups);
 /* The common case of one group: n parameters (n >= 1, not consumed) with the options' lr and
  * weight decay, as torch.optim.SGD([w, b], lr=0.5):
  *
@@ -211,7 +235,8 @@ KILN_API kiln_tensor kiln_load_tensor(const char *path, const char *name, kiln_d
     X(kiln_status, save_tensor, (const char *path, kiln_tensor t), (path, t)) \
     X(kiln_tensor, load_tensor, (const char *path, const char *name, kiln_device dev), (path, name, dev)) \
     X(kiln_optimizer *, rmsprop_new_params, (int n, const kiln_tensor *params, kiln_rmsprop_options o), (n, params, o)) \
-    X(kiln_optimizer *, adagrad_new_params, (int n, const kiln_tensor *params, kiln_adagrad_options o), (n, params, o))
+    X(kiln_optimizer *, adagrad_new_params, (int n, const kiln_tensor *params, kiln_adagrad_options o), (n, params, o)) \
+    X(int, module_param_groups, (kiln_module *m, kiln_param_filter first, void *ctx, kiln_tensor *handles, int cap, kiln_param_group *groups), (m, first, ctx, handles, cap, groups))
 KILN_OPTIM_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -232,6 +257,7 @@ KILN_OPTIM_API(KILN__AT_DECLARE)
 #define kiln_save_tensor(...) KILN__AT(save_tensor, __VA_ARGS__)
 #define kiln_load_tensor(...) KILN__AT(load_tensor, __VA_ARGS__)
 #define kiln_rmsprop_new_params(...) KILN__AT(rmsprop_new_params, __VA_ARGS__)
+#define kiln_module_param_groups(...) KILN__AT(module_param_groups, __VA_ARGS__)
 #define kiln_adagrad_new_params(...) KILN__AT(adagrad_new_params, __VA_ARGS__)
 #endif
 

@@ -137,6 +137,8 @@ KILN_API kiln_tensor kiln_avg_pool2d(kiln_tensor x, int kernel_h, int kernel_w, 
 KILN_API kiln_tensor kiln_adaptive_avg_pool2d(kiln_tensor x, int out_h, int out_w);
 
 /* ---- elementwise (NumPy broadcasting; ints/bools promote to f32 for float math) ---------- */
+/* Two or three tensors of different dtypes compute in torch.result_type's dtype (README
+ * "Dtypes"): a 0-d tensor promotes a dimensioned one only from a lower category. */
 KILN_API kiln_tensor kiln_neg(kiln_tensor t);
 KILN_API kiln_tensor kiln_abs(kiln_tensor t);
 KILN_API kiln_tensor kiln_sign(kiln_tensor t);
@@ -209,7 +211,8 @@ KILN_API kiln_tensor kiln_atan2(kiln_tensor a, kiln_tensor b); /* atan2(a, b): a
 KILN_API kiln_tensor kiln_lerp(kiln_tensor start, kiln_tensor end, kiln_tensor weight);
 KILN_API kiln_tensor kiln_lerp_scalar(kiln_tensor start, kiln_tensor end, double weight);
 
-/* Scalar variants: the scalar takes the tensor's dtype (a float scalar promotes an int tensor). */
+/* Scalar variants: the scalar takes the tensor's dtype (a float scalar promotes an int or bool
+ * tensor to f32; a whole one a bool tensor to i64, as PyTorch). */
 KILN_API kiln_tensor kiln_add_scalar(kiln_tensor t, double s);
 KILN_API kiln_tensor kiln_sub_scalar(kiln_tensor t, double s);
 KILN_API kiln_tensor kiln_rsub_scalar(kiln_tensor t, double s); /* s - t */
@@ -267,7 +270,8 @@ KILN_API kiln_tensor kiln_log_softmax(kiln_tensor t, int dim);
 
 /* ---- linear algebra --------------------------------------------------------------------- */
 /* torch.matmul semantics: 1-d operands are promoted and the added dim removed; batch dims
- * broadcast. */
+ * broadcast. The products here and the convolutions take floating-point operands of one dtype
+ * (as PyTorch's: f32 @ f64 is KILN_ERR_DTYPE; kiln_cast one of them). */
 KILN_API kiln_tensor kiln_matmul(kiln_tensor a, kiln_tensor b);
 /* x @ w^T + bias; w: [out, in]; bias: [out] or KILN_NONE. */
 KILN_API kiln_tensor kiln_linear(kiln_tensor x, kiln_tensor w, kiln_tensor bias);
@@ -279,6 +283,26 @@ KILN_API kiln_status kiln_into_data(kiln_tensor t, void *dst, size_t dst_bytes);
 /* t must have one element; converted to float / double. Consumes t. */
 KILN_API kiln_status kiln_into_scalar(kiln_tensor t, float *out);
 KILN_API kiln_status kiln_into_scalar_f64(kiln_tensor t, double *out);
+/* Read-only access to a CPU tensor's values without a copy (a dense copy only when t is not
+ * contiguous): waits for t, then v->data holds v->numel values of v->dtype, row-major, of
+ * shape v->shape, valid until kiln_data_view_release(v). Does not consume t. The view holds
+ * its own reference, so no op writes the buffer in place meanwhile (an optimizer's step on a
+ * parameter still updates it, as a NumPy view of a torch tensor would show). KILN_ERR_DEVICE
+ * for a device tensor (use kiln_into_data); on any failure *v is empty (data NULL).
+ *
+ *   kiln_data_view v;
+ *   if (kiln_data_view_get(y, &v) == KILN_OK) printf("%f\n", ((const float *)v.data)[0]);
+ *   kiln_data_view_release(&v);
+ */
+typedef struct {
+    const void *data;
+    int64_t numel;
+    kiln_dtype dtype;
+    kiln_shape shape;
+    kiln_tensor keep; /* the view's own handle (kiln_data_view_release drops it) */
+} kiln_data_view;
+KILN_API kiln_status kiln_data_view_get(kiln_tensor t, kiln_data_view *v);
+KILN_API void kiln_data_view_release(kiln_data_view *v); /* an empty view: nothing to do */
 /* PyTorch-style text of t, e.g. "tensor([[ 1.0000, -2.5000],\n        [ 3.0000,  4.0000]])":
  * 4 decimals (scientific for a wide range), more than 1000 elements summarised to the first
  * and last 3 per dim, dtype named unless f32, i64 or bool, device unless cpu. Neither call
@@ -449,6 +473,7 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
     X(kiln_status, into_data, (kiln_tensor t, void *dst, size_t dst_bytes), (t, dst, dst_bytes)) \
     X(kiln_status, into_scalar, (kiln_tensor t, float *out), (t, out)) \
     X(kiln_status, into_scalar_f64, (kiln_tensor t, double *out), (t, out)) \
+    X(kiln_status, data_view_get, (kiln_tensor t, kiln_data_view *v), (t, v)) \
     X(kiln_status, to_string, (kiln_tensor t, char *buf, size_t cap, size_t *needed), (t, buf, cap, needed)) \
     X(kiln_status, print, (kiln_tensor t), (t))
 KILN_TENSOR_API(KILN__AT_DECLARE)
@@ -612,6 +637,7 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_print(...) KILN__AT(print, __VA_ARGS__)
 #define kiln_into_scalar(...) KILN__AT(into_scalar, __VA_ARGS__)
 #define kiln_into_scalar_f64(...) KILN__AT(into_scalar_f64, __VA_ARGS__)
+#define kiln_data_view_get(...) KILN__AT(data_view_get, __VA_ARGS__)
 #endif
 
 /* ---- creation from a tensor, copies, grids, windows, products (PyTorch's names) ----------- */

@@ -49,13 +49,20 @@ typedef struct kiln_optimizer kiln_optimizer; /* kiln/optim.h */
  *       fprintf(stderr, "%s\n", kiln_last_error());
  */
 KILN_API kiln_status kiln_train_step(kiln_optimizer *opt, kiln_tensor loss, double *value);
+/* kiln_train_step with the gradients' global L2 norm clipped to max_norm (finite, > 0) before
+ * the update: torch.nn.utils.clip_grad_norm_ between backward and step, as kiln_clip_grad_norm.
+ *
+ *   kiln_train_step_clip(opt, kiln_mse_loss(kiln_module_forward(model, x), y), 1.0, &l);
+ */
+KILN_API kiln_status kiln_train_step_clip(kiln_optimizer *opt, kiln_tensor loss, double max_norm, double *value);
 
 /* ---- call sites ------------------------------------------------------------------------- */
 /* The calls that record the caller's file:line, as in core.h's list. */
 #define KILN_TRAIN_API(X) \
     X(kiln_status, metrics_add, (kiln_metrics *m, kiln_tensor loss, kiln_tensor logits, kiln_tensor targets), (m, loss, logits, targets)) \
     X(kiln_status, metrics_read, (kiln_metrics *m, double *mean_loss, double *accuracy, int64_t *count), (m, mean_loss, accuracy, count)) \
-    X(kiln_status, train_step, (kiln_optimizer *opt, kiln_tensor loss, double *value), (opt, loss, value))
+    X(kiln_status, train_step, (kiln_optimizer *opt, kiln_tensor loss, double *value), (opt, loss, value)) \
+    X(kiln_status, train_step_clip, (kiln_optimizer *opt, kiln_tensor loss, double max_norm, double *value), (opt, loss, max_norm, value))
 KILN_TRAIN_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -63,6 +70,7 @@ KILN_TRAIN_API(KILN__AT_DECLARE)
 #define kiln_metrics_add(...) KILN__AT(metrics_add, __VA_ARGS__)
 #define kiln_metrics_read(...) KILN__AT(metrics_read, __VA_ARGS__)
 #define kiln_train_step(...) KILN__AT(train_step, __VA_ARGS__)
+#define kiln_train_step_clip(...) KILN__AT(train_step_clip, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

@@ -24,7 +24,7 @@ static bool list_take(kiln__opctx *c, const kiln_tensor *ts, int n, tensor_list 
     if (n < 1) return kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "needs at least one tensor, got n=%d", n), false;
     if (n > LIST_INLINE && !(l->t = malloc(sizeof *l->t * (size_t)n))) {
         l->t = l->inline_slots;
-        for (int i = 0; i < n; i++) kiln__tensor_release(kiln__arg(c, ts[i]));
+        for (int i = 0; i < n; i++) kiln__tensor_release(kiln__handle_take(ts[i], c->name, NULL)); /* (no record) */
         return kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate a list of %d tensors", n), false;
     }
     l->n = n;

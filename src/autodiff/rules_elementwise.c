@@ -68,7 +68,12 @@ static void unary_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, ki
         r = ad_mul(c, g, d);
         break;
     }
-    case KILN__OP_SOFTPLUS: r = ad_mul(c, g, ad_un(c, KILN__OP_SIGMOID, ad_ref(x))); break;
+    case KILN__OP_SOFTPLUS: { /* sigmoid(x), and 1 above the threshold where softplus is x (as PyTorch's) */
+        kiln__tensor *one = g ? kiln__t_fill(c, g->device, g->dtype, 0, NULL, 1.0) : NULL;
+        kiln__tensor *above = kiln__t_binary_scalar(c, KILN__OP_GT, ad_ref(x), 20.0, false);
+        r = ad_mul(c, g, kiln__t_where(c, above, one, ad_un(c, KILN__OP_SIGMOID, ad_ref(x))));
+        break;
+    }
     case KILN__OP_ERF: /* 2/sqrt(pi) exp(-x^2) */
         r = ad_mul(c, g, ad_muls(c, ad_un(c, KILN__OP_EXP, ad_neg(c, ad_mul(c, ad_ref(x), ad_ref(x)))), 1.12837916709551257390));
         break;

@@ -66,11 +66,11 @@ int kiln__alloc_size_class(size_t n, size_t *rounded) {
 static bool caching_enabled(void) {
     int c = __atomic_load_n(&cache.caching, __ATOMIC_ACQUIRE);
     if (c < 0) {
-        const char *env = getenv("KILN_NO_CACHING");
-        c = !(env && env[0] && env[0] != '0');
-        const char *limit = getenv("KILN_CACHE_LIMIT_MB");
+        c = !kiln__env_flag("KILN_NO_CACHING", false);
+        size_t limit = (size_t)kiln__env_int_range("KILN_CACHE_LIMIT_MB", 0, (int64_t)(SIZE_MAX >> 21),
+                                                   (int64_t)(DEFAULT_CACHE_LIMIT >> 20)) << 20;
         pthread_mutex_lock(&cache.lock);
-        cache.cache_limit = limit ? (size_t)atoll(limit) << 20 : DEFAULT_CACHE_LIMIT;
+        cache.cache_limit = limit;
         pthread_mutex_unlock(&cache.lock);
         __atomic_store_n(&cache.caching, c, __ATOMIC_RELEASE);
     }

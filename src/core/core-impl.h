@@ -106,6 +106,10 @@ bool kiln__dtype_is_int(kiln_dtype dtype);   /* i32 i64 */
 /* Result dtype of a binary op on a and b (bool < i32 < i64 < bf16/f16 < f32 < f64;
  * f16 with bf16 gives f32). */
 kiln_dtype kiln__dtype_promote(kiln_dtype a, kiln_dtype b);
+/* torch.result_type of two tensors, each with dims (ndim > 0) or 0-d: as kiln__dtype_promote,
+ * except that a 0-d tensor changes the dtype of a dimensioned one only when of a higher
+ * category (bool < integer < floating): f32 [n] with f64 0-d is f32, i32 [n] with f64 0-d f64. */
+kiln_dtype kiln__dtype_result(kiln_dtype a, bool a_dims, kiln_dtype b, bool b_dims);
 /* The dtype kernels compute in: f16/bf16 compute in f32. */
 kiln_dtype kiln__dtype_compute(kiln_dtype dtype);
 float kiln__f16_to_f32(uint16_t h);
@@ -251,9 +255,13 @@ void kiln__handle_fork_lock(bool lock);
 void kiln__alloc_fork_lock(bool lock);
 
 /* ---- environment ------------------------------------------------------------------------ */
-/* The integer in environment variable name: the whole value a decimal number >= min, else
- * fallback (unset, empty, trailing characters, below min). */
-int64_t kiln__env_int(const char *name, int64_t min, int64_t fallback);
+/* Settings from the environment, parsed strictly (env.c): unset or empty gives fallback; a
+ * value that is not wholly a number in [min, max] (or a switch: 0/1, true/false, yes/no, on/off)
+ * gives fallback too, after one warning on stderr naming the variable. */
+int64_t kiln__env_int(const char *name, int64_t min, int64_t fallback); /* max INT64_MAX */
+int64_t kiln__env_int_range(const char *name, int64_t min, int64_t max, int64_t fallback);
+double kiln__env_double(const char *name, double min, double max, double fallback);
+bool kiln__env_flag(const char *name, bool fallback);
 
 /* ---- files ------------------------------------------------------------------------------ */
 /* Opens path for reading if it is a regular file (never blocking in open() on a FIFO): the

@@ -84,6 +84,17 @@ kiln_dtype kiln__dtype_promote(kiln_dtype a, kiln_dtype b) {
     return promotion_rank(a) >= promotion_rank(b) ? a : b;
 }
 
+/* 0 bool, 1 integer, 2 floating point: PyTorch's categories. */
+static int category(kiln_dtype d) { return d == KILN_BOOL ? 0 : kiln__dtype_is_int(d) ? 1 : 2; }
+
+kiln_dtype kiln__dtype_result(kiln_dtype a, bool a_dims, kiln_dtype b, bool b_dims) {
+    if (a_dims == b_dims) return kiln__dtype_promote(a, b);
+    kiln_dtype dim = a_dims ? a : b, zero = a_dims ? b : a;
+    /* torch's combine_categories: a 0-d operand changes the dtype only from a lower category */
+    if (category(zero) > category(dim) || dim == KILN_BOOL) return kiln__dtype_promote(dim, zero);
+    return dim;
+}
+
 kiln_dtype kiln__dtype_compute(kiln_dtype d) { return (d == KILN_F16 || d == KILN_BF16) ? KILN_F32 : d; }
 
 static uint32_t f32_bits(float f) {

@@ -216,6 +216,17 @@ static kiln__error *stale_error(kiln_tensor h, const slot *s, const char *op) {
     if (now == gen + 1 && by) {
         const char *file = atomic_load_explicit(&s->consumed_file, memory_order_relaxed);
         int line = atomic_load_explicit(&s->consumed_line, memory_order_relaxed);
+        bool same_line = file && site.file && line == site.line && strcmp(file, site.file) == 0;
+        if (same_line && strcmp(by, op) == 0) /* a call that remembers no more handles (a long list) */
+            return kiln__error_new(KILN_ERR_STALE_HANDLE, op, site.file, site.line, 0,
+                                   "the same tensor handle is passed twice to %s, which consumed it at the first "
+                                   "(pass kiln_ref(t) for all uses but one)", op);
+        if (same_line) /* kiln_add(kiln_ref(x), f(x)): the arguments ran in another order than written */
+            return kiln__error_new(KILN_ERR_STALE_HANDLE, op, site.file, site.line, 0,
+                                   "tensor handle was consumed by %s in the same statement (%s:%d) before %s could "
+                                   "use it: C evaluates a call's arguments in no fixed order, so take kiln_ref(t) "
+                                   "in a statement of its own before the call",
+                                   by, file, line, op);
         return kiln__error_new(KILN_ERR_STALE_HANDLE, op, site.file, site.line, 0,
                                "tensor handle was already consumed by %s at %s:%d (pass kiln_ref(t) to keep using it)",
                                by, file ? file : "?", line);
@@ -359,6 +370,5 @@ static void leak_at_exit(void) {
 }
 
 static void leak_setup(void) {
-    const char *v = getenv("KILN_LEAK_CHECK");
-    if (v && *v && strcmp(v, "0") != 0) atexit(leak_at_exit);
+    if (kiln__env_flag("KILN_LEAK_CHECK", false)) atexit(leak_at_exit);
 }

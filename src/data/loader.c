@@ -199,8 +199,8 @@ static kiln_status check_options(const kiln_dataset *ds, kiln_loader_options o) 
         return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "batch_size %lld must be >= 1", (long long)o.batch_size);
     if (o.workers < 0 || o.workers > MAX_WORKERS)
         return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "workers %d not in 0..%d", o.workers, MAX_WORKERS);
-    if (o.workers > 0 && o.prefetch < 1)
-        return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "prefetch %d must be >= 1 with workers", o.prefetch);
+    if (o.prefetch < 0)
+        return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "prefetch %d must be >= 0 (0: the default)", o.prefetch);
     if (o.shard_count < 0 || o.shard_rank < 0 || o.shard_rank >= (o.shard_count > 0 ? o.shard_count : 1))
         return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "shard_rank %d is not in 0..%d (shard_count %d)",
                             o.shard_rank, (o.shard_count > 0 ? o.shard_count : 1) - 1, o.shard_count);
@@ -244,6 +244,7 @@ void kiln_loader_free(kiln_loader *l) {
 kiln_loader *kiln_loader_new(kiln_dataset *ds, kiln_loader_options o) {
     static const char op[] = "kiln_loader_new";
     if (check_options(ds, o) != KILN_OK) return NULL;
+    if (o.prefetch == 0) o.prefetch = kiln_loader_defaults(o.batch_size).prefetch; /* left 0: the default */
     kiln_loader *l = calloc(1, sizeof *l);
     if (!l) return kiln__report(KILN_ERR_OUT_OF_MEMORY, op, "cannot allocate the loader"), NULL;
     l->ds = ds;

@@ -54,9 +54,9 @@ struct kiln_ddp {
 };
 
 kiln_ddp_options kiln_ddp_defaults(void) {
-    const char *kb = getenv("KILN_DDP_BUCKET_KB"); /* for experiments without recompiling */
-    long long v = kb && *kb ? strtoll(kb, NULL, 10) : 0;
-    return (kiln_ddp_options){.bucket_bytes = v > 0 ? (int64_t)v << 10 : DEFAULT_BUCKET_BYTES};
+    /* for experiments without recompiling; bounded so that the KB-to-bytes shift cannot overflow */
+    int64_t kb = kiln__env_int_range("KILN_DDP_BUCKET_KB", 1, INT64_MAX >> 10, DEFAULT_BUCKET_BYTES >> 10);
+    return (kiln_ddp_options){.bucket_bytes = kb << 10};
 }
 
 /* Queues the all-reduce of bucket b: its gradients (those missing count as zeros) joined into
@@ -164,6 +164,7 @@ static void broadcast_in_place(kiln__opctx *c, kiln__tensor *t) {
 }
 
 kiln_ddp *kiln_ddp_new(kiln_module *model, kiln_ddp_options o) {
+    if (o.bucket_bytes == 0) o.bucket_bytes = kiln_ddp_defaults().bucket_bytes; /* left 0: the default */
     KILN__OP_BEGIN("kiln_ddp_new");
     kiln_ddp *d = NULL;
     int n = model ? kiln_module_params(model, NULL, 0) : 0;

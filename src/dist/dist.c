@@ -81,9 +81,7 @@ static void *watchdog_main(void *arg) {
 }
 
 static void init_once(void) {
-    const char *t = getenv("KILN_DIST_TIMEOUT");
-    double timeout = t && *t ? strtod(t, NULL) : 0.0;
-    atomic_store(&dist.timeout_s, timeout > 0 ? timeout : 300.0);
+    atomic_store(&dist.timeout_s, kiln__env_double("KILN_DIST_TIMEOUT", 1e-3, 1e9, 300.0));
     dist.init_status = KILN_OK;
     if (launched_by_mpirun()) {
 #if KILN_HAVE_MPI

@@ -186,10 +186,9 @@ static void free_storage_after_users(kiln__storage *s);
 static void engine_init(void) {
     /* before any op is queued, so before any storage has a var for core to see */
     kiln__storage_set_release_hook(free_storage_after_users);
-    const char *sync = getenv("KILN_SYNC");
-    engine.async = !(sync && sync[0] && sync[0] != '0');
-    engine.max_inflight = kiln__env_int("KILN_MAX_INFLIGHT", 1, DEFAULT_MAX_INFLIGHT);
-    engine.max_bytes = kiln__env_int("KILN_MAX_PENDING_MB", 1, DEFAULT_MAX_BYTES >> 20) << 20;
+    engine.async = !kiln__env_flag("KILN_SYNC", false);
+    engine.max_inflight = kiln__env_int_range("KILN_MAX_INFLIGHT", 1, INT32_MAX, DEFAULT_MAX_INFLIGHT);
+    engine.max_bytes = kiln__env_int_range("KILN_MAX_PENDING_MB", 1, INT64_MAX >> 20, DEFAULT_MAX_BYTES >> 20) << 20;
     pthread_key_create(&stream_key, stream_thread_exit);
     kiln__core_fork_guard(); /* (first: its locks are taken after the engine has drained) */
     pthread_atfork(engine_before_fork, engine_after_fork_parent, engine_after_fork_child);

@@ -18,8 +18,7 @@ static struct {
 } fusion = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void fusion_init(void) {
-    const char *v = getenv("KILN_FUSION");
-    atomic_store(&fusion.enabled, !(v && v[0] == '0'));
+    atomic_store(&fusion.enabled, kiln__env_flag("KILN_FUSION", true));
 }
 
 bool kiln_fusion_enabled(void) {

@@ -59,11 +59,18 @@ kiln_status kiln__module_add_child(kiln_module *m, kiln_module *child) {
     return kiln__module_add_named_child(m, kiln_module_type(m), NULL, child);
 }
 
+/* This thread's last kiln_module_child that found nothing (empty after one that did): a NULL
+ * module passed on is most often that lookup's result, and its message names the child. */
+static _Thread_local char failed_lookup[400];
+
 kiln_tensor kiln_module_forward(kiln_module *m, kiln_tensor x) {
     if (!m) {
         KILN__OP_BEGIN("kiln_module_forward");
         kiln__tensor *t = kiln__arg(&c, x);
         kiln__drop(1, t);
+        if (failed_lookup[0])
+            return kiln__result(&c, kiln__fail(&c, KILN_ERR_NULL, "module is NULL (from kiln_module_child? %s)",
+                                               failed_lookup));
         return kiln__result(&c, kiln__fail(&c, KILN_ERR_NULL, "module is NULL"));
     }
     return m->vt->forward(m, x);
@@ -287,6 +294,18 @@ kiln_status kiln_module_add_child(kiln_module *m, const char *name, kiln_module 
     return st;
 }
 
+/* The names of m's children, "'0', '1', '2'" (cut short with "..." past cap), for messages. */
+static const char *child_list(const kiln_module *m, char *buf, size_t cap) {
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < m->n_children && at + 8 < cap; i++) {
+        int n = snprintf(buf + at, cap - at, "%s'%s'", i ? ", " : "", m->child_names[i]);
+        at = n < 0 || (size_t)n >= cap - at ? cap : at + (size_t)n;
+    }
+    if (at >= cap) snprintf(buf + cap - 4, 4, "...");
+    return m->n_children ? buf : "none";
+}
+
 /* The module a dotted path's parent part names, and the last part in *leaf; NULL + message. */
 static kiln_module *walk(kiln_module *m, const char *path, const char **leaf, char *why, size_t cap) {
     const char *part = path;
@@ -296,7 +315,9 @@ static kiln_module *walk(kiln_module *m, const char *path, const char **leaf, ch
         for (int i = 0; i < m->n_children && !next; i++)
             if (strlen(m->child_names[i]) == len && strncmp(m->child_names[i], part, len) == 0) next = m->children[i];
         if (!next) {
-            snprintf(why, cap, "%s has no child '%.*s' (in '%s')", kiln_module_type(m), (int)len, part, path);
+            char names[160];
+            snprintf(why, cap, "%s has no child '%.*s' (in '%.*s'); its children: %s", kiln_module_type(m), (int)len, part,
+                     (int)(strlen(path) - (path[strlen(path) - 1] == '.')), path, child_list(m, names, sizeof names));
             return NULL;
         }
         m = next;
@@ -308,7 +329,7 @@ static kiln_module *walk(kiln_module *m, const char *path, const char **leaf, ch
 kiln_tensor kiln_module_param(kiln_module *m, const char *name) {
     KILN__OP_BEGIN("kiln_module_param");
     if (!m || !name) return kiln__result(&c, kiln__fail(&c, KILN_ERR_NULL, "%s is NULL", !m ? "module" : "name"));
-    char why[200];
+    char why[400];
     const char *leaf = NULL;
     kiln_module *owner = walk(m, name, &leaf, why, sizeof why);
     if (!owner) return kiln__result(&c, kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "%s", why));
@@ -324,11 +345,12 @@ kiln_tensor kiln_module_param(kiln_module *m, const char *name) {
 kiln_module *kiln_module_child(kiln_module *m, const char *name) {
     const char *op = "kiln_module_child";
     if (!m || !name) return kiln__report(KILN_ERR_NULL, op, "%s is NULL", !m ? "module" : "name"), NULL;
-    char why[200], path[160];
+    char why[400], path[160];
     if (strlen(name) >= sizeof path - 1) return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "name is too long"), NULL;
     snprintf(path, sizeof path, "%s.", name); /* every part names a child */
     const char *leaf = NULL;
     kiln_module *child = walk(m, path, &leaf, why, sizeof why);
     if (!child) kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "%s", why);
+    snprintf(failed_lookup, sizeof failed_lookup, "%s", child ? "" : why);
     return child;
 }

@@ -119,7 +119,8 @@ kiln__tensor *kiln__t_conv2d(kiln__opctx *c, kiln__tensor *x, kiln__tensor *w, k
     if (!kiln__ok(c, x) || !kiln__ok(c, w) || (has_bias && !kiln__ok(c, bias)) || !kiln__same_device(c, x, w) ||
         (has_bias && !kiln__same_device(c, x, bias)) || !kiln__check_float_input(c, x, "input", 4) ||
         !kiln__check_float_input(c, w, "weight", 4) || (has_bias && !kiln__check_float_input(c, bias, "bias", 1)) ||
-        !check_params(c, p) || !check_shapes(c, x, w, has_bias ? bias : NULL, p, shape))
+        !kiln__same_dtype(c, x, w, has_bias ? bias : NULL) || !check_params(c, p) ||
+        !check_shapes(c, x, w, has_bias ? bias : NULL, p, shape))
         return kiln__drop(3, x, w, bias), NULL;
     return conv_run(c, KILN__OP_CONV2D, x, w, has_bias ? bias : NULL, shape, p);
 }
@@ -158,7 +159,7 @@ kiln__tensor *kiln__t_conv_transpose2d(kiln__opctx *c, kiln__tensor *x, kiln__te
     if (!kiln__ok(c, x) || !kiln__ok(c, w) || (has_bias && !kiln__ok(c, bias)) || !kiln__same_device(c, x, w) ||
         (has_bias && !kiln__same_device(c, x, bias)) || !kiln__check_float_input(c, x, "input", 4) ||
         !kiln__check_float_input(c, w, "weight", 4) || (has_bias && !kiln__check_float_input(c, bias, "bias", 1)) ||
-        !check_params(c, p))
+        !kiln__same_dtype(c, x, w, has_bias ? bias : NULL) || !check_params(c, p))
         return kiln__drop(3, x, w, bias), NULL;
     kiln__shape_str(sx, sizeof sx, x->ndim, x->shape);
     kiln__shape_str(sw, sizeof sw, w->ndim, w->shape);

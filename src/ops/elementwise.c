@@ -227,7 +227,7 @@ kiln__tensor *kiln__t_binary(kiln__opctx *c, kiln__opcode code, kiln__tensor *a,
     int64_t shape[KILN_MAX_DIMS];
     if (!kiln__same_device(c, a, b) || !kiln__broadcast_shapes(c, a->ndim, a->shape, b->ndim, b->shape, &nd, shape))
         return kiln__drop(2, a, b), NULL;
-    kiln_dtype pd = kiln__dtype_promote(a->dtype, b->dtype);
+    kiln_dtype pd = kiln__dtype_result(a->dtype, a->ndim > 0, b->dtype, b->ndim > 0); /* torch.result_type */
     if (!check_numeric(c, code, pd)) return kiln__drop(2, a, b), NULL;
     kiln_dtype kd = kernel_dtype(code, pd);
     kiln_dtype rd = result_dtype(code, pd, kd);
@@ -245,7 +245,7 @@ kiln__tensor *kiln__t_binary_scalar(kiln__opctx *c, kiln__opcode code, kiln__ten
     kiln_dtype xd = x->dtype;
     bool integral = s == floor(s) && fabs(s) < 9e15;
     if (!kiln__dtype_is_float(xd) && !integral) xd = KILN_F32; /* 1.5 promotes an int tensor */
-    else if (xd == KILN_BOOL && !is_logical(code)) xd = KILN_I32;
+    else if (xd == KILN_BOOL && !is_logical(code)) xd = KILN_I64; /* as torch: a whole number is an i64 */
     if (xd == KILN_I32 && (s > INT32_MAX || s < INT32_MIN)) xd = KILN_I64; /* rather than wrap the scalar */
     if (!check_numeric(c, code, xd)) return kiln__drop(1, x), NULL;
     kiln_dtype kd = kernel_dtype(code, xd);
@@ -295,7 +295,7 @@ kiln__tensor *kiln__t_where(kiln__opctx *c, kiln__tensor *mask, kiln__tensor *a,
         kiln__fail(c, KILN_ERR_DTYPE, "mask must be bool, got %s", kiln_dtype_name(mask->dtype));
         return kiln__drop(3, mask, a, b), NULL;
     }
-    kiln_dtype pd = kiln__dtype_promote(a->dtype, b->dtype);
+    kiln_dtype pd = kiln__dtype_result(a->dtype, a->ndim > 0, b->dtype, b->ndim > 0);
     a = kiln__t_cast(c, a, pd);
     b = kiln__t_cast(c, b, pd);
     if (!a || !b) return kiln__drop(3, mask, a, b), NULL;

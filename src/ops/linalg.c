@@ -59,7 +59,7 @@ static kiln__tensor *matmul_impl(kiln__opctx *c, kiln__tensor *a, kiln__tensor *
     if (!kiln__ok(c, a) || !kiln__ok(c, b) || (has_bias && !kiln__ok(c, bias))) return kiln__drop(3, a, b, bias), NULL;
     if (!kiln__same_device(c, a, b) || (has_bias && !kiln__same_device(c, a, bias))) return kiln__drop(3, a, b, bias), NULL;
     if (!check_float(c, a, "the first operand") || !check_float(c, b, "the second operand") ||
-        (has_bias && !check_float(c, bias, "bias")))
+        (has_bias && !check_float(c, bias, "bias")) || !kiln__same_dtype(c, a, b, has_bias ? bias : NULL))
         return kiln__drop(3, a, b, bias), NULL;
     if (a->ndim == 0 || b->ndim == 0) {
         shape_error(c, a, b, "matmul needs operands of at least 1 dim");

@@ -20,13 +20,21 @@ const char *kiln__op_name(const char *name) { return scope_name ? scope_name : n
 kiln__tensor *kiln__arg(kiln__opctx *c, kiln_tensor h) {
     kiln__error *err = NULL;
     kiln__tensor *t = kiln__handle_take(h, c->name, &err);
-    if (!t) {
-        if (!c->err)
-            c->err = err;
-        else
-            kiln__error_unref(err);
+    if (t) {
+        if (c->n_taken < KILN__OP_TAKEN) c->taken_id[c->n_taken] = h.id, c->taken[c->n_taken++] = t;
+        return t;
     }
-    return t;
+    for (int i = 0; i < c->n_taken; i++)
+        if (c->taken_id[i] == h.id) { /* x * x: the handle's one tensor, used twice */
+            kiln__error_unref(err);
+            kiln__tensor_retain(c->taken[i]);
+            return c->taken[i];
+        }
+    if (!c->err)
+        c->err = err;
+    else
+        kiln__error_unref(err);
+    return NULL;
 }
 
 bool kiln__ok(kiln__opctx *c, kiln__tensor *t) {
@@ -84,6 +92,15 @@ bool kiln__same_device(kiln__opctx *c, const kiln__tensor *a, const kiln__tensor
     if (a->device == b->device) return true;
     kiln__fail(c, KILN_ERR_DEVICE, "tensors on different devices (%s and %s)", kiln_device_name(a->device),
                kiln_device_name(b->device));
+    return false;
+}
+
+bool kiln__same_dtype(kiln__opctx *c, const kiln__tensor *a, const kiln__tensor *b, const kiln__tensor *bias) {
+    const kiln__tensor *other = a->dtype != b->dtype ? b : bias && bias->dtype != a->dtype ? bias : NULL;
+    if (!other) return true;
+    kiln__fail(c, KILN_ERR_DTYPE, "operands of one dtype expected, got %s and %s%s (as PyTorch, a product does not "
+               "promote: kiln_cast one of them)", kiln_dtype_name(a->dtype), kiln_dtype_name(other->dtype),
+               other == bias ? " (bias)" : "");
     return false;
 }
 

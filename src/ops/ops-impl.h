@@ -17,9 +17,15 @@
 #include "backend/backend-impl.h"
 #include "engine/engine-impl.h"
 
+#define KILN__OP_TAKEN 8 /* handles remembered per call (a longer list names a repeat instead) */
 typedef struct {
     const char *name;
     kiln__error *err; /* first error of this op, owned */
+    /* The handles this call has taken and their tensors (not owned: the op holds them while it
+     * takes its arguments), so a handle passed twice, kiln_mul(x, x), is one tensor used twice. */
+    int n_taken;
+    uint64_t taken_id[KILN__OP_TAKEN];
+    kiln__tensor *taken[KILN__OP_TAKEN];
 } kiln__opctx;
 
 #define KILN__OP_BEGIN(opname) kiln__opctx c = {.name = kiln__op_name(opname), .err = NULL}
@@ -36,7 +42,9 @@ const char *kiln__op_name(const char *name);
  * and offsets computed from a shape then never overflow. */
 #define KILN__MAX_NUMEL (INT64_MAX / 16)
 
-/* Takes (consumes) a handle; NULL and c->err set if stale. */
+/* Takes (consumes) a handle; NULL and c->err set if stale. A handle this call took already
+ * (the same handle passed twice) gives the same tensor again, with a reference of its own:
+ * an op must take all its arguments before it consumes any of them. */
 kiln__tensor *kiln__arg(kiln__opctx *c, kiln_tensor h);
 /* True if t is usable; false if NULL or poisoned (then its error is adopted). */
 bool kiln__ok(kiln__opctx *c, kiln__tensor *t);
@@ -51,6 +59,9 @@ kiln_tensor kiln__result(kiln__opctx *c, kiln__tensor *out);
 bool kiln__norm_dim(kiln__opctx *c, int *dim, int ndim);
 /* Same device for all; false + error otherwise. */
 bool kiln__same_device(kiln__opctx *c, const kiln__tensor *a, const kiln__tensor *b);
+/* The products (matmul, linear, addmm, convolutions) take operands of one dtype, as PyTorch's:
+ * false (c->err set, naming both) when b (and bias, unless NULL) differ from a's. */
+bool kiln__same_dtype(kiln__opctx *c, const kiln__tensor *a, const kiln__tensor *b, const kiln__tensor *bias);
 /* Shape as text "[2, 3]" into buf. */
 const char *kiln__shape_str(char *buf, size_t size, int ndim, const int64_t *shape);
 /* Validates a user shape (ndim 0..8, then as kiln__check_dims); false + error otherwise. */

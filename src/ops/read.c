@@ -155,3 +155,42 @@ kiln_status kiln_tensor_status(kiln_tensor h) {
     kiln__error *e = t->storage ? atomic_load(&t->storage->err) : NULL;
     return e ? e->status : KILN_OK;
 }
+
+/* ---- a read-only view of a tensor's data ---------------------------------------------------- */
+
+kiln_status kiln_data_view_get(kiln_tensor h, kiln_data_view *v) {
+    KILN__OP_BEGIN("kiln_data_view_get");
+    if (v) *v = (kiln_data_view){0};
+    kiln__tensor *t = kiln__handle_peek(h, c.name, &c.err); /* borrowed: t is not consumed */
+    if (!v && !c.err) kiln__fail(&c, KILN_ERR_NULL, "view is NULL");
+    if (t && !c.err && kiln__ok(&c, t) && t->device != KILN_CPU)
+        kiln__fail(&c, KILN_ERR_DEVICE, "the tensor is on %s: a view needs host memory (use kiln_into_data)",
+                   kiln_device_name(t->device));
+    if (c.err) return fail_read(&c, NULL);
+    kiln__tensor_retain(t);      /* the view's own reference: no op writes this buffer in place */
+    t = kiln__t_contiguous(&c, t); /* (a dense copy only when t is not) */
+    kiln_status st = t ? kiln__wait_storage(t->storage) : KILN_ERR_INTERNAL;
+    if (!t) return fail_read(&c, NULL);
+    if (st != KILN_OK) {
+        st = kiln__error_report(atomic_load(&t->storage->err));
+        kiln__tensor_release(t);
+        return st;
+    }
+    v->data = (const char *)t->storage->data + (size_t)t->offset * kiln__elsize(t->dtype);
+    v->numel = kiln__tensor_numel(t);
+    v->dtype = t->dtype;
+    v->shape.ndim = t->ndim;
+    for (int d = 0; d < t->ndim; d++) v->shape.dims[d] = t->shape[d];
+    v->keep = kiln__handle_new(t);
+    if (v->keep.id == KILN__OOM_HANDLE_ID) {
+        *v = (kiln_data_view){0};
+        return KILN_ERR_OUT_OF_MEMORY; /* (reported by kiln__handle_new) */
+    }
+    return KILN_OK;
+}
+
+void kiln_data_view_release(kiln_data_view *v) {
+    if (!v) return;
+    kiln_release(v->keep);
+    *v = (kiln_data_view){0};
+}

@@ -21,7 +21,18 @@ kiln_adam_options kiln_adamw_defaults(void) {
     return o;
 }
 
+kiln_adam_options kiln__adam_resolve(kiln_adam_options o) {
+    kiln_adam_options d = kiln_adam_defaults();
+    o.lr = kiln__option_or(o.lr, d.lr);
+    o.beta1 = kiln__option_or(o.beta1, d.beta1);
+    o.beta2 = kiln__option_or(o.beta2, d.beta2);
+    o.eps = kiln__option_or(o.eps, d.eps);
+    o.weight_decay = kiln__option_or(o.weight_decay, 0.0);
+    return o;
+}
+
 kiln_optimizer *kiln_adam_new(kiln_module *model, kiln_adam_options o) {
+    o = kiln__adam_resolve(o);
     if (!kiln__optim_check_adam("kiln_adam_new", o)) return NULL;
     kiln_optimizer *opt = kiln__optim_new("kiln_adam_new", model, KILN__OPTIM_ADAM, o.lr, o.weight_decay);
     if (opt) opt->adam = o;
@@ -29,6 +40,7 @@ kiln_optimizer *kiln_adam_new(kiln_module *model, kiln_adam_options o) {
 }
 
 kiln_optimizer *kiln_adam_new_params(int n, const kiln_tensor *params, kiln_adam_options o) {
+    o = kiln__adam_resolve(o);
     if (!kiln__optim_check_adam("kiln_adam_new_params", o)) return NULL;
     kiln_optimizer *opt = kiln__optim_new_params("kiln_adam_new_params", n, params, KILN__OPTIM_ADAM, o.lr, o.weight_decay);
     if (opt) opt->adam = o;
@@ -36,6 +48,7 @@ kiln_optimizer *kiln_adam_new_params(int n, const kiln_tensor *params, kiln_adam
 }
 
 kiln_optimizer *kiln_adam_new_groups(int n_groups, const kiln_param_group *groups, kiln_adam_options o) {
+    o = kiln__adam_resolve(o);
     if (!kiln__optim_check_adam("kiln_adam_new_groups", o)) return NULL;
     kiln_optimizer *opt =
         kiln__optim_new_groups("kiln_adam_new_groups", n_groups, groups, KILN__OPTIM_ADAM, o.lr, o.weight_decay);

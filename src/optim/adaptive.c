@@ -16,6 +16,21 @@ kiln_adagrad_options kiln_adagrad_defaults(void) {
                                   .eps = 1e-10};
 }
 
+kiln_rmsprop_options kiln__rmsprop_resolve(kiln_rmsprop_options o) {
+    kiln_rmsprop_options d = kiln_rmsprop_defaults();
+    o.lr = kiln__option_or(o.lr, d.lr);
+    o.alpha = kiln__option_or(o.alpha, d.alpha);
+    o.eps = kiln__option_or(o.eps, d.eps);
+    return o;
+}
+
+kiln_adagrad_options kiln__adagrad_resolve(kiln_adagrad_options o) {
+    kiln_adagrad_options d = kiln_adagrad_defaults();
+    o.lr = kiln__option_or(o.lr, d.lr);
+    o.eps = kiln__option_or(o.eps, d.eps);
+    return o;
+}
+
 static bool nonneg(double v) { return v >= 0 && isfinite(v); }
 
 bool kiln__optim_check_rmsprop(const char *op, kiln_rmsprop_options o) {
@@ -41,6 +56,7 @@ bool kiln__optim_check_adagrad(const char *op, kiln_adagrad_options o) {
 }
 
 kiln_optimizer *kiln_rmsprop_new(kiln_module *model, kiln_rmsprop_options o) {
+    o = kiln__rmsprop_resolve(o);
     if (!kiln__optim_check_rmsprop("kiln_rmsprop_new", o)) return NULL;
     kiln_optimizer *opt = kiln__optim_new("kiln_rmsprop_new", model, KILN__OPTIM_RMSPROP, o.lr, o.weight_decay);
     if (opt) opt->rmsprop = o;
@@ -48,6 +64,7 @@ kiln_optimizer *kiln_rmsprop_new(kiln_module *model, kiln_rmsprop_options o) {
 }
 
 kiln_optimizer *kiln_rmsprop_new_groups(int n_groups, const kiln_param_group *groups, kiln_rmsprop_options o) {
+    o = kiln__rmsprop_resolve(o);
     if (!kiln__optim_check_rmsprop("kiln_rmsprop_new_groups", o)) return NULL;
     kiln_optimizer *opt = kiln__optim_new_groups("kiln_rmsprop_new_groups", n_groups, groups, KILN__OPTIM_RMSPROP, o.lr,
                                                  o.weight_decay);
@@ -56,6 +73,7 @@ kiln_optimizer *kiln_rmsprop_new_groups(int n_groups, const kiln_param_group *gr
 }
 
 kiln_optimizer *kiln_rmsprop_new_params(int n, const kiln_tensor *params, kiln_rmsprop_options o) {
+    o = kiln__rmsprop_resolve(o);
     if (!kiln__optim_check_rmsprop("kiln_rmsprop_new_params", o)) return NULL;
     kiln_optimizer *opt = kiln__optim_new_params("kiln_rmsprop_new_params", n, params, KILN__OPTIM_RMSPROP, o.lr, o.weight_decay);
     if (opt) opt->rmsprop = o;
@@ -63,6 +81,7 @@ kiln_optimizer *kiln_rmsprop_new_params(int n, const kiln_tensor *params, kiln_r
 }
 
 kiln_optimizer *kiln_adagrad_new(kiln_module *model, kiln_adagrad_options o) {
+    o = kiln__adagrad_resolve(o);
     if (!kiln__optim_check_adagrad("kiln_adagrad_new", o)) return NULL;
     kiln_optimizer *opt = kiln__optim_new("kiln_adagrad_new", model, KILN__OPTIM_ADAGRAD, o.lr, o.weight_decay);
     if (opt) opt->adagrad = o;
@@ -70,6 +89,7 @@ kiln_optimizer *kiln_adagrad_new(kiln_module *model, kiln_adagrad_options o) {
 }
 
 kiln_optimizer *kiln_adagrad_new_groups(int n_groups, const kiln_param_group *groups, kiln_adagrad_options o) {
+    o = kiln__adagrad_resolve(o);
     if (!kiln__optim_check_adagrad("kiln_adagrad_new_groups", o)) return NULL;
     kiln_optimizer *opt = kiln__optim_new_groups("kiln_adagrad_new_groups", n_groups, groups, KILN__OPTIM_ADAGRAD, o.lr,
                                                  o.weight_decay);
@@ -78,6 +98,7 @@ kiln_optimizer *kiln_adagrad_new_groups(int n_groups, const kiln_param_group *gr
 }
 
 kiln_optimizer *kiln_adagrad_new_params(int n, const kiln_tensor *params, kiln_adagrad_options o) {
+    o = kiln__adagrad_resolve(o);
     if (!kiln__optim_check_adagrad("kiln_adagrad_new_params", o)) return NULL;
     kiln_optimizer *opt = kiln__optim_new_params("kiln_adagrad_new_params", n, params, KILN__OPTIM_ADAGRAD, o.lr, o.weight_decay);
     if (opt) opt->adagrad = o;

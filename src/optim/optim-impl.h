@@ -9,6 +9,8 @@
 #ifndef KILN_OPTIM_IMPL_H
 #define KILN_OPTIM_IMPL_H
 
+#include <math.h>
+
 #include "kiln/optim.h"
 #include "ops/optim_ops-impl.h"
 
@@ -49,6 +51,16 @@ struct kiln_optimizer {
 int kiln__optim_state_count(const kiln_optimizer *opt);
 const char *kiln__optim_state_name(const kiln_optimizer *opt, int i);
 /* Validates hyperparameters as the constructors do; false + error reported under op. */
+/* A double option as given, or its default where a designated initializer left it 0 (+0.0);
+ * KILN_ZERO (-0.0) asks for a real 0. */
+static inline double kiln__option_or(double v, double default_value) {
+    return v != 0 ? v : signbit(v) ? 0.0 : default_value;
+}
+/* The options with every field left 0 replaced by its default (see optim.h). */
+kiln_sgd_options kiln__sgd_resolve(kiln_sgd_options o);
+kiln_adam_options kiln__adam_resolve(kiln_adam_options o);
+kiln_rmsprop_options kiln__rmsprop_resolve(kiln_rmsprop_options o);
+kiln_adagrad_options kiln__adagrad_resolve(kiln_adagrad_options o);
 bool kiln__optim_check_sgd(const char *op, kiln_sgd_options o);
 bool kiln__optim_check_adam(const char *op, kiln_adam_options o);
 bool kiln__optim_check_rmsprop(const char *op, kiln_rmsprop_options o);

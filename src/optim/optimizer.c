@@ -81,6 +81,10 @@ bool kiln__optim_check_lr(const char *op, double lr) {
     return false;
 }
 
+/* A group's rate: the options' where it is negative or left 0 (a designated initializer that
+ * names only params and n must not freeze the group); KILN_ZERO is a real 0. */
+static double group_lr(double group, double options) { return group < 0 ? options : kiln__option_or(group, options); }
+
 bool kiln__optim_check_sgd(const char *op, kiln_sgd_options o) {
     if (!kiln__optim_check_lr(op, o.lr)) return false;
     const char *bad = NULL;
@@ -200,7 +204,7 @@ kiln_optimizer *kiln__optim_new_groups(const char *op, int n_groups, const kiln_
     int64_t total = 0;
     for (int g = 0; g < n_groups && !c.err; g++) {
         const kiln_param_group *pg = &groups[g];
-        double glr = pg->lr < 0 ? lr : pg->lr, gwd = pg->weight_decay < 0 ? weight_decay : pg->weight_decay;
+        double glr = group_lr(pg->lr, lr), gwd = pg->weight_decay < 0 ? weight_decay : pg->weight_decay;
         if (pg->n < 0 || pg->n > MAX_GROUP_PARAMS)
             kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "group %d has %d parameters: expected 0 to %d", g, pg->n,
                        MAX_GROUP_PARAMS);
@@ -224,7 +228,7 @@ kiln_optimizer *kiln__optim_new_groups(const char *op, int n_groups, const kiln_
     int k = 0;
     for (int g = 0; g < n_groups && !c.err; g++) {
         const kiln_param_group *pg = &groups[g];
-        gs[g] = (kiln__optim_group){pg->lr < 0 ? lr : pg->lr, pg->weight_decay < 0 ? weight_decay : pg->weight_decay};
+        gs[g] = (kiln__optim_group){group_lr(pg->lr, lr), pg->weight_decay < 0 ? weight_decay : pg->weight_decay};
         for (int i = 0; i < pg->n && !c.err; i++) {
             kiln__tensor *t = kiln__optim_slot_tensor(&c, pg->params[i]);
             if (!t) break;

@@ -8,7 +8,13 @@ kiln_sgd_options kiln_sgd_defaults(void) {
     return (kiln_sgd_options){.lr = 0.01, .momentum = 0, .dampening = 0, .weight_decay = 0, .nesterov = false};
 }
 
+kiln_sgd_options kiln__sgd_resolve(kiln_sgd_options o) {
+    o.lr = kiln__option_or(o.lr, kiln_sgd_defaults().lr);
+    return o;
+}
+
 kiln_optimizer *kiln_sgd_new(kiln_module *model, kiln_sgd_options o) {
+    o = kiln__sgd_resolve(o);
     if (!kiln__optim_check_sgd("kiln_sgd_new", o)) return NULL;
     kiln_optimizer *opt = kiln__optim_new("kiln_sgd_new", model, KILN__OPTIM_SGD, o.lr, o.weight_decay);
     if (opt) opt->sgd = o;
@@ -16,6 +22,7 @@ kiln_optimizer *kiln_sgd_new(kiln_module *model, kiln_sgd_options o) {
 }
 
 kiln_optimizer *kiln_sgd_new_params(int n, const kiln_tensor *params, kiln_sgd_options o) {
+    o = kiln__sgd_resolve(o);
     if (!kiln__optim_check_sgd("kiln_sgd_new_params", o)) return NULL;
     kiln_optimizer *opt = kiln__optim_new_params("kiln_sgd_new_params", n, params, KILN__OPTIM_SGD, o.lr, o.weight_decay);
     if (opt) opt->sgd = o;
@@ -23,6 +30,7 @@ kiln_optimizer *kiln_sgd_new_params(int n, const kiln_tensor *params, kiln_sgd_o
 }
 
 kiln_optimizer *kiln_sgd_new_groups(int n_groups, const kiln_param_group *groups, kiln_sgd_options o) {
+    o = kiln__sgd_resolve(o);
     if (!kiln__optim_check_sgd("kiln_sgd_new_groups", o)) return NULL;
     kiln_optimizer *opt =
         kiln__optim_new_groups("kiln_sgd_new_groups", n_groups, groups, KILN__OPTIM_SGD, o.lr, o.weight_decay);

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "backend/cpu/gemm_dnnl.h"
+#include "core/core-impl.h"
 #include "backend/cpu/threadpool.h"
 
 #ifndef KILN_HAVE_CBLAS
@@ -470,8 +471,7 @@ static int gemm_blas_budget_mode(void) {
     static atomic_int cached = -1;
     int mode = atomic_load_explicit(&cached, memory_order_relaxed);
     if (mode < 0) {
-        const char *e = getenv("KILN_GEMM_BUDGET");
-        mode = e && (e[0] == '0' || e[0] == '1') ? e[0] - '0' : 2;
+        mode = (int)kiln__env_int_range("KILN_GEMM_BUDGET", 0, 1, 2);
         atomic_store_explicit(&cached, mode, memory_order_relaxed);
     }
     return mode;

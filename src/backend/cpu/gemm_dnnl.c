@@ -39,9 +39,9 @@ static int env_mode(void) {
     static atomic_int cached = -1;
     int v = atomic_load_explicit(&cached, memory_order_relaxed);
     if (v >= 0) return v;
-    const char *e = getenv("KILN_GEMM_DNNL");
+    int e = (int)kiln__env_int_range("KILN_GEMM_DNNL", 0, 1, -1);
     v = 0;
-    if (e && (e[0] == '0' || e[0] == '1') && !e[1]) v = e[0] - '0';
+    if (e >= 0) v = e;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     else if (__builtin_cpu_supports("avx512f"))
         v = 2;

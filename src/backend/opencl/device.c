@@ -52,9 +52,8 @@ static void discover(void) {
             all_d[n++] = ids[i];
         }
     }
-    const char *env = getenv("KILN_OPENCL_DEVICE");
-    int first = env && *env ? atoi(env) : 0;
-    if (first < 0 || first >= n) first = 0;
+    int first = (int)kiln__env_int_range("KILN_OPENCL_DEVICE", 0, KILN_MAX_DEVICES - 1, 0);
+    if (first >= n) first = 0;
     for (int i = 0; i < n; i++) { /* the chosen device first, the others in platform order */
         int k = (first + i) % n;
         cl.platform[i] = all_p[k];
@@ -122,8 +121,7 @@ static cl_context open_context(int index) {
     }
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)cl.platform[index], 0};
     cl_int err = CL_SUCCESS;
-    const char *env = getenv("KILN_OPENCL_SHARED_CONTEXT");
-    if (!(env && env[0] == '0')) {
+    if (kiln__env_flag("KILN_OPENCL_SHARED_CONTEXT", true)) {
         cl_device_id ids[KILN_MAX_DEVICES];
         int who[KILN_MAX_DEVICES], n = 0;
         for (int k = 0; k < cl.count; k++)

@@ -13,8 +13,7 @@
 #define DEFAULT_CACHE_LIMIT ((size_t)1 << 30)
 
 static bool caching(void) {
-    const char *env = getenv("KILN_NO_CACHING");
-    return !(env && env[0] && env[0] != '0');
+    return !kiln__env_flag("KILN_NO_CACHING", false);
 }
 
 static void *cl_alloc(void *ctx, size_t nbytes) {
@@ -103,8 +102,8 @@ static void cl_empty_cache(void *ctx) {
 void kiln__cl_memory_init(kiln__cl_device *d); /* device.c calls it once per device */
 void kiln__cl_memory_init(kiln__cl_device *d) {
     pthread_mutex_init(&d->mem_lock, NULL);
-    const char *limit = getenv("KILN_CACHE_LIMIT_MB");
-    d->cache_limit = limit ? (size_t)atoll(limit) << 20 : DEFAULT_CACHE_LIMIT;
+    d->cache_limit = (size_t)kiln__env_int_range("KILN_CACHE_LIMIT_MB", 0, (int64_t)(SIZE_MAX >> 21),
+                                                 (int64_t)(DEFAULT_CACHE_LIMIT >> 20)) << 20;
     d->memory = (kiln__device_memory){.alloc = cl_alloc, .free = cl_free, .empty_cache = cl_empty_cache, .context = d};
     kiln__storage_register_memory(d->device, &d->memory);
 }

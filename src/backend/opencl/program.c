@@ -59,8 +59,7 @@ kiln_status kiln__cl_done(kiln__cl_device *d, cl_event ev, const char *what) {
     kiln__cl_note_event(ev);
     int w = __atomic_load_n(&wait_each, __ATOMIC_RELAXED);
     if (w < 0) {
-        const char *a = getenv("KILN_SYNC"), *b = getenv("KILN_OPENCL_WAIT");
-        w = (a && strcmp(a, "1") == 0) || (b && strcmp(b, "1") == 0);
+        w = kiln__env_flag("KILN_SYNC", false) || kiln__env_flag("KILN_OPENCL_WAIT", false);
         __atomic_store_n(&wait_each, w, __ATOMIC_RELAXED);
     }
     if (w || atomic_fetch_add(&d->unwaited, 1) + 1 >= KILN__CL_MAX_UNWAITED) {
