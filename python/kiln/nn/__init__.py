@@ -1,0 +1,1 @@
+"""kiln.nn: layers and losses."""
