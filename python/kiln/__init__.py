@@ -29,11 +29,18 @@ _NUMPY_TO_KILN = {
 def tensor(data, dtype=None, device=None, requires_grad=False):
     """A tensor copied from a list, number, NumPy array or tensor (torch.tensor's rules:
     Python floats become float32, ints int64; NumPy arrays keep their dtype)."""
+    if dtype is not None and not isinstance(dtype, _C.dtype):
+        raise TypeError(f"dtype must be a kiln.dtype such as kiln.float32, not {type(dtype).__name__}")
     if isinstance(data, Tensor):
         t = data.detach().clone()
     else:
         from_python = not isinstance(data, _np.ndarray)
-        arr = _np.asarray(data)
+        try:
+            arr = _np.asarray(data)
+        except (ValueError, TypeError, OverflowError) as e:
+            raise TypeError(f"kiln.tensor cannot take {type(data).__name__}: {e}") from None
+        if arr.dtype == object:
+            raise TypeError(f"kiln.tensor cannot take {type(data).__name__} of mixed or non-numeric items")
         if arr.dtype == _np.float64 and from_python:
             arr = arr.astype(_np.float32)
         elif arr.dtype.kind in "iu" and arr.dtype not in (_np.int32, _np.int64):
@@ -44,7 +51,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
         if dtype is not None and dtype.numpy_name is not None:
             arr = arr.astype(dtype.numpy_name, copy=False)
             target = dtype
-        t = _C._from_numpy(_np.ascontiguousarray(arr), target, device)
+        t = _C._from_numpy(_np.require(arr, requirements="C"), target, device)
     if dtype is not None and t.dtype != dtype:
         t = t.to(dtype)
     if requires_grad:

@@ -259,8 +259,7 @@ PyObject *kp_to_numpy(kp_tensor *t) {
     }
     kiln_shape shape = kiln_tensor_shape(h);
     if (shape.ndim < 0 || (unsigned)dtype >= KILN_DTYPE_COUNT) {
-        kiln_status st = kiln_into_data(h, NULL, 0);
-        return kp_raise_status(st != KILN_OK ? st : KILN_ERR_INTERNAL);
+        return kp_raise_tensor(h);
     }
     PyObject *dims = kp_shape_tuple(shape);
     PyObject *arr = dims ? PyObject_CallMethod(kp_numpy, "empty", "Os", dims, numpy_names[dtype]) : NULL;

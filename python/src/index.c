@@ -111,6 +111,10 @@ static kiln_tensor apply_key(kiln_tensor h, PyObject *key) {
             continue;
         }
         /* an index tensor, a bool mask, or a list of either */
+        if (!kp_is_tensor(it) && !PyList_Check(it) && !PyObject_CheckBuffer(it)) {
+            PyErr_Format(PyExc_IndexError, "a tensor cannot be indexed by %.100s", Py_TYPE(it)->tp_name);
+            goto fail;
+        }
         if (advanced) {
             PyErr_SetString(PyExc_IndexError, "kiln takes one index tensor or mask per key");
             goto fail;
@@ -118,7 +122,13 @@ static kiln_tensor apply_key(kiln_tensor h, PyObject *key) {
         advanced = true;
         kiln_tensor idx = kp_operand(it, KILN_NONE);
         if (!idx.id) goto fail;
-        if (kiln_tensor_dtype(idx) == KILN_BOOL) {
+        kiln_dtype idt = kiln_tensor_dtype(idx);
+        if (idt != KILN_BOOL && idt != KILN_I32 && idt != KILN_I64) {
+            kiln_release(idx);
+            PyErr_SetString(PyExc_IndexError, "index tensors must be integers or bools");
+            goto fail;
+        }
+        if (idt == KILN_BOOL) {
             int md = kiln_tensor_ndim(idx);
             kiln_shape hs = kiln_tensor_shape(h), ms = kiln_tensor_shape(idx);
             for (int k = 0; k < md; k++)
@@ -207,8 +217,7 @@ static int setitem(PyObject *self, PyObject *key, PyObject *value) {
     kiln_tensor base = kiln_masked_fill(kiln_reshape(kiln_ref(t->h), KILN_SHAPE(-1)), hit, 0);
     kiln_tensor r = kiln_reshape(kiln_scatter_add(base, 0, flat_pos, flat_v), shape);
     if (kiln_tensor_status(r) != KILN_OK) {
-        kiln_status st = kiln_into_data(r, NULL, 0);
-        kp_raise_status(st != KILN_OK ? st : KILN_ERR_INTERNAL);
+        kp_raise_tensor(r);
         return -1;
     }
     kiln_release(t->h);

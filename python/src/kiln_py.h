@@ -44,6 +44,8 @@ bool kp_live(kp_tensor *t);
 /* ---- tensors (tensor.c) ---- */
 /* Wraps a new handle (owned) as a Tensor; a result poisoned at dispatch raises its error now. */
 PyObject *kp_wrap(kiln_tensor h);
+/* Raises the error tensor h carries (consumed), waiting for it when it comes from a run. */
+PyObject *kp_raise_tensor(kiln_tensor h);
 /* A handle to pass to a consuming op: a new reference, or the tensor's own handle when the
  * object is a temporary only the interpreter's stack holds (elide.c). NONE with an exception
  * set on failure. */

@@ -12,6 +12,7 @@
 PyObject *kp_numpy;
 extern PyMethodDef kp_tensor_more_methods[];
 extern PyMethodDef *kp_tensor_base_methods;
+extern PyMethodDef kp_functional_functions[];
 
 /* ---- generators ---- */
 typedef struct {
@@ -483,7 +484,8 @@ PyMODINIT_FUNC PyInit__C(void) {
     if (!m) return NULL;
     if (PyModule_AddObjectRef(m, "Tensor", (PyObject *)&kp_TensorType) < 0 ||
         PyModule_AddObjectRef(m, "Generator", (PyObject *)&kp_GeneratorType) < 0 || kp_dtypes_init(m) < 0 ||
-        kp_errors_init(m) < 0 || PyModule_AddFunctions(m, kp_module_table_functions) < 0) {
+        kp_errors_init(m) < 0 || PyModule_AddFunctions(m, kp_module_table_functions) < 0 ||
+        PyModule_AddFunctions(m, kp_functional_functions) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -239,9 +239,7 @@ static PyObject *inplace(PyObject *self, PyObject *other, binary_fn fn, scalar_f
     if (kiln_tensor_status(r) == KILN_OK && kiln_tensor_dtype(r) != dtype) r = kiln_cast(r, dtype);
     t->h = r;
     if (kiln_tensor_status(r) != KILN_OK) {
-        kiln_tensor keep = kiln_ref(r);
-        kiln_status st = kiln_into_data(keep, NULL, 0);
-        return kp_raise_status(st != KILN_OK ? st : KILN_ERR_INTERNAL);
+        return kp_raise_tensor(kiln_ref(r));
     }
     if (t->requires_grad) kiln_require_grad(t->h);
     return Py_NewRef(self);

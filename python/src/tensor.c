@@ -25,13 +25,18 @@ void kp_leaf_unlink(kp_tensor *t) {
     t->leaf_next = t->leaf_prev = NULL;
 }
 
-static PyObject *raise_poisoned(kiln_tensor h) {
-    kiln_status st = kiln_into_data(h, NULL, 0); /* reports the error once and drops h */
+/* A result that carries an error: poisoned at dispatch, or made from an input whose op
+ * already failed while it ran. A read reports the error (once, with its op and line). */
+PyObject *kp_raise_tensor(kiln_tensor h) {
+    kiln_status st;
+    Py_BEGIN_ALLOW_THREADS st = kiln_to_string(h, NULL, 0, NULL);
+    Py_END_ALLOW_THREADS if (st == KILN_ERR_BUFFER_SIZE) st = kiln_tensor_status(h);
+    kiln_release(h);
     return kp_raise_status(st != KILN_OK ? st : KILN_ERR_INTERNAL);
 }
 
 PyObject *kp_wrap(kiln_tensor h) {
-    if (kiln_tensor_status(h) != KILN_OK) return raise_poisoned(h);
+    if (kiln_tensor_status(h) != KILN_OK) return kp_raise_tensor(h);
     kp_tensor *t = PyObject_New(kp_tensor, &kp_TensorType);
     if (!t) {
         kiln_release(h);
