@@ -42,6 +42,7 @@ static site_file *file_entry(PyObject *name) {
 }
 
 void kp_site(void) {
+    kp_dlpack_drain();
     PyFrameObject *frame = PyEval_GetFrame();
     Py_XINCREF(frame);
     const char *file = "<python>";

@@ -36,6 +36,8 @@ extern PyObject *kp_numpy; /* the numpy module, imported at init */
  * kiln calls on this thread. */
 void kp_site(void);
 int kp_errors_init(PyObject *module);
+/* Gives imported DLPack buffers kiln released back to their producers (under the GIL). */
+void kp_dlpack_drain(void);
 /* Raises the exception of status st with kiln's last error message; returns NULL. */
 PyObject *kp_raise_status(kiln_status st);
 /* The live handle of a Tensor, or NULL with RuntimeError (an elided or consumed one). */

@@ -13,6 +13,7 @@ PyObject *kp_numpy;
 extern PyMethodDef kp_tensor_more_methods[];
 extern PyMethodDef *kp_tensor_base_methods;
 extern PyMethodDef kp_functional_functions[];
+extern PyMethodDef kp_dlpack_methods[], kp_dlpack_functions[];
 
 /* ---- generators ---- */
 typedef struct {
@@ -459,14 +460,14 @@ static struct PyModuleDef module_def = {
 };
 
 static PyMethodDef *concat_methods(void) {
-    PyMethodDef *parts[] = {kp_tensor_base_methods, kp_tensor_more_methods, kp_tensor_table_methods};
+    PyMethodDef *parts[] = {kp_tensor_base_methods, kp_tensor_more_methods, kp_tensor_table_methods, kp_dlpack_methods};
     size_t total = 1;
-    for (size_t p = 0; p < 3; p++)
+    for (size_t p = 0; p < sizeof parts / sizeof parts[0]; p++)
         for (PyMethodDef *m = parts[p]; m->ml_name; m++) total++;
     PyMethodDef *all = PyMem_Calloc(total, sizeof *all); /* lives as long as the type */
     if (!all) return NULL;
     size_t k = 0;
-    for (size_t p = 0; p < 3; p++)
+    for (size_t p = 0; p < sizeof parts / sizeof parts[0]; p++)
         for (PyMethodDef *m = parts[p]; m->ml_name; m++) all[k++] = *m;
     return all;
 }
@@ -485,7 +486,8 @@ PyMODINIT_FUNC PyInit__C(void) {
     if (PyModule_AddObjectRef(m, "Tensor", (PyObject *)&kp_TensorType) < 0 ||
         PyModule_AddObjectRef(m, "Generator", (PyObject *)&kp_GeneratorType) < 0 || kp_dtypes_init(m) < 0 ||
         kp_errors_init(m) < 0 || PyModule_AddFunctions(m, kp_module_table_functions) < 0 ||
-        PyModule_AddFunctions(m, kp_functional_functions) < 0) {
+        PyModule_AddFunctions(m, kp_functional_functions) < 0 ||
+        PyModule_AddFunctions(m, kp_dlpack_functions) < 0) {
         Py_DECREF(m);
         return NULL;
     }
