@@ -147,4 +147,5 @@ class no_grad:
         return wrapped
 
 
+from .serialization import save, load  # noqa: E402,F401
 from . import nn, optim, utils  # noqa: E402,F401

@@ -13,7 +13,7 @@ PyObject *kp_numpy;
 extern PyMethodDef kp_tensor_more_methods[];
 extern PyMethodDef *kp_tensor_base_methods;
 extern PyMethodDef kp_functional_functions[];
-extern PyMethodDef kp_dlpack_methods[], kp_dlpack_functions[];
+extern PyMethodDef kp_dlpack_methods[], kp_dlpack_functions[], kp_io_functions[];
 
 /* ---- generators ---- */
 typedef struct {
@@ -487,7 +487,7 @@ PyMODINIT_FUNC PyInit__C(void) {
         PyModule_AddObjectRef(m, "Generator", (PyObject *)&kp_GeneratorType) < 0 || kp_dtypes_init(m) < 0 ||
         kp_errors_init(m) < 0 || PyModule_AddFunctions(m, kp_module_table_functions) < 0 ||
         PyModule_AddFunctions(m, kp_functional_functions) < 0 ||
-        PyModule_AddFunctions(m, kp_dlpack_functions) < 0) {
+        PyModule_AddFunctions(m, kp_dlpack_functions) < 0 || PyModule_AddFunctions(m, kp_io_functions) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -112,3 +112,23 @@ def test_dataloader_over_python_dataset():
     batches = list(DataLoader(Squares(), batch_size=4))
     assert len(batches) == 3 and batches[0][0].shape == (4, 1)
     assert batches[2][1].tolist() == [64, 81]
+
+
+def test_save_load_round_trip(tmp_path):
+    m = MLP()
+    path = tmp_path / "mlp.safetensors"
+    kiln.save(m.state_dict(), path)
+    m2 = MLP()
+    m2.load_state_dict(kiln.load(path))
+    x = kiln.randn(3, 4, seed=9)
+    np.testing.assert_allclose(m(x).numpy(), m2(x).numpy(), rtol=1e-6)
+    kiln.save(kiln.arange(5), tmp_path / "t.safetensors")
+    assert kiln.load(tmp_path / "t.safetensors").tolist() == [0, 1, 2, 3, 4]
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}")
+    with pytest.raises(kiln.KilnError):
+        kiln.load(bad)
+    with pytest.raises((OSError, kiln.KilnError)):
+        kiln.load(tmp_path / "missing.safetensors")
+    with pytest.raises(TypeError):
+        kiln.save([1, 2], path)
