@@ -148,4 +148,4 @@ class no_grad:
 
 
 from .serialization import save, load  # noqa: E402,F401
-from . import nn, optim, utils  # noqa: E402,F401
+from . import nn, optim, utils, models  # noqa: E402,F401

@@ -10,6 +10,7 @@
 #define CFN(f) ((PyCFunction)(void (*)(void))(f))
 
 PyObject *kp_numpy;
+extern PyTypeObject kp_EmbedderType;
 extern PyMethodDef kp_tensor_more_methods[];
 extern PyMethodDef *kp_tensor_base_methods;
 extern PyMethodDef kp_functional_functions[];
@@ -480,11 +481,13 @@ PyMODINIT_FUNC PyInit__C(void) {
     kp_TensorType.tp_methods = concat_methods();
     kp_TensorType.tp_hash = tensor_hash;
     if (!kp_TensorType.tp_methods) return PyErr_NoMemory();
-    if (PyType_Ready(&kp_TensorType) < 0 || PyType_Ready(&kp_GeneratorType) < 0) return NULL;
+    if (PyType_Ready(&kp_TensorType) < 0 || PyType_Ready(&kp_GeneratorType) < 0 || PyType_Ready(&kp_EmbedderType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (!m) return NULL;
     if (PyModule_AddObjectRef(m, "Tensor", (PyObject *)&kp_TensorType) < 0 ||
-        PyModule_AddObjectRef(m, "Generator", (PyObject *)&kp_GeneratorType) < 0 || kp_dtypes_init(m) < 0 ||
+        PyModule_AddObjectRef(m, "Generator", (PyObject *)&kp_GeneratorType) < 0 ||
+        PyModule_AddObjectRef(m, "SentenceEmbedder", (PyObject *)&kp_EmbedderType) < 0 || kp_dtypes_init(m) < 0 ||
         kp_errors_init(m) < 0 || PyModule_AddFunctions(m, kp_module_table_functions) < 0 ||
         PyModule_AddFunctions(m, kp_functional_functions) < 0 ||
         PyModule_AddFunctions(m, kp_dlpack_functions) < 0 || PyModule_AddFunctions(m, kp_io_functions) < 0) {
