@@ -45,6 +45,7 @@ def tiny(rounds=200):
 
 
 def d2l(reps=3):
+    kiln.set_engine_limits(0, 512 << 20)  # a window that holds the demo's 20 x 4 MB
     for _ in range(reps):
         kiln.sync()
         t0 = time.perf_counter()

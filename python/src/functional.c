@@ -120,7 +120,7 @@ static PyObject *f_dropout(PyObject *m, PyObject *const *args, Py_ssize_t n, PyO
     if (kp_args("dropout", args, n, kw, names, a, 4) < 0 || kp_double_arg(a[1], 0.5, &p) < 0 ||
         kp_bool_arg(a[2], true, &training) < 0)
         return NULL;
-    if (!(p >= 0 && p <= 1)) return PyErr_Format(PyExc_ValueError, "dropout probability %g is not in [0, 1]", p);
+    if (!(p >= 0 && p <= 1)) return PyErr_Format(PyExc_ValueError, "dropout probability %R is not in [0, 1]", a[1]);
     kiln_generator *g = kp_generator_of(a[3]);
     if (g == (kiln_generator *)-1) return NULL;
     kp_site();

@@ -415,6 +415,16 @@ static PyObject *f_set_elide_min_bytes(PyObject *m, PyObject *arg) {
     kp_elide_min_bytes = v;
     Py_RETURN_NONE;
 }
+static PyObject *f_set_engine_limits(PyObject *m, PyObject *const *args, Py_ssize_t n) {
+    (void)m;
+    long long ops, bytes;
+    if (n != 2) return PyErr_Format(PyExc_TypeError, "set_engine_limits(max_inflight_ops, max_pending_bytes)");
+    ops = PyLong_AsLongLong(args[0]);
+    bytes = PyLong_AsLongLong(args[1]);
+    if (PyErr_Occurred()) return NULL;
+    kiln_engine_set_limits(ops, bytes);
+    Py_RETURN_NONE;
+}
 static PyObject *f_is_async(PyObject *m, PyObject *u) { (void)m, (void)u; return PyBool_FromLong(kiln_engine_is_async()); }
 static PyObject *f_device_count(PyObject *m, PyObject *arg) {
     (void)m;
@@ -450,6 +460,8 @@ static PyMethodDef module_functions[] = {
     {"get_num_threads", f_get_num_threads, METH_NOARGS, "kiln's CPU thread count."},
     {"_set_tensor_factory", f_set_factory, METH_O, NULL},
     {"_set_elide_min_bytes", f_set_elide_min_bytes, METH_O, "Size from which temporaries are handed over."},
+    {"set_engine_limits", CFN(f_set_engine_limits), METH_FASTCALL,
+     "This thread's stream bounds: ops in flight and bytes pending before dispatch blocks (< 1 keeps one)."},
     {"is_async", f_is_async, METH_NOARGS, "False when KILN_SYNC=1 runs every op at dispatch."},
     {"device_count", f_device_count, METH_O, "device_count('opencl'): devices of that kind."},
     {NULL, NULL, 0, NULL},
