@@ -32,7 +32,9 @@ fi
 # hypothesis from PyPI for its tests (scripts/test.sh). KILN_SKIP_PYTHON=1 skips it.
 if [ "${KILN_SKIP_PYTHON:-0}" != 1 ]; then
     dpkg -s python3-venv >/dev/null 2>&1 || { ${sudo_cmd:-} apt-get install -y -qq python3-venv python3-dev; }
-    [ -x "$root/.venv-py/bin/python" ] || python3 -m venv "$root/.venv-py"
+    py=/usr/bin/python3 # Debian's, whose python3-venv and python3-dev are installed above
+    [ -x "$py" ] || py=python3
+    [ -x "$root/.venv-py/bin/python" ] || "$py" -m venv "$root/.venv-py"
     "$root/.venv-py/bin/pip" install -q scikit-build-core numpy pytest hypothesis
     "$root/.venv-py/bin/pip" install -q --no-build-isolation "$root/python"
 fi
