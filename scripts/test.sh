@@ -66,7 +66,10 @@ echo "== Python package: pytest against kiln built by pip into .venv-py (scripts
 if [ -x .venv-py/bin/python ]; then
     .venv-py/bin/pip install -q --no-build-isolation ./python >"$root/python-install.log" 2>&1 ||
         { cat "$root/python-install.log"; exit 1; }
-    (cd python/tests && KILN_HYPOTHESIS_SECONDS=${KILN_HYPOTHESIS_SECONDS:-20} ../../.venv-py/bin/python -m pytest -q -p no:cacheprovider .)
+    rc=0
+    (cd python/tests && KILN_HYPOTHESIS_SECONDS=${KILN_HYPOTHESIS_SECONDS:-20} ../../.venv-py/bin/python -m pytest -q -p no:cacheprovider .) || rc=$?
+    [ "$rc" -ne 5 ] || echo "pytest collected no test in python/tests: the package or its tests did not import"
+    [ "$rc" -eq 0 ] || exit 1
 else
     echo "no .venv-py: run scripts/setup-debian.sh to build and test the Python package"; exit 1
 fi
