@@ -6,6 +6,7 @@
 #include "kiln/tensor.h"
 #include "kiln/engine.h"
 #include "kiln/autodiff.h"
+#include "kiln/autocast.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
 #include "kiln/data.h"
