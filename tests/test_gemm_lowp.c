@@ -1,8 +1,8 @@
 /* bf16 and f16 products accumulated in f32 (src/backend/cpu/gemm_lowp.c): every transpose
  * combination, accumulate on and off, padded leading dims and k = 0 against a double reference
  * of the same (exactly representable) operands, on both paths (oneDNN's bf16 matmul where the
- * CPU has AVX512-BF16, and the widening one, forced); both paths agree with each other to f32
- * rounding; kiln_matmul / kiln_linear / batched matmul in bf16 keep f32 accumulation (a sum
+ * CPU has AVX512-BF16, and the widening one, forced), into f32 and into the operands' own
+ * dtype (rounded once, padding untouched); kiln_matmul / kiln_linear / batched matmul in bf16 keep f32 accumulation (a sum
  * whose bf16 accumulation would lose it) and their gradients match f32 ones within bf16
  * tolerance. Run under KILN_ISA=avx2 too (scripts/test.sh), where only the widening path runs. */
 #include <math.h>
@@ -36,7 +36,7 @@ static void check_product(kiln_dtype dt, int ta, int tb, int64_t m, int64_t n, i
             want[i * ldc + j] = s;
         }
     for (int64_t i = 0; i < m; i++) want[i * ldc + n] = c[i * ldc + n]; /* padding stays */
-    KT_CHECK(kiln__gemm_lowp(dt, ta, tb, m, n, k, a, lda, b, ldb, accumulate, c, ldc) == KILN_OK);
+    KT_CHECK(kiln__gemm_lowp(dt, ta, tb, m, n, k, a, lda, b, ldb, accumulate, KILN_F32, c, ldc) == KILN_OK);
     double worst = 0;
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j <= n; j++) {
@@ -46,6 +46,25 @@ static void check_product(kiln_dtype dt, int ta, int tb, int64_t m, int64_t n, i
         }
     KT_CHECK_MSG(worst < 1e-5, "%s %s ta=%d tb=%d %lldx%lldx%lld acc=%d: scaled error %g", kiln_dtype_name(dt),
                  kiln__gemm_lowp_path(dt), ta, tb, (long long)m, (long long)n, (long long)k, accumulate, worst);
+    if (!accumulate) { /* into the operands' dtype: the f32 sum rounded once */
+        uint16_t *h = malloc(sizeof(uint16_t) * (size_t)(m * ldc + 1));
+        for (int64_t i = 0; i < m * ldc; i++) h[i] = 0x7fc0; /* a NaN in the padding must stay there */
+        KT_CHECK(kiln__gemm_lowp(dt, ta, tb, m, n, k, a, lda, b, ldb, 0, dt, h, ldc) == KILN_OK);
+        double worst_h = 0;
+        for (int64_t i = 0; i < m; i++) {
+            KT_CHECK(h[i * ldc + n] == 0x7fc0);
+            for (int64_t j = 0; j < n; j++) {
+                double got = dt == KILN_BF16 ? kiln__bf16_to_f32(h[i * ldc + j]) : kiln__f16_to_f32(h[i * ldc + j]);
+                double w = want[i * ldc + j], ulp = fabs(w) * (dt == KILN_BF16 ? 0x1p-8 : 0x1p-11);
+                double err = fabs(got - w) / (ulp + 1e-5 * (1 + sqrt((double)k)));
+                if (err > worst_h) worst_h = err;
+            }
+        }
+        KT_CHECK_MSG(worst_h <= 1.0, "%s into %s ta=%d tb=%d %lldx%lldx%lld: error %g of half an ulp",
+                     kiln_dtype_name(dt), kiln_dtype_name(dt), ta, tb, (long long)m, (long long)n, (long long)k,
+                     worst_h);
+        free(h);
+    }
     free(a), free(b), free(ra), free(rb), free(c), free(want);
 }
 

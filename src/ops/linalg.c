@@ -5,8 +5,8 @@
  * output's shape that the product is added to (linear's bias: one GEMM with beta = 1). Views
  * are passed as they are: transposed operands reach GEMM as transpose flags, and the kernel
  * copies only operands whose matrix dims are neither row- nor column-contiguous. On the CPU,
- * bf16 and f16 operands go in as they are and the product comes out in f32 (then rounded to
- * their dtype): f32 accumulation, as PyTorch's. */
+ * bf16 and f16 operands go in as they are and are summed in f32 (as PyTorch's), rounded to
+ * their dtype by the kernel (or, with a bias, after it). */
 #include <stdio.h>
 
 #include "kiln/tensor.h"
@@ -100,7 +100,8 @@ static kiln__tensor *matmul_impl(kiln__opctx *c, kiln__tensor *a, kiln__tensor *
     if (has_bias) bias = kiln__t_cast(c, bias, kd);
     if (!a || !b || (has_bias && !bias)) return kiln__drop(3, a, b, bias), NULL;
 
-    kiln__tensor *out = kiln__t_empty(c, dev, kd, nb + 2, shape);
+    /* without a bias, a low-precision product is rounded into its dtype by the kernel itself */
+    kiln__tensor *out = kiln__t_empty(c, dev, operand_dt != kd && !has_bias ? rd : kd, nb + 2, shape);
     if (out) {
         kiln__op op;
         kiln__op_init(&op, KILN__OP_MATMUL, c->name);

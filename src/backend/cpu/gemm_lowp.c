@@ -3,10 +3,8 @@
  * Why oneDNN's matmul primitive and not dnnl_sgemm's tiles (gemm_dnnl.c): oneDNN 2.6 has no
  * public bf16 GEMM call, only the primitive, whose creation costs 0.1-1 ms. So primitives are
  * kept per shape (sizes, leading dims, transposes, accumulate, threads) in a small fixed table,
- * as conv_dnnl.c keeps its convs; shapes past the table run uncached. Threads follow
- * conv_dnnl.c's rule (DESIGN.md section 3, one budget): the calling worker claims kiln's pool
- * and gives oneDNN's OpenMP the pool's thread count, or one thread when another caller holds
- * it. */
+ * as conv_dnnl.c keeps its convs; shapes past the table run uncached. Threads (DESIGN.md
+ * section 3, one budget): tiles on kiln's pool, one oneDNN thread each (below). */
 #include "backend/cpu/gemm_lowp.h"
 
 #include <stdatomic.h>
@@ -62,15 +60,26 @@ static float *widen(kiln_dtype dt, int trans, int64_t rows, int64_t cols, const 
 }
 
 static kiln_status gemm_widened(kiln_dtype dt, int ta, int tb, int64_t m, int64_t n, int64_t k, const uint16_t *a,
-                                int64_t lda, const uint16_t *b, int64_t ldb, int accumulate, float *c, int64_t ldc) {
+                                int64_t lda, const uint16_t *b, int64_t ldb, int accumulate, kiln_dtype c_dt, void *c,
+                                int64_t ldc) {
     float *fa = widen(dt, ta, m, k, a, lda), *fb = fa ? widen(dt, tb, k, n, b, ldb) : NULL;
-    if (!fb) {
-        free(fa);
+    float *fc = fb && c_dt != KILN_F32 ? malloc((size_t)(m * n) * sizeof(float) + 1) : (float *)c;
+    if (!fb || !fc) {
+        free(fa), free(fb);
         kiln__kernel_error("out of memory widening a %lld x %lld x %lld %s matmul to f32", (long long)m, (long long)n,
                            (long long)k, kiln_dtype_name(dt));
         return KILN_ERR_OUT_OF_MEMORY;
     }
-    kiln__gemm_f32(0, 0, m, n, k, 1.0f, fa, k > 1 ? k : 1, fb, n > 1 ? n : 1, accumulate ? 1.0f : 0.0f, c, ldc);
+    int64_t ldf = c_dt == KILN_F32 ? ldc : n;
+    kiln__gemm_f32(0, 0, m, n, k, 1.0f, fa, k > 1 ? k : 1, fb, n > 1 ? n : 1, accumulate ? 1.0f : 0.0f, fc, ldf);
+    if (c_dt != KILN_F32) { /* rounded once into a C of the operands' dtype */
+        for (int64_t i = 0; i < m; i++) {
+            uint16_t *row = (uint16_t *)c + i * ldc;
+            for (int64_t j = 0; j < n; j++)
+                row[j] = c_dt == KILN_BF16 ? kiln__f32_to_bf16(fc[i * n + j]) : kiln__f32_to_f16(fc[i * n + j]);
+        }
+        free(fc);
+    }
     free(fa);
     free(fb);
     return KILN_OK;
@@ -83,8 +92,8 @@ static kiln_status gemm_widened(kiln_dtype dt, int ta, int tb, int64_t m, int64_
 #include <pthread.h>
 
 typedef struct {
-    int64_t m, n, k, lda, ldb, ldc, ta, tb, accumulate, threads;
-} mm_key;
+    int64_t m, n, k, lda, ldb, ldc, ta, tb, accumulate, c_bf16, threads;
+} mm_key; /* threads: 1 (a primitive may fix its work split for its thread count) */
 
 typedef struct {
     mm_key key;
@@ -135,7 +144,7 @@ static dnnl_status_t create(const mm_key *k, mm_entry *e) {
     dnnl_memory_desc_t a, b, c;
     dnnl_status_t s = strided_md(&a, k->m, k->k, k->lda, k->ta, dnnl_bf16);
     if (s == dnnl_success) s = strided_md(&b, k->k, k->n, k->ldb, k->tb, dnnl_bf16);
-    if (s == dnnl_success) s = strided_md(&c, k->m, k->n, k->ldc, 0, dnnl_f32);
+    if (s == dnnl_success) s = strided_md(&c, k->m, k->n, k->ldc, 0, k->c_bf16 ? dnnl_bf16 : dnnl_f32);
     dnnl_matmul_desc_t desc;
     if (s == dnnl_success) s = dnnl_matmul_desc_init(&desc, &a, &b, NULL, &c);
     dnnl_primitive_attr_t attr = NULL;
@@ -205,7 +214,7 @@ static void release(mm_entry *e, int slot) {
     pthread_mutex_unlock(&cache_lock);
 }
 
-static dnnl_status_t execute(const mm_entry *e, const void *a, const void *b, float *c) {
+static dnnl_status_t execute(const mm_entry *e, const void *a, const void *b, void *c) {
     void *scratch = e->scratch ? malloc(e->scratch) : NULL;
     if (e->scratch && !scratch) return dnnl_out_of_memory;
     dnnl_memory_t mem[4] = {0};
@@ -227,34 +236,72 @@ static dnnl_status_t execute(const mm_entry *e, const void *a, const void *b, fl
     return s;
 }
 
-static kiln_status gemm_dnnl(int ta, int tb, int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
-                             const uint16_t *b, int64_t ldb, int accumulate, float *c, int64_t ldc, bool *taken) {
-    pthread_once(&engine_once, engine_init);
-    if (engine_status != dnnl_success) return *taken = false, KILN_OK;
-    int held = kiln__pool_in_parallel_region() ? 0 : kiln__pool_try_claim();
-    mm_key key = {.m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ldc = ldc, .ta = ta != 0, .tb = tb != 0,
-                  .accumulate = accumulate != 0, .threads = held ? kiln__pool_threads() : 1};
-    kiln__dnnl_omp_threads((int)key.threads);
-    mm_entry e;
-    int slot;
-    dnnl_status_t s = acquire(&key, &e, &slot);
-    kiln_status st = KILN_OK;
-    *taken = s == dnnl_success || (s != dnnl_unimplemented && s != dnnl_invalid_arguments);
-    if (s == dnnl_success) {
-        s = execute(&e, a, b, c);
-        release(&e, slot);
+/* One product split in tiles (TILE_ROWS rows by tile_cols columns), each one single-threaded
+ * primitive call on a pool thread, as gemm_dnnl.c runs dnnl_sgemm: the pool's threads are the
+ * only ones, so no OpenMP team spins beside kiln's work (one OpenMP team per product, when
+ * another op held the pool, left the product on one thread and the casts beside it waiting). */
+#define TILE_ROWS 256
+#define TILE_COLS_MIN 256
+
+typedef struct {
+    int ta, tb, accumulate;
+    kiln_dtype c_dt;
+    int64_t m, n, k, lda, ldb, ldc, tile_cols, col_tiles;
+    const uint16_t *a, *b;
+    char *c;
+    _Atomic kiln_status status;
+} tiles_job;
+
+static void tiles_task(void *ctx, int64_t begin, int64_t end) {
+    tiles_job *j = ctx;
+    kiln__dnnl_omp_threads(1);
+    for (int64_t t = begin; t < end; t++) {
+        int64_t i0 = t / j->col_tiles * TILE_ROWS, j0 = t % j->col_tiles * j->tile_cols;
+        int64_t rows = j->m - i0 < TILE_ROWS ? j->m - i0 : TILE_ROWS;
+        int64_t cols = j->n - j0 < j->tile_cols ? j->n - j0 : j->tile_cols;
+        const uint16_t *a = j->a + (j->ta ? i0 : i0 * j->lda), *b = j->b + (j->tb ? j0 * j->ldb : j0);
+        char *c = j->c + (i0 * j->ldc + j0) * (int64_t)kiln__elsize(j->c_dt);
+        mm_key key = {.m = rows, .n = cols, .k = j->k, .lda = j->lda, .ldb = j->ldb, .ldc = j->ldc, .ta = j->ta,
+                      .tb = j->tb, .accumulate = j->accumulate, .c_bf16 = j->c_dt == KILN_BF16, .threads = 1};
+        mm_entry e;
+        int slot;
+        dnnl_status_t s = acquire(&key, &e, &slot);
+        if (s == dnnl_success) {
+            s = execute(&e, a, b, c);
+            release(&e, slot);
+        }
+        kiln_status st = KILN_OK;
+        if (s == dnnl_unimplemented || s == dnnl_invalid_arguments) /* this tile widened to f32 */
+            st = gemm_widened(KILN_BF16, j->ta, j->tb, rows, cols, j->k, a, j->lda, b, j->ldb, j->accumulate, j->c_dt,
+                              c, j->ldc);
+        else if (s != dnnl_success)
+            st = dnnl_fail(s, "execution");
+        kiln_status ok = KILN_OK;
+        if (st != KILN_OK) atomic_compare_exchange_strong(&j->status, &ok, st);
     }
-    if (*taken && s != dnnl_success) st = dnnl_fail(s, "execution");
-    if (held) kiln__pool_unclaim();
-    return st;
+}
+
+static kiln_status gemm_dnnl(int ta, int tb, int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
+                             const uint16_t *b, int64_t ldb, int accumulate, kiln_dtype c_dt, void *c, int64_t ldc,
+                             bool *taken) {
+    pthread_once(&engine_once, engine_init);
+    *taken = engine_status == dnnl_success;
+    if (!*taken) return KILN_OK;
+    int64_t tile_cols = n < TILE_COLS_MIN ? n : ((n + 1) / 2 + 63) / 64 * 64;
+    tiles_job j = {.ta = ta != 0, .tb = tb != 0, .accumulate = accumulate != 0, .m = m, .n = n, .k = k, .lda = lda,
+                   .ldb = ldb, .ldc = ldc, .tile_cols = tile_cols, .col_tiles = (n + tile_cols - 1) / tile_cols,
+                   .a = a, .b = b, .c_dt = c_dt, .c = c, .status = KILN_OK};
+    kiln__parallel_for((m + TILE_ROWS - 1) / TILE_ROWS * j.col_tiles, 1, tiles_task, &j);
+    return atomic_load(&j.status);
 }
 
 #else
 
 static kiln_status gemm_dnnl(int ta, int tb, int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
-                             const uint16_t *b, int64_t ldb, int accumulate, float *c, int64_t ldc, bool *taken) {
+                             const uint16_t *b, int64_t ldb, int accumulate, kiln_dtype c_dt, void *c, int64_t ldc,
+                             bool *taken) {
     (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)accumulate;
-    (void)c, (void)ldc;
+    (void)c_dt, (void)c, (void)ldc;
     *taken = false;
     return KILN_OK;
 }
@@ -262,16 +309,19 @@ static kiln_status gemm_dnnl(int ta, int tb, int64_t m, int64_t n, int64_t k, co
 #endif
 
 kiln_status kiln__gemm_lowp(kiln_dtype dt, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const uint16_t *a,
-                            int64_t lda, const uint16_t *b, int64_t ldb, int accumulate, float *c, int64_t ldc) {
+                            int64_t lda, const uint16_t *b, int64_t ldb, int accumulate, kiln_dtype c_dt, void *c,
+                            int64_t ldc) {
     if (m <= 0 || n <= 0) return KILN_OK;
+    if (NEVER((c_dt != KILN_F32 && (c_dt != dt || accumulate)))) return KILN_ERR_INTERNAL;
+    size_t es = kiln__elsize(c_dt);
     if (k <= 0) { /* nothing to sum: C stays, or becomes 0 */
-        for (int64_t i = 0; i < m && !accumulate; i++) memset(c + i * ldc, 0, (size_t)n * sizeof(float));
+        for (int64_t i = 0; i < m && !accumulate; i++) memset((char *)c + i * ldc * (int64_t)es, 0, (size_t)n * es);
         return KILN_OK;
     }
     if (dnnl_path(dt)) {
         bool taken;
-        kiln_status st = gemm_dnnl(trans_a, trans_b, m, n, k, a, lda, b, ldb, accumulate, c, ldc, &taken);
+        kiln_status st = gemm_dnnl(trans_a, trans_b, m, n, k, a, lda, b, ldb, accumulate, c_dt, c, ldc, &taken);
         if (taken) return st;
     }
-    return gemm_widened(dt, trans_a, trans_b, m, n, k, a, lda, b, ldb, accumulate, c, ldc);
+    return gemm_widened(dt, trans_a, trans_b, m, n, k, a, lda, b, ldb, accumulate, c_dt, c, ldc);
 }

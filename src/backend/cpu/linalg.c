@@ -128,7 +128,8 @@ static kiln_status operand_prepare(operand *o, const kiln__view *v, int nb, cons
 }
 
 typedef struct {
-    kiln_dtype dt, in_dt; /* out's (and the addend's); the operands' (bf16/f16 into f32) */
+    kiln_dtype dt, in_dt; /* out's (and the addend's); the operands' */
+    bool lowp;            /* bf16/f16 operands, summed in f32 into f32 or their own dtype */
     int nb;
     int64_t m, n, k;
     const int64_t *bshape;
@@ -157,10 +158,10 @@ static void mm_task(void *ctx, int64_t begin, int64_t end) {
                 for (int64_t i = 0; i < j->m; i++) memset(c + i * j->ldc * (int64_t)es, 0, (size_t)j->n * es);
             continue;
         }
-        if (j->in_dt != j->dt) { /* a failure leaves its message; the first one is reported */
+        if (j->lowp) { /* a failure leaves its message; the first one is reported */
             kiln_status st = kiln__gemm_lowp(j->in_dt, j->a.trans, j->b.trans, j->m, j->n, j->k,
                                              (const uint16_t *)a, j->a.ld, (const uint16_t *)b, j->b.ld,
-                                             j->addend != NULL, (float *)c, j->ldc);
+                                             j->addend != NULL, j->dt, c, j->ldc);
             if (st != KILN_OK) {
                 kiln_status ok = KILN_OK;
                 atomic_compare_exchange_strong(j->status, &ok, st);
@@ -195,7 +196,7 @@ static void small_m_task(void *ctx, int64_t begin, int64_t end) {
 }
 
 static bool small_m_fits(const mm_job *j, int64_t nbatch) {
-    return j->dt == KILN_F32 && j->in_dt == KILN_F32 && nbatch == 1 && j->m <= SMALL_M && j->k > 0 &&
+    return j->dt == KILN_F32 && !j->lowp && nbatch == 1 && j->m <= SMALL_M && j->k > 0 &&
            j->a.trans == 0 && j->b.trans == 1 &&
            kiln__gemm_small_available();
 }
@@ -203,7 +204,9 @@ static bool small_m_fits(const mm_job *j, int64_t nbatch) {
 static kiln_status kernel_matmul(const kiln__op *op) {
     const kiln__view *out = &op->out[0];
     kiln_dtype in_dt = op->in[0].dtype;
-    bool lowp = out->dtype == KILN_F32 && (in_dt == KILN_BF16 || in_dt == KILN_F16) && op->in[1].dtype == in_dt;
+    /* low precision: into f32 (the addend f32), or into the operands' dtype with no addend */
+    bool lowp = (in_dt == KILN_BF16 || in_dt == KILN_F16) && op->in[1].dtype == in_dt &&
+                (out->dtype == KILN_F32 || (out->dtype == in_dt && op->n_in == 2));
     for (int i = 0; i < op->n_in; i++) {
         if ((out->dtype == KILN_F32 || out->dtype == KILN_F64) && op->in[i].dtype == out->dtype) continue;
         if (lowp && (i < 2 || op->in[i].dtype == KILN_F32)) continue;
@@ -213,7 +216,7 @@ static kiln_status kernel_matmul(const kiln__op *op) {
     }
     int nb = out->ndim - 2;
     _Atomic kiln_status status = KILN_OK;
-    mm_job j = {.dt = out->dtype, .in_dt = lowp ? in_dt : out->dtype, .status = &status, .nb = nb,
+    mm_job j = {.dt = out->dtype, .in_dt = in_dt, .lowp = lowp, .status = &status, .nb = nb,
                 .bshape = out->shape, .addend = op->n_in > 2 ? &op->in[2] : NULL};
     j.m = out->shape[nb];
     j.n = out->shape[nb + 1];
