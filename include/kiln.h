@@ -9,6 +9,7 @@
 #include "kiln/autocast.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"
+#include "kiln/amp.h"
 #include "kiln/data.h"
 #include "kiln/text.h"
 #include "kiln/train.h"
