@@ -2,7 +2,8 @@
  * run in inside a bf16 scope (products bf16, losses f32, unlisted ops their inputs' dtype,
  * f64 and integer inputs untouched), nesting and KILN_F32 turning it off; gradients of f32
  * parameters through an MLP trained under autocast come back f32 and match the f32 ones within
- * bf16 tolerance; bad scopes give errors naming the call and its line. */
+ * bf16 tolerance; a module set to autocast (kiln_module_set_autocast); bad scopes give errors
+ * naming the call and its line. */
 #include <math.h>
 
 #include "kiln.h"
@@ -174,10 +175,41 @@ KT_TEST(bad_scopes) {
     KT_EXPECT_ERROR(KILN_ERR_STALE_HANDLE, "kiln_matmul", line);
 }
 
+/* A module set to autocast runs its forward in bf16; its parameters and their gradients stay f32. */
+KT_TEST(module_option) {
+    kt_mem_begin();
+    kiln_module *m = kiln_linear_new(8, 4, true, 1);
+    KT_CHECK(kiln_module_set_autocast(m, KILN_BF16) == KILN_OK);
+    kiln_tensor x = rnd(KILN_F32, KILN_SHAPE(3, 8), 2);
+    kiln_tensor y = kiln_module_forward(m, kiln_ref(x));
+    KT_CHECK(kiln_tensor_dtype(y) == KILN_BF16);
+    KT_CHECK(kiln_autocast_dtype() == KILN_F32); /* the scope closed with the forward */
+    kiln_grads *g = NULL;
+    KT_CHECK(kiln_backward(kiln_sum(kiln_cast(y, KILN_F32)), &g) == KILN_OK);
+    kiln_tensor w = kiln_module_param(m, "weight");
+    KT_CHECK(kiln_tensor_dtype(w) == KILN_F32);
+    kiln_tensor dw = kiln_grad(g, w);
+    KT_CHECK(kiln_tensor_dtype(dw) == KILN_F32);
+    kiln_grads_free(g);
+    kiln_release(dw), kiln_release(w);
+    KT_CHECK(kiln_module_set_autocast(m, KILN_F32) == KILN_OK);
+    KT_CHECK(dtype_of(kiln_module_forward(m, kiln_ref(x))) == KILN_F32);
+    int line = __LINE__ + 1;
+    KT_CHECK(kiln_module_set_autocast(m, KILN_I64) == KILN_ERR_DTYPE);
+    KT_EXPECT_ERROR(KILN_ERR_DTYPE, "kiln_module_set_autocast", line);
+    line = __LINE__ + 1;
+    KT_CHECK(kiln_module_set_autocast(NULL, KILN_BF16) == KILN_ERR_NULL);
+    KT_EXPECT_ERROR(KILN_ERR_NULL, "kiln_module_set_autocast", line);
+    kiln_release(x);
+    kiln_module_free(m);
+    KT_MEM_CHECK();
+}
+
 int main(void) {
     KT_RUN(the_op_list_is_pinned);
     KT_RUN(listed_ops_run_in_their_dtype);
     KT_RUN(gradients_reach_f32_parameters);
     KT_RUN(bad_scopes);
+    KT_RUN(module_option);
     return kt_finish();
 }
