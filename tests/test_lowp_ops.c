@@ -3,7 +3,8 @@
  * subnormals; dense and strided); elementwise chains (which fusion runs as one pass, loading bf16
  * and storing bf16 with f32 math inside); reductions, softmax, log_softmax, layer_norm and
  * cross entropy, which accumulate in f32 (a bf16 sum of 4096 ones would stop at 256); and their
- * gradients against f32 ones. Run with fusion on and off, and under KILN_ISA=avx2. */
+ * gradients against f32 ones; the OpenCL device's bf16 results against the CPU's. Run with
+ * fusion on and off, and under KILN_ISA=avx2. */
 #include <math.h>
 
 #include "ew_util.h"
@@ -156,9 +157,50 @@ KT_TEST(ops_in_f16) {
     KT_MEM_CHECK();
 }
 
+/* The OpenCL device computes bf16 in f32 inside its kernels: the same ops against the CPU's. */
+static kiln_tensor device_ops(kiln_device dev, kiln_tensor x, kiln_tensor w, int which) {
+    x = kiln_to_device(x, dev), w = kiln_to_device(w, dev);
+    kiln_tensor y;
+    switch (which) {
+    case 0: y = kiln_mul(kiln_relu(kiln_add_scalar(kiln_ref(x), 0.5)), kiln_exp(kiln_neg(kiln_ref(x)))); break;
+    case 1: y = kiln_softmax(kiln_ref(x), -1); break;
+    case 2: y = kiln_sum_dims(kiln_ref(x), KILN_DIMS(-1), false); break;
+    default: y = kiln_matmul(kiln_ref(x), kiln_transpose(kiln_ref(w), 0, 1)); break;
+    }
+    kiln_release(x), kiln_release(w);
+    return kiln_cast(kiln_to_device(y, KILN_CPU), KILN_F32);
+}
+
+KT_TEST(opencl_against_cpu) {
+    if (kiln_device_count(KILN_KIND_OPENCL) == 0) {
+        printf("  no OpenCL device: skipped\n");
+        return;
+    }
+    kt_mem_begin();
+    kiln_tensor x = kiln_cast(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(8, 96), 3), KILN_BF16);
+    kiln_tensor w = kiln_cast(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(24, 96), 4), KILN_BF16);
+    const char *names[4] = {"chain", "softmax", "row sums", "matmul"};
+    for (int which = 0; which < 4; which++) {
+        kiln_tensor want = device_ops(KILN_CPU, kiln_ref(x), kiln_ref(w), which);
+        kiln_tensor got = device_ops(KILN_OPENCL, kiln_ref(x), kiln_ref(w), which);
+        KT_CHECK(kiln_tensor_dtype(got) == KILN_F32);
+        /* each side rounds its f32 result to bf16 once; sums may round differently in between */
+        kiln_tensor d = kiln_max(kiln_abs(kiln_sub(kiln_ref(got), kiln_ref(want))));
+        kiln_tensor s = kiln_max(kiln_abs(want));
+        float fd = 1, fs = 0;
+        KT_CHECK_MSG(kiln_into_scalar(d, &fd) == KILN_OK && kiln_into_scalar(s, &fs) == KILN_OK, "%s: %s",
+                     names[which], kiln_last_error());
+        KT_CHECK_MSG(fd <= 0x1p-7 * fs, "%s: OpenCL off the CPU by %g of %g", names[which], fd, fs);
+        kiln_release(got);
+    }
+    kiln_release(x), kiln_release(w);
+    KT_MEM_CHECK();
+}
+
 int main(void) {
     KT_RUN(casts_round_bit_for_bit);
     KT_RUN(ops_in_bf16);
     KT_RUN(ops_in_f16);
+    KT_RUN(opencl_against_cpu);
     return kt_finish();
 }
