@@ -110,7 +110,7 @@ static kiln_tensor rounded(kiln_tensor t) { return kiln_cast(kiln_cast(t, KILN_B
 static void max_rel(kiln_tensor got, kiln_tensor want, double tol, const char *what) {
     kiln_tensor d = kiln_max(kiln_abs(kiln_sub(kiln_cast(got, KILN_F32), kiln_ref(want))));
     kiln_tensor s = kiln_max(kiln_abs(want));
-    float fd, fs;
+    float fd = 1, fs = 0;
     KT_CHECK(kiln_into_scalar(d, &fd) == KILN_OK && kiln_into_scalar(s, &fs) == KILN_OK);
     KT_CHECK_MSG(fd <= tol * fs, "%s: max error %g of scale %g", what, fd, fs);
 }
