@@ -10,6 +10,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include "backend/cpu/cpu-impl.h"
 #include "backend/cpu/gemm.h"
@@ -20,9 +23,12 @@ static atomic_int forced = -1;
 
 void kiln__gemm_lowp_force(int mode) { atomic_store(&forced, mode < 0 ? -1 : mode != 0); }
 
+/* AVX512_BF16: CPUID leaf 7, sub-leaf 1, EAX bit 5 (read directly: older compilers' cpu
+ * feature builtins do not know the name) */
 static bool cpu_has_bf16(void) {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 10
-    return __builtin_cpu_supports("avx512bf16");
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 5 & 1u);
 #else
     return false;
 #endif
