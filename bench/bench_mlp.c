@@ -9,7 +9,10 @@
  * the wall clock on a loaded machine, best read with one thread). --autodiff with fusion on
  * likewise times a run with fusion off after each fused one ("unfused_ms"): in one process,
  * alternated run by run, the two see the same machine (separate processes on a shared 2-core
- * machine moved by more than the difference measured). */
+ * machine moved by more than the difference measured).
+ * --dtype bf16|f16: weights, biases and input in that dtype (f32 sums in the products).
+ * --autocast: f32 weights, the forward pass under kiln_autocast_begin(KILN_BF16) (products in
+ * bf16), the loss summed in f32, as PyTorch's torch.autocast("cpu", bfloat16). */
 #include <math.h>
 
 #include "bench.h"
@@ -17,7 +20,7 @@
 #define LAYERS 12
 
 static kiln_tensor w[LAYERS], b[LAYERS];
-static bool use_gelu;
+static bool use_gelu, use_autocast;
 
 static int64_t int_arg(int argc, char **argv, const char *name, int64_t fallback) {
     for (int i = 1; i + 1 < argc; i++)
@@ -35,8 +38,10 @@ static kiln_tensor layer(kiln_tensor h, int l) {
 static double inference_once(kiln_tensor x, bool gemms_only, double *cpu) {
     double t0 = bench_now_ms(), c0 = bench_cpu_ms();
     kiln_tensor h = kiln_ref(x);
+    if (use_autocast) kiln_autocast_begin(KILN_BF16);
     for (int l = 0; l < LAYERS; l++)
         h = gemms_only ? kiln_matmul(h, kiln_transpose(kiln_ref(w[l]), 0, 1)) : layer(h, l);
+    if (use_autocast) kiln_autocast_end();
     bench_check(kiln_sync(), "mlp");
     kiln_release(h);
     *cpu = bench_cpu_ms() - c0;
@@ -46,9 +51,11 @@ static double inference_once(kiln_tensor x, bool gemms_only, double *cpu) {
 static double mlp_autodiff_once(kiln_tensor x) {
     double t0 = bench_now_ms();
     kiln_tensor h = kiln_ref(x);
+    if (use_autocast) kiln_autocast_begin(KILN_BF16);
     for (int l = 0; l < LAYERS; l++) h = layer(h, l);
+    if (use_autocast) kiln_autocast_end();
     kiln_grads *g = NULL;
-    bench_check(kiln_backward(kiln_sum(h), &g), "backward");
+    bench_check(kiln_backward(kiln_sum(kiln_cast(h, KILN_F32)), &g), "backward");
     bench_check(kiln_sync(), "mlp");
     kiln_grads_free(g);
     return bench_now_ms() - t0;
@@ -61,16 +68,20 @@ int main(int argc, char **argv) {
     bool fused = kiln_fusion_enabled();
     int64_t batch = int_arg(argc, argv, "--batch", 128), width = int_arg(argc, argv, "--width", 2048);
     use_gelu = bench_flag(argc, argv, "--gelu");
+    use_autocast = bench_flag(argc, argv, "--autocast");
+    kiln_dtype dt = KILN_F32;
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--dtype") == 0) dt = strcmp(argv[i + 1], "f16") == 0 ? KILN_F16 : KILN_BF16;
     /* wall and CPU ms of the MLP, its GEMMs alone, the MLP unfused */
     double *ms = malloc(sizeof(double) * (size_t)runs * 6), *gemm_ms = ms + runs, *unfused_ms = ms + 2 * runs;
     double *cpu = ms + 3 * runs, *gemm_cpu = ms + 4 * runs, *unfused_cpu = ms + 5 * runs;
     double bound = 1.0 / sqrt((double)width); /* like torch's default init */
     for (int l = 0; l < LAYERS; l++) {
-        w[l] = kiln_uniform(dev, KILN_F32, KILN_SHAPE(width, width), -bound, bound, 10 + (uint64_t)l);
-        b[l] = kiln_uniform(dev, KILN_F32, KILN_SHAPE(width), -bound, bound, 100 + (uint64_t)l);
+        w[l] = kiln_uniform(dev, dt, KILN_SHAPE(width, width), -bound, bound, 10 + (uint64_t)l);
+        b[l] = kiln_uniform(dev, dt, KILN_SHAPE(width), -bound, bound, 100 + (uint64_t)l);
         if (autodiff) bench_check(kiln_require_grad(w[l]), "w"), bench_check(kiln_require_grad(b[l]), "b");
     }
-    kiln_tensor x = kiln_randn(dev, KILN_F32, KILN_SHAPE(batch, width), 1);
+    kiln_tensor x = kiln_randn(dev, dt, KILN_SHAPE(batch, width), 1);
     bench_check(kiln_sync(), "init");
     for (int r = -2; r < runs; r++) {
         if (autodiff) { /* with fusion on, an unfused run interleaved with each fused one */
@@ -101,7 +112,10 @@ int main(int argc, char **argv) {
                  bench_quantile(unfused_ms, runs, 0.5), bench_quantile(unfused_cpu, runs, 0.5));
     if (autodiff && fused)
         snprintf(extra, sizeof extra, ",\"unfused_ms\":%.4f", bench_quantile(unfused_ms, runs, 0.5));
-    bench_report(autodiff ? "mlp_autodiff" : "mlp_inference", bench_quantile(ms, runs, 0.5), extra);
+    char name[64];
+    snprintf(name, sizeof name, "%s%s%s", autodiff ? "mlp_autodiff" : "mlp_inference", use_autocast ? "_autocast" : "",
+             dt == KILN_BF16 ? "_bf16" : dt == KILN_F16 ? "_f16" : "");
+    bench_report(name, bench_quantile(ms, runs, 0.5), extra);
     for (int l = 0; l < LAYERS; l++) kiln_release(w[l]), kiln_release(b[l]);
     kiln_release(x);
     free(ms);

@@ -130,6 +130,47 @@ def matmul(n, runs):
     report(f"matmul_{n}", ms, gflops=2.0 * n**3 / (ms * 1e6))
 
 
+# ---- low precision (issue #27): bf16 products, CPU autocast, bf16 weights ----------------------
+
+def matmul_bf16(n, runs):
+    a, b = torch.randn(n, n, dtype=torch.bfloat16), torch.randn(n, n, dtype=torch.bfloat16)
+    ms = timed(lambda: a @ b, runs, warmup=1)
+    report(f"matmul_{n}_bf16", ms, gflops=2.0 * n**3 / (ms * 1e6))
+
+
+def mlp_autodiff_autocast(runs):
+    """bench_mlp --autodiff --autocast: f32 parameters, the forward under torch.autocast("cpu",
+    bfloat16), the loss summed in f32."""
+    layers = mlp_layers()
+    x = torch.randn(128, 2048)
+
+    def run():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            h = x
+            for lin in layers:
+                h = torch.relu(lin(h))
+        h.float().sum().backward()
+        for lin in layers:
+            lin.weight.grad = None
+            lin.bias.grad = None
+
+    report("mlp_autodiff_autocast", timed(run, runs))
+
+
+def mlp_inference_bf16(runs):
+    """bench_mlp --dtype bf16: weights, biases and input in bf16."""
+    layers = [lin.to(torch.bfloat16) for lin in mlp_layers()]
+    x = torch.randn(128, 2048, dtype=torch.bfloat16)
+
+    def forward(h):
+        for lin in layers:
+            h = torch.relu(lin(h))
+        return h
+
+    with torch.inference_mode():
+        report("mlp_inference_bf16", timed(lambda: forward(x), runs))
+
+
 def chain8(a, b):
     """bench_elementwise.c's chain8: eight elementwise ops over a and b."""
     t = a * 0.5 + 1.0
@@ -328,6 +369,9 @@ WORKLOADS = {
     "matmul_1024": lambda r: matmul(1024, r),
     "matmul_2048": lambda r: matmul(2048, r),
     "matmul_4096": lambda r: matmul(4096, r),
+    "matmul_2048_bf16": lambda r: matmul_bf16(2048, r),
+    "mlp_autodiff_autocast": mlp_autodiff_autocast,
+    "mlp_inference_bf16": mlp_inference_bf16,
     "add_bandwidth": lambda r: bandwidth("add", r),
     "exp_bandwidth": lambda r: bandwidth("exp", r),
     "chain8_bandwidth": lambda r: bandwidth("chain8", r),

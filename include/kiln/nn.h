@@ -24,6 +24,10 @@ typedef struct kiln_module kiln_module;
 
 /* Runs the module on x (consumed); returns its output. A NULL module gives a poisoned tensor. */
 KILN_API kiln_tensor kiln_module_forward(kiln_module *m, kiln_tensor x);
+/* Runs m's forward passes under kiln_autocast_begin(dtype) (kiln/autocast.h): KILN_BF16 or
+ * KILN_F16, or KILN_F32 for off (the default). The parameters stay f32; KILN_ERR_DTYPE for
+ * another dtype, KILN_ERR_NULL for a NULL module. */
+KILN_API kiln_status kiln_module_set_autocast(kiln_module *m, kiln_dtype dtype);
 /* Training mode (dropout active, batch norm uses and updates batch statistics) or eval. */
 KILN_API void kiln_module_train(kiln_module *m, bool training);
 KILN_API bool kiln_module_is_training(const kiln_module *m);
@@ -379,6 +383,7 @@ KILN_API kiln_status kiln_init(kiln_tensor *t, kiln_init_kind kind, uint64_t see
     X(kiln_tensor, module_param, (kiln_module *m, const char *name), (m, name)) \
     X(kiln_module *, module_child, (kiln_module *m, const char *name), (m, name)) \
     X(kiln_tensor, module_forward, (kiln_module *m, kiln_tensor x), (m, x)) \
+    X(kiln_status, module_set_autocast, (kiln_module *m, kiln_dtype dtype), (m, dtype)) \
     X(kiln_tensor, dropout, (kiln_tensor x, double p, uint64_t seed), (x, p, seed)) \
     X(kiln_tensor, dropout_gen, (kiln_tensor x, double p, kiln_generator *g), (x, p, g)) \
     X(kiln_tensor, layer_norm, (kiln_tensor x, kiln_shape normalized_shape, kiln_tensor weight, kiln_tensor bias, double eps), (x, normalized_shape, weight, bias, eps)) \
@@ -440,6 +445,7 @@ KILN_NN_API(KILN__AT_DECLARE)
 #define kiln_module_param(...) KILN__AT(module_param, __VA_ARGS__)
 #define kiln_module_child(...) KILN__AT(module_child, __VA_ARGS__)
 #define kiln_module_forward(...) KILN__AT(module_forward, __VA_ARGS__)
+#define kiln_module_set_autocast(...) KILN__AT(module_set_autocast, __VA_ARGS__)
 #define kiln_dropout(...) KILN__AT(dropout, __VA_ARGS__)
 #define kiln_dropout_gen(...) KILN__AT(dropout_gen, __VA_ARGS__)
 #define kiln_layer_norm(...) KILN__AT(layer_norm, __VA_ARGS__)

@@ -1,6 +1,7 @@
 /* Call-site wrappers of the public calls at or below the API layer: core, engine, tensor ops
  * and autodiff. nn, optim, data and train define theirs in their own folders. */
 #include "api/call_site.h"
+#include "kiln/autocast.h"
 #include "kiln/autodiff.h"
 #include "kiln/engine.h"
 #include "kiln/tensor.h"
@@ -11,3 +12,4 @@ KILN_TENSOR_API(KILN__AT_DEFINE)
 KILN_TENSOR_MORE_API(KILN__AT_DEFINE)
 KILN_RANDOM_API(KILN__AT_DEFINE)
 KILN_AUTODIFF_API(KILN__AT_DEFINE)
+KILN_AUTOCAST_API(KILN__AT_DEFINE, KILN__AT_DEFINE0)

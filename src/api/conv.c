@@ -1,11 +1,15 @@
 /* Public kiln_conv2d: takes the handles (the bias is optional), then autodiff's decorated
  * conv for tracked inputs, the op layer's for untracked ones. */
 #include "kiln/tensor.h"
+#include "api/autocast-impl.h"
 #include "autodiff/autodiff-impl.h"
 
 kiln_tensor kiln_conv2d(kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride_h, int stride_w, int pad_h,
                         int pad_w, int dilation_h, int dilation_w, int groups) {
     KILN__OP_BEGIN("kiln_conv2d");
+    x = kiln__autocast_arg("kiln_conv2d", x);
+    w = kiln__autocast_arg("kiln_conv2d", w);
+    bias = kiln__autocast_arg("kiln_conv2d", bias);
     kiln__tensor *in[3] = {NULL, NULL, NULL};
     in[0] = kiln__arg(&c, x); /* in order: the first stale handle is the one reported */
     in[1] = kiln__arg(&c, w);

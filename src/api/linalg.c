@@ -3,10 +3,13 @@
 #include <math.h>
 
 #include "kiln/tensor.h"
+#include "api/autocast-impl.h"
 #include "autodiff/autodiff-impl.h"
 
 kiln_tensor kiln_matmul(kiln_tensor a, kiln_tensor b) {
     KILN__OP_BEGIN("kiln_matmul");
+    a = kiln__autocast_arg("kiln_matmul", a);
+    b = kiln__autocast_arg("kiln_matmul", b);
     kiln__tensor *in[2];
     in[0] = kiln__arg(&c, a); /* in order: the first stale handle is the one reported */
     in[1] = kiln__arg(&c, b);
@@ -16,6 +19,9 @@ kiln_tensor kiln_matmul(kiln_tensor a, kiln_tensor b) {
 
 kiln_tensor kiln_linear(kiln_tensor x, kiln_tensor w, kiln_tensor bias) {
     KILN__OP_BEGIN("kiln_linear");
+    x = kiln__autocast_arg("kiln_linear", x);
+    w = kiln__autocast_arg("kiln_linear", w);
+    bias = kiln__autocast_arg("kiln_linear", bias);
     kiln__tensor *in[3] = {NULL, NULL, NULL};
     in[0] = kiln__arg(&c, x);
     in[1] = kiln__arg(&c, w);
@@ -90,6 +96,8 @@ kiln_tensor kiln_outer(kiln_tensor a, kiln_tensor b) {
 
 kiln_tensor kiln_bmm(kiln_tensor a, kiln_tensor b) {
     KILN__OP_BEGIN("kiln_bmm");
+    a = kiln__autocast_arg("kiln_bmm", a);
+    b = kiln__autocast_arg("kiln_bmm", b);
     kiln__tensor *x[2];
     if (!take_pair(&c, a, b, 3, 3, x)) return pair_fail(&c, x);
     if (x[0]->shape[0] != x[1]->shape[0] || x[0]->shape[2] != x[1]->shape[1]) {
@@ -103,6 +111,9 @@ kiln_tensor kiln_bmm(kiln_tensor a, kiln_tensor b) {
 
 kiln_tensor kiln_addmm(kiln_tensor input, kiln_tensor m1, kiln_tensor m2, double beta, double alpha) {
     KILN__OP_BEGIN("kiln_addmm");
+    input = kiln__autocast_arg("kiln_addmm", input);
+    m1 = kiln__autocast_arg("kiln_addmm", m1);
+    m2 = kiln__autocast_arg("kiln_addmm", m2);
     kiln__tensor *in = kiln__arg(&c, input), *x[2];
     bool ok = take_pair(&c, m1, m2, 2, 2, x) && kiln__ok(&c, in);
     char sa[96], sb[96];

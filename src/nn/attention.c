@@ -17,6 +17,7 @@
 
 #include "kiln/autodiff.h"
 #include "kiln/tensor.h"
+#include "api/autocast-impl.h"
 #include "nn/layers-impl.h"
 
 /* mask broadcasts to the scores' shape without growing it */
@@ -113,6 +114,9 @@ static kiln_tensor attention(kiln_tensor q, kiln_tensor k, kiln_tensor v, kiln_t
 
 kiln_tensor kiln_scaled_dot_product_attention(kiln_tensor q, kiln_tensor k, kiln_tensor v, kiln_tensor attn_mask,
                                               bool is_causal, double scale) {
+    q = kiln__autocast_arg("kiln_scaled_dot_product_attention", q);
+    k = kiln__autocast_arg("kiln_scaled_dot_product_attention", k);
+    v = kiln__autocast_arg("kiln_scaled_dot_product_attention", v);
     const char *outer = kiln__op_scope_enter("kiln_scaled_dot_product_attention"); /* the ops inside report as it */
     kiln_tensor y = attention(q, k, v, attn_mask, is_causal, scale);
     kiln__op_scope_leave(outer);

@@ -3,6 +3,7 @@
  * and conv_transpose2d (conv2d's input gradient, with its own derivative rule). Both take the
  * handles, check what is specific to them, then run the tracked or the untracked op. */
 #include "kiln/nn.h"
+#include "api/autocast-impl.h"
 #include "autodiff/autodiff-impl.h"
 
 /* Takes x, w and bias (unless KILN_NONE) into in[]; returns whether there is a bias. */
@@ -17,6 +18,9 @@ static bool take_args(kiln__opctx *c, kiln_tensor x, kiln_tensor w, kiln_tensor 
 kiln_tensor kiln_conv1d(kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride, int padding, int dilation,
                         int groups) {
     KILN__OP_BEGIN("kiln_conv1d");
+    x = kiln__autocast_arg("kiln_conv1d", x);
+    w = kiln__autocast_arg("kiln_conv1d", w);
+    bias = kiln__autocast_arg("kiln_conv1d", bias);
     kiln__tensor *in[3];
     bool has_bias = take_args(&c, x, w, bias, in);
     if (!kiln__ok(&c, in[0]) || !kiln__ok(&c, in[1]) || (has_bias && !kiln__ok(&c, in[2])) ||
@@ -38,6 +42,9 @@ kiln_tensor kiln_conv_transpose2d(kiln_tensor x, kiln_tensor w, kiln_tensor bias
                                   int pad_h, int pad_w, int output_pad_h, int output_pad_w, int dilation_h,
                                   int dilation_w, int groups) {
     KILN__OP_BEGIN("kiln_conv_transpose2d");
+    x = kiln__autocast_arg("kiln_conv_transpose2d", x);
+    w = kiln__autocast_arg("kiln_conv_transpose2d", w);
+    bias = kiln__autocast_arg("kiln_conv_transpose2d", bias);
     kiln__tensor *in[3];
     bool has_bias = take_args(&c, x, w, bias, in);
     kiln__conv2d_params p = {stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups};

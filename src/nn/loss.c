@@ -7,6 +7,7 @@
 
 #include "kiln/autodiff.h"
 #include "kiln/tensor.h"
+#include "api/autocast-impl.h"
 #include "nn/layers-impl.h"
 
 kiln_cross_entropy_options kiln_cross_entropy_defaults(void) {
@@ -210,6 +211,7 @@ static kiln_tensor classify(const char *op, kiln_tensor scores, kiln_tensor targ
 
 static kiln_tensor scoped(const char *op, kiln_tensor scores, kiln_tensor targets, kiln_cross_entropy_options o,
                           bool from_logits) {
+    scores = kiln__autocast_arg(op, scores);
     const char *outer = kiln__op_scope_enter(op);
     kiln_tensor loss = classify(op, scores, targets, o, from_logits);
     kiln__op_scope_leave(outer);

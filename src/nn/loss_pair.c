@@ -7,6 +7,7 @@
 
 #include "kiln/autodiff.h"
 #include "kiln/tensor.h"
+#include "api/autocast-impl.h"
 #include "nn/layers-impl.h"
 
 bool kiln__nn_check_reduction(kiln_reduction r, bool batchmean_ok) {
@@ -131,6 +132,8 @@ static kiln_tensor kl_div(kiln_tensor input, kiln_tensor target, double log_targ
 typedef kiln_tensor (*pair_loss)(kiln_tensor a, kiln_tensor b, double k, kiln_reduction r);
 
 static kiln_tensor scoped(const char *name, pair_loss fn, kiln_tensor a, kiln_tensor b, double k, kiln_reduction r) {
+    a = kiln__autocast_arg(name, a);
+    b = kiln__autocast_arg(name, b);
     const char *outer = kiln__op_scope_enter(name);
     kiln_tensor fail, loss;
     loss = check_pair(name, a, b, r, fn == kl_div, &fail) ? fn(a, b, k, r) : fail;

@@ -44,6 +44,8 @@ struct kiln_module {
     kiln_module_forward_fn user_forward;
     void *user_ctx;
     void (*user_free)(void *ctx);
+    kiln_dtype autocast; /* 0 (unset) or the dtype kiln_module_set_autocast gave */
+    bool autocast_set;
 };
 
 /* A module with `state_size` zeroed bytes of layer state. NULL on OOM (error reported). */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kiln/autocast.h"
 #include "kiln/autodiff.h"
 #include "nn/module-impl.h"
 
@@ -73,7 +74,21 @@ kiln_tensor kiln_module_forward(kiln_module *m, kiln_tensor x) {
                                                failed_lookup));
         return kiln__result(&c, kiln__fail(&c, KILN_ERR_NULL, "module is NULL"));
     }
-    return m->vt->forward(m, x);
+    if (!m->autocast_set) return m->vt->forward(m, x);
+    kiln_autocast_begin(m->autocast); /* checked when set: cannot fail but past 32 nested scopes */
+    kiln_tensor y = m->vt->forward(m, x);
+    kiln_autocast_end();
+    return y;
+}
+
+kiln_status kiln_module_set_autocast(kiln_module *m, kiln_dtype dtype) {
+    const char *op = "kiln_module_set_autocast";
+    if (!m) return kiln__report(KILN_ERR_NULL, op, "module is NULL");
+    if (dtype != KILN_BF16 && dtype != KILN_F16 && dtype != KILN_F32)
+        return kiln__report(KILN_ERR_DTYPE, op, "autocast runs in bf16 or f16 (f32: off), not %s", kiln_dtype_name(dtype));
+    m->autocast = dtype;
+    m->autocast_set = dtype != KILN_F32;
+    return KILN_OK;
 }
 
 void kiln_module_train(kiln_module *m, bool training) {

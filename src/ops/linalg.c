@@ -4,7 +4,9 @@
  * batch dims (stride 0 where an operand is shared), and an optional in[2] broadcast to the
  * output's shape that the product is added to (linear's bias: one GEMM with beta = 1). Views
  * are passed as they are: transposed operands reach GEMM as transpose flags, and the kernel
- * copies only operands whose matrix dims are neither row- nor column-contiguous. */
+ * copies only operands whose matrix dims are neither row- nor column-contiguous. On the CPU,
+ * bf16 and f16 operands go in as they are and are summed in f32 (as PyTorch's), rounded to
+ * their dtype by the kernel (or, with a bias, after it). */
 #include <stdio.h>
 
 #include "kiln/tensor.h"
@@ -90,12 +92,16 @@ static kiln__tensor *matmul_impl(kiln__opctx *c, kiln__tensor *a, kiln__tensor *
     if (has_bias) rd = kiln__dtype_promote(rd, bias->dtype);
     kiln_dtype kd = kiln__dtype_compute(rd);
     kiln_device dev = a->device;
-    a = kiln__t_cast(c, a, kd);
-    b = kiln__t_cast(c, b, kd);
+    /* bf16/f16 operands reach the CPU's kernel as they are (it multiplies them into f32, with
+     * oneDNN's bf16 matmul where the CPU has one); other devices get them widened */
+    kiln_dtype operand_dt = (rd == KILN_BF16 || rd == KILN_F16) && dev == KILN_CPU ? rd : kd;
+    a = kiln__t_cast(c, a, operand_dt);
+    b = kiln__t_cast(c, b, operand_dt);
     if (has_bias) bias = kiln__t_cast(c, bias, kd);
     if (!a || !b || (has_bias && !bias)) return kiln__drop(3, a, b, bias), NULL;
 
-    kiln__tensor *out = kiln__t_empty(c, dev, kd, nb + 2, shape);
+    /* without a bias, a low-precision product is rounded into its dtype by the kernel itself */
+    kiln__tensor *out = kiln__t_empty(c, dev, operand_dt != kd && !has_bias ? rd : kd, nb + 2, shape);
     if (out) {
         kiln__op op;
         kiln__op_init(&op, KILN__OP_MATMUL, c->name);

@@ -73,6 +73,10 @@ kiln_optimizer *kiln__optim_new_params(const char *op, int n, const kiln_tensor 
                                        double lr, double weight_decay);
 /* Reports c's error as the thread's last error (if any) and returns its status. */
 kiln_status kiln__optim_finish(kiln__opctx *c);
+/* Multiplies each gradient in g of opt's parameters by factor, in place, and gives the f64
+ * sum of their squares after (a 1-element tensor: inf or NaN when any gradient holds one;
+ * NULL when no parameter has a gradient, or with c's error set). For kiln_grad_scaler_step. */
+kiln__tensor *kiln__optim_grads_unscale(kiln__opctx *c, kiln_optimizer *opt, kiln_grads *g, double factor);
 /* The usable tensor behind a module slot (borrowed); NULL + c->err if stale or poisoned. */
 kiln__tensor *kiln__optim_slot_tensor(kiln__opctx *c, kiln_tensor h);
 /* Drops every parameter's state. */

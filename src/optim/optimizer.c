@@ -584,3 +584,28 @@ kiln_status kiln_clip_grad_value(kiln_optimizer *opt, kiln_grads *g, double clip
     free(slots);
     return kiln__optim_finish(&c);
 }
+
+/* ---- the gradient scaler's pass (grad_scaler.c) ----------------------------------------- */
+
+kiln__tensor *kiln__optim_grads_unscale(kiln__opctx *c, kiln_optimizer *opt, kiln_grads *g, double factor) {
+    kiln__tensor *total = NULL;
+    for (int i = 0; i < opt->n_params && !c->err; i++) {
+        kiln__optim_param *p = &opt->params[i];
+        kiln__tensor *param = param_tensor(c, p);
+        const kiln__ad_meta *m = param ? param->autodiff : NULL;
+        kiln__tensor **slot = m ? kiln__grads_slot(g, m->leaf) : NULL;
+        if (!slot || !check_grad(c, p, param, *slot, false)) continue;
+        /* in place: a gradient is dense and has one owner */
+        *slot = kiln__t_binary_scalar(c, KILN__OP_MUL, *slot, factor, false);
+        if (!*slot) break;
+        int64_t one = 1;
+        kiln__tensor *sq = kiln__t_empty(c, (*slot)->device, KILN_F64, 1, &one);
+        if (!sq || !kiln__t_sum_squares_into(c, sq, 0, *slot)) {
+            kiln__tensor_release(sq);
+            break;
+        }
+        total = total ? kiln__t_binary(c, KILN__OP_ADD, total, sq) : sq;
+    }
+    if (c->err) kiln__tensor_release(total), total = NULL;
+    return total;
+}

@@ -2,6 +2,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "backend/cpu/convert_lowp.h"
 #include "backend/cpu/cpu-impl.h"
 
 /* ---- element loads and stores through double (exact for every value a dtype pair shares,
@@ -78,7 +79,8 @@ static kiln_status kernel_copy(const kiln__op *op) {
 bool kiln__cpu_copy_loop(kiln_dtype src, kiln_dtype dst, kiln__ew_loop *l) {
     static const size_t elsize[KILN_DTYPE_COUNT] = {4, 8, 4, 8, 1, 2, 2}; /* kiln_dtype order */
     if (!kiln__dtype_valid(src) || !kiln__dtype_valid(dst)) return false;
-    *l = (kiln__ew_loop){.fn = src == dst ? copy_same : convert_table[src][dst],
+    kiln__loop_fn fast = kiln__cpu_convert_lowp_loop(src, dst);
+    *l = (kiln__ew_loop){.fn = src == dst ? copy_same : fast ? fast : convert_table[src][dst],
                          .ctx = src == dst ? (void *)&elsize[src] : NULL};
     return true;
 }

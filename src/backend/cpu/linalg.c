@@ -1,15 +1,17 @@
-/* MATMUL: a batch of GEMMs over strided views (f32, f64).
+/* MATMUL: a batch of GEMMs over strided views (f32, f64; bf16 or f16 operands into f32).
  *
  * in[0] [..., M, K] and in[1] [..., K, N] come broadcast to out's batch dims; an optional
  * in[2] broadcast to out's shape is added (the GEMM starts from it with beta = 1). An operand
  * whose matrix dims are row-contiguous goes to GEMM as it is, a column-contiguous one
  * (a transposed view) as a transpose flag; only an operand that is neither is copied, and then
  * once per distinct matrix: batch dims of stride 0 stay shared, never copied per batch. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu-impl.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm_lowp.h"
 #include "backend/cpu/gemm_small.h"
 
 /* A batch of products runs one single-threaded GEMM per task across the pool (attention's
@@ -58,6 +60,10 @@ static void copy_matrix(size_t es, char *dst, int64_t drs, int64_t dcs, const ch
     for (int64_t i = 0; i < rows; i++) {
         if (dcs == 1 && scs == 1) { /* a bias row into each row of C: one vector copy */
             memcpy(dst + i * drs * (int64_t)es, src + i * srs * (int64_t)es, (size_t)cols * es);
+        } else if (es == 2) {
+            uint16_t *d = (uint16_t *)dst + i * drs;
+            const uint16_t *s = (const uint16_t *)src + i * srs;
+            for (int64_t j = 0; j < cols; j++) d[j * dcs] = s[j * scs];
         } else if (es == 4) {
             float *d = (float *)dst + i * drs;
             const float *s = (const float *)src + i * srs;
@@ -122,7 +128,8 @@ static kiln_status operand_prepare(operand *o, const kiln__view *v, int nb, cons
 }
 
 typedef struct {
-    kiln_dtype dt;
+    kiln_dtype dt, in_dt; /* out's (and the addend's); the operands' */
+    bool lowp;            /* bf16/f16 operands, summed in f32 into f32 or their own dtype */
     int nb;
     int64_t m, n, k;
     const int64_t *bshape;
@@ -131,14 +138,15 @@ typedef struct {
     char *c;                  /* out (or a dense stand-in) */
     int64_t cbst[KILN_MAX_DIMS], ldc;
     bool serial; /* batches side by side, each GEMM on one thread */
+    _Atomic kiln_status *status; /* a low-precision product's failure */
 } mm_job;
 
 static void mm_task(void *ctx, int64_t begin, int64_t end) {
     const mm_job *j = ctx;
-    size_t es = kiln__elsize(j->dt);
+    size_t es = kiln__elsize(j->dt), ies = kiln__elsize(j->in_dt);
     for (int64_t bi = begin; bi < end; bi++) {
-        const char *a = j->a.base + batch_offset(j->nb, j->bshape, j->a.bst, bi) * (int64_t)es;
-        const char *b = j->b.base + batch_offset(j->nb, j->bshape, j->b.bst, bi) * (int64_t)es;
+        const char *a = j->a.base + batch_offset(j->nb, j->bshape, j->a.bst, bi) * (int64_t)ies;
+        const char *b = j->b.base + batch_offset(j->nb, j->bshape, j->b.bst, bi) * (int64_t)ies;
         char *c = j->c + batch_offset(j->nb, j->bshape, j->cbst, bi) * (int64_t)es;
         if (j->addend) {
             const kiln__view *v = j->addend;
@@ -150,7 +158,15 @@ static void mm_task(void *ctx, int64_t begin, int64_t end) {
                 for (int64_t i = 0; i < j->m; i++) memset(c + i * j->ldc * (int64_t)es, 0, (size_t)j->n * es);
             continue;
         }
-        if (j->serial && j->dt == KILN_F32)
+        if (j->lowp) { /* a failure leaves its message; the first one is reported */
+            kiln_status st = kiln__gemm_lowp(j->in_dt, j->a.trans, j->b.trans, j->m, j->n, j->k,
+                                             (const uint16_t *)a, j->a.ld, (const uint16_t *)b, j->b.ld,
+                                             j->addend != NULL, j->dt, c, j->ldc);
+            if (st != KILN_OK) {
+                kiln_status ok = KILN_OK;
+                atomic_compare_exchange_strong(j->status, &ok, st);
+            }
+        } else if (j->serial && j->dt == KILN_F32)
             kiln__gemm_serial_f32(j->a.trans, j->b.trans, j->m, j->n, j->k, 1.0f, (const float *)a, j->a.ld,
                                   (const float *)b, j->b.ld, j->addend ? 1.0f : 0.0f, (float *)c, j->ldc);
         else if (j->serial)
@@ -180,20 +196,28 @@ static void small_m_task(void *ctx, int64_t begin, int64_t end) {
 }
 
 static bool small_m_fits(const mm_job *j, int64_t nbatch) {
-    return j->dt == KILN_F32 && nbatch == 1 && j->m <= SMALL_M && j->k > 0 && j->a.trans == 0 && j->b.trans == 1 &&
+    return j->dt == KILN_F32 && !j->lowp && nbatch == 1 && j->m <= SMALL_M && j->k > 0 &&
+           j->a.trans == 0 && j->b.trans == 1 &&
            kiln__gemm_small_available();
 }
 
 static kiln_status kernel_matmul(const kiln__op *op) {
     const kiln__view *out = &op->out[0];
+    kiln_dtype in_dt = op->in[0].dtype;
+    /* low precision: into f32 (the addend f32), or into the operands' dtype with no addend */
+    bool lowp = (in_dt == KILN_BF16 || in_dt == KILN_F16) && op->in[1].dtype == in_dt &&
+                (out->dtype == KILN_F32 || (out->dtype == in_dt && op->n_in == 2));
     for (int i = 0; i < op->n_in; i++) {
         if ((out->dtype == KILN_F32 || out->dtype == KILN_F64) && op->in[i].dtype == out->dtype) continue;
+        if (lowp && (i < 2 || op->in[i].dtype == KILN_F32)) continue;
         kiln__kernel_error("no CPU MATMUL kernel for %s operands into %s", kiln_dtype_name(op->in[i].dtype),
                            kiln_dtype_name(out->dtype));
         return KILN_ERR_DTYPE;
     }
     int nb = out->ndim - 2;
-    mm_job j = {.dt = out->dtype, .nb = nb, .bshape = out->shape, .addend = op->n_in > 2 ? &op->in[2] : NULL};
+    _Atomic kiln_status status = KILN_OK;
+    mm_job j = {.dt = out->dtype, .in_dt = in_dt, .lowp = lowp, .status = &status, .nb = nb,
+                .bshape = out->shape, .addend = op->n_in > 2 ? &op->in[2] : NULL};
     j.m = out->shape[nb];
     j.n = out->shape[nb + 1];
     j.k = op->in[0].shape[nb + 1];
@@ -231,7 +255,8 @@ static kiln_status kernel_matmul(const kiln__op *op) {
             kiln__parallel_for(nbatch, work < SMALL_GEMM ? SMALL_GEMM / 2 / work + 1 : 1, mm_task, &j);
         else
             mm_task(&j, 0, nbatch);
-        if (dense) {
+        st = atomic_load(&status);
+        if (dense && st == KILN_OK) {
             for (int64_t b = 0; b < nbatch; b++)
                 copy_matrix(es, kiln__view_ptr(out) + batch_offset(nb, out->shape, out->strides, b) * (int64_t)es,
                             out->strides[nb], out->strides[nb + 1], (char *)dense + b * j.m * j.n * (int64_t)es, j.n,
