@@ -498,6 +498,33 @@ static kiln_status all_gather(const kiln__op *op) {
 #endif
 }
 
+/* Every collective's agreement is the MIN of three words: the rank if it failed before the
+ * collective (else the largest), and the collective's number on this rank and its negation, so
+ * the ranks also learn whether they are at the same collective (a program that skipped or added
+ * one on some rank: failing it on every rank beats pairing different collectives' data). Only
+ * the communication thread counts. */
+#if KILN_HAVE_MPI
+static uint64_t collectives_run;
+
+static void agreement_begin(int64_t v[3], bool failed_here) {
+    uint64_t seq = ++collectives_run;
+    v[0] = failed_here ? dist.rank : INT64_MAX;
+    v[1] = (int64_t)seq;
+    v[2] = -(int64_t)seq;
+}
+
+static kiln_status agreement_end(const int64_t v[3], int *failed_rank) {
+    if (v[1] != -v[2]) {
+        kiln__kernel_error("rank %d of %d: the ranks are at different collectives (numbers %lld to %lld since the "
+                           "start): some rank skipped or added one, so none of them is valid",
+                           dist.rank, dist.size, (long long)v[1], (long long)-v[2]);
+        return KILN_ERR_KERNEL;
+    }
+    if (v[0] != INT64_MAX) *failed_rank = (int)v[0];
+    return KILN_OK;
+}
+#endif
+
 /* A sized all-reduce (sized_ok): the failure agreement's MIN and the data's SUM start together
  * and are waited for together, one round trip where agree() then all_reduce() take two, which
  * is most of a small bucket's time when the ranks share busy cores. A rank that failed still
@@ -522,9 +549,10 @@ static kiln_status reduce_sized(const kiln__op *op, bool failed_here, int *faile
         if (buf != src) memcpy(buf, src, (size_t)n * es);
     }
     MPI_Datatype type = native_sum_type(dt);
-    int v = failed_here ? dist.rank : INT_MAX;
+    int64_t v[3];
+    agreement_begin(v, failed_here);
     MPI_Request reqs[2];
-    kiln_status st = mpi_check(MPI_Iallreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &reqs[0]),
+    kiln_status st = mpi_check(MPI_Iallreduce(MPI_IN_PLACE, v, 3, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD, &reqs[0]),
                                "MPI_Iallreduce");
     if (st == KILN_OK) {
         int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, type, MPI_SUM, MPI_COMM_WORLD, &reqs[1]);
@@ -533,8 +561,8 @@ static kiln_status reduce_sized(const kiln__op *op, bool failed_here, int *faile
     }
     free(scratch);
     if (st != KILN_OK) return st;
-    if (v != INT_MAX) *failed_rank = v;
-    else if (op->p.i[0] == KILN_DIST_MEAN) scale(buf, n, dt, 1.0 / dist.size);
+    if ((st = agreement_end(v, failed_rank)) != KILN_OK) return st;
+    if (*failed_rank < 0 && op->p.i[0] == KILN_DIST_MEAN) scale(buf, n, dt, 1.0 / dist.size);
     return KILN_OK;
 #else
     (void)op;
@@ -547,12 +575,12 @@ static kiln_status agree(bool failed_here, int *failed_rank) {
     *failed_rank = failed_here ? dist.rank : -1;
     if (dist.size == 1) return KILN_OK;
 #if KILN_HAVE_MPI
-    int v = failed_here ? dist.rank : INT_MAX;
+    int64_t v[3];
+    agreement_begin(v, failed_here);
     MPI_Request req;
-    kiln_status st = mpi_wait(MPI_Iallreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &req), &req,
+    kiln_status st = mpi_wait(MPI_Iallreduce(MPI_IN_PLACE, v, 3, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD, &req), &req,
                               "MPI_Iallreduce");
-    if (st == KILN_OK && v != INT_MAX) *failed_rank = v;
-    return st;
+    return st == KILN_OK ? agreement_end(v, failed_rank) : st;
 #else
     return KILN_ERR_INTERNAL;
 #endif
