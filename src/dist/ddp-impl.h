@@ -28,6 +28,7 @@ typedef struct {
  * gradients freed without a step, or the next step's backward (the step was given up). */
 typedef struct ddp_step {
     struct kiln_ddp *d; /* NULL once the wrapper is freed */
+    int64_t number;     /* the wrapper's count of steps, this one's: its collectives' tag */
     int refs;           /* the wrapper's list of steps not voted on, the gradients container */
     bool voted;
     kiln__tensor *buffers[DDP_MAX_BUFFER_DTYPES]; /* rank 0's buffers, one flat tensor per dtype */
@@ -44,6 +45,7 @@ struct kiln_ddp {
     int n_buffers;
     kiln_dtype buffer_dtypes[DDP_MAX_BUFFER_DTYPES];
     int n_buffer_dtypes;
+    int64_t steps; /* begun so far, the same on every rank: each step's collectives carry it */
     /* the walk in progress */
     bool in_step;    /* it reached one of our parameters: a data-parallel step */
     int next_bucket; /* buckets are all-reduced in order: the next one to queue */

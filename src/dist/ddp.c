@@ -129,6 +129,7 @@ static void begin_step(kiln_ddp *d, kiln_grads *gs) {
     KILN__OP_BEGIN("kiln_backward (kiln_ddp)");
     kiln__ddp_steps_give_up(d);
     d->in_step = true;
+    d->steps++;
     d->step = kiln__ddp_step_begin(&c, d);
     if (d->step && gs) {
         if (kiln__grads_mark_late(gs, &kiln__ddp_step_sync, d->step)) d->step->refs++;
@@ -154,7 +155,9 @@ static void on_leaf_final(void *ctx, kiln_grads *gs, const kiln__ad_leaf *leaf) 
     if (!p) return;
     if (!d->in_step) begin_step(d, gs);
     mark_ready(d, p);
+    int64_t outer = kiln__dist_tag(d->steps);
     launch_ready(d, gs);
+    kiln__dist_tag(outer);
 }
 
 /* Adds this walk's gradients to what no_sync accumulated (the container keeps its own). */
@@ -225,6 +228,7 @@ static void on_walk_done(void *ctx, kiln_grads *gs, bool ok) {
     }
     if (!d->in_step && ok) return; /* none of our parameters in this walk: not a step */
     if (!d->in_step) begin_step(d, gs);
+    int64_t outer = kiln__dist_tag(d->steps);
     bool failed = !ok || d->accum_error;
     for (int i = 0; i < d->n_params && !failed; i++) mark_ready(d, &d->params[i]);
     if (failed)
@@ -237,6 +241,7 @@ static void on_walk_done(void *ctx, kiln_grads *gs, bool ok) {
         kiln__ddp_step_vote(d->step, &c, false);
         kiln__error_unref(c.err);
     }
+    kiln__dist_tag(outer);
     /* the walk is over */
     for (int i = 0; i < d->n_params; i++) d->params[i].ready = false;
     for (int i = 0; i < d->n_buckets; i++) d->buckets[i].ready = 0;

@@ -17,6 +17,7 @@ ddp_step *kiln__ddp_step_begin(kiln__opctx *c, struct kiln_ddp *d) {
         return NULL;
     }
     s->d = d;
+    s->number = d->steps;
     s->refs = 2; /* the wrapper's list of unvoted steps, and the walk until it ends */
     ddp_step **tail = &d->unvoted;
     while (*tail) tail = &(*tail)->next;
@@ -104,6 +105,7 @@ void kiln__ddp_step_vote(ddp_step *s, kiln__opctx *c, bool ok) {
         s->d = NULL;
     }
     if (kiln__dist_size() > 1) {
+        int64_t outer = s ? kiln__dist_tag(s->number) : 0; /* (no step: the caller's tag) */
         int64_t one_shape[1] = {1};
         kiln__tensor *yes = ok ? kiln__t_fill(c, KILN_CPU, KILN_F32, 1, one_shape, 1.0) : NULL;
         kiln__tensor *all = kiln__dist_all_reduce_sized(c, yes, 1, KILN_F32);
@@ -112,6 +114,7 @@ void kiln__ddp_step_vote(ddp_step *s, kiln__opctx *c, bool ok) {
                 c->err = kiln__earliest_error(atomic_load(&all->storage->err));
         }
         kiln__tensor_release(all);
+        if (s) kiln__dist_tag(outer);
     }
     if (s) kiln__ddp_step_unref(s); /* the list's reference */
 }
