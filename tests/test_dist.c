@@ -1,10 +1,12 @@
 /* Collectives (kiln/dist.h) on every dtype and odd sizes, against the same reduction computed
  * here from every rank's known inputs; non-dense and kept (ref'd) inputs; dispatch errors; a
  * rank whose input was poisoned makes the collective fail on its peers with a message naming
- * it, and the next collective works again. Run alone (a world of one: copies) and under
+ * it, and the next collective works again; different collectives paired across ranks fail on
+ * every rank. Run alone (a world of one: copies) and under
  * `mpirun -np 2` / `-np 3` (tests/CMakeLists.txt). */
 #include <kiln.h>
 
+#include "dist/dist-impl.h"
 #include "engine/engine-impl.h"
 #include "kiln_test.h"
 #include "dist_util.h"
@@ -173,6 +175,29 @@ KT_TEST(poisoned_rank_fails_the_collective_everywhere) {
     KT_CHECK(got[8] == (float)world);
 }
 
+/* Rank 0's collective paired with a different one on the others (another kind and size, or the
+ * same all-reduce under another tag, as a data-parallel step one rank skipped) fails on every
+ * rank instead of mixing their data; the next collectives are in step again and work. */
+KT_TEST(different_collectives_fail_everywhere) {
+    if (world == 1) return; /* (nothing to pair) */
+    float got[3 * 3];
+    kiln_tensor t = kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(3));
+    kiln_status st = rank == 0 ? kiln_into_data(kiln_dist_all_reduce(t, KILN_DIST_SUM), got, sizeof(float) * 3)
+                               : kiln_into_data(kiln_dist_all_gather(t), got, sizeof(float) * 3 * (size_t)world);
+    KT_CHECK_MSG(st == KILN_ERR_KERNEL && strstr(kiln_last_error(), "different collectives"), "rank %d: %s", rank,
+                 kiln_last_error());
+    int64_t outer = kiln__dist_tag(rank == 0 ? 7 : 8);
+    st = kiln_into_data(kiln_dist_all_reduce(kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(3)), KILN_DIST_SUM), got,
+                        sizeof(float) * 3);
+    kiln__dist_tag(outer);
+    KT_CHECK_MSG(st == KILN_ERR_KERNEL && strstr(kiln_last_error(), "different collectives"), "rank %d: %s", rank,
+                 kiln_last_error());
+    kiln_sync(); /* (the failures, already reported) */
+    KT_CHECK(kiln_into_data(kiln_dist_all_reduce(kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(3)), KILN_DIST_SUM), got,
+                            sizeof(float) * 3) == KILN_OK);
+    KT_CHECK(got[0] == (float)world && got[2] == (float)world);
+}
+
 KT_TEST(barrier) {
     KT_CHECK(kiln_dist_barrier() == KILN_OK);
     KT_CHECK(kiln_sync() == KILN_OK);
@@ -188,6 +213,7 @@ int main(void) {
     KT_RUN(non_dense_input);
     KT_RUN(dispatch_errors_name_the_call);
     KT_RUN(poisoned_rank_fails_the_collective_everywhere);
+    KT_RUN(different_collectives_fail_everywhere);
     KT_RUN(barrier);
     return kt_dist_end();
 }

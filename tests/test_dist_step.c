@@ -91,7 +91,7 @@ KT_TEST(early_step_same_as_in_place) {
         kiln_optimizer *oa = make_opt(a, (kind)k), *ob = make_opt(b, (kind)k);
         for (int s = 0; s < 3; s++) {
             kiln_grads *ga = grads_of(a, s), *gb = grads_of(b, s);
-            kiln__grads_mark_late(gb, NULL);
+            kiln__grads_mark_late(gb, NULL, NULL);
             KT_CHECK(kiln_optimizer_step(oa, ga) == KILN_OK);
             KT_CHECK(kiln_optimizer_step(ob, gb) == KILN_OK);
             kiln_grads_free(ga);
@@ -132,7 +132,7 @@ KT_TEST(failed_kernel_in_early_step_changes_nothing) {
     long before_len, after_len;
     char *before = checkpoint_bytes(m, opt, &before_len);
     g = grads_of(m, 1);
-    kiln__grads_mark_late(g, NULL);
+    kiln__grads_mark_late(g, NULL, NULL);
     KT_CHECK(kiln_sync() == KILN_OK);
     /* the first kernel the step runs fails: a copy or an update, of any parameter */
     kiln__debug_fail_next_kernel("kiln_optimizer_step");

@@ -15,7 +15,9 @@
  *   kiln_dist_finalize();
  *
  * A peer that fails before a collective (its input was poisoned) makes that collective fail on
- * every rank with a message naming the failed rank. A peer that stops (crashed, hung) leaves the
+ * every rank with a message naming the failed rank; every collective also checks that the
+ * ranks are at the same collective (a count of them), and fails on every rank rather than pair
+ * different ones. A peer that stops (crashed, hung) leaves the
  * others blocked: after the timeout (kiln_dist_set_timeout, KILN_DIST_TIMEOUT seconds, default
  * 300) a watchdog prints what was waiting (op, rank, file:line) and aborts the whole job with a
  * non-zero exit status, never hangs. */
@@ -60,17 +62,48 @@ typedef struct {
     int64_t bucket_bytes; /* gradients per all-reduce; default (and when left 0) 25 MB */
 } kiln_ddp_options;
 KILN_API kiln_ddp_options kiln_ddp_defaults(void); /* KILN_DDP_BUCKET_KB overrides the size */
-/* Broadcasts the model's parameters and buffers from rank 0, groups the trainable parameters
- * into buckets (in reverse order, as backward produces their gradients) and hooks backward:
- * once a bucket's gradients are final, one all-reduce (mean) of the bucket is queued and the
- * gradients in the kiln_grads become views of its result, so reading one waits for its own
- * bucket only. kiln_optimizer_step on those gradients starts each parameter's update as soon
- * as its own bucket is all-reduced (into copies of the parameter and its state) and commits
- * them all once every bucket succeeded and every rank's updates did (one more one-value
- * all-reduce, after the updates): a failed bucket, or a step that failed on one rank alone,
- * leaves every parameter and the optimizer's state unchanged, on every rank. The step returns
- * once the updates have run. The model must outlive it. NULL on error. */
+/* Checks that every rank passes the same model (the count, names, kinds, dtypes and shapes of
+ * its parameters and buffers, in order; on a difference every rank fails at once naming the
+ * first, e.g. "entry 2: rank 0 has '2.weight' (parameter f32 [3, 5]), rank 1 has '2.weight'
+ * (parameter f32 [4, 5])"), broadcasts rank 0's parameters and buffers, groups the trainable
+ * parameters into buckets (in reverse order, as backward produces their gradients) and hooks
+ * backward. Every backward that reaches the model's parameters is a step, and in every step
+ * every rank all-reduces (mean) the same buckets in the same order: a bucket is queued once its
+ * gradients are final and the buckets before it are queued (so the all-reduces overlap
+ * backward); a parameter this rank's graph did not reach (a branch taken on another rank) adds
+ * zeros and still gets the averaged gradient, so every rank applies the same update (one no
+ * rank reached gets zeros: PyTorch would leave it without a gradient). The gradients in the
+ * kiln_grads become views of the buckets' results, so reading one waits for its own bucket
+ * only. kiln_optimizer_step on those gradients starts each parameter's update as soon as its
+ * own bucket is all-reduced (into copies of the parameter and its state) and commits them all
+ * once every bucket succeeded and every rank voted that its updates did (one more one-value
+ * all-reduce, after the updates); the module's buffers (batch-norm running statistics) are
+ * then set to rank 0's, as PyTorch's DDP broadcasts them at each step. A step that fails on one
+ * rank fails on every rank, naming it, and changes nothing anywhere (parameters, optimizer
+ * state, buffers): a poisoned loss or a failed kiln_backward on that rank (whether the program
+ * then skips the batch, calls kiln_optimizer_step anyway or returns), a failed update, or
+ * gradients freed without a step. A later backward of the model gives up a step whose
+ * gradients were neither stepped nor freed. So the ranks' collectives never pair different
+ * steps, as long as every rank calls kiln_backward the same number of times. One wrapper per
+ * backward; the model must outlive the wrapper. NULL on error. */
 KILN_API kiln_ddp *kiln_ddp_new(kiln_module *model, kiln_ddp_options o);
+/* Gradient accumulation without an all-reduce per micro-batch (PyTorch's no_sync): between
+ * begin and end, backward communicates nothing and the wrapper adds this rank's gradients up
+ * (the containers still hold each micro-batch's own, local gradients: free them, do not step);
+ * the first backward after end adds the sum into its buckets, so its gradients are the mean over
+ * the ranks of each rank's sum over its micro-batches, as one large batch would give (scale
+ * each micro-batch's loss by 1 / micro-batches for the mean). A backward that failed inside
+ * makes that step fail on every rank; a failed step drops what was accumulated.
+ *
+ *   kiln_ddp_no_sync_begin(ddp);
+ *   for (int m = 0; m < M - 1; m++) { kiln_backward(loss_of(m), &g); kiln_grads_free(g); }
+ *   kiln_ddp_no_sync_end(ddp);
+ *   kiln_backward(loss_of(M - 1), &g);  // one all-reduce per bucket, of all M micro-batches
+ *   kiln_optimizer_step(opt, g);
+ *
+ * KILN_ERR_INVALID_ARGUMENT: begin inside begin, end without begin. */
+KILN_API kiln_status kiln_ddp_no_sync_begin(kiln_ddp *d);
+KILN_API kiln_status kiln_ddp_no_sync_end(kiln_ddp *d);
 KILN_API int kiln_ddp_num_buckets(const kiln_ddp *d);
 KILN_API void kiln_ddp_free(kiln_ddp *d);
 
@@ -89,6 +122,8 @@ KILN_API kiln_status kiln_dist_checkpoint_load(const char *path, kiln_module *mo
     X(kiln_tensor, dist_broadcast, (kiln_tensor t, int root), (t, root)) \
     X(kiln_tensor, dist_all_gather, (kiln_tensor t), (t)) \
     X(kiln_ddp *, ddp_new, (kiln_module *model, kiln_ddp_options o), (model, o)) \
+    X(kiln_status, ddp_no_sync_begin, (kiln_ddp *d), (d)) \
+    X(kiln_status, ddp_no_sync_end, (kiln_ddp *d), (d)) \
     X(kiln_status, dist_checkpoint_save, (const char *path, kiln_module *model, kiln_optimizer *opt), (path, model, opt)) \
     X(kiln_status, dist_checkpoint_load, (const char *path, kiln_module *model, kiln_optimizer *opt), (path, model, opt))
 KILN_DIST_API(KILN__AT_DECLARE)
@@ -99,6 +134,8 @@ KILN_DIST_API(KILN__AT_DECLARE)
 #define kiln_dist_broadcast(...) KILN__AT(dist_broadcast, __VA_ARGS__)
 #define kiln_dist_all_gather(...) KILN__AT(dist_all_gather, __VA_ARGS__)
 #define kiln_ddp_new(...) KILN__AT(ddp_new, __VA_ARGS__)
+#define kiln_ddp_no_sync_begin(...) KILN__AT(ddp_no_sync_begin, __VA_ARGS__)
+#define kiln_ddp_no_sync_end(...) KILN__AT(ddp_no_sync_end, __VA_ARGS__)
 #define kiln_dist_checkpoint_save(...) KILN__AT(dist_checkpoint_save, __VA_ARGS__)
 #define kiln_dist_checkpoint_load(...) KILN__AT(dist_checkpoint_load, __VA_ARGS__)
 #endif

@@ -82,19 +82,30 @@ kiln__tensor **kiln__grads_slot(kiln_grads *grads, const kiln__ad_leaf *leaf);
 /* Marks a container whose gradients a higher layer replaced by results of queued collectives
  * (dist's data-parallel all-reduces), which finish at different times: kiln_optimizer_step then
  * starts each parameter's update as soon as its own gradient is ready (and commits them all
- * once every gradient succeeded) instead of waiting for every gradient first. `agree` (may be
- * NULL) is how the processes sharing the step agree before it commits: the step calls it once
- * its own updates are known to have succeeded or not (c's error), on every path, and it sets
- * c's error when any of them failed, so all commit or none does. */
-typedef void (*kiln__grads_agree_fn)(kiln__opctx *c);
-void kiln__grads_mark_late(kiln_grads *grads, kiln__grads_agree_fn agree);
+ * once every gradient succeeded) instead of waiting for every gradient first. `sync` (may be
+ * NULL; up to 8 per container, kept in order) is how the processes sharing the step agree:
+ * agree(ctx, c) runs once from the step, when its own updates are known to have succeeded or
+ * not (c's error), on every path, and sets c's error when any process failed, so all commit or
+ * none does; release(ctx) runs when the container is freed (a step never taken still has to
+ * tell the peers). False (nothing marked) when 8 are registered. */
+typedef struct kiln__grads_sync {
+    void (*agree)(void *ctx, kiln__opctx *c);
+    void (*release)(void *ctx);
+} kiln__grads_sync;
+bool kiln__grads_mark_late(kiln_grads *grads, const kiln__grads_sync *sync, void *ctx);
 bool kiln__grads_late(const kiln_grads *grads);
-kiln__grads_agree_fn kiln__grads_agree(const kiln_grads *grads);
+/* Runs every registered agree, in order (kiln_optimizer_step's early path). */
+void kiln__grads_agree(kiln_grads *grads, kiln__opctx *c);
+/* Whether this walk's graph reaches leaf (a gradient is or will be in the container). */
+bool kiln__grads_expects(const kiln_grads *grads, const kiln__ad_leaf *leaf);
+/* Puts g (consumed) as leaf's gradient, replacing any; false + c's error on out of memory. */
+bool kiln__grads_put(kiln__opctx *c, kiln_grads *grads, kiln__ad_leaf *leaf, kiln__tensor *g);
 
 /* Backward hooks, registered by a higher layer (dist's data-parallel wrapper). During every
  * backward walk, leaf_final(ctx, grads, leaf) runs on the walking thread once the leaf's
  * gradient in grads is complete (every op adding to it is queued), and walk_done(ctx, grads,
- * ok) once the walk ends (ok false: it failed, and grads is freed next). Add returns false when
+ * ok) once the walk ends (ok false: it failed, and grads is freed next; grads NULL: the call
+ * failed before it could walk, e.g. on a poisoned loss). Add returns false when
  * 8 are registered already; remove takes the ctx given. */
 typedef struct kiln__ad_backward_hooks {
     void (*leaf_final)(void *ctx, kiln_grads *grads, const kiln__ad_leaf *leaf);

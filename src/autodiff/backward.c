@@ -53,7 +53,11 @@ struct kiln_grads {
     size_t n, cap;
     kiln__site made;             /* the backward call, for the leak check */
     bool late;                   /* some gradients are still being computed by collectives */
-    kiln__grads_agree_fn agree;  /* (late) how the step's processes agree before committing */
+    int n_syncs;                 /* (late) how the step's processes agree before committing */
+    struct {
+        const kiln__grads_sync *fn;
+        void *ctx;
+    } syncs[MAX_HOOKS];
     kiln_grads *prev, *next;     /* every live container */
 };
 
@@ -234,12 +238,21 @@ static void count_leaf_deliveries(kiln__opctx *c, kiln_grads *gs, const node_sta
     }
 }
 
+/* A backward call that failed before it could walk (a poisoned loss, a bad argument): the
+ * hooks still hear of it, so data parallelism's peers are told rather than left waiting. */
+static void hooks_failed_before_walk(void) {
+    kiln__ad_backward_hooks hv[MAX_HOOKS];
+    int nh = hooks_snapshot(hv);
+    for (int i = 0; i < nh; i++) hv[i].walk_done(hv[i].ctx, NULL, false);
+}
+
 static kiln_status run_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor *seed, kiln_grads **out) {
     kiln__ad_meta *m = root->autodiff;
     kiln_grads *gs = grads_new();
     if (!gs) {
         kiln__drop(2, root, seed);
         kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the gradients container");
+        hooks_failed_before_walk();
         return c->err->status;
     }
     kiln__ad_backward_hooks hv[MAX_HOOKS];
@@ -334,6 +347,7 @@ static kiln_status backward_common(kiln__opctx *c, kiln_tensor root_h, kiln_tens
     }
     if (c->err) {
         kiln__drop(2, root, seed);
+        hooks_failed_before_walk();
     } else {
         if (!seed) seed = kiln__t_fill(c, root->device, root->dtype, root->ndim, root->shape, 1.0);
         else seed = kiln__t_cast(c, seed, root->dtype);
@@ -343,6 +357,7 @@ static kiln_status backward_common(kiln__opctx *c, kiln_tensor root_h, kiln_tens
             run_backward(c, root, seed, out);
         } else {
             kiln__tensor_release(root);
+            hooks_failed_before_walk();
         }
     }
     if (!c->err) return KILN_OK;
@@ -371,6 +386,7 @@ kiln_status kiln_backward_value(kiln_tensor loss, kiln_grads **out, double *valu
     kiln__tensor *t = kiln__handle_peek(loss, c.name, &err);
     if (!t) {
         if (out) *out = NULL;
+        hooks_failed_before_walk();
         kiln_status st = kiln__error_report(err);
         kiln__error_unref(err);
         return st;
@@ -415,12 +431,34 @@ kiln__tensor **kiln__grads_slot(kiln_grads *gs, const kiln__ad_leaf *leaf) {
     return e && e->grad ? &e->grad : NULL;
 }
 
-void kiln__grads_mark_late(kiln_grads *gs, kiln__grads_agree_fn agree) {
-    if (gs) gs->late = true, gs->agree = agree;
+bool kiln__grads_mark_late(kiln_grads *gs, const kiln__grads_sync *sync, void *ctx) {
+    if (!gs) return false;
+    if (sync) {
+        if (gs->n_syncs == MAX_HOOKS) return false;
+        gs->syncs[gs->n_syncs].fn = sync;
+        gs->syncs[gs->n_syncs++].ctx = ctx;
+    }
+    gs->late = true;
+    return true;
 }
 
 bool kiln__grads_late(const kiln_grads *gs) { return gs && gs->late; }
-kiln__grads_agree_fn kiln__grads_agree(const kiln_grads *gs) { return gs ? gs->agree : NULL; }
+
+void kiln__grads_agree(kiln_grads *gs, kiln__opctx *c) {
+    for (int i = 0; gs && i < gs->n_syncs; i++) gs->syncs[i].fn->agree(gs->syncs[i].ctx, c);
+}
+
+bool kiln__grads_expects(const kiln_grads *gs, const kiln__ad_leaf *leaf) {
+    return gs && leaf && find_entry((kiln_grads *)gs, leaf) != NULL;
+}
+
+bool kiln__grads_put(kiln__opctx *c, kiln_grads *gs, kiln__ad_leaf *leaf, kiln__tensor *g) {
+    grad_entry *e = entry_for(c, gs, leaf);
+    if (!e) return kiln__tensor_release(g), false;
+    kiln__tensor_release(e->grad);
+    e->grad = g;
+    return true;
+}
 
 size_t kiln_grads_count(const kiln_grads *gs) {
     size_t n = 0;
@@ -430,6 +468,7 @@ size_t kiln_grads_count(const kiln_grads *gs) {
 
 void kiln_grads_free(kiln_grads *gs) {
     if (!gs) return;
+    for (int i = 0; i < gs->n_syncs; i++) gs->syncs[i].fn->release(gs->syncs[i].ctx);
     for (size_t i = 0; i < gs->n; i++) {
         kiln__tensor_release(gs->entries[i].grad);
         kiln__ad_leaf *l = gs->entries[i].leaf;

@@ -18,6 +18,12 @@ kiln__tensor *kiln__dist_collective(kiln__opctx *c, kiln__opcode code, kiln__ten
  * agreement then travels beside the data, one round trip instead of two. */
 kiln__tensor *kiln__dist_all_reduce_sized(kiln__opctx *c, kiln__tensor *t, int64_t n, kiln_dtype dtype);
 
+/* Sets the tag of the collectives this thread queues from now on (0 by default; data
+ * parallelism tags each step's with the step's number) and returns the one before. The ranks
+ * check that paired collectives have the same kind, size, dtype and tag, and fail them on every
+ * rank if not. */
+int64_t kiln__dist_tag(int64_t tag);
+
 /* Test hooks on this rank's collectives, counted in the order they run from the call on: the
  * one after `skip` more sleeps ms before it communicates (a slow all-reduce, to make an
  * overlap test deterministic); the one after `skip` more fails here, as an injected error,

@@ -188,6 +188,15 @@ void kiln_dist_set_timeout(double seconds) {
 
 /* ---- queuing ------------------------------------------------------------------------------- */
 
+/* The tag of the collectives this thread queues (kiln__dist_tag). */
+static _Thread_local int64_t queue_tag;
+
+int64_t kiln__dist_tag(int64_t tag) {
+    int64_t old = queue_tag;
+    queue_tag = tag;
+    return old;
+}
+
 /* The op of a collective that failed at dispatch on this rank: it takes part in the agreement
  * only, so the peers learn of the failure instead of waiting for data. */
 static void submit_failed(kiln__opctx *c, kiln__opcode code, const int64_t sized[2]) {
@@ -199,6 +208,7 @@ static void submit_failed(kiln__opctx *c, kiln__opcode code, const int64_t sized
     op.p.i[3] = 1;
     op.pi[0] = sized ? sized[0] : -1;
     op.pi[1] = sized ? sized[1] : 0;
+    op.pi[2] = queue_tag;
     kiln__submit(&op);
 }
 
@@ -267,6 +277,7 @@ static kiln__tensor *collective(kiln__opctx *c, kiln__opcode code, kiln__tensor 
     op.p.i[0] = param;
     op.pi[0] = sized ? sized[0] : -1;
     op.pi[1] = sized ? sized[1] : 0;
+    op.pi[2] = queue_tag;
     op.in[0] = kiln__view_of(t);
     op.out[0] = kiln__view_of(out);
     op.out[1] = kiln__view_of(dist.token);
@@ -307,6 +318,7 @@ kiln_status kiln_dist_barrier(void) {
             kiln__op_init(&op, KILN__OP_BARRIER, c.name);
             op.out[0] = kiln__view_of(done);
             op.out[1] = kiln__view_of(dist.token);
+            op.pi[2] = queue_tag;
             op.n_out = 2;
             kiln__submit(&op);
             kiln_status st = kiln__wait_storage(done->storage);
@@ -496,6 +508,36 @@ static kiln_status all_gather(const kiln__op *op) {
 #endif
 }
 
+/* Every collective's agreement is the MIN of three words: the rank if it failed before the
+ * collective (else the largest), and a signature of the collective (its kind, element count,
+ * dtype and tag: a data-parallel step's number) and its negation, which a rank that failed
+ * leaves out (the largest); so the ranks also learn whether they are at the same collective (a
+ * program that skipped or added one on some rank, or a data-parallel step that one rank skipped:
+ * failing it on every rank beats pairing different collectives' data). */
+#if KILN_HAVE_MPI
+static void agreement_begin(int64_t v[3], const kiln__op *op, bool failed_here) {
+    v[0] = failed_here ? dist.rank : INT64_MAX;
+    v[1] = v[2] = INT64_MAX;
+    if (failed_here) return;
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over the words */
+    int64_t words[4] = {op->code, kiln__view_numel(&op->out[0]), op->out[0].dtype, op->pi[2]};
+    for (int i = 0; i < 4; i++) h = (h ^ (uint64_t)words[i]) * 1099511628211ull;
+    v[1] = (int64_t)(h >> 2); /* (positive, so its negation is too) */
+    v[2] = -v[1];
+}
+
+static kiln_status agreement_end(const int64_t v[3], int *failed_rank) {
+    if (v[1] != INT64_MAX && v[1] != -v[2]) {
+        kiln__kernel_error("rank %d of %d: the ranks are at different collectives (another kind, size or dtype, or "
+                           "another data-parallel step): some rank skipped or added one, so none of them is valid",
+                           dist.rank, dist.size);
+        return KILN_ERR_KERNEL;
+    }
+    if (v[0] != INT64_MAX) *failed_rank = (int)v[0];
+    return KILN_OK;
+}
+#endif
+
 /* A sized all-reduce (sized_ok): the failure agreement's MIN and the data's SUM start together
  * and are waited for together, one round trip where agree() then all_reduce() take two, which
  * is most of a small bucket's time when the ranks share busy cores. A rank that failed still
@@ -520,9 +562,10 @@ static kiln_status reduce_sized(const kiln__op *op, bool failed_here, int *faile
         if (buf != src) memcpy(buf, src, (size_t)n * es);
     }
     MPI_Datatype type = native_sum_type(dt);
-    int v = failed_here ? dist.rank : INT_MAX;
+    int64_t v[3];
+    agreement_begin(v, op, failed_here);
     MPI_Request reqs[2];
-    kiln_status st = mpi_check(MPI_Iallreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &reqs[0]),
+    kiln_status st = mpi_check(MPI_Iallreduce(MPI_IN_PLACE, v, 3, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD, &reqs[0]),
                                "MPI_Iallreduce");
     if (st == KILN_OK) {
         int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, type, MPI_SUM, MPI_COMM_WORLD, &reqs[1]);
@@ -531,8 +574,8 @@ static kiln_status reduce_sized(const kiln__op *op, bool failed_here, int *faile
     }
     free(scratch);
     if (st != KILN_OK) return st;
-    if (v != INT_MAX) *failed_rank = v;
-    else if (op->p.i[0] == KILN_DIST_MEAN) scale(buf, n, dt, 1.0 / dist.size);
+    if ((st = agreement_end(v, failed_rank)) != KILN_OK) return st;
+    if (*failed_rank < 0 && op->p.i[0] == KILN_DIST_MEAN) scale(buf, n, dt, 1.0 / dist.size);
     return KILN_OK;
 #else
     (void)op;
@@ -541,17 +584,18 @@ static kiln_status reduce_sized(const kiln__op *op, bool failed_here, int *faile
 }
 
 /* Agrees with the peers on the lowest rank that failed before this collective (-1: none). */
-static kiln_status agree(bool failed_here, int *failed_rank) {
+static kiln_status agree(const kiln__op *op, bool failed_here, int *failed_rank) {
     *failed_rank = failed_here ? dist.rank : -1;
     if (dist.size == 1) return KILN_OK;
 #if KILN_HAVE_MPI
-    int v = failed_here ? dist.rank : INT_MAX;
+    int64_t v[3];
+    agreement_begin(v, op, failed_here);
     MPI_Request req;
-    kiln_status st = mpi_wait(MPI_Iallreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD, &req), &req,
+    kiln_status st = mpi_wait(MPI_Iallreduce(MPI_IN_PLACE, v, 3, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD, &req), &req,
                               "MPI_Iallreduce");
-    if (st == KILN_OK && v != INT_MAX) *failed_rank = v;
-    return st;
+    return st == KILN_OK ? agreement_end(v, failed_rank) : st;
 #else
+    (void)op;
     return KILN_ERR_INTERNAL;
 #endif
 }
@@ -616,7 +660,7 @@ static kiln_status comm_kernel(const kiln__op *op) {
     }
     int failed_rank;
     bool sized = op->code == KILN__OP_ALL_REDUCE && op->pi[0] >= 0 && dist.size > 1;
-    kiln_status st = sized ? reduce_sized(op, failed_here, &failed_rank) : agree(failed_here, &failed_rank);
+    kiln_status st = sized ? reduce_sized(op, failed_here, &failed_rank) : agree(op, failed_here, &failed_rank);
     if (st == KILN_OK && injected) {
         kiln__kernel_error("rank %d of %d: injected failure (a test hook)", dist.rank, dist.size);
         st = KILN_ERR_KERNEL;

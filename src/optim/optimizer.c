@@ -363,7 +363,7 @@ static kiln__tensor *copy_of(kiln__opctx *c, const kiln__tensor *t) {
  * takes the new state tensors (a swap); otherwise the copies are dropped and the parameters, the
  * state and the step counts are as before. Same kernels, same order of arithmetic: the same
  * values as updating in place. */
-static void step_early(kiln__opctx *c, kiln_optimizer *opt, update *ups, int n_state, kiln__grads_agree_fn agree) {
+static void step_early(kiln__opctx *c, kiln_optimizer *opt, update *ups, int n_state, kiln_grads *g) {
     /* (a) */
     for (int i = 0; i < opt->n_params && !c->err; i++) {
         if (!ups[i].grad) continue;
@@ -389,7 +389,7 @@ static void step_early(kiln__opctx *c, kiln_optimizer *opt, update *ups, int n_s
                 c->err = kiln__earliest_error(atomic_load(&t->storage->err));
         }
     }
-    if (agree) agree(c); /* (also when this process failed: its peers wait for its word) */
+    kiln__grads_agree(g, c); /* (also when this process failed: its peers wait for its word) */
     /* (c) nothing below can fail at dispatch: the copies above ran on the same devices */
     for (int i = 0; i < opt->n_params; i++) {
         kiln__optim_param *p = &opt->params[i];
@@ -441,7 +441,7 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
             kiln__fail(&c, KILN_ERR_UNSUPPORTED, "%s has no %s update kernel", kiln_device_name(param->device), opt->type);
     }
     if (early) {
-        step_early(&c, opt, ups, n_state, kiln__grads_agree(g)); /* (a failed check: it agrees, then drops) */
+        step_early(&c, opt, ups, n_state, g); /* (a failed check: it agrees, then drops) */
         for (int i = 0; i < opt->n_params; i++) kiln__tensor_release(ups[i].grad);
         free(ups);
         if (!c.err) opt->steps++;
