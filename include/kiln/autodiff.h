@@ -63,6 +63,32 @@ KILN_API void kiln_no_grad_begin(void);
 KILN_API void kiln_no_grad_end(void);
 KILN_API bool kiln_grad_enabled(void);
 
+/* ---- checkpointed regions (torch.utils.checkpoint) ---------------------------------------
+ * A region's function runs untracked in the forward pass, so none of its intermediate results
+ * are kept for backward; the backward pass runs it again, recording, to get them. Memory for
+ * compute: a model split into k regions keeps about 1/k of its activations.
+ *
+ *   static kiln_tensor block(void *ctx, int n, kiln_tensor *in) {     // consumes in[0..n)
+ *       kiln_module *layer = ctx;
+ *       return kiln_gelu(kiln_module_forward(layer, in[0]));
+ *   }
+ *   ...
+ *   kiln_tensor x = ...;                                // tracked or not
+ *   x = kiln_checkpoint(block, layer, 1, &x);           // consumes x; ctx must outlive backward
+ *   kiln_status st = kiln_backward(kiln_sum(x), &g);    // block runs again here
+ *
+ * fn takes owned handles to the inputs (untracked views in the forward pass, tracked in the
+ * recomputation) and returns one tensor (owned). It must compute the same thing both times:
+ * random calls inside (a generator's draws, dropout modules) replay the seeds the forward pass
+ * drew, and a recomputed output of another shape is an error of the backward pass naming the
+ * kiln_checkpoint line; an op that fails inside it is reported once, with its own line. The
+ * parameters fn reads through ctx get their gradients as if fn ran tracked. Regions nest. With
+ * grad mode off it is a plain call. Consumes inputs[0..n_inputs), n_inputs at most
+ * KILN_CHECKPOINT_MAX_INPUTS. */
+#define KILN_CHECKPOINT_MAX_INPUTS 16
+typedef kiln_tensor (*kiln_checkpoint_fn)(void *ctx, int n_inputs, kiln_tensor *inputs);
+KILN_API kiln_tensor kiln_checkpoint(kiln_checkpoint_fn fn, void *ctx, int n_inputs, kiln_tensor *inputs);
+
 /* ---- call sites ------------------------------------------------------------------------- */
 /* The calls that record the caller's file:line, as in core.h's list. */
 #define KILN_AUTODIFF_API(X) \
@@ -72,7 +98,8 @@ KILN_API bool kiln_grad_enabled(void);
     X(kiln_status, backward, (kiln_tensor loss, kiln_grads **out), (loss, out)) \
     X(kiln_status, backward_value, (kiln_tensor loss, kiln_grads **out, double *value), (loss, out, value)) \
     X(kiln_status, backward_seed, (kiln_tensor root, kiln_tensor seed, kiln_grads **out), (root, seed, out)) \
-    X(kiln_tensor, grad, (kiln_grads *grads, kiln_tensor t), (grads, t))
+    X(kiln_tensor, grad, (kiln_grads *grads, kiln_tensor t), (grads, t)) \
+    X(kiln_tensor, checkpoint, (kiln_checkpoint_fn fn, void *ctx, int n_inputs, kiln_tensor *inputs), (fn, ctx, n_inputs, inputs))
 KILN_AUTODIFF_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -84,6 +111,7 @@ KILN_AUTODIFF_API(KILN__AT_DECLARE)
 #define kiln_backward_value(...) KILN__AT(backward_value, __VA_ARGS__)
 #define kiln_backward_seed(...) KILN__AT(backward_seed, __VA_ARGS__)
 #define kiln_grad(...) KILN__AT(grad, __VA_ARGS__)
+#define kiln_checkpoint(...) KILN__AT(checkpoint, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

@@ -26,6 +26,10 @@ typedef struct kiln_module kiln_module;
 KILN_API kiln_tensor kiln_module_forward(kiln_module *m, kiln_tensor x);
 /* Training mode (dropout active, batch norm uses and updates batch statistics) or eval. */
 KILN_API void kiln_module_train(kiln_module *m, bool training);
+/* Checkpointing (kiln_checkpoint in autodiff.h) of m's forward: its activations are not kept
+ * for backward but recomputed there. Freeing m before that backward makes the backward fail
+ * with an error naming where m was freed. KILN_ERR_NULL for a NULL m. */
+KILN_API kiln_status kiln_module_set_checkpoint(kiln_module *m, bool on);
 KILN_API bool kiln_module_is_training(const kiln_module *m);
 /* Moves every parameter and buffer of m and its children to dev (each a queued copy; the
  * handles the module owns are replaced, so take kiln_module_param handles and build the

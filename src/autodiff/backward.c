@@ -165,6 +165,9 @@ static kiln__tensor *fit_to_slot(kiln__opctx *c, const kiln__ad_slot *s, kiln__t
 /* Drops what the node holds for backward; the node itself lives while tensors point to it. */
 static void consume_node(kiln__ad_node *n) {
     n->consumed = true;
+    if (n->ext_free) n->ext_free(n->ext);
+    n->ext = NULL;
+    n->ext_free = NULL;
     for (int i = 0; i < KILN__AD_MAX_SAVED; i++) {
         kiln__tensor_release(n->saved[i]);
         n->saved[i] = NULL;
@@ -193,9 +196,24 @@ static bool push(node_stack *s, kiln__ad_node *n) {
     return true;
 }
 
+/* Where a region's walk stops (kiln__ad_region_backward): nodes outside the region, whose
+ * gradients are collected for the enclosing walk. NULL for a whole backward pass. */
+typedef struct {
+    int n;
+    kiln__ad_node *const *nodes;
+    kiln__tensor **grads;
+} walk_edge;
+
+static int edge_index(const walk_edge *e, const kiln__ad_node *p) {
+    if (e)
+        for (int k = 0; k < e->n; k++)
+            if (e->nodes[k] == p) return k;
+    return -1;
+}
+
 /* Counts, for every node reachable from root, how many of its consumers are in the graph;
  * takes a walk reference on each. */
-static bool count_consumers(kiln__ad_node *root, node_stack *all) {
+static bool count_consumers(kiln__ad_node *root, node_stack *all, const walk_edge *edge) {
     uint64_t epoch = atomic_fetch_add(&visit_epoch, 1) + 1;
     node_stack todo = {0};
     bool ok = push(&todo, root) && push(all, root);
@@ -206,7 +224,7 @@ static bool count_consumers(kiln__ad_node *root, node_stack *all) {
         kiln__ad_node *n = todo.v[--todo.n];
         for (int i = 0; i < n->n_slots; i++) {
             kiln__ad_node *p = n->slots[i].node;
-            if (!p) continue;
+            if (!p || edge_index(edge, p) >= 0) continue;
             if (p->visit != epoch) {
                 p->visit = epoch;
                 p->pending = 0;
@@ -234,7 +252,8 @@ static void count_leaf_deliveries(kiln__opctx *c, kiln_grads *gs, const node_sta
     }
 }
 
-static kiln_status run_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor *seed, kiln_grads **out) {
+static kiln_status run_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor *seed, kiln_grads **out,
+                                const walk_edge *edge) {
     kiln__ad_meta *m = root->autodiff;
     kiln_grads *gs = grads_new();
     if (!gs) {
@@ -242,8 +261,8 @@ static kiln_status run_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor
         kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the gradients container");
         return c->err->status;
     }
-    kiln__ad_backward_hooks hv[MAX_HOOKS];
-    int nh = hooks_snapshot(hv);
+    kiln__ad_backward_hooks hv[MAX_HOOKS] = {0};
+    int nh = edge ? 0 : hooks_snapshot(hv);
     kiln_no_grad_begin();
     if (m->leaf) {
         deliver_to_leaf(c, gs, m->leaf, seed, hv, nh);
@@ -255,7 +274,7 @@ static kiln_status run_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor
     }
     kiln__ad_node *start = m->node;
     node_stack all = {0}, ready = {0};
-    if (!count_consumers(start, &all)) {
+    if (!count_consumers(start, &all, edge)) {
         kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot walk the graph");
         kiln__tensor_release(seed);
     } else {
@@ -287,8 +306,11 @@ static kiln_status run_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor
             }
             gi = fit_to_slot(c, s, gi);
             if (!gi) continue;
+            int k;
             if (s->leaf) {
                 deliver_to_leaf(c, gs, s->leaf, gi, hv, nh);
+            } else if ((k = edge_index(edge, s->node)) >= 0) {
+                accumulate(c, &edge->grads[k], gi);
             } else {
                 accumulate(c, &s->node->grad, gi);
                 if (--s->node->pending == 0) push(&ready, s->node);
@@ -313,6 +335,26 @@ static kiln_status run_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor
     }
     *out = gs;
     return KILN_OK;
+}
+
+kiln_grads *kiln__ad_region_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor *seed, int n_edge,
+                                     kiln__ad_node *const *edge, kiln__tensor **edge_grads) {
+    walk_edge e = {n_edge, edge, edge_grads};
+    kiln_grads *gs = NULL;
+    if (!kiln__ok(c, root) || !kiln__ok(c, seed) || !root->autodiff) {
+        kiln__drop(2, root, seed);
+        return NULL;
+    }
+    int k = edge_index(&e, ((kiln__ad_meta *)root->autodiff)->node);
+    if (k >= 0) { /* the region returned a tensor from outside it unchanged */
+        accumulate(c, &edge_grads[k], seed);
+        kiln__tensor_release(root);
+        gs = grads_new();
+        if (!gs) kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the gradients container");
+        return gs;
+    }
+    run_backward(c, root, seed, &gs, &e);
+    return gs;
 }
 
 static kiln_status backward_common(kiln__opctx *c, kiln_tensor root_h, kiln_tensor seed_h, bool has_seed, kiln_grads **out) {
@@ -340,7 +382,7 @@ static kiln_status backward_common(kiln__opctx *c, kiln_tensor root_h, kiln_tens
         if (seed) {
             kiln__tensor *detached = seed->autodiff ? kiln__tensor_view(seed, seed->ndim, seed->shape, seed->strides, seed->offset) : NULL;
             if (detached) kiln__tensor_release(seed), seed = detached;
-            run_backward(c, root, seed, out);
+            run_backward(c, root, seed, out, NULL);
         } else {
             kiln__tensor_release(root);
         }

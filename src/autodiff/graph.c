@@ -17,6 +17,20 @@ void kiln_no_grad_end(void) {
 bool kiln_grad_enabled(void) { return no_grad_depth == 0; }
 bool kiln__grad_mode(void) { return no_grad_depth == 0; }
 
+int kiln__ad_no_grad_swap(int depth) {
+    int prev = no_grad_depth;
+    no_grad_depth = depth;
+    return prev;
+}
+
+static _Thread_local kiln__ad_capture *capture;
+
+kiln__ad_capture *kiln__ad_capture_swap(kiln__ad_capture *cap) {
+    kiln__ad_capture *prev = capture;
+    capture = cap;
+    return prev;
+}
+
 static void leaf_unref(kiln__ad_leaf *l) {
     if (l && atomic_fetch_sub_explicit(&l->refs, 1, memory_order_acq_rel) == 1) free(l);
 }
@@ -31,6 +45,7 @@ static void node_free_chain(kiln__ad_node *first) {
         kiln__ad_node *n = stack[--top];
         for (int i = 0; i < KILN__AD_MAX_SAVED; i++) kiln__tensor_release(n->saved[i]);
         kiln__tensor_release(n->grad);
+        if (n->ext_free) n->ext_free(n->ext);
         for (int i = 0; i < n->n_slots; i++) {
             leaf_unref(n->slots[i].leaf);
             kiln__ad_node *p = n->slots[i].node;
@@ -54,6 +69,44 @@ static void node_free_chain(kiln__ad_node *first) {
     if (stack != stack_small) free(stack);
 }
 
+void kiln__ad_capture_clear(kiln__ad_capture *cap) {
+    if (!cap) return;
+    for (int i = 0; i < cap->n; i++) {
+        leaf_unref(cap->v[i].leaf);
+        kiln__ad_node_unref(cap->v[i].node);
+    }
+    free(cap->v);
+    *cap = (kiln__ad_capture){0};
+}
+
+/* t's leaf or producer into the capture, once each. */
+static void capture_add(kiln__ad_capture *cap, const kiln__tensor *t) {
+    const kiln__ad_meta *m = t->autodiff;
+    if (!m || cap->lost) return;
+    for (int i = 0; i < cap->n; i++)
+        if ((m->leaf && cap->v[i].leaf == m->leaf) || (!m->leaf && cap->v[i].node == m->node)) return;
+    if (cap->n == cap->cap) {
+        int grown_cap = cap->cap ? cap->cap * 2 : 16;
+        kiln__ad_slot *grown = kiln__alloc_should_fail() ? NULL : realloc(cap->v, sizeof *grown * (size_t)grown_cap);
+        if (!grown) {
+            cap->lost = true;
+            return;
+        }
+        cap->v = grown;
+        cap->cap = grown_cap;
+    }
+    kiln__ad_slot *s = &cap->v[cap->n++];
+    *s = (kiln__ad_slot){.dtype = t->dtype, .ndim = t->ndim};
+    memcpy(s->shape, t->shape, sizeof s->shape);
+    if (m->leaf) {
+        s->leaf = m->leaf;
+        atomic_fetch_add_explicit(&m->leaf->refs, 1, memory_order_relaxed);
+    } else {
+        s->node = m->node;
+        atomic_fetch_add_explicit(&m->node->refs, 1, memory_order_relaxed);
+    }
+}
+
 void kiln__ad_node_unref(kiln__ad_node *n) {
     if (n && atomic_fetch_sub_explicit(&n->refs, 1, memory_order_acq_rel) == 1) node_free_chain(n);
 }
@@ -71,7 +124,12 @@ static kiln__ad_meta *meta_new(void) {
 }
 
 bool kiln__ad_active(int n, kiln__tensor *const *inputs) {
-    if (no_grad_depth) return false;
+    if (no_grad_depth) {
+        if (KILN__UNLIKELY(capture != NULL))
+            for (int i = 0; i < n; i++)
+                if (inputs[i] && !inputs[i]->err) capture_add(capture, inputs[i]);
+        return false;
+    }
     bool any = false;
     for (int i = 0; i < n; i++) {
         if (!inputs[i] || inputs[i]->err) return false; /* the untracked path reports the error */
@@ -168,6 +226,10 @@ static bool attach_leaf(kiln__tensor *t) {
     m->leaf = leaf;
     t->autodiff = m;
     return true;
+}
+
+kiln__ad_leaf *kiln__ad_make_leaf(kiln__tensor *t) {
+    return attach_leaf(t) ? ((kiln__ad_meta *)t->autodiff)->leaf : NULL;
 }
 
 /* ---- public ------------------------------------------------------------------------------ */

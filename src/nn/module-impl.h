@@ -44,7 +44,14 @@ struct kiln_module {
     kiln_module_forward_fn user_forward;
     void *user_ctx;
     void (*user_free)(void *ctx);
+    /* kiln_module_set_checkpoint: forward runs as a checkpointed region, whose recomputation
+     * the guard (killed by kiln_module_free) keeps from using a freed module */
+    bool checkpoint;
+    struct kiln__ad_guard *guard;
 };
+
+/* m's forward as a checkpointed region (module_checkpoint.c); consumes x. */
+kiln_tensor kiln__module_forward_checkpointed(kiln_module *m, kiln_tensor x);
 
 /* A module with `state_size` zeroed bytes of layer state. NULL on OOM (error reported). */
 kiln_module *kiln__module_new(const kiln__module_vtable *vt, size_t state_size);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autodiff/autodiff-impl.h"
 #include "kiln/autodiff.h"
 #include "nn/module-impl.h"
 
@@ -66,6 +67,7 @@ kiln_tensor kiln_module_forward(kiln_module *m, kiln_tensor x) {
         kiln__drop(1, t);
         return kiln__result(&c, kiln__fail(&c, KILN_ERR_NULL, "module is NULL"));
     }
+    if (m->checkpoint && kiln_grad_enabled()) return kiln__module_forward_checkpointed(m, x);
     return m->vt->forward(m, x);
 }
 
@@ -108,6 +110,7 @@ const char *kiln_module_type(const kiln_module *m) { return !m ? "NULL" : m->typ
 
 void kiln_module_free(kiln_module *m) {
     if (!m) return;
+    kiln__ad_guard_kill(m->guard);
     for (int i = 0; i < m->n_children; i++) kiln_module_free(m->children[i]);
     free(m->children);
     free(m->child_names);
