@@ -9,8 +9,17 @@
 
 /* Identity of a leaf: gradients are keyed by it, so a graph never keeps the leaf's
  * tensor (or its buffer) alive. */
+/* A gradient hook (kiln_tensor_register_hook), in registration order. */
+typedef struct kiln__ad_hook {
+    kiln_grad_hook_fn fn;
+    void *ctx;
+    kiln__site site; /* the registering call */
+    struct kiln__ad_hook *next;
+} kiln__ad_hook;
+
 typedef struct kiln__ad_leaf {
     atomic_int refs;
+    kiln__ad_hook *hooks; /* run on its total gradient at the end of a walk */
 } kiln__ad_leaf;
 
 struct kiln__ad_node;
@@ -62,6 +71,7 @@ struct kiln__ad_node {
      * with ext_free once the node is consumed or dropped */
     void *ext;
     void (*ext_free)(void *ext);
+    kiln__ad_hook *hooks; /* on its output's gradient, before the rule runs */
     int n_slots;
     kiln__ad_slot slots[];
 };
@@ -148,6 +158,9 @@ void kiln__ad_guard_unref(kiln__ad_guard *g);
 /* kiln_checkpoint whose region holds a reference to guard (may be NULL). */
 kiln_tensor kiln__checkpoint_guarded(kiln_checkpoint_fn fn, void *ctx, kiln__ad_guard *guard, int n_inputs,
                                      kiln_tensor *inputs);
+
+/* g (consumed) through the hooks in order; NULL and c's error when one fails. */
+kiln__tensor *kiln__ad_run_hooks(kiln__opctx *c, const kiln__ad_hook *h, kiln__tensor *g);
 
 /* Sums g down to shape (reversing broadcasting). Consumes g. */
 kiln__tensor *kiln__ad_sum_to(kiln__opctx *c, kiln__tensor *g, int ndim, const int64_t *shape);

@@ -252,6 +252,14 @@ static void count_leaf_deliveries(kiln__opctx *c, kiln_grads *gs, const node_sta
     }
 }
 
+/* Leaves' hooks on their total gradients, once a whole walk is done (a region's walk leaves
+ * them to the enclosing one, which receives the region's contributions). */
+static void leaf_hooks(kiln__opctx *c, kiln_grads *gs) {
+    for (size_t i = 0; i < gs->n && !c->err; i++)
+        if (gs->entries[i].leaf->hooks && gs->entries[i].grad)
+            gs->entries[i].grad = kiln__ad_run_hooks(c, gs->entries[i].leaf->hooks, gs->entries[i].grad);
+}
+
 static kiln_status run_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor *seed, kiln_grads **out,
                                 const walk_edge *edge) {
     kiln__ad_meta *m = root->autodiff;
@@ -267,6 +275,7 @@ static kiln_status run_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor
     if (m->leaf) {
         deliver_to_leaf(c, gs, m->leaf, seed, hv, nh);
         kiln__tensor_release(root);
+        if (!edge) leaf_hooks(c, gs);
         for (int i = 0; i < nh; i++) hv[i].walk_done(hv[i].ctx, gs, !c->err);
         kiln_no_grad_end();
         *out = gs;
@@ -287,6 +296,7 @@ static kiln_status run_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor
         kiln__ad_node *n = ready.v[--ready.n];
         kiln__tensor *g = n->grad;
         n->grad = NULL;
+        if (n->hooks && !(g = kiln__ad_run_hooks(c, n->hooks, g))) break;
         kiln__tensor *grads[64];
         kiln__tensor **gv = n->n_slots <= 64 ? grads : calloc((size_t)n->n_slots, sizeof *gv);
         if (!gv) {
@@ -319,6 +329,7 @@ static kiln_status run_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor
         if (gv != grads) free(gv);
         consume_node(n);
     }
+    if (!edge) leaf_hooks(c, gs);
     for (int i = 0; i < nh; i++) hv[i].walk_done(hv[i].ctx, gs, !c->err);
     kiln_no_grad_end();
     for (size_t i = 0; i < all.n; i++) { /* drop walk references (and state left by an error) */

@@ -31,8 +31,19 @@ kiln__ad_capture *kiln__ad_capture_swap(kiln__ad_capture *cap) {
     return prev;
 }
 
+static void hooks_free(kiln__ad_hook *h) {
+    while (h) {
+        kiln__ad_hook *next = h->next;
+        free(h);
+        h = next;
+    }
+}
+
 static void leaf_unref(kiln__ad_leaf *l) {
-    if (l && atomic_fetch_sub_explicit(&l->refs, 1, memory_order_acq_rel) == 1) free(l);
+    if (l && atomic_fetch_sub_explicit(&l->refs, 1, memory_order_acq_rel) == 1) {
+        hooks_free(l->hooks);
+        free(l);
+    }
 }
 
 /* Frees nodes iteratively: a long chain must not recurse once per node. */
@@ -46,6 +57,7 @@ static void node_free_chain(kiln__ad_node *first) {
         for (int i = 0; i < KILN__AD_MAX_SAVED; i++) kiln__tensor_release(n->saved[i]);
         kiln__tensor_release(n->grad);
         if (n->ext_free) n->ext_free(n->ext);
+        hooks_free(n->hooks);
         for (int i = 0; i < n->n_slots; i++) {
             leaf_unref(n->slots[i].leaf);
             kiln__ad_node *p = n->slots[i].node;
@@ -283,4 +295,53 @@ kiln_tensor kiln_detach(kiln_tensor h) {
     kiln__tensor_release(t);
     if (!v) return kiln__result(&c, kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate a view"));
     return kiln__result(&c, v);
+}
+
+kiln_status kiln_tensor_register_hook(kiln_tensor h, kiln_grad_hook_fn fn, void *ctx) {
+    kiln__error *err = NULL;
+    kiln__tensor *t = kiln__handle_peek(h, "kiln_tensor_register_hook", &err);
+    if (!t) {
+        kiln_status st = kiln__error_report(err);
+        kiln__error_unref(err);
+        return st;
+    }
+    if (t->err) return kiln__error_report(t->err);
+    if (!fn) return kiln__report(KILN_ERR_NULL, "kiln_tensor_register_hook", "hook is NULL");
+    kiln__ad_meta *m = t->autodiff;
+    if (!m) return kiln__report(KILN_ERR_NO_GRAPH, "kiln_tensor_register_hook", "tensor has no gradient (kiln_require_grad)");
+    kiln__ad_hook **at = m->leaf ? &m->leaf->hooks : &m->node->hooks;
+    if (!m->leaf && m->node->consumed)
+        return kiln__report(KILN_ERR_NO_GRAPH, "kiln_tensor_register_hook", "this graph was already consumed by a backward pass");
+    kiln__ad_hook *hk = kiln__alloc_should_fail() ? NULL : calloc(1, sizeof *hk);
+    if (!hk) return kiln__report(KILN_ERR_OUT_OF_MEMORY, "kiln_tensor_register_hook", "cannot allocate a hook");
+    *hk = (kiln__ad_hook){fn, ctx, kiln__call_site(), NULL};
+    while (*at) at = &(*at)->next;
+    *at = hk;
+    return KILN_OK;
+}
+
+kiln__tensor *kiln__ad_run_hooks(kiln__opctx *c, const kiln__ad_hook *h, kiln__tensor *g) {
+    for (; h && g && !c->err; h = h->next) {
+        int ndim = g->ndim;
+        int64_t shape[KILN_MAX_DIMS];
+        memcpy(shape, g->shape, sizeof shape);
+        kiln__site site = kiln__call_site();
+        kiln_tensor r = h->fn(h->ctx, kiln__handle_new(g));
+        kiln__site_now = site;
+        kiln__error *err = NULL;
+        g = kiln__handle_take(r, "kiln_tensor_register_hook", &err);
+        kiln__error_unref(err);
+        const char *bad = !g ? "returned no live tensor" : g->err ? NULL
+                        : (g->ndim != ndim || memcmp(g->shape, shape, sizeof(int64_t) * (size_t)ndim) != 0)
+                            ? "returned a gradient of another shape" : NULL;
+        if (g && g->err) kiln__ok(c, g); /* the hook's failing op, with its line */
+        else if (bad)
+            c->err = kiln__error_new(KILN_ERR_INVALID_ARGUMENT, "kiln_tensor_register_hook", h->site.file, h->site.line,
+                                     0, "the gradient hook %s", bad);
+    }
+    if (c->err) {
+        kiln__tensor_release(g);
+        return NULL;
+    }
+    return g;
 }
