@@ -85,6 +85,27 @@ KT_TEST(module_gradients_match_plain) {
     EW_NO_LEAKS(mark);
 }
 
+/* The automatic policy: the same gradients (GELU's outputs, which the Linear layers saved, are
+ * recomputed from the Linear outputs GELU saved); a policy that is no policy is refused. */
+KT_TEST(automatic_policy_gradients_match_plain) {
+    ew_mark mark = ew_mark_now();
+    static float plain[NGRAD], autop[NGRAD];
+    kiln_checkpoint_policy before = kiln_checkpoint_policy_get();
+    for (int with_dropout = 0; with_dropout < 2; with_dropout++) {
+        kiln_checkpoint_policy_set(KILN_CHECKPOINT_NONE);
+        int n0 = model_grads(false, with_dropout ? 0.3 : 0, plain);
+        KT_CHECK(kiln_checkpoint_policy_set(KILN_CHECKPOINT_AUTO) == KILN_CHECKPOINT_NONE);
+        int n1 = model_grads(false, with_dropout ? 0.3 : 0, autop);
+        KT_CHECK(kiln_checkpoint_policy_get() == KILN_CHECKPOINT_AUTO);
+        KT_CHECK(n0 == NGRAD && n1 == NGRAD);
+        expect_same(autop, plain, NGRAD);
+    }
+    KT_CHECK(kiln_checkpoint_policy_set((kiln_checkpoint_policy)7) == KILN_CHECKPOINT_AUTO);
+    KT_CHECK(kiln_last_status() == KILN_ERR_INVALID_ARGUMENT && kiln_checkpoint_policy_get() == KILN_CHECKPOINT_AUTO);
+    kiln_checkpoint_policy_set(before);
+    EW_NO_LEAKS(mark);
+}
+
 KT_TEST(dropout_replays_its_masks) {
     ew_mark mark = ew_mark_now();
     static float plain[NGRAD], ckpt[NGRAD];
@@ -320,7 +341,8 @@ KT_TEST(freed_model_before_backward_is_an_error) {
  * every block keeps one activation per block (its input) instead of two (Linear's input and
  * GELU's). main bounds the engine's run-ahead (KILN_MAX_PENDING_MB=1): with the default 64 MiB
  * this whole model fits in the queue, and the peak is the queue's, not the graph's. */
-static uint64_t peak_of(bool checkpoint) {
+static uint64_t peak_of(bool checkpoint, kiln_checkpoint_policy policy) {
+    kiln_checkpoint_policy before = kiln_checkpoint_policy_set(policy);
     enum { W = 128, B = 1024, D = 12 };
     kiln_module *blocks[D];
     for (int i = 0; i < D; i++) {
@@ -338,21 +360,26 @@ static uint64_t peak_of(bool checkpoint) {
     kiln_grads_free(g);
     uint64_t peak = kiln_memory_stats_get(KILN_CPU).peak_bytes - base;
     kiln_module_free(m);
+    kiln_checkpoint_policy_set(before);
     return peak;
 }
 
 KT_TEST(peak_memory_falls) {
     ew_mark mark = ew_mark_now();
-    uint64_t plain = peak_of(false), ckpt = peak_of(true);
-    printf("  peak above the parameters: plain %.2f MiB, checkpointed %.2f MiB (%.2fx)\n", plain / 1048576.0,
-           ckpt / 1048576.0, (double)ckpt / (double)plain);
+    uint64_t plain = peak_of(false, KILN_CHECKPOINT_NONE), ckpt = peak_of(true, KILN_CHECKPOINT_NONE);
+    uint64_t autop = peak_of(false, KILN_CHECKPOINT_AUTO);
+    printf("  peak above the parameters: plain %.2f MiB, checkpointed %.2f MiB (%.2fx), automatic policy %.2f MiB "
+           "(%.2fx)\n", plain / 1048576.0, ckpt / 1048576.0, (double)ckpt / (double)plain, autop / 1048576.0,
+           (double)autop / (double)plain);
     KT_CHECK(ckpt < plain * 7 / 10);
+    KT_CHECK(autop < plain * 75 / 100);
     EW_NO_LEAKS(mark);
 }
 
 int main(void) {
     setenv("KILN_MAX_PENDING_MB", "1", 0); /* before the engine starts: see peak_of */
     KT_RUN(module_gradients_match_plain);
+    KT_RUN(automatic_policy_gradients_match_plain);
     KT_RUN(dropout_replays_its_masks);
     KT_RUN(generator_draws_replay);
     KT_RUN(nested_regions);

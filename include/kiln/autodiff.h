@@ -89,6 +89,19 @@ KILN_API bool kiln_grad_enabled(void);
 typedef kiln_tensor (*kiln_checkpoint_fn)(void *ctx, int n_inputs, kiln_tensor *inputs);
 KILN_API kiln_tensor kiln_checkpoint(kiln_checkpoint_fn fn, void *ctx, int n_inputs, kiln_tensor *inputs);
 
+/* ---- the automatic policy ------------------------------------------------------------------
+ * KILN_CHECKPOINT_AUTO recomputes what is cheap and keeps what is expensive, without annotating
+ * regions: a tensor an op saves for backward that a cheap elementwise op (GELU, tanh, ...) made
+ * from a tensor kept anyway (a matmul's or convolution's output, which that op saved) is not
+ * kept; backward recomputes it from the kept one just before it is needed, where fusion runs
+ * it with the derivative around it. A stack of Linear + GELU keeps one activation per layer
+ * instead of two. The policy applies to what the forward pass records, so it is chosen per
+ * step, before the forward pass: per thread with kiln_checkpoint_policy_set (returns the one it
+ * replaces), or for the whole program with KILN_CHECKPOINT=auto in the environment. */
+typedef enum { KILN_CHECKPOINT_NONE = 0, KILN_CHECKPOINT_AUTO = 1 } kiln_checkpoint_policy;
+KILN_API kiln_checkpoint_policy kiln_checkpoint_policy_set(kiln_checkpoint_policy p);
+KILN_API kiln_checkpoint_policy kiln_checkpoint_policy_get(void);
+
 /* ---- user-defined differentiable functions (torch.autograd.Function) ----------------------
  * forward computes the output from the inputs (owned handles to untracked views; it runs with
  * grad mode off) and keeps what backward needs through kiln_function_save; backward gets the

@@ -59,6 +59,9 @@ struct kiln__ad_node {
     int64_t pi[8];     /* op parameters the derivative needs (dims, sizes, ...) */
     double pf[4];
     kiln__tensor *saved[KILN__AD_MAX_SAVED]; /* untracked aliases, released once used */
+    /* (automatic checkpointing) saved[i] not kept: it is the output of this producer (a
+     * reference), recomputed from what the producer saved just before this node's rule runs */
+    struct kiln__ad_node *lazy[KILN__AD_MAX_SAVED];
     kiln_dtype out_dtype;
     int32_t out_ndim;
     int64_t out_shape[KILN_MAX_DIMS];
@@ -158,6 +161,15 @@ void kiln__ad_guard_unref(kiln__ad_guard *g);
 /* kiln_checkpoint whose region holds a reference to guard (may be NULL). */
 kiln_tensor kiln__checkpoint_guarded(kiln_checkpoint_fn fn, void *ctx, kiln__ad_guard *guard, int n_inputs,
                                      kiln_tensor *inputs);
+
+/* The automatic policy (KILN_CHECKPOINT=auto): a tensor saved for backward that a cheap
+ * elementwise op computed from a tensor its producer keeps anyway (GELU of a matmul's output) is
+ * not kept; whether producer p's output can be so recomputed, and the recomputation (an owned
+ * tensor, NULL and c's error on failure). rules_elementwise.c. */
+bool kiln__ad_recomputable(const kiln__ad_node *p);
+kiln__tensor *kiln__ad_recompute(kiln__opctx *c, const kiln__ad_node *p);
+/* Materialises n's lazy saved tensors (before its rule runs); false and c's error on failure. */
+bool kiln__ad_unlazy(kiln__opctx *c, kiln__ad_node *n);
 
 /* g (consumed) through the hooks in order; NULL and c's error when one fails. */
 kiln__tensor *kiln__ad_run_hooks(kiln__opctx *c, const kiln__ad_hook *h, kiln__tensor *g);

@@ -171,6 +171,8 @@ static void consume_node(kiln__ad_node *n) {
     for (int i = 0; i < KILN__AD_MAX_SAVED; i++) {
         kiln__tensor_release(n->saved[i]);
         n->saved[i] = NULL;
+        kiln__ad_node_unref(n->lazy[i]);
+        n->lazy[i] = NULL;
     }
     for (int i = 0; i < n->n_slots; i++) {
         kiln__ad_node *p = n->slots[i].node;
@@ -297,6 +299,10 @@ static kiln_status run_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor
         kiln__tensor *g = n->grad;
         n->grad = NULL;
         if (n->hooks && !(g = kiln__ad_run_hooks(c, n->hooks, g))) break;
+        if (!kiln__ad_unlazy(c, n)) {
+            kiln__tensor_release(g);
+            break;
+        }
         kiln__tensor *grads[64];
         kiln__tensor **gv = n->n_slots <= 64 ? grads : calloc((size_t)n->n_slots, sizeof *gv);
         if (!gv) {

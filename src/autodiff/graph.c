@@ -58,6 +58,9 @@ static void node_free_chain(kiln__ad_node *first) {
         kiln__tensor_release(n->grad);
         if (n->ext_free) n->ext_free(n->ext);
         hooks_free(n->hooks);
+        for (int i = 0; i < KILN__AD_MAX_SAVED; i++) /* a producer of the graph: freed by this loop's stack too */
+            if (n->lazy[i] && atomic_fetch_sub_explicit(&n->lazy[i]->refs, 1, memory_order_acq_rel) == 1)
+                node_free_chain(n->lazy[i]);
         for (int i = 0; i < n->n_slots; i++) {
             leaf_unref(n->slots[i].leaf);
             kiln__ad_node *p = n->slots[i].node;
@@ -179,8 +182,29 @@ kiln__ad_node *kiln__ad_node_new(kiln__opctx *c, const kiln__ad_rule *rule, int 
     return node;
 }
 
+/* Whether to keep a reference to t's producer instead of t (the automatic policy): only for a
+ * producer that is one of n's inputs, which the walk then runs after n, so what it saved is
+ * still there when n's rule needs t. */
+static kiln__ad_node *lazy_producer(const kiln__ad_node *n, const kiln__tensor *t) {
+    const kiln__ad_meta *m = t->autodiff;
+    if (!m || !m->node || kiln_checkpoint_policy_get() != KILN_CHECKPOINT_AUTO || !kiln__ad_recomputable(m->node))
+        return NULL;
+    for (int k = 0; k < n->n_slots; k++)
+        if (n->slots[k].node == m->node) return m->node;
+    return NULL;
+}
+
 void kiln__ad_save(kiln__opctx *c, kiln__ad_node *n, int i, const kiln__tensor *t) {
     if (!n || !t || t->err) return;
+    kiln__ad_node *p = lazy_producer(n, t);
+    if (p) {
+        atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
+        kiln__tensor_release(n->saved[i]);
+        n->saved[i] = NULL;
+        kiln__ad_node_unref(n->lazy[i]);
+        n->lazy[i] = p;
+        return;
+    }
     kiln__tensor *alias = kiln__tensor_view(t, t->ndim, t->shape, t->strides, t->offset);
     if (!alias) {
         kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot save a tensor for backward");
@@ -344,4 +368,35 @@ kiln__tensor *kiln__ad_run_hooks(kiln__opctx *c, const kiln__ad_hook *h, kiln__t
         return NULL;
     }
     return g;
+}
+
+bool kiln__ad_unlazy(kiln__opctx *c, kiln__ad_node *n) {
+    for (int i = 0; i < KILN__AD_MAX_SAVED; i++) {
+        kiln__ad_node *p = n->lazy[i];
+        if (!p) continue;
+        n->lazy[i] = NULL;
+        if (!c->err) {
+            if (kiln__ad_recomputable(p)) n->saved[i] = kiln__ad_recompute(c, p);
+            else kiln__fail(c, KILN_ERR_INTERNAL, "a tensor saved for backward was dropped and cannot be recomputed");
+        }
+        kiln__ad_node_unref(p);
+    }
+    return !c->err;
+}
+
+/* The policy: this thread's choice, else KILN_CHECKPOINT from the environment ("auto"). */
+static _Thread_local int policy = -1;
+
+kiln_checkpoint_policy kiln_checkpoint_policy_get(void) {
+    if (KILN__LIKELY(policy >= 0)) return (kiln_checkpoint_policy)policy;
+    const char *v = getenv("KILN_CHECKPOINT");
+    policy = v && strcmp(v, "auto") == 0 ? KILN_CHECKPOINT_AUTO : KILN_CHECKPOINT_NONE;
+    return (kiln_checkpoint_policy)policy;
+}
+
+kiln_checkpoint_policy kiln_checkpoint_policy_set(kiln_checkpoint_policy p) {
+    kiln_checkpoint_policy prev = kiln_checkpoint_policy_get();
+    if (p == KILN_CHECKPOINT_NONE || p == KILN_CHECKPOINT_AUTO) policy = (int)p;
+    else kiln__report(KILN_ERR_INVALID_ARGUMENT, "kiln_checkpoint_policy_set", "unknown policy %d", (int)p);
+    return prev;
 }
