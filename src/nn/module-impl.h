@@ -50,7 +50,7 @@ struct kiln_module {
     struct kiln__ad_guard *guard;
 };
 
-/* m's forward as a checkpointed region (module_checkpoint.c); consumes x. */
+/* m's forward as a checkpointed region (module_autodiff.c); consumes x. */
 kiln_tensor kiln__module_forward_checkpointed(kiln_module *m, kiln_tensor x);
 
 /* A module with `state_size` zeroed bytes of layer state. NULL on OOM (error reported). */
