@@ -337,6 +337,34 @@ KT_TEST(freed_model_before_backward_is_an_error) {
     EW_NO_LEAKS(mark);
 }
 
+/* Out of memory at every allocation of a checkpointed step in turn (the region's record, its
+ * node, the capture, the seeds' log, the recomputation): a status, never a crash, no leak. */
+KT_TEST(out_of_memory_anywhere) {
+    ew_mark mark = ew_mark_now();
+    kiln_module *m = model_new(true, 0.2);
+    kiln_checkpoint_policy before = kiln_checkpoint_policy_set(KILN_CHECKPOINT_AUTO);
+    int failed = 0, ok = 0;
+    for (int n = 1; n <= 400; n++) {
+        kiln_tensor x = input();
+        kiln_sync();
+        kiln_debug_fail_alloc_after(n);
+        kiln_grads *g = NULL;
+        kiln_status st = kiln_backward(kiln_sum(kiln_module_forward(m, x)), &g);
+        kiln_status st2 = kiln_sync();
+        kiln_debug_fail_alloc_after(0);
+        KT_CHECK_MSG(st == KILN_OK || st == KILN_ERR_OUT_OF_MEMORY, "allocation %d: %s", n, kiln_last_error());
+        KT_CHECK(st2 == KILN_OK || st2 == KILN_ERR_OUT_OF_MEMORY);
+        kiln_grads_free(g);
+        if (st == KILN_OK && st2 == KILN_OK) ok++;
+        else failed++;
+    }
+    kiln_sync();
+    KT_CHECK_MSG(failed > 20 && ok > 0, "%d failed, %d succeeded", failed, ok);
+    kiln_checkpoint_policy_set(before);
+    kiln_module_free(m);
+    EW_NO_LEAKS(mark);
+}
+
 /* Peak bytes of one forward + backward of a deep model with large activations: checkpointing
  * every block keeps one activation per block (its input) instead of two (Linear's input and
  * GELU's). main bounds the engine's run-ahead (KILN_MAX_PENDING_MB=1): with the default 64 MiB
@@ -387,6 +415,7 @@ int main(void) {
     KT_RUN(error_in_recomputation_reported_once);
     KT_RUN(bad_arguments);
     KT_RUN(freed_model_before_backward_is_an_error);
+    KT_RUN(out_of_memory_anywhere);
     KT_RUN(peak_memory_falls);
     return kt_finish();
 }

@@ -77,6 +77,10 @@ static kiln__tensor *run_region(kiln__opctx *c, region *r, kiln__tensor **ts, in
     kiln__site_now = site;
     kiln__error *err = NULL;
     kiln__tensor *t = kiln__handle_take(out, "kiln_checkpoint", &err);
+    if (!t && err && err->status == KILN_ERR_OUT_OF_MEMORY && !c->err) { /* its result's handle could not be made */
+        c->err = err;
+        return NULL;
+    }
     if (!t) {
         kiln__error_unref(err);
         region_fail(c, r, KILN_ERR_INVALID_ARGUMENT, "the checkpointed function returned no live tensor");

@@ -14,6 +14,7 @@ struct kiln_function_ctx {
     void *ctx;
     kiln__site site; /* the kiln_function call */
     bool recording;  /* saves are kept (a node will use them) */
+    bool lost;       /* a save failed (out of memory): the backward could not run */
     int n_saved, cap_saved;
     kiln__tensor **saved;
 };
@@ -34,6 +35,7 @@ int kiln_function_save(kiln_function_ctx *f, kiln_tensor h) {
     kiln__error *err = NULL;
     kiln__tensor *t = kiln__handle_take(h, "kiln_function_save", &err);
     if (!t) {
+        f->lost = true;
         kiln__error_report(err);
         kiln__error_unref(err);
         return -1;
@@ -42,6 +44,7 @@ int kiln_function_save(kiln_function_ctx *f, kiln_tensor h) {
         int cap = f->cap_saved ? f->cap_saved * 2 : 4;
         kiln__tensor **grown = kiln__alloc_should_fail() ? NULL : realloc(f->saved, sizeof *grown * (size_t)cap);
         if (!grown) {
+            f->lost = true;
             kiln__tensor_release(t);
             kiln__report(KILN_ERR_OUT_OF_MEMORY, "kiln_function_save", "cannot save a tensor for backward");
             return -1;
@@ -83,6 +86,10 @@ static void function_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g,
         if (hs[i].id == KILN_NONE.id) continue;
         kiln__error *err = NULL;
         kiln__tensor *t = kiln__handle_take(hs[i], "kiln_function", &err);
+        if (!t && err && err->status == KILN_ERR_OUT_OF_MEMORY && !c->err) { /* its handle could not be made */
+            c->err = err;
+            continue;
+        }
         if (!t) {
             kiln__error_unref(err);
             function_fail(c, f, KILN_ERR_INVALID_ARGUMENT, "the gradient of input %d is a stale handle%s", i, "");
@@ -147,10 +154,12 @@ kiln_tensor kiln_function(kiln_function_forward_fn forward, kiln_function_backwa
     kiln__site_now = f->site;
     kiln__error *err = NULL;
     kiln__tensor *out = kiln__handle_take(out_h, "kiln_function", &err);
-    if (!out) {
+    if (!out && err && err->status == KILN_ERR_OUT_OF_MEMORY) c.err = err; /* its result's handle could not be made */
+    else if (!out) {
         kiln__error_unref(err);
         kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "the forward callback returned no live tensor");
     }
+    if (!c.err && f->lost) kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot save a tensor for backward");
     kiln__ad_node *node = NULL;
     if (!c.err && tracked && !out->err) {
         node = kiln__ad_node_new(&c, &function_rule, n_inputs, ts);

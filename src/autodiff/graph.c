@@ -354,12 +354,13 @@ kiln__tensor *kiln__ad_run_hooks(kiln__opctx *c, const kiln__ad_hook *h, kiln__t
         kiln__site_now = site;
         kiln__error *err = NULL;
         g = kiln__handle_take(r, "kiln_tensor_register_hook", &err);
+        if (!g && err && err->status == KILN_ERR_OUT_OF_MEMORY && !c->err) c->err = kiln__error_ref(err);
         kiln__error_unref(err);
         const char *bad = !g ? "returned no live tensor" : g->err ? NULL
                         : (g->ndim != ndim || memcmp(g->shape, shape, sizeof(int64_t) * (size_t)ndim) != 0)
                             ? "returned a gradient of another shape" : NULL;
         if (g && g->err) kiln__ok(c, g); /* the hook's failing op, with its line */
-        else if (bad)
+        else if (bad && !c->err)
             c->err = kiln__error_new(KILN_ERR_INVALID_ARGUMENT, "kiln_tensor_register_hook", h->site.file, h->site.line,
                                      0, "the gradient hook %s", bad);
     }
