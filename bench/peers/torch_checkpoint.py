@@ -31,12 +31,21 @@ def main():
     p.add_argument("--width", type=int, default=2048)
     p.add_argument("--batch", type=int, default=512)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--model", choices=["mlp", "encoder"], default="mlp")
+    p.add_argument("--seq", type=int, default=512)
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    blocks = nn.ModuleList([nn.Sequential(nn.Linear(a.width, a.width), nn.GELU()) for _ in range(a.layers)])
+    if a.model == "encoder":  # bench_checkpoint.c --model encoder: 8 layers, d 256, 4 heads, [8, 512, 256]
+        layers = a.layers if a.layers != 24 else 8
+        batch = a.batch if a.batch != 512 else 8
+        blocks = nn.ModuleList([nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True)
+                                for _ in range(layers)])
+        x = torch.randn(batch, a.seq, 256)
+    else:
+        blocks = nn.ModuleList([nn.Sequential(nn.Linear(a.width, a.width), nn.GELU()) for _ in range(a.layers)])
+        x = torch.randn(a.batch, a.width)
     opt = torch.optim.SGD(blocks.parameters(), lr=1e-4)
-    x = torch.randn(a.batch, a.width)
 
     act = [0.0]
 
@@ -62,7 +71,7 @@ def main():
         t0 = time.perf_counter()
         loss = step()
         ms.append((time.perf_counter() - t0) * 1e3)
-    print(json.dumps({"name": f"checkpoint_mlp_{a.mode}", "side": "torch " + torch.__version__, "mode": a.mode,
+    print(json.dumps({"name": f"checkpoint_{a.model}_{a.mode}", "side": "torch " + torch.__version__, "mode": a.mode,
                       "ms": statistics.median(ms), "act_rss_mib": round(act[0], 1), "hwm_mib": round(status_mib("VmHWM:") - rss0, 1),
                       "loss": loss}), flush=True)
 
