@@ -13,6 +13,7 @@
 #define KILN_NN_H
 
 #include "core.h"
+#include "autodiff.h" /* kiln_grad_hook_fn */
 #include "tensor.h" /* kiln_conv2d and the pooling ops, used with the layers */
 
 #ifdef __cplusplus
@@ -30,6 +31,13 @@ KILN_API kiln_tensor kiln_module_forward(kiln_module *m, kiln_tensor x);
 KILN_API kiln_status kiln_module_set_autocast(kiln_module *m, kiln_dtype dtype);
 /* Training mode (dropout active, batch norm uses and updates batch statistics) or eval. */
 KILN_API void kiln_module_train(kiln_module *m, bool training);
+/* Checkpointing (kiln_checkpoint in autodiff.h) of m's forward: its activations are not kept
+ * for backward but recomputed there. Freeing m before that backward makes the backward fail
+ * with an error naming where m was freed. KILN_ERR_NULL for a NULL m. */
+KILN_API kiln_status kiln_module_set_checkpoint(kiln_module *m, bool on);
+/* kiln_tensor_register_hook (autodiff.h) on each of m's parameters (not buffers), children's
+ * included: the hook sees and may replace every parameter's gradient. */
+KILN_API kiln_status kiln_module_register_grad_hook(kiln_module *m, kiln_grad_hook_fn hook, void *ctx);
 KILN_API bool kiln_module_is_training(const kiln_module *m);
 /* Moves every parameter and buffer of m and its children to dev (each a queued copy; the
  * handles the module owns are replaced, so take kiln_module_param handles and build the
@@ -433,7 +441,8 @@ KILN_API kiln_status kiln_init(kiln_tensor *t, kiln_init_kind kind, uint64_t see
     X(kiln_tensor, embedding, (kiln_tensor indices, kiln_tensor weight), (indices, weight)) \
     X(kiln_tensor, group_norm, (kiln_tensor x, int64_t num_groups, kiln_tensor weight, kiln_tensor bias, double eps), (x, num_groups, weight, bias, eps)) \
     X(kiln_tensor, rms_norm, (kiln_tensor x, kiln_shape normalized_shape, kiln_tensor weight, double eps), (x, normalized_shape, weight, eps)) \
-    X(kiln_module *, rms_norm_new, (int64_t normalized_size, double eps, bool affine), (normalized_size, eps, affine))
+    X(kiln_module *, rms_norm_new, (int64_t normalized_size, double eps, bool affine), (normalized_size, eps, affine)) \
+    X(kiln_status, module_register_grad_hook, (kiln_module *m, kiln_grad_hook_fn hook, void *ctx), (m, hook, ctx))
 KILN_NN_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -444,6 +453,7 @@ KILN_NN_API(KILN__AT_DECLARE)
 #define kiln_module_add_child(...) KILN__AT(module_add_child, __VA_ARGS__)
 #define kiln_module_param(...) KILN__AT(module_param, __VA_ARGS__)
 #define kiln_module_child(...) KILN__AT(module_child, __VA_ARGS__)
+#define kiln_module_register_grad_hook(...) KILN__AT(module_register_grad_hook, __VA_ARGS__)
 #define kiln_module_forward(...) KILN__AT(module_forward, __VA_ARGS__)
 #define kiln_module_set_autocast(...) KILN__AT(module_set_autocast, __VA_ARGS__)
 #define kiln_dropout(...) KILN__AT(dropout, __VA_ARGS__)

@@ -9,8 +9,17 @@
 
 /* Identity of a leaf: gradients are keyed by it, so a graph never keeps the leaf's
  * tensor (or its buffer) alive. */
+/* A gradient hook (kiln_tensor_register_hook), in registration order. */
+typedef struct kiln__ad_hook {
+    kiln_grad_hook_fn fn;
+    void *ctx;
+    kiln__site site; /* the registering call */
+    struct kiln__ad_hook *next;
+} kiln__ad_hook;
+
 typedef struct kiln__ad_leaf {
     atomic_int refs;
+    kiln__ad_hook *hooks; /* run on its total gradient at the end of a walk */
 } kiln__ad_leaf;
 
 struct kiln__ad_node;
@@ -50,6 +59,9 @@ struct kiln__ad_node {
     int64_t pi[8];     /* op parameters the derivative needs (dims, sizes, ...) */
     double pf[4];
     kiln__tensor *saved[KILN__AD_MAX_SAVED]; /* untracked aliases, released once used */
+    /* (automatic checkpointing) saved[i] not kept: it is the output of this producer (a
+     * reference), recomputed from what the producer saved just before this node's rule runs */
+    struct kiln__ad_node *lazy[KILN__AD_MAX_SAVED];
     kiln_dtype out_dtype;
     int32_t out_ndim;
     int64_t out_shape[KILN_MAX_DIMS];
@@ -58,6 +70,11 @@ struct kiln__ad_node {
     int pending;
     uint64_t visit;
     kiln__tensor *grad;
+    /* state a rule keeps beyond saved[] (a checkpointed region's inputs and function), freed
+     * with ext_free once the node is consumed or dropped */
+    void *ext;
+    void (*ext_free)(void *ext);
+    kiln__ad_hook *hooks; /* on its output's gradient, before the rule runs */
     int n_slots;
     kiln__ad_slot slots[];
 };
@@ -75,6 +92,23 @@ kiln__tensor *kiln__ad_saved(kiln__ad_node *n, int i);
 kiln__tensor *kiln__ad_attach(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *out);
 void kiln__ad_node_unref(kiln__ad_node *n);
 bool kiln__grad_mode(void);
+/* Sets this thread's no-grad depth (0: recording on), returning the previous one: a region's
+ * recomputation records with grad mode on in the middle of the backward walk. */
+int kiln__ad_no_grad_swap(int depth);
+/* Makes untracked float t a leaf and returns its leaf record (owned by t's meta); NULL on OOM. */
+kiln__ad_leaf *kiln__ad_make_leaf(kiln__tensor *t);
+
+/* While a checkpointed region runs its forward pass untracked, the tracked tensors its ops read
+ * that were not its inputs (a module's parameters, captured activations) are gathered here, so
+ * the region's node can pass their gradients on. One per thread at a time (kiln__ad_active
+ * adds to it under no-grad); each slot holds a reference to its leaf or node. */
+typedef struct kiln__ad_capture {
+    kiln__ad_slot *v;
+    int n, cap;
+    bool lost; /* out of memory while growing */
+} kiln__ad_capture;
+kiln__ad_capture *kiln__ad_capture_swap(kiln__ad_capture *cap);
+void kiln__ad_capture_clear(kiln__ad_capture *cap); /* drops the references it holds */
 
 /* Where a leaf's gradient sits in a container (NULL if the container has none for it): lets
  * clipping scale gradients in place, where they are. */
@@ -114,6 +148,42 @@ typedef struct kiln__ad_backward_hooks {
 } kiln__ad_backward_hooks;
 bool kiln__ad_hooks_add(kiln__ad_backward_hooks h);
 void kiln__ad_hooks_remove(void *ctx);
+
+/* Backpropagates seed (consumed) from root (consumed) through the graph that ends at the n_edge
+ * nodes in edge: their gradients are summed into edge_grads[k] (owned, NULL when none came)
+ * and the walk does not go past them; leaves' gradients land in the container returned (NULL
+ * when c failed). Runs no backward hooks: a region's node passes these gradients on in the
+ * enclosing walk, which does. */
+kiln_grads *kiln__ad_region_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor *seed, int n_edge,
+                                     kiln__ad_node *const *edge, kiln__tensor **edge_grads);
+
+/* What keeps a checkpointed region's ctx honest (a module's): the object owns one reference and
+ * kills it when freed; each region holding the object takes one, and its recomputation reports
+ * the free (where, and what) instead of calling into freed memory. */
+typedef struct kiln__ad_guard {
+    atomic_int refs;
+    atomic_bool freed;
+    kiln__site freed_at;
+    char what[64]; /* "module Linear" */
+} kiln__ad_guard;
+kiln__ad_guard *kiln__ad_guard_new(const char *what); /* NULL on OOM */
+void kiln__ad_guard_kill(kiln__ad_guard *g);           /* the owner's free: marks and drops its ref */
+void kiln__ad_guard_unref(kiln__ad_guard *g);
+/* kiln_checkpoint whose region holds a reference to guard (may be NULL). */
+kiln_tensor kiln__checkpoint_guarded(kiln_checkpoint_fn fn, void *ctx, kiln__ad_guard *guard, int n_inputs,
+                                     kiln_tensor *inputs);
+
+/* The automatic policy (KILN_CHECKPOINT=auto): a tensor saved for backward that a cheap
+ * elementwise op computed from a tensor its producer keeps anyway (GELU of a matmul's output) is
+ * not kept; whether producer p's output can be so recomputed, and the recomputation (an owned
+ * tensor, NULL and c's error on failure). rules_elementwise.c. */
+bool kiln__ad_recomputable(const kiln__ad_node *p);
+kiln__tensor *kiln__ad_recompute(kiln__opctx *c, const kiln__ad_node *p);
+/* Materialises n's lazy saved tensors (before its rule runs); false and c's error on failure. */
+bool kiln__ad_unlazy(kiln__opctx *c, kiln__ad_node *n);
+
+/* g (consumed) through the hooks in order; NULL and c's error when one fails. */
+kiln__tensor *kiln__ad_run_hooks(kiln__opctx *c, const kiln__ad_hook *h, kiln__tensor *g);
 
 /* Sums g down to shape (reversing broadcasting). Consumes g. */
 kiln__tensor *kiln__ad_sum_to(kiln__opctx *c, kiln__tensor *g, int ndim, const int64_t *shape);

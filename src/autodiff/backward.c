@@ -169,9 +169,14 @@ static kiln__tensor *fit_to_slot(kiln__opctx *c, const kiln__ad_slot *s, kiln__t
 /* Drops what the node holds for backward; the node itself lives while tensors point to it. */
 static void consume_node(kiln__ad_node *n) {
     n->consumed = true;
+    if (n->ext_free) n->ext_free(n->ext);
+    n->ext = NULL;
+    n->ext_free = NULL;
     for (int i = 0; i < KILN__AD_MAX_SAVED; i++) {
         kiln__tensor_release(n->saved[i]);
         n->saved[i] = NULL;
+        kiln__ad_node_unref(n->lazy[i]);
+        n->lazy[i] = NULL;
     }
     for (int i = 0; i < n->n_slots; i++) {
         kiln__ad_node *p = n->slots[i].node;
@@ -197,9 +202,24 @@ static bool push(node_stack *s, kiln__ad_node *n) {
     return true;
 }
 
+/* Where a region's walk stops (kiln__ad_region_backward): nodes outside the region, whose
+ * gradients are collected for the enclosing walk. NULL for a whole backward pass. */
+typedef struct {
+    int n;
+    kiln__ad_node *const *nodes;
+    kiln__tensor **grads;
+} walk_edge;
+
+static int edge_index(const walk_edge *e, const kiln__ad_node *p) {
+    if (e)
+        for (int k = 0; k < e->n; k++)
+            if (e->nodes[k] == p) return k;
+    return -1;
+}
+
 /* Counts, for every node reachable from root, how many of its consumers are in the graph;
  * takes a walk reference on each. */
-static bool count_consumers(kiln__ad_node *root, node_stack *all) {
+static bool count_consumers(kiln__ad_node *root, node_stack *all, const walk_edge *edge) {
     uint64_t epoch = atomic_fetch_add(&visit_epoch, 1) + 1;
     node_stack todo = {0};
     bool ok = push(&todo, root) && push(all, root);
@@ -210,7 +230,7 @@ static bool count_consumers(kiln__ad_node *root, node_stack *all) {
         kiln__ad_node *n = todo.v[--todo.n];
         for (int i = 0; i < n->n_slots; i++) {
             kiln__ad_node *p = n->slots[i].node;
-            if (!p) continue;
+            if (!p || edge_index(edge, p) >= 0) continue;
             if (p->visit != epoch) {
                 p->visit = epoch;
                 p->pending = 0;
@@ -246,21 +266,31 @@ static void hooks_failed_before_walk(void) {
     for (int i = 0; i < nh; i++) hv[i].walk_done(hv[i].ctx, NULL, false);
 }
 
-static kiln_status run_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor *seed, kiln_grads **out) {
+/* Leaves' hooks on their total gradients, once a whole walk is done (a region's walk leaves
+ * them to the enclosing one, which receives the region's contributions). */
+static void leaf_hooks(kiln__opctx *c, kiln_grads *gs) {
+    for (size_t i = 0; i < gs->n && !c->err; i++)
+        if (gs->entries[i].leaf->hooks && gs->entries[i].grad)
+            gs->entries[i].grad = kiln__ad_run_hooks(c, gs->entries[i].leaf->hooks, gs->entries[i].grad);
+}
+
+static kiln_status run_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor *seed, kiln_grads **out,
+                                const walk_edge *edge) {
     kiln__ad_meta *m = root->autodiff;
     kiln_grads *gs = grads_new();
     if (!gs) {
         kiln__drop(2, root, seed);
         kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the gradients container");
-        hooks_failed_before_walk();
+        if (!edge) hooks_failed_before_walk(); /* (a region's walk: the enclosing walk tells them) */
         return c->err->status;
     }
-    kiln__ad_backward_hooks hv[MAX_HOOKS];
-    int nh = hooks_snapshot(hv);
+    kiln__ad_backward_hooks hv[MAX_HOOKS] = {0};
+    int nh = edge ? 0 : hooks_snapshot(hv);
     kiln_no_grad_begin();
     if (m->leaf) {
         deliver_to_leaf(c, gs, m->leaf, seed, hv, nh);
         kiln__tensor_release(root);
+        if (!edge) leaf_hooks(c, gs);
         for (int i = 0; i < nh; i++) hv[i].walk_done(hv[i].ctx, gs, !c->err);
         kiln_no_grad_end();
         *out = gs;
@@ -268,7 +298,7 @@ static kiln_status run_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor
     }
     kiln__ad_node *start = m->node;
     node_stack all = {0}, ready = {0};
-    if (!count_consumers(start, &all)) {
+    if (!count_consumers(start, &all, edge)) {
         kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot walk the graph");
         kiln__tensor_release(seed);
     } else {
@@ -281,6 +311,11 @@ static kiln_status run_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor
         kiln__ad_node *n = ready.v[--ready.n];
         kiln__tensor *g = n->grad;
         n->grad = NULL;
+        if (n->hooks && !(g = kiln__ad_run_hooks(c, n->hooks, g))) break;
+        if (!kiln__ad_unlazy(c, n)) {
+            kiln__tensor_release(g);
+            break;
+        }
         kiln__tensor *grads[64];
         kiln__tensor **gv = n->n_slots <= 64 ? grads : calloc((size_t)n->n_slots, sizeof *gv);
         if (!gv) {
@@ -300,8 +335,11 @@ static kiln_status run_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor
             }
             gi = fit_to_slot(c, s, gi);
             if (!gi) continue;
+            int k;
             if (s->leaf) {
                 deliver_to_leaf(c, gs, s->leaf, gi, hv, nh);
+            } else if ((k = edge_index(edge, s->node)) >= 0) {
+                accumulate(c, &edge->grads[k], gi);
             } else {
                 accumulate(c, &s->node->grad, gi);
                 if (--s->node->pending == 0) push(&ready, s->node);
@@ -310,6 +348,7 @@ static kiln_status run_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor
         if (gv != grads) free(gv);
         consume_node(n);
     }
+    if (!edge) leaf_hooks(c, gs);
     for (int i = 0; i < nh; i++) hv[i].walk_done(hv[i].ctx, gs, !c->err);
     kiln_no_grad_end();
     for (size_t i = 0; i < all.n; i++) { /* drop walk references (and state left by an error) */
@@ -326,6 +365,26 @@ static kiln_status run_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor
     }
     *out = gs;
     return KILN_OK;
+}
+
+kiln_grads *kiln__ad_region_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor *seed, int n_edge,
+                                     kiln__ad_node *const *edge, kiln__tensor **edge_grads) {
+    walk_edge e = {n_edge, edge, edge_grads};
+    kiln_grads *gs = NULL;
+    if (!kiln__ok(c, root) || !kiln__ok(c, seed) || !root->autodiff) {
+        kiln__drop(2, root, seed);
+        return NULL;
+    }
+    int k = edge_index(&e, ((kiln__ad_meta *)root->autodiff)->node);
+    if (k >= 0) { /* the region returned a tensor from outside it unchanged */
+        accumulate(c, &edge_grads[k], seed);
+        kiln__tensor_release(root);
+        gs = grads_new();
+        if (!gs) kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the gradients container");
+        return gs;
+    }
+    run_backward(c, root, seed, &gs, &e);
+    return gs;
 }
 
 static kiln_status backward_common(kiln__opctx *c, kiln_tensor root_h, kiln_tensor seed_h, bool has_seed, kiln_grads **out) {
@@ -354,7 +413,7 @@ static kiln_status backward_common(kiln__opctx *c, kiln_tensor root_h, kiln_tens
         if (seed) {
             kiln__tensor *detached = seed->autodiff ? kiln__tensor_view(seed, seed->ndim, seed->shape, seed->strides, seed->offset) : NULL;
             if (detached) kiln__tensor_release(seed), seed = detached;
-            run_backward(c, root, seed, out);
+            run_backward(c, root, seed, out, NULL);
         } else {
             kiln__tensor_release(root);
             hooks_failed_before_walk();

@@ -17,8 +17,33 @@ void kiln_no_grad_end(void) {
 bool kiln_grad_enabled(void) { return no_grad_depth == 0; }
 bool kiln__grad_mode(void) { return no_grad_depth == 0; }
 
+int kiln__ad_no_grad_swap(int depth) {
+    int prev = no_grad_depth;
+    no_grad_depth = depth;
+    return prev;
+}
+
+static _Thread_local kiln__ad_capture *capture;
+
+kiln__ad_capture *kiln__ad_capture_swap(kiln__ad_capture *cap) {
+    kiln__ad_capture *prev = capture;
+    capture = cap;
+    return prev;
+}
+
+static void hooks_free(kiln__ad_hook *h) {
+    while (h) {
+        kiln__ad_hook *next = h->next;
+        free(h);
+        h = next;
+    }
+}
+
 static void leaf_unref(kiln__ad_leaf *l) {
-    if (l && atomic_fetch_sub_explicit(&l->refs, 1, memory_order_acq_rel) == 1) free(l);
+    if (l && atomic_fetch_sub_explicit(&l->refs, 1, memory_order_acq_rel) == 1) {
+        hooks_free(l->hooks);
+        free(l);
+    }
 }
 
 /* Frees nodes iteratively: a long chain must not recurse once per node. */
@@ -31,6 +56,11 @@ static void node_free_chain(kiln__ad_node *first) {
         kiln__ad_node *n = stack[--top];
         for (int i = 0; i < KILN__AD_MAX_SAVED; i++) kiln__tensor_release(n->saved[i]);
         kiln__tensor_release(n->grad);
+        if (n->ext_free) n->ext_free(n->ext);
+        hooks_free(n->hooks);
+        for (int i = 0; i < KILN__AD_MAX_SAVED; i++) /* a producer of the graph: freed by this loop's stack too */
+            if (n->lazy[i] && atomic_fetch_sub_explicit(&n->lazy[i]->refs, 1, memory_order_acq_rel) == 1)
+                node_free_chain(n->lazy[i]);
         for (int i = 0; i < n->n_slots; i++) {
             leaf_unref(n->slots[i].leaf);
             kiln__ad_node *p = n->slots[i].node;
@@ -54,6 +84,44 @@ static void node_free_chain(kiln__ad_node *first) {
     if (stack != stack_small) free(stack);
 }
 
+void kiln__ad_capture_clear(kiln__ad_capture *cap) {
+    if (!cap) return;
+    for (int i = 0; i < cap->n; i++) {
+        leaf_unref(cap->v[i].leaf);
+        kiln__ad_node_unref(cap->v[i].node);
+    }
+    free(cap->v);
+    *cap = (kiln__ad_capture){0};
+}
+
+/* t's leaf or producer into the capture, once each. */
+static void capture_add(kiln__ad_capture *cap, const kiln__tensor *t) {
+    const kiln__ad_meta *m = t->autodiff;
+    if (!m || cap->lost) return;
+    for (int i = 0; i < cap->n; i++)
+        if ((m->leaf && cap->v[i].leaf == m->leaf) || (!m->leaf && cap->v[i].node == m->node)) return;
+    if (cap->n == cap->cap) {
+        int grown_cap = cap->cap ? cap->cap * 2 : 16;
+        kiln__ad_slot *grown = kiln__alloc_should_fail() ? NULL : realloc(cap->v, sizeof *grown * (size_t)grown_cap);
+        if (!grown) {
+            cap->lost = true;
+            return;
+        }
+        cap->v = grown;
+        cap->cap = grown_cap;
+    }
+    kiln__ad_slot *s = &cap->v[cap->n++];
+    *s = (kiln__ad_slot){.dtype = t->dtype, .ndim = t->ndim};
+    memcpy(s->shape, t->shape, sizeof s->shape);
+    if (m->leaf) {
+        s->leaf = m->leaf;
+        atomic_fetch_add_explicit(&m->leaf->refs, 1, memory_order_relaxed);
+    } else {
+        s->node = m->node;
+        atomic_fetch_add_explicit(&m->node->refs, 1, memory_order_relaxed);
+    }
+}
+
 void kiln__ad_node_unref(kiln__ad_node *n) {
     if (n && atomic_fetch_sub_explicit(&n->refs, 1, memory_order_acq_rel) == 1) node_free_chain(n);
 }
@@ -71,7 +139,12 @@ static kiln__ad_meta *meta_new(void) {
 }
 
 bool kiln__ad_active(int n, kiln__tensor *const *inputs) {
-    if (no_grad_depth) return false;
+    if (no_grad_depth) {
+        if (KILN__UNLIKELY(capture != NULL))
+            for (int i = 0; i < n; i++)
+                if (inputs[i] && !inputs[i]->err) capture_add(capture, inputs[i]);
+        return false;
+    }
     bool any = false;
     for (int i = 0; i < n; i++) {
         if (!inputs[i] || inputs[i]->err) return false; /* the untracked path reports the error */
@@ -109,8 +182,29 @@ kiln__ad_node *kiln__ad_node_new(kiln__opctx *c, const kiln__ad_rule *rule, int 
     return node;
 }
 
+/* Whether to keep a reference to t's producer instead of t (the automatic policy): only for a
+ * producer that is one of n's inputs, which the walk then runs after n, so what it saved is
+ * still there when n's rule needs t. */
+static kiln__ad_node *lazy_producer(const kiln__ad_node *n, const kiln__tensor *t) {
+    const kiln__ad_meta *m = t->autodiff;
+    if (!m || !m->node || kiln_checkpoint_policy_get() != KILN_CHECKPOINT_AUTO || !kiln__ad_recomputable(m->node))
+        return NULL;
+    for (int k = 0; k < n->n_slots; k++)
+        if (n->slots[k].node == m->node) return m->node;
+    return NULL;
+}
+
 void kiln__ad_save(kiln__opctx *c, kiln__ad_node *n, int i, const kiln__tensor *t) {
     if (!n || !t || t->err) return;
+    kiln__ad_node *p = lazy_producer(n, t);
+    if (p) {
+        atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
+        kiln__tensor_release(n->saved[i]);
+        n->saved[i] = NULL;
+        kiln__ad_node_unref(n->lazy[i]);
+        n->lazy[i] = p;
+        return;
+    }
     kiln__tensor *alias = kiln__tensor_view(t, t->ndim, t->shape, t->strides, t->offset);
     if (!alias) {
         kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot save a tensor for backward");
@@ -170,6 +264,10 @@ static bool attach_leaf(kiln__tensor *t) {
     return true;
 }
 
+kiln__ad_leaf *kiln__ad_make_leaf(kiln__tensor *t) {
+    return attach_leaf(t) ? ((kiln__ad_meta *)t->autodiff)->leaf : NULL;
+}
+
 /* ---- public ------------------------------------------------------------------------------ */
 
 kiln_status kiln_require_grad(kiln_tensor h) {
@@ -221,4 +319,85 @@ kiln_tensor kiln_detach(kiln_tensor h) {
     kiln__tensor_release(t);
     if (!v) return kiln__result(&c, kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate a view"));
     return kiln__result(&c, v);
+}
+
+kiln_status kiln_tensor_register_hook(kiln_tensor h, kiln_grad_hook_fn fn, void *ctx) {
+    kiln__error *err = NULL;
+    kiln__tensor *t = kiln__handle_peek(h, "kiln_tensor_register_hook", &err);
+    if (!t) {
+        kiln_status st = kiln__error_report(err);
+        kiln__error_unref(err);
+        return st;
+    }
+    if (t->err) return kiln__error_report(t->err);
+    if (!fn) return kiln__report(KILN_ERR_NULL, "kiln_tensor_register_hook", "hook is NULL");
+    kiln__ad_meta *m = t->autodiff;
+    if (!m) return kiln__report(KILN_ERR_NO_GRAPH, "kiln_tensor_register_hook", "tensor has no gradient (kiln_require_grad)");
+    kiln__ad_hook **at = m->leaf ? &m->leaf->hooks : &m->node->hooks;
+    if (!m->leaf && m->node->consumed)
+        return kiln__report(KILN_ERR_NO_GRAPH, "kiln_tensor_register_hook", "this graph was already consumed by a backward pass");
+    kiln__ad_hook *hk = kiln__alloc_should_fail() ? NULL : calloc(1, sizeof *hk);
+    if (!hk) return kiln__report(KILN_ERR_OUT_OF_MEMORY, "kiln_tensor_register_hook", "cannot allocate a hook");
+    *hk = (kiln__ad_hook){fn, ctx, kiln__call_site(), NULL};
+    while (*at) at = &(*at)->next;
+    *at = hk;
+    return KILN_OK;
+}
+
+kiln__tensor *kiln__ad_run_hooks(kiln__opctx *c, const kiln__ad_hook *h, kiln__tensor *g) {
+    for (; h && g && !c->err; h = h->next) {
+        int ndim = g->ndim;
+        int64_t shape[KILN_MAX_DIMS];
+        memcpy(shape, g->shape, sizeof shape);
+        kiln__site site = kiln__call_site();
+        kiln_tensor r = h->fn(h->ctx, kiln__handle_new(g));
+        kiln__site_now = site;
+        kiln__error *err = NULL;
+        g = kiln__handle_take(r, "kiln_tensor_register_hook", &err);
+        if (!g && err && err->status == KILN_ERR_OUT_OF_MEMORY && !c->err) c->err = kiln__error_ref(err);
+        kiln__error_unref(err);
+        const char *bad = !g ? "returned no live tensor" : g->err ? NULL
+                        : (g->ndim != ndim || memcmp(g->shape, shape, sizeof(int64_t) * (size_t)ndim) != 0)
+                            ? "returned a gradient of another shape" : NULL;
+        if (g && g->err) kiln__ok(c, g); /* the hook's failing op, with its line */
+        else if (bad && !c->err)
+            c->err = kiln__error_new(KILN_ERR_INVALID_ARGUMENT, "kiln_tensor_register_hook", h->site.file, h->site.line,
+                                     0, "the gradient hook %s", bad);
+    }
+    if (c->err) {
+        kiln__tensor_release(g);
+        return NULL;
+    }
+    return g;
+}
+
+bool kiln__ad_unlazy(kiln__opctx *c, kiln__ad_node *n) {
+    for (int i = 0; i < KILN__AD_MAX_SAVED; i++) {
+        kiln__ad_node *p = n->lazy[i];
+        if (!p) continue;
+        n->lazy[i] = NULL;
+        if (!c->err) {
+            if (kiln__ad_recomputable(p)) n->saved[i] = kiln__ad_recompute(c, p);
+            else kiln__fail(c, KILN_ERR_INTERNAL, "a tensor saved for backward was dropped and cannot be recomputed");
+        }
+        kiln__ad_node_unref(p);
+    }
+    return !c->err;
+}
+
+/* The policy: this thread's choice, else KILN_CHECKPOINT from the environment ("auto"). */
+static _Thread_local int policy = -1;
+
+kiln_checkpoint_policy kiln_checkpoint_policy_get(void) {
+    if (KILN__LIKELY(policy >= 0)) return (kiln_checkpoint_policy)policy;
+    const char *v = getenv("KILN_CHECKPOINT");
+    policy = v && strcmp(v, "auto") == 0 ? KILN_CHECKPOINT_AUTO : KILN_CHECKPOINT_NONE;
+    return (kiln_checkpoint_policy)policy;
+}
+
+kiln_checkpoint_policy kiln_checkpoint_policy_set(kiln_checkpoint_policy p) {
+    kiln_checkpoint_policy prev = kiln_checkpoint_policy_get();
+    if (p == KILN_CHECKPOINT_NONE || p == KILN_CHECKPOINT_AUTO) policy = (int)p;
+    else kiln__report(KILN_ERR_INVALID_ARGUMENT, "kiln_checkpoint_policy_set", "unknown policy %d", (int)p);
+    return prev;
 }

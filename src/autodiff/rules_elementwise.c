@@ -127,6 +127,20 @@ static void unary_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, ki
 
 static const kiln__ad_rule unary_rule = {"unary", unary_backward};
 
+/* NAN_TO_NUM's node does not keep its replacement values; the other unary ops are recomputed
+ * from the input they saved, or are their saved output already. */
+bool kiln__ad_recomputable(const kiln__ad_node *p) {
+    return p && p->rule == &unary_rule && p->code != KILN__OP_NAN_TO_NUM && (p->saved[0] || p->saved[1]) &&
+           !p->lazy[0] && !p->consumed;
+}
+
+kiln__tensor *kiln__ad_recompute(kiln__opctx *c, const kiln__ad_node *p) {
+    if (p->saved[1]) return ad_ref(p->saved[1]);
+    kiln__tensor *x = ad_ref(p->saved[0]);
+    if (p->code == KILN__OP_LEAKY_RELU || p->code == KILN__OP_ELU) return kiln__t_unary_params(c, p->code, x, p->pf);
+    return kiln__t_unary(c, p->code, x);
+}
+
 kiln__tensor *kiln__ad_unary(kiln__opctx *c, kiln__opcode code, kiln__tensor *x) {
     return kiln__ad_unary_params(c, code, x, NULL);
 }

@@ -33,10 +33,17 @@ typedef struct {
     uint64_t seed, calls;
 } dropout_state;
 
+uint64_t kiln__nn_call_seed(uint64_t seed, uint64_t *calls) {
+    uint64_t v;
+    if (!kiln__draw_replay(&v)) v = kiln__nn_seed(seed, (*calls)++);
+    kiln__draw_record(v);
+    return v;
+}
+
 static kiln_tensor dropout_forward(kiln_module *m, kiln_tensor x) {
     dropout_state *s = m->state;
     if (!m->training || s->p == 0) return x;
-    return kiln_dropout(x, s->p, kiln__nn_seed(s->seed, s->calls++));
+    return kiln_dropout(x, s->p, kiln__nn_call_seed(s->seed, &s->calls));
 }
 
 static const kiln__module_vtable dropout_vt = {"Dropout", dropout_forward, NULL};

@@ -59,6 +59,9 @@ kiln_module *kiln__nn_finish(kiln_module *m, int n, const kiln__nn_param *ps);
 /* A seed for stream k derived from seed (splitmix64 of both), so that the streams a layer
  * derives from one seed neither repeat nor line up with another layer's seed + 1. */
 uint64_t kiln__nn_seed(uint64_t seed, uint64_t k);
+/* The seed of a layer's next random call (dropout), kiln__nn_seed(seed, (*calls)++), except in a
+ * checkpointed region's recomputation, which replays the seed its forward drew (dropout.c). */
+uint64_t kiln__nn_call_seed(uint64_t seed, uint64_t *calls);
 
 /* PyTorch's default initialisation of Linear and Conv weights and biases: f32 on the CPU,
  * uniform in [-1/sqrt(fan_in), 1/sqrt(fan_in)] (zeros when fan_in is 0). */

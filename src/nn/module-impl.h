@@ -46,7 +46,16 @@ struct kiln_module {
     void (*user_free)(void *ctx);
     kiln_dtype autocast; /* 0 (unset) or the dtype kiln_module_set_autocast gave */
     bool autocast_set;
+    /* kiln_module_set_checkpoint: forward runs as a checkpointed region, whose recomputation
+     * the guard (killed by kiln_module_free) keeps from using a freed module */
+    bool checkpoint;
+    struct kiln__ad_guard *guard;
 };
+
+/* m's own forward under its autocast setting (module.c); consumes x. */
+kiln_tensor kiln__module_forward_body(kiln_module *m, kiln_tensor x);
+/* m's forward as a checkpointed region (module_autodiff.c); consumes x. */
+kiln_tensor kiln__module_forward_checkpointed(kiln_module *m, kiln_tensor x);
 
 /* A module with `state_size` zeroed bytes of layer state. NULL on OOM (error reported). */
 kiln_module *kiln__module_new(const kiln__module_vtable *vt, size_t state_size);

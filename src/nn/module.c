@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "autodiff/autodiff-impl.h"
 #include "kiln/autocast.h"
 #include "kiln/autodiff.h"
 #include "nn/module-impl.h"
@@ -74,6 +75,13 @@ kiln_tensor kiln_module_forward(kiln_module *m, kiln_tensor x) {
                                                failed_lookup));
         return kiln__result(&c, kiln__fail(&c, KILN_ERR_NULL, "module is NULL"));
     }
+    if (m->checkpoint && kiln_grad_enabled()) return kiln__module_forward_checkpointed(m, x);
+    return kiln__module_forward_body(m, x);
+}
+
+/* The module's own forward under its autocast setting: also what a checkpointed module's
+ * recomputation runs, so the replay computes in the dtypes the first run did. */
+kiln_tensor kiln__module_forward_body(kiln_module *m, kiln_tensor x) {
     if (!m->autocast_set) return m->vt->forward(m, x);
     kiln_autocast_begin(m->autocast); /* checked when set: cannot fail but past 32 nested scopes */
     kiln_tensor y = m->vt->forward(m, x);
@@ -130,6 +138,7 @@ const char *kiln_module_type(const kiln_module *m) { return !m ? "NULL" : m->typ
 
 void kiln_module_free(kiln_module *m) {
     if (!m) return;
+    kiln__ad_guard_kill(m->guard);
     for (int i = 0; i < m->n_children; i++) kiln_module_free(m->children[i]);
     free(m->children);
     free(m->child_names);

@@ -195,7 +195,7 @@ static kiln_tensor rnn_run(const char *op, bool want_lstm, kiln_module *m, kiln_
     int n_states = o->num_layers * st->dirs;
     for (int l = 0; l < o->num_layers; l++) {
         if (l > 0 && o->dropout > 0 && m->training) /* between layers, as PyTorch */
-            x = kiln_dropout(x, o->dropout, kiln__nn_seed(st->seed, st->calls++));
+            x = kiln_dropout(x, o->dropout, kiln__nn_call_seed(st->seed, &st->calls));
         kiln_tensor outs[2];
         for (int dir = 0; dir < st->dirs; dir++) {
             int ld = l * st->dirs + dir;

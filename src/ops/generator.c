@@ -22,10 +22,59 @@ static uint64_t splitmix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
+static _Thread_local kiln__draw_log *recording, *replaying;
+
+kiln__draw_log *kiln__draw_log_record(kiln__draw_log *log) {
+    kiln__draw_log *prev = recording;
+    recording = log;
+    return prev;
+}
+
+kiln__draw_log *kiln__draw_log_replay(kiln__draw_log *log) {
+    kiln__draw_log *prev = replaying;
+    replaying = log;
+    return prev;
+}
+
+void kiln__draw_log_clear(kiln__draw_log *log) {
+    if (!log) return;
+    free(log->v);
+    *log = (kiln__draw_log){0};
+}
+
+bool kiln__draw_replay(uint64_t *seed) {
+    if (!replaying || replaying->next >= replaying->n) return false;
+    *seed = replaying->v[replaying->next++];
+    return true;
+}
+
+/* A log that cannot grow is marked lost: its owner reports that rather than replay other
+ * seeds silently (autodiff/checkpoint.c). */
+void kiln__draw_record(uint64_t seed) {
+    kiln__draw_log *log = recording;
+    if (!log || log->lost) return;
+    if (log->n == log->cap) {
+        size_t cap = log->cap ? log->cap * 2 : 8;
+        uint64_t *grown = kiln__alloc_should_fail() ? NULL : realloc(log->v, sizeof *grown * cap);
+        if (!grown) {
+            log->lost = true;
+            return;
+        }
+        log->v = grown;
+        log->cap = cap;
+    }
+    log->v[log->n++] = seed;
+}
+
 uint64_t kiln__generator_draw(kiln_generator *g) {
-    if (!g) g = &global_gen;
-    uint64_t k = atomic_fetch_add(&g->draws, 1);
-    return splitmix64(splitmix64(atomic_load(&g->seed)) ^ splitmix64(~k));
+    uint64_t seed;
+    if (!kiln__draw_replay(&seed)) {
+        if (!g) g = &global_gen;
+        uint64_t k = atomic_fetch_add(&g->draws, 1);
+        seed = splitmix64(splitmix64(atomic_load(&g->seed)) ^ splitmix64(~k));
+    }
+    kiln__draw_record(seed);
+    return seed;
 }
 
 kiln_generator *kiln_generator_new(uint64_t seed) {
