@@ -3,3 +3,4 @@
 #include "kiln/optim.h"
 
 KILN_OPTIM_API(KILN__AT_DEFINE)
+KILN__FREE_AT_DEFINE(kiln_optimizer, optimizer_free)

@@ -13,6 +13,10 @@ kiln_status kiln_train_step(kiln_optimizer *opt, kiln_tensor loss, double *value
         kiln_release(loss);
         return kiln__report(KILN_ERR_NULL, "kiln_train_step", "optimizer is NULL");
     }
+    if (!kiln__object_live(opt, KILN__OPTIMIZER_KIND)) {
+        if (kiln_is_valid(loss)) kiln_release(loss);
+        return kiln__object_check(opt, KILN__OPTIMIZER_KIND, "kiln_train_step");
+    }
     const char *outer = kiln__op_scope_enter("kiln_train_step"); /* the calls inside report as it */
     kiln_grads *g = NULL;
     double v = NAN;
