@@ -193,9 +193,10 @@ static void engine_init(void) {
     pthread_key_create(&stream_key, stream_thread_exit);
     kiln__core_fork_guard(); /* (first: its locks are taken after the engine has drained) */
     pthread_atfork(engine_before_fork, engine_after_fork_parent, engine_after_fork_child);
-    if (!engine.async) return;
+    /* (synchronous too: another thread may call exit() while this one runs a kernel) */
     kiln__backend_set_exit_hold(kiln__kernels_stop_at_exit);
     kiln__backend_exit_hold_register();
+    if (!engine.async) return;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int n = (int)kiln__env_int("KILN_ENGINE_THREADS", 1, cpus > 0 ? cpus : 2);
     if (n > MAX_WORKERS) n = MAX_WORKERS;
