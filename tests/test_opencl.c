@@ -450,6 +450,10 @@ KT_TEST(memory_stats_and_oom) {
     /* the second allocation of a device chain fails: the op that needed it reports it */
     kiln_tensor x = kiln_ones(DEV, KILN_F32, KILN_SHAPE(64));
     kiln_tensor y = kiln_exp(kiln_ref(x));
+    /* The countdown is global: an engine worker still running x or y (a loaded machine delays
+     * it) could take the failing allocation instead (a buffer made when its op runs). Nothing
+     * else may run while it is armed. */
+    KT_CHECK(kiln_sync() == KILN_OK);
     kiln_debug_fail_alloc_after(1);
     kiln_tensor z = kiln_add(kiln_ref(y), kiln_ref(x)); /* its output's allocation fails */
     kiln_debug_fail_alloc_after(0);

@@ -179,4 +179,10 @@ KILN_AUTODIFF_API(KILN__AT_DECLARE)
 #ifdef __cplusplus
 }
 #endif
+/* The free calls record their file:line too: a later use of the freed object names it. */
+KILN__FREE_AT_DECLARE(kiln_grads, grads_free)
+#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
+#define kiln_grads_free(...) KILN__AT(grads_free, __VA_ARGS__)
+#endif
+
 #endif

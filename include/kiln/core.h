@@ -188,6 +188,7 @@ KILN_API void kiln_set_call_site(const char *file, int line);
 #define KILN__AT_PARAMS(...) (__VA_ARGS__, const char *kiln__file, int kiln__line)
 #define KILN__AT_DECLARE(ret, name, params, args) KILN_API ret kiln__##name##_at KILN__AT_PARAMS params;
 #define KILN__AT_DECLARE0(ret, name) KILN_API ret kiln__##name##_at(const char *kiln__file, int kiln__line);
+#define KILN__FREE_AT_DECLARE(type, name) KILN_API void kiln__##name##_at(type *obj, const char *kiln__file, int kiln__line);
 
 /* ---- memory ------------------------------------------------------------------------------ */
 typedef struct {

@@ -129,4 +129,12 @@ KILN_DATA_API(KILN__AT_DECLARE)
 #ifdef __cplusplus
 }
 #endif
+/* The free calls record their file:line too: a later use of the freed object names it. */
+KILN__FREE_AT_DECLARE(kiln_dataset, dataset_free)
+KILN__FREE_AT_DECLARE(kiln_loader, loader_free)
+#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
+#define kiln_dataset_free(...) KILN__AT(dataset_free, __VA_ARGS__)
+#define kiln_loader_free(...) KILN__AT(loader_free, __VA_ARGS__)
+#endif
+
 #endif

@@ -96,4 +96,10 @@ KILN_ENGINE_API(KILN__AT_DECLARE, KILN__AT_DECLARE0)
 #ifdef __cplusplus
 }
 #endif
+/* The free calls record their file:line too: a later use of the freed object names it. */
+KILN__FREE_AT_DECLARE(kiln_transaction, transaction_free)
+#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
+#define kiln_transaction_free(...) KILN__AT(transaction_free, __VA_ARGS__)
+#endif
+
 #endif

@@ -24,4 +24,12 @@
         return kiln_##name();                                                               \
     }
 
+/* The wrapper of a free function (void: not an entry of the lists), recording where the object
+ * was freed (core/object.c names it when the object is used again). */
+#define KILN__FREE_AT_DEFINE(type, name)                                              \
+    void kiln__##name##_at(type *obj, const char *kiln__file, int kiln__line) {       \
+        kiln__site_set_op(kiln__file, kiln__line, "kiln_" #name);                     \
+        kiln_##name(obj);                                                             \
+    }
+
 #endif

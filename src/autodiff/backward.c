@@ -89,6 +89,10 @@ static void live_register(void) {
 static kiln_grads *grads_new(void) {
     kiln_grads *gs = calloc(1, sizeof *gs);
     if (!gs) return NULL;
+    if (!kiln__object_register(gs, KILN__GRADS_KIND)) {
+        free(gs);
+        return NULL;
+    }
     pthread_once(&live_once, live_register);
     gs->made = kiln__call_site();
     pthread_mutex_lock(&live_lock);
@@ -473,6 +477,7 @@ kiln_tensor kiln_grad(kiln_grads *gs, kiln_tensor h) {
         kiln__report(KILN_ERR_NULL, "kiln_grad", "gradients container is NULL");
         return KILN_NONE;
     }
+    KILN__OBJECT_OR_RETURN(gs, KILN__GRADS_KIND, "kiln_grad", KILN_NONE);
     kiln__ad_meta *m = t->autodiff;
     if (!m || !m->leaf) {
         kiln__report(KILN_ERR_INVALID_ARGUMENT, "kiln_grad", "tensor is not a leaf (kiln_require_grad)");
@@ -520,13 +525,14 @@ bool kiln__grads_put(kiln__opctx *c, kiln_grads *gs, kiln__ad_leaf *leaf, kiln__
 }
 
 size_t kiln_grads_count(const kiln_grads *gs) {
+    if (gs) KILN__OBJECT_OR_RETURN(gs, KILN__GRADS_KIND, "kiln_grads_count", 0);
     size_t n = 0;
     for (size_t i = 0; gs && i < gs->n; i++) n += gs->entries[i].grad != NULL;
     return n;
 }
 
 void kiln_grads_free(kiln_grads *gs) {
-    if (!gs) return;
+    if (!gs || kiln__object_retire(gs, KILN__GRADS_KIND, "kiln_grads_free") != KILN_OK) return;
     for (int i = 0; i < gs->n_syncs; i++) gs->syncs[i].fn->release(gs->syncs[i].ctx);
     for (size_t i = 0; i < gs->n; i++) {
         kiln__tensor_release(gs->entries[i].grad);
@@ -539,5 +545,5 @@ void kiln_grads_free(kiln_grads *gs) {
     else live_head = gs->next;
     if (gs->next) gs->next->prev = gs->prev;
     pthread_mutex_unlock(&live_lock);
-    free(gs);
+    kiln__object_dispose(gs, KILN__GRADS_KIND, "kiln_grads_free");
 }

@@ -74,6 +74,37 @@ static inline void kiln__site_set_op(const char *file, int line, const char *op)
     kiln__site_now.op = op;
 }
 
+/* ---- objects a user frees (object.c): use after free and double free are errors ---------- */
+/* kind is the public type's name ("kiln_module"). A made object enters the registry (false: no
+ * memory, the maker fails); each public entry point checks its object first; its free function
+ * retires it first (a refused retire is a double free: return without touching it) and ends
+ * with kiln__object_dispose instead of free(). */
+bool kiln__object_register(const void *obj, const char *kind);
+/* NULL when obj is a live object of that kind; else why not, in thread-local text, and the
+ * status (ERR_NULL, ERR_STALE_HANDLE after a free, ERR_INVALID_ARGUMENT for another kind). */
+const char *kiln__object_problem(const void *obj, const char *kind, kiln_status *status);
+/* The same, reported for op (kiln_last_error); KILN_OK when live. */
+kiln_status kiln__object_check(const void *obj, const char *kind, const char *op);
+bool kiln__object_live(const void *obj, const char *kind);
+kiln_status kiln__object_retire(const void *obj, const char *kind, const char *op);
+/* Gives obj's memory (malloc'd) back after a delay, remembering who freed it and where. */
+void kiln__object_dispose(void *obj, const char *kind, const char *op);
+/* The kinds, by their public type names. */
+#define KILN__MODULE_KIND "kiln_module"
+#define KILN__OPTIMIZER_KIND "kiln_optimizer"
+#define KILN__GRADS_KIND "kiln_grads"
+#define KILN__DATASET_KIND "kiln_dataset"
+#define KILN__LOADER_KIND "kiln_loader"
+#define KILN__GENERATOR_KIND "kiln_generator"
+#define KILN__METRICS_KIND "kiln_metrics"
+#define KILN__TOKENIZER_KIND "kiln_tokenizer"
+#define KILN__TRANSACTION_KIND "kiln_transaction"
+/* Early return from a public entry point when obj is not a live `kind` (the error reported). */
+#define KILN__OBJECT_OR_RETURN(obj, kind, op, ...)                              \
+    do {                                                                       \
+        if (kiln__object_check((obj), (kind), (op)) != KILN_OK) return __VA_ARGS__; \
+    } while (0)
+
 /* ---- leak check (KILN_LEAK_CHECK=1, kiln_leak_check) -------------------------------------- */
 /* A higher layer's count of its live objects (gradient containers): writes one line per
  * object to f when f is not NULL, returns how many there are. Registered once. */

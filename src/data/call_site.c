@@ -3,3 +3,5 @@
 #include "kiln/data.h"
 
 KILN_DATA_API(KILN__AT_DEFINE)
+KILN__FREE_AT_DEFINE(kiln_dataset, dataset_free)
+KILN__FREE_AT_DEFINE(kiln_loader, loader_free)

@@ -28,6 +28,7 @@ kiln_dataset *kiln__dataset_make(const char *op, kiln_dataset_desc desc, void *c
     else if (!shape_ok(desc.input_shape, &in_n) || !shape_ok(desc.target_shape, &tg_n))
         st = KILN_ERR_SHAPE, why = "invalid input or target shape (0..8 dims, sizes >= 0)";
     kiln_dataset *ds = st == KILN_OK ? calloc(1, sizeof *ds) : NULL;
+    if (ds && !kiln__object_register(ds, KILN__DATASET_KIND)) free(ds), ds = NULL;
     if (st == KILN_OK && !ds) st = KILN_ERR_OUT_OF_MEMORY, why = "cannot allocate the dataset";
     if (st != KILN_OK) {
         if (desc.free) desc.free(ctx);
@@ -47,12 +48,15 @@ kiln_dataset *kiln_dataset_new(kiln_dataset_desc desc, void *ctx) {
     return kiln__dataset_make("kiln_dataset_new", desc, ctx);
 }
 
-int64_t kiln_dataset_length(const kiln_dataset *ds) { return ds ? ds->desc.length(ds->ctx) : -1; }
+int64_t kiln_dataset_length(const kiln_dataset *ds) {
+    if (ds) KILN__OBJECT_OR_RETURN(ds, KILN__DATASET_KIND, "kiln_dataset_length", -1);
+    return ds ? ds->desc.length(ds->ctx) : -1;
+}
 
 void kiln_dataset_free(kiln_dataset *ds) {
-    if (!ds) return;
+    if (!ds || kiln__object_retire(ds, KILN__DATASET_KIND, "kiln_dataset_free") != KILN_OK) return;
     if (ds->desc.free) ds->desc.free(ds->ctx);
-    free(ds);
+    kiln__object_dispose(ds, KILN__DATASET_KIND, "kiln_dataset_free");
 }
 
 kiln_status kiln_dataset_get(kiln_dataset *ds, int64_t index, kiln_tensor *input, kiln_tensor *target) {
@@ -60,6 +64,7 @@ kiln_status kiln_dataset_get(kiln_dataset *ds, int64_t index, kiln_tensor *input
     if (input) *input = KILN_NONE;
     if (target) *target = KILN_NONE;
     if (!ds || !input || !target) return kiln__report(KILN_ERR_NULL, op, "dataset or output pointer is NULL");
+    KILN__OBJECT_OR_RETURN(ds, KILN__DATASET_KIND, op, kiln_last_status());
     int64_t n = ds->desc.length(ds->ctx);
     if (index < 0 || index >= n)
         return kiln__report(KILN_ERR_INDEX, op, "index %lld out of range for %lld samples", (long long)index,

@@ -218,7 +218,7 @@ static kiln_status check_options(const kiln_dataset *ds, kiln_loader_options o) 
 }
 
 void kiln_loader_free(kiln_loader *l) {
-    if (!l) return;
+    if (!l || kiln__object_retire(l, KILN__LOADER_KIND, "kiln_loader_free") != KILN_OK) return;
     pthread_mutex_lock(&l->lock);
     l->stop = true;
     atomic_fetch_add(&l->generation, 1);
@@ -238,14 +238,16 @@ void kiln_loader_free(kiln_loader *l) {
     free(l->workers);
     free(l->host_block);
     free(l->index_block);
-    free(l);
+    kiln__object_dispose(l, KILN__LOADER_KIND, "kiln_loader_free");
 }
 
 kiln_loader *kiln_loader_new(kiln_dataset *ds, kiln_loader_options o) {
     static const char op[] = "kiln_loader_new";
+    if (ds) KILN__OBJECT_OR_RETURN(ds, KILN__DATASET_KIND, op, NULL);
     if (check_options(ds, o) != KILN_OK) return NULL;
     if (o.prefetch == 0) o.prefetch = kiln_loader_defaults(o.batch_size).prefetch; /* left 0: the default */
     kiln_loader *l = calloc(1, sizeof *l);
+    if (l && !kiln__object_register(l, KILN__LOADER_KIND)) free(l), l = NULL;
     if (!l) return kiln__report(KILN_ERR_OUT_OF_MEMORY, op, "cannot allocate the loader"), NULL;
     l->ds = ds;
     l->o = o;
@@ -295,10 +297,14 @@ kiln_loader *kiln_loader_new(kiln_dataset *ds, kiln_loader_options o) {
     return l;
 }
 
-int64_t kiln_loader_batches(const kiln_loader *l) { return l ? l->batches : -1; }
+int64_t kiln_loader_batches(const kiln_loader *l) {
+    if (l) KILN__OBJECT_OR_RETURN(l, KILN__LOADER_KIND, "kiln_loader_batches", -1);
+    return l ? l->batches : -1;
+}
 
 kiln_status kiln_loader_start_epoch(kiln_loader *l, int64_t epoch) {
     if (!l) return kiln__report(KILN_ERR_NULL, "kiln_loader_start_epoch", "loader is NULL");
+    KILN__OBJECT_OR_RETURN(l, KILN__LOADER_KIND, "kiln_loader_start_epoch", kiln_last_status());
     kiln_status unread = l->unread_status;
     l->unread_status = KILN_OK;
     pthread_mutex_lock(&l->lock);
@@ -333,6 +339,7 @@ kiln_status kiln_loader_next(kiln_loader *l, kiln_tensor *inputs, kiln_tensor *t
     if (inputs) *inputs = KILN_NONE;
     if (targets) *targets = KILN_NONE;
     if (!l || !inputs || !targets) return kiln__report(KILN_ERR_NULL, op, "loader or output pointer is NULL");
+    KILN__OBJECT_OR_RETURN(l, KILN__LOADER_KIND, op, kiln_last_status());
     if (!l->started) kiln_loader_start_epoch(l, 0);
     l->unread_status = KILN_OK; /* the loop went on after a failure: it saw it */
     int64_t k_now = l->next_deliver;

@@ -160,6 +160,8 @@ static kiln_status image_layout(kiln_dataset *base, transform_ctx **out, transfo
 
 kiln_dataset *kiln_transform_random_crop(kiln_dataset *base, int padding) {
     static const char op[] = "kiln_transform_random_crop";
+    /* (a dead base is not freed: it may be gone already) */
+    if (base) KILN__OBJECT_OR_RETURN(base, KILN__DATASET_KIND, op, NULL);
     const char *why = NULL;
     transform_ctx *t = NULL;
     kiln_status st = padding < 0 || padding > (1 << 20) ? (why = "padding must be in 0..2^20", KILN_ERR_INVALID_ARGUMENT)
@@ -170,6 +172,8 @@ kiln_dataset *kiln_transform_random_crop(kiln_dataset *base, int padding) {
 
 kiln_dataset *kiln_transform_random_hflip(kiln_dataset *base, double p) {
     static const char op[] = "kiln_transform_random_hflip";
+    /* (a dead base is not freed: it may be gone already) */
+    if (base) KILN__OBJECT_OR_RETURN(base, KILN__DATASET_KIND, op, NULL);
     const char *why = NULL;
     transform_ctx *t = NULL;
     kiln_status st = !(p >= 0 && p <= 1) ? (why = "probability must be in [0, 1]", KILN_ERR_INVALID_ARGUMENT)
@@ -180,6 +184,8 @@ kiln_dataset *kiln_transform_random_hflip(kiln_dataset *base, double p) {
 
 kiln_dataset *kiln_transform_normalize(kiln_dataset *base, int n, const double *mean, const double *std) {
     static const char op[] = "kiln_transform_normalize";
+    /* (a dead base is not freed: it may be gone already) */
+    if (base) KILN__OBJECT_OR_RETURN(base, KILN__DATASET_KIND, op, NULL);
     const char *why = NULL;
     kiln_status st = KILN_OK;
     transform_ctx *t = NULL;

@@ -192,9 +192,10 @@ static void engine_init(void) {
     pthread_key_create(&stream_key, stream_thread_exit);
     kiln__core_fork_guard(); /* (first: its locks are taken after the engine has drained) */
     pthread_atfork(engine_before_fork, engine_after_fork_parent, engine_after_fork_child);
-    if (!engine.async) return;
+    /* (synchronous too: another thread may call exit() while this one runs a kernel) */
     kiln__backend_set_exit_hold(kiln__kernels_stop_at_exit);
     kiln__backend_exit_hold_register();
+    if (!engine.async) return;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int n = (int)kiln__env_int("KILN_ENGINE_THREADS", 1, cpus > 0 ? cpus : 2);
     if (n > MAX_WORKERS) n = MAX_WORKERS;
@@ -226,6 +227,7 @@ kiln__stream *kiln__stream_current(void) {
     kiln__stream *s = current_stream;
     if (KILN__LIKELY(s)) return s;
     if (!(s = stream_new())) return NULL;
+    kiln__exit_guard_thread();
     pthread_setspecific(stream_key, s);
     current_stream = s;
     return s;
@@ -667,6 +669,7 @@ void kiln__event_wait(kiln__stream *s, kiln__event *ev) {
 }
 
 void kiln__stream_drain(kiln__stream *s) {
+    if (kiln__kernels_held_by_this_thread()) return; /* exiting: queued work is dropped */
     kiln__fusion_flush_stream(s);
     pthread_mutex_lock(&s->lock);
     wait_helping(s, stream_idle, NULL);
@@ -680,6 +683,9 @@ static bool epochs_pending_upto(uint64_t id) {
 }
 
 void kiln__engine_drain_all(void) {
+    /* exiting (an exit handler, such as the profiler's, drains): the work still queued is
+     * dropped, since the kernels it waits for never start */
+    if (kiln__kernels_held_by_this_thread()) return;
     kiln__fusion_flush_all(current_stream);
     pthread_mutex_lock(&engine.all_lock);
     kiln__epoch *cur = engine.epoch;

@@ -59,8 +59,17 @@ void kiln__kernels_hold(void);
 void kiln__kernels_release(bool in_child);
 /* At exit(): no kernel starts any more, and one still running gets a few seconds to finish,
  * so that no kernel runs while exit tears down the libraries kernels call (oneDNN's and
- * OpenBLAS's static state). Queued work is dropped: nothing can read its results. */
+ * OpenBLAS's static state). Queued work is dropped: nothing can read its results. The exit
+ * hold is taken by the exiting thread (exit_guard.c first, the atexit handler as a fallback);
+ * that thread's own later kernels still run. A thread that was only ending releases its hold
+ * (kiln__kernels_release_thread_exit), exit() never does. */
 void kiln__kernels_stop_at_exit(void);
+void kiln__kernels_hold_for_exit(void);
+void kiln__kernels_release_thread_exit(void);
+bool kiln__kernels_held_by_this_thread(void);
+/* Makes the calling thread's end (or its exit()) take the exit hold before any exit handler
+ * runs (exit_guard.c); once per thread. */
+void kiln__exit_guard_thread(void);
 /* Asynchronous submission: queue op on the stream; if ev is not NULL, count it there. */
 void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target);
 /* Submits op counted on ev (runs it at once in synchronous mode). */

@@ -47,33 +47,57 @@ static bool injected_failure(const kiln__op *op) {
     return atomic_compare_exchange_strong(&fail_next_named, &name, NULL);
 }
 
-static atomic_bool kernels_held;
+/* The kernel gate. Each hold keeps new kernels from starting: a fork being prepared, a thread
+ * on its way out (exit_guard.c: released if it was only the thread ending), exit() (never
+ * released). The thread that closed it at its exit still runs kernels itself: whatever its
+ * exit handlers ask of kiln is theirs to ask. */
+static atomic_int kernel_holds;
 static atomic_int kernels_running;
+static _Thread_local bool thread_holds_for_exit;
 
-/* Closes the gate and waits for the running kernels, polling every 50 us, at most max_polls
- * times (-1: until they are done). */
-static void hold_kernels(long max_polls) {
-    atomic_store(&kernels_held, true);
+/* Waits for the running kernels, polling every 50 us, at most max_polls times (-1: until they
+ * are done). */
+static void wait_kernels(long max_polls) {
     for (long i = 0; (max_polls < 0 || i < max_polls) && atomic_load(&kernels_running) > 0; i++) usleep(50);
 }
 
-void kiln__kernels_hold(void) { hold_kernels(-1); }
+void kiln__kernels_hold(void) {
+    atomic_fetch_add(&kernel_holds, 1);
+    wait_kernels(-1);
+}
 
 void kiln__kernels_release(bool in_child) {
     if (in_child) atomic_store(&kernels_running, 0);
-    atomic_store(&kernels_held, false);
+    atomic_fetch_sub(&kernel_holds, 1);
 }
 
-void kiln__kernels_stop_at_exit(void) {
-    static atomic_bool stopped; /* (registered more than once: see kiln__backend_exit_hold_register) */
-    if (!atomic_exchange(&stopped, true)) hold_kernels(100000); /* about 5 s at most */
+/* About 5 s at most: a kernel stuck for longer (a device that hangs) does not hang the exit. */
+#define EXIT_WAIT_POLLS 100000
+
+void kiln__kernels_hold_for_exit(void) {
+    if (thread_holds_for_exit) return;
+    thread_holds_for_exit = true;
+    atomic_fetch_add(&kernel_holds, 1);
+    wait_kernels(EXIT_WAIT_POLLS);
 }
+
+void kiln__kernels_release_thread_exit(void) {
+    if (!thread_holds_for_exit) return;
+    thread_holds_for_exit = false;
+    atomic_fetch_sub(&kernel_holds, 1);
+}
+
+bool kiln__kernels_held_by_this_thread(void) { return thread_holds_for_exit; }
+
+/* (registered more than once, see kiln__backend_exit_hold_register: all run on the exiting
+ * thread, the first holds) */
+void kiln__kernels_stop_at_exit(void) { kiln__kernels_hold_for_exit(); }
 
 static void kernel_enter(void) {
     for (;;) {
-        while (atomic_load(&kernels_held)) usleep(50);
+        while (atomic_load(&kernel_holds) > 0 && !thread_holds_for_exit) usleep(50);
         atomic_fetch_add(&kernels_running, 1);
-        if (!atomic_load(&kernels_held)) return;
+        if (atomic_load(&kernel_holds) == 0 || thread_holds_for_exit) return;
         atomic_fetch_sub(&kernels_running, 1); /* a hold started meanwhile: it goes first */
     }
 }

@@ -3,3 +3,4 @@
 #include "kiln/nn.h"
 
 KILN_NN_API(KILN__AT_DEFINE)
+KILN__FREE_AT_DEFINE(kiln_module, module_free)

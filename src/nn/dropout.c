@@ -22,6 +22,7 @@ kiln_tensor kiln_dropout(kiln_tensor x, double p, uint64_t seed) {
 }
 
 kiln_tensor kiln_dropout_gen(kiln_tensor x, double p, kiln_generator *g) {
+    if (g && !kiln__object_live(g, KILN__GENERATOR_KIND)) return kiln__generator_refused("kiln_dropout_gen", g, x);
     const char *outer = kiln__op_scope_enter("kiln_dropout_gen");
     kiln_tensor y = kiln_dropout(x, p, kiln__generator_draw(g));
     kiln__op_scope_leave(outer);

@@ -169,8 +169,10 @@ static kiln_tensor attend(kiln_module *m, kiln_tensor query, kiln_tensor key, ki
 
 kiln_tensor kiln_multihead_attention(kiln_module *m, kiln_tensor query, kiln_tensor key, kiln_tensor value,
                                      kiln_tensor key_padding_mask, kiln_tensor attn_mask, kiln_tensor *weights) {
-    const char *outer = kiln__op_scope_enter(OP); /* the ops inside report as it */
     if (weights) *weights = KILN_NONE;
+    if (m && !KILN__MODULE_LIVE(m))
+        return kiln__module_refused(OP, m, 5, (kiln_tensor[]){query, key, value, key_padding_mask, attn_mask});
+    const char *outer = kiln__op_scope_enter(OP); /* the ops inside report as it */
     kiln_tensor y = attend(m, query, key, value, key_padding_mask, attn_mask, weights);
     kiln__op_scope_leave(outer);
     return y;

@@ -21,6 +21,10 @@ typedef struct kiln__module_vtable {
     void (*destroy)(kiln_module *m);
 } kiln__module_vtable;
 
+/* For a call on a module that is not live (NULL, freed, not a module): the error as op's
+ * poisoned result; the n tensors in xs are consumed. KILN_OK-path callers never get here. */
+kiln_tensor kiln__module_refused(const char *op, const kiln_module *m, int n, const kiln_tensor *xs);
+#define KILN__MODULE_LIVE(m) kiln__object_live((m), KILN__MODULE_KIND)
 #define KILN__MODULE_NAME_MAX 32 /* parameter and child names, terminator included */
 
 typedef struct {

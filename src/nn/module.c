@@ -19,10 +19,25 @@ kiln_module *kiln__module_new(const kiln__module_vtable *vt, size_t state_size) 
         kiln__report(KILN_ERR_OUT_OF_MEMORY, vt->type, "cannot allocate a module");
         return NULL;
     }
+    if (!kiln__object_register(m, KILN__MODULE_KIND)) {
+        free(m);
+        free(state);
+        kiln__report(KILN_ERR_OUT_OF_MEMORY, vt->type, "cannot allocate a module");
+        return NULL;
+    }
     m->vt = vt;
     m->training = true;
     m->state = state;
     return m;
+}
+
+kiln_tensor kiln__module_refused(const char *op, const kiln_module *m, int n, const kiln_tensor *xs) {
+    kiln_status st;
+    const char *why = kiln__object_problem(m, KILN__MODULE_KIND, &st);
+    KILN__OP_BEGIN(op);
+    for (int i = 0; i < n; i++)
+        if (kiln_is_valid(xs[i])) kiln_release(xs[i]);
+    return kiln__result(&c, kiln__fail(&c, why ? st : KILN_ERR_INTERNAL, "%s", why ? why : "module refused"));
 }
 
 kiln_status kiln__module_add_param(kiln_module *m, const char *name, kiln_tensor t, bool buffer) {
@@ -75,6 +90,7 @@ kiln_tensor kiln_module_forward(kiln_module *m, kiln_tensor x) {
                                                failed_lookup));
         return kiln__result(&c, kiln__fail(&c, KILN_ERR_NULL, "module is NULL"));
     }
+    if (!KILN__MODULE_LIVE(m)) return kiln__module_refused("kiln_module_forward", m, 1, &x);
     if (m->checkpoint && kiln_grad_enabled()) return kiln__module_forward_checkpointed(m, x);
     return kiln__module_forward_body(m, x);
 }
@@ -92,6 +108,7 @@ kiln_tensor kiln__module_forward_body(kiln_module *m, kiln_tensor x) {
 kiln_status kiln_module_set_autocast(kiln_module *m, kiln_dtype dtype) {
     const char *op = "kiln_module_set_autocast";
     if (!m) return kiln__report(KILN_ERR_NULL, op, "module is NULL");
+    KILN__OBJECT_OR_RETURN(m, KILN__MODULE_KIND, op, kiln_last_status());
     if (dtype != KILN_BF16 && dtype != KILN_F16 && dtype != KILN_F32)
         return kiln__report(KILN_ERR_DTYPE, op, "autocast runs in bf16 or f16 (f32: off), not %s", kiln_dtype_name(dtype));
     m->autocast = dtype;
@@ -101,6 +118,7 @@ kiln_status kiln_module_set_autocast(kiln_module *m, kiln_dtype dtype) {
 
 void kiln_module_train(kiln_module *m, bool training) {
     if (!m) return;
+    KILN__OBJECT_OR_RETURN(m, KILN__MODULE_KIND, "kiln_module_train");
     m->training = training;
     for (int i = 0; i < m->n_children; i++) kiln_module_train(m->children[i], training);
 }
@@ -127,17 +145,27 @@ static kiln_status move_tree(kiln_module *m, kiln_device dev) {
 
 kiln_status kiln_module_to_device(kiln_module *m, kiln_device dev) {
     if (!m) return kiln__report(KILN_ERR_NULL, "kiln_module_to_device", "module is NULL");
+    KILN__OBJECT_OR_RETURN(m, KILN__MODULE_KIND, "kiln_module_to_device", kiln_last_status());
     if (!kiln__backend_get(dev))
         return kiln__report(KILN_ERR_DEVICE, "kiln_module_to_device", "device %s is not available", kiln_device_name(dev));
     kiln_status st = move_tree(m, dev);
     return st == KILN_OK ? KILN_OK : kiln__report(st, "kiln_module_to_device", "%s", kiln_last_error());
 }
 
-bool kiln_module_is_training(const kiln_module *m) { return m && m->training; }
-const char *kiln_module_type(const kiln_module *m) { return !m ? "NULL" : m->type[0] ? m->type : m->vt->type; }
+bool kiln_module_is_training(const kiln_module *m) {
+    if (!m) return false;
+    KILN__OBJECT_OR_RETURN(m, KILN__MODULE_KIND, "kiln_module_is_training", false);
+    return m->training;
+}
+
+const char *kiln_module_type(const kiln_module *m) {
+    if (!m) return "NULL";
+    KILN__OBJECT_OR_RETURN(m, KILN__MODULE_KIND, "kiln_module_type", "(freed module)");
+    return m->type[0] ? m->type : m->vt->type;
+}
 
 void kiln_module_free(kiln_module *m) {
-    if (!m) return;
+    if (!m || kiln__object_retire(m, KILN__MODULE_KIND, "kiln_module_free") != KILN_OK) return;
     kiln__ad_guard_kill(m->guard);
     for (int i = 0; i < m->n_children; i++) kiln_module_free(m->children[i]);
     free(m->children);
@@ -147,7 +175,7 @@ void kiln_module_free(kiln_module *m) {
     if (m->vt->destroy) m->vt->destroy(m);
     if (m->user_free) m->user_free(m->user_ctx);
     free(m->state);
-    free(m);
+    kiln__object_dispose(m, KILN__MODULE_KIND, "kiln_module_free");
 }
 
 /* Parameters are listed before buffers at each level, each level before its children, so
@@ -176,10 +204,12 @@ int kiln_module_params(kiln_module *m, kiln_param *out, int cap) {
         kiln__report(KILN_ERR_NULL, "kiln_module_params", "module is NULL");
         return 0;
     }
+    KILN__OBJECT_OR_RETURN(m, KILN__MODULE_KIND, "kiln_module_params", 0);
     return list_params(m, "", out, out ? cap : 0, 0);
 }
 
 int64_t kiln_module_num_parameters(kiln_module *m) {
+    if (m) KILN__OBJECT_OR_RETURN(m, KILN__MODULE_KIND, "kiln_module_num_parameters", -1);
     int n = kiln_module_params(m, NULL, 0);
     kiln_param *ps = calloc((size_t)(n ? n : 1), sizeof *ps);
     if (!ps) return -1;
@@ -205,6 +235,13 @@ kiln_module *kiln_sequential_new(int n, kiln_module *const *children) {
         kiln__report(KILN_ERR_NULL, "kiln_sequential_new", "children array is NULL");
         return NULL;
     }
+    for (int i = 0; i < n; i++)
+        if (children[i] && !KILN__MODULE_LIVE(children[i])) { /* not freed: it may be gone already */
+            kiln__object_check(children[i], KILN__MODULE_KIND, "kiln_sequential_new");
+            for (int k = 0; k < n; k++)
+                if (k != i && KILN__MODULE_LIVE(children[k])) kiln_module_free(children[k]);
+            return NULL;
+        }
     for (int i = 0; i < n; i++)
         if (!children[i]) {
             kiln__report(KILN_ERR_NULL, "kiln_sequential_new", "child %d is NULL", i);
@@ -247,7 +284,11 @@ kiln_module *kiln_module_new(const char *type, kiln_module_forward_fn forward, v
     return m;
 }
 
-void *kiln_module_context(const kiln_module *m) { return m ? m->user_ctx : NULL; }
+void *kiln_module_context(const kiln_module *m) {
+    if (!m) return NULL;
+    KILN__OBJECT_OR_RETURN(m, KILN__MODULE_KIND, "kiln_module_context", NULL);
+    return m->user_ctx;
+}
 
 /* A name for a parameter, buffer or child: [A-Za-z0-9_]+, shorter than the limit, unused in m. */
 static kiln_status check_name(const char *op, const kiln_module *m, const char *name) {
@@ -272,7 +313,9 @@ static kiln_status check_name(const char *op, const kiln_module *m, const char *
 }
 
 static kiln_status add_tensor(const char *op, kiln_module *m, const char *name, kiln_tensor t, bool buffer) {
-    kiln_status st = !m ? kiln__report(KILN_ERR_NULL, op, "module is NULL") : check_name(op, m, name);
+    kiln_status st = !m ? kiln__report(KILN_ERR_NULL, op, "module is NULL")
+                     : kiln__object_check(m, KILN__MODULE_KIND, op) != KILN_OK ? kiln_last_status()
+                                                                              : check_name(op, m, name);
     if (st == KILN_OK && !kiln_is_valid(t))
         st = kiln__report(KILN_ERR_STALE_HANDLE, op, "tensor '%s' is not a live handle", name);
     if (st == KILN_OK && kiln_tensor_status(t) != KILN_OK)
@@ -309,6 +352,9 @@ static bool contains(const kiln_module *tree, const kiln_module *m) {
 kiln_status kiln_module_add_child(kiln_module *m, const char *name, kiln_module *child) {
     const char *op = "kiln_module_add_child";
     if (!child) return kiln__report(KILN_ERR_NULL, op, "child is NULL");
+    /* (a dead module or child is not touched: not even freed, since it may be gone already) */
+    if (m) KILN__OBJECT_OR_RETURN(m, KILN__MODULE_KIND, op, kiln_last_status());
+    KILN__OBJECT_OR_RETURN(child, KILN__MODULE_KIND, op, kiln_last_status());
     if (child->owned) return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "child '%s' already belongs to a module", name ? name : "?");
     if (m && contains(child, m))
         return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "child '%s' contains the module itself", name ? name : "?");
@@ -353,6 +399,7 @@ static kiln_module *walk(kiln_module *m, const char *path, const char **leaf, ch
 kiln_tensor kiln_module_param(kiln_module *m, const char *name) {
     KILN__OP_BEGIN("kiln_module_param");
     if (!m || !name) return kiln__result(&c, kiln__fail(&c, KILN_ERR_NULL, "%s is NULL", !m ? "module" : "name"));
+    if (!KILN__MODULE_LIVE(m)) return kiln__module_refused("kiln_module_param", m, 0, NULL);
     char why[400];
     const char *leaf = NULL;
     kiln_module *owner = walk(m, name, &leaf, why, sizeof why);
@@ -369,6 +416,7 @@ kiln_tensor kiln_module_param(kiln_module *m, const char *name) {
 kiln_module *kiln_module_child(kiln_module *m, const char *name) {
     const char *op = "kiln_module_child";
     if (!m || !name) return kiln__report(KILN_ERR_NULL, op, "%s is NULL", !m ? "module" : "name"), NULL;
+    KILN__OBJECT_OR_RETURN(m, KILN__MODULE_KIND, op, NULL);
     char why[400], path[160];
     if (strlen(name) >= sizeof path - 1) return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "name is too long"), NULL;
     snprintf(path, sizeof path, "%s.", name); /* every part names a child */

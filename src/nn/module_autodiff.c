@@ -20,6 +20,7 @@ kiln_tensor kiln__module_forward_checkpointed(kiln_module *m, kiln_tensor x) {
 
 kiln_status kiln_module_set_checkpoint(kiln_module *m, bool on) {
     if (!m) return kiln__report(KILN_ERR_NULL, "kiln_module_set_checkpoint", "module is NULL");
+    KILN__OBJECT_OR_RETURN(m, KILN__MODULE_KIND, "kiln_module_set_checkpoint", kiln_last_status());
     if (on && !m->guard) {
         char what[64];
         snprintf(what, sizeof what, "module %s", kiln_module_type(m));
@@ -32,6 +33,7 @@ kiln_status kiln_module_set_checkpoint(kiln_module *m, bool on) {
 
 kiln_status kiln_module_register_grad_hook(kiln_module *m, kiln_grad_hook_fn hook, void *ctx) {
     if (!m) return kiln__report(KILN_ERR_NULL, "kiln_module_register_grad_hook", "module is NULL");
+    KILN__OBJECT_OR_RETURN(m, KILN__MODULE_KIND, "kiln_module_register_grad_hook", kiln_last_status());
     if (!hook) return kiln__report(KILN_ERR_NULL, "kiln_module_register_grad_hook", "hook is NULL");
     int n = kiln_module_params(m, NULL, 0);
     kiln_param *ps = n > 0 ? calloc((size_t)n, sizeof *ps) : NULL;

@@ -219,17 +219,19 @@ static kiln_tensor rnn_run(const char *op, bool want_lstm, kiln_module *m, kiln_
 
 kiln_tensor kiln_lstm(kiln_module *m, kiln_tensor x, kiln_tensor h0, kiln_tensor c0, kiln_tensor *h_n,
                       kiln_tensor *c_n) {
-    const char *outer = kiln__op_scope_enter("kiln_lstm"); /* the ops inside report as it */
     if (h_n) *h_n = KILN_NONE;
     if (c_n) *c_n = KILN_NONE;
+    if (m && !KILN__MODULE_LIVE(m)) return kiln__module_refused("kiln_lstm", m, 3, (kiln_tensor[]){x, h0, c0});
+    const char *outer = kiln__op_scope_enter("kiln_lstm"); /* the ops inside report as it */
     kiln_tensor y = rnn_run("kiln_lstm", true, m, x, h0, c0, h_n, c_n);
     kiln__op_scope_leave(outer);
     return y;
 }
 
 kiln_tensor kiln_gru(kiln_module *m, kiln_tensor x, kiln_tensor h0, kiln_tensor *h_n) {
-    const char *outer = kiln__op_scope_enter("kiln_gru");
     if (h_n) *h_n = KILN_NONE;
+    if (m && !KILN__MODULE_LIVE(m)) return kiln__module_refused("kiln_gru", m, 2, (kiln_tensor[]){x, h0});
+    const char *outer = kiln__op_scope_enter("kiln_gru");
     kiln_tensor y = rnn_run("kiln_gru", false, m, x, h0, KILN_NONE, h_n, NULL);
     kiln__op_scope_leave(outer);
     return y;

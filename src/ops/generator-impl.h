@@ -28,4 +28,8 @@ bool kiln__draw_replay(uint64_t *seed);
 /* Appends seed to the recording log, if any. */
 void kiln__draw_record(uint64_t seed);
 
+/* A call with a generator that is not live (freed, not a generator): the error as op's poisoned
+ * result; consumed (if a live handle) is released. */
+kiln_tensor kiln__generator_refused(const char *op, const kiln_generator *g, kiln_tensor consumed);
+
 #endif

@@ -79,6 +79,7 @@ uint64_t kiln__generator_draw(kiln_generator *g) {
 
 kiln_generator *kiln_generator_new(uint64_t seed) {
     kiln_generator *g = calloc(1, sizeof *g);
+    if (g && !kiln__object_register(g, KILN__GENERATOR_KIND)) free(g), g = NULL;
     if (!g) {
         kiln__report(KILN_ERR_OUT_OF_MEMORY, "kiln_generator_new", "cannot allocate a generator");
         return NULL;
@@ -88,10 +89,20 @@ kiln_generator *kiln_generator_new(uint64_t seed) {
 }
 
 void kiln_generator_free(kiln_generator *g) {
-    if (g != &global_gen) free(g);
+    if (!g || g == &global_gen || kiln__object_retire(g, KILN__GENERATOR_KIND, "kiln_generator_free") != KILN_OK) return;
+    kiln__object_dispose(g, KILN__GENERATOR_KIND, "kiln_generator_free");
+}
+
+kiln_tensor kiln__generator_refused(const char *op, const kiln_generator *g, kiln_tensor consumed) {
+    kiln_status st;
+    const char *why = kiln__object_problem(g, KILN__GENERATOR_KIND, &st);
+    if (kiln_is_valid(consumed)) kiln_release(consumed);
+    KILN__OP_BEGIN(op);
+    return kiln__result(&c, kiln__fail(&c, why ? st : KILN_ERR_INTERNAL, "%s", why ? why : "generator refused"));
 }
 
 void kiln_generator_manual_seed(kiln_generator *g, uint64_t seed) {
+    if (g) KILN__OBJECT_OR_RETURN(g, KILN__GENERATOR_KIND, "kiln_generator_manual_seed");
     if (!g) g = &global_gen;
     atomic_store(&g->seed, seed);
     atomic_store(&g->draws, 0);
@@ -100,6 +111,7 @@ void kiln_generator_manual_seed(kiln_generator *g, uint64_t seed) {
 void kiln_manual_seed(uint64_t seed) { kiln_generator_manual_seed(NULL, seed); }
 
 kiln_tensor kiln_rand_gen(kiln_generator *g, kiln_device dev, kiln_dtype dtype, kiln_shape shape) {
+    if (g && !kiln__object_live(g, KILN__GENERATOR_KIND)) return kiln__generator_refused("kiln_rand_gen", g, KILN_NONE);
     const char *outer = kiln__op_scope_enter("kiln_rand_gen");
     kiln_tensor t = kiln_rand(dev, dtype, shape, kiln__generator_draw(g));
     kiln__op_scope_leave(outer);
@@ -107,6 +119,7 @@ kiln_tensor kiln_rand_gen(kiln_generator *g, kiln_device dev, kiln_dtype dtype, 
 }
 
 kiln_tensor kiln_randn_gen(kiln_generator *g, kiln_device dev, kiln_dtype dtype, kiln_shape shape) {
+    if (g && !kiln__object_live(g, KILN__GENERATOR_KIND)) return kiln__generator_refused("kiln_randn_gen", g, KILN_NONE);
     const char *outer = kiln__op_scope_enter("kiln_randn_gen");
     kiln_tensor t = kiln_randn(dev, dtype, shape, kiln__generator_draw(g));
     kiln__op_scope_leave(outer);

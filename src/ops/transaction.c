@@ -14,6 +14,7 @@ struct kiln_transaction {
 
 kiln_transaction *kiln_transaction_new(void) {
     kiln_transaction *tx = calloc(1, sizeof *tx);
+    if (tx && !kiln__object_register(tx, KILN__TRANSACTION_KIND)) free(tx), tx = NULL;
     if (!tx) kiln__report(KILN_ERR_OUT_OF_MEMORY, "kiln_transaction_new", "cannot allocate a transaction");
     return tx;
 }
@@ -44,6 +45,10 @@ kiln_status kiln_transaction_read(kiln_transaction *tx, kiln_tensor h, void *dst
         kiln__tensor_release(t);
         return kiln__report(KILN_ERR_NULL, c.name, "transaction is NULL");
     }
+    if (!kiln__object_live(tx, KILN__TRANSACTION_KIND)) {
+        kiln__tensor_release(t);
+        return kiln__object_check(tx, KILN__TRANSACTION_KIND, c.name);
+    }
     if (kiln__ok(&c, t)) {
         size_t need = (size_t)kiln__tensor_numel(t) * kiln__elsize(t->dtype);
         if (!dst && need)
@@ -66,6 +71,7 @@ kiln_status kiln_transaction_read(kiln_transaction *tx, kiln_tensor h, void *dst
 
 kiln_status kiln_transaction_execute(kiln_transaction *tx) {
     if (!tx) return kiln__report(KILN_ERR_NULL, "kiln_transaction_execute", "transaction is NULL");
+    KILN__OBJECT_OR_RETURN(tx, KILN__TRANSACTION_KIND, "kiln_transaction_execute", kiln_last_status());
     kiln__error *found = kiln__read_batch(tx->reads, tx->n, "kiln_transaction_execute");
     for (int i = 0; i < tx->n; i++) kiln__tensor_release(tx->owned[i]);
     tx->n = 0;
@@ -82,10 +88,10 @@ kiln_status kiln_transaction_execute(kiln_transaction *tx) {
 }
 
 void kiln_transaction_free(kiln_transaction *tx) {
-    if (!tx) return;
+    if (!tx || kiln__object_retire(tx, KILN__TRANSACTION_KIND, "kiln_transaction_free") != KILN_OK) return;
     for (int i = 0; i < tx->n; i++) kiln__tensor_release(tx->owned[i]);
     kiln__error_unref(tx->first_error);
     free(tx->reads);
     free(tx->owned);
-    free(tx);
+    kiln__object_dispose(tx, KILN__TRANSACTION_KIND, "kiln_transaction_free");
 }

@@ -5,3 +5,4 @@
 
 KILN_OPTIM_API(KILN__AT_DEFINE)
 KILN_AMP_API(KILN__AT_DEFINE)
+KILN__FREE_AT_DEFINE(kiln_optimizer, optimizer_free)

@@ -154,12 +154,22 @@ static int optim_meta(const kiln_optimizer *opt, meta_text *m) {
 
 #define OPTIM_FIXED_META 16 /* format, and what optim_meta writes besides per-parameter steps */
 
+/* The model and the optimizer (when given) are live objects (else the error in c). */
+static bool models_live(kiln__opctx *c, const kiln_module *model, const kiln_optimizer *opt) {
+    kiln_status st;
+    const char *why = kiln__object_problem(model, KILN__MODULE_KIND, &st);
+    if (!why && opt) why = kiln__object_problem(opt, KILN__OPTIMIZER_KIND, &st);
+    if (why) kiln__fail(c, st, "%s", why);
+    return !why;
+}
+
 kiln_status kiln_checkpoint_save(const char *path, kiln_module *model, kiln_optimizer *opt) {
     KILN__OP_BEGIN("kiln_checkpoint_save");
     if (!path || !model) {
         kiln__fail(&c, KILN_ERR_NULL, "%s is NULL", !path ? "path" : "model");
         return kiln__optim_finish(&c);
     }
+    if (!models_live(&c, model, opt)) return kiln__optim_finish(&c);
     int np = 0, n_state = opt ? kiln__optim_state_count(opt) : 0;
     kiln_param *ps = list_params(&c, model, &np);
     int cap = np + (opt ? opt->n_params * n_state : 0);
@@ -373,6 +383,7 @@ kiln_status kiln_checkpoint_load(const char *path, kiln_module *model, kiln_opti
         kiln__fail(&c, KILN_ERR_NULL, "%s is NULL", !path ? "path" : "model");
         return kiln__optim_finish(&c);
     }
+    if (!models_live(&c, model, opt)) return kiln__optim_finish(&c);
     kiln__st_file f;
     char why[512];
     kiln_status st = kiln__st_read(path, &f, why, sizeof why);

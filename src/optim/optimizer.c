@@ -149,6 +149,7 @@ static kiln_optimizer *optim_make(kiln__opctx *c, kiln__optim_kind kind, int n, 
                                   kiln__optim_group *groups) {
     for (int k = 0; k < n && !c->err; k++) param_tensor(c, &params[k]); /* refuse what no step could update */
     kiln_optimizer *opt = c->err ? NULL : calloc(1, sizeof *opt);
+    if (opt && !kiln__object_register(opt, KILN__OPTIMIZER_KIND)) free(opt), opt = NULL;
     if (!opt && !c->err) kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the optimizer");
     if (c->err) {
         for (int k = 0; k < n; k++) kiln_release(params[k].own);
@@ -170,6 +171,7 @@ kiln_optimizer *kiln__optim_new(const char *op, kiln_module *model, kiln__optim_
         kiln__report(KILN_ERR_NULL, op, "model is NULL");
         return NULL;
     }
+    KILN__OBJECT_OR_RETURN(model, KILN__MODULE_KIND, op, NULL);
     int n = kiln_module_params(model, NULL, 0);
     kiln_param *list = calloc((size_t)(n ? n : 1), sizeof *list);
     kiln__optim_param *params = calloc((size_t)(n ? n : 1), sizeof *params);
@@ -262,12 +264,12 @@ kiln_param_group kiln_param_group_of(int n, const kiln_tensor *params) {
 }
 
 void kiln_optimizer_free(kiln_optimizer *opt) {
-    if (!opt) return;
+    if (!opt || kiln__object_retire(opt, KILN__OPTIMIZER_KIND, "kiln_optimizer_free") != KILN_OK) return;
     kiln__optim_clear_state(opt);
     for (int i = 0; i < opt->n_params; i++) kiln_release(opt->params[i].own);
     free(opt->params);
     free(opt->groups);
-    free(opt);
+    kiln__object_dispose(opt, KILN__OPTIMIZER_KIND, "kiln_optimizer_free");
 }
 
 void kiln_optimizer_set_lr(kiln_optimizer *opt, double lr) {
@@ -275,16 +277,38 @@ void kiln_optimizer_set_lr(kiln_optimizer *opt, double lr) {
         kiln__report(KILN_ERR_NULL, "kiln_optimizer_set_lr", "optimizer is NULL");
         return;
     }
+    KILN__OBJECT_OR_RETURN(opt, KILN__OPTIMIZER_KIND, "kiln_optimizer_set_lr");
     if (kiln__optim_check_lr("kiln_optimizer_set_lr", lr))
         for (int g = 0; g < opt->n_groups; g++) opt->groups[g].lr = lr;
 }
 
-double kiln_optimizer_lr(const kiln_optimizer *opt) { return opt && opt->n_groups ? opt->groups[0].lr : 0.0; }
-int64_t kiln_optimizer_steps(const kiln_optimizer *opt) { return opt ? opt->steps : 0; }
-int kiln_optimizer_num_groups(const kiln_optimizer *opt) { return opt ? opt->n_groups : 0; }
+double kiln_optimizer_lr(const kiln_optimizer *opt) {
+    if (opt) KILN__OBJECT_OR_RETURN(opt, KILN__OPTIMIZER_KIND, "kiln_optimizer_lr", NAN);
+    return opt && opt->n_groups ? opt->groups[0].lr : 0.0;
+}
+
+int64_t kiln_optimizer_steps(const kiln_optimizer *opt) {
+    if (opt) KILN__OBJECT_OR_RETURN(opt, KILN__OPTIMIZER_KIND, "kiln_optimizer_steps", -1);
+    return opt ? opt->steps : 0;
+}
+
+int kiln_optimizer_num_groups(const kiln_optimizer *opt) {
+    if (opt) KILN__OBJECT_OR_RETURN(opt, KILN__OPTIMIZER_KIND, "kiln_optimizer_num_groups", -1);
+    return opt ? opt->n_groups : 0;
+}
+
+/* Both live (else the error in c): a step or a clip touches neither otherwise. */
+static bool optim_and_grads_live(kiln__opctx *c, const kiln_optimizer *opt, const kiln_grads *g) {
+    kiln_status st;
+    const char *why = kiln__object_problem(opt, KILN__OPTIMIZER_KIND, &st);
+    if (!why) why = kiln__object_problem(g, KILN__GRADS_KIND, &st);
+    if (why) kiln__fail(c, st, "%s", why);
+    return !why;
+}
 
 static bool check_group(const char *op, const kiln_optimizer *opt, int group) {
     if (!opt) return kiln__report(KILN_ERR_NULL, op, "optimizer is NULL"), false;
+    KILN__OBJECT_OR_RETURN(opt, KILN__OPTIMIZER_KIND, op, false);
     if (group < 0 || group >= opt->n_groups)
         return kiln__report(KILN_ERR_INDEX, op, "group %d out of range: the optimizer has %d", group, opt->n_groups), false;
     return true;
@@ -413,6 +437,7 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
         kiln__fail(&c, KILN_ERR_NULL, "%s is NULL", !opt ? "optimizer" : "gradients container");
         return kiln__optim_finish(&c);
     }
+    if (!optim_and_grads_live(&c, opt, g)) return kiln__optim_finish(&c);
     update *ups = calloc((size_t)(opt->n_params ? opt->n_params : 1), sizeof *ups);
     if (!ups) {
         kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the step's bookkeeping");
@@ -485,6 +510,7 @@ kiln_status kiln_clip_grad_norm(kiln_optimizer *opt, kiln_grads *g, double max_n
         kiln__fail(&c, KILN_ERR_NULL, "%s is NULL", !opt ? "optimizer" : "gradients container");
         return kiln__optim_finish(&c);
     }
+    if (!optim_and_grads_live(&c, opt, g)) return kiln__optim_finish(&c);
     if (!(max_norm >= 0)) {
         kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "max_norm %g must be >= 0", max_norm);
         return kiln__optim_finish(&c);
@@ -562,6 +588,7 @@ kiln_status kiln_clip_grad_value(kiln_optimizer *opt, kiln_grads *g, double clip
         kiln__fail(&c, KILN_ERR_NULL, "%s is NULL", !opt ? "optimizer" : "gradients container");
         return kiln__optim_finish(&c);
     }
+    if (!optim_and_grads_live(&c, opt, g)) return kiln__optim_finish(&c);
     if (!(clip_value >= 0 && isfinite(clip_value))) {
         kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "clip_value %g must be finite and >= 0", clip_value);
         return kiln__optim_finish(&c);

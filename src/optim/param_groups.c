@@ -11,6 +11,7 @@ int kiln_module_param_groups(kiln_module *m, kiln_param_filter first, void *ctx,
     if (!m || !first || !groups || (!handles && cap > 0))
         return kiln__report(KILN_ERR_NULL, op, "%s is NULL", !m ? "module" : !first ? "filter" : !groups ? "groups" : "handles"),
                -1;
+    KILN__OBJECT_OR_RETURN(m, KILN__MODULE_KIND, op, -1);
     int n = kiln_module_params(m, NULL, 0);
     kiln_param *ps = calloc((size_t)(n > 0 ? n : 1), sizeof *ps);
     if (!ps) return kiln__report(KILN_ERR_OUT_OF_MEMORY, op, "cannot list %d parameters", n), -1;

@@ -3,3 +3,4 @@
 #include "kiln/text.h"
 
 KILN_TEXT_API(KILN__AT_DEFINE)
+KILN__FREE_AT_DEFINE(kiln_tokenizer, tokenizer_free)

@@ -55,6 +55,7 @@ kiln_status kiln_tokenizer_encode(const kiln_tokenizer *tok, const char *utf8, s
     static const char OP[] = "kiln_tokenizer_encode";
     if (n_out) *n_out = 0;
     if (!tok) return kiln__report(KILN_ERR_NULL, OP, "tokenizer is NULL");
+    KILN__OBJECT_OR_RETURN(tok, KILN__TOKENIZER_KIND, OP, kiln_last_status());
     if (!utf8 && len) return kiln__report(KILN_ERR_NULL, OP, "text is NULL (and len %zu)", len);
     if (!n_out) return kiln__report(KILN_ERR_NULL, OP, "n_out is NULL");
     if (cap < 0 || (!ids && cap > 0)) return kiln__report(KILN_ERR_INVALID_ARGUMENT, OP, "ids %p with cap %d", (void *)ids, cap);
@@ -125,6 +126,7 @@ kiln_status kiln_tokenizer_encode_batch(const kiln_tokenizer *tok, int64_t n, co
     if (!out) return kiln__report(KILN_ERR_NULL, OP, "out is NULL");
     *out = (kiln_token_batch){KILN_NONE, KILN_NONE, KILN_NONE};
     if (!tok) return kiln__report(KILN_ERR_NULL, OP, "tokenizer is NULL");
+    KILN__OBJECT_OR_RETURN(tok, KILN__TOKENIZER_KIND, OP, kiln_last_status());
     if (!texts) return kiln__report(KILN_ERR_NULL, OP, "texts is NULL");
     if (n < 1 || (uint64_t)n > SIZE_MAX / sizeof(kiln__ids))
         return kiln__report(KILN_ERR_INVALID_ARGUMENT, OP, "n %lld: 1 text at least", (long long)n);

@@ -146,6 +146,7 @@ kiln_tokenizer *kiln_tokenizer_load(const char *vocab_path, kiln_tokenizer_optio
                             "(install libutf8proc-dev and rebuild)"),
                NULL;
     kiln_tokenizer *tok = calloc(1, sizeof *tok);
+    if (tok && !kiln__object_register(tok, KILN__TOKENIZER_KIND)) free(tok), tok = NULL;
     if (!tok) return kiln__report(KILN_ERR_OUT_OF_MEMORY, OP_LOAD, "out of memory"), NULL;
     tok->o = o;
     if (o.strip_accents < 0) tok->o.strip_accents = o.lower_case;
@@ -160,16 +161,20 @@ kiln_tokenizer *kiln_tokenizer_load(const char *vocab_path, kiln_tokenizer_optio
 }
 
 void kiln_tokenizer_free(kiln_tokenizer *tok) {
-    if (!tok) return;
+    if (!tok || kiln__object_retire(tok, KILN__TOKENIZER_KIND, "kiln_tokenizer_free") != KILN_OK) return;
     free(tok->blob), free(tok->start), free(tok->len), free(tok->slots);
-    free(tok);
+    kiln__object_dispose(tok, KILN__TOKENIZER_KIND, "kiln_tokenizer_free");
 }
 
-int32_t kiln_tokenizer_vocab_size(const kiln_tokenizer *tok) { return tok ? tok->n : -1; }
+int32_t kiln_tokenizer_vocab_size(const kiln_tokenizer *tok) {
+    if (tok) KILN__OBJECT_OR_RETURN(tok, KILN__TOKENIZER_KIND, "kiln_tokenizer_vocab_size", -1);
+    return tok ? tok->n : -1;
+}
 
 const char *kiln_tokenizer_token(const kiln_tokenizer *tok, int32_t id) {
     static const char OP[] = "kiln_tokenizer_token";
     if (!tok) return kiln__report(KILN_ERR_NULL, OP, "tokenizer is NULL"), NULL;
+    KILN__OBJECT_OR_RETURN(tok, KILN__TOKENIZER_KIND, OP, NULL);
     if (id < 0 || id >= tok->n)
         return kiln__report(KILN_ERR_INDEX, OP, "id %d is outside the vocabulary [0, %d)", id, tok->n), NULL;
     return tok->blob + tok->start[id];
@@ -178,6 +183,7 @@ const char *kiln_tokenizer_token(const kiln_tokenizer *tok, int32_t id) {
 int32_t kiln_tokenizer_id(const kiln_tokenizer *tok, const char *token, size_t len) {
     static const char OP[] = "kiln_tokenizer_id";
     if (!tok) return kiln__report(KILN_ERR_NULL, OP, "tokenizer is NULL"), -1;
+    KILN__OBJECT_OR_RETURN(tok, KILN__TOKENIZER_KIND, OP, -1);
     if (!token) return kiln__report(KILN_ERR_NULL, OP, "token is NULL"), -1;
     int32_t id = kiln__vocab_find(tok, token, len);
     if (id < 0) kiln__report(KILN_ERR_INDEX, OP, "'%.*s' is not in the vocabulary", len > 64 ? 64 : (int)len, token);

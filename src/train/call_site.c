@@ -3,3 +3,4 @@
 #include "kiln/train.h"
 
 KILN_TRAIN_API(KILN__AT_DEFINE)
+KILN__FREE_AT_DEFINE(kiln_metrics, metrics_free)

@@ -19,6 +19,7 @@ struct kiln_metrics {
 
 kiln_metrics *kiln_metrics_new(void) {
     kiln_metrics *m = calloc(1, sizeof *m);
+    if (m && !kiln__object_register(m, KILN__METRICS_KIND)) free(m), m = NULL;
     if (!m) kiln__report(KILN_ERR_OUT_OF_MEMORY, "kiln_metrics_new", "cannot allocate metrics");
     return m;
 }
@@ -34,6 +35,7 @@ kiln_status kiln_metrics_add(kiln_metrics *m, kiln_tensor loss, kiln_tensor logi
     const char *op = "kiln_metrics_add";
     kiln_status st = KILN_OK;
     if (!m) st = kiln__report(KILN_ERR_NULL, op, "metrics is NULL");
+    else if (kiln__object_check(m, KILN__METRICS_KIND, op) != KILN_OK) st = kiln_last_status();
     else if (kiln_tensor_numel(loss) != 1) st = kiln__report(KILN_ERR_SHAPE, op, "loss must have one element");
     int64_t n = kiln_tensor_dim(targets, 0);
     if (st == KILN_OK && n < 0) st = kiln__report(KILN_ERR_SHAPE, op, "targets must be [N]");
@@ -81,6 +83,7 @@ static kiln_status read_all_ranks(kiln_metrics *m, double *loss, int64_t *correc
 
 kiln_status kiln_metrics_read(kiln_metrics *m, double *mean_loss, double *accuracy, int64_t *count) {
     if (!m) return kiln__report(KILN_ERR_NULL, "kiln_metrics_read", "metrics is NULL");
+    KILN__OBJECT_OR_RETURN(m, KILN__METRICS_KIND, "kiln_metrics_read", kiln_last_status());
     double loss = 0;
     int64_t correct = 0;
     kiln_status st = KILN_OK;
@@ -103,7 +106,7 @@ kiln_status kiln_metrics_read(kiln_metrics *m, double *mean_loss, double *accura
 }
 
 void kiln_metrics_free(kiln_metrics *m) {
-    if (!m) return;
+    if (!m || kiln__object_retire(m, KILN__METRICS_KIND, "kiln_metrics_free") != KILN_OK) return;
     reset(m);
-    free(m);
+    kiln__object_dispose(m, KILN__METRICS_KIND, "kiln_metrics_free");
 }

@@ -14,6 +14,10 @@ static kiln_status step(const char *op, kiln_optimizer *opt, kiln_tensor loss, d
         kiln_release(loss);
         return kiln__report(KILN_ERR_NULL, op, "optimizer is NULL");
     }
+    if (!kiln__object_live(opt, KILN__OPTIMIZER_KIND)) {
+        if (kiln_is_valid(loss)) kiln_release(loss);
+        return kiln__object_check(opt, KILN__OPTIMIZER_KIND, op);
+    }
     const char *outer = kiln__op_scope_enter(op); /* the calls inside report as it */
     kiln_grads *g = NULL;
     double v = NAN;
