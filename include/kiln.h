@@ -13,5 +13,6 @@
 #include "kiln/train.h"
 #include "kiln/bert.h"
 #include "kiln/dist.h"
+#include "kiln/summary.h"
 
 #endif

@@ -3,3 +3,6 @@
 #include "kiln/train.h"
 
 KILN_TRAIN_API(KILN__AT_DEFINE)
+#include "kiln/summary.h"
+
+KILN_SUMMARY_API(KILN__AT_DEFINE)
