@@ -60,6 +60,50 @@ static int count_records(const char *path, bool *corrupt, const char *needle, bo
     return n;
 }
 
+/* A varint at *p (advanced), within end. */
+static uint64_t varint(const uint8_t **p, const uint8_t *end) {
+    uint64_t v = 0;
+    for (int shift = 0; *p < end && shift < 64; shift += 7) {
+        uint8_t b = *(*p)++;
+        v |= (uint64_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) break;
+    }
+    return v;
+}
+
+/* The simple_value of the scalar event (tag, step) in the file at path, decoding the layout the
+ * writer uses (Event{1: wall_time, 2: step, 5: Summary{1: Value{1: tag, 2: float}}}); false if
+ * there is none. */
+static bool scalar_at(const char *path, const char *tag, int64_t step, float *value) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    uint8_t *data;
+    size_t len;
+    bool found = false;
+    while (!found && kiln__record_read(f, &data, &len) == 1) {
+        const uint8_t *p = data, *end = data + len;
+        int64_t s = 0;
+        if (p < end && *p == 0x09) p += 9;
+        if (p < end && *p == 0x10) p++, s = (int64_t)varint(&p, end);
+        if (p < end && *p == 0x2A && s == step) {
+            p++, varint(&p, end);          /* Summary's length */
+            if (p < end && *p++ == 0x0A) { /* one Value */
+                varint(&p, end);
+                if (p < end && *p++ == 0x0A) {
+                    size_t n = (size_t)varint(&p, end);
+                    if (n == strlen(tag) && p + n + 5 <= end && !memcmp(p, tag, n) && p[n] == 0x15) {
+                        memcpy(value, p + n + 1, 4);
+                        found = true;
+                    }
+                }
+            }
+        }
+        free(data);
+    }
+    fclose(f);
+    return found;
+}
+
 KT_TEST(crc32c_known_values) {
     KT_CHECK(kiln__crc32c("123456789", 9) == 0xE3069283u); /* RFC 3720's check value */
     KT_CHECK(kiln__crc32c("", 0) == 0);
@@ -179,6 +223,10 @@ KT_TEST(events_written_and_read_back) {
     bool corrupt, found;
     /* file version + 10 x 3 scalars + 2 histograms + 1 text */
     KT_CHECK(count_records(path, &corrupt, "brain.Event:2", &found) == 34 && !corrupt && found);
+    float v = 0;
+    KT_CHECK(scalar_at(path, "train/hits", 4, &v) && v == 12.0f);
+    KT_CHECK(scalar_at(path, "train/lr", 3, &v) && v == (float)(0.1 / 4));
+    KT_CHECK(scalar_at(path, "train/loss", 0, &v) && fabsf(v - 2.0f) <= 4e-7f);
     count_records(path, &corrupt, "fc1/weight32", &found);
     KT_CHECK(found);
     count_records(path, &corrupt, "ünïcode", &found);
@@ -269,19 +317,32 @@ KT_TEST(bad_events_are_errors_and_logging_goes_on) {
     kiln_release(gone);
     KT_CHECK(kiln_summary_writer_add_scalar_tensor(w, "v", stale, 0) == KILN_ERR_STALE_HANDLE);
     kiln_clear_error();
-    /* a poisoned loss: the add returns at once, the error comes with the next call, naming the
-     * op that failed and its line; the other events of the step are still written */
+    /* a poisoned loss: the add returns at once; the error comes with one of the writer's next
+     * calls (whichever follows the thread's read), naming the op that failed, its line and the
+     * call that returned it; the other events of the step are still written */
     kiln_tensor bad = kiln_reshape(kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(3)), KILN_SHAPE(2)); int bad_line = __LINE__;
     KT_CHECK(kiln_summary_writer_add_scalar_tensor(w, "loss", bad, 7) == KILN_OK);
-    KT_CHECK(kiln_summary_writer_add_scalar(w, "lr", 0.5, 7) == KILN_OK);
-    KT_CHECK(kiln_summary_writer_add_scalar_tensor(w, "acc", kiln_full(KILN_CPU, KILN_F32, KILN_SCALAR_SHAPE, 0.75), 7) == KILN_OK);
-    KT_CHECK(kiln_summary_writer_flush(w) == KILN_ERR_SHAPE); int flush_line = __LINE__;
-    const char *msg = kiln_last_error();
-    char site[64];
-    snprintf(site, sizeof site, "test_summary.c:%d", bad_line);
-    KT_CHECK_MSG(strstr(msg, "kiln_reshape") && strstr(msg, site) && strstr(msg, "'loss', step 7"), "%s", msg);
-    snprintf(site, sizeof site, "test_summary.c:%d", flush_line);
-    KT_CHECK_MSG(strstr(msg, "kiln_summary_writer_flush") && strstr(msg, site), "%s", msg);
+    kiln_status sts[3];
+    char msgs[3][512];
+    int lines[3];
+    sts[0] = kiln_summary_writer_add_scalar(w, "lr", 0.5, 7); lines[0] = __LINE__;
+    snprintf(msgs[0], sizeof msgs[0], "%s", kiln_last_error());
+    sts[1] = kiln_summary_writer_add_scalar_tensor(w, "acc", kiln_full(KILN_CPU, KILN_F32, KILN_SCALAR_SHAPE, 0.75), 7); lines[1] = __LINE__;
+    snprintf(msgs[1], sizeof msgs[1], "%s", kiln_last_error());
+    sts[2] = kiln_summary_writer_flush(w); lines[2] = __LINE__;
+    snprintf(msgs[2], sizeof msgs[2], "%s", kiln_last_error());
+    int reported = 0;
+    for (int i = 0; i < 3; i++) {
+        if (sts[i] == KILN_OK) continue;
+        reported++;
+        char site[64], call_site[64];
+        snprintf(site, sizeof site, "test_summary.c:%d", bad_line);
+        snprintf(call_site, sizeof call_site, "test_summary.c:%d: an earlier event was not written", lines[i]);
+        KT_CHECK(sts[i] == KILN_ERR_SHAPE);
+        KT_CHECK_MSG(strstr(msgs[i], "kiln_reshape") && strstr(msgs[i], site) && strstr(msgs[i], "'loss', step 7") &&
+                         strstr(msgs[i], call_site), "%s", msgs[i]);
+    }
+    KT_CHECK(reported == 1);
     KT_CHECK(kiln_summary_writer_flush(w) == KILN_OK); /* returned once */
     bool corrupt, found;
     KT_CHECK(count_records(kiln_summary_writer_path(w), &corrupt, "acc", &found) == 3 && found); /* version, lr, acc */
@@ -295,10 +356,48 @@ KT_TEST(bad_events_are_errors_and_logging_goes_on) {
     KT_CHECK(kiln_summary_writer_add_scalar_tensor(w, "x", kiln_ones(KILN_CPU, KILN_F32, KILN_SCALAR_SHAPE), 1) ==
              KILN_ERR_INVALID_ARGUMENT);
     KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "kiln_summary_writer_add_scalar_tensor", __LINE__ - 2);
+    char site[600];
     snprintf(site, sizeof site, "closed at %s:%d", __FILE__, close_line);
     KT_CHECK_MSG(strstr(kiln_last_error(), site) != NULL, "%s", kiln_last_error());
     KT_CHECK(kiln_summary_writer_flush(w) == KILN_ERR_INVALID_ARGUMENT);
     KT_CHECK(kiln_summary_writer_add_text(w, "t", "x", 1) == KILN_ERR_INVALID_ARGUMENT);
+    kiln_summary_writer_free(w);
+    KT_MEM_CHECK();
+}
+
+/* kiln_metrics_log: the means of what was accumulated, handed over without a read, then reset. */
+KT_TEST(metrics_log_writes_the_means) {
+    kt_mem_begin();
+    kiln_summary_writer *w = kiln_summary_writer_open(tmp_dir("metrics"));
+    kiln_metrics *m = kiln_metrics_new();
+    KT_CHECK(w && m);
+    if (!w || !m) return;
+    float logits[] = {1, 0, 0, 2, 3, 1, 0, 1}; /* argmax: 0 1 0 1 */
+    int64_t labels[] = {0, 1, 1, 1};          /* 3 of 4 right */
+    KT_CHECK(kiln_metrics_add(m, kiln_full(KILN_CPU, KILN_F32, KILN_SCALAR_SHAPE, 0.5),
+                              kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(4, 2), logits),
+                              kiln_from_data(KILN_CPU, KILN_I64, KILN_SHAPE(4), labels)) == KILN_OK);
+    KT_CHECK(kiln_metrics_add(m, kiln_full(KILN_CPU, KILN_F32, KILN_SCALAR_SHAPE, 2.0), KILN_NONE,
+                              kiln_from_data(KILN_CPU, KILN_I64, KILN_SHAPE(2), labels)) == KILN_OK);
+    KT_CHECK(kiln_metrics_log(m, w, "train", 5) == KILN_OK);
+    KT_CHECK(kiln_metrics_log(m, w, "train", 6) == KILN_OK); /* reset: nothing more to log */
+    KT_CHECK(kiln_metrics_add(m, kiln_full(KILN_CPU, KILN_F32, KILN_SCALAR_SHAPE, 1.5), KILN_NONE,
+                              kiln_from_data(KILN_CPU, KILN_I64, KILN_SHAPE(2), labels)) == KILN_OK);
+    KT_CHECK(kiln_metrics_log(m, w, NULL, 7) == KILN_OK);
+    KT_CHECK(kiln_metrics_log(NULL, w, NULL, 7) == KILN_ERR_NULL);
+    KT_EXPECT_ERROR(KILN_ERR_NULL, "kiln_metrics_log", __LINE__ - 1);
+    KT_CHECK(kiln_summary_writer_flush(w) == KILN_OK);
+    float v = 0;
+    const char *path = kiln_summary_writer_path(w);
+    KT_CHECK(scalar_at(path, "train/loss", 5, &v) && v == (float)((0.5 * 4 + 2.0 * 2) / 6));
+    KT_CHECK(scalar_at(path, "train/accuracy", 5, &v) && v == 0.75f);
+    KT_CHECK(!scalar_at(path, "train/loss", 6, &v));
+    KT_CHECK(scalar_at(path, "loss", 7, &v) && v == 1.5f && !scalar_at(path, "accuracy", 7, &v));
+    /* a NULL writer: the metrics are still reset and the tensors released */
+    KT_CHECK(kiln_metrics_add(m, kiln_full(KILN_CPU, KILN_F32, KILN_SCALAR_SHAPE, 1.5), KILN_NONE,
+                              kiln_from_data(KILN_CPU, KILN_I64, KILN_SHAPE(2), labels)) == KILN_OK);
+    KT_CHECK(kiln_metrics_log(m, NULL, "x", 8) == KILN_ERR_NULL);
+    kiln_metrics_free(m);
     kiln_summary_writer_free(w);
     KT_MEM_CHECK();
 }
@@ -347,6 +446,7 @@ int main(int argc, char **argv) {
     KT_RUN(unwritable_directory_is_an_error_and_training_goes_on);
     KT_RUN(bad_events_are_errors_and_logging_goes_on);
     KT_RUN(bounded_queue_loses_nothing);
+    KT_RUN(metrics_log_writes_the_means);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_root);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_root);
