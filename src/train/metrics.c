@@ -63,16 +63,21 @@ kiln_status kiln_metrics_add(kiln_metrics *m, kiln_tensor loss, kiln_tensor logi
     return KILN_OK;
 }
 
-/* The sums of every rank, in one all-reduce of [loss sum, correct, samples, classified]. */
-static kiln_status read_all_ranks(kiln_metrics *m, double *loss, int64_t *correct) {
+/* The sums of every rank, queued as one all-reduce of [loss sum, correct, samples, classified]
+ * (f64 [4] on the CPU). Takes m's accumulators. */
+static kiln_tensor sum_all_ranks(kiln_metrics *m) {
     kiln_tensor parts[4] = {
         m->loss_sum.id ? kiln_to_device(m->loss_sum, KILN_CPU) : kiln_zeros(KILN_CPU, KILN_F64, KILN_SHAPE()),
         m->correct.id ? kiln_cast(kiln_to_device(m->correct, KILN_CPU), KILN_F64) : kiln_zeros(KILN_CPU, KILN_F64, KILN_SHAPE()),
         kiln_full(KILN_CPU, KILN_F64, KILN_SHAPE(), (double)m->samples),
         kiln_full(KILN_CPU, KILN_F64, KILN_SHAPE(), (double)m->classified)};
     m->loss_sum = m->correct = KILN_NONE; /* consumed */
+    return kiln_dist_all_reduce(kiln_stack(parts, 4, 0), KILN_DIST_SUM);
+}
+
+static kiln_status read_all_ranks(kiln_metrics *m, double *loss, int64_t *correct) {
     double sums[4];
-    kiln_status st = kiln_into_data(kiln_dist_all_reduce(kiln_stack(parts, 4, 0), KILN_DIST_SUM), sums, sizeof sums);
+    kiln_status st = kiln_into_data(sum_all_ranks(m), sums, sizeof sums);
     if (st != KILN_OK) return st;
     *loss = sums[0];
     *correct = (int64_t)sums[1];
@@ -117,19 +122,14 @@ kiln_status kiln_metrics_log(kiln_metrics *m, kiln_summary_writer *w, const char
     const char *outer = kiln__op_scope_enter(op);
     kiln_no_grad_begin();
     if (kiln_dist_world_size() > 1) { /* every rank joins the all-reduce, even one that logged nothing */
-        kiln_tensor parts[4] = {
-            m->loss_sum.id ? kiln_to_device(m->loss_sum, KILN_CPU) : kiln_zeros(KILN_CPU, KILN_F64, KILN_SHAPE()),
-            m->correct.id ? kiln_cast(kiln_to_device(m->correct, KILN_CPU), KILN_F64) : kiln_zeros(KILN_CPU, KILN_F64, KILN_SHAPE()),
-            kiln_full(KILN_CPU, KILN_F64, KILN_SHAPE(), (double)m->samples),
-            kiln_full(KILN_CPU, KILN_F64, KILN_SHAPE(), (double)m->classified)};
-        m->loss_sum = m->correct = KILN_NONE; /* consumed */
-        kiln_tensor sums = kiln_dist_all_reduce(kiln_stack(parts, 4, 0), KILN_DIST_SUM);
+        bool classified = m->classified > 0;
+        kiln_tensor sums = sum_all_ranks(m);
         /* the counts are known only after the reduction: both divisions stay on the device */
         kiln_tensor samples = element(kiln_ref(sums), 2);
         loss = kiln_div(element(kiln_ref(sums), 0), samples);
-        if (m->classified) {
-            kiln_tensor classified = element(kiln_ref(sums), 3);
-            accuracy = kiln_div(element(kiln_ref(sums), 1), classified);
+        if (classified) {
+            kiln_tensor count = element(kiln_ref(sums), 3);
+            accuracy = kiln_div(element(kiln_ref(sums), 1), count);
         }
         kiln_release(sums);
     } else {

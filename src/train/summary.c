@@ -21,6 +21,9 @@
 #include "ops/ops-impl.h"
 #include "train/summary-impl.h"
 
+/* The longest an event waits for the writer thread to take it (see writer_main). */
+#define BATCH_SECS 0.5
+
 typedef enum { SCALAR, SCALAR_TENSOR, HISTOGRAM, TEXT } item_kind;
 
 typedef struct item {
@@ -162,12 +165,20 @@ static void *writer_main(void *arg) {
     double last_flush = wall_now();
     pthread_mutex_lock(&w->mu);
     for (;;) {
-        while (!w->head && !w->stop && w->flush_asked == w->flush_done) {
-            struct timespec until;
+        /* Events wait until half the queue is full or the oldest is BATCH_SECS old: one read of
+         * many steps, most of them computed long ago, instead of a wait on every step's loss
+         * (a waiting thread polls for a while, and on a small machine that is a core's time). */
+        while (!w->stop && w->flush_asked == w->flush_done) {
             double at = last_flush + w->o.flush_secs;
+            if (w->head) {
+                if (w->queued * 2 >= w->o.max_queue || wall_now() >= w->head->wall_time + BATCH_SECS) break;
+                if (w->head->wall_time + BATCH_SECS < at) at = w->head->wall_time + BATCH_SECS;
+            }
+            struct timespec until;
             until.tv_sec = (time_t)at;
             until.tv_nsec = (long)((at - (double)until.tv_sec) * 1e9);
-            if (pthread_cond_timedwait(&w->wake, &w->mu, &until) == ETIMEDOUT) break;
+            if (pthread_cond_timedwait(&w->wake, &w->mu, &until) == ETIMEDOUT && wall_now() >= last_flush + w->o.flush_secs)
+                break;
         }
         item *batch = w->head;
         int n = w->queued;
@@ -325,7 +336,7 @@ static kiln_status enqueue(kiln_summary_writer *w, item *it, kiln_status st) {
     w->tail = it;
     w->queued++;
     w->added++;
-    pthread_cond_signal(&w->wake);
+    if (w->queued == 1 || w->queued * 2 >= w->o.max_queue) pthread_cond_signal(&w->wake); /* its timer, or a batch */
     pthread_mutex_unlock(&w->mu);
     return st;
 }

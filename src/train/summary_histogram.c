@@ -34,13 +34,15 @@ int kiln__histogram_edges(const double **out) {
     return n_edges;
 }
 
-/* idx - (v < edges[idx]) + (v >= edges[idx + 1]), clamped to the buckets: one step toward the
- * bucket that holds v. Consumes idx; v, lo and hi (the left and right edges) are kept. */
+/* One step toward the bucket that holds v: idx - (v < left[idx]) + (v >= right[idx]), clamped
+ * to the buckets. idx is f64 (whole numbers), so the chain stays one dtype and fuses; consumes
+ * idx, keeps v and the edges. */
 static kiln_tensor correct(kiln_tensor idx, kiln_tensor v, kiln_tensor left, kiln_tensor right, int buckets) {
-    kiln_tensor lo = kiln_index_select(kiln_ref(left), 0, kiln_ref(idx));
-    kiln_tensor hi = kiln_index_select(kiln_ref(right), 0, kiln_ref(idx));
-    kiln_tensor below = kiln_cast(kiln_lt(kiln_ref(v), lo), KILN_I64);
-    kiln_tensor above = kiln_cast(kiln_ge(kiln_ref(v), hi), KILN_I64);
+    kiln_tensor at = kiln_cast(kiln_ref(idx), KILN_I64);
+    kiln_tensor lo = kiln_index_select(kiln_ref(left), 0, kiln_ref(at));
+    kiln_tensor hi = kiln_index_select(kiln_ref(right), 0, at);
+    kiln_tensor below = kiln_cast(kiln_lt(kiln_ref(v), lo), KILN_F64);
+    kiln_tensor above = kiln_cast(kiln_ge(kiln_ref(v), hi), KILN_F64);
     return kiln_clamp(kiln_add(kiln_sub(idx, below), above), 0, buckets - 1);
 }
 
@@ -55,22 +57,28 @@ kiln_tensor kiln__histogram_compute(kiln_tensor values) {
     kiln_tensor counted = kiln_logical_and(kiln_ge_scalar(kiln_ref(v), e[0]), kiln_le_scalar(kiln_ref(v), e[n - 1]));
     /* values not counted (NaN, inf, beyond the edges) become 0 so the estimate stays finite */
     kiln_tensor safe = kiln_masked_fill(v, kiln_logical_not(kiln_ref(counted)), 0.0);
-    /* k: how many positive edges are <= |v| (estimated) */
-    kiln_tensor k = kiln_add_scalar(kiln_floor(kiln_mul_scalar(kiln_log(kiln_mul_scalar(kiln_maximum_scalar(kiln_abs(kiln_ref(safe)), 1e-300), 1e12)),
+    /* k: how many positive edges are <= |v|, estimated in f32 (the fast path of the fused
+     * kernels) from log(|v| / 1e-12) / log(1.1). Off by at most one bucket (f32's log is good
+     * to ~1e-4 of a bucket here; counted values are within f32's range), which the comparison
+     * with the exact f64 edges below corrects. */
+    kiln_tensor v32 = kiln_cast(kiln_ref(safe), KILN_F32);
+    kiln_tensor k = kiln_add_scalar(kiln_floor(kiln_mul_scalar(kiln_log(kiln_mul_scalar(kiln_maximum_scalar(kiln_abs(kiln_ref(v32)), 1e-30), 1e12)),
                                                              1.0 / log(1.1))),
                                     1.0);
     k = kiln_clamp(k, 0, n_positive);
-    kiln_tensor nonneg = kiln_ge_scalar(kiln_ref(safe), 0.0);
-    kiln_tensor right_of_zero = kiln_add_scalar(kiln_ref(k), zero); /* apart: k is consumed below */
-    kiln_tensor idx = kiln_where(nonneg, right_of_zero, kiln_rsub_scalar(k, zero - 1));
-    idx = kiln_cast(kiln_clamp(idx, 0, buckets - 1), KILN_I64);
+    /* bucket zero + k right of 0, zero - 1 - k left of it: zero - 1 - k + (v >= 0) * (2k + 1) */
+    kiln_tensor side = kiln_cast(kiln_ge_scalar(v32, 0.0), KILN_F32);
+    kiln_tensor twice = kiln_add_scalar(kiln_mul_scalar(kiln_ref(k), 2.0), 1.0);
+    kiln_tensor idx = kiln_add(kiln_rsub_scalar(k, zero - 1), kiln_mul(side, twice));
+    idx = kiln_cast(kiln_clamp(idx, 0, buckets - 1), KILN_F64);
     kiln_tensor left = kiln_from_data(dev, KILN_F64, KILN_SHAPE(buckets), e);
     kiln_tensor right = kiln_from_data(dev, KILN_F64, KILN_SHAPE(buckets), e + 1);
-    for (int i = 0; i < 2; i++) idx = correct(idx, safe, left, right, buckets);
+    idx = correct(idx, safe, left, right, buckets);
     kiln_release(left);
     kiln_release(right);
     kiln_release(safe);
-    kiln_tensor counts = kiln_scatter_add(kiln_zeros(dev, KILN_F64, KILN_SHAPE(buckets)), 0, idx, kiln_cast(counted, KILN_F64));
+    kiln_tensor counts = kiln_scatter_add(kiln_zeros(dev, KILN_F64, KILN_SHAPE(buckets)), 0, kiln_cast(idx, KILN_I64),
+                                          kiln_cast(counted, KILN_F64));
     kiln_tensor parts[2] = {kiln_stack(stats, 4, 0), counts};
     kiln_tensor out = kiln_cat(parts, 2, 0);
     kiln_no_grad_end();
