@@ -155,6 +155,25 @@ KT_TEST(histogram_counts_match_the_host) {
     for (int b = 0; b < buckets; b++) wrong += got[4 + b] != want[b];
     KT_CHECK_MSG(wrong == 0, "%d buckets differ", wrong);
     KT_CHECK(isnan(got[0]) || isnan(got[1])); /* a NaN among the values: min/max/sum are NaN, as NumPy */
+    /* f32 values (counted in f32 against the f32 edges that stand for the f64 ones): each edge
+     * rounded, and its f32 neighbours on both sides, against the host's count in double */
+    static float f32v[3 * 1549 + 4];
+    int nf = 0;
+    for (int i = 0; i < n; i++) {
+        float r = (float)e[i];
+        f32v[nf++] = r, f32v[nf++] = nextafterf(r, INFINITY), f32v[nf++] = nextafterf(r, -INFINITY);
+    }
+    f32v[nf++] = NAN, f32v[nf++] = INFINITY, f32v[nf++] = 3e38f, f32v[nf++] = 1e-40f; /* a subnormal */
+    kiln_tensor t32 = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(nf), f32v);
+    KT_CHECK(kiln_into_data(kiln__histogram_compute(t32), got, (size_t)(buckets + 4) * sizeof *got) == KILN_OK);
+    memset(want, 0, (size_t)buckets * sizeof *want);
+    for (int i = 0; i < nf; i++) {
+        int b = host_bucket(e, n, (double)f32v[i]);
+        if (b >= 0) want[b]++;
+    }
+    wrong = 0;
+    for (int b = 0; b < buckets; b++) wrong += got[4 + b] != want[b];
+    KT_CHECK_MSG(wrong == 0, "f32: %d buckets differ", wrong);
     /* the statistics of finite values only, in f32 as a parameter would be */
     float f[5] = {-2.5f, 0.0f, 1e-13f, 3.0f, 1e-3f};
     kiln_tensor ft = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(5), f);

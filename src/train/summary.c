@@ -31,8 +31,9 @@ typedef struct item {
     item_kind kind;
     int64_t step, numel;
     double wall_time, value;
-    kiln_tensor t;  /* SCALAR_TENSOR: f64, one element; HISTOGRAM: kiln__histogram_compute's */
+    kiln_tensor t;  /* SCALAR_TENSOR: one element (f32, f64, i32, i64 or bool); HISTOGRAM: kiln__histogram_compute's */
     double *read;   /* where the writer thread reads t */
+    kiln_dtype dtype; /* SCALAR_TENSOR: t's */
     char *text;
     const char *op, *file; /* the add that queued it, for an error found later */
     int line;
@@ -82,7 +83,19 @@ static void keep_error(kiln_summary_writer *w, kiln_status st, const item *it, c
 
 static size_t read_bytes(const item *it) {
     const double *e;
-    return it->kind == HISTOGRAM ? (size_t)(kiln__histogram_edges(&e) + 3) * sizeof(double) : sizeof(double);
+    if (it->kind == HISTOGRAM) return (size_t)(kiln__histogram_edges(&e) + 3) * sizeof(double);
+    return kiln_dtype_size(it->dtype);
+}
+
+/* A scalar read in its own dtype (no cast queued per step on the training thread). */
+static double scalar_value(const void *p, kiln_dtype dt) {
+    switch (dt) {
+    case KILN_F32: { float v; memcpy(&v, p, sizeof v); return v; }
+    case KILN_I32: { int32_t v; memcpy(&v, p, sizeof v); return v; }
+    case KILN_I64: { int64_t v; memcpy(&v, p, sizeof v); return (double)v; }
+    case KILN_BOOL: return *(const uint8_t *)p ? 1.0 : 0.0;
+    default: { double v; memcpy(&v, p, sizeof v); return v; }
+    }
 }
 
 /* One transaction for every tensor of the batch; if it fails, each is read alone so that one
@@ -92,7 +105,7 @@ static void read_tensors(kiln_summary_writer *w, item *batch) {
     int n = 0;
     for (item *it = batch; it; it = it->next) {
         if (!it->t.id) continue;
-        it->read = malloc(read_bytes(it));
+        it->read = malloc(read_bytes(it) > sizeof(double) ? read_bytes(it) : sizeof(double));
         if (it->read && tx) kiln_transaction_read(tx, kiln_ref(it->t), it->read, read_bytes(it));
         n++;
     }
@@ -118,7 +131,7 @@ static void encode(kiln_summary_writer *w, const item *it, kiln__pbuf *b) {
     switch (it->kind) {
     case SCALAR: kiln__event_scalar(b, it->wall_time, it->step, it->tag, (float)it->value); break;
     case SCALAR_TENSOR:
-        if (it->read) kiln__event_scalar(b, it->wall_time, it->step, it->tag, (float)it->read[0]);
+        if (it->read) kiln__event_scalar(b, it->wall_time, it->step, it->tag, (float)scalar_value(it->read, it->dtype));
         break;
     case TEXT: kiln__event_text(b, it->wall_time, it->step, it->tag, it->text); break;
     case HISTOGRAM: {
@@ -422,9 +435,12 @@ static kiln_status add_tensor(kiln_summary_writer *w, const char *op, const char
     if (kind == HISTOGRAM) {
         it->t = kiln__histogram_compute(t);
     } else {
-        kiln_no_grad_begin();
-        it->t = kiln_cast(kiln_reshape(kiln_detach(t), KILN_SHAPE(1)), KILN_F64);
+        kiln_dtype dt = kiln_tensor_dtype(t);
+        kiln_no_grad_begin(); /* detached: the handle kept until the read holds no graph */
+        it->t = kiln_detach(t);
+        if (dt == KILN_F16 || dt == KILN_BF16) it->t = kiln_cast(it->t, KILN_F32); /* read on the host as f32 */
         kiln_no_grad_end();
+        it->dtype = kiln_tensor_dtype(it->t);
     }
     kiln__op_scope_leave(outer);
     return enqueue(w, it, st);
