@@ -466,9 +466,8 @@ static void wait_written(kiln_summary_writer *w) {
 
 kiln_status kiln_summary_writer_flush(kiln_summary_writer *w) {
     const char *op = "kiln_summary_writer_flush";
-    kiln_status st = usable(w, op);
-    if (st != KILN_OK || w->inactive) return st;
-    wait_written(w);
+    if (!w) return kiln__report(KILN_ERR_NULL, op, "the summary writer is NULL");
+    if (!w->closed_file && !w->inactive) wait_written(w); /* also when an error is waiting to be returned */
     return usable(w, op);
 }
 
