@@ -173,19 +173,40 @@ static void write_batch(kiln_summary_writer *w, item *batch) {
     }
 }
 
+/* How many events from the head the thread takes: all of them, or those BATCH_SECS old. */
+static int take_batch(const kiln_summary_writer *w, bool all) {
+    if (all) return w->queued;
+    double cutoff = wall_now() - BATCH_SECS;
+    int n = 0;
+    for (const item *it = w->head; it && it->wall_time <= cutoff; it = it->next) n++;
+    return n;
+}
+
+/* Unlinks the first n events (they stay linked to each other, from the old head). */
+static void detach_batch(kiln_summary_writer *w, int n) {
+    item *last = w->head;
+    for (int i = 1; i < n; i++) last = last->next;
+    w->head = last->next;
+    last->next = NULL;
+    if (!w->head) w->tail = NULL;
+    w->queued -= n;
+}
+
 static void *writer_main(void *arg) {
     kiln_summary_writer *w = arg;
     double last_flush = wall_now();
     pthread_mutex_lock(&w->mu);
     for (;;) {
-        /* Events wait until half the queue is full or the oldest is BATCH_SECS old: one read of
-         * many steps, most of them computed long ago, instead of a wait on every step's loss
-         * (a waiting thread polls for a while, and on a small machine that is a core's time). */
+        /* The thread wakes when the oldest event is 2 * BATCH_SECS old and takes those at least
+         * BATCH_SECS old: one read of many steps whose tensors were computed long ago. Reading
+         * the step being computed would wait on it, and a waiting thread polls for a while (on a
+         * small machine, a core's time taken from training). A flush, a close or a half-full
+         * queue takes everything. */
         while (!w->stop && w->flush_asked == w->flush_done) {
             double at = last_flush + w->o.flush_secs;
             if (w->head) {
-                if (w->queued * 2 >= w->o.max_queue || wall_now() >= w->head->wall_time + BATCH_SECS) break;
-                if (w->head->wall_time + BATCH_SECS < at) at = w->head->wall_time + BATCH_SECS;
+                if (w->queued * 2 >= w->o.max_queue || wall_now() >= w->head->wall_time + 2 * BATCH_SECS) break;
+                if (w->head->wall_time + 2 * BATCH_SECS < at) at = w->head->wall_time + 2 * BATCH_SECS;
             }
             struct timespec until;
             until.tv_sec = (time_t)at;
@@ -193,12 +214,11 @@ static void *writer_main(void *arg) {
             if (pthread_cond_timedwait(&w->wake, &w->mu, &until) == ETIMEDOUT && wall_now() >= last_flush + w->o.flush_secs)
                 break;
         }
-        item *batch = w->head;
-        int n = w->queued;
-        w->head = w->tail = NULL;
-        w->queued = 0;
         uint64_t asked = w->flush_asked;
         bool flush = asked != w->flush_done || w->stop;
+        int n = take_batch(w, flush || w->queued * 2 >= w->o.max_queue);
+        item *batch = n ? w->head : NULL;
+        if (n) detach_batch(w, n);
         pthread_cond_broadcast(&w->written); /* room in the queue */
         pthread_mutex_unlock(&w->mu);
         write_batch(w, batch);
