@@ -421,6 +421,29 @@ KT_TEST(metrics_log_writes_the_means) {
     KT_MEM_CHECK();
 }
 
+/* Without a flush, events reach the file on their own: taken once they are about a second
+ * old, written out at the next flush_secs. */
+KT_TEST(events_reach_the_file_unasked) {
+    kt_mem_begin();
+    kiln_summary_writer_options o = kiln_summary_writer_defaults();
+    o.flush_secs = 0.1;
+    kiln_summary_writer *w = kiln_summary_writer_open_ex(tmp_dir("unasked"), o);
+    KT_CHECK(w != NULL);
+    if (!w) return;
+    KT_CHECK(kiln_summary_writer_add_scalar_tensor(w, "x", kiln_full(KILN_CPU, KILN_F32, KILN_SCALAR_SHAPE, 1), 1) == KILN_OK);
+    KT_CHECK(kiln_summary_writer_add_scalar(w, "y", 2, 1) == KILN_OK);
+    bool corrupt;
+    int records = 0;
+    for (int i = 0; i < 60 && records != 3; i++) { /* up to 3 s on a loaded machine */
+        usleep(50 * 1000);
+        records = count_records(kiln_summary_writer_path(w), &corrupt, "", NULL);
+    }
+    KT_CHECK_MSG(records == 3, "%d records", records);
+    KT_CHECK(kiln_summary_writer_close(w) == KILN_OK);
+    kiln_summary_writer_free(w);
+    KT_MEM_CHECK();
+}
+
 /* A small queue: adds wait for the writer instead of growing without bound, and nothing is lost. */
 KT_TEST(bounded_queue_loses_nothing) {
     kt_mem_begin();
@@ -465,6 +488,7 @@ int main(int argc, char **argv) {
     KT_RUN(unwritable_directory_is_an_error_and_training_goes_on);
     KT_RUN(bad_events_are_errors_and_logging_goes_on);
     KT_RUN(bounded_queue_loses_nothing);
+    KT_RUN(events_reach_the_file_unasked);
     KT_RUN(metrics_log_writes_the_means);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_root);
