@@ -14,5 +14,6 @@
 #include "kiln/bert.h"
 #include "kiln/dist.h"
 #include "kiln/summary.h"
+#include "kiln/dlpack.h"
 
 #endif

@@ -61,6 +61,16 @@ build tsan clang -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=thread -DKILN_USE_BLAS
 # MPI's one lock-order report in MPI_Init is suppressed by tests/tsan-mpi.supp (the tests' env)
 (cd "$root/tsan" && KILN_NO_CACHING=1 ctest --output-on-failure -R '^test_dist(_ddp|_train)?_np2$')
 
+echo "== Python package: pytest against kiln built by pip into .venv-py (scripts/setup-debian.sh)"
+# (pytest's exit status 5 means it collected no test: a broken install, so it fails CI too)
+if [ -x .venv-py/bin/python ]; then
+    .venv-py/bin/pip install -q --no-build-isolation ./python >"$root/python-install.log" 2>&1 ||
+        { cat "$root/python-install.log"; exit 1; }
+    (cd python/tests && KILN_HYPOTHESIS_SECONDS=${KILN_HYPOTHESIS_SECONDS:-20} ../../.venv-py/bin/python -m pytest -q -p no:cacheprovider .)
+else
+    echo "no .venv-py: run scripts/setup-debian.sh to build and test the Python package"; exit 1
+fi
+
 echo "== fuzzers (libFuzzer + ASan + UBSan): each file reader, the tokenizer and the config.json reader on mutations of kiln's own seeds"
 # KILN_FUZZ_SECONDS per target (default 45); a crash, leak or UB report fails CI and leaves
 # the input as crash-* in $root/fuzz-work/<target>.

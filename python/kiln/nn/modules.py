@@ -1,0 +1,273 @@
+"""kiln.nn's Module and layers, written as PyTorch's are: attributes that are tensors
+requiring a gradient (parameters) or modules (children) register themselves."""
+import math
+from collections import OrderedDict
+
+import kiln
+from . import functional as F
+
+
+def Parameter(data, requires_grad=True):
+    """A leaf tensor a Module registers (kiln's parameters are plain leaf tensors)."""
+    t = data.detach().clone() if data.is_leaf is False or data.requires_grad else data
+    if requires_grad and not t.requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+class Module:
+    def __init__(self):
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "training", True)
+
+    def __setattr__(self, name, value):
+        if "_parameters" not in self.__dict__:
+            raise AttributeError("call super().__init__() before assigning attributes of a Module")
+        for store in (self._parameters, self._modules, self._buffers):
+            store.pop(name, None)
+        if isinstance(value, Module):
+            self._modules[name] = value
+        elif isinstance(value, kiln.Tensor) and value.requires_grad and value.is_leaf:
+            self._parameters[name] = value
+        else:
+            object.__setattr__(self, name, value)
+            return
+        self.__dict__.pop(name, None)
+
+    def __getattr__(self, name):
+        for store in ("_parameters", "_modules", "_buffers"):
+            d = self.__dict__.get(store)
+            if d is not None and name in d:
+                return d[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+    def register_buffer(self, name, tensor):
+        self._buffers[name] = tensor
+
+    def register_parameter(self, name, tensor):
+        self._parameters[name] = tensor
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"{type(self).__name__}.forward")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def named_parameters(self, prefix=""):
+        for name, p in self._parameters.items():
+            yield prefix + name, p
+        for mname, m in self._modules.items():
+            yield from m.named_parameters(prefix + mname + ".")
+
+    def parameters(self):
+        for _, p in self.named_parameters():
+            yield p
+
+    def named_modules(self, prefix=""):
+        yield prefix, self
+        for name, m in self._modules.items():
+            yield from m.named_modules(prefix + ("." if prefix else "") + name)
+
+    def children(self):
+        return iter(self._modules.values())
+
+    def modules(self):
+        for _, m in self.named_modules():
+            yield m
+
+    def state_dict(self):
+        out = OrderedDict()
+        for name, m in self.named_modules():
+            pre = name + "." if name else ""
+            for k, v in m._parameters.items():
+                out[pre + k] = v.detach()
+            for k, v in m._buffers.items():
+                out[pre + k] = v
+        return out
+
+    def load_state_dict(self, state):
+        own = self.state_dict()
+        missing = [k for k in own if k not in state]
+        unexpected = [k for k in state if k not in own]
+        if missing or unexpected:
+            raise KeyError(f"state_dict mismatch: missing {missing}, unexpected {unexpected}")
+        for name, m in self.named_modules():
+            pre = name + "." if name else ""
+            for k, p in list(m._parameters.items()):
+                v = state[pre + k]
+                if tuple(v.shape) != tuple(p.shape):
+                    raise ValueError(f"{pre + k}: shape {tuple(v.shape)} for a parameter of {tuple(p.shape)}")
+                m._parameters[k] = Parameter(kiln.tensor(v).to(p.dtype))
+            for k in list(m._buffers):
+                m._buffers[k] = kiln.tensor(state[pre + k])
+
+    def train(self, mode=True):
+        for m in self.modules():
+            object.__setattr__(m, "training", mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def zero_grad(self):
+        for p in self.parameters():
+            p.grad = None
+
+    def to(self, *args, **kwargs):
+        for m in self.modules():
+            for k, p in list(m._parameters.items()):
+                m._parameters[k] = Parameter(p.detach().to(*args, **kwargs))
+            for k, b in list(m._buffers.items()):
+                m._buffers[k] = b.to(*args, **kwargs)
+        return self
+
+    def __repr__(self):
+        lines = [f"  ({k}): " + repr(m).replace("\n", "\n  ") for k, m in self._modules.items()]
+        extra = self.extra_repr()
+        if not lines:
+            return f"{type(self).__name__}({extra})"
+        return f"{type(self).__name__}({extra}\n" + "\n".join(lines) + "\n)"
+
+    def extra_repr(self):
+        return ""
+
+
+def _uniform(shape, bound, gen=None):
+    return (kiln.rand(*shape, generator=gen) * (2 * bound) - bound)
+
+
+class Linear(Module):
+    def __init__(self, in_features, out_features, bias=True):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        bound = 1 / math.sqrt(in_features) if in_features > 0 else 0
+        self.weight = Parameter(_uniform((out_features, in_features), bound))
+        self.bias = Parameter(_uniform((out_features,), bound)) if bias else None
+
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias)
+
+    def extra_repr(self):
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class Conv2d(Module):
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True):
+        super().__init__()
+        self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+        fan_in = in_channels // groups * kernel_size * kernel_size
+        bound = 1 / math.sqrt(fan_in)
+        self.weight = Parameter(_uniform((out_channels, in_channels // groups, kernel_size, kernel_size), bound))
+        self.bias = Parameter(_uniform((out_channels,), bound)) if bias else None
+
+    def forward(self, x):
+        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+
+class MaxPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        self.k, self.s, self.p = kernel_size, stride or kernel_size, padding
+
+    def forward(self, x):
+        return F.max_pool2d(x, self.k, self.s, self.p)
+
+
+class LayerNorm(Module):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True):
+        super().__init__()
+        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.eps = eps
+        self.weight = Parameter(kiln.ones(self.normalized_shape)) if elementwise_affine else None
+        self.bias = Parameter(kiln.zeros(self.normalized_shape)) if elementwise_affine else None
+
+    def forward(self, x):
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+class Embedding(Module):
+    def __init__(self, num_embeddings, embedding_dim):
+        super().__init__()
+        self.weight = Parameter(kiln.randn(num_embeddings, embedding_dim))
+
+    def forward(self, idx):
+        return F.embedding(idx, self.weight)
+
+
+class Dropout(Module):
+    def __init__(self, p=0.5):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):
+        return F.dropout(x, self.p, self.training)
+
+
+class _Activation(Module):
+    fn = None
+
+    def forward(self, x):
+        return type(self).fn(x)
+
+
+class ReLU(_Activation):
+    fn = staticmethod(F.relu)
+
+
+class GELU(_Activation):
+    fn = staticmethod(F.gelu)
+
+
+class Tanh(_Activation):
+    fn = staticmethod(F.tanh)
+
+
+class Sigmoid(_Activation):
+    fn = staticmethod(F.sigmoid)
+
+
+class SiLU(_Activation):
+    fn = staticmethod(F.silu)
+
+
+class Flatten(Module):
+    def __init__(self, start_dim=1, end_dim=-1):
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, x):
+        return x.flatten(self.start_dim, self.end_dim)
+
+
+class Sequential(Module):
+    def __init__(self, *layers):
+        super().__init__()
+        for i, layer in enumerate(layers):
+            setattr(self, str(i), layer)
+
+    def forward(self, x):
+        for m in self._modules.values():
+            x = m(x)
+        return x
+
+    def __getitem__(self, i):
+        return list(self._modules.values())[i]
+
+    def __len__(self):
+        return len(self._modules)
+
+
+class CrossEntropyLoss(Module):
+    def __init__(self, label_smoothing=0.0):
+        super().__init__()
+        self.label_smoothing = label_smoothing
+
+    def forward(self, logits, target):
+        return F.cross_entropy(logits, target, self.label_smoothing)
+
+
+class MSELoss(Module):
+    def forward(self, a, b):
+        return F.mse_loss(a, b)
