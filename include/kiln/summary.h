@@ -22,7 +22,9 @@
  * disk) is dropped and its error returned once by the writer's next call, naming the add that
  * queued it. A NULL writer is KILN_ERR_NULL; using a closed one is KILN_ERR_INVALID_ARGUMENT
  * naming where it was closed. Under MPI only rank 0 writes: elsewhere the writer is open but
- * writes nothing and releases what it is given. */
+ * writes nothing and releases what it is given. The writer's thread takes events about a second
+ * after they are added and flushes the file every flush_secs; close (or free) the writer before
+ * the program ends, since events still queued at exit are lost. */
 #ifndef KILN_SUMMARY_H
 #define KILN_SUMMARY_H
 
