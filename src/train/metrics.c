@@ -2,11 +2,13 @@
  * one transaction when the caller logs. Under data parallelism (kiln/dist.h, a world of more
  * than one) a read first sums them over the ranks, so every rank reports the whole job's. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "kiln/autodiff.h"
 #include "kiln/dist.h"
 #include "kiln/engine.h"
+#include "kiln/summary.h"
 #include "kiln/tensor.h"
 #include "kiln/train.h"
 #include "ops/ops-impl.h"
@@ -63,16 +65,21 @@ kiln_status kiln_metrics_add(kiln_metrics *m, kiln_tensor loss, kiln_tensor logi
     return KILN_OK;
 }
 
-/* The sums of every rank, in one all-reduce of [loss sum, correct, samples, classified]. */
-static kiln_status read_all_ranks(kiln_metrics *m, double *loss, int64_t *correct) {
+/* The sums of every rank, queued as one all-reduce of [loss sum, correct, samples, classified]
+ * (f64 [4] on the CPU). Takes m's accumulators. */
+static kiln_tensor sum_all_ranks(kiln_metrics *m) {
     kiln_tensor parts[4] = {
         m->loss_sum.id ? kiln_to_device(m->loss_sum, KILN_CPU) : kiln_zeros(KILN_CPU, KILN_F64, KILN_SHAPE()),
         m->correct.id ? kiln_cast(kiln_to_device(m->correct, KILN_CPU), KILN_F64) : kiln_zeros(KILN_CPU, KILN_F64, KILN_SHAPE()),
         kiln_full(KILN_CPU, KILN_F64, KILN_SHAPE(), (double)m->samples),
         kiln_full(KILN_CPU, KILN_F64, KILN_SHAPE(), (double)m->classified)};
     m->loss_sum = m->correct = KILN_NONE; /* consumed */
+    return kiln_dist_all_reduce(kiln_stack(parts, 4, 0), KILN_DIST_SUM);
+}
+
+static kiln_status read_all_ranks(kiln_metrics *m, double *loss, int64_t *correct) {
     double sums[4];
-    kiln_status st = kiln_into_data(kiln_dist_all_reduce(kiln_stack(parts, 4, 0), KILN_DIST_SUM), sums, sizeof sums);
+    kiln_status st = kiln_into_data(sum_all_ranks(m), sums, sizeof sums);
     if (st != KILN_OK) return st;
     *loss = sums[0];
     *correct = (int64_t)sums[1];
@@ -102,6 +109,46 @@ kiln_status kiln_metrics_read(kiln_metrics *m, double *mean_loss, double *accura
     if (accuracy) *accuracy = m->classified ? (double)correct / (double)m->classified : NAN;
     if (count) *count = m->samples;
     reset(m);
+    return st;
+}
+
+/* Element i of a 1-d tensor (consumed) as a 0-d one. */
+static kiln_tensor element(kiln_tensor t, int64_t i) { return kiln_reshape(kiln_narrow(t, 0, i, 1), KILN_SCALAR_SHAPE); }
+
+kiln_status kiln_metrics_log(kiln_metrics *m, kiln_summary_writer *w, const char *prefix, int64_t step) {
+    const char *op = "kiln_metrics_log";
+    if (!m) return kiln__report(KILN_ERR_NULL, op, "metrics is NULL");
+    char loss_tag[256], acc_tag[256];
+    snprintf(loss_tag, sizeof loss_tag, "%s%sloss", prefix ? prefix : "", prefix ? "/" : "");
+    snprintf(acc_tag, sizeof acc_tag, "%s%saccuracy", prefix ? prefix : "", prefix ? "/" : "");
+    kiln_tensor loss = KILN_NONE, accuracy = KILN_NONE;
+    const char *outer = kiln__op_scope_enter(op);
+    kiln_no_grad_begin();
+    if (kiln_dist_world_size() > 1) { /* every rank joins the all-reduce, even one that logged nothing */
+        bool classified = m->classified > 0;
+        kiln_tensor sums = sum_all_ranks(m);
+        /* the counts are known only after the reduction: both divisions stay on the device */
+        kiln_tensor samples = element(kiln_ref(sums), 2);
+        loss = kiln_div(element(kiln_ref(sums), 0), samples);
+        if (classified) {
+            kiln_tensor count = element(kiln_ref(sums), 3);
+            accuracy = kiln_div(element(kiln_ref(sums), 1), count);
+        }
+        kiln_release(sums);
+    } else {
+        if (m->loss_sum.id) loss = kiln_div_scalar(m->loss_sum, (double)m->samples);
+        if (m->correct.id) accuracy = kiln_div_scalar(kiln_cast(m->correct, KILN_F64), (double)m->classified);
+        m->loss_sum = m->correct = KILN_NONE;
+    }
+    kiln_no_grad_end();
+    kiln__op_scope_leave(outer);
+    reset(m);
+    kiln_status st = KILN_OK;
+    if (loss.id) st = kiln_summary_writer_add_scalar_tensor(w, loss_tag, loss, step);
+    if (accuracy.id) {
+        kiln_status st2 = kiln_summary_writer_add_scalar_tensor(w, acc_tag, accuracy, step);
+        if (st == KILN_OK) st = st2;
+    }
     return st;
 }
 

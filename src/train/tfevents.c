@@ -1,0 +1,221 @@
+/* TensorBoard's event files by hand (see tfevents.h). The messages are few and small: an Event
+ * holds wall_time (1, double), step (2, int64) and either file_version (3, string) or a
+ * Summary (5) of one Value: tag (1), and simple_value (2, float), histo (5, HistogramProto) or
+ * metadata (9) + tensor (8) for text. Encoding them directly is ~100 lines with no dependency;
+ * field numbers are those of tensorboard/compat/proto/{event,summary,tensor}.proto. */
+#include "train/tfevents.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- CRC-32C: one table, a byte at a time (records are small; this is not a hot path) ---- */
+static uint32_t crc_table[256];
+
+static void crc_table_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1; /* reflected Castagnoli */
+        crc_table[i] = c;
+    }
+}
+
+uint32_t kiln__crc32c(const void *data, size_t n) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, crc_table_init);
+    const uint8_t *p = data;
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) c = crc_table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+uint32_t kiln__crc32c_masked(const void *data, size_t n) {
+    uint32_t c = kiln__crc32c(data, n);
+    return ((c >> 15) | (c << 17)) + 0xA282EAD8u;
+}
+
+/* ---- protocol-buffer encoding ------------------------------------------------------------- */
+enum { VARINT = 0, FIXED64 = 1, BYTES = 2, FIXED32 = 5 };
+
+void kiln__pbuf_free(kiln__pbuf *b) {
+    free(b->data);
+    *b = (kiln__pbuf){0};
+}
+
+static void put(kiln__pbuf *b, const void *src, size_t n) {
+    if (b->failed) return;
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->len + n) cap *= 2;
+        uint8_t *d = realloc(b->data, cap);
+        if (!d) {
+            b->failed = true;
+            return;
+        }
+        b->data = d;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->data + b->len, src, n);
+    b->len += n;
+}
+
+static void put_varint(kiln__pbuf *b, uint64_t v) {
+    uint8_t out[10];
+    size_t n = 0;
+    do {
+        out[n++] = (uint8_t)((v & 0x7F) | (v > 0x7F ? 0x80 : 0));
+        v >>= 7;
+    } while (v);
+    put(b, out, n);
+}
+
+static void put_key(kiln__pbuf *b, int field, int wire) { put_varint(b, (uint64_t)field << 3 | (uint64_t)wire); }
+
+static void put_le(kiln__pbuf *b, uint64_t v, int bytes) {
+    uint8_t out[8];
+    for (int i = 0; i < bytes; i++) out[i] = (uint8_t)(v >> (8 * i));
+    put(b, out, (size_t)bytes);
+}
+
+static void put_double(kiln__pbuf *b, int field, double v) {
+    uint64_t u;
+    memcpy(&u, &v, sizeof u);
+    put_key(b, field, FIXED64);
+    put_le(b, u, 8);
+}
+
+static void put_float(kiln__pbuf *b, int field, float v) {
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    put_key(b, field, FIXED32);
+    put_le(b, u, 4);
+}
+
+static void put_bytes(kiln__pbuf *b, int field, const void *data, size_t n) {
+    put_key(b, field, BYTES);
+    put_varint(b, n);
+    put(b, data, n);
+}
+
+/* A nested message: its bytes, then freed. */
+static void put_message(kiln__pbuf *b, int field, kiln__pbuf *m) {
+    if (m->failed) b->failed = true;
+    put_bytes(b, field, m->data, m->len);
+    kiln__pbuf_free(m);
+}
+
+static void put_packed_doubles(kiln__pbuf *b, int field, const double *v, size_t n) {
+    put_key(b, field, BYTES);
+    put_varint(b, n * 8);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t u;
+        memcpy(&u, &v[i], sizeof u);
+        put_le(b, u, 8);
+    }
+}
+
+static void event_head(kiln__pbuf *b, double wall_time, int64_t step) {
+    put_double(b, 1, wall_time);
+    if (step) { /* proto3: a zero is left out, as protobuf's own encoder does */
+        put_key(b, 2, VARINT);
+        put_varint(b, (uint64_t)step);
+    }
+}
+
+/* Event.summary = Summary{value: [v]} */
+static void event_summary(kiln__pbuf *b, kiln__pbuf *value) {
+    kiln__pbuf summary = {0};
+    put_message(&summary, 1, value);
+    put_message(b, 5, &summary);
+}
+
+void kiln__event_file_version(kiln__pbuf *b, double wall_time) {
+    event_head(b, wall_time, 0);
+    static const char version[] = "brain.Event:2";
+    put_bytes(b, 3, version, sizeof version - 1);
+}
+
+void kiln__event_scalar(kiln__pbuf *b, double wall_time, int64_t step, const char *tag, float value) {
+    event_head(b, wall_time, step);
+    kiln__pbuf v = {0};
+    put_bytes(&v, 1, tag, strlen(tag));
+    put_float(&v, 2, value);
+    event_summary(b, &v);
+}
+
+void kiln__event_histogram(kiln__pbuf *b, double wall_time, int64_t step, const char *tag, const kiln__histogram_proto *h) {
+    event_head(b, wall_time, step);
+    kiln__pbuf histo = {0};
+    put_double(&histo, 1, h->min);
+    put_double(&histo, 2, h->max);
+    put_double(&histo, 3, h->num);
+    put_double(&histo, 4, h->sum);
+    put_double(&histo, 5, h->sum_squares);
+    put_packed_doubles(&histo, 6, h->bucket_limit, h->buckets);
+    put_packed_doubles(&histo, 7, h->bucket, h->buckets);
+    kiln__pbuf v = {0};
+    put_bytes(&v, 1, tag, strlen(tag));
+    put_message(&v, 5, &histo);
+    event_summary(b, &v);
+}
+
+/* As torch.utils.tensorboard writes text: metadata naming the "text" plugin (its content an
+ * empty TextPluginData), and a DT_STRING tensor of shape [1] holding the UTF-8 text. */
+void kiln__event_text(kiln__pbuf *b, double wall_time, int64_t step, const char *tag, const char *text) {
+    event_head(b, wall_time, step);
+    kiln__pbuf plugin = {0}, metadata = {0}, dim = {0}, shape = {0}, tensor = {0}, v = {0};
+    put_bytes(&plugin, 1, "text", 4);
+    put_message(&metadata, 1, &plugin);
+    put_key(&dim, 1, VARINT);
+    put_varint(&dim, 1);
+    put_message(&shape, 2, &dim);
+    put_key(&tensor, 1, VARINT);
+    put_varint(&tensor, 7); /* DT_STRING */
+    put_message(&tensor, 2, &shape);
+    put_bytes(&tensor, 8, text, strlen(text));
+    put_bytes(&v, 1, tag, strlen(tag));
+    put_message(&v, 9, &metadata);
+    put_message(&v, 8, &tensor);
+    event_summary(b, &v);
+}
+
+/* ---- records ------------------------------------------------------------------------------ */
+static void le_bytes(uint8_t *out, uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; i++) out[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t le_value(const uint8_t *in, int bytes) {
+    uint64_t v = 0;
+    for (int i = 0; i < bytes; i++) v |= (uint64_t)in[i] << (8 * i);
+    return v;
+}
+
+bool kiln__record_write(FILE *f, const void *data, size_t n) {
+    uint8_t head[12], tail[4];
+    le_bytes(head, n, 8);
+    le_bytes(head + 8, kiln__crc32c_masked(head, 8), 4);
+    le_bytes(tail, kiln__crc32c_masked(data, n), 4);
+    return fwrite(head, 1, sizeof head, f) == sizeof head && fwrite(data, 1, n, f) == n &&
+           fwrite(tail, 1, sizeof tail, f) == sizeof tail;
+}
+
+int kiln__record_read(FILE *f, uint8_t **out, size_t *n) {
+    *out = NULL;
+    *n = 0;
+    uint8_t head[12], tail[4];
+    size_t got = fread(head, 1, sizeof head, f);
+    if (got == 0) return 0;
+    if (got != sizeof head || (uint32_t)le_value(head + 8, 4) != kiln__crc32c_masked(head, 8)) return -1;
+    uint64_t len = le_value(head, 8);
+    if (len > (uint64_t)1 << 30) return -2; /* its CRC holds, but no event of ours is this large */
+    uint8_t *data = malloc(len ? (size_t)len : 1);
+    if (!data) return -2;
+    if (fread(data, 1, (size_t)len, f) != len || fread(tail, 1, 4, f) != 4 ||
+        (uint32_t)le_value(tail, 4) != kiln__crc32c_masked(data, (size_t)len)) {
+        free(data);
+        return -1;
+    }
+    *out = data;
+    *n = (size_t)len;
+    return 1;
+}

@@ -1,0 +1,46 @@
+/* TensorBoard's event-file format, written by hand: CRC32C, the record framing (length, its
+ * masked CRC, data, the data's masked CRC) and the few protocol-buffer messages a summary
+ * writer needs (Event, Summary.Value with simple_value, HistogramProto, a text TensorProto).
+ * A reader of records is here too, for the tests: it checks both CRCs. Internal to src/train. */
+#ifndef KILN_TRAIN_TFEVENTS_H
+#define KILN_TRAIN_TFEVENTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* CRC-32C (Castagnoli), as TFRecord uses; crc32c("123456789") == 0xE3069283. */
+uint32_t kiln__crc32c(const void *data, size_t n);
+/* TFRecord's mask: rotated right by 15, plus a constant, so a CRC over data that holds CRCs
+ * does not degenerate. */
+uint32_t kiln__crc32c_masked(const void *data, size_t n);
+
+/* A growing byte buffer; on out of memory `failed` is set and later appends do nothing. */
+typedef struct {
+    uint8_t *data;
+    size_t len, cap;
+    bool failed;
+} kiln__pbuf;
+void kiln__pbuf_free(kiln__pbuf *b);
+
+/* The histogram as HistogramProto holds it; bucket_limit[i] is bucket i's right edge. */
+typedef struct {
+    double min, max, num, sum, sum_squares;
+    const double *bucket_limit, *bucket;
+    size_t buckets;
+} kiln__histogram_proto;
+
+/* Appends one serialized Event to b: the common fields and one of the payloads. */
+void kiln__event_file_version(kiln__pbuf *b, double wall_time);
+void kiln__event_scalar(kiln__pbuf *b, double wall_time, int64_t step, const char *tag, float value);
+void kiln__event_histogram(kiln__pbuf *b, double wall_time, int64_t step, const char *tag, const kiln__histogram_proto *h);
+void kiln__event_text(kiln__pbuf *b, double wall_time, int64_t step, const char *tag, const char *text);
+
+/* Writes data as one record: false on a write error (errno set). */
+bool kiln__record_write(FILE *f, const void *data, size_t n);
+/* Reads the next record into *out (malloc'd, *n bytes). 1: a record; 0: a clean end of file;
+ * -1: a truncated record or a CRC mismatch (corrupt); -2: out of memory or too large. */
+int kiln__record_read(FILE *f, uint8_t **out, size_t *n);
+
+#endif
