@@ -68,7 +68,7 @@
     X(AVG_POOL2D_BACKWARD) /* in[0] dy; out[0] dx; params as AVG_POOL2D */                     \
     /* optimizer updates (src/backend/cpu/optim.c), written in place into the parameter's and  \
      * the state's own storages. Doubles past p.f[3] travel as bit patterns in pi[] (see         \
-     * kiln__op_f64_bits in src/optim/optim-impl.h). pi[0] flags: 1 first step (SGD: buffer = \
+     * f64_bits in src/ops/optim_ops.c). pi[0] flags: 1 first step (SGD: buffer = \
      * grad; Adam: moments read as 0), 2 nesterov (SGD), 4 decoupled weight decay (Adam). */    \
     X(SGD_UPDATE)     /* out[0] param, out[1] momentum buffer when n_out == 2, in[0] grad;       \
                          p.f = lr, momentum, dampening, weight_decay */                          \
