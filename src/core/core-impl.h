@@ -81,17 +81,16 @@ typedef int64_t (*kiln__leak_reporter)(FILE *f);
 void kiln__leak_add_reporter(kiln__leak_reporter fn);
 
 /* ---- devices ----------------------------------------------------------------------------- */
-/* Tables indexed by device use a slot: 0 the CPU, then KILN_MAX_DEVICES per other kind. */
-#define KILN__DEVICE_SLOTS (1 + 2 * KILN_MAX_DEVICES)
+/* Tables indexed by device use a slot: 0 the CPU (host memory: core's own), then
+ * KILN_MAX_DEVICES per other kind of KILN_DEVICE_KINDS, in kind order. */
+#define KILN__DEVICE_SLOTS (1 + (KILN_KIND_COUNT - 1) * KILN_MAX_DEVICES)
 /* The slot of a valid device, or -1 (an invalid kind or index). */
 static inline int kiln__device_slot(kiln_device d) {
     int v = (int)d, kind = v >> 8, idx = v & 0xff;
-    if (v < 0) return -1;
+    if (v < 0 || kind >= KILN_KIND_COUNT) return -1;
     if (kind == KILN_KIND_CPU) return idx == 0 ? 0 : -1;
     if (idx >= KILN_MAX_DEVICES) return -1;
-    if (kind == KILN_KIND_CUDA) return 1 + idx;
-    if (kind == KILN_KIND_OPENCL) return 1 + KILN_MAX_DEVICES + idx;
-    return -1;
+    return 1 + (kind - 1) * KILN_MAX_DEVICES + idx;
 }
 
 /* ---- dtypes ------------------------------------------------------------------------------ */
