@@ -6,16 +6,12 @@
 
 enum { SAVE_NONE = 0, SAVE_IN = 1, SAVE_OUT = 2 };
 
+/* What the op's formula reads: its grad column in the op table (ir/optable.h). */
 static int unary_saves(kiln__opcode code) {
-    switch (code) {
-    case KILN__OP_EXP: case KILN__OP_EXPM1: case KILN__OP_SQRT: case KILN__OP_RSQRT: case KILN__OP_TANH:
-    case KILN__OP_SIGMOID: case KILN__OP_RELU: case KILN__OP_EXP2:
-        return SAVE_OUT;
-    case KILN__OP_NEG: case KILN__OP_SIGN: case KILN__OP_LOGICAL_NOT: case KILN__OP_FLOOR: case KILN__OP_CEIL:
-    case KILN__OP_ROUND: case KILN__OP_TRUNC:
-        return SAVE_NONE;
-    default:
-        return SAVE_IN;
+    switch (kiln__op_info_of(code)->grad) {
+    case KILN__GRAD_SAVE_OUT: return SAVE_OUT;
+    case KILN__GRAD_SAVE_IN: return SAVE_IN;
+    default: return SAVE_NONE;
     }
 }
 
