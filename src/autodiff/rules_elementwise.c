@@ -94,6 +94,12 @@ static void unary_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, ki
         r = ad_keep(c, kiln__t_binary_scalar(c, KILN__OP_GE, ad_ref(x), -3.0, false), ad_mul(c, g, d));
         break;
     }
+    case KILN__OP_HARDSIGMOID: { /* PyTorch's: 1/6 strictly inside (-3, 3), 0 elsewhere */
+        kiln__tensor *inside = kiln__t_binary(c, KILN__OP_LOGICAL_AND, kiln__t_binary_scalar(c, KILN__OP_GT, ad_ref(x), -3.0, false),
+                                              kiln__t_binary_scalar(c, KILN__OP_LT, ad_ref(x), 3.0, false));
+        r = ad_keep(c, inside, ad_muls(c, g, 1.0 / 6.0));
+        break;
+    }
     case KILN__OP_LEAKY_RELU: { /* g where x > 0, slope g elsewhere */
         kiln__tensor *pos = kiln__t_binary_scalar(c, KILN__OP_GT, ad_ref(x), 0.0, false);
         kiln__tensor *scaled = ad_muls(c, ad_ref(g), n->pf[0]); /* before g is given away */

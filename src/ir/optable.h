@@ -70,6 +70,7 @@
     X(MISH,          mish,          1, FLOAT_ONLY, BCAST, EW,     SAVE_IN,   T,    VMATH, ANY,  "t tanh(softplus(t))") \
     X(SOFTSIGN,      softsign,      1, FLOAT_ONLY, BCAST, EW_VEC, SAVE_IN,   T,    VMATH, ANY,  "t / (1 + |t|)") \
     X(HARDSWISH,     hardswish,     1, FLOAT_ONLY, BCAST, EW,     SAVE_IN,   T,    VMATH, ANY,  "t min(max(t + 3, 0), 6) / 6") \
+    X(HARDSIGMOID,   hardsigmoid,   1, FLOAT_ONLY, BCAST, EW,     SAVE_IN,   T,    VMATH, ANY,  "min(max(t + 3, 0), 6) / 6 (torch.nn.functional.hardsigmoid)") \
     X(LEAKY_RELU,    leaky_relu,    1, FLOAT_ONLY, BCAST, EW,     SAVE_IN,   NONE, TYPED, ANY,  "t < 0: t p.f[0]") \
     X(ELU,           elu,           1, FLOAT_ONLY, BCAST, EW,     SAVE_IN,   NONE, TYPED, ANY,  "alpha p.f[0], scale p.f[1], input scale p.f[2] (torch.nn.ELU/SELU)") \
     X(ADD,           add,           2, SAME,       BCAST, EW_VEC, BINARY,    AB,   TYPED, ANY,  "a + b") \

@@ -67,6 +67,9 @@ static double softsign_d(double x) { return isinf(x) ? copysign(1.0, x) : x / (1
 
 static double hardswish_d(double x) { return x * (fmin(fmax(x + 3, 0.0), 6.0) / 6); }
 
+/* NaN stays NaN, as PyTorch's (fmin and fmax would drop it). */
+static double hardsigmoid_d(double x) { return isnan(x) ? x : fmin(fmax(x + 3, 0.0), 6.0) / 6; }
+
 /* Rounds half to even whatever the rounding mode (torch.round). */
 static double round_even_d(double x)
 {
@@ -114,6 +117,7 @@ VMATH_SCALAR_KERNEL(scalar_log_sigmoid, (float)log_sigmoid_d(v))
 VMATH_SCALAR_KERNEL(scalar_mish, (float)mish_d(v))
 VMATH_SCALAR_KERNEL(scalar_softsign, (float)softsign_d(v))
 VMATH_SCALAR_KERNEL(scalar_hardswish, (float)hardswish_d(v))
+VMATH_SCALAR_KERNEL(scalar_hardsigmoid, (float)hardsigmoid_d(v))
 
 static const kiln__vmath_f32_fn scalar_kernels[KILN_VMATH_OP_COUNT] = {
 #define KILN__VMATH_X(OP, name) [KILN_VMATH_##OP] = scalar_##name,
@@ -157,6 +161,7 @@ VMATH_F64_KERNEL(log_sigmoid, log_sigmoid_d)
 VMATH_F64_KERNEL(mish, mish_d)
 VMATH_F64_KERNEL(softsign, softsign_d)
 VMATH_F64_KERNEL(hardswish, hardswish_d)
+VMATH_F64_KERNEL(hardsigmoid, hardsigmoid_d)
 
 static const kiln__vmath_f64_fn f64_kernels[KILN_VMATH_OP_COUNT] = {
 #define KILN__VMATH_X(OP, name) [KILN_VMATH_##OP] = kiln__v##name##_f64,

@@ -508,6 +508,14 @@ static inline VM_TARGET vf vm_hardswish(vf x)
     return v_mul(x, v_div(r6, v_set(6.0f)));
 }
 
+/* The constant first: max and min return their second operand when one is NaN, so NaN x stays
+ * NaN, as the scalar kernel's. */
+static inline VM_TARGET vf vm_hardsigmoid(vf x)
+{
+    vf r6 = v_min(v_set(6.0f), v_max(v_set(0.0f), v_add(x, v_set(3.0f))));
+    return v_div(r6, v_set(6.0f));
+}
+
 /* ---- the array kernels -------------------------------------------------------------------- */
 
 /* y[i] = f(x[i]): whole vectors, then the tail through a zero-filled vector on the stack. Each
@@ -554,6 +562,7 @@ VM_DEFINE_KERNEL(vm_log_sigmoid_kernel, vm_log_sigmoid)
 VM_DEFINE_KERNEL(vm_mish_kernel, vm_mish)
 VM_DEFINE_KERNEL(vm_softsign_kernel, vm_softsign)
 VM_DEFINE_KERNEL(vm_hardswish_kernel, vm_hardswish)
+VM_DEFINE_KERNEL(vm_hardsigmoid_kernel, vm_hardsigmoid)
 
 const kiln__vmath_f32_fn VM_TABLE[KILN_VMATH_OP_COUNT] = {
 #define KILN__VMATH_X(OP, name) [KILN_VMATH_##OP] = vm_##name##_kernel,
