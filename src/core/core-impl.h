@@ -274,7 +274,7 @@ void kiln__cpu_free(void *p, size_t nbytes);
 bool kiln__alloc_should_fail(void); /* fault injection */
 kiln_memory_stats kiln__memory_stats_snapshot(kiln_device dev); /* dev must be valid */
 void kiln__memory_reset_peak(kiln_device dev);
-void kiln__memory_empty_cache(kiln_device dev);
+void kiln__cpu_empty_cache(void); /* frees the host cache's blocks (kiln__storage_empty_cache) */
 void kiln__stats_add_in_use(kiln_device dev, int64_t delta);
 void kiln__stats_count_alloc(kiln_device dev, bool from_system);
 /* Per-thread counts (core/counts.c), summed over the threads by kiln__stats_counts_sum. */
@@ -284,7 +284,9 @@ void kiln__stats_counts_sum(int64_t *live_tensors, int64_t *inplace);
 void kiln__counts_fork_lock(bool lock);
 /* A device allocator's cached bytes (the CPU's own cache counts itself). */
 void kiln__stats_add_cached(kiln_device dev, int64_t delta);
-/* Empties the cache of a device whose memory was registered (kiln__device_memory.empty_cache). */
+/* Empties the cache of a device whose memory was registered (kiln__device_memory.empty_cache),
+ * the host's included. Storages call the allocator, never the other way (alloc.c knows no
+ * storage). */
 void kiln__storage_empty_cache(kiln_device dev);
 
 #endif
