@@ -9,6 +9,11 @@ Prints `file:line: <folder> (layer N) includes <header> (layer M, higher)` for e
 that points up and exits 1; prints a one-line summary and exits 0 when there is none.
 Includes in angle brackets (system headers) are not checked. A file or an include that no
 layer claims is an error too: add its folder to LAYERS.
+
+A second rule keeps the backend registry honest (DESIGN.md, section 8): the code (not the
+comments) of core/, ir/, engine/ and the files directly in backend/ names no device backend,
+i.e. no word containing the name of a folder under backend/ other than cpu (the host, which
+core owns). They reach a backend through the registry only.
 """
 import os
 import re
@@ -19,7 +24,7 @@ LAYERS = [
     (["core", "ir"], ["kiln/core.h"]),  # handles, storages, op records, opcodes, expression IR
     (["backend"], []),
     (["engine"], ["kiln/engine.h"]),
-    (["ops"], ["kiln/tensor.h"]),
+    (["ops"], ["kiln/tensor.h", "kiln/ops.h"]),
     (["autodiff"], ["kiln/autodiff.h"]),
     (["api"], []),
     (["data", "text", "nn"], ["kiln/data.h", "kiln/text.h", "kiln/nn.h"]),
@@ -90,17 +95,52 @@ def check(root):
     return problems, files, includes
 
 
+NAMELESS = ["core", "ir", "engine", "backend"]  # backend: only the files directly in it
+COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+
+
+def backend_names(root):
+    """The device backends: the folders under backend/, except the host's (cpu)."""
+    path = os.path.join(root, "backend")
+    if not os.path.isdir(path):
+        return []
+    return sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d)) and d != "cpu")
+
+
+def check_nameless(root):
+    """Lines of NAMELESS folders' code that name a device backend."""
+    names = backend_names(root)
+    if not names:
+        return []
+    word = re.compile(r"[A-Za-z_0-9]*(?:" + "|".join(map(re.escape, names)) + r")[A-Za-z_0-9]*", re.I)
+    problems = []
+    for rel in sources(root):
+        parts = rel.replace(os.sep, "/").split("/")
+        if parts[0] not in NAMELESS or (parts[0] == "backend" and len(parts) > 2):
+            continue
+        with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        code = COMMENT.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+        for number, line in enumerate(code.split("\n"), 1):
+            m = word.search(line)
+            if m:
+                problems.append(f"{os.path.join(root, rel)}:{number}: {parts[0]}/ names the backend "
+                                f"'{m.group(0)}' (reach it through the registry, backend/registry.c)")
+    return problems
+
+
 def main(argv):
     root = argv[1] if len(argv) > 1 else "src"
     if not os.path.isdir(root):
         print(f"check_layers: {root}: not a directory", file=sys.stderr)
         return 2
     problems, files, includes = check(root)
+    problems += check_nameless(root)
     for p in problems:
         print(p)
     if problems:
         print(f"check_layers: {len(problems)} of {includes} includes in {files} files under {root} "
-              f"break the layer order", file=sys.stderr)
+              f"break the layer order or name a backend below the registry", file=sys.stderr)
         return 1
     print(f"check_layers: {includes} includes in {files} files under {root} point to their own "
           f"layer or below ({len(LAYERS)} layers)")

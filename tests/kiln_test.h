@@ -4,7 +4,11 @@
  *   int main(void) { KT_RUN(name); return kt_finish(); }
  *
  * A failed check records file:line and continues; kt_finish() prints the tally in the form
- * "N passed, N failed" and returns non-zero when anything failed. */
+ * "N passed, N failed" and returns non-zero when anything failed.
+ *
+ * One test of any program runs alone by name: KILN_TEST_FILTER=name ./tests/test_views (a
+ * comma-separated list; a trailing * matches a prefix: KILN_TEST_FILTER='reshape*'). A filter
+ * that matches no test of the program fails it, so a mistyped name is not a silent pass. */
 #ifndef KILN_TEST_H
 #define KILN_TEST_H
 
@@ -49,8 +53,27 @@ static int kt_tests_passed, kt_tests_failed;
         }                                                                                     \
     } while (0)
 
+static int kt_tests_selected;
+
+/* Whether KILN_TEST_FILTER (unset: every test) names this test. */
+static inline int kt_selected(const char *name) {
+    const char *f = getenv("KILN_TEST_FILTER");
+    if (!f || !*f) return 1;
+    size_t n = strlen(name);
+    while (*f) {
+        size_t len = strcspn(f, ",");
+        if (len && f[len - 1] == '*' ? strncmp(f, name, len - 1) == 0 : len == n && strncmp(f, name, n) == 0) {
+            kt_tests_selected++;
+            return 1;
+        }
+        f += len + (f[len] == ',');
+    }
+    return 0;
+}
+
 #define KT_RUN(name)                                                       \
     do {                                                                   \
+        if (!kt_selected(#name)) break;                                    \
         kt_checks_failed_in_test = 0;                                      \
         name();                                                            \
         if (kt_checks_failed_in_test) {                                    \
@@ -63,6 +86,11 @@ static int kt_tests_passed, kt_tests_failed;
     } while (0)
 
 static inline int kt_finish(void) {
+    const char *f = getenv("KILN_TEST_FILTER");
+    if (f && *f && !kt_tests_selected) {
+        printf("KILN_TEST_FILTER=%s names no test of this program\n", f);
+        return 1;
+    }
     printf("%d passed, %d failed\n", kt_tests_passed, kt_tests_failed);
     return kt_tests_failed ? 1 : 0;
 }

@@ -91,6 +91,19 @@ def main():
             f.write('#include "core/core-impl.h"\n')
         rc, out = run(script, root)
         check(rc == 1 and "misc is in no layer" in out, "a folder missing from the layer table fails")
+
+        # a device backend named below the registry (in code; a comment may name it)
+        root = os.path.join(tmp, "named")
+        write_tree(root)
+        os.makedirs(os.path.join(root, "backend", "opencl"))
+        with open(os.path.join(root, "backend", "opencl", "device.c"), "w") as f:
+            f.write('int kiln__opencl_device_count(void);\n')
+        with open(os.path.join(root, "backend", "backend.c"), "w") as f:
+            f.write('/* the OpenCL devices */\nint n(void) { return kiln__opencl_device_count(); }\n')
+        rc, out = run(script, root)
+        expected = f"{os.path.join(root, 'backend', 'backend.c')}:2: backend/ names the backend 'kiln__opencl_device_count'"
+        check(rc == 1 and expected in out and "opencl/device.c" not in out,
+              "backend.c naming a backend fails, a backend's own folder does not" + ("" if expected in out else f": {out}"))
     print(f"{failures} failed")
     return 1 if failures else 0
 

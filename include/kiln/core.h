@@ -77,15 +77,30 @@ KILN_API size_t kiln_dtype_size(kiln_dtype dtype); /* 0 for an invalid dtype */
  * device 0 of their kind; kiln_opencl_device(i) names another. KILN_OPENCL is the default
  * OpenCL device: the platforms' device KILN_OPENCL_DEVICE (an index into the list of all
  * OpenCL devices, 0 when unset) becomes kiln's OpenCL device 0. KILN_DEVICE_COUNT is not a
- * device (an always-invalid value, kept for code that used it as a sentinel). */
+ * device (an always-invalid value, kept for code that used it as a sentinel). KILN_CUDA has no
+ * backend yet: it is a kind with no devices.
+ *
+ * KILN_DEVICE_KINDS is the one list of device kinds: X(NAME, kind number, id, index0) gives
+ * KILN_KIND_NAME and KILN_NAME, the name "id" (device 0 is "id:0" when index0 is 1, else
+ * "id"), and the backend registration src/backend/registry.c expands from it
+ * (kiln__<id>_backend_reg). A new backend adds its line here (DESIGN.md, section 10). */
 #define KILN_MAX_DEVICES 16
+#define KILN_DEVICE_KINDS(X) \
+    X(CPU, 0, cpu, 0)        \
+    X(CUDA, 1, cuda, 0)      \
+    X(OPENCL, 2, opencl, 1)
 typedef enum {
-    KILN_CPU = 0,
-    KILN_CUDA = 1 << 8,
-    KILN_OPENCL = 2 << 8,
-    KILN_DEVICE_COUNT = 3 << 8
+#define KILN__DEVICE_KIND_ENUM(NAME, kind, id, index0) KILN_KIND_##NAME = kind,
+    KILN_DEVICE_KINDS(KILN__DEVICE_KIND_ENUM)
+#undef KILN__DEVICE_KIND_ENUM
+    KILN_KIND_COUNT
+} kiln_device_kind;
+typedef enum {
+#define KILN__DEVICE_ENUM(NAME, kind, id, index0) KILN_##NAME = (kind) << 8,
+    KILN_DEVICE_KINDS(KILN__DEVICE_ENUM)
+#undef KILN__DEVICE_ENUM
+    KILN_DEVICE_COUNT = KILN_KIND_COUNT << 8
 } kiln_device;
-typedef enum { KILN_KIND_CPU = 0, KILN_KIND_CUDA = 1, KILN_KIND_OPENCL = 2, KILN_KIND_COUNT } kiln_device_kind;
 #define kiln_opencl_device(i) ((kiln_device)(KILN_OPENCL | ((int)(i) & 0xff)))
 #define kiln_device_kind(d) ((kiln_device_kind)((int)(d) >> 8))
 #define kiln_device_index(d) ((int)(d) & 0xff)
@@ -95,7 +110,7 @@ KILN_API const char *kiln_device_name(kiln_device device);
 KILN_API kiln_status kiln_device_parse(const char *name, kiln_device *out);
 
 /* The devices of a kind this process can use (1 for KILN_KIND_CPU; 0 for OpenCL in a build
- * without it or on a machine without an OpenCL platform). */
+ * without it or on a machine without an OpenCL platform; 0 for an invalid kind). */
 KILN_API int kiln_device_count(kiln_device_kind kind);
 typedef struct {
     kiln_device device;

@@ -139,41 +139,8 @@ KILN_API kiln_tensor kiln_adaptive_avg_pool2d(kiln_tensor x, int out_h, int out_
 /* ---- elementwise (NumPy broadcasting; ints/bools promote to f32 for float math) ---------- */
 /* Two or three tensors of different dtypes compute in torch.result_type's dtype (README
  * "Dtypes"): a 0-d tensor promotes a dimensioned one only from a lower category. */
-KILN_API kiln_tensor kiln_neg(kiln_tensor t);
-KILN_API kiln_tensor kiln_abs(kiln_tensor t);
-KILN_API kiln_tensor kiln_sign(kiln_tensor t);
-KILN_API kiln_tensor kiln_exp(kiln_tensor t);
-KILN_API kiln_tensor kiln_log(kiln_tensor t);
-KILN_API kiln_tensor kiln_log1p(kiln_tensor t);
-KILN_API kiln_tensor kiln_expm1(kiln_tensor t);
-KILN_API kiln_tensor kiln_sqrt(kiln_tensor t);
-KILN_API kiln_tensor kiln_rsqrt(kiln_tensor t);
-KILN_API kiln_tensor kiln_sin(kiln_tensor t);
-KILN_API kiln_tensor kiln_cos(kiln_tensor t);
-KILN_API kiln_tensor kiln_tanh(kiln_tensor t);
-KILN_API kiln_tensor kiln_sigmoid(kiln_tensor t);
-KILN_API kiln_tensor kiln_relu(kiln_tensor t);
-KILN_API kiln_tensor kiln_gelu(kiln_tensor t);      /* erf form */
-KILN_API kiln_tensor kiln_gelu_tanh(kiln_tensor t); /* tanh approximation */
-KILN_API kiln_tensor kiln_silu(kiln_tensor t);
-KILN_API kiln_tensor kiln_softplus(kiln_tensor t);
-KILN_API kiln_tensor kiln_erf(kiln_tensor t);
-KILN_API kiln_tensor kiln_logical_not(kiln_tensor t);
+#include "kiln/ops.h" /* the ops the op table gives: neg ... atan2 (src/ir/optable.h) */
 KILN_API kiln_tensor kiln_clamp(kiln_tensor t, double lo, double hi); /* NAN: no bound */
-/* Rounding (torch's): round is half to even; integer tensors come back unchanged, bool is
- * refused. The gradient is zero. */
-KILN_API kiln_tensor kiln_floor(kiln_tensor t);
-KILN_API kiln_tensor kiln_ceil(kiln_tensor t);
-KILN_API kiln_tensor kiln_round(kiln_tensor t);
-KILN_API kiln_tensor kiln_trunc(kiln_tensor t);
-KILN_API kiln_tensor kiln_atan(kiln_tensor t);
-KILN_API kiln_tensor kiln_log2(kiln_tensor t);
-KILN_API kiln_tensor kiln_log10(kiln_tensor t);
-KILN_API kiln_tensor kiln_exp2(kiln_tensor t);
-/* Bool results (false / true for integer tensors); not differentiable. */
-KILN_API kiln_tensor kiln_isnan(kiln_tensor t);
-KILN_API kiln_tensor kiln_isinf(kiln_tensor t);
-KILN_API kiln_tensor kiln_isfinite(kiln_tensor t);
 /* torch.nan_to_num: NaN -> nan, +inf -> posinf, -inf -> neginf; posinf / neginf NAN mean
  * torch's None: the largest / lowest finite value of t's dtype. Integer tensors unchanged. */
 KILN_API kiln_tensor kiln_nan_to_num(kiln_tensor t, double nan, double posinf, double neginf);
@@ -181,32 +148,7 @@ KILN_API kiln_tensor kiln_nan_to_num(kiln_tensor t, double nan, double posinf, d
 KILN_API kiln_tensor kiln_leaky_relu(kiln_tensor t, double negative_slope); /* torch default 0.01 */
 KILN_API kiln_tensor kiln_elu(kiln_tensor t, double alpha);                 /* torch default 1.0 */
 KILN_API kiln_tensor kiln_selu(kiln_tensor t);
-KILN_API kiln_tensor kiln_log_sigmoid(kiln_tensor t);
 KILN_API kiln_tensor kiln_hardtanh(kiln_tensor t, double min_val, double max_val); /* -1, 1 in torch */
-KILN_API kiln_tensor kiln_hardswish(kiln_tensor t);
-KILN_API kiln_tensor kiln_mish(kiln_tensor t);
-KILN_API kiln_tensor kiln_softsign(kiln_tensor t);
-
-KILN_API kiln_tensor kiln_add(kiln_tensor a, kiln_tensor b);
-KILN_API kiln_tensor kiln_sub(kiln_tensor a, kiln_tensor b);
-KILN_API kiln_tensor kiln_mul(kiln_tensor a, kiln_tensor b);
-KILN_API kiln_tensor kiln_div(kiln_tensor a, kiln_tensor b);
-KILN_API kiln_tensor kiln_pow(kiln_tensor a, kiln_tensor b);
-KILN_API kiln_tensor kiln_maximum(kiln_tensor a, kiln_tensor b);
-KILN_API kiln_tensor kiln_minimum(kiln_tensor a, kiln_tensor b);
-KILN_API kiln_tensor kiln_eq(kiln_tensor a, kiln_tensor b);
-KILN_API kiln_tensor kiln_ne(kiln_tensor a, kiln_tensor b);
-KILN_API kiln_tensor kiln_lt(kiln_tensor a, kiln_tensor b);
-KILN_API kiln_tensor kiln_le(kiln_tensor a, kiln_tensor b);
-KILN_API kiln_tensor kiln_gt(kiln_tensor a, kiln_tensor b);
-KILN_API kiln_tensor kiln_ge(kiln_tensor a, kiln_tensor b);
-KILN_API kiln_tensor kiln_logical_and(kiln_tensor a, kiln_tensor b);
-KILN_API kiln_tensor kiln_logical_or(kiln_tensor a, kiln_tensor b);
-/* fmod: the sign of a (C's fmod); remainder: the sign of b (Python's %). Integer division by
- * zero fails the op (KILN_ERR_INVALID_ARGUMENT when read). */
-KILN_API kiln_tensor kiln_fmod(kiln_tensor a, kiln_tensor b);
-KILN_API kiln_tensor kiln_remainder(kiln_tensor a, kiln_tensor b);
-KILN_API kiln_tensor kiln_atan2(kiln_tensor a, kiln_tensor b); /* atan2(a, b): a is y */
 /* torch.lerp: start + weight (end - start); all three broadcast; floating-point only. */
 KILN_API kiln_tensor kiln_lerp(kiln_tensor start, kiln_tensor end, kiln_tensor weight);
 KILN_API kiln_tensor kiln_lerp_scalar(kiln_tensor start, kiln_tensor end, double weight);
@@ -359,42 +301,7 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
     X(kiln_tensor, max_pool2d, (kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h, int pad_w), (x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)) \
     X(kiln_tensor, avg_pool2d, (kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h, int pad_w), (x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)) \
     X(kiln_tensor, adaptive_avg_pool2d, (kiln_tensor x, int out_h, int out_w), (x, out_h, out_w)) \
-    X(kiln_tensor, neg, (kiln_tensor t), (t)) \
-    X(kiln_tensor, abs, (kiln_tensor t), (t)) \
-    X(kiln_tensor, sign, (kiln_tensor t), (t)) \
-    X(kiln_tensor, exp, (kiln_tensor t), (t)) \
-    X(kiln_tensor, log, (kiln_tensor t), (t)) \
-    X(kiln_tensor, log1p, (kiln_tensor t), (t)) \
-    X(kiln_tensor, expm1, (kiln_tensor t), (t)) \
-    X(kiln_tensor, sqrt, (kiln_tensor t), (t)) \
-    X(kiln_tensor, rsqrt, (kiln_tensor t), (t)) \
-    X(kiln_tensor, sin, (kiln_tensor t), (t)) \
-    X(kiln_tensor, cos, (kiln_tensor t), (t)) \
-    X(kiln_tensor, tanh, (kiln_tensor t), (t)) \
-    X(kiln_tensor, sigmoid, (kiln_tensor t), (t)) \
-    X(kiln_tensor, relu, (kiln_tensor t), (t)) \
-    X(kiln_tensor, gelu, (kiln_tensor t), (t)) \
-    X(kiln_tensor, gelu_tanh, (kiln_tensor t), (t)) \
-    X(kiln_tensor, silu, (kiln_tensor t), (t)) \
-    X(kiln_tensor, softplus, (kiln_tensor t), (t)) \
-    X(kiln_tensor, erf, (kiln_tensor t), (t)) \
-    X(kiln_tensor, logical_not, (kiln_tensor t), (t)) \
     X(kiln_tensor, clamp, (kiln_tensor t, double lo, double hi), (t, lo, hi)) \
-    X(kiln_tensor, add, (kiln_tensor a, kiln_tensor b), (a, b)) \
-    X(kiln_tensor, sub, (kiln_tensor a, kiln_tensor b), (a, b)) \
-    X(kiln_tensor, mul, (kiln_tensor a, kiln_tensor b), (a, b)) \
-    X(kiln_tensor, div, (kiln_tensor a, kiln_tensor b), (a, b)) \
-    X(kiln_tensor, pow, (kiln_tensor a, kiln_tensor b), (a, b)) \
-    X(kiln_tensor, maximum, (kiln_tensor a, kiln_tensor b), (a, b)) \
-    X(kiln_tensor, minimum, (kiln_tensor a, kiln_tensor b), (a, b)) \
-    X(kiln_tensor, eq, (kiln_tensor a, kiln_tensor b), (a, b)) \
-    X(kiln_tensor, ne, (kiln_tensor a, kiln_tensor b), (a, b)) \
-    X(kiln_tensor, lt, (kiln_tensor a, kiln_tensor b), (a, b)) \
-    X(kiln_tensor, le, (kiln_tensor a, kiln_tensor b), (a, b)) \
-    X(kiln_tensor, gt, (kiln_tensor a, kiln_tensor b), (a, b)) \
-    X(kiln_tensor, ge, (kiln_tensor a, kiln_tensor b), (a, b)) \
-    X(kiln_tensor, logical_and, (kiln_tensor a, kiln_tensor b), (a, b)) \
-    X(kiln_tensor, logical_or, (kiln_tensor a, kiln_tensor b), (a, b)) \
     X(kiln_tensor, add_scalar, (kiln_tensor t, double s), (t, s)) \
     X(kiln_tensor, sub_scalar, (kiln_tensor t, double s), (t, s)) \
     X(kiln_tensor, rsub_scalar, (kiln_tensor t, double s), (t, s)) \
@@ -410,29 +317,11 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
     X(kiln_tensor, le_scalar, (kiln_tensor t, double s), (t, s)) \
     X(kiln_tensor, gt_scalar, (kiln_tensor t, double s), (t, s)) \
     X(kiln_tensor, ge_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, floor, (kiln_tensor t), (t)) \
-    X(kiln_tensor, ceil, (kiln_tensor t), (t)) \
-    X(kiln_tensor, round, (kiln_tensor t), (t)) \
-    X(kiln_tensor, trunc, (kiln_tensor t), (t)) \
-    X(kiln_tensor, atan, (kiln_tensor t), (t)) \
-    X(kiln_tensor, log2, (kiln_tensor t), (t)) \
-    X(kiln_tensor, log10, (kiln_tensor t), (t)) \
-    X(kiln_tensor, exp2, (kiln_tensor t), (t)) \
-    X(kiln_tensor, isnan, (kiln_tensor t), (t)) \
-    X(kiln_tensor, isinf, (kiln_tensor t), (t)) \
-    X(kiln_tensor, isfinite, (kiln_tensor t), (t)) \
     X(kiln_tensor, nan_to_num, (kiln_tensor t, double nan, double posinf, double neginf), (t, nan, posinf, neginf)) \
     X(kiln_tensor, leaky_relu, (kiln_tensor t, double negative_slope), (t, negative_slope)) \
     X(kiln_tensor, elu, (kiln_tensor t, double alpha), (t, alpha)) \
     X(kiln_tensor, selu, (kiln_tensor t), (t)) \
-    X(kiln_tensor, log_sigmoid, (kiln_tensor t), (t)) \
     X(kiln_tensor, hardtanh, (kiln_tensor t, double min_val, double max_val), (t, min_val, max_val)) \
-    X(kiln_tensor, hardswish, (kiln_tensor t), (t)) \
-    X(kiln_tensor, mish, (kiln_tensor t), (t)) \
-    X(kiln_tensor, softsign, (kiln_tensor t), (t)) \
-    X(kiln_tensor, fmod, (kiln_tensor a, kiln_tensor b), (a, b)) \
-    X(kiln_tensor, remainder, (kiln_tensor a, kiln_tensor b), (a, b)) \
-    X(kiln_tensor, atan2, (kiln_tensor a, kiln_tensor b), (a, b)) \
     X(kiln_tensor, lerp, (kiln_tensor start, kiln_tensor end, kiln_tensor weight), (start, end, weight)) \
     X(kiln_tensor, lerp_scalar, (kiln_tensor start, kiln_tensor end, double weight), (start, end, weight)) \
     X(kiln_tensor, fmod_scalar, (kiln_tensor t, double s), (t, s)) \
@@ -521,42 +410,7 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_max_pool2d(...) KILN__AT(max_pool2d, __VA_ARGS__)
 #define kiln_avg_pool2d(...) KILN__AT(avg_pool2d, __VA_ARGS__)
 #define kiln_adaptive_avg_pool2d(...) KILN__AT(adaptive_avg_pool2d, __VA_ARGS__)
-#define kiln_neg(...) KILN__AT(neg, __VA_ARGS__)
-#define kiln_abs(...) KILN__AT(abs, __VA_ARGS__)
-#define kiln_sign(...) KILN__AT(sign, __VA_ARGS__)
-#define kiln_exp(...) KILN__AT(exp, __VA_ARGS__)
-#define kiln_log(...) KILN__AT(log, __VA_ARGS__)
-#define kiln_log1p(...) KILN__AT(log1p, __VA_ARGS__)
-#define kiln_expm1(...) KILN__AT(expm1, __VA_ARGS__)
-#define kiln_sqrt(...) KILN__AT(sqrt, __VA_ARGS__)
-#define kiln_rsqrt(...) KILN__AT(rsqrt, __VA_ARGS__)
-#define kiln_sin(...) KILN__AT(sin, __VA_ARGS__)
-#define kiln_cos(...) KILN__AT(cos, __VA_ARGS__)
-#define kiln_tanh(...) KILN__AT(tanh, __VA_ARGS__)
-#define kiln_sigmoid(...) KILN__AT(sigmoid, __VA_ARGS__)
-#define kiln_relu(...) KILN__AT(relu, __VA_ARGS__)
-#define kiln_gelu(...) KILN__AT(gelu, __VA_ARGS__)
-#define kiln_gelu_tanh(...) KILN__AT(gelu_tanh, __VA_ARGS__)
-#define kiln_silu(...) KILN__AT(silu, __VA_ARGS__)
-#define kiln_softplus(...) KILN__AT(softplus, __VA_ARGS__)
-#define kiln_erf(...) KILN__AT(erf, __VA_ARGS__)
-#define kiln_logical_not(...) KILN__AT(logical_not, __VA_ARGS__)
 #define kiln_clamp(...) KILN__AT(clamp, __VA_ARGS__)
-#define kiln_add(...) KILN__AT(add, __VA_ARGS__)
-#define kiln_sub(...) KILN__AT(sub, __VA_ARGS__)
-#define kiln_mul(...) KILN__AT(mul, __VA_ARGS__)
-#define kiln_div(...) KILN__AT(div, __VA_ARGS__)
-#define kiln_pow(...) KILN__AT(pow, __VA_ARGS__)
-#define kiln_maximum(...) KILN__AT(maximum, __VA_ARGS__)
-#define kiln_minimum(...) KILN__AT(minimum, __VA_ARGS__)
-#define kiln_eq(...) KILN__AT(eq, __VA_ARGS__)
-#define kiln_ne(...) KILN__AT(ne, __VA_ARGS__)
-#define kiln_lt(...) KILN__AT(lt, __VA_ARGS__)
-#define kiln_le(...) KILN__AT(le, __VA_ARGS__)
-#define kiln_gt(...) KILN__AT(gt, __VA_ARGS__)
-#define kiln_ge(...) KILN__AT(ge, __VA_ARGS__)
-#define kiln_logical_and(...) KILN__AT(logical_and, __VA_ARGS__)
-#define kiln_logical_or(...) KILN__AT(logical_or, __VA_ARGS__)
 #define kiln_add_scalar(...) KILN__AT(add_scalar, __VA_ARGS__)
 #define kiln_sub_scalar(...) KILN__AT(sub_scalar, __VA_ARGS__)
 #define kiln_rsub_scalar(...) KILN__AT(rsub_scalar, __VA_ARGS__)
@@ -572,29 +426,11 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_le_scalar(...) KILN__AT(le_scalar, __VA_ARGS__)
 #define kiln_gt_scalar(...) KILN__AT(gt_scalar, __VA_ARGS__)
 #define kiln_ge_scalar(...) KILN__AT(ge_scalar, __VA_ARGS__)
-#define kiln_floor(...) KILN__AT(floor, __VA_ARGS__)
-#define kiln_ceil(...) KILN__AT(ceil, __VA_ARGS__)
-#define kiln_round(...) KILN__AT(round, __VA_ARGS__)
-#define kiln_trunc(...) KILN__AT(trunc, __VA_ARGS__)
-#define kiln_atan(...) KILN__AT(atan, __VA_ARGS__)
-#define kiln_log2(...) KILN__AT(log2, __VA_ARGS__)
-#define kiln_log10(...) KILN__AT(log10, __VA_ARGS__)
-#define kiln_exp2(...) KILN__AT(exp2, __VA_ARGS__)
-#define kiln_isnan(...) KILN__AT(isnan, __VA_ARGS__)
-#define kiln_isinf(...) KILN__AT(isinf, __VA_ARGS__)
-#define kiln_isfinite(...) KILN__AT(isfinite, __VA_ARGS__)
 #define kiln_nan_to_num(...) KILN__AT(nan_to_num, __VA_ARGS__)
 #define kiln_leaky_relu(...) KILN__AT(leaky_relu, __VA_ARGS__)
 #define kiln_elu(...) KILN__AT(elu, __VA_ARGS__)
 #define kiln_selu(...) KILN__AT(selu, __VA_ARGS__)
-#define kiln_log_sigmoid(...) KILN__AT(log_sigmoid, __VA_ARGS__)
 #define kiln_hardtanh(...) KILN__AT(hardtanh, __VA_ARGS__)
-#define kiln_hardswish(...) KILN__AT(hardswish, __VA_ARGS__)
-#define kiln_mish(...) KILN__AT(mish, __VA_ARGS__)
-#define kiln_softsign(...) KILN__AT(softsign, __VA_ARGS__)
-#define kiln_fmod(...) KILN__AT(fmod, __VA_ARGS__)
-#define kiln_remainder(...) KILN__AT(remainder, __VA_ARGS__)
-#define kiln_atan2(...) KILN__AT(atan2, __VA_ARGS__)
 #define kiln_lerp(...) KILN__AT(lerp, __VA_ARGS__)
 #define kiln_lerp_scalar(...) KILN__AT(lerp_scalar, __VA_ARGS__)
 #define kiln_fmod_scalar(...) KILN__AT(fmod_scalar, __VA_ARGS__)

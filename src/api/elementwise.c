@@ -11,39 +11,6 @@
             return kiln__result(&c, kiln__ad_unary(&c, KILN__OP_##CODE, tx)); \
         return kiln__result(&c, kiln__t_unary(&c, KILN__OP_##CODE, tx));    \
     }
-UNARY(neg, NEG)
-UNARY(abs, ABS)
-UNARY(sign, SIGN)
-UNARY(exp, EXP)
-UNARY(log, LOG)
-UNARY(log1p, LOG1P)
-UNARY(expm1, EXPM1)
-UNARY(sqrt, SQRT)
-UNARY(rsqrt, RSQRT)
-UNARY(sin, SIN)
-UNARY(cos, COS)
-UNARY(tanh, TANH)
-UNARY(sigmoid, SIGMOID)
-UNARY(relu, RELU)
-UNARY(gelu, GELU)
-UNARY(gelu_tanh, GELU_TANH)
-UNARY(silu, SILU)
-UNARY(softplus, SOFTPLUS)
-UNARY(erf, ERF)
-UNARY(logical_not, LOGICAL_NOT)
-UNARY(floor, FLOOR)
-UNARY(ceil, CEIL)
-UNARY(round, ROUND)
-UNARY(trunc, TRUNC)
-UNARY(atan, ATAN)
-UNARY(log2, LOG2)
-UNARY(log10, LOG10)
-UNARY(exp2, EXP2)
-UNARY(log_sigmoid, LOG_SIGMOID)
-UNARY(mish, MISH)
-UNARY(softsign, SOFTSIGN)
-UNARY(hardswish, HARDSWISH)
-
 /* Bool results: never differentiable, so never recorded. */
 #define UNARY_UNTRACKED(fname, CODE)                                      \
     kiln_tensor kiln_##fname(kiln_tensor x) {                             \
@@ -51,9 +18,31 @@ UNARY(hardswish, HARDSWISH)
         kiln__tensor *tx = kiln__arg(&c, x);                              \
         return kiln__result(&c, kiln__t_unary(&c, KILN__OP_##CODE, tx));  \
     }
-UNARY_UNTRACKED(isnan, ISNAN)
-UNARY_UNTRACKED(isinf, ISINF)
-UNARY_UNTRACKED(isfinite, ISFINITE)
+
+#define BINARY(fname, CODE)                                                    \
+    kiln_tensor kiln_##fname(kiln_tensor a, kiln_tensor b) {                   \
+        KILN__OP_BEGIN("kiln_" #fname);                                        \
+        kiln__tensor *in[2];                                                   \
+        in[0] = kiln__arg(&c, a); /* in order: the first stale handle is named */ \
+        in[1] = kiln__arg(&c, b);                                              \
+        if (KILN__UNLIKELY(kiln__ad_active(2, in)))                            \
+            return kiln__result(&c, kiln__ad_binary(&c, KILN__OP_##CODE, in[0], in[1])); \
+        return kiln__result(&c, kiln__t_binary(&c, KILN__OP_##CODE, in[0], in[1])); \
+    }
+
+/* One wrapper per row of the op table (ir/optable.h) by its signature and gradient columns: T
+ * with a gradient rule is recorded when tracked, T without one never is, AB goes through the
+ * binary rule; NONE rows have hand-written wrappers below. */
+#define WRAPPER(NAME, name, arity, dtype, shape, fuse, grad, sig, cpu, domain, doc) WRAPPER_##sig(NAME, name, grad)
+#define WRAPPER_NONE(NAME, name, grad)
+#define WRAPPER_AB(NAME, name, grad) BINARY(name, NAME)
+#define WRAPPER_T(NAME, name, grad) WRAPPER_T_##grad(NAME, name)
+#define WRAPPER_T_NONE(NAME, name) UNARY_UNTRACKED(name, NAME)
+#define WRAPPER_T_ZERO(NAME, name) UNARY(name, NAME)
+#define WRAPPER_T_SAVE_NONE(NAME, name) UNARY(name, NAME)
+#define WRAPPER_T_SAVE_IN(NAME, name) UNARY(name, NAME)
+#define WRAPPER_T_SAVE_OUT(NAME, name) UNARY(name, NAME)
+KILN__OPTABLE(WRAPPER)
 
 static kiln_tensor unary_params(kiln__opctx *c, kiln__opcode code, kiln_tensor x, const double params[4]) {
     kiln__tensor *tx = kiln__arg(c, x);
@@ -96,35 +85,6 @@ kiln_tensor kiln_clamp(kiln_tensor x, double lo, double hi) {
     if (KILN__UNLIKELY(kiln__ad_active(1, &tx))) return kiln__result(&c, kiln__ad_clamp(&c, tx, lo, hi));
     return kiln__result(&c, kiln__t_clamp(&c, tx, lo, hi));
 }
-
-#define BINARY(fname, CODE)                                                    \
-    kiln_tensor kiln_##fname(kiln_tensor a, kiln_tensor b) {                   \
-        KILN__OP_BEGIN("kiln_" #fname);                                        \
-        kiln__tensor *in[2];                                                   \
-        in[0] = kiln__arg(&c, a); /* in order: the first stale handle is named */ \
-        in[1] = kiln__arg(&c, b);                                              \
-        if (KILN__UNLIKELY(kiln__ad_active(2, in)))                            \
-            return kiln__result(&c, kiln__ad_binary(&c, KILN__OP_##CODE, in[0], in[1])); \
-        return kiln__result(&c, kiln__t_binary(&c, KILN__OP_##CODE, in[0], in[1])); \
-    }
-BINARY(add, ADD)
-BINARY(sub, SUB)
-BINARY(mul, MUL)
-BINARY(div, DIV)
-BINARY(pow, POW)
-BINARY(maximum, MAXIMUM)
-BINARY(minimum, MINIMUM)
-BINARY(eq, EQ)
-BINARY(ne, NE)
-BINARY(lt, LT)
-BINARY(le, LE)
-BINARY(gt, GT)
-BINARY(ge, GE)
-BINARY(logical_and, LOGICAL_AND)
-BINARY(logical_or, LOGICAL_OR)
-BINARY(fmod, FMOD)
-BINARY(remainder, REMAINDER)
-BINARY(atan2, ATAN2)
 
 #define BINARY_SCALAR(fname, CODE, FIRST)                                                  \
     kiln_tensor kiln_##fname(kiln_tensor x, double s) {                                    \

@@ -6,16 +6,12 @@
 
 enum { SAVE_NONE = 0, SAVE_IN = 1, SAVE_OUT = 2 };
 
+/* What the op's formula reads: its grad column in the op table (ir/optable.h). */
 static int unary_saves(kiln__opcode code) {
-    switch (code) {
-    case KILN__OP_EXP: case KILN__OP_EXPM1: case KILN__OP_SQRT: case KILN__OP_RSQRT: case KILN__OP_TANH:
-    case KILN__OP_SIGMOID: case KILN__OP_RELU: case KILN__OP_EXP2:
-        return SAVE_OUT;
-    case KILN__OP_NEG: case KILN__OP_SIGN: case KILN__OP_LOGICAL_NOT: case KILN__OP_FLOOR: case KILN__OP_CEIL:
-    case KILN__OP_ROUND: case KILN__OP_TRUNC:
-        return SAVE_NONE;
-    default:
-        return SAVE_IN;
+    switch (kiln__op_info_of(code)->grad) {
+    case KILN__GRAD_SAVE_OUT: return SAVE_OUT;
+    case KILN__GRAD_SAVE_IN: return SAVE_IN;
+    default: return SAVE_NONE;
     }
 }
 
@@ -101,6 +97,12 @@ static void unary_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, ki
         kiln__tensor *one = g ? kiln__t_fill(c, g->device, g->dtype, 0, NULL, 1.0) : NULL;
         kiln__tensor *d = kiln__t_where(c, kiln__t_binary_scalar(c, KILN__OP_LE, ad_ref(x), 3.0, false), inner, one);
         r = ad_keep(c, kiln__t_binary_scalar(c, KILN__OP_GE, ad_ref(x), -3.0, false), ad_mul(c, g, d));
+        break;
+    }
+    case KILN__OP_HARDSIGMOID: { /* PyTorch's: 1/6 strictly inside (-3, 3), 0 elsewhere */
+        kiln__tensor *inside = kiln__t_binary(c, KILN__OP_LOGICAL_AND, kiln__t_binary_scalar(c, KILN__OP_GT, ad_ref(x), -3.0, false),
+                                              kiln__t_binary_scalar(c, KILN__OP_LT, ad_ref(x), 3.0, false));
+        r = ad_keep(c, inside, ad_muls(c, g, 1.0 / 6.0));
         break;
     }
     case KILN__OP_LEAKY_RELU: { /* g where x > 0, slope g elsewhere */

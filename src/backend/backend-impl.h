@@ -26,22 +26,59 @@ typedef struct kiln__backend {
      * as they are: a copy from `other` is then one op on this device, ordered by device events
      * (one OpenCL context). NULL: never (a copy goes through the host). */
     bool (*shares_memory)(void *ctx, kiln_device other);
+    /* Whether this device runs `op` as it is (its dtypes, shapes, params). NULL: whenever it has
+     * a kernel for the opcode. Read through kiln__backend_supports. */
+    bool (*supports_op)(void *ctx, const kiln__op *op);
     kiln__kernel_fn kernels[KILN__OP_COUNT];
 } kiln__backend;
+
+/* A device's description, for kiln_device_info_get. */
+typedef struct kiln__device_desc {
+    char name[128];
+    char driver[64];
+    uint64_t global_memory;
+    int compute_units;
+} kiln__device_desc;
+
+/* What a backend registers for its device kind (ggml's ggml_backend_reg): how many devices this
+ * process can use, each one's vtable and description, and the hooks the engine calls on every
+ * backend. One per line of KILN_DEVICE_KINDS (kiln/core.h); src/backend/registry.c collects them
+ * as kiln__<id>_backend_reg, and nothing else in backend/, engine/ or core/ names a backend. */
+typedef struct kiln__backend_reg {
+    const char *name;
+    kiln_device_kind kind;
+    /* Devices of this kind in this build and machine (0: none; the CPU has 1). */
+    int (*device_count)(void);
+    /* Device `index`'s vtable, opened on first use; NULL when it is not available. */
+    const kiln__backend *(*device)(int index);
+    /* false when the device is not available. */
+    bool (*describe)(int index, kiln__device_desc *out);
+    /* Optional (NULL: nothing to do). Waits until every kernel this backend queued on its
+     * devices is done: KILN_OK or its first failure. */
+    kiln_status (*synchronize_all)(void);
+    /* Optional. The engine ended a stream (its thread is gone and its queued ops have run): a
+     * device backend releases the queue it kept for it. */
+    void (*stream_end)(int stream_id);
+} kiln__backend_reg;
+
+/* Every kind's registration, indexed by kind (registry.c). */
+extern const kiln__backend_reg *const kiln__backend_regs[KILN_KIND_COUNT];
+/* The registration of a kind, or NULL for an invalid kind. */
+static inline const kiln__backend_reg *kiln__backend_reg_get(kiln_device_kind kind) {
+    return (unsigned)kind < KILN_KIND_COUNT ? kiln__backend_regs[kind] : NULL;
+}
 
 const kiln__backend *kiln__cpu_backend(void);
 /* NULL when the device is not available in this build or machine. */
 const kiln__backend *kiln__backend_get(kiln_device dev);
+/* Whether `be` runs `op` (its supports_op, or a kernel for the opcode). */
+bool kiln__backend_supports(const kiln__backend *be, const kiln__op *op);
 
 /* Waits until every device's queued kernels are done (a device kernel may return to the engine
  * once enqueued): kiln_sync calls it after draining its stream. KILN_OK or the first failure. */
 kiln_status kiln__backends_synchronize(void);
-/* The same for the OpenCL devices opened so far. */
-kiln_status kiln__opencl_synchronize_all(void);
-/* The engine ended a stream (its thread is gone and its queued ops have run): a device backend
- * releases the queue it kept for it. */
+/* The engine ended a stream: every backend's stream_end. */
 void kiln__backends_stream_end(int stream_id);
-void kiln__opencl_stream_end(int stream_id);
 
 /* Kernel-side detail for an error (thread-local; read by the engine after a failure). */
 void kiln__kernel_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -86,18 +123,5 @@ void kiln__cpu_register_fused(kiln__kernel_fn *table);
  * elementwise pass anyway, so the engine does not make such a product an epilogue group. */
 int64_t kiln__cpu_panel_bytes(void);
 void kiln__cpu_register_optim_adaptive(kiln__kernel_fn *table); /* RMSprop, Adagrad (optim_adaptive.c) */
-
-/* The OpenCL backend (src/backend/opencl/): NULL when the build has no OpenCL or the machine
- * has no such device. */
-const kiln__backend *kiln__opencl_backend(int index);
-/* OpenCL devices found (0 without OpenCL), and one's description. */
-int kiln__opencl_device_count(void);
-typedef struct kiln__device_desc {
-    char name[128];
-    char driver[64];
-    uint64_t global_memory;
-    int compute_units;
-} kiln__device_desc;
-bool kiln__opencl_describe(int index, kiln__device_desc *out);
 
 #endif

@@ -1,10 +1,11 @@
-/* Backend registry and kernel error details. */
+/* What the engine asks of the backends, through the registry (registry.c; no backend is named
+ * here): a device's vtable, every backend's synchronize and stream end, device counts and
+ * descriptions; plus kernel error details and the exit hold. */
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "backend/backend-impl.h"
 
@@ -37,38 +38,45 @@ _Thread_local bool kiln__kernel_timing;
 _Thread_local kiln__device_probe kiln__kernel_probe;
 
 const kiln__backend *kiln__backend_get(kiln_device dev) {
-    if (dev == KILN_CPU) return kiln__cpu_backend();
-    if (kiln_device_kind(dev) == KILN_KIND_OPENCL && kiln__device_slot(dev) >= 0)
-        return kiln__opencl_backend(kiln_device_index(dev));
-    return NULL; /* CUDA arrives with its backend */
+    if (kiln__device_slot(dev) < 0) return NULL;
+    const kiln__backend_reg *r = kiln__backend_regs[kiln_device_kind(dev)];
+    return r && r->device ? r->device(kiln_device_index(dev)) : NULL;
 }
 
-kiln_status kiln__backends_synchronize(void) { return kiln__opencl_synchronize_all(); }
+bool kiln__backend_supports(const kiln__backend *be, const kiln__op *op) {
+    if (!be || (unsigned)op->code >= KILN__OP_COUNT || !be->kernels[op->code]) return false;
+    return !be->supports_op || be->supports_op(be->context, op);
+}
 
-void kiln__backends_stream_end(int stream_id) { kiln__opencl_stream_end(stream_id); }
+kiln_status kiln__backends_synchronize(void) {
+    kiln_status first = KILN_OK;
+    for (int k = 0; k < KILN_KIND_COUNT; k++) {
+        const kiln__backend_reg *r = kiln__backend_regs[k];
+        kiln_status st = r && r->synchronize_all ? r->synchronize_all() : KILN_OK;
+        if (first == KILN_OK) first = st;
+    }
+    return first;
+}
+
+void kiln__backends_stream_end(int stream_id) {
+    for (int k = 0; k < KILN_KIND_COUNT; k++) {
+        const kiln__backend_reg *r = kiln__backend_regs[k];
+        if (r && r->stream_end) r->stream_end(stream_id);
+    }
+}
 
 int kiln_device_count(kiln_device_kind kind) {
-    switch (kind) {
-    case KILN_KIND_CPU: return 1;
-    case KILN_KIND_OPENCL: return kiln__opencl_device_count();
-    default: return 0;
-    }
+    const kiln__backend_reg *r = kiln__backend_reg_get(kind);
+    return r && r->device_count ? r->device_count() : 0;
 }
 
 kiln_status kiln_device_info_get(kiln_device dev, kiln_device_info *info) {
     if (!info) return kiln__report(KILN_ERR_NULL, "kiln_device_info_get", "info is NULL");
     memset(info, 0, sizeof *info);
     info->device = dev;
-    if (dev == KILN_CPU) {
-        snprintf(info->name, sizeof info->name, "cpu");
-        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-        info->global_memory = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
-        info->compute_units = (int)sysconf(_SC_NPROCESSORS_ONLN);
-        return KILN_OK;
-    }
+    const kiln__backend_reg *r = kiln__device_slot(dev) >= 0 ? kiln__backend_reg_get(kiln_device_kind(dev)) : NULL;
     kiln__device_desc d;
-    if (kiln_device_kind(dev) != KILN_KIND_OPENCL || kiln__device_slot(dev) < 0 ||
-        !kiln__opencl_describe(kiln_device_index(dev), &d))
+    if (!r || !r->describe || !r->describe(kiln_device_index(dev), &d))
         return kiln__report(KILN_ERR_DEVICE, "kiln_device_info_get", "device %s is not available", kiln_device_name(dev));
     memcpy(info->name, d.name, sizeof info->name);
     memcpy(info->driver, d.driver, sizeof info->driver);

@@ -118,11 +118,7 @@ void kiln__cpu_free(void *p, size_t nbytes) {
     free(p);
 }
 
-void kiln__memory_empty_cache(kiln_device dev) {
-    if (dev != KILN_CPU) {
-        kiln__storage_empty_cache(dev);
-        return;
-    }
+void kiln__cpu_empty_cache(void) {
     pthread_mutex_lock(&cache.lock);
     for (int c = 0; c < NUM_CLASSES; c++) {
         free_block *b = cache.classes[c];

@@ -112,17 +112,16 @@ typedef int64_t (*kiln__leak_reporter)(FILE *f);
 void kiln__leak_add_reporter(kiln__leak_reporter fn);
 
 /* ---- devices ----------------------------------------------------------------------------- */
-/* Tables indexed by device use a slot: 0 the CPU, then KILN_MAX_DEVICES per other kind. */
-#define KILN__DEVICE_SLOTS (1 + 2 * KILN_MAX_DEVICES)
+/* Tables indexed by device use a slot: 0 the CPU (host memory: core's own), then
+ * KILN_MAX_DEVICES per other kind of KILN_DEVICE_KINDS, in kind order. */
+#define KILN__DEVICE_SLOTS (1 + (KILN_KIND_COUNT - 1) * KILN_MAX_DEVICES)
 /* The slot of a valid device, or -1 (an invalid kind or index). */
 static inline int kiln__device_slot(kiln_device d) {
     int v = (int)d, kind = v >> 8, idx = v & 0xff;
-    if (v < 0) return -1;
+    if (v < 0 || kind >= KILN_KIND_COUNT) return -1;
     if (kind == KILN_KIND_CPU) return idx == 0 ? 0 : -1;
     if (idx >= KILN_MAX_DEVICES) return -1;
-    if (kind == KILN_KIND_CUDA) return 1 + idx;
-    if (kind == KILN_KIND_OPENCL) return 1 + KILN_MAX_DEVICES + idx;
-    return -1;
+    return 1 + (kind - 1) * KILN_MAX_DEVICES + idx;
 }
 
 /* ---- dtypes ------------------------------------------------------------------------------ */
@@ -314,7 +313,7 @@ void kiln__cpu_free(void *p, size_t nbytes);
 bool kiln__alloc_should_fail(void); /* fault injection */
 kiln_memory_stats kiln__memory_stats_snapshot(kiln_device dev); /* dev must be valid */
 void kiln__memory_reset_peak(kiln_device dev);
-void kiln__memory_empty_cache(kiln_device dev);
+void kiln__cpu_empty_cache(void); /* frees the host cache's blocks (kiln__storage_empty_cache) */
 void kiln__stats_add_in_use(kiln_device dev, int64_t delta);
 void kiln__stats_count_alloc(kiln_device dev, bool from_system);
 /* Per-thread counts (core/counts.c), summed over the threads by kiln__stats_counts_sum. */
@@ -324,7 +323,9 @@ void kiln__stats_counts_sum(int64_t *live_tensors, int64_t *inplace);
 void kiln__counts_fork_lock(bool lock);
 /* A device allocator's cached bytes (the CPU's own cache counts itself). */
 void kiln__stats_add_cached(kiln_device dev, int64_t delta);
-/* Empties the cache of a device whose memory was registered (kiln__device_memory.empty_cache). */
+/* Empties the cache of a device whose memory was registered (kiln__device_memory.empty_cache),
+ * the host's included. Storages call the allocator, never the other way (alloc.c knows no
+ * storage). */
 void kiln__storage_empty_cache(kiln_device dev);
 
 #endif

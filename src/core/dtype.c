@@ -15,16 +15,30 @@ const char *kiln_dtype_name(kiln_dtype d) { return kiln__dtype_valid(d) ? dtype_
 
 size_t kiln_dtype_size(kiln_dtype d) { return kiln__dtype_valid(d) ? kiln__elsize(d) : 0; }
 
-/* "cuda:3", "opencl:15": names built once, so the pointers stay valid for the process. */
-static char device_names[KILN__DEVICE_SLOTS][12];
+/* Each kind's name and whether device 0's name carries its index, from the one list of kinds. */
+static const struct {
+    const char *name;
+    bool index0;
+} kinds[KILN_KIND_COUNT] = {
+#define KIND_NAME(NAME, kind, id, index0) [kind] = {#id, index0},
+    KILN_DEVICE_KINDS(KIND_NAME)
+#undef KIND_NAME
+};
+
+/* "cpu", "opencl:15": names built once, so the pointers stay valid for the process. */
+static char device_names[KILN__DEVICE_SLOTS][24];
 static pthread_once_t names_once = PTHREAD_ONCE_INIT;
 
 static void names_init(void) {
-    strcpy(device_names[0], "cpu");
-    for (int i = 0; i < KILN_MAX_DEVICES; i++) {
-        snprintf(device_names[1 + i], sizeof device_names[0], i ? "cuda:%d" : "cuda", i);
-        snprintf(device_names[1 + KILN_MAX_DEVICES + i], sizeof device_names[0], "opencl:%d", i);
-    }
+    for (int k = 0; k < KILN_KIND_COUNT; k++)
+        for (int i = 0; kinds[k].name && i < KILN_MAX_DEVICES; i++) {
+            int slot = kiln__device_slot((kiln_device)(k << 8 | i));
+            if (slot < 0) continue;
+            if (i || kinds[k].index0)
+                snprintf(device_names[slot], sizeof device_names[0], "%s:%d", kinds[k].name, i);
+            else
+                snprintf(device_names[slot], sizeof device_names[0], "%s", kinds[k].name);
+        }
 }
 
 const char *kiln_device_name(kiln_device dev) {
@@ -36,13 +50,10 @@ const char *kiln_device_name(kiln_device dev) {
 
 kiln_status kiln_device_parse(const char *name, kiln_device *out) {
     if (!name || !out) return kiln__report(KILN_ERR_NULL, "kiln_device_parse", "name or out is NULL");
-    static const struct {
-        const char *prefix;
-        kiln_device base;
-    } kinds[] = {{"cpu", KILN_CPU}, {"cuda", KILN_CUDA}, {"opencl", KILN_OPENCL}};
-    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
-        size_t n = strlen(kinds[k].prefix);
-        if (strncmp(name, kinds[k].prefix, n) != 0) continue;
+    for (int k = 0; k < KILN_KIND_COUNT; k++) {
+        if (!kinds[k].name) continue;
+        size_t n = strlen(kinds[k].name);
+        if (strncmp(name, kinds[k].name, n) != 0) continue;
         int idx = 0;
         if (name[n] == ':') {
             char *end;
@@ -52,7 +63,7 @@ kiln_status kiln_device_parse(const char *name, kiln_device *out) {
         } else if (name[n]) {
             continue;
         }
-        kiln_device d = (kiln_device)((int)kinds[k].base | idx);
+        kiln_device d = (kiln_device)(k << 8 | idx);
         if (kiln__device_slot(d) < 0) break;
         *out = d;
         return KILN_OK;

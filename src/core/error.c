@@ -35,7 +35,7 @@ static kiln__error *error_vnew(kiln_status status, const char *op, const char *f
         snprintf(head, sizeof head, "%s", op ? op : "kiln");
     size_t need = strlen(head) + strlen(detail) + 64;
     kiln__error *e = malloc(sizeof *e + need);
-    if (!e) return NULL; /* callers treat NULL as "out of memory" via kiln__error_oom */
+    if (!e) return NULL; /* kiln__error_new then gives the static oom_error() below */
     atomic_init(&e->refs, 1);
     e->status = status;
     e->op = op;

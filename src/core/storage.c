@@ -8,7 +8,8 @@
 /* Host memory is core's own caching allocator, so a CPU storage needs nothing registered. */
 static void *host_alloc(void *ctx, size_t nbytes) { return kiln__cpu_alloc(nbytes); }
 static void host_free(void *ctx, void *ptr, size_t nbytes) { kiln__cpu_free(ptr, nbytes); }
-static const kiln__device_memory host_memory = {.alloc = host_alloc, .free = host_free};
+static void host_empty_cache(void *ctx) { kiln__cpu_empty_cache(); }
+static const kiln__device_memory host_memory = {.alloc = host_alloc, .free = host_free, .empty_cache = host_empty_cache};
 
 static _Atomic(const kiln__device_memory *) device_memory[KILN__DEVICE_SLOTS] = {[0] = &host_memory};
 static _Atomic(kiln__storage_release_fn) release_hook;
@@ -28,7 +29,7 @@ static const kiln__device_memory *memory_of(kiln_device dev) {
 }
 
 void kiln__storage_empty_cache(kiln_device dev) {
-    const kiln__device_memory *m = kiln__device_slot(dev) > 0 ? memory_of(dev) : NULL;
+    const kiln__device_memory *m = memory_of(dev);
     if (m && m->empty_cache) m->empty_cache(m->context);
 }
 

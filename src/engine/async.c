@@ -779,5 +779,5 @@ void kiln_memory_reset_peak(kiln_device dev) {
 void kiln_memory_empty_cache(kiln_device dev) {
     if (kiln__device_slot(dev) < 0) return;
     kiln__engine_drain_all(); /* deferred frees first, so they reach the cache and leave with it */
-    kiln__memory_empty_cache(dev);
+    kiln__storage_empty_cache(dev);
 }

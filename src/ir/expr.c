@@ -3,10 +3,7 @@
 
 #include "ir/expr.h"
 
-bool kiln__expr_opcode_fusable(kiln__opcode code) {
-    if (code >= KILN__OP_NEG && code <= KILN__OP_WHERE) return true;
-    return code == KILN__OP_COPY || code == KILN__OP_RELU_BACKWARD;
-}
+bool kiln__expr_opcode_fusable(kiln__opcode code) { return kiln__op_info_of(code)->fuse != KILN__FUSE_NONE; }
 
 bool kiln__expr_has_epilogue(const kiln__expr *e) {
     for (int i = 0; i + 1 < e->n_nodes; i++)

@@ -1,12 +1,17 @@
-/* Every kernel kiln can run, by id. Backends fill a table indexed by these. */
+/* Every kernel kiln can run, by id. Backends fill a table indexed by these. The elementwise
+ * ops come from the op table (ir/optable.h), whose rows carry more columns: so an X given to
+ * KILN__OPCODES takes the name and ignores the rest, X(name, ...). */
 #ifndef KILN_IR_OPCODES_H
 #define KILN_IR_OPCODES_H
 
 #include <stdbool.h>
 
+#include "ir/optable.h"
+
 #define KILN__OPCODES(X)                                                                    \
+    /* the elementwise ops, with their facts: one row each in ir/optable.h */               \
+    KILN__OPTABLE(X)                                                                         \
     /* data movement */                                                                      \
-    X(COPY)        /* out = in[0] converted to out's dtype; any strides, same shape */       \
     X(FILL)        /* out = p.f[0] */                                                        \
     X(ARANGE)      /* out[i] = p.f[0] + i * p.f[1] (dense 1-d out) */                         \
     X(LINSPACE)    /* start p.f[0], end p.f[1], steps pi[0] (out dense 1-d) */                     \
@@ -14,27 +19,6 @@
     X(RAND_UNIFORM)   /* seed pi[0], offset pi[1], lo p.f[0], hi p.f[1] */                 \
     X(RAND_NORMAL)    /* seed pi[0], offset pi[1], mean p.f[0], std p.f[1] */              \
     X(RAND_BERNOULLI) /* seed pi[0], offset pi[1], prob p.f[0] */                          \
-    /* unary elementwise: out = f(in[0]), same shape */                                      \
-    X(NEG) X(ABS) X(SIGN) X(EXP) X(LOG) X(LOG1P) X(EXPM1) X(SQRT) X(RSQRT) X(SIN) X(COS)     \
-    X(TANH) X(SIGMOID) X(RELU) X(GELU) X(GELU_TANH) X(SILU) X(SOFTPLUS) X(ERF)               \
-    X(LOGICAL_NOT)                                                                           \
-    X(CLAMP)       /* lo p.f[0], hi p.f[1]; NaN = no bound */                                \
-    X(FLOOR) X(CEIL) X(ROUND) X(TRUNC) /* round: half to even */                             \
-    X(ATAN) X(LOG2) X(LOG10) X(EXP2)                                                         \
-    X(ISNAN) X(ISINF) X(ISFINITE) /* f32/f64 in, bool out */                                 \
-    X(NAN_TO_NUM)  /* NaN -> p.f[0], +inf -> p.f[1], -inf -> p.f[2] */                        \
-    X(LOG_SIGMOID) X(MISH) X(SOFTSIGN) X(HARDSWISH)                                          \
-    X(LEAKY_RELU)  /* x < 0: x * p.f[0] */                                                   \
-    X(ELU)         /* alpha p.f[0], scale p.f[1], input scale p.f[2] (torch.nn.ELU/SELU) */  \
-    /* binary elementwise: out = f(in[0], in[1]); inputs broadcast to out's shape */        \
-    X(ADD) X(SUB) X(MUL) X(DIV) X(POW) X(MAXIMUM) X(MINIMUM)                                 \
-    X(EQ) X(NE) X(LT) X(LE) X(GT) X(GE) /* out bool */                                       \
-    X(LOGICAL_AND) X(LOGICAL_OR)        /* out bool */                                       \
-    X(FMOD)        /* C fmod: the sign of in[0]; integers: in[1] == 0 fails */               \
-    X(REMAINDER)   /* the sign of in[1] (torch.remainder); integers: in[1] == 0 fails */     \
-    X(ATAN2)       /* atan2(in[0], in[1]) */                                                 \
-    X(WHERE)       /* out = in[0] (bool) ? in[1] : in[2] */                                 \
-    X(LERP)        /* out = in[0] + in[2] (in[1] - in[0]), torch.lerp's two-sided form */    \
     /* reductions: out has in's ndim with reduced dims of size 1 */                         \
     X(SUM) X(MEAN) X(PROD) X(MAX) X(MIN)                                                     \
     X(VAR)         /* correction p.i[0] */                                                   \
@@ -52,7 +36,6 @@
     X(SORT)           /* in[0] x; out[0] values, out[1] i64 indices: the first p.i[2] of each \
                          line along dim p.i[0], descending if p.i[1] (NaN largest), stable */ \
     /* free slots for later layers (autodiff, nn) go below */                               \
-    X(RELU_BACKWARD)  /* out = in[1] > 0 ? in[0] : 0  (in[0] grad, in[1] x or y) */          \
     X(CUMPROD_BACKWARD) /* in[0] grad, in[1] x, dim p.i[0]; out dx (exact where x has zeros) */ \
     /* 2-d convolution and pooling (src/backend/cpu/conv.c, pool.c). in[0] is [N, C, H, W]     \
      * (any strides); outputs are dense. Conv params: p.i[0..3] = stride_h, stride_w, pad_h,    \
@@ -68,7 +51,7 @@
     X(AVG_POOL2D_BACKWARD) /* in[0] dy; out[0] dx; params as AVG_POOL2D */                     \
     /* optimizer updates (src/backend/cpu/optim.c), written in place into the parameter's and  \
      * the state's own storages. Doubles past p.f[3] travel as bit patterns in pi[] (see         \
-     * kiln__op_f64_bits in src/optim/optim-impl.h). pi[0] flags: 1 first step (SGD: buffer = \
+     * f64_bits in src/ops/optim_ops.c). pi[0] flags: 1 first step (SGD: buffer = \
      * grad; Adam: moments read as 0), 2 nesterov (SGD), 4 decoupled weight decay (Adam). */    \
     X(SGD_UPDATE)     /* out[0] param, out[1] momentum buffer when n_out == 2, in[0] grad;       \
                          p.f = lr, momentum, dampening, weight_decay */                          \
@@ -102,13 +85,19 @@
                          the mask [.., L, S] (bool, or q's dtype: added); pi[0] causal; out dense */
 
 typedef enum {
-#define KILN__OPCODE_ENUM(name) KILN__OP_##name,
+#define KILN__OPCODE_ENUM(name, ...) KILN__OP_##name,
     KILN__OPCODES(KILN__OPCODE_ENUM)
 #undef KILN__OPCODE_ENUM
     KILN__OP_COUNT
 } kiln__opcode;
 
 const char *kiln__opcode_name(kiln__opcode code);
+/* The op table's rows as data, by opcode (ir/opcodes.c); all zeros for an opcode outside the
+ * table. Inline: the op layer reads its dtype rule on every op. */
+extern const kiln__op_info kiln__op_infos[KILN__OP_COUNT];
+static inline const kiln__op_info *kiln__op_info_of(kiln__opcode code) {
+    return &kiln__op_infos[(unsigned)code < KILN__OP_COUNT ? code : KILN__OP_NOOP];
+}
 
 static inline bool kiln__opcode_is_comm(kiln__opcode code) {
     return code >= KILN__OP_ALL_REDUCE && code <= KILN__OP_BARRIER;

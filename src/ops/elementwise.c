@@ -7,49 +7,17 @@
 #include "kiln/tensor.h"
 #include "ops/ops-impl.h"
 
-static bool is_float_math(kiln__opcode code) {
-    switch (code) {
-    case KILN__OP_EXP: case KILN__OP_LOG: case KILN__OP_LOG1P: case KILN__OP_EXPM1: case KILN__OP_SQRT:
-    case KILN__OP_RSQRT: case KILN__OP_SIN: case KILN__OP_COS: case KILN__OP_TANH: case KILN__OP_SIGMOID:
-    case KILN__OP_GELU: case KILN__OP_GELU_TANH: case KILN__OP_SILU: case KILN__OP_SOFTPLUS: case KILN__OP_ERF:
-    case KILN__OP_DIV: case KILN__OP_POW: case KILN__OP_ATAN: case KILN__OP_LOG2: case KILN__OP_LOG10:
-    case KILN__OP_EXP2: case KILN__OP_ATAN2:
-        return true;
-    default:
-        return false;
-    }
-}
-
-static bool is_comparison(kiln__opcode code) {
-    return code == KILN__OP_EQ || code == KILN__OP_NE || code == KILN__OP_LT || code == KILN__OP_LE ||
-           code == KILN__OP_GT || code == KILN__OP_GE;
-}
-
+/* The dtype rules, read from the op table (ir/optable.h). */
+static kiln__dtype_rule dtype_rule(kiln__opcode code) { return kiln__op_info_of(code)->dtype; }
+static bool is_float_math(kiln__opcode code) { return dtype_rule(code) == KILN__DT_FLOAT; }
+static bool is_comparison(kiln__opcode code) { return dtype_rule(code) == KILN__DT_COMPARE; }
 /* Activations PyTorch defines for floating-point tensors only. */
-static bool is_float_only(kiln__opcode code) {
-    switch (code) {
-    case KILN__OP_LOG_SIGMOID: case KILN__OP_MISH: case KILN__OP_SOFTSIGN: case KILN__OP_HARDSWISH:
-    case KILN__OP_LEAKY_RELU: case KILN__OP_ELU:
-        return true;
-    default:
-        return false;
-    }
-}
-
+static bool is_float_only(kiln__opcode code) { return dtype_rule(code) == KILN__DT_FLOAT_ONLY; }
 /* Ops that leave integer values as they are (torch.floor of an int tensor is the tensor). */
-static bool is_int_identity(kiln__opcode code) {
-    return code == KILN__OP_FLOOR || code == KILN__OP_CEIL || code == KILN__OP_ROUND || code == KILN__OP_TRUNC ||
-           code == KILN__OP_NAN_TO_NUM;
-}
-
+static bool is_int_identity(kiln__opcode code) { return dtype_rule(code) == KILN__DT_ROUNDING; }
 /* isnan, isinf, isfinite: bool out; for integers and bools a constant. */
-static bool is_class_test(kiln__opcode code) {
-    return code == KILN__OP_ISNAN || code == KILN__OP_ISINF || code == KILN__OP_ISFINITE;
-}
-
-static bool is_logical(kiln__opcode code) {
-    return code == KILN__OP_LOGICAL_AND || code == KILN__OP_LOGICAL_OR || code == KILN__OP_LOGICAL_NOT;
-}
+static bool is_class_test(kiln__opcode code) { return dtype_rule(code) == KILN__DT_CLASSIFY; }
+static bool is_logical(kiln__opcode code) { return dtype_rule(code) == KILN__DT_LOGICAL; }
 
 /* The dtype the kernel runs in, given the (promoted) input dtype. */
 static kiln_dtype kernel_dtype(kiln__opcode code, kiln_dtype in) {

@@ -1,6 +1,9 @@
-/* The CPU backend's vtable. Kernel families register themselves into one table. */
+/* The CPU backend's vtable and registration. Kernel families register themselves into one
+ * table. */
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/cpu/cpu-impl.h"
 
@@ -43,6 +46,27 @@ const kiln__backend *kiln__cpu_backend(void) {
     pthread_once(&cpu_once, cpu_init);
     return &cpu;
 }
+
+static int cpu_device_count(void) { return 1; }
+static const kiln__backend *cpu_device(int index) { return index == 0 ? kiln__cpu_backend() : NULL; }
+
+static bool cpu_describe(int index, kiln__device_desc *out) {
+    if (index != 0) return false;
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "cpu");
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    out->global_memory = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+    out->compute_units = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    return true;
+}
+
+const kiln__backend_reg kiln__cpu_backend_reg = {
+    .name = "cpu",
+    .kind = KILN_KIND_CPU,
+    .device_count = cpu_device_count,
+    .device = cpu_device,
+    .describe = cpu_describe,
+};
 
 int kiln_num_threads(void) { return kiln__pool_threads(); }
 void kiln_set_num_threads(int n) {

@@ -105,35 +105,13 @@ static kiln_status kernel_typed(const kiln__op *op) {
 MATH_LOOP(f32, float)
 MATH_LOOP(f64, double)
 
+/* The math kernel of an op whose cpu column in the op table is VMATH (ir/optable.h). */
 static kiln__vmath_op vmath_op_of(kiln__opcode code) {
     switch (code) {
-    case KILN__OP_EXP: return KILN_VMATH_EXP;
-    case KILN__OP_LOG: return KILN_VMATH_LOG;
-    case KILN__OP_LOG1P: return KILN_VMATH_LOG1P;
-    case KILN__OP_EXPM1: return KILN_VMATH_EXPM1;
-    case KILN__OP_SQRT: return KILN_VMATH_SQRT;
-    case KILN__OP_RSQRT: return KILN_VMATH_RSQRT;
-    case KILN__OP_SIN: return KILN_VMATH_SIN;
-    case KILN__OP_COS: return KILN_VMATH_COS;
-    case KILN__OP_TANH: return KILN_VMATH_TANH;
-    case KILN__OP_SIGMOID: return KILN_VMATH_SIGMOID;
-    case KILN__OP_GELU: return KILN_VMATH_GELU;
-    case KILN__OP_GELU_TANH: return KILN_VMATH_GELU_TANH;
-    case KILN__OP_SILU: return KILN_VMATH_SILU;
-    case KILN__OP_SOFTPLUS: return KILN_VMATH_SOFTPLUS;
-    case KILN__OP_ERF: return KILN_VMATH_ERF;
-    case KILN__OP_FLOOR: return KILN_VMATH_FLOOR;
-    case KILN__OP_CEIL: return KILN_VMATH_CEIL;
-    case KILN__OP_ROUND: return KILN_VMATH_ROUND;
-    case KILN__OP_TRUNC: return KILN_VMATH_TRUNC;
-    case KILN__OP_ATAN: return KILN_VMATH_ATAN;
-    case KILN__OP_LOG2: return KILN_VMATH_LOG2;
-    case KILN__OP_LOG10: return KILN_VMATH_LOG10;
-    case KILN__OP_EXP2: return KILN_VMATH_EXP2;
-    case KILN__OP_LOG_SIGMOID: return KILN_VMATH_LOG_SIGMOID;
-    case KILN__OP_MISH: return KILN_VMATH_MISH;
-    case KILN__OP_SOFTSIGN: return KILN_VMATH_SOFTSIGN;
-    case KILN__OP_HARDSWISH: return KILN_VMATH_HARDSWISH;
+#define KILN__VMATH_X(OP, name) \
+    case KILN__OP_##OP: return KILN_VMATH_##OP;
+        KILN__VMATH_OPS
+#undef KILN__VMATH_X
     default: return KILN_VMATH_OP_COUNT;
     }
 }

@@ -8,36 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The ops with their names, in kiln__vmath_op order. */
-#define VMATH_OPS(X)                \
-    X(EXP, exp)                     \
-    X(LOG, log)                     \
-    X(LOG1P, log1p)                 \
-    X(EXPM1, expm1)                 \
-    X(TANH, tanh)                   \
-    X(SIGMOID, sigmoid)             \
-    X(SIN, sin)                     \
-    X(COS, cos)                     \
-    X(ERF, erf)                     \
-    X(SQRT, sqrt)                   \
-    X(RSQRT, rsqrt)                 \
-    X(GELU, gelu)                   \
-    X(GELU_TANH, gelu_tanh)         \
-    X(SILU, silu)                   \
-    X(SOFTPLUS, softplus)           \
-    X(FLOOR, floor)                 \
-    X(CEIL, ceil)                   \
-    X(ROUND, round)                 \
-    X(TRUNC, trunc)                 \
-    X(ATAN, atan)                   \
-    X(LOG2, log2)                   \
-    X(LOG10, log10)                 \
-    X(EXP2, exp2)                   \
-    X(LOG_SIGMOID, log_sigmoid)     \
-    X(MISH, mish)                   \
-    X(SOFTSIGN, softsign)           \
-    X(HARDSWISH, hardswish)
-
 /* ---- the composite ops in double, written to avoid cancellation and overflow -------------- */
 
 static double sigmoid_d(double x)
@@ -97,6 +67,9 @@ static double softsign_d(double x) { return isinf(x) ? copysign(1.0, x) : x / (1
 
 static double hardswish_d(double x) { return x * (fmin(fmax(x + 3, 0.0), 6.0) / 6); }
 
+/* NaN stays NaN, as PyTorch's (fmin and fmax would drop it). */
+static double hardsigmoid_d(double x) { return isnan(x) ? x : fmin(fmax(x + 3, 0.0), 6.0) / 6; }
+
 /* Rounds half to even whatever the rounding mode (torch.round). */
 static double round_even_d(double x)
 {
@@ -144,10 +117,13 @@ VMATH_SCALAR_KERNEL(scalar_log_sigmoid, (float)log_sigmoid_d(v))
 VMATH_SCALAR_KERNEL(scalar_mish, (float)mish_d(v))
 VMATH_SCALAR_KERNEL(scalar_softsign, (float)softsign_d(v))
 VMATH_SCALAR_KERNEL(scalar_hardswish, (float)hardswish_d(v))
+VMATH_SCALAR_KERNEL(scalar_hardsigmoid, (float)hardsigmoid_d(v))
 
-#define VMATH_SCALAR_ENTRY(OP, name) [KILN_VMATH_##OP] = scalar_##name,
 static const kiln__vmath_f32_fn scalar_kernels[KILN_VMATH_OP_COUNT] = {
-    VMATH_OPS(VMATH_SCALAR_ENTRY)};
+#define KILN__VMATH_X(OP, name) [KILN_VMATH_##OP] = scalar_##name,
+    KILN__VMATH_OPS
+#undef KILN__VMATH_X
+};
 
 /* ---- f64 kernels ------------------------------------------------------------------------- */
 
@@ -185,9 +161,13 @@ VMATH_F64_KERNEL(log_sigmoid, log_sigmoid_d)
 VMATH_F64_KERNEL(mish, mish_d)
 VMATH_F64_KERNEL(softsign, softsign_d)
 VMATH_F64_KERNEL(hardswish, hardswish_d)
+VMATH_F64_KERNEL(hardsigmoid, hardsigmoid_d)
 
-#define VMATH_F64_ENTRY(OP, name) [KILN_VMATH_##OP] = kiln__v##name##_f64,
-static const kiln__vmath_f64_fn f64_kernels[KILN_VMATH_OP_COUNT] = {VMATH_OPS(VMATH_F64_ENTRY)};
+static const kiln__vmath_f64_fn f64_kernels[KILN_VMATH_OP_COUNT] = {
+#define KILN__VMATH_X(OP, name) [KILN_VMATH_##OP] = kiln__v##name##_f64,
+    KILN__VMATH_OPS
+#undef KILN__VMATH_X
+};
 
 /* ---- choosing the ISA -------------------------------------------------------------------- */
 
@@ -277,8 +257,11 @@ kiln__vmath_f64_fn kiln__vmath_f64_kernel(kiln__vmath_op op)
 
 const char *kiln__vmath_op_name(kiln__vmath_op op)
 {
-#define VMATH_NAME_ENTRY(OP, name) [KILN_VMATH_##OP] = #name,
-    static const char *const names[KILN_VMATH_OP_COUNT] = {VMATH_OPS(VMATH_NAME_ENTRY)};
+    static const char *const names[KILN_VMATH_OP_COUNT] = {
+#define KILN__VMATH_X(OP, name) [KILN_VMATH_##OP] = #name,
+        KILN__VMATH_OPS
+#undef KILN__VMATH_X
+    };
     if ((unsigned)op >= KILN_VMATH_OP_COUNT)
         return "?";
     return names[op];
@@ -286,9 +269,10 @@ const char *kiln__vmath_op_name(kiln__vmath_op op)
 
 /* ---- the f32 entry points ---------------------------------------------------------------- */
 
-#define VMATH_F32_ENTRY(OP, name)                                      \
+#define KILN__VMATH_X(OP, name)                                        \
     void kiln__v##name##_f32(float *y, const float *x, int64_t n)      \
     {                                                                  \
         isa_kernels[isa_current()][KILN_VMATH_##OP](y, x, n);          \
     }
-VMATH_OPS(VMATH_F32_ENTRY)
+KILN__VMATH_OPS
+#undef KILN__VMATH_X

@@ -34,96 +34,33 @@
 
 #include <stdint.h>
 
+#include "ir/optable.h"
+
 typedef void (*kiln__vmath_f32_fn)(float *y, const float *x, int64_t n);
 typedef void (*kiln__vmath_f64_fn)(double *y, const double *x, int64_t n);
 
-/* The elementwise ops, in the order of the kernel tables. */
+/* The ops: the op table's rows whose cpu column is VMATH (ir/optable.h), in its order.
+ * KILN__VMATH_OPS expands KILN__VMATH_X(NAME, name) once per op: define KILN__VMATH_X, expand,
+ * undefine (a site's list of kernels, prototypes or names). */
+#define KILN__VMATH_ROW(NAME, name, arity, dtype, shape, fuse, grad, sig, cpu, domain, doc) \
+    KILN__VMATH_ROW_##cpu(NAME, name)
+#define KILN__VMATH_ROW_VMATH(NAME, name) KILN__VMATH_X(NAME, name)
+#define KILN__VMATH_ROW_TYPED(NAME, name)
+#define KILN__VMATH_OPS KILN__OPTABLE(KILN__VMATH_ROW)
+
 typedef enum {
-    KILN_VMATH_EXP,
-    KILN_VMATH_LOG,
-    KILN_VMATH_LOG1P,
-    KILN_VMATH_EXPM1,
-    KILN_VMATH_TANH,
-    KILN_VMATH_SIGMOID,   /* 1 / (1 + exp(-x)) */
-    KILN_VMATH_SIN,
-    KILN_VMATH_COS,
-    KILN_VMATH_ERF,
-    KILN_VMATH_SQRT,
-    KILN_VMATH_RSQRT,     /* 1 / sqrt(x) */
-    KILN_VMATH_GELU,      /* x * 0.5 * (1 + erf(x / sqrt(2))) */
-    KILN_VMATH_GELU_TANH, /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
-    KILN_VMATH_SILU,      /* x * sigmoid(x) */
-    KILN_VMATH_SOFTPLUS,  /* log1p(exp(x)); x itself for x > 20 */
-    KILN_VMATH_FLOOR,
-    KILN_VMATH_CEIL,
-    KILN_VMATH_ROUND,     /* half to even */
-    KILN_VMATH_TRUNC,
-    KILN_VMATH_ATAN,
-    KILN_VMATH_LOG2,
-    KILN_VMATH_LOG10,
-    KILN_VMATH_EXP2,
-    KILN_VMATH_LOG_SIGMOID, /* -softplus(-x) */
-    KILN_VMATH_MISH,      /* x * tanh(softplus(x)) */
-    KILN_VMATH_SOFTSIGN,  /* x / (1 + |x|) */
-    KILN_VMATH_HARDSWISH, /* x * min(max(x + 3, 0), 6) / 6 */
+#define KILN__VMATH_X(NAME, name) KILN_VMATH_##NAME,
+    KILN__VMATH_OPS
+#undef KILN__VMATH_X
     KILN_VMATH_OP_COUNT
 } kiln__vmath_op;
 
-void kiln__vexp_f32(float *y, const float *x, int64_t n);
-void kiln__vlog_f32(float *y, const float *x, int64_t n);
-void kiln__vlog1p_f32(float *y, const float *x, int64_t n);
-void kiln__vexpm1_f32(float *y, const float *x, int64_t n);
-void kiln__vtanh_f32(float *y, const float *x, int64_t n);
-void kiln__vsigmoid_f32(float *y, const float *x, int64_t n);
-void kiln__vsin_f32(float *y, const float *x, int64_t n);
-void kiln__vcos_f32(float *y, const float *x, int64_t n);
-void kiln__verf_f32(float *y, const float *x, int64_t n);
-void kiln__vsqrt_f32(float *y, const float *x, int64_t n);
-void kiln__vrsqrt_f32(float *y, const float *x, int64_t n);
-void kiln__vgelu_f32(float *y, const float *x, int64_t n);
-void kiln__vgelu_tanh_f32(float *y, const float *x, int64_t n);
-void kiln__vsilu_f32(float *y, const float *x, int64_t n);
-void kiln__vsoftplus_f32(float *y, const float *x, int64_t n);
-void kiln__vfloor_f32(float *y, const float *x, int64_t n);
-void kiln__vceil_f32(float *y, const float *x, int64_t n);
-void kiln__vround_f32(float *y, const float *x, int64_t n);
-void kiln__vtrunc_f32(float *y, const float *x, int64_t n);
-void kiln__vatan_f32(float *y, const float *x, int64_t n);
-void kiln__vlog2_f32(float *y, const float *x, int64_t n);
-void kiln__vlog10_f32(float *y, const float *x, int64_t n);
-void kiln__vexp2_f32(float *y, const float *x, int64_t n);
-void kiln__vlog_sigmoid_f32(float *y, const float *x, int64_t n);
-void kiln__vmish_f32(float *y, const float *x, int64_t n);
-void kiln__vsoftsign_f32(float *y, const float *x, int64_t n);
-void kiln__vhardswish_f32(float *y, const float *x, int64_t n);
-
-void kiln__vexp_f64(double *y, const double *x, int64_t n);
-void kiln__vlog_f64(double *y, const double *x, int64_t n);
-void kiln__vlog1p_f64(double *y, const double *x, int64_t n);
-void kiln__vexpm1_f64(double *y, const double *x, int64_t n);
-void kiln__vtanh_f64(double *y, const double *x, int64_t n);
-void kiln__vsigmoid_f64(double *y, const double *x, int64_t n);
-void kiln__vsin_f64(double *y, const double *x, int64_t n);
-void kiln__vcos_f64(double *y, const double *x, int64_t n);
-void kiln__verf_f64(double *y, const double *x, int64_t n);
-void kiln__vsqrt_f64(double *y, const double *x, int64_t n);
-void kiln__vrsqrt_f64(double *y, const double *x, int64_t n);
-void kiln__vgelu_f64(double *y, const double *x, int64_t n);
-void kiln__vgelu_tanh_f64(double *y, const double *x, int64_t n);
-void kiln__vsilu_f64(double *y, const double *x, int64_t n);
-void kiln__vsoftplus_f64(double *y, const double *x, int64_t n);
-void kiln__vfloor_f64(double *y, const double *x, int64_t n);
-void kiln__vceil_f64(double *y, const double *x, int64_t n);
-void kiln__vround_f64(double *y, const double *x, int64_t n);
-void kiln__vtrunc_f64(double *y, const double *x, int64_t n);
-void kiln__vatan_f64(double *y, const double *x, int64_t n);
-void kiln__vlog2_f64(double *y, const double *x, int64_t n);
-void kiln__vlog10_f64(double *y, const double *x, int64_t n);
-void kiln__vexp2_f64(double *y, const double *x, int64_t n);
-void kiln__vlog_sigmoid_f64(double *y, const double *x, int64_t n);
-void kiln__vmish_f64(double *y, const double *x, int64_t n);
-void kiln__vsoftsign_f64(double *y, const double *x, int64_t n);
-void kiln__vhardswish_f64(double *y, const double *x, int64_t n);
+/* kiln__vexp_f32, kiln__vexp_f64, ...: one pair per op. */
+#define KILN__VMATH_X(NAME, name)                                  \
+    void kiln__v##name##_f32(float *y, const float *x, int64_t n); \
+    void kiln__v##name##_f64(double *y, const double *x, int64_t n);
+KILN__VMATH_OPS
+#undef KILN__VMATH_X
 
 /* The kernel for op under the ISA in effect now (NULL for an op out of range). Callers that
  * run one op over many chunks can look it up once. */

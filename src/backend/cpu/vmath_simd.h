@@ -508,6 +508,14 @@ static inline VM_TARGET vf vm_hardswish(vf x)
     return v_mul(x, v_div(r6, v_set(6.0f)));
 }
 
+/* The constant first: max and min return their second operand when one is NaN, so NaN x stays
+ * NaN, as the scalar kernel's. */
+static inline VM_TARGET vf vm_hardsigmoid(vf x)
+{
+    vf r6 = v_min(v_set(6.0f), v_max(v_set(0.0f), v_add(x, v_set(3.0f))));
+    return v_div(r6, v_set(6.0f));
+}
+
 /* ---- the array kernels -------------------------------------------------------------------- */
 
 /* y[i] = f(x[i]): whole vectors, then the tail through a zero-filled vector on the stack. Each
@@ -554,33 +562,10 @@ VM_DEFINE_KERNEL(vm_log_sigmoid_kernel, vm_log_sigmoid)
 VM_DEFINE_KERNEL(vm_mish_kernel, vm_mish)
 VM_DEFINE_KERNEL(vm_softsign_kernel, vm_softsign)
 VM_DEFINE_KERNEL(vm_hardswish_kernel, vm_hardswish)
+VM_DEFINE_KERNEL(vm_hardsigmoid_kernel, vm_hardsigmoid)
 
 const kiln__vmath_f32_fn VM_TABLE[KILN_VMATH_OP_COUNT] = {
-    [KILN_VMATH_EXP] = vm_exp_kernel,
-    [KILN_VMATH_LOG] = vm_log_kernel,
-    [KILN_VMATH_LOG1P] = vm_log1p_kernel,
-    [KILN_VMATH_EXPM1] = vm_expm1_kernel,
-    [KILN_VMATH_TANH] = vm_tanh_kernel,
-    [KILN_VMATH_SIGMOID] = vm_sigmoid_kernel,
-    [KILN_VMATH_SIN] = vm_sin_kernel,
-    [KILN_VMATH_COS] = vm_cos_kernel,
-    [KILN_VMATH_ERF] = vm_erf_kernel,
-    [KILN_VMATH_SQRT] = vm_sqrt_kernel,
-    [KILN_VMATH_RSQRT] = vm_rsqrt_kernel,
-    [KILN_VMATH_GELU] = vm_gelu_kernel,
-    [KILN_VMATH_GELU_TANH] = vm_gelu_tanh_kernel,
-    [KILN_VMATH_SILU] = vm_silu_kernel,
-    [KILN_VMATH_SOFTPLUS] = vm_softplus_kernel,
-    [KILN_VMATH_FLOOR] = vm_floor_kernel,
-    [KILN_VMATH_CEIL] = vm_ceil_kernel,
-    [KILN_VMATH_ROUND] = vm_round_kernel,
-    [KILN_VMATH_TRUNC] = vm_trunc_kernel,
-    [KILN_VMATH_ATAN] = vm_atan_kernel,
-    [KILN_VMATH_LOG2] = vm_log2_kernel,
-    [KILN_VMATH_LOG10] = vm_log10_kernel,
-    [KILN_VMATH_EXP2] = vm_exp2_kernel,
-    [KILN_VMATH_LOG_SIGMOID] = vm_log_sigmoid_kernel,
-    [KILN_VMATH_MISH] = vm_mish_kernel,
-    [KILN_VMATH_SOFTSIGN] = vm_softsign_kernel,
-    [KILN_VMATH_HARDSWISH] = vm_hardswish_kernel,
+#define KILN__VMATH_X(OP, name) [KILN_VMATH_##OP] = vm_##name##_kernel,
+    KILN__VMATH_OPS
+#undef KILN__VMATH_X
 };

@@ -188,6 +188,7 @@ static bool op_expr(kiln__cl_src *b, const kiln__expr *e, const kiln__expr_node 
     case KILN__OP_LOG_SIGMOID: P("(fmin(%s, (%s)0) - log1p(exp(-fabs(%s))))", X, T, X); return f;
     case KILN__OP_MISH: P("(%s * tanh(%s > (%s)20 ? %s : log1p(exp(%s))))", X, X, T, X, X); return f;
     case KILN__OP_SOFTSIGN: P("(%s / ((%s)1 + fabs(%s)))", X, T, X); return f;
+    case KILN__OP_HARDSIGMOID: P("(isnan(%s) ? %s : fmin(fmax(%s + (%s)3, (%s)0), (%s)6) / (%s)6)", X, X, X, T, T, T, T); return f;
     case KILN__OP_HARDSWISH: P("(%s * fmin(fmax(%s + (%s)3, (%s)0), (%s)6) / (%s)6)", X, X, T, T, T, T); return f;
     case KILN__OP_ISNAN: P("(uchar)(isnan(%s) != 0)", X); return fin;
     case KILN__OP_ISINF: P("(uchar)(isinf(%s) != 0)", X); return fin;

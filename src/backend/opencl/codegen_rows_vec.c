@@ -28,18 +28,9 @@
 #define VEC 16
 
 /* Opcodes whose printed form (codegen.c) is the same expression on float16: arithmetic and
- * the math functions, no ternaries, comparisons or casts. */
-static bool vector_opcode(kiln__opcode code) {
-    switch (code) {
-    case KILN__OP_COPY: case KILN__OP_NEG: case KILN__OP_ABS: case KILN__OP_EXP: case KILN__OP_LOG:
-    case KILN__OP_LOG1P: case KILN__OP_EXPM1: case KILN__OP_SQRT: case KILN__OP_RSQRT: case KILN__OP_SIN:
-    case KILN__OP_COS: case KILN__OP_TANH: case KILN__OP_SIGMOID: case KILN__OP_GELU: case KILN__OP_SILU:
-    case KILN__OP_ERF: case KILN__OP_FLOOR: case KILN__OP_CEIL: case KILN__OP_ROUND: case KILN__OP_TRUNC:
-    case KILN__OP_ATAN: case KILN__OP_LOG2: case KILN__OP_LOG10: case KILN__OP_EXP2: case KILN__OP_SOFTSIGN:
-    case KILN__OP_ADD: case KILN__OP_SUB: case KILN__OP_MUL: case KILN__OP_DIV: return true;
-    default: return false;
-    }
-}
+ * the math functions, no ternaries, comparisons or casts (fusion class EW_VEC in the op table,
+ * ir/optable.h). */
+static bool vector_opcode(kiln__opcode code) { return kiln__op_info_of(code)->fuse == KILN__FUSE_EW_VEC; }
 
 bool kiln__cl_rows_vec_takes(const kiln__fused *g) {
     const kiln__expr *e = &g->expr;

@@ -13,11 +13,13 @@
 
 #if !KILN_HAVE_OPENCL
 
-const kiln__backend *kiln__opencl_backend(int index) { return NULL; }
-int kiln__opencl_device_count(void) { return 0; }
-bool kiln__opencl_describe(int index, kiln__device_desc *out) { return false; }
-kiln_status kiln__opencl_synchronize_all(void) { return KILN_OK; }
-void kiln__opencl_stream_end(int stream_id) {}
+static int opencl_device_count(void) { return 0; }
+
+const kiln__backend_reg kiln__opencl_backend_reg = {
+    .name = "opencl",
+    .kind = KILN_KIND_OPENCL,
+    .device_count = opencl_device_count,
+};
 
 #else
 
@@ -62,7 +64,7 @@ static void discover(void) {
     cl.count = n;
 }
 
-int kiln__opencl_device_count(void) {
+static int opencl_device_count(void) {
     pthread_once(&cl.once, discover);
     return cl.count;
 }
@@ -79,8 +81,8 @@ static void describe(cl_device_id id, kiln__device_desc *out) {
     out->compute_units = (int)cu;
 }
 
-bool kiln__opencl_describe(int index, kiln__device_desc *out) {
-    if (index < 0 || index >= kiln__opencl_device_count()) return false;
+static bool opencl_describe(int index, kiln__device_desc *out) {
+    if (index < 0 || index >= opencl_device_count()) return false;
     describe(cl.id[index], out);
     return true;
 }
@@ -191,8 +193,8 @@ static kiln__cl_device *device_open(int index) {
 
 /* Devices stay open for the process (storages and cached programs point into them); the
  * ICD loader and the driver own their memory at exit. */
-const kiln__backend *kiln__opencl_backend(int index) {
-    if (index < 0 || index >= kiln__opencl_device_count()) return NULL;
+static const kiln__backend *opencl_device(int index) {
+    if (index < 0 || index >= opencl_device_count()) return NULL;
     kiln__cl_device *d = __atomic_load_n(&cl.dev[index], __ATOMIC_ACQUIRE);
     if (d) return &d->backend;
     pthread_mutex_lock(&cl.lock);
@@ -206,7 +208,7 @@ const kiln__backend *kiln__opencl_backend(int index) {
     return d ? &d->backend : NULL;
 }
 
-kiln_status kiln__opencl_synchronize_all(void) {
+static kiln_status opencl_synchronize_all(void) {
     kiln_status st = KILN_OK;
     for (int i = 0; i < KILN_MAX_DEVICES; i++) {
         kiln__cl_device *d = __atomic_load_n(&cl.dev[i], __ATOMIC_ACQUIRE);
@@ -220,11 +222,21 @@ kiln__cl_device *kiln__cl_device_of(kiln_device dev) {
     return i < KILN_MAX_DEVICES ? __atomic_load_n(&cl.dev[i], __ATOMIC_ACQUIRE) : NULL;
 }
 
-void kiln__opencl_stream_end(int stream_id) {
+static void opencl_stream_end(int stream_id) {
     for (int i = 0; i < KILN_MAX_DEVICES; i++) {
         kiln__cl_device *d = __atomic_load_n(&cl.dev[i], __ATOMIC_ACQUIRE);
         if (d) kiln__cl_stream_end(d, stream_id);
     }
 }
+
+const kiln__backend_reg kiln__opencl_backend_reg = {
+    .name = "opencl",
+    .kind = KILN_KIND_OPENCL,
+    .device_count = opencl_device_count,
+    .device = opencl_device,
+    .describe = opencl_describe,
+    .synchronize_all = opencl_synchronize_all,
+    .stream_end = opencl_stream_end,
+};
 
 #endif

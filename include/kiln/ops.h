@@ -1,0 +1,191 @@
+/* kiln's elementwise ops whose signature the op table gives: generated from src/ir/optable.h
+ * by scripts/gen_optable.py; do not edit (edit the table's row, then run the script).
+ * Included by kiln/tensor.h; every op consumes its tensor arguments and returns a new tensor
+ * (NumPy broadcasting; integers and bools promote to f32 for float math).
+ *
+ *   kiln_tensor y = kiln_softsign(kiln_ref(x));   // y = x / (1 + |x|), x kept
+ */
+#ifndef KILN_OPS_H
+#define KILN_OPS_H
+
+#include "kiln/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+KILN_API kiln_tensor kiln_neg(kiln_tensor t); /* -t */
+KILN_API kiln_tensor kiln_abs(kiln_tensor t); /* |t| */
+KILN_API kiln_tensor kiln_sign(kiln_tensor t); /* -1, 0 or 1 by the sign of t */
+KILN_API kiln_tensor kiln_exp(kiln_tensor t); /* e^t */
+KILN_API kiln_tensor kiln_log(kiln_tensor t); /* natural logarithm */
+KILN_API kiln_tensor kiln_log1p(kiln_tensor t); /* log(1 + t), accurate near 0 */
+KILN_API kiln_tensor kiln_expm1(kiln_tensor t); /* e^t - 1, accurate near 0 */
+KILN_API kiln_tensor kiln_sqrt(kiln_tensor t); /* square root */
+KILN_API kiln_tensor kiln_rsqrt(kiln_tensor t); /* 1 / sqrt(t) */
+KILN_API kiln_tensor kiln_sin(kiln_tensor t); /* sine */
+KILN_API kiln_tensor kiln_cos(kiln_tensor t); /* cosine */
+KILN_API kiln_tensor kiln_tanh(kiln_tensor t); /* hyperbolic tangent */
+KILN_API kiln_tensor kiln_sigmoid(kiln_tensor t); /* 1 / (1 + e^-t) */
+KILN_API kiln_tensor kiln_relu(kiln_tensor t); /* max(t, 0) */
+KILN_API kiln_tensor kiln_gelu(kiln_tensor t); /* t Phi(t), the erf form */
+KILN_API kiln_tensor kiln_gelu_tanh(kiln_tensor t); /* gelu's tanh approximation */
+KILN_API kiln_tensor kiln_silu(kiln_tensor t); /* t sigmoid(t) */
+KILN_API kiln_tensor kiln_softplus(kiln_tensor t); /* log(1 + e^t); t itself above 20 */
+KILN_API kiln_tensor kiln_erf(kiln_tensor t); /* error function */
+KILN_API kiln_tensor kiln_logical_not(kiln_tensor t); /* not t (bool out) */
+KILN_API kiln_tensor kiln_floor(kiln_tensor t); /* round down; integers unchanged, bool refused; gradient zero */
+KILN_API kiln_tensor kiln_ceil(kiln_tensor t); /* round up; integers unchanged */
+KILN_API kiln_tensor kiln_round(kiln_tensor t); /* round half to even; integers unchanged */
+KILN_API kiln_tensor kiln_trunc(kiln_tensor t); /* round toward zero; integers unchanged */
+KILN_API kiln_tensor kiln_atan(kiln_tensor t); /* arctangent */
+KILN_API kiln_tensor kiln_log2(kiln_tensor t); /* base-2 logarithm */
+KILN_API kiln_tensor kiln_log10(kiln_tensor t); /* base-10 logarithm */
+KILN_API kiln_tensor kiln_exp2(kiln_tensor t); /* 2^t */
+KILN_API kiln_tensor kiln_isnan(kiln_tensor t); /* t is NaN (bool out; false for integers) */
+KILN_API kiln_tensor kiln_isinf(kiln_tensor t); /* t is +-inf (bool out; false for integers) */
+KILN_API kiln_tensor kiln_isfinite(kiln_tensor t); /* t is neither NaN nor infinite (bool out) */
+KILN_API kiln_tensor kiln_log_sigmoid(kiln_tensor t); /* log(sigmoid(t)) */
+KILN_API kiln_tensor kiln_mish(kiln_tensor t); /* t tanh(softplus(t)) */
+KILN_API kiln_tensor kiln_softsign(kiln_tensor t); /* t / (1 + |t|) */
+KILN_API kiln_tensor kiln_hardswish(kiln_tensor t); /* t min(max(t + 3, 0), 6) / 6 */
+KILN_API kiln_tensor kiln_hardsigmoid(kiln_tensor t); /* min(max(t + 3, 0), 6) / 6 (torch.nn.functional.hardsigmoid) */
+KILN_API kiln_tensor kiln_add(kiln_tensor a, kiln_tensor b); /* a + b */
+KILN_API kiln_tensor kiln_sub(kiln_tensor a, kiln_tensor b); /* a - b */
+KILN_API kiln_tensor kiln_mul(kiln_tensor a, kiln_tensor b); /* a * b */
+KILN_API kiln_tensor kiln_div(kiln_tensor a, kiln_tensor b); /* a / b (true division: integers give f32) */
+KILN_API kiln_tensor kiln_pow(kiln_tensor a, kiln_tensor b); /* a^b */
+KILN_API kiln_tensor kiln_maximum(kiln_tensor a, kiln_tensor b); /* the larger of a and b (NaN wins) */
+KILN_API kiln_tensor kiln_minimum(kiln_tensor a, kiln_tensor b); /* the smaller of a and b (NaN wins) */
+KILN_API kiln_tensor kiln_eq(kiln_tensor a, kiln_tensor b); /* a == b (bool out) */
+KILN_API kiln_tensor kiln_ne(kiln_tensor a, kiln_tensor b); /* a != b (bool out) */
+KILN_API kiln_tensor kiln_lt(kiln_tensor a, kiln_tensor b); /* a < b (bool out) */
+KILN_API kiln_tensor kiln_le(kiln_tensor a, kiln_tensor b); /* a <= b (bool out) */
+KILN_API kiln_tensor kiln_gt(kiln_tensor a, kiln_tensor b); /* a > b (bool out) */
+KILN_API kiln_tensor kiln_ge(kiln_tensor a, kiln_tensor b); /* a >= b (bool out) */
+KILN_API kiln_tensor kiln_logical_and(kiln_tensor a, kiln_tensor b); /* a and b (bool out) */
+KILN_API kiln_tensor kiln_logical_or(kiln_tensor a, kiln_tensor b); /* a or b (bool out) */
+KILN_API kiln_tensor kiln_fmod(kiln_tensor a, kiln_tensor b); /* C fmod: the sign of a; integer division by zero fails the op (KILN_ERR_INVALID_ARGUMENT) */
+KILN_API kiln_tensor kiln_remainder(kiln_tensor a, kiln_tensor b); /* the sign of b (torch.remainder); integer b == 0 fails */
+KILN_API kiln_tensor kiln_atan2(kiln_tensor a, kiln_tensor b); /* atan2(a, b): a is y */
+
+/* The calls that record the caller's file:line, as in core.h's list. */
+#define KILN_OPS_API(X) \
+    X(kiln_tensor, neg, (kiln_tensor t), (t)) \
+    X(kiln_tensor, abs, (kiln_tensor t), (t)) \
+    X(kiln_tensor, sign, (kiln_tensor t), (t)) \
+    X(kiln_tensor, exp, (kiln_tensor t), (t)) \
+    X(kiln_tensor, log, (kiln_tensor t), (t)) \
+    X(kiln_tensor, log1p, (kiln_tensor t), (t)) \
+    X(kiln_tensor, expm1, (kiln_tensor t), (t)) \
+    X(kiln_tensor, sqrt, (kiln_tensor t), (t)) \
+    X(kiln_tensor, rsqrt, (kiln_tensor t), (t)) \
+    X(kiln_tensor, sin, (kiln_tensor t), (t)) \
+    X(kiln_tensor, cos, (kiln_tensor t), (t)) \
+    X(kiln_tensor, tanh, (kiln_tensor t), (t)) \
+    X(kiln_tensor, sigmoid, (kiln_tensor t), (t)) \
+    X(kiln_tensor, relu, (kiln_tensor t), (t)) \
+    X(kiln_tensor, gelu, (kiln_tensor t), (t)) \
+    X(kiln_tensor, gelu_tanh, (kiln_tensor t), (t)) \
+    X(kiln_tensor, silu, (kiln_tensor t), (t)) \
+    X(kiln_tensor, softplus, (kiln_tensor t), (t)) \
+    X(kiln_tensor, erf, (kiln_tensor t), (t)) \
+    X(kiln_tensor, logical_not, (kiln_tensor t), (t)) \
+    X(kiln_tensor, floor, (kiln_tensor t), (t)) \
+    X(kiln_tensor, ceil, (kiln_tensor t), (t)) \
+    X(kiln_tensor, round, (kiln_tensor t), (t)) \
+    X(kiln_tensor, trunc, (kiln_tensor t), (t)) \
+    X(kiln_tensor, atan, (kiln_tensor t), (t)) \
+    X(kiln_tensor, log2, (kiln_tensor t), (t)) \
+    X(kiln_tensor, log10, (kiln_tensor t), (t)) \
+    X(kiln_tensor, exp2, (kiln_tensor t), (t)) \
+    X(kiln_tensor, isnan, (kiln_tensor t), (t)) \
+    X(kiln_tensor, isinf, (kiln_tensor t), (t)) \
+    X(kiln_tensor, isfinite, (kiln_tensor t), (t)) \
+    X(kiln_tensor, log_sigmoid, (kiln_tensor t), (t)) \
+    X(kiln_tensor, mish, (kiln_tensor t), (t)) \
+    X(kiln_tensor, softsign, (kiln_tensor t), (t)) \
+    X(kiln_tensor, hardswish, (kiln_tensor t), (t)) \
+    X(kiln_tensor, hardsigmoid, (kiln_tensor t), (t)) \
+    X(kiln_tensor, add, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, sub, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, mul, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, div, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, pow, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, maximum, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, minimum, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, eq, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, ne, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, lt, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, le, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, gt, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, ge, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, logical_and, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, logical_or, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, fmod, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, remainder, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, atan2, (kiln_tensor a, kiln_tensor b), (a, b))
+KILN_OPS_API(KILN__AT_DECLARE)
+
+#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
+#pragma GCC system_header /* see core.h: errors in these calls name the caller's line */
+#define kiln_neg(...) KILN__AT(neg, __VA_ARGS__)
+#define kiln_abs(...) KILN__AT(abs, __VA_ARGS__)
+#define kiln_sign(...) KILN__AT(sign, __VA_ARGS__)
+#define kiln_exp(...) KILN__AT(exp, __VA_ARGS__)
+#define kiln_log(...) KILN__AT(log, __VA_ARGS__)
+#define kiln_log1p(...) KILN__AT(log1p, __VA_ARGS__)
+#define kiln_expm1(...) KILN__AT(expm1, __VA_ARGS__)
+#define kiln_sqrt(...) KILN__AT(sqrt, __VA_ARGS__)
+#define kiln_rsqrt(...) KILN__AT(rsqrt, __VA_ARGS__)
+#define kiln_sin(...) KILN__AT(sin, __VA_ARGS__)
+#define kiln_cos(...) KILN__AT(cos, __VA_ARGS__)
+#define kiln_tanh(...) KILN__AT(tanh, __VA_ARGS__)
+#define kiln_sigmoid(...) KILN__AT(sigmoid, __VA_ARGS__)
+#define kiln_relu(...) KILN__AT(relu, __VA_ARGS__)
+#define kiln_gelu(...) KILN__AT(gelu, __VA_ARGS__)
+#define kiln_gelu_tanh(...) KILN__AT(gelu_tanh, __VA_ARGS__)
+#define kiln_silu(...) KILN__AT(silu, __VA_ARGS__)
+#define kiln_softplus(...) KILN__AT(softplus, __VA_ARGS__)
+#define kiln_erf(...) KILN__AT(erf, __VA_ARGS__)
+#define kiln_logical_not(...) KILN__AT(logical_not, __VA_ARGS__)
+#define kiln_floor(...) KILN__AT(floor, __VA_ARGS__)
+#define kiln_ceil(...) KILN__AT(ceil, __VA_ARGS__)
+#define kiln_round(...) KILN__AT(round, __VA_ARGS__)
+#define kiln_trunc(...) KILN__AT(trunc, __VA_ARGS__)
+#define kiln_atan(...) KILN__AT(atan, __VA_ARGS__)
+#define kiln_log2(...) KILN__AT(log2, __VA_ARGS__)
+#define kiln_log10(...) KILN__AT(log10, __VA_ARGS__)
+#define kiln_exp2(...) KILN__AT(exp2, __VA_ARGS__)
+#define kiln_isnan(...) KILN__AT(isnan, __VA_ARGS__)
+#define kiln_isinf(...) KILN__AT(isinf, __VA_ARGS__)
+#define kiln_isfinite(...) KILN__AT(isfinite, __VA_ARGS__)
+#define kiln_log_sigmoid(...) KILN__AT(log_sigmoid, __VA_ARGS__)
+#define kiln_mish(...) KILN__AT(mish, __VA_ARGS__)
+#define kiln_softsign(...) KILN__AT(softsign, __VA_ARGS__)
+#define kiln_hardswish(...) KILN__AT(hardswish, __VA_ARGS__)
+#define kiln_hardsigmoid(...) KILN__AT(hardsigmoid, __VA_ARGS__)
+#define kiln_add(...) KILN__AT(add, __VA_ARGS__)
+#define kiln_sub(...) KILN__AT(sub, __VA_ARGS__)
+#define kiln_mul(...) KILN__AT(mul, __VA_ARGS__)
+#define kiln_div(...) KILN__AT(div, __VA_ARGS__)
+#define kiln_pow(...) KILN__AT(pow, __VA_ARGS__)
+#define kiln_maximum(...) KILN__AT(maximum, __VA_ARGS__)
+#define kiln_minimum(...) KILN__AT(minimum, __VA_ARGS__)
+#define kiln_eq(...) KILN__AT(eq, __VA_ARGS__)
+#define kiln_ne(...) KILN__AT(ne, __VA_ARGS__)
+#define kiln_lt(...) KILN__AT(lt, __VA_ARGS__)
+#define kiln_le(...) KILN__AT(le, __VA_ARGS__)
+#define kiln_gt(...) KILN__AT(gt, __VA_ARGS__)
+#define kiln_ge(...) KILN__AT(ge, __VA_ARGS__)
+#define kiln_logical_and(...) KILN__AT(logical_and, __VA_ARGS__)
+#define kiln_logical_or(...) KILN__AT(logical_or, __VA_ARGS__)
+#define kiln_fmod(...) KILN__AT(fmod, __VA_ARGS__)
+#define kiln_remainder(...) KILN__AT(remainder, __VA_ARGS__)
+#define kiln_atan2(...) KILN__AT(atan2, __VA_ARGS__)
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

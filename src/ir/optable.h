@@ -1,0 +1,142 @@
+/* The op table: one row per elementwise op, the single place its facts are written. From it
+ * come the opcodes (ir/opcodes.h), their names, the fusion classes (ir/expr.c, OpenCL's vector
+ * rows), the dtype rules (ops/elementwise.c), what autodiff saves (autodiff/rules_elementwise.c),
+ * the public wrappers (api/elementwise.c), the CPU math kernels' op list (backend/cpu/vmath.h),
+ * the table-driven device and gradient test (tests/test_backend_ops.c), and, through
+ * scripts/gen_optable.py, the public prototypes, call-site list and macros
+ * (include/kiln/ops.h) and a JSON form for other generators (the Python method table).
+ * DESIGN.md, sections 7 and 9, says how to add an op.
+ *
+ * X(NAME, name, arity, dtype, shape, fuse, grad, sig, cpu, domain, doc), one row per line:
+ *   NAME    opcode KILN__OP_NAME
+ *   name    the public kiln_name (and the Python method name)
+ *   arity   tensor inputs
+ *   dtype   the dtype rule (kiln__dtype_rule below)
+ *   shape   BCAST: inputs broadcast to the output's shape; SAME: one input, same shape
+ *   fuse    NONE, EW (joins elementwise fusion groups), EW_VEC (and its OpenCL form is the same
+ *           expression on floatN, so rows fuse vectorised)
+ *   grad    NONE (not differentiable: bool results, no node recorded), ZERO (the gradient is
+ *           zero), SAVE_NONE / SAVE_IN / SAVE_OUT (its rule reads nothing, the input, the
+ *           output: autodiff saves only that), BINARY (binary_backward's rule)
+ *   sig     the public signature: T (kiln_tensor t), AB (kiln_tensor a, kiln_tensor b), NONE
+ *           (no generated wrapper: parameters or internal; written by hand in api/)
+ *   cpu     VMATH: the CPU runs it with the vectorised math kernel KILN_VMATH_NAME
+ *           (backend/cpu/vmath*.{c,h}); TYPED: a typed loop in backend/cpu/elementwise_*.c
+ *   domain  test inputs: ANY [-2.5, 2.5], POS [0.25, 2.5], AWAY (|x| in [0.25, 2.5]),
+ *           BOOL (true/false)
+ *   doc     one line for the header and the Python docstring
+ *
+ * The rows' order is the opcodes' order. Keep one row per line: the generator reads them. */
+#ifndef KILN_IR_OPTABLE_H
+#define KILN_IR_OPTABLE_H
+
+/* clang-format off */
+#define KILN__OPTABLE(X) \
+    X(COPY,          copy,          1, CAST,       SAME,  EW_VEC, NONE,      NONE, TYPED, ANY,  "out = in converted to out's dtype; any strides, same shape") \
+    X(NEG,           neg,           1, SAME,       BCAST, EW_VEC, SAVE_NONE, T,    TYPED, ANY,  "-t") \
+    X(ABS,           abs,           1, SAME,       BCAST, EW_VEC, SAVE_IN,   T,    TYPED, ANY,  "|t|") \
+    X(SIGN,          sign,          1, SAME,       BCAST, EW,     ZERO,      T,    TYPED, ANY,  "-1, 0 or 1 by the sign of t") \
+    X(EXP,           exp,           1, FLOAT,      BCAST, EW_VEC, SAVE_OUT,  T,    VMATH, ANY,  "e^t") \
+    X(LOG,           log,           1, FLOAT,      BCAST, EW_VEC, SAVE_IN,   T,    VMATH, POS,  "natural logarithm") \
+    X(LOG1P,         log1p,         1, FLOAT,      BCAST, EW_VEC, SAVE_IN,   T,    VMATH, POS,  "log(1 + t), accurate near 0") \
+    X(EXPM1,         expm1,         1, FLOAT,      BCAST, EW_VEC, SAVE_OUT,  T,    VMATH, ANY,  "e^t - 1, accurate near 0") \
+    X(SQRT,          sqrt,          1, FLOAT,      BCAST, EW_VEC, SAVE_OUT,  T,    VMATH, POS,  "square root") \
+    X(RSQRT,         rsqrt,         1, FLOAT,      BCAST, EW_VEC, SAVE_OUT,  T,    VMATH, POS,  "1 / sqrt(t)") \
+    X(SIN,           sin,           1, FLOAT,      BCAST, EW_VEC, SAVE_IN,   T,    VMATH, ANY,  "sine") \
+    X(COS,           cos,           1, FLOAT,      BCAST, EW_VEC, SAVE_IN,   T,    VMATH, ANY,  "cosine") \
+    X(TANH,          tanh,          1, FLOAT,      BCAST, EW_VEC, SAVE_OUT,  T,    VMATH, ANY,  "hyperbolic tangent") \
+    X(SIGMOID,       sigmoid,       1, FLOAT,      BCAST, EW_VEC, SAVE_OUT,  T,    VMATH, ANY,  "1 / (1 + e^-t)") \
+    X(RELU,          relu,          1, SAME,       BCAST, EW,     SAVE_OUT,  T,    TYPED, ANY,  "max(t, 0)") \
+    X(GELU,          gelu,          1, FLOAT,      BCAST, EW_VEC, SAVE_IN,   T,    VMATH, ANY,  "t Phi(t), the erf form") \
+    X(GELU_TANH,     gelu_tanh,     1, FLOAT,      BCAST, EW,     SAVE_IN,   T,    VMATH, ANY,  "gelu's tanh approximation") \
+    X(SILU,          silu,          1, FLOAT,      BCAST, EW_VEC, SAVE_IN,   T,    VMATH, ANY,  "t sigmoid(t)") \
+    X(SOFTPLUS,      softplus,      1, FLOAT,      BCAST, EW,     SAVE_IN,   T,    VMATH, ANY,  "log(1 + e^t); t itself above 20") \
+    X(ERF,           erf,           1, FLOAT,      BCAST, EW_VEC, SAVE_IN,   T,    VMATH, ANY,  "error function") \
+    X(LOGICAL_NOT,   logical_not,   1, LOGICAL,    BCAST, EW,     NONE,      T,    TYPED, BOOL, "not t (bool out)") \
+    X(CLAMP,         clamp,         1, SAME,       BCAST, EW,     SAVE_IN,   NONE, TYPED, ANY,  "lo p.f[0], hi p.f[1]; NaN = no bound") \
+    X(FLOOR,         floor,         1, ROUNDING,   BCAST, EW_VEC, ZERO,      T,    VMATH, ANY,  "round down; integers unchanged, bool refused; gradient zero") \
+    X(CEIL,          ceil,          1, ROUNDING,   BCAST, EW_VEC, ZERO,      T,    VMATH, ANY,  "round up; integers unchanged") \
+    X(ROUND,         round,         1, ROUNDING,   BCAST, EW_VEC, ZERO,      T,    VMATH, ANY,  "round half to even; integers unchanged") \
+    X(TRUNC,         trunc,         1, ROUNDING,   BCAST, EW_VEC, ZERO,      T,    VMATH, ANY,  "round toward zero; integers unchanged") \
+    X(ATAN,          atan,          1, FLOAT,      BCAST, EW_VEC, SAVE_IN,   T,    VMATH, ANY,  "arctangent") \
+    X(LOG2,          log2,          1, FLOAT,      BCAST, EW_VEC, SAVE_IN,   T,    VMATH, POS,  "base-2 logarithm") \
+    X(LOG10,         log10,         1, FLOAT,      BCAST, EW_VEC, SAVE_IN,   T,    VMATH, POS,  "base-10 logarithm") \
+    X(EXP2,          exp2,          1, FLOAT,      BCAST, EW_VEC, SAVE_OUT,  T,    VMATH, ANY,  "2^t") \
+    X(ISNAN,         isnan,         1, CLASSIFY,   BCAST, EW,     NONE,      T,    TYPED, ANY,  "t is NaN (bool out; false for integers)") \
+    X(ISINF,         isinf,         1, CLASSIFY,   BCAST, EW,     NONE,      T,    TYPED, ANY,  "t is +-inf (bool out; false for integers)") \
+    X(ISFINITE,      isfinite,      1, CLASSIFY,   BCAST, EW,     NONE,      T,    TYPED, ANY,  "t is neither NaN nor infinite (bool out)") \
+    X(NAN_TO_NUM,    nan_to_num,    1, ROUNDING,   BCAST, EW,     SAVE_IN,   NONE, TYPED, ANY,  "NaN -> p.f[0], +inf -> p.f[1], -inf -> p.f[2]") \
+    X(LOG_SIGMOID,   log_sigmoid,   1, FLOAT_ONLY, BCAST, EW,     SAVE_IN,   T,    VMATH, ANY,  "log(sigmoid(t))") \
+    X(MISH,          mish,          1, FLOAT_ONLY, BCAST, EW,     SAVE_IN,   T,    VMATH, ANY,  "t tanh(softplus(t))") \
+    X(SOFTSIGN,      softsign,      1, FLOAT_ONLY, BCAST, EW_VEC, SAVE_IN,   T,    VMATH, ANY,  "t / (1 + |t|)") \
+    X(HARDSWISH,     hardswish,     1, FLOAT_ONLY, BCAST, EW,     SAVE_IN,   T,    VMATH, ANY,  "t min(max(t + 3, 0), 6) / 6") \
+    X(HARDSIGMOID,   hardsigmoid,   1, FLOAT_ONLY, BCAST, EW,     SAVE_IN,   T,    VMATH, ANY,  "min(max(t + 3, 0), 6) / 6 (torch.nn.functional.hardsigmoid)") \
+    X(LEAKY_RELU,    leaky_relu,    1, FLOAT_ONLY, BCAST, EW,     SAVE_IN,   NONE, TYPED, ANY,  "t < 0: t p.f[0]") \
+    X(ELU,           elu,           1, FLOAT_ONLY, BCAST, EW,     SAVE_IN,   NONE, TYPED, ANY,  "alpha p.f[0], scale p.f[1], input scale p.f[2] (torch.nn.ELU/SELU)") \
+    X(ADD,           add,           2, SAME,       BCAST, EW_VEC, BINARY,    AB,   TYPED, ANY,  "a + b") \
+    X(SUB,           sub,           2, SAME,       BCAST, EW_VEC, BINARY,    AB,   TYPED, ANY,  "a - b") \
+    X(MUL,           mul,           2, SAME,       BCAST, EW_VEC, BINARY,    AB,   TYPED, ANY,  "a * b") \
+    X(DIV,           div,           2, FLOAT,      BCAST, EW_VEC, BINARY,    AB,   TYPED, AWAY, "a / b (true division: integers give f32)") \
+    X(POW,           pow,           2, FLOAT,      BCAST, EW,     BINARY,    AB,   TYPED, POS,  "a^b") \
+    X(MAXIMUM,       maximum,       2, SAME,       BCAST, EW,     BINARY,    AB,   TYPED, ANY,  "the larger of a and b (NaN wins)") \
+    X(MINIMUM,       minimum,       2, SAME,       BCAST, EW,     BINARY,    AB,   TYPED, ANY,  "the smaller of a and b (NaN wins)") \
+    X(EQ,            eq,            2, COMPARE,    BCAST, EW,     BINARY,    AB,   TYPED, ANY,  "a == b (bool out)") \
+    X(NE,            ne,            2, COMPARE,    BCAST, EW,     BINARY,    AB,   TYPED, ANY,  "a != b (bool out)") \
+    X(LT,            lt,            2, COMPARE,    BCAST, EW,     BINARY,    AB,   TYPED, ANY,  "a < b (bool out)") \
+    X(LE,            le,            2, COMPARE,    BCAST, EW,     BINARY,    AB,   TYPED, ANY,  "a <= b (bool out)") \
+    X(GT,            gt,            2, COMPARE,    BCAST, EW,     BINARY,    AB,   TYPED, ANY,  "a > b (bool out)") \
+    X(GE,            ge,            2, COMPARE,    BCAST, EW,     BINARY,    AB,   TYPED, ANY,  "a >= b (bool out)") \
+    X(LOGICAL_AND,   logical_and,   2, LOGICAL,    BCAST, EW,     BINARY,    AB,   TYPED, BOOL, "a and b (bool out)") \
+    X(LOGICAL_OR,    logical_or,    2, LOGICAL,    BCAST, EW,     BINARY,    AB,   TYPED, BOOL, "a or b (bool out)") \
+    X(FMOD,          fmod,          2, SAME,       BCAST, EW,     BINARY,    AB,   TYPED, AWAY, "C fmod: the sign of a; integer division by zero fails the op (KILN_ERR_INVALID_ARGUMENT)") \
+    X(REMAINDER,     remainder,     2, SAME,       BCAST, EW,     BINARY,    AB,   TYPED, AWAY, "the sign of b (torch.remainder); integer b == 0 fails") \
+    X(ATAN2,         atan2,         2, FLOAT,      BCAST, EW,     BINARY,    AB,   TYPED, AWAY, "atan2(a, b): a is y") \
+    X(WHERE,         where,         3, WHERE,      BCAST, EW,     NONE,      NONE, TYPED, ANY,  "in[0] (bool) ? in[1] : in[2]") \
+    X(LERP,          lerp,          3, FLOAT_ONLY, BCAST, NONE,   NONE,      NONE, TYPED, ANY,  "in[0] + in[2] (in[1] - in[0]), torch.lerp's two-sided form") \
+    X(RELU_BACKWARD, relu_backward, 2, SAME,       BCAST, EW,     NONE,      NONE, TYPED, ANY,  "in[1] > 0 ? in[0] : 0 (in[0] grad, in[1] x or y)")
+/* clang-format on */
+
+/* Dtype rules: what the kernel computes in and what the caller gets (ops/elementwise.c). */
+typedef enum {
+    KILN__DT_NONE,       /* not an elementwise op of the table */
+    KILN__DT_SAME,       /* the (promoted) input dtype; bool arithmetic counts in i32 */
+    KILN__DT_FLOAT,      /* math: integers and bools compute in f32 */
+    KILN__DT_FLOAT_ONLY, /* floating-point inputs only (torch's activations) */
+    KILN__DT_ROUNDING,   /* integers come back unchanged, bool is refused */
+    KILN__DT_CLASSIFY,   /* bool out; a constant for integers */
+    KILN__DT_COMPARE,    /* inputs promoted together, bool out */
+    KILN__DT_LOGICAL,    /* bool in, bool out */
+    KILN__DT_WHERE,      /* bool condition, the branches promoted together */
+    KILN__DT_CAST        /* the output's dtype */
+} kiln__dtype_rule;
+
+typedef enum { KILN__SHAPE_NONE, KILN__SHAPE_BCAST, KILN__SHAPE_SAME } kiln__shape_rule;
+typedef enum { KILN__FUSE_NONE, KILN__FUSE_EW, KILN__FUSE_EW_VEC } kiln__fusion_class;
+typedef enum {
+    KILN__GRAD_NONE,
+    KILN__GRAD_ZERO,
+    KILN__GRAD_SAVE_NONE,
+    KILN__GRAD_SAVE_IN,
+    KILN__GRAD_SAVE_OUT,
+    KILN__GRAD_BINARY
+} kiln__grad_rule;
+typedef enum { KILN__SIG_NONE, KILN__SIG_T, KILN__SIG_AB } kiln__signature;
+typedef enum { KILN__CPU_TYPED, KILN__CPU_VMATH } kiln__cpu_kernel;
+typedef enum { KILN__DOMAIN_ANY, KILN__DOMAIN_POS, KILN__DOMAIN_AWAY, KILN__DOMAIN_BOOL } kiln__test_domain;
+
+/* One row, as data (ir/optable.c); opcodes outside the table read as all zeros (DT_NONE,
+ * FUSE_NONE, GRAD_NONE, SIG_NONE, arity 0). */
+typedef struct kiln__op_info {
+    const char *name; /* "softsign"; NULL outside the table */
+    int arity;
+    kiln__dtype_rule dtype;
+    kiln__shape_rule shape;
+    kiln__fusion_class fuse;
+    kiln__grad_rule grad;
+    kiln__signature sig;
+    kiln__cpu_kernel cpu;
+    kiln__test_domain domain;
+    const char *doc;
+} kiln__op_info;
+
+#endif

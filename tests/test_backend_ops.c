@@ -1,0 +1,329 @@
+/* Every op of the op table (src/ir/optable.h) on every registered device (ggml's
+ * test-backend-ops): each row over the dtypes its dtype rule takes and four layouts
+ * (contiguous, a transposed view, a broadcast, a narrowed view), on the CPU against the
+ * double-precision run of the same op, and on every other device against the CPU, by
+ * normalized squared error (exact for integer and bool results); each differentiable row
+ * against central finite differences in double; bad input for each public row.
+ *
+ *   KILN_TEST_OPS_UNSUPPORTED=1   also list each case a device does not run (else a count)
+ *   KILN_TEST_OPS=softsign,add    only these rows
+ *   KILN_TEST_FILTER=gradients_match_finite_differences   one test (tests/kiln_test.h)
+ */
+#include <kiln.h>
+#include <string.h>
+
+#include "backend/backend-impl.h"
+#include "gradcheck.h"
+#include "ir/expr.h"
+#include "ir/opcodes.h"
+#include "kiln_test.h"
+
+typedef kiln_tensor (*unary_fn)(kiln_tensor);
+typedef kiln_tensor (*binary_fn)(kiln_tensor, kiln_tensor);
+
+/* The public function of each row the table gives a signature, from its generated list (named
+ * without a call: the function, not the call-site macro). */
+static const struct {
+    const char *name;
+    void (*fn)(void);
+} publics[] = {
+#define PUBLIC(ret, name, params, args) {#name, (void (*)(void))kiln_##name},
+    KILN_OPS_API(PUBLIC)
+#undef PUBLIC
+};
+
+static void (*public_of(const char *name))(void) {
+    for (size_t i = 0; i < sizeof publics / sizeof publics[0]; i++)
+        if (strcmp(publics[i].name, name) == 0) return publics[i].fn;
+    return NULL;
+}
+
+/* Whether the row runs here: a public signature or a hand-written call below. */
+static bool callable(kiln__opcode code) {
+    const kiln__op_info *r = kiln__op_info_of(code);
+    if (r->sig != KILN__SIG_NONE) return public_of(r->name) != NULL;
+    return code == KILN__OP_COPY || code == KILN__OP_CLAMP || code == KILN__OP_NAN_TO_NUM ||
+           code == KILN__OP_LEAKY_RELU || code == KILN__OP_ELU || code == KILN__OP_WHERE || code == KILN__OP_LERP;
+}
+
+static bool selected(kiln__opcode code) {
+    const char *only = getenv("KILN_TEST_OPS");
+    if (!only || !*only) return true;
+    const char *name = kiln__op_info_of(code)->name;
+    size_t n = strlen(name);
+    for (const char *p = only; *p;) {
+        size_t len = strcspn(p, ",");
+        if (len == n && strncmp(p, name, n) == 0) return true;
+        p += len + (p[len] == ',');
+    }
+    return false;
+}
+
+/* Runs the row's op on in[0..arity-1] (consumed), through its public call. */
+static kiln_tensor call_row(kiln__opcode code, kiln_tensor *in) {
+    const kiln__op_info *r = kiln__op_info_of(code);
+    kiln_set_call_site(__FILE__, __LINE__);
+    if (r->sig == KILN__SIG_T) return ((unary_fn)public_of(r->name))(in[0]);
+    if (r->sig == KILN__SIG_AB) return ((binary_fn)public_of(r->name))(in[0], in[1]);
+    switch (code) {
+    case KILN__OP_COPY: return kiln_cast(in[0], KILN_F64);
+    case KILN__OP_CLAMP: return kiln_clamp(in[0], -0.5, 0.75);
+    case KILN__OP_NAN_TO_NUM: return kiln_nan_to_num(in[0], 0.0, 1.0, -1.0);
+    case KILN__OP_LEAKY_RELU: return kiln_leaky_relu(in[0], 0.1);
+    case KILN__OP_ELU: return kiln_elu(in[0], 0.7);
+    case KILN__OP_WHERE: return kiln_where(kiln_gt_scalar(in[0], 0.0), in[1], in[2]);
+    case KILN__OP_LERP: return kiln_lerp(in[0], in[1], in[2]);
+    default: return KILN_NONE;
+    }
+}
+
+/* ---- inputs ------------------------------------------------------------------------------ */
+
+enum { ROWS = 5, COLS = 37, LAYOUTS = 4 };
+static const char *const layout_names[LAYOUTS] = {"contiguous", "transposed", "broadcast", "narrowed"};
+
+/* The dtypes a row's rule takes (one run each). */
+static int dtypes_of(kiln__opcode code, kiln_dtype *out) {
+    switch (kiln__op_info_of(code)->dtype) {
+    case KILN__DT_FLOAT_ONLY: out[0] = KILN_F32, out[1] = KILN_F64; return 2;
+    case KILN__DT_LOGICAL: out[0] = KILN_BOOL; return 1;
+    case KILN__DT_WHERE: out[0] = KILN_F32, out[1] = KILN_F64; return 2;
+    case KILN__DT_ROUNDING: case KILN__DT_CLASSIFY: case KILN__DT_COMPARE: case KILN__DT_CAST:
+        out[0] = KILN_F32, out[1] = KILN_I32; return 2;
+    default: out[0] = KILN_F32, out[1] = KILN_F64, out[2] = KILN_I32; return 3;
+    }
+}
+
+static uint64_t lcg(uint64_t *s) {
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return *s >> 11;
+}
+
+/* n values of the row's domain, exactly representable in the dtype (floats in f32, integers
+ * whole), so the f32 and f64 runs of a case see the same numbers. */
+static void fill(double *v, int64_t n, kiln__test_domain dom, kiln_dtype dt, uint64_t seed) {
+    uint64_t s = seed;
+    for (int64_t i = 0; i < n; i++) {
+        double u = (double)lcg(&s) / 9007199254740992.0; /* [0, 1) */
+        double x = dom == KILN__DOMAIN_POS ? 0.25 + 2.25 * u : -2.5 + 5 * u;
+        if (dom == KILN__DOMAIN_AWAY) x = (x < 0 ? -0.25 : 0.25) + x * 0.9;
+        if (dom == KILN__DOMAIN_BOOL || dt == KILN_BOOL) x = u < 0.5;
+        else if (dt == KILN_I32) x = dom == KILN__DOMAIN_POS ? 1 + (int)(u * 4) : dom == KILN__DOMAIN_AWAY ? (u < 0.5 ? -1 - (int)(u * 8) : 1 + (int)((u - 0.5) * 8)) : (int)(u * 9) - 4;
+        else x = (double)(float)x;
+        v[i] = x;
+    }
+}
+
+/* Input k of a case on dev in dtype dt: values of shape `made`, then seen through `view` (1: a
+ * transpose, 2: expanded to [ROWS, COLS], 3: narrowed to COLS columns). */
+static kiln_tensor make_input(kiln_device dev, kiln_dtype dt, kiln_shape made, int view, int k, kiln__test_domain dom) {
+    int64_t n = kiln_shape_numel(made);
+    double *v = malloc(sizeof(double) * (size_t)n);
+    fill(v, n, dom, dt, 11 + 7919 * (uint64_t)k);
+    kiln_tensor t = kiln_cast(kiln_from_data(KILN_CPU, KILN_F64, made, v), dt);
+    free(v);
+    if (dev != KILN_CPU) t = kiln_to_device(t, dev);
+    if (view == 1) t = kiln_transpose(t, 0, 1);
+    if (view == 2) t = kiln_expand(t, KILN_SHAPE(ROWS, COLS));
+    if (view == 3) t = kiln_narrow(t, 1, 2, COLS);
+    return t;
+}
+
+/* The case's result on dev, read back as doubles: KILN_OK or the read's status. Every layout
+ * gives a [ROWS, COLS] result: contiguous inputs; input 0 a transposed view; a broadcast (a
+ * unary op's input a row expanded, a binary op's [ROWS, 1] against [COLS]); input 0 narrowed. */
+static kiln_status run_case(kiln__opcode code, kiln_device dev, kiln_dtype dt, int layout, double *out) {
+    const kiln__op_info *r = kiln__op_info_of(code);
+    kiln_tensor in[3];
+    for (int k = 0; k < r->arity; k++) {
+        kiln_shape made = KILN_SHAPE(ROWS, COLS);
+        int view = 0;
+        if (layout == 1 && k == 0) made = KILN_SHAPE(COLS, ROWS), view = 1;
+        if (layout == 2 && r->arity == 1) made = KILN_SHAPE(1, COLS), view = 2;
+        if (layout == 2 && r->arity > 1) made = k == 0 ? KILN_SHAPE(ROWS, 1) : KILN_SHAPE(COLS);
+        if (layout == 3 && k == 0) made = KILN_SHAPE(ROWS, COLS + 3), view = 3;
+        in[k] = make_input(dev, dt, made, view, k, r->domain);
+    }
+    kiln_tensor y = call_row(code, in);
+    if (dev != KILN_CPU) y = kiln_to_device(y, KILN_CPU);
+    y = kiln_cast(y, KILN_F64);
+    kiln_status st = kiln_into_data(y, out, sizeof(double) * ROWS * COLS);
+    return st;
+}
+
+/* Normalized squared error of got against want, NaN and infinities matching themselves. */
+static double nmse(const double *got, const double *want, int64_t n) {
+    double err = 0, norm = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if ((isnan(got[i]) && isnan(want[i])) || (isinf(want[i]) && got[i] == want[i])) continue;
+        if (!isfinite(got[i]) || !isfinite(want[i])) return INFINITY;
+        err += (got[i] - want[i]) * (got[i] - want[i]);
+        norm += want[i] * want[i];
+    }
+    return err / (norm > 0 ? norm : 1);
+}
+
+/* Tolerance of a case's result: exact for integer and bool results (and any op on integers
+ * but true division and math), else by the dtype the op computed in. */
+static double tolerance(kiln__opcode code, kiln_dtype dt) {
+    kiln__dtype_rule rule = kiln__op_info_of(code)->dtype;
+    if (rule == KILN__DT_COMPARE || rule == KILN__DT_LOGICAL || rule == KILN__DT_CLASSIFY) return 0;
+    if (dt == KILN_I32 && rule != KILN__DT_FLOAT) return 0;
+    return dt == KILN_F64 ? 1e-24 : 1e-11;
+}
+
+static const char *dtype_str(kiln_dtype dt) { return kiln_dtype_name(dt); }
+
+/* ---- the tests --------------------------------------------------------------------------- */
+
+KT_TEST(the_table_is_consistent) {
+    int rows = 0;
+    for (int code = 0; code < KILN__OP_COUNT; code++) {
+        const kiln__op_info *r = kiln__op_info_of((kiln__opcode)code);
+        if (!r->name) continue;
+        rows++;
+        char upper[64];
+        size_t n = strlen(r->name);
+        for (size_t i = 0; i <= n && i < sizeof upper; i++) upper[i] = (char)(r->name[i] >= 'a' && r->name[i] <= 'z' ? r->name[i] - 32 : r->name[i]);
+        KT_CHECK_MSG(strcmp(upper, kiln__opcode_name((kiln__opcode)code)) == 0, "%s vs %s", r->name, kiln__opcode_name((kiln__opcode)code));
+        KT_CHECK_MSG(r->arity >= 1 && r->arity <= 3 && r->doc && r->doc[0], "%s", r->name);
+        KT_CHECK_MSG(r->sig == KILN__SIG_NONE || public_of(r->name), "%s has no public function", r->name);
+        KT_CHECK_MSG(r->sig != KILN__SIG_T || r->arity == 1, "%s", r->name);
+        KT_CHECK_MSG(r->sig != KILN__SIG_AB || r->arity == 2, "%s", r->name);
+        /* what fusion joins is what the table says */
+        KT_CHECK_MSG(kiln__expr_opcode_fusable((kiln__opcode)code) == (r->fuse != KILN__FUSE_NONE), "%s", r->name);
+    }
+    KT_CHECK(rows >= 60 && kiln__op_info_of(KILN__OP_SUM)->name == NULL && !kiln__expr_opcode_fusable(KILN__OP_SUM));
+    KT_CHECK(kiln__op_info_of(KILN__OP_COUNT)->name == NULL); /* out of range reads as no row */
+}
+
+/* The CPU against the double-precision run of the same op (f32 cases), and every case runs. */
+KT_TEST(cpu_matches_double_precision) {
+    double got[ROWS * COLS], want[ROWS * COLS];
+    int cases = 0;
+    for (int code = 0; code < KILN__OP_COUNT; code++) {
+        if (!kiln__op_info_of((kiln__opcode)code)->name || !callable((kiln__opcode)code) || !selected((kiln__opcode)code)) continue;
+        kiln_dtype dts[4];
+        int nd = dtypes_of((kiln__opcode)code, dts);
+        for (int d = 0; d < nd; d++)
+            for (int layout = 0; layout < LAYOUTS; layout++) {
+                kiln_status st = run_case((kiln__opcode)code, KILN_CPU, dts[d], layout, got);
+                KT_CHECK_MSG(st == KILN_OK, "%s %s %s: %s", kiln__op_info_of((kiln__opcode)code)->name, dtype_str(dts[d]),
+                             layout_names[layout], kiln_last_error());
+                cases++;
+                if (st != KILN_OK || dts[d] != KILN_F32) continue;
+                st = run_case((kiln__opcode)code, KILN_CPU, KILN_F64, layout, want);
+                if (st != KILN_OK) continue; /* (the f64 case is checked on its own) */
+                double e = nmse(got, want, ROWS * COLS), tol = tolerance((kiln__opcode)code, KILN_F32);
+                KT_CHECK_MSG(e <= tol, "%s f32 %s: normalized error %.3g > %.3g against f64",
+                             kiln__op_info_of((kiln__opcode)code)->name, layout_names[layout], e, tol);
+            }
+    }
+    printf("cpu: %d cases\n", cases);
+}
+
+/* Every other registered device against the CPU. */
+KT_TEST(devices_match_the_cpu) {
+    double got[ROWS * COLS], want[ROWS * COLS];
+    bool list = getenv("KILN_TEST_OPS_UNSUPPORTED") && atoi(getenv("KILN_TEST_OPS_UNSUPPORTED"));
+    for (int k = 1; k < KILN_KIND_COUNT; k++)
+        for (int i = 0; i < kiln_device_count((kiln_device_kind)k); i++) {
+            kiln_device dev = (kiln_device)(k << 8 | i);
+            int cases = 0, unsupported = 0;
+            for (int code = 0; code < KILN__OP_COUNT; code++) {
+                const kiln__op_info *r = kiln__op_info_of((kiln__opcode)code);
+                if (!r->name || !callable((kiln__opcode)code) || !selected((kiln__opcode)code)) continue;
+                kiln_dtype dts[4];
+                int nd = dtypes_of((kiln__opcode)code, dts);
+                for (int d = 0; d < nd; d++)
+                    for (int layout = 0; layout < LAYOUTS; layout++) {
+                        /* views and broadcasts in the first dtype only: each case is a kernel
+                         * the device compiles, and the layouts' code is shared by the dtypes */
+                        if (d > 0 && layout > 0) continue;
+                        cases++;
+                        if (run_case((kiln__opcode)code, KILN_CPU, dts[d], layout, want) != KILN_OK) continue;
+                        kiln_status st = run_case((kiln__opcode)code, dev, dts[d], layout, got);
+                        if (st == KILN_ERR_UNSUPPORTED || st == KILN_ERR_DTYPE) {
+                            unsupported++;
+                            if (list)
+                                printf("%s: %s %s %s: not supported (%s)\n", kiln_device_name(dev), r->name, dtype_str(dts[d]),
+                                       layout_names[layout], kiln_last_error());
+                            continue;
+                        }
+                        KT_CHECK_MSG(st == KILN_OK, "%s: %s %s %s: %s", kiln_device_name(dev), r->name, dtype_str(dts[d]),
+                                     layout_names[layout], kiln_last_error());
+                        if (st != KILN_OK) continue;
+                        double e = nmse(got, want, ROWS * COLS), tol = tolerance((kiln__opcode)code, dts[d]);
+                        if (tol > 0) tol = dts[d] == KILN_F64 ? 1e-20 : 1e-9; /* another compiler's math */
+                        KT_CHECK_MSG(e <= tol, "%s: %s %s %s: normalized error %.3g > %.3g against the cpu", kiln_device_name(dev),
+                                     r->name, dtype_str(dts[d]), layout_names[layout], e, tol);
+                    }
+            }
+            printf("%s: %d cases, %d not supported%s\n", kiln_device_name(dev), cases, unsupported,
+                   unsupported && !list ? " (KILN_TEST_OPS_UNSUPPORTED=1 lists them)" : "");
+        }
+}
+
+/* Each row's input domain applied to gradcheck's inputs in [-1, 1]: smooth, so the chain
+ * rule through it is checked too. */
+static kiln_tensor grad_case(kiln_tensor *in, void *ctx) {
+    kiln__opcode code = (kiln__opcode)(intptr_t)ctx;
+    const kiln__op_info *r = kiln__op_info_of(code);
+    for (int k = 0; k < r->arity; k++) {
+        if (r->domain == KILN__DOMAIN_POS || r->domain == KILN__DOMAIN_AWAY) in[k] = kiln_exp(in[k]); /* [0.37, 2.7] */
+        else in[k] = kiln_mul_scalar(in[k], 2.5);
+    }
+    return call_row(code, in);
+}
+
+KT_TEST(gradients_match_finite_differences) {
+    int checked = 0;
+    for (int code = 0; code < KILN__OP_COUNT; code++) {
+        const kiln__op_info *r = kiln__op_info_of((kiln__opcode)code);
+        if (!r->name || !callable((kiln__opcode)code) || !selected((kiln__opcode)code) || r->grad == KILN__GRAD_NONE ||
+            r->dtype == KILN__DT_COMPARE || r->dtype == KILN__DT_LOGICAL || code == KILN__OP_COPY)
+            continue;
+        kiln_shape shapes[3] = {KILN_SHAPE(2, 3), KILN_SHAPE(2, 3), KILN_SHAPE(2, 3)};
+        if (r->arity >= 2) shapes[1] = KILN_SHAPE(3); /* broadcast: the gradient sums back */
+        KT_CHECK_MSG(gc_check(r->name, grad_case, (void *)(intptr_t)code, r->arity, shapes, 1e-6) == 0, "%s", r->name);
+        checked++;
+    }
+    printf("gradients: %d rows\n", checked);
+    KT_CHECK(checked > 0);
+}
+
+/* Bad input for each row with a public function: a consumed handle, and integers given to an
+ * op for floating-point tensors only, fail with the op's name. */
+KT_TEST(bad_input_fails_naming_the_op) {
+    for (int code = 0; code < KILN__OP_COUNT; code++) {
+        const kiln__op_info *r = kiln__op_info_of((kiln__opcode)code);
+        if (!r->name || r->sig == KILN__SIG_NONE || !selected((kiln__opcode)code)) continue;
+        char want[80];
+        snprintf(want, sizeof want, "kiln_%s", r->name);
+        kiln_dtype dt = r->dtype == KILN__DT_LOGICAL ? KILN_BOOL : KILN_F32;
+        kiln_tensor stale = kiln_zeros(KILN_CPU, dt, KILN_SHAPE(2));
+        kiln_release(kiln_ref(stale));
+        kiln_tensor keep = kiln_ref(stale);
+        kiln_release(stale); /* keep's handle stays good; stale's is released */
+        kiln_tensor in[2] = {stale, r->arity == 2 ? kiln_zeros(KILN_CPU, dt, KILN_SHAPE(2)) : KILN_NONE};
+        KT_READ_ERROR(call_row((kiln__opcode)code, in), KILN_ERR_STALE_HANDLE, want);
+        kiln_release(keep);
+        if (r->dtype == KILN__DT_FLOAT_ONLY) {
+            kiln_tensor ints[1] = {kiln_zeros(KILN_CPU, KILN_I32, KILN_SHAPE(2))}; /* (the float-only rows are unary) */
+            KT_READ_ERROR(call_row((kiln__opcode)code, ints), KILN_ERR_DTYPE, want);
+        }
+        if (r->arity == 2) { /* shapes that do not broadcast */
+            kiln_tensor mis[2] = {kiln_zeros(KILN_CPU, dt, KILN_SHAPE(2)), kiln_zeros(KILN_CPU, dt, KILN_SHAPE(3))};
+            KT_READ_ERROR(call_row((kiln__opcode)code, mis), KILN_ERR_SHAPE, want);
+        }
+    }
+}
+
+int main(void) {
+    KT_RUN(the_table_is_consistent);
+    KT_RUN(cpu_matches_double_precision);
+    KT_RUN(devices_match_the_cpu);
+    KT_RUN(gradients_match_finite_differences);
+    KT_RUN(bad_input_fails_naming_the_op);
+    return kt_finish();
+}
