@@ -12,6 +12,7 @@
 #include "kiln/text.h"
 #include "kiln/train.h"
 #include "kiln/bert.h"
+#include "kiln/custom_op.h"
 #include "kiln/dist.h"
 
 #endif
