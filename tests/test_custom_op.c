@@ -321,6 +321,121 @@ KT_TEST(profiler_shows_the_registered_name) {
     KT_CHECK(found == 1);
 }
 
+
+/* A poisoned input (a failure still queued) is not given to the kernel: the result carries the
+ * first failure on. */
+KT_TEST(poisoned_input_skips_the_kernel) {
+    kt_mem_begin();
+    kiln_custom_op *checked = kiln_custom_op_find("checked_sqrt");
+    KT_CHECK(checked != NULL);
+    kiln_tensor x = kiln_full(KILN_CPU, KILN_F32, KILN_SHAPE(2), -1.0);
+    kiln_tensor y = kiln_custom_op_call(checked, 1, &x);
+    kiln_sync(); /* y's failure is reported here; y stays poisoned */
+    int runs = atomic_load(&kernel_runs);
+    kiln_tensor z = call2(square_mul(), y, kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(2)));
+    KT_READ_ERROR(z, KILN_ERR_INVALID_ARGUMENT, "checked_sqrt");
+    KT_CHECK(atomic_load(&kernel_runs) == runs);
+    KT_MEM_CHECK();
+}
+
+static kiln_status hostile_rule(int n, const kiln_custom_meta *in, kiln_custom_meta *out, void *user) {
+    (void)n, (void)in;
+    int kind = *(const int *)user;
+    *out = in[0];
+    if (kind == 0) out->ndim = KILN_MAX_DIMS + 1;
+    if (kind == 1) out->dtype = (kiln_dtype)1000;
+    if (kind == 2) out->ndim = 2, out->shape[0] = out->shape[1] = INT64_MAX / 2;
+    if (kind == 3) out->ndim = 1, out->shape[0] = -5;
+    return KILN_OK;
+}
+
+KT_TEST(hostile_shape_rules_are_caught) {
+    static const int kinds[4] = {0, 1, 2, 3};
+    static const kiln_status want[4] = {KILN_ERR_SHAPE, KILN_ERR_DTYPE, KILN_ERR_OUT_OF_MEMORY, KILN_ERR_SHAPE};
+    static const char *const names[4] = {"hostile0", "hostile1", "hostile2", "hostile3"};
+    kt_mem_begin();
+    for (int k = 0; k < 4; k++) {
+        kiln_custom_op *op = NULL;
+        kiln_custom_op_def def = {.name = names[k], .n_inputs = 1, .shape = hostile_rule,
+                                  .cpu_kernel = refuse_negative_cpu, .user_data = (void *)&kinds[k]};
+        KT_CHECK(kiln_custom_op_register(&def, &op) == KILN_OK);
+        kiln_tensor x = kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(3));
+        kiln_tensor y = kiln_custom_op_call(op, 1, &x);
+        KT_CHECK_MSG(kiln_last_status() == want[k] && strstr(kiln_last_error(), names[k]), "%d: %s", k, kiln_last_error());
+        kiln_release(y);
+    }
+    kiln_sync();
+    KT_MEM_CHECK();
+}
+
+/* Backwards that fail, or give a gradient of the wrong shape: kiln_backward reports it. */
+static kiln_status failing_backward(int n, const kiln_tensor *in, kiln_tensor out, kiln_tensor g, kiln_tensor *gin,
+                                    void *user) {
+    (void)n, (void)in, (void)out, (void)g, (void)gin, (void)user;
+    return kiln_custom_op_error("no gradient today");
+}
+static kiln_status wrong_shape_backward(int n, const kiln_tensor *in, kiln_tensor out, kiln_tensor g,
+                                        kiln_tensor *gin, void *user) {
+    (void)n, (void)in, (void)out, (void)g, (void)user;
+    gin[0] = kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(7));
+    return KILN_OK;
+}
+
+KT_TEST(bad_backwards_are_reported) {
+    kiln_custom_op_def def = {.name = "bad_backward", .n_inputs = 1, .shape = same_shape_rule,
+                              .cpu_kernel = refuse_negative_cpu, .backward = failing_backward};
+    kiln_custom_op *fails = NULL, *wrong = NULL;
+    KT_CHECK(kiln_custom_op_register(&def, &fails) == KILN_OK);
+    def.name = "wrong_shape_backward", def.backward = wrong_shape_backward;
+    KT_CHECK(kiln_custom_op_register(&def, &wrong) == KILN_OK);
+    kt_mem_begin();
+    for (int k = 0; k < 2; k++) {
+        kiln_tensor a = kiln_leaf(kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(3)));
+        kiln_tensor in = kiln_ref(a);
+        kiln_grads *g = NULL;
+        kiln_status st = kiln_backward(kiln_sum(kiln_custom_op_call(k ? wrong : fails, 1, &in)), &g);
+        const char *want = k ? "backward of op wrong_shape_backward gave a gradient of shape [7] for input 0 of shape [3]"
+                             : "backward of op bad_backward failed: no gradient today";
+        KT_CHECK_MSG(st != KILN_OK && strstr(kiln_last_error(), want), "%d: %s", k, kiln_last_error());
+        kiln_grads_free(g);
+        kiln_release(a);
+    }
+    KT_MEM_CHECK();
+}
+
+
+/* y = x; its backward returns the borrowed grad itself, as a PyTorch backward returns grad. */
+static kiln_status copy_cpu(int n, const kiln_custom_operand *in, const kiln_custom_operand *out, int threads,
+                            void *user) {
+    (void)n, (void)threads, (void)user;
+    for (int64_t i = 0; i < numel_of(out); i++) ((float *)out->data)[i] = (float)load(&in[0], i);
+    return KILN_OK;
+}
+static kiln_status pass_grad_backward(int n, const kiln_tensor *in, kiln_tensor out, kiln_tensor g, kiln_tensor *gin,
+                                      void *user) {
+    (void)n, (void)in, (void)out, (void)user;
+    gin[0] = g;
+    return KILN_OK;
+}
+
+KT_TEST(backward_may_return_the_grad_it_was_lent) {
+    kiln_custom_op_def def = {.name = "copy_op", .n_inputs = 1, .shape = same_shape_rule, .cpu_kernel = copy_cpu,
+                              .backward = pass_grad_backward};
+    kiln_custom_op *op = NULL;
+    KT_CHECK(kiln_custom_op_register(&def, &op) == KILN_OK);
+    kt_mem_begin();
+    kiln_tensor a = kiln_leaf(kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(3)));
+    kiln_tensor in = kiln_ref(a);
+    kiln_grads *g = NULL;
+    KT_CHECK(kiln_backward(kiln_sum(kiln_mul_scalar(kiln_custom_op_call(op, 1, &in), 3.0)), &g) == KILN_OK);
+    double ga[3];
+    read_f64(kiln_grad(g, a), ga, 3);
+    for (int i = 0; i < 3; i++) KT_NEAR(ga[i], 3.0, 1e-12);
+    kiln_grads_free(g);
+    kiln_release(a);
+    KT_MEM_CHECK();
+}
+
 int main(void) {
     KT_RUN(values_match_the_composition);
     KT_RUN(chain_waits_for_its_producers);
@@ -333,5 +448,9 @@ int main(void) {
     KT_RUN(bad_calls_are_reported);
     KT_RUN(bad_registrations_are_refused);
     KT_RUN(profiler_shows_the_registered_name);
+    KT_RUN(poisoned_input_skips_the_kernel);
+    KT_RUN(hostile_shape_rules_are_caught);
+    KT_RUN(bad_backwards_are_reported);
+    KT_RUN(backward_may_return_the_grad_it_was_lent);
     return kt_finish();
 }

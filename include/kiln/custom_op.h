@@ -77,7 +77,8 @@ typedef kiln_status (*kiln_custom_kernel_fn)(int n_inputs, const kiln_custom_ope
                                              const kiln_custom_operand *out, int threads, void *user_data);
 /* Writes to grad_inputs[i] the gradient of input i (an owned tensor of the input's shape, or
  * KILN_NONE: none) from grad, the gradient of the output, using kiln's public ops. inputs,
- * out and grad are borrowed: kiln_ref one before giving it to an op (ops consume). */
+ * out and grad are borrowed: kiln_ref one before giving it to an op (ops consume); one written
+ * to grad_inputs as it is (grad_inputs[0] = grad) is handed over. Runs with grad mode off. */
 typedef kiln_status (*kiln_custom_backward_fn)(int n_inputs, const kiln_tensor *inputs, kiln_tensor out,
                                                kiln_tensor grad, kiln_tensor *grad_inputs, void *user_data);
 

@@ -3,6 +3,27 @@
 #include "autodiff/autodiff-impl.h"
 #include "ops/custom_op-impl.h"
 
+/* A user's gradient must have its input's shape: the walker would otherwise try to sum a wrong
+ * one down to it and fail with a message about a reshape the user never wrote. */
+static bool same_shape(kiln__opctx *c, const kiln_custom_op *op, int i, const kiln__ad_slot *s, const kiln__tensor *g) {
+    bool same = g->ndim == s->ndim;
+    for (int d = 0; same && d < s->ndim; d++) same = g->shape[d] == s->shape[d];
+    if (!same) {
+        char gs[160], xs[160];
+        kiln__fail(c, KILN_ERR_SHAPE, "backward of op %s gave a gradient of shape %s for input %d of shape %s", op->name,
+                   kiln__shape_str(gs, sizeof gs, g->ndim, g->shape), i, kiln__shape_str(xs, sizeof xs, s->ndim, s->shape));
+    }
+    return same;
+}
+
+/* A borrowed handle the backward returned as a gradient as it is (`grad_inputs[0] = grad`, as
+ * a PyTorch backward returns grad) is handed over, not released under it. */
+static void release_unless_returned(kiln_tensor h, int n, const kiln_tensor *returned) {
+    for (int i = 0; i < n; i++)
+        if (returned[i].id == h.id) return;
+    kiln_release(h);
+}
+
 static void custom_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kiln__tensor **grads) {
     const kiln_custom_op *op = (const kiln_custom_op *)(uintptr_t)n->pi[0];
     int n_in = n->n_slots;
@@ -23,9 +44,9 @@ static void custom_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, k
     snprintf(detail, sizeof detail, "%s", kiln__kernel_error_detail());
     kiln__kernel_error("%s", "");
     kiln__site_now = site;
-    for (int i = 0; i < n_in; i++) kiln_release(ins[i]);
-    kiln_release(out);
-    kiln_release(gh);
+    for (int i = 0; i < n_in; i++) release_unless_returned(ins[i], n_in, gins);
+    release_unless_returned(out, n_in, gins);
+    release_unless_returned(gh, n_in, gins);
     if (st != KILN_OK) kiln__fail(c, st, "backward of op %s failed: %s", op->name, detail[0] ? detail : kiln_status_str(st));
     for (int i = 0; i < n_in; i++) {
         if (gins[i].id == 0) continue;
@@ -35,7 +56,7 @@ static void custom_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, k
             if (!c->err) c->err = err; else kiln__error_unref(err);
             continue;
         }
-        if (!kiln__ok(c, gi) || c->err) {
+        if (!kiln__ok(c, gi) || c->err || !same_shape(c, op, i, &n->slots[i], gi)) {
             kiln__tensor_release(gi);
             continue;
         }
