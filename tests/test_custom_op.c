@@ -436,6 +436,48 @@ KT_TEST(backward_may_return_the_grad_it_was_lent) {
     KT_MEM_CHECK();
 }
 
+
+/* A kernel that splits its work over kiln's pool with kiln_parallel_for. */
+typedef struct {
+    const kiln_custom_operand *in, *out;
+} scale_job;
+static atomic_int ranges_run;
+static void scale_range(void *ctx, int64_t begin, int64_t end) {
+    const scale_job *j = ctx;
+    atomic_fetch_add(&ranges_run, 1);
+    for (int64_t i = begin; i < end; i++) ((double *)j->out->data)[i] = 3.0 * load(j->in, i);
+}
+static kiln_status scale_parallel_cpu(int n, const kiln_custom_operand *in, const kiln_custom_operand *out,
+                                      int threads, void *user) {
+    (void)n, (void)threads, (void)user;
+    scale_job j = {in, out};
+    kiln_parallel_for(numel_of(out), 1024, scale_range, &j);
+    return KILN_OK;
+}
+
+KT_TEST(kernel_may_use_kiln_parallel_for) {
+    kiln_custom_op_def def = {.name = "scale_parallel", .n_inputs = 1, .shape = same_shape_rule,
+                              .cpu_kernel = scale_parallel_cpu, .in_place = true};
+    kiln_custom_op *op = NULL;
+    KT_CHECK(kiln_custom_op_register(&def, &op) == KILN_OK);
+    kt_mem_begin();
+    int before = kiln_num_threads();
+    kiln_set_num_threads(2);
+    enum { N = 100000 };
+    kiln_tensor x = kiln_arange(KILN_CPU, KILN_F64, 0, N, 1);
+    atomic_store(&ranges_run, 0);
+    kiln_tensor y = kiln_custom_op_call(op, 1, &x);
+    double *got = malloc(N * sizeof *got);
+    read_f64(y, got, N);
+    int bad = 0;
+    for (int i = 0; i < N; i++) bad += got[i] != 3.0 * i;
+    KT_CHECK(bad == 0);
+    KT_CHECK(atomic_load(&ranges_run) >= 2); /* split over the two threads */
+    free(got);
+    kiln_set_num_threads(before);
+    KT_MEM_CHECK();
+}
+
 int main(void) {
     KT_RUN(values_match_the_composition);
     KT_RUN(chain_waits_for_its_producers);
@@ -452,5 +494,6 @@ int main(void) {
     KT_RUN(hostile_shape_rules_are_caught);
     KT_RUN(bad_backwards_are_reported);
     KT_RUN(backward_may_return_the_grad_it_was_lent);
+    KT_RUN(kernel_may_use_kiln_parallel_for);
     return kt_finish();
 }

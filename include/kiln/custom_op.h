@@ -109,6 +109,11 @@ KILN_API kiln_tensor kiln_custom_op_call(kiln_custom_op *op, int n_inputs, const
  * KILN_ERR_INVALID_ARGUMENT (return it). */
 KILN_API kiln_status kiln_custom_op_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* For a kernel: runs fn over [0, n) split into chunks of at least grain items on kiln's own
+ * threads (`threads` of them, the calling one included), returning when all are done; inline
+ * when n <= grain or the pool is busy. fn must not call kiln. */
+KILN_API void kiln_parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx);
+
 /* ---- call sites ------------------------------------------------------------------------- */
 #define KILN_CUSTOM_OP_API(X) \
     X(kiln_status, custom_op_register, (const kiln_custom_op_def *def, kiln_custom_op **out), (def, out)) \

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/threadpool.h"
 #include "ops/custom_op-impl.h"
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -20,6 +21,10 @@ kiln_status kiln_custom_op_error(const char *fmt, ...) {
     va_end(ap);
     kiln__kernel_error("%s", detail);
     return KILN_ERR_INVALID_ARGUMENT;
+}
+
+void kiln_parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx) {
+    if (fn) kiln__parallel_for(n, grain < 1 ? 1 : grain, fn, ctx);
 }
 
 static kiln_custom_op *find_locked(const char *name) {
