@@ -14,6 +14,7 @@
 #include "kiln/text.h"
 #include "kiln/train.h"
 #include "kiln/bert.h"
+#include "kiln/custom_op.h"
 #include "kiln/dist.h"
 #include "kiln/summary.h"
 #include "kiln/dlpack.h"

@@ -50,7 +50,7 @@ typedef struct kiln__ad_rule {
     void (*backward)(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kiln__tensor **grads);
 } kiln__ad_rule;
 
-#define KILN__AD_MAX_SAVED 3
+#define KILN__AD_MAX_SAVED 4 /* a custom op saves its 3 inputs and its output */
 
 struct kiln__ad_node {
     atomic_int refs; /* output metas, child nodes, the backward walk */
@@ -266,5 +266,10 @@ kiln__tensor *kiln__ad_conv_transpose2d(kiln__opctx *c, kiln__tensor *x, kiln__t
                                         bool has_bias, const kiln__conv2d_params *p, int out_pad_h, int out_pad_w);
 kiln__tensor *kiln__ad_max_pool2d(kiln__opctx *c, kiln__tensor *x, const kiln__pool2d_params *p);
 kiln__tensor *kiln__ad_avg_pool2d(kiln__opctx *c, kiln__tensor *x, const kiln__pool2d_params *p);
+
+/* ---- users' registered ops (rules_custom.c) ---- */
+struct kiln_custom_op;
+/* As kiln__t_custom; the backward is the op's own, run through the public API. */
+kiln__tensor *kiln__ad_custom(kiln__opctx *c, const struct kiln_custom_op *op, int n, kiln__tensor **in);
 
 #endif

@@ -123,5 +123,6 @@ void kiln__cpu_register_fused(kiln__kernel_fn *table);
  * elementwise pass anyway, so the engine does not make such a product an epilogue group. */
 int64_t kiln__cpu_panel_bytes(void);
 void kiln__cpu_register_optim_adaptive(kiln__kernel_fn *table); /* RMSprop, Adagrad (optim_adaptive.c) */
+void kiln__cpu_register_custom(kiln__kernel_fn *table); /* users' registered ops (custom.c) */
 
 #endif

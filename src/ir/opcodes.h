@@ -82,7 +82,8 @@
     X(ATTENTION)      /* softmax(q k^T * p.f[0] + mask) v for inference (src/backend/cpu/attention.c): \
                          in[0] q [.., L, E]; no mask (pi[1] 0): in[1] k, in[2] v; a mask: in[1] k \
                          and v as one [2, .., S, E] view (pi[1] 1: k first, 2: v first), in[2]  \
-                         the mask [.., L, S] (bool, or q's dtype: added); pi[0] causal; out dense */
+                         the mask [.., L, S] (bool, or q's dtype: added); pi[0] causal; out dense */ \
+    X(CUSTOM)         /* a user's registered op: p.i[0] its definition (ir/custom.h), out dense */
 
 typedef enum {
 #define KILN__OPCODE_ENUM(name, ...) KILN__OP_##name,

@@ -1,0 +1,132 @@
+/* kiln custom ops: a user's own CPU kernel registered by name and then called like kiln's own
+ * ops: queued on the caller's stream after what it reads, written in place when its first
+ * input has no other owner and the kernel allows it, poisoning its result (naming the op and
+ * the caller's file:line) when the kernel fails, shown in the profiler by its name, and
+ * differentiated by autodiff through a backward written with kiln's public ops.
+ *
+ *   #include <kiln.h>
+ *
+ *   static kiln_status square_shape(int n, const kiln_custom_meta *in, kiln_custom_meta *out, void *user) {
+ *       (void)n, (void)user;
+ *       if (in[0].dtype != KILN_F32 || in[0].ndim != 1) return kiln_custom_op_error("1-d f32 only");
+ *       *out = in[0];                                       // same shape and dtype
+ *       return KILN_OK;
+ *   }
+ *   static kiln_status square_cpu(int n, const kiln_custom_operand *in, const kiln_custom_operand *out,
+ *                                 int threads, void *user) {
+ *       (void)n, (void)threads, (void)user;                 // may use up to `threads` threads
+ *       const float *x = in[0].data;                        // inputs: any strides
+ *       float *y = out->data;                               // the output: dense
+ *       for (int64_t i = 0; i < out->shape[0]; i++) y[i] = x[i * in[0].strides[0]] * x[i * in[0].strides[0]];
+ *       return KILN_OK;
+ *   }
+ *   static kiln_status square_backward(int n, const kiln_tensor *in, kiln_tensor out, kiln_tensor grad,
+ *                                      kiln_tensor *grad_in, void *user) {
+ *       (void)n, (void)out, (void)user;                     // borrowed: kiln_ref what an op consumes
+ *       grad_in[0] = kiln_mul(kiln_mul_scalar(kiln_ref(in[0]), 2.0), kiln_ref(grad));
+ *       return KILN_OK;
+ *   }
+ *   int main(void) {
+ *       kiln_custom_op_def def = {.name = "square", .n_inputs = 1, .shape = square_shape,
+ *                                 .cpu_kernel = square_cpu, .in_place = true, .backward = square_backward};
+ *       kiln_custom_op *square = NULL;
+ *       if (kiln_custom_op_register(&def, &square) != KILN_OK) return 1;
+ *       kiln_tensor x = kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(4));
+ *       kiln_tensor y = kiln_custom_op_call(square, 1, &x);   // consumes x (written in place)
+ *       float v[4];
+ *       return kiln_into_data(y, v, sizeof v) == KILN_OK ? 0 : 1;
+ *   }
+ *
+ * Not yet: OpenCL kernels for registered ops, and the engine replacing a composition of kiln
+ * ops by a registered op (issue 31). */
+#ifndef KILN_CUSTOM_OP_H
+#define KILN_CUSTOM_OP_H
+
+#include "core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_CUSTOM_MAX_INPUTS 3
+
+/* What a shape rule sees of an operand, and fills in for the output. */
+typedef struct kiln_custom_meta {
+    kiln_dtype dtype;
+    int ndim;
+    int64_t shape[KILN_MAX_DIMS];
+} kiln_custom_meta;
+
+/* What a kernel sees of an operand: its first element, and strides in elements (any strides
+ * for inputs; the output is dense, row-major). */
+typedef struct kiln_custom_operand {
+    void *data;
+    kiln_dtype dtype;
+    int ndim;
+    const int64_t *shape;
+    const int64_t *strides;
+} kiln_custom_operand;
+
+/* Fills *out from the inputs (runs on the caller's thread when the op is called). Anything but
+ * KILN_OK poisons the result with the message given to kiln_custom_op_error. */
+typedef kiln_status (*kiln_custom_shape_fn)(int n_inputs, const kiln_custom_meta *inputs, kiln_custom_meta *out,
+                                            void *user_data);
+/* Computes out from the inputs (runs later, on the stream's thread). It may use up to `threads`
+ * threads of its own. Anything but KILN_OK poisons the result. */
+typedef kiln_status (*kiln_custom_kernel_fn)(int n_inputs, const kiln_custom_operand *inputs,
+                                             const kiln_custom_operand *out, int threads, void *user_data);
+/* Writes to grad_inputs[i] the gradient of input i (an owned tensor of the input's shape, or
+ * KILN_NONE: none) from grad, the gradient of the output, using kiln's public ops. inputs,
+ * out and grad are borrowed: kiln_ref one before giving it to an op (ops consume); one written
+ * to grad_inputs as it is (grad_inputs[0] = grad) is handed over. Runs with grad mode off. */
+typedef kiln_status (*kiln_custom_backward_fn)(int n_inputs, const kiln_tensor *inputs, kiln_tensor out,
+                                               kiln_tensor grad, kiln_tensor *grad_inputs, void *user_data);
+
+typedef struct kiln_custom_op_def {
+    const char *name;                /* non-empty, unique; copied */
+    int n_inputs;                    /* 1..KILN_CUSTOM_MAX_INPUTS */
+    kiln_custom_shape_fn shape;      /* required */
+    kiln_custom_kernel_fn cpu_kernel; /* required */
+    /* The kernel is correct when out's memory is inputs[0]'s (same dense layout and element
+     * size): then an input with no other owner is overwritten instead of a new buffer made. */
+    bool in_place;
+    kiln_custom_backward_fn backward; /* NULL: not differentiable (backward through it fails) */
+    void *user_data;                  /* passed to every callback */
+} kiln_custom_op_def;
+
+typedef struct kiln_custom_op kiln_custom_op; /* lives until the process ends */
+
+/* Registers def (thread-safe); *out receives the op. KILN_ERR_INVALID_ARGUMENT, with a message
+ * in kiln_last_error, for a NULL or empty name, a taken name, a NULL shape rule or kernel, or
+ * n_inputs out of range. */
+KILN_API kiln_status kiln_custom_op_register(const kiln_custom_op_def *def, kiln_custom_op **out);
+/* The op registered under name, or NULL. */
+KILN_API kiln_custom_op *kiln_custom_op_find(const char *name);
+/* Queues op over inputs[0..n_inputs) (consumed) and returns its result; a poisoned result for a
+ * wrong count, inputs on different devices or not on the CPU, or a failing shape rule. */
+KILN_API kiln_tensor kiln_custom_op_call(kiln_custom_op *op, int n_inputs, const kiln_tensor *inputs);
+/* From a shape rule or a kernel: sets the message of the failure it returns, and returns
+ * KILN_ERR_INVALID_ARGUMENT (return it). */
+KILN_API kiln_status kiln_custom_op_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* For a kernel: runs fn over [0, n) split into chunks of at least grain items on kiln's own
+ * threads (`threads` of them, the calling one included), returning when all are done; inline
+ * when n <= grain or the pool is busy. fn must not call kiln. */
+KILN_API void kiln_parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx);
+
+/* ---- call sites ------------------------------------------------------------------------- */
+#define KILN_CUSTOM_OP_API(X) \
+    X(kiln_status, custom_op_register, (const kiln_custom_op_def *def, kiln_custom_op **out), (def, out)) \
+    X(kiln_tensor, custom_op_call, (kiln_custom_op *op, int n_inputs, const kiln_tensor *inputs), (op, n_inputs, inputs))
+KILN_CUSTOM_OP_API(KILN__AT_DECLARE)
+
+#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
+#pragma GCC system_header /* see core.h: errors in these calls name the caller's line */
+#define kiln_custom_op_register(...) KILN__AT(custom_op_register, __VA_ARGS__)
+#define kiln_custom_op_call(...) KILN__AT(custom_op_call, __VA_ARGS__)
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif

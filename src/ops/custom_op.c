@@ -1,0 +1,154 @@
+/* Users' registered ops: the registry (a list that only grows, so an op's pointer and name stay
+ * valid for the op records queued with them), the forward op, and the trampoline through
+ * which the CPU backend runs a user's kernel. */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/threadpool.h"
+#include "ops/custom_op-impl.h"
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static kiln_custom_op *registry; /* guarded by registry_lock */
+
+kiln_status kiln_custom_op_error(const char *fmt, ...) {
+    char detail[384];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    kiln__kernel_error("%s", detail);
+    return KILN_ERR_INVALID_ARGUMENT;
+}
+
+void kiln_parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx) {
+    if (fn) kiln__parallel_for(n, grain < 1 ? 1 : grain, fn, ctx);
+}
+
+static kiln_custom_op *find_locked(const char *name) {
+    for (kiln_custom_op *op = registry; op; op = op->next)
+        if (strcmp(op->name, name) == 0) return op;
+    return NULL;
+}
+
+kiln_custom_op *kiln_custom_op_find(const char *name) {
+    if (!name) return NULL;
+    pthread_mutex_lock(&registry_lock);
+    kiln_custom_op *op = find_locked(name);
+    pthread_mutex_unlock(&registry_lock);
+    return op;
+}
+
+static kiln_status run_cpu(const kiln__op *op, int threads);
+
+kiln_status kiln_custom_op_register(const kiln_custom_op_def *def, kiln_custom_op **out) {
+    static const char *const me = "kiln_custom_op_register";
+    if (out) *out = NULL;
+    if (!def || !out) return kiln__report(KILN_ERR_INVALID_ARGUMENT, me, "def and out must not be NULL");
+    if (!def->name || !def->name[0])
+        return kiln__report(KILN_ERR_INVALID_ARGUMENT, me, "an op needs a non-empty name");
+    size_t len = strnlen(def->name, 256);
+    if (len >= 256) return kiln__report(KILN_ERR_INVALID_ARGUMENT, me, "op name longer than 255 bytes");
+    if (def->n_inputs < 1 || def->n_inputs > KILN_CUSTOM_MAX_INPUTS)
+        return kiln__report(KILN_ERR_INVALID_ARGUMENT, me, "op %s: n_inputs %d is out of range (1..%d)", def->name,
+                            def->n_inputs, KILN_CUSTOM_MAX_INPUTS);
+    if (!def->shape) return kiln__report(KILN_ERR_INVALID_ARGUMENT, me, "op %s has no shape rule", def->name);
+    if (!def->cpu_kernel) return kiln__report(KILN_ERR_INVALID_ARGUMENT, me, "op %s has no CPU kernel", def->name);
+    kiln_custom_op *op = malloc(sizeof *op + len + 1);
+    if (!op) return kiln__report(KILN_ERR_OUT_OF_MEMORY, me, "cannot allocate op %s", def->name);
+    memcpy(op->name, def->name, len + 1);
+    op->head.run_cpu = run_cpu;
+    op->def = *def;
+    op->def.name = op->name;
+    pthread_mutex_lock(&registry_lock);
+    bool taken = find_locked(op->name) != NULL;
+    if (!taken) op->next = registry, registry = op;
+    pthread_mutex_unlock(&registry_lock);
+    if (taken) {
+        free(op);
+        return kiln__report(KILN_ERR_INVALID_ARGUMENT, me, "an op named %s is registered already", def->name);
+    }
+    *out = op;
+    return KILN_OK;
+}
+
+/* ---- the forward op ---------------------------------------------------------------------- */
+
+static bool output_meta(kiln__opctx *c, const kiln_custom_op *op, int n, kiln__tensor *const *in,
+                        kiln_custom_meta *out) {
+    kiln_custom_meta metas[KILN_CUSTOM_MAX_INPUTS];
+    for (int i = 0; i < n; i++) {
+        metas[i] = (kiln_custom_meta){.dtype = in[i]->dtype, .ndim = in[i]->ndim};
+        memcpy(metas[i].shape, in[i]->shape, sizeof metas[i].shape);
+    }
+    *out = (kiln_custom_meta){.dtype = in[0]->dtype, .ndim = -1};
+    kiln__kernel_error("%s", "");
+    kiln_status st = op->def.shape(n, metas, out, op->def.user_data);
+    char detail[384];
+    snprintf(detail, sizeof detail, "%s", kiln__kernel_error_detail());
+    kiln__kernel_error("%s", "");
+    if (st != KILN_OK) {
+        kiln__fail(c, st, "shape rule failed: %s", detail[0] ? detail : kiln_status_str(st));
+        return false;
+    }
+    if (out->ndim < 0 || out->ndim > KILN_MAX_DIMS) {
+        kiln__fail(c, KILN_ERR_SHAPE, "shape rule gave %d dims (0..%d allowed)", out->ndim, KILN_MAX_DIMS);
+        return false;
+    }
+    if (!kiln__dtype_valid(out->dtype)) {
+        kiln__fail(c, KILN_ERR_DTYPE, "shape rule gave an unknown dtype %d", (int)out->dtype);
+        return false;
+    }
+    return kiln__check_dims(c, out->ndim, out->shape);
+}
+
+kiln__tensor *kiln__t_custom(kiln__opctx *c, const kiln_custom_op *op, int n, kiln__tensor **in) {
+    kiln__tensor *out = NULL;
+    bool ok = true;
+    for (int i = 0; i < n; i++) ok = kiln__ok(c, in[i]) && ok;
+    for (int i = 1; ok && i < n; i++) ok = kiln__same_device(c, in[0], in[i]);
+    kiln_custom_meta meta;
+    if (ok && in[0]->device != KILN_CPU) {
+        kiln__fail(c, KILN_ERR_UNSUPPORTED, "op %s has a CPU kernel only, got a tensor on %s", op->name,
+                   kiln_device_name(in[0]->device));
+        ok = false;
+    }
+    if (ok && output_meta(c, op, n, in, &meta)) {
+        kiln_device dev = in[0]->device;
+        kiln__op rec;
+        kiln__op_init(&rec, KILN__OP_CUSTOM, c->name);
+        for (int i = 0; i < n; i++) kiln__view_set(&rec.in[i], in[i]);
+        /* (after the views: the first input's tensor object may become the output) */
+        out = op->def.in_place ? kiln__t_output_taking(c, dev, meta.dtype, meta.ndim, meta.shape, in, 1)
+                               : kiln__t_empty(c, dev, meta.dtype, meta.ndim, meta.shape);
+        if (out) {
+            kiln__view_set(&rec.out[0], out);
+            rec.n_in = (int8_t)n;
+            rec.n_out = 1;
+            rec.p.i[0] = (int64_t)(uintptr_t)op;
+            if (!kiln__t_submit(c, &rec, dev)) kiln__tensor_release(out), out = NULL;
+        }
+    }
+    for (int i = 0; i < n; i++) kiln__tensor_release(in[i]);
+    return out;
+}
+
+/* ---- the trampoline ---------------------------------------------------------------------- */
+
+static void operand_of(const kiln__view *v, kiln_custom_operand *o) {
+    *o = (kiln_custom_operand){.data = v->storage ? kiln__view_ptr(v) : NULL, .dtype = v->dtype, .ndim = v->ndim,
+                               .shape = v->shape, .strides = v->strides};
+}
+
+static kiln_status run_cpu(const kiln__op *rec, int threads) {
+    const kiln_custom_op *op = (const kiln_custom_op *)kiln__custom_of(rec);
+    kiln_custom_operand ins[KILN_CUSTOM_MAX_INPUTS], out;
+    for (int i = 0; i < rec->n_in; i++) operand_of(&rec->in[i], &ins[i]);
+    operand_of(&rec->out[0], &out);
+    kiln__kernel_error("%s", "");
+    kiln_status st = op->def.cpu_kernel(rec->n_in, ins, &out, threads, op->def.user_data);
+    if (st != KILN_OK && !kiln__kernel_error_detail()[0]) kiln__kernel_error("kernel returned %s", kiln_status_str(st));
+    return st;
+}
