@@ -1,7 +1,8 @@
 /* Every object a user frees carries a tensor handle's guarantee: a use after free and a double
  * free are errors (a status, and kiln_last_error naming the public call and its line, the
  * object's kind, and the file:line of the free), never undefined behaviour. Modules, optimizers,
- * gradient sets, datasets, loaders, generators, metrics, tokenizers and transactions, each made,
+ * gradient sets, datasets, loaders, generators, metrics, summary writers, tokenizers and
+ * transactions, each made,
  * freed, then used and freed again; also a child module freed with its parent, a pointer of the
  * wrong kind, and a loop that frees many objects (the registry's memory stays bounded). Runs
  * under AddressSanitizer in CI: a stray read of freed memory fails there. */
@@ -201,6 +202,33 @@ KT_TEST(metrics) {
     EXPECT_FREED(KILN_ERR_STALE_HANDLE, "kiln_metrics_free", line, "kiln_metrics", "kiln_metrics_free", freed_at);
 }
 
+KT_TEST(summary_writer) {
+    char dir[] = "/tmp/kiln_summary_XXXXXX";
+    KT_CHECK(mkdtemp(dir) != NULL);
+    kiln_summary_writer *w = kiln_summary_writer_open(dir);
+    KT_CHECK(w != NULL);
+    KT_CHECK(kiln_summary_writer_add_scalar(w, "loss", 1.0, 0) == KILN_OK);
+    char file[512];
+    snprintf(file, sizeof file, "%s", kiln_summary_writer_path(w));
+    int freed_at = __LINE__ + 1;
+    kiln_summary_writer_free(w);
+    KT_CHECK(kiln_summary_writer_add_scalar(w, "loss", 2.0, 1) == KILN_ERR_STALE_HANDLE); int line = __LINE__;
+    EXPECT_FREED(KILN_ERR_STALE_HANDLE, "kiln_summary_writer_add_scalar", line, "kiln_summary_writer",
+                 "kiln_summary_writer_free", freed_at);
+    KT_CHECK(kiln_summary_writer_add_histogram(w, "w", kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(4)), 1) ==
+             KILN_ERR_STALE_HANDLE); /* (the tensor is released: the leak check sees it) */
+    KT_CHECK(kiln_summary_writer_flush(w) == KILN_ERR_STALE_HANDLE); line = __LINE__;
+    EXPECT_FREED(KILN_ERR_STALE_HANDLE, "kiln_summary_writer_flush", line, "kiln_summary_writer",
+                 "kiln_summary_writer_free", freed_at);
+    KT_CHECK(kiln_summary_writer_close(w) == KILN_ERR_STALE_HANDLE);
+    KT_CHECK(kiln_summary_writer_path(w) == NULL);
+    kiln_summary_writer_free(w); line = __LINE__;
+    EXPECT_FREED(KILN_ERR_STALE_HANDLE, "kiln_summary_writer_free", line, "kiln_summary_writer",
+                 "kiln_summary_writer_free", freed_at);
+    unlink(file);
+    rmdir(dir);
+}
+
 KT_TEST(tokenizer) {
     char path[] = "/tmp/kiln_vocab_XXXXXX";
     int fd = mkstemp(path);
@@ -260,6 +288,7 @@ int main(void) {
     KT_RUN(dataset_and_loader);
     KT_RUN(generator);
     KT_RUN(metrics);
+    KT_RUN(summary_writer);
     KT_RUN(tokenizer);
     KT_RUN(transaction);
     KT_RUN(many_frees_stay_bounded);

@@ -92,6 +92,11 @@ KILN_SUMMARY_API(KILN__AT_DECLARE)
 #define kiln_summary_writer_flush(...) KILN__AT(summary_writer_flush, __VA_ARGS__)
 #define kiln_summary_writer_close(...) KILN__AT(summary_writer_close, __VA_ARGS__)
 #endif
+/* The free call records its file:line too: a later use of the freed writer names it. */
+KILN__FREE_AT_DECLARE(kiln_summary_writer, summary_writer_free)
+#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
+#define kiln_summary_writer_free(...) KILN__AT(summary_writer_free, __VA_ARGS__)
+#endif
 
 #ifdef __cplusplus
 }

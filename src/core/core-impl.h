@@ -99,6 +99,7 @@ void kiln__object_dispose(void *obj, const char *kind, const char *op);
 #define KILN__METRICS_KIND "kiln_metrics"
 #define KILN__TOKENIZER_KIND "kiln_tokenizer"
 #define KILN__TRANSACTION_KIND "kiln_transaction"
+#define KILN__SUMMARY_WRITER_KIND "kiln_summary_writer"
 /* Early return from a public entry point when obj is not a live `kind` (the error reported). */
 #define KILN__OBJECT_OR_RETURN(obj, kind, op, ...)                              \
     do {                                                                       \

@@ -7,3 +7,4 @@ KILN__FREE_AT_DEFINE(kiln_metrics, metrics_free)
 #include "kiln/summary.h"
 
 KILN_SUMMARY_API(KILN__AT_DEFINE)
+KILN__FREE_AT_DEFINE(kiln_summary_writer, summary_writer_free)

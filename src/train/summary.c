@@ -313,6 +313,7 @@ kiln_summary_writer *kiln_summary_writer_open_ex(const char *logdir, kiln_summar
         return NULL;
     }
     kiln_summary_writer *w = calloc(1, sizeof *w);
+    if (w && !kiln__object_register(w, KILN__SUMMARY_WRITER_KIND)) free(w), w = NULL;
     if (!w) {
         kiln__report(KILN_ERR_OUT_OF_MEMORY, op, "cannot allocate the writer");
         return NULL;
@@ -340,24 +341,39 @@ kiln_summary_writer *kiln_summary_writer_open(const char *logdir) {
     return kiln_summary_writer_open_ex(logdir, kiln_summary_writer_defaults());
 }
 
-const char *kiln_summary_writer_path(const kiln_summary_writer *w) { return w ? w->path : NULL; }
+const char *kiln_summary_writer_path(const kiln_summary_writer *w) {
+    if (!w) return NULL;
+    KILN__OBJECT_OR_RETURN(w, KILN__SUMMARY_WRITER_KIND, "kiln_summary_writer_path", NULL);
+    return w->path;
+}
 
 /* ---- adding ------------------------------------------------------------------------------- */
-/* KILN_OK when w may take an event; else the error (a NULL or closed writer, or an error the
- * thread kept, which is returned once). */
-static kiln_status usable(kiln_summary_writer *w, const char *op) {
-    if (!w) return kiln__report(KILN_ERR_NULL, op, "the summary writer is NULL");
-    pthread_mutex_lock(&w->mu);
+/* The error the thread kept for w (returned once), or KILN_OK. */
+static kiln_status kept_error(kiln_summary_writer *w, const char *op) {
     kiln_status st = KILN_OK;
-    if (w->closed_file) {
-        st = kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "the summary writer was closed at %s:%d", w->closed_file,
-                          w->closed_line);
-    } else if (w->error != KILN_OK) {
+    pthread_mutex_lock(&w->mu);
+    if (w->error != KILN_OK) {
         st = kiln__report(w->error, op, "an earlier event was not written: %s", w->error_message);
         w->error = KILN_OK;
     }
     pthread_mutex_unlock(&w->mu);
     return st;
+}
+
+/* w cannot take events at all: NULL, freed or not a writer (then never read), or closed. */
+static bool gone(const kiln_summary_writer *w) {
+    return !w || !kiln__object_live(w, KILN__SUMMARY_WRITER_KIND) || w->closed_file;
+}
+
+/* KILN_OK when w may take an event; else the error (a NULL, freed or closed writer, or an
+ * error the thread kept, which is returned once). */
+static kiln_status usable(kiln_summary_writer *w, const char *op) {
+    if (!w) return kiln__report(KILN_ERR_NULL, op, "the summary writer is NULL");
+    KILN__OBJECT_OR_RETURN(w, KILN__SUMMARY_WRITER_KIND, op, kiln_last_status());
+    if (w->closed_file)
+        return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "the summary writer was closed at %s:%d", w->closed_file,
+                            w->closed_line);
+    return kept_error(w, op);
 }
 
 /* Queues it (waiting while max_queue events are pending) and returns st. */
@@ -400,7 +416,7 @@ static item *item_new(const char *op, const char *tag, item_kind kind, int64_t s
 kiln_status kiln_summary_writer_add_scalar(kiln_summary_writer *w, const char *tag, double value, int64_t step) {
     const char *op = "kiln_summary_writer_add_scalar";
     kiln_status st = usable(w, op);
-    if (st != KILN_OK && (!w || w->closed_file)) return st;
+    if (st != KILN_OK && gone(w)) return st;
     if (w->inactive) return st;
     item *it = item_new(op, tag, SCALAR, step);
     if (!it) return kiln_last_status();
@@ -411,7 +427,7 @@ kiln_status kiln_summary_writer_add_scalar(kiln_summary_writer *w, const char *t
 kiln_status kiln_summary_writer_add_text(kiln_summary_writer *w, const char *tag, const char *text, int64_t step) {
     const char *op = "kiln_summary_writer_add_text";
     kiln_status st = usable(w, op);
-    if (st != KILN_OK && (!w || w->closed_file)) return st;
+    if (st != KILN_OK && gone(w)) return st;
     if (w->inactive) return st;
     if (!text) return kiln__report(KILN_ERR_NULL, op, "the text is NULL");
     item *it = item_new(op, tag, TEXT, step);
@@ -428,7 +444,7 @@ kiln_status kiln_summary_writer_add_text(kiln_summary_writer *w, const char *tag
 static kiln_status add_tensor(kiln_summary_writer *w, const char *op, const char *tag, kiln_tensor t, int64_t step,
                               item_kind kind) {
     kiln_status st = usable(w, op);
-    if ((st != KILN_OK && (!w || w->closed_file)) || w->inactive) {
+    if ((st != KILN_OK && gone(w)) || w->inactive) {
         kiln_release(t);
         return st;
     }
@@ -487,13 +503,13 @@ static void wait_written(kiln_summary_writer *w) {
 kiln_status kiln_summary_writer_flush(kiln_summary_writer *w) {
     const char *op = "kiln_summary_writer_flush";
     if (!w) return kiln__report(KILN_ERR_NULL, op, "the summary writer is NULL");
+    KILN__OBJECT_OR_RETURN(w, KILN__SUMMARY_WRITER_KIND, op, kiln_last_status());
     if (!w->closed_file && !w->inactive) wait_written(w); /* also when an error is waiting to be returned */
     return usable(w, op);
 }
 
-kiln_status kiln_summary_writer_close(kiln_summary_writer *w) {
-    const char *op = "kiln_summary_writer_close";
-    if (!w) return kiln__report(KILN_ERR_NULL, op, "the summary writer is NULL");
+/* Stops the thread once everything queued is written, and closes the file (w is live). */
+static kiln_status close_writer(kiln_summary_writer *w, const char *op) {
     if (w->closed_file) return KILN_OK;
     if (w->thread_started) {
         pthread_mutex_lock(&w->mu);
@@ -503,7 +519,7 @@ kiln_status kiln_summary_writer_close(kiln_summary_writer *w) {
         pthread_join(w->thread, NULL);
         w->thread_started = false;
     }
-    kiln_status st = usable(w, op);
+    kiln_status st = kept_error(w, op);
     if (w->f && fclose(w->f) != 0 && st == KILN_OK)
         st = kiln__report(KILN_ERR_IO, op, "cannot close the event file '%s': %s", w->path, strerror(errno));
     w->f = NULL;
@@ -513,11 +529,19 @@ kiln_status kiln_summary_writer_close(kiln_summary_writer *w) {
     return st;
 }
 
+kiln_status kiln_summary_writer_close(kiln_summary_writer *w) {
+    const char *op = "kiln_summary_writer_close";
+    if (!w) return kiln__report(KILN_ERR_NULL, op, "the summary writer is NULL");
+    KILN__OBJECT_OR_RETURN(w, KILN__SUMMARY_WRITER_KIND, op, kiln_last_status());
+    return close_writer(w, op);
+}
+
 void kiln_summary_writer_free(kiln_summary_writer *w) {
-    if (!w) return;
-    kiln_summary_writer_close(w);
+    static const char op[] = "kiln_summary_writer_free";
+    if (!w || kiln__object_retire(w, KILN__SUMMARY_WRITER_KIND, op) != KILN_OK) return;
+    close_writer(w, op);
     pthread_cond_destroy(&w->wake);
     pthread_cond_destroy(&w->written);
     pthread_mutex_destroy(&w->mu);
-    free(w);
+    kiln__object_dispose(w, KILN__SUMMARY_WRITER_KIND, op);
 }
