@@ -100,7 +100,7 @@ def test_closed_and_busy_loaders_are_refused():
         next(it)
     with pytest.raises(RuntimeError, match="closed"):
         len(dl)
-    big = DataLoader(TensorDataset(np.zeros((4096, 256), np.float32), np.zeros(4096)), batch_size=1, num_workers=1)
+    big = DataLoader(TensorDataset(np.zeros((1024, 64), np.float32), np.zeros(1024)), batch_size=1, num_workers=1)
     errors, stop = [], threading.Event()
 
     def other():
