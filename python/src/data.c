@@ -35,7 +35,7 @@ static void loader_destroy(PyObject *capsule) {
 
 /* The loader of a capsule, claimed for this call (release with p->busy = false). */
 static py_loader *claim(PyObject *o) {
-    py_loader *p = PyCapsule_CheckExact(o) ? PyCapsule_GetPointer(o, CAPSULE) : NULL;
+    py_loader *p = PyCapsule_IsValid(o, CAPSULE) ? PyCapsule_GetPointer(o, CAPSULE) : NULL;
     if (!p) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "not a kiln loader");
         return NULL;
@@ -148,7 +148,7 @@ static PyObject *f_batches(PyObject *m, PyObject *arg) {
 /* Stops the workers and frees the loader now (closing twice is fine). */
 static PyObject *f_close(PyObject *m, PyObject *arg) {
     (void)m;
-    py_loader *p = PyCapsule_CheckExact(arg) ? PyCapsule_GetPointer(arg, CAPSULE) : NULL;
+    py_loader *p = PyCapsule_IsValid(arg, CAPSULE) ? PyCapsule_GetPointer(arg, CAPSULE) : NULL;
     if (!p) return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_TypeError, "not a kiln loader");
     if (p->busy) return PyErr_Format(PyExc_RuntimeError, "this DataLoader is being iterated by another thread");
     loader_close(p);

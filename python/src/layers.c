@@ -16,7 +16,7 @@ static void layer_destroy(PyObject *capsule) {
 }
 
 static kiln_module *layer_of(PyObject *o) {
-    kiln_module *m = PyCapsule_CheckExact(o) ? PyCapsule_GetPointer(o, CAPSULE) : NULL;
+    kiln_module *m = PyCapsule_IsValid(o, CAPSULE) ? PyCapsule_GetPointer(o, CAPSULE) : NULL;
     if (!m && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "not a kiln layer");
     return m;
 }

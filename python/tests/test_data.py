@@ -75,6 +75,8 @@ def test_bad_arguments_raise():
         _C._loader_new(x, y, 2, 2, True, False, 0)  # arrays, not tensors
     with pytest.raises(TypeError):
         _C._loader_next("not a loader")
+    with pytest.raises(TypeError):
+        _C._loader_next(kiln.nn.GRU(2, 2)._layer)  # another kind of capsule
     with pytest.raises(OverflowError):
         _C._loader_new(kiln.tensor(x), kiln.tensor(y), 2**70, 2, True, False, 0)
 

@@ -119,6 +119,9 @@ def test_bad_arguments_raise_with_the_line():
         nn.GRU(-4, 5)
     with pytest.raises(TypeError):
         kiln._C._rnn("not a layer", [], True, kiln.randn(1, 1, 1), None, None)
+    loader = kiln.utils.data.DataLoader(kiln.utils.data.TensorDataset(np.zeros((2, 1), np.float32)))
+    with pytest.raises(TypeError):
+        kiln._C._rnn(loader._loader, [], True, kiln.randn(1, 1, 1), None, None)
     with pytest.raises(TypeError):
         kiln._C._rnn(lstm._layer, [], True, kiln.randn(3, 2, 4), None, None)  # wrong parameter list
     lstm.weight_ih_l0 = kiln.randn(20, 4).requires_grad_()  # a replaced parameter of the right shape is used
