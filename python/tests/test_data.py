@@ -54,6 +54,16 @@ def test_in_order_drop_last_and_one_array():
     np.testing.assert_array_equal(only[2].numpy(), x[20:])
 
 
+def test_a_newer_iteration_replaces_an_older_one():
+    x, y = pairs()
+    dl = DataLoader(TensorDataset(x, y), batch_size=5)
+    old = iter(dl)
+    next(old)
+    assert sum(len(b) for _, b in dl) == 25  # the new epoch is whole
+    with pytest.raises(RuntimeError, match="newer"):
+        next(old)
+
+
 def test_python_datasets_keep_the_python_path():
     x, y = pairs()
     assert DataLoader(TensorDataset(x.astype(np.uint8)), batch_size=2)._loader is None  # no kiln dtype

@@ -63,9 +63,13 @@ class DataLoader:
         return self._python_batches()
 
     def _c_batches(self, epoch):
+        # one C loader serves one iteration at a time: a newer one restarts it, and an older
+        # iterator resumed after that is refused rather than handed the newer epoch's batches
         _C._loader_start_epoch(self._loader, epoch)
-        while (batch := _C._loader_next(self._loader)) is not None:
+        while self.epoch == epoch + 1 and (batch := _C._loader_next(self._loader)) is not None:
             yield batch[0] if self._single else batch
+        if self.epoch != epoch + 1:
+            raise RuntimeError("this DataLoader's iterator was replaced by a newer one (kiln's loader runs one at a time)")
 
     def _python_batches(self):
         n = len(self.dataset)
