@@ -16,6 +16,8 @@ extern PyMethodDef *kp_tensor_base_methods;
 extern PyMethodDef kp_functional_functions[];
 extern PyMethodDef kp_dlpack_methods[], kp_dlpack_functions[], kp_io_functions[];
 extern PyMethodDef kp_summary_functions[]; /* summary.c: kiln.utils.tensorboard */
+extern PyMethodDef kp_data_functions[];    /* data.c: kiln.utils.data's loader */
+extern PyMethodDef kp_layer_functions[];   /* layers.c: kiln.nn.LSTM, GRU, MultiheadAttention */
 
 /* ---- generators ---- */
 typedef struct {
@@ -504,7 +506,8 @@ PyMODINIT_FUNC PyInit__C(void) {
         kp_errors_init(m) < 0 || PyModule_AddFunctions(m, kp_module_table_functions) < 0 ||
         PyModule_AddFunctions(m, kp_functional_functions) < 0 ||
         PyModule_AddFunctions(m, kp_dlpack_functions) < 0 || PyModule_AddFunctions(m, kp_io_functions) < 0 ||
-        PyModule_AddFunctions(m, kp_summary_functions) < 0) {
+        PyModule_AddFunctions(m, kp_summary_functions) < 0 || PyModule_AddFunctions(m, kp_data_functions) < 0 ||
+        PyModule_AddFunctions(m, kp_layer_functions) < 0) {
         Py_DECREF(m);
         return NULL;
     }

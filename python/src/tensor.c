@@ -218,6 +218,33 @@ static Py_ssize_t tensor_len(PyObject *self) {
     return (Py_ssize_t)kiln_tensor_dim(t->h, 0);
 }
 
+/* iter(t) and unpacking (`q, k, v = t`) yield the views t[0], t[1], ... made all at once, as
+ * PyTorch's unbind(0) does, so the tensor may be changed while they are consumed. */
+static PyObject *tensor_iter(PyObject *self) {
+    kp_tensor *t = (kp_tensor *)self;
+    if (!kp_live(t)) return NULL;
+    if (kiln_tensor_ndim(t->h) == 0) {
+        PyErr_SetString(PyExc_TypeError, "iteration over a 0-d tensor");
+        return NULL;
+    }
+    Py_ssize_t n = (Py_ssize_t)kiln_tensor_dim(t->h, 0);
+    PyObject *rows = PyList_New(n);
+    if (!rows) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = PyLong_FromSsize_t(i);
+        PyObject *row = key ? PyObject_GetItem(self, key) : NULL;
+        Py_XDECREF(key);
+        if (!row) {
+            Py_DECREF(rows);
+            return NULL;
+        }
+        PyList_SET_ITEM(rows, i, row);
+    }
+    PyObject *it = PyObject_GetIter(rows);
+    Py_DECREF(rows);
+    return it;
+}
+
 /* ---- attributes ---- */
 static PyObject *get_shape(PyObject *self, void *c) {
     (void)c;
@@ -344,6 +371,7 @@ PyTypeObject kp_TensorType = {
     .tp_as_number = &kp_tensor_as_number,
     .tp_as_sequence = &tensor_as_sequence,
     .tp_as_mapping = &kp_tensor_as_mapping,
+    .tp_iter = tensor_iter,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .tp_doc = "A tensor: a handle to kiln's asynchronous data. Ops return at once; reads wait.",
     .tp_richcompare = kp_richcompare,

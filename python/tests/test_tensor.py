@@ -219,3 +219,18 @@ def test_against_torch():
     np.testing.assert_allclose(arr(x.log_softmax(1)), tx.log_softmax(1).numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(arr(x.gelu()), torch.nn.functional.gelu(tx).numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(arr(x @ x.T), (tx @ tx.T).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_iteration_and_unpacking_yield_rows():
+    t = kiln.arange(6).reshape(3, 2)
+    a, b, c = t
+    assert b.tolist() == [2, 3] and c.shape == (2,)
+    assert [r.tolist() for r in kiln.arange(4.0).reshape(2, 1, 2)] == [[[0.0, 1.0]], [[2.0, 3.0]]]
+    assert list(kiln.zeros(0, 3)) == []
+    x = kiln.randn(3, 2, 4)
+    q, k, v = x
+    assert np.allclose((q + k + v).numpy(), x.numpy().sum(0))
+    with pytest.raises(TypeError, match="0-d"):
+        iter(kiln.tensor(1.0))
+    with pytest.raises(ValueError):
+        x, y = kiln.zeros(3)

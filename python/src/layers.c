@@ -1,0 +1,214 @@
+/* kiln.nn.LSTM, GRU and MultiheadAttention's C half: kiln's own layers (kiln_lstm_new, ...) in a
+ * capsule. The parameters a Python user trains, saves and loads are the Python Module's
+ * tensors, made from the C module's at construction (_layer_params); each forward first puts
+ * the Python module's current tensors (which an optimizer or load_state_dict may have
+ * replaced) into the C module's slots, in the order _layer_params gave, then calls the layer.
+ * The GIL is held from the slot writes to the dispatch, so two threads cannot interleave them. */
+#include "kiln_py.h"
+
+#include <string.h>
+
+static const char CAPSULE[] = "kiln.layer";
+
+static void layer_destroy(PyObject *capsule) {
+    kiln_module *m = PyCapsule_GetPointer(capsule, CAPSULE);
+    if (m) kiln_module_free(m);
+}
+
+static kiln_module *layer_of(PyObject *o) {
+    kiln_module *m = PyCapsule_IsValid(o, CAPSULE) ? PyCapsule_GetPointer(o, CAPSULE) : NULL;
+    if (!m && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "not a kiln layer");
+    return m;
+}
+
+static int int64_arg(PyObject *o, const char *what, int64_t *out) {
+    if (!PyLong_Check(o) || PyBool_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int, not %s", what, Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    long long v = PyLong_AsLongLong(o);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    *out = v;
+    return 0;
+}
+
+/* _layer_new(kind, a, b, num_layers, bias, batch_first, bidirectional, dropout, seed):
+ * kind "lstm"/"gru" (a, b: input_size, hidden_size) or "mha" (embed_dim, num_heads; the
+ * RNN-only fields are ignored). */
+static PyObject *f_new(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
+    (void)mod;
+    if (n != 9 || !PyUnicode_Check(args[0]))
+        return PyErr_Format(PyExc_TypeError, "_layer_new(kind, a, b, num_layers, bias, batch_first, bidirectional, dropout, seed)");
+    const char *kind = PyUnicode_AsUTF8(args[0]);
+    int64_t a, b, layers;
+    if (!kind || int64_arg(args[1], "the first size", &a) < 0 || int64_arg(args[2], "the second size", &b) < 0 ||
+        int64_arg(args[3], "num_layers", &layers) < 0)
+        return NULL;
+    int bias = PyObject_IsTrue(args[4]), batch_first = PyObject_IsTrue(args[5]), bidir = PyObject_IsTrue(args[6]);
+    double dropout = PyFloat_AsDouble(args[7]);
+    unsigned long long seed = PyLong_AsUnsignedLongLongMask(args[8]);
+    if (PyErr_Occurred() || bias < 0 || batch_first < 0 || bidir < 0) return NULL;
+    kp_site();
+    kiln_module *m;
+    if (!strcmp(kind, "mha")) {
+        kiln_multihead_attention_options o = kiln_multihead_attention_defaults(a, b);
+        o.bias = bias;
+        o.batch_first = batch_first;
+        m = kiln_multihead_attention_new(o, seed);
+    } else if (!strcmp(kind, "lstm") || !strcmp(kind, "gru")) {
+        if (layers < 1 || layers > 32) return PyErr_Format(PyExc_ValueError, "num_layers must be 1 to 32, got %lld", (long long)layers);
+        kiln_rnn_options o = kiln_rnn_defaults(a, b);
+        o.num_layers = (int)layers;
+        o.bias = bias;
+        o.batch_first = batch_first;
+        o.bidirectional = bidir;
+        o.dropout = dropout;
+        m = kind[0] == 'l' ? kiln_lstm_new(o, seed) : kiln_gru_new(o, seed);
+    } else {
+        return PyErr_Format(PyExc_ValueError, "unknown layer kind '%s'", kind);
+    }
+    if (!m) return kp_raise_status(kiln_last_status());
+    PyObject *capsule = PyCapsule_New(m, CAPSULE, layer_destroy);
+    if (!capsule) kiln_module_free(m);
+    return capsule;
+}
+
+/* The C module's parameters as [(name, Tensor)], in slot order (buffers: these layers have none). */
+static PyObject *f_params(PyObject *mod, PyObject *arg) {
+    (void)mod;
+    kiln_module *m = layer_of(arg);
+    if (!m) return NULL;
+    int count = kiln_module_params(m, NULL, 0);
+    kiln_param *ps = PyMem_Calloc(count > 0 ? (size_t)count : 1, sizeof *ps);
+    if (!ps) return PyErr_NoMemory();
+    kiln_module_params(m, ps, count);
+    PyObject *out = PyList_New(0);
+    for (int i = 0; out && i < count; i++) {
+        PyObject *t = kp_wrap(kiln_ref(*ps[i].slot));
+        PyObject *item = t ? Py_BuildValue("(sN)", ps[i].name, t) : NULL;
+        if (!item || PyList_Append(out, item) < 0) Py_CLEAR(out);
+        Py_XDECREF(item);
+    }
+    PyMem_Free(ps);
+    return out;
+}
+
+/* Puts the Python module's tensors (a list in _layer_params' order) into m's slots and sets
+ * its training mode. */
+static int load_slots(kiln_module *m, PyObject *tensors, PyObject *training) {
+    int train = PyObject_IsTrue(training);
+    if (train < 0) return -1;
+    int count = kiln_module_params(m, NULL, 0);
+    if (!PyList_Check(tensors) || PyList_GET_SIZE(tensors) != count) {
+        PyErr_Format(PyExc_TypeError, "expected a list of the layer's %d parameters", count);
+        return -1;
+    }
+    kiln_param ps[64];
+    if (count > 64) {
+        PyErr_SetString(PyExc_ValueError, "too many parameters");
+        return -1;
+    }
+    kiln_module_params(m, ps, count);
+    for (int i = 0; i < count; i++) {
+        PyObject *o = PyList_GET_ITEM(tensors, i);
+        if (!kp_is_tensor(o)) {
+            PyErr_Format(PyExc_TypeError, "parameter %s is %s, not a kiln Tensor", ps[i].name, Py_TYPE(o)->tp_name);
+            return -1;
+        }
+        if (!kp_live((kp_tensor *)o)) return -1;
+    }
+    for (int i = 0; i < count; i++) {
+        kiln_tensor h = ((kp_tensor *)PyList_GET_ITEM(tensors, i))->h;
+        if (ps[i].slot->id == h.id) continue;
+        kiln_release(*ps[i].slot);
+        *ps[i].slot = kiln_ref(h);
+    }
+    kiln_module_train(m, train);
+    return 0;
+}
+
+/* An optional tensor argument, as a handle to consume: None gives KILN_NONE. */
+static int optional(PyObject *o, const char *what, kiln_tensor *out) {
+    *out = KILN_NONE;
+    if (o == Py_None) return 0;
+    if (!kp_is_tensor(o)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a kiln Tensor or None, not %s", what, Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    *out = kp_take(o);
+    return out->id ? 0 : -1;
+}
+
+static void release_all(kiln_tensor *ts, int n) {
+    for (int i = 0; i < n; i++)
+        if (ts[i].id) kiln_release(ts[i]);
+}
+
+/* _rnn(layer, params, training, x, h0, c0): (output, h_n, c_n or None); c0 is ignored for a GRU. */
+static PyObject *f_rnn(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
+    (void)mod;
+    if (n != 6) return PyErr_Format(PyExc_TypeError, "_rnn(layer, params, training, x, h0, c0)");
+    kiln_module *m = layer_of(args[0]);
+    if (!m || load_slots(m, args[1], args[2]) < 0) return NULL;
+    if (!kp_is_tensor(args[3])) return PyErr_Format(PyExc_TypeError, "input must be a kiln Tensor, not %s", Py_TYPE(args[3])->tp_name);
+    bool lstm = !strcmp(kiln_module_type(m), "LSTM");
+    kiln_tensor in[3] = {KILN_NONE, KILN_NONE, KILN_NONE};
+    if (optional(args[3], "input", &in[0]) < 0 || optional(args[4], "h0", &in[1]) < 0 ||
+        (lstm && optional(args[5], "c0", &in[2]) < 0)) {
+        release_all(in, 3);
+        return NULL;
+    }
+    kp_site();
+    kiln_tensor h_n = KILN_NONE, c_n = KILN_NONE;
+    kiln_tensor y = lstm ? kiln_lstm(m, in[0], in[1], in[2], &h_n, &c_n) : kiln_gru(m, in[0], in[1], &h_n);
+    /* kp_wrap consumes the handle it is given, on failure too */
+    PyObject *py = kp_wrap(y);
+    PyObject *ph = py ? kp_wrap(h_n) : (kiln_release(h_n), NULL);
+    PyObject *pc = !ph ? (lstm ? (kiln_release(c_n), NULL) : NULL) : lstm ? kp_wrap(c_n) : Py_NewRef(Py_None);
+    if (!pc) {
+        Py_XDECREF(py);
+        Py_XDECREF(ph);
+        return NULL;
+    }
+    return Py_BuildValue("(NNN)", py, ph, pc);
+}
+
+/* _mha(layer, params, training, query, key, value, key_padding_mask, attn_mask, need_weights):
+ * (output, weights or None). */
+static PyObject *f_mha(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
+    (void)mod;
+    if (n != 9) return PyErr_Format(PyExc_TypeError, "_mha(layer, params, training, q, k, v, key_padding_mask, attn_mask, need_weights)");
+    kiln_module *m = layer_of(args[0]);
+    if (!m || load_slots(m, args[1], args[2]) < 0) return NULL;
+    int need = PyObject_IsTrue(args[8]);
+    if (need < 0) return NULL;
+    static const char *const what[] = {"query", "key", "value"};
+    for (int i = 0; i < 3; i++)
+        if (!kp_is_tensor(args[3 + i]))
+            return PyErr_Format(PyExc_TypeError, "%s must be a kiln Tensor, not %s", what[i], Py_TYPE(args[3 + i])->tp_name);
+    kiln_tensor in[5] = {KILN_NONE, KILN_NONE, KILN_NONE, KILN_NONE, KILN_NONE};
+    if (optional(args[3], "query", &in[0]) < 0 || optional(args[4], "key", &in[1]) < 0 ||
+        optional(args[5], "value", &in[2]) < 0 || optional(args[6], "key_padding_mask", &in[3]) < 0 ||
+        optional(args[7], "attn_mask", &in[4]) < 0) {
+        release_all(in, 5);
+        return NULL;
+    }
+    kp_site();
+    kiln_tensor w = KILN_NONE;
+    kiln_tensor y = kiln_multihead_attention(m, in[0], in[1], in[2], in[3], in[4], need ? &w : NULL);
+    PyObject *py = kp_wrap(y);
+    PyObject *pw = !py ? (need ? (kiln_release(w), NULL) : NULL) : need ? kp_wrap(w) : Py_NewRef(Py_None);
+    if (!pw) {
+        Py_XDECREF(py);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", py, pw);
+}
+
+PyMethodDef kp_layer_functions[] = {
+    {"_layer_new", (PyCFunction)(void (*)(void))f_new, METH_FASTCALL, NULL},
+    {"_layer_params", f_params, METH_O, NULL},
+    {"_rnn", (PyCFunction)(void (*)(void))f_rnn, METH_FASTCALL, NULL},
+    {"_mha", (PyCFunction)(void (*)(void))f_mha, METH_FASTCALL, NULL},
+    {NULL, NULL, 0, NULL},
+};
