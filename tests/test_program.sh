@@ -32,6 +32,8 @@ char_transformer)
     text=$(tail -n 1 "$out")
     [ "${#text}" = 41 ] || fail "generated '$text' (${#text} characters), not 'the ' and 37 more"
     case $text in "the "*) ;; *) fail "the generated text does not start with the prompt";; esac
+    "$exe" 5 100001 >"$out" 2>&1
+    [ $? = 2 ] && grep -q "^usage:" "$out" || fail "a length over 100000 was not refused with a usage line"
     bad=0 ;;
 custom_dataset)
     "$exe" 8 >"$out" 2>&1 || fail "exit status $?"

@@ -10,7 +10,7 @@
 
 static const char TEXT[] = "the quick brown fox jumps over the lazy dog. pack my box with five dozen liquor jugs. ";
 static const char CHARS[] = "abcdefghijklmnopqrstuvwxyz .";
-enum { V = 28, L = 32, D = 32, N = 16 };
+enum { V = 28, L = 32, D = 32, N = 16, MAX_LENGTH = 100000 };
 
 static kiln_tensor forward(kiln_module *m, kiln_tensor x, void *ctx) {
     (void)ctx;
@@ -29,7 +29,7 @@ static kiln_tensor forward(kiln_module *m, kiln_tensor x, void *ctx) {
 int main(int argc, char **argv) {
     long steps = 300, length = 60;
     if ((argc > 1 && sscanf(argv[1], "%ld", &steps) != 1) || (argc > 2 && sscanf(argv[2], "%ld", &length) != 1) ||
-        steps < 1 || length < 1 || length > 1000000) return fprintf(stderr, "usage: %s [STEPS [LENGTH]]\n", argv[0]), 2;
+        steps < 1 || length < 1 || length > MAX_LENGTH) return fprintf(stderr, "usage: %s [STEPS [LENGTH]]\n", argv[0]), 2;
     kiln_module *model = kiln_module_new("CharTransformer", forward, NULL, NULL);
     kiln_module *ff[] = {kiln_linear_new(D, 4 * D, true, 6), kiln_gelu_new(), kiln_linear_new(4 * D, D, true, 7)};
     kiln_module_add_child(model, "embed", kiln_embedding_new(V, D, 1));
@@ -58,9 +58,8 @@ int main(int argc, char **argv) {
         if (kiln_train_step(opt, loss, &l) != KILN_OK) return fprintf(stderr, "%s\n", kiln_last_error()), 1;
         if (step == 1 || step % 50 == 0 || step == steps) printf("step %ld loss %.4f\n", step, l);
     }
-    char *text = calloc((size_t)length + 5, 1);
+    static char text[4 + MAX_LENGTH + 1] = "the ";
     int32_t ctx[L];
-    strcpy(text, "the ");
     kiln_no_grad_begin();
     for (long n = 4; n < length + 4; n++) {
         int64_t t = n < L ? n : L, next;
@@ -72,7 +71,6 @@ int main(int argc, char **argv) {
     }
     kiln_no_grad_end();
     printf("%s\n", text);
-    free(text);
     kiln_optimizer_free(opt);
     kiln_module_free(model);
 }
