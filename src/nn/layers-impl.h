@@ -70,4 +70,12 @@ kiln_tensor kiln__nn_uniform_fan_in(kiln_shape shape, int64_t fan_in, uint64_t s
 /* "[2, 3]" for x's shape into buf. */
 const char *kiln__nn_shape_str(char *buf, size_t size, const kiln__tensor *x);
 
+/* Linear's settings and vtable (linear.c), shared with its int8 form (linear_int8.c), which
+ * kiln_quantize_dynamic swaps in for a Linear's vtable. */
+typedef struct {
+    int64_t in_features, out_features;
+    bool bias;
+} kiln__linear_state;
+extern const kiln__module_vtable kiln__linear_vt;
+
 #endif
