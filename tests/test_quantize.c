@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/cpu/gemm_int8.h"
+#include "backend/cpu/vmath.h"
 #include "kiln_test.h"
 
 #define IN 37
@@ -89,6 +91,34 @@ KT_TEST(a_non_finite_row_gives_nan_in_that_row_only) {
     KT_MEM_CHECK();
 }
 
+/* Every ISA path gives the exact integer sums (so the same bits), extremes and tails included. */
+KT_TEST(every_isa_path_is_exact) {
+    enum { R = 3, O = 9, K = 1001 };
+    static int8_t qx[R * K], qw[O * K];
+    float xs[R] = {0.5f, 1e-3f, 3.0f}, ws[O], y[R * O];
+    unsigned seed = 1;
+    for (int i = 0; i < R * K; i++) qx[i] = (int8_t)((seed = seed * 1103515245u + 12345u) >> 8) % 128;
+    for (int i = 0; i < O * K; i++) qw[i] = (int8_t)((seed = seed * 1103515245u + 12345u) >> 8) % 128;
+    for (int i = 0; i < K; i++) qx[i] = (int8_t)(i % 2 ? -127 : 127), qw[i] = -127; /* sums near the extremes */
+    for (int o = 0; o < O; o++) ws[o] = 0.01f * (float)(o + 1);
+    const char *isas[] = {"scalar", "avx2", "avx512"};
+    for (int p = 0; p < 3; p++) {
+        if (kiln__vmath_force_isa(isas[p]) != 0) continue; /* this CPU lacks it */
+        printf("  int8 path for KILN_ISA=%s: %s\n", isas[p], kiln__gemm_s8_path());
+        memset(y, 0, sizeof y);
+        kiln__gemm_s8_rescale(qx, xs, R, qw, ws, 0, O, K, y, O);
+        for (int r = 0; r < R; r++)
+            for (int o = 0; o < O; o++) {
+                int64_t sum = 0;
+                for (int k = 0; k < K; k++) sum += (int64_t)qx[r * K + k] * qw[o * K + k];
+                float want = (float)sum * xs[r] * ws[o];
+                KT_CHECK_MSG(y[r * O + o] == want, "%s (%s): y[%d,%d] = %.9g, want %.9g", isas[p],
+                             kiln__gemm_s8_path(), r, o, y[r * O + o], want);
+            }
+    }
+    kiln__vmath_force_isa(NULL);
+}
+
 static kiln_module *mlp(uint64_t seed) {
     kiln_module *layers[] = {kiln_linear_new(IN, 24, true, seed), kiln_relu_new(), kiln_linear_new(24, OUT, true, seed + 1)};
     return kiln_sequential_new(3, layers);
@@ -159,6 +189,7 @@ int main(void) {
     KT_RUN(int8_linear_is_within_the_quantization_bound);
     KT_RUN(strided_input_gives_the_contiguous_result);
     KT_RUN(a_non_finite_row_gives_nan_in_that_row_only);
+    KT_RUN(every_isa_path_is_exact);
     KT_RUN(checkpoint_round_trip_is_bit_exact);
     KT_RUN(bad_input);
     return kt_finish();

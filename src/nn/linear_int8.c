@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/gemm_int8.h"
 #include "kiln/custom_op.h"
 #include "kiln/tensor.h"
 #include "nn/layers-impl.h"
@@ -30,18 +31,9 @@ typedef struct {
     int64_t rows, out, kpad;
 } int8_gemm;
 
-static int32_t dot_i8(const int8_t *a, const int8_t *b, int64_t n) {
-    int32_t acc = 0; /* |a*b| <= 127^2, so n up to 133k stays in int32 */
-    for (int64_t i = 0; i < n; i++) acc += (int32_t)a[i] * (int32_t)b[i];
-    return acc;
-}
-
 static void int8_gemm_cols(void *ctx, int64_t begin, int64_t end) {
     const int8_gemm *g = ctx;
-    for (int64_t r = 0; r < g->rows; r++)
-        for (int64_t o = begin; o < end; o++)
-            g->y[r * g->out + o] =
-                (float)dot_i8(g->qx + r * g->kpad, g->qw + o * g->kpad, g->kpad) * g->xscale[r] * g->wscale[o];
+    kiln__gemm_s8_rescale(g->qx, g->xscale, g->rows, g->qw, g->wscale, begin, end, g->kpad, g->y, g->out);
 }
 
 /* Symmetric per-row quantization of n values read with stride `stride` into q[0..n). Returns
