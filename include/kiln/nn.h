@@ -389,8 +389,8 @@ KILN_API kiln_status kiln_init(kiln_tensor *t, kiln_init_kind kind, uint64_t see
  *
  * The weight becomes int8 per output channel, symmetric (buffers "weight_int8": [out,
  * ceil(in/4)] i32, four int8 values to an element, and "weight_scale": [out] f32; the bias
- * stays f32, as a buffer); each input row is quantized with its own scale at run time and the
- * product accumulates in int32. The quantized module has no parameters and is not
+ * stays f32, as a buffer); each block of 32 values of an input row is quantized with its own
+ * scale at run time and the product accumulates in int32 (AVX512-VNNI, AVX2 or plain C). The quantized module has no parameters and is not
  * differentiable: optimizers refuse it (kiln_module_is_quantized). On error, a Linear already
  * quantized stays so; the one that failed is unchanged. */
 typedef enum { KILN_QUANT_I8 = 1 } kiln_quant_type;
