@@ -105,21 +105,21 @@ void kiln__gemm_s8_rescale(const int8_t *qx, const float *xscale, int64_t rows, 
                            const float *wscale, int64_t o_begin, int64_t o_end, int64_t k, float *y, int64_t ldy) {
     s8_path path = path_now();
     int64_t nblk = (k + BLK - 1) / BLK;
-    for (int64_t r = 0; r < rows; r++) {
-        const int8_t *a = qx + r * k;
-        const float *xs = xscale + r * nblk;
-        int64_t o = o_begin;
+    int64_t o = o_begin;
 #if HAVE_X86
-        if (path != PATH_SCALAR)
-            for (; o + 4 <= o_end; o += 4) {
+    /* four outputs' weights (4 k bytes) stay in L1 while every row passes over them */
+    if (path != PATH_SCALAR)
+        for (; o + 4 <= o_end; o += 4)
+            for (int64_t r = 0; r < rows; r++) {
                 float d[4];
                 if (path == PATH_VNNI)
-                    dot4_vnni(a, qw + o * k, k, k, xs, d);
+                    dot4_vnni(qx + r * k, qw + o * k, k, k, xscale + r * nblk, d);
                 else
-                    dot4_avx2(a, qw + o * k, k, k, xs, d);
+                    dot4_avx2(qx + r * k, qw + o * k, k, k, xscale + r * nblk, d);
                 for (int j = 0; j < 4; j++) y[r * ldy + o + j] = d[j] * wscale[o + j];
             }
 #endif
-        for (; o < o_end; o++) y[r * ldy + o] = blocks_scalar(a, qw + o * k, xs, 0, k) * wscale[o];
-    }
+    for (; o < o_end; o++)
+        for (int64_t r = 0; r < rows; r++)
+            y[r * ldy + o] = blocks_scalar(qx + r * k, qw + o * k, xscale + r * nblk, 0, k) * wscale[o];
 }
