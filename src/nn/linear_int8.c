@@ -9,6 +9,7 @@
  * [out] f32: both are ordinary kiln tensors (buffers, not parameters), so checkpoints and
  * safetensors carry them bit-exactly and nothing else needs to know int8. The product is a
  * registered custom op, so it is queued, poisoned and profiled like any other op. */
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -37,12 +38,15 @@ static void int8_gemm_cols(void *ctx, int64_t begin, int64_t end) {
     kiln__gemm_s8_rescale(g->qx, g->xscale, g->rows, g->qw, g->wscale, begin, end, g->kpad, g->y, g->out);
 }
 
-/* Symmetric per-row quantization of n values read with stride `stride` into q[0..n). Returns
+/* Symmetric quantization of n values read with stride `stride` into q[0..n). Returns
  * the scale (x ~ q * scale), NAN when a value is not finite. */
 static float quantize_row(const float *x, int64_t stride, int64_t n, int8_t *q) {
     float amax = 0.0f;
-    for (int64_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(x[i * stride]));
-    if (!isfinite(amax)) return NAN;
+    for (int64_t i = 0; i < n; i++) {
+        float a = fabsf(x[i * stride]);
+        if (!(a <= FLT_MAX)) return NAN; /* inf or NaN (fmaxf would skip a NaN) */
+        amax = a > amax ? a : amax;
+    }
     float scale = amax > 0.0f ? amax / QMAX : 1.0f;
     float inv = 1.0f / scale;
     for (int64_t i = 0; i < n; i++) {
