@@ -174,6 +174,8 @@ KT_TEST(bad_input) {
     kt_mem_begin();
     KT_CHECK(kiln_quantize_dynamic(NULL, KILN_QUANT_I8) == KILN_ERR_NULL);
     KT_EXPECT_ERROR(KILN_ERR_NULL, "kiln_quantize_dynamic", __LINE__ - 1);
+    KT_CHECK(kiln_bert_quantize_dynamic(NULL, KILN_QUANT_I8) == KILN_ERR_NULL);
+    KT_EXPECT_ERROR(KILN_ERR_NULL, "kiln_bert_quantize_dynamic", __LINE__ - 1);
     kiln_module *m = mlp(4);
     KT_CHECK(!kiln_module_is_quantized(m));
     KT_CHECK(kiln_quantize_dynamic(m, (kiln_quant_type)42) == KILN_ERR_INVALID_ARGUMENT);
