@@ -3,6 +3,7 @@
  *                          longest of each batch): ms for all of them, median of --runs
  *   --workload latency     one sentence of 16 tokens: p50 of 100 embeddings, in ms
  *   --workload load        tokenizer + model load, then the first embedding of one sentence
+ *   --int8                 (throughput, latency) with kiln_bert_quantize_dynamic's int8 linears
  * The token ids are made up (the same generator as bench/peers/torch_peer.py's), so both sides
  * run the same shapes without tokenizing; `load` tokenizes its one sentence on both sides.
  * The model folder is $KILN_MINILM_DIR, else the package under build-deps/; without it this
@@ -54,8 +55,11 @@ static void embed(const kiln_bert *m, kiln_token_batch *b, float *out, size_t by
 
 int main(int argc, char **argv) {
     const char *workload = "throughput";
-    for (int i = 1; i + 1 < argc; i++)
-        if (strcmp(argv[i], "--workload") == 0) workload = argv[i + 1];
+    bool int8 = false;
+    for (int i = 1; i < argc; i++) {
+        if (i + 1 < argc && strcmp(argv[i], "--workload") == 0) workload = argv[i + 1];
+        if (strcmp(argv[i], "--int8") == 0) int8 = true;
+    }
     bool throughput = !strcmp(workload, "throughput"), latency = !strcmp(workload, "latency"), load = !strcmp(workload, "load");
     if (!throughput && !latency && !load) {
         fprintf(stderr, "bench_embed: --workload throughput|latency|load, not '%s'\n", workload);
@@ -92,6 +96,7 @@ int main(int argc, char **argv) {
     }
     kiln_bert *m = kiln_bert_load(dir);
     if (!m) bench_check(KILN_ERR_IO, "kiln_bert_load");
+    if (int8) bench_check(kiln_bert_quantize_dynamic(m, KILN_QUANT_I8), "kiln_bert_quantize_dynamic");
     if (latency) {
         uint64_t state = 7;
         int64_t len = 16;
@@ -104,7 +109,7 @@ int main(int argc, char **argv) {
         char extra[64];
         double p50 = bench_quantile(ms, 100, 0.5);
         snprintf(extra, sizeof extra, ",\"ms_p99\":%.4f", bench_quantile(ms, 100, 0.99));
-        bench_report("embed_latency", p50, extra);
+        bench_report(int8 ? "embed_latency_int8" : "embed_latency", p50, extra);
         kiln_token_batch_release(&b);
     } else {
         kiln_token_batch batches[SENTENCES / BATCH];
@@ -122,7 +127,7 @@ int main(int argc, char **argv) {
         double t = bench_quantile(ms, runs, 0.5);
         char extra[64];
         snprintf(extra, sizeof extra, ",\"sentences_per_s\":%.1f", SENTENCES / (t / 1e3));
-        bench_report("embed_throughput", t, extra);
+        bench_report(int8 ? "embed_throughput_int8" : "embed_throughput", t, extra);
         for (int k = 0; k < SENTENCES / BATCH; k++) kiln_token_batch_release(&batches[k]);
     }
     kiln_bert_free(m);

@@ -28,6 +28,7 @@ typedef struct {
     const char *model, *file, *out, *profile;
     int64_t batch;
     int threads;
+    bool int8;
     char **sentences;
     int n_sentences;
 } options;
@@ -42,6 +43,7 @@ static const char usage_text[] =
     "  --batch B       sentences per batch, 1 to 65536 (default 32)\n"
     "  --threads N     intra-op threads, 1 to 1024 (default: the CPUs available)\n"
     "  --profile FILE  write a Chrome trace of every op to FILE and a summary to stderr\n"
+    "  --int8          run the linear layers in int8 (dynamic quantization; cosine >= 0.995 to f32)\n"
     "  -h, --help      print this and exit\n";
 
 /* An integer option's value: the whole string, within [lo, hi] (atoi would read "abc" as 0). */
@@ -61,12 +63,13 @@ static bool int_arg(const char *name, const char *s, long long lo, long long hi,
  * --help), -1 to go on. Nothing is loaded before the options are known to be good. */
 static int parse(int argc, char **argv, options *o) {
     *o = (options){.batch = 32};
-    enum { MODEL = 256, FILE_, OUT, BATCH, THREADS, PROFILE };
+    enum { MODEL = 256, FILE_, OUT, BATCH, THREADS, PROFILE, INT8 };
     static const struct option longopts[] = {
         {"model", required_argument, NULL, MODEL},     {"file", required_argument, NULL, FILE_},
         {"out", required_argument, NULL, OUT},         {"batch", required_argument, NULL, BATCH},
         {"threads", required_argument, NULL, THREADS}, {"profile", required_argument, NULL, PROFILE},
-        {"help", no_argument, NULL, 'h'},              {NULL, 0, NULL, 0},
+        {"int8", no_argument, NULL, INT8},             {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     long long v = 0;
     bool ok = true;
@@ -81,6 +84,7 @@ static int parse(int argc, char **argv, options *o) {
         case BATCH: ok = int_arg(name, optarg, 1, 65536, &v); o->batch = v; break;
         case THREADS: ok = int_arg(name, optarg, 1, 1024, &v); o->threads = (int)v; break;
         case PROFILE: o->profile = optarg; break;
+        case INT8: o->int8 = true; break;
         default: ok = false; break; /* getopt_long has named the unknown option or missing value */
         }
     }
@@ -234,6 +238,11 @@ int main(int argc, char **argv) {
                         "(give --model DIR or set KILN_MINILM_DIR; scripts/setup-debian.sh installs all-MiniLM-L6-v2)\n",
                 o.model, kiln_last_error());
         kiln_tokenizer_free(tok);
+        return 1;
+    }
+    if (o.int8 && kiln_bert_quantize_dynamic(m, KILN_QUANT_I8) != KILN_OK) {
+        fprintf(stderr, "embed: cannot quantize the model: %s\n", kiln_last_error());
+        kiln_bert_free(m), kiln_tokenizer_free(tok);
         return 1;
     }
     int64_t dim = kiln_bert_get_config(m).hidden_size;

@@ -103,6 +103,15 @@ static inline FILE *mr_open_data(const char *name) {
     return f;
 }
 
+/* The n reference embeddings of dim values (embeddings.f32), malloc'd; NULL on failure. */
+static inline float *mr_reference_embeddings(size_t n, size_t dim) {
+    FILE *f = mr_open_data("embeddings.f32");
+    float *v = f ? malloc(n * dim * sizeof *v) : NULL;
+    if (v && fread(v, sizeof *v, n * dim, f) != n * dim) free(v), v = NULL;
+    if (f) fclose(f);
+    return v;
+}
+
 /* The reference sentences ($KILN_TEST_DATA/minilm/sentences.txt); NULL on failure. */
 static inline mr_sentence *mr_reference_sentences(size_t *count) {
     char path[1024];

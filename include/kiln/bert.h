@@ -22,6 +22,7 @@
 #define KILN_BERT_H
 
 #include "core.h"
+#include "nn.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -64,12 +65,20 @@ KILN_API kiln_tensor kiln_bert_forward(const kiln_bert *m, kiln_tensor input_ids
 KILN_API kiln_tensor kiln_bert_embed(const kiln_bert *m, kiln_tensor input_ids, kiln_tensor attention_mask,
                                      kiln_tensor token_type_ids);
 
+/* Runs the encoder's linear layers in int8 from now on (kiln_quantize_dynamic's scheme: int8
+ * weights per output channel, inputs quantized per row at run time, int32 sums), keeping the
+ * f32 weights for nothing else: embeddings, attention, layer norms and pooling stay f32.
+ * Blocking (reads the weights once); calling it again changes nothing. KILN_ERR_NULL,
+ * KILN_ERR_INVALID_ARGUMENT for another type, KILN_ERR_OUT_OF_MEMORY (the model unchanged). */
+KILN_API kiln_status kiln_bert_quantize_dynamic(kiln_bert *m, kiln_quant_type type);
+
 /* ---- call sites ------------------------------------------------------------------------- */
 /* The calls that record the caller's file:line, as in core.h's list. */
 #define KILN_BERT_API(X) \
     X(kiln_bert *, bert_load, (const char *dir), (dir)) \
     X(kiln_tensor, bert_forward, (const kiln_bert *m, kiln_tensor input_ids, kiln_tensor attention_mask, kiln_tensor token_type_ids), (m, input_ids, attention_mask, token_type_ids)) \
-    X(kiln_tensor, bert_embed, (const kiln_bert *m, kiln_tensor input_ids, kiln_tensor attention_mask, kiln_tensor token_type_ids), (m, input_ids, attention_mask, token_type_ids))
+    X(kiln_tensor, bert_embed, (const kiln_bert *m, kiln_tensor input_ids, kiln_tensor attention_mask, kiln_tensor token_type_ids), (m, input_ids, attention_mask, token_type_ids)) \
+    X(kiln_status, bert_quantize_dynamic, (kiln_bert *m, kiln_quant_type type), (m, type))
 KILN_BERT_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -77,6 +86,7 @@ KILN_BERT_API(KILN__AT_DECLARE)
 #define kiln_bert_load(...) KILN__AT(bert_load, __VA_ARGS__)
 #define kiln_bert_forward(...) KILN__AT(bert_forward, __VA_ARGS__)
 #define kiln_bert_embed(...) KILN__AT(bert_embed, __VA_ARGS__)
+#define kiln_bert_quantize_dynamic(...) KILN__AT(bert_quantize_dynamic, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

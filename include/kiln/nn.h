@@ -381,6 +381,22 @@ typedef enum { KILN_INIT_KAIMING_UNIFORM, KILN_INIT_KAIMING_NORMAL, KILN_INIT_XA
  * from parameter groups keeps the old tensor. On error *t is left as it was. */
 KILN_API kiln_status kiln_init(kiln_tensor *t, kiln_init_kind kind, uint64_t seed);
 
+/* ---- dynamic quantization (PyTorch's quantize_dynamic) ----------------------------------- */
+/* Replaces, in place, every Linear in m's tree by an int8 one for inference:
+ *
+ *   kiln_quantize_dynamic(model, KILN_QUANT_I8);   // blocking: reads the f32 weights once
+ *   kiln_tensor y = kiln_module_forward(model, x); // f32 in, f32 out
+ *
+ * The weight becomes int8 per output channel, symmetric (buffers "weight_int8": [out,
+ * ceil(in/4)] i32, four int8 values to an element, and "weight_scale": [out] f32; the bias
+ * stays f32, as a buffer); each block of 32 values of an input row is quantized with its own
+ * scale at run time and the product accumulates in int32 (AVX512-VNNI, AVX2 or plain C). The quantized module has no parameters and is not
+ * differentiable: optimizers refuse it (kiln_module_is_quantized). On error, a Linear already
+ * quantized stays so; the one that failed is unchanged. */
+typedef enum { KILN_QUANT_I8 = 1 } kiln_quant_type;
+KILN_API kiln_status kiln_quantize_dynamic(kiln_module *m, kiln_quant_type type);
+KILN_API bool kiln_module_is_quantized(kiln_module *m); /* any int8 layer in m's tree */
+
 /* ---- call sites ------------------------------------------------------------------------- */
 /* The calls that record the caller's file:line, as in core.h's list. */
 #define KILN_NN_API(X) \
@@ -442,7 +458,8 @@ KILN_API kiln_status kiln_init(kiln_tensor *t, kiln_init_kind kind, uint64_t see
     X(kiln_tensor, group_norm, (kiln_tensor x, int64_t num_groups, kiln_tensor weight, kiln_tensor bias, double eps), (x, num_groups, weight, bias, eps)) \
     X(kiln_tensor, rms_norm, (kiln_tensor x, kiln_shape normalized_shape, kiln_tensor weight, double eps), (x, normalized_shape, weight, eps)) \
     X(kiln_module *, rms_norm_new, (int64_t normalized_size, double eps, bool affine), (normalized_size, eps, affine)) \
-    X(kiln_status, module_register_grad_hook, (kiln_module *m, kiln_grad_hook_fn hook, void *ctx), (m, hook, ctx))
+    X(kiln_status, module_register_grad_hook, (kiln_module *m, kiln_grad_hook_fn hook, void *ctx), (m, hook, ctx)) \
+    X(kiln_status, quantize_dynamic, (kiln_module *m, kiln_quant_type type), (m, type))
 KILN_NN_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -506,6 +523,7 @@ KILN_NN_API(KILN__AT_DECLARE)
 #define kiln_group_norm(...) KILN__AT(group_norm, __VA_ARGS__)
 #define kiln_rms_norm(...) KILN__AT(rms_norm, __VA_ARGS__)
 #define kiln_rms_norm_new(...) KILN__AT(rms_norm_new, __VA_ARGS__)
+#define kiln_quantize_dynamic(...) KILN__AT(quantize_dynamic, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

@@ -236,7 +236,11 @@ KILN_API kiln_tensor kiln_load_tensor(const char *path, const char *name, kiln_d
     X(kiln_tensor, load_tensor, (const char *path, const char *name, kiln_device dev), (path, name, dev)) \
     X(kiln_optimizer *, rmsprop_new_params, (int n, const kiln_tensor *params, kiln_rmsprop_options o), (n, params, o)) \
     X(kiln_optimizer *, adagrad_new_params, (int n, const kiln_tensor *params, kiln_adagrad_options o), (n, params, o)) \
-    X(int, module_param_groups, (kiln_module *m, kiln_param_filter first, void *ctx, kiln_tensor *handles, int cap, kiln_param_group *groups), (m, first, ctx, handles, cap, groups))
+    X(int, module_param_groups, (kiln_module *m, kiln_param_filter first, void *ctx, kiln_tensor *handles, int cap, kiln_param_group *groups), (m, first, ctx, handles, cap, groups)) \
+    X(kiln_optimizer *, sgd_new, (kiln_module *model, kiln_sgd_options o), (model, o)) \
+    X(kiln_optimizer *, adam_new, (kiln_module *model, kiln_adam_options o), (model, o)) \
+    X(kiln_optimizer *, rmsprop_new, (kiln_module *model, kiln_rmsprop_options o), (model, o)) \
+    X(kiln_optimizer *, adagrad_new, (kiln_module *model, kiln_adagrad_options o), (model, o))
 KILN_OPTIM_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -258,6 +262,10 @@ KILN_OPTIM_API(KILN__AT_DECLARE)
 #define kiln_load_tensor(...) KILN__AT(load_tensor, __VA_ARGS__)
 #define kiln_rmsprop_new_params(...) KILN__AT(rmsprop_new_params, __VA_ARGS__)
 #define kiln_module_param_groups(...) KILN__AT(module_param_groups, __VA_ARGS__)
+#define kiln_sgd_new(...) KILN__AT(sgd_new, __VA_ARGS__)
+#define kiln_adam_new(...) KILN__AT(adam_new, __VA_ARGS__)
+#define kiln_rmsprop_new(...) KILN__AT(rmsprop_new, __VA_ARGS__)
+#define kiln_adagrad_new(...) KILN__AT(adagrad_new, __VA_ARGS__)
 #define kiln_adagrad_new_params(...) KILN__AT(adagrad_new_params, __VA_ARGS__)
 #endif
 

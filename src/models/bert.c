@@ -54,7 +54,12 @@ struct kiln_bert {
     kiln_bert_config cfg;
     kiln_tensor word, position, token_type, ln_w, ln_b; /* embeddings */
     kiln_tensor (*layers)[LAYER_SLOTS];
+    /* kiln_bert_quantize_dynamic: per layer, the int8 weight and scales of QKV_W, AO_W, I_W, O_W
+     * (KILN_NONE: that one stays f32); NULL until then */
+    kiln_tensor (*int8)[4][2];
 };
+
+static const int linear_slots[4] = {QKV_W, AO_W, I_W, O_W};
 
 kiln_bert_config kiln_bert_get_config(const kiln_bert *m) { return m ? m->cfg : (kiln_bert_config){0}; }
 
@@ -66,7 +71,11 @@ void kiln_bert_free(kiln_bert *m) {
     for (int64_t l = 0; m->layers && l < m->cfg.num_hidden_layers; l++)
         for (int k = 0; k < LAYER_SLOTS; k++)
             if (m->layers[l][k].id) kiln_release(m->layers[l][k]);
+    for (int64_t l = 0; m->int8 && l < m->cfg.num_hidden_layers; l++)
+        for (int k = 0; k < 8; k++)
+            if (m->int8[l][k / 2][k % 2].id) kiln_release(m->int8[l][k / 2][k % 2]);
     free(m->layers);
+    free(m->int8);
     free(m);
 }
 
@@ -283,8 +292,8 @@ static bool fuse_qkv(kiln_bert *m) {
 static void free_weights(void *buf) { free(buf); }
 
 static bool pack_linear_weights(kiln_bert *m) {
-    static const int which[] = {QKV_W, AO_W, I_W, O_W};
-    enum { N = sizeof which / sizeof *which };
+    const int *which = linear_slots;
+    enum { N = 4 };
     int64_t total = 0, layers = m->cfg.num_hidden_layers;
     for (int64_t l = 0; l < layers; l++)
         for (int k = 0; k < N; k++) total += kiln_tensor_numel(m->layers[l][which[k]]);
@@ -442,6 +451,16 @@ static bool plan_packing(kiln_tensor mask, int64_t b, int64_t s, token_packing *
     return ok;
 }
 
+/* Layer l's linear k of linear_slots over x (consumed): int8 where it was quantized. */
+static kiln_tensor bert_linear(const kiln_bert *m, int64_t l, int k, kiln_tensor x) {
+    const kiln_tensor *w = m->layers[l];
+    int slot = linear_slots[k];
+    if (m->int8 && m->int8[l][k][0].id)
+        return kiln__linear_i8("linear_int8", x, kiln_ref(m->int8[l][k][0]), kiln_ref(m->int8[l][k][1]),
+                               kiln_ref(w[slot + 1]));
+    return kiln_linear(x, kiln_ref(w[slot]), kiln_ref(w[slot + 1]));
+}
+
 static kiln_tensor encoder(const kiln_bert *m, kiln_tensor ids, kiln_tensor mask, kiln_tensor types, int64_t b, int64_t s,
                            const token_packing *packing) {
     const kiln_bert_config *c = &m->cfg;
@@ -467,7 +486,7 @@ static kiln_tensor encoder(const kiln_bert *m, kiln_tensor ids, kiln_tensor mask
     hide = kiln_reshape(hide, KILN_SHAPE(b, 1, 1, s));
     for (int64_t l = 0; l < c->num_hidden_layers; l++) {
         const kiln_tensor *w = m->layers[l];
-        kiln_tensor qkv = kiln_linear(kiln_ref(x), kiln_ref(w[QKV_W]), kiln_ref(w[QKV_B]));
+        kiln_tensor qkv = bert_linear(m, l, 0, kiln_ref(x));
         if (packing) qkv = kiln_index_select(qkv, 0, kiln_ref(packing->unpack));
         qkv = kiln_reshape(qkv, KILN_SHAPE(b, s, 3, heads, hd));
         /* softmax(q k^T + hide) v, q pre-scaled by 1/sqrt(hd) in the weights (scale 1): one fused
@@ -477,10 +496,10 @@ static kiln_tensor encoder(const kiln_bert *m, kiln_tensor ids, kiln_tensor mask
         kiln_tensor ctx = kiln_scaled_dot_product_attention(q, k, v, kiln_ref(hide), false, 1.0);
         ctx = kiln_reshape(kiln_permute(ctx, KILN_DIMS(0, 2, 1, 3)), KILN_SHAPE(b * s, h));
         if (packing) ctx = kiln_index_select(ctx, 0, kiln_ref(packing->pack));
-        kiln_tensor a = kiln_linear(ctx, kiln_ref(w[AO_W]), kiln_ref(w[AO_B]));
+        kiln_tensor a = bert_linear(m, l, 1, ctx);
         x = kiln_layer_norm(kiln_add(a, x), hs, kiln_ref(w[ALN_W]), kiln_ref(w[ALN_B]), eps);
-        kiln_tensor i = kiln_gelu(kiln_linear(kiln_ref(x), kiln_ref(w[I_W]), kiln_ref(w[I_B])));
-        kiln_tensor o = kiln_linear(i, kiln_ref(w[O_W]), kiln_ref(w[O_B]));
+        kiln_tensor i = kiln_gelu(bert_linear(m, l, 2, kiln_ref(x)));
+        kiln_tensor o = bert_linear(m, l, 3, i);
         x = kiln_layer_norm(kiln_add(o, x), hs, kiln_ref(w[OLN_W]), kiln_ref(w[OLN_B]), eps);
     }
     kiln_release(hide);
@@ -554,4 +573,36 @@ kiln_tensor kiln_bert_forward(const kiln_bert *m, kiln_tensor input_ids, kiln_te
 kiln_tensor kiln_bert_embed(const kiln_bert *m, kiln_tensor input_ids, kiln_tensor attention_mask,
                             kiln_tensor token_type_ids) {
     return run("kiln_bert_embed", true, m, input_ids, attention_mask, token_type_ids);
+}
+
+/* Which of each layer's linears (bits: 1 query/key/value, 2 attention output, 4 intermediate,
+ * 8 output) go int8, chosen by MiniLM's cosine to f32 over the 278 reference sentences (worst
+ * sentence): all four 0.9931, all but the output 0.9970. The output's input (after GELU) has
+ * the widest outliers, so it stays f32. */
+#define BERT_INT8_LINEARS 7
+
+kiln_status kiln_bert_quantize_dynamic(kiln_bert *m, kiln_quant_type type) {
+    const char *op = "kiln_bert_quantize_dynamic";
+    if (!m) return kiln__report(KILN_ERR_NULL, op, "the model is NULL");
+    if (type != KILN_QUANT_I8)
+        return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "unknown quantized type %d (KILN_QUANT_I8 is the one there is)",
+                            (int)type);
+    if (m->int8) return KILN_OK; /* already */
+    int64_t layers = m->cfg.num_hidden_layers;
+    const unsigned which = BERT_INT8_LINEARS;
+    kiln_tensor(*q)[4][2] = calloc((size_t)(layers ? layers : 1), sizeof *q);
+    if (!q) return kiln__report(KILN_ERR_OUT_OF_MEMORY, op, "out of memory for the int8 weights");
+    kiln_status st = KILN_OK;
+    for (int64_t l = 0; l < layers && st == KILN_OK; l++)
+        for (int k = 0; k < 4 && st == KILN_OK; k++)
+            if (which & (1u << k)) st = kiln__quantize_weight_i8(op, m->layers[l][linear_slots[k]], &q[l][k][0], &q[l][k][1]);
+    if (st != KILN_OK) {
+        for (int64_t l = 0; l < layers; l++)
+            for (int k = 0; k < 8; k++)
+                if (q[l][k / 2][k % 2].id) kiln_release(q[l][k / 2][k % 2]);
+        free(q);
+        return st;
+    }
+    m->int8 = q;
+    return KILN_OK;
 }

@@ -70,4 +70,20 @@ kiln_tensor kiln__nn_uniform_fan_in(kiln_shape shape, int64_t fan_in, uint64_t s
 /* "[2, 3]" for x's shape into buf. */
 const char *kiln__nn_shape_str(char *buf, size_t size, const kiln__tensor *x);
 
+/* Linear's settings and vtable (linear.c), shared with its int8 form (linear_int8.c), which
+ * kiln_quantize_dynamic swaps in for a Linear's vtable. */
+typedef struct {
+    int64_t in_features, out_features;
+    bool bias;
+} kiln__linear_state;
+extern const kiln__module_vtable kiln__linear_vt;
+
+/* int8 linear pieces (linear_int8.c), for the layer and for models that hold raw weights.
+ * kiln__quantize_weight_i8: w [out, in] f32 (borrowed; a blocking read) into *packed [out,
+ * ceil(in/4)] i32 (int8 values, four to an element) and *scales [out] f32; a status reported
+ * for op otherwise. kiln__linear_i8: x [..., in] f32 times the packed weight (+ bias, or
+ * KILN_NONE), all consumed; errors name op or the product "linear_int8". */
+kiln_status kiln__quantize_weight_i8(const char *op, kiln_tensor w, kiln_tensor *packed, kiln_tensor *scales);
+kiln_tensor kiln__linear_i8(const char *op, kiln_tensor x, kiln_tensor packed, kiln_tensor scales, kiln_tensor bias);
+
 #endif

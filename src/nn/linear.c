@@ -5,27 +5,22 @@
 
 /* ---- Linear -------------------------------------------------------------------------------- */
 
-typedef struct {
-    int64_t in_features, out_features;
-    bool bias;
-} linear_state;
-
 static kiln_tensor linear_forward(kiln_module *m, kiln_tensor x) {
-    const linear_state *s = m->state;
+    const kiln__linear_state *s = m->state;
     if (!kiln__nn_expect_input(&x, 1, &s->in_features, true, "Linear", "Linear(%lld -> %lld)",
                                (long long)s->in_features, (long long)s->out_features))
         return x;
     return kiln_linear(x, kiln_ref(m->params[0].tensor), s->bias ? kiln_ref(m->params[1].tensor) : KILN_NONE);
 }
 
-static const kiln__module_vtable linear_vt = {"Linear", linear_forward, NULL};
+const kiln__module_vtable kiln__linear_vt = {"Linear", linear_forward, NULL};
 
 kiln_module *kiln_linear_new(int64_t in_features, int64_t out_features, bool bias, uint64_t seed) {
     if (in_features < 0 || out_features < 0)
         return kiln__nn_bad_arg("kiln_linear_new", "in_features %lld and out_features %lld must not be negative",
                                 (long long)in_features, (long long)out_features);
-    kiln_module *m = kiln__module_new(&linear_vt, sizeof(linear_state));
-    if (m) *(linear_state *)m->state = (linear_state){in_features, out_features, bias};
+    kiln_module *m = kiln__module_new(&kiln__linear_vt, sizeof(kiln__linear_state));
+    if (m) *(kiln__linear_state *)m->state = (kiln__linear_state){in_features, out_features, bias};
     /* PyTorch's default: kaiming_uniform(a = sqrt(5)) for the weight, which is
      * U(-1/sqrt(in), 1/sqrt(in)), and the same bound for the bias */
     kiln__nn_param ps[2] = {

@@ -172,6 +172,11 @@ kiln_optimizer *kiln__optim_new(const char *op, kiln_module *model, kiln__optim_
         return NULL;
     }
     KILN__OBJECT_OR_RETURN(model, KILN__MODULE_KIND, op, NULL);
+    if (kiln_module_is_quantized(model)) {
+        kiln__report(KILN_ERR_UNSUPPORTED, op,
+                     "the model was quantized by kiln_quantize_dynamic: its int8 layers are for inference only");
+        return NULL;
+    }
     int n = kiln_module_params(model, NULL, 0);
     kiln_param *list = calloc((size_t)(n ? n : 1), sizeof *list);
     kiln__optim_param *params = calloc((size_t)(n ? n : 1), sizeof *params);

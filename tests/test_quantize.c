@@ -1,0 +1,260 @@
+/* kiln_quantize_dynamic: int8 Linear layers against an f64 reference within the bound that
+ * per-channel weight and per-row activation rounding allow, strided inputs, non-finite rows,
+ * a bit-exact checkpoint round trip of the packed weights and scales, and bad input
+ * (optimizers refuse a quantized model; wrong shapes and dtypes name the op and the line). */
+#include <kiln.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/cpu/gemm_int8.h"
+#include "backend/cpu/vmath.h"
+#include "kiln_test.h"
+#include "minilm_reference.h"
+
+#define IN 37
+#define OUT 19
+#define ROWS 15
+#define MINILM_INT8_MIN_COSINE 0.995 /* issue 27's goal, on every sentence */
+
+static void fill(float *v, int n, unsigned seed) {
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        v[i] = (float)((seed >> 8) % 20001) / 10000.0f - 1.0f;
+    }
+}
+
+static double amax(const float *v, int n) {
+    double m = 0;
+    for (int i = 0; i < n; i++) m = fmax(m, fabs(v[i]));
+    return m;
+}
+
+KT_TEST(int8_linear_is_within_the_quantization_bound) {
+    kt_mem_begin();
+    kiln_module *m = kiln_linear_new(IN, OUT, true, 3);
+    float w[OUT * IN], b[OUT], x[ROWS * IN], y[ROWS * OUT];
+    KT_CHECK(kiln_into_data(kiln_module_param(m, "weight"), w, sizeof w) == KILN_OK);
+    KT_CHECK(kiln_into_data(kiln_module_param(m, "bias"), b, sizeof b) == KILN_OK);
+    fill(x, ROWS * IN, 7);
+    KT_CHECK(kiln_quantize_dynamic(m, KILN_QUANT_I8) == KILN_OK);
+    KT_CHECK(kiln_module_is_quantized(m));
+    KT_CHECK(kiln_module_num_parameters(m) == 0);
+    kiln_tensor xt = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(3, 5, IN), x);
+    kiln_tensor yt = kiln_module_forward(m, xt);
+    KT_CHECK(kiln_tensor_dim(yt, 2) == OUT);
+    KT_CHECK(kiln_into_data(yt, y, sizeof y) == KILN_OK);
+    double err2 = 0, ref2 = 0;
+    for (int r = 0; r < ROWS; r++)
+        for (int o = 0; o < OUT; o++) {
+            /* |x - qx*sx| <= sx/2 and |w - qw*sw| <= sw/2, so the product's error is at most
+             * sum |x| sw/2 + |w| sx/2 + sx sw/4 (plus f32 rounding) */
+            double sx = amax(x + r * IN, IN) / 127, sw = amax(w + o * IN, IN) / 127, ref = b[o], bound = 0;
+            for (int k = 0; k < IN; k++) {
+                ref += (double)x[r * IN + k] * w[o * IN + k];
+                bound += fabs(x[r * IN + k]) * sw / 2 + fabs(w[o * IN + k]) * sx / 2 + sx * sw / 4;
+            }
+            double got = y[r * OUT + o];
+            KT_CHECK_MSG(fabs(got - ref) <= bound * 1.001 + 1e-5, "y[%d,%d] = %g, f64 %g, bound %g", r, o, got, ref,
+                         bound);
+            err2 += (got - ref) * (got - ref), ref2 += ref * ref;
+        }
+    KT_CHECK_MSG(sqrt(err2 / ref2) < 0.02, "relative error %g", sqrt(err2 / ref2));
+    kiln_module_free(m);
+    KT_MEM_CHECK();
+}
+
+KT_TEST(strided_input_gives_the_contiguous_result) {
+    kt_mem_begin();
+    kiln_module *m = kiln_linear_new(IN, OUT, false, 5);
+    KT_CHECK(kiln_quantize_dynamic(m, KILN_QUANT_I8) == KILN_OK);
+    float x[ROWS * IN], a[ROWS * OUT], t[ROWS * OUT];
+    fill(x, ROWS * IN, 11);
+    kiln_tensor xt = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(ROWS, IN), x);
+    KT_CHECK(kiln_into_data(kiln_module_forward(m, kiln_ref(xt)), a, sizeof a) == KILN_OK);
+    /* the same values through a transposed view: [IN, ROWS] made contiguous, then transposed back */
+    kiln_tensor xv = kiln_transpose(kiln_contiguous(kiln_transpose(xt, 0, 1)), 0, 1);
+    KT_CHECK(!kiln_tensor_is_contiguous(xv));
+    KT_CHECK(kiln_into_data(kiln_module_forward(m, xv), t, sizeof t) == KILN_OK);
+    KT_CHECK(memcmp(a, t, sizeof a) == 0);
+    kiln_module_free(m);
+    KT_MEM_CHECK();
+}
+
+KT_TEST(a_non_finite_row_gives_nan_in_that_row_only) {
+    kt_mem_begin();
+    kiln_module *m = kiln_linear_new(4, 3, false, 1);
+    KT_CHECK(kiln_quantize_dynamic(m, KILN_QUANT_I8) == KILN_OK);
+    float x[3 * 4] = {1, 2, 3, 4, 1, INFINITY, 0, 0, NAN, 1, 2, 3}, y[3 * 3];
+    KT_CHECK(kiln_into_data(kiln_module_forward(m, kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(3, 4), x)), y,
+                            sizeof y) == KILN_OK);
+    for (int o = 0; o < 3; o++) KT_CHECK(isfinite(y[o]) && isnan(y[3 + o]) && isnan(y[6 + o]));
+    kiln_module_free(m);
+    KT_MEM_CHECK();
+}
+
+/* Every ISA path gives the block sums of an f64 reference (exact integers) to f32 rounding,
+ * extremes and tails included. */
+KT_TEST(every_isa_path_matches_the_reference) {
+    enum { R = 3, O = 9, K = 1004, NB = (K + KILN__S8_BLOCK - 1) / KILN__S8_BLOCK };
+    static int8_t qx[R * K], qw[O * K];
+    float xs[R * NB], ws[O], y[R * O];
+    unsigned seed = 1;
+    for (int i = 0; i < R * K; i++) qx[i] = (int8_t)((seed = seed * 1103515245u + 12345u) >> 8) % 128;
+    for (int i = 0; i < O * K; i++) qw[i] = (int8_t)((seed = seed * 1103515245u + 12345u) >> 8) % 128;
+    for (int i = 0; i < K; i++) qx[i] = (int8_t)(i % 2 ? -127 : 127), qw[i] = -127; /* sums near the extremes */
+    for (int i = 0; i < R * NB; i++) xs[i] = 0.001f * (float)(i % 7 + 1);
+    for (int o = 0; o < O; o++) ws[o] = 0.01f * (float)(o + 1);
+    const char *isas[] = {"scalar", "avx2", "avx512"};
+    for (int p = 0; p < 3; p++) {
+        if (kiln__vmath_force_isa(isas[p]) != 0) continue; /* this CPU lacks it */
+        printf("  int8 path for KILN_ISA=%s: %s\n", isas[p], kiln__gemm_s8_path());
+        memset(y, 0, sizeof y);
+        kiln__gemm_s8_rescale(qx, xs, R, qw, ws, 0, O, K, y, O);
+        for (int r = 0; r < R; r++)
+            for (int o = 0; o < O; o++) {
+                double want = 0, mag = 0;
+                for (int b = 0; b < NB; b++) {
+                    int64_t sum = 0;
+                    for (int k = b * KILN__S8_BLOCK; k < K && k < (b + 1) * KILN__S8_BLOCK; k++)
+                        sum += (int64_t)qx[r * K + k] * qw[o * K + k];
+                    want += (double)xs[r * NB + b] * (double)sum, mag += fabs((double)xs[r * NB + b] * (double)sum);
+                }
+                want *= ws[o], mag *= ws[o];
+                KT_CHECK_MSG(fabs(y[r * O + o] - want) <= 1e-6 * mag, "%s: y[%d,%d] = %.9g, want %.9g", isas[p], r, o,
+                             y[r * O + o], want);
+            }
+    }
+    kiln__vmath_force_isa(NULL);
+}
+
+static kiln_module *mlp(uint64_t seed) {
+    kiln_module *layers[] = {kiln_linear_new(IN, 24, true, seed), kiln_relu_new(), kiln_linear_new(24, OUT, true, seed + 1)};
+    return kiln_sequential_new(3, layers);
+}
+
+KT_TEST(checkpoint_round_trip_is_bit_exact) {
+    kt_mem_begin();
+    const char *path = "test_quantize.safetensors";
+    kiln_module *a = mlp(1), *b = mlp(9);
+    KT_CHECK(kiln_quantize_dynamic(a, KILN_QUANT_I8) == KILN_OK);
+    KT_CHECK(kiln_quantize_dynamic(b, KILN_QUANT_I8) == KILN_OK);
+    KT_CHECK(kiln_checkpoint_save(path, a, NULL) == KILN_OK);
+    KT_CHECK(kiln_checkpoint_load(path, b, NULL) == KILN_OK);
+    const char *names[] = {"weight_int8", "weight_scale", "bias"};
+    for (int l = 0; l <= 2; l += 2)
+        for (int i = 0; i < 3; i++) {
+            char child[4];
+            snprintf(child, sizeof child, "%d", l);
+            kiln_tensor ta = kiln_module_param(kiln_module_child(a, child), names[i]);
+            kiln_tensor tb = kiln_module_param(kiln_module_child(b, child), names[i]);
+            int64_t bytes = kiln_tensor_numel(ta) * 4;
+            KT_CHECK(bytes > 0 && bytes == kiln_tensor_numel(tb) * 4);
+            char *da = malloc((size_t)bytes), *db = malloc((size_t)bytes);
+            KT_CHECK(kiln_into_data(ta, da, (size_t)bytes) == KILN_OK);
+            KT_CHECK(kiln_into_data(tb, db, (size_t)bytes) == KILN_OK);
+            KT_CHECK_MSG(memcmp(da, db, (size_t)bytes) == 0, "layer %d %s differs", l, names[i]);
+            free(da), free(db);
+        }
+    float x[ROWS * IN], ya[ROWS * OUT], yb[ROWS * OUT];
+    fill(x, ROWS * IN, 2);
+    kiln_tensor xt = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(ROWS, IN), x);
+    KT_CHECK(kiln_into_data(kiln_module_forward(a, kiln_ref(xt)), ya, sizeof ya) == KILN_OK);
+    KT_CHECK(kiln_into_data(kiln_module_forward(b, xt), yb, sizeof yb) == KILN_OK);
+    KT_CHECK(memcmp(ya, yb, sizeof ya) == 0);
+    /* an f32 model does not load the int8 file: the names differ */
+    kiln_module *f = mlp(1);
+    KT_CHECK(kiln_checkpoint_load(path, f, NULL) == KILN_ERR_SHAPE);
+    remove(path);
+    kiln_module_free(a), kiln_module_free(b), kiln_module_free(f);
+    KT_MEM_CHECK();
+}
+
+KT_TEST(bad_input) {
+    kt_mem_begin();
+    KT_CHECK(kiln_quantize_dynamic(NULL, KILN_QUANT_I8) == KILN_ERR_NULL);
+    KT_EXPECT_ERROR(KILN_ERR_NULL, "kiln_quantize_dynamic", __LINE__ - 1);
+    KT_CHECK(kiln_bert_quantize_dynamic(NULL, KILN_QUANT_I8) == KILN_ERR_NULL);
+    KT_EXPECT_ERROR(KILN_ERR_NULL, "kiln_bert_quantize_dynamic", __LINE__ - 1);
+    kiln_module *m = mlp(4);
+    KT_CHECK(!kiln_module_is_quantized(m));
+    KT_CHECK(kiln_quantize_dynamic(m, (kiln_quant_type)42) == KILN_ERR_INVALID_ARGUMENT);
+    KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "kiln_quantize_dynamic", __LINE__ - 1);
+    KT_CHECK(!kiln_module_is_quantized(m));
+    KT_CHECK(kiln_quantize_dynamic(m, KILN_QUANT_I8) == KILN_OK);
+    KT_CHECK(kiln_quantize_dynamic(m, KILN_QUANT_I8) == KILN_OK); /* again: nothing left to do */
+    KT_CHECK(kiln_sgd_new(m, (kiln_sgd_options){.lr = 0.1}) == NULL);
+    KT_EXPECT_ERROR(KILN_ERR_UNSUPPORTED, "kiln_sgd_new", __LINE__ - 1);
+    KT_CHECK(kiln_adam_new(m, (kiln_adam_options){.lr = 0.1}) == NULL);
+    KT_EXPECT_ERROR(KILN_ERR_UNSUPPORTED, "kiln_adam_new", __LINE__ - 1);
+    /* wrong feature count, f64 input */
+    KT_READ_ERROR(kiln_module_forward(m, kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(2, IN + 1))), KILN_ERR_SHAPE,
+                  "Linear");
+    KT_READ_ERROR(kiln_module_forward(m, kiln_zeros(KILN_CPU, KILN_F64, KILN_SHAPE(2, IN))),
+                  KILN_ERR_INVALID_ARGUMENT, "linear_int8");
+    kiln_module_free(m);
+    KT_MEM_CHECK();
+}
+
+/* all-MiniLM-L6-v2 with its linears in int8 against the f32 reference embeddings
+ * (test_quantize --reference; skipped with 77 without the model package). */
+static const char *model_dir;
+
+KT_TEST(minilm_int8_cosine) {
+    size_t n = 0;
+    mr_sentence *s = mr_reference_sentences(&n);
+    float *want = s ? mr_reference_embeddings(n, 384) : NULL, *got = malloc(32 * 384 * sizeof *got);
+    KT_CHECK(s && want && n >= 200);
+    if (!s || !want) return free(want), free(got), mr_free_sentences(s, n);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/vocab.txt", model_dir);
+    kiln_tokenizer *tok = kiln_tokenizer_load(path, kiln_tokenizer_defaults());
+    kiln_bert *m = kiln_bert_load(model_dir);
+    KT_CHECK_MSG(tok && m, "%s", kiln_last_error());
+    KT_CHECK(kiln_bert_quantize_dynamic(m, KILN_QUANT_I8) == KILN_OK);
+    double worst = 1, sum = 0;
+    size_t checked = 0, worst_at = 0;
+    for (size_t at = 0; tok && m && at < n; at += 32) {
+        size_t k = n - at < 32 ? n - at : 32;
+        const char *texts[32];
+        size_t lens[32];
+        for (size_t i = 0; i < k; i++) texts[i] = s[at + i].text, lens[i] = s[at + i].len;
+        kiln_token_batch b;
+        if (kiln_tokenizer_encode_batch(tok, (int64_t)k, texts, lens, &b) != KILN_OK) break;
+        kiln_status st = kiln_into_data(kiln_bert_embed(m, b.input_ids, b.attention_mask, b.token_type_ids), got,
+                                        k * 384 * sizeof *got);
+        KT_CHECK_MSG(st == KILN_OK, "batch at %zu: %s", at, kiln_last_error());
+        if (st != KILN_OK) break;
+        for (size_t i = 0; i < k; i++) {
+            const float *g = got + i * 384, *w = want + (at + i) * 384;
+            double dot = 0, gg = 0, ww = 0;
+            for (int d = 0; d < 384; d++) dot += (double)g[d] * w[d], gg += (double)g[d] * g[d], ww += (double)w[d] * w[d];
+            double cosine = dot / sqrt(gg * ww);
+            if (cosine < worst) worst = cosine, worst_at = at + i;
+            sum += cosine, checked++;
+        }
+    }
+    fprintf(stderr, "  int8: %zu of %zu sentences, cosine to f32 min %.5f (sentence %zu), mean %.5f\n", checked, n, worst,
+            worst_at + 1, sum / (double)(checked ? checked : 1));
+    KT_CHECK(checked == n && worst >= MINILM_INT8_MIN_COSINE);
+    kiln_bert_free(m);
+    kiln_tokenizer_free(tok);
+    free(want), free(got);
+    mr_free_sentences(s, n);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "--reference") == 0) {
+        model_dir = mr_model_dir();
+        if (!model_dir) return mr_skip();
+        KT_RUN(minilm_int8_cosine);
+        return kt_finish();
+    }
+    KT_RUN(int8_linear_is_within_the_quantization_bound);
+    KT_RUN(strided_input_gives_the_contiguous_result);
+    KT_RUN(a_non_finite_row_gives_nan_in_that_row_only);
+    KT_RUN(every_isa_path_matches_the_reference);
+    KT_RUN(checkpoint_round_trip_is_bit_exact);
+    KT_RUN(bad_input);
+    return kt_finish();
+}
