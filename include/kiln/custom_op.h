@@ -2,7 +2,8 @@
  * ops: queued on the caller's stream after what it reads, written in place when its first
  * input has no other owner and the kernel allows it, poisoning its result (naming the op and
  * the caller's file:line) when the kernel fails, shown in the profiler by its name, and
- * differentiated by autodiff through a backward written with kiln's public ops.
+ * differentiated by autodiff through a backward written with kiln's public ops; optionally with an
+ * OpenCL kernel too, which runs when the inputs are on an OpenCL device.
  *
  *   #include <kiln.h>
  *
@@ -26,9 +27,13 @@
  *       grad_in[0] = kiln_mul(kiln_mul_scalar(kiln_ref(in[0]), 2.0), kiln_ref(grad));
  *       return KILN_OK;
  *   }
+ *   // optional: the same for tensors on an OpenCL device, built once per device and cached
+ *   static const char square_cl[] = "kernel void square(global const float *x, global float *y, long n) {\n"
+ *                                   "    long i = get_global_id(0); if (i < n) y[i] = x[i] * x[i];\n}\n";
  *   int main(void) {
  *       kiln_custom_op_def def = {.name = "square", .n_inputs = 1, .shape = square_shape,
- *                                 .cpu_kernel = square_cpu, .in_place = true, .backward = square_backward};
+ *                                 .cpu_kernel = square_cpu, .in_place = true, .backward = square_backward,
+ *                                 .opencl_source = square_cl, .opencl_kernel = "square"};
  *       kiln_custom_op *square = NULL;
  *       if (kiln_custom_op_register(&def, &square) != KILN_OK) return 1;
  *       kiln_tensor x = kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(4));
@@ -37,8 +42,7 @@
  *       return kiln_into_data(y, v, sizeof v) == KILN_OK ? 0 : 1;
  *   }
  *
- * Not yet: OpenCL kernels for registered ops, and the engine replacing a composition of kiln
- * ops by a registered op (issue 31). */
+ * Not yet: the engine replacing a composition of kiln ops by a registered op (issue 31). */
 #ifndef KILN_CUSTOM_OP_H
 #define KILN_CUSTOM_OP_H
 
@@ -92,18 +96,27 @@ typedef struct kiln_custom_op_def {
     bool in_place;
     kiln_custom_backward_fn backward; /* NULL: not differentiable (backward through it fails) */
     void *user_data;                  /* passed to every callback */
+    /* Optional, both or neither (copied): OpenCL C source and the name of the kernel in it that
+     * runs the op for inputs on an OpenCL device. Its arguments are the inputs' buffers, the
+     * output's and the element count, (global const T *in0, ..., global T *out, long n), each
+     * operand dense from element 0 (kiln copies an input that is not), with one work item per
+     * output element (n of them; i < n always). Without it, an op on an OpenCL tensor is refused:
+     * move the inputs to the CPU. A build error poisons the result with the build log's head. */
+    const char *opencl_source;
+    const char *opencl_kernel;
 } kiln_custom_op_def;
 
 typedef struct kiln_custom_op kiln_custom_op; /* lives until the process ends */
 
 /* Registers def (thread-safe); *out receives the op. KILN_ERR_INVALID_ARGUMENT, with a message
- * in kiln_last_error, for a NULL or empty name, a taken name, a NULL shape rule or kernel, or
- * n_inputs out of range. */
+ * in kiln_last_error, for a NULL or empty name, a taken name, a NULL shape rule or kernel,
+ * n_inputs out of range, or an OpenCL source without a kernel name (or the reverse). */
 KILN_API kiln_status kiln_custom_op_register(const kiln_custom_op_def *def, kiln_custom_op **out);
 /* The op registered under name, or NULL. */
 KILN_API kiln_custom_op *kiln_custom_op_find(const char *name);
 /* Queues op over inputs[0..n_inputs) (consumed) and returns its result; a poisoned result for a
- * wrong count, inputs on different devices or not on the CPU, or a failing shape rule. */
+ * wrong count, inputs on different devices, on an OpenCL device when the op has no OpenCL
+ * kernel (or on another kind of device), or a failing shape rule. */
 KILN_API kiln_tensor kiln_custom_op_call(kiln_custom_op *op, int n_inputs, const kiln_tensor *inputs);
 /* From a shape rule or a kernel: sets the message of the failure it returns, and returns
  * KILN_ERR_INVALID_ARGUMENT (return it). */

@@ -56,18 +56,28 @@ kiln_status kiln_custom_op_register(const kiln_custom_op_def *def, kiln_custom_o
                             def->n_inputs, KILN_CUSTOM_MAX_INPUTS);
     if (!def->shape) return kiln__report(KILN_ERR_INVALID_ARGUMENT, me, "op %s has no shape rule", def->name);
     if (!def->cpu_kernel) return kiln__report(KILN_ERR_INVALID_ARGUMENT, me, "op %s has no CPU kernel", def->name);
+    bool has_src = def->opencl_source && def->opencl_source[0], has_kernel = def->opencl_kernel && def->opencl_kernel[0];
+    if (has_src != has_kernel)
+        return kiln__report(KILN_ERR_INVALID_ARGUMENT, me, "op %s: an OpenCL kernel needs both its source and its name",
+                            def->name);
     kiln_custom_op *op = malloc(sizeof *op + len + 1);
-    if (!op) return kiln__report(KILN_ERR_OUT_OF_MEMORY, me, "cannot allocate op %s", def->name);
+    char *cl_source = has_src ? strdup(def->opencl_source) : NULL, *cl_kernel = has_src ? strdup(def->opencl_kernel) : NULL;
+    if (!op || (has_src && (!cl_source || !cl_kernel))) {
+        free(op), free(cl_source), free(cl_kernel);
+        return kiln__report(KILN_ERR_OUT_OF_MEMORY, me, "cannot allocate op %s", def->name);
+    }
     memcpy(op->name, def->name, len + 1);
-    op->head.run_cpu = run_cpu;
+    op->head = (kiln__custom_head){.run_cpu = run_cpu, .cl_source = cl_source, .cl_kernel = cl_kernel};
     op->def = *def;
     op->def.name = op->name;
+    op->def.opencl_source = cl_source;
+    op->def.opencl_kernel = cl_kernel;
     pthread_mutex_lock(&registry_lock);
     bool taken = find_locked(op->name) != NULL;
     if (!taken) op->next = registry, registry = op;
     pthread_mutex_unlock(&registry_lock);
     if (taken) {
-        free(op);
+        free(op), free(cl_source), free(cl_kernel);
         return kiln__report(KILN_ERR_INVALID_ARGUMENT, me, "an op named %s is registered already", def->name);
     }
     *out = op;
@@ -104,17 +114,29 @@ static bool output_meta(kiln__opctx *c, const kiln_custom_op *op, int n, kiln__t
     return kiln__check_dims(c, out->ndim, out->shape);
 }
 
+/* x (consumed) if it is dense from its storage's first element, else a dense copy of it. */
+static kiln__tensor *dense_from_start(kiln__opctx *c, kiln__tensor *x) {
+    if (x->offset == 0 && kiln__tensor_is_contiguous(x)) return x;
+    kiln__tensor *copy = kiln__t_empty(c, x->device, x->dtype, x->ndim, x->shape);
+    if (copy && !kiln__t_copy_into(c, kiln__view_of(copy), x)) kiln__tensor_release(copy), copy = NULL;
+    kiln__tensor_release(x);
+    return copy;
+}
+
 kiln__tensor *kiln__t_custom(kiln__opctx *c, const kiln_custom_op *op, int n, kiln__tensor **in) {
     kiln__tensor *out = NULL;
     bool ok = true;
     for (int i = 0; i < n; i++) ok = kiln__ok(c, in[i]) && ok;
     for (int i = 1; ok && i < n; i++) ok = kiln__same_device(c, in[0], in[i]);
     kiln_custom_meta meta;
-    if (ok && in[0]->device != KILN_CPU) {
-        kiln__fail(c, KILN_ERR_UNSUPPORTED, "op %s has a CPU kernel only, got a tensor on %s", op->name,
+    if (ok && in[0]->device != KILN_CPU && !(kiln_device_kind(in[0]->device) == KILN_KIND_OPENCL && op->head.cl_source)) {
+        kiln__fail(c, KILN_ERR_UNSUPPORTED, "op %s has %s, got a tensor on %s: move it to the CPU", op->name,
+                   op->head.cl_source ? "CPU and OpenCL kernels only" : "no OpenCL kernel (a CPU kernel only)",
                    kiln_device_name(in[0]->device));
         ok = false;
     }
+    /* an OpenCL kernel reads its inputs dense from their first element */
+    for (int i = 0; ok && in[0]->device != KILN_CPU && i < n; i++) ok = (in[i] = dense_from_start(c, in[i])) != NULL;
     if (ok && output_meta(c, op, n, in, &meta)) {
         kiln_device dev = in[0]->device;
         kiln__op rec;

@@ -186,6 +186,7 @@ static kiln__cl_device *device_open(int index) {
     kiln__cl_register_nn(d->backend.kernels);
     kiln__cl_register_sort(d->backend.kernels);
     kiln__cl_register_intmod(d->backend.kernels);
+    kiln__cl_register_custom(d->backend.kernels);
     kiln__cl_streams_wrap(d); /* (last: every kernel runs on its stream's queue) */
     kiln__cl_memory_init(d); /* registers the memory with core: from here on storages can be made */
     return d;

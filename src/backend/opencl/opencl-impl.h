@@ -160,6 +160,10 @@ kiln_status kiln__cl_launch(kiln__cl_device *d, const kiln__op *op, const char *
 /* kiln__cl_launch in work-groups of `local` items (a divisor of global; 0: the driver's choice). */
 kiln_status kiln__cl_launch_local(kiln__cl_device *d, const kiln__op *op, const char *source, size_t global,
                                   size_t local, const kiln__cl_arg *args, int n_args);
+/* kiln__cl_launch_local of the kernel called name (which lives as long as the process) in
+ * source: a user's registered op names its own. */
+kiln_status kiln__cl_launch_named(kiln__cl_device *d, const kiln__op *op, const char *source, const char *name,
+                                  size_t global, size_t local, const kiln__cl_arg *args, int n_args);
 struct kiln__cl_src;
 /* kiln__cl_run with a trailing __global long[2] flag argument (zeroed before), read back into
  * flag after the kernel (it waits): how a kernel reports a bad value (an index out of range, an
@@ -257,5 +261,6 @@ void kiln__cl_register_scan(kiln__kernel_fn *table);
 void kiln__cl_register_nn(kiln__kernel_fn *table);
 void kiln__cl_register_sort(kiln__kernel_fn *table);
 void kiln__cl_register_intmod(kiln__kernel_fn *table); /* after register_elementwise */
+void kiln__cl_register_custom(kiln__kernel_fn *table); /* users' registered ops (custom.c) */
 
 #endif

@@ -238,6 +238,7 @@ static _Thread_local struct {
     unsigned generation;
     unsigned next;
     cl_program program[THREAD_KERNELS];
+    const char *name[THREAD_KERNELS]; /* the kernel's name in its program (a user's op: its own) */
     cl_kernel kernel[THREAD_KERNELS];
 } tk;
 
@@ -246,6 +247,7 @@ static void thread_kernels_drop(void) {
         if (tk.kernel[i]) clReleaseKernel(tk.kernel[i]);
         tk.kernel[i] = NULL;
         tk.program[i] = NULL;
+        tk.name[i] = NULL;
     }
 }
 
@@ -256,8 +258,9 @@ static pthread_once_t tk_once = PTHREAD_ONCE_INIT;
 static void tk_exit(void *unused) { thread_kernels_drop(); }
 static void tk_init(void) { pthread_key_create(&tk_key, tk_exit); }
 
-/* The thread's kernel "k" of p (created on first use), or NULL with *err set. */
-static cl_kernel thread_kernel(cl_program p, cl_int *err) {
+/* The thread's kernel `name` of p (created on first use), or NULL with *err set. name must
+ * live as long as the process (kiln's "k", a registered op's copy). */
+static cl_kernel thread_kernel(cl_program p, const char *name, cl_int *err) {
     if (!tk.next) { /* the thread's first kernel: arrange the release at its exit */
         pthread_once(&tk_once, tk_init);
         pthread_setspecific(tk_key, (void *)1);
@@ -268,12 +271,13 @@ static cl_kernel thread_kernel(cl_program p, cl_int *err) {
         tk.generation = gen;
     }
     for (int i = 0; i < THREAD_KERNELS; i++)
-        if (tk.program[i] == p && tk.kernel[i]) return tk.kernel[i];
-    cl_kernel k = clCreateKernel(p, "k", err);
+        if (tk.program[i] == p && tk.kernel[i] && strcmp(tk.name[i], name) == 0) return tk.kernel[i];
+    cl_kernel k = clCreateKernel(p, name, err);
     if (*err != CL_SUCCESS) return NULL;
     int slot = (int)(tk.next++ % THREAD_KERNELS);
     if (tk.kernel[slot]) clReleaseKernel(tk.kernel[slot]);
     tk.program[slot] = p;
+    tk.name[slot] = name;
     tk.kernel[slot] = k;
     return k;
 }
@@ -309,11 +313,16 @@ kiln_status kiln__cl_launch(kiln__cl_device *d, const kiln__op *op, const char *
 
 kiln_status kiln__cl_launch_local(kiln__cl_device *d, const kiln__op *op, const char *source, size_t global,
                                   size_t local, const kiln__cl_arg *args, int n_args) {
+    return kiln__cl_launch_named(d, op, source, "k", global, local, args, n_args);
+}
+
+kiln_status kiln__cl_launch_named(kiln__cl_device *d, const kiln__op *op, const char *source, const char *name,
+                                  size_t global, size_t local, const kiln__cl_arg *args, int n_args) {
     cl_program p = kiln__cl_program_get(d, source);
     if (!p) return KILN_ERR_KERNEL;
     if (global == 0) return KILN_OK;
     cl_int err = CL_SUCCESS;
-    cl_kernel k = thread_kernel(p, &err);
+    cl_kernel k = thread_kernel(p, name, &err);
     if (!k) return kiln__cl_fail(err, "clCreateKernel");
     for (int i = 0; i < n_args && err == CL_SUCCESS; i++) err = clSetKernelArg(k, (cl_uint)i, args[i].size, args[i].ptr);
     cl_event ev = NULL;
