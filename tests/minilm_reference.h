@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <kiln.h>
+
 typedef struct {
     char *text; /* UTF-8, may hold NUL bytes: use len */
     size_t len;
@@ -110,6 +112,26 @@ static inline float *mr_reference_embeddings(size_t n, size_t dim) {
     if (v && fread(v, sizeof *v, n * dim, f) != n * dim) free(v), v = NULL;
     if (f) fclose(f);
     return v;
+}
+
+/* Embeds the n sentences s with m in batches of 32 into out (n x dim floats): how many were
+ * embedded, fewer when a batch failed (kiln_last_error says why). */
+static inline size_t mr_embed_all(kiln_tokenizer *tok, kiln_bert *m, const mr_sentence *s, size_t n, size_t dim,
+                                  float *out) {
+    size_t at = 0;
+    while (tok && m && at < n) {
+        size_t k = n - at < 32 ? n - at : 32;
+        const char *texts[32];
+        size_t lens[32];
+        for (size_t i = 0; i < k; i++) texts[i] = s[at + i].text, lens[i] = s[at + i].len;
+        kiln_token_batch b;
+        if (kiln_tokenizer_encode_batch(tok, (int64_t)k, texts, lens, &b) != KILN_OK ||
+            kiln_into_data(kiln_bert_embed(m, b.input_ids, b.attention_mask, b.token_type_ids), out + at * dim,
+                           k * dim * sizeof *out) != KILN_OK)
+            break;
+        at += k;
+    }
+    return at;
 }
 
 /* The reference sentences ($KILN_TEST_DATA/minilm/sentences.txt); NULL on failure. */
