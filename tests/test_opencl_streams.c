@@ -4,7 +4,8 @@
  * in place; CPU -> device -> CPU chains handed between threads; a device op failing while it
  * runs poisons what another stream computes from it and is reported once; a read waits for
  * its own tensor, not for the rest of its stream; copies from the host through pinned staging
- * buffers; the profiler's device times. Results
+ * buffers; a copy from the host into a buffer kernels were still reading; the profiler's device
+ * times. Results
  * against the CPU's. Skipped (exit 77)
  * without an OpenCL device. */
 #include <kiln.h>
@@ -206,6 +207,55 @@ KT_TEST(staged_copies) {
     kiln_release(h);
 }
 
+/* ---- a copy from the host into a buffer that kernels were still reading --------------------- */
+/* Eight SGD steps of a small MLP whose labels are copied from the host at each step
+ * (kiln_from_data: a blocking write on the transfer queue into a buffer the cache hands back),
+ * losses against the CPU's. The engine runs the backward's independent ops on both workers,
+ * and a buffer's read events once came out of enqueue order: the copy waited for an earlier
+ * read than the last, and overwrote labels a kernel was still reading (about 2% of runs). */
+static void sgd_losses(kiln_device dev, float losses[8]) {
+    kiln_tensor w1 = kiln_to_device(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(8, 6), 31), dev);
+    kiln_tensor b1 = kiln_zeros(dev, KILN_F32, KILN_SHAPE(6));
+    kiln_tensor w2 = kiln_to_device(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(6, 3), 32), dev);
+    kiln_tensor params[3] = {w1, b1, w2}, kept[8];
+    for (int i = 0; i < 3; i++) kiln_require_grad(params[i]);
+    kiln_sgd_options o = kiln_sgd_defaults();
+    o.lr = 0.1;
+    kiln_optimizer *opt = kiln_sgd_new_params(3, params, o);
+    int64_t labels[5] = {0, 2, 1, 1, 0};
+    for (int step = 0; step < 8; step++) {
+        kiln_tensor x = kiln_to_device(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(5, 8), 40 + (uint64_t)step), dev);
+        kiln_tensor h = kiln_relu(kiln_add(kiln_matmul(x, kiln_ref(w1)), kiln_ref(b1)));
+        kiln_tensor loss = kiln_cross_entropy(kiln_matmul(h, kiln_ref(w2)),
+                                              kiln_from_data(dev, KILN_I64, KILN_SHAPE(5), labels),
+                                              kiln_cross_entropy_defaults());
+        kept[step] = kiln_ref(loss);
+        kiln_grads *g = NULL;
+        KT_CHECK(kiln_backward(loss, &g) == KILN_OK);
+        KT_CHECK(kiln_optimizer_step(opt, g) == KILN_OK);
+        kiln_grads_free(g);
+    }
+    for (int step = 0; step < 8; step++)
+        KT_CHECK(kiln_into_data(kiln_to_device(kept[step], KILN_CPU), &losses[step], sizeof(float)) == KILN_OK);
+    kiln_optimizer_free(opt);
+    for (int i = 0; i < 3; i++) kiln_release(params[i]);
+}
+
+KT_TEST(host_copy_into_a_buffer_still_read) {
+    float want[8], got[8];
+    sgd_losses(KILN_CPU, want);
+    int bad_runs = 0;
+    for (int run = 0; run < 300; run++) {
+        sgd_losses(DEV, got);
+        for (int step = 0; step < 8; step++)
+            if (fabsf(got[step] - want[step]) > 1e-5f) {
+                bad_runs++;
+                break;
+            }
+    }
+    KT_CHECK_MSG(bad_runs == 0, "%d of 300 device runs lost their labels", bad_runs);
+}
+
 /* ---- the profiler: device times from the queue's events ---------------------------------------- */
 /* The same with the profiler on (it does not wait for each kernel): the chain's matmuls carry
  * device times, in order on their stream's queue, and the trace shows them on a device track. */
@@ -250,6 +300,7 @@ int main(void) {
         KT_RUN(failure_across_streams);
         KT_RUN(read_waits_for_its_tensor);
         KT_RUN(staged_copies);
+        KT_RUN(host_copy_into_a_buffer_still_read);
         KT_RUN(profiler_device_times);
         return kt_finish();
     }

@@ -594,7 +594,10 @@ void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
             kiln__storage_destroy(free_target);
             return;
         }
-        kiln__error *err = kiln__execute(op);
+        kiln__op here;
+        kiln__op_copy(&here, op);
+        here.stream_id = s->id;
+        kiln__error *err = kiln__execute(&here);
         if (g) free((void *)g);
         pthread_mutex_lock(&s->lock);
         if (err) record_error_locked(s, err);
@@ -604,6 +607,7 @@ void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
         return;
     }
     kiln__op_copy(&n->op, op);
+    n->op.stream_id = s->id; /* (the engine's own no-ops, a free or a read, are made unstamped) */
     n->stream = s;
     n->event = ev;
     n->free_target = free_target;

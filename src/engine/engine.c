@@ -24,6 +24,8 @@ void kiln__op_init(kiln__op *op, kiln__opcode code, const char *name) {
     op->file = site.file;
     op->line = site.line;
     op->seq = 0;
+    op->stream_id = -1; /* (set when queued: kiln__submit's stamp, or the stream it is queued on) */
+    op->t_dispatch_ns = 0;
     memset(&op->p, 0, sizeof op->p);
     memset(op->pi, 0, sizeof op->pi);
 }

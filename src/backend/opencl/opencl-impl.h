@@ -43,11 +43,15 @@ typedef struct kiln__cl_buf {
     int n_reads;
 } kiln__cl_buf;
 
-/* The command queue of one stream on one device. */
+/* The command queue of one stream on one device. `order` is held from an op's first enqueue
+ * on the queue to the recording of its event on its buffers: the engine runs independent ops
+ * of one stream on several workers at once, and a buffer's read of a queue is replaced by the
+ * one recorded last, which must then be the one enqueued last. */
 typedef struct {
     int stream_id;
     cl_command_queue queue;
     uint64_t qid;
+    pthread_mutex_t *order;
 } kiln__cl_stream_queue;
 
 typedef struct kiln__cl_program {

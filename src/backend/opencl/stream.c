@@ -8,7 +8,11 @@
  * part the same way, their events guarded by their own device's lock: the copy waits for the
  * source's last write as a device event and becomes one of its reads. The host never waits
  * for a device event to dispatch; only reads to the host (and kernels whose result the host
- * checks) wait, each for its own command. */
+ * checks) wait, each for its own command. The engine runs independent ops of one stream on
+ * several workers at once: each queue's `order` lock keeps the order in which they record
+ * their events the order in which they enqueued (a buffer's read of a queue is replaced by
+ * the one recorded last, so a copy from the host into a reused buffer once waited for an
+ * earlier read than the last and overwrote what a kernel was still reading). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -69,58 +73,72 @@ bool kiln__cl_streams_init(kiln__cl_device *d) {
     return err == CL_SUCCESS;
 }
 
+static void queue_free(kiln__cl_stream_queue *sq) {
+    clReleaseCommandQueue(sq->queue);
+    pthread_mutex_destroy(sq->order);
+    free(sq->order);
+}
+
 void kiln__cl_streams_free(kiln__cl_device *d) {
-    for (int i = 0; i < d->n_queues; i++) clReleaseCommandQueue(d->queues[i].queue);
+    for (int i = 0; i < d->n_queues; i++) queue_free(&d->queues[i]);
     free(d->queues);
     if (d->transfer) clReleaseCommandQueue(d->transfer);
 }
 
-/* The stream's queue on d, made on first use (NULL with *err set when the driver refuses). */
-static cl_command_queue stream_queue(kiln__cl_device *d, int stream_id, uint64_t *qid, cl_int *err) {
-    /* a one-entry cache per thread: stream ids are never reused, so an entry cannot go stale
-     * while an op of its stream can still run */
-    static _Thread_local struct {
-        kiln__cl_device *d;
-        int stream_id;
-        cl_command_queue queue;
-        uint64_t qid;
-    } last;
-    if (last.d == d && last.stream_id == stream_id && last.queue) {
-        *qid = last.qid;
-        return last.queue;
-    }
-    cl_command_queue q = NULL;
-    pthread_mutex_lock(&d->queue_lock);
-    for (int i = 0; i < d->n_queues && !q; i++)
-        if (d->queues[i].stream_id == stream_id) q = d->queues[i].queue, *qid = d->queues[i].qid;
-    if (!q && d->n_queues == d->cap_queues) {
+/* A new queue for stream_id in d's list (queue_lock held); false with *err set. */
+static bool queue_add(kiln__cl_device *d, int stream_id, kiln__cl_stream_queue *out, cl_int *err) {
+    if (d->n_queues == d->cap_queues) {
         int cap = d->cap_queues ? 2 * d->cap_queues : 8;
         kiln__cl_stream_queue *grown = realloc(d->queues, (size_t)cap * sizeof *grown);
         if (grown) d->queues = grown, d->cap_queues = cap;
     }
-    if (!q && d->n_queues < d->cap_queues && (q = new_queue(d, 0, err))) {
-        *qid = atomic_fetch_add(&next_qid, 1);
-        d->queues[d->n_queues++] = (kiln__cl_stream_queue){.stream_id = stream_id, .queue = q, .qid = *qid};
-    } else if (!q && *err == CL_SUCCESS) {
-        *err = CL_OUT_OF_HOST_MEMORY;
+    pthread_mutex_t *order = d->n_queues < d->cap_queues ? malloc(sizeof *order) : NULL;
+    cl_command_queue q = order ? new_queue(d, 0, err) : NULL;
+    if (!q) {
+        free(order);
+        if (*err == CL_SUCCESS) *err = CL_OUT_OF_HOST_MEMORY;
+        return false;
     }
+    pthread_mutex_init(order, NULL);
+    *out = (kiln__cl_stream_queue){.stream_id = stream_id, .queue = q, .qid = atomic_fetch_add(&next_qid, 1), .order = order};
+    d->queues[d->n_queues++] = *out;
+    return true;
+}
+
+/* The stream's queue on d, made on first use (false with *err set when the driver refuses). */
+static bool stream_queue(kiln__cl_device *d, int stream_id, kiln__cl_stream_queue *out, cl_int *err) {
+    /* a one-entry cache per thread: stream ids are never reused, so an entry cannot go stale
+     * while an op of its stream can still run */
+    static _Thread_local struct {
+        kiln__cl_device *d;
+        kiln__cl_stream_queue sq;
+    } last;
+    if (last.d == d && last.sq.stream_id == stream_id && last.sq.queue) {
+        *out = last.sq;
+        return true;
+    }
+    bool found = false;
+    pthread_mutex_lock(&d->queue_lock);
+    for (int i = 0; i < d->n_queues && !found; i++)
+        if (d->queues[i].stream_id == stream_id) *out = d->queues[i], found = true;
+    if (!found) found = queue_add(d, stream_id, out, err);
     pthread_mutex_unlock(&d->queue_lock);
-    if (q) last.d = d, last.stream_id = stream_id, last.queue = q, last.qid = *qid;
-    return q;
+    if (found) last.d = d, last.sq = *out;
+    return found;
 }
 
 void kiln__cl_stream_end(kiln__cl_device *d, int stream_id) {
-    cl_command_queue q = NULL;
+    kiln__cl_stream_queue ended = {0};
     pthread_mutex_lock(&d->queue_lock);
-    for (int i = 0; i < d->n_queues && !q; i++)
+    for (int i = 0; i < d->n_queues && !ended.queue; i++)
         if (d->queues[i].stream_id == stream_id) {
-            q = d->queues[i].queue;
+            ended = d->queues[i];
             d->queues[i] = d->queues[--d->n_queues];
         }
     pthread_mutex_unlock(&d->queue_lock);
-    if (q) { /* its commands still run: the driver keeps the queue until they are done */
-        clFlush(q);
-        clReleaseCommandQueue(q);
+    if (ended.queue) { /* its commands still run: the driver keeps the queue until they are done */
+        clFlush(ended.queue);
+        queue_free(&ended);
     }
 }
 
@@ -342,10 +360,13 @@ static kiln_status run_on_stream(const kiln__op *op) {
     if (NEVER(!inner)) return KILN_ERR_INTERNAL;
     if (cur.d == d) return inner(op); /* a kernel running another (matmul's bias copy): one op */
     bool transfer = reads_to_host(op);
-    uint64_t qid = d->transfer_qid;
     cl_int err = CL_SUCCESS;
-    cl_command_queue q = transfer ? d->transfer : stream_queue(d, op->stream_id, &qid, &err);
-    if (!q) return kiln__cl_fail(err, "clCreateCommandQueue");
+    /* (the transfer queue needs no order: each read on it is waited for before it returns) */
+    kiln__cl_stream_queue sq = {.queue = d->transfer, .qid = d->transfer_qid};
+    if (!transfer && !stream_queue(d, op->stream_id, &sq, &err)) return kiln__cl_fail(err, "clCreateCommandQueue");
+    cl_command_queue q = sq.queue;
+    uint64_t qid = sq.qid;
+    if (sq.order) pthread_mutex_lock(sq.order);
     access a[MAX_BUFS];
     int n_bufs = accesses(op, g, d, a);
     cl_event wait[MAX_WAIT + 1 + KILN__CL_READERS];
@@ -389,6 +410,7 @@ static kiln_status run_on_stream(const kiln__op *op) {
             clReleaseEvent(ev);
         }
     }
+    if (sq.order) pthread_mutex_unlock(sq.order);
     for (int k = 0; k < n_wait; k++) clReleaseEvent(wait[k]);
     return st;
 }
@@ -412,9 +434,9 @@ void kiln__cl_scratch_end(kiln__cl_device *d, kiln__cl_buf *b) {
 
 cl_command_queue kiln__cl_queue(kiln__cl_device *d, const kiln__op *op) {
     if (cur.d == d) return cur.queue;
-    uint64_t qid; /* (a kernel run outside the wrapper: tests) */
+    kiln__cl_stream_queue sq = {0}; /* (a kernel run outside the wrapper: tests) */
     cl_int err = CL_SUCCESS;
-    return stream_queue(d, op->stream_id, &qid, &err);
+    return stream_queue(d, op->stream_id, &sq, &err) ? sq.queue : NULL;
 }
 
 void kiln__cl_streams_wrap(kiln__cl_device *d) {
