@@ -353,6 +353,30 @@ KT_TEST(input_errors) {
     KT_MEM_CHECK();
 }
 
+/* A freed model is refused like every object a user frees (issue 23): use after free and a
+ * second free are errors naming the call and the free, never a crash. */
+KT_TEST(use_after_free) {
+    kiln_bert *m = kiln_bert_load(write_tiny("freed", EDIT_NONE, NULL));
+    KT_CHECK_MSG(m != NULL, "%s", kiln_last_error());
+    int64_t ids[4] = {1, 5, 2, 0};
+    kiln_token_batch b = tiny_batch(1, 4, ids);
+    kiln_bert_free(m);
+    char freed_here[64];
+    snprintf(freed_here, sizeof freed_here, "test_bert.c:%d", __LINE__ - 2);
+    KT_READ_ERROR(kiln_bert_embed(m, kiln_ref(b.input_ids), kiln_ref(b.attention_mask), KILN_NONE), KILN_ERR_STALE_HANDLE,
+                  "kiln_bert_embed");
+    KT_READ_ERROR(kiln_bert_forward(m, kiln_ref(b.input_ids), kiln_ref(b.attention_mask), KILN_NONE), KILN_ERR_STALE_HANDLE,
+                  "kiln_bert_forward");
+    KT_CHECK(kiln_bert_get_config(m).hidden_size == 0 && kiln_last_status() == KILN_ERR_STALE_HANDLE);
+    KT_CHECK_MSG(strstr(kiln_last_error(), freed_here) != NULL, "%s lacks %s", kiln_last_error(), freed_here);
+    KT_CHECK(kiln_bert_quantize_dynamic(m, KILN_QUANT_I8) == KILN_ERR_STALE_HANDLE);
+    kiln_bert_free(m);
+    KT_CHECK(kiln_last_status() == KILN_ERR_STALE_HANDLE);
+    KT_CHECK_MSG(strstr(kiln_last_error(), "kiln_bert_free") && strstr(kiln_last_error(), "freed by kiln_bert_free"), "%s",
+                 kiln_last_error());
+    kiln_token_batch_release(&b);
+}
+
 /* kiln_tensors_save, which examples/embed writes its embeddings with: any layout, read back
  * exactly; bad names and poisoned tensors are errors naming it and this line. */
 KT_TEST(tensors_save) {
@@ -477,6 +501,7 @@ int main(int argc, char **argv) {
     KT_RUN(config_errors);
     KT_RUN(input_errors);
     KT_RUN(tensors_save);
+    KT_RUN(use_after_free);
     KT_RUN(load_out_of_memory);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);

@@ -160,6 +160,28 @@ KT_TEST(mismatched_dtype) {
     mismatch_fails(m, "entry 0: rank 0 has 'w' (parameter f32 [3])");
 }
 
+/* A freed wrapper is refused like every object a user frees (issue 23), and a freed module
+ * is refused by kiln_ddp_new before its parameters are listed. */
+KT_TEST(use_after_free) {
+    kiln_module *m = mlp(IN, HID, 5);
+    kiln_ddp *ddp = kiln_ddp_new(m, kiln_ddp_defaults());
+    KT_CHECK_MSG(ddp != NULL, "%s", kiln_last_error());
+    kiln_ddp_free(ddp);
+    char freed_here[64];
+    snprintf(freed_here, sizeof freed_here, "test_dist_ddp_errors.c:%d", __LINE__ - 2);
+    KT_CHECK(kiln_ddp_no_sync_begin(ddp) == KILN_ERR_STALE_HANDLE);
+    KT_CHECK_MSG(strstr(kiln_last_error(), freed_here) != NULL, "%s lacks %s", kiln_last_error(), freed_here);
+    KT_CHECK_MSG(strstr(kiln_last_error(), "kiln_ddp_no_sync_begin") && strstr(kiln_last_error(), "freed by kiln_ddp_free"),
+                 "%s", kiln_last_error());
+    KT_CHECK(kiln_ddp_num_buckets(ddp) == 0 && kiln_last_status() == KILN_ERR_STALE_HANDLE);
+    kiln_ddp_free(ddp);
+    KT_CHECK(kiln_last_status() == KILN_ERR_STALE_HANDLE);
+    kiln_module_free(m);
+    KT_CHECK(kiln_ddp_new(m, kiln_ddp_defaults()) == NULL && kiln_last_status() == KILN_ERR_STALE_HANDLE);
+    KT_CHECK_MSG(strstr(kiln_last_error(), "kiln_ddp_new") != NULL, "%s", kiln_last_error());
+    KT_CHECK(kiln_dist_barrier() == KILN_OK);
+}
+
 int main(void) {
     if (!kt_dist_begin(&rank, &world)) return 1;
     if (world > 1 && world <= 3) {
@@ -170,6 +192,7 @@ int main(void) {
         KT_RUN(mismatched_layer_size);
         KT_RUN(extra_layer);
         KT_RUN(mismatched_dtype);
+        KT_RUN(use_after_free);
     }
     return kt_dist_end();
 }

@@ -88,6 +88,11 @@ KILN_BERT_API(KILN__AT_DECLARE)
 #define kiln_bert_embed(...) KILN__AT(bert_embed, __VA_ARGS__)
 #define kiln_bert_quantize_dynamic(...) KILN__AT(bert_quantize_dynamic, __VA_ARGS__)
 #endif
+/* The free call records its file:line too: a later use of the freed model names it. */
+KILN__FREE_AT_DECLARE(kiln_bert, bert_free)
+#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
+#define kiln_bert_free(...) KILN__AT(bert_free, __VA_ARGS__)
+#endif
 
 #ifdef __cplusplus
 }

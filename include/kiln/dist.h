@@ -139,6 +139,11 @@ KILN_DIST_API(KILN__AT_DECLARE)
 #define kiln_dist_checkpoint_save(...) KILN__AT(dist_checkpoint_save, __VA_ARGS__)
 #define kiln_dist_checkpoint_load(...) KILN__AT(dist_checkpoint_load, __VA_ARGS__)
 #endif
+/* The free call records its file:line too: a later use of the freed wrapper names it. */
+KILN__FREE_AT_DECLARE(kiln_ddp, ddp_free)
+#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
+#define kiln_ddp_free(...) KILN__AT(ddp_free, __VA_ARGS__)
+#endif
 
 #ifdef __cplusplus
 }

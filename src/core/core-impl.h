@@ -100,6 +100,8 @@ void kiln__object_dispose(void *obj, const char *kind, const char *op);
 #define KILN__TOKENIZER_KIND "kiln_tokenizer"
 #define KILN__TRANSACTION_KIND "kiln_transaction"
 #define KILN__SUMMARY_WRITER_KIND "kiln_summary_writer"
+#define KILN__DDP_KIND "kiln_ddp"
+#define KILN__BERT_KIND "kiln_bert"
 /* Early return from a public entry point when obj is not a live `kind` (the error reported). */
 #define KILN__OBJECT_OR_RETURN(obj, kind, op, ...)                              \
     do {                                                                       \

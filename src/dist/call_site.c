@@ -3,3 +3,4 @@
 #include "kiln/dist.h"
 
 KILN_DIST_API(KILN__AT_DEFINE)
+KILN__FREE_AT_DEFINE(kiln_ddp, ddp_free)

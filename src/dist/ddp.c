@@ -266,14 +266,13 @@ static void broadcast_in_place(kiln__opctx *c, kiln__tensor *t) {
     kiln__tensor_release(out);
 }
 
-static void ddp_destroy(kiln_ddp *d) {
-    if (!d) return;
+/* What d holds (not d itself: a registered wrapper goes back through the registry). */
+static void ddp_release_contents(kiln_ddp *d) {
     kiln__ddp_steps_give_up(d);
     drop_accumulated(d);
     free(d->params);
     free(d->buckets);
     free(d->buffers);
-    free(d);
 }
 
 /* The buffers (for the per-step broadcast, grouped by dtype) and the buckets of trainable
@@ -315,6 +314,8 @@ static void layout(kiln__opctx *c, kiln_ddp *d, const kiln_param *ps, int n, int
 
 kiln_ddp *kiln_ddp_new(kiln_module *model, kiln_ddp_options o) {
     if (o.bucket_bytes == 0) o.bucket_bytes = kiln_ddp_defaults().bucket_bytes; /* left 0: the default */
+    /* (a freed module is refused before its parameters are listed) */
+    if (model && kiln__object_check(model, KILN__MODULE_KIND, "kiln_ddp_new") != KILN_OK) return NULL;
     KILN__OP_BEGIN("kiln_ddp_new");
     kiln_ddp *d = NULL;
     int n = model ? kiln_module_params(model, NULL, 0) : 0;
@@ -354,17 +355,24 @@ kiln_ddp *kiln_ddp_new(kiln_module *model, kiln_ddp_options o) {
     if (d && !c.err && !kiln__ad_hooks_add((kiln__ad_backward_hooks){on_leaf_final, on_walk_done, d}))
         kiln__fail(&c, KILN_ERR_UNSUPPORTED, "too many data-parallel wrappers at once (8)");
     free(ps);
+    if (d && !c.err && !kiln__object_register(d, KILN__DDP_KIND)) {
+        kiln__ad_hooks_remove(d);
+        kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot register the wrapper");
+    }
     if (!c.err) return d;
-    ddp_destroy(d);
+    if (d) ddp_release_contents(d), free(d);
     kiln__error_report(c.err);
     kiln__error_unref(c.err);
     return NULL;
 }
 
-int kiln_ddp_num_buckets(const kiln_ddp *d) { return d ? d->n_buckets : 0; }
+int kiln_ddp_num_buckets(const kiln_ddp *d) {
+    return kiln__object_check(d, KILN__DDP_KIND, "kiln_ddp_num_buckets") == KILN_OK ? d->n_buckets : 0;
+}
 
 static kiln_status no_sync_set(const char *op, kiln_ddp *d, bool on) {
     if (!d) return kiln__report(KILN_ERR_NULL, op, "the wrapper is NULL");
+    KILN__OBJECT_OR_RETURN(d, KILN__DDP_KIND, op, kiln_last_status());
     if (d->no_sync == on)
         return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, on ? "already inside kiln_ddp_no_sync_begin"
                                                               : "not inside kiln_ddp_no_sync_begin");
@@ -376,7 +384,9 @@ kiln_status kiln_ddp_no_sync_begin(kiln_ddp *d) { return no_sync_set("kiln_ddp_n
 kiln_status kiln_ddp_no_sync_end(kiln_ddp *d) { return no_sync_set("kiln_ddp_no_sync_end", d, false); }
 
 void kiln_ddp_free(kiln_ddp *d) {
-    if (!d) return;
+    static const char op[] = "kiln_ddp_free";
+    if (!d || kiln__object_retire(d, KILN__DDP_KIND, op) != KILN_OK) return;
     kiln__ad_hooks_remove(d);
-    ddp_destroy(d);
+    ddp_release_contents(d);
+    kiln__object_dispose(d, KILN__DDP_KIND, op);
 }

@@ -61,10 +61,12 @@ struct kiln_bert {
 
 static const int linear_slots[4] = {QKV_W, AO_W, I_W, O_W};
 
-kiln_bert_config kiln_bert_get_config(const kiln_bert *m) { return m ? m->cfg : (kiln_bert_config){0}; }
+kiln_bert_config kiln_bert_get_config(const kiln_bert *m) {
+    return kiln__object_check(m, KILN__BERT_KIND, "kiln_bert_get_config") == KILN_OK ? m->cfg : (kiln_bert_config){0};
+}
 
-void kiln_bert_free(kiln_bert *m) {
-    if (!m) return;
+/* The tensors m holds (not m itself: a registered model goes back through the registry). */
+static void release_contents(kiln_bert *m) {
     kiln_tensor *emb[] = {&m->word, &m->position, &m->token_type, &m->ln_w, &m->ln_b};
     for (size_t i = 0; i < sizeof emb / sizeof *emb; i++)
         if (emb[i]->id) kiln_release(*emb[i]);
@@ -76,7 +78,13 @@ void kiln_bert_free(kiln_bert *m) {
             if (m->int8[l][k / 2][k % 2].id) kiln_release(m->int8[l][k / 2][k % 2]);
     free(m->layers);
     free(m->int8);
-    free(m);
+}
+
+void kiln_bert_free(kiln_bert *m) {
+    static const char op[] = "kiln_bert_free";
+    if (!m || kiln__object_retire(m, KILN__BERT_KIND, op) != KILN_OK) return;
+    release_contents(m);
+    kiln__object_dispose(m, KILN__BERT_KIND, op);
 }
 
 /* ---- config files ------------------------------------------------------------------------ */
@@ -358,7 +366,7 @@ kiln_bert *kiln_bert_load(const char *dir) {
     int cap = 5 + LAYER_N * (int)c->num_hidden_layers, n = 0;
     wanted *w = calloc((size_t)cap, sizeof *w);
     if (!m->layers || !w) {
-        free(w), kiln_bert_free(m);
+        free(w), release_contents(m), free(m);
         return kiln__report(KILN_ERR_OUT_OF_MEMORY, OP_LOAD, "out of memory"), NULL;
     }
     int64_t h = c->hidden_size;
@@ -383,7 +391,7 @@ kiln_bert *kiln_bert_load(const char *dir) {
     kiln__st_file f;
     kiln_status st = kiln__st_map(path, &f, why, sizeof why);
     if (st != KILN_OK) {
-        free(w), kiln_bert_free(m);
+        free(w), release_contents(m), free(m);
         /* name the file once: some of the reader's reasons name it already */
         return kiln__report(st, OP_LOAD, "%s%s%s", strstr(why, path) ? "" : path, strstr(why, path) ? "" : ": ", why), NULL;
     }
@@ -392,7 +400,11 @@ kiln_bert *kiln_bert_load(const char *dir) {
     free(w);
     if (ok) ok = fuse_qkv(m);
     if (ok) ok = pack_linear_weights(m);
-    if (!ok) return kiln_bert_free(m), NULL;
+    if (ok && !kiln__object_register(m, KILN__BERT_KIND)) {
+        ok = false;
+        kiln__report(KILN_ERR_OUT_OF_MEMORY, OP_LOAD, "out of memory");
+    }
+    if (!ok) return release_contents(m), free(m), NULL;
     return m;
 }
 
@@ -511,7 +523,9 @@ static kiln_tensor encoder(const kiln_bert *m, kiln_tensor ids, kiln_tensor mask
  * false with *out a tensor poisoned for op (the inputs consumed). */
 static bool check_inputs(const char *op, const kiln_bert *m, kiln_tensor *in, int64_t *b, int64_t *s, kiln_tensor *out) {
     int n = in[2].id ? 3 : 2;
-    if (!m) return *out = kiln__nn_fail(op, n, in, KILN_ERR_NULL, "the model is NULL"), false;
+    kiln_status why_status;
+    const char *why = kiln__object_problem(m, KILN__BERT_KIND, &why_status);
+    if (why) return *out = kiln__nn_fail(op, n, in, why_status, "%s", why), false;
     const kiln__tensor *t[3] = {kiln__nn_peek(in[0]), kiln__nn_peek(in[1]), n == 3 ? kiln__nn_peek(in[2]) : NULL};
     if (!t[0] || !t[1] || (n == 3 && !t[2])) return *out = kiln__nn_fail(op, n, in, KILN_ERR_INVALID_ARGUMENT, "unusable input"), false;
     static const char *const what[] = {"input_ids", "attention_mask", "token_type_ids"};
@@ -584,6 +598,7 @@ kiln_tensor kiln_bert_embed(const kiln_bert *m, kiln_tensor input_ids, kiln_tens
 kiln_status kiln_bert_quantize_dynamic(kiln_bert *m, kiln_quant_type type) {
     const char *op = "kiln_bert_quantize_dynamic";
     if (!m) return kiln__report(KILN_ERR_NULL, op, "the model is NULL");
+    KILN__OBJECT_OR_RETURN(m, KILN__BERT_KIND, op, kiln_last_status());
     if (type != KILN_QUANT_I8)
         return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "unknown quantized type %d (KILN_QUANT_I8 is the one there is)",
                             (int)type);

@@ -3,3 +3,4 @@
 #include "kiln/bert.h"
 
 KILN_BERT_API(KILN__AT_DEFINE)
+KILN__FREE_AT_DEFINE(kiln_bert, bert_free)
