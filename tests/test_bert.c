@@ -353,6 +353,34 @@ KT_TEST(input_errors) {
     KT_MEM_CHECK();
 }
 
+/* kiln_bert_quantize_dynamic frees the f32 weights it replaces (query/key/value, attention
+ * output, intermediate: three int8 weights with their scales in, three f32 weights out; most
+ * f32 weights are views of the mapped file, so the count of live tensors shows it, not the
+ * allocator's bytes), and the embedding stays close to f32's. */
+KT_TEST(quantize_frees_f32_weights) {
+    kiln_bert *m = kiln_bert_load(write_tiny("quantized", EDIT_NONE, NULL));
+    KT_CHECK_MSG(m != NULL, "%s", kiln_last_error());
+    if (!m) return;
+    int64_t ids[4] = {1, 5, 2, 0};
+    kiln_token_batch b = tiny_batch(1, 4, ids);
+    float f32[T_H], i8[T_H];
+    KT_CHECK(kiln_into_data(kiln_bert_embed(m, kiln_ref(b.input_ids), kiln_ref(b.attention_mask), KILN_NONE), f32,
+                            sizeof f32) == KILN_OK);
+    kiln_memory_stats before = kiln_memory_stats_get(KILN_CPU);
+    KT_CHECK(kiln_bert_quantize_dynamic(m, KILN_QUANT_I8) == KILN_OK);
+    kiln_memory_stats after = kiln_memory_stats_get(KILN_CPU);
+    KT_CHECK_MSG(after.live_tensors == before.live_tensors + 3, "%llu live tensors, %llu before",
+                 (unsigned long long)after.live_tensors, (unsigned long long)before.live_tensors);
+    KT_CHECK(kiln_into_data(kiln_bert_embed(m, kiln_ref(b.input_ids), kiln_ref(b.attention_mask), KILN_NONE), i8,
+                            sizeof i8) == KILN_OK);
+    double dot = 0, nf = 0, nq = 0;
+    for (int i = 0; i < T_H; i++) dot += (double)f32[i] * i8[i], nf += (double)f32[i] * f32[i], nq += (double)i8[i] * i8[i];
+    KT_CHECK_MSG(dot / sqrt(nf * nq) > 0.99, "cosine %g", dot / sqrt(nf * nq));
+    KT_CHECK(kiln_bert_quantize_dynamic(m, KILN_QUANT_I8) == KILN_OK); /* again: nothing changes */
+    kiln_token_batch_release(&b);
+    kiln_bert_free(m);
+}
+
 /* A freed model is refused like every object a user frees (issue 23): use after free and a
  * second free are errors naming the call and the free, never a crash. */
 KT_TEST(use_after_free) {
@@ -502,6 +530,7 @@ int main(int argc, char **argv) {
     KT_RUN(input_errors);
     KT_RUN(tensors_save);
     KT_RUN(use_after_free);
+    KT_RUN(quantize_frees_f32_weights);
     KT_RUN(load_out_of_memory);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);

@@ -66,8 +66,9 @@ KILN_API kiln_tensor kiln_bert_embed(const kiln_bert *m, kiln_tensor input_ids, 
                                      kiln_tensor token_type_ids);
 
 /* Runs the encoder's linear layers in int8 from now on (kiln_quantize_dynamic's scheme: int8
- * weights per output channel, inputs quantized per row at run time, int32 sums), keeping the
- * f32 weights for nothing else: embeddings, attention, layer norms and pooling stay f32.
+ * weights per output channel, inputs quantized per row at run time, int32 sums) and frees
+ * their f32 weights; embeddings, attention, layer norms, pooling and the output linear (whose
+ * GELU input has the widest outliers) stay f32.
  * Blocking (reads the weights once); calling it again changes nothing. KILN_ERR_NULL,
  * KILN_ERR_INVALID_ARGUMENT for another type, KILN_ERR_OUT_OF_MEMORY (the model unchanged). */
 KILN_API kiln_status kiln_bert_quantize_dynamic(kiln_bert *m, kiln_quant_type type);

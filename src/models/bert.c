@@ -619,5 +619,12 @@ kiln_status kiln_bert_quantize_dynamic(kiln_bert *m, kiln_quant_type type) {
         return st;
     }
     m->int8 = q;
+    /* the f32 weights that went int8 are no longer read: give their memory back */
+    for (int64_t l = 0; l < layers; l++)
+        for (int k = 0; k < 4; k++)
+            if (q[l][k][0].id) {
+                kiln_release(m->layers[l][linear_slots[k]]);
+                m->layers[l][linear_slots[k]] = KILN_NONE;
+            }
     return KILN_OK;
 }
