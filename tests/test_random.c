@@ -1,6 +1,7 @@
 /* Random tensors: the same seed gives the same bits whatever the thread count, different
  * seeds differ, moments and ranges match the distributions, every float dtype, counter
- * offsets and strided outputs in the kernel, and bad input (no leaks). */
+ * offsets and strided outputs in the kernel, random integers (kiln_randint), and bad input
+ * (no leaks). */
 #include <kiln.h>
 
 #include "backend/backend-impl.h"
@@ -237,6 +238,70 @@ KT_TEST(kernel_offsets_and_strides) {
     KT_MEM_CHECK();
 }
 
+/* kiln_randint: every value of [low, high) about equally often (a chi-square bound over 200k
+ * draws), none outside, in every dtype that holds the span; the same seed (or generator seed)
+ * gives the same values; bad bounds and dtypes are errors naming the call. */
+KT_TEST(randint_counts_and_errors) {
+    kt_mem_begin();
+    enum { LOW = -3, HIGH = 7, SPAN = HIGH - LOW };
+    static int64_t v[BIG];
+    KT_CHECK(kiln_into_data(kiln_randint(KILN_CPU, KILN_I64, KILN_SHAPE(BIG), LOW, HIGH, 5), v, sizeof v) == KILN_OK);
+    int64_t count[SPAN] = {0};
+    int outside = 0;
+    for (int i = 0; i < BIG; i++) {
+        if (v[i] < LOW || v[i] >= HIGH) outside++;
+        else count[v[i] - LOW]++;
+    }
+    KT_CHECK_MSG(outside == 0, "%d values outside [%d, %d)", outside, LOW, HIGH);
+    double expect = (double)BIG / SPAN, chi2 = 0;
+    for (int k = 0; k < SPAN; k++) chi2 += (count[k] - expect) * (count[k] - expect) / expect;
+    KT_CHECK_MSG(chi2 < 27.9, "chi-square %g over %d values (9 degrees of freedom: p = 0.001 at 27.9)", chi2, SPAN);
+    static int64_t again[BIG];
+    KT_CHECK(kiln_into_data(kiln_randint(KILN_CPU, KILN_I64, KILN_SHAPE(BIG), LOW, HIGH, 5), again, sizeof again) == KILN_OK);
+    KT_CHECK(memcmp(v, again, sizeof v) == 0);
+    /* other dtypes: the same integers */
+    const kiln_dtype dts[] = {KILN_I32, KILN_F32, KILN_F64, KILN_F16, KILN_BF16};
+    for (size_t d = 0; d < sizeof dts / sizeof *dts; d++) {
+        double got[64];
+        KT_CHECK(as_f64(kiln_randint(KILN_CPU, dts[d], KILN_SHAPE(64), LOW, HIGH, 5), got, 64) == KILN_OK);
+        for (int i = 0; i < 64; i++) KT_CHECK_MSG(got[i] == (double)v[i], "%s [%d]: %g, %lld", kiln_dtype_name(dts[d]), i, got[i], (long long)v[i]);
+    }
+    /* a span near 2^53, and the largest i64 bounds it allows */
+    int64_t wide[4];
+    KT_CHECK(kiln_into_data(kiln_randint(KILN_CPU, KILN_I64, KILN_SHAPE(4), -((int64_t)1 << 52), (int64_t)1 << 52, 9), wide, sizeof wide) == KILN_OK);
+    for (int i = 0; i < 4; i++) KT_CHECK(wide[i] >= -((int64_t)1 << 52) && wide[i] < ((int64_t)1 << 52));
+    /* generators replay */
+    kiln_generator *g = kiln_generator_new(3);
+    int64_t a[8], b[8];
+    KT_CHECK(kiln_into_data(kiln_randint_gen(g, KILN_CPU, KILN_I64, KILN_SHAPE(8), 0, 100), a, sizeof a) == KILN_OK);
+    kiln_generator_manual_seed(g, 3);
+    KT_CHECK(kiln_into_data(kiln_randint_gen(g, KILN_CPU, KILN_I64, KILN_SHAPE(8), 0, 100), b, sizeof b) == KILN_OK);
+    KT_CHECK(memcmp(a, b, sizeof a) == 0);
+    kiln_generator_free(g);
+    KT_READ_ERROR(kiln_randint_gen(g, KILN_CPU, KILN_I64, KILN_SHAPE(8), 0, 100), KILN_ERR_STALE_HANDLE, "kiln_randint_gen");
+    struct {
+        kiln_tensor t;
+        kiln_status st;
+    } bad[] = {
+        {kiln_randint(KILN_CPU, KILN_I64, KILN_SHAPE(2), 5, 5, 1), KILN_ERR_INVALID_ARGUMENT},
+        {kiln_randint(KILN_CPU, KILN_I64, KILN_SHAPE(2), 6, 5, 1), KILN_ERR_INVALID_ARGUMENT},
+        {kiln_randint(KILN_CPU, KILN_BOOL, KILN_SHAPE(2), 0, 2, 1), KILN_ERR_DTYPE},
+        {kiln_randint(KILN_CPU, (kiln_dtype)77, KILN_SHAPE(2), 0, 2, 1), KILN_ERR_DTYPE},
+        {kiln_randint(KILN_CPU, KILN_I32, KILN_SHAPE(2), 0, (int64_t)1 << 40, 1), KILN_ERR_INVALID_ARGUMENT},
+        {kiln_randint(KILN_CPU, KILN_BF16, KILN_SHAPE(2), 0, 1000, 1), KILN_ERR_INVALID_ARGUMENT},
+        {kiln_randint(KILN_CPU, KILN_I64, KILN_SHAPE(2), INT64_MIN, INT64_MAX, 1), KILN_ERR_INVALID_ARGUMENT},
+        {kiln_randint(KILN_CPU, KILN_I64, KILN_SHAPE(-1), 0, 2, 1), KILN_ERR_SHAPE},
+        {kiln_randint(KILN_CUDA, KILN_I64, KILN_SHAPE(2), 0, 2, 1), KILN_ERR_DEVICE},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        kiln_status got = kiln_into_data(bad[i].t, NULL, 0);
+        const char *msg = kiln_last_error();
+        KT_CHECK_MSG(got == bad[i].st, "case %zu: %s (%s)", i, kiln_status_str(got), msg);
+        KT_CHECK_MSG(strstr(msg, "kiln_randint") && strstr(msg, "test_random.c"), "case %zu: '%s'", i, msg);
+    }
+    KT_MEM_CHECK();
+}
+
 KT_TEST(random_bad_input) {
     kt_mem_begin();
     struct {
@@ -279,5 +344,6 @@ int main(void) {
     KT_RUN(shapes_empty_and_scalar);
     KT_RUN(kernel_offsets_and_strides);
     KT_RUN(random_bad_input);
+    KT_RUN(randint_counts_and_errors);
     return kt_finish();
 }

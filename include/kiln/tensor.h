@@ -41,6 +41,10 @@ KILN_API kiln_tensor kiln_randn(kiln_device dev, kiln_dtype dtype, kiln_shape sh
 KILN_API kiln_tensor kiln_uniform(kiln_device dev, kiln_dtype dtype, kiln_shape shape, double lo, double hi, uint64_t seed);
 KILN_API kiln_tensor kiln_normal(kiln_device dev, kiln_dtype dtype, kiln_shape shape, double mean, double std, uint64_t seed);
 KILN_API kiln_tensor kiln_bernoulli(kiln_device dev, kiln_dtype dtype, kiln_shape shape, double p, uint64_t seed);
+/* Integers uniform in [low, high) (torch.randint) in an integer or float dtype that holds low
+ * and high - 1 exactly; KILN_ERR_INVALID_ARGUMENT when low >= high or they do not fit. */
+KILN_API kiln_tensor kiln_randint(kiln_device dev, kiln_dtype dtype, kiln_shape shape, int64_t low, int64_t high,
+                                  uint64_t seed);
 /* Generators (PyTorch's torch.Generator / torch.manual_seed), for code that wants one seed
  * for a whole program rather than one per call. Each call taking a generator draws the next
  * seed from it and runs the seeded op above: the same generator seed and the same sequence
@@ -61,13 +65,17 @@ KILN_API void kiln_generator_manual_seed(kiln_generator *g, uint64_t seed); /* r
 KILN_API void kiln_manual_seed(uint64_t seed); /* the global generator's */
 KILN_API kiln_tensor kiln_rand_gen(kiln_generator *g, kiln_device dev, kiln_dtype dtype, kiln_shape shape);
 KILN_API kiln_tensor kiln_randn_gen(kiln_generator *g, kiln_device dev, kiln_dtype dtype, kiln_shape shape);
+KILN_API kiln_tensor kiln_randint_gen(kiln_generator *g, kiln_device dev, kiln_dtype dtype, kiln_shape shape, int64_t low,
+                                      int64_t high);
 #define KILN_RANDOM_API(X) \
     X(kiln_tensor, rand_gen, (kiln_generator *g, kiln_device dev, kiln_dtype dtype, kiln_shape shape), (g, dev, dtype, shape)) \
-    X(kiln_tensor, randn_gen, (kiln_generator *g, kiln_device dev, kiln_dtype dtype, kiln_shape shape), (g, dev, dtype, shape))
+    X(kiln_tensor, randn_gen, (kiln_generator *g, kiln_device dev, kiln_dtype dtype, kiln_shape shape), (g, dev, dtype, shape)) \
+    X(kiln_tensor, randint_gen, (kiln_generator *g, kiln_device dev, kiln_dtype dtype, kiln_shape shape, int64_t low, int64_t high), (g, dev, dtype, shape, low, high))
 KILN_RANDOM_API(KILN__AT_DECLARE)
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
 #define kiln_rand_gen(...) KILN__AT(rand_gen, __VA_ARGS__)
 #define kiln_randn_gen(...) KILN__AT(randn_gen, __VA_ARGS__)
+#define kiln_randint_gen(...) KILN__AT(randint_gen, __VA_ARGS__)
 #endif
 
 /* ---- views (share storage; consume the input) -------------------------------------------- */
@@ -273,6 +281,7 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
     X(kiln_tensor, uniform, (kiln_device dev, kiln_dtype dtype, kiln_shape shape, double lo, double hi, uint64_t seed), (dev, dtype, shape, lo, hi, seed)) \
     X(kiln_tensor, normal, (kiln_device dev, kiln_dtype dtype, kiln_shape shape, double mean, double std, uint64_t seed), (dev, dtype, shape, mean, std, seed)) \
     X(kiln_tensor, bernoulli, (kiln_device dev, kiln_dtype dtype, kiln_shape shape, double p, uint64_t seed), (dev, dtype, shape, p, seed)) \
+    X(kiln_tensor, randint, (kiln_device dev, kiln_dtype dtype, kiln_shape shape, int64_t low, int64_t high, uint64_t seed), (dev, dtype, shape, low, high, seed)) \
     X(kiln_tensor, reshape, (kiln_tensor t, kiln_shape shape), (t, shape)) \
     X(kiln_tensor, permute, (kiln_tensor t, kiln_dims order), (t, order)) \
     X(kiln_tensor, transpose, (kiln_tensor t, int dim0, int dim1), (t, dim0, dim1)) \
@@ -382,6 +391,7 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_uniform(...) KILN__AT(uniform, __VA_ARGS__)
 #define kiln_normal(...) KILN__AT(normal, __VA_ARGS__)
 #define kiln_bernoulli(...) KILN__AT(bernoulli, __VA_ARGS__)
+#define kiln_randint(...) KILN__AT(randint, __VA_ARGS__)
 #define kiln_reshape(...) KILN__AT(reshape, __VA_ARGS__)
 #define kiln_permute(...) KILN__AT(permute, __VA_ARGS__)
 #define kiln_transpose(...) KILN__AT(transpose, __VA_ARGS__)

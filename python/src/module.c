@@ -171,6 +171,34 @@ static PyObject *random_tensor(PyObject *args, PyObject *kw, bool normal) {
     return finish(kp_wrap(normal ? kiln_randn_gen(g, c.dev, c.dtype, c.shape) : kiln_rand_gen(g, c.dev, c.dtype, c.shape)),
                   c.requires_grad);
 }
+/* randint(high, size) or randint(low, high, size), as torch.randint: int64 unless dtype= says. */
+static PyObject *f_randint(PyObject *mod, PyObject *args, PyObject *kw) {
+    (void)mod;
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    bool size_kw = kw && PyDict_GetItemString(kw, "size");
+    Py_ssize_t bounds = size_kw ? n : n - 1;
+    if (bounds < 1 || bounds > 2)
+        return PyErr_Format(PyExc_TypeError, "randint(low=0, high, size, ...) takes the bounds and a size tuple");
+    long long b[2] = {0, 0};
+    for (Py_ssize_t i = 0; i < bounds; i++) {
+        b[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(args, i));
+        if (b[i] == -1 && PyErr_Occurred()) return NULL;
+    }
+    long long low = bounds == 2 ? b[0] : 0, high = bounds == 2 ? b[1] : b[0];
+    creation_args c;
+    if (parse_creation("randint", args, kw, &c, bounds) < 0) return NULL;
+    if (!kw || !PyDict_GetItemString(kw, "dtype")) c.dtype = KILN_I64;
+    kiln_generator *g = kp_generator_of(c.generator);
+    if (g == (kiln_generator *)-1) return NULL;
+    kp_site();
+    if (c.seed && c.seed != Py_None) {
+        unsigned long long seed = PyLong_AsUnsignedLongLongMask(c.seed);
+        if (PyErr_Occurred()) return NULL;
+        return finish(kp_wrap(kiln_randint(c.dev, c.dtype, c.shape, low, high, seed)), c.requires_grad);
+    }
+    return finish(kp_wrap(kiln_randint_gen(g, c.dev, c.dtype, c.shape, low, high)), c.requires_grad);
+}
+
 static PyObject *f_randn(PyObject *m, PyObject *a, PyObject *k) { (void)m; return random_tensor(a, k, true); }
 static PyObject *f_rand(PyObject *m, PyObject *a, PyObject *k) { (void)m; return random_tensor(a, k, false); }
 
@@ -445,6 +473,8 @@ static PyMethodDef module_functions[] = {
     {"full", CFN(f_full), METH_VARARGS | METH_KEYWORDS, "full(size, fill_value, dtype=, device=)"},
     {"randn", CFN(f_randn), METH_VARARGS | METH_KEYWORDS, "randn(*size, generator=None, seed=None, dtype=, device=)"},
     {"rand", CFN(f_rand), METH_VARARGS | METH_KEYWORDS, "rand(*size, generator=None, seed=None, dtype=, device=)"},
+    {"randint", CFN(f_randint), METH_VARARGS | METH_KEYWORDS,
+     "randint(low=0, high, size, generator=None, seed=None, dtype=int64, device=): integers in [low, high)"},
     {"arange", CFN(f_arange), FASTKW, "arange([start,] end[, step], dtype=, device=)"},
     {"linspace", CFN(f_linspace), FASTKW, "linspace(start, end, steps, dtype=, device=)"},
     {"_from_numpy", CFN(f_from_numpy), METH_FASTCALL, "A tensor copied from a C-contiguous array."},

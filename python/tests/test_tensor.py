@@ -43,6 +43,24 @@ def test_random_seeds_and_generators():
     np.testing.assert_array_equal(p, arr(kiln.randn(10)))
 
 
+def test_randint_as_torch():
+    t = kiln.randint(10, (1000,), seed=1)
+    assert t.dtype == kiln.int64 and t.shape == (1000,)
+    v = arr(t)
+    assert v.min() >= 0 and v.max() <= 9 and len(np.unique(v)) == 10
+    w = arr(kiln.randint(-5, 5, (2, 500), seed=1))
+    assert w.shape == (2, 500) and w.min() >= -5 and w.max() <= 4
+    assert kiln.randint(0, 4, size=(3,), dtype=kiln.float32).dtype == kiln.float32
+    g = kiln.Generator(5)
+    a = arr(kiln.randint(0, 100, (16,), generator=g))
+    g.manual_seed(5)
+    np.testing.assert_array_equal(a, arr(kiln.randint(0, 100, (16,), generator=g)))
+    with pytest.raises(ValueError, match="kiln_randint"):
+        kiln.randint(5, 5, (2,)).numpy()
+    with pytest.raises(TypeError):
+        kiln.randint((3,))
+
+
 def test_binary_operators_against_numpy():
     rng = np.random.default_rng(0)
     a_np = rng.standard_normal((3, 4)).astype(np.float32)
