@@ -156,21 +156,28 @@ kiln_generator *kp_generator_of(PyObject *o) {
     return ((kp_generator *)o)->g;
 }
 
+/* Where a random op's seed comes from: seed= (*seeded) or the generator (NULL: the global
+ * one); -1 with a Python error set. Records the call site too. */
+static int random_source(const creation_args *c, kiln_generator **g, bool *seeded, unsigned long long *seed) {
+    *g = kp_generator_of(c->generator);
+    if (*g == (kiln_generator *)-1) return -1;
+    kp_site();
+    *seeded = c->seed && c->seed != Py_None;
+    *seed = *seeded ? PyLong_AsUnsignedLongLongMask(c->seed) : 0;
+    return PyErr_Occurred() ? -1 : 0;
+}
+
 static PyObject *random_tensor(PyObject *args, PyObject *kw, bool normal) {
     creation_args c;
-    if (parse_creation(normal ? "randn" : "rand", args, kw, &c, 0) < 0) return NULL;
-    kiln_generator *g = kp_generator_of(c.generator);
-    if (g == (kiln_generator *)-1) return NULL;
-    kp_site();
-    if (c.seed && c.seed != Py_None) {
-        unsigned long long seed = PyLong_AsUnsignedLongLongMask(c.seed);
-        if (PyErr_Occurred()) return NULL;
-        return finish(kp_wrap(normal ? kiln_randn(c.dev, c.dtype, c.shape, seed) : kiln_rand(c.dev, c.dtype, c.shape, seed)),
-                      c.requires_grad);
-    }
-    return finish(kp_wrap(normal ? kiln_randn_gen(g, c.dev, c.dtype, c.shape) : kiln_rand_gen(g, c.dev, c.dtype, c.shape)),
-                  c.requires_grad);
+    kiln_generator *g;
+    bool seeded;
+    unsigned long long seed;
+    if (parse_creation(normal ? "randn" : "rand", args, kw, &c, 0) < 0 || random_source(&c, &g, &seeded, &seed) < 0) return NULL;
+    kiln_tensor t = seeded ? (normal ? kiln_randn(c.dev, c.dtype, c.shape, seed) : kiln_rand(c.dev, c.dtype, c.shape, seed))
+                           : (normal ? kiln_randn_gen(g, c.dev, c.dtype, c.shape) : kiln_rand_gen(g, c.dev, c.dtype, c.shape));
+    return finish(kp_wrap(t), c.requires_grad);
 }
+
 /* randint(high, size) or randint(low, high, size), as torch.randint: int64 unless dtype= says. */
 static PyObject *f_randint(PyObject *mod, PyObject *args, PyObject *kw) {
     (void)mod;
@@ -186,17 +193,15 @@ static PyObject *f_randint(PyObject *mod, PyObject *args, PyObject *kw) {
     }
     long long low = bounds == 2 ? b[0] : 0, high = bounds == 2 ? b[1] : b[0];
     creation_args c;
+    kiln_generator *g;
+    bool seeded;
+    unsigned long long seed;
     if (parse_creation("randint", args, kw, &c, bounds) < 0) return NULL;
     if (!kw || !PyDict_GetItemString(kw, "dtype")) c.dtype = KILN_I64;
-    kiln_generator *g = kp_generator_of(c.generator);
-    if (g == (kiln_generator *)-1) return NULL;
-    kp_site();
-    if (c.seed && c.seed != Py_None) {
-        unsigned long long seed = PyLong_AsUnsignedLongLongMask(c.seed);
-        if (PyErr_Occurred()) return NULL;
-        return finish(kp_wrap(kiln_randint(c.dev, c.dtype, c.shape, low, high, seed)), c.requires_grad);
-    }
-    return finish(kp_wrap(kiln_randint_gen(g, c.dev, c.dtype, c.shape, low, high)), c.requires_grad);
+    if (random_source(&c, &g, &seeded, &seed) < 0) return NULL;
+    kiln_tensor t = seeded ? kiln_randint(c.dev, c.dtype, c.shape, low, high, seed)
+                           : kiln_randint_gen(g, c.dev, c.dtype, c.shape, low, high);
+    return finish(kp_wrap(t), c.requires_grad);
 }
 
 static PyObject *f_randn(PyObject *m, PyObject *a, PyObject *k) { (void)m; return random_tensor(a, k, true); }
