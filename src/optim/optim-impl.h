@@ -5,7 +5,8 @@
  * afresh at every step, so a replaced handle is followed); built from parameter groups, a
  * slot is the optimizer's own reference (`own`) to the caller's tensor. Each parameter
  * belongs to a group with its own learning rate and weight decay. Updates are one fused op per parameter
- * whose outputs are the parameter's and the state's own storages. */
+ * whose outputs are the parameter's and the state's own storages. What differs between
+ * optimizers is in one table per kind (kiln__optim_kind), defined in the kind's own file. */
 #ifndef KILN_OPTIM_IMPL_H
 #define KILN_OPTIM_IMPL_H
 
