@@ -44,20 +44,6 @@ bool kiln__optim_check_lr(const char *op, double lr) {
  * names only params and n must not freeze the group); KILN_ZERO is a real 0. */
 static double group_lr(double group, double options) { return group < 0 ? options : kiln__option_or(group, options); }
 
-static kiln_optimizer *optim_new_groups(const char *op, int n_groups, const kiln_param_group *groups,
-                                        const kiln__optim_kind *kind, double lr, double weight_decay);
-
-/* An optimizer over a plain list of n parameters in one group. */
-static kiln_optimizer *optim_new_params(const char *op, int n, const kiln_tensor *params, const kiln__optim_kind *kind,
-                                        double lr, double weight_decay) {
-    if (n < 1) {
-        kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "%d parameters: the list must not be empty", n);
-        return NULL;
-    }
-    kiln_param_group g = kiln_param_group_of(n, params);
-    return optim_new_groups(op, 1, &g, kind, lr, weight_decay);
-}
-
 kiln__tensor *kiln__optim_slot_tensor(kiln__opctx *c, kiln_tensor h) {
     kiln__error *err = NULL;
     kiln__tensor *t = kiln__handle_peek(h, c->name, &err);
@@ -206,6 +192,17 @@ static kiln_optimizer *optim_new_groups(const char *op, int n_groups, const kiln
     }
     free(seen);
     return optim_make(&c, kind, k, params, n_groups, gs); /* keeps the array: the slots stay valid */
+}
+
+/* An optimizer over a plain list of n parameters in one group. */
+static kiln_optimizer *optim_new_params(const char *op, int n, const kiln_tensor *params, const kiln__optim_kind *kind,
+                                        double lr, double weight_decay) {
+    if (n < 1) {
+        kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "%d parameters: the list must not be empty", n);
+        return NULL;
+    }
+    kiln_param_group g = kiln_param_group_of(n, params);
+    return optim_new_groups(op, 1, &g, kind, lr, weight_decay);
 }
 
 kiln_optimizer *kiln__optim_create(const kiln__optim_kind *kind, const char *op, const void *options,
