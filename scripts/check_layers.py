@@ -14,6 +14,11 @@ A second rule keeps the backend registry honest (DESIGN.md, section 8): the code
 comments) of core/, ir/, engine/ and the files directly in backend/ names no device backend,
 i.e. no word containing the name of a folder under backend/ other than cpu (the host, which
 core owns). They reach a backend through the registry only.
+
+A third rule keeps the files of some folders (CALLS_ONE_WAY) from calling each other in a circle:
+file A depends on file B of the same folder when A's code names a function or table that B
+defines (not static). A circle among them (optim/: optimizer.c calling adam.c, which calls
+back) is reported as `<folder>/ has a call circle: a.c -> b.c -> a.c`.
 """
 import os
 import re
@@ -129,6 +134,53 @@ def check_nameless(root):
     return problems
 
 
+CALLS_ONE_WAY = ["optim"]
+# A definition at file scope: not static, a name, then a parameter list or an initializer.
+DEFINITION = re.compile(r"^(?!static\b|typedef\b|extern\b|struct\b|union\b|enum\b|return\b)[A-Za-z_][\w \t\*]*?"
+                        r"\b([A-Za-z_]\w*)\s*(\([^;{]*\)\s*\{|=)", re.M)
+STRING = re.compile(r'"(?:\\.|[^"\\\n])*"')
+IDENT = re.compile(r"[A-Za-z_]\w*")
+
+
+def check_call_circles(root):
+    """A call circle among the files directly in each CALLS_ONE_WAY folder, or none."""
+    problems = []
+    for folder in CALLS_ONE_WAY:
+        path = os.path.join(root, folder)
+        if not os.path.isdir(path):
+            continue
+        code = {}
+        for name in sorted(os.listdir(path)):
+            if name.endswith(".c"):
+                with open(os.path.join(path, name), encoding="utf-8", errors="replace") as f:
+                    code[name] = STRING.sub('""', COMMENT.sub(" ", f.read()))
+        owner = {m.group(1): name for name, text in code.items() for m in DEFINITION.finditer(text)}
+        uses = {name: sorted({owner[w] for w in IDENT.findall(text) if owner.get(w, name) != name})
+                for name, text in code.items()}
+        state, stack = {}, []  # state: 1 on the stack, 2 done
+
+        def visit(name):
+            state[name] = 1
+            stack.append(name)
+            for dep in uses[name]:
+                if state.get(dep) == 1:
+                    return stack[stack.index(dep):] + [dep]
+                if dep not in state:
+                    found = visit(dep)
+                    if found:
+                        return found
+            stack.pop()
+            state[name] = 2
+            return None
+
+        for name in sorted(code):
+            circle = None if name in state else visit(name)
+            if circle:
+                problems.append(f"{path}: {folder}/ has a call circle: {' -> '.join(circle)}")
+                break
+    return problems
+
+
 def main(argv):
     root = argv[1] if len(argv) > 1 else "src"
     if not os.path.isdir(root):
@@ -136,11 +188,12 @@ def main(argv):
         return 2
     problems, files, includes = check(root)
     problems += check_nameless(root)
+    problems += check_call_circles(root)
     for p in problems:
         print(p)
     if problems:
         print(f"check_layers: {len(problems)} of {includes} includes in {files} files under {root} "
-              f"break the layer order or name a backend below the registry", file=sys.stderr)
+              f"break the layer order, name a backend below the registry or call in a circle", file=sys.stderr)
         return 1
     print(f"check_layers: {includes} includes in {files} files under {root} point to their own "
           f"layer or below ({len(LAYERS)} layers)")

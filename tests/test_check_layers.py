@@ -104,6 +104,24 @@ def main():
         expected = f"{os.path.join(root, 'backend', 'backend.c')}:2: backend/ names the backend 'kiln__opencl_device_count'"
         check(rc == 1 and expected in out and "opencl/device.c" not in out,
               "backend.c naming a backend fails, a backend's own folder does not" + ("" if expected in out else f": {out}"))
+
+        # files of optim/ calling each other in a circle (issue #25), and the same calls one way
+        for circle in (True, False):
+            root = os.path.join(tmp, "circle" if circle else "oneway")
+            write_tree(root)
+            with open(os.path.join(root, "optim", "optimizer.c"), "w") as f:
+                f.write('/* kiln__adam_apply is named in a comment only when one way */\n'
+                        'int kiln__optim_new(int kind) {\n    return kind;\n}\n'
+                        + ('static int step(void) { return kiln__adam_apply(1); }\n' if circle else ''))
+            with open(os.path.join(root, "optim", "adam.c"), "w") as f:
+                f.write('int kiln__adam_apply(int x) { return x; }\n'
+                        'int kiln_adam_new(void) { return kiln__optim_new(1); }\n')
+            rc, out = run(script, root)
+            if circle:
+                expected = "optim/ has a call circle: adam.c -> optimizer.c -> adam.c"
+                check(rc == 1 and expected in out, "optim/ files calling each other in a circle fail" + ("" if expected in out else f": {out}"))
+            else:
+                check(rc == 0 and "circle" not in out, f"optim/ files calling one way pass: {out.strip()}")
     print(f"{failures} failed")
     return 1 if failures else 0
 

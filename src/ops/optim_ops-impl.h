@@ -1,6 +1,6 @@
 /* Op-layer functions for optim/: the fused parameter updates, clipping's sums of squares and
  * the host copies of checkpoints. optim/ decides what to compute; these encode it into op
- * records (flags and doubles as the kernels read them, ir/opcodes.h) and submit them.
+ * records (flags and doubles as the kernels read them, ir/optim_params.h) and submit them.
  *
  *   kiln__sgd_update u = {.lr = 0.1, .first = true};
  *   if (kiln__t_has_kernel(param->device, KILN__OP_SGD_UPDATE))
@@ -14,39 +14,8 @@
 #ifndef KILN_OPS_OPTIM_OPS_IMPL_H
 #define KILN_OPS_OPTIM_OPS_IMPL_H
 
+#include "ir/optim_params.h" /* the update structs and their encoding */
 #include "ops/ops-impl.h"
-
-/* p -= lr * g with momentum, dampening, Nesterov and L2 weight decay (torch.optim.SGD). */
-typedef struct {
-    double lr, momentum, dampening, weight_decay;
-    bool first;    /* the first update: the momentum buffer starts as g */
-    bool nesterov;
-    bool tentative;
-} kiln__sgd_update;
-
-/* Adam / AdamW with the bias corrections already folded in by the caller. */
-typedef struct {
-    double step_size;          /* lr / (1 - beta1^t) */
-    double beta1, beta2, eps;
-    double sqrt_bias_correction2; /* sqrt(1 - beta2^t) */
-    double weight_decay_term;  /* decoupled: 1 - lr * wd (p is scaled by it); else wd (added to g) */
-    bool first, decoupled;
-    bool tentative;
-} kiln__adam_update;
-
-/* RMSprop (torch.optim.RMSprop); the caller runs the grad_avg pass first when centered. */
-typedef struct {
-    double lr, alpha, eps, weight_decay, momentum;
-    bool first, centered;
-    bool tentative;
-} kiln__rmsprop_update;
-
-/* Adagrad (torch.optim.Adagrad) with the decayed rate lr / (1 + (t - 1) * lr_decay) folded in. */
-typedef struct {
-    double clr, eps, weight_decay, initial_accumulator_value;
-    bool first; /* the sum is read as initial_accumulator_value */
-    bool tentative;
-} kiln__adagrad_update;
 
 /* Whether dev has a kernel for code, so a later submit of it cannot fail. */
 bool kiln__t_has_kernel(kiln_device dev, kiln__opcode code);

@@ -1,18 +1,7 @@
 /* The fused optimizer updates, clipping's sums of squares and checkpoints' host copies (see
  * optim_ops-impl.h). The update ops keep their outputs on error: the parameter and its state
  * are never poisoned by a failed update. */
-#include <string.h>
-
 #include "ops/optim_ops-impl.h"
-
-/* pi[0] flags and doubles carried in pi[] as bit patterns, as the update kernels decode them. */
-enum { FLAG_FIRST = 1, FLAG_NESTEROV = 2, FLAG_DECOUPLED = 4, FLAG_CENTERED = 8 };
-
-static int64_t f64_bits(double v) {
-    int64_t bits;
-    memcpy(&bits, &v, sizeof bits);
-    return bits;
-}
 
 bool kiln__t_has_kernel(kiln_device dev, kiln__opcode code) {
     const kiln__backend *be = kiln__backend_get(dev);
@@ -20,9 +9,8 @@ bool kiln__t_has_kernel(kiln_device dev, kiln__opcode code) {
 }
 
 static void update_init(kiln__op *op, kiln__opcode code, const char *name, kiln__tensor *param,
-                        const kiln__tensor *grad, bool tentative) {
+                        const kiln__tensor *grad) {
     kiln__op_init(op, code, name);
-    if (!tentative) op->flags |= KILN__OP_FLAG_KEEP_OUTPUTS_ON_ERROR;
     op->out[0] = kiln__view_of(param);
     op->in[0] = kiln__view_of(grad);
     op->n_in = 1;
@@ -32,63 +20,57 @@ static void update_init(kiln__op *op, kiln__opcode code, const char *name, kiln_
 bool kiln__t_sgd_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *momentum, const kiln__tensor *grad,
                         const kiln__sgd_update *u) {
     kiln__op op;
-    update_init(&op, KILN__OP_SGD_UPDATE, c->name, param, grad, u->tentative);
+    update_init(&op, KILN__OP_SGD_UPDATE, c->name, param, grad);
     if (momentum) {
         op.out[1] = kiln__view_of(momentum);
         op.n_out = 2;
     }
-    memcpy(op.p.f, (double[4]){u->lr, u->momentum, u->dampening, u->weight_decay}, 4 * sizeof(double));
-    op.pi[0] = (u->first ? FLAG_FIRST : 0) | (u->nesterov ? FLAG_NESTEROV : 0);
+    kiln__sgd_update_encode(&op, u);
     return kiln__t_submit(c, &op, param->device);
 }
 
 bool kiln__t_adam_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *exp_avg, kiln__tensor *exp_avg_sq,
                          const kiln__tensor *grad, const kiln__adam_update *u) {
     kiln__op op;
-    update_init(&op, KILN__OP_ADAM_UPDATE, c->name, param, grad, u->tentative);
+    update_init(&op, KILN__OP_ADAM_UPDATE, c->name, param, grad);
     op.out[1] = kiln__view_of(exp_avg);
     op.out[2] = kiln__view_of(exp_avg_sq);
     op.n_out = 3;
-    memcpy(op.p.f, (double[4]){u->step_size, u->beta1, u->beta2, u->eps}, 4 * sizeof(double));
-    op.pi[0] = (u->first ? FLAG_FIRST : 0) | (u->decoupled ? FLAG_DECOUPLED : 0);
-    op.pi[1] = f64_bits(u->sqrt_bias_correction2);
-    op.pi[2] = f64_bits(u->weight_decay_term);
+    kiln__adam_update_encode(&op, u);
     return kiln__t_submit(c, &op, param->device);
 }
 
 bool kiln__t_rmsprop_grad_avg(kiln__opctx *c, kiln__tensor *grad_avg, const kiln__tensor *param,
                               const kiln__tensor *grad, const kiln__rmsprop_update *u) {
     kiln__op op;
-    update_init(&op, KILN__OP_RMSPROP_GRAD_AVG, c->name, grad_avg, grad, u->tentative);
+    update_init(&op, KILN__OP_RMSPROP_GRAD_AVG, c->name, grad_avg, grad);
     op.in[1] = kiln__view_of(param);
     op.n_in = 2;
-    memcpy(op.p.f, (double[2]){u->alpha, u->weight_decay}, 2 * sizeof(double));
-    op.pi[0] = u->first ? FLAG_FIRST : 0;
+    kiln__rmsprop_grad_avg_encode(&op, u);
     return kiln__t_submit(c, &op, param->device);
 }
 
 bool kiln__t_rmsprop_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *square_avg, kiln__tensor *momentum,
                             const kiln__tensor *grad_avg, const kiln__tensor *grad, const kiln__rmsprop_update *u) {
     kiln__op op;
-    update_init(&op, KILN__OP_RMSPROP_UPDATE, c->name, param, grad, u->tentative);
+    update_init(&op, KILN__OP_RMSPROP_UPDATE, c->name, param, grad);
     op.out[1] = kiln__view_of(square_avg);
     op.n_out = 2;
     if (momentum) op.out[op.n_out++] = kiln__view_of(momentum);
     if (grad_avg) op.in[op.n_in++] = kiln__view_of(grad_avg);
-    memcpy(op.p.f, (double[4]){u->lr, u->alpha, u->eps, u->weight_decay}, 4 * sizeof(double));
-    op.pi[0] = (u->first ? FLAG_FIRST : 0) | (grad_avg ? FLAG_CENTERED : 0);
-    op.pi[1] = f64_bits(u->momentum);
+    kiln__rmsprop_update e = *u;
+    e.centered = grad_avg != NULL; /* the kernel reads grad_avg exactly when the flag says so */
+    kiln__rmsprop_update_encode(&op, &e);
     return kiln__t_submit(c, &op, param->device);
 }
 
 bool kiln__t_adagrad_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *sum, const kiln__tensor *grad,
                             const kiln__adagrad_update *u) {
     kiln__op op;
-    update_init(&op, KILN__OP_ADAGRAD_UPDATE, c->name, param, grad, u->tentative);
+    update_init(&op, KILN__OP_ADAGRAD_UPDATE, c->name, param, grad);
     op.out[1] = kiln__view_of(sum);
     op.n_out = 2;
-    memcpy(op.p.f, (double[4]){u->clr, u->eps, u->weight_decay, u->initial_accumulator_value}, 4 * sizeof(double));
-    op.pi[0] = u->first ? FLAG_FIRST : 0;
+    kiln__adagrad_update_encode(&op, u);
     return kiln__t_submit(c, &op, param->device);
 }
 

@@ -52,74 +52,10 @@ static void add_meta(meta_text *m, int *n, const char *key, const char *value_fm
     (*n)++;
 }
 
-typedef struct {
-    const char *key;
-    double *value;
-} hyper;
-
-/* The hyperparameters saved besides the learning rate, as pointers into o's options (o is a
- * copy); the bool (nesterov, decoupled_weight_decay, centered), if the kind has one, is the
- * last and goes through *flag as 0 or 1 (Adagrad has none: *flag stays 0). */
-static int hyper_list(kiln_optimizer *o, double *flag, hyper *out) {
-    *flag = 0;
-    if (o->kind == KILN__OPTIM_SGD) {
-        kiln_sgd_options *s = &o->sgd;
-        *flag = s->nesterov;
-        hyper h[] = {{OPTIM_PREFIX "momentum", &s->momentum}, {OPTIM_PREFIX "dampening", &s->dampening},
-                     {OPTIM_PREFIX "weight_decay", &s->weight_decay}, {OPTIM_PREFIX "nesterov", flag}};
-        memcpy(out, h, sizeof h);
-        return 4;
-    }
-    if (o->kind == KILN__OPTIM_RMSPROP) {
-        kiln_rmsprop_options *r = &o->rmsprop;
-        *flag = r->centered;
-        hyper h[] = {{OPTIM_PREFIX "alpha", &r->alpha}, {OPTIM_PREFIX "eps", &r->eps},
-                     {OPTIM_PREFIX "weight_decay", &r->weight_decay}, {OPTIM_PREFIX "momentum", &r->momentum},
-                     {OPTIM_PREFIX "centered", flag}};
-        memcpy(out, h, sizeof h);
-        return 5;
-    }
-    if (o->kind == KILN__OPTIM_ADAGRAD) {
-        kiln_adagrad_options *g = &o->adagrad;
-        hyper h[] = {{OPTIM_PREFIX "lr_decay", &g->lr_decay}, {OPTIM_PREFIX "eps", &g->eps},
-                     {OPTIM_PREFIX "weight_decay", &g->weight_decay},
-                     {OPTIM_PREFIX "initial_accumulator_value", &g->initial_accumulator_value}};
-        memcpy(out, h, sizeof h);
-        return 4;
-    }
-    kiln_adam_options *a = &o->adam;
-    *flag = a->decoupled_weight_decay;
-    hyper h[] = {{OPTIM_PREFIX "beta1", &a->beta1}, {OPTIM_PREFIX "beta2", &a->beta2}, {OPTIM_PREFIX "eps", &a->eps},
-                 {OPTIM_PREFIX "weight_decay", &a->weight_decay}, {OPTIM_PREFIX "decoupled_weight_decay", flag}};
-    memcpy(out, h, sizeof h);
-    return 5;
-}
-#define MAX_HYPERS 5
-
-/* The options' weight decay (a group's default). */
-static double options_weight_decay(const kiln_optimizer *o) {
-    switch (o->kind) {
-    case KILN__OPTIM_SGD: return o->sgd.weight_decay;
-    case KILN__OPTIM_RMSPROP: return o->rmsprop.weight_decay;
-    case KILN__OPTIM_ADAGRAD: return o->adagrad.weight_decay;
-    default: return o->adam.weight_decay;
-    }
-}
-
 /* Sets the options' lr and bool from the loaded values and checks them as a constructor would. */
 static bool options_finish(kiln__opctx *c, kiln_optimizer *o, double lr, double flag) {
-    switch (o->kind) {
-    case KILN__OPTIM_SGD:
-        o->sgd.lr = lr, o->sgd.nesterov = flag != 0;
-        return kiln__optim_check_sgd(c->name, o->sgd);
-    case KILN__OPTIM_RMSPROP:
-        o->rmsprop.lr = lr, o->rmsprop.centered = flag != 0;
-        return kiln__optim_check_rmsprop(c->name, o->rmsprop);
-    case KILN__OPTIM_ADAGRAD: o->adagrad.lr = lr; return kiln__optim_check_adagrad(c->name, o->adagrad);
-    default:
-        o->adam.lr = lr, o->adam.decoupled_weight_decay = flag != 0;
-        return kiln__optim_check_adam(c->name, o->adam);
-    }
+    o->kind->set_loaded(&o->options, lr, flag);
+    return o->kind->check(c->name, &o->options);
 }
 
 /* Type, counts and hyperparameters (doubles printed to read back exactly). */
@@ -138,10 +74,10 @@ static int optim_meta(const kiln_optimizer *opt, meta_text *m) {
         snprintf(key, sizeof key, OPTIM_PREFIX "group%d.weight_decay", g);
         add_meta(m, &n, key, NULL, opt->groups[g].weight_decay);
     }
-    kiln_optimizer copy = *opt;
+    kiln__optim_options copy = opt->options;
     double flag;
-    hyper hs[MAX_HYPERS];
-    int nh = hyper_list(&copy, &flag, hs);
+    kiln__optim_hyper hs[KILN__OPTIM_MAX_HYPERS];
+    int nh = opt->kind->hypers(&copy, &flag, hs);
     for (int i = 0; i < nh; i++) add_meta(m, &n, hs[i].key, NULL, *hs[i].value);
     for (int i = 0; i < opt->n_params; i++) {
         if (!opt->params[i].step) continue;
@@ -294,8 +230,8 @@ static int plan_optim(kiln__opctx *c, const kiln__st_file *f, const kiln_optimiz
         return kiln__fail(c, KILN_ERR_SHAPE, "checkpoint has %s state, the optimizer is %s", type, opt->type), 0;
     plan->opts = *opt;
     double flag;
-    hyper hs[MAX_HYPERS];
-    int nh = hyper_list(&plan->opts, &flag, hs);
+    kiln__optim_hyper hs[KILN__OPTIM_MAX_HYPERS];
+    int nh = opt->kind->hypers(&plan->opts.options, &flag, hs);
     double lr = 0;
     int64_t n_groups = 1;
     bool ok = meta_count(c, f, OPTIM_PREFIX "steps", true, &plan->steps) && meta_double(c, f, OPTIM_PREFIX "lr", &lr) &&
@@ -307,7 +243,9 @@ static int plan_optim(kiln__opctx *c, const kiln__st_file *f, const kiln_optimiz
                           opt->n_groups), 0;
     /* files from before groups: one group with the options' rate and decay */
     for (int g = 0; ok && g < opt->n_groups; g++) {
-        plan->groups[g] = (kiln__optim_group){lr, options_weight_decay(&plan->opts)};
+        double options_lr, options_wd; /* the options' decay: a group's default */
+        opt->kind->rates(&plan->opts.options, &options_lr, &options_wd);
+        plan->groups[g] = (kiln__optim_group){lr, options_wd};
         if (!kiln__st_meta_get(f, OPTIM_PREFIX "groups")) continue;
         char key[64];
         snprintf(key, sizeof key, OPTIM_PREFIX "group%d.lr", g);
@@ -361,10 +299,7 @@ static bool stage(kiln__opctx *c, load_item *it, const kiln__st_file *f) {
 
 static void commit_optim(kiln_optimizer *opt, optim_plan *plan) {
     kiln__optim_clear_state(opt);
-    opt->sgd = plan->opts.sgd;
-    opt->adam = plan->opts.adam;
-    opt->rmsprop = plan->opts.rmsprop;
-    opt->adagrad = plan->opts.adagrad;
+    opt->options = plan->opts.options;
     memcpy(opt->groups, plan->groups, sizeof *opt->groups * (size_t)opt->n_groups);
     opt->steps = plan->steps;
     for (int i = 0; i < opt->n_params; i++) {

@@ -5,7 +5,8 @@
  * afresh at every step, so a replaced handle is followed); built from parameter groups, a
  * slot is the optimizer's own reference (`own`) to the caller's tensor. Each parameter
  * belongs to a group with its own learning rate and weight decay. Updates are one fused op per parameter
- * whose outputs are the parameter's and the state's own storages. */
+ * whose outputs are the parameter's and the state's own storages. What differs between
+ * optimizers is in one table per kind (kiln__optim_kind), defined in the kind's own file. */
 #ifndef KILN_OPTIM_IMPL_H
 #define KILN_OPTIM_IMPL_H
 
@@ -16,9 +17,7 @@
 
 #define KILN__OPTIM_MAX_STATE 3 /* RMSprop: square_avg, momentum_buffer, grad_avg */
 
-typedef enum { KILN__OPTIM_SGD, KILN__OPTIM_ADAM, KILN__OPTIM_RMSPROP, KILN__OPTIM_ADAGRAD } kiln__optim_kind;
-
-typedef struct {
+typedef struct kiln__optim_param {
     char name[96];                               /* the module's name for it ("0.weight") */
     kiln_tensor *slot;                           /* the module's handle */
     kiln__tensor *state[KILN__OPTIM_MAX_STATE]; /* NULL until the first update */
@@ -32,13 +31,68 @@ typedef struct {
     double lr, weight_decay;
 } kiln__optim_group;
 
-struct kiln_optimizer {
-    kiln__optim_kind kind;
-    const char *type; /* "sgd", "adam", "rmsprop" or "adagrad" (checkpoints) */
+/* The options of any kind; the kind's table says which member is in use. */
+typedef union {
     kiln_sgd_options sgd;
     kiln_adam_options adam;
     kiln_rmsprop_options rmsprop;
     kiln_adagrad_options adagrad;
+} kiln__optim_options;
+
+/* A hyperparameter a checkpoint saves besides the learning rate: its metadata key and where
+ * its value lives (in a copy of the options, or the kind's bool as 0 or 1 in *flag). */
+typedef struct {
+    const char *key;
+    double *value;
+} kiln__optim_hyper;
+#define KILN__OPTIM_MAX_HYPERS 5
+
+/* One optimizer kind: everything optimizer.c and checkpoint.c need to know about it. Each kind's
+ * file (sgd.c, adam.c, adaptive.c) defines its table and its public constructors, which call
+ * kiln__optim_create with it; optimizer.c calls a kind only through its table, so the calls
+ * inside optim/ point one way (the kinds down to optimizer.c). */
+typedef struct kiln__optim_kind {
+    const char *type;    /* "sgd", "adam", "rmsprop", "adagrad": checkpoints and messages */
+    size_t options_size; /* sizeof the public options struct */
+    /* Fields left 0 replaced by their defaults (see optim.h), in place. */
+    void (*resolve)(kiln__optim_options *o);
+    /* Whether the options are usable; false + error reported under op. */
+    bool (*check)(const char *op, const kiln__optim_options *o);
+    /* The options' learning rate and weight decay (the groups' defaults). */
+    void (*rates)(const kiln__optim_options *o, double *lr, double *weight_decay);
+    /* Number of state tensors per parameter and their names (PyTorch's: momentum_buffer;
+     * exp_avg, exp_avg_sq; square_avg, momentum_buffer, grad_avg; sum). */
+    int (*state_count)(const kiln__optim_options *o);
+    const char *(*state_name)(const kiln__optim_options *o, int i);
+    /* Whether dev has every kernel the updates use. */
+    bool (*has_kernels)(const kiln__optim_options *o, kiln_device dev);
+    /* The fused update of one parameter; its state tensors exist and p->step already counts
+     * this update. False + c->err if it could not be queued. */
+    bool (*apply)(kiln__opctx *c, const kiln_optimizer *opt, const kiln__optim_param *p, kiln__tensor *param,
+                  const kiln__tensor *grad);
+    /* Checkpoints: the saved hyperparameters as pointers into o (at most KILN__OPTIM_MAX_HYPERS;
+     * the kind's bool, if any, last, through *flag), and the loaded lr and bool set back. */
+    int (*hypers)(kiln__optim_options *o, double *flag, kiln__optim_hyper *out);
+    void (*set_loaded)(kiln__optim_options *o, double lr, double flag);
+} kiln__optim_kind;
+
+/* The kinds' tables (sgd.c, adam.c, adaptive.c), also as names to compare opt->kind with. */
+extern const kiln__optim_kind kiln__sgd_kind, kiln__adam_kind, kiln__rmsprop_kind, kiln__adagrad_kind;
+#define KILN__OPTIM_SGD (&kiln__sgd_kind)
+#define KILN__OPTIM_ADAM (&kiln__adam_kind)
+#define KILN__OPTIM_RMSPROP (&kiln__rmsprop_kind)
+#define KILN__OPTIM_ADAGRAD (&kiln__adagrad_kind)
+
+struct kiln_optimizer {
+    const kiln__optim_kind *kind;
+    const char *type; /* kind->type (checkpoints) */
+    union {                          /* one storage, two ways to name it: */
+        kiln__optim_options options; /* as the kind's table takes it */
+        kiln_sgd_options sgd;        /* or by kind, where the kind is known */
+        kiln_adam_options adam;
+        kiln_rmsprop_options rmsprop;
+        kiln_adagrad_options adagrad;
+    };
     int64_t steps;
     int n_groups;
     kiln__optim_group *groups;
@@ -46,31 +100,16 @@ struct kiln_optimizer {
     kiln__optim_param *params;
 };
 
-/* Number of state tensors and their names (PyTorch's: momentum_buffer; exp_avg, exp_avg_sq;
- * square_avg, momentum_buffer, grad_avg; sum), in the order of kiln__optim_param.state. */
-int kiln__optim_state_count(const kiln_optimizer *opt);
-const char *kiln__optim_state_name(const kiln_optimizer *opt, int i);
-/* Validates hyperparameters as the constructors do; false + error reported under op. */
 /* A double option as given, or its default where a designated initializer left it 0 (+0.0);
  * KILN_ZERO (-0.0) asks for a real 0. */
 static inline double kiln__option_or(double v, double default_value) {
     return v != 0 ? v : signbit(v) ? 0.0 : default_value;
 }
-/* The options with every field left 0 replaced by its default (see optim.h). */
-kiln_sgd_options kiln__sgd_resolve(kiln_sgd_options o);
-kiln_adam_options kiln__adam_resolve(kiln_adam_options o);
-kiln_rmsprop_options kiln__rmsprop_resolve(kiln_rmsprop_options o);
-kiln_adagrad_options kiln__adagrad_resolve(kiln_adagrad_options o);
-bool kiln__optim_check_sgd(const char *op, kiln_sgd_options o);
-bool kiln__optim_check_adam(const char *op, kiln_adam_options o);
-bool kiln__optim_check_rmsprop(const char *op, kiln_rmsprop_options o);
-bool kiln__optim_check_adagrad(const char *op, kiln_adagrad_options o);
-/* The kind's name in checkpoints ("sgd", ...). */
-const char *kiln__optim_type_name(kiln__optim_kind kind);
-/* An optimizer over a plain list of n parameters (at least one, as PyTorch's "empty parameter
- * list") in one group with lr and weight_decay; NULL + error under op. */
-kiln_optimizer *kiln__optim_new_params(const char *op, int n, const kiln_tensor *params, kiln__optim_kind kind,
-                                       double lr, double weight_decay);
+/* The number of state tensors of opt's parameters and the name of the i-th (checkpoints). */
+static inline int kiln__optim_state_count(const kiln_optimizer *opt) { return opt->kind->state_count(&opt->options); }
+static inline const char *kiln__optim_state_name(const kiln_optimizer *opt, int i) {
+    return opt->kind->state_name(&opt->options, i);
+}
 /* Reports c's error as the thread's last error (if any) and returns its status. */
 kiln_status kiln__optim_finish(kiln__opctx *c);
 /* Multiplies each gradient in g of opt's parameters by factor, in place, and gives the f64
@@ -81,26 +120,27 @@ kiln__tensor *kiln__optim_grads_unscale(kiln__opctx *c, kiln_optimizer *opt, kil
 kiln__tensor *kiln__optim_slot_tensor(kiln__opctx *c, kiln_tensor h);
 /* Drops every parameter's state. */
 void kiln__optim_clear_state(kiln_optimizer *opt);
-/* An optimizer over the module's trainable parameters (f32 or f64) in one group with lr and
- * weight_decay; NULL + error under op. */
-kiln_optimizer *kiln__optim_new(const char *op, kiln_module *model, kiln__optim_kind kind, double lr, double weight_decay);
-/* An optimizer over the caller's parameter groups (a reference taken to each parameter);
- * a group's negative lr or weight decay means lr / weight_decay. NULL + error under op. */
-kiln_optimizer *kiln__optim_new_groups(const char *op, int n_groups, const kiln_param_group *groups, kiln__optim_kind kind,
-                                       double lr, double weight_decay);
+/* Where a new optimizer's parameters come from: a module's trainable parameters, the caller's
+ * groups (a reference taken to each parameter; a group's negative lr or weight decay means the
+ * options'), or a plain list of n parameters in one group (at least one, as PyTorch's "empty
+ * parameter list"). */
+typedef struct {
+    kiln_module *model;
+    int n_groups;
+    const kiln_param_group *groups;
+    int n;
+    const kiln_tensor *params;
+    enum { KILN__OPTIM_FROM_MODULE, KILN__OPTIM_FROM_GROUPS, KILN__OPTIM_FROM_PARAMS } from;
+} kiln__optim_source;
+#define KILN__OPTIM_MODULE(m) ((kiln__optim_source){.model = (m), .from = KILN__OPTIM_FROM_MODULE})
+#define KILN__OPTIM_GROUPS(n_, g_) ((kiln__optim_source){.n_groups = (n_), .groups = (g_), .from = KILN__OPTIM_FROM_GROUPS})
+#define KILN__OPTIM_PARAMS(n_, p_) ((kiln__optim_source){.n = (n_), .params = (p_), .from = KILN__OPTIM_FROM_PARAMS})
+/* Every public constructor: the caller's options (kind's options struct) resolved and checked,
+ * then an optimizer of that kind over src's parameters. NULL + error under op. */
+kiln_optimizer *kiln__optim_create(const kiln__optim_kind *kind, const char *op, const void *options,
+                                   kiln__optim_source src);
 /* Whether lr is a usable learning rate; false + error reported under op. */
 bool kiln__optim_check_lr(const char *op, double lr);
-/* The fused update of one parameter (sgd.c, adam.c, adaptive.c); its state tensors exist and p->step
- * already counts this update. False + c->err if it could not be queued. */
-bool kiln__sgd_apply(kiln__opctx *c, const kiln_optimizer *opt, const kiln__optim_param *p, kiln__tensor *param,
-                     const kiln__tensor *grad);
-bool kiln__adam_apply(kiln__opctx *c, const kiln_optimizer *opt, const kiln__optim_param *p, kiln__tensor *param,
-                      const kiln__tensor *grad);
-bool kiln__rmsprop_apply(kiln__opctx *c, const kiln_optimizer *opt, const kiln__optim_param *p, kiln__tensor *param,
-                         const kiln__tensor *grad);
-bool kiln__adagrad_apply(kiln__opctx *c, const kiln_optimizer *opt, const kiln__optim_param *p, kiln__tensor *param,
-                         const kiln__tensor *grad);
-/* Whether param's device has every kernel opt's updates use. */
-bool kiln__optim_has_kernels(const kiln_optimizer *opt, kiln_device dev);
-
+/* Whether v is finite and >= 0 (most options' rule). */
+static inline bool kiln__optim_nonneg(double v) { return v >= 0 && isfinite(v); }
 #endif

@@ -18,51 +18,10 @@ kiln_status kiln__optim_finish(kiln__opctx *c) {
     return st;
 }
 
-int kiln__optim_state_count(const kiln_optimizer *opt) {
-    switch (opt->kind) {
-    case KILN__OPTIM_ADAM: return 2;
-    case KILN__OPTIM_RMSPROP: return 1 + (opt->rmsprop.momentum != 0) + opt->rmsprop.centered;
-    case KILN__OPTIM_ADAGRAD: return 1;
-    default: return opt->sgd.momentum != 0 ? 1 : 0;
-    }
-}
-
-const char *kiln__optim_state_name(const kiln_optimizer *opt, int i) {
-    switch (opt->kind) {
-    case KILN__OPTIM_ADAM: return i == 0 ? "exp_avg" : "exp_avg_sq";
-    case KILN__OPTIM_RMSPROP:
-        if (i == 0) return "square_avg";
-        return i == 1 && opt->rmsprop.momentum != 0 ? "momentum_buffer" : "grad_avg";
-    case KILN__OPTIM_ADAGRAD: return "sum";
-    default: return "momentum_buffer";
-    }
-}
-
-const char *kiln__optim_type_name(kiln__optim_kind kind) {
-    static const char *const names[] = {"sgd", "adam", "rmsprop", "adagrad"};
-    return names[kind];
-}
-
-bool kiln__optim_has_kernels(const kiln_optimizer *opt, kiln_device dev) {
-    switch (opt->kind) {
-    case KILN__OPTIM_ADAM: return kiln__t_has_kernel(dev, KILN__OP_ADAM_UPDATE);
-    case KILN__OPTIM_RMSPROP:
-        return kiln__t_has_kernel(dev, KILN__OP_RMSPROP_UPDATE) &&
-               (!opt->rmsprop.centered || kiln__t_has_kernel(dev, KILN__OP_RMSPROP_GRAD_AVG));
-    case KILN__OPTIM_ADAGRAD: return kiln__t_has_kernel(dev, KILN__OP_ADAGRAD_UPDATE);
-    default: return kiln__t_has_kernel(dev, KILN__OP_SGD_UPDATE);
-    }
-}
-
 /* One parameter's update by opt's kind. */
 static bool apply_update(kiln__opctx *c, const kiln_optimizer *opt, const kiln__optim_param *p, kiln__tensor *param,
                          const kiln__tensor *grad) {
-    switch (opt->kind) {
-    case KILN__OPTIM_ADAM: return kiln__adam_apply(c, opt, p, param, grad);
-    case KILN__OPTIM_RMSPROP: return kiln__rmsprop_apply(c, opt, p, param, grad);
-    case KILN__OPTIM_ADAGRAD: return kiln__adagrad_apply(c, opt, p, param, grad);
-    default: return kiln__sgd_apply(c, opt, p, param, grad);
-    }
+    return opt->kind->apply(c, opt, p, param, grad);
 }
 
 void kiln__optim_clear_state(kiln_optimizer *opt) {
@@ -84,38 +43,6 @@ bool kiln__optim_check_lr(const char *op, double lr) {
 /* A group's rate: the options' where it is negative or left 0 (a designated initializer that
  * names only params and n must not freeze the group); KILN_ZERO is a real 0. */
 static double group_lr(double group, double options) { return group < 0 ? options : kiln__option_or(group, options); }
-
-bool kiln__optim_check_sgd(const char *op, kiln_sgd_options o) {
-    if (!kiln__optim_check_lr(op, o.lr)) return false;
-    const char *bad = NULL;
-    if (!(o.momentum >= 0 && isfinite(o.momentum))) bad = "momentum must be finite and >= 0";
-    else if (!isfinite(o.dampening)) bad = "dampening must be finite";
-    else if (!(o.weight_decay >= 0 && isfinite(o.weight_decay))) bad = "weight decay must be finite and >= 0";
-    else if (o.nesterov && (o.momentum <= 0 || o.dampening != 0)) bad = "nesterov needs momentum > 0 and dampening 0";
-    if (bad) kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "%s", bad);
-    return !bad;
-}
-
-kiln_optimizer *kiln__optim_new_params(const char *op, int n, const kiln_tensor *params, kiln__optim_kind kind,
-                                       double lr, double weight_decay) {
-    if (n < 1) {
-        kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "%d parameters: the list must not be empty", n);
-        return NULL;
-    }
-    kiln_param_group g = kiln_param_group_of(n, params);
-    return kiln__optim_new_groups(op, 1, &g, kind, lr, weight_decay);
-}
-
-bool kiln__optim_check_adam(const char *op, kiln_adam_options o) {
-    if (!kiln__optim_check_lr(op, o.lr)) return false;
-    const char *bad = NULL;
-    if (!(o.beta1 >= 0 && o.beta1 < 1)) bad = "beta1 must be in [0, 1)";
-    else if (!(o.beta2 >= 0 && o.beta2 < 1)) bad = "beta2 must be in [0, 1)";
-    else if (!(o.eps >= 0 && isfinite(o.eps))) bad = "eps must be finite and >= 0";
-    else if (!(o.weight_decay >= 0 && isfinite(o.weight_decay))) bad = "weight decay must be finite and >= 0";
-    if (bad) kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "%s", bad);
-    return !bad;
-}
 
 kiln__tensor *kiln__optim_slot_tensor(kiln__opctx *c, kiln_tensor h) {
     kiln__error *err = NULL;
@@ -145,7 +72,7 @@ static kiln__tensor *param_tensor(kiln__opctx *c, const kiln__optim_param *p) {
 }
 
 /* Takes params (n of them, slots and names filled) and groups; frees both on failure. */
-static kiln_optimizer *optim_make(kiln__opctx *c, kiln__optim_kind kind, int n, kiln__optim_param *params, int n_groups,
+static kiln_optimizer *optim_make(kiln__opctx *c, const kiln__optim_kind *kind, int n, kiln__optim_param *params, int n_groups,
                                   kiln__optim_group *groups) {
     for (int k = 0; k < n && !c->err; k++) param_tensor(c, &params[k]); /* refuse what no step could update */
     kiln_optimizer *opt = c->err ? NULL : calloc(1, sizeof *opt);
@@ -158,7 +85,7 @@ static kiln_optimizer *optim_make(kiln__opctx *c, kiln__optim_kind kind, int n, 
         return NULL;
     }
     opt->kind = kind;
-    opt->type = kiln__optim_type_name(kind);
+    opt->type = kind->type;
     opt->n_params = n;
     opt->params = params;
     opt->n_groups = n_groups;
@@ -166,7 +93,9 @@ static kiln_optimizer *optim_make(kiln__opctx *c, kiln__optim_kind kind, int n, 
     return opt;
 }
 
-kiln_optimizer *kiln__optim_new(const char *op, kiln_module *model, kiln__optim_kind kind, double lr, double weight_decay) {
+/* An optimizer over the module's trainable parameters (f32 or f64) in one group. */
+static kiln_optimizer *optim_new_module(const char *op, kiln_module *model, const kiln__optim_kind *kind, double lr,
+                                        double weight_decay) {
     if (!model) {
         kiln__report(KILN_ERR_NULL, op, "model is NULL");
         return NULL;
@@ -201,8 +130,9 @@ kiln_optimizer *kiln__optim_new(const char *op, kiln_module *model, kiln__optim_
 
 #define MAX_GROUP_PARAMS (1 << 24) /* far above any model; keeps the counts' sums in an int */
 
-kiln_optimizer *kiln__optim_new_groups(const char *op, int n_groups, const kiln_param_group *groups, kiln__optim_kind kind,
-                                       double lr, double weight_decay) {
+/* An optimizer over the caller's groups (a reference taken to each parameter). */
+static kiln_optimizer *optim_new_groups(const char *op, int n_groups, const kiln_param_group *groups,
+                                        const kiln__optim_kind *kind, double lr, double weight_decay) {
     KILN__OP_BEGIN(op);
     if (!groups) return kiln__fail(&c, KILN_ERR_NULL, "groups is NULL"), kiln__optim_finish(&c), NULL;
     if (n_groups < 1 || n_groups > 1024)
@@ -262,6 +192,33 @@ kiln_optimizer *kiln__optim_new_groups(const char *op, int n_groups, const kiln_
     }
     free(seen);
     return optim_make(&c, kind, k, params, n_groups, gs); /* keeps the array: the slots stay valid */
+}
+
+/* An optimizer over a plain list of n parameters in one group. */
+static kiln_optimizer *optim_new_params(const char *op, int n, const kiln_tensor *params, const kiln__optim_kind *kind,
+                                        double lr, double weight_decay) {
+    if (n < 1) {
+        kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "%d parameters: the list must not be empty", n);
+        return NULL;
+    }
+    kiln_param_group g = kiln_param_group_of(n, params);
+    return optim_new_groups(op, 1, &g, kind, lr, weight_decay);
+}
+
+kiln_optimizer *kiln__optim_create(const kiln__optim_kind *kind, const char *op, const void *options,
+                                   kiln__optim_source src) {
+    kiln__optim_options o;
+    memset(&o, 0, sizeof o);
+    memcpy(&o, options, kind->options_size);
+    kind->resolve(&o);
+    if (!kind->check(op, &o)) return NULL;
+    double lr, wd;
+    kind->rates(&o, &lr, &wd);
+    kiln_optimizer *opt = src.from == KILN__OPTIM_FROM_MODULE ? optim_new_module(op, src.model, kind, lr, wd)
+                          : src.from == KILN__OPTIM_FROM_GROUPS ? optim_new_groups(op, src.n_groups, src.groups, kind, lr, wd)
+                                                                : optim_new_params(op, src.n, src.params, kind, lr, wd);
+    if (opt) opt->options = o;
+    return opt;
 }
 
 kiln_param_group kiln_param_group_of(int n, const kiln_tensor *params) {
@@ -467,7 +424,7 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
                        opt->params[i].name);
             continue;
         }
-        if (!kiln__optim_has_kernels(opt, param->device))
+        if (!opt->kind->has_kernels(&opt->options, param->device))
             kiln__fail(&c, KILN_ERR_UNSUPPORTED, "%s has no %s update kernel", kiln_device_name(param->device), opt->type);
     }
     if (early) {

@@ -7,16 +7,8 @@
 
 #include "backend/cpu/cpu-impl.h"
 #include "backend/cpu/vmath.h"
+#include "ir/optim_params.h"
 
-#define FLAG_FIRST 1
-#define FLAG_NESTEROV 2
-#define FLAG_DECOUPLED 4
-
-static double f64_of_bits(int64_t bits) {
-    double v;
-    memcpy(&v, &bits, sizeof v);
-    return v;
-}
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -24,8 +16,7 @@ static double f64_of_bits(int64_t bits) {
 
 typedef struct {
     double lr, momentum, dampening, weight_decay;
-    int flags;
-    bool has_buffer;
+    bool first, nesterov, has_buffer;
 } sgd_args;
 
 /* One run of n elements; strides in elements (1 when dense, so the loop vectorises). The bool
@@ -55,11 +46,11 @@ typedef struct {
         bool dense = sp == 1 && sg == 1 && (!b || sb == 1);                                            \
         if (!dense) {                                                                                  \
             sgd_##T##_run(n, p, b, g, sp, sb, sg, a, a->weight_decay != 0, b != NULL,                  \
-                          (a->flags & FLAG_NESTEROV) != 0, (a->flags & FLAG_FIRST) != 0);              \
+                          a->nesterov, a->first);                                                      \
             return;                                                                                    \
         }                                                                                              \
         bool wd = a->weight_decay != 0;                                                                \
-        int mode = !b ? 0 : 1 + ((a->flags & FLAG_NESTEROV) ? 2 : 0) + ((a->flags & FLAG_FIRST) ? 1 : 0); \
+        int mode = !b ? 0 : 1 + (a->nesterov ? 2 : 0) + (a->first ? 1 : 0);                            \
         switch (mode + (wd ? 5 : 0)) {                                                                 \
         case 0: sgd_##T##_run(n, p, b, g, 1, 1, 1, a, false, false, false, false); break;              \
         case 1: sgd_##T##_run(n, p, b, g, 1, 1, 1, a, false, true, false, false); break;               \
@@ -93,7 +84,8 @@ static bool float_views(const kiln__op *op, int n_out) {
 
 static kiln_status kernel_sgd(const kiln__op *op) {
     if (!float_views(op, op->n_out)) return KILN_ERR_DTYPE;
-    sgd_args a = {op->p.f[0], op->p.f[1], op->p.f[2], op->p.f[3], (int)op->pi[0], op->n_out == 2};
+    kiln__sgd_update u = kiln__sgd_update_decode(op);
+    sgd_args a = {u.lr, u.momentum, u.dampening, u.weight_decay, u.first, u.nesterov, op->n_out == 2};
     kiln__view views[3] = {op->out[0], op->out[1], op->in[0]};
     if (!a.has_buffer) views[1] = op->in[0];
     kiln__cpu_foreach(a.has_buffer ? 3 : 2, views, op->out[0].dtype == KILN_F32 ? sgd_f32_loop : sgd_f64_loop, &a,
@@ -105,7 +97,7 @@ static kiln_status kernel_sgd(const kiln__op *op) {
 
 typedef struct {
     double step_size, beta1, beta2, eps, bc2_sqrt, decay;
-    int flags;
+    bool first, decoupled;
 } adam_args;
 
 /* decay: 0 none, 1 L2 (grad += wd * p), 2 decoupled (p *= 1 - lr * wd). */
@@ -159,8 +151,8 @@ typedef struct {
         const int64_t es = (int64_t)sizeof(T);                                                         \
         T *p = (T *)ptrs[0], *m = (T *)ptrs[1], *v = (T *)ptrs[2];                                     \
         const T *g = (const T *)ptrs[3];                                                               \
-        int decay = a->decay == 0 && !(a->flags & FLAG_DECOUPLED) ? 0 : (a->flags & FLAG_DECOUPLED) ? 2 : 1; \
-        bool first = (a->flags & FLAG_FIRST) != 0;                                                     \
+        int decay = a->decay == 0 && !a->decoupled ? 0 : a->decoupled ? 2 : 1;                         \
+        bool first = a->first;                                                                         \
         if (st[0] != es || st[1] != es || st[2] != es || st[3] != es) {                                \
             adam_##T##_run(n, p, m, v, g, st[0] / es, st[1] / es, st[2] / es, st[3] / es, a, decay, first); \
             return;                                                                                    \
@@ -180,8 +172,9 @@ DEFINE_ADAM(f64, sqrt, kiln__vsqrt_f64)
 
 static kiln_status kernel_adam(const kiln__op *op) {
     if (op->n_out != 3 || !float_views(op, 3)) return op->n_out != 3 ? KILN_ERR_INTERNAL : KILN_ERR_DTYPE;
-    adam_args a = {op->p.f[0], op->p.f[1], op->p.f[2], op->p.f[3], f64_of_bits(op->pi[1]), f64_of_bits(op->pi[2]),
-                   (int)op->pi[0]};
+    kiln__adam_update u = kiln__adam_update_decode(op);
+    adam_args a = {u.step_size, u.beta1, u.beta2, u.eps, u.sqrt_bias_correction2, u.weight_decay_term, u.first,
+                   u.decoupled};
     kiln__view views[4] = {op->out[0], op->out[1], op->out[2], op->in[0]};
     kiln__cpu_foreach(4, views, op->out[0].dtype == KILN_F32 ? adam_f32_loop : adam_f64_loop, &a,
                       KILN__GRAIN_ELEMENTWISE / 2);

@@ -15,20 +15,12 @@
 
 #include "backend/cpu/cpu-impl.h"
 #include "backend/cpu/vmath.h"
+#include "ir/optim_params.h"
 
-#define FLAG_FIRST 1
-#define FLAG_CENTERED 8
-
-static double f64_of_bits(int64_t bits) {
-    double v;
-    memcpy(&v, &bits, sizeof v);
-    return v;
-}
 
 typedef struct {
-    double f[4], momentum;
-    int flags;
-    bool has_buffer;
+    double f[4], momentum; /* f: the op's doubles in the order its kernel names them below */
+    bool first, centered, has_buffer;
 } adaptive_args;
 
 typedef float f32;
@@ -40,7 +32,7 @@ typedef double f64;
     static void grad_avg_##T##_loop(void *ctx, int64_t n, char **ptrs, const int64_t *st) {            \
         const adaptive_args *a = ctx;                                                                  \
         const T w = (T)(1.0 - a->f[0]), wd = (T)a->f[1];                                               \
-        const bool first = (a->flags & FLAG_FIRST) != 0;                                               \
+        const bool first = a->first;                                                                   \
         const int64_t es = (int64_t)sizeof(T);                                                         \
         if (st[0] == es && st[1] == es && st[2] == es && !first) { /* dense: a loop that vectorises */ \
             T *restrict ga = (T *)ptrs[0];                                                             \
@@ -107,7 +99,7 @@ DEFINE_GRAD_AVG(f64)
         const adaptive_args *a = ctx;                                                                  \
         const T lr = (T)a->f[0], alpha = (T)a->f[1], w = (T)(1.0 - a->f[1]), eps = (T)a->f[2];         \
         const T wd = (T)a->f[3], mu = (T)a->momentum;                                                  \
-        const bool first = (a->flags & FLAG_FIRST) != 0, centered = (a->flags & FLAG_CENTERED) != 0;  \
+        const bool first = a->first, centered = a->centered;                                           \
         const int ib = 2, ig = a->has_buffer ? 3 : 2, ia = ig + 1, nv = ia + centered;                 \
         bool dense = true;                                                                             \
         for (int k = 0; k < nv; k++) dense = dense && st[k] == (int64_t)sizeof(T);                     \
@@ -181,7 +173,7 @@ DEFINE_RMSPROP(f64, sqrt, kiln__vsqrt_f64)
     static void adagrad_##T##_loop(void *ctx, int64_t n, char **ptrs, const int64_t *st) {             \
         const adaptive_args *a = ctx;                                                                  \
         const T clr = (T)a->f[0], eps = (T)a->f[1], wd = (T)a->f[2], init = (T)a->f[3];               \
-        const bool first = (a->flags & FLAG_FIRST) != 0;                                               \
+        const bool first = a->first;                                                                   \
         const int64_t es = (int64_t)sizeof(T);                                                         \
         if (st[0] == es && st[1] == es && st[2] == es) {                                               \
             T *p = (T *)ptrs[0], *sum = (T *)ptrs[1];                                                  \
@@ -220,15 +212,12 @@ static bool same_float_dtype(const kiln__op *op) {
     return true;
 }
 
-static adaptive_args args_of(const kiln__op *op) {
-    adaptive_args a = {{op->p.f[0], op->p.f[1], op->p.f[2], op->p.f[3]}, f64_of_bits(op->pi[1]), (int)op->pi[0], false};
-    return a;
-}
 
 static kiln_status kernel_grad_avg(const kiln__op *op) {
     if (op->n_out != 1 || op->n_in != 2) return KILN_ERR_INTERNAL;
     if (!same_float_dtype(op)) return KILN_ERR_DTYPE;
-    adaptive_args a = args_of(op);
+    kiln__rmsprop_update u = kiln__rmsprop_grad_avg_decode(op);
+    adaptive_args a = {.f = {u.alpha, u.weight_decay}, .first = u.first};
     kiln__view views[3] = {op->out[0], op->in[0], op->in[1]};
     kiln__cpu_foreach(3, views, op->out[0].dtype == KILN_F32 ? grad_avg_f32_loop : grad_avg_f64_loop, &a,
                       KILN__GRAIN_ELEMENTWISE);
@@ -236,9 +225,10 @@ static kiln_status kernel_grad_avg(const kiln__op *op) {
 }
 
 static kiln_status kernel_rmsprop(const kiln__op *op) {
-    adaptive_args a = args_of(op);
-    bool centered = (a.flags & FLAG_CENTERED) != 0;
-    if (op->n_out < 2 || op->n_out > 3 || op->n_in != (centered ? 2 : 1)) return KILN_ERR_INTERNAL;
+    kiln__rmsprop_update u = kiln__rmsprop_update_decode(op);
+    adaptive_args a = {.f = {u.lr, u.alpha, u.eps, u.weight_decay}, .momentum = u.momentum, .first = u.first,
+                       .centered = u.centered};
+    if (op->n_out < 2 || op->n_out > 3 || op->n_in != (u.centered ? 2 : 1)) return KILN_ERR_INTERNAL;
     if (!same_float_dtype(op)) return KILN_ERR_DTYPE;
     a.has_buffer = op->n_out == 3;
     kiln__view views[5];
@@ -253,7 +243,8 @@ static kiln_status kernel_rmsprop(const kiln__op *op) {
 static kiln_status kernel_adagrad(const kiln__op *op) {
     if (op->n_out != 2 || op->n_in != 1) return KILN_ERR_INTERNAL;
     if (!same_float_dtype(op)) return KILN_ERR_DTYPE;
-    adaptive_args a = args_of(op);
+    kiln__adagrad_update u = kiln__adagrad_update_decode(op);
+    adaptive_args a = {.f = {u.clr, u.eps, u.weight_decay, u.initial_accumulator_value}, .first = u.first};
     kiln__view views[3] = {op->out[0], op->out[1], op->in[0]};
     kiln__cpu_foreach(3, views, op->out[0].dtype == KILN_F32 ? adagrad_f32_loop : adagrad_f64_loop, &a,
                       KILN__GRAIN_ELEMENTWISE / 2);

@@ -9,17 +9,7 @@
 
 #if KILN_HAVE_OPENCL
 #include "backend/opencl/opencl-impl.h"
-
-#define FLAG_FIRST 1
-#define FLAG_NESTEROV 2
-#define FLAG_DECOUPLED 4
-#define FLAG_CENTERED 8
-
-static double f64_of_bits(int64_t bits) {
-    double v;
-    memcpy(&v, &bits, sizeof v);
-    return v;
-}
+#include "ir/optim_params.h"
 
 static bool float_params(const kiln__op *op, kiln__cl_device *d) {
     kiln_dtype dt = op->out[0].dtype;
@@ -74,13 +64,13 @@ static kiln_status launch(kiln__cl_device *d, const kiln__op *op, kiln__cl_src *
     return kiln__cl_run(d, op, s, (size_t)l->n, args, a);
 }
 
-/* out[0] param, out[1] momentum buffer (n_out == 2), in[0] grad; p.f = lr, momentum, dampening, wd. */
+/* out[0] param, out[1] momentum buffer (n_out == 2), in[0] grad. */
 static kiln_status kernel_sgd(const kiln__op *op) {
     kiln__cl_device *d = kiln__cl_device_of(op->out[0].storage->device);
     if (NEVER(!d)) return KILN_ERR_INTERNAL;
     if (!float_params(op, d)) return KILN_ERR_DTYPE;
-    bool mom = op->n_out == 2, wd = op->p.f[3] != 0;
-    int flags = (int)op->pi[0];
+    kiln__sgd_update u = kiln__sgd_update_decode(op);
+    bool mom = op->n_out == 2, wd = u.weight_decay != 0;
     const char *T = kiln__cl_ctype(op->out[0].dtype);
     kiln__cl_src s = {0};
     /* views: v0 param, v1 grad, v2 buffer */
@@ -88,30 +78,29 @@ static kiln_status kernel_sgd(const kiln__op *op) {
     kiln__cl_src_printf(&s, "  %s lr = (%s)h0, mu = (%s)h1, damp = (%s)h2, w = (%s)h3;\n  %s g = v1[i1];\n", T, T, T, T, T, T);
     if (wd) kiln__cl_src_printf(&s, "  g = g + w * v0[i0];\n");
     if (mom) {
-        kiln__cl_src_printf(&s, (flags & FLAG_FIRST) ? "  %s buf = g;\n" : "  %s buf = mu * v2[i2] + damp * g;\n", T);
+        kiln__cl_src_printf(&s, u.first ? "  %s buf = g;\n" : "  %s buf = mu * v2[i2] + damp * g;\n", T);
         kiln__cl_src_printf(&s, "  v2[i2] = buf;\n");
-        kiln__cl_src_printf(&s, (flags & FLAG_NESTEROV) ? "  g = g + mu * buf;\n" : "  g = buf;\n");
+        kiln__cl_src_printf(&s, u.nesterov ? "  g = g + mu * buf;\n" : "  g = buf;\n");
     }
     kiln__cl_src_printf(&s, "  v0[i0] = v0[i0] - lr * g;\n}\n");
     const kiln__view *v[3] = {&op->out[0], &op->in[0], &op->out[1]};
     layout l;
     kiln__cl_arg args[24];
     int a = push_views(&l, v, mom ? 3 : 2, args);
-    l.hp[0] = op->p.f[0], l.hp[1] = op->p.f[1], l.hp[2] = 1.0 - op->p.f[2], l.hp[3] = op->p.f[3];
+    l.hp[0] = u.lr, l.hp[1] = u.momentum, l.hp[2] = 1.0 - u.dampening, l.hp[3] = u.weight_decay;
     return launch(d, op, &s, &l, args, a, 4);
 }
 
-/* out[0] param, out[1] exp_avg, out[2] exp_avg_sq, in[0] grad; p.f = step size, beta1, beta2,
- * eps; pi[1] sqrt(bias correction 2), pi[2] the decay factor (as double bits). */
+/* out[0] param, out[1] exp_avg, out[2] exp_avg_sq, in[0] grad. */
 static kiln_status kernel_adam(const kiln__op *op) {
     kiln__cl_device *d = kiln__cl_device_of(op->out[0].storage->device);
     if (NEVER(!d)) return KILN_ERR_INTERNAL;
     if (op->n_out != 3) return KILN_ERR_INTERNAL;
     if (!float_params(op, d)) return KILN_ERR_DTYPE;
-    int flags = (int)op->pi[0];
-    double decay_v = f64_of_bits(op->pi[2]);
-    int decay = decay_v == 0 && !(flags & FLAG_DECOUPLED) ? 0 : (flags & FLAG_DECOUPLED) ? 2 : 1;
-    bool first = flags & FLAG_FIRST;
+    kiln__adam_update u = kiln__adam_update_decode(op);
+    double decay_v = u.weight_decay_term;
+    int decay = decay_v == 0 && !u.decoupled ? 0 : u.decoupled ? 2 : 1;
+    bool first = u.first;
     const char *T = kiln__cl_ctype(op->out[0].dtype);
     kiln__cl_src s = {0};
     /* views: v0 param, v1 exp_avg, v2 exp_avg_sq, v3 grad */
@@ -128,8 +117,8 @@ static kiln_status kernel_adam(const kiln__op *op) {
     layout l;
     kiln__cl_arg args[24];
     int a = push_views(&l, v, 4, args);
-    l.hp[0] = op->p.f[0], l.hp[1] = 1.0 - op->p.f[1], l.hp[2] = op->p.f[2], l.hp[3] = 1.0 - op->p.f[2];
-    l.hp[4] = op->p.f[3], l.hp[5] = f64_of_bits(op->pi[1]), l.hp[6] = decay_v;
+    l.hp[0] = u.step_size, l.hp[1] = 1.0 - u.beta1, l.hp[2] = u.beta2, l.hp[3] = 1.0 - u.beta2;
+    l.hp[4] = u.eps, l.hp[5] = u.sqrt_bias_correction2, l.hp[6] = decay_v;
     return launch(d, op, &s, &l, args, a, 7);
 }
 
@@ -161,16 +150,18 @@ static kiln_status kernel_sum_squares(const kiln__op *op) {
 }
 
 /* RMSprop and Adagrad as the CPU's optim_adaptive.c computes them (PyTorch's single-tensor
- * steps in the parameter's precision). p.f and pi as there: RMSPROP_GRAD_AVG (out ga; in grad,
- * param; f = alpha, wd), RMSPROP_UPDATE (out param, square_avg, [buf]; in grad, [grad_avg];
- * f = lr, alpha, eps, wd; pi[1] momentum bits), ADAGRAD_UPDATE (out param, sum; in grad;
- * f = clr, eps, wd, initial accumulator). pi[0] the flags. */
+ * steps in the parameter's precision): RMSPROP_GRAD_AVG (out ga; in grad, param),
+ * RMSPROP_UPDATE (out param, square_avg, [buf]; in grad, [grad_avg]), ADAGRAD_UPDATE (out
+ * param, sum; in grad); their parameters as ir/optim_params.h decodes them. */
 static kiln_status kernel_adaptive(const kiln__op *op) {
     kiln__cl_device *d = kiln__cl_device_of(op->out[0].storage->device);
     if (NEVER(!d)) return KILN_ERR_INTERNAL;
-    int flags = (int)op->pi[0];
-    bool first = flags & FLAG_FIRST, centered = flags & FLAG_CENTERED;
     kiln__opcode code = op->code;
+    kiln__rmsprop_update r = code == KILN__OP_RMSPROP_GRAD_AVG ? kiln__rmsprop_grad_avg_decode(op)
+                             : code == KILN__OP_RMSPROP_UPDATE ? kiln__rmsprop_update_decode(op)
+                                                               : (kiln__rmsprop_update){0};
+    kiln__adagrad_update ag = code == KILN__OP_ADAGRAD_UPDATE ? kiln__adagrad_update_decode(op) : (kiln__adagrad_update){0};
+    bool first = code == KILN__OP_ADAGRAD_UPDATE ? ag.first : r.first, centered = code == KILN__OP_RMSPROP_UPDATE && r.centered;
     bool shape_ok = code == KILN__OP_RMSPROP_GRAD_AVG ? op->n_out == 1 && op->n_in == 2
                     : code == KILN__OP_ADAGRAD_UPDATE ? op->n_out == 2 && op->n_in == 1
                                                       : op->n_out >= 2 && op->n_out <= 3 && op->n_in == (centered ? 2 : 1);
@@ -193,12 +184,12 @@ static kiln_status kernel_adaptive(const kiln__op *op) {
     kiln__cl_src s = {0};
     header(&s, d->fp64, T, n, n_hp);
     if (code == KILN__OP_RMSPROP_GRAD_AVG) { /* v0 ga, v1 grad, v2 param */
-        l.hp[0] = 1.0 - op->p.f[0], l.hp[1] = op->p.f[1];
+        l.hp[0] = 1.0 - r.alpha, l.hp[1] = r.weight_decay;
         kiln__cl_src_printf(&s, "  %s w = (%s)h0, wd = (%s)h1, g = v1[i1];\n  if (wd != 0) g = g + wd * v2[i2];\n", T, T, T);
         kiln__cl_src_printf(&s, first ? "  %s g0 = 0;\n" : "  %s g0 = v0[i0];\n", T);
         kiln__cl_src_printf(&s, "  v0[i0] = g0 + w * (g - g0);\n}\n");
     } else if (code == KILN__OP_ADAGRAD_UPDATE) { /* v0 param, v1 sum, v2 grad */
-        for (int i = 0; i < 4; i++) l.hp[i] = op->p.f[i];
+        l.hp[0] = ag.clr, l.hp[1] = ag.eps, l.hp[2] = ag.weight_decay, l.hp[3] = ag.initial_accumulator_value;
         kiln__cl_src_printf(&s, "  %s clr = (%s)h0, eps = (%s)h1, wd = (%s)h2, init = (%s)h3, g = v2[i2];\n"
                                 "  if (wd != 0) g = g + wd * v0[i0];\n", T, T, T, T, T);
         kiln__cl_src_printf(&s, first ? "  %s sm = init + g * g;\n" : "  %s sm = v1[i1] + g * g;\n", T);
@@ -206,8 +197,8 @@ static kiln_status kernel_adaptive(const kiln__op *op) {
     } else { /* v0 param, v1 square_avg, [v2 buf], grad, [grad_avg] */
         bool mom = op->n_out == 3;
         int ig = mom ? 3 : 2, ia = ig + 1;
-        l.hp[0] = op->p.f[0], l.hp[1] = op->p.f[1], l.hp[2] = 1.0 - op->p.f[1], l.hp[3] = op->p.f[2];
-        l.hp[4] = op->p.f[3], l.hp[5] = f64_of_bits(op->pi[1]);
+        l.hp[0] = r.lr, l.hp[1] = r.alpha, l.hp[2] = 1.0 - r.alpha, l.hp[3] = r.eps;
+        l.hp[4] = r.weight_decay, l.hp[5] = r.momentum;
         kiln__cl_src_printf(&s, "  %s lr = (%s)h0, alpha = (%s)h1, w = (%s)h2, eps = (%s)h3, wd = (%s)h4, mu = (%s)h5;\n"
                                 "  %s g = v%d[i%d];\n  if (wd != 0) g = g + wd * v0[i0];\n", T, T, T, T, T, T, T, T, ig, ig);
         kiln__cl_src_printf(&s, first ? "  %s sq = (%s)0 + w * g * g;\n" : "  %s sq = v1[i1] * alpha + w * g * g;\n", T, T);
