@@ -4,6 +4,9 @@
  * All kiln ops (casts, the histogram's reductions) are queued by the adding thread, on its own
  * stream and the tensor's device; the writer thread only reads. An event that cannot be
  * written is dropped and its error kept for the writer's next call (training goes on). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1 /* pthread_setname_np */
+#endif
 #include <errno.h>
 #include <stdatomic.h>
 #include <pthread.h>
@@ -32,7 +35,8 @@ typedef struct item {
     int64_t step, numel;
     double wall_time, value;
     kiln_tensor t;  /* SCALAR_TENSOR: one element (f32, f64, i32, i64 or bool); HISTOGRAM: kiln__histogram_compute's */
-    double *read;   /* where the writer thread reads t */
+    double *read;   /* where the writer thread reads t: read_inline for a scalar, else malloc'd */
+    double read_inline;
     kiln_dtype dtype; /* SCALAR_TENSOR: t's */
     char *text;
     const char *op, *file; /* the add that queued it, for an error found later */
@@ -98,6 +102,11 @@ static double scalar_value(const void *p, kiln_dtype dt) {
     }
 }
 
+static void drop_read(item *it) {
+    if (it->read != &it->read_inline) free(it->read);
+    it->read = NULL;
+}
+
 /* One transaction for every tensor of the batch; if it fails, each is read alone so that one
  * poisoned tensor loses only its own event. Items whose read failed get read == NULL. */
 static void read_tensors(kiln_summary_writer *w, item *batch) {
@@ -105,7 +114,7 @@ static void read_tensors(kiln_summary_writer *w, item *batch) {
     int n = 0;
     for (item *it = batch; it; it = it->next) {
         if (!it->t.id) continue;
-        it->read = malloc(read_bytes(it) > sizeof(double) ? read_bytes(it) : sizeof(double));
+        it->read = read_bytes(it) <= sizeof it->read_inline ? &it->read_inline : malloc(read_bytes(it));
         if (it->read && tx) kiln_transaction_read(tx, kiln_ref(it->t), it->read, read_bytes(it));
         n++;
     }
@@ -120,8 +129,7 @@ static void read_tensors(kiln_summary_writer *w, item *batch) {
             keep_error(w, KILN_ERR_OUT_OF_MEMORY, it, "out of memory");
         } else if (kiln_into_data(it->t, it->read, read_bytes(it)) != KILN_OK) {
             keep_error(w, kiln_last_status(), it, kiln_last_error());
-            free(it->read);
-            it->read = NULL;
+            drop_read(it);
         }
         it->t = KILN_NONE;
     }
@@ -155,22 +163,44 @@ static void encode(kiln_summary_writer *w, const item *it, kiln__pbuf *b) {
 
 static void item_free(item *it) {
     kiln_release(it->t);
-    free(it->read);
+    drop_read(it);
     free(it->text);
     free(it);
 }
 
-static void write_batch(kiln_summary_writer *w, item *batch) {
+/* The records of the batch are framed into out and written in one fwrite every OUT_BYTES (ev
+ * and out are the thread's, reused: a step's event allocates nothing). A failed write loses
+ * those records; the error names the first of them. */
+#define OUT_BYTES (256 * 1024)
+
+static void write_out(kiln_summary_writer *w, kiln__pbuf *out, const item *first) {
+    if (out->len && fwrite(out->data, 1, out->len, w->f) != out->len) keep_error(w, KILN_ERR_IO, first, strerror(errno));
+    kiln__pbuf_clear(out);
+}
+
+static void write_batch(kiln_summary_writer *w, item *batch, kiln__pbuf *ev, kiln__pbuf *out) {
     read_tensors(w, batch);
+    const item *first = NULL; /* the first event in out */
     for (item *it = batch; it; it = it->next) {
-        kiln__pbuf b = {0};
-        encode(w, it, &b);
-        if (b.failed)
+        kiln__pbuf_clear(ev);
+        encode(w, it, ev);
+        if (ev->failed) {
             keep_error(w, KILN_ERR_OUT_OF_MEMORY, it, "out of memory");
-        else if (b.len && !kiln__record_write(w->f, b.data, b.len))
-            keep_error(w, KILN_ERR_IO, it, strerror(errno));
-        kiln__pbuf_free(&b);
+            continue;
+        }
+        if (!ev->len) continue;
+        size_t before = out->len;
+        kiln__record_append(out, ev->data, ev->len);
+        if (out->failed) { /* this event is lost, not the whole records before it */
+            keep_error(w, KILN_ERR_OUT_OF_MEMORY, it, "out of memory");
+            out->len = before;
+            out->failed = false;
+            continue;
+        }
+        if (!first) first = it;
+        if (out->len >= OUT_BYTES) write_out(w, out, first), first = NULL;
     }
+    if (first) write_out(w, out, first);
 }
 
 /* How many events from the head the thread takes: all of them, or those BATCH_SECS old. */
@@ -195,6 +225,7 @@ static void detach_batch(kiln_summary_writer *w, int n) {
 static void *writer_main(void *arg) {
     kiln_summary_writer *w = arg;
     double last_flush = wall_now();
+    kiln__pbuf ev = {0}, out = {0};
     pthread_mutex_lock(&w->mu);
     for (;;) {
         /* The thread wakes when the oldest event is 2 * BATCH_SECS old and takes those at least
@@ -221,7 +252,7 @@ static void *writer_main(void *arg) {
         if (n) detach_batch(w, n);
         pthread_cond_broadcast(&w->written); /* room in the queue */
         pthread_mutex_unlock(&w->mu);
-        write_batch(w, batch);
+        write_batch(w, batch, &ev, &out);
         while (batch) {
             item *next = batch->next;
             item_free(batch);
@@ -241,6 +272,8 @@ static void *writer_main(void *arg) {
         if (w->stop && !w->head) break;
     }
     pthread_mutex_unlock(&w->mu);
+    kiln__pbuf_free(&ev);
+    kiln__pbuf_free(&out);
     return NULL;
 }
 
@@ -333,6 +366,7 @@ kiln_summary_writer *kiln_summary_writer_open_ex(const char *logdir, kiln_summar
         kiln_summary_writer_free(w);
         return NULL;
     }
+    pthread_setname_np(w->thread, "kiln-summary"); /* for top -H, perf and the benchmark */
     w->thread_started = true;
     return w;
 }

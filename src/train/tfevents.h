@@ -10,8 +10,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* CRC-32C (Castagnoli), as TFRecord uses; crc32c("123456789") == 0xE3069283. */
+/* CRC-32C (Castagnoli), as TFRecord uses; crc32c("123456789") == 0xE3069283. With SSE4.2's
+ * crc32 instruction where the CPU has it, else by table; both ways are exported for the tests
+ * (by_instruction: false when the CPU lacks it). */
 uint32_t kiln__crc32c(const void *data, size_t n);
+uint32_t kiln__crc32c_by_table(const void *data, size_t n);
+bool kiln__crc32c_by_instruction(const void *data, size_t n, uint32_t *crc);
 /* TFRecord's mask: rotated right by 15, plus a constant, so a CRC over data that holds CRCs
  * does not degenerate. */
 uint32_t kiln__crc32c_masked(const void *data, size_t n);
@@ -23,6 +27,8 @@ typedef struct {
     bool failed;
 } kiln__pbuf;
 void kiln__pbuf_free(kiln__pbuf *b);
+/* Empties b for reuse, keeping its memory. */
+void kiln__pbuf_clear(kiln__pbuf *b);
 
 /* The histogram as HistogramProto holds it; bucket_limit[i] is bucket i's right edge. */
 typedef struct {
@@ -37,6 +43,8 @@ void kiln__event_scalar(kiln__pbuf *b, double wall_time, int64_t step, const cha
 void kiln__event_histogram(kiln__pbuf *b, double wall_time, int64_t step, const char *tag, const kiln__histogram_proto *h);
 void kiln__event_text(kiln__pbuf *b, double wall_time, int64_t step, const char *tag, const char *text);
 
+/* Appends data framed as one record to out (out->failed on out of memory). */
+void kiln__record_append(kiln__pbuf *out, const void *data, size_t n);
 /* Writes data as one record: false on a write error (errno set). */
 bool kiln__record_write(FILE *f, const void *data, size_t n);
 /* Reads the next record into *out (malloc'd, *n bytes). 1: a record; 0: a clean end of file;
