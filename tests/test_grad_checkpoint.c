@@ -5,7 +5,8 @@
  * reported once at the user's line; bad arguments; a model freed before its checkpointed backward
  * is an error, an optimizer freed then is harmless; the peak memory of a deep model measured
  * through kiln_memory_stats_get, and that tracked attention keeps no attention weights and its
- * backward holds a chunk of them at a time; no leaks. */
+ * backward holds a chunk of them at a time, and that layer norm keeps one tensor of its input's
+ * size; no leaks. */
 #include <kiln.h>
 #include <math.h>
 #include <stdlib.h>
@@ -442,6 +443,28 @@ KT_TEST(attention_keeps_no_weights) {
     EW_NO_LEAKS(mark);
 }
 
+/* Tracked layer norm keeps the normalised input and 1/std: one tensor of the input's size, not the
+ * centred input as well (the composed ops' two). */
+KT_TEST(layer_norm_keeps_one_tensor) {
+    ew_mark mark = ew_mark_now();
+    enum { ROWS = 1024, D = 256 };
+    uint64_t input = ROWS * D * sizeof(float); /* 1 MiB */
+    kiln_tensor x = kiln_leaf(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(ROWS, D), 4));
+    kiln_tensor w = kiln_leaf(kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(D))), b = kiln_leaf(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(D)));
+    KT_CHECK(kiln_sync() == KILN_OK);
+    uint64_t base = kiln_memory_stats_get(KILN_CPU).bytes_in_use;
+    kiln_tensor y = kiln_sum(kiln_layer_norm(kiln_ref(x), KILN_SHAPE(D), kiln_ref(w), kiln_ref(b), 1e-5));
+    KT_CHECK(kiln_sync() == KILN_OK);
+    uint64_t kept = kiln_memory_stats_get(KILN_CPU).bytes_in_use - base;
+    printf("  layer norm [1024, 256]: the forward keeps %.2f MiB (input 1 MiB)\n", kept / 1048576.0);
+    KT_CHECK(kept >= input && kept < input * 3 / 2);
+    kiln_grads *g = NULL;
+    KT_CHECK(kiln_backward(y, &g) == KILN_OK);
+    kiln_grads_free(g);
+    kiln_release(x), kiln_release(w), kiln_release(b);
+    EW_NO_LEAKS(mark);
+}
+
 int main(void) {
     setenv("KILN_MAX_PENDING_MB", "1", 0); /* before the engine starts: see peak_of */
     KT_RUN(module_gradients_match_plain);
@@ -456,5 +479,6 @@ int main(void) {
     KT_RUN(out_of_memory_anywhere);
     KT_RUN(peak_memory_falls);
     KT_RUN(attention_keeps_no_weights);
+    KT_RUN(layer_norm_keeps_one_tensor);
     return kt_finish();
 }
