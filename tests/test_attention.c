@@ -334,6 +334,49 @@ KT_TEST(attention_gradient) {
     KT_MEM_CHECK();
 }
 
+/* Tracked attention without a mask runs fused and recomputes its weights in backward a few batch
+ * rows at a time (src/autodiff/rules_attention.c). At [3, 1, 512, 4] f64 each batch row's
+ * weights are 2 MiB, so the backward takes rows {0, 1} then {2}; its gradients equal the composed
+ * ops' (a float mask, of zeros or the causal triangle, takes those) to rounding, causal or not. */
+static void attention_grads(bool composed, bool causal, const double *const *in, double *const *out, int64_t n) {
+    kiln_shape s = KILN_SHAPE(3, 1, 512, 4);
+    kiln_tensor t[3];
+    for (int i = 0; i < 3; i++) t[i] = kiln_leaf(kiln_from_data(KILN_CPU, KILN_F64, s, in[i]));
+    kiln_tensor mask = KILN_NONE; /* a mask and is_causal do not combine: the triangle goes into the mask */
+    if (composed) mask = kiln_zeros(KILN_CPU, KILN_F64, KILN_SHAPE(512, 512));
+    if (composed && causal) mask = kiln_masked_fill(mask, kiln_triu(kiln_ones(KILN_CPU, KILN_BOOL, KILN_SHAPE(512, 512)), 1), -INFINITY);
+    kiln_tensor y = kiln_scaled_dot_product_attention(kiln_ref(t[0]), kiln_ref(t[1]), kiln_ref(t[2]), mask,
+                                                      causal && !composed, 0);
+    kiln_grads *g = NULL;
+    KT_CHECK(kiln_backward(kiln_sum(kiln_mul(y, kiln_from_data(KILN_CPU, KILN_F64, s, in[0]))), &g) == KILN_OK);
+    for (int i = 0; i < 3; i++) {
+        KT_CHECK(kiln_into_data(kiln_grad(g, t[i]), out[i], sizeof(double) * (size_t)n) == KILN_OK);
+        kiln_release(t[i]);
+    }
+    kiln_grads_free(g);
+}
+
+KT_TEST(attention_gradient_in_chunks) {
+    kt_mem_begin();
+    enum { N = 3 * 512 * 4 };
+    double *buf = calloc(9 * N, sizeof *buf);
+    KT_CHECK(buf != NULL);
+    if (!buf) return;
+    const double *in[3] = {buf, buf + N, buf + 2 * N};
+    double *fused[3] = {buf + 3 * N, buf + 4 * N, buf + 5 * N}, *composed[3] = {buf + 6 * N, buf + 7 * N, buf + 8 * N};
+    for (int i = 0; i < 3; i++) ew_values(buf + i * N, N, KILN_F64, -2, 2);
+    for (int causal = 0; causal < 2; causal++) {
+        attention_grads(false, causal, in, fused, N);
+        attention_grads(true, causal, in, composed, N);
+        double worst = 0;
+        for (int i = 0; i < 3; i++)
+            for (int j = 0; j < N; j++) worst = fmax(worst, fabs(fused[i][j] - composed[i][j]) / (1 + fabs(composed[i][j])));
+        KT_CHECK_MSG(worst < 1e-12, "%s: fused and composed gradients differ by %g", causal ? "causal" : "full", worst);
+    }
+    free(buf);
+    KT_MEM_CHECK();
+}
+
 /* ---- bad input -------------------------------------------------------------------------------- */
 
 static kiln_tensor t32(kiln_shape s) { return kiln_ones(KILN_CPU, KILN_F32, s); }
@@ -393,6 +436,7 @@ int main(void) {
     KT_RUN(attention_fused_kv_views);
     KT_RUN(attention_fully_masked_rows_give_zeros);
     KT_RUN(attention_gradient);
+    KT_RUN(attention_gradient_in_chunks);
     KT_RUN(attention_bad_input);
     return kt_finish();
 }

@@ -4,7 +4,9 @@
  * generators left as the plain run leaves them; nested regions; an error in the recomputation
  * reported once at the user's line; bad arguments; a model freed before its checkpointed backward
  * is an error, an optimizer freed then is harmless; the peak memory of a deep model measured
- * through kiln_memory_stats_get; no leaks. */
+ * through kiln_memory_stats_get, and that tracked attention keeps no attention weights and its
+ * backward holds a chunk of them at a time, and that layer norm keeps one tensor of its input's
+ * size; no leaks. */
 #include <kiln.h>
 #include <math.h>
 #include <stdlib.h>
@@ -404,6 +406,65 @@ KT_TEST(peak_memory_falls) {
     EW_NO_LEAKS(mark);
 }
 
+/* Self-attention over x [N, H, L, E] (tracked), summed and differentiated: what the forward pass
+ * keeps (bytes in use once it ran) and the peak of the whole pass, above what was in use before.
+ * with_mask adds a float mask of zeros, which takes the composed ops (the weights kept). */
+static void attention_memory(bool with_mask, uint64_t *kept, uint64_t *peak) {
+    enum { N = 4, H = 2, L = 512, E = 16 };
+    kiln_tensor x = kiln_leaf(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(N, H, L, E), 9));
+    kiln_tensor mask = with_mask ? kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(L, L)) : KILN_NONE;
+    KT_CHECK(kiln_sync() == KILN_OK);
+    kiln_memory_reset_peak(KILN_CPU);
+    uint64_t base = kiln_memory_stats_get(KILN_CPU).bytes_in_use;
+    kiln_tensor y = kiln_sum(kiln_scaled_dot_product_attention(kiln_ref(x), kiln_ref(x), kiln_ref(x), mask, false, 0));
+    KT_CHECK(kiln_sync() == KILN_OK);
+    *kept = kiln_memory_stats_get(KILN_CPU).bytes_in_use - base;
+    kiln_grads *g = NULL;
+    KT_CHECK(kiln_backward(y, &g) == KILN_OK);
+    kiln_grads_free(g);
+    *peak = kiln_memory_stats_get(KILN_CPU).peak_bytes - base;
+    kiln_release(x);
+}
+
+KT_TEST(attention_keeps_no_weights) {
+    ew_mark mark = ew_mark_now();
+    uint64_t kept, peak, kept_c, peak_c, weights = 4 * 2 * 512 * 512 * sizeof(float); /* 8 MiB */
+    attention_memory(false, &kept, &peak);
+    attention_memory(true, &kept_c, &peak_c);
+    printf("  attention [4, 2, 512, 16]: forward keeps %.2f MiB (composed ops: %.2f), peak %.2f MiB (composed: %.2f); "
+           "weights %.0f MiB\n", kept / 1048576.0, kept_c / 1048576.0, peak / 1048576.0, peak_c / 1048576.0,
+           weights / 1048576.0);
+    KT_CHECK(kept_c >= weights);    /* the composed ops keep softmax's output */
+    KT_CHECK(kept < weights / 8);   /* the fused op keeps its output only (q, k, v are x) */
+    /* backward recomputes 2 of the 4 batch rows at a time (4 MiB of weights), holding the chunk's
+     * weights, their gradient and one product at most; the composed ops hold the whole batch's */
+    KT_CHECK(peak * 3 < peak_c * 2);
+    KT_CHECK(peak < weights * 2);
+    EW_NO_LEAKS(mark);
+}
+
+/* Tracked layer norm keeps the normalised input and 1/std: one tensor of the input's size, not the
+ * centred input as well (the composed ops' two). */
+KT_TEST(layer_norm_keeps_one_tensor) {
+    ew_mark mark = ew_mark_now();
+    enum { ROWS = 1024, D = 256 };
+    uint64_t input = ROWS * D * sizeof(float); /* 1 MiB */
+    kiln_tensor x = kiln_leaf(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(ROWS, D), 4));
+    kiln_tensor w = kiln_leaf(kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(D))), b = kiln_leaf(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(D)));
+    KT_CHECK(kiln_sync() == KILN_OK);
+    uint64_t base = kiln_memory_stats_get(KILN_CPU).bytes_in_use;
+    kiln_tensor y = kiln_sum(kiln_layer_norm(kiln_ref(x), KILN_SHAPE(D), kiln_ref(w), kiln_ref(b), 1e-5));
+    KT_CHECK(kiln_sync() == KILN_OK);
+    uint64_t kept = kiln_memory_stats_get(KILN_CPU).bytes_in_use - base;
+    printf("  layer norm [1024, 256]: the forward keeps %.2f MiB (input 1 MiB)\n", kept / 1048576.0);
+    KT_CHECK(kept >= input && kept < input * 3 / 2);
+    kiln_grads *g = NULL;
+    KT_CHECK(kiln_backward(y, &g) == KILN_OK);
+    kiln_grads_free(g);
+    kiln_release(x), kiln_release(w), kiln_release(b);
+    EW_NO_LEAKS(mark);
+}
+
 int main(void) {
     setenv("KILN_MAX_PENDING_MB", "1", 0); /* before the engine starts: see peak_of */
     KT_RUN(module_gradients_match_plain);
@@ -417,5 +478,7 @@ int main(void) {
     KT_RUN(freed_model_before_backward_is_an_error);
     KT_RUN(out_of_memory_anywhere);
     KT_RUN(peak_memory_falls);
+    KT_RUN(attention_keeps_no_weights);
+    KT_RUN(layer_norm_keeps_one_tensor);
     return kt_finish();
 }

@@ -267,6 +267,20 @@ kiln__tensor *kiln__ad_conv_transpose2d(kiln__opctx *c, kiln__tensor *x, kiln__t
 kiln__tensor *kiln__ad_max_pool2d(kiln__opctx *c, kiln__tensor *x, const kiln__pool2d_params *p);
 kiln__tensor *kiln__ad_avg_pool2d(kiln__opctx *c, kiln__tensor *x, const kiln__pool2d_params *p);
 
+/* ---- attention (rules_attention.c) ---- */
+/* Whether tracked attention over q, k, v (no mask) can run fused: the CPU kernel takes them and
+ * they share their batch dims. */
+bool kiln__ad_attention_fits(const kiln__tensor *q, const kiln__tensor *k, const kiln__tensor *v);
+/* The fused attention op, recorded: keeps q, k and v, not the attention weights. */
+kiln__tensor *kiln__ad_attention(kiln__opctx *c, kiln__tensor *q, kiln__tensor *k, kiln__tensor *v, bool causal,
+                                 double scale);
+
+/* ---- layer norm (rules_layer_norm.c) ---- */
+/* Layer norm of x over its last n_norm dims, times w and plus b where not NULL (one float dtype,
+ * checked by the caller), recorded as one node that keeps the normalised x and 1/std. */
+kiln__tensor *kiln__ad_layer_norm(kiln__opctx *c, kiln__tensor *x, kiln__tensor *w, kiln__tensor *b, int n_norm,
+                                  double eps);
+
 /* ---- users' registered ops (rules_custom.c) ---- */
 struct kiln_custom_op;
 /* As kiln__t_custom; the backward is the op's own, run through the public API. */

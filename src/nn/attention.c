@@ -10,7 +10,9 @@
  *
  * When nothing is tracked (inference) and the operands suit it, the whole product is one
  * fused op instead (kiln__t_attention: one kernel per head, the scores never a tensor), with
- * the same results to rounding. */
+ * the same results to rounding. Tracked and without a mask, it is the same fused op recorded
+ * with its own derivative (src/autodiff/rules_attention.c), which keeps q, k and v instead of
+ * the attention weights and recomputes those a few rows at a time in backward. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,6 +20,7 @@
 #include "kiln/autodiff.h"
 #include "kiln/tensor.h"
 #include "api/autocast-impl.h"
+#include "autodiff/autodiff-impl.h"
 #include "nn/layers-impl.h"
 
 /* mask broadcasts to the scores' shape without growing it */
@@ -93,6 +96,12 @@ static kiln_tensor attention(kiln_tensor q, kiln_tensor k, kiln_tensor v, kiln_t
         KILN__OP_BEGIN(op);
         kiln__tensor *x[4] = {kiln__arg(&c, q), kiln__arg(&c, k), kiln__arg(&c, v), has_mask ? kiln__arg(&c, attn_mask) : NULL};
         return kiln__result(&c, kiln__t_attention(&c, x[0], x[1], x[2], x[3], is_causal, scale));
+    }
+    if (tracked && !has_mask && kiln__ad_attention_fits(t[0], t[1], t[2])) { /* training: no weights kept */
+        KILN__OP_BEGIN(op);
+        kiln__tensor *x[3] = {kiln__arg(&c, q), kiln__arg(&c, k), kiln__arg(&c, v)};
+        if (!x[0] || !x[1] || !x[2]) return kiln__drop(3, x[0], x[1], x[2]), kiln__result(&c, NULL);
+        return kiln__result(&c, kiln__ad_attention(&c, x[0], x[1], x[2], is_causal, scale));
     }
 
     kiln_tensor s = kiln_mul_scalar(kiln_matmul(q, kiln_transpose(k, -2, -1)), scale);

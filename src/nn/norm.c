@@ -1,11 +1,13 @@
 /* The functional batch_norm (which BatchNorm2d runs), BatchNorm2d, LayerNorm and the
  * functional layer_norm (which LayerNorm runs), composed from differentiable ops so autodiff
- * runs through the statistics as well as the affine parameters. */
+ * runs through the statistics as well as the affine parameters; tracked layer norm is one node
+ * of its own instead, which keeps half as much (src/autodiff/rules_layer_norm.c). */
 #include <math.h>
 #include <stdio.h>
 
 #include "kiln/autodiff.h"
 #include "kiln/tensor.h"
+#include "autodiff/autodiff-impl.h"
 #include "nn/layers-impl.h"
 
 /* x - mean and the (biased) variance mean((x - mean)^2) over dims, both keeping dims;
@@ -246,6 +248,14 @@ static kiln_tensor layer_norm(kiln_tensor x, kiln_shape ns, kiln_tensor weight, 
         return kiln__nn_fail(op, n, in, st, "%s", msg);
     if (kiln__nn_bad_eps(eps)) return kiln__nn_fail(op, n, in, KILN_ERR_INVALID_ARGUMENT, "eps %g must be finite and >= 0", eps);
 
+    bool one_dtype = (!has_w || w->dtype == t->dtype) && (!has_b || b->dtype == t->dtype);
+    if (one_dtype && kiln_grad_enabled() &&
+        (kiln_requires_grad(x) || (has_w && kiln_requires_grad(weight)) || (has_b && kiln_requires_grad(bias)))) {
+        KILN__OP_BEGIN(op); /* tracked: one node that keeps x̂ and 1/std (src/autodiff/rules_layer_norm.c) */
+        kiln__tensor *tx = kiln__arg(&c, x), *tw = has_w ? kiln__arg(&c, weight) : NULL, *tb = has_b ? kiln__arg(&c, bias) : NULL;
+        if (!tx || (has_w && !tw) || (has_b && !tb)) return kiln__drop(3, tx, tw, tb), kiln__result(&c, NULL);
+        return kiln__result(&c, kiln__ad_layer_norm(&c, tx, tw, tb, ns.ndim, eps));
+    }
     kiln_dims dims = {ns.ndim, {0}};
     for (int d = 0; d < ns.ndim; d++) dims.d[d] = d - ns.ndim;
     kiln_tensor mean = kiln_mean_dims(kiln_ref(x), dims, true), var;
