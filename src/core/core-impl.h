@@ -168,6 +168,7 @@ typedef struct kiln__storage {
     atomic_long owners;  /* tensor objects (views) sharing this buffer */
     void *data;
     size_t nbytes;
+    size_t granted;      /* the size of the block the allocator gave (>= nbytes), for its free */
     kiln_device device;
     bool borrowed;       /* user memory: never written in place, never freed by kiln */
     void (*on_release)(void *ctx);
@@ -199,8 +200,9 @@ bool kiln__storage_ensure_data(kiln__storage *s);
  * device backend registers its memory when it initialises, before the layers above can make
  * a tensor there (they reach a device only through its backend). m must stay valid. */
 typedef struct kiln__device_memory {
-    void *(*alloc)(void *ctx, size_t nbytes); /* NULL on failure */
-    void (*free)(void *ctx, void *ptr, size_t nbytes);
+    /* NULL on failure; *granted: the size of the block given (>= nbytes), passed to free */
+    void *(*alloc)(void *ctx, size_t nbytes, size_t *granted);
+    void (*free)(void *ctx, void *ptr, size_t granted);
     void *context;
     void (*empty_cache)(void *ctx); /* optional: return cached blocks to the device */
 } kiln__device_memory;
@@ -311,8 +313,10 @@ char *kiln__read_small_file(const char *path, uint64_t max_bytes, const char *wh
  * rounded size, or -1 for a size too large to cache. */
 #define KILN__ALLOC_CLASSES 256
 int kiln__alloc_size_class(size_t n, size_t *rounded);
-void *kiln__cpu_alloc(size_t nbytes); /* 64-byte aligned; caching; NULL on failure */
-void kiln__cpu_free(void *p, size_t nbytes);
+/* 64-byte aligned, from the cache; NULL on failure. *granted: the block's size (>= nbytes),
+ * which kiln__cpu_free must be given back. */
+void *kiln__cpu_alloc(size_t nbytes, size_t *granted);
+void kiln__cpu_free(void *p, size_t granted);
 bool kiln__alloc_should_fail(void); /* fault injection */
 kiln_memory_stats kiln__memory_stats_snapshot(kiln_device dev); /* dev must be valid */
 void kiln__memory_reset_peak(kiln_device dev);

@@ -6,8 +6,8 @@
 #include "core/core-impl.h"
 
 /* Host memory is core's own caching allocator, so a CPU storage needs nothing registered. */
-static void *host_alloc(void *ctx, size_t nbytes) { return kiln__cpu_alloc(nbytes); }
-static void host_free(void *ctx, void *ptr, size_t nbytes) { kiln__cpu_free(ptr, nbytes); }
+static void *host_alloc(void *ctx, size_t nbytes, size_t *granted) { return kiln__cpu_alloc(nbytes, granted); }
+static void host_free(void *ctx, void *ptr, size_t granted) { kiln__cpu_free(ptr, granted); }
 static void host_empty_cache(void *ctx) { kiln__cpu_empty_cache(); }
 static const kiln__device_memory host_memory = {.alloc = host_alloc, .free = host_free, .empty_cache = host_empty_cache};
 
@@ -38,7 +38,7 @@ kiln__storage *kiln__storage_new(kiln_device dev, size_t nbytes) {
     if (!m) return NULL;
     kiln__storage *s = calloc(1, sizeof *s);
     if (!s) return NULL;
-    s->data = m->alloc(m->context, nbytes);
+    s->data = m->alloc(m->context, nbytes, &s->granted);
     if (!s->data) {
         free(s);
         return NULL;
@@ -87,7 +87,7 @@ void kiln__storage_destroy(kiln__storage *s) {
         if (s->on_release) s->on_release(s->release_ctx);
     } else if (s->data) { /* (NULL: dropped) */
         const kiln__device_memory *m = memory_of(s->device);
-        if (ALWAYS(m)) m->free(m->context, s->data, s->nbytes);
+        if (ALWAYS(m)) m->free(m->context, s->data, s->granted);
         kiln__stats_add_in_use(s->device, -(int64_t)s->nbytes);
     }
     kiln__error_unref(atomic_load(&s->err));
@@ -97,7 +97,7 @@ void kiln__storage_destroy(kiln__storage *s) {
 void kiln__storage_drop_data(kiln__storage *s) {
     const kiln__device_memory *m = memory_of(s->device);
     if (NEVER(s->borrowed || !m) || !s->data || s->nbytes == 0) return;
-    m->free(m->context, s->data, s->nbytes);
+    m->free(m->context, s->data, s->granted);
     kiln__stats_add_in_use(s->device, -(int64_t)s->nbytes);
     s->data = NULL;
 }
@@ -105,7 +105,7 @@ void kiln__storage_drop_data(kiln__storage *s) {
 bool kiln__storage_ensure_data(kiln__storage *s) {
     const kiln__device_memory *m = memory_of(s->device);
     if (s->data || s->borrowed || s->nbytes == 0) return true;
-    if (NEVER(!m) || !(s->data = m->alloc(m->context, s->nbytes))) return false;
+    if (NEVER(!m) || !(s->data = m->alloc(m->context, s->nbytes, &s->granted))) return false;
     kiln__stats_add_in_use(s->device, (int64_t)s->nbytes);
     return true;
 }

@@ -358,9 +358,19 @@ static void epoch_done(kiln__epoch *ep) {
 
 /* One access of n granted. When that makes n ready it goes to the queue, or, with keep given
  * and still empty, to *keep: the thread that completed the op n waited for runs it next, so a
- * chain of dependent ops stays on one thread without a queue hand-off or a wake-up call. */
+ * chain of dependent ops stays on one thread without a queue hand-off or a wake-up call.
+ * A free of kiln's own memory runs here at once, before the op that made it ready reports its
+ * completion: queued, it could still wait for a worker when the read that ended the step had
+ * returned, and the next step's buffers then missed the cache and came from the system, a few
+ * more at each unlucky moment (issue #23). User memory's release callback still runs on a
+ * worker: it may call kiln, and this thread may hold a fusion window. */
+static kiln__node *run_node(kiln__node *n, bool chain);
 static bool release_grant(kiln__node *n, kiln__node **keep) {
     if (atomic_fetch_sub_explicit(&n->wait, 1, memory_order_acq_rel) != 1) return false;
+    if (n->free_target && !n->free_target->borrowed) {
+        run_node(n, false);
+        return false;
+    }
     if (keep && !*keep && !kiln__opcode_is_comm(n->op.code)) {
         *keep = n;
         return false;

@@ -16,8 +16,9 @@ static bool caching(void) {
     return !kiln__env_flag("KILN_NO_CACHING", false);
 }
 
-static void *cl_alloc(void *ctx, size_t nbytes) {
+static void *cl_alloc(void *ctx, size_t nbytes, size_t *granted) {
     kiln__cl_device *d = ctx;
+    *granted = nbytes; /* (the buffer keeps its own size) */
     if (kiln__alloc_should_fail()) return NULL;
     size_t rounded = nbytes;
     int cls = caching() ? kiln__alloc_size_class(nbytes ? nbytes : 1, &rounded) : -1;
