@@ -52,8 +52,8 @@ echo "== synchronous engine (KILN_SYNC=1): the same suite, every op run at dispa
 echo "== fusion off (KILN_FUSION=0): the same suite, every op run on its own"
 (cd "$root/gcc" && KILN_FUSION=0 ctest -j "$jobs" --output-on-failure)
 
-echo "== low precision without AVX512-BF16 (KILN_ISA=avx2): bf16/f16 products and autocast widened to f32"
-(cd "$root/gcc" && KILN_ISA=avx2 ctest -j "$jobs" --output-on-failure -R '^test_(gemm_lowp|lowp_ops|autocast|grad_scaler)$')
+echo "== low precision without AVX512-BF16 (KILN_ISA=avx2): bf16/f16 products, convs and autocast widened to f32"
+(cd "$root/gcc" && KILN_ISA=avx2 ctest -j "$jobs" --output-on-failure -R '^test_(gemm_lowp|lowp_ops|autocast|grad_scaler|conv_lowp)$')
 
 echo "== ThreadSanitizer (engine tests, dist tests as 2 ranks)"
 # (OpenBLAS's threads and oneDNN's OpenMP runtime synchronise in ways TSan cannot see: libgomp is not

@@ -1,8 +1,8 @@
 /* The conv2d tensor ops (torch.nn.functional.conv2d semantics: stride, zero padding,
  * dilation, groups) and their gradients.
  *
- * The op layer checks shapes, promotes float dtypes (f16/bf16 are computed in f32 and cast
- * back) and hands the kernels views they can use as they are: the input image may have any
+ * The op layer checks shapes, promotes float dtypes (f16/bf16 go to the CPU kernel as they are,
+ * which sums their products in f32; other devices compute them in f32 and cast back) and hands the kernels views they can use as they are: the input image may have any
  * strides (im2col reads it in place), the weight and dy are made dense. */
 #include <math.h>
 #include <stdio.h>
@@ -33,8 +33,11 @@ static kiln__tensor *conv_run(kiln__opctx *c, kiln__opcode code, kiln__tensor *a
                               const int64_t *shape, const kiln__conv2d_params *p) {
     kiln_dtype rd = kiln__dtype_promote(a->dtype, b->dtype);
     if (bias) rd = kiln__dtype_promote(rd, bias->dtype);
-    kiln_dtype kd = kiln__dtype_compute(rd);
     kiln_device dev = a->device;
+    /* bf16/f16 operands reach the CPU's kernel as they are (oneDNN's bf16 conv sums their
+     * products in f32 where the CPU has AVX512-BF16, else the kernel widens them), and the
+     * result comes back in their dtype, as PyTorch's; other devices get them widened */
+    kiln_dtype kd = (rd == KILN_BF16 || rd == KILN_F16) && dev == KILN_CPU ? rd : kiln__dtype_compute(rd);
     a = kiln__t_cast(c, a, kd);
     b = kiln__t_cast(c, b, kd);
     if (code != KILN__OP_CONV2D) a = kiln__t_contiguous(c, a);              /* dy */

@@ -18,7 +18,11 @@
  * The weight gradient adds per-chunk partial sums in a fixed order, with chunks fixed by the
  * batch size alone, so its value does not depend on the thread count.
  *
- * f32 convs go to oneDNN first where the build has it (conv_dnnl.c); this path runs the rest. */
+ * f32 convs go to oneDNN first where the build has it (conv_dnnl.c); this path runs the rest.
+ * bf16 and f16 convs (the op layer keeps them so on the CPU, as it keeps products) go to
+ * oneDNN's bf16 convs where the CPU has AVX512-BF16; the rest are widened to f32 here (exact),
+ * run as f32 convs and rounded once into their dtype: correct on any CPU, slower by the
+ * conversion. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -235,10 +239,78 @@ static kiln_status check_op(const kiln__op *op, const kiln__view *x) {
     return KILN_OK;
 }
 
+static kiln_status kernel_conv(const kiln__op *op);
+
+/* Element i (row-major over v's shape) of a bf16 or f16 view of up to 4 dims, as f32. */
+static float lowp_at(const kiln__view *v, const char *base, int64_t i) {
+    int64_t off = 0;
+    for (int d = v->ndim - 1; d >= 0; d--) {
+        off += (i % v->shape[d]) * v->strides[d];
+        i /= v->shape[d];
+    }
+    uint16_t h;
+    memcpy(&h, base + off * 2, 2);
+    return v->dtype == KILN_BF16 ? kiln__bf16_to_f32(h) : kiln__f16_to_f32(h);
+}
+
+/* A bf16/f16 conv as an f32 one: every operand widened into a dense f32 copy (bf16 and f16
+ * values are all f32 values, so the f32 conv sums the same products), the f32 result rounded
+ * once into the output. The copies live on stack storages of this call alone. */
+static kiln_status conv_widened(const kiln__op *op) {
+    kiln__op f;
+    kiln__op_copy(&f, op);
+    kiln__storage st[KILN__OP_MAX_IN + 1] = {0};
+    float *buf[KILN__OP_MAX_IN + 1] = {0};
+    kiln_status status = KILN_OK;
+    for (int i = 0; i < op->n_in + 1 && status == KILN_OK; i++) {
+        const kiln__view *v = i < op->n_in ? &op->in[i] : &op->out[0];
+        kiln__view *fv = i < op->n_in ? &f.in[i] : &f.out[0];
+        int64_t n = kiln__view_numel(v);
+        if (!(buf[i] = malloc((size_t)n * sizeof(float) + 1))) {
+            kiln__kernel_error("out of memory widening a %s %s to f32", kiln_dtype_name(v->dtype),
+                               kiln__opcode_name(op->code));
+            status = KILN_ERR_OUT_OF_MEMORY;
+            break;
+        }
+        if (i < op->n_in) {
+            const char *base = kiln__view_ptr(v);
+            for (int64_t e = 0; e < n; e++) buf[i][e] = lowp_at(v, base, e);
+        }
+        st[i] = (kiln__storage){.data = buf[i], .nbytes = (size_t)n * sizeof(float), .device = KILN_CPU};
+        fv->storage = &st[i], fv->dtype = KILN_F32, fv->offset = 0;
+        int64_t stride = 1;
+        for (int d = v->ndim - 1; d >= 0; d--) fv->strides[d] = stride, stride *= v->shape[d];
+    }
+    if (status == KILN_OK) status = kernel_conv(&f);
+    if (status == KILN_OK) { /* the output is dense (check_op's rule): rounded in order */
+        uint16_t *out = (uint16_t *)(void *)kiln__view_ptr(&op->out[0]);
+        const float *y = buf[op->n_in];
+        bool bf16 = op->out[0].dtype == KILN_BF16;
+        for (int64_t e = 0, n = kiln__view_numel(&op->out[0]); e < n; e++)
+            out[e] = bf16 ? kiln__f32_to_bf16(y[e]) : kiln__f32_to_f16(y[e]);
+    }
+    for (int i = 0; i < KILN__OP_MAX_IN + 1; i++) free(buf[i]);
+    return status;
+}
+
+/* Whether op is a bf16 or f16 conv: every operand of the output's dtype. */
+static bool is_lowp(const kiln__op *op) {
+    kiln_dtype dt = op->out[0].dtype;
+    if (dt != KILN_BF16 && dt != KILN_F16) return false;
+    for (int i = 0; i < op->n_in; i++)
+        if (op->in[i].dtype != dt) return false;
+    return kiln__view_is_contiguous(&op->out[0]);
+}
+
 /* The three kernels: the geometry comes from whichever views hold x, w and y. Forward and
  * input gradient run one task per image; the weight gradient one per chunk of the batch. */
 static kiln_status kernel_conv(const kiln__op *op) {
     kiln__opcode code = op->code;
+    if (is_lowp(op)) {
+        kiln_status st;
+        if (kiln__conv_dnnl_run(op, &st)) return st; /* oneDNN's bf16 conv took it */
+        return conv_widened(op);
+    }
     bool forward = code == KILN__OP_CONV2D, input_grad = code == KILN__OP_CONV2D_BACKWARD_INPUT;
     const kiln__view *x = forward ? &op->in[0] : input_grad ? &op->out[0] : &op->in[1];
     const kiln__view *w = forward || input_grad ? &op->in[1] : &op->out[0];

@@ -1,4 +1,4 @@
-/* CONV2D, CONV2D_BACKWARD_INPUT and CONV2D_BACKWARD_WEIGHT for f32 through oneDNN.
+/* CONV2D, CONV2D_BACKWARD_INPUT and CONV2D_BACKWARD_WEIGHT for f32 and bf16 through oneDNN.
  *
  * kiln holds NCHW activations and OIHW (GOIHW when grouped) weights; oneDNN picks its own
  * (blocked) layouts and reorders run around the conv, into and out of buffers of the call's
@@ -29,6 +29,7 @@
 
 #include "backend/cpu/cpu-impl.h"
 #include "backend/cpu/gemm_dnnl.h"
+#include "backend/cpu/gemm_lowp.h"
 
 #if KILN_HAVE_DNNL
 
@@ -37,7 +38,7 @@
 #include <pthread.h>
 
 static atomic_int dnnl_forced = -1; /* -1: from KILN_CONV (or the default), 0 built-in, 1 oneDNN */
-static atomic_long dnnl_calls;
+static atomic_long dnnl_calls, dnnl_bf16_calls;
 static atomic_int env_cached = -1;  /* KILN_CONV read once: 0 builtin, 1 dnnl, 2 unset (auto) */
 
 void kiln__conv_dnnl_force(int mode) {
@@ -46,6 +47,8 @@ void kiln__conv_dnnl_force(int mode) {
 }
 
 long kiln__conv_dnnl_calls(void) { return atomic_load(&dnnl_calls); }
+
+long kiln__conv_dnnl_bf16_calls(void) { return atomic_load(&dnnl_bf16_calls); }
 
 /* Failure injection for tests (kiln__conv_dnnl_inject_failure): the stage and how many more
  * calls reaching it fail. */
@@ -112,6 +115,7 @@ static void dnnl_init(void) {
 
 typedef struct {
     int64_t code, n, c, h, w, o, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, groups, bias, threads;
+    int64_t bf16; /* every operand bf16 (f32 sums of bf16 products), else every one f32 */
 } dnnl_key;
 
 /* One conv and, per argument whose layout in the conv is not kiln's, a reorder to it (inputs)
@@ -161,18 +165,21 @@ static kiln_status dnnl_fail(dnnl_status_t s, const char *what, kiln__opcode cod
     return s == dnnl_out_of_memory ? KILN_ERR_OUT_OF_MEMORY : KILN_ERR_KERNEL;
 }
 
+static dnnl_data_type_t key_type(const dnnl_key *k) { return k->bf16 ? dnnl_bf16 : dnnl_f32; }
+
 /* kiln's layout of one argument of key k's conv: NCHW activations, (G)OIHW weights, bias [O]. */
 static dnnl_status_t plain_md(const dnnl_key *k, int arg, dnnl_memory_desc_t *md) {
+    dnnl_data_type_t dt = key_type(k);
     dnnl_dims_t xd = {k->n, k->c, k->h, k->w}, yd = {k->n, k->o, k->oh, k->ow}, bd = {k->o};
     dnnl_dims_t gwd = {k->groups, k->o / k->groups, k->c / k->groups, k->kh, k->kw};
     dnnl_dims_t wd = {k->o, k->c / k->groups, k->kh, k->kw};
     switch (arg) {
-    case DNNL_ARG_SRC: return dnnl_memory_desc_init_by_tag(md, 4, xd, dnnl_f32, dnnl_nchw);
-    case DNNL_ARG_DST: return dnnl_memory_desc_init_by_tag(md, 4, yd, dnnl_f32, dnnl_nchw);
-    case DNNL_ARG_BIAS: return dnnl_memory_desc_init_by_tag(md, 1, bd, dnnl_f32, dnnl_a);
+    case DNNL_ARG_SRC: return dnnl_memory_desc_init_by_tag(md, 4, xd, dt, dnnl_nchw);
+    case DNNL_ARG_DST: return dnnl_memory_desc_init_by_tag(md, 4, yd, dt, dnnl_nchw);
+    case DNNL_ARG_BIAS: return dnnl_memory_desc_init_by_tag(md, 1, bd, dt, dnnl_a);
     default:
-        return k->groups > 1 ? dnnl_memory_desc_init_by_tag(md, 5, gwd, dnnl_f32, dnnl_goihw)
-                             : dnnl_memory_desc_init_by_tag(md, 4, wd, dnnl_f32, dnnl_oihw);
+        return k->groups > 1 ? dnnl_memory_desc_init_by_tag(md, 5, gwd, dt, dnnl_goihw)
+                             : dnnl_memory_desc_init_by_tag(md, 4, wd, dt, dnnl_oihw);
     }
 }
 
@@ -217,14 +224,15 @@ static bool create(const dnnl_key *k, dnnl_prims *p, kiln_status *st) {
     dnnl_dims_t pr = {(k->oh - 1) * k->sh + (k->kh - 1) * k->dh + 1 - k->h - k->ph,
                       (k->ow - 1) * k->sw + (k->kw - 1) * k->dw + 1 - k->w - k->pw};
     bool grouped = k->groups > 1;
+    dnnl_data_type_t dt = key_type(k);
     dnnl_format_tag_t act = blocked_layout() ? dnnl_format_tag_any : dnnl_nchw;
     dnnl_format_tag_t wt = blocked_layout() ? dnnl_format_tag_any : grouped ? dnnl_goihw : dnnl_oihw;
-    dnnl_status_t s = dnnl_memory_desc_init_by_tag(&x, 4, xd, dnnl_f32, act);
-    if (s == dnnl_success) s = dnnl_memory_desc_init_by_tag(&y, 4, yd, dnnl_f32, act);
+    dnnl_status_t s = dnnl_memory_desc_init_by_tag(&x, 4, xd, dt, act);
+    if (s == dnnl_success) s = dnnl_memory_desc_init_by_tag(&y, 4, yd, dt, act);
     if (s == dnnl_success)
-        s = grouped ? dnnl_memory_desc_init_by_tag(&w, 5, gwd, dnnl_f32, wt)
-                    : dnnl_memory_desc_init_by_tag(&w, 4, wd, dnnl_f32, wt);
-    if (s == dnnl_success) s = dnnl_memory_desc_init_by_tag(&b, 1, bd, dnnl_f32, dnnl_a);
+        s = grouped ? dnnl_memory_desc_init_by_tag(&w, 5, gwd, dt, wt)
+                    : dnnl_memory_desc_init_by_tag(&w, 4, wd, dt, wt);
+    if (s == dnnl_success) s = dnnl_memory_desc_init_by_tag(&b, 1, bd, dt, dnnl_a);
     dnnl_convolution_desc_t fwd, desc;
     if (s == dnnl_success)
         s = dnnl_dilated_convolution_forward_desc_init(&fwd, dnnl_forward_training, dnnl_convolution_direct, &x, &w,
@@ -371,19 +379,24 @@ static kiln_status execute(const dnnl_prims *p, const dnnl_key *k, void *const *
 bool kiln__conv_dnnl_run(const kiln__op *op, kiln_status *st) {
     kiln__opcode code = op->code;
     int mode = dnnl_mode();
-    if (mode == 0 || op->out[0].dtype != KILN_F32) return false;
+    kiln_dtype dt = op->out[0].dtype;
+    /* bf16 where oneDNN's bf16 convs use the CPU's AVX512-BF16, as bf16 products do (gemm_lowp.c:
+     * KILN_ISA=avx2 or a CPU without it leaves them to conv.c, which widens them to f32) */
+    bool bf16 = dt == KILN_BF16 && strcmp(kiln__gemm_lowp_path(KILN_BF16), "dnnl-bf16") == 0;
+    if (mode == 0 || (dt != KILN_F32 && !bf16)) return false;
     bool forward = code == KILN__OP_CONV2D, input_grad = code == KILN__OP_CONV2D_BACKWARD_INPUT;
     const kiln__view *x = forward ? &op->in[0] : input_grad ? &op->out[0] : &op->in[1];
     const kiln__view *w = forward || input_grad ? &op->in[1] : &op->out[0];
     const kiln__view *y = forward ? &op->out[0] : &op->in[0];
-    for (int i = 0; i < op->n_in + 1; i++) { /* f32 and dense throughout, else the built-in kernel */
+    for (int i = 0; i < op->n_in + 1; i++) { /* one dtype and dense throughout, else the built-in kernel */
         const kiln__view *v = i < op->n_in ? &op->in[i] : &op->out[0];
-        if (v->dtype != KILN_F32 || !kiln__view_is_contiguous(v)) return false;
+        if (v->dtype != dt || !kiln__view_is_contiguous(v)) return false;
     }
     dnnl_key k = {.code = code, .n = x->shape[0], .c = x->shape[1], .h = x->shape[2], .w = x->shape[3],
                   .o = w->shape[0], .kh = w->shape[2], .kw = w->shape[3], .oh = y->shape[2], .ow = y->shape[3],
                   .sh = op->p.i[0], .sw = op->p.i[1], .ph = op->p.i[2], .pw = op->p.i[3],
-                  .dh = op->pi[0], .dw = op->pi[1], .groups = op->pi[2], .bias = forward && op->n_in > 2};
+                  .dh = op->pi[0], .dw = op->pi[1], .groups = op->pi[2], .bias = forward && op->n_in > 2,
+                  .bf16 = bf16};
     if (k.n * k.c * k.h * k.w == 0 || k.o * k.kh * k.kw == 0 || k.oh * k.ow == 0) return false;
     if (mode == 2 && k.c / k.groups < DNNL_MIN_CHANNELS) return false;
     pthread_once(&dnnl_once, dnnl_init);
@@ -406,6 +419,7 @@ bool kiln__conv_dnnl_run(const kiln__op *op, kiln_status *st) {
         else ptrs[2] = kiln__view_ptr(input_grad ? x : w);
         *st = execute(&p, &k, ptrs);
         atomic_fetch_add(&dnnl_calls, 1);
+        if (bf16) atomic_fetch_add(&dnnl_bf16_calls, 1);
         release(&p, slot);
     } else {
         taken = *st != KILN_OK;
@@ -427,6 +441,8 @@ const char *kiln__conv_dnnl_mode(void) { return "builtin"; }
 void kiln__conv_dnnl_force(int mode) { (void)mode; }
 
 long kiln__conv_dnnl_calls(void) { return 0; }
+
+long kiln__conv_dnnl_bf16_calls(void) { return 0; }
 
 void kiln__conv_dnnl_inject_failure(int stage, int count) {
     (void)stage;

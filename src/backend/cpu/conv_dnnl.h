@@ -1,4 +1,5 @@
-/* CONV2D and its two backward passes through oneDNN (f32), beside the built-in im2col+GEMM
+/* CONV2D and its two backward passes through oneDNN (f32, and bf16 where the CPU has
+ * AVX512-BF16 and KILN_ISA allows it, as bf16 products: gemm_lowp.h), beside the built-in im2col+GEMM
  * kernels of conv.c, which ask here first:
  *
  *   kiln_status st;
@@ -6,7 +7,7 @@
  *   ...built-in path...
  *
  * KILN_CONV=builtin|dnnl forces one path (read once); by default oneDNN takes the f32 convs
- * with 8 or more input channels per group (conv_dnnl.c has the measurement). Built without oneDNN (KILN_HAVE_DNNL=0)
+ * (and bf16) with 8 or more input channels per group (conv_dnnl.c has the measurement). Built without oneDNN (KILN_HAVE_DNNL=0)
  * kiln__conv_dnnl_run never takes a call. */
 #ifndef KILN_BACKEND_CPU_CONV_DNNL_H
 #define KILN_BACKEND_CPU_CONV_DNNL_H
@@ -30,6 +31,9 @@ void kiln__conv_dnnl_force(int mode);
 
 /* Tests: how many convs oneDNN has run (taken and executed) in this process. */
 long kiln__conv_dnnl_calls(void);
+
+/* Tests: how many of those were bf16 convs (oneDNN's bf16 primitives, AVX512-BF16). */
+long kiln__conv_dnnl_bf16_calls(void);
 
 /* Tests: the next `count` oneDNN convs fail at `stage` (count 0 clears): KILN__DNNL_FAIL_ALLOC
  * as if a buffer allocation returned NULL (KILN_ERR_OUT_OF_MEMORY), KILN__DNNL_FAIL_CREATE as

@@ -1,0 +1,158 @@
+/* conv2d with bf16 (and f16) operands: forward and the input, weight and bias gradients against
+ * kiln's f64 conv (itself checked against a direct double loop in test_conv) on the values the
+ * bf16 tensors hold, over conv_grid's strides, padding, dilation and groups and the
+ * Fashion-MNIST CNN's conv2, on each path: the default rule, oneDNN's bf16 conv forced
+ * (taken where the CPU has AVX512-BF16 and KILN_ISA allows it) and the widened f32 path
+ * forced. The error allowed is one bf16 rounding of the result plus f32 summation (2^-16 of
+ * the sum of |terms|): the sums are f32, only the result is rounded. Also: the results' dtype
+ * (bf16, as PyTorch's), mixed dtypes refused as matmul refuses them, no leaks. CI runs it
+ * under KILN_ISA=avx2 too (scripts/test.sh), where no oneDNN bf16 conv may run. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/conv_dnnl.h"
+#include "backend/cpu/gemm_lowp.h"
+#include "conv_grid.h"
+#include "ew_util.h"
+#include "kiln_test.h"
+
+typedef struct {
+    kiln_tensor y, dx, dw, db;
+} conv_out;
+
+/* conv2d of x, w (and b) in dtype dt with |.| of each when absolute, and the gradients of
+ * sum(y * dy). */
+static conv_out run(const conv_case *k, kiln_dtype dt, const double *x, const double *w, const double *b,
+                    const double *dy, int64_t oh, int64_t ow) {
+    kiln_tensor tx = ew_tensor(dt, KILN_SHAPE(k->n, k->c, k->h, k->w), x);
+    kiln_tensor tw = ew_tensor(dt, KILN_SHAPE(k->o, k->c / k->groups, k->kh, k->kw), w);
+    kiln_tensor tb = k->bias ? ew_tensor(dt, KILN_SHAPE(k->o), b) : KILN_NONE;
+    kiln_require_grad(tx), kiln_require_grad(tw);
+    if (k->bias) kiln_require_grad(tb);
+    kiln_tensor y = kiln_conv2d(kiln_ref(tx), kiln_ref(tw), k->bias ? kiln_ref(tb) : KILN_NONE, k->sh, k->sw, k->ph,
+                                k->pw, k->dh, k->dw, k->groups);
+    kiln_grads *g = NULL;
+    kiln_status st = kiln_backward_seed(kiln_ref(y), ew_tensor(dt, KILN_SHAPE(k->n, k->o, oh, ow), dy), &g);
+    KT_CHECK_MSG(st == KILN_OK, "%s", kiln_last_error());
+    conv_out o = {y, kiln_grad(g, tx), kiln_grad(g, tw),
+                  k->bias ? kiln_grad(g, tb) : KILN_NONE};
+    kiln_grads_free(g);
+    kiln_release(tx), kiln_release(tw);
+    if (k->bias) kiln_release(tb);
+    return o;
+}
+
+static void out_free(conv_out *o) {
+    kiln_release(o->y), kiln_release(o->dx), kiln_release(o->dw);
+    if (o->db.id != KILN_NONE.id) kiln_release(o->db);
+}
+
+static void fabs_all(double *v, int64_t n) {
+    for (int64_t i = 0; i < n; i++) v[i] = fabs(v[i]);
+}
+
+/* got (dtype dt) against ref: one rounding into dt of the result, and f32 sums. */
+static void expect(kiln_tensor got, kiln_dtype dt, kiln_tensor ref, kiln_tensor abs_sum, int64_t n, const char *what,
+                   const char *tag) {
+    KT_CHECK_MSG(kiln_tensor_dtype(got) == dt, "%s %s: dtype %s", tag, what, kiln_dtype_name(kiln_tensor_dtype(got)));
+    double *g = ew_read(kiln_cast(kiln_ref(got), KILN_F64), KILN_F64, n), *r = ew_read(kiln_ref(ref), KILN_F64, n);
+    double *a = ew_read(kiln_ref(abs_sum), KILN_F64, n);
+    double unit = dt == KILN_BF16 ? 0x1p-8 : 0x1p-11;
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; g && r && a && i < n; i++)
+        if (!(fabs(g[i] - r[i]) <= unit * fabs(r[i]) + 0x1p-16 * a[i] + 1e-30)) bad++, first = first < 0 ? i : first;
+    KT_CHECK_MSG(g && r && a, "%s %s: no value (%s)", tag, what, kiln_last_error());
+    KT_CHECK_MSG(bad == 0, "%s %s: %lld of %lld off, first [%lld] %.6g want %.6g (|terms| %.3g)", tag, what,
+                 (long long)bad, (long long)n, (long long)first, first >= 0 ? g[first] : 0.0,
+                 first >= 0 ? r[first] : 0.0, first >= 0 ? a[first] : 0.0);
+    free(g), free(r), free(a);
+}
+
+/* One case on the current path: returns how many bf16 convs oneDNN ran for it. */
+static long check_case(const conv_case *k, kiln_dtype dt, const char *path) {
+    int64_t oh = out_dim(k->h, k->kh, k->sh, k->ph, k->dh), ow = out_dim(k->w, k->kw, k->sw, k->pw, k->dw);
+    int64_t nx = k->n * k->c * k->h * k->w, nw = k->o * (k->c / k->groups) * k->kh * k->kw, ny = k->n * k->o * oh * ow;
+    double *v[4];
+    int64_t sizes[4] = {nx, nw, k->o, ny};
+    for (int i = 0; i < 4; i++) v[i] = malloc(sizeof(double) * (size_t)(sizes[i] + 1)), ew_values(v[i], sizes[i], dt, -1, 1);
+    long before = kiln__conv_dnnl_bf16_calls();
+    conv_out lo = run(k, dt, v[0], v[1], v[2], v[3], oh, ow);
+    KT_CHECK(kiln_sync() == KILN_OK);
+    long dnnl = kiln__conv_dnnl_bf16_calls() - before;
+    kiln__conv_dnnl_force(0); /* the f64 references run built-in, which takes f64 */
+    conv_out ref = run(k, KILN_F64, v[0], v[1], v[2], v[3], oh, ow);
+    for (int i = 0; i < 4; i++) fabs_all(v[i], sizes[i]);
+    conv_out abs = run(k, KILN_F64, v[0], v[1], v[2], v[3], oh, ow);
+    char tag[160];
+    snprintf(tag, sizeof tag, "%s %s n%lld c%lld %lldx%lld o%lld k%lldx%lld s%d,%d p%d,%d d%d,%d g%d%s", path,
+             kiln_dtype_name(dt), (long long)k->n, (long long)k->c, (long long)k->h, (long long)k->w,
+             (long long)k->o, (long long)k->kh, (long long)k->kw, k->sh, k->sw, k->ph, k->pw, k->dh, k->dw,
+             k->groups, k->bias ? " bias" : "");
+    expect(lo.y, dt, ref.y, abs.y, ny, "y", tag);
+    expect(lo.dx, dt, ref.dx, abs.dx, nx, "dx", tag);
+    expect(lo.dw, dt, ref.dw, abs.dw, nw, "dw", tag);
+    if (k->bias) expect(lo.db, dt, ref.db, abs.db, k->o, "db", tag);
+    out_free(&lo), out_free(&ref), out_free(&abs);
+    for (int i = 0; i < 4; i++) free(v[i]);
+    return dnnl;
+}
+
+static const conv_case cnn_conv2 = {3, 16, 14, 14, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, true};
+
+/* path: 0 the default rule, 1 oneDNN forced, 2 the widened path forced. */
+static long check_path(kiln_dtype dt, int path) {
+    static const char *names[] = {"default", "dnnl", "widened"};
+    long dnnl = 0;
+    for (int i = 0; i <= (int)NGRID; i++) {
+        kiln__conv_dnnl_force(path == 1 ? 1 : -1);
+        kiln__gemm_lowp_force(path == 2 ? 0 : -1);
+        dnnl += check_case(i < (int)NGRID ? &conv_grid[i] : &cnn_conv2, dt, names[path]);
+    }
+    kiln__conv_dnnl_force(-1);
+    kiln__gemm_lowp_force(-1);
+    return dnnl;
+}
+
+KT_TEST(bf16_on_every_path) {
+    kt_mem_begin();
+    bool native = strcmp(kiln__gemm_lowp_path(KILN_BF16), "dnnl-bf16") == 0;
+    printf("    bf16 products: %s\n", kiln__gemm_lowp_path(KILN_BF16));
+    long d0 = check_path(KILN_BF16, 0), d1 = check_path(KILN_BF16, 1), d2 = check_path(KILN_BF16, 2);
+    /* the native path: conv2 (16 channels) by the default rule, every case when forced */
+    if (native && strcmp(kiln__conv_dnnl_mode(), "builtin") != 0) {
+        KT_CHECK_MSG(d0 >= 3, "default rule: oneDNN ran %ld bf16 convs, want conv2's 3 at least", d0);
+        KT_CHECK_MSG(d1 >= 3 * ((long)NGRID + 1) - 6, "forced: oneDNN ran %ld of %ld bf16 convs", d1,
+                     3 * ((long)NGRID + 1));
+    } else {
+        KT_CHECK_MSG(d0 + d1 == 0, "oneDNN ran %ld bf16 convs without the bf16 path", d0 + d1);
+    }
+    KT_CHECK_MSG(d2 == 0, "widened path forced: oneDNN ran %ld bf16 convs", d2);
+    KT_MEM_CHECK();
+}
+
+KT_TEST(f16_widened) { /* no f16 conv instructions here: always widened, exact products */
+    kt_mem_begin();
+    KT_CHECK(check_path(KILN_F16, 0) == 0);
+    KT_MEM_CHECK();
+}
+
+KT_TEST(mixed_dtypes_refused) { /* as kiln_matmul refuses them: no silent promotion */
+    kt_mem_begin();
+    double v[2 * 3 * 3];
+    ew_values(v, 18, KILN_BF16, -1, 1);
+    kiln_tensor x = ew_tensor(KILN_BF16, KILN_SHAPE(1, 2, 3, 3), v), w = ew_tensor(KILN_F32, KILN_SHAPE(1, 2, 3, 3), v);
+    KT_READ_ERROR(kiln_conv2d(kiln_ref(x), kiln_ref(w), KILN_NONE, 1, 1, 0, 0, 1, 1, 1), KILN_ERR_DTYPE, "kiln_conv2d");
+    kiln_tensor b = ew_tensor(KILN_F32, KILN_SHAPE(1), v);
+    KT_READ_ERROR(kiln_conv2d(kiln_ref(x), kiln_cast(kiln_ref(w), KILN_BF16), b, 1, 1, 0, 0, 1, 1, 1), KILN_ERR_DTYPE,
+                  "kiln_conv2d");
+    kiln_release(x), kiln_release(w);
+    kiln_clear_error();
+    KT_MEM_CHECK();
+}
+
+int main(void) {
+    KT_RUN(bf16_on_every_path);
+    KT_RUN(f16_widened);
+    KT_RUN(mixed_dtypes_refused);
+    return kt_finish();
+}
