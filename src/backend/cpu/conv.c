@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "backend/cpu/conv_dnnl.h"
+#include "backend/cpu/convert_lowp.h"
 #include "backend/cpu/cpu-impl.h"
 #include "backend/cpu/gemm.h"
 
@@ -253,6 +254,21 @@ static float lowp_at(const kiln__view *v, const char *base, int64_t i) {
     return v->dtype == KILN_BF16 ? kiln__bf16_to_f32(h) : kiln__f16_to_f32(h);
 }
 
+/* n elements between a dense low-precision buffer and a dense f32 one, by the casts' vectorised
+ * loops where they have the pair (bf16), element by element otherwise (f16). */
+static void convert_dense(kiln_dtype from, kiln_dtype to, int64_t n, const void *src, void *dst) {
+    kiln__loop_fn loop = kiln__cpu_convert_lowp_loop(from, to);
+    if (loop) {
+        char *p[2] = {dst, (char *)(uintptr_t)src};
+        int64_t st[2] = {(int64_t)kiln__elsize(to), (int64_t)kiln__elsize(from)};
+        loop(NULL, n, p, st);
+    } else if (to == KILN_F32) {
+        for (int64_t i = 0; i < n; i++) ((float *)dst)[i] = kiln__f16_to_f32(((const uint16_t *)src)[i]);
+    } else {
+        for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = kiln__f32_to_f16(((const float *)src)[i]);
+    }
+}
+
 /* A bf16/f16 conv as an f32 one: every operand widened into a dense f32 copy (bf16 and f16
  * values are all f32 values, so the f32 conv sums the same products), the f32 result rounded
  * once into the output. The copies live on stack storages of this call alone. */
@@ -272,7 +288,9 @@ static kiln_status conv_widened(const kiln__op *op) {
             status = KILN_ERR_OUT_OF_MEMORY;
             break;
         }
-        if (i < op->n_in) {
+        if (i < op->n_in && kiln__view_is_contiguous(v)) {
+            convert_dense(v->dtype, KILN_F32, n, kiln__view_ptr(v), buf[i]);
+        } else if (i < op->n_in) { /* a strided input image or bias */
             const char *base = kiln__view_ptr(v);
             for (int64_t e = 0; e < n; e++) buf[i][e] = lowp_at(v, base, e);
         }
@@ -282,13 +300,9 @@ static kiln_status conv_widened(const kiln__op *op) {
         for (int d = v->ndim - 1; d >= 0; d--) fv->strides[d] = stride, stride *= v->shape[d];
     }
     if (status == KILN_OK) status = kernel_conv(&f);
-    if (status == KILN_OK) { /* the output is dense (check_op's rule): rounded in order */
-        uint16_t *out = (uint16_t *)(void *)kiln__view_ptr(&op->out[0]);
-        const float *y = buf[op->n_in];
-        bool bf16 = op->out[0].dtype == KILN_BF16;
-        for (int64_t e = 0, n = kiln__view_numel(&op->out[0]); e < n; e++)
-            out[e] = bf16 ? kiln__f32_to_bf16(y[e]) : kiln__f32_to_f16(y[e]);
-    }
+    if (status == KILN_OK) /* the output is dense (is_lowp's rule) */
+        convert_dense(KILN_F32, op->out[0].dtype, kiln__view_numel(&op->out[0]), buf[op->n_in],
+                      kiln__view_ptr(&op->out[0]));
     for (int i = 0; i < KILN__OP_MAX_IN + 1; i++) free(buf[i]);
     return status;
 }
