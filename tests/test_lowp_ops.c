@@ -197,10 +197,42 @@ KT_TEST(opencl_against_cpu) {
     KT_MEM_CHECK();
 }
 
+/* relu's gradient in bf16 and f16 (f32 between casts, one fused pass): dy where x > 0, else 0
+ * (at 0 too, as PyTorch), exactly, for values of either sign, zeros and a NaN-free mix. */
+KT_TEST(relu_backward_lowp) {
+    kt_mem_begin();
+    kiln_dtype dts[2] = {KILN_BF16, KILN_F16};
+    for (int d = 0; d < 2; d++) {
+        int64_t n = 4099;
+        double *x = malloc(sizeof(double) * (size_t)n), *dy = malloc(sizeof(double) * (size_t)n);
+        ew_values(x, n, dts[d], -2, 2);
+        ew_values(dy, n, dts[d], -3, 3);
+        for (int64_t i = 0; i < n; i += 7) x[i] = 0;
+        kiln_tensor tx = ew_tensor(dts[d], KILN_SHAPE(n), x);
+        kiln_require_grad(tx);
+        kiln_grads *g = NULL;
+        KT_CHECK(kiln_backward_seed(kiln_relu(kiln_ref(tx)), ew_tensor(dts[d], KILN_SHAPE(n), dy), &g) == KILN_OK);
+        kiln_tensor dx = kiln_grad(g, tx);
+        KT_CHECK(kiln_tensor_dtype(dx) == dts[d]);
+        double *got = ew_read(kiln_cast(dx, KILN_F64), KILN_F64, n);
+        int bad = 0;
+        for (int64_t i = 0; got && i < n; i++)
+            if (got[i] != (x[i] > 0 ? dy[i] : 0) && bad++ < 3)
+                KT_CHECK_MSG(false, "%s [%lld]: x %g dy %g: %g", kiln_dtype_name(dts[d]), (long long)i, x[i], dy[i],
+                             got[i]);
+        KT_CHECK(got && bad == 0);
+        free(got), free(x), free(dy);
+        kiln_grads_free(g);
+        kiln_release(tx);
+    }
+    KT_MEM_CHECK();
+}
+
 int main(void) {
     KT_RUN(casts_round_bit_for_bit);
     KT_RUN(ops_in_bf16);
     KT_RUN(ops_in_f16);
     KT_RUN(opencl_against_cpu);
+    KT_RUN(relu_backward_lowp);
     return kt_finish();
 }
