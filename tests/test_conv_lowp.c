@@ -5,7 +5,8 @@
  * (taken where the CPU has AVX512-BF16 and KILN_ISA allows it) and the widened f32 path
  * forced. The error allowed is one bf16 rounding of the result plus f32 summation (2^-16 of
  * the sum of |terms|): the sums are f32, only the result is rounded. Also: the results' dtype
- * (bf16, as PyTorch's), mixed dtypes refused as matmul refuses them, no leaks. CI runs it
+ * (bf16, as PyTorch's), mixed dtypes refused as matmul refuses them, gradients of f32
+ * parameters under bf16 autocast against the f32 ones, no leaks. CI runs it
  * under KILN_ISA=avx2 too (scripts/test.sh), where no oneDNN bf16 conv may run. */
 #include <math.h>
 #include <string.h>
@@ -150,9 +151,45 @@ KT_TEST(mixed_dtypes_refused) { /* as kiln_matmul refuses them: no silent promot
     KT_MEM_CHECK();
 }
 
+/* Under bf16 autocast with f32 parameters (as a CNN trains): y is bf16, the input, weight and
+ * bias gradients come back f32 and within bf16 tolerance of the f32 ones (norm of the error
+ * under 2^-6 of the gradient's norm: x, w and dy each rounded to bf16, 2^-9 apiece, f32 sums). */
+KT_TEST(autocast_gradients_near_f32) {
+    kt_mem_begin();
+    const conv_case *k = &cnn_conv2;
+    kiln_tensor x = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(k->n, k->c, k->h, k->w), 11);
+    kiln_tensor w = kiln_uniform(KILN_CPU, KILN_F32, KILN_SHAPE(k->o, k->c, 3, 3), -0.2, 0.2, 12);
+    kiln_tensor b = kiln_uniform(KILN_CPU, KILN_F32, KILN_SHAPE(k->o), -0.2, 0.2, 13);
+    kiln_tensor dy = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(k->n, k->o, k->h, k->w), 14);
+    kiln_tensor t[3] = {x, w, b}, grads[2][3];
+    for (int i = 0; i < 3; i++) kiln_require_grad(t[i]);
+    for (int ac = 0; ac < 2; ac++) {
+        if (ac) KT_CHECK(kiln_autocast_begin(KILN_BF16) == KILN_OK);
+        kiln_tensor y = kiln_conv2d(kiln_ref(x), kiln_ref(w), kiln_ref(b), 1, 1, 1, 1, 1, 1, 1);
+        if (ac) KT_CHECK(kiln_autocast_end() == KILN_OK);
+        KT_CHECK(kiln_tensor_dtype(y) == (ac ? KILN_BF16 : KILN_F32));
+        kiln_grads *g = NULL;
+        KT_CHECK_MSG(kiln_backward_seed(kiln_cast(y, KILN_F32), kiln_ref(dy), &g) == KILN_OK, "%s", kiln_last_error());
+        for (int i = 0; i < 3; i++) grads[ac][i] = kiln_grad(g, t[i]);
+        kiln_grads_free(g);
+    }
+    for (int i = 0; i < 3; i++) {
+        KT_CHECK(kiln_tensor_dtype(grads[1][i]) == KILN_F32);
+        int64_t n = kiln_tensor_numel(grads[0][i]);
+        double *g32 = ew_read(grads[0][i], KILN_F32, n), *gac = ew_read(grads[1][i], KILN_F32, n), err = 0, norm = 0;
+        for (int64_t e = 0; g32 && gac && e < n; e++) err += pow(gac[e] - g32[e], 2), norm += g32[e] * g32[e];
+        KT_CHECK_MSG(g32 && gac && sqrt(err) <= 0x1p-6 * sqrt(norm), "gradient %d: error %g of norm %g", i, sqrt(err),
+                     sqrt(norm));
+        free(g32), free(gac);
+    }
+    kiln_release(x), kiln_release(w), kiln_release(b), kiln_release(dy);
+    KT_MEM_CHECK();
+}
+
 int main(void) {
     KT_RUN(bf16_on_every_path);
     KT_RUN(f16_widened);
     KT_RUN(mixed_dtypes_refused);
+    KT_RUN(autocast_gradients_near_f32);
     return kt_finish();
 }
