@@ -194,7 +194,8 @@ KT_TEST(resident_memory_stays_flat_when_running_ahead) {
            per_step, rss_before + growth, growth, bursts - 1, steps);
     if (!SANITIZED && kiln_engine_is_async() && kiln_fusion_enabled())
         KT_CHECK_MSG(per_step < 36 * 1024, "%ld bytes of heap per step in flight", per_step);
-    if (!SANITIZED) KT_CHECK_MSG(rss_before > 0 && growth < 4 * 1024, "resident memory grew by %ld KiB", growth);
+    /* (loose: how much of a burst is in flight, and so the peak, varies with the machine) */
+    if (!SANITIZED) KT_CHECK_MSG(rss_before > 0 && growth < 8 * 1024, "resident memory grew by %ld KiB", growth);
     kiln_release(big);
     kiln_release(w);
     KT_CHECK(kiln_sync_all() == KILN_OK);

@@ -149,10 +149,12 @@ static void flush_locked(kiln__window *w, bool owner) {
         kiln__async_enqueue(s, &op, NULL, NULL, NULL, owner, false);
     } else {
         kiln__fused_finish(g, is_dead, w);
-        kiln__fused *queued = kiln__stream_group_alloc(s, g->n_ops);
+        /* a small group goes as a copy sized by its ops; a large one (or one with no memory
+         * for the copy) as the window's own record, which the engine recycles once it has run */
+        kiln__fused *queued = g->n_ops * 2 < KILN__FUSE_MAX_OPS ? kiln__stream_group_alloc(s, g->n_ops) : NULL;
         if (queued) {
-            memcpy(queued, g, KILN__FUSED_SIZE(g->n_ops));
-        } else { /* no memory for the copy: the window's own record goes (the engine frees it) */
+            kiln__fused_copy(queued, g);
+        } else {
             queued = g;
             w->g = NULL;
         }

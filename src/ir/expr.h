@@ -89,6 +89,9 @@ typedef struct kiln__fused {
 /* True when op is an elementwise op the IR can express (opcode and operand count only; the
  * group decides about shapes and storages). */
 bool kiln__expr_opcode_fusable(kiln__opcode code);
+/* *dst = *src for what a queued group uses (dst has room for src->n_ops ops): the used nodes,
+ * stores, views and op records only, so that queuing a small group copies little. */
+void kiln__fused_copy(kiln__fused *dst, const kiln__fused *src);
 /* Starts an empty group over the iteration space of out. */
 void kiln__fused_init(kiln__fused *g, const kiln__view *out);
 /* Appends op (already accepted by the group's rules) as nodes: its inputs become loads, consts
