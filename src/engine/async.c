@@ -75,13 +75,15 @@ static void free_node_list(kiln__node *n) {
     }
 }
 
-/* A recycled fused group, linked through its first bytes (its contents are dead). */
+/* A recycled fused group, linked through its first bytes (its contents are dead), with room
+ * for `cap` ops. */
 typedef struct group_link {
     struct group_link *next;
+    int cap;
 } group_link;
 
-/* Groups a stream keeps for reuse beyond those in flight: enough for a window being built while
- * the previous groups run; more go back to malloc. */
+/* Groups a stream keeps for reuse beyond those in flight: enough for the groups of a burst
+ * between two reads of a loop; more go back to malloc. */
 #define SPARE_GROUPS 8
 
 static void free_group_list(group_link *l, int keep) {
@@ -93,7 +95,7 @@ static void free_group_list(group_link *l, int keep) {
     }
 }
 
-kiln__fused *kiln__stream_group_alloc(kiln__stream *s) {
+kiln__fused *kiln__stream_group_alloc(kiln__stream *s, int n_ops) {
     group_link *l = s->spare_groups;
     if (!l) {
         l = atomic_exchange_explicit(&s->returned_groups, NULL, memory_order_acquire);
@@ -101,14 +103,17 @@ kiln__fused *kiln__stream_group_alloc(kiln__stream *s) {
     }
     if (l) {
         s->spare_groups = l->next;
-        return (kiln__fused *)(void *)l;
+        if (l->cap >= n_ops) return (kiln__fused *)(void *)l;
+        free(l);
     }
-    return malloc(sizeof(kiln__fused));
+    return malloc(KILN__FUSED_SIZE(n_ops));
 }
 
 /* Gives a group that has run back to the stream that built it (any thread). */
 static void group_return(kiln__stream *s, const kiln__fused *g) {
+    int cap = g->n_ops; /* (read before the link overwrites the record's first bytes) */
     group_link *l = (group_link *)(void *)(intptr_t)g;
+    l->cap = cap;
     void *head = atomic_load_explicit(&s->returned_groups, memory_order_relaxed);
     do {
         l->next = head;

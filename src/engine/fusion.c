@@ -149,15 +149,23 @@ static void flush_locked(kiln__window *w, bool owner) {
         kiln__async_enqueue(s, &op, NULL, NULL, NULL, owner, false);
     } else {
         kiln__fused_finish(g, is_dead, w);
-        kiln__op op = fused_op(g);
+        /* a small group goes as a copy sized by its ops; a large one (or one with no memory
+         * for the copy) as the window's own record, which the engine recycles once it has run */
+        kiln__fused *queued = g->n_ops * 2 < KILN__FUSE_MAX_OPS ? kiln__stream_group_alloc(s, g->n_ops) : NULL;
+        if (queued) {
+            kiln__fused_copy(queued, g);
+        } else {
+            queued = g;
+            w->g = NULL;
+        }
+        kiln__op op = fused_op(queued);
         atomic_fetch_add(&fusion.groups, 1);
         atomic_fetch_add(&fusion.ops_fused, g->n_ops);
         atomic_fetch_add(&fusion.stores_elided, g->expr.n_outputs - g->expr.n_stores);
         if (g->row > 0) atomic_fetch_add(&fusion.reductions, 1);
         if (kiln__expr_has_epilogue(&g->expr)) atomic_fetch_add(&fusion.epilogues, 1);
-        w->g = NULL; /* the engine frees it once it has run */
         drop_unwritten(w);
-        kiln__async_enqueue(s, &op, NULL, NULL, g, owner, false);
+        kiln__async_enqueue(s, &op, NULL, NULL, queued, owner, false);
     }
     for (int i = 0; i < w->n_st; i++) atomic_store((kiln__window *_Atomic *)&w->st[i].s->window, NULL);
     kiln__op free_op = {.code = KILN__OP_NOOP, .name = "free"};
@@ -268,7 +276,7 @@ bool kiln__fusion_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
     bool joined = false, flushed = false;
     for (int attempt = 0; attempt < 2 && !joined; attempt++) {
         if (!w->g) {
-            if (!(w->g = kiln__stream_group_alloc(s))) break;
+            if (!(w->g = kiln__stream_group_alloc(s, KILN__FUSE_MAX_OPS))) break;
             w->g->n_ops = 0;
         }
         joined = matmul ? kiln__window_try_join_matmul(w, op) : kiln__window_try_join(w, op);

@@ -48,11 +48,12 @@ void kiln__fusion_fork_child(void);
  * for room in the bounded queue (never under a window's lock: waiting helps run kernels). */
 void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target,
                          const kiln__fused *g, bool owner, bool may_block);
-/* A group to build in s's window, called by s's thread: one its engine workers gave back
- * after running it when there is one, else a new one (NULL when out of memory). A group is
- * about 27 KiB, mostly op records: a fresh one per flush (malloc) meant writing every op into
- * memory that was not in the cache, a quarter of the dispatch thread's time (perf). */
-kiln__fused *kiln__stream_group_alloc(kiln__stream *s);
+/* A group record of KILN__FUSED_SIZE(n_ops) bytes or more, called by s's thread: one its
+ * engine workers gave back after running it when there is one that large, else a new one
+ * (NULL when out of memory). A window builds its group in a whole record that it keeps (a
+ * fresh one per flush meant writing every op into memory that was not in the cache, a
+ * quarter of the dispatch thread's time: perf) and queues a copy sized by what it holds. */
+kiln__fused *kiln__stream_group_alloc(kiln__stream *s, int n_ops);
 /* Waits (helping) until s is within its bounds with `bytes` more pending: after a flush that
  * could not wait (0), or for the outputs a window holds before it is queued. */
 void kiln__stream_throttle(kiln__stream *s, int64_t bytes);

@@ -21,6 +21,24 @@ bool kiln__view_is_row_broadcast(const kiln__view *v, const kiln__view *map) {
     return true;
 }
 
+void kiln__fused_copy(kiln__fused *dst, const kiln__fused *src) {
+    const kiln__expr *e = &src->expr;
+    dst->expr.n_nodes = e->n_nodes;
+    dst->expr.n_inputs = e->n_inputs;
+    dst->expr.n_outputs = e->n_outputs;
+    dst->expr.n_stores = e->n_stores;
+    memcpy(dst->expr.node, e->node, (size_t)e->n_nodes * sizeof e->node[0]);
+    memcpy(dst->expr.store, e->store, (size_t)e->n_stores * sizeof e->store[0]);
+    dst->ndim = src->ndim;
+    memcpy(dst->shape, src->shape, sizeof dst->shape);
+    memcpy(dst->input, src->input, (size_t)e->n_inputs * sizeof src->input[0]);
+    memcpy(dst->output, src->output, (size_t)e->n_outputs * sizeof src->output[0]);
+    dst->row = src->row;
+    dst->matmul = src->matmul;
+    dst->n_ops = src->n_ops;
+    for (int k = 0; k < src->n_ops; k++) kiln__op_copy(&dst->ops[k], &src->ops[k]);
+}
+
 void kiln__fused_init(kiln__fused *g, const kiln__view *out) {
     g->expr.n_nodes = g->expr.n_inputs = g->expr.n_outputs = g->expr.n_stores = 0;
     g->n_ops = 0;

@@ -29,6 +29,8 @@
 #ifndef KILN_IR_EXPR_H
 #define KILN_IR_EXPR_H
 
+#include <stddef.h>
+
 #include "ir/op.h"
 
 #define KILN__EXPR_MAX_NODES 64
@@ -72,15 +74,24 @@ typedef struct kiln__fused {
     kiln__view output[KILN__EXPR_MAX_OUTPUTS]; /* dense, of shape (a REDUCE's: last dim 1) */
     int64_t row; /* > 0: the group ends in a REDUCE over its last dim, of this length */
     bool matmul; /* ops[0] is a MATMUL producing input 0 (see above) */
-    int n_ops;
-    kiln__op ops[KILN__FUSE_MAX_OPS];
     /* while building: the node that last wrote each output's storage */
     int16_t last_writer[KILN__EXPR_MAX_OUTPUTS];
+    int n_ops;
+    /* last, so that a queued group's record can end after its own ops (KILN__FUSED_SIZE) */
+    kiln__op ops[KILN__FUSE_MAX_OPS];
 } kiln__fused;
+
+/* Bytes of a group record that holds n ops: a group is built in a whole record (27 KiB, two
+ * thirds of it op records) and queued as a copy of this size, so work in flight costs what
+ * it holds (issue #23: a loop running ahead of its reads kept the peak of 27 KiB records). */
+#define KILN__FUSED_SIZE(n) (offsetof(kiln__fused, ops) + (size_t)(n) * sizeof(kiln__op))
 
 /* True when op is an elementwise op the IR can express (opcode and operand count only; the
  * group decides about shapes and storages). */
 bool kiln__expr_opcode_fusable(kiln__opcode code);
+/* *dst = *src for what a queued group uses (dst has room for src->n_ops ops): the used nodes,
+ * stores, views and op records only, so that queuing a small group copies little. */
+void kiln__fused_copy(kiln__fused *dst, const kiln__fused *src);
 /* Starts an empty group over the iteration space of out. */
 void kiln__fused_init(kiln__fused *g, const kiln__view *out);
 /* Appends op (already accepted by the group's rules) as nodes: its inputs become loads, consts
