@@ -26,7 +26,7 @@ import sys
 
 # Bottom to top: (folders under the source root, public headers). The one place to edit.
 LAYERS = [
-    (["core", "ir"], ["kiln/core.h"]),  # handles, storages, op records, opcodes, expression IR
+    (["core", "ir", "io"], ["kiln/core.h"]),  # handles, storages, op records, opcodes, expression IR, file formats
     (["backend"], []),
     (["engine"], ["kiln/engine.h"]),
     (["ops"], ["kiln/tensor.h", "kiln/ops.h", "kiln/custom_op.h"]),

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "optim/optim-impl.h"
-#include "optim/safetensors.h"
+#include "io/safetensors.h"
 
 #define OPTIM_PREFIX "optim."
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "optim/optim-impl.h"
-#include "optim/safetensors.h"
+#include "io/safetensors.h"
 
 /* The n tensors (borrowed handles) written under names; false + c's error. */
 static bool save_named(kiln__opctx *c, const char *path, int n, const char *const *names, const kiln_tensor *tensors) {
