@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "optim/safetensors.h"
+#include "io/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

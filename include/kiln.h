@@ -18,5 +18,6 @@
 #include "kiln/dist.h"
 #include "kiln/summary.h"
 #include "kiln/dlpack.h"
+#include "kiln/io.h"
 
 #endif

@@ -12,7 +12,7 @@
 
 #include "kiln_test.h"
 #include "minilm_reference.h"
-#include "optim/safetensors.h"
+#include "io/safetensors.h"
 
 /* ---- the reference ----------------------------------------------------------------------- */
 static const char *model_dir;

@@ -19,7 +19,7 @@
 #include "kiln_test.h"
 #include "nn/module-impl.h"
 #include "optim/optim-impl.h"
-#include "optim/safetensors.h"
+#include "io/safetensors.h"
 
 static char dir[64];
 

@@ -10,7 +10,7 @@
 #include <kiln.h>
 
 #include "kiln_test.h"
-#include "optim/safetensors.h"
+#include "io/safetensors.h"
 
 static const char *path_of(const char *name) {
     static char buf[4][256];

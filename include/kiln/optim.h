@@ -21,6 +21,7 @@
 
 #include "autodiff.h"
 #include "nn.h"
+#include "io.h" /* tensor save/load (declared here before kiln/io.h existed) */
 
 #ifdef __cplusplus
 extern "C" {
@@ -194,27 +195,6 @@ KILN_API double kiln_lr_warmup(double after, int64_t step, int64_t warmup_steps)
  * KILN_ERR_DTYPE, KILN_ERR_UNSUPPORTED (more than 8 dims). */
 KILN_API kiln_status kiln_checkpoint_save(const char *path, kiln_module *model, kiln_optimizer *opt);
 KILN_API kiln_status kiln_checkpoint_load(const char *path, kiln_module *model, kiln_optimizer *opt);
-/* Saves n tensors (not consumed; any layout, waited for) under their names (unique, 1 to 127
- * bytes) to a safetensors file, as a checkpoint is saved (a temporary file renamed over path):
- * e.g. the embeddings of a corpus for numpy or PyTorch's safetensors.load_file. Statuses:
- * KILN_ERR_NULL, KILN_ERR_INVALID_ARGUMENT (a bad, empty or repeated name), a tensor's own
- * error, KILN_ERR_IO. */
-KILN_API kiln_status kiln_tensors_save(const char *path, int n, const char *const *names, const kiln_tensor *tensors);
-/* torch.save / torch.load of one tensor, in the same format: kiln_save_tensor writes t (not
- * consumed; any layout, waited for) under the name "tensor", atomically (a failed save leaves
- * any earlier file at path as it was). kiln_load_tensor reads the tensor called name, or with
- * name NULL the file's only tensor (a file of any safetensors writer), into a new dense tensor
- * on dev. The whole file is checked first: a damaged, truncated or hostile file gives a
- * poisoned tensor (KILN_ERR_IO cannot read, KILN_ERR_CORRUPT malformed or damaged,
- * KILN_ERR_UNSUPPORTED a dtype kiln lacks or over 8 dims, KILN_ERR_INVALID_ARGUMENT no such
- * name or several tensors and no name), naming the call and its file:line.
- *
- *   kiln_save_tensor("w.safetensors", w);
- *   kiln_tensor w2 = kiln_load_tensor("w.safetensors", NULL, KILN_CPU);
- */
-#define KILN_SAVED_TENSOR_NAME "tensor"
-KILN_API kiln_status kiln_save_tensor(const char *path, kiln_tensor t);
-KILN_API kiln_tensor kiln_load_tensor(const char *path, const char *name, kiln_device dev);
 
 /* ---- call sites ------------------------------------------------------------------------- */
 /* The calls that record the caller's file:line, as in core.h's list. */
@@ -229,18 +209,16 @@ KILN_API kiln_tensor kiln_load_tensor(const char *path, const char *name, kiln_d
     X(kiln_status, clip_grad_norm, (kiln_optimizer *opt, kiln_grads *g, double max_norm, kiln_tensor *total_norm), (opt, g, max_norm, total_norm)) \
     X(kiln_status, checkpoint_save, (const char *path, kiln_module *model, kiln_optimizer *opt), (path, model, opt)) \
     X(kiln_status, checkpoint_load, (const char *path, kiln_module *model, kiln_optimizer *opt), (path, model, opt)) \
-    X(kiln_status, tensors_save, (const char *path, int n, const char *const *names, const kiln_tensor *tensors), (path, n, names, tensors)) \
     X(kiln_optimizer *, rmsprop_new_groups, (int n_groups, const kiln_param_group *groups, kiln_rmsprop_options o), (n_groups, groups, o)) \
     X(kiln_optimizer *, adagrad_new_groups, (int n_groups, const kiln_param_group *groups, kiln_adagrad_options o), (n_groups, groups, o)) \
-    X(kiln_status, save_tensor, (const char *path, kiln_tensor t), (path, t)) \
-    X(kiln_tensor, load_tensor, (const char *path, const char *name, kiln_device dev), (path, name, dev)) \
     X(kiln_optimizer *, rmsprop_new_params, (int n, const kiln_tensor *params, kiln_rmsprop_options o), (n, params, o)) \
     X(kiln_optimizer *, adagrad_new_params, (int n, const kiln_tensor *params, kiln_adagrad_options o), (n, params, o)) \
     X(int, module_param_groups, (kiln_module *m, kiln_param_filter first, void *ctx, kiln_tensor *handles, int cap, kiln_param_group *groups), (m, first, ctx, handles, cap, groups)) \
     X(kiln_optimizer *, sgd_new, (kiln_module *model, kiln_sgd_options o), (model, o)) \
     X(kiln_optimizer *, adam_new, (kiln_module *model, kiln_adam_options o), (model, o)) \
     X(kiln_optimizer *, rmsprop_new, (kiln_module *model, kiln_rmsprop_options o), (model, o)) \
-    X(kiln_optimizer *, adagrad_new, (kiln_module *model, kiln_adagrad_options o), (model, o))
+    X(kiln_optimizer *, adagrad_new, (kiln_module *model, kiln_adagrad_options o), (model, o)) \
+    KILN_IO_API(X) /* io.h's calls: their wrappers are defined with this list's (optim/call_site.c) */
 KILN_OPTIM_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -255,11 +233,8 @@ KILN_OPTIM_API(KILN__AT_DECLARE)
 #define kiln_clip_grad_norm(...) KILN__AT(clip_grad_norm, __VA_ARGS__)
 #define kiln_checkpoint_save(...) KILN__AT(checkpoint_save, __VA_ARGS__)
 #define kiln_checkpoint_load(...) KILN__AT(checkpoint_load, __VA_ARGS__)
-#define kiln_tensors_save(...) KILN__AT(tensors_save, __VA_ARGS__)
 #define kiln_rmsprop_new_groups(...) KILN__AT(rmsprop_new_groups, __VA_ARGS__)
 #define kiln_adagrad_new_groups(...) KILN__AT(adagrad_new_groups, __VA_ARGS__)
-#define kiln_save_tensor(...) KILN__AT(save_tensor, __VA_ARGS__)
-#define kiln_load_tensor(...) KILN__AT(load_tensor, __VA_ARGS__)
 #define kiln_rmsprop_new_params(...) KILN__AT(rmsprop_new_params, __VA_ARGS__)
 #define kiln_module_param_groups(...) KILN__AT(module_param_groups, __VA_ARGS__)
 #define kiln_sgd_new(...) KILN__AT(sgd_new, __VA_ARGS__)

@@ -19,7 +19,7 @@
 #include "kiln/tensor.h"
 #include "models/models-impl.h"
 #include "nn/layers-impl.h"
-#include "optim/safetensors.h"
+#include "io/safetensors.h"
 
 static const char OP_LOAD[] = "kiln_bert_load";
 #define CONFIG_MAX_BYTES (1u << 20) /* transformers' config.json files are a few KiB */

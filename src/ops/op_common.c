@@ -37,6 +37,17 @@ kiln__tensor *kiln__arg(kiln__opctx *c, kiln_tensor h) {
     return NULL;
 }
 
+kiln__tensor *kiln__peek(kiln__opctx *c, kiln_tensor h) {
+    kiln__error *err = NULL;
+    kiln__tensor *t = kiln__handle_peek(h, c->name, &err);
+    if (!t) {
+        if (!c->err) c->err = err;
+        else kiln__error_unref(err);
+        return NULL;
+    }
+    return kiln__ok(c, t) ? t : NULL;
+}
+
 bool kiln__ok(kiln__opctx *c, kiln__tensor *t) {
     if (!t) return false;
     if (t->err) {

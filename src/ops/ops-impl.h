@@ -46,6 +46,9 @@ const char *kiln__op_name(const char *name);
  * (the same handle passed twice) gives the same tensor again, with a reference of its own:
  * an op must take all its arguments before it consumes any of them. */
 kiln__tensor *kiln__arg(kiln__opctx *c, kiln_tensor h);
+/* The usable tensor behind h, borrowed (h is not taken: a module slot, a saved tensor); NULL
+ * and c->err set if stale or poisoned. */
+kiln__tensor *kiln__peek(kiln__opctx *c, kiln_tensor h);
 /* True if t is usable; false if NULL or poisoned (then its error is adopted). */
 bool kiln__ok(kiln__opctx *c, kiln__tensor *t);
 /* Records an error (the first one wins). Always returns NULL for `return kiln__fail(...)`. */

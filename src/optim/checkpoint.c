@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "optim/optim-impl.h"
-#include "optim/safetensors.h"
+#include "io/safetensors.h"
 
 #define OPTIM_PREFIX "optim."
 
@@ -118,7 +118,7 @@ kiln_status kiln_checkpoint_save(const char *path, kiln_module *model, kiln_opti
     int n = 0;
     for (int i = 0; i < np && !c.err; i++) {
         snprintf(items[n].name, sizeof items[n].name, "%s", ps[i].name);
-        items[n++].t = kiln__optim_slot_tensor(&c, *ps[i].slot);
+        items[n++].t = kiln__peek(&c, *ps[i].slot);
     }
     for (int i = 0; opt && i < opt->n_params && !c.err; i++)
         for (int k = 0; k < n_state && opt->params[i].state[k]; k++) {
@@ -260,7 +260,7 @@ static int plan_optim(kiln__opctx *c, const kiln__st_file *f, const kiln_optimiz
     int n_state = kiln__optim_state_count(probe), used = 0;
     for (int i = 0; i < opt->n_params && !c->err; i++) {
         const kiln__optim_param *p = &opt->params[i];
-        kiln__tensor *param = kiln__optim_slot_tensor(c, *p->slot);
+        kiln__tensor *param = kiln__peek(c, *p->slot);
         char key[160];
         snprintf(key, sizeof key, OPTIM_PREFIX "%s.step", p->name);
         if (!param || !meta_count(c, f, key, false, &plan->param_steps[i])) break;
@@ -339,7 +339,7 @@ kiln_status kiln_checkpoint_load(const char *path, kiln_module *model, kiln_opti
         kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the load plan");
     /* 1: the module: every parameter and buffer, exactly */
     for (int i = 0; i < np && !c.err; i++) {
-        kiln__tensor *t = kiln__optim_slot_tensor(&c, *ps[i].slot);
+        kiln__tensor *t = kiln__peek(&c, *ps[i].slot);
         if (t && t->storage->borrowed)
             kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "'%s' wraps borrowed memory, which kiln never writes", ps[i].name);
         if (c.err) break;

@@ -116,8 +116,6 @@ kiln_status kiln__optim_finish(kiln__opctx *c);
  * sum of their squares after (a 1-element tensor: inf or NaN when any gradient holds one;
  * NULL when no parameter has a gradient, or with c's error set). For kiln_grad_scaler_step. */
 kiln__tensor *kiln__optim_grads_unscale(kiln__opctx *c, kiln_optimizer *opt, kiln_grads *g, double factor);
-/* The usable tensor behind a module slot (borrowed); NULL + c->err if stale or poisoned. */
-kiln__tensor *kiln__optim_slot_tensor(kiln__opctx *c, kiln_tensor h);
 /* Drops every parameter's state. */
 void kiln__optim_clear_state(kiln_optimizer *opt);
 /* Where a new optimizer's parameters come from: a module's trainable parameters, the caller's

@@ -44,20 +44,9 @@ bool kiln__optim_check_lr(const char *op, double lr) {
  * names only params and n must not freeze the group); KILN_ZERO is a real 0. */
 static double group_lr(double group, double options) { return group < 0 ? options : kiln__option_or(group, options); }
 
-kiln__tensor *kiln__optim_slot_tensor(kiln__opctx *c, kiln_tensor h) {
-    kiln__error *err = NULL;
-    kiln__tensor *t = kiln__handle_peek(h, c->name, &err);
-    if (!t) {
-        if (!c->err) c->err = err;
-        else kiln__error_unref(err);
-        return NULL;
-    }
-    return kiln__ok(c, t) ? t : NULL;
-}
-
 /* The parameter's tensor (borrowed), if it can be updated in place; NULL + error if not. */
 static kiln__tensor *param_tensor(kiln__opctx *c, const kiln__optim_param *p) {
-    kiln__tensor *t = kiln__optim_slot_tensor(c, *p->slot);
+    kiln__tensor *t = kiln__peek(c, *p->slot);
     if (!t) return NULL;
     if (t->dtype != KILN_F32 && t->dtype != KILN_F64) {
         kiln__fail(c, KILN_ERR_DTYPE, "parameter '%s' is %s: optimizers update f32 and f64 parameters", p->name,
@@ -167,7 +156,7 @@ static kiln_optimizer *optim_new_groups(const char *op, int n_groups, const kiln
         const kiln_param_group *pg = &groups[g];
         gs[g] = (kiln__optim_group){group_lr(pg->lr, lr), pg->weight_decay < 0 ? weight_decay : pg->weight_decay};
         for (int i = 0; i < pg->n && !c.err; i++) {
-            kiln__tensor *t = kiln__optim_slot_tensor(&c, pg->params[i]);
+            kiln__tensor *t = kiln__peek(&c, pg->params[i]);
             if (!t) break;
             const kiln__ad_meta *m = t->autodiff;
             if (!m || !m->leaf) {

@@ -6,8 +6,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "optim/optim-impl.h"
-#include "optim/safetensors.h"
+#include "io/safetensors.h"
+#include "kiln/io.h"
+#include "ops/ops-impl.h"
+#include "ops/optim_ops-impl.h"
+
+/* c's error reported as the thread's last error (if any), and its status. */
+static kiln_status finish(kiln__opctx *c) {
+    if (!c->err) return KILN_OK;
+    kiln_status st = kiln__error_report(c->err);
+    kiln__error_unref(c->err);
+    c->err = NULL;
+    return st;
+}
 
 /* The n tensors (borrowed handles) written under names; false + c's error. */
 static bool save_named(kiln__opctx *c, const char *path, int n, const char *const *names, const kiln_tensor *tensors) {
@@ -25,7 +36,7 @@ static bool save_named(kiln__opctx *c, const char *path, int n, const char *cons
         }
         for (int k = 0; k < i && !c->err; k++)
             if (strcmp(names[k], names[i]) == 0) kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "name '%s' is repeated", names[i]);
-        kiln__tensor *t = c->err ? NULL : kiln__optim_slot_tensor(c, tensors[i]);
+        kiln__tensor *t = c->err ? NULL : kiln__peek(c, tensors[i]);
         if (!t) break;
         size_t nbytes = (size_t)kiln__tensor_numel(t) * kiln__elsize(t->dtype);
         host[i] = malloc(nbytes ? nbytes : 1);
@@ -50,14 +61,14 @@ static bool save_named(kiln__opctx *c, const char *path, int n, const char *cons
 kiln_status kiln_tensors_save(const char *path, int n, const char *const *names, const kiln_tensor *tensors) {
     KILN__OP_BEGIN("kiln_tensors_save");
     save_named(&c, path, n, names, tensors);
-    return kiln__optim_finish(&c);
+    return finish(&c);
 }
 
 kiln_status kiln_save_tensor(const char *path, kiln_tensor t) {
     KILN__OP_BEGIN("kiln_save_tensor");
     const char *name = KILN_SAVED_TENSOR_NAME;
     save_named(&c, path, 1, &name, &t);
-    return kiln__optim_finish(&c);
+    return finish(&c);
 }
 
 kiln_tensor kiln_load_tensor(const char *path, const char *name, kiln_device dev) {

@@ -19,7 +19,7 @@
 #endif
 
 #include "core/core-impl.h"
-#include "optim/safetensors.h"
+#include "io/safetensors.h"
 
 #define MAX_HEADER ((uint64_t)100 << 20) /* the reference implementation's limit */
 #define CRC_KEY "kiln.crc32"

@@ -17,8 +17,8 @@
  *       kiln__st_free(&f);
  *   }
  */
-#ifndef KILN_OPTIM_SAFETENSORS_H
-#define KILN_OPTIM_SAFETENSORS_H
+#ifndef KILN_IO_SAFETENSORS_H
+#define KILN_IO_SAFETENSORS_H
 
 #include <stddef.h>
 #include <stdint.h>
