@@ -30,18 +30,15 @@ def fuzz_settings(n):
 
 
 def test_fuzz_binding():
+    """Batches of examples until the time is spent (stopping a hypothesis run by raising from
+    the test made the case that raised look flaky to hypothesis when replayed)."""
     import time
     end = time.monotonic() + SECONDS
 
-    class Done(Exception):
-        pass
-
-    @fuzz_settings(100000)
+    @fuzz_settings(200)
     @given(shape=small_shapes, method=st.sampled_from(METHODS), args=st.lists(values, max_size=3),
            fn=st.sampled_from(FUNCTIONS))
     def calls(shape, method, args, fn):
-        if time.monotonic() > end:
-            raise Done()
         t = kiln.randn(*shape, seed=1) if shape else kiln.tensor(1.5)
         for call in (lambda: getattr(t, method)(*args), lambda: getattr(kiln, fn)(*args)):
             try:
@@ -52,7 +49,6 @@ def test_fuzz_binding():
                     NotImplementedError, KeyError):
                 pass
 
-    try:
+    calls()  # one batch at least, however short the budget
+    while time.monotonic() < end:
         calls()
-    except Done:
-        pass

@@ -111,7 +111,9 @@ kiln__fused *kiln__stream_group_alloc(kiln__stream *s, int n_ops) {
 
 /* Gives a group that has run back to the stream that built it (any thread). */
 static void group_return(kiln__stream *s, const kiln__fused *g) {
-    int cap = g->n_ops; /* (read before the link overwrites the record's first bytes) */
+    /* (read before the link overwrites the record's first bytes; a whole record handed over
+     * with fewer ops than it holds is labelled by its ops, so it is reused less than it could) */
+    int cap = g->n_ops;
     group_link *l = (group_link *)(void *)(intptr_t)g;
     l->cap = cap;
     void *head = atomic_load_explicit(&s->returned_groups, memory_order_relaxed);

@@ -48,7 +48,8 @@ void kiln__fusion_fork_child(void);
  * for room in the bounded queue (never under a window's lock: waiting helps run kernels). */
 void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target,
                          const kiln__fused *g, bool owner, bool may_block);
-/* A group record of KILN__FUSED_SIZE(n_ops) bytes or more, called by s's thread: one its
+/* A group record of KILN__FUSED_SIZE(n_ops) bytes or more, called with s's window locked (by
+ * s's thread, or by another flushing s's window: the lock is what guards the spares): one its
  * engine workers gave back after running it when there is one that large, else a new one
  * (NULL when out of memory). A window builds its group in a whole record that it keeps (a
  * fresh one per flush meant writing every op into memory that was not in the cache, a

@@ -359,6 +359,9 @@ static kiln_status run_on_stream(const kiln__op *op) {
     kiln__kernel_fn inner = d->inner[op->code];
     if (NEVER(!inner)) return KILN_ERR_INTERNAL;
     if (cur.d == d) return inner(op); /* a kernel running another (matmul's bias copy): one op */
+    /* (a kernel of one device running another device's would nest two queues' order locks
+     * and overwrite `cur`, losing the outer op's events: no kernel does) */
+    if (NEVER(cur.d)) return KILN_ERR_INTERNAL;
     bool transfer = reads_to_host(op);
     cl_int err = CL_SUCCESS;
     /* (the transfer queue needs no order: each read on it is waited for before it returns) */
