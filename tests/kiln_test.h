@@ -95,6 +95,19 @@ static inline int kt_finish(void) {
     return kt_tests_failed ? 1 : 0;
 }
 
+/* An OpenCL test's first step in main: non-zero (the caller returns 77, skipped) with a line
+ * saying why when this build or machine has no OpenCL device. */
+static inline int kt_opencl_missing(void) {
+#if !KILN_HAVE_OPENCL || !defined(KILN_API)
+    printf("built without OpenCL: skipped\n");
+    return 1;
+#else
+    if (kiln_device_count(KILN_KIND_OPENCL) > 0) return 0;
+    printf("no OpenCL device: skipped\n");
+    return 1;
+#endif
+}
+
 /* ---- hostile files --------------------------------------------------------------------- */
 #if defined(__unix__)
 #include <fcntl.h>

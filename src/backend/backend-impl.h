@@ -59,6 +59,11 @@ typedef struct kiln__backend_reg {
     /* Optional. The engine ended a stream (its thread is gone and its queued ops have run): a
      * device backend releases the queue it kept for it. */
     void (*stream_end)(int stream_id);
+    /* Optional. At exit, once kiln's kernels are held: waits, at most until deadline_ns
+     * (CLOCK_MONOTONIC), for the work already queued on this backend's devices, whose driver
+     * threads would otherwise run it (compiling, launching) inside libraries exit() is tearing
+     * down. */
+    void (*quiesce)(uint64_t deadline_ns);
 } kiln__backend_reg;
 
 /* Every kind's registration, indexed by kind (registry.c). */
@@ -79,6 +84,8 @@ bool kiln__backend_supports(const kiln__backend *be, const kiln__op *op);
 kiln_status kiln__backends_synchronize(void);
 /* The engine ended a stream: every backend's stream_end. */
 void kiln__backends_stream_end(int stream_id);
+/* Every backend's quiesce (the exit hold's last step). */
+void kiln__backends_quiesce(uint64_t deadline_ns);
 
 /* Kernel-side detail for an error (thread-local; read by the engine after a failure). */
 void kiln__kernel_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -65,6 +65,13 @@ void kiln__backends_stream_end(int stream_id) {
     }
 }
 
+void kiln__backends_quiesce(uint64_t deadline_ns) {
+    for (int k = 0; k < KILN_KIND_COUNT; k++) {
+        const kiln__backend_reg *r = kiln__backend_regs[k];
+        if (r && r->quiesce) r->quiesce(deadline_ns);
+    }
+}
+
 int kiln_device_count(kiln_device_kind kind) {
     const kiln__backend_reg *r = kiln__backend_reg_get(kind);
     return r && r->device_count ? r->device_count() : 0;

@@ -92,8 +92,14 @@ void kiln__kernels_release_thread_exit(void) {
 bool kiln__kernels_held_by_this_thread(void) { return thread_holds_for_exit; }
 
 /* (registered more than once, see kiln__backend_exit_hold_register: all run on the exiting
- * thread, the first holds) */
-void kiln__kernels_stop_at_exit(void) { kiln__kernels_hold_for_exit(); }
+ * thread, the first holds). Kernels held, what they already queued on a device still runs on
+ * its driver's threads (PoCL compiles a kernel there, in LLVM, when it first launches): the
+ * backends quiesce, within the same few seconds, before any library's destructors run. */
+void kiln__kernels_stop_at_exit(void) {
+    static atomic_bool quiesced;
+    kiln__kernels_hold_for_exit();
+    if (!atomic_exchange(&quiesced, true)) kiln__backends_quiesce(kiln__now_ns() + (uint64_t)EXIT_WAIT_POLLS * 50000);
+}
 
 static void kernel_enter(void) {
     for (;;) {

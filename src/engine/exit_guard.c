@@ -16,6 +16,8 @@
  * constructor), so it runs before kiln's other key destructors, which may wait for kernels.
  * A thread's end therefore waits for the kernels running at that moment (not for queued work). */
 #include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "engine/engine-async.h"
 
@@ -31,9 +33,12 @@ static pthread_key_t thread_gone_key;
 static bool have_key;
 static _Thread_local bool guarded;
 
+/* The main thread ending is the process ending (a return from main; pthread_exit there is
+ * rare and only waits longer): devices quiesce too, before any atexit handler. */
 static void thread_ending(void *unused) {
     (void)unused;
-    kiln__kernels_hold_for_exit();
+    if ((pid_t)syscall(SYS_gettid) == getpid()) kiln__kernels_stop_at_exit();
+    else kiln__kernels_hold_for_exit();
 }
 
 static void thread_gone(void *unused) {

@@ -203,6 +203,7 @@ static const kiln__backend *opencl_device(int index) {
     if (!d && !cl.failed[index]) {
         d = device_open(index);
         cl.failed[index] = !d;
+        kiln__backend_exit_hold_register(); /* after the driver's own exit handlers (loaded now) */
         __atomic_store_n(&cl.dev[index], d, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&cl.lock);
@@ -223,6 +224,13 @@ kiln__cl_device *kiln__cl_device_of(kiln_device dev) {
     return i < KILN_MAX_DEVICES ? __atomic_load_n(&cl.dev[i], __ATOMIC_ACQUIRE) : NULL;
 }
 
+static void opencl_quiesce(uint64_t deadline_ns) {
+    for (int i = 0; i < KILN_MAX_DEVICES; i++) {
+        kiln__cl_device *d = __atomic_load_n(&cl.dev[i], __ATOMIC_ACQUIRE);
+        if (d) kiln__cl_streams_quiesce(d, deadline_ns);
+    }
+}
+
 static void opencl_stream_end(int stream_id) {
     for (int i = 0; i < KILN_MAX_DEVICES; i++) {
         kiln__cl_device *d = __atomic_load_n(&cl.dev[i], __ATOMIC_ACQUIRE);
@@ -238,6 +246,7 @@ const kiln__backend_reg kiln__opencl_backend_reg = {
     .describe = opencl_describe,
     .synchronize_all = opencl_synchronize_all,
     .stream_end = opencl_stream_end,
+    .quiesce = opencl_quiesce,
 };
 
 #endif

@@ -123,6 +123,8 @@ uint64_t kiln__cl_host_ns(void);
 bool kiln__cl_streams_init(kiln__cl_device *d);
 void kiln__cl_streams_wrap(kiln__cl_device *d);
 kiln_status kiln__cl_streams_finish(kiln__cl_device *d);
+/* Waits, until deadline_ns at most, for what d's queues hold (the exit hold). */
+void kiln__cl_streams_quiesce(kiln__cl_device *d, uint64_t deadline_ns);
 void kiln__cl_streams_free(kiln__cl_device *d);
 /* The engine ended stream_id: its queue on d is released (its commands still complete). */
 void kiln__cl_stream_end(kiln__cl_device *d, int stream_id);

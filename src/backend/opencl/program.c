@@ -214,6 +214,9 @@ cl_program kiln__cl_program_get(kiln__cl_device *d, const char *source) {
             store_cached(d, p, hash, len);
         }
     }
+    /* the compiler may register exit handlers as it first runs a path: the exit hold after them */
+    static atomic_int registrations;
+    if (p && atomic_fetch_add(&registrations, 1) < 64) kiln__backend_exit_hold_register();
     kiln__cl_program *e = p ? malloc(sizeof *e) : NULL;
     char *copy = e ? malloc(len + 1) : NULL;
     if (p && !copy) {

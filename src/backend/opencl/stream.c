@@ -142,15 +142,28 @@ void kiln__cl_stream_end(kiln__cl_device *d, int stream_id) {
     }
 }
 
-kiln_status kiln__cl_streams_finish(kiln__cl_device *d) {
+/* d's stream queues and its transfer queue, each retained (NULL when out of memory; *n: count). */
+static cl_command_queue *queues_retained(kiln__cl_device *d, int *n) {
     pthread_mutex_lock(&d->queue_lock);
-    int n = d->n_queues;
-    cl_command_queue *qs = malloc((size_t)(n + 1) * sizeof *qs);
+    int k = d->n_queues;
+    cl_command_queue *qs = malloc((size_t)(k + 1) * sizeof *qs);
     if (qs) {
-        for (int i = 0; i < n; i++) clRetainCommandQueue(qs[i] = d->queues[i].queue);
-        qs[n] = d->transfer;
+        for (int i = 0; i < k; i++) clRetainCommandQueue(qs[i] = d->queues[i].queue);
+        clRetainCommandQueue(qs[k] = d->transfer);
     }
     pthread_mutex_unlock(&d->queue_lock);
+    *n = k + 1;
+    return qs;
+}
+
+static void queues_release(cl_command_queue *qs, int n) {
+    for (int i = 0; i < n; i++) clReleaseCommandQueue(qs[i]);
+    free(qs);
+}
+
+kiln_status kiln__cl_streams_finish(kiln__cl_device *d) {
+    int n = 0;
+    cl_command_queue *qs = queues_retained(d, &n);
     kiln_status st = KILN_OK;
     if (!qs) { /* no memory for the list: a marker per queue waited for under the lock instead */
         pthread_mutex_lock(&d->queue_lock);
@@ -159,12 +172,35 @@ kiln_status kiln__cl_streams_finish(kiln__cl_device *d) {
         pthread_mutex_unlock(&d->queue_lock);
         return clFinish(d->transfer) == CL_SUCCESS ? st : KILN_ERR_DEVICE;
     }
-    for (int i = 0; i <= n; i++) {
+    for (int i = 0; i < n; i++)
         if (clFinish(qs[i]) != CL_SUCCESS) st = KILN_ERR_DEVICE;
-        if (i < n) clReleaseCommandQueue(qs[i]);
-    }
-    free(qs);
+    queues_release(qs, n);
     return st;
+}
+
+/* A marker on each queue, then its status polled until every one is done or the deadline has
+ * passed (clFinish has no time limit, and a device that hangs must not hang the exit). */
+void kiln__cl_streams_quiesce(kiln__cl_device *d, uint64_t deadline_ns) {
+    int n = 0;
+    cl_command_queue *qs = queues_retained(d, &n);
+    cl_event *marks = qs ? calloc((size_t)n, sizeof *marks) : NULL;
+    if (!marks) {
+        if (qs) queues_release(qs, n);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        if (clEnqueueMarkerWithWaitList(qs[i], 0, NULL, &marks[i]) != CL_SUCCESS) marks[i] = NULL;
+        else clFlush(qs[i]);
+    for (int i = 0; i < n; i++) {
+        cl_int status = CL_QUEUED;
+        while (marks[i] &&
+               clGetEventInfo(marks[i], CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL) == CL_SUCCESS &&
+               status > CL_COMPLETE && kiln__cl_host_ns() < deadline_ns)
+            nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
+        if (marks[i]) clReleaseEvent(marks[i]);
+    }
+    free(marks);
+    queues_release(qs, n);
 }
 
 /* ---- buffers' events ---------------------------------------------------------------------- */
