@@ -71,6 +71,10 @@ typedef struct kiln__cl_device {
     pthread_mutex_t queue_lock;
     kiln__cl_stream_queue *queues; /* one per live stream that used the device */
     int n_queues, cap_queues;
+    /* a marker on the queue of each ended stream whose commands may still run (the exit hold
+     * waits for them; pruned as they complete) */
+    cl_event *ended_marks;
+    int n_ended_marks, cap_ended_marks;
     cl_command_queue transfer; /* reads to the host; out of order where the driver can */
     uint64_t transfer_qid;
     bool transfer_in_order;

@@ -82,6 +82,8 @@ static void queue_free(kiln__cl_stream_queue *sq) {
 void kiln__cl_streams_free(kiln__cl_device *d) {
     for (int i = 0; i < d->n_queues; i++) queue_free(&d->queues[i]);
     free(d->queues);
+    for (int i = 0; i < d->n_ended_marks; i++) clReleaseEvent(d->ended_marks[i]);
+    free(d->ended_marks);
     if (d->transfer) clReleaseCommandQueue(d->transfer);
 }
 
@@ -127,6 +129,30 @@ static bool stream_queue(kiln__cl_device *d, int stream_id, kiln__cl_stream_queu
     return found;
 }
 
+static bool event_done(cl_event ev) {
+    cl_int status = CL_QUEUED;
+    return clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL) != CL_SUCCESS ||
+           status <= CL_COMPLETE;
+}
+
+/* Keeps an ended stream's last marker for the exit hold, dropping those already done. */
+static void ended_mark_keep(kiln__cl_device *d, cl_event mark) {
+    pthread_mutex_lock(&d->queue_lock);
+    int k = 0;
+    for (int i = 0; i < d->n_ended_marks; i++)
+        if (event_done(d->ended_marks[i])) clReleaseEvent(d->ended_marks[i]);
+        else d->ended_marks[k++] = d->ended_marks[i];
+    d->n_ended_marks = k;
+    if (k == d->cap_ended_marks) {
+        int cap = k ? 2 * k : 8;
+        cl_event *grown = realloc(d->ended_marks, (size_t)cap * sizeof *grown);
+        if (grown) d->ended_marks = grown, d->cap_ended_marks = cap;
+    }
+    if (d->n_ended_marks < d->cap_ended_marks) d->ended_marks[d->n_ended_marks++] = mark, mark = NULL;
+    pthread_mutex_unlock(&d->queue_lock);
+    if (mark) clReleaseEvent(mark); /* (no memory to keep it: the exit hold cannot wait for it) */
+}
+
 void kiln__cl_stream_end(kiln__cl_device *d, int stream_id) {
     kiln__cl_stream_queue ended = {0};
     pthread_mutex_lock(&d->queue_lock);
@@ -137,8 +163,11 @@ void kiln__cl_stream_end(kiln__cl_device *d, int stream_id) {
         }
     pthread_mutex_unlock(&d->queue_lock);
     if (ended.queue) { /* its commands still run: the driver keeps the queue until they are done */
+        cl_event mark = NULL;
+        if (clEnqueueMarkerWithWaitList(ended.queue, 0, NULL, &mark) != CL_SUCCESS) mark = NULL;
         clFlush(ended.queue);
         queue_free(&ended);
+        if (mark) ended_mark_keep(d, mark);
     }
 }
 
@@ -183,7 +212,11 @@ kiln_status kiln__cl_streams_finish(kiln__cl_device *d) {
 void kiln__cl_streams_quiesce(kiln__cl_device *d, uint64_t deadline_ns) {
     int n = 0;
     cl_command_queue *qs = queues_retained(d, &n);
-    cl_event *marks = qs ? calloc((size_t)n, sizeof *marks) : NULL;
+    pthread_mutex_lock(&d->queue_lock);
+    int n_ended = d->n_ended_marks;
+    cl_event *marks = qs ? calloc((size_t)(n + n_ended), sizeof *marks) : NULL;
+    for (int i = 0; marks && i < n_ended; i++) clRetainEvent(marks[n + i] = d->ended_marks[i]);
+    pthread_mutex_unlock(&d->queue_lock);
     if (!marks) {
         if (qs) queues_release(qs, n);
         return;
@@ -191,11 +224,8 @@ void kiln__cl_streams_quiesce(kiln__cl_device *d, uint64_t deadline_ns) {
     for (int i = 0; i < n; i++)
         if (clEnqueueMarkerWithWaitList(qs[i], 0, NULL, &marks[i]) != CL_SUCCESS) marks[i] = NULL;
         else clFlush(qs[i]);
-    for (int i = 0; i < n; i++) {
-        cl_int status = CL_QUEUED;
-        while (marks[i] &&
-               clGetEventInfo(marks[i], CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL) == CL_SUCCESS &&
-               status > CL_COMPLETE && kiln__cl_host_ns() < deadline_ns)
+    for (int i = 0; i < n + n_ended; i++) {
+        while (marks[i] && !event_done(marks[i]) && kiln__cl_host_ns() < deadline_ns)
             nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
         if (marks[i]) clReleaseEvent(marks[i]);
     }
