@@ -119,8 +119,26 @@ KILN_API kiln_custom_op *kiln_custom_op_find(const char *name);
  * kernel (or on another kind of device), or a failing shape rule. */
 KILN_API kiln_tensor kiln_custom_op_call(kiln_custom_op *op, int n_inputs, const kiln_tensor *inputs);
 /* From a shape rule or a kernel: sets the message of the failure it returns, and returns
- * KILN_ERR_INVALID_ARGUMENT (return it). */
+ * KILN_ERR_INVALID_ARGUMENT (return it, or another status to give the failure that kind:
+ * `return kiln_custom_op_error("f32 only"), KILN_ERR_DTYPE;` is a dtype error). */
 KILN_API kiln_status kiln_custom_op_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Loads the shared library at path (dlopen; a path without a slash is searched for as dlopen
+ * does) whose ops then register, as torch.ops.load_library: it calls the library's
+ *     kiln_status kiln_register_ops(void)
+ * when it defines one (once per library, however often it is loaded), or the library registers
+ * from a constructor of its own. Build the library without linking kiln: its kiln_* calls
+ * resolve to the kiln of the process that loads it (libkiln.so, or a program or the Python
+ * package linking kiln statically: kiln makes its own symbols visible to the library first).
+ * KILN_ERR_IO when the library cannot be loaded (dlerror's reason in kiln_last_error),
+ * KILN_ERR_INVALID_ARGUMENT for a library that brought its own copy of kiln, or the status of
+ * a failing kiln_register_ops. The library stays loaded until the process ends.
+ *   cc -shared -fPIC -o libmy_ops.so my_ops.c $(pkg-config --cflags kiln)    // no -lkiln
+ *   if (kiln_custom_op_load_library("./libmy_ops.so") != KILN_OK) puts(kiln_last_error());
+ *   kiln_custom_op *op = kiln_custom_op_find("my_op");                        */
+KILN_API kiln_status kiln_custom_op_load_library(const char *path);
+/* Defined by a library of ops (not by kiln): the entry point kiln_custom_op_load_library calls. */
+__attribute__((visibility("default"))) kiln_status kiln_register_ops(void);
 
 /* For a kernel: runs fn over [0, n) split into chunks of at least grain items on kiln's own
  * threads (`threads` of them, the calling one included), returning when all are done; inline
@@ -130,13 +148,15 @@ KILN_API void kiln_parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, 
 /* ---- call sites ------------------------------------------------------------------------- */
 #define KILN_CUSTOM_OP_API(X) \
     X(kiln_status, custom_op_register, (const kiln_custom_op_def *def, kiln_custom_op **out), (def, out)) \
-    X(kiln_tensor, custom_op_call, (kiln_custom_op *op, int n_inputs, const kiln_tensor *inputs), (op, n_inputs, inputs))
+    X(kiln_tensor, custom_op_call, (kiln_custom_op *op, int n_inputs, const kiln_tensor *inputs), (op, n_inputs, inputs)) \
+    X(kiln_status, custom_op_load_library, (const char *path), (path))
 KILN_CUSTOM_OP_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
 #pragma GCC system_header /* see core.h: errors in these calls name the caller's line */
 #define kiln_custom_op_register(...) KILN__AT(custom_op_register, __VA_ARGS__)
 #define kiln_custom_op_call(...) KILN__AT(custom_op_call, __VA_ARGS__)
+#define kiln_custom_op_load_library(...) KILN__AT(custom_op_load_library, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus
