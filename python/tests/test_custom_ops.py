@@ -12,6 +12,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 import sysconfig
 
 import numpy as np
@@ -27,13 +28,13 @@ def line_here():
     return inspect.currentframe().f_back.f_lineno
 
 
-def build_library(out_dir, name, *defines):
+def build_library(out_dir, name, *defines, source=HERE / "custom_ops_lib.c"):
     cc = os.environ.get("CC") or (sysconfig.get_config_var("CC") or "cc").split()[0]
     if not shutil.which(cc):
         pytest.skip(f"no C compiler ({cc}) to build a library of ops")
     lib = out_dir / name
     cmd = [cc, "-shared", "-fPIC", "-O1", "-Wall", "-I", kiln.get_include(), "-I", str(EXAMPLES), *defines,
-           "-o", str(lib), str(HERE / "custom_ops_lib.c"), "-lm"]
+           "-o", str(lib), str(source), "-lm"]
     subprocess.run(cmd, check=True)
     return lib
 
@@ -182,3 +183,11 @@ def test_backward_through_an_op_without_one(lib_path):
     x = kiln.ones(3, requires_grad=True)
     with pytest.raises(kiln.KilnError, match="test_from_constructor"):
         kiln.ops.test_from_constructor(x).sum().backward()
+
+
+def test_python_example_runs(tmp_path):
+    lib = build_library(tmp_path, "libswish_ops.so", source=EXAMPLES / "swish_ops.c")
+    r = subprocess.run([sys.executable, str(EXAMPLES / "python" / "custom_swish.py"), str(lib)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "values differ by" in r.stdout
