@@ -99,18 +99,34 @@ typedef struct kiln_custom_op_def {
     /* Optional, both or neither (copied): OpenCL C source and the name of the kernel in it that
      * runs the op for inputs on an OpenCL device. Its arguments are the inputs' buffers, the
      * output's and the element count, (global const T *in0, ..., global T *out, long n), each
-     * operand dense from element 0 (kiln copies an input that is not), with one work item per
+     * operand dense from element 0 (kiln copies an input that is not; see opencl_layout for
+     * the operands' shapes and strides), with one work item per
      * output element (n of them; i < n always). Without it, an op on an OpenCL tensor is refused:
      * move the inputs to the CPU. A build error poisons the result with the build log's head. */
     const char *opencl_source;
     const char *opencl_kernel;
+    /* Set: the OpenCL kernel also gets each operand's layout, as the CPU kernel does, and its
+     * inputs as they are (strided, offset, broadcast: no dense copy). After n come, for each
+     * input and then the output, (long8 shape, long8 strides, long offset) in elements, dims
+     * right-aligned (a 2-d operand's are .s6 and .s7; leading dims have size 1). kiln declares,
+     * ahead of the source, KILN_LAYOUT(x) for such a parameter triple named x_shape, x_strides,
+     * x_offset and KILN_AT(x, i), where x's i-th element (row-major) is in its buffer:
+     *   kernel void row_sum(global const float *x, global float *y, long n, KILN_LAYOUT(x), KILN_LAYOUT(y)) {
+     *       long r = get_global_id(0);                              // one item per output element
+     *       if (r >= n) return;
+     *       float s = 0;
+     *       for (long j = 0; j < x_shape.s7; j++) s += x[KILN_AT(x, r * x_shape.s7 + j)];
+     *       y[KILN_AT(y, r)] = s;
+     *   } */
+    bool opencl_layout;
 } kiln_custom_op_def;
 
 typedef struct kiln_custom_op kiln_custom_op; /* lives until the process ends */
 
 /* Registers def (thread-safe); *out receives the op. KILN_ERR_INVALID_ARGUMENT, with a message
  * in kiln_last_error, for a NULL or empty name, a taken name, a NULL shape rule or kernel,
- * n_inputs out of range, or an OpenCL source without a kernel name (or the reverse). */
+ * n_inputs out of range, an OpenCL source without a kernel name (or the reverse), or
+ * opencl_layout without an OpenCL kernel. */
 KILN_API kiln_status kiln_custom_op_register(const kiln_custom_op_def *def, kiln_custom_op **out);
 /* The op registered under name, or NULL. */
 KILN_API kiln_custom_op *kiln_custom_op_find(const char *name);

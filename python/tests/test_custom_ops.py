@@ -191,3 +191,11 @@ def test_python_example_runs(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "values differ by" in r.stdout
+
+
+@pytest.mark.skipif(kiln.device_count("opencl") == 0, reason="no OpenCL device")
+def test_opencl_kernel_from_python(swish):
+    x = kiln.randn(7, 9, generator=kiln.Generator().manual_seed(4)) * 3
+    y = swish(x.to("opencl:0").T)  # the op's own OpenCL kernel, on a strided input
+    assert y.device == "opencl:0"
+    np.testing.assert_allclose(y.to("cpu").numpy(), swish_reference(x.numpy().T), rtol=1e-5, atol=1e-6)
