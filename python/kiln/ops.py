@@ -6,7 +6,8 @@
 
 An op is looked up by name each time (kiln.ops.<name> or kiln.ops.find(name)), so ops that C
 code registered at any time in this process (a loaded library, or a program embedding Python)
-are found too. Registered ops live until the process ends: there is no unregistering.
+are found too (an op named like a function of this module, find or load_library, is reached
+with find(name)). Registered ops live until the process ends: there is no unregistering.
 """
 import os as _os
 import sys as _sys
