@@ -7,10 +7,13 @@
 
 #include <kiln/custom_op.h>
 
+#include <stddef.h>
+
 typedef struct {
     PyObject_HEAD
     kiln_custom_op *op;
-    PyObject *name; /* the registered name (str) */
+    PyObject *name;            /* the registered name (str) */
+    vectorcallfunc vectorcall; /* the arguments stay the interpreter's: a temporary can be elided */
 } kp_custom_op;
 
 static void custom_op_dealloc(PyObject *self) {
@@ -25,22 +28,22 @@ static PyObject *custom_op_repr(PyObject *self) {
 /* kiln_custom_op_call consumes at most this many handles; more is refused before any is taken */
 #define MAX_CALL_ARGS 64
 
-static PyObject *custom_op_call(PyObject *self, PyObject *args, PyObject *kwargs) {
+static PyObject *custom_op_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     kp_custom_op *op = (kp_custom_op *)self;
-    if (kwargs && PyDict_GET_SIZE(kwargs) > 0)
+    if (kwnames && PyTuple_GET_SIZE(kwnames) > 0)
         return PyErr_Format(PyExc_TypeError, "kiln.ops.%U() takes tensors as positional arguments only", op->name);
-    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
     if (n > MAX_CALL_ARGS)
         return PyErr_Format(PyExc_TypeError, "kiln.ops.%U() takes at most %d tensors, got %zd", op->name,
                             KILN_CUSTOM_MAX_INPUTS, n);
     for (Py_ssize_t i = 0; i < n; i++)
-        if (!kp_is_tensor(PyTuple_GET_ITEM(args, i)))
+        if (!kp_is_tensor(args[i]))
             return PyErr_Format(PyExc_TypeError, "kiln.ops.%U() takes kiln.Tensor arguments; argument %zd is %.100s",
-                                op->name, i + 1, Py_TYPE(PyTuple_GET_ITEM(args, i))->tp_name);
+                                op->name, i + 1, Py_TYPE(args[i])->tp_name);
     kp_site();
     kiln_tensor handles[MAX_CALL_ARGS];
     for (Py_ssize_t i = 0; i < n; i++) {
-        handles[i] = kp_take(PyTuple_GET_ITEM(args, i));
+        handles[i] = kp_take(args[i]);
         if (!handles[i].id) {
             while (i-- > 0) kiln_release(handles[i]);
             return NULL;
@@ -63,11 +66,12 @@ static PyGetSetDef custom_op_getset[] = {
 static PyTypeObject kp_CustomOpType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kiln.ops.CustomOp",
     .tp_basicsize = sizeof(kp_custom_op),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(kp_custom_op, vectorcall),
     .tp_doc = "A registered op (kiln.ops.<name> or kiln.ops.find(name)); call it with its input tensors.",
     .tp_dealloc = custom_op_dealloc,
     .tp_repr = custom_op_repr,
-    .tp_call = custom_op_call,
+    .tp_call = PyVectorcall_Call,
     .tp_getset = custom_op_getset,
 };
 
@@ -82,6 +86,7 @@ static PyObject *custom_op_find(PyObject *mod, PyObject *arg) {
     if (!op) return NULL;
     op->op = found;
     op->name = Py_NewRef(arg);
+    op->vectorcall = custom_op_vectorcall;
     return (PyObject *)op;
 }
 

@@ -199,3 +199,20 @@ def test_opencl_kernel_from_python(swish):
     y = swish(x.to("opencl:0").T)  # the op's own OpenCL kernel, on a strided input
     assert y.device == "opencl:0"
     np.testing.assert_allclose(y.to("cpu").numpy(), swish_reference(x.numpy().T), rtol=1e-5, atol=1e-6)
+
+
+def test_temporary_argument_is_overwritten_in_place(swish):
+    n = 512 * 512  # 1 MiB of f32: above the elision threshold
+    x = kiln.randn(n, seed=1)
+    kiln.sync()
+    before = kiln.memory_stats()["inplace_reuses"]
+    y = swish(x * 2)  # the product only the interpreter holds: swish writes into its buffer
+    kiln.sync()
+    assert kiln.memory_stats()["inplace_reuses"] - before >= 1
+    kept = kiln.memory_stats()["inplace_reuses"]
+    z = swish(x)  # a named tensor is never consumed
+    kiln.sync()
+    assert kiln.memory_stats()["inplace_reuses"] == kept
+    x_np = x.numpy()
+    np.testing.assert_allclose(y.numpy(), swish_reference(2 * x_np), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(z.numpy(), swish_reference(x_np), rtol=1e-5, atol=1e-6)
