@@ -144,8 +144,9 @@ KILN_API kiln_status kiln_custom_op_error(const char *fmt, ...) __attribute__((f
  *     kiln_status kiln_register_ops(void)
  * when it defines one (once per library, however often it is loaded), or the library registers
  * from a constructor of its own. Build the library without linking kiln: its kiln_* calls
- * resolve to the kiln of the process that loads it (libkiln.so, or a program or the Python
- * package linking kiln statically: kiln makes its own symbols visible to the library first).
+ * resolve to the kiln of the process that loads it, which kiln makes visible to the library
+ * first (libkiln.so, or the Python package; a program linking kiln statically must export its
+ * symbols: -rdynamic, CMake's ENABLE_EXPORTS).
  * KILN_ERR_IO when the library cannot be loaded (dlerror's reason in kiln_last_error),
  * KILN_ERR_INVALID_ARGUMENT for a library that brought its own copy of kiln, or the status of
  * a failing kiln_register_ops. The library stays loaded until the process ends.
