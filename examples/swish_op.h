@@ -22,7 +22,7 @@
 
 static kiln_status swish_shape(int n, const kiln_custom_meta *in, kiln_custom_meta *out, void *user) {
     (void)n, (void)user;
-    if (in[0].dtype != KILN_F32) return kiln_custom_op_error("swish takes f32 tensors");
+    if (in[0].dtype != KILN_F32) return kiln_custom_op_error("swish takes f32 tensors"), KILN_ERR_DTYPE;
     *out = in[0];
     return KILN_OK;
 }

@@ -3,7 +3,9 @@
  * kiln copies dense for the kernel), in place when the input has one owner, gradients equal to
  * the CPU's, an op without an OpenCL kernel refused at the caller's line, a source that does
  * not build and a kernel name not in the source poisoning the result, and half a definition
- * refused. Skipped (exit 77) without an OpenCL device. */
+ * refused; a kernel that takes layouts (opencl_layout) against the CPU on transposed, sliced
+ * and broadcast inputs, handed the view's own layout (no dense copy), and its build errors
+ * naming the user's line. Skipped (exit 77) without an OpenCL device. */
 #include <kiln.h>
 
 #include "core/core-impl.h"
@@ -218,6 +220,141 @@ KT_TEST(half_an_opencl_kernel_is_refused) {
     KT_CHECK(kiln_custom_op_register(&d, &op) == KILN_ERR_INVALID_ARGUMENT);
     KT_CHECK(kiln_custom_op_find("cl_half") == NULL);
 }
+
+/* ---- kernels that take layouts (opencl_layout): inputs as they are, shapes and strides ------ */
+
+/* y[r] = the sum of x's last dim in row r: a kernel that needs x's shape */
+static kiln_status row_sum_rule(int n, const kiln_custom_meta *in, kiln_custom_meta *out, void *user) {
+    (void)n, (void)user;
+    if (in[0].dtype != KILN_F32 || in[0].ndim < 1) return kiln_custom_op_error("f32 with at least 1 dim");
+    *out = in[0];
+    out->ndim = in[0].ndim - 1;
+    return KILN_OK;
+}
+
+static kiln_status row_sum_cpu(int n, const kiln_custom_operand *in, const kiln_custom_operand *out, int threads,
+                               void *user) {
+    (void)n, (void)threads, (void)user;
+    int64_t cols = in[0].shape[in[0].ndim - 1], rows = 1;
+    for (int d = 0; d < out->ndim; d++) rows *= out->shape[d];
+    for (int64_t r = 0; r < rows; r++) {
+        float s = 0;
+        for (int64_t j = 0; j < cols; j++) s += load(&in[0], r * cols + j);
+        ((float *)out->data)[r] = s;
+    }
+    return KILN_OK;
+}
+
+static const char row_sum_cl[] =
+    "kernel void row_sum(global const float *x, global float *y, long n, KILN_LAYOUT(x), KILN_LAYOUT(y)) {\n"
+    "    long r = get_global_id(0);\n"
+    "    if (r >= n) return;\n"
+    "    float s = 0;\n"
+    "    for (long j = 0; j < x_shape.s7; j++) s += x[KILN_AT(x, r * x_shape.s7 + j)];\n"
+    "    y[KILN_AT(y, r)] = s;\n"
+    "}\n";
+
+static kiln_custom_op *row_sum(void) {
+    static kiln_custom_op *op;
+    if (!op) {
+        kiln_custom_op_def def = {.name = "cl_row_sum", .n_inputs = 1, .shape = row_sum_rule, .cpu_kernel = row_sum_cpu,
+                                  .opencl_source = row_sum_cl, .opencl_kernel = "row_sum", .opencl_layout = true};
+        KT_CHECK_MSG(kiln_custom_op_register(&def, &op) == KILN_OK, "%s", kiln_last_error());
+    }
+    return op;
+}
+
+KT_TEST(layout_kernel_matches_the_cpu_on_strided_inputs) {
+    kt_mem_begin();
+    kiln_tensor a = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(45, 30), 3);
+    static double x[45 * 30], got[64], want[64];
+    read_f64(kiln_ref(a), x, 45 * 30);
+    /* [30, 40]: a's rows 5.. transposed (offset 150, strides (1, 30)), on the device and the CPU */
+    kiln_tensor on_dev = kiln_custom_op_call(row_sum(), 1,
+                                             (kiln_tensor[]){kiln_transpose(kiln_narrow(dev(kiln_ref(a)), 0, 5, 40), 0, 1)});
+    kiln_tensor on_cpu = kiln_custom_op_call(row_sum(), 1, (kiln_tensor[]){kiln_transpose(kiln_narrow(kiln_ref(a), 0, 5, 40), 0, 1)});
+    KT_CHECK(kiln_tensor_device(on_dev) == KILN_OPENCL && kiln_tensor_ndim(on_dev) == 1);
+    read_f64(on_dev, got, 30);
+    read_f64(on_cpu, want, 30);
+    for (int c = 0; c < 30; c++) {
+        double ref = 0;
+        for (int r = 5; r < 45; r++) ref += x[r * 30 + c];
+        KT_NEAR(got[c], want[c], 1e-5 * (1 + fabs(ref)));
+        KT_NEAR(got[c], ref, 1e-4 * (1 + fabs(ref)));
+    }
+    /* every other column of a 3-d view, and a row broadcast over 4 (zero strides) */
+    kiln_tensor cube = dev(kiln_reshape(kiln_ref(a), KILN_SHAPE(3, 15, 30)));
+    kiln_tensor picked = kiln_slice(cube, 2, 1, 30, 2); /* [3, 15, 15], columns 1, 3, ... */
+    read_f64(kiln_custom_op_call(row_sum(), 1, &picked), got, 45);
+    for (int r = 0; r < 45; r++) {
+        double ref = 0;
+        for (int c = 1; c < 30; c += 2) ref += x[r * 30 + c];
+        KT_NEAR(got[r], ref, 1e-4 * (1 + fabs(ref)));
+    }
+    kiln_tensor row = kiln_expand(kiln_narrow(dev(kiln_ref(a)), 0, 2, 1), KILN_SHAPE(4, 30));
+    read_f64(kiln_custom_op_call(row_sum(), 1, &row), got, 4);
+    double ref = 0;
+    for (int c = 0; c < 30; c++) ref += x[2 * 30 + c];
+    for (int i = 0; i < 4; i++) KT_NEAR(got[i], ref, 1e-4 * (1 + fabs(ref)));
+    kiln_release(a);
+    KT_MEM_CHECK();
+}
+
+/* y = the layout the kernel received for x: shape, strides, then the offset (8 times) */
+static kiln_status probe_rule(int n, const kiln_custom_meta *in, kiln_custom_meta *out, void *user) {
+    (void)n, (void)in, (void)user;
+    *out = (kiln_custom_meta){.dtype = KILN_F32, .ndim = 2, .shape = {3, 8}};
+    return KILN_OK;
+}
+
+static kiln_status probe_cpu(int n, const kiln_custom_operand *in, const kiln_custom_operand *out, int threads,
+                             void *user) {
+    (void)n, (void)in, (void)threads, (void)user;
+    memset(out->data, 0, 24 * sizeof(float));
+    return KILN_OK;
+}
+
+static const char probe_cl[] =
+    "kernel void probe(global const float *x, global float *y, long n, KILN_LAYOUT(x), KILN_LAYOUT(y)) {\n"
+    "    long i = get_global_id(0), v[8];\n"
+    "    if (i >= n) return;\n"
+    "    vstore8(i < 8 ? x_shape : x_strides, 0, v);\n"
+    "    y[i] = i < 16 ? (float)v[i % 8] : (float)x_offset;\n"
+    "}\n";
+
+KT_TEST(layout_kernel_gets_the_views_own_layout_without_a_copy) {
+    kiln_custom_op *op = NULL;
+    kiln_custom_op_def def = {.name = "cl_layout_probe", .n_inputs = 1, .shape = probe_rule, .cpu_kernel = probe_cpu,
+                              .opencl_source = probe_cl, .opencl_kernel = "probe", .opencl_layout = true};
+    KT_CHECK_MSG(kiln_custom_op_register(&def, &op) == KILN_OK, "%s", kiln_last_error());
+    kt_mem_begin();
+    kiln_tensor x = kiln_transpose(kiln_narrow(kiln_zeros(KILN_OPENCL, KILN_F32, KILN_SHAPE(45, 30)), 0, 5, 40), 0, 1);
+    double got[24];
+    read_f64(kiln_custom_op_call(op, 1, &x), got, 24);
+    const double want[24] = {1, 1, 1, 1, 1, 1, 30, 40, 0, 0, 0, 0, 0, 0, 1, 30, 150, 150, 150, 150, 150, 150, 150, 150};
+    for (int i = 0; i < 24; i++) KT_NEAR(got[i], want[i], 0);
+    KT_MEM_CHECK();
+}
+
+KT_TEST(layout_build_errors_name_the_users_line) {
+    kt_mem_begin();
+    kiln_custom_op *op = NULL;
+    kiln_custom_op_def def = {.name = "cl_layout_broken", .n_inputs = 1, .shape = same_f32_rule, .cpu_kernel = square_mul_cpu,
+                              .opencl_source = "kernel void f(global const float *x, global float *y, long n) {\n"
+                                               "    y[0] = undeclared_here;\n}\n",
+                              .opencl_kernel = "f", .opencl_layout = true};
+    KT_CHECK(kiln_custom_op_register(&def, &op) == KILN_OK);
+    kiln_tensor x = kiln_ones(KILN_OPENCL, KILN_F32, KILN_SHAPE(4));
+    KT_READ_ERROR(kiln_custom_op_call(op, 1, &x), KILN_ERR_KERNEL, "cl_layout_broken");
+    KT_CHECK_MSG(strstr(kiln_last_error(), ":2:") && strstr(kiln_last_error(), "undeclared_here"), "%s", kiln_last_error());
+    /* layouts without an OpenCL kernel: a bad definition */
+    kiln_custom_op_def cpu_only = {.name = "cl_layout_cpu_only", .n_inputs = 1, .shape = same_f32_rule,
+                                   .cpu_kernel = square_mul_cpu, .opencl_layout = true};
+    int line = __LINE__ + 1;
+    KT_CHECK(kiln_custom_op_register(&cpu_only, &op) == KILN_ERR_INVALID_ARGUMENT);
+    KT_EXPECT_ERROR(KILN_ERR_INVALID_ARGUMENT, "has no OpenCL kernel", line);
+    KT_MEM_CHECK();
+}
 #endif
 
 int main(void) {
@@ -236,6 +373,9 @@ int main(void) {
     KT_RUN(inputs_on_two_devices_are_refused);
     KT_RUN(source_that_does_not_build_poisons_the_result);
     KT_RUN(half_an_opencl_kernel_is_refused);
+    KT_RUN(layout_kernel_matches_the_cpu_on_strided_inputs);
+    KT_RUN(layout_kernel_gets_the_views_own_layout_without_a_copy);
+    KT_RUN(layout_build_errors_name_the_users_line);
     return kt_finish();
 #endif
 }

@@ -99,18 +99,34 @@ typedef struct kiln_custom_op_def {
     /* Optional, both or neither (copied): OpenCL C source and the name of the kernel in it that
      * runs the op for inputs on an OpenCL device. Its arguments are the inputs' buffers, the
      * output's and the element count, (global const T *in0, ..., global T *out, long n), each
-     * operand dense from element 0 (kiln copies an input that is not), with one work item per
+     * operand dense from element 0 (kiln copies an input that is not; see opencl_layout for
+     * the operands' shapes and strides), with one work item per
      * output element (n of them; i < n always). Without it, an op on an OpenCL tensor is refused:
      * move the inputs to the CPU. A build error poisons the result with the build log's head. */
     const char *opencl_source;
     const char *opencl_kernel;
+    /* Set: the OpenCL kernel also gets each operand's layout, as the CPU kernel does, and its
+     * inputs as they are (strided, offset, broadcast: no dense copy). After n come, for each
+     * input and then the output, (long8 shape, long8 strides, long offset) in elements, dims
+     * right-aligned (a 2-d operand's are .s6 and .s7; leading dims have size 1). kiln declares,
+     * ahead of the source, KILN_LAYOUT(x) for such a parameter triple named x_shape, x_strides,
+     * x_offset and KILN_AT(x, i), where x's i-th element (row-major) is in its buffer:
+     *   kernel void row_sum(global const float *x, global float *y, long n, KILN_LAYOUT(x), KILN_LAYOUT(y)) {
+     *       long r = get_global_id(0);                              // one item per output element
+     *       if (r >= n) return;
+     *       float s = 0;
+     *       for (long j = 0; j < x_shape.s7; j++) s += x[KILN_AT(x, r * x_shape.s7 + j)];
+     *       y[KILN_AT(y, r)] = s;
+     *   } */
+    bool opencl_layout;
 } kiln_custom_op_def;
 
 typedef struct kiln_custom_op kiln_custom_op; /* lives until the process ends */
 
 /* Registers def (thread-safe); *out receives the op. KILN_ERR_INVALID_ARGUMENT, with a message
  * in kiln_last_error, for a NULL or empty name, a taken name, a NULL shape rule or kernel,
- * n_inputs out of range, or an OpenCL source without a kernel name (or the reverse). */
+ * n_inputs out of range, an OpenCL source without a kernel name (or the reverse), or
+ * opencl_layout without an OpenCL kernel. */
 KILN_API kiln_status kiln_custom_op_register(const kiln_custom_op_def *def, kiln_custom_op **out);
 /* The op registered under name, or NULL. */
 KILN_API kiln_custom_op *kiln_custom_op_find(const char *name);
@@ -119,8 +135,27 @@ KILN_API kiln_custom_op *kiln_custom_op_find(const char *name);
  * kernel (or on another kind of device), or a failing shape rule. */
 KILN_API kiln_tensor kiln_custom_op_call(kiln_custom_op *op, int n_inputs, const kiln_tensor *inputs);
 /* From a shape rule or a kernel: sets the message of the failure it returns, and returns
- * KILN_ERR_INVALID_ARGUMENT (return it). */
+ * KILN_ERR_INVALID_ARGUMENT (return it, or another status to give the failure that kind:
+ * `return kiln_custom_op_error("f32 only"), KILN_ERR_DTYPE;` is a dtype error). */
 KILN_API kiln_status kiln_custom_op_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Loads the shared library at path (dlopen; a path without a slash is searched for as dlopen
+ * does) whose ops then register, as torch.ops.load_library: it calls the library's
+ *     kiln_status kiln_register_ops(void)
+ * when it defines one (once per library, however often it is loaded), or the library registers
+ * from a constructor of its own. Build the library without linking kiln: its kiln_* calls
+ * resolve to the kiln of the process that loads it, which kiln makes visible to the library
+ * first (libkiln.so, or the Python package; a program linking kiln statically must export its
+ * symbols: -rdynamic, CMake's ENABLE_EXPORTS).
+ * KILN_ERR_IO when the library cannot be loaded (dlerror's reason in kiln_last_error),
+ * KILN_ERR_INVALID_ARGUMENT for a library that brought its own copy of kiln, or the status of
+ * a failing kiln_register_ops. The library stays loaded until the process ends.
+ *   cc -shared -fPIC -o libmy_ops.so my_ops.c $(pkg-config --cflags kiln)    // no -lkiln
+ *   if (kiln_custom_op_load_library("./libmy_ops.so") != KILN_OK) puts(kiln_last_error());
+ *   kiln_custom_op *op = kiln_custom_op_find("my_op");                        */
+KILN_API kiln_status kiln_custom_op_load_library(const char *path);
+/* Defined by a library of ops (not by kiln): the entry point kiln_custom_op_load_library calls. */
+__attribute__((visibility("default"))) kiln_status kiln_register_ops(void);
 
 /* For a kernel: runs fn over [0, n) split into chunks of at least grain items on kiln's own
  * threads (`threads` of them, the calling one included), returning when all are done; inline
@@ -130,13 +165,15 @@ KILN_API void kiln_parallel_for(int64_t n, int64_t grain, void (*fn)(void *ctx, 
 /* ---- call sites ------------------------------------------------------------------------- */
 #define KILN_CUSTOM_OP_API(X) \
     X(kiln_status, custom_op_register, (const kiln_custom_op_def *def, kiln_custom_op **out), (def, out)) \
-    X(kiln_tensor, custom_op_call, (kiln_custom_op *op, int n_inputs, const kiln_tensor *inputs), (op, n_inputs, inputs))
+    X(kiln_tensor, custom_op_call, (kiln_custom_op *op, int n_inputs, const kiln_tensor *inputs), (op, n_inputs, inputs)) \
+    X(kiln_status, custom_op_load_library, (const char *path), (path))
 KILN_CUSTOM_OP_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
 #pragma GCC system_header /* see core.h: errors in these calls name the caller's line */
 #define kiln_custom_op_register(...) KILN__AT(custom_op_register, __VA_ARGS__)
 #define kiln_custom_op_call(...) KILN__AT(custom_op_call, __VA_ARGS__)
+#define kiln_custom_op_load_library(...) KILN__AT(custom_op_load_library, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

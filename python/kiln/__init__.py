@@ -149,3 +149,10 @@ class no_grad:
 
 from .serialization import save, load  # noqa: E402,F401
 from . import nn, optim, utils, models  # noqa: E402,F401
+from . import ops  # noqa: E402,F401
+
+
+def get_include():
+    """The folder of kiln's C headers, to build a library of ops for kiln.ops.load_library
+    against (cc -shared -fPIC -I$(python -c 'import kiln; print(kiln.get_include())') ...)."""
+    return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "include")

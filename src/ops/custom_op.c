@@ -43,6 +43,14 @@ kiln_custom_op *kiln_custom_op_find(const char *name) {
 
 static kiln_status run_cpu(const kiln__op *op, int threads);
 
+/* prelude followed by source, in one new string (NULL when out of memory) */
+static char *with_prelude(const char *prelude, const char *source) {
+    size_t a = strlen(prelude), b = strlen(source);
+    char *s = malloc(a + b + 1);
+    if (s) memcpy(s, prelude, a), memcpy(s + a, source, b + 1);
+    return s;
+}
+
 kiln_status kiln_custom_op_register(const kiln_custom_op_def *def, kiln_custom_op **out) {
     static const char *const me = "kiln_custom_op_register";
     if (out) *out = NULL;
@@ -60,14 +68,20 @@ kiln_status kiln_custom_op_register(const kiln_custom_op_def *def, kiln_custom_o
     if (has_src != has_kernel)
         return kiln__report(KILN_ERR_INVALID_ARGUMENT, me, "op %s: an OpenCL kernel needs both its source and its name",
                             def->name);
+    if (def->opencl_layout && !has_src)
+        return kiln__report(KILN_ERR_INVALID_ARGUMENT, me, "op %s asks for OpenCL layouts but has no OpenCL kernel",
+                            def->name);
     kiln_custom_op *op = malloc(sizeof *op + len + 1);
-    char *cl_source = has_src ? strdup(def->opencl_source) : NULL, *cl_kernel = has_src ? strdup(def->opencl_kernel) : NULL;
+    char *cl_source = has_src ? with_prelude(def->opencl_layout ? KILN__CUSTOM_CL_LAYOUT_PRELUDE : "", def->opencl_source)
+                              : NULL;
+    char *cl_kernel = has_src ? strdup(def->opencl_kernel) : NULL;
     if (!op || (has_src && (!cl_source || !cl_kernel))) {
         free(op), free(cl_source), free(cl_kernel);
         return kiln__report(KILN_ERR_OUT_OF_MEMORY, me, "cannot allocate op %s", def->name);
     }
     memcpy(op->name, def->name, len + 1);
-    op->head = (kiln__custom_head){.run_cpu = run_cpu, .cl_source = cl_source, .cl_kernel = cl_kernel};
+    op->head = (kiln__custom_head){.run_cpu = run_cpu, .cl_source = cl_source, .cl_kernel = cl_kernel,
+                                   .cl_layout = has_src && def->opencl_layout};
     op->def = *def;
     op->def.name = op->name;
     op->def.opencl_source = cl_source;
@@ -135,8 +149,9 @@ kiln__tensor *kiln__t_custom(kiln__opctx *c, const kiln_custom_op *op, int n, ki
                    kiln_device_name(in[0]->device));
         ok = false;
     }
-    /* an OpenCL kernel reads its inputs dense from their first element */
-    for (int i = 0; ok && in[0]->device != KILN_CPU && i < n; i++) ok = (in[i] = dense_from_start(c, in[i])) != NULL;
+    /* an OpenCL kernel reads its inputs dense from their first element, unless it takes layouts */
+    for (int i = 0; ok && in[0]->device != KILN_CPU && !op->head.cl_layout && i < n; i++)
+        ok = (in[i] = dense_from_start(c, in[i])) != NULL;
     if (ok && output_meta(c, op, n, in, &meta)) {
         kiln_device dev = in[0]->device;
         kiln__op rec;
