@@ -92,8 +92,8 @@ static bool nested(const uint8_t **p, const uint8_t *end, int field, const uint8
 
 /* Decodes Event{wall_time, step, summary{value{tag, simple_value}}} field by field: every
  * length must end exactly where its message does. */
-static bool decode_scalar(const kiln__pbuf *b, double *wall, int64_t *step, char *tag, size_t tag_cap, float *value) {
-    const uint8_t *p = b->data, *end = b->data + b->len, *s, *s_end, *v, *v_end, *t, *t_end;
+static bool decode_scalar(const kiln__text *b, double *wall, int64_t *step, char *tag, size_t tag_cap, float *value) {
+    const uint8_t *p = (const uint8_t *)b->s, *end = p + b->len, *s, *s_end, *v, *v_end, *t, *t_end;
     uint64_t key, u;
     if (!varint(&p, end, &key) || key != (1 << 3 | 1) || end - p < 8) return false;
     memcpy(wall, p, 8), p += 8;
@@ -117,7 +117,7 @@ KT_TEST(scalar_event_lengths_hold_for_every_tag_length) {
     /* tag lengths around the varints' 1/2-byte boundaries (value and summary lengths too) */
     const size_t lengths[] = {1, 10, 115, 116, 117, 118, 120, 126, 127, 128, 129, 200, 16383, 16384, 70000};
     char *tag = malloc(70001), *got = malloc(70001);
-    kiln__pbuf b = {0};
+    kiln__text b = {0};
     KT_CHECK(tag && got);
     if (!tag || !got) return free(tag), free(got);
     const int64_t steps[] = {0, 1, 127, 128, (int64_t)1 << 40};
@@ -125,15 +125,15 @@ KT_TEST(scalar_event_lengths_hold_for_every_tag_length) {
         for (size_t i = 0; i < lengths[k]; i++) tag[i] = (char)('a' + (i * 7 + k) % 26);
         tag[lengths[k]] = '\0';
         int64_t step_in = steps[k % 5], step_out = -1;
-        kiln__pbuf_clear(&b); /* reused, as the writer thread does */
+        kiln__text_clear(&b); /* reused, as the writer thread does */
         kiln__event_scalar(&b, 1234.5, step_in, tag, -0.25f);
         double wall = 0;
         float value = 0;
-        KT_CHECK_MSG(!b.failed && decode_scalar(&b, &wall, &step_out, got, 70001, &value), "tag of %zu bytes", lengths[k]);
+        KT_CHECK_MSG(!b.oom && decode_scalar(&b, &wall, &step_out, got, 70001, &value), "tag of %zu bytes", lengths[k]);
         KT_CHECK_MSG(wall == 1234.5 && step_out == step_in && value == -0.25f && !strcmp(got, tag), "tag of %zu bytes",
                      lengths[k]);
     }
-    kiln__pbuf_free(&b);
+    kiln__text_free(&b);
     free(tag), free(got);
 }
 

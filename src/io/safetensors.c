@@ -19,6 +19,7 @@
 #endif
 
 #include "core/core-impl.h"
+#include "core/text.h"
 #include "io/safetensors.h"
 
 #define MAX_HEADER ((uint64_t)100 << 20) /* the reference implementation's limit */
@@ -643,47 +644,14 @@ const char *kiln__st_meta_get(const kiln__st_file *f, const char *key) {
 
 /* ---- writer ------------------------------------------------------------------------------ */
 
-typedef struct {
-    char *s;
-    size_t len, cap;
-    bool oom;
-} text;
-
-static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(text *t, const char *fmt, ...) {
-    for (;;) {
-        if (t->oom) return;
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(t->s ? t->s + t->len : NULL, t->s ? t->cap - t->len : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            t->oom = true;
-            return;
-        }
-        if (t->s && t->len + (size_t)n < t->cap) {
-            t->len += (size_t)n;
-            return;
-        }
-        size_t cap = (t->cap ? t->cap : 256) * 2 + (size_t)n;
-        char *g = realloc(t->s, cap);
-        if (!g) {
-            t->oom = true;
-            return;
-        }
-        t->s = g;
-        t->cap = cap;
-    }
-}
-
-static void put_json_string(text *t, const char *s) {
-    put(t, "\"");
+static void put_json_string(kiln__text *t, const char *s) {
+    kiln__text_printf(t, "\"");
     for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        if (*c == '"' || *c == '\\') put(t, "\\%c", *c);
-        else if (*c < 0x20) put(t, "\\u%04x", *c);
-        else put(t, "%c", *c);
+        if (*c == '"' || *c == '\\') kiln__text_printf(t, "\\%c", *c);
+        else if (*c < 0x20) kiln__text_printf(t, "\\u%04x", *c);
+        else kiln__text_printf(t, "%c", *c);
     }
-    put(t, "\"");
+    kiln__text_printf(t, "\"");
 }
 
 static int cmp_entries(const void *a, const void *b) {
@@ -756,28 +724,28 @@ kiln_status kiln__st_write(const char *path, kiln__st_entry *entries, int n, con
         if (!kiln_dtype_tag(entries[i].dtype))
             return fail(KILN_ERR_DTYPE, why, why_size, "no safetensors dtype for %s", kiln_dtype_name(entries[i].dtype));
     qsort(entries, (size_t)n, sizeof *entries, cmp_entries);
-    text h = {0};
-    put(&h, "{\"__metadata__\":{\"" CRC_KEY "\":\"");
+    kiln__text h = {0};
+    kiln__text_printf(&h, "{\"__metadata__\":{\"" CRC_KEY "\":\"");
     size_t crc_at = 8 + h.len;
-    put(&h, "00000000\"");
+    kiln__text_printf(&h, "00000000\"");
     for (int i = 0; i < n_meta; i++) {
-        put(&h, ",");
+        kiln__text_printf(&h, ",");
         put_json_string(&h, meta[i].key);
-        put(&h, ":");
+        kiln__text_printf(&h, ":");
         put_json_string(&h, meta[i].value);
     }
-    put(&h, "}");
+    kiln__text_printf(&h, "}");
     uint64_t at = 0;
     for (int i = 0; i < n; i++) {
-        put(&h, ",");
+        kiln__text_printf(&h, ",");
         put_json_string(&h, entries[i].name);
-        put(&h, ":{\"dtype\":\"%s\",\"shape\":[", kiln_dtype_tag(entries[i].dtype));
-        for (int d = 0; d < entries[i].ndim; d++) put(&h, d ? ",%lld" : "%lld", (long long)entries[i].shape[d]);
-        put(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at, (unsigned long long)(at + entries[i].nbytes));
+        kiln__text_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", kiln_dtype_tag(entries[i].dtype));
+        for (int d = 0; d < entries[i].ndim; d++) kiln__text_printf(&h, d ? ",%lld" : "%lld", (long long)entries[i].shape[d]);
+        kiln__text_printf(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at, (unsigned long long)(at + entries[i].nbytes));
         at += entries[i].nbytes;
     }
-    put(&h, "}");
-    while ((8 + h.len) % 8) put(&h, " "); /* the data starts 8-byte aligned */
+    kiln__text_printf(&h, "}");
+    while ((8 + h.len) % 8) kiln__text_printf(&h, " "); /* the data starts 8-byte aligned */
     const unsigned char **parts = malloc(sizeof *parts * (size_t)(n ? n : 1));
     size_t *sizes = malloc(sizeof *sizes * (size_t)(n ? n : 1));
     unsigned char *head = malloc(8 + h.len);

@@ -7,35 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/text.h"
 #include "kiln/tensor.h"
 #include "ops/ops-impl.h"
 
 enum { LINE_WIDTH = 80, EDGE_ITEMS = 3, SUMMARY_THRESHOLD = 1000, ELEM_MAX = 48 };
 
-/* A growing string; `oom` sticks once an append fails. */
-typedef struct {
-    char *s;
-    size_t len, cap;
-    bool oom;
-} text;
+typedef kiln__text text; /* core/text.h */
 
-static void put_n(text *o, const char *s, size_t n) {
-    if (o->oom) return;
-    if (o->len + n + 1 > o->cap) {
-        size_t cap = o->cap ? o->cap : 256;
-        while (cap < o->len + n + 1) cap *= 2;
-        char *grown = realloc(o->s, cap);
-        if (!grown) {
-            o->oom = true;
-            return;
-        }
-        o->s = grown;
-        o->cap = cap;
-    }
-    memcpy(o->s + o->len, s, n);
-    o->len += n;
-    o->s[o->len] = 0;
-}
+static void put_n(text *o, const char *s, size_t n) { kiln__text_put(o, s, n); }
 
 static void put(text *o, const char *s) { put_n(o, s, strlen(s)); }
 

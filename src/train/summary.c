@@ -135,7 +135,7 @@ static void read_tensors(kiln_summary_writer *w, item *batch) {
     }
 }
 
-static void encode(kiln_summary_writer *w, const item *it, kiln__pbuf *b) {
+static void encode(kiln_summary_writer *w, const item *it, kiln__text *b) {
     switch (it->kind) {
     case SCALAR: kiln__event_scalar(b, it->wall_time, it->step, it->tag, (float)it->value); break;
     case SCALAR_TENSOR:
@@ -173,28 +173,28 @@ static void item_free(item *it) {
  * those records; the error names the first of them. */
 #define OUT_BYTES (256 * 1024)
 
-static void write_out(kiln_summary_writer *w, kiln__pbuf *out, const item *first) {
-    if (out->len && fwrite(out->data, 1, out->len, w->f) != out->len) keep_error(w, KILN_ERR_IO, first, strerror(errno));
-    kiln__pbuf_clear(out);
+static void write_out(kiln_summary_writer *w, kiln__text *out, const item *first) {
+    if (out->len && fwrite(out->s, 1, out->len, w->f) != out->len) keep_error(w, KILN_ERR_IO, first, strerror(errno));
+    kiln__text_clear(out);
 }
 
-static void write_batch(kiln_summary_writer *w, item *batch, kiln__pbuf *ev, kiln__pbuf *out) {
+static void write_batch(kiln_summary_writer *w, item *batch, kiln__text *ev, kiln__text *out) {
     read_tensors(w, batch);
     const item *first = NULL; /* the first event in out */
     for (item *it = batch; it; it = it->next) {
-        kiln__pbuf_clear(ev);
+        kiln__text_clear(ev);
         encode(w, it, ev);
-        if (ev->failed) {
+        if (ev->oom) {
             keep_error(w, KILN_ERR_OUT_OF_MEMORY, it, "out of memory");
             continue;
         }
         if (!ev->len) continue;
         size_t before = out->len;
-        kiln__record_append(out, ev->data, ev->len);
-        if (out->failed) { /* this event is lost, not the whole records before it */
+        kiln__record_append(out, ev->s, ev->len);
+        if (out->oom) { /* this event is lost, not the whole records before it */
             keep_error(w, KILN_ERR_OUT_OF_MEMORY, it, "out of memory");
             out->len = before;
-            out->failed = false;
+            out->oom = false;
             continue;
         }
         if (!first) first = it;
@@ -225,7 +225,7 @@ static void detach_batch(kiln_summary_writer *w, int n) {
 static void *writer_main(void *arg) {
     kiln_summary_writer *w = arg;
     double last_flush = wall_now();
-    kiln__pbuf ev = {0}, out = {0};
+    kiln__text ev = {0}, out = {0};
     pthread_mutex_lock(&w->mu);
     for (;;) {
         /* The thread wakes when the oldest event is 2 * BATCH_SECS old and takes those at least
@@ -272,8 +272,8 @@ static void *writer_main(void *arg) {
         if (w->stop && !w->head) break;
     }
     pthread_mutex_unlock(&w->mu);
-    kiln__pbuf_free(&ev);
-    kiln__pbuf_free(&out);
+    kiln__text_free(&ev);
+    kiln__text_free(&out);
     return NULL;
 }
 
@@ -316,17 +316,17 @@ static kiln_summary_writer *open_file(kiln_summary_writer *w, const char *logdir
         return NULL;
     }
     w->f = fopen(w->path, "wbx");
-    kiln__pbuf b = {0};
+    kiln__text b = {0};
     kiln__event_file_version(&b, now);
-    if (!w->f || b.failed || !kiln__record_write(w->f, b.data, b.len) || fflush(w->f) != 0) {
-        kiln__report(b.failed ? KILN_ERR_OUT_OF_MEMORY : KILN_ERR_IO, op, "cannot write the event file '%s': %s", w->path,
-                     b.failed ? "out of memory" : strerror(errno));
-        kiln__pbuf_free(&b);
+    if (!w->f || b.oom || !kiln__record_write(w->f, b.s, b.len) || fflush(w->f) != 0) {
+        kiln__report(b.oom ? KILN_ERR_OUT_OF_MEMORY : KILN_ERR_IO, op, "cannot write the event file '%s': %s", w->path,
+                     b.oom ? "out of memory" : strerror(errno));
+        kiln__text_free(&b);
         if (w->f) fclose(w->f), unlink(w->path);
         w->f = NULL;
         return NULL;
     }
-    kiln__pbuf_free(&b);
+    kiln__text_free(&b);
     return w;
 }
 

@@ -84,34 +84,9 @@ uint32_t kiln__crc32c_masked(const void *data, size_t n) {
 /* ---- protocol-buffer encoding ------------------------------------------------------------- */
 enum { VARINT = 0, FIXED64 = 1, BYTES = 2, FIXED32 = 5 };
 
-void kiln__pbuf_free(kiln__pbuf *b) {
-    free(b->data);
-    *b = (kiln__pbuf){0};
-}
+static void put(kiln__text *b, const void *src, size_t n) { kiln__text_put(b, src, n); }
 
-void kiln__pbuf_clear(kiln__pbuf *b) {
-    b->len = 0;
-    b->failed = false;
-}
-
-static void put(kiln__pbuf *b, const void *src, size_t n) {
-    if (b->failed) return;
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + n) cap *= 2;
-        uint8_t *d = realloc(b->data, cap);
-        if (!d) {
-            b->failed = true;
-            return;
-        }
-        b->data = d;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->data + b->len, src, n);
-    b->len += n;
-}
-
-static void put_varint(kiln__pbuf *b, uint64_t v) {
+static void put_varint(kiln__text *b, uint64_t v) {
     uint8_t out[10];
     size_t n = 0;
     do {
@@ -121,42 +96,42 @@ static void put_varint(kiln__pbuf *b, uint64_t v) {
     put(b, out, n);
 }
 
-static void put_key(kiln__pbuf *b, int field, int wire) { put_varint(b, (uint64_t)field << 3 | (uint64_t)wire); }
+static void put_key(kiln__text *b, int field, int wire) { put_varint(b, (uint64_t)field << 3 | (uint64_t)wire); }
 
-static void put_le(kiln__pbuf *b, uint64_t v, int bytes) {
+static void put_le(kiln__text *b, uint64_t v, int bytes) {
     uint8_t out[8];
     for (int i = 0; i < bytes; i++) out[i] = (uint8_t)(v >> (8 * i));
     put(b, out, (size_t)bytes);
 }
 
-static void put_double(kiln__pbuf *b, int field, double v) {
+static void put_double(kiln__text *b, int field, double v) {
     uint64_t u;
     memcpy(&u, &v, sizeof u);
     put_key(b, field, FIXED64);
     put_le(b, u, 8);
 }
 
-static void put_float(kiln__pbuf *b, int field, float v) {
+static void put_float(kiln__text *b, int field, float v) {
     uint32_t u;
     memcpy(&u, &v, sizeof u);
     put_key(b, field, FIXED32);
     put_le(b, u, 4);
 }
 
-static void put_bytes(kiln__pbuf *b, int field, const void *data, size_t n) {
+static void put_bytes(kiln__text *b, int field, const void *data, size_t n) {
     put_key(b, field, BYTES);
     put_varint(b, n);
     put(b, data, n);
 }
 
 /* A nested message: its bytes, then freed. */
-static void put_message(kiln__pbuf *b, int field, kiln__pbuf *m) {
-    if (m->failed) b->failed = true;
-    put_bytes(b, field, m->data, m->len);
-    kiln__pbuf_free(m);
+static void put_message(kiln__text *b, int field, kiln__text *m) {
+    if (m->oom) b->oom = true;
+    put_bytes(b, field, m->s, m->len);
+    kiln__text_free(m);
 }
 
-static void put_packed_doubles(kiln__pbuf *b, int field, const double *v, size_t n) {
+static void put_packed_doubles(kiln__text *b, int field, const double *v, size_t n) {
     put_key(b, field, BYTES);
     put_varint(b, n * 8);
     for (size_t i = 0; i < n; i++) {
@@ -166,7 +141,7 @@ static void put_packed_doubles(kiln__pbuf *b, int field, const double *v, size_t
     }
 }
 
-static void event_head(kiln__pbuf *b, double wall_time, int64_t step) {
+static void event_head(kiln__text *b, double wall_time, int64_t step) {
     put_double(b, 1, wall_time);
     if (step) { /* proto3: a zero is left out, as protobuf's own encoder does */
         put_key(b, 2, VARINT);
@@ -175,13 +150,13 @@ static void event_head(kiln__pbuf *b, double wall_time, int64_t step) {
 }
 
 /* Event.summary = Summary{value: [v]} */
-static void event_summary(kiln__pbuf *b, kiln__pbuf *value) {
-    kiln__pbuf summary = {0};
+static void event_summary(kiln__text *b, kiln__text *value) {
+    kiln__text summary = {0};
     put_message(&summary, 1, value);
     put_message(b, 5, &summary);
 }
 
-void kiln__event_file_version(kiln__pbuf *b, double wall_time) {
+void kiln__event_file_version(kiln__text *b, double wall_time) {
     event_head(b, wall_time, 0);
     static const char version[] = "brain.Event:2";
     put_bytes(b, 3, version, sizeof version - 1);
@@ -195,7 +170,7 @@ static size_t varint_size(uint64_t v) {
 
 /* The one event of every step: written straight into b, its nested lengths computed first, so
  * that a reused b allocates nothing. The same bytes as event_summary's nesting. */
-void kiln__event_scalar(kiln__pbuf *b, double wall_time, int64_t step, const char *tag, float value) {
+void kiln__event_scalar(kiln__text *b, double wall_time, int64_t step, const char *tag, float value) {
     event_head(b, wall_time, step);
     size_t tag_len = strlen(tag);
     size_t value_len = 1 + varint_size(tag_len) + tag_len + 1 + 4; /* tag (1), simple_value (2) */
@@ -207,9 +182,9 @@ void kiln__event_scalar(kiln__pbuf *b, double wall_time, int64_t step, const cha
     put_float(b, 2, value);
 }
 
-void kiln__event_histogram(kiln__pbuf *b, double wall_time, int64_t step, const char *tag, const kiln__histogram_proto *h) {
+void kiln__event_histogram(kiln__text *b, double wall_time, int64_t step, const char *tag, const kiln__histogram_proto *h) {
     event_head(b, wall_time, step);
-    kiln__pbuf histo = {0};
+    kiln__text histo = {0};
     put_double(&histo, 1, h->min);
     put_double(&histo, 2, h->max);
     put_double(&histo, 3, h->num);
@@ -217,7 +192,7 @@ void kiln__event_histogram(kiln__pbuf *b, double wall_time, int64_t step, const 
     put_double(&histo, 5, h->sum_squares);
     put_packed_doubles(&histo, 6, h->bucket_limit, h->buckets);
     put_packed_doubles(&histo, 7, h->bucket, h->buckets);
-    kiln__pbuf v = {0};
+    kiln__text v = {0};
     put_bytes(&v, 1, tag, strlen(tag));
     put_message(&v, 5, &histo);
     event_summary(b, &v);
@@ -225,9 +200,9 @@ void kiln__event_histogram(kiln__pbuf *b, double wall_time, int64_t step, const 
 
 /* As torch.utils.tensorboard writes text: metadata naming the "text" plugin (its content an
  * empty TextPluginData), and a DT_STRING tensor of shape [1] holding the UTF-8 text. */
-void kiln__event_text(kiln__pbuf *b, double wall_time, int64_t step, const char *tag, const char *text) {
+void kiln__event_text(kiln__text *b, double wall_time, int64_t step, const char *tag, const char *text) {
     event_head(b, wall_time, step);
-    kiln__pbuf plugin = {0}, metadata = {0}, dim = {0}, shape = {0}, tensor = {0}, v = {0};
+    kiln__text plugin = {0}, metadata = {0}, dim = {0}, shape = {0}, tensor = {0}, v = {0};
     put_bytes(&plugin, 1, "text", 4);
     put_message(&metadata, 1, &plugin);
     put_key(&dim, 1, VARINT);
@@ -254,7 +229,7 @@ static uint64_t le_value(const uint8_t *in, int bytes) {
     return v;
 }
 
-void kiln__record_append(kiln__pbuf *out, const void *data, size_t n) {
+void kiln__record_append(kiln__text *out, const void *data, size_t n) {
     uint8_t head[12], tail[4];
     le_bytes(head, n, 8);
     le_bytes(head + 8, kiln__crc32c_masked(head, 8), 4);
@@ -265,11 +240,11 @@ void kiln__record_append(kiln__pbuf *out, const void *data, size_t n) {
 }
 
 bool kiln__record_write(FILE *f, const void *data, size_t n) {
-    kiln__pbuf r = {0};
+    kiln__text r = {0};
     kiln__record_append(&r, data, n);
-    bool ok = !r.failed && fwrite(r.data, 1, r.len, f) == r.len;
-    if (r.failed) errno = ENOMEM;
-    kiln__pbuf_free(&r);
+    bool ok = !r.oom && fwrite(r.s, 1, r.len, f) == r.len;
+    if (r.oom) errno = ENOMEM;
+    kiln__text_free(&r);
     return ok;
 }
 

@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "core/text.h"
+
 /* CRC-32C (Castagnoli), as TFRecord uses; crc32c("123456789") == 0xE3069283. With SSE4.2's
  * crc32 instruction where the CPU has it, else by table; both ways are exported for the tests
  * (by_instruction: false when the CPU lacks it). */
@@ -20,15 +22,6 @@ bool kiln__crc32c_by_instruction(const void *data, size_t n, uint32_t *crc);
  * does not degenerate. */
 uint32_t kiln__crc32c_masked(const void *data, size_t n);
 
-/* A growing byte buffer; on out of memory `failed` is set and later appends do nothing. */
-typedef struct {
-    uint8_t *data;
-    size_t len, cap;
-    bool failed;
-} kiln__pbuf;
-void kiln__pbuf_free(kiln__pbuf *b);
-/* Empties b for reuse, keeping its memory. */
-void kiln__pbuf_clear(kiln__pbuf *b);
 
 /* The histogram as HistogramProto holds it; bucket_limit[i] is bucket i's right edge. */
 typedef struct {
@@ -38,13 +31,13 @@ typedef struct {
 } kiln__histogram_proto;
 
 /* Appends one serialized Event to b: the common fields and one of the payloads. */
-void kiln__event_file_version(kiln__pbuf *b, double wall_time);
-void kiln__event_scalar(kiln__pbuf *b, double wall_time, int64_t step, const char *tag, float value);
-void kiln__event_histogram(kiln__pbuf *b, double wall_time, int64_t step, const char *tag, const kiln__histogram_proto *h);
-void kiln__event_text(kiln__pbuf *b, double wall_time, int64_t step, const char *tag, const char *text);
+void kiln__event_file_version(kiln__text *b, double wall_time);
+void kiln__event_scalar(kiln__text *b, double wall_time, int64_t step, const char *tag, float value);
+void kiln__event_histogram(kiln__text *b, double wall_time, int64_t step, const char *tag, const kiln__histogram_proto *h);
+void kiln__event_text(kiln__text *b, double wall_time, int64_t step, const char *tag, const char *text);
 
 /* Appends data framed as one record to out (out->failed on out of memory). */
-void kiln__record_append(kiln__pbuf *out, const void *data, size_t n);
+void kiln__record_append(kiln__text *out, const void *data, size_t n);
 /* Writes data as one record: false on a write error (errno set). */
 bool kiln__record_write(FILE *f, const void *data, size_t n);
 /* Reads the next record into *out (malloc'd, *n bytes). 1: a record; 0: a clean end of file;

@@ -22,42 +22,14 @@
 #if KILN_HAVE_OPENCL
 #include "backend/opencl/opencl-impl.h"
 
-void kiln__cl_src_printf(kiln__cl_src *b, const char *fmt, ...) {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        size_t room = b->cap - b->len;
-        int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? room : 0, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->oom = true;
-            return;
-        }
-        if (b->s && (size_t)n < room) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t cap = b->cap ? b->cap * 2 : 4096;
-        while (cap < b->len + (size_t)n + 1) cap *= 2;
-        char *s = realloc(b->s, cap);
-        if (!s) {
-            b->oom = true;
-            return;
-        }
-        b->s = s;
-        b->cap = cap;
-    }
-}
-
-void kiln__cl_src_prelude(kiln__cl_src *b, bool fp64) {
-    kiln__cl_src_printf(b, "%s",
-                        "#pragma OPENCL FP_CONTRACT OFF\n"
-                        "inline float bf2f(ushort h) { return as_float((uint)h << 16); }\n"
-                        "inline ushort f2bf(float f) { uint u = as_uint(f);\n"
-                        "  if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40);\n"
-                        "  return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }\n");
-    if (fp64) kiln__cl_src_printf(b, "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n");
+void kiln__cl_src_prelude(kiln__text *b, bool fp64) {
+    kiln__text_printf(b, "%s",
+                      "#pragma OPENCL FP_CONTRACT OFF\n"
+                      "inline float bf2f(ushort h) { return as_float((uint)h << 16); }\n"
+                      "inline ushort f2bf(float f) { uint u = as_uint(f);\n"
+                      "  if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40);\n"
+                      "  return (ushort)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }\n");
+    if (fp64) kiln__text_printf(b, "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n");
 }
 
 const char *kiln__cl_ctype(kiln_dtype d) {
@@ -105,13 +77,13 @@ static void lit(char *buf, size_t cap, double v) {
 }
 
 /* The value of node i converted to dtype `to` the way the CPU's COPY does (through double). */
-static void convert(kiln__cl_src *b, const char *x, kiln_dtype from, kiln_dtype to, bool fp64) {
+static void convert(kiln__text *b, const char *x, kiln_dtype from, kiln_dtype to, bool fp64) {
     const char *fc = kiln__cl_ctype(from), *tc = kiln__cl_ctype(to);
-    if (strcmp(fc, tc) == 0) kiln__cl_src_printf(b, "%s", x);
-    else if (to == KILN_BOOL) kiln__cl_src_printf(b, "(uchar)(%s != 0)", x);
-    else if (to == KILN_I32 || to == KILN_I64) kiln__cl_src_printf(b, from == KILN_BOOL ? "(%s)%s" : "convert_%s_sat(%s)", tc, x);
-    else if (strcmp(tc, "float") == 0 && from == KILN_I64 && fp64) kiln__cl_src_printf(b, "(float)(double)%s", x);
-    else kiln__cl_src_printf(b, "(%s)%s", tc, x);
+    if (strcmp(fc, tc) == 0) kiln__text_printf(b, "%s", x);
+    else if (to == KILN_BOOL) kiln__text_printf(b, "(uchar)(%s != 0)", x);
+    else if (to == KILN_I32 || to == KILN_I64) kiln__text_printf(b, from == KILN_BOOL ? "(%s)%s" : "convert_%s_sat(%s)", tc, x);
+    else if (strcmp(tc, "float") == 0 && from == KILN_I64 && fp64) kiln__text_printf(b, "(float)(double)%s", x);
+    else kiln__text_printf(b, "(%s)%s", tc, x);
 }
 
 /* Integer clamp bounds saturate to the dtype's range; NaN means no bound. */
@@ -123,7 +95,7 @@ static long long int_bound(double v, long long none, long long lo, long long hi)
 }
 
 /* Prints the expression of an OP node; false when the opcode has no OpenCL form. */
-static bool op_expr(kiln__cl_src *b, const kiln__expr *e, const kiln__expr_node *n, bool fp64) {
+static bool op_expr(kiln__text *b, const kiln__expr *e, const kiln__expr_node *n, bool fp64) {
     char X[16], Y[16], Z[16], p0[48], p1[48], p2[48];
     snprintf(X, sizeof X, "v%d", n->arg[0]);
     snprintf(Y, sizeof Y, "v%d", n->n_args > 1 ? n->arg[1] : 0);
@@ -135,7 +107,7 @@ static bool op_expr(kiln__cl_src *b, const kiln__expr *e, const kiln__expr_node 
     const char *T = kiln__cl_ctype(n->dtype);
     const char *UT = n->dtype == KILN_I32 ? "uint" : "ulong";
     bool f = is_float(n->dtype), fin = is_float(in);
-#define P(...) kiln__cl_src_printf(b, __VA_ARGS__)
+#define P(...) kiln__text_printf(b, __VA_ARGS__)
     switch (n->code) {
     case KILN__OP_COPY: convert(b, X, in, n->dtype, fp64); return true;
     case KILN__OP_NEG: f ? P("-%s", X) : P("(%s)((%s)0 - (%s)%s)", T, UT, UT, X); return true;
@@ -232,7 +204,7 @@ static bool op_expr(kiln__cl_src *b, const kiln__expr *e, const kiln__expr_node 
 #undef P
 }
 
-bool kiln__cl_codegen_op(kiln__cl_src *b, const kiln__fused *g, int i, bool fp64) {
+bool kiln__cl_codegen_op(kiln__text *b, const kiln__fused *g, int i, bool fp64) {
     return g->expr.node[i].kind == KILN__EXPR_OP && op_expr(b, &g->expr, &g->expr.node[i], fp64);
 }
 
@@ -247,13 +219,13 @@ static bool dense_in(const kiln__fused *g, const kiln__view *v) {
     return true;
 }
 
-static void print_index(kiln__cl_src *b, const kiln__fused *g, bool dense, char kind, int k) {
+static void print_index(kiln__text *b, const kiln__fused *g, bool dense, char kind, int k) {
     if (dense) {
-        kiln__cl_src_printf(b, "%co%d + i", kind, k);
+        kiln__text_printf(b, "%co%d + i", kind, k);
         return;
     }
-    kiln__cl_src_printf(b, "%co%d", kind, k);
-    for (int d = 0; d < g->ndim; d++) kiln__cl_src_printf(b, " + c%d * %cs%d.s%d", d, kind, k, d);
+    kiln__text_printf(b, "%co%d", kind, k);
+    for (int d = 0; d < g->ndim; d++) kiln__text_printf(b, " + c%d * %cs%d.s%d", d, kind, k, d);
 }
 
 static void push(kiln__cl_ew_launch *l, size_t size, const void *ptr) {
@@ -269,7 +241,7 @@ static void set_layout(const kiln__fused *g, const kiln__view *v, cl_long *off, 
  * each input and stored output with its offset and strides, each constant) and pushes the
  * launch arguments. A per-row load (ir/expr.h) reads its reduced-shape input at offset + row
  * * strides.s0: the host passes s0 = 1 for a dense one, 0 for one value. */
-bool kiln__cl_codegen_params(const kiln__fused *g, bool fp64, kiln__cl_src *b, kiln__cl_ew_launch *l) {
+bool kiln__cl_codegen_params(const kiln__fused *g, bool fp64, kiln__text *b, kiln__cl_ew_launch *l) {
     const kiln__expr *e = &g->expr;
     l->n_args = 0;
     l->local = 0;
@@ -286,15 +258,15 @@ bool kiln__cl_codegen_params(const kiln__fused *g, bool fp64, kiln__cl_src *b, k
     kiln__cl_src_prelude(b, fp64);
     for (int i = 0; i < e->n_nodes; i++)
         if (e->node[i].kind == KILN__EXPR_OP && e->node[i].dtype == KILN_F16) { /* rounds through a half in memory */
-            kiln__cl_src_printf(b, "inline float rf16(float f) { ushort u; vstore_half_rte(f, 0, (__private half *)&u);\n"
+            kiln__text_printf(b, "inline float rf16(float f) { ushort u; vstore_half_rte(f, 0, (__private half *)&u);\n"
                                    "  return vload_half(0, (__private const half *)&u); }\n");
             break;
         }
-    kiln__cl_src_printf(b, "__kernel void k(long n, long8 shape");
+    kiln__text_printf(b, "__kernel void k(long n, long8 shape");
     push(l, sizeof l->n, &l->n);
     push(l, sizeof l->shape, &l->shape);
     for (int k = 0; k < e->n_inputs; k++) {
-        kiln__cl_src_printf(b, ", __global const %s *in%d, long io%d, long8 is%d", kiln__cl_storetype(g->input[k].dtype), k, k, k);
+        kiln__text_printf(b, ", __global const %s *in%d, long io%d, long8 is%d", kiln__cl_storetype(g->input[k].dtype), k, k, k);
         l->mem[k] = kiln__cl_mem(g->input[k].storage);
         set_layout(g, &g->input[k], &l->off[k], &l->strides[k]);
         push(l, sizeof(cl_mem), &l->mem[k]);
@@ -312,7 +284,7 @@ bool kiln__cl_codegen_params(const kiln__fused *g, bool fp64, kiln__cl_src *b, k
     for (int s = 0; s < e->n_stores; s++) {
         const kiln__view *v = &g->output[e->store[s].output];
         int j = KILN__EXPR_MAX_INPUTS + s;
-        kiln__cl_src_printf(b, ", __global %s *out%d, long oo%d, long8 os%d", kiln__cl_storetype(v->dtype), s, s, s);
+        kiln__text_printf(b, ", __global %s *out%d, long oo%d, long8 os%d", kiln__cl_storetype(v->dtype), s, s, s);
         l->mem[j] = kiln__cl_mem(v->storage);
         set_layout(g, v, &l->off[j], &l->strides[j]);
         push(l, sizeof(cl_mem), &l->mem[j]);
@@ -321,7 +293,7 @@ bool kiln__cl_codegen_params(const kiln__fused *g, bool fp64, kiln__cl_src *b, k
     }
     for (int i = 0; i < e->n_nodes; i++) {
         if (e->node[i].kind != KILN__EXPR_CONST) continue;
-        kiln__cl_src_printf(b, ", %s cv%d", fp64 ? "double" : "float", i);
+        kiln__text_printf(b, ", %s cv%d", fp64 ? "double" : "float", i);
         double v = e->node[i].value;
         if (e->node[i].dtype == KILN_F16) v = kiln__f16_to_f32(kiln__f32_to_f16((float)v));
         if (e->node[i].dtype == KILN_BF16) v = kiln__bf16_to_f32(kiln__f32_to_bf16((float)v));
@@ -333,50 +305,50 @@ bool kiln__cl_codegen_params(const kiln__fused *g, bool fp64, kiln__cl_src *b, k
             push(l, sizeof(cl_float), &l->consts[i]);
         }
     }
-    kiln__cl_src_printf(b, ") {\n");
+    kiln__text_printf(b, ") {\n");
     return true;
 }
 
 /* Prints node i (a CONST, LOAD or OP) as the declaration of v<i>; index(b, ctx, k) prints the
  * element index of input k. */
-bool kiln__cl_codegen_node(kiln__cl_src *b, const kiln__fused *g, int i, bool fp64,
-                           void (*index)(kiln__cl_src *b, const void *ctx, int k), const void *ctx) {
+bool kiln__cl_codegen_node(kiln__text *b, const kiln__fused *g, int i, bool fp64,
+                           void (*index)(kiln__text *b, const void *ctx, int k), const void *ctx) {
     const kiln__expr *e = &g->expr;
     const kiln__expr_node *n = &e->node[i];
     const char *T = kiln__cl_ctype(n->dtype);
-    kiln__cl_src_printf(b, "  %s v%d = ", T, i);
+    kiln__text_printf(b, "  %s v%d = ", T, i);
     if (n->kind == KILN__EXPR_CONST) {
-        kiln__cl_src_printf(b, "(%s)cv%d", T, i); /* f16/bf16: rounded on the host, as the CPU does */
+        kiln__text_printf(b, "(%s)cv%d", T, i); /* f16/bf16: rounded on the host, as the CPU does */
     } else if (n->kind == KILN__EXPR_LOAD) {
         int k = n->input;
         kiln_dtype dt = g->input[k].dtype;
         const char *pre = dt == KILN_F16 ? "vload_half(" : dt == KILN_BF16 ? "bf2f(in%d[" : "in%d[";
-        if (dt == KILN_F16) kiln__cl_src_printf(b, "%s", pre);
-        else kiln__cl_src_printf(b, pre, k);
+        if (dt == KILN_F16) kiln__text_printf(b, "%s", pre);
+        else kiln__text_printf(b, pre, k);
         index(b, ctx, k);
-        if (dt == KILN_F16) kiln__cl_src_printf(b, ", in%d)", k);
-        else kiln__cl_src_printf(b, dt == KILN_BF16 ? "])" : "]");
-        if (dt == KILN_BOOL) kiln__cl_src_printf(b, " != 0");
+        if (dt == KILN_F16) kiln__text_printf(b, ", in%d)", k);
+        else kiln__text_printf(b, dt == KILN_BF16 ? "])" : "]");
+        if (dt == KILN_BOOL) kiln__text_printf(b, " != 0");
     } else if (n->kind != KILN__EXPR_OP || !op_expr(b, e, n, fp64)) {
         kiln__kernel_error("no OpenCL kernel for %s on %s yet", kiln__opcode_name(n->code),
                            kiln_dtype_name(e->node[n->kind == KILN__EXPR_OP ? n->arg[0] : i].dtype));
         return false;
     }
-    kiln__cl_src_printf(b, ";\n");
+    kiln__text_printf(b, ";\n");
     /* an f16 / bf16 result is rounded to its dtype, as the unfused op's store would (a fused
      * group may not store it) */
-    if (n->kind == KILN__EXPR_OP && n->dtype == KILN_F16) kiln__cl_src_printf(b, "  v%d = rf16(v%d);\n", i, i);
-    if (n->kind == KILN__EXPR_OP && n->dtype == KILN_BF16) kiln__cl_src_printf(b, "  v%d = bf2f(f2bf(v%d));\n", i, i);
+    if (n->kind == KILN__EXPR_OP && n->dtype == KILN_F16) kiln__text_printf(b, "  v%d = rf16(v%d);\n", i, i);
+    if (n->kind == KILN__EXPR_OP && n->dtype == KILN_BF16) kiln__text_printf(b, "  v%d = bf2f(f2bf(v%d));\n", i, i);
     return true;
 }
 
 /* Prints the store of stored output s (its node's value) at element index idx. */
-void kiln__cl_codegen_store(kiln__cl_src *b, const kiln__fused *g, int s, const char *idx) {
+void kiln__cl_codegen_store(kiln__text *b, const kiln__fused *g, int s, const char *idx) {
     int node = g->expr.store[s].node;
     kiln_dtype dt = g->output[g->expr.store[s].output].dtype;
-    if (dt == KILN_F16) kiln__cl_src_printf(b, "  vstore_half_rte(v%d, %s, out%d);\n", node, idx, s);
-    else if (dt == KILN_BF16) kiln__cl_src_printf(b, "  out%d[%s] = f2bf(v%d);\n", s, idx, node);
-    else kiln__cl_src_printf(b, "  out%d[%s] = v%d;\n", s, idx, node);
+    if (dt == KILN_F16) kiln__text_printf(b, "  vstore_half_rte(v%d, %s, out%d);\n", node, idx, s);
+    else if (dt == KILN_BF16) kiln__text_printf(b, "  out%d[%s] = f2bf(v%d);\n", s, idx, node);
+    else kiln__text_printf(b, "  out%d[%s] = v%d;\n", s, idx, node);
 }
 
 typedef struct {
@@ -384,12 +356,12 @@ typedef struct {
     const bool *dense;
 } ew_index;
 
-static void ew_input_index(kiln__cl_src *b, const void *ctx, int k) {
+static void ew_input_index(kiln__text *b, const void *ctx, int k) {
     const ew_index *x = ctx;
     print_index(b, x->g, x->dense[k], 'i', k);
 }
 
-bool kiln__cl_codegen_elementwise(const kiln__fused *g, bool fp64, bool vec_rows, kiln__cl_src *b, kiln__cl_ew_launch *l) {
+bool kiln__cl_codegen_elementwise(const kiln__fused *g, bool fp64, bool vec_rows, kiln__text *b, kiln__cl_ew_launch *l) {
     if (g->row > 0)
         return vec_rows && kiln__cl_rows_vec_takes(g) ? kiln__cl_codegen_rows_vec(g, fp64, b, l)
                                                       : kiln__cl_codegen_rows(g, fp64, b, l);
@@ -399,24 +371,24 @@ bool kiln__cl_codegen_elementwise(const kiln__fused *g, bool fp64, bool vec_rows
     for (int s = 0; s < e->n_stores; s++)
         all_dense &= dense_k[KILN__EXPR_MAX_INPUTS + s] = dense_in(g, &g->output[e->store[s].output]);
     if (!kiln__cl_codegen_params(g, fp64, b, l)) return false;
-    kiln__cl_src_printf(b, "  long i = get_global_id(0);\n  if (i >= n) return;\n");
+    kiln__text_printf(b, "  long i = get_global_id(0);\n  if (i >= n) return;\n");
     if (!all_dense) { /* 32-bit divisions when the space allows: a 64-bit one costs several times more */
         const char *I = l->n <= INT32_MAX ? "uint" : "long";
-        kiln__cl_src_printf(b, "  %s r = (%s)i;\n", I, I);
+        kiln__text_printf(b, "  %s r = (%s)i;\n", I, I);
         for (int d = g->ndim - 1; d >= 0; d--)
-            kiln__cl_src_printf(b, "  long c%d = r %% (%s)shape.s%d; r /= (%s)shape.s%d;\n", d, I, d, I, d);
+            kiln__text_printf(b, "  long c%d = r %% (%s)shape.s%d; r /= (%s)shape.s%d;\n", d, I, d, I, d);
     }
     ew_index x = {g, dense_k};
     for (int i = 0; i < e->n_nodes; i++)
         if (!kiln__cl_codegen_node(b, g, i, fp64, ew_input_index, &x)) return false;
     for (int s = 0; s < e->n_stores; s++) {
-        kiln__cl_src idx = {0};
+        kiln__text idx = {0};
         print_index(&idx, g, dense_k[KILN__EXPR_MAX_INPUTS + s], 'o', s);
         if (idx.oom) b->oom = true;
         else kiln__cl_codegen_store(b, g, s, idx.s);
         free(idx.s);
     }
-    kiln__cl_src_printf(b, "}\n");
+    kiln__text_printf(b, "}\n");
     if (b->oom) kiln__kernel_error("out of host memory generating an OpenCL kernel");
     return !b->oom;
 }

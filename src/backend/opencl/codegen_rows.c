@@ -41,81 +41,81 @@ static void along(char *buf, size_t cap, const char *base, int k, int64_t step, 
     else snprintf(buf, cap, "%s%d + j * %cs%d.s%d", base, k, kind, k, last);
 }
 
-void kiln__cl_row_input_index(kiln__cl_src *b, const void *ctx, int k) {
+void kiln__cl_row_input_index(kiln__text *b, const void *ctx, int k) {
     const kiln__cl_row_index *x = ctx;
-    if (x->rows_in[k]) kiln__cl_src_printf(b, "io%d + r * is%d.s0", k, k);
+    if (x->rows_in[k]) kiln__text_printf(b, "io%d + r * is%d.s0", k, k);
     else {
         char idx[64];
         along(idx, sizeof idx, "ib", k, x->step[k], 'i', x->g->ndim - 1);
-        kiln__cl_src_printf(b, "%s", idx);
+        kiln__text_printf(b, "%s", idx);
     }
 }
 
 /* A walk over the row evaluating the per-element nodes before `end` (all of them when end is
  * the node count, skipping per-row ones), then `tail`. */
-static bool walk(kiln__cl_src *b, const kiln__fused *g, bool fp64, const kiln__cl_row_index *x, int end, const char *tail) {
+static bool walk(kiln__text *b, const kiln__fused *g, bool fp64, const kiln__cl_row_index *x, int end, const char *tail) {
     const kiln__expr *e = &g->expr;
-    kiln__cl_src_printf(b, "  for (long j0 = 0; j0 < len; j0 += %d) {\n", ROW_GROUP * ROW_UNROLL);
+    kiln__text_printf(b, "  for (long j0 = 0; j0 < len; j0 += %d) {\n", ROW_GROUP * ROW_UNROLL);
     for (int u = 0; u < ROW_UNROLL; u++) {
-        kiln__cl_src_printf(b, "  { long j = j0 + %d + lid;\n  if (j < len) {\n", u * ROW_GROUP);
+        kiln__text_printf(b, "  { long j = j0 + %d + lid;\n  if (j < len) {\n", u * ROW_GROUP);
         for (int i = 0; i < end; i++) {
             const kiln__expr_node *n = &e->node[i];
             if (n->kind == KILN__EXPR_CONST || n->kind == KILN__EXPR_REDUCE || n->rows) continue;
             if (!kiln__cl_codegen_node(b, g, i, fp64, kiln__cl_row_input_index, x)) return false;
         }
-        kiln__cl_src_printf(b, "%s  } }\n", tail);
+        kiln__text_printf(b, "%s  } }\n", tail);
     }
-    kiln__cl_src_printf(b, "  barrier(CLK_LOCAL_MEM_FENCE);\n  }\n");
+    kiln__text_printf(b, "  barrier(CLK_LOCAL_MEM_FENCE);\n  }\n");
     return true;
 }
 
 /* Combines the work-group's partial values `var` (one per item) into var, in every item:
  * through __local array `arr`, a tree of `step` (which combines x with y into x). */
-static void combine(kiln__cl_src *b, const char *arr, const char *var, const char *step) {
-    kiln__cl_src_printf(b,
-                        "  %s[lid] = %s;\n  barrier(CLK_LOCAL_MEM_FENCE);\n"
-                        "  for (int h = %d; h > 0; h >>= 1) {\n    if (lid < h) { %s; }\n    barrier(CLK_LOCAL_MEM_FENCE);\n  }\n"
-                        "  %s = %s[0];\n  barrier(CLK_LOCAL_MEM_FENCE);\n",
-                        arr, var, ROW_GROUP / 2, step, var, arr);
+static void combine(kiln__text *b, const char *arr, const char *var, const char *step) {
+    kiln__text_printf(b,
+                      "  %s[lid] = %s;\n  barrier(CLK_LOCAL_MEM_FENCE);\n"
+                      "  for (int h = %d; h > 0; h >>= 1) {\n    if (lid < h) { %s; }\n    barrier(CLK_LOCAL_MEM_FENCE);\n  }\n"
+                      "  %s = %s[0];\n  barrier(CLK_LOCAL_MEM_FENCE);\n",
+                      arr, var, ROW_GROUP / 2, step, var, arr);
 }
 
 /* The REDUCE node R as v<R> in every item, over the walks its opcode needs. */
-static bool reduce(kiln__cl_src *b, const kiln__fused *g, bool fp64, const kiln__cl_row_index *x, int R) {
+static bool reduce(kiln__text *b, const kiln__fused *g, bool fp64, const kiln__cl_row_index *x, int R) {
     const kiln__expr_node *n = &g->expr.node[R];
     int a = n->arg[0];
     const char *T = kiln__cl_ctype(n->dtype), *TA = kiln__cl_ctype(g->expr.node[a].dtype);
     const char *A = fp64 ? "double" : "float";
     char tail[512];
-    kiln__cl_src_printf(b, "  __local %s ra[%d];\n  __local %s rt[%d];\n", A, ROW_GROUP, TA, ROW_GROUP);
+    kiln__text_printf(b, "  __local %s ra[%d];\n  __local %s rt[%d];\n", A, ROW_GROUP, TA, ROW_GROUP);
     const char *sum_step = "ra[lid] += ra[lid + h]";
     switch (n->code) {
     case KILN__OP_SUM: case KILN__OP_MEAN:
-        kiln__cl_src_printf(b, "  %s acc = 0;\n", A);
+        kiln__text_printf(b, "  %s acc = 0;\n", A);
         snprintf(tail, sizeof tail, "    acc += (%s)v%d;\n", A, a);
         if (!walk(b, g, fp64, x, R, tail)) return false;
         combine(b, "ra", "acc", sum_step);
-        if (n->code == KILN__OP_SUM) kiln__cl_src_printf(b, "  %s v%d = (%s)acc;\n", T, R, T);
-        else kiln__cl_src_printf(b, "  %s v%d = (%s)(acc / (%s)len);\n", T, R, T, A);
+        if (n->code == KILN__OP_SUM) kiln__text_printf(b, "  %s v%d = (%s)acc;\n", T, R, T);
+        else kiln__text_printf(b, "  %s v%d = (%s)(acc / (%s)len);\n", T, R, T, A);
         return true;
     case KILN__OP_MAX: case KILN__OP_MIN: case KILN__OP_LOGSUMEXP: {
         bool min = n->code == KILN__OP_MIN;
         const char *cmp = min ? "<" : ">";
         /* NaN wins, else the largest (smallest); an item with no element holds the identity */
-        kiln__cl_src_printf(b, "  %s best = %s;\n", TA, min ? "INFINITY" : "(-INFINITY)");
+        kiln__text_printf(b, "  %s best = %s;\n", TA, min ? "INFINITY" : "(-INFINITY)");
         snprintf(tail, sizeof tail, "    if (isnan(v%d) || v%d %s best) best = v%d;\n", a, a, cmp, a);
         if (!walk(b, g, fp64, x, R, tail)) return false;
         char step[160];
         snprintf(step, sizeof step, "if (isnan(rt[lid + h]) || rt[lid + h] %s rt[lid]) rt[lid] = rt[lid + h]", cmp);
         combine(b, "rt", "best", step);
         if (n->code != KILN__OP_LOGSUMEXP) {
-            kiln__cl_src_printf(b, "  %s v%d = (%s)best;\n", T, R, T);
+            kiln__text_printf(b, "  %s v%d = (%s)best;\n", T, R, T);
             return true;
         }
-        kiln__cl_src_printf(b, "  %s v%d = (%s)best;\n  if (!isinf(best) && !isnan(best)) {\n  %s acc = 0;\n", T, R, T, A);
+        kiln__text_printf(b, "  %s v%d = (%s)best;\n  if (!isinf(best) && !isnan(best)) {\n  %s acc = 0;\n", T, R, T, A);
         snprintf(tail, sizeof tail, "    acc += exp((%s)v%d - (%s)best);\n", A, a, A);
         if (!walk(b, g, fp64, x, R, tail)) return false;
         combine(b, "ra", "acc", sum_step);
-        kiln__cl_src_printf(b, "  v%d = (%s)((%s)best + log(acc));\n  }\n", R, T, A);
+        kiln__text_printf(b, "  v%d = (%s)((%s)best + log(acc));\n  }\n", R, T, A);
         return true;
     }
     default:
@@ -132,27 +132,27 @@ int kiln__cl_row_reduce_node(const kiln__fused *g) {
 
 /* The kernel's part after `r` (the row) is declared: len, the row's bases ib<k> and ob<s>, the
  * constants; *last_walk: per-element values are stored or an epilogue follows. */
-static bool row_head(kiln__cl_src *b, const kiln__fused *g, bool fp64, kiln__cl_row_index *x, bool *last_walk) {
+static bool row_head(kiln__text *b, const kiln__fused *g, bool fp64, kiln__cl_row_index *x, bool *last_walk) {
     const kiln__expr *e = &g->expr;
     int nd = g->ndim, R = kiln__cl_row_reduce_node(g);
     *x = (kiln__cl_row_index){.g = g};
     for (int i = 0; i < e->n_nodes; i++)
         if (e->node[i].kind == KILN__EXPR_LOAD && e->node[i].rows) x->rows_in[e->node[i].input] = true;
     for (int k = 0; k < e->n_inputs; k++) x->step[k] = g->input[k].strides[nd - 1];
-    kiln__cl_src_printf(b, "  long len = shape.s%d, rr = r;\n", nd - 1);
-    for (int d = nd - 2; d >= 0; d--) kiln__cl_src_printf(b, "  long c%d = rr %% shape.s%d; rr /= shape.s%d;\n", d, d, d);
+    kiln__text_printf(b, "  long len = shape.s%d, rr = r;\n", nd - 1);
+    for (int d = nd - 2; d >= 0; d--) kiln__text_printf(b, "  long c%d = rr %% shape.s%d; rr /= shape.s%d;\n", d, d, d);
     for (int k = 0; k < e->n_inputs; k++) {
         if (x->rows_in[k]) continue;
-        kiln__cl_src_printf(b, "  long ib%d = io%d", k, k);
-        for (int d = 0; d < nd - 1; d++) kiln__cl_src_printf(b, " + c%d * is%d.s%d", d, k, d);
-        kiln__cl_src_printf(b, ";\n");
+        kiln__text_printf(b, "  long ib%d = io%d", k, k);
+        for (int d = 0; d < nd - 1; d++) kiln__text_printf(b, " + c%d * is%d.s%d", d, k, d);
+        kiln__text_printf(b, ";\n");
     }
     *last_walk = false; /* per-element values to store, or an epilogue */
     for (int s = 0; s < e->n_stores; s++) {
         *last_walk |= !e->node[e->store[s].node].rows;
-        kiln__cl_src_printf(b, "  long ob%d = oo%d", s, s);
-        for (int d = 0; d < nd - 1; d++) kiln__cl_src_printf(b, " + c%d * os%d.s%d", d, s, d);
-        kiln__cl_src_printf(b, ";\n");
+        kiln__text_printf(b, "  long ob%d = oo%d", s, s);
+        for (int d = 0; d < nd - 1; d++) kiln__text_printf(b, " + c%d * os%d.s%d", d, s, d);
+        kiln__text_printf(b, ";\n");
     }
     for (int i = 0; i < e->n_nodes; i++) {
         const kiln__expr_node *n = &e->node[i];
@@ -162,7 +162,7 @@ static bool row_head(kiln__cl_src *b, const kiln__fused *g, bool fp64, kiln__cl_
     return true;
 }
 
-bool kiln__cl_row_body(kiln__cl_src *b, const kiln__fused *g, bool fp64, kiln__cl_row_index *x, bool *last_walk,
+bool kiln__cl_row_body(kiln__text *b, const kiln__fused *g, bool fp64, kiln__cl_row_index *x, bool *last_walk,
                        kiln__cl_row_reduce_fn reduce_row) {
     const kiln__expr *e = &g->expr;
     int R = kiln__cl_row_reduce_node(g);
@@ -174,30 +174,30 @@ bool kiln__cl_row_body(kiln__cl_src *b, const kiln__fused *g, bool fp64, kiln__c
     return true;
 }
 
-void kiln__cl_row_stores(const kiln__fused *g, kiln__cl_src *stores, kiln__cl_src *vstores) {
+void kiln__cl_row_stores(const kiln__fused *g, kiln__text *stores, kiln__text *vstores) {
     const kiln__expr *e = &g->expr;
     for (int s = 0; s < e->n_stores; s++) {
         if (e->node[e->store[s].node].rows) continue;
         char idx[64];
         along(idx, sizeof idx, "ob", s, g->output[e->store[s].output].strides[g->ndim - 1], 'o', g->ndim - 1);
         kiln__cl_codegen_store(stores, g, s, idx);
-        if (vstores) kiln__cl_src_printf(vstores, "  vstore16(v%d, 0, out%d + ob%d + j);\n", e->store[s].node, s, s);
+        if (vstores) kiln__text_printf(vstores, "  vstore16(v%d, 0, out%d + ob%d + j);\n", e->store[s].node, s, s);
     }
 }
 
-bool kiln__cl_codegen_rows(const kiln__fused *g, bool fp64, kiln__cl_src *b, kiln__cl_ew_launch *l) {
+bool kiln__cl_codegen_rows(const kiln__fused *g, bool fp64, kiln__text *b, kiln__cl_ew_launch *l) {
     const kiln__expr *e = &g->expr;
     int nd = g->ndim, R = kiln__cl_row_reduce_node(g);
     if (NEVER(R < 0 || nd < 1 || g->row != g->shape[nd - 1])) return false;
     if (!kiln__cl_codegen_params(g, fp64, b, l)) return false;
     l->n = l->n / g->row * ROW_GROUP; /* one work-group per row */
     l->local = ROW_GROUP;
-    kiln__cl_src_printf(b, "  long r = get_group_id(0);\n  int lid = (int)get_local_id(0);\n");
+    kiln__text_printf(b, "  long r = get_group_id(0);\n  int lid = (int)get_local_id(0);\n");
     kiln__cl_row_index x;
     bool last_walk;
     if (!kiln__cl_row_body(b, g, fp64, &x, &last_walk, reduce)) return false;
     if (last_walk) {
-        kiln__cl_src stores = {0};
+        kiln__text stores = {0};
         kiln__cl_row_stores(g, &stores, NULL);
         bool ok = !stores.oom && walk(b, g, fp64, &x, e->n_nodes, stores.s);
         b->oom |= stores.oom;
@@ -205,15 +205,15 @@ bool kiln__cl_codegen_rows(const kiln__fused *g, bool fp64, kiln__cl_src *b, kil
         if (!ok && !b->oom) return false;
     }
     /* every item has read the per-row inputs before one of them overwrites any (in place) */
-    kiln__cl_src_printf(b, "  barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);\n");
+    kiln__text_printf(b, "  barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);\n");
     for (int s = 0; s < e->n_stores; s++) {
         if (!e->node[e->store[s].node].rows) continue;
         char idx[32];
         snprintf(idx, sizeof idx, "ob%d", s);
-        kiln__cl_src_printf(b, "  if (lid == 0)");
+        kiln__text_printf(b, "  if (lid == 0)");
         kiln__cl_codegen_store(b, g, s, idx);
     }
-    kiln__cl_src_printf(b, "}\n");
+    kiln__text_printf(b, "}\n");
     if (b->oom) kiln__kernel_error("out of host memory generating an OpenCL kernel");
     return !b->oom;
 }

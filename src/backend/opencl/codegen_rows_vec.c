@@ -65,83 +65,83 @@ static void live_nodes(const kiln__expr *e, bool *live) {
 }
 
 /* Node i as a float16 declaration at elements j..j+15. */
-static bool vector_node(kiln__cl_src *b, const kiln__fused *g, int i, bool fp64, const kiln__cl_row_index *x) {
+static bool vector_node(kiln__text *b, const kiln__fused *g, int i, bool fp64, const kiln__cl_row_index *x) {
     const kiln__expr_node *n = &g->expr.node[i];
     if (n->kind == KILN__EXPR_LOAD) {
         int k = n->input;
-        if (x->step[k] == 0) kiln__cl_src_printf(b, "  float16 v%d = (float16)in%d[ib%d];\n", i, k, k);
-        else kiln__cl_src_printf(b, "  float16 v%d = vload16(0, in%d + ib%d + j);\n", i, k, k);
+        if (x->step[k] == 0) kiln__text_printf(b, "  float16 v%d = (float16)in%d[ib%d];\n", i, k, k);
+        else kiln__text_printf(b, "  float16 v%d = vload16(0, in%d + ib%d + j);\n", i, k, k);
         return true;
     }
-    kiln__cl_src_printf(b, "  float16 v%d = ", i);
+    kiln__text_printf(b, "  float16 v%d = ", i);
     if (!kiln__cl_codegen_op(b, g, i, fp64)) {
         kiln__kernel_error("no OpenCL kernel for %s yet", kiln__opcode_name(n->code));
         return false;
     }
-    kiln__cl_src_printf(b, ";\n");
+    kiln__text_printf(b, ";\n");
     return true;
 }
 
 /* Two loops over the row: float16 steps, then single elements. Each evaluates the per-element
  * nodes before `end` that `need` marks (all when NULL), then vtail (vector loop) or tail. */
-static bool walk(kiln__cl_src *b, const kiln__fused *g, bool fp64, const kiln__cl_row_index *x, int end,
+static bool walk(kiln__text *b, const kiln__fused *g, bool fp64, const kiln__cl_row_index *x, int end,
                  const bool *need, const char *vtail, const char *tail) {
     const kiln__expr *e = &g->expr;
     for (int vector = 1; vector >= 0; vector--) {
-        kiln__cl_src_printf(b, vector ? "  for (j = 0; j + %d <= len; j += %d) {\n" : "  for (; j < len; j++) {\n", VEC, VEC);
+        kiln__text_printf(b, vector ? "  for (j = 0; j + %d <= len; j += %d) {\n" : "  for (; j < len; j++) {\n", VEC, VEC);
         for (int i = 0; i < end; i++) {
             const kiln__expr_node *n = &e->node[i];
             if (n->kind == KILN__EXPR_CONST || n->kind == KILN__EXPR_REDUCE || n->rows || (need && !need[i])) continue;
             bool ok = vector ? vector_node(b, g, i, fp64, x) : kiln__cl_codegen_node(b, g, i, fp64, kiln__cl_row_input_index, x);
             if (!ok) return false;
         }
-        kiln__cl_src_printf(b, "%s  }\n", vector ? vtail : tail);
+        kiln__text_printf(b, "%s  }\n", vector ? vtail : tail);
     }
     return true;
 }
 
 /* acc16's lanes added into acc (A: the accumulator type). */
-static void fold_sum(kiln__cl_src *b, const char *A) {
-    kiln__cl_src_printf(b, "  { %s8 h8 = acc16.lo + acc16.hi; %s4 h4 = h8.lo + h8.hi; %s2 h2 = h4.lo + h4.hi; acc += h2.x + h2.y; }\n",
-                        A, A, A);
+static void fold_sum(kiln__text *b, const char *A) {
+    kiln__text_printf(b, "  { %s8 h8 = acc16.lo + acc16.hi; %s4 h4 = h8.lo + h8.hi; %s2 h2 = h4.lo + h4.hi; acc += h2.x + h2.y; }\n",
+                      A, A, A);
 }
 
 /* The REDUCE node R as v<R>. */
-static bool reduce(kiln__cl_src *b, const kiln__fused *g, bool fp64, const kiln__cl_row_index *x, int R) {
+static bool reduce(kiln__text *b, const kiln__fused *g, bool fp64, const kiln__cl_row_index *x, int R) {
     const kiln__expr_node *n = &g->expr.node[R];
     int a = n->arg[0];
     const char *A = fp64 ? "double" : "float";
     char vtail[256], tail[256];
     switch (n->code) {
     case KILN__OP_SUM: case KILN__OP_MEAN:
-        kiln__cl_src_printf(b, "  %s16 acc16 = 0; %s acc = 0;\n", A, A);
+        kiln__text_printf(b, "  %s16 acc16 = 0; %s acc = 0;\n", A, A);
         snprintf(vtail, sizeof vtail, "    acc16 += convert_%s16(v%d);\n", A, a);
         snprintf(tail, sizeof tail, "    acc += (%s)v%d;\n", A, a);
         if (!walk(b, g, fp64, x, R, NULL, vtail, tail)) return false;
         fold_sum(b, A);
-        if (n->code == KILN__OP_SUM) kiln__cl_src_printf(b, "  float v%d = (float)acc;\n", R);
-        else kiln__cl_src_printf(b, "  float v%d = (float)(acc / (%s)len);\n", R, A);
+        if (n->code == KILN__OP_SUM) kiln__text_printf(b, "  float v%d = (float)acc;\n", R);
+        else kiln__text_printf(b, "  float v%d = (float)(acc / (%s)len);\n", R, A);
         return true;
     case KILN__OP_MAX: case KILN__OP_MIN: case KILN__OP_LOGSUMEXP: {
         bool min = n->code == KILN__OP_MIN;
         const char *cmp = min ? "<" : ">", *id = min ? "INFINITY" : "(-INFINITY)";
         /* NaN wins, else the largest (smallest), lane by lane and then across the lanes */
-        kiln__cl_src_printf(b, "  float16 best16 = %s; float best = %s;\n", id, id);
+        kiln__text_printf(b, "  float16 best16 = %s; float best = %s;\n", id, id);
         snprintf(vtail, sizeof vtail, "    best16 = select(best16, v%d, isnan(v%d) | (v%d %s best16));\n", a, a, a, cmp);
         snprintf(tail, sizeof tail, "    if (isnan(v%d) || v%d %s best) best = v%d;\n", a, a, cmp, a);
         if (!walk(b, g, fp64, x, R, NULL, vtail, tail)) return false;
-        kiln__cl_src_printf(b,
-                            "  { float lanes[16]; vstore16(best16, 0, lanes);\n"
-                            "    for (int u = 0; u < 16; u++) if (isnan(lanes[u]) || lanes[u] %s best) best = lanes[u]; }\n",
-                            cmp);
-        kiln__cl_src_printf(b, "  float v%d = best;\n", R);
+        kiln__text_printf(b,
+                          "  { float lanes[16]; vstore16(best16, 0, lanes);\n"
+                          "    for (int u = 0; u < 16; u++) if (isnan(lanes[u]) || lanes[u] %s best) best = lanes[u]; }\n",
+                          cmp);
+        kiln__text_printf(b, "  float v%d = best;\n", R);
         if (n->code != KILN__OP_LOGSUMEXP) return true;
-        kiln__cl_src_printf(b, "  if (!isinf(best) && !isnan(best)) {\n  %s16 acc16 = 0; %s acc = 0;\n", A, A);
+        kiln__text_printf(b, "  if (!isinf(best) && !isnan(best)) {\n  %s16 acc16 = 0; %s acc = 0;\n", A, A);
         snprintf(vtail, sizeof vtail, "    acc16 += exp(convert_%s16(v%d) - (%s)best);\n", A, a, A);
         snprintf(tail, sizeof tail, "    acc += exp((%s)v%d - (%s)best);\n", A, a, A);
         if (!walk(b, g, fp64, x, R, NULL, vtail, tail)) return false;
         fold_sum(b, A);
-        kiln__cl_src_printf(b, "  v%d = (float)((%s)best + log(acc));\n  }\n", R, A);
+        kiln__text_printf(b, "  v%d = (float)((%s)best + log(acc));\n  }\n", R, A);
         return true;
     }
     default:
@@ -150,18 +150,18 @@ static bool reduce(kiln__cl_src *b, const kiln__fused *g, bool fp64, const kiln_
     }
 }
 
-bool kiln__cl_codegen_rows_vec(const kiln__fused *g, bool fp64, kiln__cl_src *b, kiln__cl_ew_launch *l) {
+bool kiln__cl_codegen_rows_vec(const kiln__fused *g, bool fp64, kiln__text *b, kiln__cl_ew_launch *l) {
     const kiln__expr *e = &g->expr;
     if (NEVER(!kiln__cl_rows_vec_takes(g))) return false;
     if (!kiln__cl_codegen_params(g, fp64, b, l)) return false;
     l->n = l->n / g->row; /* one work item per row */
     l->local = 1;
-    kiln__cl_src_printf(b, "  long r = get_global_id(0), j;\n  if (r >= n) return;\n");
+    kiln__text_printf(b, "  long r = get_global_id(0), j;\n  if (r >= n) return;\n");
     kiln__cl_row_index x;
     bool last_walk;
     if (!kiln__cl_row_body(b, g, fp64, &x, &last_walk, reduce)) return false;
     if (last_walk) {
-        kiln__cl_src vstores = {0}, stores = {0};
+        kiln__text vstores = {0}, stores = {0};
         kiln__cl_row_stores(g, &stores, &vstores);
         bool live[KILN__EXPR_MAX_NODES];
         live_nodes(e, live);
@@ -178,7 +178,7 @@ bool kiln__cl_codegen_rows_vec(const kiln__fused *g, bool fp64, kiln__cl_src *b,
         snprintf(idx, sizeof idx, "ob%d", s);
         kiln__cl_codegen_store(b, g, s, idx);
     }
-    kiln__cl_src_printf(b, "}\n");
+    kiln__text_printf(b, "}\n");
     if (b->oom) kiln__kernel_error("out of host memory generating an OpenCL kernel");
     return !b->oom;
 }

@@ -20,7 +20,7 @@ static const char *raw_type(kiln_dtype d) {
     }
 }
 
-kiln_status kiln__cl_run_flagged(kiln__cl_device *d, const kiln__op *op, kiln__cl_src *src, size_t global,
+kiln_status kiln__cl_run_flagged(kiln__cl_device *d, const kiln__op *op, kiln__text *src, size_t global,
                                  kiln__cl_arg *args, int n_args, cl_long flag[2]) {
     flag[0] = flag[1] = 0;
     cl_int err = CL_SUCCESS;
@@ -37,7 +37,7 @@ kiln_status kiln__cl_run_flagged(kiln__cl_device *d, const kiln__op *op, kiln__c
 }
 
 /* kiln__cl_run_flagged; KILN_ERR_INDEX when the kernel flagged an index out of range. */
-static kiln_status launch_checked(kiln__cl_device *d, const kiln__op *op, kiln__cl_src *src, size_t global,
+static kiln_status launch_checked(kiln__cl_device *d, const kiln__op *op, kiln__text *src, size_t global,
                                   kiln__cl_arg *args, int n_args, int64_t size) {
     cl_long flag[2];
     kiln_status st = kiln__cl_run_flagged(d, op, src, global, args, n_args, flag);
@@ -56,18 +56,18 @@ static kiln_status run_gather(const kiln__op *op, const kiln__view *idx) {
     kiln__cl_device *d = dev_of(op);
     if (NEVER(!d)) return KILN_ERR_INTERNAL;
     int nd = out->ndim, dim = (int)op->p.i[0];
-    kiln__cl_src s = {0};
-    kiln__cl_src_printf(&s, "%s", kiln__cl_layout_helpers);
-    kiln__cl_src_printf(&s,
-                        "__kernel void k(long n, long8 shape8, long8 ost8, long oo, long8 sst8, long so, long8 ist8, long io,\n"
-                        "  int dim, long size, __global %s *out, __global const %s *src, __global const %s *idx, __global long *bad) {\n"
-                        "  long e = get_global_id(0); if (e >= n) return;\n"
-                        "  long shape[8], ost[8], sst[8], ist[8], c[8];\n"
-                        "  unpack(shape8, shape); unpack(ost8, ost); unpack(sst8, sst); unpack(ist8, ist); coords(e, shape, c);\n"
-                        "  long kk = idx[io + dot(c, ist)];\n"
-                        "  if (kk < 0 || kk >= size) { bad[0] = 1; bad[1] = kk; return; }\n"
-                        "  long ob = oo + dot(c, ost); c[dim] = kk; out[ob] = src[so + dot(c, sst)];\n}\n",
-                        raw_type(out->dtype), raw_type(src->dtype), idx->dtype == KILN_I64 ? "long" : "int");
+    kiln__text s = {0};
+    kiln__text_printf(&s, "%s", kiln__cl_layout_helpers);
+    kiln__text_printf(&s,
+                      "__kernel void k(long n, long8 shape8, long8 ost8, long oo, long8 sst8, long so, long8 ist8, long io,\n"
+                      "  int dim, long size, __global %s *out, __global const %s *src, __global const %s *idx, __global long *bad) {\n"
+                      "  long e = get_global_id(0); if (e >= n) return;\n"
+                      "  long shape[8], ost[8], sst[8], ist[8], c[8];\n"
+                      "  unpack(shape8, shape); unpack(ost8, ost); unpack(sst8, sst); unpack(ist8, ist); coords(e, shape, c);\n"
+                      "  long kk = idx[io + dot(c, ist)];\n"
+                      "  if (kk < 0 || kk >= size) { bad[0] = 1; bad[1] = kk; return; }\n"
+                      "  long ob = oo + dot(c, ost); c[dim] = kk; out[ob] = src[so + dot(c, sst)];\n}\n",
+                      raw_type(out->dtype), raw_type(src->dtype), idx->dtype == KILN_I64 ? "long" : "int");
     int64_t sstr[KILN_MAX_DIMS];
     memcpy(sstr, src->strides, sizeof sstr);
     cl_long8 shape8, ost8, sst8, ist8;
@@ -111,23 +111,23 @@ static kiln_status kernel_scatter_add(const kiln__op *op) {
     }
     int nd = idx->ndim, dim = (int)op->p.i[0];
     const char *T = kiln__cl_ctype(dt), *UT = dt == KILN_I32 ? "uint" : "ulong";
-    kiln__cl_src s = {0};
+    kiln__text s = {0};
     kiln__cl_src_prelude(&s, d->fp64);
-    kiln__cl_src_printf(&s, "%s", kiln__cl_layout_helpers);
-    kiln__cl_src_printf(&s,
-                        "__kernel void k(long n, long8 shape8, long8 ost8, long oo, long8 sst8, long so, long8 ist8, long io,\n"
-                        "  int dim, long len, long size, __global %s *out, __global const %s *src, __global const %s *idx,\n"
-                        "  __global long *bad) {\n"
-                        "  long e = get_global_id(0); if (e >= n) return;\n"
-                        "  long shape[8], ost[8], sst[8], ist[8], c[8];\n"
-                        "  unpack(shape8, shape); unpack(ost8, ost); unpack(sst8, sst); unpack(ist8, ist); coords(e, shape, c);\n"
-                        "  long ob = oo + dot(c, ost), sb = so + dot(c, sst), ib = io + dot(c, ist);\n"
-                        "  for (long j = 0; j < len; j++) {\n"
-                        "    long kk = idx[ib + j * ist[dim]];\n"
-                        "    if (kk < 0 || kk >= size) { bad[0] = 1; bad[1] = kk; return; }\n",
-                        T, T, idx->dtype == KILN_I64 ? "long" : "int");
-    if (f) kiln__cl_src_printf(&s, "    out[ob + kk * ost[dim]] += src[sb + j * sst[dim]];\n  }\n}\n");
-    else kiln__cl_src_printf(&s, "    out[ob + kk * ost[dim]] = (%s)((%s)out[ob + kk * ost[dim]] + (%s)src[sb + j * sst[dim]]);\n  }\n}\n", T, UT, UT);
+    kiln__text_printf(&s, "%s", kiln__cl_layout_helpers);
+    kiln__text_printf(&s,
+                      "__kernel void k(long n, long8 shape8, long8 ost8, long oo, long8 sst8, long so, long8 ist8, long io,\n"
+                      "  int dim, long len, long size, __global %s *out, __global const %s *src, __global const %s *idx,\n"
+                      "  __global long *bad) {\n"
+                      "  long e = get_global_id(0); if (e >= n) return;\n"
+                      "  long shape[8], ost[8], sst[8], ist[8], c[8];\n"
+                      "  unpack(shape8, shape); unpack(ost8, ost); unpack(sst8, sst); unpack(ist8, ist); coords(e, shape, c);\n"
+                      "  long ob = oo + dot(c, ost), sb = so + dot(c, sst), ib = io + dot(c, ist);\n"
+                      "  for (long j = 0; j < len; j++) {\n"
+                      "    long kk = idx[ib + j * ist[dim]];\n"
+                      "    if (kk < 0 || kk >= size) { bad[0] = 1; bad[1] = kk; return; }\n",
+                      T, T, idx->dtype == KILN_I64 ? "long" : "int");
+    if (f) kiln__text_printf(&s, "    out[ob + kk * ost[dim]] += src[sb + j * sst[dim]];\n  }\n}\n");
+    else kiln__text_printf(&s, "    out[ob + kk * ost[dim]] = (%s)((%s)out[ob + kk * ost[dim]] + (%s)src[sb + j * sst[dim]]);\n  }\n}\n", T, UT, UT);
     int64_t shape[KILN_MAX_DIMS];
     memcpy(shape, idx->shape, sizeof shape);
     shape[dim] = 1;
@@ -153,18 +153,18 @@ static kiln_status kernel_one_hot(const kiln__op *op) {
     if (NEVER(!d)) return KILN_ERR_INTERNAL;
     int nd = idx->ndim;
     const char *ET = raw_type(out->dtype);
-    kiln__cl_src s = {0};
-    kiln__cl_src_printf(&s, "%s", kiln__cl_layout_helpers);
-    kiln__cl_src_printf(&s,
-                        "__kernel void k(long n, long8 shape8, long8 ost8, long oo, long cstep, long8 ist8, long io, long classes,\n"
-                        "  %s one, __global %s *out, __global const %s *idx, __global long *bad) {\n"
-                        "  long e = get_global_id(0); if (e >= n) return;\n"
-                        "  long shape[8], ost[8], ist[8], c[8];\n"
-                        "  unpack(shape8, shape); unpack(ost8, ost); unpack(ist8, ist); coords(e, shape, c);\n"
-                        "  long kk = idx[io + dot(c, ist)], ob = oo + dot(c, ost);\n"
-                        "  if (kk < 0 || kk >= classes) { bad[0] = 1; bad[1] = kk; return; }\n"
-                        "  for (long j = 0; j < classes; j++) out[ob + j * cstep] = j == kk ? one : (%s)0;\n}\n",
-                        ET, ET, idx->dtype == KILN_I64 ? "long" : "int", ET);
+    kiln__text s = {0};
+    kiln__text_printf(&s, "%s", kiln__cl_layout_helpers);
+    kiln__text_printf(&s,
+                      "__kernel void k(long n, long8 shape8, long8 ost8, long oo, long cstep, long8 ist8, long io, long classes,\n"
+                      "  %s one, __global %s *out, __global const %s *idx, __global long *bad) {\n"
+                      "  long e = get_global_id(0); if (e >= n) return;\n"
+                      "  long shape[8], ost[8], ist[8], c[8];\n"
+                      "  unpack(shape8, shape); unpack(ost8, ost); unpack(ist8, ist); coords(e, shape, c);\n"
+                      "  long kk = idx[io + dot(c, ist)], ob = oo + dot(c, ost);\n"
+                      "  if (kk < 0 || kk >= classes) { bad[0] = 1; bad[1] = kk; return; }\n"
+                      "  for (long j = 0; j < classes; j++) out[ob + j * cstep] = j == kk ? one : (%s)0;\n}\n",
+                      ET, ET, idx->dtype == KILN_I64 ? "long" : "int", ET);
     cl_long8 shape8, ost8, ist8;
     kiln__cl_pack8(&shape8, idx->shape, nd, 1);
     kiln__cl_pack8(&ost8, out->strides, nd, 0);

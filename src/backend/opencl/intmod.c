@@ -21,20 +21,20 @@ static kiln_status kernel_mod(const kiln__op *op) {
         return KILN_ERR_DTYPE;
     }
     const char *T = kiln__cl_ctype(dt);
-    kiln__cl_src s = {0};
+    kiln__text s = {0};
     kiln__cl_src_prelude(&s, d->fp64);
-    kiln__cl_src_printf(&s, "%s", kiln__cl_layout_helpers);
-    kiln__cl_src_printf(&s,
-                        "__kernel void k(long n, long8 shape8, long8 ost8, long oo, long8 xst8, long xo, long8 yst8, long yo,\n"
-                        "  int floor_mod, __global %s *out, __global const %s *x, __global const %s *y, __global long *bad) {\n"
-                        "  long e = get_global_id(0); if (e >= n) return;\n"
-                        "  long shape[8], ost[8], xst[8], yst[8], c[8];\n"
-                        "  unpack(shape8, shape); unpack(ost8, ost); unpack(xst8, xst); unpack(yst8, yst); coords(e, shape, c);\n"
-                        "  %s a = x[xo + dot(c, xst)], b = y[yo + dot(c, yst)], r = 0;\n"
-                        "  if (b == 0) bad[0] = 1;\n"
-                        "  else if (b != -1) { r = a %% b; if (floor_mod && r != 0 && ((r < 0) != (b < 0))) r = (%s)(r + b); }\n"
-                        "  out[oo + dot(c, ost)] = r;\n}\n",
-                        T, T, T, T, T);
+    kiln__text_printf(&s, "%s", kiln__cl_layout_helpers);
+    kiln__text_printf(&s,
+                      "__kernel void k(long n, long8 shape8, long8 ost8, long oo, long8 xst8, long xo, long8 yst8, long yo,\n"
+                      "  int floor_mod, __global %s *out, __global const %s *x, __global const %s *y, __global long *bad) {\n"
+                      "  long e = get_global_id(0); if (e >= n) return;\n"
+                      "  long shape[8], ost[8], xst[8], yst[8], c[8];\n"
+                      "  unpack(shape8, shape); unpack(ost8, ost); unpack(xst8, xst); unpack(yst8, yst); coords(e, shape, c);\n"
+                      "  %s a = x[xo + dot(c, xst)], b = y[yo + dot(c, yst)], r = 0;\n"
+                      "  if (b == 0) bad[0] = 1;\n"
+                      "  else if (b != -1) { r = a %% b; if (floor_mod && r != 0 && ((r < 0) != (b < 0))) r = (%s)(r + b); }\n"
+                      "  out[oo + dot(c, ost)] = r;\n}\n",
+                      T, T, T, T, T);
     cl_long8 shape8, ost8, xst8, yst8;
     int nd = out->ndim;
     kiln__cl_pack8(&shape8, out->shape, nd, 1);

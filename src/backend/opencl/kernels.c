@@ -35,7 +35,7 @@ static kiln_status run_group(kiln__cl_device *d, const kiln__op *op, const kiln_
                                kiln_device_name(d->device));
             return KILN_ERR_DEVICE;
         }
-    kiln__cl_src src = {0};
+    kiln__text src = {0};
     kiln__cl_ew_launch *l = malloc(sizeof *l);
     kiln_status st = KILN_ERR_OUT_OF_MEMORY;
     if (!l) kiln__kernel_error("out of host memory");

@@ -20,20 +20,20 @@ static kiln_status naive(kiln__cl_device *d, const kiln__op *op, bool accumulate
     const kiln__view *a = &op->in[0], *b = &op->in[1], *c = &op->out[0];
     int nd = c->ndim, nb = nd - 2;
     const char *T = kiln__cl_ctype(c->dtype), *A = T;
-    kiln__cl_src src = {0};
+    kiln__text src = {0};
     kiln__cl_src_prelude(&src, d->fp64);
-    kiln__cl_src_printf(&src,
-                        "__kernel void k(long total, long M, long N, long K, long8 bshape8, long8 abst8, long8 bbst8,\n"
-                        "  long ao, long ars, long acs, long bo, long brs, long bcs, long acc,\n"
-                        "  __global const %s *a, __global const %s *b, __global %s *c) {\n"
-                        "  long g = get_global_id(0); if (g >= total) return;\n"
-                        "  long j = g %% N, i = (g / N) %% M, r = g / (M * N);\n"
-                        "  long bshape[8], abst[8], bbst[8]; vstore8(bshape8, 0, bshape); vstore8(abst8, 0, abst); vstore8(bbst8, 0, bbst);\n"
-                        "  long ab = ao, bb = bo;\n"
-                        "  for (int q = 7; q >= 0; q--) { long t = r %% bshape[q]; r /= bshape[q]; ab += t * abst[q]; bb += t * bbst[q]; }\n"
-                        "  %s s = 0; for (long p = 0; p < K; p++) s += a[ab + i * ars + p * acs] * b[bb + p * brs + j * bcs];\n"
-                        "  c[g] = acc ? c[g] + s : s;\n}\n",
-                        T, T, T, A);
+    kiln__text_printf(&src,
+                      "__kernel void k(long total, long M, long N, long K, long8 bshape8, long8 abst8, long8 bbst8,\n"
+                      "  long ao, long ars, long acs, long bo, long brs, long bcs, long acc,\n"
+                      "  __global const %s *a, __global const %s *b, __global %s *c) {\n"
+                      "  long g = get_global_id(0); if (g >= total) return;\n"
+                      "  long j = g %% N, i = (g / N) %% M, r = g / (M * N);\n"
+                      "  long bshape[8], abst[8], bbst[8]; vstore8(bshape8, 0, bshape); vstore8(abst8, 0, abst); vstore8(bbst8, 0, bbst);\n"
+                      "  long ab = ao, bb = bo;\n"
+                      "  for (int q = 7; q >= 0; q--) { long t = r %% bshape[q]; r /= bshape[q]; ab += t * abst[q]; bb += t * bbst[q]; }\n"
+                      "  %s s = 0; for (long p = 0; p < K; p++) s += a[ab + i * ars + p * acs] * b[bb + p * brs + j * bcs];\n"
+                      "  c[g] = acc ? c[g] + s : s;\n}\n",
+                      T, T, T, A);
     int64_t bshape[KILN_MAX_DIMS] = {0}, abst[KILN_MAX_DIMS] = {0}, bbst[KILN_MAX_DIMS] = {0};
     cl_long total = 1;
     for (int q = 0; q < nd; q++) total *= c->shape[q];

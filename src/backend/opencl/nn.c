@@ -229,17 +229,17 @@ static void strides4(cl_long *g, int at, const kiln__view *v) {
  * geometry followed by bufs and the ints. */
 static kiln_status launch(kiln__cl_device *d, const kiln__op *op, const char *helpers, const char *body, const cl_long *g,
                           size_t global, cl_mem *bufs, int n_bufs, const cl_int *ints, int n_ints) {
-    kiln__cl_src s = {0};
+    kiln__text s = {0};
     bool f64 = op->out[0].dtype == KILN_F64;
     kiln__cl_src_prelude(&s, d->fp64);
-    kiln__cl_src_printf(&s, "typedef %s T;\n", f64 ? "double" : "float");
+    kiln__text_printf(&s, "typedef %s T;\n", f64 ? "double" : "float");
     for (int i = 0; i < G_COUNT; i++) {
-        if (i >= G_FIRST_CONST && i <= G_LAST_CONST) kiln__cl_src_printf(&s, "#define %s (%lldL)\n", geom_names[i], (long long)g[i]);
-        else kiln__cl_src_printf(&s, "#define %s g%d\n", geom_names[i], i);
+        if (i >= G_FIRST_CONST && i <= G_LAST_CONST) kiln__text_printf(&s, "#define %s (%lldL)\n", geom_names[i], (long long)g[i]);
+        else kiln__text_printf(&s, "#define %s g%d\n", geom_names[i], i);
     }
-    kiln__cl_src_printf(&s, "%s__kernel void k(", helpers);
-    for (int i = 0; i < G_COUNT; i++) kiln__cl_src_printf(&s, "long g%d, ", i);
-    kiln__cl_src_printf(&s, "\n  %s", body);
+    kiln__text_printf(&s, "%s__kernel void k(", helpers);
+    for (int i = 0; i < G_COUNT; i++) kiln__text_printf(&s, "long g%d, ", i);
+    kiln__text_printf(&s, "\n  %s", body);
     kiln__cl_arg args[G_COUNT + 8];
     int n = 0;
     for (int i = 0; i < G_COUNT; i++) args[n++] = (kiln__cl_arg){8, &g[i]};

@@ -9,6 +9,7 @@
 #include <CL/cl.h>
 
 #include "backend/backend-impl.h"
+#include "core/text.h"
 #include "ir/expr.h"
 
 /* Each kiln stream has its own in-order command queue on each device it uses (stream.c),
@@ -174,28 +175,20 @@ kiln_status kiln__cl_launch_local(kiln__cl_device *d, const kiln__op *op, const 
  * source: a user's registered op names its own. */
 kiln_status kiln__cl_launch_named(kiln__cl_device *d, const kiln__op *op, const char *source, const char *name,
                                   size_t global, size_t local, const kiln__cl_arg *args, int n_args);
-struct kiln__cl_src;
 /* kiln__cl_run with a trailing __global long[2] flag argument (zeroed before), read back into
  * flag after the kernel (it waits): how a kernel reports a bad value (an index out of range, an
  * integer division by zero) for the host to turn into the op's error. args needs room for one
  * more. */
-kiln_status kiln__cl_run_flagged(kiln__cl_device *d, const kiln__op *op, struct kiln__cl_src *src, size_t global,
+kiln_status kiln__cl_run_flagged(kiln__cl_device *d, const kiln__op *op, kiln__text *src, size_t global,
                                  kiln__cl_arg *args, int n_args, cl_long flag[2]);
 /* kiln__cl_launch of a generated source (out of memory if its generation ran out), which it
  * frees. */
-kiln_status kiln__cl_run(kiln__cl_device *d, const kiln__op *op, struct kiln__cl_src *src, size_t global,
+kiln_status kiln__cl_run(kiln__cl_device *d, const kiln__op *op, kiln__text *src, size_t global,
                          const kiln__cl_arg *args, int n_args);
 
 /* ---- code generation (codegen.c) --------------------------------------------------------- */
-/* A growable string. */
-typedef struct kiln__cl_src {
-    char *s;
-    size_t len, cap;
-    bool oom;
-} kiln__cl_src;
-void kiln__cl_src_printf(kiln__cl_src *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The common prelude: pragmas, f16/bf16 helpers. */
-void kiln__cl_src_prelude(kiln__cl_src *b, bool fp64);
+void kiln__cl_src_prelude(kiln__text *b, bool fp64);
 /* OpenCL C helpers for kernels over strided views of up to 8 dims (as long8 arguments packed
  * by kiln__cl_pack8: a view's dims right-aligned, leading dims of size 1): unpack, locate,
  * roff, coords, dot. */
@@ -219,18 +212,18 @@ typedef struct {
 } kiln__cl_ew_launch;
 /* vec_rows: a group ending in a reduction takes the vector form (codegen_rows_vec.c) when it
  * fits it. */
-bool kiln__cl_codegen_elementwise(const kiln__fused *g, bool fp64, bool vec_rows, kiln__cl_src *src, kiln__cl_ew_launch *l);
+bool kiln__cl_codegen_elementwise(const kiln__fused *g, bool fp64, bool vec_rows, kiln__text *src, kiln__cl_ew_launch *l);
 /* The parts codegen.c shares with codegen_rows.c: the prelude and signature with its launch
  * arguments, one node's declaration, one store. */
-bool kiln__cl_codegen_params(const kiln__fused *g, bool fp64, kiln__cl_src *b, kiln__cl_ew_launch *l);
-bool kiln__cl_codegen_node(kiln__cl_src *b, const kiln__fused *g, int i, bool fp64,
-                           void (*index)(kiln__cl_src *b, const void *ctx, int k), const void *ctx);
-void kiln__cl_codegen_store(kiln__cl_src *b, const kiln__fused *g, int s, const char *idx);
+bool kiln__cl_codegen_params(const kiln__fused *g, bool fp64, kiln__text *b, kiln__cl_ew_launch *l);
+bool kiln__cl_codegen_node(kiln__text *b, const kiln__fused *g, int i, bool fp64,
+                           void (*index)(kiln__text *b, const void *ctx, int k), const void *ctx);
+void kiln__cl_codegen_store(kiln__text *b, const kiln__fused *g, int s, const char *idx);
 /* Prints OP node i's expression (no declaration); false when it has no OpenCL form. */
-bool kiln__cl_codegen_op(kiln__cl_src *b, const kiln__fused *g, int i, bool fp64);
+bool kiln__cl_codegen_op(kiln__text *b, const kiln__fused *g, int i, bool fp64);
 /* A group ending in a REDUCE over its last dim (g->row > 0), with its epilogue: one work-group
  * per row (l->n items in groups of l->local), see codegen_rows.c. */
-bool kiln__cl_codegen_rows(const kiln__fused *g, bool fp64, kiln__cl_src *b, kiln__cl_ew_launch *l);
+bool kiln__cl_codegen_rows(const kiln__fused *g, bool fp64, kiln__text *b, kiln__cl_ew_launch *l);
 /* What codegen_rows.c shares with codegen_rows_vec.c: which inputs are read once per row and
  * each input's stride along the row; the index of input k at element j of row r (a callback of
  * kiln__cl_codegen_node); the REDUCE node; the kernel's part after `r` (the row) is declared
@@ -243,17 +236,17 @@ typedef struct {
     bool rows_in[KILN__EXPR_MAX_INPUTS]; /* input k is read once per row */
     int64_t step[KILN__EXPR_MAX_INPUTS];  /* input k's stride along the row */
 } kiln__cl_row_index;
-typedef bool (*kiln__cl_row_reduce_fn)(kiln__cl_src *b, const kiln__fused *g, bool fp64, const kiln__cl_row_index *x, int R);
-void kiln__cl_row_input_index(kiln__cl_src *b, const void *ctx, int k);
+typedef bool (*kiln__cl_row_reduce_fn)(kiln__text *b, const kiln__fused *g, bool fp64, const kiln__cl_row_index *x, int R);
+void kiln__cl_row_input_index(kiln__text *b, const void *ctx, int k);
 int kiln__cl_row_reduce_node(const kiln__fused *g);
-bool kiln__cl_row_body(kiln__cl_src *b, const kiln__fused *g, bool fp64, kiln__cl_row_index *x, bool *last_walk,
+bool kiln__cl_row_body(kiln__text *b, const kiln__fused *g, bool fp64, kiln__cl_row_index *x, bool *last_walk,
                        kiln__cl_row_reduce_fn reduce);
-void kiln__cl_row_stores(const kiln__fused *g, kiln__cl_src *stores, kiln__cl_src *vstores);
+void kiln__cl_row_stores(const kiln__fused *g, kiln__text *stores, kiln__text *vstores);
 /* The same group as one work item per row walking it in float16 vectors (codegen_rows_vec.c),
  * for CPU devices; _takes: the group's nodes, dtypes and layouts have that form (f32, rows
  * dense or broadcast, opcodes whose OpenCL C reads the same on vectors). */
 bool kiln__cl_rows_vec_takes(const kiln__fused *g);
-bool kiln__cl_codegen_rows_vec(const kiln__fused *g, bool fp64, kiln__cl_src *b, kiln__cl_ew_launch *l);
+bool kiln__cl_codegen_rows_vec(const kiln__fused *g, bool fp64, kiln__text *b, kiln__cl_ew_launch *l);
 
 /* A SUM or MEAN of a whole dense f32 tensor of at least 2^16 elements, in chunks then their
  * total (reduce_chunked.c); _takes: op has that form. */

@@ -45,17 +45,17 @@ static int push_views(layout *l, const kiln__view *const *v, int n, kiln__cl_arg
     return a;
 }
 
-static void header(kiln__cl_src *s, bool fp64, const char *T, int n_views, int n_hp) {
+static void header(kiln__text *s, bool fp64, const char *T, int n_views, int n_hp) {
     kiln__cl_src_prelude(s, fp64);
-    kiln__cl_src_printf(s, "%s__kernel void k(long n, long8 shape8", kiln__cl_layout_helpers);
-    for (int i = 0; i < n_views; i++) kiln__cl_src_printf(s, ", long8 st%d, long o%d, __global %s *v%d", i, i, T, i);
-    for (int i = 0; i < n_hp; i++) kiln__cl_src_printf(s, ", %s h%d", fp64 ? "double" : "float", i);
-    kiln__cl_src_printf(s, ") {\n  long e = get_global_id(0); if (e >= n) return;\n  long shape[8], c[8], t[8];\n"
+    kiln__text_printf(s, "%s__kernel void k(long n, long8 shape8", kiln__cl_layout_helpers);
+    for (int i = 0; i < n_views; i++) kiln__text_printf(s, ", long8 st%d, long o%d, __global %s *v%d", i, i, T, i);
+    for (int i = 0; i < n_hp; i++) kiln__text_printf(s, ", %s h%d", fp64 ? "double" : "float", i);
+    kiln__text_printf(s, ") {\n  long e = get_global_id(0); if (e >= n) return;\n  long shape[8], c[8], t[8];\n"
                            "  unpack(shape8, shape); coords(e, shape, c);\n");
-    for (int i = 0; i < n_views; i++) kiln__cl_src_printf(s, "  unpack(st%d, t); long i%d = o%d + dot(c, t);\n", i, i, i);
+    for (int i = 0; i < n_views; i++) kiln__text_printf(s, "  unpack(st%d, t); long i%d = o%d + dot(c, t);\n", i, i, i);
 }
 
-static kiln_status launch(kiln__cl_device *d, const kiln__op *op, kiln__cl_src *s, layout *l, kiln__cl_arg *args, int a, int n_hp) {
+static kiln_status launch(kiln__cl_device *d, const kiln__op *op, kiln__text *s, layout *l, kiln__cl_arg *args, int a, int n_hp) {
     cl_float hf[8];
     for (int i = 0; i < n_hp; i++) {
         hf[i] = (cl_float)l->hp[i];
@@ -72,17 +72,17 @@ static kiln_status kernel_sgd(const kiln__op *op) {
     kiln__sgd_update u = kiln__sgd_update_decode(op);
     bool mom = op->n_out == 2, wd = u.weight_decay != 0;
     const char *T = kiln__cl_ctype(op->out[0].dtype);
-    kiln__cl_src s = {0};
+    kiln__text s = {0};
     /* views: v0 param, v1 grad, v2 buffer */
     header(&s, d->fp64, T, mom ? 3 : 2, 4);
-    kiln__cl_src_printf(&s, "  %s lr = (%s)h0, mu = (%s)h1, damp = (%s)h2, w = (%s)h3;\n  %s g = v1[i1];\n", T, T, T, T, T, T);
-    if (wd) kiln__cl_src_printf(&s, "  g = g + w * v0[i0];\n");
+    kiln__text_printf(&s, "  %s lr = (%s)h0, mu = (%s)h1, damp = (%s)h2, w = (%s)h3;\n  %s g = v1[i1];\n", T, T, T, T, T, T);
+    if (wd) kiln__text_printf(&s, "  g = g + w * v0[i0];\n");
     if (mom) {
-        kiln__cl_src_printf(&s, u.first ? "  %s buf = g;\n" : "  %s buf = mu * v2[i2] + damp * g;\n", T);
-        kiln__cl_src_printf(&s, "  v2[i2] = buf;\n");
-        kiln__cl_src_printf(&s, u.nesterov ? "  g = g + mu * buf;\n" : "  g = buf;\n");
+        kiln__text_printf(&s, u.first ? "  %s buf = g;\n" : "  %s buf = mu * v2[i2] + damp * g;\n", T);
+        kiln__text_printf(&s, "  v2[i2] = buf;\n");
+        kiln__text_printf(&s, u.nesterov ? "  g = g + mu * buf;\n" : "  g = buf;\n");
     }
-    kiln__cl_src_printf(&s, "  v0[i0] = v0[i0] - lr * g;\n}\n");
+    kiln__text_printf(&s, "  v0[i0] = v0[i0] - lr * g;\n}\n");
     const kiln__view *v[3] = {&op->out[0], &op->in[0], &op->out[1]};
     layout l;
     kiln__cl_arg args[24];
@@ -102,16 +102,16 @@ static kiln_status kernel_adam(const kiln__op *op) {
     int decay = decay_v == 0 && !u.decoupled ? 0 : u.decoupled ? 2 : 1;
     bool first = u.first;
     const char *T = kiln__cl_ctype(op->out[0].dtype);
-    kiln__cl_src s = {0};
+    kiln__text s = {0};
     /* views: v0 param, v1 exp_avg, v2 exp_avg_sq, v3 grad */
     header(&s, d->fp64, T, 4, 7);
-    kiln__cl_src_printf(&s, "  %s step = (%s)h0, w1 = (%s)h1, b2 = (%s)h2, w2 = (%s)h3, eps = (%s)h4, bc2 = (%s)h5, kd = (%s)h6;\n",
-                        T, T, T, T, T, T, T, T);
-    kiln__cl_src_printf(&s, "  %s x = v0[i0], g = v3[i3];\n", T);
-    if (decay == 1) kiln__cl_src_printf(&s, "  g = g + kd * x;\n");
-    if (decay == 2) kiln__cl_src_printf(&s, "  x = x * kd;\n");
-    kiln__cl_src_printf(&s, first ? "  %s m0 = 0, s0 = 0;\n" : "  %s m0 = v1[i1], s0 = v2[i2];\n", T);
-    kiln__cl_src_printf(&s, "  %s m1 = m0 + w1 * (g - m0);\n  %s s1 = s0 * b2 + w2 * g * g;\n"
+    kiln__text_printf(&s, "  %s step = (%s)h0, w1 = (%s)h1, b2 = (%s)h2, w2 = (%s)h3, eps = (%s)h4, bc2 = (%s)h5, kd = (%s)h6;\n",
+                      T, T, T, T, T, T, T, T);
+    kiln__text_printf(&s, "  %s x = v0[i0], g = v3[i3];\n", T);
+    if (decay == 1) kiln__text_printf(&s, "  g = g + kd * x;\n");
+    if (decay == 2) kiln__text_printf(&s, "  x = x * kd;\n");
+    kiln__text_printf(&s, first ? "  %s m0 = 0, s0 = 0;\n" : "  %s m0 = v1[i1], s0 = v2[i2];\n", T);
+    kiln__text_printf(&s, "  %s m1 = m0 + w1 * (g - m0);\n  %s s1 = s0 * b2 + w2 * g * g;\n"
                             "  v1[i1] = m1; v2[i2] = s1;\n  v0[i0] = x - step * (m1 / (sqrt(s1) / bc2 + eps));\n}\n", T, T);
     const kiln__view *v[4] = {&op->out[0], &op->out[1], &op->out[2], &op->in[0]};
     layout l;
@@ -132,14 +132,14 @@ static kiln_status kernel_sum_squares(const kiln__op *op) {
         kiln__kernel_error("no OpenCL kernel for SUM_SQUARES on %s yet", kiln_dtype_name(in->dtype));
         return KILN_ERR_UNSUPPORTED;
     }
-    kiln__cl_src s = {0};
+    kiln__text s = {0};
     kiln__cl_src_prelude(&s, true);
-    kiln__cl_src_printf(&s, "%s__kernel void k(long n, long8 shape8, long8 st8, long io, long oo, __global const %s *x,\n"
+    kiln__text_printf(&s, "%s__kernel void k(long n, long8 shape8, long8 st8, long io, long oo, __global const %s *x,\n"
                             "  __global double *y) {\n  if (get_global_id(0) != 0) return;\n"
                             "  long shape[8], st[8], c[8]; unpack(shape8, shape); unpack(st8, st); double sum = 0;\n"
                             "  for (long e = 0; e < n; e++) { coords(e, shape, c); double v = x[io + dot(c, st)]; sum += v * v; }\n"
                             "  y[oo] = sum;\n}\n",
-                        kiln__cl_layout_helpers, kiln__cl_ctype(in->dtype));
+                      kiln__cl_layout_helpers, kiln__cl_ctype(in->dtype));
     cl_long8 shape8, st8;
     kiln__cl_pack8(&shape8, in->shape, in->ndim, 1);
     kiln__cl_pack8(&st8, in->strides, in->ndim, 0);
@@ -181,35 +181,35 @@ static kiln_status kernel_adaptive(const kiln__op *op) {
     kiln__cl_arg args[32];
     int a = push_views(&l, v, n, args);
     int n_hp = code == KILN__OP_RMSPROP_UPDATE ? 6 : code == KILN__OP_ADAGRAD_UPDATE ? 4 : 2;
-    kiln__cl_src s = {0};
+    kiln__text s = {0};
     header(&s, d->fp64, T, n, n_hp);
     if (code == KILN__OP_RMSPROP_GRAD_AVG) { /* v0 ga, v1 grad, v2 param */
         l.hp[0] = 1.0 - r.alpha, l.hp[1] = r.weight_decay;
-        kiln__cl_src_printf(&s, "  %s w = (%s)h0, wd = (%s)h1, g = v1[i1];\n  if (wd != 0) g = g + wd * v2[i2];\n", T, T, T);
-        kiln__cl_src_printf(&s, first ? "  %s g0 = 0;\n" : "  %s g0 = v0[i0];\n", T);
-        kiln__cl_src_printf(&s, "  v0[i0] = g0 + w * (g - g0);\n}\n");
+        kiln__text_printf(&s, "  %s w = (%s)h0, wd = (%s)h1, g = v1[i1];\n  if (wd != 0) g = g + wd * v2[i2];\n", T, T, T);
+        kiln__text_printf(&s, first ? "  %s g0 = 0;\n" : "  %s g0 = v0[i0];\n", T);
+        kiln__text_printf(&s, "  v0[i0] = g0 + w * (g - g0);\n}\n");
     } else if (code == KILN__OP_ADAGRAD_UPDATE) { /* v0 param, v1 sum, v2 grad */
         l.hp[0] = ag.clr, l.hp[1] = ag.eps, l.hp[2] = ag.weight_decay, l.hp[3] = ag.initial_accumulator_value;
-        kiln__cl_src_printf(&s, "  %s clr = (%s)h0, eps = (%s)h1, wd = (%s)h2, init = (%s)h3, g = v2[i2];\n"
+        kiln__text_printf(&s, "  %s clr = (%s)h0, eps = (%s)h1, wd = (%s)h2, init = (%s)h3, g = v2[i2];\n"
                                 "  if (wd != 0) g = g + wd * v0[i0];\n", T, T, T, T, T);
-        kiln__cl_src_printf(&s, first ? "  %s sm = init + g * g;\n" : "  %s sm = v1[i1] + g * g;\n", T);
-        kiln__cl_src_printf(&s, "  v1[i1] = sm;\n  v0[i0] = v0[i0] - clr * (g / (sqrt(sm) + eps));\n}\n");
+        kiln__text_printf(&s, first ? "  %s sm = init + g * g;\n" : "  %s sm = v1[i1] + g * g;\n", T);
+        kiln__text_printf(&s, "  v1[i1] = sm;\n  v0[i0] = v0[i0] - clr * (g / (sqrt(sm) + eps));\n}\n");
     } else { /* v0 param, v1 square_avg, [v2 buf], grad, [grad_avg] */
         bool mom = op->n_out == 3;
         int ig = mom ? 3 : 2, ia = ig + 1;
         l.hp[0] = r.lr, l.hp[1] = r.alpha, l.hp[2] = 1.0 - r.alpha, l.hp[3] = r.eps;
         l.hp[4] = r.weight_decay, l.hp[5] = r.momentum;
-        kiln__cl_src_printf(&s, "  %s lr = (%s)h0, alpha = (%s)h1, w = (%s)h2, eps = (%s)h3, wd = (%s)h4, mu = (%s)h5;\n"
+        kiln__text_printf(&s, "  %s lr = (%s)h0, alpha = (%s)h1, w = (%s)h2, eps = (%s)h3, wd = (%s)h4, mu = (%s)h5;\n"
                                 "  %s g = v%d[i%d];\n  if (wd != 0) g = g + wd * v0[i0];\n", T, T, T, T, T, T, T, T, ig, ig);
-        kiln__cl_src_printf(&s, first ? "  %s sq = (%s)0 + w * g * g;\n" : "  %s sq = v1[i1] * alpha + w * g * g;\n", T, T);
-        kiln__cl_src_printf(&s, "  v1[i1] = sq;\n");
-        if (centered) kiln__cl_src_printf(&s, "  %s ga = v%d[i%d]; sq = sq - ga * ga;\n", T, ia, ia);
-        kiln__cl_src_printf(&s, "  %s avg = sqrt(sq) + eps;\n", T);
+        kiln__text_printf(&s, first ? "  %s sq = (%s)0 + w * g * g;\n" : "  %s sq = v1[i1] * alpha + w * g * g;\n", T, T);
+        kiln__text_printf(&s, "  v1[i1] = sq;\n");
+        if (centered) kiln__text_printf(&s, "  %s ga = v%d[i%d]; sq = sq - ga * ga;\n", T, ia, ia);
+        kiln__text_printf(&s, "  %s avg = sqrt(sq) + eps;\n", T);
         if (mom) {
-            kiln__cl_src_printf(&s, first ? "  %s buf = (%s)0 + g / avg;\n" : "  %s buf = v2[i2] * mu + g / avg;\n", T, T);
-            kiln__cl_src_printf(&s, "  v2[i2] = buf;\n  v0[i0] = v0[i0] - lr * buf;\n}\n");
+            kiln__text_printf(&s, first ? "  %s buf = (%s)0 + g / avg;\n" : "  %s buf = v2[i2] * mu + g / avg;\n", T, T);
+            kiln__text_printf(&s, "  v2[i2] = buf;\n  v0[i0] = v0[i0] - lr * buf;\n}\n");
         } else {
-            kiln__cl_src_printf(&s, "  v0[i0] = v0[i0] - lr * (g / avg);\n}\n");
+            kiln__text_printf(&s, "  v0[i0] = v0[i0] - lr * (g / avg);\n}\n");
         }
     }
     return launch(d, op, &s, &l, args, a, n_hp);

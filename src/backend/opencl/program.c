@@ -299,7 +299,7 @@ void kiln__cl_programs_free(kiln__cl_device *d) {
     pthread_mutex_unlock(&d->prog_lock);
 }
 
-kiln_status kiln__cl_run(kiln__cl_device *d, const kiln__op *op, kiln__cl_src *src, size_t global, const kiln__cl_arg *args,
+kiln_status kiln__cl_run(kiln__cl_device *d, const kiln__op *op, kiln__text *src, size_t global, const kiln__cl_arg *args,
                          int n_args) {
     kiln_status st = KILN_ERR_OUT_OF_MEMORY;
     if (src->oom) kiln__kernel_error("out of host memory generating an OpenCL kernel");

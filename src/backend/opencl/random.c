@@ -54,44 +54,44 @@ static kiln_status kernel_rand(const kiln__op *op) {
     bool f64 = dt == KILN_F64 && op->code != KILN__OP_RAND_BERNOULLI;
     double a = op->p.f[0], b = op->p.f[1];
     double below_hi = f64 ? nextafter(b, a) : (double)nextafterf((float)b, (float)a);
-    kiln__cl_src s = {0};
+    kiln__text s = {0};
     kiln__cl_src_prelude(&s, true);
-    kiln__cl_src_printf(&s, "%s%s", kiln__cl_layout_helpers, PHILOX);
-    kiln__cl_src_printf(&s,
-                        "__kernel void k(long n, long8 shape8, long8 st8, long oo, ulong seed, ulong offset, double a, double b,\n"
-                        "  double below_hi, __global %s *y) {\n"
-                        "  long e = get_global_id(0); if (e >= n) return;\n"
-                        "  long shape[8], st[8], c[8]; unpack(shape8, shape); unpack(st8, st); coords(e, shape, c);\n"
-                        "  long at = oo + dot(c, st); ulong i = offset + (ulong)e;\n",
-                        kiln__cl_storetype(dt));
+    kiln__text_printf(&s, "%s%s", kiln__cl_layout_helpers, PHILOX);
+    kiln__text_printf(&s,
+                      "__kernel void k(long n, long8 shape8, long8 st8, long oo, ulong seed, ulong offset, double a, double b,\n"
+                      "  double below_hi, __global %s *y) {\n"
+                      "  long e = get_global_id(0); if (e >= n) return;\n"
+                      "  long shape[8], st[8], c[8]; unpack(shape8, shape); unpack(st8, st); coords(e, shape, c);\n"
+                      "  long at = oo + dot(c, st); ulong i = offset + (ulong)e;\n",
+                      kiln__cl_storetype(dt));
     if (f64) {
-        kiln__cl_src_printf(&s, "  uint4 w = philox(i / 2, seed); int half_ = (int)(i %% 2);\n");
+        kiln__text_printf(&s, "  uint4 w = philox(i / 2, seed); int half_ = (int)(i %% 2);\n");
         if (op->code == KILN__OP_RAND_UNIFORM)
-            kiln__cl_src_printf(&s, "  uint hi = half_ ? w.z : w.x, lo = half_ ? w.w : w.y;\n"
+            kiln__text_printf(&s, "  uint hi = half_ ? w.z : w.x, lo = half_ ? w.w : w.y;\n"
                                     "  double u = (double)((((ulong)hi << 32) | lo) >> 11) * 0x1.0p-53;\n"
                                     "  double width = b - a; double r = isfinite(width) ? a + width * u : a * (1.0 - u) + b * u;\n"
                                     "  double v = r >= b && a < b ? below_hi : r;\n");
         else
-            kiln__cl_src_printf(&s, "  double radius = sqrt(-2.0 * log((double)(((((ulong)w.x << 32) | w.y) >> 11) + 1) * 0x1.0p-53));\n"
+            kiln__text_printf(&s, "  double radius = sqrt(-2.0 * log((double)(((((ulong)w.x << 32) | w.y) >> 11) + 1) * 0x1.0p-53));\n"
                                     "  double angle = 6.28318530717958647692 * ((double)((((ulong)w.z << 32) | w.w) >> 11) * 0x1.0p-53);\n"
                                     "  double v = a + b * (radius * (half_ ? sin(angle) : cos(angle)));\n");
-        kiln__cl_src_printf(&s, "  y[at] = v;\n}\n");
+        kiln__text_printf(&s, "  y[at] = v;\n}\n");
     } else {
-        kiln__cl_src_printf(&s, "  uint4 w = philox(i / 4, seed); int q = (int)(i %% 4);\n");
+        kiln__text_printf(&s, "  uint4 w = philox(i / 4, seed); int q = (int)(i %% 4);\n");
         if (op->code == KILN__OP_RAND_UNIFORM)
-            kiln__cl_src_printf(&s, "  double width = b - a; float r = (float)(a + width * (double)unit_f32(word(w, q)));\n"
+            kiln__text_printf(&s, "  double width = b - a; float r = (float)(a + width * (double)unit_f32(word(w, q)));\n"
                                     "  if (!isfinite(width)) { double u = unit_f32(word(w, q)), rr = a * (1.0 - u) + b * u;\n"
                                     "    r = (float)(rr >= b && a < b ? below_hi : rr); }\n"
                                     "  float v = r >= (float)b && a < b ? (float)below_hi : r;\n");
         else if (op->code == KILN__OP_RAND_NORMAL)
-            kiln__cl_src_printf(&s, "  int p = q / 2; float radius = sqrt(neg2log(unit_open_f32(word(w, 2 * p))));\n"
+            kiln__text_printf(&s, "  int p = q / 2; float radius = sqrt(neg2log(unit_open_f32(word(w, 2 * p))));\n"
                                     "  float2 sc = sincos_turn(unit_f32(word(w, 2 * p + 1)));\n"
                                     "  float v = (float)a + (float)b * (radius * ((q & 1) ? sc.x : sc.y));\n");
         else
-            kiln__cl_src_printf(&s, "  float v = (double)word(w, q) * 0x1.0p-32 < a ? 1.0f : 0.0f;\n");
-        if (dt == KILN_F16) kiln__cl_src_printf(&s, "  vstore_half_rte(v, at, y);\n}\n");
-        else if (dt == KILN_BF16) kiln__cl_src_printf(&s, "  y[at] = f2bf(v);\n}\n");
-        else kiln__cl_src_printf(&s, "  y[at] = v;\n}\n");
+            kiln__text_printf(&s, "  float v = (double)word(w, q) * 0x1.0p-32 < a ? 1.0f : 0.0f;\n");
+        if (dt == KILN_F16) kiln__text_printf(&s, "  vstore_half_rte(v, at, y);\n}\n");
+        else if (dt == KILN_BF16) kiln__text_printf(&s, "  y[at] = f2bf(v);\n}\n");
+        else kiln__text_printf(&s, "  y[at] = v;\n}\n");
     }
     cl_long8 shape8, st8;
     kiln__cl_pack8(&shape8, out->shape, out->ndim, 1);

@@ -12,59 +12,59 @@
 #if KILN_HAVE_OPENCL
 #include "backend/opencl/opencl-impl.h"
 
-static void fold_source(kiln__cl_src *b, kiln__opcode code, kiln_dtype in, kiln_dtype out, bool fp64) {
+static void fold_source(kiln__text *b, kiln__opcode code, kiln_dtype in, kiln_dtype out, bool fp64) {
     const char *T = kiln__cl_ctype(in), *U = kiln__cl_ctype(out);
     bool f = kiln__dtype_is_float(in);
     const char *A = f ? (fp64 ? "double" : "float") : "long";
     kiln__cl_src_prelude(b, fp64);
-    kiln__cl_src_printf(b, "%s", kiln__cl_layout_helpers);
+    kiln__text_printf(b, "%s", kiln__cl_layout_helpers);
     /* reduced element j: the innermost reduced dim (ilen elements, istep apart) walked directly;
      * the others (nouter combinations) through roff */
-    kiln__cl_src_printf(b, "#define RO(j) (nouter == 1 ? (j) * istep : roff((j) / ilen, rshape, istr) + ((j) %% ilen) * istep)\n");
-    kiln__cl_src_printf(b,
-                        "__kernel void k(long nout, long nred, long8 oshape8, long8 rshape8, long8 istr8, long8 ostr8,\n"
-                        "  long io, long oo, long corr, long take_sqrt, long ilen, long istep, long nouter,\n"
-                        "  __global const %s *x, __global %s *y) {\n"
-                        "  long o = get_global_id(0); if (o >= nout) return;\n"
-                        "  long oshape[8], rshape[8], istr[8], ostr[8];\n"
-                        "  unpack(oshape8, oshape); unpack(rshape8, rshape); unpack(istr8, istr); unpack(ostr8, ostr);\n"
-                        "  long ib = io, ob = oo; locate(o, oshape, istr, ostr, &ib, &ob);\n",
-                        T, U);
+    kiln__text_printf(b, "#define RO(j) (nouter == 1 ? (j) * istep : roff((j) / ilen, rshape, istr) + ((j) %% ilen) * istep)\n");
+    kiln__text_printf(b,
+                      "__kernel void k(long nout, long nred, long8 oshape8, long8 rshape8, long8 istr8, long8 ostr8,\n"
+                      "  long io, long oo, long corr, long take_sqrt, long ilen, long istep, long nouter,\n"
+                      "  __global const %s *x, __global %s *y) {\n"
+                      "  long o = get_global_id(0); if (o >= nout) return;\n"
+                      "  long oshape[8], rshape[8], istr[8], ostr[8];\n"
+                      "  unpack(oshape8, oshape); unpack(rshape8, rshape); unpack(istr8, istr); unpack(ostr8, ostr);\n"
+                      "  long ib = io, ob = oo; locate(o, oshape, istr, ostr, &ib, &ob);\n",
+                      T, U);
     switch (code) {
     case KILN__OP_SUM: case KILN__OP_MEAN: case KILN__OP_VAR:
-        if (f) kiln__cl_src_printf(b, "  %s a = 0; for (long j = 0; j < nred; j++) a += (%s)x[ib + RO(j)];\n", A, A);
-        else kiln__cl_src_printf(b, "  ulong a = 0; for (long j = 0; j < nred; j++) a += (ulong)x[ib + RO(j)];\n");
-        if (code == KILN__OP_SUM) kiln__cl_src_printf(b, "  y[ob] = (%s)a;\n", U);
-        else if (code == KILN__OP_MEAN) kiln__cl_src_printf(b, "  y[ob] = (%s)(a / (%s)nred);\n", U, A);
+        if (f) kiln__text_printf(b, "  %s a = 0; for (long j = 0; j < nred; j++) a += (%s)x[ib + RO(j)];\n", A, A);
+        else kiln__text_printf(b, "  ulong a = 0; for (long j = 0; j < nred; j++) a += (ulong)x[ib + RO(j)];\n");
+        if (code == KILN__OP_SUM) kiln__text_printf(b, "  y[ob] = (%s)a;\n", U);
+        else if (code == KILN__OP_MEAN) kiln__text_printf(b, "  y[ob] = (%s)(a / (%s)nred);\n", U, A);
         else
-            kiln__cl_src_printf(b,
-                                "  %s m = a / (%s)nred, s = 0;\n"
-                                "  for (long j = 0; j < nred; j++) { %s d = (%s)x[ib + RO(j)] - m; s += d * d; }\n"
-                                "  %s v = s / (nred > corr ? (%s)nred - (%s)corr : (%s)0);\n"
-                                "  y[ob] = (%s)(take_sqrt ? sqrt(v) : v);\n",
-                                A, A, A, A, A, A, A, A, U);
+            kiln__text_printf(b,
+                              "  %s m = a / (%s)nred, s = 0;\n"
+                              "  for (long j = 0; j < nred; j++) { %s d = (%s)x[ib + RO(j)] - m; s += d * d; }\n"
+                              "  %s v = s / (nred > corr ? (%s)nred - (%s)corr : (%s)0);\n"
+                              "  y[ob] = (%s)(take_sqrt ? sqrt(v) : v);\n",
+                              A, A, A, A, A, A, A, A, U);
         return;
     case KILN__OP_PROD:
-        if (f) kiln__cl_src_printf(b, "  %s a = 1; for (long j = 0; j < nred; j++) a *= (%s)x[ib + RO(j)];\n", A, A);
-        else kiln__cl_src_printf(b, "  ulong a = 1; for (long j = 0; j < nred; j++) a *= (ulong)x[ib + RO(j)];\n");
-        kiln__cl_src_printf(b, "  y[ob] = (%s)a;\n", U);
+        if (f) kiln__text_printf(b, "  %s a = 1; for (long j = 0; j < nred; j++) a *= (%s)x[ib + RO(j)];\n", A, A);
+        else kiln__text_printf(b, "  ulong a = 1; for (long j = 0; j < nred; j++) a *= (ulong)x[ib + RO(j)];\n");
+        kiln__text_printf(b, "  y[ob] = (%s)a;\n", U);
         return;
     case KILN__OP_LOGSUMEXP:
-        kiln__cl_src_printf(b,
-                            "  %s m = -INFINITY; for (long j = 0; j < nred; j++) { %s v = x[ib + RO(j)];\n"
-                            "    if (isnan(m)) break; if (isnan(v) || v > m) m = v; }\n"
-                            "  if (isinf(m) || isnan(m)) { y[ob] = (%s)m; return; }\n"
-                            "  %s s = 0; for (long j = 0; j < nred; j++) s += exp((%s)x[ib + RO(j)] - (%s)m);\n"
-                            "  y[ob] = (%s)((%s)m + log(s));\n",
-                            T, T, U, A, A, A, U, A);
+        kiln__text_printf(b,
+                          "  %s m = -INFINITY; for (long j = 0; j < nred; j++) { %s v = x[ib + RO(j)];\n"
+                          "    if (isnan(m)) break; if (isnan(v) || v > m) m = v; }\n"
+                          "  if (isinf(m) || isnan(m)) { y[ob] = (%s)m; return; }\n"
+                          "  %s s = 0; for (long j = 0; j < nred; j++) s += exp((%s)x[ib + RO(j)] - (%s)m);\n"
+                          "  y[ob] = (%s)((%s)m + log(s));\n",
+                          T, T, U, A, A, A, U, A);
         return;
     default: { /* MAX MIN ARGMAX ARGMIN: the first NaN wins, else the first best */
         bool max = code == KILN__OP_MAX || code == KILN__OP_ARGMAX, arg = code == KILN__OP_ARGMAX || code == KILN__OP_ARGMIN;
-        kiln__cl_src_printf(b, "  %s best = x[ib]; long at = 0;\n  for (long j = 1; j < nred; j++) {\n", T);
-        if (f) kiln__cl_src_printf(b, "    if (isnan(best)) break;\n");
-        kiln__cl_src_printf(b, "    %s v = x[ib + RO(j)];\n    if (%sv %s best) { best = v; at = j; }\n  }\n", T,
-                            f ? "isnan(v) || " : "", max ? ">" : "<");
-        kiln__cl_src_printf(b, arg ? "  y[ob] = at;\n" : "  y[ob] = best;\n");
+        kiln__text_printf(b, "  %s best = x[ib]; long at = 0;\n  for (long j = 1; j < nred; j++) {\n", T);
+        if (f) kiln__text_printf(b, "    if (isnan(best)) break;\n");
+        kiln__text_printf(b, "    %s v = x[ib + RO(j)];\n    if (%sv %s best) { best = v; at = j; }\n  }\n", T,
+                          f ? "isnan(v) || " : "", max ? ">" : "<");
+        kiln__text_printf(b, arg ? "  y[ob] = at;\n" : "  y[ob] = best;\n");
         return;
     }
     }
@@ -90,9 +90,9 @@ static kiln_status kernel_reduce(const kiln__op *op) {
         nout *= oshape[k];
         nred *= rshape[k];
     }
-    kiln__cl_src src = {0};
+    kiln__text src = {0};
     fold_source(&src, op->code, idt, odt, d->fp64);
-    kiln__cl_src_printf(&src, "}\n");
+    kiln__text_printf(&src, "}\n");
     cl_long8 os, rs, ist, ost;
     kiln__cl_pack8(&os, oshape, nd, 1);
     kiln__cl_pack8(&rs, rshape, nd, 1);
@@ -133,23 +133,23 @@ static kiln_status kernel_softmax(const kiln__op *op) {
     int nd = in->ndim, dim = (int)op->p.i[0];
     if (nd == 0) dim = 0;
     const char *T = kiln__cl_ctype(dt), *A = d->fp64 ? "double" : "float";
-    kiln__cl_src src = {0};
+    kiln__text src = {0};
     kiln__cl_src_prelude(&src, d->fp64);
-    kiln__cl_src_printf(&src, "%s", kiln__cl_layout_helpers);
-    kiln__cl_src_printf(&src,
-                        "__kernel void k(long nout, long len, long8 oshape8, long8 istr8, long8 ostr8, long io, long oo,\n"
-                        "  long is, long os, __global const %s *x, __global %s *y) {\n"
-                        "  long o = get_global_id(0); if (o >= nout) return;\n"
-                        "  long oshape[8], istr[8], ostr[8];\n"
-                        "  unpack(oshape8, oshape); unpack(istr8, istr); unpack(ostr8, ostr);\n"
-                        "  long ib = io, ob = oo; locate(o, oshape, istr, ostr, &ib, &ob);\n"
-                        "  %s m = -INFINITY; for (long j = 0; j < len; j++) { %s v = x[ib + j * is]; if (isnan(v) || v > m) m = v; if (isnan(m)) break; }\n"
-                        "  %s s = 0; for (long j = 0; j < len; j++) s += exp((%s)(x[ib + j * is] - m));\n",
-                        T, T, T, T, A, T);
+    kiln__text_printf(&src, "%s", kiln__cl_layout_helpers);
+    kiln__text_printf(&src,
+                      "__kernel void k(long nout, long len, long8 oshape8, long8 istr8, long8 ostr8, long io, long oo,\n"
+                      "  long is, long os, __global const %s *x, __global %s *y) {\n"
+                      "  long o = get_global_id(0); if (o >= nout) return;\n"
+                      "  long oshape[8], istr[8], ostr[8];\n"
+                      "  unpack(oshape8, oshape); unpack(istr8, istr); unpack(ostr8, ostr);\n"
+                      "  long ib = io, ob = oo; locate(o, oshape, istr, ostr, &ib, &ob);\n"
+                      "  %s m = -INFINITY; for (long j = 0; j < len; j++) { %s v = x[ib + j * is]; if (isnan(v) || v > m) m = v; if (isnan(m)) break; }\n"
+                      "  %s s = 0; for (long j = 0; j < len; j++) s += exp((%s)(x[ib + j * is] - m));\n",
+                      T, T, T, T, A, T);
     if (op->code == KILN__OP_SOFTMAX)
-        kiln__cl_src_printf(&src, "  for (long j = 0; j < len; j++) y[ob + j * os] = (%s)(exp((%s)(x[ib + j * is] - m)) / s);\n}\n", T, A);
+        kiln__text_printf(&src, "  for (long j = 0; j < len; j++) y[ob + j * os] = (%s)(exp((%s)(x[ib + j * is] - m)) / s);\n}\n", T, A);
     else
-        kiln__cl_src_printf(&src, "  %s ls = (%s)log(s);\n  for (long j = 0; j < len; j++) y[ob + j * os] = x[ib + j * is] - m - ls;\n}\n", T, T);
+        kiln__text_printf(&src, "  %s ls = (%s)log(s);\n  for (long j = 0; j < len; j++) y[ob + j * os] = x[ib + j * is] - m - ls;\n}\n", T, T);
     int64_t oshape[KILN_MAX_DIMS], zero8[8] = {0};
     cl_long nout = 1, len = nd ? in->shape[dim] : 1;
     for (int k = 0; k < nd; k++) {

@@ -51,11 +51,11 @@ static kiln_status run(kiln__cl_device *d, const kiln__op *op, cl_program p, con
 
 kiln_status kiln__cl_sum_chunked(kiln__cl_device *d, const kiln__op *op) {
     const char *A = d->fp64 ? "double" : "float";
-    kiln__cl_src src = {0};
+    kiln__text src = {0};
     kiln__cl_src_prelude(&src, d->fp64);
-    kiln__cl_src_printf(&src, "#define CHUNKS %d\ntypedef %s A;\ntypedef %s2 A2;\ntypedef %s4 A4;\ntypedef %s8 A8;\n"
+    kiln__text_printf(&src, "#define CHUNKS %d\ntypedef %s A;\ntypedef %s2 A2;\ntypedef %s4 A4;\ntypedef %s8 A8;\n"
                               "typedef %s16 A16;\n#define CONVERT16 convert_%s16\n%s",
-                        CHUNKS, A, A, A, A, A, A, chunk_body);
+                      CHUNKS, A, A, A, A, A, A, chunk_body);
     if (src.oom) {
         free(src.s);
         kiln__kernel_error("out of host memory generating an OpenCL kernel");

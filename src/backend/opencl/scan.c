@@ -11,20 +11,20 @@
 #include "backend/opencl/opencl-impl.h"
 
 /* "y[at] = <v converted to dtype>;" for a double v. */
-static void store_f64(kiln__cl_src *s, kiln_dtype dt, const char *v) {
+static void store_f64(kiln__text *s, kiln_dtype dt, const char *v) {
     switch (dt) {
-    case KILN_F16: kiln__cl_src_printf(s, "  vstore_half_rte((float)(%s), at, y);\n", v); return;
-    case KILN_BF16: kiln__cl_src_printf(s, "  y[at] = f2bf((float)(%s));\n", v); return;
-    case KILN_I32: kiln__cl_src_printf(s, "  y[at] = convert_int_sat(%s);\n", v); return;
-    case KILN_I64: kiln__cl_src_printf(s, "  y[at] = convert_long_sat(%s);\n", v); return;
-    case KILN_BOOL: kiln__cl_src_printf(s, "  y[at] = (%s) != 0.0;\n", v); return;
-    default: kiln__cl_src_printf(s, "  y[at] = (%s)(%s);\n", kiln__cl_ctype(dt), v); return;
+    case KILN_F16: kiln__text_printf(s, "  vstore_half_rte((float)(%s), at, y);\n", v); return;
+    case KILN_BF16: kiln__text_printf(s, "  y[at] = f2bf((float)(%s));\n", v); return;
+    case KILN_I32: kiln__text_printf(s, "  y[at] = convert_int_sat(%s);\n", v); return;
+    case KILN_I64: kiln__text_printf(s, "  y[at] = convert_long_sat(%s);\n", v); return;
+    case KILN_BOOL: kiln__text_printf(s, "  y[at] = (%s) != 0.0;\n", v); return;
+    default: kiln__text_printf(s, "  y[at] = (%s)(%s);\n", kiln__cl_ctype(dt), v); return;
     }
 }
 
 static kiln__cl_device *dev_of(const kiln__op *op) { return kiln__cl_device_of(op->out[0].storage->device); }
 
-static kiln_status run(kiln__cl_device *d, const kiln__op *op, kiln__cl_src *s, const kiln__view *out, double a, double b,
+static kiln_status run(kiln__cl_device *d, const kiln__op *op, kiln__text *s, const kiln__view *out, double a, double b,
                        cl_long n_param) {
     cl_long8 shape8, st8;
     kiln__cl_pack8(&shape8, out->shape, out->ndim, 1);
@@ -35,13 +35,13 @@ static kiln_status run(kiln__cl_device *d, const kiln__op *op, kiln__cl_src *s, 
     return kiln__cl_run(d, op, s, (size_t)n, args, 8);
 }
 
-static void header(kiln__cl_src *s, kiln_dtype dt) {
+static void header(kiln__text *s, kiln_dtype dt) {
     kiln__cl_src_prelude(s, true);
-    kiln__cl_src_printf(s, "%s__kernel void k(long n, long8 shape8, long8 st8, long oo, double a, double b, long np,\n"
+    kiln__text_printf(s, "%s__kernel void k(long n, long8 shape8, long8 st8, long oo, double a, double b, long np,\n"
                            "  __global %s *y) {\n  long i = get_global_id(0); if (i >= n) return;\n"
                            "  long shape[8], st[8], c[8]; unpack(shape8, shape); unpack(st8, st); coords(i, shape, c);\n"
                            "  long at = oo + dot(c, st);\n",
-                        kiln__cl_layout_helpers, kiln__cl_storetype(dt));
+                      kiln__cl_layout_helpers, kiln__cl_storetype(dt));
 }
 
 static kiln_status kernel_range(const kiln__op *op) {
@@ -55,22 +55,22 @@ static kiln_status kernel_range(const kiln__op *op) {
     }
     kiln_dtype dt = out->dtype;
     double a = op->p.f[0], b = op->p.f[1];
-    kiln__cl_src s = {0};
+    kiln__text s = {0};
     header(&s, dt);
     if (op->code == KILN__OP_EYE) {
         store_f64(&s, dt, "c[6] == c[7] ? 1.0 : 0.0");
     } else if (op->code == KILN__OP_LINSPACE) { /* both halves from their own end, as torch */
-        kiln__cl_src_printf(&s, "  double step = np > 1 ? (b - a) / (double)(np - 1) : 0.0;\n"
+        kiln__text_printf(&s, "  double step = np > 1 ? (b - a) / (double)(np - 1) : 0.0;\n"
                                 "  double v = i < np / 2 || np == 1 ? a + step * (double)i : b - step * (double)(np - 1 - i);\n");
         store_f64(&s, dt, "v");
     } else if (kiln__dtype_is_int(dt) && a == floor(a) && b == floor(b) && fabs(a) < 9.2e18 && fabs(b) < 9.2e18) {
         /* integer arithmetic: doubles lose i64 values past 2^53 */
-        kiln__cl_src_printf(&s, "  long v = (long)((ulong)(long)a + (ulong)i * (ulong)(long)b);\n");
-        kiln__cl_src_printf(&s, dt == KILN_I64 ? "  y[at] = v;\n" : "  y[at] = v > INT_MAX ? INT_MAX : v < INT_MIN ? INT_MIN : (int)v;\n");
+        kiln__text_printf(&s, "  long v = (long)((ulong)(long)a + (ulong)i * (ulong)(long)b);\n");
+        kiln__text_printf(&s, dt == KILN_I64 ? "  y[at] = v;\n" : "  y[at] = v > INT_MAX ? INT_MAX : v < INT_MIN ? INT_MIN : (int)v;\n");
     } else {
         store_f64(&s, dt, "a + (double)i * b");
     }
-    kiln__cl_src_printf(&s, "}\n");
+    kiln__text_printf(&s, "}\n");
     return run(d, op, &s, out, a, b, out->ndim ? out->shape[0] : 1);
 }
 
@@ -87,20 +87,20 @@ static kiln_status kernel_scan(const kiln__op *op) {
     int nd = out->ndim, dim = (int)op->p.i[0];
     bool prod = op->code == KILN__OP_CUMPROD;
     const char *T = kiln__cl_ctype(dt), *A = dt == KILN_I64 ? "ulong" : "double";
-    kiln__cl_src s = {0};
+    kiln__text s = {0};
     kiln__cl_src_prelude(&s, true);
-    kiln__cl_src_printf(&s, "%s", kiln__cl_layout_helpers);
-    kiln__cl_src_printf(&s,
-                        "__kernel void k(long n, long8 shape8, long8 ost8, long oo, long8 ist8, long io, int dim, long len,\n"
-                        "  long reverse, __global %s *y, __global const %s *x) {\n"
-                        "  long e = get_global_id(0); if (e >= n) return;\n"
-                        "  long shape[8], ost[8], ist[8], c[8];\n"
-                        "  unpack(shape8, shape); unpack(ost8, ost); unpack(ist8, ist); coords(e, shape, c);\n"
-                        "  long ob = oo + dot(c, ost), ib = io + dot(c, ist);\n"
-                        "  %s acc = %s;\n"
-                        "  for (long k = 0; k < len; k++) { long j = reverse ? len - 1 - k : k;\n"
-                        "    acc = (%s)(acc %s (%s)x[ib + j * ist[dim]]); y[ob + j * ost[dim]] = (%s)acc; }\n}\n",
-                        T, T, A, prod ? "1" : "0", A, prod ? "*" : "+", A, T);
+    kiln__text_printf(&s, "%s", kiln__cl_layout_helpers);
+    kiln__text_printf(&s,
+                      "__kernel void k(long n, long8 shape8, long8 ost8, long oo, long8 ist8, long io, int dim, long len,\n"
+                      "  long reverse, __global %s *y, __global const %s *x) {\n"
+                      "  long e = get_global_id(0); if (e >= n) return;\n"
+                      "  long shape[8], ost[8], ist[8], c[8];\n"
+                      "  unpack(shape8, shape); unpack(ost8, ost); unpack(ist8, ist); coords(e, shape, c);\n"
+                      "  long ob = oo + dot(c, ost), ib = io + dot(c, ist);\n"
+                      "  %s acc = %s;\n"
+                      "  for (long k = 0; k < len; k++) { long j = reverse ? len - 1 - k : k;\n"
+                      "    acc = (%s)(acc %s (%s)x[ib + j * ist[dim]]); y[ob + j * ost[dim]] = (%s)acc; }\n}\n",
+                      T, T, A, prod ? "1" : "0", A, prod ? "*" : "+", A, T);
     int64_t shape[KILN_MAX_DIMS];
     for (int k = 0; k < nd; k++) shape[k] = k == dim ? 1 : out->shape[k];
     cl_long8 shape8, ost8, ist8;
@@ -131,27 +131,27 @@ static kiln_status kernel_cumprod_backward(const kiln__op *op) {
     }
     int nd = out->ndim, dim = (int)op->p.i[0];
     const char *T = kiln__cl_ctype(dt);
-    kiln__cl_src s = {0};
+    kiln__text s = {0};
     kiln__cl_src_prelude(&s, true);
-    kiln__cl_src_printf(&s, "%s", kiln__cl_layout_helpers);
-    kiln__cl_src_printf(&s,
-                        "__kernel void k(long lines, long8 shape8, long8 ost8, long oo, long8 gst8, long go, long8 xst8,\n"
-                        "  long xo, int dim, long n, __global %s *out, __global const %s *g, __global const %s *x,\n"
-                        "  __global double *scratch) {\n"
-                        "  long l = get_global_id(0); if (l >= lines) return;\n"
-                        "  long shape[8], ost[8], gst[8], xst[8], c[8];\n"
-                        "  unpack(shape8, shape); unpack(ost8, ost); unpack(gst8, gst); unpack(xst8, xst); coords(l, shape, c);\n"
-                        "  __global %s *o = out + oo + dot(c, ost); __global const %s *gl = g + go + dot(c, gst);\n"
-                        "  __global const %s *xl = x + xo + dot(c, xst); __global double *p = scratch + l * n;\n"
-                        "  long os = ost[dim], gs = gst[dim], xs = xst[dim], z = n; double run = 1;\n"
-                        "  for (long j = 0; j < n; j++) { double xj = xl[j * xs]; if (xj == 0 && z == n) z = j; run *= xj; p[j] = run; }\n"
-                        "  double at_z = 0;\n"
-                        "  if (z < n) { double r = z ? p[z - 1] : 1;\n"
-                        "    for (long j = z; j < n; j++) { if (j > z) r *= xl[j * xs]; at_z += gl[j * gs] * r; } }\n"
-                        "  double acc = 0;\n"
-                        "  for (long k = z - 1; k >= 0; k--) { acc += gl[k * gs] * p[k]; o[k * os] = (%s)(acc / xl[k * xs]); }\n"
-                        "  for (long k = z; k < n; k++) o[k * os] = (%s)(k == z ? at_z : 0);\n}\n",
-                        T, T, T, T, T, T, T, T);
+    kiln__text_printf(&s, "%s", kiln__cl_layout_helpers);
+    kiln__text_printf(&s,
+                      "__kernel void k(long lines, long8 shape8, long8 ost8, long oo, long8 gst8, long go, long8 xst8,\n"
+                      "  long xo, int dim, long n, __global %s *out, __global const %s *g, __global const %s *x,\n"
+                      "  __global double *scratch) {\n"
+                      "  long l = get_global_id(0); if (l >= lines) return;\n"
+                      "  long shape[8], ost[8], gst[8], xst[8], c[8];\n"
+                      "  unpack(shape8, shape); unpack(ost8, ost); unpack(gst8, gst); unpack(xst8, xst); coords(l, shape, c);\n"
+                      "  __global %s *o = out + oo + dot(c, ost); __global const %s *gl = g + go + dot(c, gst);\n"
+                      "  __global const %s *xl = x + xo + dot(c, xst); __global double *p = scratch + l * n;\n"
+                      "  long os = ost[dim], gs = gst[dim], xs = xst[dim], z = n; double run = 1;\n"
+                      "  for (long j = 0; j < n; j++) { double xj = xl[j * xs]; if (xj == 0 && z == n) z = j; run *= xj; p[j] = run; }\n"
+                      "  double at_z = 0;\n"
+                      "  if (z < n) { double r = z ? p[z - 1] : 1;\n"
+                      "    for (long j = z; j < n; j++) { if (j > z) r *= xl[j * xs]; at_z += gl[j * gs] * r; } }\n"
+                      "  double acc = 0;\n"
+                      "  for (long k = z - 1; k >= 0; k--) { acc += gl[k * gs] * p[k]; o[k * os] = (%s)(acc / xl[k * xs]); }\n"
+                      "  for (long k = z; k < n; k++) o[k * os] = (%s)(k == z ? at_z : 0);\n}\n",
+                      T, T, T, T, T, T, T, T);
     int64_t shape[KILN_MAX_DIMS];
     cl_long lines = 1, n = out->shape[dim];
     for (int q = 0; q < nd; q++) shape[q] = q == dim ? 1 : out->shape[q], lines *= shape[q];

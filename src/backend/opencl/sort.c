@@ -28,30 +28,30 @@ static kiln_status kernel_sort(const kiln__op *op) {
         return KILN_ERR_UNSUPPORTED;
     }
     const char *T = kiln__cl_ctype(dt);
-    kiln__cl_src s = {0};
+    kiln__text s = {0};
     kiln__cl_src_prelude(&s, d->fp64);
-    kiln__cl_src_printf(&s, "%s", kiln__cl_layout_helpers);
+    kiln__text_printf(&s, "%s", kiln__cl_layout_helpers);
     /* c(a, b): -1, 0, 1 as a sorts before, with, after b in ascending order */
     if (is_float)
-        kiln__cl_src_printf(&s, "inline int c(%s a, %s b) { int an = isnan(a), bn = isnan(b);\n"
+        kiln__text_printf(&s, "inline int c(%s a, %s b) { int an = isnan(a), bn = isnan(b);\n"
                                 "  if (an || bn) return an == bn ? 0 : an ? 1 : -1; return a < b ? -1 : a > b; }\n",
-                            T, T);
+                          T, T);
     else
-        kiln__cl_src_printf(&s, "inline int c(%s a, %s b) { return a < b ? -1 : a > b; }\n", T, T);
-    kiln__cl_src_printf(&s,
-                        "__kernel void k(long total, long n, long k, long8 shape8, long8 ist8, long io, long8 vst8, long vo,\n"
-                        "  long8 xst8, long xo, int dim, int sign, __global %s *vals, __global long *idx,\n"
-                        "  __global const %s *x) {\n"
-                        "  long e = get_global_id(0); if (e >= total) return;\n"
-                        "  long line = e / n, j = e %% n;\n"
-                        "  long shape[8], ist[8], vst[8], xst[8], cc[8];\n"
-                        "  unpack(shape8, shape); unpack(ist8, ist); unpack(vst8, vst); unpack(xst8, xst); coords(line, shape, cc);\n"
-                        "  __global const %s *xl = x + io + dot(cc, ist); long step = ist[dim];\n"
-                        "  %s v = xl[j * step]; long rank = 0;\n"
-                        "  for (long m = 0; m < n; m++) { int r = sign * c(xl[m * step], v); rank += r < 0 || (r == 0 && m < j); }\n"
-                        "  if (rank >= k) return;\n"
-                        "  vals[vo + dot(cc, vst) + rank * vst[dim]] = v; idx[xo + dot(cc, xst) + rank * xst[dim]] = j;\n}\n",
-                        T, T, T, T);
+        kiln__text_printf(&s, "inline int c(%s a, %s b) { return a < b ? -1 : a > b; }\n", T, T);
+    kiln__text_printf(&s,
+                      "__kernel void k(long total, long n, long k, long8 shape8, long8 ist8, long io, long8 vst8, long vo,\n"
+                      "  long8 xst8, long xo, int dim, int sign, __global %s *vals, __global long *idx,\n"
+                      "  __global const %s *x) {\n"
+                      "  long e = get_global_id(0); if (e >= total) return;\n"
+                      "  long line = e / n, j = e %% n;\n"
+                      "  long shape[8], ist[8], vst[8], xst[8], cc[8];\n"
+                      "  unpack(shape8, shape); unpack(ist8, ist); unpack(vst8, vst); unpack(xst8, xst); coords(line, shape, cc);\n"
+                      "  __global const %s *xl = x + io + dot(cc, ist); long step = ist[dim];\n"
+                      "  %s v = xl[j * step]; long rank = 0;\n"
+                      "  for (long m = 0; m < n; m++) { int r = sign * c(xl[m * step], v); rank += r < 0 || (r == 0 && m < j); }\n"
+                      "  if (rank >= k) return;\n"
+                      "  vals[vo + dot(cc, vst) + rank * vst[dim]] = v; idx[xo + dot(cc, xst) + rank * xst[dim]] = j;\n}\n",
+                      T, T, T, T);
     int64_t shape[KILN_MAX_DIMS];
     cl_long lines = 1;
     for (int q = 0; q < nd; q++) shape[q] = q == dim ? 1 : in->shape[q], lines *= shape[q];
