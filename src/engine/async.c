@@ -7,7 +7,8 @@
 #include <unistd.h>
 
 #include "backend/backend-impl.h"
-#include "engine/fusion.h"
+#include "engine/fusion-impl.h"
+#include "engine/handoff.h"
 #include "engine/node.h"
 #include "ir/expr.h"
 #include "engine/profiler.h"
@@ -48,6 +49,12 @@ static struct {
     kiln__epoch first_epoch;
     atomic_int next_stream_id;
     _Atomic int64_t max_inflight, max_bytes; /* read by every stream without a lock */
+    /* what handing an op to a worker costs here (handoff.c), and the rules made of it: how long
+     * a worker polls before it sleeps, and the largest op its caller runs itself */
+    kiln__handoff_costs handoff;
+    int64_t poll_ns;
+    _Atomic int64_t inline_max_bytes;
+    int64_t inline_default;
     /* the communication thread: runs the collectives, one at a time, so a collective blocked
      * on its peers never holds a compute worker (started with the first collective) */
     pthread_once_t comm_once;
@@ -103,17 +110,22 @@ kiln__fused *kiln__stream_group_alloc(kiln__stream *s, int n_ops) {
     }
     if (l) {
         s->spare_groups = l->next;
-        if (l->cap >= n_ops) return (kiln__fused *)(void *)l;
+        if (l->cap >= n_ops) return (kiln__fused *)(void *)l; /* (its cap field is intact) */
         free(l);
     }
-    return malloc(KILN__FUSED_SIZE(n_ops));
+    kiln__fused *g = malloc(KILN__FUSED_SIZE(n_ops));
+    if (g) g->cap = n_ops;
+    return g;
 }
 
 /* Gives a group that has run back to the stream that built it (any thread). */
 static void group_return(kiln__stream *s, const kiln__fused *g) {
-    /* (read before the link overwrites the record's first bytes; a whole record handed over
-     * with fewer ops than it holds is labelled by its ops, so it is reused less than it could) */
-    int cap = g->n_ops;
+    /* (read before the link overwrites the record's first bytes. Its room, not its ops: a whole
+     * record a window handed over holding fewer ops than it has room for was labelled by its
+     * ops, the window's next group then found no spare that large, and each flush freed one
+     * and took a new 27 KiB record from malloc, whose consolidation of the small free chunks
+     * was a tenth of Python's tiny-op dispatch: perf) */
+    int cap = g->cap;
     group_link *l = (group_link *)(void *)(intptr_t)g;
     l->cap = cap;
     void *head = atomic_load_explicit(&s->returned_groups, memory_order_relaxed);
@@ -203,6 +215,13 @@ static void engine_init(void) {
     kiln__backend_set_exit_hold(kiln__kernels_stop_at_exit);
     kiln__backend_exit_hold_register();
     if (!engine.async) return;
+    engine.handoff = kiln__handoff_measure();
+    /* poll as long as a sleep and wake-up would take; unmeasured, 20 us */
+    int64_t sleep_wake_ns = engine.handoff.signal_ns ? engine.handoff.signal_ns + engine.handoff.wake_ns : 20000;
+    engine.poll_ns = kiln__env_int_range("KILN_POLL_NS", 0, INT32_MAX, sleep_wake_ns);
+    engine.inline_default = kiln__env_int_range("KILN_INLINE_MAX_BYTES", 0, INT64_MAX,
+                                                kiln__handoff_inline_max_bytes(&engine.handoff));
+    atomic_store(&engine.inline_max_bytes, engine.inline_default);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int n = (int)kiln__env_int("KILN_ENGINE_THREADS", 1, cpus > 0 ? cpus : 2);
     if (n > MAX_WORKERS) n = MAX_WORKERS;
@@ -454,8 +473,10 @@ static kiln__node *run_node(kiln__node *n, bool chain) {
 
 /* After finishing an op a worker polls the queue for a short while before sleeping: a
  * frontend dispatching a burst of small ops then finds it awake and skips the wake-up call.
- * The poll is bounded (~20 us), so idle workers do not hold cores from BLAS threads. */
-#define SPIN_POLLS 2000
+ * The poll lasts as long as a sleep and wake-up take on this machine (engine.poll_ns, see
+ * handoff.c), so idle workers do not hold cores from BLAS threads for longer than waking
+ * them would cost. The clock is read every POLLS_PER_CLOCK polls. */
+#define POLLS_PER_CLOCK 32
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -489,9 +510,12 @@ static void *worker_main(void *arg) {
     for (;;) {
         kiln__node *n = NULL;
         atomic_fetch_add_explicit(&engine.spinning, 1, memory_order_relaxed);
-        for (int i = 0; i < SPIN_POLLS && !n; i++) {
+        uint64_t poll_end = kiln__now_ns() + (uint64_t)engine.poll_ns;
+        for (int i = 1; !n; i++) {
             if (atomic_load_explicit(&engine.ready_count, memory_order_acquire) > 0)
                 n = pop_ready(false);
+            else if (i % POLLS_PER_CLOCK == 0 && kiln__now_ns() >= poll_end)
+                break;
             else
                 cpu_relax();
         }
@@ -576,8 +600,9 @@ static bool has_room(kiln__stream *s, void *arg) {
     return s->pending_ops == 0 || (s->pending_ops < r->max_ops && s->pending_bytes + r->bytes <= r->max_bytes);
 }
 
-/* Waits for room on the stream (the bounded queue), then counts the op in. */
-static void admit(kiln__stream *s, kiln__node *n, int64_t bytes, bool may_block) {
+/* Waits for room on the stream (the bounded queue), then counts the op in. True when it is the
+ * stream's only op. */
+static bool admit(kiln__stream *s, kiln__node *n, int64_t bytes, bool may_block) {
     pthread_mutex_lock(&s->lock);
     room_request r = {bytes, atomic_load_explicit(&engine.max_inflight, memory_order_relaxed),
                       atomic_load_explicit(&engine.max_bytes, memory_order_relaxed)};
@@ -586,13 +611,46 @@ static void admit(kiln__stream *s, kiln__node *n, int64_t bytes, bool may_block)
         wait_helping(s, has_room, &r);
         s->waiting_for_room--;
     }
-    s->pending_ops++;
+    bool alone = s->pending_ops++ == 0;
     s->pending_bytes += bytes;
     pthread_mutex_unlock(&s->lock);
     pthread_mutex_lock(&engine.all_lock);
     n->epoch = engine.epoch;
     n->epoch->pending++;
     pthread_mutex_unlock(&engine.all_lock);
+    return alone;
+}
+
+/* Whether op (g: its group) runs on its caller's thread when it is its stream's only op and is
+ * granted at once: cheaper to run than to hand over (handoff.c), so the caller loses nothing
+ * that overlap could win, and nothing of its stream can be waiting behind it on a worker. Only
+ * kernels whose time goes with their bytes (elementwise groups and ops, reductions) and that
+ * call no user code, on the CPU, with every worker asleep: an awake worker takes an op for
+ * the cost of the queue's lock. A kernel runs on the caller as it would on a worker, on the
+ * same records, so its dependencies, errors (the op's call site), poisoning and profiler record
+ * are the same: wait_helping runs ops on this thread the same way. */
+static bool runs_inline(const kiln__op *op, const kiln__fused *g) {
+    int64_t max = atomic_load_explicit(&engine.inline_max_bytes, memory_order_relaxed);
+    if (max <= 0 || atomic_load_explicit(&engine.spinning, memory_order_relaxed) > 0) return false;
+    int64_t bytes = 0;
+    if (g) {
+        if (g->matmul) return false;
+        for (int k = 0; k < g->expr.n_inputs; k++) {
+            const kiln__storage *st = g->input[k].storage;
+            if (st && (st->device != KILN_CPU || (bytes += (int64_t)st->nbytes) > max)) return false;
+        }
+        for (int w = 0; w < g->expr.n_outputs; w++) {
+            const kiln__storage *st = g->output[w].storage;
+            if (st->device != KILN_CPU || (bytes += (int64_t)st->nbytes) > max) return false;
+        }
+        return true;
+    }
+    if (op->flags || !(kiln__expr_opcode_fusable(op->code) || kiln__fusion_is_reduction(op->code))) return false;
+    for (int i = 0; i < op->n_in + op->n_out; i++) {
+        const kiln__storage *st = i < op->n_in ? op->in[i].storage : op->out[i - op->n_in].storage;
+        if (st && (st->device != KILN_CPU || (bytes += (int64_t)st->nbytes) > max)) return false;
+    }
+    return true;
 }
 
 void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target) {
@@ -647,7 +705,7 @@ void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
         }
     }
     atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
-    admit(s, n, n->bytes, free_target == NULL && may_block); /* a release never blocks its caller */
+    bool alone = admit(s, n, n->bytes, free_target == NULL && may_block); /* a release never blocks its caller */
     if (ev) {
         pthread_mutex_lock(&s->lock);
         ev->pending++;
@@ -665,6 +723,11 @@ void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
             while (!kiln__var_append(n->vars[i].var, n, n->vars[i].write, &again)) kiln__engine_drain_all();
             atomic_fetch_sub_explicit(&n->wait, 1, memory_order_relaxed);
         }
+    }
+    if (alone && owner && !free_target && runs_inline(op, g)) {
+        /* granted now (every access, so every op it depends on is done): run here */
+        if (atomic_fetch_sub_explicit(&n->wait, 1, memory_order_acq_rel) == 1) run_node(n, false);
+        return;
     }
     release_grant(n, NULL);
 }
@@ -773,6 +836,17 @@ static void free_storage_after_users(kiln__storage *s) {
 
 
 bool kiln_engine_is_async(void) { return kiln__engine_is_async(); }
+
+kiln__handoff_rules kiln__engine_handoff_rules(void) {
+    if (!kiln__engine_is_async()) return (kiln__handoff_rules){0};
+    return (kiln__handoff_rules){engine.handoff, engine.poll_ns, atomic_load(&engine.inline_max_bytes)};
+}
+
+int64_t kiln__engine_set_inline_max_bytes(int64_t bytes) {
+    pthread_once(&engine.once, engine_init);
+    if (bytes < 0) bytes = engine.inline_default;
+    return atomic_exchange(&engine.inline_max_bytes, bytes);
+}
 
 void kiln_engine_set_limits(int64_t max_inflight_ops, int64_t max_pending_bytes) {
     pthread_once(&engine.once, engine_init);
