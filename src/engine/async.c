@@ -600,9 +600,8 @@ static bool has_room(kiln__stream *s, void *arg) {
     return s->pending_ops == 0 || (s->pending_ops < r->max_ops && s->pending_bytes + r->bytes <= r->max_bytes);
 }
 
-/* Waits for room on the stream (the bounded queue), then counts the op in. True when it is the
- * stream's only op. */
-static bool admit(kiln__stream *s, kiln__node *n, int64_t bytes, bool may_block) {
+/* Waits for room on the stream (the bounded queue), then counts the op in. */
+static void admit(kiln__stream *s, kiln__node *n, int64_t bytes, bool may_block) {
     pthread_mutex_lock(&s->lock);
     room_request r = {bytes, atomic_load_explicit(&engine.max_inflight, memory_order_relaxed),
                       atomic_load_explicit(&engine.max_bytes, memory_order_relaxed)};
@@ -611,14 +610,13 @@ static bool admit(kiln__stream *s, kiln__node *n, int64_t bytes, bool may_block)
         wait_helping(s, has_room, &r);
         s->waiting_for_room--;
     }
-    bool alone = s->pending_ops++ == 0;
+    s->pending_ops++;
     s->pending_bytes += bytes;
     pthread_mutex_unlock(&s->lock);
     pthread_mutex_lock(&engine.all_lock);
     n->epoch = engine.epoch;
     n->epoch->pending++;
     pthread_mutex_unlock(&engine.all_lock);
-    return alone;
 }
 
 /* Whether op (g: its group) runs on its caller's thread when it is its stream's only op and is
@@ -653,6 +651,32 @@ static bool runs_inline(const kiln__op *op, const kiln__fused *g) {
     return true;
 }
 
+static bool stream_idle_now(kiln__stream *s) {
+    pthread_mutex_lock(&s->lock);
+    bool idle = s->pending_ops == 0;
+    pthread_mutex_unlock(&s->lock);
+    return idle;
+}
+
+/* Runs n, every access of it granted, on its stream's own thread at its dispatch: what
+ * run_node and complete do, less what only an op that was queued needs. It is not counted on
+ * the stream or in kiln_sync_all's epoch: it is done before its dispatch returns, so no wait
+ * that begins after the dispatch can miss it. Its error is recorded before the ops waiting
+ * for it are released (a read of theirs may deliver it). */
+static void run_here(kiln__stream *s, kiln__node *n) {
+    kiln__error *err = kiln__execute(&n->op);
+    if (n->op.code == KILN__OP_FUSED) group_return(s, (const kiln__fused *)(intptr_t)n->op.p.i[0]);
+    if (err) kiln__stream_record_error(s, err);
+    kiln__node *granted[64];
+    for (int i = 0; i < n->n_vars; i++) {
+        int k = kiln__var_complete(n->vars[i].var, n->vars[i].write, granted, 64);
+        for (int j = 0; j < k; j++) release_grant(granted[j], NULL);
+    }
+    kiln__error_unref(err);
+    n->next_ready = s->spare; /* (the stream's own thread: its private list) */
+    s->spare = n;
+}
+
 void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target) {
     if (kiln__fusion_submit(s, op, ev, free_target)) return;
     kiln__async_enqueue(s, op, ev, free_target, NULL, true, true);
@@ -660,6 +684,18 @@ void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, ki
 
 void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target,
                          const kiln__fused *g, bool owner, bool may_block) {
+    if (free_target && !free_target->borrowed) {
+        /* no op uses it any more (a group that wrote it ran on this thread): freed now, as
+         * core's release hook does. Not user memory: its callback may call kiln, and this thread
+         * may hold its window's lock */
+        kiln__var *v = atomic_load_explicit((kiln__var *_Atomic *)&free_target->var, memory_order_acquire);
+        if (!v || kiln__var_idle(v)) {
+            free_target->var = NULL;
+            kiln__var_free(v);
+            kiln__storage_destroy(free_target);
+            return;
+        }
+    }
     kiln__node *n = owner ? node_alloc(s) : malloc(sizeof *n);
     if (!n) { /* no memory to queue it: wait for everything before, then run it here */
         kiln__engine_drain_all();
@@ -704,14 +740,17 @@ void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
             n->bytes += (int64_t)op->out[i].storage->nbytes;
         }
     }
-    atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
-    bool alone = admit(s, n, n->bytes, free_target == NULL && may_block); /* a release never blocks its caller */
-    if (ev) {
-        pthread_mutex_lock(&s->lock);
-        ev->pending++;
-        pthread_mutex_unlock(&s->lock);
-    }
     atomic_init(&n->wait, n->n_vars + 1);
+    bool here = owner && !free_target && !ev && runs_inline(op, g) && stream_idle_now(s);
+    if (!here) {
+        atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+        admit(s, n, n->bytes, free_target == NULL && may_block); /* a release never blocks its caller */
+        if (ev) {
+            pthread_mutex_lock(&s->lock);
+            ev->pending++;
+            pthread_mutex_unlock(&s->lock);
+        }
+    }
     for (int i = 0; i < n->n_vars; i++) {
         bool oom = false;
         if (kiln__var_append(n->vars[i].var, n, n->vars[i].write, &oom)) {
@@ -724,10 +763,17 @@ void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
             atomic_fetch_sub_explicit(&n->wait, 1, memory_order_relaxed);
         }
     }
-    if (alone && owner && !free_target && runs_inline(op, g)) {
-        /* granted now (every access, so every op it depends on is done): run here */
-        if (atomic_fetch_sub_explicit(&n->wait, 1, memory_order_acq_rel) == 1) run_node(n, false);
-        return;
+    if (here) {
+        /* every access granted at once (only the dispatch's count is left): every op it depends
+         * on is done, so it runs now */
+        if (atomic_load_explicit(&n->wait, memory_order_relaxed) == 1) {
+            run_here(s, n);
+            return;
+        }
+        /* it waits for another stream's op: queued after all (its dispatch count keeps it from
+         * running before it is counted; nothing of this stream is queued, so this never blocks) */
+        atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+        admit(s, n, n->bytes, false);
     }
     release_grant(n, NULL);
 }
