@@ -658,14 +658,14 @@ static bool stream_idle_now(kiln__stream *s) {
     return idle;
 }
 
-/* Runs n, every access of it granted, on its stream's own thread at its dispatch: what
+/* Runs op (its node n, every access of it granted) on its stream's own thread at its dispatch: what
  * run_node and complete do, less what only an op that was queued needs. It is not counted on
  * the stream or in kiln_sync_all's epoch: it is done before its dispatch returns, so no wait
  * that begins after the dispatch can miss it. Its error is recorded before the ops waiting
  * for it are released (a read of theirs may deliver it). */
-static void run_here(kiln__stream *s, kiln__node *n) {
-    kiln__error *err = kiln__execute(&n->op);
-    if (n->op.code == KILN__OP_FUSED) group_return(s, (const kiln__fused *)(intptr_t)n->op.p.i[0]);
+static void run_here(kiln__stream *s, kiln__node *n, const kiln__op *op) {
+    kiln__error *err = kiln__execute(op);
+    if (op->code == KILN__OP_FUSED) group_return(s, (const kiln__fused *)(intptr_t)op->p.i[0]);
     if (err) kiln__stream_record_error(s, err);
     kiln__node *granted[64];
     for (int i = 0; i < n->n_vars; i++) {
@@ -717,8 +717,6 @@ void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
         kiln__error_unref(err);
         return;
     }
-    kiln__op_copy(&n->op, op);
-    n->op.stream_id = s->id; /* (the engine's own no-ops, a free or a read, are made unstamped) */
     n->stream = s;
     n->event = ev;
     n->free_target = free_target;
@@ -741,8 +739,11 @@ void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
         }
     }
     atomic_init(&n->wait, n->n_vars + 1);
-    bool here = owner && !free_target && !ev && runs_inline(op, g) && stream_idle_now(s);
+    /* (op is the caller's record, already stamped with this stream: it runs from there) */
+    bool here = owner && !free_target && !ev && op->stream_id == s->id && runs_inline(op, g) && stream_idle_now(s);
     if (!here) {
+        kiln__op_copy(&n->op, op);
+        n->op.stream_id = s->id; /* (the engine's own no-ops, a free or a read, are made unstamped) */
         atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
         admit(s, n, n->bytes, free_target == NULL && may_block); /* a release never blocks its caller */
         if (ev) {
@@ -767,9 +768,10 @@ void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
         /* every access granted at once (only the dispatch's count is left): every op it depends
          * on is done, so it runs now */
         if (atomic_load_explicit(&n->wait, memory_order_relaxed) == 1) {
-            run_here(s, n);
+            run_here(s, n, op);
             return;
         }
+        kiln__op_copy(&n->op, op); /* (before the dispatch's count is given back) */
         /* it waits for another stream's op: queued after all (its dispatch count keeps it from
          * running before it is counted; nothing of this stream is queued, so this never blocks) */
         atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
