@@ -10,7 +10,8 @@
  * The measurement: a helper thread sleeps on a condition variable and is woken a few times;
  * the signalling side's time is the hand-off's cost to the caller, the time until the helper
  * runs is the wake-up latency. The medians keep one preempted round out. A memcpy within the L1
- * cache gives how many bytes an elementwise kernel moves in that time. About 0.3 ms, once.
+ * cache gives how many bytes an elementwise kernel moves in that time. About 3 ms, once (more
+ * on a loaded machine, where a round can be preempted).
  * KILN_INLINE_MAX_BYTES and KILN_POLL_NS override what is measured. */
 #include <stdlib.h>
 #include <string.h>

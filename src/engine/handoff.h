@@ -13,7 +13,7 @@ typedef struct kiln__handoff_costs {
     int64_t l1_bytes;    /* the L1 data cache of one core */
 } kiln__handoff_costs;
 
-/* Measures them (about 0.3 ms; starts and joins one thread). */
+/* Measures them (about 3 ms; starts and joins one thread). */
 kiln__handoff_costs kiln__handoff_measure(void);
 /* The largest op (bytes of its storages) that runs in less time than signal_ns, at most l1_bytes. */
 int64_t kiln__handoff_inline_max_bytes(const kiln__handoff_costs *c);
