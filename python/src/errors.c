@@ -41,6 +41,34 @@ static site_file *file_entry(PyObject *name) {
     return NULL; /* full: such a program gets "<python>" */
 }
 
+/* The line of a frame. Python computes it by walking the code object's line table from its
+ * start, a tenth of a tiny op's dispatch in a long loop body (perf); a frame at the same
+ * instruction of the same code object has the same line, so the answers are kept per
+ * (code, instruction), each entry holding its code object so that the address is not reused. */
+#define LINE_CACHE 64
+static struct {
+    PyCodeObject *code; /* a strong reference, or NULL */
+    int lasti, line;
+} lines[LINE_CACHE];
+
+static int frame_line(PyFrameObject *frame, PyCodeObject *code) {
+#if PY_VERSION_HEX >= 0x030B0000
+    int lasti = PyFrame_GetLasti(frame);
+    size_t i = (((uintptr_t)code >> 4) ^ (size_t)lasti * 0x9E3779B1u) % LINE_CACHE;
+    if (lines[i].code == code && lines[i].lasti == lasti) return lines[i].line;
+    int line = PyFrame_GetLineNumber(frame);
+    if (lasti < 0) return line;
+    Py_INCREF(code);
+    Py_XSETREF(lines[i].code, code);
+    lines[i].lasti = lasti;
+    lines[i].line = line;
+    return line;
+#else
+    (void)code;
+    return PyFrame_GetLineNumber(frame);
+#endif
+}
+
 void kp_site(void) {
     kp_dlpack_drain();
     PyFrameObject *frame = PyEval_GetFrame();
@@ -50,12 +78,12 @@ void kp_site(void) {
     while (frame) {
         PyCodeObject *code = PyFrame_GetCode(frame);
         site_file *e = file_entry(code->co_filename);
-        Py_DECREF(code);
         if (e) {
             file = e->file;
-            line = PyFrame_GetLineNumber(frame);
-            if (!e->internal) break;
+            line = frame_line(frame, code);
         }
+        Py_DECREF(code);
+        if (e && !e->internal) break;
         PyFrameObject *back = PyFrame_GetBack(frame);
         Py_DECREF(frame);
         frame = back;

@@ -7,7 +7,8 @@
 #include <unistd.h>
 
 #include "backend/backend-impl.h"
-#include "engine/fusion.h"
+#include "engine/fusion-impl.h"
+#include "engine/handoff.h"
 #include "engine/node.h"
 #include "ir/expr.h"
 #include "engine/profiler.h"
@@ -48,6 +49,12 @@ static struct {
     kiln__epoch first_epoch;
     atomic_int next_stream_id;
     _Atomic int64_t max_inflight, max_bytes; /* read by every stream without a lock */
+    /* what handing an op to a worker costs here (handoff.c), and the rules made of it: how long
+     * a worker polls before it sleeps, and the largest op its caller runs itself */
+    kiln__handoff_costs handoff;
+    int64_t poll_ns;
+    _Atomic int64_t inline_max_bytes;
+    int64_t inline_default;
     /* the communication thread: runs the collectives, one at a time, so a collective blocked
      * on its peers never holds a compute worker (started with the first collective) */
     pthread_once_t comm_once;
@@ -103,17 +110,22 @@ kiln__fused *kiln__stream_group_alloc(kiln__stream *s, int n_ops) {
     }
     if (l) {
         s->spare_groups = l->next;
-        if (l->cap >= n_ops) return (kiln__fused *)(void *)l;
+        if (l->cap >= n_ops) return (kiln__fused *)(void *)l; /* (its cap field is intact) */
         free(l);
     }
-    return malloc(KILN__FUSED_SIZE(n_ops));
+    kiln__fused *g = malloc(KILN__FUSED_SIZE(n_ops));
+    if (g) g->cap = n_ops;
+    return g;
 }
 
 /* Gives a group that has run back to the stream that built it (any thread). */
 static void group_return(kiln__stream *s, const kiln__fused *g) {
-    /* (read before the link overwrites the record's first bytes; a whole record handed over
-     * with fewer ops than it holds is labelled by its ops, so it is reused less than it could) */
-    int cap = g->n_ops;
+    /* (read before the link overwrites the record's first bytes. Its room, not its ops: a whole
+     * record a window handed over holding fewer ops than it has room for was labelled by its
+     * ops, the window's next group then found no spare that large, and each flush freed one
+     * and took a new 27 KiB record from malloc, whose consolidation of the small free chunks
+     * was a tenth of Python's tiny-op dispatch: perf) */
+    int cap = g->cap;
     group_link *l = (group_link *)(void *)(intptr_t)g;
     l->cap = cap;
     void *head = atomic_load_explicit(&s->returned_groups, memory_order_relaxed);
@@ -203,6 +215,13 @@ static void engine_init(void) {
     kiln__backend_set_exit_hold(kiln__kernels_stop_at_exit);
     kiln__backend_exit_hold_register();
     if (!engine.async) return;
+    engine.handoff = kiln__handoff_measure();
+    /* poll as long as a sleep and wake-up would take; unmeasured, 20 us */
+    int64_t sleep_wake_ns = engine.handoff.signal_ns ? engine.handoff.signal_ns + engine.handoff.wake_ns : 20000;
+    engine.poll_ns = kiln__env_int_range("KILN_POLL_NS", 0, INT32_MAX, sleep_wake_ns);
+    engine.inline_default = kiln__env_int_range("KILN_INLINE_MAX_BYTES", 0, INT64_MAX,
+                                                kiln__handoff_inline_max_bytes(&engine.handoff));
+    atomic_store(&engine.inline_max_bytes, engine.inline_default);
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     int n = (int)kiln__env_int("KILN_ENGINE_THREADS", 1, cpus > 0 ? cpus : 2);
     if (n > MAX_WORKERS) n = MAX_WORKERS;
@@ -454,8 +473,10 @@ static kiln__node *run_node(kiln__node *n, bool chain) {
 
 /* After finishing an op a worker polls the queue for a short while before sleeping: a
  * frontend dispatching a burst of small ops then finds it awake and skips the wake-up call.
- * The poll is bounded (~20 us), so idle workers do not hold cores from BLAS threads. */
-#define SPIN_POLLS 2000
+ * The poll lasts as long as a sleep and wake-up take on this machine (engine.poll_ns, see
+ * handoff.c), so idle workers do not hold cores from BLAS threads for longer than waking
+ * them would cost. The clock is read every POLLS_PER_CLOCK polls. */
+#define POLLS_PER_CLOCK 32
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -489,9 +510,12 @@ static void *worker_main(void *arg) {
     for (;;) {
         kiln__node *n = NULL;
         atomic_fetch_add_explicit(&engine.spinning, 1, memory_order_relaxed);
-        for (int i = 0; i < SPIN_POLLS && !n; i++) {
+        uint64_t poll_end = kiln__now_ns() + (uint64_t)engine.poll_ns;
+        for (int i = 1; !n; i++) {
             if (atomic_load_explicit(&engine.ready_count, memory_order_acquire) > 0)
                 n = pop_ready(false);
+            else if (i % POLLS_PER_CLOCK == 0 && kiln__now_ns() >= poll_end)
+                break;
             else
                 cpu_relax();
         }
@@ -595,6 +619,64 @@ static void admit(kiln__stream *s, kiln__node *n, int64_t bytes, bool may_block)
     pthread_mutex_unlock(&engine.all_lock);
 }
 
+/* Whether op (g: its group) runs on its caller's thread when it is its stream's only op and is
+ * granted at once: cheaper to run than to hand over (handoff.c), so the caller loses nothing
+ * that overlap could win, and nothing of its stream can be waiting behind it on a worker. Only
+ * kernels whose time goes with their bytes (elementwise groups and ops, reductions) and that
+ * call no user code, on the CPU, with every worker asleep: an awake worker takes an op for
+ * the cost of the queue's lock. A kernel runs on the caller as it would on a worker, on the
+ * same records, so its dependencies, errors (the op's call site), poisoning and profiler record
+ * are the same: wait_helping runs ops on this thread the same way. */
+static bool runs_inline(const kiln__op *op, const kiln__fused *g) {
+    int64_t max = atomic_load_explicit(&engine.inline_max_bytes, memory_order_relaxed);
+    if (max <= 0 || atomic_load_explicit(&engine.spinning, memory_order_relaxed) > 0) return false;
+    int64_t bytes = 0;
+    if (g) {
+        if (g->matmul) return false;
+        for (int k = 0; k < g->expr.n_inputs; k++) {
+            const kiln__storage *st = g->input[k].storage;
+            if (st && (st->device != KILN_CPU || (bytes += (int64_t)st->nbytes) > max)) return false;
+        }
+        for (int w = 0; w < g->expr.n_outputs; w++) {
+            const kiln__storage *st = g->output[w].storage;
+            if (st->device != KILN_CPU || (bytes += (int64_t)st->nbytes) > max) return false;
+        }
+        return true;
+    }
+    if (op->flags || !(kiln__expr_opcode_fusable(op->code) || kiln__fusion_is_reduction(op->code))) return false;
+    for (int i = 0; i < op->n_in + op->n_out; i++) {
+        const kiln__storage *st = i < op->n_in ? op->in[i].storage : op->out[i - op->n_in].storage;
+        if (st && (st->device != KILN_CPU || (bytes += (int64_t)st->nbytes) > max)) return false;
+    }
+    return true;
+}
+
+static bool stream_idle_now(kiln__stream *s) {
+    pthread_mutex_lock(&s->lock);
+    bool idle = s->pending_ops == 0;
+    pthread_mutex_unlock(&s->lock);
+    return idle;
+}
+
+/* Runs op (its node n, every access of it granted) on its stream's own thread at its dispatch: what
+ * run_node and complete do, less what only an op that was queued needs. It is not counted on
+ * the stream or in kiln_sync_all's epoch: it is done before its dispatch returns, so no wait
+ * that begins after the dispatch can miss it. Its error is recorded before the ops waiting
+ * for it are released (a read of theirs may deliver it). */
+static void run_here(kiln__stream *s, kiln__node *n, const kiln__op *op) {
+    kiln__error *err = kiln__execute(op);
+    if (op->code == KILN__OP_FUSED) group_return(s, (const kiln__fused *)(intptr_t)op->p.i[0]);
+    if (err) kiln__stream_record_error(s, err);
+    kiln__node *granted[64];
+    for (int i = 0; i < n->n_vars; i++) {
+        int k = kiln__var_complete(n->vars[i].var, n->vars[i].write, granted, 64);
+        for (int j = 0; j < k; j++) release_grant(granted[j], NULL);
+    }
+    kiln__error_unref(err);
+    n->next_ready = s->spare; /* (the stream's own thread: its private list) */
+    s->spare = n;
+}
+
 void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target) {
     if (kiln__fusion_submit(s, op, ev, free_target)) return;
     kiln__async_enqueue(s, op, ev, free_target, NULL, true, true);
@@ -602,6 +684,18 @@ void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, ki
 
 void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target,
                          const kiln__fused *g, bool owner, bool may_block) {
+    if (free_target && !free_target->borrowed) {
+        /* no op uses it any more (a group that wrote it ran on this thread): freed now, as
+         * core's release hook does. Not user memory: its callback may call kiln, and this thread
+         * may hold its window's lock */
+        kiln__var *v = atomic_load_explicit((kiln__var *_Atomic *)&free_target->var, memory_order_acquire);
+        if (!v || kiln__var_idle(v)) {
+            free_target->var = NULL;
+            kiln__var_free(v);
+            kiln__storage_destroy(free_target);
+            return;
+        }
+    }
     kiln__node *n = owner ? node_alloc(s) : malloc(sizeof *n);
     if (!n) { /* no memory to queue it: wait for everything before, then run it here */
         kiln__engine_drain_all();
@@ -623,8 +717,6 @@ void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
         kiln__error_unref(err);
         return;
     }
-    kiln__op_copy(&n->op, op);
-    n->op.stream_id = s->id; /* (the engine's own no-ops, a free or a read, are made unstamped) */
     n->stream = s;
     n->event = ev;
     n->free_target = free_target;
@@ -646,14 +738,20 @@ void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
             n->bytes += (int64_t)op->out[i].storage->nbytes;
         }
     }
-    atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
-    admit(s, n, n->bytes, free_target == NULL && may_block); /* a release never blocks its caller */
-    if (ev) {
-        pthread_mutex_lock(&s->lock);
-        ev->pending++;
-        pthread_mutex_unlock(&s->lock);
-    }
     atomic_init(&n->wait, n->n_vars + 1);
+    /* (op is the caller's record, already stamped with this stream: it runs from there) */
+    bool here = owner && !free_target && !ev && op->stream_id == s->id && runs_inline(op, g) && stream_idle_now(s);
+    if (!here) {
+        kiln__op_copy(&n->op, op);
+        n->op.stream_id = s->id; /* (the engine's own no-ops, a free or a read, are made unstamped) */
+        atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+        admit(s, n, n->bytes, free_target == NULL && may_block); /* a release never blocks its caller */
+        if (ev) {
+            pthread_mutex_lock(&s->lock);
+            ev->pending++;
+            pthread_mutex_unlock(&s->lock);
+        }
+    }
     for (int i = 0; i < n->n_vars; i++) {
         bool oom = false;
         if (kiln__var_append(n->vars[i].var, n, n->vars[i].write, &oom)) {
@@ -665,6 +763,19 @@ void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
             while (!kiln__var_append(n->vars[i].var, n, n->vars[i].write, &again)) kiln__engine_drain_all();
             atomic_fetch_sub_explicit(&n->wait, 1, memory_order_relaxed);
         }
+    }
+    if (here) {
+        /* every access granted at once (only the dispatch's count is left): every op it depends
+         * on is done, so it runs now */
+        if (atomic_load_explicit(&n->wait, memory_order_relaxed) == 1) {
+            run_here(s, n, op);
+            return;
+        }
+        kiln__op_copy(&n->op, op); /* (before the dispatch's count is given back) */
+        /* it waits for another stream's op: queued after all (its dispatch count keeps it from
+         * running before it is counted; nothing of this stream is queued, so this never blocks) */
+        atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+        admit(s, n, n->bytes, false);
     }
     release_grant(n, NULL);
 }
@@ -773,6 +884,17 @@ static void free_storage_after_users(kiln__storage *s) {
 
 
 bool kiln_engine_is_async(void) { return kiln__engine_is_async(); }
+
+kiln__handoff_rules kiln__engine_handoff_rules(void) {
+    if (!kiln__engine_is_async()) return (kiln__handoff_rules){0};
+    return (kiln__handoff_rules){engine.handoff, engine.poll_ns, atomic_load(&engine.inline_max_bytes)};
+}
+
+int64_t kiln__engine_set_inline_max_bytes(int64_t bytes) {
+    pthread_once(&engine.once, engine_init);
+    if (bytes < 0) bytes = engine.inline_default;
+    return atomic_exchange(&engine.inline_max_bytes, bytes);
+}
 
 void kiln_engine_set_limits(int64_t max_inflight_ops, int64_t max_pending_bytes) {
     pthread_once(&engine.once, engine_init);

@@ -5,6 +5,7 @@
 
 #include "engine/engine-async.h"
 #include "engine/node.h"
+#include "engine/spinlock.h"
 
 typedef struct kiln__var_wait {
     struct kiln__var_wait *next;
@@ -12,11 +13,7 @@ typedef struct kiln__var_wait {
     bool write;
 } var_wait;
 
-static kiln__var *var_new(void) {
-    kiln__var *v = calloc(1, sizeof *v);
-    if (v) pthread_mutex_init(&v->lock, NULL);
-    return v;
-}
+static kiln__var *var_new(void) { return calloc(1, sizeof(kiln__var)); /* (unlocked) */ }
 
 kiln__var *kiln__var_make(kiln__storage *s) {
     kiln__var *v = atomic_load_explicit((kiln__var *_Atomic *)&s->var, memory_order_acquire);
@@ -25,41 +22,42 @@ kiln__var *kiln__var_make(kiln__storage *s) {
     if (!fresh) return NULL;
     kiln__var *expect = NULL;
     if (atomic_compare_exchange_strong((kiln__var *_Atomic *)&s->var, &expect, fresh)) return fresh;
-    pthread_mutex_destroy(&fresh->lock);
     free(fresh);
     return expect;
 }
 
 void kiln__var_free(kiln__var *v) {
-    if (!v) return;
-    pthread_mutex_destroy(&v->lock);
     free(v);
 }
 
 bool kiln__var_idle(kiln__var *v) {
-    pthread_mutex_lock(&v->lock);
+    kiln__spin_lock(&v->lock);
     bool idle = !v->active_write && v->active_reads == 0 && !v->head;
-    pthread_mutex_unlock(&v->lock);
+    kiln__spin_unlock(&v->lock);
     return idle;
 }
 
 /* Returns true if access was granted at once; false if the op was queued (or, on
  * out-of-memory for the queue entry, the caller must run the op synchronously). */
 bool kiln__var_append(kiln__var *v, kiln__node *n, bool write, bool *oom) {
-    pthread_mutex_lock(&v->lock);
+    var_wait *w = NULL;
+    kiln__spin_lock(&v->lock);
     bool grant = !v->head && !v->active_write && (!write || v->active_reads == 0);
+    if (!grant) { /* (the entry is taken outside the lock, which others may spin on) */
+        kiln__spin_unlock(&v->lock);
+        if (!(w = malloc(sizeof *w))) {
+            *oom = true;
+            return false;
+        }
+        kiln__spin_lock(&v->lock);
+        grant = !v->head && !v->active_write && (!write || v->active_reads == 0);
+    }
     if (grant) {
         if (write)
             v->active_write = true;
         else
             v->active_reads++;
     } else {
-        var_wait *w = malloc(sizeof *w);
-        if (!w) {
-            pthread_mutex_unlock(&v->lock);
-            *oom = true;
-            return false;
-        }
         w->next = NULL;
         w->node = n;
         w->write = write;
@@ -69,7 +67,8 @@ bool kiln__var_append(kiln__var *v, kiln__node *n, bool write, bool *oom) {
             v->head = w;
         v->tail = w;
     }
-    pthread_mutex_unlock(&v->lock);
+    kiln__spin_unlock(&v->lock);
+    if (grant) free(w); /* (granted meanwhile: not needed after all; NULL when never taken) */
     return grant;
 }
 
@@ -77,7 +76,8 @@ bool kiln__var_append(kiln__var *v, kiln__node *n, bool write, bool *oom) {
  * write, or that write once no read is active. Granted nodes go to `granted`. */
 int kiln__var_complete(kiln__var *v, bool write, kiln__node **granted, int cap) {
     int n = 0;
-    pthread_mutex_lock(&v->lock);
+    var_wait *done = NULL;
+    kiln__spin_lock(&v->lock);
     if (write)
         v->active_write = false;
     else
@@ -92,9 +92,15 @@ int kiln__var_complete(kiln__var *v, bool write, kiln__node **granted, int cap) 
         else
             v->active_reads++;
         granted[n++] = w->node;
-        free(w);
+        w->next = done;
+        done = w;
         if (v->active_write) break;
     }
-    pthread_mutex_unlock(&v->lock);
+    kiln__spin_unlock(&v->lock);
+    while (done) { /* (freed outside the lock, which a spinning thread may be waiting for) */
+        var_wait *next = done->next;
+        free(done);
+        done = next;
+    }
     return n;
 }

@@ -13,7 +13,7 @@ typedef struct kiln__window kiln__window;
 /* MXNet-style dependency state of one storage: granted readers run together; a writer runs
  * alone, after every earlier reader and writer; blocked ops wait in FIFO order. */
 typedef struct kiln__var {
-    pthread_mutex_t lock;
+    atomic_bool lock; /* a spinlock (engine/spinlock.h): a few stores under it */
     int active_reads;
     bool active_write;
     struct kiln__var_wait *head, *tail;

@@ -19,7 +19,7 @@ typedef struct {
 /* Windows are never freed: a thread that read a storage's mark may lock the window after its
  * stream is gone (it then finds it empty or reused, and a flush is harmless either way). */
 struct kiln__window {
-    atomic_bool lock;     /* a spinlock (window_lock in fusion.c) */
+    atomic_bool lock;     /* a spinlock (engine/spinlock.h) */
     kiln__stream *stream; /* owner; NULL while spare */
     struct kiln__window *next_all, *next_spare;
     kiln__fused *g;       /* the group being built (g->n_ops ops) */

@@ -1,11 +1,11 @@
 /* The fusion window of each stream (see engine/fusion.h): its life, the marks that let other
  * threads flush it, and the hand-over of a group to the engine. Which ops may join a group is
  * fusion_join.c's. */
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/fusion-impl.h"
+#include "engine/spinlock.h"
 #include "kiln/engine.h"
 
 static struct {
@@ -55,24 +55,10 @@ void kiln__fusion_stats_reset(void) {
 static _Thread_local kiln__window *held;
 
 /* The window's lock: its owner takes it for every op it queues, another thread only to flush
- * the window, so it is almost never contended. A spinlock costs a tenth of a mutex's
- * instructions there and one locked instruction instead of two (its release is a plain
- * store). A waiter yields its core after a short spin, as a flush queues a whole group. */
-static void window_lock(kiln__window *w) {
-    for (int spins = 0; atomic_exchange_explicit(&w->lock, true, memory_order_acquire);) {
-        while (atomic_load_explicit(&w->lock, memory_order_relaxed)) {
-            if (++spins < 64) {
-#if defined(__x86_64__) || defined(__i386__)
-                __builtin_ia32_pause();
-#endif
-            } else {
-                sched_yield();
-            }
-        }
-    }
-}
+ * the window, so it is almost never contended (a spinlock: engine/spinlock.h). */
+static void window_lock(kiln__window *w) { kiln__spin_lock(&w->lock); }
 
-static void window_unlock(kiln__window *w) { atomic_store_explicit(&w->lock, false, memory_order_release); }
+static void window_unlock(kiln__window *w) { kiln__spin_unlock(&w->lock); }
 
 static void lock_window(kiln__window *w) {
     window_lock(w);

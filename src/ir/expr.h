@@ -77,6 +77,7 @@ typedef struct kiln__fused {
     /* while building: the node that last wrote each output's storage */
     int16_t last_writer[KILN__EXPR_MAX_OUTPUTS];
     int n_ops;
+    int cap; /* ops the record has room for: set by the engine that allocates and recycles it */
     /* last, so that a queued group's record can end after its own ops (KILN__FUSED_SIZE) */
     kiln__op ops[KILN__FUSE_MAX_OPS];
 } kiln__fused;
