@@ -3,6 +3,9 @@
  *   --mode plain   nothing recomputed
  *   --mode ckpt    every block a checkpointed region (kiln_module_set_checkpoint)
  *   --mode auto    the automatic policy (kiln_checkpoint_policy_set(KILN_CHECKPOINT_AUTO))
+ *   --mode ckpt+auto  both: regions, and the policy inside their recomputation
+ * --region K (ckpt modes): K consecutive blocks per region instead of 1 (the last region takes
+ * what is left), to measure what the number of regions alone decides.
  * Reports the median step time, what the forward pass keeps for backward (the memory in use once
  * it is done: "act_mib" kiln's own, kiln_memory_stats_get; "act_rss_mib" the resident set's), and
  * the peak of the whole step ("peak_mib"; "hwm_mib" the resident set's: VmHWM after resetting it
@@ -76,9 +79,11 @@ int main(int argc, char **argv) {
     int64_t layers = int_arg(argc, argv, "--layers", encoder ? 8 : 24), width = int_arg(argc, argv, "--width", 2048);
     int64_t batch = int_arg(argc, argv, "--batch", encoder ? 8 : 512), seq = int_arg(argc, argv, "--seq", 512);
     const char *mode = str_arg(argc, argv, "--mode", "plain");
-    bool ckpt = strcmp(mode, "ckpt") == 0, autop = strcmp(mode, "auto") == 0;
-    if (!ckpt && !autop && strcmp(mode, "plain") != 0) {
-        fprintf(stderr, "--mode plain|ckpt|auto\n");
+    bool both = strcmp(mode, "ckpt+auto") == 0;
+    bool ckpt = both || strcmp(mode, "ckpt") == 0, autop = both || strcmp(mode, "auto") == 0;
+    int64_t per_region = int_arg(argc, argv, "--region", 1);
+    if ((!ckpt && !autop && strcmp(mode, "plain") != 0) || per_region < 1) {
+        fprintf(stderr, "--mode plain|ckpt|auto|ckpt+auto [--region K >= 1]\n");
         return 2;
     }
     if (autop) kiln_checkpoint_policy_set(KILN_CHECKPOINT_AUTO);
@@ -87,9 +92,18 @@ int main(int argc, char **argv) {
         kiln_module *parts[2] = {kiln_linear_new(width, width, true, (uint64_t)l + 1), kiln_gelu_new()};
         blocks[l] = encoder ? encoder_layer(256, 4, 1024, 10 * (uint64_t)l) : kiln_sequential_new(2, parts);
         if (encoder) kiln_module_free(parts[0]), kiln_module_free(parts[1]);
-        if (ckpt) bench_check(kiln_module_set_checkpoint(blocks[l], true), "set_checkpoint");
+        if (ckpt && per_region == 1) bench_check(kiln_module_set_checkpoint(blocks[l], true), "set_checkpoint");
     }
-    kiln_module *model = kiln_sequential_new((int)layers, blocks);
+    int64_t n_top = layers;
+    if (ckpt && per_region > 1) { /* blocks grouped, each group one region */
+        n_top = 0;
+        for (int64_t l = 0; l < layers; l += per_region) {
+            int k = (int)(layers - l < per_region ? layers - l : per_region);
+            blocks[n_top] = kiln_sequential_new(k, blocks + l);
+            bench_check(kiln_module_set_checkpoint(blocks[n_top++], true), "set_checkpoint");
+        }
+    }
+    kiln_module *model = kiln_sequential_new((int)n_top, blocks);
     free(blocks);
     kiln_sgd_options so = kiln_sgd_defaults();
     so.lr = 1e-4;
@@ -118,8 +132,8 @@ int main(int argc, char **argv) {
     kiln_memory_stats st = kiln_memory_stats_get(KILN_CPU);
     char extra[256];
     snprintf(extra, sizeof extra,
-             ",\"mode\":\"%s\",\"act_mib\":%.1f,\"act_rss_mib\":%.1f,\"peak_mib\":%.1f,\"hwm_mib\":%.1f,\"loss\":%.6f",
-             mode, act_mib, act_rss, (double)st.peak_bytes / 1048576.0 - base_mib, status_mib("VmHWM:") - rss0, loss);
+             ",\"mode\":\"%s\",\"region\":%lld,\"act_mib\":%.1f,\"act_rss_mib\":%.1f,\"peak_mib\":%.1f,\"hwm_mib\":%.1f,\"loss\":%.6f",
+             mode, (long long)per_region, act_mib, act_rss, (double)st.peak_bytes / 1048576.0 - base_mib, status_mib("VmHWM:") - rss0, loss);
     char name[64];
     snprintf(name, sizeof name, "checkpoint_%s_%s", encoder ? "encoder" : "mlp", mode);
     bench_report(name, bench_quantile(ms, runs, 0.5), extra);

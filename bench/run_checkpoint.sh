@@ -1,7 +1,7 @@
 #!/bin/sh
-# Issue #28's table: kiln's bench_checkpoint (plain, ckpt, auto) and PyTorch's peer (plain, ckpt)
-# at the same shape and threads, one process per mode, in alternating rounds (a loaded machine
-# moves between rounds more than the modes differ). Prints one JSON line per process.
+# Issue #28's table: kiln's bench_checkpoint (plain, ckpt, auto, ckpt+auto) and PyTorch's peer
+# (plain, ckpt, selective) at the same shape and threads, one process per mode, in alternating
+# rounds (a loaded machine moves between rounds more than the modes differ). Prints one JSON line per process.
 #   bench/run_checkpoint.sh [BUILD_DIR] [ROUNDS] [extra args for both sides, e.g. --model encoder]
 set -e
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,7 +17,7 @@ export KILN_NUM_THREADS=2 OMP_NUM_THREADS=2
 PEER_ENV="MALLOC_MMAP_THRESHOLD_=131072"
 r=0
 while [ "$r" -lt "$ROUNDS" ]; do
-    for m in plain ckpt auto; do "$BUILD/bench/bench_checkpoint" --mode $m --runs 2 "$@"; done
-    for m in plain ckpt; do env $PEER_ENV "$PY" "$ROOT/bench/peers/torch_checkpoint.py" --mode $m --runs 2 "$@"; done
+    for m in plain ckpt auto ckpt+auto; do "$BUILD/bench/bench_checkpoint" --mode $m --runs 2 "$@"; done
+    for m in plain ckpt selective; do env $PEER_ENV "$PY" "$ROOT/bench/peers/torch_checkpoint.py" --mode $m --runs 2 "$@"; done
     r=$((r + 1))
 done

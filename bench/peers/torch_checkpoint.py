@@ -1,18 +1,31 @@
 """The PyTorch peer of bench/bench_checkpoint.c: one training step (forward, mean, backward, SGD)
 of LAYERS x (Linear(WIDTH) + GELU) on [BATCH, WIDTH] f32; --mode plain (nothing recomputed) or
-ckpt (every block through torch.utils.checkpoint, use_reentrant=False). Prints one JSON line: the
+ckpt (every block through torch.utils.checkpoint, use_reentrant=False) or selective (the same,
+with PyTorch's selective policy saving the outputs of matrix products and attention and
+recomputing the rest: kiln's automatic policy's peer). Prints one JSON line: the
 median step time, the resident set once the forward pass is done (what it keeps for backward)
 and the peak resident set of the step (VmHWM after resetting it through /proc/self/clear_refs),
 both above the resident set before the timed steps, as kiln's side measures.
-Usage: torch_checkpoint.py --mode plain|ckpt [--runs N] [--layers L] [--width W] [--batch B]"""
+Usage: torch_checkpoint.py --mode plain|ckpt|selective [--runs N] [--layers L] [--width W] [--batch B]"""
 import argparse
 import json
 import statistics
 import time
 
+import functools
+
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+# what the selective policy keeps: products and attention, as kiln's automatic policy does
+KEEP = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
+        torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+        torch.ops.aten._scaled_dot_product_efficient_attention.default}
+
+
+def keep_products(ctx, op, *args, **kwargs):
+    return CheckpointPolicy.MUST_SAVE if op in KEEP else CheckpointPolicy.PREFER_RECOMPUTE
 
 
 def status_mib(key):
@@ -25,7 +38,7 @@ def status_mib(key):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--mode", choices=["plain", "ckpt"], default="plain")
+    p.add_argument("--mode", choices=["plain", "ckpt", "selective"], default="plain")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--layers", type=int, default=24)
     p.add_argument("--width", type=int, default=2048)
@@ -52,7 +65,13 @@ def main():
     def step():
         h = x
         for b in blocks:
-            h = checkpoint(b, h, use_reentrant=False) if a.mode == "ckpt" else b(h)
+            if a.mode == "ckpt":
+                h = checkpoint(b, h, use_reentrant=False)
+            elif a.mode == "selective":
+                h = checkpoint(b, h, use_reentrant=False,
+                               context_fn=functools.partial(create_selective_checkpoint_contexts, keep_products))
+            else:
+                h = b(h)
         loss = h.mean()
         act[0] = max(act[0], status_mib("VmRSS:") - rss0)
         loss.backward()

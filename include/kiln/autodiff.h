@@ -91,13 +91,20 @@ KILN_API kiln_tensor kiln_checkpoint(kiln_checkpoint_fn fn, void *ctx, int n_inp
 
 /* ---- the automatic policy ------------------------------------------------------------------
  * KILN_CHECKPOINT_AUTO recomputes what is cheap and keeps what is expensive, without annotating
- * regions: a tensor an op saves for backward that a cheap elementwise op (GELU, tanh, ...) made
- * from a tensor kept anyway (a matmul's or convolution's output, which that op saved) is not
- * kept; backward recomputes it from the kept one just before it is needed, where fusion runs
- * it with the derivative around it. A stack of Linear + GELU keeps one activation per layer
- * instead of two. The policy applies to what the forward pass records, so it is chosen per
- * step, before the forward pass: per thread with kiln_checkpoint_policy_set (returns the one it
- * replaces), or for the whole program with KILN_CHECKPOINT=auto in the environment. */
+ * regions: a tensor an op saves for backward that a chain of cheap ops (elementwise ops,
+ * reductions such as sums, means and variances, views) made from tensors kept anyway (a matmul's
+ * or convolution's output, which the next op saved; layer norm's normalised input) is not kept;
+ * backward recomputes it just before it is needed, where fusion runs it with the derivative
+ * around it. Matrix products, convolutions and attention are never recomputed. The choice is by
+ * cost, from the op records: a chain is replayed when it costs at most 32 element operations per
+ * element dropped (a reduction over 16 values is recomputed, one over 4096 is kept). A stack of
+ * Linear + GELU keeps one activation per layer instead of two; a layer norm's affine output and a
+ * normalisation composed of means and variances are not kept. Random values are never drawn
+ * again: a dropout mask is saved, and the recomputation reads it. An error while recomputing
+ * names the forward call that made the tensor. The policy applies to what the forward pass
+ * records, so it is chosen per step, before the forward pass: per thread with
+ * kiln_checkpoint_policy_set (returns the one it replaces), or for the whole program with
+ * KILN_CHECKPOINT=auto in the environment. */
 typedef enum { KILN_CHECKPOINT_NONE = 0, KILN_CHECKPOINT_AUTO = 1 } kiln_checkpoint_policy;
 KILN_API kiln_checkpoint_policy kiln_checkpoint_policy_set(kiln_checkpoint_policy p);
 KILN_API kiln_checkpoint_policy kiln_checkpoint_policy_get(void);

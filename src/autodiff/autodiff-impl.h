@@ -42,12 +42,25 @@ typedef struct {
 
 typedef struct kiln__ad_node kiln__ad_node;
 
+/* What making a node's output again costs (the automatic policy, recompute.c): element
+ * operations, the saved tensors it reads (bit k: saved[k], which may themselves be lazy), and the
+ * inputs it takes from their producers, recomputed in turn (bit i: slot i). */
+typedef struct {
+    double ops;
+    uint32_t saved, inputs;
+} kiln__ad_work;
+
 typedef struct kiln__ad_rule {
     const char *name;
     /* Gradients of the node's inputs from g, the gradient of its output (consumed). Writes
      * an owned tensor or NULL (no gradient) to grads[0..n_slots). Runs with grad mode off.
      * Shapes may be broadcast versions of the inputs' shapes: the walker sums them back. */
     void (*backward)(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kiln__tensor **grads);
+    /* The automatic policy: the node's output made again from what plan names (read through
+     * kiln__ad_saved_now and kiln__ad_input_now), and plan, false where this node cannot. Both
+     * NULL for ops whose outputs are always kept (matrix products, convolutions, attention). */
+    kiln__tensor *(*recompute)(kiln__opctx *c, const kiln__ad_node *n);
+    bool (*plan)(const kiln__ad_node *n, kiln__ad_work *w);
 } kiln__ad_rule;
 
 #define KILN__AD_MAX_SAVED 4 /* a custom op saves its 3 inputs and its output */
@@ -75,6 +88,7 @@ struct kiln__ad_node {
     void *ext;
     void (*ext_free)(void *ext);
     kiln__ad_hook *hooks; /* on its output's gradient, before the rule runs */
+    kiln__site site;      /* the forward call that recorded it: a recomputation's errors name it */
     int n_slots;
     kiln__ad_slot slots[];
 };
@@ -173,12 +187,25 @@ void kiln__ad_guard_unref(kiln__ad_guard *g);
 kiln_tensor kiln__checkpoint_guarded(kiln_checkpoint_fn fn, void *ctx, kiln__ad_guard *guard, int n_inputs,
                                      kiln_tensor *inputs);
 
-/* The automatic policy (KILN_CHECKPOINT=auto): a tensor saved for backward that a cheap
- * elementwise op computed from a tensor its producer keeps anyway (GELU of a matmul's output) is
- * not kept; whether producer p's output can be so recomputed, and the recomputation (an owned
- * tensor, NULL and c's error on failure). rules_elementwise.c. */
+/* The automatic policy (KILN_CHECKPOINT=auto, recompute.c): a tensor saved for backward that a
+ * chain of cheap ops (elementwise, reductions, views) computed from tensors kept anyway (GELU of a
+ * matmul's output, layer norm's affine output from its x̂) is not kept. Whether dropping t, the
+ * output of p, is worth it (p's chain can be replayed from what its nodes keep, at a cost below
+ * the policy's bound per dropped element); whether p's output can be replayed at all; the replay
+ * (an owned tensor, NULL and c's error on failure, which names p's forward call). */
+bool kiln__ad_worth_recomputing(const kiln__ad_node *p, const kiln__tensor *t);
 bool kiln__ad_recomputable(const kiln__ad_node *p);
 kiln__tensor *kiln__ad_recompute(kiln__opctx *c, const kiln__ad_node *p);
+/* For a rule's recompute: saved tensor k of n (made again when it is lazy), and n's input i
+ * (its producer's output, made again). Owned; NULL and c's error on failure. */
+kiln__tensor *kiln__ad_saved_now(kiln__opctx *c, const kiln__ad_node *n, int k);
+kiln__tensor *kiln__ad_input_now(kiln__opctx *c, const kiln__ad_node *n, int i);
+/* Saved tensor k's plan bit when n has it (kept or lazy), else input i's: what a rule that
+ * saved its input only sometimes reads. */
+void kiln__ad_plan_saved_or_input(const kiln__ad_node *n, kiln__ad_work *w, int k, int i);
+/* Elements of n's output and of its input i. */
+double kiln__ad_out_numel(const kiln__ad_node *n);
+double kiln__ad_slot_numel(const kiln__ad_node *n, int i);
 /* Materialises n's lazy saved tensors (before its rule runs); false and c's error on failure. */
 bool kiln__ad_unlazy(kiln__opctx *c, kiln__ad_node *n);
 

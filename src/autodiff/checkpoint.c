@@ -161,7 +161,7 @@ static void checkpoint_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *
     if (egs != egs_small) free(egs);
 }
 
-static const kiln__ad_rule checkpoint_rule = {"kiln_checkpoint", checkpoint_backward};
+static const kiln__ad_rule checkpoint_rule = {.name = "kiln_checkpoint", .backward = checkpoint_backward};
 
 kiln_tensor kiln__checkpoint_guarded(kiln_checkpoint_fn fn, void *ctx, kiln__ad_guard *guard, int n_inputs,
                                      kiln_tensor *inputs) {

@@ -108,7 +108,7 @@ static void function_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g,
     }
 }
 
-static const kiln__ad_rule function_rule = {"kiln_function", function_backward};
+static const kiln__ad_rule function_rule = {.name = "kiln_function", .backward = function_backward};
 
 kiln_tensor kiln_function(kiln_function_forward_fn forward, kiln_function_backward_fn backward, void *ctx,
                           int n_inputs, kiln_tensor *inputs) {

@@ -161,6 +161,7 @@ kiln__ad_node *kiln__ad_node_new(kiln__opctx *c, const kiln__ad_rule *rule, int 
     }
     atomic_init(&node->refs, 1);
     node->rule = rule;
+    node->site = kiln__call_site();
     node->n_slots = n;
     for (int i = 0; i < n; i++) {
         const kiln__tensor *t = inputs[i];
@@ -187,10 +188,9 @@ kiln__ad_node *kiln__ad_node_new(kiln__opctx *c, const kiln__ad_rule *rule, int 
  * still there when n's rule needs t. */
 static kiln__ad_node *lazy_producer(const kiln__ad_node *n, const kiln__tensor *t) {
     const kiln__ad_meta *m = t->autodiff;
-    if (!m || !m->node || kiln_checkpoint_policy_get() != KILN_CHECKPOINT_AUTO || !kiln__ad_recomputable(m->node))
-        return NULL;
+    if (!m || !m->node || kiln_checkpoint_policy_get() != KILN_CHECKPOINT_AUTO) return NULL;
     for (int k = 0; k < n->n_slots; k++)
-        if (n->slots[k].node == m->node) return m->node;
+        if (n->slots[k].node == m->node) return kiln__ad_worth_recomputing(m->node, t) ? m->node : NULL;
     return NULL;
 }
 
@@ -369,20 +369,6 @@ kiln__tensor *kiln__ad_run_hooks(kiln__opctx *c, const kiln__ad_hook *h, kiln__t
         return NULL;
     }
     return g;
-}
-
-bool kiln__ad_unlazy(kiln__opctx *c, kiln__ad_node *n) {
-    for (int i = 0; i < KILN__AD_MAX_SAVED; i++) {
-        kiln__ad_node *p = n->lazy[i];
-        if (!p) continue;
-        n->lazy[i] = NULL;
-        if (!c->err) {
-            if (kiln__ad_recomputable(p)) n->saved[i] = kiln__ad_recompute(c, p);
-            else kiln__fail(c, KILN_ERR_INTERNAL, "a tensor saved for backward was dropped and cannot be recomputed");
-        }
-        kiln__ad_node_unref(p);
-    }
-    return !c->err;
 }
 
 /* The policy: this thread's choice, else KILN_CHECKPOINT from the environment ("auto"). */

@@ -91,7 +91,7 @@ static void attention_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g
     kiln__drop(5, qkv[0], qkv[1], qkv[2], g, causal);
 }
 
-static const kiln__ad_rule attention_rule = {"scaled_dot_product_attention", attention_backward};
+static const kiln__ad_rule attention_rule = {.name = "scaled_dot_product_attention", .backward = attention_backward};
 
 kiln__tensor *kiln__ad_attention(kiln__opctx *c, kiln__tensor *q, kiln__tensor *k, kiln__tensor *v, bool causal,
                                  double scale) {

@@ -64,7 +64,7 @@ static void custom_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, k
     }
 }
 
-static const kiln__ad_rule custom_rule = {"kiln_custom_op_call", custom_backward};
+static const kiln__ad_rule custom_rule = {.name = "kiln_custom_op_call", .backward = custom_backward};
 
 kiln__tensor *kiln__ad_custom(kiln__opctx *c, const kiln_custom_op *op, int n, kiln__tensor **in) {
     kiln__ad_node *node = kiln__ad_node_new(c, &custom_rule, n, in);

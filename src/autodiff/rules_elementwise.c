@@ -127,21 +127,24 @@ static void unary_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, ki
     grads[0] = r;
 }
 
-static const kiln__ad_rule unary_rule = {"unary", unary_backward};
-
-/* NAN_TO_NUM's node does not keep its replacement values; the other unary ops are recomputed
- * from the input they saved, or are their saved output already. */
-bool kiln__ad_recomputable(const kiln__ad_node *p) {
-    return p && p->rule == &unary_rule && p->code != KILN__OP_NAN_TO_NUM && (p->saved[0] || p->saved[1]) &&
-           !p->lazy[0] && !p->consumed;
+/* The automatic policy: a unary op's output is its saved output, or is made again from its
+ * saved input (or its producer's output, when it saved none: neg, floor, ...). NAN_TO_NUM's node
+ * does not keep its replacement values. Transcendental or not, one op counts 4 per element. */
+static bool unary_plan(const kiln__ad_node *n, kiln__ad_work *w) {
+    if (n->code == KILN__OP_NAN_TO_NUM) return false;
+    if (n->saved[1]) return true;
+    w->ops = 4 * kiln__ad_out_numel(n);
+    kiln__ad_plan_saved_or_input(n, w, 0, 0);
+    return true;
 }
 
-kiln__tensor *kiln__ad_recompute(kiln__opctx *c, const kiln__ad_node *p) {
-    if (p->saved[1]) return ad_ref(p->saved[1]);
-    kiln__tensor *x = ad_ref(p->saved[0]);
-    if (p->code == KILN__OP_LEAKY_RELU || p->code == KILN__OP_ELU) return kiln__t_unary_params(c, p->code, x, p->pf);
-    return kiln__t_unary(c, p->code, x);
+static kiln__tensor *unary_recompute(kiln__opctx *c, const kiln__ad_node *n) {
+    if (n->saved[1]) return ad_ref(n->saved[1]);
+    kiln__tensor *x = n->saved[0] || n->lazy[0] ? kiln__ad_saved_now(c, n, 0) : kiln__ad_input_now(c, n, 0);
+    return n->pi[0] ? kiln__t_unary_params(c, n->code, x, n->pf) : kiln__t_unary(c, n->code, x);
 }
+
+static const kiln__ad_rule unary_rule = {"unary", unary_backward, unary_recompute, unary_plan};
 
 kiln__tensor *kiln__ad_unary(kiln__opctx *c, kiln__opcode code, kiln__tensor *x) {
     return kiln__ad_unary_params(c, code, x, NULL);
@@ -149,7 +152,7 @@ kiln__tensor *kiln__ad_unary(kiln__opctx *c, kiln__opcode code, kiln__tensor *x)
 
 kiln__tensor *kiln__ad_unary_params(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, const double params[4]) {
     kiln__ad_node *n = kiln__ad_node_new(c, &unary_rule, 1, &x);
-    if (n) n->code = code;
+    if (n) n->code = code, n->pi[0] = params != NULL;
     if (n && params)
         for (int i = 0; i < 4; i++) n->pf[i] = params[i];
     int saves = unary_saves(code);
@@ -176,7 +179,7 @@ static void clamp_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, ki
     grads[0] = mask ? ad_keep(c, mask, g) : g;
 }
 
-static const kiln__ad_rule clamp_rule = {"clamp", clamp_backward};
+static const kiln__ad_rule clamp_rule = {.name = "clamp", .backward = clamp_backward};
 
 static kiln__tensor *bounded(kiln__opctx *c, kiln__tensor *x, double lo, double hi, bool hardtanh) {
     kiln__ad_node *n = kiln__ad_node_new(c, &clamp_rule, 1, &x);
@@ -209,7 +212,7 @@ static void lerp_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kil
     kiln__tensor_release(g);
 }
 
-static const kiln__ad_rule lerp_rule = {"lerp", lerp_backward};
+static const kiln__ad_rule lerp_rule = {.name = "lerp", .backward = lerp_backward};
 
 kiln__tensor *kiln__ad_lerp(kiln__opctx *c, kiln__tensor *start, kiln__tensor *end, kiln__tensor *weight, double w) {
     kiln__tensor *in[3] = {start, end, weight};
@@ -297,7 +300,23 @@ static void binary_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, k
     }
 }
 
-static const kiln__ad_rule binary_rule = {"binary", binary_backward};
+/* a and b from what the node saved (saved[0], saved[1]) or from their producers; y when saved */
+static bool binary_plan(const kiln__ad_node *n, kiln__ad_work *w) {
+    if (n->saved[2]) return true;
+    w->ops = (n->code == KILN__OP_POW || n->code == KILN__OP_ATAN2 ? 4 : 1) * kiln__ad_out_numel(n);
+    kiln__ad_plan_saved_or_input(n, w, 0, 0);
+    kiln__ad_plan_saved_or_input(n, w, 1, 1);
+    return true;
+}
+
+static kiln__tensor *binary_recompute(kiln__opctx *c, const kiln__ad_node *n) {
+    if (n->saved[2]) return ad_ref(n->saved[2]);
+    kiln__tensor *a = n->saved[0] || n->lazy[0] ? kiln__ad_saved_now(c, n, 0) : kiln__ad_input_now(c, n, 0);
+    kiln__tensor *b = n->saved[1] || n->lazy[1] ? kiln__ad_saved_now(c, n, 1) : kiln__ad_input_now(c, n, 1);
+    return kiln__t_binary(c, n->code, a, b);
+}
+
+static const kiln__ad_rule binary_rule = {"binary", binary_backward, binary_recompute, binary_plan};
 
 kiln__tensor *kiln__ad_binary(kiln__opctx *c, kiln__opcode code, kiln__tensor *a, kiln__tensor *b) {
     kiln__tensor *in[2] = {a, b};
@@ -361,7 +380,20 @@ static void scalar_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, k
     }
 }
 
-static const kiln__ad_rule scalar_rule = {"scalar", scalar_backward};
+static bool scalar_plan(const kiln__ad_node *n, kiln__ad_work *w) {
+    if (n->saved[1]) return true;
+    w->ops = (n->code == KILN__OP_POW ? 4 : 1) * kiln__ad_out_numel(n);
+    kiln__ad_plan_saved_or_input(n, w, 0, 0);
+    return true;
+}
+
+static kiln__tensor *scalar_recompute(kiln__opctx *c, const kiln__ad_node *n) {
+    if (n->saved[1]) return ad_ref(n->saved[1]);
+    kiln__tensor *x = n->saved[0] || n->lazy[0] ? kiln__ad_saved_now(c, n, 0) : kiln__ad_input_now(c, n, 0);
+    return kiln__t_binary_scalar(c, n->code, x, n->pf[0], n->pi[0]);
+}
+
+static const kiln__ad_rule scalar_rule = {"scalar", scalar_backward, scalar_recompute, scalar_plan};
 
 kiln__tensor *kiln__ad_binary_scalar(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, double s, bool scalar_first) {
     kiln__ad_node *n = kiln__ad_node_new(c, &scalar_rule, 1, &x);
@@ -384,7 +416,7 @@ static void where_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, ki
     grads[2] = ad_keep(c, kiln__t_unary(c, KILN__OP_LOGICAL_NOT, ad_ref(mask)), g);
 }
 
-static const kiln__ad_rule where_rule = {"where", where_backward};
+static const kiln__ad_rule where_rule = {.name = "where", .backward = where_backward};
 
 kiln__tensor *kiln__ad_where(kiln__opctx *c, kiln__tensor *mask, kiln__tensor *a, kiln__tensor *b) {
     kiln__tensor *in[3] = {mask, a, b};
@@ -397,7 +429,17 @@ static void cast_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kil
     grads[0] = g; /* the walker casts it back to the input's dtype */
 }
 
-static const kiln__ad_rule cast_rule = {"cast", cast_backward};
+static bool cast_plan(const kiln__ad_node *n, kiln__ad_work *w) {
+    w->ops = kiln__ad_out_numel(n);
+    w->inputs = 1;
+    return true;
+}
+
+static kiln__tensor *cast_recompute(kiln__opctx *c, const kiln__ad_node *n) {
+    return kiln__t_cast(c, kiln__ad_input_now(c, n, 0), n->out_dtype);
+}
+
+static const kiln__ad_rule cast_rule = {"cast", cast_backward, cast_recompute, cast_plan};
 
 kiln__tensor *kiln__ad_cast(kiln__opctx *c, kiln__tensor *x, kiln_dtype dtype) {
     if (!kiln__dtype_is_float(dtype)) return kiln__t_cast(c, x, dtype); /* integers carry no gradient */

@@ -34,7 +34,7 @@ static void join_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kil
     kiln__tensor_release(g);
 }
 
-static const kiln__ad_rule join_rule = {"cat", join_backward};
+static const kiln__ad_rule join_rule = {.name = "cat", .backward = join_backward};
 
 kiln__ad_node *kiln__ad_begin_join(kiln__opctx *c, kiln__tensor *const *ts, int n, int dim, bool stack) {
     kiln__ad_node *node = kiln__ad_node_new(c, &join_rule, n, ts);
@@ -79,7 +79,7 @@ static void index_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, ki
     }
 }
 
-static const kiln__ad_rule index_rule = {"index", index_backward};
+static const kiln__ad_rule index_rule = {.name = "index", .backward = index_backward};
 
 kiln__tensor *kiln__ad_index(kiln__opctx *c, kiln__opcode code, kiln__tensor *t, int dim, kiln__tensor *index,
                              kiln__tensor *src) {

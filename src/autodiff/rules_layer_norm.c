@@ -30,7 +30,24 @@ static void layer_norm_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *
     kiln__drop(3, g, xhat, rstd);
 }
 
-static const kiln__ad_rule layer_norm_rule = {"layer_norm", layer_norm_backward};
+/* The automatic policy: the output is x̂ w + b again, from x̂, w and (saved under the policy
+ * only: a parameter, so an alias costs nothing) b. Two operations per element. */
+static bool layer_norm_plan(const kiln__ad_node *n, kiln__ad_work *w) {
+    bool has_w = n->pi[1] != 0, has_b = n->pi[2] != 0;
+    if (!n->saved[0] || (has_w && !n->saved[2]) || (has_b && !n->saved[3])) return false;
+    w->ops = 2 * kiln__ad_out_numel(n);
+    return true;
+}
+
+static kiln__tensor *layer_norm_recompute(kiln__opctx *c, const kiln__ad_node *n) {
+    kiln__tensor *y = ad_ref(n->saved[0]);
+    if (n->pi[1]) y = ad_mul(c, y, ad_ref(n->saved[2]));
+    if (n->pi[2]) y = ad_add(c, y, ad_ref(n->saved[3]));
+    return y;
+}
+
+static const kiln__ad_rule layer_norm_rule = {"layer_norm", layer_norm_backward, layer_norm_recompute,
+                                              layer_norm_plan};
 
 kiln__tensor *kiln__ad_layer_norm(kiln__opctx *c, kiln__tensor *x, kiln__tensor *w, kiln__tensor *b, int n_norm,
                                   double eps) {
@@ -48,6 +65,7 @@ kiln__tensor *kiln__ad_layer_norm(kiln__opctx *c, kiln__tensor *x, kiln__tensor 
     kiln__ad_save(c, n, 0, y);
     kiln__ad_save(c, n, 1, rstd);
     if (w) kiln__ad_save(c, n, 2, w);
+    if (b && kiln_checkpoint_policy_get() == KILN_CHECKPOINT_AUTO) kiln__ad_save(c, n, 3, b);
     kiln__drop(1, rstd);
     if (w) y = ad_mul(c, y, w);
     if (b) y = ad_add(c, y, b);

@@ -32,7 +32,7 @@ static void matmul_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, k
     kiln__tensor_release(g);
 }
 
-static const kiln__ad_rule matmul_rule = {"matmul", matmul_backward};
+static const kiln__ad_rule matmul_rule = {.name = "matmul", .backward = matmul_backward};
 
 kiln__tensor *kiln__ad_matmul(kiln__opctx *c, kiln__tensor *a, kiln__tensor *b) {
     kiln__tensor *in[2] = {a, b};
@@ -58,7 +58,7 @@ static void linear_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, k
     kiln__tensor_release(g);
 }
 
-static const kiln__ad_rule linear_rule = {"linear", linear_backward};
+static const kiln__ad_rule linear_rule = {.name = "linear", .backward = linear_backward};
 
 kiln__tensor *kiln__ad_linear(kiln__opctx *c, kiln__tensor *x, kiln__tensor *w, kiln__tensor *bias, bool has_bias) {
     kiln__tensor *in[3] = {x, w, bias};

@@ -7,7 +7,7 @@ static void masked_fill_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor 
     grads[0] = kiln__t_masked_fill(c, g, kiln__ad_saved(n, 0), 0.0);
 }
 
-static const kiln__ad_rule masked_fill_rule = {"masked_fill", masked_fill_backward};
+static const kiln__ad_rule masked_fill_rule = {.name = "masked_fill", .backward = masked_fill_backward};
 
 kiln__tensor *kiln__ad_masked_fill(kiln__opctx *c, kiln__tensor *x, kiln__tensor *mask, double value) {
     kiln__ad_node *n = kiln__ad_node_new(c, &masked_fill_rule, 1, &x); /* a mask has no gradient */
@@ -19,7 +19,7 @@ static void tri_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kiln
     grads[0] = kiln__t_tri(c, g, n->pi[0], n->pi[1] != 0);
 }
 
-static const kiln__ad_rule tri_rule = {"tril/triu", tri_backward};
+static const kiln__ad_rule tri_rule = {.name = "tril/triu", .backward = tri_backward};
 
 kiln__tensor *kiln__ad_tri(kiln__opctx *c, kiln__tensor *x, int64_t diagonal, bool upper) {
     kiln__ad_node *n = kiln__ad_node_new(c, &tri_rule, 1, &x);

@@ -23,7 +23,7 @@ static void conv2d_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, k
     kiln__tensor_release(g);
 }
 
-static const kiln__ad_rule conv2d_rule = {"conv2d", conv2d_backward};
+static const kiln__ad_rule conv2d_rule = {.name = "conv2d", .backward = conv2d_backward};
 
 kiln__tensor *kiln__ad_conv2d(kiln__opctx *c, kiln__tensor *x, kiln__tensor *w, kiln__tensor *bias, bool has_bias,
                               const kiln__conv2d_params *p) {
@@ -58,7 +58,7 @@ static void conv_transpose2d_backward(kiln__opctx *c, kiln__ad_node *n, kiln__te
     kiln__tensor_release(g);
 }
 
-static const kiln__ad_rule conv_transpose2d_rule = {"conv_transpose2d", conv_transpose2d_backward};
+static const kiln__ad_rule conv_transpose2d_rule = {.name = "conv_transpose2d", .backward = conv_transpose2d_backward};
 
 kiln__tensor *kiln__ad_conv_transpose2d(kiln__opctx *c, kiln__tensor *x, kiln__tensor *w, kiln__tensor *bias,
                                         bool has_bias, const kiln__conv2d_params *p, int out_pad_h, int out_pad_w) {
@@ -99,8 +99,8 @@ static void avg_pool2d_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *
     grads[0] = kiln__t_avg_pool2d_backward(c, g, &p, xs[2], xs[3]);
 }
 
-static const kiln__ad_rule max_pool2d_rule = {"max_pool2d", max_pool2d_backward};
-static const kiln__ad_rule avg_pool2d_rule = {"avg_pool2d", avg_pool2d_backward};
+static const kiln__ad_rule max_pool2d_rule = {.name = "max_pool2d", .backward = max_pool2d_backward};
+static const kiln__ad_rule avg_pool2d_rule = {.name = "avg_pool2d", .backward = avg_pool2d_backward};
 
 kiln__tensor *kiln__ad_max_pool2d(kiln__opctx *c, kiln__tensor *x, const kiln__pool2d_params *p) {
     kiln__ad_node *n = kiln__ad_node_new(c, &max_pool2d_rule, 1, &x);

@@ -117,7 +117,25 @@ static void reduce_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, k
     }
 }
 
-static const kiln__ad_rule reduce_rule = {"reduce", reduce_backward};
+/* The automatic policy: std and logsumexp saved their output; prod and var their input; sum,
+ * mean, max and min (whose saved[0] is the winners, not x) read their producer's output. One
+ * operation per input element (var: 3). */
+static bool reduce_plan(const kiln__ad_node *n, kiln__ad_work *w) {
+    if (n->saved[1]) return true;
+    w->ops = (n->code == KILN__OP_VAR ? 3 : 1) * kiln__ad_slot_numel(n, 0);
+    if (n->code == KILN__OP_PROD || n->code == KILN__OP_VAR) w->saved = 1;
+    else w->inputs = 1;
+    return true;
+}
+
+static kiln__tensor *reduce_recompute(kiln__opctx *c, const kiln__ad_node *n) {
+    if (n->saved[1]) return ad_ref(n->saved[1]);
+    bool from_saved = n->code == KILN__OP_PROD || n->code == KILN__OP_VAR;
+    kiln__tensor *x = from_saved ? kiln__ad_saved_now(c, n, 0) : kiln__ad_input_now(c, n, 0);
+    return kiln__t_reduce(c, n->code, x, (uint32_t)n->pi[P_MASK], n->pi[P_KEEPDIM], n->pi[P_CORRECTION]);
+}
+
+static const kiln__ad_rule reduce_rule = {"reduce", reduce_backward, reduce_recompute, reduce_plan};
 
 kiln__tensor *kiln__ad_reduce(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, uint32_t mask, bool keepdim,
                               int64_t param, bool take_sqrt) {
@@ -155,7 +173,18 @@ static void softmax_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, 
     }
 }
 
-static const kiln__ad_rule softmax_rule = {"softmax", softmax_backward};
+/* Its saved output is what a consumer needs: nothing to recompute. */
+static bool softmax_plan(const kiln__ad_node *n, kiln__ad_work *w) {
+    (void)w;
+    return n->saved[0] != NULL;
+}
+
+static kiln__tensor *softmax_recompute(kiln__opctx *c, const kiln__ad_node *n) {
+    (void)c;
+    return ad_ref(n->saved[0]);
+}
+
+static const kiln__ad_rule softmax_rule = {"softmax", softmax_backward, softmax_recompute, softmax_plan};
 
 kiln__tensor *kiln__ad_softmax(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, int dim) {
     kiln__ad_node *n = kiln__ad_node_new(c, &softmax_rule, 1, &x);

@@ -14,7 +14,7 @@ static void scan_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kil
     }
 }
 
-static const kiln__ad_rule scan_rule = {"scan", scan_backward};
+static const kiln__ad_rule scan_rule = {.name = "scan", .backward = scan_backward};
 
 kiln__tensor *kiln__ad_scan(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, int dim) {
     kiln__ad_node *n = kiln__ad_node_new(c, &scan_rule, 1, &x);
@@ -33,7 +33,7 @@ static void sort_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kil
     grads[0] = kiln__ad_scatter_zeros(c, s->ndim, s->shape, (int)n->pi[0], ad_ref(n->saved[0]), g);
 }
 
-static const kiln__ad_rule sort_rule = {"sort", sort_backward};
+static const kiln__ad_rule sort_rule = {.name = "sort", .backward = sort_backward};
 
 kiln__tensor *kiln__ad_sort(kiln__opctx *c, kiln__tensor *x, int dim, bool descending, int64_t k,
                             kiln__tensor **indices) {

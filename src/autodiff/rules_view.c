@@ -35,10 +35,46 @@ static void slice_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, ki
     grads[0] = z;
 }
 
-static const kiln__ad_rule reshape_rule = {"reshape", reshape_backward};
-static const kiln__ad_rule identity_rule = {"expand", identity_backward};
-static const kiln__ad_rule permute_rule = {"permute", permute_backward};
-static const kiln__ad_rule slice_rule = {"slice", slice_backward};
+/* The automatic policy: a view of its producer's output, made again; free but for contiguous
+ * (the expand rule with the input's own shape), which copies. */
+static bool view_plan(const kiln__ad_node *n, kiln__ad_work *w) {
+    w->inputs = 1;
+    return true;
+}
+
+static bool copy_plan(const kiln__ad_node *n, kiln__ad_work *w) {
+    w->inputs = 1;
+    w->ops = kiln__ad_out_numel(n);
+    return true;
+}
+
+static kiln__tensor *reshape_recompute(kiln__opctx *c, const kiln__ad_node *n) {
+    return kiln__t_reshape(c, kiln__ad_input_now(c, n, 0), n->out_ndim, n->out_shape);
+}
+
+static kiln__tensor *identity_recompute(kiln__opctx *c, const kiln__ad_node *n) {
+    kiln__tensor *x = kiln__ad_input_now(c, n, 0);
+    const kiln__ad_slot *s = &n->slots[0];
+    bool same = s->ndim == n->out_ndim && memcmp(s->shape, n->out_shape, sizeof(int64_t) * (size_t)s->ndim) == 0;
+    return same ? kiln__t_contiguous(c, x) : kiln__t_expand(c, x, n->out_ndim, n->out_shape);
+}
+
+static kiln__tensor *permute_recompute(kiln__opctx *c, const kiln__ad_node *n) {
+    int order[KILN_MAX_DIMS];
+    for (int d = 0; d < n->slots[0].ndim; d++) order[d] = (int)n->pi[d];
+    return kiln__t_permute(c, kiln__ad_input_now(c, n, 0), n->slots[0].ndim, order);
+}
+
+static kiln__tensor *slice_recompute(kiln__opctx *c, const kiln__ad_node *n) {
+    int dim = (int)n->pi[0];
+    int64_t start = n->pi[1], step = n->pi[2], len = n->out_shape[dim];
+    return kiln__t_slice(c, kiln__ad_input_now(c, n, 0), dim, start, len ? start + step * (len - 1) + 1 : start, step);
+}
+
+static const kiln__ad_rule reshape_rule = {"reshape", reshape_backward, reshape_recompute, view_plan};
+static const kiln__ad_rule identity_rule = {"expand", identity_backward, identity_recompute, copy_plan};
+static const kiln__ad_rule permute_rule = {"permute", permute_backward, permute_recompute, view_plan};
+static const kiln__ad_rule slice_rule = {"slice", slice_backward, slice_recompute, view_plan};
 
 kiln__ad_node *kiln__ad_begin_view(kiln__opctx *c, kiln__ad_view_kind kind, kiln__tensor *x, const int64_t *params, int np) {
     if (KILN__LIKELY(!kiln__ad_active(1, &x))) return NULL;
