@@ -96,17 +96,17 @@ KT_TEST(a_non_finite_row_gives_nan_in_that_row_only) {
 
 /* The product of kiln__gemm_s8_rescale in f64 from row-major int8 values: each block's integer
  * sum exactly, *mag the sum of magnitudes its f32 rounding is relative to. */
-static double s8_reference(const int8_t *qx, const float *xs, const int8_t *qw, float ws, int64_t k, double *mag) {
+static double s8_reference(const int8_t *qx, const float *xs, const int8_t *qw, const float *ws, int64_t k, double *mag) {
     int64_t nb = (k + KILN__S8_BLOCK - 1) / KILN__S8_BLOCK;
     double want = 0;
     *mag = 0;
     for (int64_t b = 0; b < nb; b++) {
         int64_t sum = 0;
         for (int64_t i = b * KILN__S8_BLOCK; i < k && i < (b + 1) * KILN__S8_BLOCK; i++) sum += (int64_t)qx[i] * qw[i];
-        want += (double)xs[b] * (double)sum, *mag += fabs((double)xs[b] * (double)sum);
+        double term = (double)xs[b] * (double)ws[b] * (double)sum;
+        want += term, *mag += fabs(term);
     }
-    *mag *= ws;
-    return want * ws;
+    return want;
 }
 
 /* Every ISA path gives the block sums of an f64 reference (exact integers) to f32 rounding, at
@@ -120,7 +120,8 @@ KT_TEST(every_isa_path_matches_the_reference) {
         int64_t R = shapes[t][0], O = shapes[t][1], K = shapes[t][2], NB = (K + KILN__S8_BLOCK - 1) / KILN__S8_BLOCK;
         int8_t *qx = malloc((size_t)(R * K)), *qw = malloc((size_t)(O * K)), *pw = malloc((size_t)(O * K));
         uint8_t *ux = malloc((size_t)(R * K));
-        float *xs = malloc(sizeof(float) * (size_t)(R * NB)), *ws = malloc(sizeof(float) * (size_t)O);
+        float *xs = malloc(sizeof(float) * (size_t)(R * NB)), *ws = malloc(sizeof(float) * (size_t)(O * NB));
+        float *pws = malloc(sizeof(float) * (size_t)(O * NB));
         float *y = malloc(sizeof(float) * (size_t)(R * O));
         unsigned seed = (unsigned)t + 1;
         for (int64_t i = 0; i < R * K; i++) qx[i] = (int8_t)((int)((seed = seed * 1103515245u + 12345u) >> 8) % 255 - 127);
@@ -128,26 +129,27 @@ KT_TEST(every_isa_path_matches_the_reference) {
         for (int64_t i = 0; i < K; i++) qx[i] = (int8_t)(i % 2 ? -127 : 127), qw[i] = -127; /* sums near the extremes */
         for (int64_t i = 0; i < R * K; i++) ux[i] = (uint8_t)(qx[i] + 128);
         for (int64_t i = 0; i < R * NB; i++) xs[i] = 0.001f * (float)(i % 7 + 1);
-        for (int64_t o = 0; o < O; o++) ws[o] = 0.01f * (float)(o + 1);
+        for (int64_t i = 0; i < O * NB; i++) ws[i] = 0.01f * (float)(i % 11 + 1);
         kiln__s8_pack_weight(qw, O, K, pw);
+        kiln__s8_pack_scales(ws, O, NB, pws);
         for (int p = 0; p < 3; p++) {
             if (kiln__vmath_force_isa(isas[p]) != 0) continue; /* this CPU lacks it */
             if (t == 0) printf("  int8 path for KILN_ISA=%s: %s\n", isas[p], kiln__gemm_s8_path());
             for (int64_t i = 0; i < R * O; i++) y[i] = -1e30f;
             /* the first group on its own, then the rest: both halves of a split must agree */
             int64_t split = O > KILN__S8_GROUP ? KILN__S8_GROUP : O;
-            kiln__gemm_s8_rescale(ux, xs, R, pw, ws, O, 0, split, K, y, O);
-            kiln__gemm_s8_rescale(ux, xs, R, pw, ws, O, split, O, K, y, O);
+            kiln__gemm_s8_rescale(ux, xs, R, pw, pws, O, 0, split, K, y, O);
+            kiln__gemm_s8_rescale(ux, xs, R, pw, pws, O, split, O, K, y, O);
             for (int64_t r = 0; r < R; r++)
                 for (int64_t o = 0; o < O; o++) {
-                    double mag, want = s8_reference(qx + r * K, xs + r * NB, qw + o * K, ws[o], K, &mag);
+                    double mag, want = s8_reference(qx + r * K, xs + r * NB, qw + o * K, ws + o * NB, K, &mag);
                     KT_CHECK_MSG(fabs(y[r * O + o] - want) <= 1e-6 * mag, "%s %lldx%lldx%lld: y[%lld,%lld] = %.9g, want %.9g",
                                  isas[p], (long long)R, (long long)O, (long long)K, (long long)r, (long long)o,
                                  y[r * O + o], want);
                 }
         }
         kiln__vmath_force_isa(NULL);
-        free(qx), free(qw), free(pw), free(ux), free(xs), free(ws), free(y);
+        free(qx), free(qw), free(pw), free(ux), free(xs), free(ws), free(pws), free(y);
     }
 }
 

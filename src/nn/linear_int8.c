@@ -1,13 +1,14 @@
 /* Dynamic int8 quantization of Linear layers (PyTorch's quantize_dynamic): each Linear's weight
- * becomes int8 values per output channel with one f32 scale per channel (symmetric, zero point
- * 0), and its forward quantizes each block of 32 values of an input row with a scale of its own
- * at run time (per row only, BERT's outlier channels cost MiniLM cosine 0.98), multiplies with
- * int32 accumulation and rescales to f32 before adding the f32 bias.
+ * becomes int8 values with an f32 scale per output channel and block of 32 inputs (symmetric,
+ * zero point 0), and its forward quantizes each block of 32 values of an input row with a
+ * scale of its own at run time (per row only, BERT's outlier channels cost MiniLM cosine
+ * 0.98), multiplies with int32 accumulation and rescales to f32 before adding the f32 bias.
  *
  * kiln has no int8 dtype, so the int8 weight [out, in] is stored four values to an i32 element
  * ("weight_int8" [out, ceil(in/4)], the last element's unused bytes zero, in the interleaved
- * order of kiln__s8_pack_weight that the VNNI product reads) next to "weight_scale" [out] f32: both are ordinary kiln tensors (buffers, not parameters), so checkpoints and
- * safetensors carry them bit-exactly and nothing else needs to know int8. The product is a
+ * order of kiln__s8_pack_weight that the VNNI product reads) next to "weight_scale" [out,
+ * blocks] f32 (in kiln__s8_pack_scales' order): both are ordinary kiln tensors (buffers, not
+ * parameters), so checkpoints and safetensors carry them bit-exactly and nothing else needs to know int8. The product is a
  * registered custom op, so it is queued, poisoned and profiled like any other op. */
 #include <float.h>
 #include <math.h>
@@ -61,7 +62,8 @@ static kiln_status int8_linear_shape(int n, const kiln_custom_meta *in, kiln_cus
     if (x->dtype != KILN_F32)
         return kiln_custom_op_error("the input of an int8 Linear must be f32, not %s", kiln_dtype_name(x->dtype));
     if (x->ndim < 1) return kiln_custom_op_error("the input of an int8 Linear needs at least one dim");
-    if (w->dtype != KILN_I32 || w->ndim != 2 || s->dtype != KILN_F32 || s->ndim != 1 || s->shape[0] != w->shape[0])
+    if (w->dtype != KILN_I32 || w->ndim != 2 || s->dtype != KILN_F32 || s->ndim != 2 || s->shape[0] != w->shape[0] ||
+        s->shape[1] != (w->shape[1] * 4 + KILN__S8_BLOCK - 1) / KILN__S8_BLOCK)
         return kiln_custom_op_error("the packed int8 weight is malformed");
     int64_t in_features = x->shape[x->ndim - 1];
     if ((in_features + 3) / 4 != w->shape[1])
@@ -76,7 +78,7 @@ static kiln_status int8_linear_cpu(int n, const kiln_custom_operand *in, const k
                                    void *user) {
     (void)n, (void)threads, (void)user;
     const kiln_custom_operand *x = &in[0], *w = &in[1], *s = &in[2];
-    if (w->strides[1] != 1 || w->strides[0] != w->shape[1] || s->strides[0] != 1)
+    if (w->strides[1] != 1 || w->strides[0] != w->shape[1] || s->strides[1] != 1 || s->strides[0] != s->shape[1])
         return kiln_custom_op_error("the packed int8 weight must be dense");
     int64_t in_features = x->shape[x->ndim - 1], kpad = w->shape[1] * 4, rows = 1;
     for (int d = 0; d < x->ndim - 1; d++) rows *= x->shape[d];
@@ -88,8 +90,8 @@ static kiln_status int8_linear_cpu(int n, const kiln_custom_operand *in, const k
         free(ux), free(xscale);
         return KILN_ERR_OUT_OF_MEMORY;
     }
-    int8_gemm g = {(const float *)x->data, x->shape, x->strides, x->ndim, in_features, kpad, nblk, ux, xscale, w->data, s->data,
-                   out->data, rows, w->shape[0]};
+    int8_gemm g = {(const float *)x->data, x->shape, x->strides, x->ndim, in_features, kpad, nblk, ux, xscale, w->data,
+                   s->data, out->data, rows, w->shape[0]};
     int64_t qgrain = (int64_t)(1 << 14) / (kpad > 0 ? kpad : 1); /* ~16k values a chunk */
     kiln_parallel_for(rows, qgrain > 0 ? qgrain : 1, int8_quantize_rows, &g);
     int64_t groups = (g.out + KILN__S8_GROUP - 1) / KILN__S8_GROUP;
@@ -125,24 +127,33 @@ kiln_status kiln__quantize_weight_i8(const char *op, kiln_tensor w, kiln_tensor 
         return kiln__report(KILN_ERR_UNSUPPORTED, op, "a weight to quantize must be a 2-d f32 CPU tensor (it is %s on %s)",
                             kiln_dtype_name(kiln_tensor_dtype(w)), kiln_device_name(kiln_tensor_device(w)));
     int64_t out = kiln_tensor_dim(w, 0), in = kiln_tensor_dim(w, 1), kp = (in + 3) / 4;
-    size_t n_w = (size_t)(out * in), n_q = (size_t)(out * kp * 4); /* calloc(0) may give NULL: ask for 1 */
+    int64_t nblk = (kp * 4 + KILN__S8_BLOCK - 1) / KILN__S8_BLOCK;
+    size_t n_w = (size_t)(out * in), n_q = (size_t)(out * kp * 4), n_s = (size_t)(out * nblk);
+    /* calloc(0) may give NULL: ask for 1 */
     float *wf = malloc((n_w > 0 ? n_w : 1) * sizeof *wf);
     int8_t *rowmajor = calloc(n_q > 0 ? n_q : 1, 1), *q = malloc(n_q > 0 ? n_q : 1);
-    float *scale = malloc((size_t)(out ? out : 1) * sizeof *scale);
-    kiln_status st = wf && rowmajor && q && scale ? KILN_OK : kiln__report(KILN_ERR_OUT_OF_MEMORY, op, "cannot quantize a weight");
+    float *scale = malloc((n_s > 0 ? n_s : 1) * sizeof *scale), *packed_scale = malloc((n_s > 0 ? n_s : 1) * sizeof *scale);
+    kiln_status st = wf && rowmajor && q && scale && packed_scale
+                         ? KILN_OK
+                         : kiln__report(KILN_ERR_OUT_OF_MEMORY, op, "cannot quantize a weight");
     if (st == KILN_OK) st = kiln_into_data(kiln_ref(w), wf, n_w * sizeof *wf);
-    for (int64_t o = 0; st == KILN_OK && o < out; o++) {
-        scale[o] = kiln__s8_quantize_values(wf + o * in, 1, in, rowmajor + o * kp * 4);
-        if (isnan(scale[o]))
-            st = kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "row %lld of a weight has a non-finite value", (long long)o);
-    }
+    for (int64_t o = 0; st == KILN_OK && o < out; o++)
+        for (int64_t b = 0; st == KILN_OK && b < nblk; b++) {
+            int64_t k0 = b * KILN__S8_BLOCK, len = in - k0 < KILN__S8_BLOCK ? in - k0 : KILN__S8_BLOCK;
+            float *sc = &scale[o * nblk + b];
+            *sc = len > 0 ? kiln__s8_quantize_values(wf + o * in + k0, 1, len, rowmajor + o * kp * 4 + k0) : 1.0f;
+            if (isnan(*sc))
+                st = kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "row %lld of a weight has a non-finite value", (long long)o);
+        }
     if (st == KILN_OK) {
         kiln__s8_pack_weight(rowmajor, out, kp * 4, q);
+        kiln__s8_pack_scales(scale, out, nblk, packed_scale);
         *packed = kiln_from_data(KILN_CPU, KILN_I32, KILN_SHAPE(out, kp), q);
-        *scales = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(out), scale);
+        *scales = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(out, nblk), packed_scale);
         st = kiln_tensor_status(*packed) != KILN_OK ? kiln_tensor_status(*packed) : kiln_tensor_status(*scales);
         if (st != KILN_OK) kiln__report(st, op, "cannot quantize a weight");
     }
+    free(packed_scale);
     free(wf), free(rowmajor), free(q), free(scale);
     if (st != KILN_OK) {
         kiln_release(*packed), kiln_release(*scales);

@@ -30,6 +30,9 @@
 #define GROUP KILN__S8_GROUP
 #define PIECES (BLK / 4) /* four-byte pieces of k in a block */
 #define QMAX 127
+#ifndef PREFETCH_BLOCKS
+#define PREFETCH_BLOCKS 8
+#endif
 
 typedef enum { PATH_SCALAR, PATH_AVX2, PATH_VNNI } s8_path;
 
@@ -60,6 +63,14 @@ void kiln__s8_pack_weight(const int8_t *qw, int64_t out, int64_t k, int8_t *pack
         int8_t *g = packed + o0 * k;
         for (int64_t c = 0; c < pieces; c++)
             for (int64_t j = 0; j < gw; j++) memcpy(g + (c * gw + j) * 4, qw + (o0 + j) * k + c * 4, 4);
+    }
+}
+
+void kiln__s8_pack_scales(const float *scales, int64_t out, int64_t nblk, float *packed) {
+    for (int64_t o0 = 0; o0 < out; o0 += GROUP) {
+        int64_t gw = min64(GROUP, out - o0);
+        for (int64_t b = 0; b < nblk; b++)
+            for (int64_t j = 0; j < gw; j++) packed[o0 * nblk + b * gw + j] = scales[(o0 + j) * nblk + b];
     }
 }
 
@@ -137,7 +148,7 @@ void kiln__s8_quantize_row(const float *x, int64_t stride, int64_t n, int64_t k,
 
 /* ---- the products ----------------------------------------------------------------------------- */
 
-/* y rows [0, rows) for one group of gw outputs (g: its packed weights, ws: its scales) */
+/* y rows [0, rows) for one group of gw outputs (g: its packed weights, ws: its packed scales) */
 static void group_scalar(const uint8_t *ux, const float *xs, int64_t rows, const int8_t *g, int64_t gw,
                          const float *ws, int64_t k, float *y, int64_t ldy) {
     int64_t nblk = (k + BLK - 1) / BLK;
@@ -148,9 +159,9 @@ static void group_scalar(const uint8_t *ux, const float *xs, int64_t rows, const
                 int32_t d = 0;
                 for (int64_t i = b * BLK; i < k && i < (b + 1) * BLK; i++)
                     d += ((int32_t)ux[r * k + i] - 128) * (int32_t)g[((i / 4) * gw + j) * 4 + i % 4];
-                acc += xs[r * nblk + b] * (float)d;
+                acc += xs[r * nblk + b] * ws[b * gw + j] * (float)d;
             }
-            y[r * ldy + j] = acc * ws[j];
+            y[r * ldy + j] = acc;
         }
 }
 
@@ -163,7 +174,7 @@ static INLINE int32_t load4(const uint8_t *p) {
 
 /* R rows (a constant after inlining: the sums stay in registers) of one group */
 VNNI_TARGET static INLINE void tile_vnni(const int R, const uint8_t *ux, const float *xs, const int8_t *g,
-                                         __mmask16 lanes, int64_t gw, __m512 ws, int64_t k, float *y, int64_t ldy) {
+                                         __mmask16 lanes, int64_t gw, const float *ws, int64_t k, float *y, int64_t ldy) {
     int64_t nblk = (k + BLK - 1) / BLK, pieces = k / 4;
     const __m512i ones = _mm512_set1_epi8(1);
     __m512 acc[16];
@@ -172,6 +183,12 @@ VNNI_TARGET static INLINE void tile_vnni(const int R, const uint8_t *ux, const f
     for (int64_t b = 0; b < nblk; b++) {
         int64_t c0 = b * PIECES, nc = min64(PIECES, pieces - c0);
         __m512i w[PIECES], sum = _mm512_setzero_si512();
+        /* the weights stream from L3 or memory (a model's are larger than L2) and the hardware
+         * prefetcher does not keep ahead of a 16-row tile's demand: ask PREFETCH_BLOCKS ahead
+         * (past the group's end is the next group's start, past the matrix harmless) */
+        const char *ahead = (const char *)(g + (c0 + PREFETCH_BLOCKS * PIECES) * gw * 4);
+#pragma GCC unroll 8
+        for (int c = 0; c < PIECES; c++) _mm_prefetch(ahead + c * 64, _MM_HINT_T0);
         if (nc == PIECES) {
 #pragma GCC unroll 8
             for (int c = 0; c < PIECES; c++) {
@@ -186,6 +203,7 @@ VNNI_TARGET static INLINE void tile_vnni(const int R, const uint8_t *ux, const f
         }
         /* ux = x + 128 adds 128 * sum(w) to each block's sum: start from its negative */
         __m512i start = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7));
+        __m512 wsb = _mm512_maskz_loadu_ps(lanes, ws + b * gw);
 #pragma GCC unroll 16
         for (int r = 0; r < R; r++) {
             const uint8_t *xr = ux + r * k + c0 * 4;
@@ -196,23 +214,22 @@ VNNI_TARGET static INLINE void tile_vnni(const int R, const uint8_t *ux, const f
             } else {
                 for (int c = 0; c < nc; c++) d = _mm512_dpbusd_epi32(d, _mm512_set1_epi32(load4(xr + c * 4)), w[c]);
             }
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_set1_ps(xs[r * nblk + b]), acc[r]);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(wsb, _mm512_set1_ps(xs[r * nblk + b])), acc[r]);
         }
     }
 #pragma GCC unroll 16
-    for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(y + r * ldy, lanes, _mm512_mul_ps(acc[r], ws));
+    for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(y + r * ldy, lanes, acc[r]);
 }
 
 VNNI_TARGET static void group_vnni(const uint8_t *ux, const float *xs, int64_t rows, const int8_t *g, int64_t gw,
                                    const float *ws, int64_t k, float *y, int64_t ldy) {
     __mmask16 lanes = (__mmask16)(gw >= 16 ? 0xFFFF : (1u << gw) - 1);
-    __m512 wsv = _mm512_maskz_loadu_ps(lanes, ws);
     int64_t nblk = (k + BLK - 1) / BLK, r = 0;
-    for (; r + 16 <= rows; r += 16) tile_vnni(16, ux + r * k, xs + r * nblk, g, lanes, gw, wsv, k, y + r * ldy, ldy);
-    if (rows - r >= 8) tile_vnni(8, ux + r * k, xs + r * nblk, g, lanes, gw, wsv, k, y + r * ldy, ldy), r += 8;
-    if (rows - r >= 4) tile_vnni(4, ux + r * k, xs + r * nblk, g, lanes, gw, wsv, k, y + r * ldy, ldy), r += 4;
-    if (rows - r >= 2) tile_vnni(2, ux + r * k, xs + r * nblk, g, lanes, gw, wsv, k, y + r * ldy, ldy), r += 2;
-    if (rows - r >= 1) tile_vnni(1, ux + r * k, xs + r * nblk, g, lanes, gw, wsv, k, y + r * ldy, ldy);
+    for (; r + 16 <= rows; r += 16) tile_vnni(16, ux + r * k, xs + r * nblk, g, lanes, gw, ws, k, y + r * ldy, ldy);
+    if (rows - r >= 8) tile_vnni(8, ux + r * k, xs + r * nblk, g, lanes, gw, ws, k, y + r * ldy, ldy), r += 8;
+    if (rows - r >= 4) tile_vnni(4, ux + r * k, xs + r * nblk, g, lanes, gw, ws, k, y + r * ldy, ldy), r += 4;
+    if (rows - r >= 2) tile_vnni(2, ux + r * k, xs + r * nblk, g, lanes, gw, ws, k, y + r * ldy, ldy), r += 2;
+    if (rows - r >= 1) tile_vnni(1, ux + r * k, xs + r * nblk, g, lanes, gw, ws, k, y + r * ldy, ldy);
 }
 
 /* AVX2: a row at a time, the group's 16 lanes as two halves of 8; the signed activation's
@@ -240,11 +257,13 @@ AVX2_TARGET static void group_avx2(const uint8_t *ux, const float *xs, int64_t r
                 }
             }
             __m256 sc = _mm256_set1_ps(xs[r * nblk + b]);
-            for (int h = 0; h < 2; h++) acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[h]), sc, acc[h]);
+            for (int h = 0; h < 2 && 8 * h < gw; h++) {
+                __m256 wsb = _mm256_maskload_ps(ws + b * gw + 8 * h, lanes[h]);
+                acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[h]), _mm256_mul_ps(wsb, sc), acc[h]);
+            }
         }
         for (int h = 0; h < 2 && 8 * h < gw; h++) {
-            __m256 v = _mm256_mul_ps(acc[h], _mm256_maskload_ps(ws + 8 * h, lanes[h]));
-            _mm256_maskstore_ps(y + r * ldy + 8 * h, lanes[h], v);
+            _mm256_maskstore_ps(y + r * ldy + 8 * h, lanes[h], acc[h]);
         }
     }
 }
@@ -257,16 +276,17 @@ void kiln__gemm_s8_rescale(const uint8_t *ux, const float *xscale, int64_t rows,
     for (int64_t o0 = o_begin; o0 < o_end; o0 += GROUP) {
         int64_t gw = min64(GROUP, out - o0);
         const int8_t *g = packed_w + o0 * k;
+        const float *ws = wscale + o0 * ((k + BLK - 1) / BLK);
 #if HAVE_X86
         if (path == PATH_VNNI) {
-            group_vnni(ux, xscale, rows, g, gw, wscale + o0, k, y + o0, ldy);
+            group_vnni(ux, xscale, rows, g, gw, ws, k, y + o0, ldy);
             continue;
         }
         if (path == PATH_AVX2) {
-            group_avx2(ux, xscale, rows, g, gw, wscale + o0, k, y + o0, ldy);
+            group_avx2(ux, xscale, rows, g, gw, ws, k, y + o0, ldy);
             continue;
         }
 #endif
-        group_scalar(ux, xscale, rows, g, gw, wscale + o0, k, y + o0, ldy);
+        group_scalar(ux, xscale, rows, g, gw, ws, k, y + o0, ldy);
     }
 }
