@@ -5,6 +5,7 @@
 #include <kiln.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/gemm_int8.h"
@@ -93,37 +94,103 @@ KT_TEST(a_non_finite_row_gives_nan_in_that_row_only) {
     KT_MEM_CHECK();
 }
 
-/* Every ISA path gives the block sums of an f64 reference (exact integers) to f32 rounding,
- * extremes and tails included. */
+/* The product of kiln__gemm_s8_rescale in f64 from row-major int8 values: each block's integer
+ * sum exactly, *mag the sum of magnitudes its f32 rounding is relative to. */
+static double s8_reference(const int8_t *qx, const float *xs, const int8_t *qw, const float *ws, int64_t k, double *mag) {
+    int64_t nb = (k + KILN__S8_BLOCK - 1) / KILN__S8_BLOCK;
+    double want = 0;
+    *mag = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t sum = 0;
+        for (int64_t i = b * KILN__S8_BLOCK; i < k && i < (b + 1) * KILN__S8_BLOCK; i++) sum += (int64_t)qx[i] * qw[i];
+        double term = (double)xs[b] * (double)ws[b] * (double)sum;
+        want += term, *mag += fabs(term);
+    }
+    return want;
+}
+
+/* Every ISA path gives the block sums of an f64 reference (exact integers) to f32 rounding, at
+ * shapes with every kind of tail: rows not a multiple of the VNNI path's 16/8/4/2-row tiles,
+ * outputs not a multiple of its 16-lane groups (and a range starting past the first group), k
+ * with a partial last block; extremes (+-127 against -127) included. */
 KT_TEST(every_isa_path_matches_the_reference) {
-    enum { R = 3, O = 9, K = 1004, NB = (K + KILN__S8_BLOCK - 1) / KILN__S8_BLOCK };
-    static int8_t qx[R * K], qw[O * K];
-    float xs[R * NB], ws[O], y[R * O];
-    unsigned seed = 1;
-    for (int i = 0; i < R * K; i++) qx[i] = (int8_t)((seed = seed * 1103515245u + 12345u) >> 8) % 128;
-    for (int i = 0; i < O * K; i++) qw[i] = (int8_t)((seed = seed * 1103515245u + 12345u) >> 8) % 128;
-    for (int i = 0; i < K; i++) qx[i] = (int8_t)(i % 2 ? -127 : 127), qw[i] = -127; /* sums near the extremes */
-    for (int i = 0; i < R * NB; i++) xs[i] = 0.001f * (float)(i % 7 + 1);
-    for (int o = 0; o < O; o++) ws[o] = 0.01f * (float)(o + 1);
+    static const int64_t shapes[][3] = {{3, 9, 1004}, {31, 35, 384}, {16, 16, 32}, {1, 1, 4}, {17, 48, 68}, {5, 3, 36}};
     const char *isas[] = {"scalar", "avx2", "avx512"};
-    for (int p = 0; p < 3; p++) {
-        if (kiln__vmath_force_isa(isas[p]) != 0) continue; /* this CPU lacks it */
-        printf("  int8 path for KILN_ISA=%s: %s\n", isas[p], kiln__gemm_s8_path());
-        memset(y, 0, sizeof y);
-        kiln__gemm_s8_rescale(qx, xs, R, qw, ws, 0, O, K, y, O);
-        for (int r = 0; r < R; r++)
-            for (int o = 0; o < O; o++) {
-                double want = 0, mag = 0;
-                for (int b = 0; b < NB; b++) {
-                    int64_t sum = 0;
-                    for (int k = b * KILN__S8_BLOCK; k < K && k < (b + 1) * KILN__S8_BLOCK; k++)
-                        sum += (int64_t)qx[r * K + k] * qw[o * K + k];
-                    want += (double)xs[r * NB + b] * (double)sum, mag += fabs((double)xs[r * NB + b] * (double)sum);
+    for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
+        int64_t R = shapes[t][0], O = shapes[t][1], K = shapes[t][2], NB = (K + KILN__S8_BLOCK - 1) / KILN__S8_BLOCK;
+        int8_t *qx = malloc((size_t)(R * K)), *qw = malloc((size_t)(O * K)), *pw = malloc((size_t)(O * K));
+        uint8_t *ux = malloc((size_t)(R * K));
+        float *xs = malloc(sizeof(float) * (size_t)(R * NB)), *ws = malloc(sizeof(float) * (size_t)(O * NB));
+        float *pws = malloc(sizeof(float) * (size_t)(O * NB));
+        float *y = malloc(sizeof(float) * (size_t)(R * O));
+        unsigned seed = (unsigned)t + 1;
+        for (int64_t i = 0; i < R * K; i++) qx[i] = (int8_t)((int)((seed = seed * 1103515245u + 12345u) >> 8) % 255 - 127);
+        for (int64_t i = 0; i < O * K; i++) qw[i] = (int8_t)((int)((seed = seed * 1103515245u + 12345u) >> 8) % 255 - 127);
+        for (int64_t i = 0; i < K; i++) qx[i] = (int8_t)(i % 2 ? -127 : 127), qw[i] = -127; /* sums near the extremes */
+        for (int64_t i = 0; i < R * K; i++) ux[i] = (uint8_t)(qx[i] + 128);
+        for (int64_t i = 0; i < R * NB; i++) xs[i] = 0.001f * (float)(i % 7 + 1);
+        for (int64_t i = 0; i < O * NB; i++) ws[i] = 0.01f * (float)(i % 11 + 1);
+        kiln__s8_pack_weight(qw, O, K, pw);
+        kiln__s8_pack_scales(ws, O, NB, pws);
+        for (int p = 0; p < 3; p++) {
+            if (kiln__vmath_force_isa(isas[p]) != 0) continue; /* this CPU lacks it */
+            if (t == 0) printf("  int8 path for KILN_ISA=%s: %s\n", isas[p], kiln__gemm_s8_path());
+            for (int64_t i = 0; i < R * O; i++) y[i] = -1e30f;
+            /* the first group on its own, then the rest: both halves of a split must agree */
+            int64_t split = O > KILN__S8_GROUP ? KILN__S8_GROUP : O;
+            kiln__gemm_s8_rescale(ux, xs, R, pw, pws, O, 0, split, K, y, O);
+            kiln__gemm_s8_rescale(ux, xs, R, pw, pws, O, split, O, K, y, O);
+            for (int64_t r = 0; r < R; r++)
+                for (int64_t o = 0; o < O; o++) {
+                    double mag, want = s8_reference(qx + r * K, xs + r * NB, qw + o * K, ws + o * NB, K, &mag);
+                    KT_CHECK_MSG(fabs(y[r * O + o] - want) <= 1e-6 * mag, "%s %lldx%lldx%lld: y[%lld,%lld] = %.9g, want %.9g",
+                                 isas[p], (long long)R, (long long)O, (long long)K, (long long)r, (long long)o,
+                                 y[r * O + o], want);
                 }
-                want *= ws[o], mag *= ws[o];
-                KT_CHECK_MSG(fabs(y[r * O + o] - want) <= 1e-6 * mag, "%s: y[%d,%d] = %.9g, want %.9g", isas[p], r, o,
-                             y[r * O + o], want);
+        }
+        kiln__vmath_force_isa(NULL);
+        free(qx), free(qw), free(pw), free(ux), free(xs), free(ws), free(pws), free(y);
+    }
+}
+
+/* The activations' quantization gives the same bytes and scales on every path and at any
+ * stride, against an f64 rounding of x / scale: partial last blocks, padding to k, a block
+ * with an inf or a NaN (scale NAN), an all-zero block and one too small to invert (scale 1). */
+KT_TEST(row_quantization_is_the_same_on_every_path) {
+    enum { N = 101, K = 104, NB = (K + KILN__S8_BLOCK - 1) / KILN__S8_BLOCK };
+    float x[N], strided[2 * N];
+    fill(x, N, 5);
+    for (int i = 0; i < 8; i++) x[i] *= 100.0f; /* an outlier block */
+    x[40] = INFINITY, x[70] = NAN;          /* blocks 1 and 2 */
+    for (int i = 96; i < N; i++) x[i] = i == 97 ? 1e-44f : 0.0f; /* block 3: too small to invert */
+    for (int i = 0; i < N; i++) strided[2 * i] = x[i], strided[2 * i + 1] = 99.0f;
+    uint8_t first[K];
+    float first_scale[NB];
+    const char *isas[] = {"scalar", "avx2", "avx512"};
+    bool have_first = false;
+    for (int p = 0; p < 3; p++) {
+        if (kiln__vmath_force_isa(isas[p]) != 0) continue;
+        for (int stride = 1; stride <= 2; stride++) {
+            uint8_t ux[K];
+            float xs[NB];
+            memset(ux, 7, sizeof ux);
+            kiln__s8_quantize_row(stride == 1 ? x : strided, stride, N, K, ux, xs);
+            KT_CHECK(isnan(xs[1]) && isnan(xs[2]) && xs[3] == 1.0f);
+            for (int b = 0; b < NB; b++) {
+                if (isnan(xs[b])) continue;
+                for (int i = b * KILN__S8_BLOCK; i < K && i < (b + 1) * KILN__S8_BLOCK; i++) {
+                    double v = i < N ? (double)x[i] / xs[b] : 0;
+                    int want = b == 3 ? 0 : (int)nearbyint(v);
+                    KT_CHECK_MSG(ux[i] - 128 == want || fabs(v - nearbyint(v)) > 0.499,
+                                 "%s stride %d: q[%d] = %d, x / scale = %.6f", isas[p], stride, i, ux[i] - 128, v);
+                    KT_CHECK(ux[i] >= 1 && ux[i] <= 255);
+                }
             }
+            KT_CHECK(xs[0] == (float)(amax(x, 32) / 127) || fabs(xs[0] - amax(x, 32) / 127) <= 1e-7 * xs[0]);
+            if (!have_first) memcpy(first, ux, sizeof ux), memcpy(first_scale, xs, sizeof xs), have_first = true;
+            KT_CHECK_MSG(memcmp(first, ux, sizeof ux) == 0, "%s stride %d: other bytes", isas[p], stride);
+            for (int b = 0; b < NB; b++) KT_CHECK(isnan(xs[b]) ? isnan(first_scale[b]) : xs[b] == first_scale[b]);
+        }
     }
     kiln__vmath_force_isa(NULL);
 }
@@ -244,6 +311,7 @@ int main(int argc, char **argv) {
     KT_RUN(strided_input_gives_the_contiguous_result);
     KT_RUN(a_non_finite_row_gives_nan_in_that_row_only);
     KT_RUN(every_isa_path_matches_the_reference);
+    KT_RUN(row_quantization_is_the_same_on_every_path);
     KT_RUN(checkpoint_round_trip_is_bit_exact);
     KT_RUN(bad_input);
     return kt_finish();

@@ -346,6 +346,90 @@ def embed_latency(runs):
     report("embed_latency", samples[len(samples) // 2], ms_p99=samples[int(0.99 * (len(samples) - 1) + 0.5)])
 
 
+def onnx_int8_session(model):
+    """MiniLM (pooling and normalization included) exported to ONNX and quantized by ONNX
+    Runtime's quantize_dynamic with its defaults (int8 weights, uint8 activations), on 2 intra-op
+    threads; None (with a note) where onnx or onnxruntime is missing."""
+    try:
+        import tempfile
+        import onnxruntime as ort
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+    except ImportError:
+        sys.stderr.write("no onnxruntime: its int8 peer skipped\n")
+        return None
+
+    class Embed(torch.nn.Module):
+        def __init__(self, st):
+            super().__init__()
+            self.st = st
+
+        def forward(self, input_ids, attention_mask, token_type_ids):
+            feats = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+            return self.st(feats)["sentence_embedding"]
+
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    b, _ = made_up_batch(7, [16, 9])
+    tmp = tempfile.mkdtemp(prefix="kiln_onnx_")
+    f32, i8 = os.path.join(tmp, "minilm.onnx"), os.path.join(tmp, "minilm_int8.onnx")
+    with torch.no_grad():
+        torch.onnx.export(Embed(model).eval(), tuple(b[n] for n in names), f32, input_names=names,
+                          output_names=["embedding"], dynamic_axes={n: {0: "batch", 1: "seq"} for n in names},
+                          opset_version=17, dynamo=False)
+    quantize_dynamic(f32, i8, weight_type=QuantType.QInt8)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = 2, 1
+    return ort.InferenceSession(i8, so, providers=["CPUExecutionProvider"])
+
+
+def p50_p99(fn):
+    samples = []
+    for r in range(105):
+        t0 = time.perf_counter()
+        fn()
+        if r >= 5:
+            samples.append((time.perf_counter() - t0) * 1e3)
+    samples.sort()
+    return samples[len(samples) // 2], samples[int(0.99 * (len(samples) - 1) + 0.5)]
+
+
+def embed_int8(workload, runs):
+    """bench_embed --int8's workloads for PyTorch's quantize_dynamic (side "pytorch") and ONNX
+    Runtime's int8 (side "onnxruntime"), one after the other in one process."""
+    cls, d = sentence_transformer()
+    if cls is None:
+        return
+    f32 = cls(d, device="cpu")
+    qmodel = torch.ao.quantization.quantize_dynamic(cls(d, device="cpu"), {torch.nn.Linear}, dtype=torch.qint8)
+    session = onnx_int8_session(f32)
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    if workload == "latency":
+        b, _ = made_up_batch(7, [16])
+        with torch.inference_mode():
+            p50, p99 = p50_p99(lambda: qmodel(dict(b))["sentence_embedding"])
+        report("embed_latency_int8", p50, ms_p99=p99)
+        if session is not None:
+            feeds = {n: b[n].numpy() for n in names}
+            p50, p99 = p50_p99(lambda: session.run(None, feeds))
+            report("embed_latency_int8", p50, side="onnxruntime", ms_p99=p99)
+        return
+    state, batches = 1, []
+    for k in range(256 // 32):
+        b, state = made_up_batch(state, [16 + ((k * 32 + i) * 37) % 113 for i in range(32)])
+        batches.append(b)
+
+    def run():
+        with torch.inference_mode():
+            for b in batches:
+                qmodel(dict(b))["sentence_embedding"]
+
+    ms = timed(run, runs, warmup=1)
+    report("embed_throughput_int8", ms, sentences_per_s=256 / (ms / 1e3))
+    if session is not None:
+        feeds = [{n: b[n].numpy() for n in names} for b in batches]
+        ms = timed(lambda: [session.run(None, f) for f in feeds], runs, warmup=1)
+        report("embed_throughput_int8", ms, side="onnxruntime", sentences_per_s=256 / (ms / 1e3))
+
+
 def embed_load(runs):
     cls, d = sentence_transformer()
     if cls is None:
@@ -383,6 +467,8 @@ WORKLOADS = {
     "embed_throughput": embed_throughput,
     "embed_latency": embed_latency,
     "embed_load": embed_load,
+    "embed_latency_int8": lambda r: embed_int8("latency", r),
+    "embed_throughput_int8": lambda r: embed_int8("throughput", r),
 }
 
 if __name__ == "__main__":

@@ -80,7 +80,8 @@ extern const kiln__module_vtable kiln__linear_vt;
 
 /* int8 linear pieces (linear_int8.c), for the layer and for models that hold raw weights.
  * kiln__quantize_weight_i8: w [out, in] f32 (borrowed; a blocking read) into *packed [out,
- * ceil(in/4)] i32 (int8 values, four to an element) and *scales [out] f32; a status reported
+ * ceil(in/4)] i32 (int8 values, four to an element) and *scales [out, ceil(in/32)] f32, both
+ * packed for kiln__gemm_s8_rescale; a status reported
  * for op otherwise. kiln__linear_i8: x [..., in] f32 times the packed weight (+ bias, or
  * KILN_NONE), all consumed; errors name op or the product "linear_int8". */
 kiln_status kiln__quantize_weight_i8(const char *op, kiln_tensor w, kiln_tensor *packed, kiln_tensor *scales);

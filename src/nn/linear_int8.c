@@ -1,13 +1,14 @@
 /* Dynamic int8 quantization of Linear layers (PyTorch's quantize_dynamic): each Linear's weight
- * becomes int8 values per output channel with one f32 scale per channel (symmetric, zero point
- * 0), and its forward quantizes each block of 32 values of an input row with a scale of its own
- * at run time (per row only, BERT's outlier channels cost MiniLM cosine 0.98), multiplies with
- * int32 accumulation and rescales to f32 before adding the f32 bias.
+ * becomes int8 values with an f32 scale per output channel and block of 32 inputs (symmetric,
+ * zero point 0), and its forward quantizes each block of 32 values of an input row with a
+ * scale of its own at run time (per row only, BERT's outlier channels cost MiniLM cosine
+ * 0.98), multiplies with int32 accumulation and rescales to f32 before adding the f32 bias.
  *
  * kiln has no int8 dtype, so the int8 weight [out, in] is stored four values to an i32 element
- * ("weight_int8" [out, ceil(in/4)], the last element's unused bytes zero) next to "weight_scale"
- * [out] f32: both are ordinary kiln tensors (buffers, not parameters), so checkpoints and
- * safetensors carry them bit-exactly and nothing else needs to know int8. The product is a
+ * ("weight_int8" [out, ceil(in/4)], the last element's unused bytes zero, in the interleaved
+ * order of kiln__s8_pack_weight that the VNNI product reads) next to "weight_scale" [out,
+ * blocks] f32 (in kiln__s8_pack_scales' order): both are ordinary kiln tensors (buffers, not
+ * parameters), so checkpoints and safetensors carry them bit-exactly and nothing else needs to know int8. The product is a
  * registered custom op, so it is queued, poisoned and profiled like any other op. */
 #include <float.h>
 #include <math.h>
@@ -20,40 +21,39 @@
 #include "kiln/tensor.h"
 #include "nn/layers-impl.h"
 
-#define QMAX 127
-
 /* ---- the kernel ---------------------------------------------------------------------------- */
 
 typedef struct {
-    const int8_t *qx;    /* [rows, kpad] */
-    const float *xscale; /* [rows, blocks of KILN__S8_BLOCK]; NAN for a block with a non-finite value */
-    const int8_t *qw;    /* [out, kpad] */
-    const float *wscale; /* [out] */
-    float *y;            /* [rows, out] */
-    int64_t rows, out, kpad;
+    const float *x; /* the input: row r at x + offset(r), values `stride` apart */
+    const int64_t *shape, *strides;
+    int ndim;
+    int64_t in, kpad, nblk;
+    uint8_t *ux;   /* [rows, kpad]: the quantized rows, + 128 */
+    float *xscale; /* [rows, nblk]; NAN for a block with a non-finite value */
+    const int8_t *qw;
+    const float *wscale;
+    float *y; /* [rows, out] */
+    int64_t rows, out;
 } int8_gemm;
 
-static void int8_gemm_cols(void *ctx, int64_t begin, int64_t end) {
+static void int8_quantize_rows(void *ctx, int64_t begin, int64_t end) {
     const int8_gemm *g = ctx;
-    kiln__gemm_s8_rescale(g->qx, g->xscale, g->rows, g->qw, g->wscale, begin, end, g->kpad, g->y, g->out);
+    for (int64_t r = begin; r < end; r++) {
+        int64_t off = 0, rest = r; /* the row's first element, over any strides */
+        for (int d = g->ndim - 2; d >= 0; d--) {
+            off += (rest % g->shape[d]) * g->strides[d];
+            rest /= g->shape[d];
+        }
+        kiln__s8_quantize_row(g->x + off, g->strides[g->ndim - 1], g->in, g->kpad, g->ux + r * g->kpad,
+                              g->xscale + r * g->nblk);
+    }
 }
 
-/* Symmetric quantization of n values read with stride `stride` into q[0..n). Returns
- * the scale (x ~ q * scale), NAN when a value is not finite. */
-static float quantize_row(const float *x, int64_t stride, int64_t n, int8_t *q) {
-    float amax = 0.0f;
-    for (int64_t i = 0; i < n; i++) {
-        float a = fabsf(x[i * stride]);
-        if (!(a <= FLT_MAX)) return NAN; /* inf or NaN (fmaxf would skip a NaN) */
-        amax = a > amax ? a : amax;
-    }
-    float scale = amax > 0.0f ? amax / QMAX : 1.0f;
-    float inv = 1.0f / scale;
-    for (int64_t i = 0; i < n; i++) {
-        float v = nearbyintf(x[i * stride] * inv);
-        q[i] = (int8_t)(v > QMAX ? QMAX : v < -QMAX ? -QMAX : v);
-    }
-    return scale;
+static void int8_gemm_groups(void *ctx, int64_t begin, int64_t end) {
+    const int8_gemm *g = ctx;
+    int64_t o_end = end * KILN__S8_GROUP < g->out ? end * KILN__S8_GROUP : g->out;
+    kiln__gemm_s8_rescale(g->ux, g->xscale, g->rows, g->qw, g->wscale, g->out, begin * KILN__S8_GROUP, o_end, g->kpad,
+                          g->y, g->out);
 }
 
 static kiln_status int8_linear_shape(int n, const kiln_custom_meta *in, kiln_custom_meta *out, void *user) {
@@ -62,7 +62,8 @@ static kiln_status int8_linear_shape(int n, const kiln_custom_meta *in, kiln_cus
     if (x->dtype != KILN_F32)
         return kiln_custom_op_error("the input of an int8 Linear must be f32, not %s", kiln_dtype_name(x->dtype));
     if (x->ndim < 1) return kiln_custom_op_error("the input of an int8 Linear needs at least one dim");
-    if (w->dtype != KILN_I32 || w->ndim != 2 || s->dtype != KILN_F32 || s->ndim != 1 || s->shape[0] != w->shape[0])
+    if (w->dtype != KILN_I32 || w->ndim != 2 || s->dtype != KILN_F32 || s->ndim != 2 || s->shape[0] != w->shape[0] ||
+        s->shape[1] != (w->shape[1] * 4 + KILN__S8_BLOCK - 1) / KILN__S8_BLOCK)
         return kiln_custom_op_error("the packed int8 weight is malformed");
     int64_t in_features = x->shape[x->ndim - 1];
     if ((in_features + 3) / 4 != w->shape[1])
@@ -77,35 +78,27 @@ static kiln_status int8_linear_cpu(int n, const kiln_custom_operand *in, const k
                                    void *user) {
     (void)n, (void)threads, (void)user;
     const kiln_custom_operand *x = &in[0], *w = &in[1], *s = &in[2];
-    if (w->strides[1] != 1 || w->strides[0] != w->shape[1] || s->strides[0] != 1)
+    if (w->strides[1] != 1 || w->strides[0] != w->shape[1] || s->strides[1] != 1 || s->strides[0] != s->shape[1])
         return kiln_custom_op_error("the packed int8 weight must be dense");
     int64_t in_features = x->shape[x->ndim - 1], kpad = w->shape[1] * 4, rows = 1;
     for (int d = 0; d < x->ndim - 1; d++) rows *= x->shape[d];
     if (rows == 0 || w->shape[0] == 0) return KILN_OK;
     int64_t nblk = (kpad + KILN__S8_BLOCK - 1) / KILN__S8_BLOCK;
-    int8_t *qx = calloc((size_t)(rows * kpad), 1);
-    float *xscale = malloc((size_t)(rows * nblk) * sizeof *xscale);
-    if (!qx || !xscale) {
-        free(qx), free(xscale);
+    uint8_t *ux = malloc((size_t)(rows * kpad) + 1);
+    float *xscale = malloc((size_t)(rows * nblk + 1) * sizeof *xscale);
+    if (!ux || !xscale) {
+        free(ux), free(xscale);
         return KILN_ERR_OUT_OF_MEMORY;
     }
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t off = 0, rest = r; /* the row's first element, over any strides */
-        for (int d = x->ndim - 2; d >= 0; d--) {
-            off += (rest % x->shape[d]) * x->strides[d];
-            rest /= x->shape[d];
-        }
-        const float *row = (const float *)x->data + off;
-        int64_t stride = x->strides[x->ndim - 1];
-        for (int64_t b = 0; b < nblk; b++) {
-            int64_t k0 = b * KILN__S8_BLOCK, len = in_features - k0 < KILN__S8_BLOCK ? in_features - k0 : KILN__S8_BLOCK;
-            xscale[r * nblk + b] = len > 0 ? quantize_row(row + k0 * stride, stride, len, qx + r * kpad + k0) : 0.0f;
-        }
-    }
-    int8_gemm g = {qx, xscale, w->data, s->data, out->data, rows, w->shape[0], kpad};
-    int64_t grain = (int64_t)(1 << 16) / (rows * kpad > 0 ? rows * kpad : 1); /* ~64k products a chunk */
-    kiln_parallel_for(g.out, grain > 0 ? grain : 1, int8_gemm_cols, &g);
-    free(qx), free(xscale);
+    int8_gemm g = {(const float *)x->data, x->shape, x->strides, x->ndim, in_features, kpad, nblk, ux, xscale, w->data,
+                   s->data, out->data, rows, w->shape[0]};
+    int64_t qgrain = (int64_t)(1 << 14) / (kpad > 0 ? kpad : 1); /* ~16k values a chunk */
+    kiln_parallel_for(rows, qgrain > 0 ? qgrain : 1, int8_quantize_rows, &g);
+    int64_t groups = (g.out + KILN__S8_GROUP - 1) / KILN__S8_GROUP;
+    int64_t per_group = rows * kpad * KILN__S8_GROUP;
+    int64_t grain = per_group > 0 ? ((int64_t)1 << 18) / per_group : 1; /* ~256k products a chunk */
+    kiln_parallel_for(groups, grain > 0 ? grain : 1, int8_gemm_groups, &g);
+    free(ux), free(xscale);
     return KILN_OK;
 }
 
@@ -134,24 +127,34 @@ kiln_status kiln__quantize_weight_i8(const char *op, kiln_tensor w, kiln_tensor 
         return kiln__report(KILN_ERR_UNSUPPORTED, op, "a weight to quantize must be a 2-d f32 CPU tensor (it is %s on %s)",
                             kiln_dtype_name(kiln_tensor_dtype(w)), kiln_device_name(kiln_tensor_device(w)));
     int64_t out = kiln_tensor_dim(w, 0), in = kiln_tensor_dim(w, 1), kp = (in + 3) / 4;
-    size_t n_w = (size_t)(out * in), n_q = (size_t)(out * kp * 4); /* calloc(0) may give NULL: ask for 1 */
+    int64_t nblk = (kp * 4 + KILN__S8_BLOCK - 1) / KILN__S8_BLOCK;
+    size_t n_w = (size_t)(out * in), n_q = (size_t)(out * kp * 4), n_s = (size_t)(out * nblk);
+    /* calloc(0) may give NULL: ask for 1 */
     float *wf = malloc((n_w > 0 ? n_w : 1) * sizeof *wf);
-    int8_t *q = calloc(n_q > 0 ? n_q : 1, 1);
-    float *scale = malloc((size_t)(out ? out : 1) * sizeof *scale);
-    kiln_status st = wf && q && scale ? KILN_OK : kiln__report(KILN_ERR_OUT_OF_MEMORY, op, "cannot quantize a weight");
+    int8_t *rowmajor = calloc(n_q > 0 ? n_q : 1, 1), *q = malloc(n_q > 0 ? n_q : 1);
+    float *scale = malloc((n_s > 0 ? n_s : 1) * sizeof *scale), *packed_scale = malloc((n_s > 0 ? n_s : 1) * sizeof *scale);
+    kiln_status st = wf && rowmajor && q && scale && packed_scale
+                         ? KILN_OK
+                         : kiln__report(KILN_ERR_OUT_OF_MEMORY, op, "cannot quantize a weight");
     if (st == KILN_OK) st = kiln_into_data(kiln_ref(w), wf, n_w * sizeof *wf);
-    for (int64_t o = 0; st == KILN_OK && o < out; o++) {
-        scale[o] = quantize_row(wf + o * in, 1, in, q + o * kp * 4);
-        if (isnan(scale[o]))
-            st = kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "row %lld of a weight has a non-finite value", (long long)o);
-    }
+    for (int64_t o = 0; st == KILN_OK && o < out; o++)
+        for (int64_t b = 0; st == KILN_OK && b < nblk; b++) {
+            int64_t k0 = b * KILN__S8_BLOCK, len = in - k0 < KILN__S8_BLOCK ? in - k0 : KILN__S8_BLOCK;
+            float *sc = &scale[o * nblk + b];
+            *sc = len > 0 ? kiln__s8_quantize_values(wf + o * in + k0, 1, len, rowmajor + o * kp * 4 + k0) : 1.0f;
+            if (isnan(*sc))
+                st = kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "row %lld of a weight has a non-finite value", (long long)o);
+        }
     if (st == KILN_OK) {
+        kiln__s8_pack_weight(rowmajor, out, kp * 4, q);
+        kiln__s8_pack_scales(scale, out, nblk, packed_scale);
         *packed = kiln_from_data(KILN_CPU, KILN_I32, KILN_SHAPE(out, kp), q);
-        *scales = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(out), scale);
+        *scales = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(out, nblk), packed_scale);
         st = kiln_tensor_status(*packed) != KILN_OK ? kiln_tensor_status(*packed) : kiln_tensor_status(*scales);
         if (st != KILN_OK) kiln__report(st, op, "cannot quantize a weight");
     }
-    free(wf), free(q), free(scale);
+    free(packed_scale);
+    free(wf), free(rowmajor), free(q), free(scale);
     if (st != KILN_OK) {
         kiln_release(*packed), kiln_release(*scales);
         *packed = *scales = KILN_NONE;

@@ -1,9 +1,17 @@
-/* int8 x int8 -> int32 products over blocks of k, rescaled to f32, in three ISA paths (see
- * gemm_int8.h). The SIMD paths take the unsigned-times-signed byte products the instructions
- * have: |x| times w with x's sign moved onto w, exact because |x| <= 127. Four outputs at a
- * time share an input row's loads, signs and block scales. */
+/* int8 x int8 -> int32 products over blocks of k, rescaled to f32, in three ISA paths, and the
+ * quantization of activations and packing of weights they read (see gemm_int8.h).
+ *
+ * The VNNI path holds 16 outputs in the lanes of a register and up to 16 rows' sums in 16
+ * registers: per block, a group's eight weight vectors are loaded once for all rows, and each
+ * row adds eight vpdpbusd of its broadcast activations onto -128 * (the block's weight sums),
+ * then one convert and one multiply-add by its block scale. No horizontal sums, no sign fixing:
+ * an earlier form (a row times four outputs, reductions along k, w's signs flipped per row)
+ * spent four times the instructions and was slower than f32. */
 #include "backend/cpu/gemm_int8.h"
 
+#include <float.h>
+#include <stdbool.h>
+#include <math.h>
 #include <string.h>
 
 #include "backend/cpu/vmath.h"
@@ -11,20 +19,28 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define HAVE_X86 1
-#define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni")))
+#define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 #define AVX2_TARGET __attribute__((target("avx2,fma")))
+#define INLINE inline __attribute__((always_inline))
 #else
 #define HAVE_X86 0
 #endif
 
 #define BLK KILN__S8_BLOCK
+#define GROUP KILN__S8_GROUP
+#define PIECES (BLK / 4) /* four-byte pieces of k in a block */
+#define QMAX 127
+#ifndef PREFETCH_BLOCKS
+#define PREFETCH_BLOCKS 8
+#endif
 
 typedef enum { PATH_SCALAR, PATH_AVX2, PATH_VNNI } s8_path;
 
 static s8_path path_now(void) {
 #if HAVE_X86
     const char *isa = kiln__vmath_isa(); /* KILN_ISA's choice, capped by the CPU */
-    if (strcmp(isa, "avx512") == 0 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vnni"))
+    if (strcmp(isa, "avx512") == 0 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512vnni"))
         return PATH_VNNI;
     if (strcmp(isa, "scalar") != 0 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         return PATH_AVX2;
@@ -37,89 +53,246 @@ const char *kiln__gemm_s8_path(void) {
     return names[path_now()];
 }
 
-static int32_t dot_scalar(const int8_t *a, const int8_t *b, int64_t n) {
-    int32_t acc = 0;
-    for (int64_t i = 0; i < n; i++) acc += (int32_t)a[i] * (int32_t)b[i];
-    return acc;
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* ---- weights and activations ---------------------------------------------------------------- */
+
+void kiln__s8_pack_weight(const int8_t *qw, int64_t out, int64_t k, int8_t *packed) {
+    int64_t pieces = k / 4;
+    for (int64_t o0 = 0; o0 < out; o0 += GROUP) {
+        int64_t gw = min64(GROUP, out - o0);
+        int8_t *g = packed + o0 * k;
+        for (int64_t c = 0; c < pieces; c++)
+            for (int64_t j = 0; j < gw; j++) memcpy(g + (c * gw + j) * 4, qw + (o0 + j) * k + c * 4, 4);
+    }
 }
 
-/* sum over blocks of xs[b] * (a . w over block b), from block b0 on */
-static float blocks_scalar(const int8_t *a, const int8_t *w, const float *xs, int64_t b0, int64_t k) {
-    float acc = 0.0f;
-    for (int64_t i = b0 * BLK; i < k; i += BLK)
-        acc += xs[i / BLK] * (float)dot_scalar(a + i, w + i, k - i < BLK ? k - i : BLK);
-    return acc;
+void kiln__s8_pack_scales(const float *scales, int64_t out, int64_t nblk, float *packed) {
+    for (int64_t o0 = 0; o0 < out; o0 += GROUP) {
+        int64_t gw = min64(GROUP, out - o0);
+        for (int64_t b = 0; b < nblk; b++)
+            for (int64_t j = 0; j < gw; j++) packed[o0 * nblk + b * gw + j] = scales[(o0 + j) * nblk + b];
+    }
+}
+
+/* The scale for a block whose largest magnitude is amax (finite), and its inverse; false when
+ * the scale is too small to invert (the block then quantizes to zeros with scale 1). */
+static bool scale_for(float amax, float *scale, float *inv) {
+    *scale = amax > 0.0f ? amax / QMAX : 1.0f;
+    *inv = 1.0f / *scale;
+    if (*inv <= FLT_MAX) return true;
+    *scale = 1.0f;
+    return false;
+}
+
+float kiln__s8_quantize_values(const float *x, int64_t stride, int64_t n, int8_t *q) {
+    float amax = 0.0f, scale, inv;
+    memset(q, 0, (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        float a = fabsf(x[i * stride]);
+        if (!(a <= FLT_MAX)) return NAN; /* inf or NaN (fmaxf would skip a NaN) */
+        amax = a > amax ? a : amax;
+    }
+    if (!scale_for(amax, &scale, &inv)) return scale;
+    for (int64_t i = 0; i < n; i++) {
+        float v = nearbyintf(x[i * stride] * inv);
+        q[i] = (int8_t)(v > QMAX ? QMAX : v < -QMAX ? -QMAX : v);
+    }
+    return scale;
 }
 
 #if HAVE_X86
-/* out[j] = blocks(a, w[j]) for j < 4 (rows of w ldw apart); 64 bytes (two blocks) a step, the
- * 16 int32 lanes of a step holding block 2s in lanes 0-7 and 2s+1 in lanes 8-15 */
-VNNI_TARGET static void dot4_vnni(const int8_t *a, const int8_t *w, int64_t ldw, int64_t k, const float *xs,
-                                  float out[4]) {
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    int64_t nblk = (k + BLK - 1) / BLK;
-    for (int64_t i = 0; i < k; i += 2 * BLK) {
-        __mmask64 m = k - i >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (k - i)) - 1);
-        __m512i x = _mm512_maskz_loadu_epi8(m, a + i);
-        __mmask64 neg = _mm512_movepi8_mask(x);
-        __m512i ux = _mm512_abs_epi8(x);
-        int64_t b = i / BLK;
-        __m512 sc = _mm512_mask_mov_ps(_mm512_set1_ps(xs[b]), 0xFF00, _mm512_set1_ps(b + 1 < nblk ? xs[b + 1] : 0.0f));
-        for (int j = 0; j < 4; j++) {
-            __m512i v = _mm512_maskz_loadu_epi8(m, w + j * ldw + i);
-            v = _mm512_mask_sub_epi8(v, neg, _mm512_setzero_si512(), v);
-            __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ux, v);
-            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), sc, acc[j]);
-        }
+/* One block of n <= 32 contiguous values: the same arithmetic as kiln__s8_quantize_values (the
+ * conversion rounds half to even, as nearbyintf in the default mode). The input mostly comes
+ * from memory (the layer before wrote more than L2 holds): ask for it 2 KiB ahead. The bytes
+ * are narrowed in registers and stored once (vpmovdb to memory is microcoded on AMD). */
+VNNI_TARGET static float quantize_block_avx512(const float *x, int64_t n, int64_t width, uint8_t *ux) {
+    _mm_prefetch((const char *)(x + 512), _MM_HINT_T0);
+    _mm_prefetch((const char *)(x + 512 + 16), _MM_HINT_T0);
+    __mmask16 m0 = (__mmask16)(n >= 16 ? 0xFFFF : (1u << n) - 1), m1 = (__mmask16)(n >= 32 ? 0xFFFF : n > 16 ? (1u << (n - 16)) - 1 : 0);
+    __m512 a = _mm512_maskz_loadu_ps(m0, x), b = _mm512_maskz_loadu_ps(m1, x + 16);
+    __m512 aa = _mm512_abs_ps(a), ab = _mm512_abs_ps(b);
+    const __m512 big = _mm512_set1_ps(FLT_MAX);
+    if (_mm512_cmp_ps_mask(aa, big, _CMP_NLE_UQ) | _mm512_cmp_ps_mask(ab, big, _CMP_NLE_UQ)) {
+        memset(ux, 128, (size_t)width);
+        return NAN;
     }
-    for (int j = 0; j < 4; j++) out[j] = _mm512_reduce_add_ps(acc[j]);
-}
-
-/* the same, one 32-byte block a step; a last partial block in plain C */
-AVX2_TARGET static void dot4_avx2(const int8_t *a, const int8_t *w, int64_t ldw, int64_t k, const float *xs,
-                                  float out[4]) {
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    const __m256i ones = _mm256_set1_epi16(1);
-    int64_t i = 0;
-    for (; i + BLK <= k; i += BLK) {
-        __m256i x = _mm256_loadu_si256((const __m256i *)(a + i));
-        __m256i ux = _mm256_abs_epi8(x);
-        __m256 sc = _mm256_set1_ps(xs[i / BLK]);
-        for (int j = 0; j < 4; j++) {
-            __m256i v = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)(w + j * ldw + i)), x);
-            /* pairs of |x| * w sum to at most 2 * 127 * 127 < 32767: no saturation */
-            __m256i d = _mm256_madd_epi16(_mm256_maddubs_epi16(ux, v), ones);
-            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), sc, acc[j]);
-        }
+    float scale, inv;
+    if (!scale_for(_mm512_reduce_max_ps(_mm512_max_ps(aa, ab)), &scale, &inv)) {
+        memset(ux, 128, (size_t)width);
+        return scale;
     }
-    for (int j = 0; j < 4; j++) {
-        __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[j]), _mm256_extractf128_ps(acc[j], 1));
-        s = _mm_hadd_ps(s, s);
-        s = _mm_hadd_ps(s, s);
-        out[j] = _mm_cvtss_f32(s) + blocks_scalar(a, w + j * ldw, xs, i / BLK, k);
-    }
+    const __m512i lo = _mm512_set1_epi32(-QMAX), hi = _mm512_set1_epi32(QMAX), off = _mm512_set1_epi32(128);
+    __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(inv)));
+    __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, _mm512_set1_ps(inv)));
+    qa = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(qa, lo), hi), off);
+    qb = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(qb, lo), hi), off);
+    __m256i bytes = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(qa)), _mm512_cvtepi32_epi8(qb), 1);
+    if (width == BLK)
+        _mm256_storeu_si256((__m256i *)ux, bytes);
+    else
+        _mm256_mask_storeu_epi8(ux, (__mmask32)((1ull << width) - 1), bytes);
+    return scale;
 }
 #endif
 
-void kiln__gemm_s8_rescale(const int8_t *qx, const float *xscale, int64_t rows, const int8_t *qw,
-                           const float *wscale, int64_t o_begin, int64_t o_end, int64_t k, float *y, int64_t ldy) {
-    s8_path path = path_now();
-    int64_t nblk = (k + BLK - 1) / BLK;
-    int64_t o = o_begin;
+void kiln__s8_quantize_row(const float *x, int64_t stride, int64_t n, int64_t k, uint8_t *ux, float *xscale) {
+    bool vec = HAVE_X86 && stride == 1 && path_now() == PATH_VNNI;
+    for (int64_t k0 = 0, b = 0; k0 < k; k0 += BLK, b++) {
+        int64_t width = min64(BLK, k - k0), len = n > k0 ? min64(width, n - k0) : 0;
 #if HAVE_X86
-    /* four outputs' weights (4 k bytes) stay in L1 while every row passes over them */
-    if (path != PATH_SCALAR)
-        for (; o + 4 <= o_end; o += 4)
-            for (int64_t r = 0; r < rows; r++) {
-                float d[4];
-                if (path == PATH_VNNI)
-                    dot4_vnni(qx + r * k, qw + o * k, k, k, xscale + r * nblk, d);
-                else
-                    dot4_avx2(qx + r * k, qw + o * k, k, k, xscale + r * nblk, d);
-                for (int j = 0; j < 4; j++) y[r * ldy + o + j] = d[j] * wscale[o + j];
+        if (vec) {
+            xscale[b] = quantize_block_avx512(x + k0, len, width, ux + k0);
+            continue;
+        }
+#endif
+        int8_t q[BLK] = {0};
+        xscale[b] = len > 0 ? kiln__s8_quantize_values(x + k0 * stride, stride, len, q) : 1.0f;
+        for (int64_t i = 0; i < width; i++) ux[k0 + i] = (uint8_t)(q[i] + 128);
+    }
+}
+
+/* ---- the products ----------------------------------------------------------------------------- */
+
+/* y rows [0, rows) for one group of gw outputs (g: its packed weights, ws: its packed scales) */
+static void group_scalar(const uint8_t *ux, const float *xs, int64_t rows, const int8_t *g, int64_t gw,
+                         const float *ws, int64_t k, float *y, int64_t ldy) {
+    int64_t nblk = (k + BLK - 1) / BLK;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < gw; j++) {
+            float acc = 0.0f;
+            for (int64_t b = 0; b < nblk; b++) {
+                int32_t d = 0;
+                for (int64_t i = b * BLK; i < k && i < (b + 1) * BLK; i++)
+                    d += ((int32_t)ux[r * k + i] - 128) * (int32_t)g[((i / 4) * gw + j) * 4 + i % 4];
+                acc += xs[r * nblk + b] * ws[b * gw + j] * (float)d;
             }
+            y[r * ldy + j] = acc;
+        }
+}
+
+#if HAVE_X86
+static INLINE int32_t load4(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* R rows (a constant after inlining: the sums stay in registers) of one group */
+VNNI_TARGET static INLINE void tile_vnni(const int R, const uint8_t *ux, const float *xs, const int8_t *g,
+                                         __mmask16 lanes, int64_t gw, const float *ws, int64_t k, float *y, int64_t ldy) {
+    int64_t nblk = (k + BLK - 1) / BLK, pieces = k / 4;
+    const __m512i ones = _mm512_set1_epi8(1);
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nblk; b++) {
+        int64_t c0 = b * PIECES, nc = min64(PIECES, pieces - c0);
+        __m512i w[PIECES], sum = _mm512_setzero_si512();
+        /* the weights stream from L3 or memory (a model's are larger than L2) and the hardware
+         * prefetcher does not keep ahead of a 16-row tile's demand: ask PREFETCH_BLOCKS ahead
+         * (past the group's end is the next group's start, past the matrix harmless) */
+        const char *ahead = (const char *)(g + (c0 + PREFETCH_BLOCKS * PIECES) * gw * 4);
+#pragma GCC unroll 8
+        for (int c = 0; c < PIECES; c++) _mm_prefetch(ahead + c * 64, _MM_HINT_T0);
+        if (nc == PIECES) {
+#pragma GCC unroll 8
+            for (int c = 0; c < PIECES; c++) {
+                w[c] = _mm512_maskz_loadu_epi32(lanes, g + (c0 + c) * gw * 4);
+                sum = _mm512_dpbusd_epi32(sum, ones, w[c]);
+            }
+        } else {
+            for (int c = 0; c < PIECES; c++) {
+                w[c] = c < nc ? _mm512_maskz_loadu_epi32(lanes, g + (c0 + c) * gw * 4) : _mm512_setzero_si512();
+                sum = _mm512_dpbusd_epi32(sum, ones, w[c]);
+            }
+        }
+        /* ux = x + 128 adds 128 * sum(w) to each block's sum: start from its negative */
+        __m512i start = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7));
+        __m512 wsb = _mm512_maskz_loadu_ps(lanes, ws + b * gw);
+#pragma GCC unroll 16
+        for (int r = 0; r < R; r++) {
+            const uint8_t *xr = ux + r * k + c0 * 4;
+            __m512i d = start;
+            if (nc == PIECES) {
+#pragma GCC unroll 8
+                for (int c = 0; c < PIECES; c++) d = _mm512_dpbusd_epi32(d, _mm512_set1_epi32(load4(xr + c * 4)), w[c]);
+            } else {
+                for (int c = 0; c < nc; c++) d = _mm512_dpbusd_epi32(d, _mm512_set1_epi32(load4(xr + c * 4)), w[c]);
+            }
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(wsb, _mm512_set1_ps(xs[r * nblk + b])), acc[r]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(y + r * ldy, lanes, acc[r]);
+}
+
+VNNI_TARGET static void group_vnni(const uint8_t *ux, const float *xs, int64_t rows, const int8_t *g, int64_t gw,
+                                   const float *ws, int64_t k, float *y, int64_t ldy) {
+    __mmask16 lanes = (__mmask16)(gw >= 16 ? 0xFFFF : (1u << gw) - 1);
+    int64_t nblk = (k + BLK - 1) / BLK, r = 0;
+    for (; r + 16 <= rows; r += 16) tile_vnni(16, ux + r * k, xs + r * nblk, g, lanes, gw, ws, k, y + r * ldy, ldy);
+    if (rows - r >= 8) tile_vnni(8, ux + r * k, xs + r * nblk, g, lanes, gw, ws, k, y + r * ldy, ldy), r += 8;
+    if (rows - r >= 4) tile_vnni(4, ux + r * k, xs + r * nblk, g, lanes, gw, ws, k, y + r * ldy, ldy), r += 4;
+    if (rows - r >= 2) tile_vnni(2, ux + r * k, xs + r * nblk, g, lanes, gw, ws, k, y + r * ldy, ldy), r += 2;
+    if (rows - r >= 1) tile_vnni(1, ux + r * k, xs + r * nblk, g, lanes, gw, ws, k, y + r * ldy, ldy);
+}
+
+/* AVX2: a row at a time, the group's 16 lanes as two halves of 8; the signed activation's
+ * magnitude times the weight with its sign (pairs sum to at most 2 * 127 * 127: no saturation) */
+AVX2_TARGET static void group_avx2(const uint8_t *ux, const float *xs, int64_t rows, const int8_t *g, int64_t gw,
+                                   const float *ws, int64_t k, float *y, int64_t ldy) {
+    int64_t nblk = (k + BLK - 1) / BLK, pieces = k / 4;
+    __m256i lanes[2];
+    for (int h = 0; h < 2; h++) {
+        int64_t n = gw - 8 * h;
+        lanes[h] = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n < 0 ? 0 : n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    }
+    const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
+    for (int64_t r = 0; r < rows; r++) {
+        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int64_t b = 0; b < nblk; b++) {
+            __m256i d[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            for (int64_t c = b * PIECES; c < pieces && c < (b + 1) * PIECES; c++) {
+                __m256i x = _mm256_xor_si256(_mm256_set1_epi32(load4(ux + r * k + c * 4)), flip);
+                __m256i ax = _mm256_abs_epi8(x);
+                for (int h = 0; h < 2 && 8 * h < gw; h++) {
+                    __m256i w = _mm256_maskload_epi32((const int *)(g + (c * gw + 8 * h) * 4), lanes[h]);
+                    w = _mm256_sign_epi8(w, x);
+                    d[h] = _mm256_add_epi32(d[h], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, w), ones));
+                }
+            }
+            __m256 sc = _mm256_set1_ps(xs[r * nblk + b]);
+            for (int h = 0; h < 2 && 8 * h < gw; h++) {
+                __m256 wsb = _mm256_maskload_ps(ws + b * gw + 8 * h, lanes[h]);
+                acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d[h]), _mm256_mul_ps(wsb, sc), acc[h]);
+            }
+        }
+        for (int h = 0; h < 2 && 8 * h < gw; h++) {
+            _mm256_maskstore_ps(y + r * ldy + 8 * h, lanes[h], acc[h]);
+        }
+    }
+}
 #endif
-    for (; o < o_end; o++)
-        for (int64_t r = 0; r < rows; r++)
-            y[r * ldy + o] = blocks_scalar(qx + r * k, qw + o * k, xscale + r * nblk, 0, k) * wscale[o];
+
+void kiln__gemm_s8_rescale(const uint8_t *ux, const float *xscale, int64_t rows, const int8_t *packed_w,
+                           const float *wscale, int64_t out, int64_t o_begin, int64_t o_end, int64_t k, float *y,
+                           int64_t ldy) {
+    s8_path path = path_now();
+    for (int64_t o0 = o_begin; o0 < o_end; o0 += GROUP) {
+        int64_t gw = min64(GROUP, out - o0);
+        const int8_t *g = packed_w + o0 * k;
+        const float *ws = wscale + o0 * ((k + BLK - 1) / BLK);
+#if HAVE_X86
+        if (path == PATH_VNNI) {
+            group_vnni(ux, xscale, rows, g, gw, ws, k, y + o0, ldy);
+            continue;
+        }
+        if (path == PATH_AVX2) {
+            group_avx2(ux, xscale, rows, g, gw, ws, k, y + o0, ldy);
+            continue;
+        }
+#endif
+        group_scalar(ux, xscale, rows, g, gw, ws, k, y + o0, ldy);
+    }
 }

@@ -1,27 +1,57 @@
 /* Products of int8 matrices with int32 accumulation, rescaled to f32 (gemm_int8.c): the
  * kernel of kiln's dynamically quantized Linear (src/nn/linear_int8.c).
  *
- *   y[r * ldy + o] = wscale[o] * sum over blocks b of xscale[r * nblk + b] * D(r, o, b),
- *   D(r, o, b) = sum over i in block b of qx[r * k + i] * qw[o * k + i]   (exact, in int32)
+ *   y[r * ldy + o] = sum over blocks b of xscale[r * nblk + b] * wscale(o, b) * D(r, o, b),
+ *   D(r, o, b) = sum over i in block b of qx(r, i) * qw(o, i)   (exact, in int32)
  *
- * for every row r < rows and output o in [o_begin, o_end): qx [rows, k] and qw [out, k]
- * row-major, k a multiple of 4, the blocks KILN__S8_BLOCK values of k each (nblk = ceil(k /
- * KILN__S8_BLOCK)), so that an input with outlier channels loses precision in their block
- * only (a scale per whole row made MiniLM's embeddings drop to cosine 0.98). Values must lie
- * in [-127, 127] (never -128: the SIMD paths multiply |x| by w with x's sign, and |-128| does
- * not fit in a signed byte). Three paths, chosen at each call by the CPU and KILN_ISA
- * (kiln__vmath_force_isa in tests): "avx512-vnni" (vpdpbusd: four byte products a lane),
- * "avx2" (vpmaddubsw + vpmaddwd) and "scalar"; their block sums are the same integers, only the
- * f32 sums over blocks may round in another order. */
+ * for every row r < rows and output o in [o_begin, o_end), over k values (a multiple of 4) in
+ * blocks of KILN__S8_BLOCK (nblk = ceil(k / KILN__S8_BLOCK)), so that an input with outlier
+ * channels loses precision in their block only (a scale per whole row made MiniLM's
+ * embeddings drop to cosine 0.98), and each weight block of an output has its own scale too
+ * (one scale per output over all of k put MiniLM at cosine 0.993 with its last linear of each
+ * layer in int8, where quantizing that linear's activations twice, to ~14 bits, gained only
+ * 0.0008: the weights' error was the larger). Values lie in [-127, 127].
+ *
+ * The layouts are the ones the AVX512-VNNI product (vpdpbusd: unsigned bytes times signed
+ * bytes, four to an int32 lane) reads without shuffling:
+ *   - activations as unsigned bytes ux(r, i) = qx(r, i) + 128, rows k apart (the kernel takes
+ *     128 * (block sum of the weight) back off, so D is the signed product);
+ *   - weights packed by kiln__s8_pack_weight: outputs in groups of KILN__S8_GROUP, a group's
+ *     four-byte pieces of k interleaved output by output, so that one 64-byte load holds four k
+ *     values of each of 16 outputs; their scales [out, nblk] by kiln__s8_pack_scales, a group's
+ *     16 outputs' scales for a block side by side.
+ * Three paths, chosen at each call by the CPU and KILN_ISA (kiln__vmath_force_isa in tests):
+ * "avx512-vnni", "avx2" (vpmaddubsw + vpmaddwd on |x| and w with x's sign) and "scalar"; their
+ * block sums are the same integers, only the f32 sums over blocks may round in another order. */
 #ifndef KILN_BACKEND_CPU_GEMM_INT8_H
 #define KILN_BACKEND_CPU_GEMM_INT8_H
 
 #include <stdint.h>
 
 #define KILN__S8_BLOCK 32
+#define KILN__S8_GROUP 16
 
-void kiln__gemm_s8_rescale(const int8_t *qx, const float *xscale, int64_t rows, const int8_t *qw,
-                           const float *wscale, int64_t o_begin, int64_t o_end, int64_t k, float *y, int64_t ldy);
+/* o_begin must be a multiple of KILN__S8_GROUP, o_end one too or out. */
+void kiln__gemm_s8_rescale(const uint8_t *ux, const float *xscale, int64_t rows, const int8_t *packed_w,
+                           const float *wscale, int64_t out, int64_t o_begin, int64_t o_end, int64_t k, float *y,
+                           int64_t ldy);
+
+/* packed[...] = qw [out, k] row-major (k a multiple of 4) in the layout above. */
+void kiln__s8_pack_weight(const int8_t *qw, int64_t out, int64_t k, int8_t *packed);
+
+/* packed = scales [out, nblk] row-major in the group order above. */
+void kiln__s8_pack_scales(const float *scales, int64_t out, int64_t nblk, float *packed);
+
+/* Quantizes n values of x (read `stride` apart) into ux[0..k) (k >= n a multiple of 4: the
+ * rest is zero, 128 as ux) and xscale[0..ceil(k / KILN__S8_BLOCK)), one symmetric scale per
+ * block (x ~ (ux - 128) * scale, round half to even); a block with a non-finite value gets
+ * scale NAN, one too small to invert scale 1 and zeros. The same values on every path. */
+void kiln__s8_quantize_row(const float *x, int64_t stride, int64_t n, int64_t k, uint8_t *ux, float *xscale);
+
+/* The symmetric scale of n values (amax / 127; NAN if one is not finite, 1 if all are zero or
+ * too small to invert) and q[i] = round(x[i] / scale) in [-127, 127] (0 where the scale is
+ * NAN or too small). */
+float kiln__s8_quantize_values(const float *x, int64_t stride, int64_t n, int8_t *q);
 
 /* The path kiln__gemm_s8_rescale takes now. */
 const char *kiln__gemm_s8_path(void);
