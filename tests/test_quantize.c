@@ -208,7 +208,7 @@ KT_TEST(checkpoint_round_trip_is_bit_exact) {
     KT_CHECK(kiln_quantize_dynamic(b, KILN_QUANT_I8) == KILN_OK);
     KT_CHECK(kiln_checkpoint_save(path, a, NULL) == KILN_OK);
     KT_CHECK(kiln_checkpoint_load(path, b, NULL) == KILN_OK);
-    const char *names[] = {"weight_int8", "weight_scale", "bias"};
+    const char *names[] = {"weight_int8_g16", "weight_scale_k32", "bias"};
     for (int l = 0; l <= 2; l += 2)
         for (int i = 0; i < 3; i++) {
             char child[4];

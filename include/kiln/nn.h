@@ -388,8 +388,8 @@ KILN_API kiln_status kiln_init(kiln_tensor *t, kiln_init_kind kind, uint64_t see
  *   kiln_tensor y = kiln_module_forward(model, x); // f32 in, f32 out
  *
  * The weight becomes int8 with a scale per output channel and block of 32 inputs, symmetric
- * (buffers "weight_int8": [out, ceil(in/4)] i32, four int8 values to an element, and
- * "weight_scale": [out, ceil(in/32)] f32, both in the kernel's interleaved order; the bias
+ * (buffers "weight_int8_g16": [out, ceil(in/4)] i32, four int8 values to an element, and
+ * "weight_scale_k32": [out, ceil(in/32)] f32, both in the kernel's interleaved order; the bias
  * stays f32, as a buffer); each block of 32 values of an input row is quantized with its own
  * scale at run time and the product accumulates in int32 (AVX512-VNNI, AVX2 or plain C). The quantized module has no parameters and is not
  * differentiable: optimizers refuse it (kiln_module_is_quantized). On error, a Linear already

@@ -5,11 +5,14 @@
  * 0.98), multiplies with int32 accumulation and rescales to f32 before adding the f32 bias.
  *
  * kiln has no int8 dtype, so the int8 weight [out, in] is stored four values to an i32 element
- * ("weight_int8" [out, ceil(in/4)], the last element's unused bytes zero, in the interleaved
- * order of kiln__s8_pack_weight that the VNNI product reads) next to "weight_scale" [out,
+ * ("weight_int8_g16" [out, ceil(in/4)], the last element's unused bytes zero, in the interleaved
+ * order of kiln__s8_pack_weight that the VNNI product reads) next to "weight_scale_k32" [out,
  * blocks] f32 (in kiln__s8_pack_scales' order): both are ordinary kiln tensors (buffers, not
- * parameters), so checkpoints and safetensors carry them bit-exactly and nothing else needs to know int8. The product is a
- * registered custom op, so it is queued, poisoned and profiled like any other op. */
+ * parameters), so checkpoints and safetensors carry them bit-exactly and nothing else needs
+ * to know int8. Their names say the layout (groups of 16 outputs, a scale per 32 inputs): a
+ * checkpoint of the earlier per-channel layout, whose shapes can match, fails to load by name
+ * instead of computing wrong values. The product is a registered custom op, so it is queued,
+ * poisoned and profiled like any other op. */
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
@@ -188,8 +191,8 @@ static kiln_status quantize_linear(kiln_module *m) {
         kiln_release(packed), kiln_release(scales);
         return kiln__report(KILN_ERR_OUT_OF_MEMORY, "kiln_quantize_dynamic", "cannot quantize a Linear");
     }
-    ps[0] = (kiln__module_param){"weight_int8", packed, true};
-    ps[1] = (kiln__module_param){"weight_scale", scales, true};
+    ps[0] = (kiln__module_param){"weight_int8_g16", packed, true};
+    ps[1] = (kiln__module_param){"weight_scale_k32", scales, true};
     if (s->bias) ps[2] = (kiln__module_param){"bias", kiln_detach(m->params[1].tensor), true};
     kiln_release(m->params[0].tensor);
     free(m->params);
