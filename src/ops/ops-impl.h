@@ -203,4 +203,7 @@ kiln__tensor *kiln__t_stack(kiln__opctx *c, kiln__tensor **ts, int n, int dim);
 /* stack's checks (n >= 1, all usable, equal shapes), normalising dim; false + error if not. */
 bool kiln__stack_check(kiln__opctx *c, kiln__tensor *const *ts, int n, int *dim);
 
+/* Registers kiln's fused layer norm as the substitute of the composed one (once; layer_norm_pattern.c). */
+void kiln__layer_norm_pattern_ensure(void);
+
 #endif
