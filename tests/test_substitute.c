@@ -8,6 +8,7 @@
  * and the same values. ctest runs it as is, with KILN_SYNC=1, and with KILN_FUSION=0. */
 #include <kiln.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,6 +213,43 @@ KT_TEST(two_in_a_row_and_in_place) {
     KT_MEM_CHECK();
 }
 
+typedef struct {
+    kiln_tensor y;
+    float v[ROWS * D];
+    kiln_status st;
+} reader_job;
+
+static void *read_on_another_thread(void *arg) {
+    reader_job *j = arg;
+    j->st = kiln_into_data(j->y, j->v, sizeof j->v);
+    return NULL;
+}
+
+/* Another thread reads the result while the composition is still held on this thread's stream:
+ * that read lets go of the hold (replacing the composition there), and both threads read the
+ * same values. */
+KT_TEST(another_threads_read_lets_go_of_the_hold) {
+    kt_mem_begin();
+    kiln__subst_stats_reset();
+    float x[ROWS * D], mine[ROWS * D];
+    read_f32(randn(ROWS, D, 16), x, ROWS * D);
+    kiln_tensor y = composed_layer_norm(randn(ROWS, D, 16), KILN_NONE, KILN_NONE, 1e-5);
+    reader_job job = {.y = kiln_ref(y)};
+    pthread_t t;
+    KT_CHECK(pthread_create(&t, NULL, read_on_another_thread, &job) == 0);
+    pthread_join(t, NULL);
+    KT_CHECK(job.st == KILN_OK);
+    read_f32(y, mine, ROWS * D);
+    static double want[ROWS * D];
+    reference(x, NULL, NULL, 1e-5, ROWS, D, want);
+    for (int i = 0; i < ROWS * D; i++) {
+        KT_NEAR(job.v[i], want[i], 1e-4);
+        KT_CHECK(job.v[i] == mine[i]);
+    }
+    KT_CHECK(substituted() == expect_one());
+    KT_MEM_CHECK();
+}
+
 /* ---- a user's op with a pattern -------------------------------------------------------------- */
 
 static atomic_int swish_runs;
@@ -396,6 +434,7 @@ int main(void) {
     KT_RUN(partial_or_different_pattern_is_not_replaced);
     KT_RUN(recorded_composition_is_not_replaced);
     KT_RUN(two_in_a_row_and_in_place);
+    KT_RUN(another_threads_read_lets_go_of_the_hold);
     KT_RUN(user_pattern_runs_the_users_kernel);
     KT_RUN(failing_replacement_names_the_op_and_the_line);
     KT_RUN(pattern_constants_must_match);
