@@ -164,6 +164,19 @@ static int find(kiln__storage *const *list, int n, const kiln__storage *s) {
     return -1;
 }
 
+/* What the hold's matches are: taken[i], the node held op i was matched as (-1: none);
+ * is_root[i], whether rep[i] replaces the match rooted there. Returns how many ops are taken. */
+typedef struct {
+    int8_t taken[HOLD_MAX_OPS];
+    bool is_root[HOLD_MAX_OPS];
+    kiln__op rep[HOLD_MAX_OPS]; /* (~1 KiB each: thread-local, not on the stack) */
+    int refused_consumer, refused_shape; /* counted when the hold lets go (not for a look ahead) */
+} matches;
+
+static _Thread_local matches found;
+static int match_all(const kiln__subst_hold *h, matches *m);
+static void let_go(kiln__window *w, bool owner, const matches *m);
+
 bool kiln__subst_uses(const kiln__window *w, const kiln__storage *s) {
     return w->hold && find(w->hold->st, w->hold->n_st, s) >= 0;
 }
@@ -192,6 +205,12 @@ bool kiln__subst_hold_op(kiln__window *w, const kiln__op *op) {
     bool holding = h && h->n_ops > 0;
     if (holding && (!(codes & KILN__SUBST_MEMBER) || !holdable(op) || h->n_ops == HOLD_MAX_OPS || !storages_fit(h, op)))
         kiln__subst_resolve(w, true), holding = false;
+    /* an op that may start another instance while everything held is a complete match (a
+     * layer norm after a layer norm): replaced now, so the hold never fills with them */
+    if (holding && (codes & KILN__SUBST_START) && match_all(h, &found) == h->n_ops) {
+        let_go(w, true, &found);
+        holding = false;
+    }
     if (!holding && (!(codes & KILN__SUBST_START) || !holdable(op))) return false;
     if (!h && !(h = w->hold = calloc(1, sizeof *h))) return false;
     if (!storages_fit(h, op)) return false;
@@ -378,7 +397,7 @@ static bool match_valid(const kiln__pattern *p, const kiln__subst_hold *h, const
 
 /* Finds a match of p rooted at held op r not overlapping `taken`, and builds its replacement. */
 static bool try_pattern(const kiln__pattern *p, const kiln__subst_hold *h, int r, const int8_t *taken, match_state *s,
-                        kiln__op *rep) {
+                        kiln__op *rep, int *refused_consumer, int *refused_shape) {
     memset(s->node_op, -1, sizeof s->node_op);
     memset(s->op_node, -1, sizeof s->op_node);
     s->taken = taken;
@@ -387,13 +406,13 @@ static bool try_pattern(const kiln__pattern *p, const kiln__subst_hold *h, int r
     if ((s->bound & ((1u << p->n_slots) - 1)) != (1u << p->n_slots) - 1) return false;
     bool consumer;
     if (!match_valid(p, h, s, r, &consumer)) {
-        atomic_fetch_add(consumer ? &subst.refused_consumer : &subst.refused_shape, 1);
+        ++*(consumer ? refused_consumer : refused_shape);
         return false;
     }
     s->m.root = &h->ops[r];
     memset(rep, 0, sizeof *rep);
     if (!p->build(&s->m, rep, p->ctx)) {
-        atomic_fetch_add(&subst.refused_shape, 1);
+        ++*refused_shape;
         return false;
     }
     const kiln__op *root = &h->ops[r];
@@ -421,31 +440,39 @@ static bool read_by_replacement(const kiln__op *rep, const bool *is_root, int n,
     return false;
 }
 
-void kiln__subst_resolve(kiln__window *w, bool owner) {
-    kiln__subst_hold *h = w->hold;
-    if (!h || h->n_ops == 0) return;
-    int n = h->n_ops;
-    int8_t taken[HOLD_MAX_OPS]; /* the node each held op was matched as (-1: none) */
-    memset(taken, -1, sizeof taken);
-    static _Thread_local kiln__op rep[HOLD_MAX_OPS]; /* replacement at its root's index (~1 KiB each) */
-    bool is_root[HOLD_MAX_OPS] = {0};
+static int match_all(const kiln__subst_hold *h, matches *m) {
+    int n = h->n_ops, n_taken = 0;
+    memset(m->taken, -1, sizeof m->taken);
+    memset(m->is_root, 0, sizeof m->is_root);
+    m->refused_consumer = m->refused_shape = 0;
+    if (!atomic_load_explicit(&kiln__subst_live, memory_order_relaxed)) return 0;
     int n_patterns = atomic_load(&subst.n);
-    if (atomic_load_explicit(&kiln__subst_live, memory_order_relaxed)) {
-        match_state s;
-        for (int r = n - 1; r >= 0; r--) {
-            if (taken[r] >= 0) continue;
-            for (int k = 0; k < n_patterns; k++) {
-                const kiln__pattern *p = subst.patterns[k];
-                if (p->nodes[p->n_nodes - 1].code != h->ops[r].code) continue;
-                if (!try_pattern(p, h, r, taken, &s, &rep[r])) continue;
-                for (int i = 0; i < n; i++)
-                    if (s.op_node[i] >= 0) taken[i] = s.op_node[i];
-                is_root[r] = true;
-                atomic_fetch_add(&subst.substituted, 1);
-                break;
-            }
+    match_state s;
+    for (int r = n - 1; r >= 0; r--) {
+        if (m->taken[r] >= 0) continue;
+        for (int k = 0; k < n_patterns; k++) {
+            const kiln__pattern *p = subst.patterns[k];
+            if (p->nodes[p->n_nodes - 1].code != h->ops[r].code) continue;
+            if (!try_pattern(p, h, r, m->taken, &s, &m->rep[r], &m->refused_consumer, &m->refused_shape)) continue;
+            for (int i = 0; i < n; i++)
+                if (s.op_node[i] >= 0) m->taken[i] = s.op_node[i], n_taken++;
+            m->is_root[r] = true;
+            break;
         }
     }
+    return n_taken;
+}
+
+/* Gives every held op back to the window in order, a match's replacement at its root's place. */
+static void let_go(kiln__window *w, bool owner, const matches *m) {
+    kiln__subst_hold *h = w->hold;
+    int n = h->n_ops;
+    const int8_t *taken = m->taken;
+    const bool *is_root = m->is_root;
+    const kiln__op *rep = m->rep;
+    for (int i = 0; i < n; i++) atomic_fetch_add(&subst.substituted, is_root[i]);
+    atomic_fetch_add(&subst.refused_consumer, m->refused_consumer);
+    atomic_fetch_add(&subst.refused_shape, m->refused_shape);
     h->n_ops = 0; /* (admitting may flush the group, never the hold) */
     atomic_store_explicit(&w->n_hold, 0, memory_order_relaxed);
     for (int i = 0; i < n; i++) {
@@ -465,4 +492,10 @@ void kiln__subst_resolve(kiln__window *w, bool owner) {
     for (int i = 0; i < h->n_dead; i++) kiln__window_add_dead(w, h->dead[i], owner);
     h->n_st = h->n_dead = 0;
     kiln__window_recount_held(w);
+}
+
+void kiln__subst_resolve(kiln__window *w, bool owner) {
+    if (!w->hold || w->hold->n_ops == 0) return;
+    match_all(w->hold, &found);
+    let_go(w, owner, &found);
 }
