@@ -1,5 +1,6 @@
 /* Substitution of queued compositions (engine/substitute.h, kiln/custom_op.h's patterns): the
- * composed layer norm (by hand and kiln_layer_norm) runs as kiln's fused kernel with the same
+ * composed layer norm (by hand and kiln_layer_norm) and the composed attention run as kiln's
+ * fused kernels with the same
  * values as the composition (against a double-precision reference and against KILN_SUBSTITUTE
  * off), exactly when the whole pattern is queued and no intermediate is read elsewhere (a held
  * handle, another queued op, autodiff's saved tensors), and a user's op with a pattern likewise,
@@ -271,6 +272,60 @@ KT_TEST(another_threads_read_lets_go_of_the_hold) {
     KT_MEM_CHECK();
 }
 
+/* ---- kiln's own attention ------------------------------------------------------------------ */
+
+enum { B = 2, H = 3, L = 5, S = 7, E = 8, EV = 4 };
+
+/* softmax(q k^T * scale) v per batch and head, in double */
+static void attention_reference(const float *q, const float *k, const float *v, double scale, double *o) {
+    for (int bh = 0; bh < B * H; bh++)
+        for (int i = 0; i < L; i++) {
+            double sc[S], mx = -INFINITY, z = 0;
+            for (int j = 0; j < S; j++) {
+                sc[j] = 0;
+                for (int e = 0; e < E; e++) sc[j] += (double)q[(bh * L + i) * E + e] * k[(bh * S + j) * E + e];
+                sc[j] *= scale;
+                mx = sc[j] > mx ? sc[j] : mx;
+            }
+            for (int j = 0; j < S; j++) z += sc[j] = exp(sc[j] - mx);
+            for (int c = 0; c < EV; c++) {
+                double acc = 0;
+                for (int j = 0; j < S; j++) acc += sc[j] / z * v[(bh * S + j) * EV + c];
+                o[(bh * L + i) * EV + c] = acc;
+            }
+        }
+}
+
+/* The composed attention (scale as a product or a division) runs as the fused kernel with the
+ * composition's values; with a handle kept on the weights, as written. */
+KT_TEST(composed_attention_runs_fused) {
+    kt_mem_begin();
+    float q[B * H * L * E], k[B * H * S * E], v[B * H * S * EV], got[B * H * L * EV];
+    read_f32(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(B, H, L, E), 20), q, B * H * L * E);
+    read_f32(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(B, H, S, E), 21), k, B * H * S * E);
+    read_f32(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(B, H, S, EV), 22), v, B * H * S * EV);
+    static double want[B * H * L * EV];
+    attention_reference(q, k, v, 1 / sqrt((double)E), want);
+    for (int way = 0; way < 3; way++) { /* 0: * scale, 1: / sqrt(E), 2: the weights kept */
+        kiln__subst_stats_reset();
+        kiln_profiler_start();
+        kiln_tensor tq = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(B, H, L, E), q);
+        kiln_tensor tk = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(B, H, S, E), k);
+        kiln_tensor tv = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(B, H, S, EV), v);
+        kiln_tensor sc = kiln_matmul(tq, kiln_transpose(tk, -2, -1));
+        sc = way == 1 ? kiln_div_scalar(sc, sqrt((double)E)) : kiln_mul_scalar(sc, 1 / sqrt((double)E));
+        kiln_tensor p = kiln_softmax(sc, -1);
+        kiln_tensor kept = way == 2 ? kiln_ref(p) : KILN_NONE;
+        read_f32(kiln_matmul(p, tv), got, B * H * L * EV);
+        kiln_profiler_stop();
+        if (way == 2) kiln_release(kept);
+        for (int i = 0; i < B * H * L * EV; i++) KT_NEAR(got[i], want[i], 1e-4);
+        KT_CHECK_MSG(substituted() == (way == 2 ? 0 : expect_one()), "way %d: %lld", way, (long long)substituted());
+        KT_CHECK(profiled("fused_attention") == (way != 2 && expect_one()));
+    }
+    KT_MEM_CHECK();
+}
+
 /* ---- a user's op with a pattern -------------------------------------------------------------- */
 
 static atomic_int swish_runs;
@@ -457,6 +512,7 @@ int main(void) {
     KT_RUN(in_a_row_and_in_place);
     KT_RUN(strided_input_runs_fused);
     KT_RUN(another_threads_read_lets_go_of_the_hold);
+    KT_RUN(composed_attention_runs_fused);
     KT_RUN(user_pattern_runs_the_users_kernel);
     KT_RUN(failing_replacement_names_the_op_and_the_line);
     KT_RUN(pattern_constants_must_match);

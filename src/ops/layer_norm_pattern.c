@@ -5,9 +5,8 @@
  *   mean = mean(x, last)  xc = x - mean  var = mean(xc * xc, last)  y = xc * rsqrt(var + eps)
  *   [y = y * weight]  [y = y + bias]
  *
- * Registered by the first mean (ops/reduce.c), before it is queued. */
+ * Registered with attention's by the first mean or matmul (ops/builtin_patterns.c). */
 #include <math.h>
-#include <pthread.h>
 
 #include "backend/cpu/layer_norm.h"
 #include "engine/substitute.h"
@@ -65,7 +64,7 @@ static const kiln__pat_node core[] = {
     {KILN__OP_ADD, 2, {7, SLOT(BIAS)}, 0, 0},
 };
 
-static void register_all(void) {
+void kiln__layer_norm_patterns_register(void) {
     for (int affine = 0; affine <= 2; affine++) {
         kiln__pattern p = {.name = "fused_layer_norm", .n_nodes = 7 + affine, .n_slots = 2 + affine,
                            .scalar_slots = 1u << EPS, .in_place_slots = 1u << X, .build = build,
@@ -75,10 +74,4 @@ static void register_all(void) {
         /* (a static pattern fails only out of memory, and then kiln runs what was written) */
         if (!ALWAYS(kiln__subst_register(&p, why, sizeof why))) break;
     }
-}
-
-void kiln__layer_norm_pattern_ensure(void) {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    static _Thread_local bool ready; /* (pthread_once's own check is a call per op) */
-    if (!ready) pthread_once(&once, register_all), ready = true;
 }
