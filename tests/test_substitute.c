@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "engine/substitute.h"
+#include "ops/ops-impl.h"
 #include "kiln_test.h"
 
 enum { ROWS = 37, D = 48 };
@@ -298,7 +299,11 @@ static void attention_reference(const float *q, const float *k, const float *v, 
 
 /* The composed attention (scale as a product or a division) runs as the fused kernel with the
  * composition's values; with a handle kept on the weights, as written. */
+static void register_attention(void) { kiln__attention_patterns_register(); }
+
 KT_TEST(composed_attention_runs_fused) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_attention); /* (off by default: KILN_SUBSTITUTE_ATTENTION=1) */
     kt_mem_begin();
     float q[B * H * L * E], k[B * H * S * E], v[B * H * S * EV], got[B * H * L * EV];
     read_f32(kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(B, H, L, E), 20), q, B * H * L * E);

@@ -139,6 +139,18 @@ static void drop_unwritten(kiln__window *w) {
     for (int i = 0; i < w->n_dead; i++) drop_if_unwritten(w, w->dead[i]);
 }
 
+/* Memory for what the group writes and will store: a storage the substitution hold gave back
+ * the memory of (released while held, written first by a held op) may be stored by a group
+ * when it is read after it (substitute.c); the group's own dead intermediates stay without.
+ * False when out of memory: the group then runs op by op, each op getting its own. */
+static bool stored_outputs_have_memory(kiln__window *w) {
+    for (int i = 0; i < w->n_st; i++) {
+        kiln__storage *d = w->st[i].s;
+        if (KILN__UNLIKELY(w->st[i].written && !d->data) && !is_dead(w, d) && !kiln__storage_ensure_data(d)) return false;
+    }
+    return true;
+}
+
 /* Hands the window's group to the engine (w->lock held). Storages keep their mark until the
  * group is queued on them, so another thread either flushes or queues behind the group; one
  * that the substitution hold still uses keeps it until the hold lets go. */
@@ -146,7 +158,12 @@ static void flush_group_locked(kiln__window *w, bool owner) {
     kiln__fused *g = w->g;
     if (!g || g->n_ops == 0) return;
     kiln__stream *s = w->stream;
-    if (g->n_ops == 1) {
+    if (g->n_ops > 1 && !stored_outputs_have_memory(w)) {
+        for (int i = 0; i < g->n_ops; i++) { /* (each op allocates what it writes when it runs) */
+            kiln__op op = g->ops[i];
+            kiln__async_enqueue(s, &op, NULL, NULL, NULL, owner, false);
+        }
+    } else if (g->n_ops == 1) {
         kiln__op op = g->ops[0];
         kiln__async_enqueue(s, &op, NULL, NULL, NULL, owner, false);
     } else {
@@ -285,11 +302,13 @@ void kiln__window_admit(kiln__window *w, const kiln__op *op, bool owner) {
 
 void kiln__window_add_dead(kiln__window *w, kiln__storage *s, bool owner) {
     if (w->n_dead == MAX_STORAGES) flush_group_locked(w, owner);
-    if (w->g && w->g->n_ops) {
+    if (w->g && w->g->n_ops && kiln__window_holds(w, s)) {
         w->dead[w->n_dead++] = s;
+        drop_if_unwritten(w, s);
         return;
     }
-    /* no group to follow: free it after its users, which are queued */
+    /* the group does not use it: free it now, after its users, which are queued (waiting for
+     * the group would keep its memory from the ops that follow) */
     kiln__op free_op = {.code = KILN__OP_NOOP, .name = "free"};
     kiln__async_enqueue(w->stream, &free_op, NULL, s, NULL, owner, false);
 }
@@ -318,8 +337,11 @@ bool kiln__fusion_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
     }
     if (KILN__UNLIKELY(kiln__subst_wants(s->window, op)) && !ev && (s->window || (s->window = window_get(s)))) {
         lock_window(s->window);
-        bool held_back = kiln__subst_hold_op(s->window, op);
+        bool let_go = false, held_back = kiln__subst_hold_op(s->window, op, &let_go);
+        int64_t window_bytes = s->window->bytes;
         unlock_window(s->window);
+        /* what the hold let go was queued without waiting for room (under the lock) */
+        if (let_go) kiln__stream_throttle(s, window_bytes);
         if (held_back) return true;
     }
     if (!ev && s->window && kiln__fusion_is_reduction(op->code) &&

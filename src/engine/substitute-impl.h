@@ -22,8 +22,10 @@ static inline bool kiln__subst_wants(const kiln__window *w, const kiln__op *op) 
 }
 
 /* Holds op (true), or lets go of what is held (resolving it first) and returns false: the
- * caller then routes op as it would without substitution. Called by the window's owner. */
-bool kiln__subst_hold_op(kiln__window *w, const kiln__op *op);
+ * caller then routes op as it would without substitution. Called by the window's owner.
+ * *let_go_of: set when ops held before were given to the window or queued (the caller then
+ * keeps the stream within its bounds, as after a flush). */
+bool kiln__subst_hold_op(kiln__window *w, const kiln__op *op, bool *let_go_of);
 /* s is a storage a held op uses (its mark stays while the group is flushed). */
 bool kiln__subst_uses(const kiln__window *w, const kiln__storage *s);
 /* Replaces what matches in the hold and gives every op back to the window in order
