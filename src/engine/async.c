@@ -901,26 +901,3 @@ void kiln_engine_set_limits(int64_t max_inflight_ops, int64_t max_pending_bytes)
     if (max_inflight_ops > 0) atomic_store(&engine.max_inflight, max_inflight_ops);
     if (max_pending_bytes > 0) atomic_store(&engine.max_bytes, max_pending_bytes);
 }
-
-/* Stats are a read: they wait for queued ops (and the frees they hold back), so the numbers
- * are those of the program as written, whatever the engine still has in flight. */
-kiln_memory_stats kiln_memory_stats_get(kiln_device dev) {
-    if (kiln__device_slot(dev) < 0) {
-        kiln__report(KILN_ERR_DEVICE, "kiln_memory_stats_get", "invalid device %d", (int)dev);
-        return (kiln_memory_stats){0};
-    }
-    kiln__engine_drain_all();
-    return kiln__memory_stats_snapshot(dev);
-}
-
-void kiln_memory_reset_peak(kiln_device dev) {
-    if (kiln__device_slot(dev) < 0) return;
-    kiln__engine_drain_all();
-    kiln__memory_reset_peak(dev);
-}
-
-void kiln_memory_empty_cache(kiln_device dev) {
-    if (kiln__device_slot(dev) < 0) return;
-    kiln__engine_drain_all(); /* deferred frees first, so they reach the cache and leave with it */
-    kiln__storage_empty_cache(dev);
-}
