@@ -30,19 +30,37 @@
  *   // optional: the same for tensors on an OpenCL device, built once per device and cached
  *   static const char square_cl[] = "kernel void square(global const float *x, global float *y, long n) {\n"
  *                                   "    long i = get_global_id(0); if (i < n) y[i] = x[i] * x[i];\n}\n";
+ *   // optional: the composition it replaces, x * x, so that kiln_mul(kiln_ref(x), x) runs square
+ *   static const kiln_pattern_node square_pattern[] = {
+ *       {KILN_PATTERN_MUL, {KILN_PATTERN_INPUT(0), KILN_PATTERN_INPUT(0)}, 0}, // node 0: the result
+ *   };
  *   int main(void) {
  *       kiln_custom_op_def def = {.name = "square", .n_inputs = 1, .shape = square_shape,
  *                                 .cpu_kernel = square_cpu, .in_place = true, .backward = square_backward,
- *                                 .opencl_source = square_cl, .opencl_kernel = "square"};
+ *                                 .opencl_source = square_cl, .opencl_kernel = "square",
+ *                                 .pattern = square_pattern, .pattern_len = 1};
  *       kiln_custom_op *square = NULL;
  *       if (kiln_custom_op_register(&def, &square) != KILN_OK) return 1;
  *       kiln_tensor x = kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(4));
  *       kiln_tensor y = kiln_custom_op_call(square, 1, &x);   // consumes x (written in place)
+ *       kiln_tensor z = kiln_mul(kiln_ref(y), y);              // queued, then run as square(y)
  *       float v[4];
- *       return kiln_into_data(y, v, sizeof v) == KILN_OK ? 0 : 1;
+ *       return kiln_into_data(z, v, sizeof v) == KILN_OK ? 0 : 1;
  *   }
  *
- * Not yet: the engine replacing a composition of kiln ops by a registered op (issue 31). */
+ * A pattern (a small graph of kiln ops over the op's inputs, its last node the result) lets the
+ * engine run the op wherever that composition is queued, when no intermediate of it is read
+ * elsewhere (a handle still held, autodiff's saved tensors, another queued op) and the op
+ * takes the shapes (its shape rule gives the composition's result shape and dtype, and its
+ * `supports` says yes). The op must declare in_place where the composition writes its result
+ * over an input's memory (each op consuming the only handle). KILN_SUBSTITUTE=0 turns it off.
+ * kiln's own layer norm (kiln_layer_norm untracked, or the same composition written by hand:
+ * mean over the last dim, subtract, square, mean, add eps, rsqrt, multiply, times weight, plus
+ * bias) is replaced this way by one fused kernel; the profiler shows it as fused_layer_norm.
+ * With KILN_SUBSTITUTE_ATTENTION=1, so is composed attention, softmax(matmul(q, transpose(k))
+ * * scale, last dim) @ v without a mask: fused_attention.
+ * Substitution needs queued ops: with KILN_SYNC=1 every op runs as it is called, as written.
+ * Patterns match CPU tensors only. */
 #ifndef KILN_CUSTOM_OP_H
 #define KILN_CUSTOM_OP_H
 
@@ -119,14 +137,46 @@ typedef struct kiln_custom_op_def {
      *       y[KILN_AT(y, r)] = s;
      *   } */
     bool opencl_layout;
+    /* Optional: the composition this op replaces (see the top of this header), copied. The
+     * op's inputs are the pattern's inputs in order, and each must be read by some node. */
+    const struct kiln_pattern_node *pattern;
+    int pattern_len; /* 1..KILN_PATTERN_MAX_NODES */
+    /* Optional, with a pattern: whether the kernel takes these inputs (as the composition's ops
+     * read them: broadcast to the result's shape where they were); NULL: whatever the shape
+     * rule accepts. Runs while kiln's queue is locked: it must not call kiln. */
+    bool (*supports)(int n_inputs, const kiln_custom_meta *inputs, void *user_data);
 } kiln_custom_op_def;
+
+/* ---- patterns: what a registered op replaces ----------------------------------------------- */
+#define KILN_PATTERN_MAX_NODES 12
+#define KILN_PATTERN_INPUT(k) (-1 - (k)) /* a node input that is the op's input k */
+#define KILN_PATTERN_CONSTANT (-100)     /* in[1]: the node's constant (an op with a Python scalar) */
+
+typedef enum kiln_pattern_op {
+    KILN_PATTERN_ADD = 1, KILN_PATTERN_SUB, KILN_PATTERN_MUL, KILN_PATTERN_DIV, /* binary */
+    KILN_PATTERN_NEG, KILN_PATTERN_EXP, KILN_PATTERN_LOG, KILN_PATTERN_SQRT, KILN_PATTERN_RSQRT, /* unary */
+    KILN_PATTERN_TANH, KILN_PATTERN_SIGMOID, KILN_PATTERN_RELU,
+    KILN_PATTERN_MEAN_LAST, KILN_PATTERN_SUM_LAST, KILN_PATTERN_MAX_LAST, /* over the last dim, dims kept */
+    KILN_PATTERN_SOFTMAX_LAST,
+} kiln_pattern_op;
+
+/* One op of a pattern. in[k]: KILN_PATTERN_INPUT(i), an earlier node's index (0-based), or
+ * for in[1] of a binary op KILN_PATTERN_CONSTANT (kiln_add_scalar(t, constant) and the like:
+ * only that exact value matches). Add and mul match either order of their operands. */
+typedef struct kiln_pattern_node {
+    kiln_pattern_op op;
+    int in[2];
+    double constant;
+} kiln_pattern_node;
 
 typedef struct kiln_custom_op kiln_custom_op; /* lives until the process ends */
 
 /* Registers def (thread-safe); *out receives the op. KILN_ERR_INVALID_ARGUMENT, with a message
  * in kiln_last_error, for a NULL or empty name, a taken name, a NULL shape rule or kernel,
- * n_inputs out of range, an OpenCL source without a kernel name (or the reverse), or
- * opencl_layout without an OpenCL kernel. */
+ * n_inputs out of range, an OpenCL source without a kernel name (or the reverse), opencl_layout
+ * without an OpenCL kernel, or a bad pattern (an unknown op, a node reading a later node or an
+ * input past n_inputs, a node or an input nothing reads, a constant where no binary op's second
+ * operand is). */
 KILN_API kiln_status kiln_custom_op_register(const kiln_custom_op_def *def, kiln_custom_op **out);
 /* The op registered under name, or NULL. */
 KILN_API kiln_custom_op *kiln_custom_op_find(const char *name);

@@ -29,6 +29,8 @@ struct kiln__window {
     bool closed;          /* the group has its reduction: only epilogue ops may join now */
     window_storage st[MAX_STORAGES];
     kiln__storage *dead[MAX_STORAGES]; /* released while held: freed after the group */
+    struct kiln__subst_hold *hold; /* substitute.c: ops held back before fusion (NULL: none yet) */
+    atomic_int n_hold;             /* the ops in hold, readable without the lock */
 };
 
 /* One more op or deferred free held (w->lock held). Every write of n_held happens under the

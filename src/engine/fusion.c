@@ -6,6 +6,7 @@
 
 #include "engine/fusion-impl.h"
 #include "engine/spinlock.h"
+#include "engine/substitute-impl.h"
 #include "kiln/engine.h"
 
 static struct {
@@ -124,13 +125,31 @@ static void drop_unwritten(kiln__window *w) {
     for (int i = 0; i < w->n_dead; i++) drop_if_unwritten(w, w->dead[i]);
 }
 
-/* Hands the window's ops to the engine (w->lock held). Storages keep their mark until the
- * group is queued on them, so another thread either flushes or queues behind the group. */
-static void flush_locked(kiln__window *w, bool owner) {
+/* Memory for what the group writes and will store: a storage the substitution hold gave back
+ * the memory of (released while held, written first by a held op) may be stored by a group
+ * when it is read after it (substitute.c); the group's own dead intermediates stay without.
+ * False when out of memory: the group then runs op by op, each op getting its own. */
+static bool stored_outputs_have_memory(kiln__window *w) {
+    for (int i = 0; i < w->n_st; i++) {
+        kiln__storage *d = w->st[i].s;
+        if (KILN__UNLIKELY(w->st[i].written && !d->data) && !is_dead(w, d) && !kiln__storage_ensure_data(d)) return false;
+    }
+    return true;
+}
+
+/* Hands the window's group to the engine (w->lock held). Storages keep their mark until the
+ * group is queued on them, so another thread either flushes or queues behind the group; one
+ * that the substitution hold still uses keeps it until the hold lets go. */
+static void flush_group_locked(kiln__window *w, bool owner) {
     kiln__fused *g = w->g;
     if (!g || g->n_ops == 0) return;
     kiln__stream *s = w->stream;
-    if (g->n_ops == 1) {
+    if (g->n_ops > 1 && !stored_outputs_have_memory(w)) {
+        for (int i = 0; i < g->n_ops; i++) { /* (each op allocates what it writes when it runs) */
+            kiln__op op = g->ops[i];
+            kiln__async_enqueue(s, &op, NULL, NULL, NULL, owner, false);
+        }
+    } else if (g->n_ops == 1) {
         kiln__op op = g->ops[0];
         kiln__async_enqueue(s, &op, NULL, NULL, NULL, owner, false);
     } else {
@@ -153,7 +172,8 @@ static void flush_locked(kiln__window *w, bool owner) {
         drop_unwritten(w);
         kiln__async_enqueue(s, &op, NULL, NULL, queued, owner, false);
     }
-    for (int i = 0; i < w->n_st; i++) atomic_store((kiln__window *_Atomic *)&w->st[i].s->window, NULL);
+    for (int i = 0; i < w->n_st; i++)
+        if (!w->hold || !kiln__subst_uses(w, w->st[i].s)) atomic_store((kiln__window *_Atomic *)&w->st[i].s->window, NULL);
     kiln__op free_op = {.code = KILN__OP_NOOP, .name = "free"};
     for (int i = 0; i < w->n_dead; i++) kiln__async_enqueue(s, &free_op, NULL, w->dead[i], NULL, owner, false);
     if (w->g) w->g->n_ops = 0;
@@ -161,6 +181,13 @@ static void flush_locked(kiln__window *w, bool owner) {
     w->bytes = 0;
     w->closed = false;
     atomic_store_explicit(&w->n_held, 0, memory_order_release);
+}
+
+/* Hands everything the window holds to the engine (w->lock held): the substitution hold's ops
+ * (or their replacements) after the group's, then the group. */
+static void flush_locked(kiln__window *w, bool owner) {
+    if (w->hold) kiln__subst_resolve(w, owner);
+    flush_group_locked(w, owner);
 }
 
 static void flush_foreign(kiln__window *w, kiln__stream *cur) {
@@ -219,7 +246,9 @@ bool kiln__fusion_defer_free(kiln__storage *st, kiln__stream *cur) {
     }
     lock_window(w);
     bool joined = false;
-    if (window_of(st) == w && w->n_dead < MAX_STORAGES) {
+    if (window_of(st) == w && w->hold && kiln__subst_defer_free(w, st, true)) {
+        joined = true;
+    } else if (window_of(st) == w && w->n_dead < MAX_STORAGES) {
         w->dead[w->n_dead++] = st;
         drop_if_unwritten(w, st);
         kiln__window_count_held(w);
@@ -229,6 +258,55 @@ bool kiln__fusion_defer_free(kiln__storage *st, kiln__stream *cur) {
     }
     unlock_window(w);
     return joined;
+}
+
+/* Adds op (fusable, or a MATMUL that may start a group) to w's group, flushing the group
+ * first when op does not fit it (w->lock held). */
+static bool join_locked(kiln__window *w, const kiln__op *op, bool matmul, bool owner, bool *flushed) {
+    bool joined = false;
+    for (int attempt = 0; attempt < 2 && !joined; attempt++) {
+        if (!w->g) {
+            if (!(w->g = kiln__stream_group_alloc(w->stream, KILN__FUSE_MAX_OPS))) break;
+            w->g->n_ops = 0;
+        }
+        joined = matmul ? kiln__window_try_join_matmul(w, op) : kiln__window_try_join(w, op);
+        if (!joined && w->g->n_ops == 0) break; /* not even alone */
+        if (!joined) flush_group_locked(w, owner), *flushed = true;
+    }
+    return joined;
+}
+
+void kiln__window_admit(kiln__window *w, const kiln__op *op, bool owner) {
+    if (kiln_fusion_enabled()) {
+        if (kiln__fusion_is_reduction(op->code) && w->g && w->g->n_ops && kiln__window_try_join_reduce(w, op)) return;
+        bool matmul = op->code == KILN__OP_MATMUL && kiln__fusion_matmul_fusable(op), flushed = false;
+        if ((matmul || kiln__fusion_op_fusable(op)) && join_locked(w, op, matmul, owner, &flushed)) return;
+    }
+    flush_group_locked(w, owner);
+    kiln__async_enqueue(w->stream, op, NULL, NULL, NULL, owner, false);
+}
+
+void kiln__window_add_dead(kiln__window *w, kiln__storage *s, bool owner) {
+    if (w->n_dead == MAX_STORAGES) flush_group_locked(w, owner);
+    if (w->g && w->g->n_ops && kiln__window_holds(w, s)) {
+        w->dead[w->n_dead++] = s;
+        drop_if_unwritten(w, s);
+        return;
+    }
+    /* the group does not use it: free it now, after its users, which are queued (waiting for
+     * the group would keep its memory from the ops that follow) */
+    kiln__op free_op = {.code = KILN__OP_NOOP, .name = "free"};
+    kiln__async_enqueue(w->stream, &free_op, NULL, s, NULL, owner, false);
+}
+
+bool kiln__window_holds(const kiln__window *w, const kiln__storage *s) {
+    for (int i = 0; i < w->n_st; i++)
+        if (w->st[i].s == s) return true;
+    return false;
+}
+
+void kiln__window_recount_held(kiln__window *w) {
+    atomic_store_explicit(&w->n_held, (w->g ? w->g->n_ops : 0) + w->n_dead, memory_order_release);
 }
 
 bool kiln__fusion_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target) {
@@ -242,6 +320,15 @@ bool kiln__fusion_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
         kiln__window *m = window_of(free_target);
         if (m) flush_foreign(m, s);
         return false;
+    }
+    if (KILN__UNLIKELY(kiln__subst_wants(s->window, op)) && !ev && (s->window || (s->window = window_get(s)))) {
+        lock_window(s->window);
+        bool let_go = false, held_back = kiln__subst_hold_op(s->window, op, &let_go);
+        int64_t window_bytes = s->window->bytes;
+        unlock_window(s->window);
+        /* what the hold let go was queued without waiting for room (under the lock) */
+        if (let_go) kiln__stream_throttle(s, window_bytes);
+        if (held_back) return true;
     }
     if (!ev && s->window && kiln__fusion_is_reduction(op->code) &&
         atomic_load_explicit(&s->window->n_held, memory_order_relaxed) &&
@@ -259,16 +346,7 @@ bool kiln__fusion_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
     if (!s->window && !(s->window = window_get(s))) return false;
     kiln__window *w = s->window;
     lock_window(w);
-    bool joined = false, flushed = false;
-    for (int attempt = 0; attempt < 2 && !joined; attempt++) {
-        if (!w->g) {
-            if (!(w->g = kiln__stream_group_alloc(s, KILN__FUSE_MAX_OPS))) break;
-            w->g->n_ops = 0;
-        }
-        joined = matmul ? kiln__window_try_join_matmul(w, op) : kiln__window_try_join(w, op);
-        if (!joined && w->g->n_ops == 0) break; /* not even alone */
-        if (!joined) flush_locked(w, true), flushed = true;
-    }
+    bool flushed = false, joined = join_locked(w, op, matmul, true, &flushed);
     int64_t window_bytes = w->bytes;
     unlock_window(w);
     /* the bounded queue, outside the lock: the window's outputs count as pending bytes, so a
@@ -297,6 +375,7 @@ void kiln__fusion_fork_child(void) {
         for (int i = 0; i < w->n_st; i++) atomic_store((kiln__window *_Atomic *)&w->st[i].s->window, NULL);
         if (w->g) w->g->n_ops = 0;
         w->n_st = w->n_dead = 0;
+        kiln__subst_forget(w);
         window_unlock(w);
     }
     pthread_mutex_unlock(&fusion.lock);

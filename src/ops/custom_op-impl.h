@@ -18,4 +18,8 @@ struct kiln_custom_op {
  * its result, or NULL with c->err set. c->name is the registered name. */
 kiln__tensor *kiln__t_custom(kiln__opctx *c, const kiln_custom_op *op, int n, kiln__tensor **in);
 
+/* Turns op's public pattern into the engine's (false: `why` says what is wrong with it). */
+struct kiln__pattern;
+bool kiln__custom_pattern_make(const kiln_custom_op *op, struct kiln__pattern *p, char *why, size_t size);
+
 #endif

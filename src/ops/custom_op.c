@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend/cpu/threadpool.h"
+#include "engine/substitute.h"
 #include "ops/custom_op-impl.h"
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -86,6 +87,15 @@ kiln_status kiln_custom_op_register(const kiln_custom_op_def *def, kiln_custom_o
     op->def.name = op->name;
     op->def.opencl_source = cl_source;
     op->def.opencl_kernel = cl_kernel;
+    kiln__pattern pattern;
+    char why[384];
+    bool has_pattern = def->pattern || def->pattern_len;
+    if (has_pattern && (!def->pattern || !kiln__custom_pattern_make(op, &pattern, why, sizeof why))) {
+        free(op), free(cl_source), free(cl_kernel);
+        if (!def->pattern) return kiln__report(KILN_ERR_INVALID_ARGUMENT, me, "op %s: pattern_len %d but no pattern", def->name, def->pattern_len);
+        return kiln__report(KILN_ERR_INVALID_ARGUMENT, me, "%s", why);
+    }
+    op->def.pattern = NULL; /* (translated: the caller's array need not outlive this call) */
     pthread_mutex_lock(&registry_lock);
     bool taken = find_locked(op->name) != NULL;
     if (!taken) op->next = registry, registry = op;
@@ -94,6 +104,8 @@ kiln_status kiln_custom_op_register(const kiln_custom_op_def *def, kiln_custom_o
         free(op), free(cl_source), free(cl_kernel);
         return kiln__report(KILN_ERR_INVALID_ARGUMENT, me, "an op named %s is registered already", def->name);
     }
+    if (has_pattern && !kiln__subst_register(&pattern, why, sizeof why))
+        return kiln__report(KILN_ERR_OUT_OF_MEMORY, me, "op %s is registered, its pattern not: %s", def->name, why);
     *out = op;
     return KILN_OK;
 }

@@ -58,6 +58,7 @@ static kiln__view matrix_view(const kiln__tensor *t, int nb, const int64_t *batc
 /* a @ b (+ bias broadcast to the product's shape). Consumes a, b and bias (which may be NULL
  * when there is none). */
 static kiln__tensor *matmul_impl(kiln__opctx *c, kiln__tensor *a, kiln__tensor *b, kiln__tensor *bias, bool has_bias) {
+    if (!has_bias) kiln__builtin_patterns_ensure(); /* before an attention's first product is queued */
     if (!kiln__ok(c, a) || !kiln__ok(c, b) || (has_bias && !kiln__ok(c, bias))) return kiln__drop(3, a, b, bias), NULL;
     if (!kiln__same_device(c, a, b) || (has_bias && !kiln__same_device(c, a, bias))) return kiln__drop(3, a, b, bias), NULL;
     if (!check_float(c, a, "the first operand") || !check_float(c, b, "the second operand") ||

@@ -203,4 +203,10 @@ kiln__tensor *kiln__t_stack(kiln__opctx *c, kiln__tensor **ts, int n, int dim);
 /* stack's checks (n >= 1, all usable, equal shapes), normalising dim; false + error if not. */
 bool kiln__stack_check(kiln__opctx *c, kiln__tensor *const *ts, int n, int *dim);
 
+/* Registers kiln's fused kernels as substitutes of the compositions they compute, once
+ * (builtin_patterns.c): called by the ops that start one (mean, matmul) before they are queued. */
+void kiln__builtin_patterns_ensure(void);
+void kiln__layer_norm_patterns_register(void); /* layer_norm_pattern.c */
+void kiln__attention_patterns_register(void);  /* attention_pattern.c */
+
 #endif

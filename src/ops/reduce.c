@@ -67,6 +67,7 @@ static kiln__tensor *submit(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, 
 /* take_sqrt turns VAR into std inside the kernel (no separate sqrt pass). */
 static kiln__tensor *reduce_impl(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, uint32_t mask, bool keepdim,
                                  int64_t param, bool take_sqrt) {
+    if (code == KILN__OP_MEAN) kiln__builtin_patterns_ensure(); /* before a layer norm's first op is queued */
     if (!kiln__ok(c, x)) return kiln__drop(1, x), NULL;
     int nd = x->ndim;
     mask &= nd ? (uint32_t)((1u << nd) - 1) : 0u;
