@@ -310,15 +310,21 @@ def made_up_batch(state, lens):
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}, state
 
 
+def throughput_batches():
+    """The throughput workload's 256 made-up sentences in batches of 32 (as kiln's bench_embed)."""
+    state, batches = 1, []
+    for k in range(256 // 32):
+        b, state = made_up_batch(state, [16 + ((k * 32 + i) * 37) % 113 for i in range(32)])
+        batches.append(b)
+    return batches
+
+
 def embed_throughput(runs):
     cls, d = sentence_transformer()
     if cls is None:
         return
     model = cls(d, device="cpu")
-    state, batches = 1, []
-    for k in range(256 // 32):
-        b, state = made_up_batch(state, [16 + ((k * 32 + i) * 37) % 113 for i in range(32)])
-        batches.append(b)
+    batches = throughput_batches()
 
     def run():
         with torch.inference_mode():
@@ -412,10 +418,7 @@ def embed_int8(workload, runs):
             p50, p99 = p50_p99(lambda: session.run(None, feeds))
             report("embed_latency_int8", p50, side="onnxruntime", ms_p99=p99)
         return
-    state, batches = 1, []
-    for k in range(256 // 32):
-        b, state = made_up_batch(state, [16 + ((k * 32 + i) * 37) % 113 for i in range(32)])
-        batches.append(b)
+    batches = throughput_batches()
 
     def run():
         with torch.inference_mode():
