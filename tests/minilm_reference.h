@@ -4,6 +4,8 @@
 #ifndef KILN_MINILM_REFERENCE_H
 #define KILN_MINILM_REFERENCE_H
 
+#include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,6 +155,56 @@ static inline const char *mr_model_dir(void) {
     if (!f) return NULL;
     fclose(f);
     return dir;
+}
+
+/* One comparison with the reference: its sentences and embeddings, the tokenizer and model of
+ * model_dir, and room for kiln's embeddings (n x 384). */
+typedef struct {
+    size_t n;
+    mr_sentence *sentences;
+    float *want, *got;
+    kiln_tokenizer *tok;
+    kiln_bert *model;
+} mr_comparison;
+
+static inline void mr_comparison_close(mr_comparison *c) {
+    kiln_bert_free(c->model);
+    kiln_tokenizer_free(c->tok);
+    free(c->want), free(c->got);
+    mr_free_sentences(c->sentences, c->n);
+    memset(c, 0, sizeof *c);
+}
+
+/* Loads everything a comparison needs; false (what failed on stderr, everything freed) when a
+ * piece is missing, so a test checks one result. */
+static inline bool mr_comparison_open(mr_comparison *c, const char *model_dir) {
+    memset(c, 0, sizeof *c);
+    c->sentences = mr_reference_sentences(&c->n);
+    c->want = c->sentences ? mr_reference_embeddings(c->n, 384) : NULL;
+    c->got = malloc((c->n ? c->n : 1) * 384 * sizeof *c->got);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/vocab.txt", model_dir);
+    c->tok = kiln_tokenizer_load(path, kiln_tokenizer_defaults());
+    c->model = kiln_bert_load(model_dir);
+    if (c->sentences && c->n >= 200 && c->want && c->got && c->tok && c->model) return true;
+    fprintf(stderr, "  the MiniLM comparison cannot start (%zu sentences): %s\n", c->n, kiln_last_error());
+    mr_comparison_close(c);
+    return false;
+}
+
+/* Embeds every sentence into c->got; true when all were embedded (else kiln_last_error says why). */
+static inline bool mr_comparison_embed(mr_comparison *c) {
+    size_t done = mr_embed_all(c->tok, c->model, c->sentences, c->n, 384, c->got);
+    if (done != c->n) fprintf(stderr, "  batch at %zu failed: %s\n", done, kiln_last_error());
+    return done == c->n;
+}
+
+/* Sentence i's cosine between kiln's embedding and the reference, in double. */
+static inline double mr_comparison_cosine(const mr_comparison *c, size_t i) {
+    const float *g = c->got + i * 384, *w = c->want + i * 384;
+    double dot = 0, gg = 0, ww = 0;
+    for (int d = 0; d < 384; d++) dot += (double)g[d] * w[d], gg += (double)g[d] * g[d], ww += (double)w[d] * w[d];
+    return dot / sqrt(gg * ww);
 }
 
 /* Says why a test of the reference is skipped; returns ctest's skip status (SKIP_RETURN_CODE). */

@@ -18,45 +18,31 @@
 static const char *model_dir;
 
 KT_TEST(reference_embeddings) {
-    size_t n = 0;
-    mr_sentence *s = mr_reference_sentences(&n);
-    float *want = s ? mr_reference_embeddings(n, 384) : NULL, *got = malloc((n ? n : 1) * 384 * sizeof *got);
-    KT_CHECK(s && want && n >= 200);
-    if (!s || !want) return free(want), free(got), mr_free_sentences(s, n);
-    char path[4200];
-    snprintf(path, sizeof path, "%s/vocab.txt", model_dir);
-    kiln_tokenizer *tok = kiln_tokenizer_load(path, kiln_tokenizer_defaults());
-    kiln_bert *m = kiln_bert_load(model_dir);
-    KT_CHECK_MSG(tok && m, "%s", kiln_last_error());
-    kiln_bert_config c = kiln_bert_get_config(m);
-    KT_CHECK(c.hidden_size == 384 && c.num_hidden_layers == 6 && c.num_attention_heads == 12 && c.intermediate_size == 1536);
+    mr_comparison c;
+    KT_CHECK(mr_comparison_open(&c, model_dir));
+    if (!c.model) return;
+    kiln_bert_config cfg = kiln_bert_get_config(c.model);
+    KT_CHECK(cfg.hidden_size == 384 && cfg.num_hidden_layers == 6 && cfg.num_attention_heads == 12 &&
+             cfg.intermediate_size == 1536);
     double worst = 0, worst_cos = 1;
     size_t checked = 0, bad = 0;
-    size_t done = mr_embed_all(tok, m, s, n, 384, got);
-    KT_CHECK_MSG(done == n, "batch at %zu: %s", done, kiln_last_error());
-    for (size_t i = 0; i < done; i++) {
-        const float *g = got + i * 384, *w = want + i * 384;
-        double dot = 0, gg = 0, ww = 0, diff = 0;
-        for (int d = 0; d < 384; d++) {
-            double e1 = fabs((double)g[d] - (double)w[d]);
-            diff = e1 > diff ? e1 : diff;
-            dot += (double)g[d] * w[d], gg += (double)g[d] * g[d], ww += (double)w[d] * w[d];
-        }
-        double cosine = dot / sqrt(gg * ww);
+    KT_CHECK(mr_comparison_embed(&c));
+    for (size_t i = 0; i < c.n; i++) {
+        const float *g = c.got + i * 384, *w = c.want + i * 384;
+        double diff = 0, cosine = mr_comparison_cosine(&c, i);
+        for (int d = 0; d < 384; d++) diff = fmax(diff, fabs((double)g[d] - (double)w[d]));
         worst = diff > worst ? diff : worst;
         worst_cos = cosine < worst_cos ? cosine : worst_cos;
         bool ok = diff <= 1e-5 && cosine >= 0.99999;
         bad += !ok;
-        KT_CHECK_MSG(ok || bad > 5, "sentence %zu (%.40s): max |diff| %.3g, cosine %.8f", i + 1, s[i].text, diff, cosine);
+        KT_CHECK_MSG(ok || bad > 5, "sentence %zu (%.40s): max |diff| %.3g, cosine %.8f", i + 1, c.sentences[i].text,
+                     diff, cosine);
         checked++;
     }
     fprintf(stderr, "  %zu of %zu sentences embedded (batches of 32): max |diff| %.3g, min cosine %.8f, %zu off\n", checked,
-            n, worst, worst_cos, bad);
-    KT_CHECK(bad == 0 && checked == n);
-    kiln_bert_free(m);
-    kiln_tokenizer_free(tok);
-    free(want), free(got);
-    mr_free_sentences(s, n);
+            c.n, worst, worst_cos, bad);
+    KT_CHECK(bad == 0 && checked == c.n);
+    mr_comparison_close(&c);
 }
 
 

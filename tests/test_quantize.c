@@ -268,36 +268,22 @@ KT_TEST(bad_input) {
 static const char *model_dir;
 
 KT_TEST(minilm_int8_cosine) {
-    size_t n = 0;
-    mr_sentence *s = mr_reference_sentences(&n);
-    float *want = s ? mr_reference_embeddings(n, 384) : NULL, *got = malloc((n ? n : 1) * 384 * sizeof *got);
-    KT_CHECK(s && want && n >= 200);
-    if (!s || !want) return free(want), free(got), mr_free_sentences(s, n);
-    char path[4200];
-    snprintf(path, sizeof path, "%s/vocab.txt", model_dir);
-    kiln_tokenizer *tok = kiln_tokenizer_load(path, kiln_tokenizer_defaults());
-    kiln_bert *m = kiln_bert_load(model_dir);
-    KT_CHECK_MSG(tok && m, "%s", kiln_last_error());
-    KT_CHECK(kiln_bert_quantize_dynamic(m, KILN_QUANT_I8) == KILN_OK);
+    mr_comparison c;
+    KT_CHECK(mr_comparison_open(&c, model_dir));
+    if (!c.model) return;
+    KT_CHECK(kiln_bert_quantize_dynamic(c.model, KILN_QUANT_I8) == KILN_OK);
     double worst = 1, sum = 0;
-    size_t checked = 0, worst_at = 0;
-    size_t done = mr_embed_all(tok, m, s, n, 384, got);
-    KT_CHECK_MSG(done == n, "batch at %zu: %s", done, kiln_last_error());
-    for (size_t i = 0; i < done; i++) {
-        const float *g = got + i * 384, *w = want + i * 384;
-        double dot = 0, gg = 0, ww = 0;
-        for (int d = 0; d < 384; d++) dot += (double)g[d] * w[d], gg += (double)g[d] * g[d], ww += (double)w[d] * w[d];
-        double cosine = dot / sqrt(gg * ww);
+    size_t worst_at = 0;
+    KT_CHECK(mr_comparison_embed(&c));
+    for (size_t i = 0; i < c.n; i++) {
+        double cosine = mr_comparison_cosine(&c, i);
         if (cosine < worst) worst = cosine, worst_at = i;
-        sum += cosine, checked++;
+        sum += cosine;
     }
-    fprintf(stderr, "  int8: %zu of %zu sentences, cosine to f32 min %.5f (sentence %zu), mean %.5f\n", checked, n, worst,
-            worst_at + 1, sum / (double)(checked ? checked : 1));
-    KT_CHECK(checked == n && worst >= MINILM_INT8_MIN_COSINE);
-    kiln_bert_free(m);
-    kiln_tokenizer_free(tok);
-    free(want), free(got);
-    mr_free_sentences(s, n);
+    fprintf(stderr, "  int8: %zu sentences, cosine to f32 min %.5f (sentence %zu), mean %.5f\n", c.n, worst, worst_at + 1,
+            sum / (double)c.n);
+    KT_CHECK(worst >= MINILM_INT8_MIN_COSINE);
+    mr_comparison_close(&c);
 }
 
 int main(int argc, char **argv) {
