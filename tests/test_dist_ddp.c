@@ -44,17 +44,7 @@ static void train_step(kiln_module *m, kiln_optimizer *opt, int step, int64_t st
     kiln_grads_free(g);
 }
 
-static void read_params(kiln_module *m, float *out, int64_t n) {
-    kiln_param ps[8];
-    int np = kiln_module_params(m, ps, 8);
-    int64_t off = 0;
-    for (int i = 0; i < np; i++) {
-        int64_t k = kiln_tensor_numel(*ps[i].slot);
-        KT_CHECK(off + k <= n && kiln_into_data(kiln_ref(*ps[i].slot), out + off, sizeof(float) * (size_t)k) == KILN_OK);
-        off += k;
-    }
-    KT_CHECK(off == n);
-}
+static void read_params(kiln_module *m, float *out, int64_t n) { KT_CHECK(kt_read_params(m, out, n) == n); }
 
 static void same_as_one_process(int64_t bucket_bytes, int want_buckets) {
     enum { NP = IN * HIDDEN + HIDDEN + HIDDEN * CLASSES + CLASSES };

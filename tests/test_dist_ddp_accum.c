@@ -30,16 +30,7 @@ static kiln_tensor loss_of(kiln_module *m, int s, int64_t first, int64_t rows, d
     return kiln_mul_scalar(loss, scale);
 }
 
-static void read_params(kiln_module *m, float *out) {
-    kiln_param ps[4];
-    KT_CHECK(kiln_module_params(m, ps, 4) == 4);
-    int64_t off = 0;
-    for (int i = 0; i < 4; i++) {
-        int64_t k = kiln_tensor_numel(*ps[i].slot);
-        KT_CHECK(kiln_into_data(kiln_ref(*ps[i].slot), out + off, sizeof(float) * (size_t)k) == KILN_OK);
-        off += k;
-    }
-}
+static void read_params(kiln_module *m, float *out) { KT_CHECK(kt_read_params(m, out, NP) == NP); }
 
 static int bucket_all_reduces(void) {
     static kiln_profile_event ev[4096];
@@ -116,14 +107,10 @@ KT_TEST(no_sync_bad_uses) {
 
 enum { C = 4, BN_ROWS = 3 };
 
-static kiln_tensor unused_forward(kiln_module *m, kiln_tensor x, void *ctx) {
-    (void)m, (void)ctx;
-    return x;
-}
 
 KT_TEST(buffers_are_rank_0s_after_each_step) {
     if (world > 3) return;
-    kiln_module *m = kiln_module_new("WithNorm", unused_forward, NULL, NULL);
+    kiln_module *m = kiln_module_new("WithNorm", kt_identity_forward, NULL, NULL);
     KT_CHECK(kiln_module_add_child(m, "fc", kiln_linear_new(IN, C, true, 8)) == KILN_OK);
     KT_CHECK(kiln_module_add_child(m, "bn", kiln_batch_norm2d_new(C, 1e-5, 0.1)) == KILN_OK);
     kiln_ddp *ddp = kiln_ddp_new(m, kiln_ddp_defaults());

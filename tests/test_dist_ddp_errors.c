@@ -24,16 +24,7 @@ static kiln_module *mlp(int64_t in, int64_t hid, uint64_t seed) {
     return kiln_sequential_new(3, layers);
 }
 
-static void read_params(kiln_module *m, float *out) {
-    kiln_param ps[4];
-    KT_CHECK(kiln_module_params(m, ps, 4) == 4);
-    int64_t off = 0;
-    for (int i = 0; i < 4; i++) {
-        int64_t k = kiln_tensor_numel(*ps[i].slot);
-        KT_CHECK(kiln_into_data(kiln_ref(*ps[i].slot), out + off, sizeof(float) * (size_t)k) == KILN_OK);
-        off += k;
-    }
-}
+static void read_params(kiln_module *m, float *out) { KT_CHECK(kt_read_params(m, out, NP) == NP); }
 
 typedef enum { SKIP_BATCH, STEP_ANYWAY, RETURN, KERNEL_SKIP_BATCH } variant;
 static const char *const variant_names[] = {"skip the batch", "step anyway", "return", "kernel failure, skip the batch"};
@@ -148,13 +139,9 @@ KT_TEST(extra_layer) {
     if (!odd) kiln_module_free(layers[3]);
 }
 
-static kiln_tensor unused_forward(kiln_module *m, kiln_tensor x, void *ctx) {
-    (void)m, (void)ctx;
-    return x;
-}
 
 KT_TEST(mismatched_dtype) {
-    kiln_module *m = kiln_module_new("Scale", unused_forward, NULL, NULL);
+    kiln_module *m = kiln_module_new("Scale", kt_identity_forward, NULL, NULL);
     kiln_dtype dt = rank == world - 1 ? KILN_F64 : KILN_F32;
     KT_CHECK(kiln_module_add_parameter(m, "w", kiln_ones(KILN_CPU, dt, KILN_SHAPE(3))) == KILN_OK);
     mismatch_fails(m, "entry 0: rank 0 has 'w' (parameter f32 [3])");

@@ -15,13 +15,9 @@ static int rank, world;
 enum { IN = 6, HID = 8, OUT = 3, ROWS = 4, STEPS = 3 };
 enum { NP = IN * HID + HID + 2 * (HID * OUT + OUT) };
 
-static kiln_tensor unused_forward(kiln_module *m, kiln_tensor x, void *ctx) {
-    (void)m, (void)ctx;
-    return x; /* (the test routes through the children itself) */
-}
 
 static kiln_module *two_heads(uint64_t seed) {
-    kiln_module *m = kiln_module_new("TwoHeads", unused_forward, NULL, NULL);
+    kiln_module *m = kiln_module_new("TwoHeads", kt_identity_forward, NULL, NULL);
     KT_CHECK(kiln_module_add_child(m, "trunk", kiln_linear_new(IN, HID, true, seed)) == KILN_OK);
     KT_CHECK(kiln_module_add_child(m, "head0", kiln_linear_new(HID, OUT, true, seed + 1)) == KILN_OK);
     KT_CHECK(kiln_module_add_child(m, "head1", kiln_linear_new(HID, OUT, true, seed + 2)) == KILN_OK);
@@ -47,18 +43,7 @@ static void step(kiln_module *m, kiln_optimizer *opt, kiln_tensor loss) {
     (void)m;
 }
 
-static void read_params(kiln_module *m, float *out) {
-    kiln_param ps[8];
-    int n = kiln_module_params(m, ps, 8);
-    KT_CHECK(n == 6);
-    int64_t off = 0;
-    for (int i = 0; i < n; i++) {
-        int64_t k = kiln_tensor_numel(*ps[i].slot);
-        KT_CHECK(off + k <= NP && kiln_into_data(kiln_ref(*ps[i].slot), out + off, sizeof(float) * (size_t)k) == KILN_OK);
-        off += k;
-    }
-    KT_CHECK(off == NP);
-}
+static void read_params(kiln_module *m, float *out) { KT_CHECK(kt_read_params(m, out, NP) == NP); }
 
 static kiln_optimizer *sgd(kiln_module *m) {
     return kiln_sgd_new(m, (kiln_sgd_options){.lr = 0.3, .momentum = 0.9, .weight_decay = 0.01});

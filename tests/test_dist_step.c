@@ -39,16 +39,7 @@ static kiln_grads *grads_of(kiln_module *m, int s) {
 
 enum { N_PARAMS = IN * HID + HID + HID * OUT + OUT };
 
-static void read_params(kiln_module *m, float *out) {
-    kiln_param ps[4];
-    KT_CHECK(kiln_module_params(m, ps, 4) == 4);
-    int64_t off = 0;
-    for (int i = 0; i < 4; i++) {
-        int64_t k = kiln_tensor_numel(*ps[i].slot);
-        KT_CHECK(kiln_into_data(kiln_ref(*ps[i].slot), out + off, sizeof(float) * (size_t)k) == KILN_OK);
-        off += k;
-    }
-}
+static void read_params(kiln_module *m, float *out) { KT_CHECK(kt_read_params(m, out, N_PARAMS) == N_PARAMS); }
 
 /* The checkpoint of model and optimizer (parameters, state, step counts) as bytes. */
 static char *checkpoint_bytes(kiln_module *m, kiln_optimizer *opt, long *len) {

@@ -31,15 +31,7 @@ KT_TEST(metrics_sum_over_ranks) {
     kiln_metrics_free(m);
 }
 
-static void read_all(kiln_module *m, float *out, int cap) {
-    kiln_param ps[8];
-    int np = kiln_module_params(m, ps, 8), off = 0;
-    for (int i = 0; i < np; i++) {
-        int k = (int)kiln_tensor_numel(*ps[i].slot);
-        KT_CHECK(off + k <= cap && kiln_into_data(kiln_ref(*ps[i].slot), out + off, sizeof(float) * (size_t)k) == KILN_OK);
-        off += k;
-    }
-}
+static void read_all(kiln_module *m, float *out, int cap) { KT_CHECK(kt_read_params(m, out, cap) == cap); }
 
 KT_TEST(checkpoint_rank0_writes_all_load) {
     char path[256];
