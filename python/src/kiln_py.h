@@ -84,4 +84,11 @@ PyObject *kp_binary(PyObject *a, PyObject *b, kiln_tensor (*fn)(kiln_tensor, kil
                     kiln_tensor (*scalar)(kiln_tensor, double), kiln_tensor (*rscalar)(kiln_tensor, double));
 kiln_generator *kp_generator_of(PyObject *o); /* NULL: the global generator */
 
+/* ---- kiln's C layers behind kiln.nn (layers.c, layer_modules.c) ---- */
+PyObject *kp_layer_capsule(kiln_module *m); /* takes m; NULL m: raises kiln's last error */
+kiln_module *kp_layer_of(PyObject *o);      /* NULL + TypeError if o is no layer capsule */
+/* Puts a list of Tensors (_layer_params' order) into m's slots and sets its training mode. */
+int kp_layer_load(kiln_module *m, PyObject *tensors, PyObject *training);
+int kp_int64_arg(PyObject *o, const char *what, int64_t *out); /* an int (not a bool), or TypeError */
+
 #endif

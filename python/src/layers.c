@@ -1,9 +1,12 @@
-/* kiln.nn.LSTM, GRU and MultiheadAttention's C half: kiln's own layers (kiln_lstm_new, ...) in a
- * capsule. The parameters a Python user trains, saves and loads are the Python Module's
- * tensors, made from the C module's at construction (_layer_params); each forward first puts
- * the Python module's current tensors (which an optimizer or load_state_dict may have
- * replaced) into the C module's slots, in the order _layer_params gave, then calls the layer.
- * The GIL is held from the slot writes to the dispatch, so two threads cannot interleave them. */
+/* kiln.nn.LSTM, GRU and MultiheadAttention's C half, and what every C layer of kiln.nn shares:
+ * kiln's own module (kiln_lstm_new, kiln_linear_new, ...) in a capsule. The parameters a Python
+ * user trains, saves and loads are the C module's tensors: _layer_params hands out new handles
+ * to them (marked as Python leaves, so backward fills their .grad), never copies. Python code
+ * may rebind them (an optimizer's `p -= ...`, load_state_dict, .to()), so each forward first
+ * puts the Python module's current tensors into the C module's slots, in the order
+ * _layer_params gave, and afterwards rebinds the Python buffers the C forward replaced (batch
+ * norm's running statistics). The GIL is held from the slot writes to the dispatch, so two
+ * threads cannot interleave them. */
 #include "kiln_py.h"
 
 #include <string.h>
@@ -15,13 +18,20 @@ static void layer_destroy(PyObject *capsule) {
     if (m) kiln_module_free(m);
 }
 
-static kiln_module *layer_of(PyObject *o) {
+kiln_module *kp_layer_of(PyObject *o) {
     kiln_module *m = PyCapsule_IsValid(o, CAPSULE) ? PyCapsule_GetPointer(o, CAPSULE) : NULL;
     if (!m && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "not a kiln layer");
     return m;
 }
 
-static int int64_arg(PyObject *o, const char *what, int64_t *out) {
+PyObject *kp_layer_capsule(kiln_module *m) {
+    if (!m) return kp_raise_status(kiln_last_status());
+    PyObject *capsule = PyCapsule_New(m, CAPSULE, layer_destroy);
+    if (!capsule) kiln_module_free(m);
+    return capsule;
+}
+
+int kp_int64_arg(PyObject *o, const char *what, int64_t *out) {
     if (!PyLong_Check(o) || PyBool_Check(o)) {
         PyErr_Format(PyExc_TypeError, "%s must be an int, not %s", what, Py_TYPE(o)->tp_name);
         return -1;
@@ -41,8 +51,8 @@ static PyObject *f_new(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
         return PyErr_Format(PyExc_TypeError, "_layer_new(kind, a, b, num_layers, bias, batch_first, bidirectional, dropout, seed)");
     const char *kind = PyUnicode_AsUTF8(args[0]);
     int64_t a, b, layers;
-    if (!kind || int64_arg(args[1], "the first size", &a) < 0 || int64_arg(args[2], "the second size", &b) < 0 ||
-        int64_arg(args[3], "num_layers", &layers) < 0)
+    if (!kind || kp_int64_arg(args[1], "the first size", &a) < 0 || kp_int64_arg(args[2], "the second size", &b) < 0 ||
+        kp_int64_arg(args[3], "num_layers", &layers) < 0)
         return NULL;
     int bias = PyObject_IsTrue(args[4]), batch_first = PyObject_IsTrue(args[5]), bidir = PyObject_IsTrue(args[6]);
     double dropout = PyFloat_AsDouble(args[7]);
@@ -67,16 +77,14 @@ static PyObject *f_new(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
     } else {
         return PyErr_Format(PyExc_ValueError, "unknown layer kind '%s'", kind);
     }
-    if (!m) return kp_raise_status(kiln_last_status());
-    PyObject *capsule = PyCapsule_New(m, CAPSULE, layer_destroy);
-    if (!capsule) kiln_module_free(m);
-    return capsule;
+    return kp_layer_capsule(m);
 }
 
-/* The C module's parameters as [(name, Tensor)], in slot order (buffers: these layers have none). */
+/* The C module's tensors as [(name, Tensor, is_buffer)], in slot order: new handles to them, the
+ * parameters marked as leaves of Python's backward (they are leaves of kiln's already). */
 static PyObject *f_params(PyObject *mod, PyObject *arg) {
     (void)mod;
-    kiln_module *m = layer_of(arg);
+    kiln_module *m = kp_layer_of(arg);
     if (!m) return NULL;
     int count = kiln_module_params(m, NULL, 0);
     kiln_param *ps = PyMem_Calloc(count > 0 ? (size_t)count : 1, sizeof *ps);
@@ -85,7 +93,11 @@ static PyObject *f_params(PyObject *mod, PyObject *arg) {
     PyObject *out = PyList_New(0);
     for (int i = 0; out && i < count; i++) {
         PyObject *t = kp_wrap(kiln_ref(*ps[i].slot));
-        PyObject *item = t ? Py_BuildValue("(sN)", ps[i].name, t) : NULL;
+        if (t && !ps[i].buffer && kiln_requires_grad(*ps[i].slot)) {
+            ((kp_tensor *)t)->requires_grad = true;
+            kp_leaf_link((kp_tensor *)t);
+        }
+        PyObject *item = t ? Py_BuildValue("(sNO)", ps[i].name, t, ps[i].buffer ? Py_True : Py_False) : NULL;
         if (!item || PyList_Append(out, item) < 0) Py_CLEAR(out);
         Py_XDECREF(item);
     }
@@ -95,7 +107,7 @@ static PyObject *f_params(PyObject *mod, PyObject *arg) {
 
 /* Puts the Python module's tensors (a list in _layer_params' order) into m's slots and sets
  * its training mode. */
-static int load_slots(kiln_module *m, PyObject *tensors, PyObject *training) {
+int kp_layer_load(kiln_module *m, PyObject *tensors, PyObject *training) {
     int train = PyObject_IsTrue(training);
     if (train < 0) return -1;
     int count = kiln_module_params(m, NULL, 0);
@@ -148,8 +160,8 @@ static void release_all(kiln_tensor *ts, int n) {
 static PyObject *f_rnn(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
     (void)mod;
     if (n != 6) return PyErr_Format(PyExc_TypeError, "_rnn(layer, params, training, x, h0, c0)");
-    kiln_module *m = layer_of(args[0]);
-    if (!m || load_slots(m, args[1], args[2]) < 0) return NULL;
+    kiln_module *m = kp_layer_of(args[0]);
+    if (!m || kp_layer_load(m, args[1], args[2]) < 0) return NULL;
     if (!kp_is_tensor(args[3])) return PyErr_Format(PyExc_TypeError, "input must be a kiln Tensor, not %s", Py_TYPE(args[3])->tp_name);
     bool lstm = !strcmp(kiln_module_type(m), "LSTM");
     kiln_tensor in[3] = {KILN_NONE, KILN_NONE, KILN_NONE};
@@ -178,8 +190,8 @@ static PyObject *f_rnn(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
 static PyObject *f_mha(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
     (void)mod;
     if (n != 9) return PyErr_Format(PyExc_TypeError, "_mha(layer, params, training, q, k, v, key_padding_mask, attn_mask, need_weights)");
-    kiln_module *m = layer_of(args[0]);
-    if (!m || load_slots(m, args[1], args[2]) < 0) return NULL;
+    kiln_module *m = kp_layer_of(args[0]);
+    if (!m || kp_layer_load(m, args[1], args[2]) < 0) return NULL;
     int need = PyObject_IsTrue(args[8]);
     if (need < 0) return NULL;
     static const char *const what[] = {"query", "key", "value"};
