@@ -264,29 +264,27 @@ static PyObject *f_group_norm(PyObject *mod, PyObject *const *args, Py_ssize_t n
     return norm_capsule(norm_module("GroupNorm", group_norm_forward, &c, (kiln_shape){.ndim = 1, .dims = {channels}}));
 }
 
-/* _module_forward(layer, tensors, training, x): the layer's slots loaded from tensors (its
- * parameters and buffers in _layer_params' order), then kiln_module_forward on x; the buffers
- * the forward replaced (running statistics) are rebound in the Python tensors of the list. */
+/* _module_forward(layer, tensors, training, x): the layer's slots lent the tensors (its
+ * parameters and buffers in _layer_params' order), kiln_module_forward on x, the slots given
+ * back; the buffers the forward replaced (running statistics) are rebound in the Python tensors
+ * of the list. */
 static PyObject *f_forward(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
     EXPECT("_module_forward", 4, "layer, tensors, training, x");
     kiln_module *m = kp_layer_of(args[0]);
-    if (!m || kp_layer_load(m, args[1], args[2]) < 0) return NULL;
+    if (!m) return NULL;
     if (!kp_is_tensor(args[3]))
         return PyErr_Format(PyExc_TypeError, "%s's input must be a kiln Tensor, not %s", kiln_module_type(m),
                             Py_TYPE(args[3])->tp_name);
+    kp_layer_run run;
     kiln_tensor x = kp_take(args[3]);
     if (!x.id) return NULL;
+    if (kp_layer_load(m, args[1], args[2], &run) < 0) {
+        kiln_release(x);
+        return NULL;
+    }
     kp_site();
     kiln_tensor y = kiln_module_forward(m, x);
-    kiln_param ps[8];
-    int count = kiln_module_params(m, ps, 8);
-    for (int i = 0; i < count && i < 8; i++) {
-        kp_tensor *t = (kp_tensor *)PyList_GET_ITEM(args[1], i);
-        if (ps[i].buffer && t->h.id != ps[i].slot->id) {
-            kiln_release(t->h);
-            t->h = kiln_ref(*ps[i].slot);
-        }
-    }
+    kp_layer_unload(&run);
     return kp_wrap(y);
 }
 
