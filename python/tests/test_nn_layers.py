@@ -164,7 +164,7 @@ def test_dropout_follows_train_and_eval():
     y = d(kiln.ones(4000)).numpy()
     assert set(np.unique(y)) <= {0.0, np.float32(1 / 0.75)} and 0.2 < (y == 0).mean() < 0.3
     assert not np.array_equal(y, d(kiln.ones(4000)).numpy())  # a new mask each call
-    model = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5))
+    model = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5, inplace=True))
     model.eval()
     assert model[1].training is False
     x = kiln.randn(2, 3)
@@ -293,7 +293,7 @@ def test_training_a_cnn_lowers_the_loss():
 
 
 @needs_torch
-def test_equal_to_pytorch_with_its_state_dicts():
+def test_equal_to_pytorch_with_its_state_dicts(tmp_path):
     import torch
     pairs = [
         (nn.Linear(5, 3), torch.nn.Linear(5, 3), (4, 5)),
@@ -318,6 +318,14 @@ def test_equal_to_pytorch_with_its_state_dicts():
                                        rtol=1e-4, atol=1e-5, err_msg=type(ours).__name__)
         for k, v in theirs.state_dict().items():  # running statistics moved alike
             np.testing.assert_allclose(ours.state_dict()[k].numpy(), v.numpy(), rtol=1e-5, atol=1e-6, err_msg=k)
+    # and back: kiln.save's file loads into PyTorch's layer strictly (names, dtypes, 0-d counter)
+    st = pytest.importorskip("safetensors.torch")
+    bn, tbn = nn.BatchNorm2d(3), torch.nn.BatchNorm2d(3)
+    bn(kiln.randn(2, 3, 2, 2))
+    kiln.save(bn.state_dict(), tmp_path / "bn.safetensors")
+    tbn.load_state_dict(st.load_file(str(tmp_path / "bn.safetensors")))
+    assert tbn.num_batches_tracked.item() == 1
+    np.testing.assert_allclose(tbn.running_mean.numpy(), bn.running_mean.numpy())
     emb, temb = nn.Embedding(7, 3), torch.nn.Embedding(7, 3)
     emb.load_state_dict({k: kiln.tensor(v.numpy()) for k, v in temb.state_dict().items()})
     idx = np.array([[0, 6, 2]])

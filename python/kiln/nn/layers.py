@@ -273,7 +273,7 @@ class Dropout(_CLayer):
     """Each training call draws a new mask from the layer's own seed, which comes from kiln's
     global generator when the layer is made (kiln.manual_seed before it makes the masks repeat)."""
 
-    def __init__(self, p=0.5):
+    def __init__(self, p=0.5, inplace=False):  # inplace: accepted, as kiln reuses the buffer when it can
         super().__init__()
         self.p = p
         self._adopt(_C._dropout_new(p, _seed()))
