@@ -45,25 +45,26 @@ def dispatch(rounds):
           f"uncached {statistics.median(samples[2]) / base:.3f}x")
 
 
+def softmax_once(x):
+    """(seconds, peak bytes beyond x as a multiple of x's size) of one composed softmax."""
+    kiln.sync()
+    kiln.reset_peak_memory_stats()
+    base, t0 = kiln.memory_stats()["bytes_in_use"], time.perf_counter()
+    kiln_softmax(x).sum().item()
+    return time.perf_counter() - t0, (kiln.memory_stats()["peak_bytes"] - base) / (x.numel() * 4)
+
+
 def softmax_memory(rounds=4):
     x = kiln.randn(*SHAPE, seed=0)
-    kiln.sync()
-    res = {"elision on": ([], []), "elision off": ([], [])}
+    res = {"elision on": [], "elision off": []}
     for _ in range(rounds):
         for name, min_bytes in (("elision on", 256 * 1024), ("elision off", 1 << 62)):
             kiln._C._set_elide_min_bytes(min_bytes)
-            kiln.sync()
-            kiln.reset_peak_memory_stats()
-            base = kiln.memory_stats()["bytes_in_use"]
-            t0 = time.perf_counter()
-            y = kiln_softmax(x)
-            y.sum().item()
-            res[name][0].append(time.perf_counter() - t0)
-            res[name][1].append((kiln.memory_stats()["peak_bytes"] - base) / (x.numel() * 4))
-            del y
+            res[name].append(softmax_once(x))
     kiln._C._set_elide_min_bytes(256 * 1024)
-    for name, (t, p) in res.items():
-        print(f"softmax {name}: {1e3 * statistics.median(t):.1f} ms, peak beyond input {max(p):.2f}x the input")
+    for name, runs in res.items():
+        print(f"softmax {name}: {1e3 * statistics.median(t for t, _ in runs):.1f} ms, "
+              f"peak beyond input {max(p for _, p in runs):.2f}x the input")
 
 
 if __name__ == "__main__":
