@@ -13,16 +13,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* An int argument in [lo, INT_MAX], or -1 with an exception. */
-static int int_of(PyObject *o, const char *what, long lo, int *out) {
+/* An int argument that fits a C int (kiln's constructors check the values, naming the line). */
+static int int_of(PyObject *o, const char *what, int *out) {
     if (!PyLong_Check(o) || PyBool_Check(o)) {
         PyErr_Format(PyExc_TypeError, "%s must be an int, not %s", what, Py_TYPE(o)->tp_name);
         return -1;
     }
     long v = PyLong_AsLong(o);
     if (v == -1 && PyErr_Occurred()) return -1;
-    if (v < lo || v > INT_MAX) {
-        PyErr_Format(PyExc_ValueError, "%s must be at least %ld, got %ld", what, lo, v);
+    if (v < INT_MIN || v > INT_MAX) {
+        PyErr_Format(PyExc_ValueError, "%s %ld does not fit a C int", what, v);
         return -1;
     }
     *out = (int)v;
@@ -67,14 +67,13 @@ static PyObject *f_conv2d(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
     EXPECT("_conv2d_new", 13, "in, out, kh, kw, sh, sw, ph, pw, dh, dw, groups, bias, seed");
     static const char *const what[] = {"kernel_size", "kernel_size", "stride", "stride", "padding",
                                        "padding", "dilation", "dilation", "groups"};
-    static const long lowest[] = {1, 1, 1, 1, 0, 0, 1, 1, 1};
     int v[9];
     int64_t in, out;
     uint64_t seed;
     int bias = 0;
     if (kp_int64_arg(args[0], "in_channels", &in) < 0 || kp_int64_arg(args[1], "out_channels", &out) < 0) return NULL;
     for (int i = 0; i < 9; i++)
-        if (int_of(args[2 + i], what[i], lowest[i], &v[i]) < 0) return NULL;
+        if (int_of(args[2 + i], what[i], &v[i]) < 0) return NULL;
     if ((bias = PyObject_IsTrue(args[11])) < 0 || seed_of(args[12], &seed) < 0) return NULL;
     kiln_conv2d_options o = kiln_conv2d_defaults(in, out, v[0]);
     o.kernel_w = v[1];
@@ -94,9 +93,8 @@ static PyObject *f_pool2d(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
     if (!kind) return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_TypeError, "pool kind must be a str");
     bool adaptive = !strcmp(kind, "adaptive");
     int a, b, c;
-    if (int_of(args[1], adaptive ? "output_size" : "kernel_size", 1, &a) < 0 ||
-        int_of(args[2], adaptive ? "output_size" : "stride", adaptive ? 1 : 0, &b) < 0 ||
-        int_of(args[3], "padding", 0, &c) < 0)
+    if (int_of(args[1], adaptive ? "output_size" : "kernel_size", &a) < 0 ||
+        int_of(args[2], adaptive ? "output_size" : "stride", &b) < 0 || int_of(args[3], "padding", &c) < 0)
         return NULL;
     kp_site();
     if (adaptive) return kp_layer_capsule(kiln_adaptive_avg_pool2d_new(a, b));

@@ -345,6 +345,14 @@ def test_bad_arguments_raise_the_right_class_with_the_line():
         (line_here(), lambda: nn.Embedding(0, 3), kiln.InvalidArgumentError),
         (line_here(), lambda: nn.MaxPool2d((2, 3)), kiln.UnsupportedError),
         (line_here(), lambda: nn.LayerNorm(4)(kiln.randn(2, 5)), kiln.ShapeError),
+        (line_here(), lambda: nn.Conv2d(3, 4, 0), kiln.InvalidArgumentError),
+        (line_here(), lambda: nn.Conv2d(3, 4, 3, groups=2), kiln.InvalidArgumentError),
+        (line_here(), lambda: nn.MaxPool2d(0), kiln.InvalidArgumentError),
+        (line_here(), lambda: nn.GroupNorm(3, 4), kiln.InvalidArgumentError),
+        (line_here(), lambda: nn.BatchNorm1d(0), kiln.InvalidArgumentError),
+        (line_here(), lambda: nn.BatchNorm2d(3, momentum=2.0), kiln.InvalidArgumentError),
+        (line_here(), lambda: nn.LayerNorm((2, -3)), kiln.InvalidArgumentError),
+        (line_here(), lambda: nn.GroupNorm(2, 4)(kiln.randn(2, 6, 3)), kiln.ShapeError),
     ]
     for line, make, cls in cases:  # each error names the line of the call in the lambda
         with pytest.raises(cls) as info:
@@ -361,11 +369,11 @@ def test_bad_arguments_raise_the_right_class_with_the_line():
         line = line_here(); lin(kiln.randn(2, 4)).numpy()  # noqa: E702
     assert f"test_nn_layers.py:{line}" in str(info.value)
     for make, cls in [(lambda: nn.Linear("4", 3), TypeError), (lambda: nn.Linear(4, 3)("x"), TypeError),
-                      (lambda: nn.Linear(4, 3)(None), TypeError), (lambda: nn.Conv2d(3, 4, 0), ValueError),
+                      (lambda: nn.Linear(4, 3)(None), TypeError),
                       (lambda: nn.Conv2d(3, 4, (1, 2, 3)), TypeError), (lambda: nn.Conv2d(3, 4, 2**40), ValueError),
-                      (lambda: nn.GroupNorm(3, 4), ValueError), (lambda: nn.BatchNorm1d(2.5), TypeError),
+                      (lambda: nn.BatchNorm1d(2.5), TypeError), (lambda: nn.GroupNorm(2, 4, eps="x"), TypeError),
                       (lambda: nn.BatchNorm1d(3, momentum=None), NotImplementedError),
-                      (lambda: nn.Linear(2**70, 3), OverflowError), (lambda: nn.LayerNorm((2, -3)), ValueError),
+                      (lambda: nn.Linear(2**70, 3), OverflowError),
                       (lambda: kiln._C._module_forward("not a layer", [], True, kiln.randn(1)), TypeError),
                       (lambda: kiln._C._module_forward(lin._layer, [], True, kiln.randn(1)), TypeError)]:
         with pytest.raises(cls):

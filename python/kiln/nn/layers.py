@@ -44,6 +44,26 @@ def _square(v, what, layer):
     return a
 
 
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _check(layer, bad, message):
+    """The checks of the norms kiln has as functional ops only (their C modules are made here,
+    not by a kiln constructor that would name the line): a kiln.InvalidArgumentError naming it.
+    Wrong types are left to the binding's TypeError."""
+    if bad:
+        raise kiln.InvalidArgumentError(f"{layer} at {_caller()}: {message}")
+
+
+def _check_eps(layer, eps):
+    _check(layer, _is_number(eps) and not 0 <= eps < float("inf"), f"eps {eps} must be finite and >= 0")
+
+
 class _CLayer(Module):
     def _adopt(self, layer):
         object.__setattr__(self, "_layer", layer)
@@ -207,6 +227,11 @@ class _BatchNorm(_CLayer):
         if momentum is None:
             raise kiln.UnsupportedError(f"{type(self).__name__} at {_caller()}: momentum=None (a cumulative "
                                         "average) is not supported")
+        _check(type(self).__name__, _is_int(num_features) and num_features < 1,
+               f"num_features {num_features} must be positive")
+        _check_eps(type(self).__name__, eps)
+        _check(type(self).__name__, _is_number(momentum) and not 0 <= momentum <= 1,
+               f"momentum {momentum} must lie in [0, 1]")
         own = self.dims == (4,) and bool(affine) and bool(track_running_stats)  # kiln's BatchNorm2d module
         self._adopt(_C._batch_norm_new(num_features, eps, momentum, affine, track_running_stats, own))
         if not affine:
@@ -239,6 +264,9 @@ class LayerNorm(_CLayer):
         super().__init__()
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         self.eps, self.elementwise_affine = eps, elementwise_affine
+        _check("LayerNorm", any(_is_int(d) and d < 1 for d in self.normalized_shape),
+               f"normalized_shape {self.normalized_shape} must have positive sizes")
+        _check_eps("LayerNorm", eps)
         self._adopt(_C._layer_norm_new(self.normalized_shape, eps, elementwise_affine))
         if not elementwise_affine:
             self.weight = self.bias = None
@@ -251,6 +279,10 @@ class GroupNorm(_CLayer):
     def __init__(self, num_groups, num_channels, eps=1e-5, affine=True):
         super().__init__()
         self.num_groups, self.num_channels, self.eps, self.affine = num_groups, num_channels, eps, affine
+        _check("GroupNorm", _is_int(num_groups) and _is_int(num_channels) and
+               (num_groups < 1 or num_channels < 1 or num_channels % num_groups),
+               f"num_channels ({num_channels}) must be a positive multiple of num_groups ({num_groups})")
+        _check_eps("GroupNorm", eps)
         self._adopt(_C._group_norm_new(num_groups, num_channels, eps, affine))
         if not affine:
             self.weight = self.bias = None
