@@ -84,4 +84,20 @@ PyObject *kp_binary(PyObject *a, PyObject *b, kiln_tensor (*fn)(kiln_tensor, kil
                     kiln_tensor (*scalar)(kiln_tensor, double), kiln_tensor (*rscalar)(kiln_tensor, double));
 kiln_generator *kp_generator_of(PyObject *o); /* NULL: the global generator */
 
+/* ---- kiln's C layers behind kiln.nn (layers.c, layer_modules.c) ---- */
+PyObject *kp_layer_capsule(kiln_module *m); /* takes m; NULL m: raises kiln's last error */
+kiln_module *kp_layer_of(PyObject *o);      /* NULL + TypeError if o is no layer capsule */
+/* One run of a layer: the Python tensors lent to its slots (kp_layer_load) and taken back after
+ * the forward (kp_layer_unload), with the replaced buffers rebound in the Python tensors. */
+#define KP_LAYER_SLOTS 64
+typedef struct {
+    kiln_param ps[KP_LAYER_SLOTS];
+    kiln_tensor lent[KP_LAYER_SLOTS];
+    int count;
+    PyObject *tensors; /* the list given to kp_layer_load (borrowed) */
+} kp_layer_run;
+int kp_layer_load(kiln_module *m, PyObject *tensors, PyObject *training, kp_layer_run *run);
+void kp_layer_unload(kp_layer_run *run);
+int kp_int64_arg(PyObject *o, const char *what, int64_t *out); /* an int (not a bool), or TypeError */
+
 #endif

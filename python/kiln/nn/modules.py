@@ -1,6 +1,7 @@
-"""kiln.nn's Module and layers, written as PyTorch's are: attributes that are tensors
-requiring a gradient (parameters) or modules (children) register themselves."""
-import math
+"""kiln.nn's Module and its stateless layers (activations, Flatten, Sequential, losses), written
+as PyTorch's are: attributes that are tensors requiring a gradient (parameters) or modules
+(children) register themselves. The layers with parameters or state are kiln's C modules
+(layers.py)."""
 from collections import OrderedDict
 
 import kiln
@@ -132,77 +133,6 @@ class Module:
 
     def extra_repr(self):
         return ""
-
-
-def _uniform(shape, bound, gen=None):
-    return (kiln.rand(*shape, generator=gen) * (2 * bound) - bound)
-
-
-class Linear(Module):
-    def __init__(self, in_features, out_features, bias=True):
-        super().__init__()
-        self.in_features, self.out_features = in_features, out_features
-        bound = 1 / math.sqrt(in_features) if in_features > 0 else 0
-        self.weight = Parameter(_uniform((out_features, in_features), bound))
-        self.bias = Parameter(_uniform((out_features,), bound)) if bias else None
-
-    def forward(self, x):
-        return F.linear(x, self.weight, self.bias)
-
-    def extra_repr(self):
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
-
-
-class Conv2d(Module):
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1, bias=True):
-        super().__init__()
-        self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
-        fan_in = in_channels // groups * kernel_size * kernel_size
-        bound = 1 / math.sqrt(fan_in)
-        self.weight = Parameter(_uniform((out_channels, in_channels // groups, kernel_size, kernel_size), bound))
-        self.bias = Parameter(_uniform((out_channels,), bound)) if bias else None
-
-    def forward(self, x):
-        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
-
-
-class MaxPool2d(Module):
-    def __init__(self, kernel_size, stride=None, padding=0):
-        super().__init__()
-        self.k, self.s, self.p = kernel_size, stride or kernel_size, padding
-
-    def forward(self, x):
-        return F.max_pool2d(x, self.k, self.s, self.p)
-
-
-class LayerNorm(Module):
-    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True):
-        super().__init__()
-        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-        self.eps = eps
-        self.weight = Parameter(kiln.ones(self.normalized_shape)) if elementwise_affine else None
-        self.bias = Parameter(kiln.zeros(self.normalized_shape)) if elementwise_affine else None
-
-    def forward(self, x):
-        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
-
-
-class Embedding(Module):
-    def __init__(self, num_embeddings, embedding_dim):
-        super().__init__()
-        self.weight = Parameter(kiln.randn(num_embeddings, embedding_dim))
-
-    def forward(self, idx):
-        return F.embedding(idx, self.weight)
-
-
-class Dropout(Module):
-    def __init__(self, p=0.5):
-        super().__init__()
-        self.p = p
-
-    def forward(self, x):
-        return F.dropout(x, self.p, self.training)
 
 
 class _Activation(Module):
