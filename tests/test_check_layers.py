@@ -24,7 +24,8 @@ CLEAN = {
     "autodiff/rules_nn.c": ['#include "autodiff/autodiff-impl.h"'],
     "api/call_site.c": ['#include "autodiff/autodiff-impl.h"'],
     "nn/conv-impl.h": ['#include "api/call_site.h"', '#include "kiln/nn.h"', '#include <kiln/train.h>'],
-    "data/loader.c": ['#include "kiln/nn.h"', '#include "kiln/data.h"'],
+    "data/loader.c": ['#include "kiln/nn.h"', '#include "kiln/data.h"', '#include "engine/stream.h"'],
+    "nn/module.c": ['#include "ops/ops-impl.h"', '#include "nn/conv-impl.h"', '#include "conv-impl.h"'],
     "optim/adam.c": ['#include "nn/conv-impl.h"', '#include "kiln/optim.h"'],
     "train/metrics.c": ['#include "kiln.h"', '#include "optim/optim-impl.h"'],
 }
@@ -91,6 +92,17 @@ def main():
             f.write('#include "core/core-impl.h"\n')
         rc, out = run(script, root)
         check(rc == 1 and "misc is in no layer" in out, "a folder missing from the layer table fails")
+
+        # nn/ and data/ including a lower layer's internal that UPPER_INTERNALS does not list
+        for n, (path, header) in enumerate([("data/loader.c", "engine/engine-impl.h"),
+                                            ("nn/module.c", "backend/backend-impl.h")]):
+            root = os.path.join(tmp, f"internal{n}")
+            line = write_tree(root, (path, header))
+            rc, out = run(script, root)
+            expected = (f"{os.path.join(root, path)}:{line}: {path.split('/')[0]}/ includes {header}, "
+                        f"an internal not in its UPPER_INTERNALS list (DESIGN.md section 2)")
+            check(rc == 1 and out.splitlines()[0] == expected, f"{path} including {header} fails, naming line {line}"
+                  + ("" if expected in out else f"\n     expected: {expected}\n     got: {out}"))
 
         # a device backend named below the registry (in code; a comment may name it)
         root = os.path.join(tmp, "named")
