@@ -134,6 +134,33 @@ def main():
                 check(rc == 1 and expected in out, "optim/ files calling each other in a circle fail" + ("" if expected in out else f": {out}"))
             else:
                 check(rc == 0 and "circle" not in out, f"optim/ files calling one way pass: {out.strip()}")
+        # engine/: the recorded upward call (fusion.c queueing into async.c) passes, a new circle
+        # (the profiler calling the queue back) fails, and a recorded call that is gone fails
+        for case in ("known", "circle", "stale"):
+            root = os.path.join(tmp, "engine_" + case)
+            write_tree(root)
+            files = {
+                "async.c": "int kiln__async_enqueue(int x) { return x; }\n"
+                           "int kiln__async_submit(int x) { return kiln__fusion_submit(x) + kiln__now_ns(); }\n",
+                "fusion.c": "int kiln__fusion_submit(int x) { return " +
+                            ("x; }\n" if case == "stale" else "kiln__async_enqueue(x); }\n"),
+                "profiler.c": "int kiln__now_ns(void) { return " +
+                              ("kiln__async_enqueue(0); }\n" if case == "circle" else "0; }\n"),
+            }
+            for name, text in files.items():
+                with open(os.path.join(root, "engine", name), "w") as f:
+                    f.write(text)
+            rc, out = run(script, root)
+            if case == "known":
+                check(rc == 0, f"engine/'s recorded upward call passes: {out.strip()}")
+            elif case == "circle":
+                expected = "engine/ has a call circle: async.c -> profiler.c -> async.c"
+                check(rc == 1 and expected in out, "engine/ files calling each other in a new circle fail"
+                      + ("" if expected in out else f": {out}"))
+            else:
+                expected = "engine/fusion.c no longer calls async.c: remove the entry"
+                check(rc == 1 and expected in out, "a recorded upward call that is gone fails"
+                      + ("" if expected in out else f": {out}"))
     print(f"{failures} failed")
     return 1 if failures else 0
 
