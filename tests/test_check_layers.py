@@ -24,7 +24,8 @@ CLEAN = {
     "autodiff/rules_nn.c": ['#include "autodiff/autodiff-impl.h"'],
     "api/call_site.c": ['#include "autodiff/autodiff-impl.h"'],
     "nn/conv-impl.h": ['#include "api/call_site.h"', '#include "kiln/nn.h"', '#include <kiln/train.h>'],
-    "data/loader.c": ['#include "kiln/nn.h"', '#include "kiln/data.h"'],
+    "data/loader.c": ['#include "kiln/nn.h"', '#include "kiln/data.h"', '#include "engine/stream.h"'],
+    "nn/module.c": ['#include "ops/ops-impl.h"', '#include "nn/conv-impl.h"', '#include "conv-impl.h"'],
     "optim/adam.c": ['#include "nn/conv-impl.h"', '#include "kiln/optim.h"'],
     "train/metrics.c": ['#include "kiln.h"', '#include "optim/optim-impl.h"'],
 }
@@ -92,6 +93,17 @@ def main():
         rc, out = run(script, root)
         check(rc == 1 and "misc is in no layer" in out, "a folder missing from the layer table fails")
 
+        # nn/ and data/ including a lower layer's internal that UPPER_INTERNALS does not list
+        for n, (path, header) in enumerate([("data/loader.c", "engine/engine-impl.h"),
+                                            ("nn/module.c", "backend/backend-impl.h")]):
+            root = os.path.join(tmp, f"internal{n}")
+            line = write_tree(root, (path, header))
+            rc, out = run(script, root)
+            expected = (f"{os.path.join(root, path)}:{line}: {path.split('/')[0]}/ includes {header}, "
+                        f"an internal not in its UPPER_INTERNALS list (DESIGN.md section 2)")
+            check(rc == 1 and out.splitlines()[0] == expected, f"{path} including {header} fails, naming line {line}"
+                  + ("" if expected in out else f"\n     expected: {expected}\n     got: {out}"))
+
         # a device backend named below the registry (in code; a comment may name it)
         root = os.path.join(tmp, "named")
         write_tree(root)
@@ -122,6 +134,33 @@ def main():
                 check(rc == 1 and expected in out, "optim/ files calling each other in a circle fail" + ("" if expected in out else f": {out}"))
             else:
                 check(rc == 0 and "circle" not in out, f"optim/ files calling one way pass: {out.strip()}")
+        # engine/: the recorded upward call (fusion.c queueing into async.c) passes, a new circle
+        # (the profiler calling the queue back) fails, and a recorded call that is gone fails
+        for case in ("known", "circle", "stale"):
+            root = os.path.join(tmp, "engine_" + case)
+            write_tree(root)
+            files = {
+                "async.c": "int kiln__async_enqueue(int x) { return x; }\n"
+                           "int kiln__async_submit(int x) { return kiln__fusion_submit(x) + kiln__now_ns(); }\n",
+                "fusion.c": "int kiln__fusion_submit(int x) { return " +
+                            ("x; }\n" if case == "stale" else "kiln__async_enqueue(x); }\n"),
+                "profiler.c": "int kiln__now_ns(void) { return " +
+                              ("kiln__async_enqueue(0); }\n" if case == "circle" else "0; }\n"),
+            }
+            for name, text in files.items():
+                with open(os.path.join(root, "engine", name), "w") as f:
+                    f.write(text)
+            rc, out = run(script, root)
+            if case == "known":
+                check(rc == 0, f"engine/'s recorded upward call passes: {out.strip()}")
+            elif case == "circle":
+                expected = "engine/ has a call circle: async.c -> profiler.c -> async.c"
+                check(rc == 1 and expected in out, "engine/ files calling each other in a new circle fail"
+                      + ("" if expected in out else f": {out}"))
+            else:
+                expected = "engine/fusion.c no longer calls async.c: remove the entry"
+                check(rc == 1 and expected in out, "a recorded upward call that is gone fails"
+                      + ("" if expected in out else f": {out}"))
     print(f"{failures} failed")
     return 1 if failures else 0
 

@@ -527,8 +527,8 @@ KT_TEST(unsupported_and_failures) {
     /* mixing devices is refused at dispatch */
     KT_READ_ERROR(kiln_add(kiln_ref(x), kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(4))), KILN_ERR_DEVICE, "kiln_add");
     /* a program that does not build: NULL and the build log, no crash */
-    kiln__cl_device *d = kiln__cl_device_of(DEV);
-    KT_CHECK(d && kiln__cl_program_get(d, "__kernel void k(void) { this is not C }") == NULL);
+    kiln__opencl_device *d = kiln__opencl_device_of(DEV);
+    KT_CHECK(d && kiln__opencl_program_get(d, "__kernel void k(void) { this is not C }") == NULL);
     KT_CHECK(strstr(kiln__kernel_error_detail(), "OpenCL build failed") != NULL);
     kiln__kernel_error("%s", "");
     kiln_release(i);
@@ -544,11 +544,11 @@ KT_TEST(corrupt_disk_cache) {
     KT_CHECK(mkdtemp(dir) != NULL);
     setenv("XDG_CACHE_HOME", dir, 1);
     snprintf(sub, sizeof sub, "%s/kiln/opencl", dir);
-    kiln__cl_device *d = kiln__cl_device_of(DEV);
+    kiln__opencl_device *d = kiln__opencl_device_of(DEV);
     const char *src = "__kernel void k(__global float *y) { y[get_global_id(0)] = 42.0f; }";
-    KT_CHECK(kiln__cl_program_get(d, src) != NULL);
+    KT_CHECK(kiln__opencl_program_get(d, src) != NULL);
     for (int round = 0; round < 2; round++) {
-        kiln__cl_programs_free(d); /* forget it in memory: the next get reads the disk */
+        kiln__opencl_programs_free(d); /* forget it in memory: the next get reads the disk */
         int touched = 0;
         DIR *dd = opendir(sub);
         for (struct dirent *e; dd && (e = readdir(dd));) {
@@ -568,9 +568,9 @@ KT_TEST(corrupt_disk_cache) {
         }
         if (dd) closedir(dd);
         KT_CHECK(touched == 1);
-        KT_CHECK(kiln__cl_program_get(d, src) != NULL);
+        KT_CHECK(kiln__opencl_program_get(d, src) != NULL);
     }
-    kiln__cl_programs_free(d);
+    kiln__opencl_programs_free(d);
     DIR *dd = opendir(sub);
     for (struct dirent *e; dd && (e = readdir(dd));) {
         char path[1400];

@@ -30,7 +30,7 @@ static double now_s(void) {
 }
 
 static int queues_of_device(void) {
-    kiln__cl_device *d = kiln__cl_device_of(DEV);
+    kiln__opencl_device *d = kiln__opencl_device_of(DEV);
     if (!d) return -1;
     pthread_mutex_lock(&d->queue_lock);
     int n = d->n_queues;
@@ -173,9 +173,9 @@ KT_TEST(read_waits_for_its_tensor) { read_during_chain(); }
 /* ---- copies from the host through pinned staging buffers ------------------------------------ */
 /* Bytes of staging buffers made, once all are back in the cache (waits up to 60 s, as long as a
  * loaded machine may need; an idle one settles at once). */
-static size_t staging_settled(kiln__cl_device *d) {
-    size_t free_bytes = 0, made = kiln__cl_staging_count(d, &free_bytes);
-    for (int i = 0; i < 12000 && free_bytes != made; i++) usleep(5000), made = kiln__cl_staging_count(d, &free_bytes);
+static size_t staging_settled(kiln__opencl_device *d) {
+    size_t free_bytes = 0, made = kiln__opencl_staging_count(d, &free_bytes);
+    for (int i = 0; i < 12000 && free_bytes != made; i++) usleep(5000), made = kiln__opencl_staging_count(d, &free_bytes);
     return made;
 }
 
@@ -184,7 +184,7 @@ static size_t staging_settled(kiln__cl_device *d) {
 KT_TEST(staged_copies) {
     kiln_tensor acc = kiln_zeros(DEV, KILN_F32, KILN_SHAPE(1000));
     KT_CHECK(kiln_sync() == KILN_OK);
-    kiln__cl_device *d = kiln__cl_device_of(DEV); /* (opened by the first op on it: run alone, this is it) */
+    kiln__opencl_device *d = kiln__opencl_device_of(DEV); /* (opened by the first op on it: run alone, this is it) */
     KT_CHECK(d != NULL);
     if (!d) return;
     kiln_tensor h = kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(1000));

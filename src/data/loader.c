@@ -14,9 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend-impl.h"
 #include "data/data-impl.h"
-#include "engine/engine-impl.h"
+#include "engine/stream.h"
 #include "kiln/tensor.h"
 
 #define MAX_WORKERS 256
@@ -204,7 +203,8 @@ static kiln_status check_options(const kiln_dataset *ds, kiln_loader_options o) 
     if (o.shard_count < 0 || o.shard_rank < 0 || o.shard_rank >= (o.shard_count > 0 ? o.shard_count : 1))
         return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "shard_rank %d is not in 0..%d (shard_count %d)",
                             o.shard_rank, (o.shard_count > 0 ? o.shard_count : 1) - 1, o.shard_count);
-    if (!kiln__backend_get(o.device))
+    kiln_device_info info;
+    if (kiln_device_info_get(o.device, &info) != KILN_OK)
         return kiln__report(KILN_ERR_DEVICE, op, "device %s is not available", kiln_device_name(o.device));
     if (ds->desc.input_shape.ndim >= KILN_MAX_DIMS || ds->desc.target_shape.ndim >= KILN_MAX_DIMS)
         return kiln__report(KILN_ERR_SHAPE, op, "a sample of %d dims leaves no room for the batch dim",

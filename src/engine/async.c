@@ -205,6 +205,7 @@ static void free_storage_after_users(kiln__storage *s);
 static void engine_init(void) {
     /* before any op is queued, so before any storage has a var for core to see */
     kiln__storage_set_release_hook(free_storage_after_users);
+    kiln__profiler_set_drain_hook(kiln__engine_drain_all);
     engine.async = !kiln__env_flag("KILN_SYNC", false);
     engine.max_inflight = kiln__env_int_range("KILN_MAX_INFLIGHT", 1, INT32_MAX, DEFAULT_MAX_INFLIGHT);
     engine.max_bytes = kiln__env_int_range("KILN_MAX_PENDING_MB", 1, INT64_MAX >> 20, DEFAULT_MAX_BYTES >> 20) << 20;

@@ -3,6 +3,7 @@
 #define KILN_ENGINE_IMPL_H
 
 #include "core/core-impl.h"
+#include "engine/stream.h"
 #include "ir/op.h"
 
 /* Prepares an op record (code, name, call site). */
@@ -35,17 +36,6 @@ kiln__error *kiln__read_batch(const kiln__host_read *reads, int n, const char *n
  * whichever came first of e and the stream's unreported error, so the caller can name the op
  * that failed first (a later op may fail on the same bad input without reading the first). */
 kiln__error *kiln__earliest_error(kiln__error *e);
-/* A stream that belongs to no thread, for work a thread queues apart from the rest of its own
- * (the data loader's copies to the device when it has no worker threads): on a device it has
- * its own queue, so that work does not wait behind the thread's. kiln__stream_enter makes s
- * the calling thread's stream, returning the thread's own, until kiln__stream_leave(s, own)
- * flushes what s holds back and gives the thread its own again. One thread at a time may be
- * in s. kiln__stream_free ends s (its queued ops still run). */
-struct kiln__stream;
-struct kiln__stream *kiln__stream_new(void);
-struct kiln__stream *kiln__stream_enter(struct kiln__stream *s);
-void kiln__stream_leave(struct kiln__stream *s, struct kiln__stream *own);
-void kiln__stream_free(struct kiln__stream *s);
 /* A poisoned result made at dispatch: the calling thread's stream keeps its error, so a sync
  * reports it even if the tensor is released unread (unless a read delivered it first). */
 void kiln__stream_record_dispatch_error(kiln__error *e);

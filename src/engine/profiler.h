@@ -11,6 +11,9 @@ bool kiln__profiler_on(void);
  * kernel's queued work) is kept, and gives the event its device times when events are read. */
 void kiln__profiler_record(const kiln__op *op, uint64_t start_ns, uint64_t end_ns, const kiln__device_probe *probe);
 void kiln__profiler_set_worker(int id);
+/* kiln_profiler_stop (and the KILN_PROFILE trace written at exit) waits for the queued ops
+ * through drain, which the engine registers when it starts. */
+void kiln__profiler_set_drain_hook(void (*drain)(void));
 /* A stable copy of a name made at run time (a fused group's), kept for the process's life:
  * one copy per distinct name, so events may point at it. */
 const char *kiln__profiler_intern(const char *name);

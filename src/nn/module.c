@@ -146,7 +146,8 @@ static kiln_status move_tree(kiln_module *m, kiln_device dev) {
 kiln_status kiln_module_to_device(kiln_module *m, kiln_device dev) {
     if (!m) return kiln__report(KILN_ERR_NULL, "kiln_module_to_device", "module is NULL");
     KILN__OBJECT_OR_RETURN(m, KILN__MODULE_KIND, "kiln_module_to_device", kiln_last_status());
-    if (!kiln__backend_get(dev))
+    kiln_device_info info;
+    if (kiln_device_info_get(dev, &info) != KILN_OK)
         return kiln__report(KILN_ERR_DEVICE, "kiln_module_to_device", "device %s is not available", kiln_device_name(dev));
     kiln_status st = move_tree(m, dev);
     return st == KILN_OK ? KILN_OK : kiln__report(st, "kiln_module_to_device", "%s", kiln_last_error());

@@ -22,7 +22,7 @@
 #if KILN_HAVE_OPENCL
 #include "backend/opencl/opencl-impl.h"
 
-void kiln__cl_src_prelude(kiln__text *b, bool fp64) {
+void kiln__opencl_src_prelude(kiln__text *b, bool fp64) {
     kiln__text_printf(b, "%s",
                       "#pragma OPENCL FP_CONTRACT OFF\n"
                       "inline float bf2f(ushort h) { return as_float((uint)h << 16); }\n"
@@ -32,7 +32,7 @@ void kiln__cl_src_prelude(kiln__text *b, bool fp64) {
     if (fp64) kiln__text_printf(b, "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n");
 }
 
-const char *kiln__cl_ctype(kiln_dtype d) {
+const char *kiln__opencl_ctype(kiln_dtype d) {
     switch (d) {
     case KILN_F64: return "double";
     case KILN_I32: return "int";
@@ -42,15 +42,15 @@ const char *kiln__cl_ctype(kiln_dtype d) {
     }
 }
 
-const char *kiln__cl_storetype(kiln_dtype d) {
+const char *kiln__opencl_storetype(kiln_dtype d) {
     switch (d) {
     case KILN_F16: return "half";
     case KILN_BF16: return "ushort";
-    default: return kiln__cl_ctype(d);
+    default: return kiln__opencl_ctype(d);
     }
 }
 
-const char *const kiln__cl_layout_helpers =
+const char *const kiln__opencl_layout_helpers =
     "inline void unpack(long8 v, long *a) { vstore8(v, 0, a); }\n"
     /* offsets of output element o: in (kept coordinates) and out */
     "inline void locate(long o, const long *oshape, const long *istr, const long *ostr, long *ib, long *ob) {\n"
@@ -62,7 +62,7 @@ const char *const kiln__cl_layout_helpers =
     "inline void coords(long e, const long *shape, long *c) { for (int d = 7; d >= 0; d--) { c[d] = e % shape[d]; e /= shape[d]; } }\n"
     "inline long dot(const long *c, const long *st) { long o = 0; for (int d = 0; d < 8; d++) o += c[d] * st[d]; return o; }\n";
 
-void kiln__cl_pack8(cl_long8 *v, const int64_t *a, int nd, int64_t pad) {
+void kiln__opencl_pack8(cl_long8 *v, const int64_t *a, int nd, int64_t pad) {
     int off = 8 - nd; /* leading pads: size 1, stride 0 */
     for (int d = 0; d < 8; d++) v->s[d] = d < off ? pad : a[d - off];
 }
@@ -78,7 +78,7 @@ static void lit(char *buf, size_t cap, double v) {
 
 /* The value of node i converted to dtype `to` the way the CPU's COPY does (through double). */
 static void convert(kiln__text *b, const char *x, kiln_dtype from, kiln_dtype to, bool fp64) {
-    const char *fc = kiln__cl_ctype(from), *tc = kiln__cl_ctype(to);
+    const char *fc = kiln__opencl_ctype(from), *tc = kiln__opencl_ctype(to);
     if (strcmp(fc, tc) == 0) kiln__text_printf(b, "%s", x);
     else if (to == KILN_BOOL) kiln__text_printf(b, "(uchar)(%s != 0)", x);
     else if (to == KILN_I32 || to == KILN_I64) kiln__text_printf(b, from == KILN_BOOL ? "(%s)%s" : "convert_%s_sat(%s)", tc, x);
@@ -104,7 +104,7 @@ static bool op_expr(kiln__text *b, const kiln__expr *e, const kiln__expr_node *n
     lit(p1, sizeof p1, n->param[1]);
     lit(p2, sizeof p2, n->param[2]);
     kiln_dtype in = e->node[n->arg[0]].dtype;
-    const char *T = kiln__cl_ctype(n->dtype);
+    const char *T = kiln__opencl_ctype(n->dtype);
     const char *UT = n->dtype == KILN_I32 ? "uint" : "ulong";
     bool f = is_float(n->dtype), fin = is_float(in);
 #define P(...) kiln__text_printf(b, __VA_ARGS__)
@@ -204,7 +204,7 @@ static bool op_expr(kiln__text *b, const kiln__expr *e, const kiln__expr_node *n
 #undef P
 }
 
-bool kiln__cl_codegen_op(kiln__text *b, const kiln__fused *g, int i, bool fp64) {
+bool kiln__opencl_codegen_op(kiln__text *b, const kiln__fused *g, int i, bool fp64) {
     return g->expr.node[i].kind == KILN__EXPR_OP && op_expr(b, &g->expr, &g->expr.node[i], fp64);
 }
 
@@ -228,8 +228,8 @@ static void print_index(kiln__text *b, const kiln__fused *g, bool dense, char ki
     for (int d = 0; d < g->ndim; d++) kiln__text_printf(b, " + c%d * %cs%d.s%d", d, kind, k, d);
 }
 
-static void push(kiln__cl_ew_launch *l, size_t size, const void *ptr) {
-    l->args[l->n_args++] = (kiln__cl_arg){size, ptr};
+static void push(kiln__opencl_ew_launch *l, size_t size, const void *ptr) {
+    l->args[l->n_args++] = (kiln__opencl_arg){size, ptr};
 }
 
 static void set_layout(const kiln__fused *g, const kiln__view *v, cl_long *off, cl_long8 *st) {
@@ -241,7 +241,7 @@ static void set_layout(const kiln__fused *g, const kiln__view *v, cl_long *off, 
  * each input and stored output with its offset and strides, each constant) and pushes the
  * launch arguments. A per-row load (ir/expr.h) reads its reduced-shape input at offset + row
  * * strides.s0: the host passes s0 = 1 for a dense one, 0 for one value. */
-bool kiln__cl_codegen_params(const kiln__fused *g, bool fp64, kiln__text *b, kiln__cl_ew_launch *l) {
+bool kiln__opencl_codegen_params(const kiln__fused *g, bool fp64, kiln__text *b, kiln__opencl_ew_launch *l) {
     const kiln__expr *e = &g->expr;
     l->n_args = 0;
     l->local = 0;
@@ -255,7 +255,7 @@ bool kiln__cl_codegen_params(const kiln__fused *g, bool fp64, kiln__text *b, kil
             return false;
         }
     }
-    kiln__cl_src_prelude(b, fp64);
+    kiln__opencl_src_prelude(b, fp64);
     for (int i = 0; i < e->n_nodes; i++)
         if (e->node[i].kind == KILN__EXPR_OP && e->node[i].dtype == KILN_F16) { /* rounds through a half in memory */
             kiln__text_printf(b, "inline float rf16(float f) { ushort u; vstore_half_rte(f, 0, (__private half *)&u);\n"
@@ -266,8 +266,8 @@ bool kiln__cl_codegen_params(const kiln__fused *g, bool fp64, kiln__text *b, kil
     push(l, sizeof l->n, &l->n);
     push(l, sizeof l->shape, &l->shape);
     for (int k = 0; k < e->n_inputs; k++) {
-        kiln__text_printf(b, ", __global const %s *in%d, long io%d, long8 is%d", kiln__cl_storetype(g->input[k].dtype), k, k, k);
-        l->mem[k] = kiln__cl_mem(g->input[k].storage);
+        kiln__text_printf(b, ", __global const %s *in%d, long io%d, long8 is%d", kiln__opencl_storetype(g->input[k].dtype), k, k, k);
+        l->mem[k] = kiln__opencl_mem(g->input[k].storage);
         set_layout(g, &g->input[k], &l->off[k], &l->strides[k]);
         push(l, sizeof(cl_mem), &l->mem[k]);
         push(l, sizeof(cl_long), &l->off[k]);
@@ -284,8 +284,8 @@ bool kiln__cl_codegen_params(const kiln__fused *g, bool fp64, kiln__text *b, kil
     for (int s = 0; s < e->n_stores; s++) {
         const kiln__view *v = &g->output[e->store[s].output];
         int j = KILN__EXPR_MAX_INPUTS + s;
-        kiln__text_printf(b, ", __global %s *out%d, long oo%d, long8 os%d", kiln__cl_storetype(v->dtype), s, s, s);
-        l->mem[j] = kiln__cl_mem(v->storage);
+        kiln__text_printf(b, ", __global %s *out%d, long oo%d, long8 os%d", kiln__opencl_storetype(v->dtype), s, s, s);
+        l->mem[j] = kiln__opencl_mem(v->storage);
         set_layout(g, v, &l->off[j], &l->strides[j]);
         push(l, sizeof(cl_mem), &l->mem[j]);
         push(l, sizeof(cl_long), &l->off[j]);
@@ -311,11 +311,11 @@ bool kiln__cl_codegen_params(const kiln__fused *g, bool fp64, kiln__text *b, kil
 
 /* Prints node i (a CONST, LOAD or OP) as the declaration of v<i>; index(b, ctx, k) prints the
  * element index of input k. */
-bool kiln__cl_codegen_node(kiln__text *b, const kiln__fused *g, int i, bool fp64,
+bool kiln__opencl_codegen_node(kiln__text *b, const kiln__fused *g, int i, bool fp64,
                            void (*index)(kiln__text *b, const void *ctx, int k), const void *ctx) {
     const kiln__expr *e = &g->expr;
     const kiln__expr_node *n = &e->node[i];
-    const char *T = kiln__cl_ctype(n->dtype);
+    const char *T = kiln__opencl_ctype(n->dtype);
     kiln__text_printf(b, "  %s v%d = ", T, i);
     if (n->kind == KILN__EXPR_CONST) {
         kiln__text_printf(b, "(%s)cv%d", T, i); /* f16/bf16: rounded on the host, as the CPU does */
@@ -343,7 +343,7 @@ bool kiln__cl_codegen_node(kiln__text *b, const kiln__fused *g, int i, bool fp64
 }
 
 /* Prints the store of stored output s (its node's value) at element index idx. */
-void kiln__cl_codegen_store(kiln__text *b, const kiln__fused *g, int s, const char *idx) {
+void kiln__opencl_codegen_store(kiln__text *b, const kiln__fused *g, int s, const char *idx) {
     int node = g->expr.store[s].node;
     kiln_dtype dt = g->output[g->expr.store[s].output].dtype;
     if (dt == KILN_F16) kiln__text_printf(b, "  vstore_half_rte(v%d, %s, out%d);\n", node, idx, s);
@@ -361,16 +361,16 @@ static void ew_input_index(kiln__text *b, const void *ctx, int k) {
     print_index(b, x->g, x->dense[k], 'i', k);
 }
 
-bool kiln__cl_codegen_elementwise(const kiln__fused *g, bool fp64, bool vec_rows, kiln__text *b, kiln__cl_ew_launch *l) {
+bool kiln__opencl_codegen_elementwise(const kiln__fused *g, bool fp64, bool vec_rows, kiln__text *b, kiln__opencl_ew_launch *l) {
     if (g->row > 0)
-        return vec_rows && kiln__cl_rows_vec_takes(g) ? kiln__cl_codegen_rows_vec(g, fp64, b, l)
-                                                      : kiln__cl_codegen_rows(g, fp64, b, l);
+        return vec_rows && kiln__opencl_rows_vec_takes(g) ? kiln__opencl_codegen_rows_vec(g, fp64, b, l)
+                                                      : kiln__opencl_codegen_rows(g, fp64, b, l);
     const kiln__expr *e = &g->expr;
     bool all_dense = true, dense_k[KILN__EXPR_MAX_INPUTS + KILN__EXPR_MAX_OUTPUTS];
     for (int k = 0; k < e->n_inputs; k++) all_dense &= dense_k[k] = dense_in(g, &g->input[k]);
     for (int s = 0; s < e->n_stores; s++)
         all_dense &= dense_k[KILN__EXPR_MAX_INPUTS + s] = dense_in(g, &g->output[e->store[s].output]);
-    if (!kiln__cl_codegen_params(g, fp64, b, l)) return false;
+    if (!kiln__opencl_codegen_params(g, fp64, b, l)) return false;
     kiln__text_printf(b, "  long i = get_global_id(0);\n  if (i >= n) return;\n");
     if (!all_dense) { /* 32-bit divisions when the space allows: a 64-bit one costs several times more */
         const char *I = l->n <= INT32_MAX ? "uint" : "long";
@@ -380,12 +380,12 @@ bool kiln__cl_codegen_elementwise(const kiln__fused *g, bool fp64, bool vec_rows
     }
     ew_index x = {g, dense_k};
     for (int i = 0; i < e->n_nodes; i++)
-        if (!kiln__cl_codegen_node(b, g, i, fp64, ew_input_index, &x)) return false;
+        if (!kiln__opencl_codegen_node(b, g, i, fp64, ew_input_index, &x)) return false;
     for (int s = 0; s < e->n_stores; s++) {
         kiln__text idx = {0};
         print_index(&idx, g, dense_k[KILN__EXPR_MAX_INPUTS + s], 'o', s);
         if (idx.oom) b->oom = true;
-        else kiln__cl_codegen_store(b, g, s, idx.s);
+        else kiln__opencl_codegen_store(b, g, s, idx.s);
         free(idx.s);
     }
     kiln__text_printf(b, "}\n");

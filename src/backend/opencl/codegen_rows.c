@@ -41,8 +41,8 @@ static void along(char *buf, size_t cap, const char *base, int k, int64_t step, 
     else snprintf(buf, cap, "%s%d + j * %cs%d.s%d", base, k, kind, k, last);
 }
 
-void kiln__cl_row_input_index(kiln__text *b, const void *ctx, int k) {
-    const kiln__cl_row_index *x = ctx;
+void kiln__opencl_row_input_index(kiln__text *b, const void *ctx, int k) {
+    const kiln__opencl_row_index *x = ctx;
     if (x->rows_in[k]) kiln__text_printf(b, "io%d + r * is%d.s0", k, k);
     else {
         char idx[64];
@@ -53,7 +53,7 @@ void kiln__cl_row_input_index(kiln__text *b, const void *ctx, int k) {
 
 /* A walk over the row evaluating the per-element nodes before `end` (all of them when end is
  * the node count, skipping per-row ones), then `tail`. */
-static bool walk(kiln__text *b, const kiln__fused *g, bool fp64, const kiln__cl_row_index *x, int end, const char *tail) {
+static bool walk(kiln__text *b, const kiln__fused *g, bool fp64, const kiln__opencl_row_index *x, int end, const char *tail) {
     const kiln__expr *e = &g->expr;
     kiln__text_printf(b, "  for (long j0 = 0; j0 < len; j0 += %d) {\n", ROW_GROUP * ROW_UNROLL);
     for (int u = 0; u < ROW_UNROLL; u++) {
@@ -61,7 +61,7 @@ static bool walk(kiln__text *b, const kiln__fused *g, bool fp64, const kiln__cl_
         for (int i = 0; i < end; i++) {
             const kiln__expr_node *n = &e->node[i];
             if (n->kind == KILN__EXPR_CONST || n->kind == KILN__EXPR_REDUCE || n->rows) continue;
-            if (!kiln__cl_codegen_node(b, g, i, fp64, kiln__cl_row_input_index, x)) return false;
+            if (!kiln__opencl_codegen_node(b, g, i, fp64, kiln__opencl_row_input_index, x)) return false;
         }
         kiln__text_printf(b, "%s  } }\n", tail);
     }
@@ -80,10 +80,10 @@ static void combine(kiln__text *b, const char *arr, const char *var, const char 
 }
 
 /* The REDUCE node R as v<R> in every item, over the walks its opcode needs. */
-static bool reduce(kiln__text *b, const kiln__fused *g, bool fp64, const kiln__cl_row_index *x, int R) {
+static bool reduce(kiln__text *b, const kiln__fused *g, bool fp64, const kiln__opencl_row_index *x, int R) {
     const kiln__expr_node *n = &g->expr.node[R];
     int a = n->arg[0];
-    const char *T = kiln__cl_ctype(n->dtype), *TA = kiln__cl_ctype(g->expr.node[a].dtype);
+    const char *T = kiln__opencl_ctype(n->dtype), *TA = kiln__opencl_ctype(g->expr.node[a].dtype);
     const char *A = fp64 ? "double" : "float";
     char tail[512];
     kiln__text_printf(b, "  __local %s ra[%d];\n  __local %s rt[%d];\n", A, ROW_GROUP, TA, ROW_GROUP);
@@ -124,7 +124,7 @@ static bool reduce(kiln__text *b, const kiln__fused *g, bool fp64, const kiln__c
     }
 }
 
-int kiln__cl_row_reduce_node(const kiln__fused *g) {
+int kiln__opencl_row_reduce_node(const kiln__fused *g) {
     for (int i = 0; i < g->expr.n_nodes; i++)
         if (g->expr.node[i].kind == KILN__EXPR_REDUCE) return i;
     return -1;
@@ -132,10 +132,10 @@ int kiln__cl_row_reduce_node(const kiln__fused *g) {
 
 /* The kernel's part after `r` (the row) is declared: len, the row's bases ib<k> and ob<s>, the
  * constants; *last_walk: per-element values are stored or an epilogue follows. */
-static bool row_head(kiln__text *b, const kiln__fused *g, bool fp64, kiln__cl_row_index *x, bool *last_walk) {
+static bool row_head(kiln__text *b, const kiln__fused *g, bool fp64, kiln__opencl_row_index *x, bool *last_walk) {
     const kiln__expr *e = &g->expr;
-    int nd = g->ndim, R = kiln__cl_row_reduce_node(g);
-    *x = (kiln__cl_row_index){.g = g};
+    int nd = g->ndim, R = kiln__opencl_row_reduce_node(g);
+    *x = (kiln__opencl_row_index){.g = g};
     for (int i = 0; i < e->n_nodes; i++)
         if (e->node[i].kind == KILN__EXPR_LOAD && e->node[i].rows) x->rows_in[e->node[i].input] = true;
     for (int k = 0; k < e->n_inputs; k++) x->step[k] = g->input[k].strides[nd - 1];
@@ -156,49 +156,49 @@ static bool row_head(kiln__text *b, const kiln__fused *g, bool fp64, kiln__cl_ro
     }
     for (int i = 0; i < e->n_nodes; i++) {
         const kiln__expr_node *n = &e->node[i];
-        if (n->kind == KILN__EXPR_CONST && !kiln__cl_codegen_node(b, g, i, fp64, kiln__cl_row_input_index, x)) return false;
+        if (n->kind == KILN__EXPR_CONST && !kiln__opencl_codegen_node(b, g, i, fp64, kiln__opencl_row_input_index, x)) return false;
         *last_walk |= i > R && !n->rows && n->kind != KILN__EXPR_CONST;
     }
     return true;
 }
 
-bool kiln__cl_row_body(kiln__text *b, const kiln__fused *g, bool fp64, kiln__cl_row_index *x, bool *last_walk,
-                       kiln__cl_row_reduce_fn reduce_row) {
+bool kiln__opencl_row_body(kiln__text *b, const kiln__fused *g, bool fp64, kiln__opencl_row_index *x, bool *last_walk,
+                       kiln__opencl_row_reduce_fn reduce_row) {
     const kiln__expr *e = &g->expr;
-    int R = kiln__cl_row_reduce_node(g);
+    int R = kiln__opencl_row_reduce_node(g);
     if (!row_head(b, g, fp64, x, last_walk) || !reduce_row(b, g, fp64, x, R)) return false;
     for (int i = R + 1; i < e->n_nodes; i++) /* the per-row epilogue */
         if (e->node[i].rows && e->node[i].kind != KILN__EXPR_CONST &&
-            !kiln__cl_codegen_node(b, g, i, fp64, kiln__cl_row_input_index, x))
+            !kiln__opencl_codegen_node(b, g, i, fp64, kiln__opencl_row_input_index, x))
             return false;
     return true;
 }
 
-void kiln__cl_row_stores(const kiln__fused *g, kiln__text *stores, kiln__text *vstores) {
+void kiln__opencl_row_stores(const kiln__fused *g, kiln__text *stores, kiln__text *vstores) {
     const kiln__expr *e = &g->expr;
     for (int s = 0; s < e->n_stores; s++) {
         if (e->node[e->store[s].node].rows) continue;
         char idx[64];
         along(idx, sizeof idx, "ob", s, g->output[e->store[s].output].strides[g->ndim - 1], 'o', g->ndim - 1);
-        kiln__cl_codegen_store(stores, g, s, idx);
+        kiln__opencl_codegen_store(stores, g, s, idx);
         if (vstores) kiln__text_printf(vstores, "  vstore16(v%d, 0, out%d + ob%d + j);\n", e->store[s].node, s, s);
     }
 }
 
-bool kiln__cl_codegen_rows(const kiln__fused *g, bool fp64, kiln__text *b, kiln__cl_ew_launch *l) {
+bool kiln__opencl_codegen_rows(const kiln__fused *g, bool fp64, kiln__text *b, kiln__opencl_ew_launch *l) {
     const kiln__expr *e = &g->expr;
-    int nd = g->ndim, R = kiln__cl_row_reduce_node(g);
+    int nd = g->ndim, R = kiln__opencl_row_reduce_node(g);
     if (NEVER(R < 0 || nd < 1 || g->row != g->shape[nd - 1])) return false;
-    if (!kiln__cl_codegen_params(g, fp64, b, l)) return false;
+    if (!kiln__opencl_codegen_params(g, fp64, b, l)) return false;
     l->n = l->n / g->row * ROW_GROUP; /* one work-group per row */
     l->local = ROW_GROUP;
     kiln__text_printf(b, "  long r = get_group_id(0);\n  int lid = (int)get_local_id(0);\n");
-    kiln__cl_row_index x;
+    kiln__opencl_row_index x;
     bool last_walk;
-    if (!kiln__cl_row_body(b, g, fp64, &x, &last_walk, reduce)) return false;
+    if (!kiln__opencl_row_body(b, g, fp64, &x, &last_walk, reduce)) return false;
     if (last_walk) {
         kiln__text stores = {0};
-        kiln__cl_row_stores(g, &stores, NULL);
+        kiln__opencl_row_stores(g, &stores, NULL);
         bool ok = !stores.oom && walk(b, g, fp64, &x, e->n_nodes, stores.s);
         b->oom |= stores.oom;
         free(stores.s);
@@ -211,7 +211,7 @@ bool kiln__cl_codegen_rows(const kiln__fused *g, bool fp64, kiln__text *b, kiln_
         char idx[32];
         snprintf(idx, sizeof idx, "ob%d", s);
         kiln__text_printf(b, "  if (lid == 0)");
-        kiln__cl_codegen_store(b, g, s, idx);
+        kiln__opencl_codegen_store(b, g, s, idx);
     }
     kiln__text_printf(b, "}\n");
     if (b->oom) kiln__kernel_error("out of host memory generating an OpenCL kernel");

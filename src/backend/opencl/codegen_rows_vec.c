@@ -32,9 +32,9 @@
  * ir/optable.h). */
 static bool vector_opcode(kiln__opcode code) { return kiln__op_info_of(code)->fuse == KILN__FUSE_EW_VEC; }
 
-bool kiln__cl_rows_vec_takes(const kiln__fused *g) {
+bool kiln__opencl_rows_vec_takes(const kiln__fused *g) {
     const kiln__expr *e = &g->expr;
-    int nd = g->ndim, R = kiln__cl_row_reduce_node(g);
+    int nd = g->ndim, R = kiln__opencl_row_reduce_node(g);
     if (R < 0 || nd < 1 || g->row != g->shape[nd - 1]) return false;
     for (int i = 0; i < e->n_nodes; i++) {
         const kiln__expr_node *n = &e->node[i];
@@ -65,7 +65,7 @@ static void live_nodes(const kiln__expr *e, bool *live) {
 }
 
 /* Node i as a float16 declaration at elements j..j+15. */
-static bool vector_node(kiln__text *b, const kiln__fused *g, int i, bool fp64, const kiln__cl_row_index *x) {
+static bool vector_node(kiln__text *b, const kiln__fused *g, int i, bool fp64, const kiln__opencl_row_index *x) {
     const kiln__expr_node *n = &g->expr.node[i];
     if (n->kind == KILN__EXPR_LOAD) {
         int k = n->input;
@@ -74,7 +74,7 @@ static bool vector_node(kiln__text *b, const kiln__fused *g, int i, bool fp64, c
         return true;
     }
     kiln__text_printf(b, "  float16 v%d = ", i);
-    if (!kiln__cl_codegen_op(b, g, i, fp64)) {
+    if (!kiln__opencl_codegen_op(b, g, i, fp64)) {
         kiln__kernel_error("no OpenCL kernel for %s yet", kiln__opcode_name(n->code));
         return false;
     }
@@ -84,7 +84,7 @@ static bool vector_node(kiln__text *b, const kiln__fused *g, int i, bool fp64, c
 
 /* Two loops over the row: float16 steps, then single elements. Each evaluates the per-element
  * nodes before `end` that `need` marks (all when NULL), then vtail (vector loop) or tail. */
-static bool walk(kiln__text *b, const kiln__fused *g, bool fp64, const kiln__cl_row_index *x, int end,
+static bool walk(kiln__text *b, const kiln__fused *g, bool fp64, const kiln__opencl_row_index *x, int end,
                  const bool *need, const char *vtail, const char *tail) {
     const kiln__expr *e = &g->expr;
     for (int vector = 1; vector >= 0; vector--) {
@@ -92,7 +92,7 @@ static bool walk(kiln__text *b, const kiln__fused *g, bool fp64, const kiln__cl_
         for (int i = 0; i < end; i++) {
             const kiln__expr_node *n = &e->node[i];
             if (n->kind == KILN__EXPR_CONST || n->kind == KILN__EXPR_REDUCE || n->rows || (need && !need[i])) continue;
-            bool ok = vector ? vector_node(b, g, i, fp64, x) : kiln__cl_codegen_node(b, g, i, fp64, kiln__cl_row_input_index, x);
+            bool ok = vector ? vector_node(b, g, i, fp64, x) : kiln__opencl_codegen_node(b, g, i, fp64, kiln__opencl_row_input_index, x);
             if (!ok) return false;
         }
         kiln__text_printf(b, "%s  }\n", vector ? vtail : tail);
@@ -107,7 +107,7 @@ static void fold_sum(kiln__text *b, const char *A) {
 }
 
 /* The REDUCE node R as v<R>. */
-static bool reduce(kiln__text *b, const kiln__fused *g, bool fp64, const kiln__cl_row_index *x, int R) {
+static bool reduce(kiln__text *b, const kiln__fused *g, bool fp64, const kiln__opencl_row_index *x, int R) {
     const kiln__expr_node *n = &g->expr.node[R];
     int a = n->arg[0];
     const char *A = fp64 ? "double" : "float";
@@ -150,19 +150,19 @@ static bool reduce(kiln__text *b, const kiln__fused *g, bool fp64, const kiln__c
     }
 }
 
-bool kiln__cl_codegen_rows_vec(const kiln__fused *g, bool fp64, kiln__text *b, kiln__cl_ew_launch *l) {
+bool kiln__opencl_codegen_rows_vec(const kiln__fused *g, bool fp64, kiln__text *b, kiln__opencl_ew_launch *l) {
     const kiln__expr *e = &g->expr;
-    if (NEVER(!kiln__cl_rows_vec_takes(g))) return false;
-    if (!kiln__cl_codegen_params(g, fp64, b, l)) return false;
+    if (NEVER(!kiln__opencl_rows_vec_takes(g))) return false;
+    if (!kiln__opencl_codegen_params(g, fp64, b, l)) return false;
     l->n = l->n / g->row; /* one work item per row */
     l->local = 1;
     kiln__text_printf(b, "  long r = get_global_id(0), j;\n  if (r >= n) return;\n");
-    kiln__cl_row_index x;
+    kiln__opencl_row_index x;
     bool last_walk;
-    if (!kiln__cl_row_body(b, g, fp64, &x, &last_walk, reduce)) return false;
+    if (!kiln__opencl_row_body(b, g, fp64, &x, &last_walk, reduce)) return false;
     if (last_walk) {
         kiln__text vstores = {0}, stores = {0};
-        kiln__cl_row_stores(g, &stores, &vstores);
+        kiln__opencl_row_stores(g, &stores, &vstores);
         bool live[KILN__EXPR_MAX_NODES];
         live_nodes(e, live);
         bool oom = stores.oom || vstores.oom;
@@ -176,7 +176,7 @@ bool kiln__cl_codegen_rows_vec(const kiln__fused *g, bool fp64, kiln__text *b, k
         if (!e->node[e->store[s].node].rows) continue;
         char idx[32];
         snprintf(idx, sizeof idx, "ob%d", s);
-        kiln__cl_codegen_store(b, g, s, idx);
+        kiln__opencl_codegen_store(b, g, s, idx);
     }
     kiln__text_printf(b, "}\n");
     if (b->oom) kiln__kernel_error("out of host memory generating an OpenCL kernel");

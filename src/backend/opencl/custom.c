@@ -21,13 +21,13 @@ static kiln_status kernel_custom(const kiln__op *op) {
         return KILN_ERR_UNSUPPORTED;
     }
     const kiln__view *out = &op->out[0];
-    kiln__cl_device *d = kiln__cl_device_of(out->storage->device);
+    kiln__opencl_device *d = kiln__opencl_device_of(out->storage->device);
     enum { MAX_OPERANDS = KILN__OP_MAX_IN + 1 };
     if (NEVER(!d) || NEVER(op->n_in + 1 > MAX_OPERANDS)) return KILN_ERR_INTERNAL;
     cl_mem mem[MAX_OPERANDS];
     cl_long8 shape[MAX_OPERANDS], strides[MAX_OPERANDS];
     cl_long offset[MAX_OPERANDS];
-    kiln__cl_arg args[4 * MAX_OPERANDS + 1];
+    kiln__opencl_arg args[4 * MAX_OPERANDS + 1];
     int n_args = 0;
     for (int i = 0; i <= op->n_in; i++) {
         const kiln__view *v = i < op->n_in ? &op->in[i] : out;
@@ -35,21 +35,21 @@ static kiln_status kernel_custom(const kiln__op *op) {
             kiln__kernel_error("operand %d of %s is not a dense tensor on %s", i, op->name, kiln_device_name(d->device));
             return KILN_ERR_DEVICE;
         }
-        mem[i] = kiln__cl_mem(v->storage);
-        args[n_args++] = (kiln__cl_arg){sizeof(cl_mem), &mem[i]};
-        kiln__cl_pack8(&shape[i], v->shape, v->ndim, 1);
-        kiln__cl_pack8(&strides[i], v->strides, v->ndim, 0);
+        mem[i] = kiln__opencl_mem(v->storage);
+        args[n_args++] = (kiln__opencl_arg){sizeof(cl_mem), &mem[i]};
+        kiln__opencl_pack8(&shape[i], v->shape, v->ndim, 1);
+        kiln__opencl_pack8(&strides[i], v->strides, v->ndim, 0);
         offset[i] = v->offset;
     }
     cl_long n = kiln__view_numel(out);
-    args[n_args++] = (kiln__cl_arg){sizeof n, &n};
+    args[n_args++] = (kiln__opencl_arg){sizeof n, &n};
     for (int i = 0; head->cl_layout && i <= op->n_in; i++) {
-        args[n_args++] = (kiln__cl_arg){sizeof(cl_long8), &shape[i]};
-        args[n_args++] = (kiln__cl_arg){sizeof(cl_long8), &strides[i]};
-        args[n_args++] = (kiln__cl_arg){sizeof(cl_long), &offset[i]};
+        args[n_args++] = (kiln__opencl_arg){sizeof(cl_long8), &shape[i]};
+        args[n_args++] = (kiln__opencl_arg){sizeof(cl_long8), &strides[i]};
+        args[n_args++] = (kiln__opencl_arg){sizeof(cl_long), &offset[i]};
     }
-    return kiln__cl_launch_named(d, op, head->cl_source, head->cl_kernel, (size_t)n, 0, args, n_args);
+    return kiln__opencl_launch_named(d, op, head->cl_source, head->cl_kernel, (size_t)n, 0, args, n_args);
 }
 
-void kiln__cl_register_custom(kiln__kernel_fn *table) { table[KILN__OP_CUSTOM] = kernel_custom; }
+void kiln__opencl_register_custom(kiln__kernel_fn *table) { table[KILN__OP_CUSTOM] = kernel_custom; }
 #endif

@@ -25,7 +25,7 @@ const kiln__backend_reg kiln__opencl_backend_reg = {
 
 #include "backend/opencl/opencl-impl.h"
 
-void kiln__cl_memory_init(kiln__cl_device *d); /* memory.c */
+void kiln__opencl_memory_init(kiln__opencl_device *d); /* memory.c */
 
 static struct {
     pthread_once_t once;
@@ -33,7 +33,7 @@ static struct {
     cl_platform_id platform[KILN_MAX_DEVICES];
     cl_device_id id[KILN_MAX_DEVICES];
     pthread_mutex_t lock;
-    kiln__cl_device *dev[KILN_MAX_DEVICES];
+    kiln__opencl_device *dev[KILN_MAX_DEVICES];
     bool failed[KILN_MAX_DEVICES];
     cl_context context[KILN_MAX_DEVICES]; /* made for the platform, not yet taken by the device */
 } cl = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
@@ -88,29 +88,29 @@ static bool opencl_describe(int index, kiln__device_desc *out) {
 }
 
 /* A blocking read on the transfer queue, after the last write of src only. */
-static kiln_status cl_copy_to_host(void *ctx, void *dst, const kiln__storage *src, size_t offset, size_t nbytes) {
-    kiln__cl_device *d = ctx;
+static kiln_status opencl_copy_to_host(void *ctx, void *dst, const kiln__storage *src, size_t offset, size_t nbytes) {
+    kiln__opencl_device *d = ctx;
     if (!nbytes) return KILN_OK;
-    cl_event deps[1 + KILN__CL_READERS];
-    int n = kiln__cl_buf_deps(d, src->data, false, d->transfer_qid, deps);
-    cl_int err = clEnqueueReadBuffer(d->transfer, kiln__cl_mem(src), CL_TRUE, offset, nbytes, dst, (cl_uint)n, n ? deps : NULL, NULL);
+    cl_event deps[1 + KILN__OPENCL_READERS];
+    int n = kiln__opencl_buf_deps(d, src->data, false, d->transfer_qid, deps);
+    cl_int err = clEnqueueReadBuffer(d->transfer, kiln__opencl_mem(src), CL_TRUE, offset, nbytes, dst, (cl_uint)n, n ? deps : NULL, NULL);
     for (int i = 0; i < n; i++) clReleaseEvent(deps[i]);
-    return err == CL_SUCCESS ? KILN_OK : kiln__cl_fail(err, "clEnqueueReadBuffer");
+    return err == CL_SUCCESS ? KILN_OK : kiln__opencl_fail(err, "clEnqueueReadBuffer");
 }
 
 /* A blocking write after every queued user of dst: once it returns they are all done. */
-static kiln_status cl_copy_from_host(void *ctx, kiln__storage *dst, size_t offset, const void *src, size_t nbytes) {
-    kiln__cl_device *d = ctx;
+static kiln_status opencl_copy_from_host(void *ctx, kiln__storage *dst, size_t offset, const void *src, size_t nbytes) {
+    kiln__opencl_device *d = ctx;
     if (!nbytes) return KILN_OK;
-    cl_event deps[1 + KILN__CL_READERS];
-    int n = kiln__cl_buf_deps(d, dst->data, true, d->transfer_qid, deps);
-    cl_int err = clEnqueueWriteBuffer(d->transfer, kiln__cl_mem(dst), CL_TRUE, offset, nbytes, src, (cl_uint)n, n ? deps : NULL, NULL);
+    cl_event deps[1 + KILN__OPENCL_READERS];
+    int n = kiln__opencl_buf_deps(d, dst->data, true, d->transfer_qid, deps);
+    cl_int err = clEnqueueWriteBuffer(d->transfer, kiln__opencl_mem(dst), CL_TRUE, offset, nbytes, src, (cl_uint)n, n ? deps : NULL, NULL);
     for (int i = 0; i < n; i++) clReleaseEvent(deps[i]);
-    if (err == CL_SUCCESS) kiln__cl_buf_forget(d, dst->data);
-    return err == CL_SUCCESS ? KILN_OK : kiln__cl_fail(err, "clEnqueueWriteBuffer");
+    if (err == CL_SUCCESS) kiln__opencl_buf_forget(d, dst->data);
+    return err == CL_SUCCESS ? KILN_OK : kiln__opencl_fail(err, "clEnqueueWriteBuffer");
 }
 
-static kiln_status cl_synchronize(void *ctx) { return kiln__cl_streams_finish(ctx); }
+static kiln_status opencl_synchronize(void *ctx) { return kiln__opencl_streams_finish(ctx); }
 
 /* The device's context (a reference it owns; cl.lock held): the one made for its platform's
  * devices when one of them opened first, or a new one with all of them (or only this one, when
@@ -143,19 +143,19 @@ static cl_context open_context(int index) {
 }
 
 /* other's buffers live in d's context: d's kernels and copies use them as they are. */
-static bool cl_shares_memory(void *ctx, kiln_device other) {
-    kiln__cl_device *d = ctx, *o = kiln_device_kind(other) == KILN_KIND_OPENCL ? kiln__cl_device_of(other) : NULL;
+static bool opencl_shares_memory(void *ctx, kiln_device other) {
+    kiln__opencl_device *d = ctx, *o = kiln_device_kind(other) == KILN_KIND_OPENCL ? kiln__opencl_device_of(other) : NULL;
     return o && o->context == d->context;
 }
 
-static void device_free(kiln__cl_device *d) {
-    kiln__cl_streams_free(d);
+static void device_free(kiln__opencl_device *d) {
+    kiln__opencl_streams_free(d);
     if (d->context) clReleaseContext(d->context);
     free(d);
 }
 
-static kiln__cl_device *device_open(int index) {
-    kiln__cl_device *d = calloc(1, sizeof *d);
+static kiln__opencl_device *device_open(int index) {
+    kiln__opencl_device *d = calloc(1, sizeof *d);
     if (!d) return NULL;
     d->index = index;
     d->device = kiln_opencl_device(index);
@@ -168,27 +168,27 @@ static kiln__cl_device *device_open(int index) {
     cl_device_type type = 0;
     d->cpu = clGetDeviceInfo(d->id, CL_DEVICE_TYPE, sizeof type, &type, NULL) == CL_SUCCESS && (type & CL_DEVICE_TYPE_CPU);
     d->context = open_context(index);
-    if (!d->context || !kiln__cl_streams_init(d)) {
+    if (!d->context || !kiln__opencl_streams_init(d)) {
         device_free(d);
         return NULL;
     }
     pthread_mutex_init(&d->prog_lock, NULL);
     d->backend = (kiln__backend){.name = "opencl", .device = d->device, .context = d,
-                                 .copy_to_host = cl_copy_to_host, .copy_from_host = cl_copy_from_host,
-                                 .synchronize = cl_synchronize, .shares_memory = cl_shares_memory};
-    kiln__cl_register_elementwise(d->backend.kernels);
-    kiln__cl_register_reduce(d->backend.kernels);
-    kiln__cl_register_matmul(d->backend.kernels);
-    kiln__cl_register_index(d->backend.kernels);
-    kiln__cl_register_optim(d->backend.kernels);
-    kiln__cl_register_random(d->backend.kernels);
-    kiln__cl_register_scan(d->backend.kernels);
-    kiln__cl_register_nn(d->backend.kernels);
-    kiln__cl_register_sort(d->backend.kernels);
-    kiln__cl_register_intmod(d->backend.kernels);
-    kiln__cl_register_custom(d->backend.kernels);
-    kiln__cl_streams_wrap(d); /* (last: every kernel runs on its stream's queue) */
-    kiln__cl_memory_init(d); /* registers the memory with core: from here on storages can be made */
+                                 .copy_to_host = opencl_copy_to_host, .copy_from_host = opencl_copy_from_host,
+                                 .synchronize = opencl_synchronize, .shares_memory = opencl_shares_memory};
+    kiln__opencl_register_elementwise(d->backend.kernels);
+    kiln__opencl_register_reduce(d->backend.kernels);
+    kiln__opencl_register_matmul(d->backend.kernels);
+    kiln__opencl_register_index(d->backend.kernels);
+    kiln__opencl_register_optim(d->backend.kernels);
+    kiln__opencl_register_random(d->backend.kernels);
+    kiln__opencl_register_scan(d->backend.kernels);
+    kiln__opencl_register_nn(d->backend.kernels);
+    kiln__opencl_register_sort(d->backend.kernels);
+    kiln__opencl_register_intmod(d->backend.kernels);
+    kiln__opencl_register_custom(d->backend.kernels);
+    kiln__opencl_streams_wrap(d); /* (last: every kernel runs on its stream's queue) */
+    kiln__opencl_memory_init(d); /* registers the memory with core: from here on storages can be made */
     return d;
 }
 
@@ -196,7 +196,7 @@ static kiln__cl_device *device_open(int index) {
  * ICD loader and the driver own their memory at exit. */
 static const kiln__backend *opencl_device(int index) {
     if (index < 0 || index >= opencl_device_count()) return NULL;
-    kiln__cl_device *d = __atomic_load_n(&cl.dev[index], __ATOMIC_ACQUIRE);
+    kiln__opencl_device *d = __atomic_load_n(&cl.dev[index], __ATOMIC_ACQUIRE);
     if (d) return &d->backend;
     pthread_mutex_lock(&cl.lock);
     d = cl.dev[index];
@@ -213,28 +213,28 @@ static const kiln__backend *opencl_device(int index) {
 static kiln_status opencl_synchronize_all(void) {
     kiln_status st = KILN_OK;
     for (int i = 0; i < KILN_MAX_DEVICES; i++) {
-        kiln__cl_device *d = __atomic_load_n(&cl.dev[i], __ATOMIC_ACQUIRE);
-        if (d && cl_synchronize(d) != KILN_OK && st == KILN_OK) st = KILN_ERR_DEVICE;
+        kiln__opencl_device *d = __atomic_load_n(&cl.dev[i], __ATOMIC_ACQUIRE);
+        if (d && opencl_synchronize(d) != KILN_OK && st == KILN_OK) st = KILN_ERR_DEVICE;
     }
     return st;
 }
 
-kiln__cl_device *kiln__cl_device_of(kiln_device dev) {
+kiln__opencl_device *kiln__opencl_device_of(kiln_device dev) {
     int i = kiln_device_index(dev);
     return i < KILN_MAX_DEVICES ? __atomic_load_n(&cl.dev[i], __ATOMIC_ACQUIRE) : NULL;
 }
 
 static void opencl_quiesce(uint64_t deadline_ns) {
     for (int i = 0; i < KILN_MAX_DEVICES; i++) {
-        kiln__cl_device *d = __atomic_load_n(&cl.dev[i], __ATOMIC_ACQUIRE);
-        if (d) kiln__cl_streams_quiesce(d, deadline_ns);
+        kiln__opencl_device *d = __atomic_load_n(&cl.dev[i], __ATOMIC_ACQUIRE);
+        if (d) kiln__opencl_streams_quiesce(d, deadline_ns);
     }
 }
 
 static void opencl_stream_end(int stream_id) {
     for (int i = 0; i < KILN_MAX_DEVICES; i++) {
-        kiln__cl_device *d = __atomic_load_n(&cl.dev[i], __ATOMIC_ACQUIRE);
-        if (d) kiln__cl_stream_end(d, stream_id);
+        kiln__opencl_device *d = __atomic_load_n(&cl.dev[i], __ATOMIC_ACQUIRE);
+        if (d) kiln__opencl_stream_end(d, stream_id);
     }
 }
 

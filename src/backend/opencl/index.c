@@ -20,27 +20,27 @@ static const char *raw_type(kiln_dtype d) {
     }
 }
 
-kiln_status kiln__cl_run_flagged(kiln__cl_device *d, const kiln__op *op, kiln__text *src, size_t global,
-                                 kiln__cl_arg *args, int n_args, cl_long flag[2]) {
+kiln_status kiln__opencl_run_flagged(kiln__opencl_device *d, const kiln__op *op, kiln__text *src, size_t global,
+                                 kiln__opencl_arg *args, int n_args, cl_long flag[2]) {
     flag[0] = flag[1] = 0;
     cl_int err = CL_SUCCESS;
     cl_mem bad = clCreateBuffer(d->context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, 2 * sizeof(cl_long), flag, &err);
-    if (err != CL_SUCCESS) return free(src->s), src->s = NULL, kiln__cl_fail(err, "clCreateBuffer");
-    args[n_args++] = (kiln__cl_arg){sizeof bad, &bad};
-    kiln_status st = kiln__cl_run(d, op, src, global, args, n_args);
+    if (err != CL_SUCCESS) return free(src->s), src->s = NULL, kiln__opencl_fail(err, "clCreateBuffer");
+    args[n_args++] = (kiln__opencl_arg){sizeof bad, &bad};
+    kiln_status st = kiln__opencl_run(d, op, src, global, args, n_args);
     if (st == KILN_OK) {
-        err = clEnqueueReadBuffer(kiln__cl_queue(d, op), bad, CL_TRUE, 0, 2 * sizeof(cl_long), flag, 0, NULL, NULL);
-        if (err != CL_SUCCESS) st = kiln__cl_fail(err, "clEnqueueReadBuffer");
+        err = clEnqueueReadBuffer(kiln__opencl_queue(d, op), bad, CL_TRUE, 0, 2 * sizeof(cl_long), flag, 0, NULL, NULL);
+        if (err != CL_SUCCESS) st = kiln__opencl_fail(err, "clEnqueueReadBuffer");
     }
     clReleaseMemObject(bad);
     return st;
 }
 
-/* kiln__cl_run_flagged; KILN_ERR_INDEX when the kernel flagged an index out of range. */
-static kiln_status launch_checked(kiln__cl_device *d, const kiln__op *op, kiln__text *src, size_t global,
-                                  kiln__cl_arg *args, int n_args, int64_t size) {
+/* kiln__opencl_run_flagged; KILN_ERR_INDEX when the kernel flagged an index out of range. */
+static kiln_status launch_checked(kiln__opencl_device *d, const kiln__op *op, kiln__text *src, size_t global,
+                                  kiln__opencl_arg *args, int n_args, int64_t size) {
     cl_long flag[2];
-    kiln_status st = kiln__cl_run_flagged(d, op, src, global, args, n_args, flag);
+    kiln_status st = kiln__opencl_run_flagged(d, op, src, global, args, n_args, flag);
     if (st == KILN_OK && flag[0]) {
         kiln__kernel_error("index %lld out of range for dim of size %lld", (long long)flag[1], (long long)size);
         st = KILN_ERR_INDEX;
@@ -48,16 +48,16 @@ static kiln_status launch_checked(kiln__cl_device *d, const kiln__op *op, kiln__
     return st;
 }
 
-static kiln__cl_device *dev_of(const kiln__op *op) { return kiln__cl_device_of(op->out[0].storage->device); }
+static kiln__opencl_device *dev_of(const kiln__op *op) { return kiln__opencl_device_of(op->out[0].storage->device); }
 
 /* out[e] = src[e with dim's coordinate replaced by idx[e]]; idx seen over out's shape. */
 static kiln_status run_gather(const kiln__op *op, const kiln__view *idx) {
     const kiln__view *src = &op->in[0], *out = &op->out[0];
-    kiln__cl_device *d = dev_of(op);
+    kiln__opencl_device *d = dev_of(op);
     if (NEVER(!d)) return KILN_ERR_INTERNAL;
     int nd = out->ndim, dim = (int)op->p.i[0];
     kiln__text s = {0};
-    kiln__text_printf(&s, "%s", kiln__cl_layout_helpers);
+    kiln__text_printf(&s, "%s", kiln__opencl_layout_helpers);
     kiln__text_printf(&s,
                       "__kernel void k(long n, long8 shape8, long8 ost8, long oo, long8 sst8, long so, long8 ist8, long io,\n"
                       "  int dim, long size, __global %s *out, __global const %s *src, __global const %s *idx, __global long *bad) {\n"
@@ -71,14 +71,14 @@ static kiln_status run_gather(const kiln__op *op, const kiln__view *idx) {
     int64_t sstr[KILN_MAX_DIMS];
     memcpy(sstr, src->strides, sizeof sstr);
     cl_long8 shape8, ost8, sst8, ist8;
-    kiln__cl_pack8(&shape8, out->shape, nd, 1);
-    kiln__cl_pack8(&ost8, out->strides, nd, 0);
-    kiln__cl_pack8(&sst8, sstr, nd, 0);
-    kiln__cl_pack8(&ist8, idx->strides, nd, 0);
+    kiln__opencl_pack8(&shape8, out->shape, nd, 1);
+    kiln__opencl_pack8(&ost8, out->strides, nd, 0);
+    kiln__opencl_pack8(&sst8, sstr, nd, 0);
+    kiln__opencl_pack8(&ist8, idx->strides, nd, 0);
     cl_long n = kiln__view_numel(out), oo = out->offset, so = src->offset, io = idx->offset, size = src->shape[dim];
     cl_int dim8 = dim + 8 - nd;
-    cl_mem om = kiln__cl_mem(out->storage), sm = kiln__cl_mem(src->storage), im = kiln__cl_mem(idx->storage);
-    kiln__cl_arg args[16] = {{8, &n},  {64, &shape8}, {64, &ost8}, {8, &oo},          {64, &sst8},       {8, &so},
+    cl_mem om = kiln__opencl_mem(out->storage), sm = kiln__opencl_mem(src->storage), im = kiln__opencl_mem(idx->storage);
+    kiln__opencl_arg args[16] = {{8, &n},  {64, &shape8}, {64, &ost8}, {8, &oo},          {64, &sst8},       {8, &so},
                              {64, &ist8}, {8, &io},   {4, &dim8},  {8, &size},        {sizeof om, &om},  {sizeof sm, &sm},
                              {sizeof im, &im}};
     return launch_checked(d, op, &s, (size_t)n, args, 13, size);
@@ -101,7 +101,7 @@ static kiln_status kernel_index_select(const kiln__op *op) {
 /* out[.. idx[j] ..] += src[.. j ..] along dim, j in order, per position off dim. */
 static kiln_status kernel_scatter_add(const kiln__op *op) {
     const kiln__view *idx = &op->in[0], *src = &op->in[1], *out = &op->out[0];
-    kiln__cl_device *d = dev_of(op);
+    kiln__opencl_device *d = dev_of(op);
     if (NEVER(!d)) return KILN_ERR_INTERNAL;
     kiln_dtype dt = out->dtype;
     bool f = dt == KILN_F32 || dt == KILN_F64, i = dt == KILN_I32 || dt == KILN_I64;
@@ -110,10 +110,10 @@ static kiln_status kernel_scatter_add(const kiln__op *op) {
         return KILN_ERR_UNSUPPORTED;
     }
     int nd = idx->ndim, dim = (int)op->p.i[0];
-    const char *T = kiln__cl_ctype(dt), *UT = dt == KILN_I32 ? "uint" : "ulong";
+    const char *T = kiln__opencl_ctype(dt), *UT = dt == KILN_I32 ? "uint" : "ulong";
     kiln__text s = {0};
-    kiln__cl_src_prelude(&s, d->fp64);
-    kiln__text_printf(&s, "%s", kiln__cl_layout_helpers);
+    kiln__opencl_src_prelude(&s, d->fp64);
+    kiln__text_printf(&s, "%s", kiln__opencl_layout_helpers);
     kiln__text_printf(&s,
                       "__kernel void k(long n, long8 shape8, long8 ost8, long oo, long8 sst8, long so, long8 ist8, long io,\n"
                       "  int dim, long len, long size, __global %s *out, __global const %s *src, __global const %s *idx,\n"
@@ -132,15 +132,15 @@ static kiln_status kernel_scatter_add(const kiln__op *op) {
     memcpy(shape, idx->shape, sizeof shape);
     shape[dim] = 1;
     cl_long8 shape8, ost8, sst8, ist8;
-    kiln__cl_pack8(&shape8, shape, nd, 1);
-    kiln__cl_pack8(&ost8, out->strides, nd, 0);
-    kiln__cl_pack8(&sst8, src->strides, nd, 0);
-    kiln__cl_pack8(&ist8, idx->strides, nd, 0);
+    kiln__opencl_pack8(&shape8, shape, nd, 1);
+    kiln__opencl_pack8(&ost8, out->strides, nd, 0);
+    kiln__opencl_pack8(&sst8, src->strides, nd, 0);
+    kiln__opencl_pack8(&ist8, idx->strides, nd, 0);
     cl_long n = 1, oo = out->offset, so = src->offset, io = idx->offset, len = idx->shape[dim], size = out->shape[dim];
     for (int k = 0; k < nd; k++) n *= shape[k];
     cl_int dim8 = dim + 8 - nd;
-    cl_mem om = kiln__cl_mem(out->storage), sm = kiln__cl_mem(src->storage), im = kiln__cl_mem(idx->storage);
-    kiln__cl_arg args[16] = {{8, &n},     {64, &shape8}, {64, &ost8}, {8, &oo},   {64, &sst8},      {8, &so},
+    cl_mem om = kiln__opencl_mem(out->storage), sm = kiln__opencl_mem(src->storage), im = kiln__opencl_mem(idx->storage);
+    kiln__opencl_arg args[16] = {{8, &n},     {64, &shape8}, {64, &ost8}, {8, &oo},   {64, &sst8},      {8, &so},
                              {64, &ist8}, {8, &io},      {4, &dim8},  {8, &len},  {8, &size},       {sizeof om, &om},
                              {sizeof sm, &sm}, {sizeof im, &im}};
     return launch_checked(d, op, &s, len ? (size_t)n : 0, args, 14, size);
@@ -149,12 +149,12 @@ static kiln_status kernel_scatter_add(const kiln__op *op) {
 /* out[.., c] = (idx[..] == c) in out's dtype. */
 static kiln_status kernel_one_hot(const kiln__op *op) {
     const kiln__view *idx = &op->in[0], *out = &op->out[0];
-    kiln__cl_device *d = dev_of(op);
+    kiln__opencl_device *d = dev_of(op);
     if (NEVER(!d)) return KILN_ERR_INTERNAL;
     int nd = idx->ndim;
     const char *ET = raw_type(out->dtype);
     kiln__text s = {0};
-    kiln__text_printf(&s, "%s", kiln__cl_layout_helpers);
+    kiln__text_printf(&s, "%s", kiln__opencl_layout_helpers);
     kiln__text_printf(&s,
                       "__kernel void k(long n, long8 shape8, long8 ost8, long oo, long cstep, long8 ist8, long io, long classes,\n"
                       "  %s one, __global %s *out, __global const %s *idx, __global long *bad) {\n"
@@ -166,21 +166,21 @@ static kiln_status kernel_one_hot(const kiln__op *op) {
                       "  for (long j = 0; j < classes; j++) out[ob + j * cstep] = j == kk ? one : (%s)0;\n}\n",
                       ET, ET, idx->dtype == KILN_I64 ? "long" : "int", ET);
     cl_long8 shape8, ost8, ist8;
-    kiln__cl_pack8(&shape8, idx->shape, nd, 1);
-    kiln__cl_pack8(&ost8, out->strides, nd, 0);
-    kiln__cl_pack8(&ist8, idx->strides, nd, 0);
+    kiln__opencl_pack8(&shape8, idx->shape, nd, 1);
+    kiln__opencl_pack8(&ost8, out->strides, nd, 0);
+    kiln__opencl_pack8(&ist8, idx->strides, nd, 0);
     cl_long n = kiln__view_numel(idx), oo = out->offset, cstep = out->strides[out->ndim - 1], io = idx->offset,
             classes = op->p.i[0];
     _Alignas(8) unsigned char one[8] = {0};
     kiln__store_from_f64(one, out->dtype, 0, 1.0);
-    cl_mem om = kiln__cl_mem(out->storage), im = kiln__cl_mem(idx->storage);
-    kiln__cl_arg args[16] = {{8, &n},       {64, &shape8}, {64, &ost8},      {8, &oo},        {8, &cstep},
+    cl_mem om = kiln__opencl_mem(out->storage), im = kiln__opencl_mem(idx->storage);
+    kiln__opencl_arg args[16] = {{8, &n},       {64, &shape8}, {64, &ost8},      {8, &oo},        {8, &cstep},
                              {64, &ist8},   {8, &io},      {8, &classes},    {kiln__elsize(out->dtype), one},
                              {sizeof om, &om}, {sizeof im, &im}};
     return launch_checked(d, op, &s, (size_t)n, args, 11, classes);
 }
 
-void kiln__cl_register_index(kiln__kernel_fn *table) {
+void kiln__opencl_register_index(kiln__kernel_fn *table) {
     table[KILN__OP_GATHER] = kernel_gather;
     table[KILN__OP_INDEX_SELECT] = kernel_index_select;
     table[KILN__OP_SCATTER_ADD] = kernel_scatter_add;

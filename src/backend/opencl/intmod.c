@@ -13,17 +13,17 @@ static kiln_status kernel_mod(const kiln__op *op) {
     const kiln__view *out = &op->out[0], *x = &op->in[0], *y = &op->in[1];
     kiln_dtype dt = out->dtype;
     if (kiln__dtype_is_float(dt)) return float_kernel(op);
-    kiln__cl_device *d = kiln__cl_device_of(out->storage->device);
+    kiln__opencl_device *d = kiln__opencl_device_of(out->storage->device);
     if (NEVER(!d)) return KILN_ERR_INTERNAL;
     if ((dt != KILN_I32 && dt != KILN_I64) || x->dtype != dt || y->dtype != dt || x->ndim != out->ndim ||
         y->ndim != out->ndim) {
         kiln__kernel_error("no OpenCL %s kernel for %s", kiln__opcode_name(op->code), kiln_dtype_name(x->dtype));
         return KILN_ERR_DTYPE;
     }
-    const char *T = kiln__cl_ctype(dt);
+    const char *T = kiln__opencl_ctype(dt);
     kiln__text s = {0};
-    kiln__cl_src_prelude(&s, d->fp64);
-    kiln__text_printf(&s, "%s", kiln__cl_layout_helpers);
+    kiln__opencl_src_prelude(&s, d->fp64);
+    kiln__text_printf(&s, "%s", kiln__opencl_layout_helpers);
     kiln__text_printf(&s,
                       "__kernel void k(long n, long8 shape8, long8 ost8, long oo, long8 xst8, long xo, long8 yst8, long yo,\n"
                       "  int floor_mod, __global %s *out, __global const %s *x, __global const %s *y, __global long *bad) {\n"
@@ -37,17 +37,17 @@ static kiln_status kernel_mod(const kiln__op *op) {
                       T, T, T, T, T);
     cl_long8 shape8, ost8, xst8, yst8;
     int nd = out->ndim;
-    kiln__cl_pack8(&shape8, out->shape, nd, 1);
-    kiln__cl_pack8(&ost8, out->strides, nd, 0);
-    kiln__cl_pack8(&xst8, x->strides, nd, 0);
-    kiln__cl_pack8(&yst8, y->strides, nd, 0);
+    kiln__opencl_pack8(&shape8, out->shape, nd, 1);
+    kiln__opencl_pack8(&ost8, out->strides, nd, 0);
+    kiln__opencl_pack8(&xst8, x->strides, nd, 0);
+    kiln__opencl_pack8(&yst8, y->strides, nd, 0);
     cl_long n = kiln__view_numel(out), oo = out->offset, xo = x->offset, yo = y->offset, flag[2];
     cl_int floor_mod = op->code == KILN__OP_REMAINDER;
-    cl_mem om = kiln__cl_mem(out->storage), xm = kiln__cl_mem(x->storage), ym = kiln__cl_mem(y->storage);
-    kiln__cl_arg args[13] = {{8, &n},     {64, &shape8}, {64, &ost8},     {8, &oo},        {64, &xst8},
+    cl_mem om = kiln__opencl_mem(out->storage), xm = kiln__opencl_mem(x->storage), ym = kiln__opencl_mem(y->storage);
+    kiln__opencl_arg args[13] = {{8, &n},     {64, &shape8}, {64, &ost8},     {8, &oo},        {64, &xst8},
                              {8, &xo},    {64, &yst8},   {8, &yo},        {4, &floor_mod}, {sizeof om, &om},
                              {sizeof xm, &xm}, {sizeof ym, &ym}};
-    kiln_status st = kiln__cl_run_flagged(d, op, &s, (size_t)n, args, 12, flag);
+    kiln_status st = kiln__opencl_run_flagged(d, op, &s, (size_t)n, args, 12, flag);
     if (st == KILN_OK && flag[0]) {
         kiln__kernel_error("integer division by zero in %s", floor_mod ? "remainder" : "fmod");
         st = KILN_ERR_INVALID_ARGUMENT;
@@ -55,8 +55,8 @@ static kiln_status kernel_mod(const kiln__op *op) {
     return st;
 }
 
-/* After kiln__cl_register_elementwise: wraps its FMOD / REMAINDER kernel. */
-void kiln__cl_register_intmod(kiln__kernel_fn *table) {
+/* After kiln__opencl_register_elementwise: wraps its FMOD / REMAINDER kernel. */
+void kiln__opencl_register_intmod(kiln__kernel_fn *table) {
     float_kernel = table[KILN__OP_FMOD];
     table[KILN__OP_FMOD] = kernel_mod;
     table[KILN__OP_REMAINDER] = kernel_mod;

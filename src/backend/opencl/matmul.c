@@ -16,12 +16,12 @@
 #include <clblast_c.h>
 #endif
 
-static kiln_status naive(kiln__cl_device *d, const kiln__op *op, bool accumulate) {
+static kiln_status naive(kiln__opencl_device *d, const kiln__op *op, bool accumulate) {
     const kiln__view *a = &op->in[0], *b = &op->in[1], *c = &op->out[0];
     int nd = c->ndim, nb = nd - 2;
-    const char *T = kiln__cl_ctype(c->dtype), *A = T;
+    const char *T = kiln__opencl_ctype(c->dtype), *A = T;
     kiln__text src = {0};
-    kiln__cl_src_prelude(&src, d->fp64);
+    kiln__opencl_src_prelude(&src, d->fp64);
     kiln__text_printf(&src,
                       "__kernel void k(long total, long M, long N, long K, long8 bshape8, long8 abst8, long8 bbst8,\n"
                       "  long ao, long ars, long acs, long bo, long brs, long bcs, long acc,\n"
@@ -43,22 +43,22 @@ static kiln_status naive(kiln__cl_device *d, const kiln__op *op, bool accumulate
         bbst[q] = b->strides[q];
     }
     cl_long8 bs8, as8, bb8;
-    kiln__cl_pack8(&bs8, bshape, nb, 1);
-    kiln__cl_pack8(&as8, abst, nb, 0);
-    kiln__cl_pack8(&bb8, bbst, nb, 0);
+    kiln__opencl_pack8(&bs8, bshape, nb, 1);
+    kiln__opencl_pack8(&as8, abst, nb, 0);
+    kiln__opencl_pack8(&bb8, bbst, nb, 0);
     cl_long M = c->shape[nd - 2], N = c->shape[nd - 1], K = a->shape[nd - 1], ao = a->offset, bo = b->offset;
     cl_long ars = a->strides[nd - 2], acs = a->strides[nd - 1], brs = b->strides[nd - 2], bcs = b->strides[nd - 1];
     cl_long acc = accumulate;
-    cl_mem am = kiln__cl_mem(a->storage), bm = kiln__cl_mem(b->storage), cm = kiln__cl_mem(c->storage);
+    cl_mem am = kiln__opencl_mem(a->storage), bm = kiln__opencl_mem(b->storage), cm = kiln__opencl_mem(c->storage);
     if (c->offset) { /* out is a fresh dense tensor: its offset is 0 */
         free(src.s);
         kiln__kernel_error("matmul into an offset view");
         return KILN_ERR_UNSUPPORTED;
     }
-    kiln__cl_arg args[] = {{8, &total}, {8, &M},   {8, &N},   {8, &K},   {64, &bs8},          {64, &as8},
+    kiln__opencl_arg args[] = {{8, &total}, {8, &M},   {8, &N},   {8, &K},   {64, &bs8},          {64, &as8},
                            {64, &bb8},  {8, &ao},  {8, &ars}, {8, &acs}, {8, &bo},            {8, &brs},
                            {8, &bcs},   {8, &acc}, {sizeof am, &am}, {sizeof bm, &bm}, {sizeof cm, &cm}};
-    return kiln__cl_run(d, op, &src, (size_t)total, args, (int)(sizeof args / sizeof args[0]));
+    return kiln__opencl_run(d, op, &src, (size_t)total, args, (int)(sizeof args / sizeof args[0]));
 }
 
 /* The stride between out's batch matrices in v (0 when v is broadcast over them), false when
@@ -146,7 +146,7 @@ static const char *const gemm_outer_source =
     "}\n";
 
 /* out = a b (+ out) by one of the tiled forms; *done false when neither fits the layout. */
-static kiln_status tiled(kiln__cl_device *d, const kiln__op *op, bool accumulate, bool *done) {
+static kiln_status tiled(kiln__opencl_device *d, const kiln__op *op, bool accumulate, bool *done) {
     const kiln__view *a = &op->in[0], *b = &op->in[1], *c = &op->out[0];
     int nd = c->ndim;
     cl_long M = c->shape[nd - 2], N = c->shape[nd - 1], K = a->shape[nd - 1], batch = 1;
@@ -157,23 +157,23 @@ static kiln_status tiled(kiln__cl_device *d, const kiln__op *op, bool accumulate
         return KILN_OK;
     cl_long ars = a->strides[nd - 2], acs = a->strides[nd - 1], brs = b->strides[nd - 2], bcs = b->strides[nd - 1];
     cl_long ao = a->offset, bo = b->offset, csa = sa, csb = sb, acc = accumulate, tiles_m, tiles_n;
-    cl_mem am = kiln__cl_mem(a->storage), bm = kiln__cl_mem(b->storage), cm = kiln__cl_mem(c->storage);
+    cl_mem am = kiln__opencl_mem(a->storage), bm = kiln__opencl_mem(b->storage), cm = kiln__opencl_mem(c->storage);
     if ((acs == 1 || K == 1) && (brs == 1 || K == 1)) {
         tiles_m = (M + 3) / 4, tiles_n = (N + 3) / 4;
-        kiln__cl_arg args[] = {{8, &M},   {8, &N},   {8, &K},   {8, &tiles_m},    {8, &tiles_n},    {8, &ao},
+        kiln__opencl_arg args[] = {{8, &M},   {8, &N},   {8, &K},   {8, &tiles_m},    {8, &tiles_n},    {8, &ao},
                                {8, &ars}, {8, &csa}, {8, &bo},  {8, &bcs},        {8, &csb},        {8, &acc},
                                {sizeof am, &am},     {sizeof bm, &bm},            {sizeof cm, &cm}};
         *done = true;
-        return kiln__cl_launch_local(d, op, gemm_dot_source, (size_t)(tiles_m * tiles_n * batch), 1, args,
+        return kiln__opencl_launch_local(d, op, gemm_dot_source, (size_t)(tiles_m * tiles_n * batch), 1, args,
                                      (int)(sizeof args / sizeof args[0]));
     }
     if (bcs == 1 || N == 1) {
         tiles_m = (M + 7) / 8, tiles_n = (N + 31) / 32;
-        kiln__cl_arg args[] = {{8, &M},   {8, &N},   {8, &K},   {8, &tiles_m},    {8, &tiles_n},    {8, &ao},
+        kiln__opencl_arg args[] = {{8, &M},   {8, &N},   {8, &K},   {8, &tiles_m},    {8, &tiles_n},    {8, &ao},
                                {8, &ars}, {8, &acs}, {8, &csa}, {8, &bo},         {8, &brs},        {8, &csb},
                                {8, &acc}, {sizeof am, &am},     {sizeof bm, &bm}, {sizeof cm, &cm}};
         *done = true;
-        return kiln__cl_launch_local(d, op, gemm_outer_source, (size_t)(tiles_m * tiles_n * batch), 1, args,
+        return kiln__opencl_launch_local(d, op, gemm_outer_source, (size_t)(tiles_m * tiles_n * batch), 1, args,
                                      (int)(sizeof args / sizeof args[0]));
     }
     return KILN_OK;
@@ -210,7 +210,7 @@ static bool blas_layout(const kiln__view *v, const kiln__view *c, int64_t rows, 
  * streams' workers, or two KILN_SYNC=1 threads, start GEMMs together); a call only enqueues. */
 static pthread_mutex_t clblast_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static kiln_status blas(kiln__cl_device *d, const kiln__op *op, bool accumulate, bool *done) {
+static kiln_status blas(kiln__opencl_device *d, const kiln__op *op, bool accumulate, bool *done) {
     const kiln__view *a = &op->in[0], *b = &op->in[1], *c = &op->out[0];
     int nd = c->ndim;
     size_t M = (size_t)c->shape[nd - 2], N = (size_t)c->shape[nd - 1], K = (size_t)a->shape[nd - 1], batch = 1;
@@ -221,9 +221,9 @@ static kiln_status blas(kiln__cl_device *d, const kiln__op *op, bool accumulate,
         !blas_layout(b, c, (int64_t)K, (int64_t)N, &ob))
         return KILN_OK;
     CLBlastTranspose ta = oa.trans ? CLBlastTransposeYes : CLBlastTransposeNo, tb = ob.trans ? CLBlastTransposeYes : CLBlastTransposeNo;
-    cl_command_queue q = kiln__cl_queue(d, op);
+    cl_command_queue q = kiln__opencl_queue(d, op);
     cl_event ev = NULL;
-    cl_mem am = kiln__cl_mem(a->storage), bm = kiln__cl_mem(b->storage), cm = kiln__cl_mem(c->storage);
+    cl_mem am = kiln__opencl_mem(a->storage), bm = kiln__opencl_mem(b->storage), cm = kiln__opencl_mem(c->storage);
     CLBlastStatusCode s;
     double beta = accumulate ? 1 : 0;
     pthread_mutex_lock(&clblast_lock);
@@ -245,13 +245,13 @@ static kiln_status blas(kiln__cl_device *d, const kiln__op *op, bool accumulate,
         return KILN_OK; /* not done: the generated kernel runs it */
     }
     *done = true;
-    return kiln__cl_done(d, ev, "CLBlast GEMM");
+    return kiln__opencl_done(d, ev, "CLBlast GEMM");
 }
 #endif
 
 static kiln_status kernel_matmul(const kiln__op *op) {
     const kiln__view *c = &op->out[0];
-    kiln__cl_device *d = kiln__cl_device_of(c->storage->device);
+    kiln__opencl_device *d = kiln__opencl_device_of(c->storage->device);
     if (NEVER(!d)) return KILN_ERR_INTERNAL;
     kiln_dtype dt = c->dtype;
     if ((dt != KILN_F32 && dt != KILN_F64) || (dt == KILN_F64 && !d->fp64) || op->in[0].dtype != dt ||
@@ -288,6 +288,6 @@ static kiln_status kernel_matmul(const kiln__op *op) {
     return naive(d, op, accumulate);
 }
 
-void kiln__cl_register_matmul(kiln__kernel_fn *table) { table[KILN__OP_MATMUL] = kernel_matmul; }
+void kiln__opencl_register_matmul(kiln__kernel_fn *table) { table[KILN__OP_MATMUL] = kernel_matmul; }
 
 #endif

@@ -16,8 +16,8 @@ static bool caching(void) {
     return !kiln__env_flag("KILN_NO_CACHING", false);
 }
 
-static void *cl_alloc(void *ctx, size_t nbytes, size_t *granted) {
-    kiln__cl_device *d = ctx;
+static void *opencl_alloc(void *ctx, size_t nbytes, size_t *granted) {
+    kiln__opencl_device *d = ctx;
     *granted = nbytes; /* (the buffer keeps its own size) */
     if (kiln__alloc_should_fail()) return NULL;
     size_t rounded = nbytes;
@@ -25,7 +25,7 @@ static void *cl_alloc(void *ctx, size_t nbytes, size_t *granted) {
     if (rounded == 0) rounded = 64;
     if (cls >= 0) {
         pthread_mutex_lock(&d->mem_lock);
-        kiln__cl_buf *b = d->free_class[cls];
+        kiln__opencl_buf *b = d->free_class[cls];
         if (b) {
             d->free_class[cls] = b->next;
             d->cached_bytes -= b->size;
@@ -43,7 +43,7 @@ static void *cl_alloc(void *ctx, size_t nbytes, size_t *granted) {
         atomic_fetch_sub(&d->in_use, rounded);
         return NULL;
     }
-    kiln__cl_buf *b = malloc(sizeof *b);
+    kiln__opencl_buf *b = malloc(sizeof *b);
     cl_int err = CL_SUCCESS;
     cl_mem m = b ? clCreateBuffer(d->context, CL_MEM_READ_WRITE, rounded, NULL, &err) : NULL;
     if (!m || err != CL_SUCCESS) {
@@ -51,14 +51,14 @@ static void *cl_alloc(void *ctx, size_t nbytes, size_t *granted) {
         atomic_fetch_sub(&d->in_use, rounded);
         return NULL;
     }
-    *b = (kiln__cl_buf){.mem = m, .size = rounded}; /* no events: nothing used it yet */
+    *b = (kiln__opencl_buf){.mem = m, .size = rounded}; /* no events: nothing used it yet */
     kiln__stats_count_alloc(d->device, true);
     return b;
 }
 
-static void cl_free(void *ctx, void *ptr, size_t nbytes) {
-    kiln__cl_device *d = ctx;
-    kiln__cl_buf *b = ptr;
+static void opencl_free(void *ctx, void *ptr, size_t nbytes) {
+    kiln__opencl_device *d = ctx;
+    kiln__opencl_buf *b = ptr;
     if (!b) return;
     atomic_fetch_sub(&d->in_use, b->size);
     size_t rounded;
@@ -77,19 +77,19 @@ static void cl_free(void *ctx, void *ptr, size_t nbytes) {
             return;
         }
     }
-    kiln__cl_buf_forget(d, b);
+    kiln__opencl_buf_forget(d, b);
     clReleaseMemObject(b->mem); /* the driver keeps it alive for commands still using it */
     free(b);
 }
 
-static void cl_empty_cache(void *ctx) {
-    kiln__cl_device *d = ctx;
+static void opencl_empty_cache(void *ctx) {
+    kiln__opencl_device *d = ctx;
     pthread_mutex_lock(&d->mem_lock);
     size_t freed = d->cached_bytes;
     for (int c = 0; c < KILN__ALLOC_CLASSES; c++) {
-        for (kiln__cl_buf *b = d->free_class[c], *next; b; b = next) {
+        for (kiln__opencl_buf *b = d->free_class[c], *next; b; b = next) {
             next = b->next;
-            kiln__cl_buf_forget(d, b); /* (dep_lock after mem_lock, never the other way) */
+            kiln__opencl_buf_forget(d, b); /* (dep_lock after mem_lock, never the other way) */
             clReleaseMemObject(b->mem);
             free(b);
         }
@@ -100,12 +100,12 @@ static void cl_empty_cache(void *ctx) {
     kiln__stats_add_cached(d->device, -(int64_t)freed);
 }
 
-void kiln__cl_memory_init(kiln__cl_device *d); /* device.c calls it once per device */
-void kiln__cl_memory_init(kiln__cl_device *d) {
+void kiln__opencl_memory_init(kiln__opencl_device *d); /* device.c calls it once per device */
+void kiln__opencl_memory_init(kiln__opencl_device *d) {
     pthread_mutex_init(&d->mem_lock, NULL);
     d->cache_limit = (size_t)kiln__env_int_range("KILN_CACHE_LIMIT_MB", 0, (int64_t)(SIZE_MAX >> 21),
                                                  (int64_t)(DEFAULT_CACHE_LIMIT >> 20)) << 20;
-    d->memory = (kiln__device_memory){.alloc = cl_alloc, .free = cl_free, .empty_cache = cl_empty_cache, .context = d};
+    d->memory = (kiln__device_memory){.alloc = opencl_alloc, .free = opencl_free, .empty_cache = opencl_empty_cache, .context = d};
     kiln__storage_register_memory(d->device, &d->memory);
 }
 

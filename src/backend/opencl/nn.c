@@ -208,10 +208,10 @@ static const char *const pool_body[4] = {
     "  }\n}\n",
 };
 
-static kiln__cl_device *dev_of(const kiln__op *op) { return kiln__cl_device_of(op->out[0].storage->device); }
+static kiln__opencl_device *dev_of(const kiln__op *op) { return kiln__opencl_device_of(op->out[0].storage->device); }
 
 /* f32 or f64 everywhere (indices aside), f64 only where the device has it. */
-static bool check_dtypes(kiln__cl_device *d, const kiln__op *op) {
+static bool check_dtypes(kiln__opencl_device *d, const kiln__op *op) {
     kiln_dtype dt = op->out[0].dtype;
     bool ok = (dt == KILN_F32 || (dt == KILN_F64 && d->fp64));
     for (int i = 0; ok && i < op->n_in; i++) ok = op->in[i].dtype == dt || op->in[i].dtype == KILN_I64;
@@ -227,11 +227,11 @@ static void strides4(cl_long *g, int at, const kiln__view *v) {
 
 /* Builds "<prelude> typedef T; k(<geometry>, body" and launches it over global items with the
  * geometry followed by bufs and the ints. */
-static kiln_status launch(kiln__cl_device *d, const kiln__op *op, const char *helpers, const char *body, const cl_long *g,
+static kiln_status launch(kiln__opencl_device *d, const kiln__op *op, const char *helpers, const char *body, const cl_long *g,
                           size_t global, cl_mem *bufs, int n_bufs, const cl_int *ints, int n_ints) {
     kiln__text s = {0};
     bool f64 = op->out[0].dtype == KILN_F64;
-    kiln__cl_src_prelude(&s, d->fp64);
+    kiln__opencl_src_prelude(&s, d->fp64);
     kiln__text_printf(&s, "typedef %s T;\n", f64 ? "double" : "float");
     for (int i = 0; i < G_COUNT; i++) {
         if (i >= G_FIRST_CONST && i <= G_LAST_CONST) kiln__text_printf(&s, "#define %s (%lldL)\n", geom_names[i], (long long)g[i]);
@@ -240,12 +240,12 @@ static kiln_status launch(kiln__cl_device *d, const kiln__op *op, const char *he
     kiln__text_printf(&s, "%s__kernel void k(", helpers);
     for (int i = 0; i < G_COUNT; i++) kiln__text_printf(&s, "long g%d, ", i);
     kiln__text_printf(&s, "\n  %s", body);
-    kiln__cl_arg args[G_COUNT + 8];
+    kiln__opencl_arg args[G_COUNT + 8];
     int n = 0;
-    for (int i = 0; i < G_COUNT; i++) args[n++] = (kiln__cl_arg){8, &g[i]};
-    for (int i = 0; i < n_bufs; i++) args[n++] = (kiln__cl_arg){sizeof(cl_mem), &bufs[i]};
-    for (int i = 0; i < n_ints; i++) args[n++] = (kiln__cl_arg){4, &ints[i]};
-    return kiln__cl_run(d, op, &s, global, args, n);
+    for (int i = 0; i < G_COUNT; i++) args[n++] = (kiln__opencl_arg){8, &g[i]};
+    for (int i = 0; i < n_bufs; i++) args[n++] = (kiln__opencl_arg){sizeof(cl_mem), &bufs[i]};
+    for (int i = 0; i < n_ints; i++) args[n++] = (kiln__opencl_arg){4, &ints[i]};
+    return kiln__opencl_run(d, op, &s, global, args, n);
 }
 
 /* The column matrix of one conv forward on the device: at most this many bytes (and an eighth
@@ -267,12 +267,12 @@ static kiln__op matmul_in(const kiln__op *op, int n_in) {
 }
 
 /* Runs body (im2col_body, im2col_t_body or dy_t_body) over total items writing scratch from src. */
-static kiln_status to_scratch(kiln__cl_device *d, const kiln__op *op, const char *body, const cl_long *g, int64_t total,
-                              kiln__cl_buf *scratch, const kiln__storage *src) {
+static kiln_status to_scratch(kiln__opencl_device *d, const kiln__op *op, const char *body, const cl_long *g, int64_t total,
+                              kiln__opencl_buf *scratch, const kiln__storage *src) {
     cl_long gc[G_COUNT];
     memcpy(gc, g, sizeof gc);
     gc[G_TOTAL] = total;
-    cl_mem bufs[2] = {scratch->mem, kiln__cl_mem(src)};
+    cl_mem bufs[2] = {scratch->mem, kiln__opencl_mem(src)};
     return launch(d, op, "", body, gc, (size_t)total, bufs, 2, NULL, 0);
 }
 
@@ -286,7 +286,7 @@ static bool im2col_takes(const kiln__op *op, const cl_long *g) {
 
 /* Whether `floats` floats of scratch stay within the bounds: IM2COL_MAX_BYTES and an eighth of
  * the device's memory. */
-static bool scratch_fits(const kiln__cl_device *d, size_t floats) {
+static bool scratch_fits(const kiln__opencl_device *d, size_t floats) {
     return floats <= IM2COL_MAX_BYTES / sizeof(float) &&
            !(d->desc.global_memory && floats * sizeof(float) > d->desc.global_memory / 8);
 }
@@ -298,7 +298,7 @@ static bool scratch_fits(const kiln__cl_device *d, size_t floats) {
  * registers. f32 with one group into a dense y at offset 0 (the GEMM's out); *done false
  * otherwise (KILN_OPENCL_CONV=direct too), or when the column buffer would be too large or
  * cannot be had: the direct kernel runs then. */
-static kiln_status conv_im2col(kiln__cl_device *d, const kiln__op *op, const cl_long *g, bool *done) {
+static kiln_status conv_im2col(kiln__opencl_device *d, const kiln__op *op, const cl_long *g, bool *done) {
     *done = false;
     if (!im2col_takes(op, g)) return KILN_OK;
     int64_t ck = g[G_C] * g[G_KH] * g[G_KW], p = g[G_OH] * g[G_OW];
@@ -308,8 +308,8 @@ static kiln_status conv_im2col(kiln__cl_device *d, const kiln__op *op, const cl_
         return KILN_OK;
     kiln__storage *col = kiln__storage_new(d->device, bytes);
     if (!col) return KILN_OK; /* the direct kernel needs no scratch */
-    kiln__cl_buf *cb = col->data;
-    kiln_status st = kiln__cl_scratch_begin(d, cb, kiln__cl_queue(d, op));
+    kiln__opencl_buf *cb = col->data;
+    kiln_status st = kiln__opencl_scratch_begin(d, cb, kiln__opencl_queue(d, op));
     if (st == KILN_OK) st = to_scratch(d, op, im2col_body, g, g[G_N] * ck * p, cb, op->in[0].storage);
     if (st == KILN_OK) {
         kiln__op mm = matmul_in(op, op->n_in > 2 ? 3 : 2);
@@ -324,7 +324,7 @@ static kiln_status conv_im2col(kiln__cl_device *d, const kiln__op *op, const cl_
         }
         st = d->backend.kernels[KILN__OP_MATMUL](&mm);
     }
-    kiln__cl_scratch_end(d, cb);
+    kiln__opencl_scratch_end(d, cb);
     kiln__storage_release(col);
     *done = true;
     return st;
@@ -334,7 +334,7 @@ static kiln_status conv_im2col(kiln__cl_device *d, const kiln__op *op, const cl_
  * dyt [O, N*P] colt^T [N*P, C*KH*KW] (the dot form of the tiled GEMM: both operands contiguous
  * along K). The direct kernel walks all N*P positions per weight element with no reuse. Same
  * conditions and fallback as conv_im2col, for both scratch buffers together. */
-static kiln_status conv_weight_im2col(kiln__cl_device *d, const kiln__op *op, const cl_long *g, bool *done) {
+static kiln_status conv_weight_im2col(kiln__opencl_device *d, const kiln__op *op, const cl_long *g, bool *done) {
     *done = false;
     if (!im2col_takes(op, g)) return KILN_OK;
     int64_t ck = g[G_C] * g[G_KH] * g[G_KW], np = g[G_N] * g[G_OH] * g[G_OW];
@@ -347,10 +347,10 @@ static kiln_status conv_weight_im2col(kiln__cl_device *d, const kiln__op *op, co
         kiln__storage_release(col);
         return KILN_OK; /* the direct kernel needs no scratch */
     }
-    kiln__cl_buf *cb = col->data, *tb = dyt->data;
-    cl_command_queue q = kiln__cl_queue(d, op);
-    kiln_status st = kiln__cl_scratch_begin(d, cb, q);
-    if (st == KILN_OK) st = kiln__cl_scratch_begin(d, tb, q);
+    kiln__opencl_buf *cb = col->data, *tb = dyt->data;
+    cl_command_queue q = kiln__opencl_queue(d, op);
+    kiln_status st = kiln__opencl_scratch_begin(d, cb, q);
+    if (st == KILN_OK) st = kiln__opencl_scratch_begin(d, tb, q);
     if (st == KILN_OK) st = to_scratch(d, op, im2col_t_body, g, np * ck, cb, op->in[1].storage);
     if (st == KILN_OK) st = to_scratch(d, op, dy_t_body, g, np * g[G_O], tb, op->in[0].storage);
     if (st == KILN_OK) {
@@ -361,8 +361,8 @@ static kiln_status conv_weight_im2col(kiln__cl_device *d, const kiln__op *op, co
         mm.out[0] = (kiln__view){.storage = op->out[0].storage, .dtype = dt, .ndim = 2, .shape = {g[G_O], ck}, .strides = {ck, 1}};
         st = d->backend.kernels[KILN__OP_MATMUL](&mm);
     }
-    kiln__cl_scratch_end(d, cb);
-    kiln__cl_scratch_end(d, tb);
+    kiln__opencl_scratch_end(d, cb);
+    kiln__opencl_scratch_end(d, tb);
     kiln__storage_release(col);
     kiln__storage_release(dyt);
     *done = true;
@@ -374,7 +374,7 @@ static kiln_status conv_weight_im2col(kiln__cl_device *d, const kiln__op *op, co
  * its taps' entries of colt (col2im_t_body: a gather, no two items write one element). The
  * direct kernel reads dy and w once per input element and tap, with no reuse across items.
  * Same conditions and fallback as conv_im2col, dy dense too. */
-static kiln_status conv_input_im2col(kiln__cl_device *d, const kiln__op *op, const cl_long *g, bool *done) {
+static kiln_status conv_input_im2col(kiln__opencl_device *d, const kiln__op *op, const cl_long *g, bool *done) {
     *done = false;
     if (!im2col_takes(op, g) || !kiln__view_is_contiguous(&op->in[0])) return KILN_OK;
     int64_t ck = g[G_C] * g[G_KH] * g[G_KW], p = g[G_OH] * g[G_OW];
@@ -383,8 +383,8 @@ static kiln_status conv_input_im2col(kiln__cl_device *d, const kiln__op *op, con
     if (floats / (size_t)g[G_N] / (size_t)p != (size_t)ck || !scratch_fits(d, floats)) return KILN_OK;
     kiln__storage *col = kiln__storage_new(d->device, floats * sizeof(float));
     if (!col) return KILN_OK; /* the direct kernel needs no scratch */
-    kiln__cl_buf *cb = col->data;
-    kiln_status st = kiln__cl_scratch_begin(d, cb, kiln__cl_queue(d, op));
+    kiln__opencl_buf *cb = col->data;
+    kiln_status st = kiln__opencl_scratch_begin(d, cb, kiln__opencl_queue(d, op));
     if (st == KILN_OK) {
         kiln__op mm = matmul_in(op, 2);
         kiln_dtype dt = op->out[0].dtype;
@@ -396,17 +396,17 @@ static kiln_status conv_input_im2col(kiln__cl_device *d, const kiln__op *op, con
         st = d->backend.kernels[KILN__OP_MATMUL](&mm);
     }
     if (st == KILN_OK) {
-        cl_mem bufs[2] = {kiln__cl_mem(op->out[0].storage), cb->mem};
+        cl_mem bufs[2] = {kiln__opencl_mem(op->out[0].storage), cb->mem};
         st = launch(d, op, "", col2im_t_body, g, (size_t)g[G_TOTAL], bufs, 2, NULL, 0);
     }
-    kiln__cl_scratch_end(d, cb);
+    kiln__opencl_scratch_end(d, cb);
     kiln__storage_release(col);
     *done = true;
     return st;
 }
 
 static kiln_status kernel_conv(const kiln__op *op) {
-    kiln__cl_device *d = dev_of(op);
+    kiln__opencl_device *d = dev_of(op);
     if (NEVER(!d)) return KILN_ERR_INTERNAL;
     if (!check_dtypes(d, op)) return KILN_ERR_DTYPE;
     int which = op->code == KILN__OP_CONV2D ? 0 : op->code == KILN__OP_CONV2D_BACKWARD_INPUT ? 1 : 2;
@@ -426,13 +426,13 @@ static kiln_status kernel_conv(const kiln__op *op) {
     g[G_TOTAL] = kiln__view_numel(&op->out[0]);
     cl_mem bufs[4];
     cl_int ints[1] = {0};
-    bufs[0] = kiln__cl_mem(op->out[0].storage);
-    bufs[1] = kiln__cl_mem(op->in[0].storage);
-    bufs[2] = kiln__cl_mem(op->in[1].storage);
+    bufs[0] = kiln__opencl_mem(op->out[0].storage);
+    bufs[1] = kiln__opencl_mem(op->in[0].storage);
+    bufs[2] = kiln__opencl_mem(op->in[1].storage);
     int n_bufs = 3, n_ints = 0;
     if (which == 0) {
         bool bias = op->n_in > 2;
-        bufs[n_bufs++] = kiln__cl_mem(op->in[bias ? 2 : 0].storage);
+        bufs[n_bufs++] = kiln__opencl_mem(op->in[bias ? 2 : 0].storage);
         if (bias) g[G_YO] = op->in[2].offset, g[G_BS] = op->in[2].strides[0];
         ints[0] = bias;
         n_ints = 1;
@@ -451,7 +451,7 @@ static kiln_status kernel_conv(const kiln__op *op) {
 }
 
 static kiln_status kernel_pool(const kiln__op *op) {
-    kiln__cl_device *d = dev_of(op);
+    kiln__opencl_device *d = dev_of(op);
     if (NEVER(!d)) return KILN_ERR_INTERNAL;
     if (!check_dtypes(d, op)) return KILN_ERR_DTYPE;
     int which = op->code == KILN__OP_MAX_POOL2D            ? 0
@@ -470,18 +470,18 @@ static kiln_status kernel_pool(const kiln__op *op) {
     g[G_AO] = op->out[0].offset;
     cl_mem bufs[3];
     int n_bufs = 0;
-    bufs[n_bufs++] = kiln__cl_mem(op->out[0].storage);
+    bufs[n_bufs++] = kiln__opencl_mem(op->out[0].storage);
     cl_int ints[2] = {0};
     int n_ints = 0;
     if (which == 0) {
         bool idx = op->n_out > 1;
-        bufs[n_bufs++] = kiln__cl_mem(op->out[idx ? 1 : 0].storage);
+        bufs[n_bufs++] = kiln__opencl_mem(op->out[idx ? 1 : 0].storage);
         if (idx) g[G_BO] = op->out[1].offset;
         ints[n_ints++] = idx;
     }
-    bufs[n_bufs++] = kiln__cl_mem(op->in[0].storage);
+    bufs[n_bufs++] = kiln__opencl_mem(op->in[0].storage);
     if (which == 1) {
-        bufs[n_bufs++] = kiln__cl_mem(op->in[1].storage);
+        bufs[n_bufs++] = kiln__opencl_mem(op->in[1].storage);
         strides4(g, G_YS0, &op->in[1]);
         g[G_YO] = op->in[1].offset;
     }
@@ -490,7 +490,7 @@ static kiln_status kernel_pool(const kiln__op *op) {
     return launch(d, op, pool_window, pool_body[which], g, (size_t)g[G_TOTAL], bufs, n_bufs, ints, n_ints);
 }
 
-void kiln__cl_register_nn(kiln__kernel_fn *table) {
+void kiln__opencl_register_nn(kiln__kernel_fn *table) {
     table[KILN__OP_CONV2D] = kernel_conv;
     table[KILN__OP_CONV2D_BACKWARD_INPUT] = kernel_conv;
     table[KILN__OP_CONV2D_BACKWARD_WEIGHT] = kernel_conv;

@@ -11,7 +11,7 @@
 #include "backend/opencl/opencl-impl.h"
 #include "ir/optim_params.h"
 
-static bool float_params(const kiln__op *op, kiln__cl_device *d) {
+static bool float_params(const kiln__op *op, kiln__opencl_device *d) {
     kiln_dtype dt = op->out[0].dtype;
     bool ok = (dt == KILN_F32 || (dt == KILN_F64 && d->fp64)) && op->in[0].dtype == dt;
     for (int i = 1; i < op->n_out; i++) ok = ok && op->out[i].dtype == dt;
@@ -28,26 +28,26 @@ typedef struct {
     cl_double hp[8];
 } layout;
 
-static int push_views(layout *l, const kiln__view *const *v, int n, kiln__cl_arg *args) {
+static int push_views(layout *l, const kiln__view *const *v, int n, kiln__opencl_arg *args) {
     int nd = v[0]->ndim, a = 0;
     l->n = kiln__view_numel(v[0]);
-    kiln__cl_pack8(&l->shape, v[0]->shape, nd, 1);
-    args[a++] = (kiln__cl_arg){8, &l->n};
-    args[a++] = (kiln__cl_arg){64, &l->shape};
+    kiln__opencl_pack8(&l->shape, v[0]->shape, nd, 1);
+    args[a++] = (kiln__opencl_arg){8, &l->n};
+    args[a++] = (kiln__opencl_arg){64, &l->shape};
     for (int i = 0; i < n; i++) {
-        kiln__cl_pack8(&l->st[i], v[i]->strides, nd, 0);
+        kiln__opencl_pack8(&l->st[i], v[i]->strides, nd, 0);
         l->off[i] = v[i]->offset;
-        l->mem[i] = kiln__cl_mem(v[i]->storage);
-        args[a++] = (kiln__cl_arg){64, &l->st[i]};
-        args[a++] = (kiln__cl_arg){8, &l->off[i]};
-        args[a++] = (kiln__cl_arg){sizeof(cl_mem), &l->mem[i]};
+        l->mem[i] = kiln__opencl_mem(v[i]->storage);
+        args[a++] = (kiln__opencl_arg){64, &l->st[i]};
+        args[a++] = (kiln__opencl_arg){8, &l->off[i]};
+        args[a++] = (kiln__opencl_arg){sizeof(cl_mem), &l->mem[i]};
     }
     return a;
 }
 
 static void header(kiln__text *s, bool fp64, const char *T, int n_views, int n_hp) {
-    kiln__cl_src_prelude(s, fp64);
-    kiln__text_printf(s, "%s__kernel void k(long n, long8 shape8", kiln__cl_layout_helpers);
+    kiln__opencl_src_prelude(s, fp64);
+    kiln__text_printf(s, "%s__kernel void k(long n, long8 shape8", kiln__opencl_layout_helpers);
     for (int i = 0; i < n_views; i++) kiln__text_printf(s, ", long8 st%d, long o%d, __global %s *v%d", i, i, T, i);
     for (int i = 0; i < n_hp; i++) kiln__text_printf(s, ", %s h%d", fp64 ? "double" : "float", i);
     kiln__text_printf(s, ") {\n  long e = get_global_id(0); if (e >= n) return;\n  long shape[8], c[8], t[8];\n"
@@ -55,23 +55,23 @@ static void header(kiln__text *s, bool fp64, const char *T, int n_views, int n_h
     for (int i = 0; i < n_views; i++) kiln__text_printf(s, "  unpack(st%d, t); long i%d = o%d + dot(c, t);\n", i, i, i);
 }
 
-static kiln_status launch(kiln__cl_device *d, const kiln__op *op, kiln__text *s, layout *l, kiln__cl_arg *args, int a, int n_hp) {
+static kiln_status launch(kiln__opencl_device *d, const kiln__op *op, kiln__text *s, layout *l, kiln__opencl_arg *args, int a, int n_hp) {
     cl_float hf[8];
     for (int i = 0; i < n_hp; i++) {
         hf[i] = (cl_float)l->hp[i];
-        args[a++] = d->fp64 ? (kiln__cl_arg){8, &l->hp[i]} : (kiln__cl_arg){4, &hf[i]};
+        args[a++] = d->fp64 ? (kiln__opencl_arg){8, &l->hp[i]} : (kiln__opencl_arg){4, &hf[i]};
     }
-    return kiln__cl_run(d, op, s, (size_t)l->n, args, a);
+    return kiln__opencl_run(d, op, s, (size_t)l->n, args, a);
 }
 
 /* out[0] param, out[1] momentum buffer (n_out == 2), in[0] grad. */
 static kiln_status kernel_sgd(const kiln__op *op) {
-    kiln__cl_device *d = kiln__cl_device_of(op->out[0].storage->device);
+    kiln__opencl_device *d = kiln__opencl_device_of(op->out[0].storage->device);
     if (NEVER(!d)) return KILN_ERR_INTERNAL;
     if (!float_params(op, d)) return KILN_ERR_DTYPE;
     kiln__sgd_update u = kiln__sgd_update_decode(op);
     bool mom = op->n_out == 2, wd = u.weight_decay != 0;
-    const char *T = kiln__cl_ctype(op->out[0].dtype);
+    const char *T = kiln__opencl_ctype(op->out[0].dtype);
     kiln__text s = {0};
     /* views: v0 param, v1 grad, v2 buffer */
     header(&s, d->fp64, T, mom ? 3 : 2, 4);
@@ -85,7 +85,7 @@ static kiln_status kernel_sgd(const kiln__op *op) {
     kiln__text_printf(&s, "  v0[i0] = v0[i0] - lr * g;\n}\n");
     const kiln__view *v[3] = {&op->out[0], &op->in[0], &op->out[1]};
     layout l;
-    kiln__cl_arg args[24];
+    kiln__opencl_arg args[24];
     int a = push_views(&l, v, mom ? 3 : 2, args);
     l.hp[0] = u.lr, l.hp[1] = u.momentum, l.hp[2] = 1.0 - u.dampening, l.hp[3] = u.weight_decay;
     return launch(d, op, &s, &l, args, a, 4);
@@ -93,7 +93,7 @@ static kiln_status kernel_sgd(const kiln__op *op) {
 
 /* out[0] param, out[1] exp_avg, out[2] exp_avg_sq, in[0] grad. */
 static kiln_status kernel_adam(const kiln__op *op) {
-    kiln__cl_device *d = kiln__cl_device_of(op->out[0].storage->device);
+    kiln__opencl_device *d = kiln__opencl_device_of(op->out[0].storage->device);
     if (NEVER(!d)) return KILN_ERR_INTERNAL;
     if (op->n_out != 3) return KILN_ERR_INTERNAL;
     if (!float_params(op, d)) return KILN_ERR_DTYPE;
@@ -101,7 +101,7 @@ static kiln_status kernel_adam(const kiln__op *op) {
     double decay_v = u.weight_decay_term;
     int decay = decay_v == 0 && !u.decoupled ? 0 : u.decoupled ? 2 : 1;
     bool first = u.first;
-    const char *T = kiln__cl_ctype(op->out[0].dtype);
+    const char *T = kiln__opencl_ctype(op->out[0].dtype);
     kiln__text s = {0};
     /* views: v0 param, v1 exp_avg, v2 exp_avg_sq, v3 grad */
     header(&s, d->fp64, T, 4, 7);
@@ -115,7 +115,7 @@ static kiln_status kernel_adam(const kiln__op *op) {
                             "  v1[i1] = m1; v2[i2] = s1;\n  v0[i0] = x - step * (m1 / (sqrt(s1) / bc2 + eps));\n}\n", T, T);
     const kiln__view *v[4] = {&op->out[0], &op->out[1], &op->out[2], &op->in[0]};
     layout l;
-    kiln__cl_arg args[24];
+    kiln__opencl_arg args[24];
     int a = push_views(&l, v, 4, args);
     l.hp[0] = u.step_size, l.hp[1] = 1.0 - u.beta1, l.hp[2] = u.beta2, l.hp[3] = 1.0 - u.beta2;
     l.hp[4] = u.eps, l.hp[5] = u.sqrt_bias_correction2, l.hp[6] = decay_v;
@@ -126,27 +126,27 @@ static kiln_status kernel_adam(const kiln__op *op) {
  * walks the tensor: a gradient's norm is one small kernel per parameter, not a bottleneck. */
 static kiln_status kernel_sum_squares(const kiln__op *op) {
     const kiln__view *in = &op->in[0], *out = &op->out[0];
-    kiln__cl_device *d = kiln__cl_device_of(out->storage->device);
+    kiln__opencl_device *d = kiln__opencl_device_of(out->storage->device);
     if (NEVER(!d)) return KILN_ERR_INTERNAL;
     if (out->dtype != KILN_F64 || !d->fp64 || (in->dtype != KILN_F32 && in->dtype != KILN_F64)) {
         kiln__kernel_error("no OpenCL kernel for SUM_SQUARES on %s yet", kiln_dtype_name(in->dtype));
         return KILN_ERR_UNSUPPORTED;
     }
     kiln__text s = {0};
-    kiln__cl_src_prelude(&s, true);
+    kiln__opencl_src_prelude(&s, true);
     kiln__text_printf(&s, "%s__kernel void k(long n, long8 shape8, long8 st8, long io, long oo, __global const %s *x,\n"
                             "  __global double *y) {\n  if (get_global_id(0) != 0) return;\n"
                             "  long shape[8], st[8], c[8]; unpack(shape8, shape); unpack(st8, st); double sum = 0;\n"
                             "  for (long e = 0; e < n; e++) { coords(e, shape, c); double v = x[io + dot(c, st)]; sum += v * v; }\n"
                             "  y[oo] = sum;\n}\n",
-                      kiln__cl_layout_helpers, kiln__cl_ctype(in->dtype));
+                      kiln__opencl_layout_helpers, kiln__opencl_ctype(in->dtype));
     cl_long8 shape8, st8;
-    kiln__cl_pack8(&shape8, in->shape, in->ndim, 1);
-    kiln__cl_pack8(&st8, in->strides, in->ndim, 0);
+    kiln__opencl_pack8(&shape8, in->shape, in->ndim, 1);
+    kiln__opencl_pack8(&st8, in->strides, in->ndim, 0);
     cl_long n = kiln__view_numel(in), io = in->offset, oo = out->offset;
-    cl_mem x = kiln__cl_mem(in->storage), y = kiln__cl_mem(out->storage);
-    kiln__cl_arg args[] = {{8, &n}, {64, &shape8}, {64, &st8}, {8, &io}, {8, &oo}, {sizeof x, &x}, {sizeof y, &y}};
-    return kiln__cl_run(d, op, &s, 1, args, 7);
+    cl_mem x = kiln__opencl_mem(in->storage), y = kiln__opencl_mem(out->storage);
+    kiln__opencl_arg args[] = {{8, &n}, {64, &shape8}, {64, &st8}, {8, &io}, {8, &oo}, {sizeof x, &x}, {sizeof y, &y}};
+    return kiln__opencl_run(d, op, &s, 1, args, 7);
 }
 
 /* RMSprop and Adagrad as the CPU's optim_adaptive.c computes them (PyTorch's single-tensor
@@ -154,7 +154,7 @@ static kiln_status kernel_sum_squares(const kiln__op *op) {
  * RMSPROP_UPDATE (out param, square_avg, [buf]; in grad, [grad_avg]), ADAGRAD_UPDATE (out
  * param, sum; in grad); their parameters as ir/optim_params.h decodes them. */
 static kiln_status kernel_adaptive(const kiln__op *op) {
-    kiln__cl_device *d = kiln__cl_device_of(op->out[0].storage->device);
+    kiln__opencl_device *d = kiln__opencl_device_of(op->out[0].storage->device);
     if (NEVER(!d)) return KILN_ERR_INTERNAL;
     kiln__opcode code = op->code;
     kiln__rmsprop_update r = code == KILN__OP_RMSPROP_GRAD_AVG ? kiln__rmsprop_grad_avg_decode(op)
@@ -172,13 +172,13 @@ static kiln_status kernel_adaptive(const kiln__op *op) {
             kiln__kernel_error("gradient dtype differs from the parameter's");
             return KILN_ERR_DTYPE;
         }
-    const char *T = kiln__cl_ctype(op->out[0].dtype);
+    const char *T = kiln__opencl_ctype(op->out[0].dtype);
     const kiln__view *v[5];
     int n = 0;
     for (int i = 0; i < op->n_out; i++) v[n++] = &op->out[i];
     for (int i = 0; i < op->n_in; i++) v[n++] = &op->in[i];
     layout l;
-    kiln__cl_arg args[32];
+    kiln__opencl_arg args[32];
     int a = push_views(&l, v, n, args);
     int n_hp = code == KILN__OP_RMSPROP_UPDATE ? 6 : code == KILN__OP_ADAGRAD_UPDATE ? 4 : 2;
     kiln__text s = {0};
@@ -215,7 +215,7 @@ static kiln_status kernel_adaptive(const kiln__op *op) {
     return launch(d, op, &s, &l, args, a, n_hp);
 }
 
-void kiln__cl_register_optim(kiln__kernel_fn *table) {
+void kiln__opencl_register_optim(kiln__kernel_fn *table) {
     table[KILN__OP_RMSPROP_GRAD_AVG] = kernel_adaptive;
     table[KILN__OP_RMSPROP_UPDATE] = kernel_adaptive;
     table[KILN__OP_ADAGRAD_UPDATE] = kernel_adaptive;

@@ -21,7 +21,7 @@
 #define BUILD_OPTIONS "-cl-fp32-correctly-rounded-divide-sqrt"
 #define MAGIC "KILNCL01"
 
-const char *kiln__cl_strerror(cl_int err) {
+const char *kiln__opencl_strerror(cl_int err) {
     switch (err) {
     case CL_OUT_OF_RESOURCES: return "CL_OUT_OF_RESOURCES";
     case CL_OUT_OF_HOST_MEMORY: return "CL_OUT_OF_HOST_MEMORY";
@@ -36,35 +36,35 @@ const char *kiln__cl_strerror(cl_int err) {
     }
 }
 
-kiln_status kiln__cl_fail(cl_int err, const char *what) {
-    kiln__kernel_error("%s failed: %s (%d)", what, kiln__cl_strerror(err), (int)err);
+kiln_status kiln__opencl_fail(cl_int err, const char *what) {
+    kiln__kernel_error("%s failed: %s (%d)", what, kiln__opencl_strerror(err), (int)err);
     return err == CL_OUT_OF_RESOURCES || err == CL_OUT_OF_HOST_MEMORY || err == CL_MEM_OBJECT_ALLOCATION_FAILURE
                ? KILN_ERR_OUT_OF_MEMORY
                : KILN_ERR_DEVICE;
 }
 
-kiln_status kiln__cl_wait(cl_event ev, const char *what) {
-    kiln__cl_note_event(ev);
+kiln_status kiln__opencl_wait(cl_event ev, const char *what) {
+    kiln__opencl_note_event(ev);
     cl_int err = clWaitForEvents(1, &ev);
     cl_int st = CL_COMPLETE;
     clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, NULL);
     clReleaseEvent(ev);
-    if (err != CL_SUCCESS) return kiln__cl_fail(err, what);
-    return st < 0 ? kiln__cl_fail(st, what) : KILN_OK;
+    if (err != CL_SUCCESS) return kiln__opencl_fail(err, what);
+    return st < 0 ? kiln__opencl_fail(st, what) : KILN_OK;
 }
 
 static int wait_each = -1;
 
-kiln_status kiln__cl_done(kiln__cl_device *d, cl_event ev, const char *what) {
-    kiln__cl_note_event(ev);
+kiln_status kiln__opencl_done(kiln__opencl_device *d, cl_event ev, const char *what) {
+    kiln__opencl_note_event(ev);
     int w = __atomic_load_n(&wait_each, __ATOMIC_RELAXED);
     if (w < 0) {
         w = kiln__env_flag("KILN_SYNC", false) || kiln__env_flag("KILN_OPENCL_WAIT", false);
         __atomic_store_n(&wait_each, w, __ATOMIC_RELAXED);
     }
-    if (w || atomic_fetch_add(&d->unwaited, 1) + 1 >= KILN__CL_MAX_UNWAITED) {
+    if (w || atomic_fetch_add(&d->unwaited, 1) + 1 >= KILN__OPENCL_MAX_UNWAITED) {
         atomic_store(&d->unwaited, 0);
-        return kiln__cl_wait(ev, what);
+        return kiln__opencl_wait(ev, what);
     }
     clReleaseEvent(ev);
     return KILN_OK;
@@ -75,7 +75,7 @@ static uint64_t fnv1a(uint64_t h, const char *s, size_t n) {
     return h;
 }
 
-static uint64_t program_hash(const kiln__cl_device *d, const char *source) {
+static uint64_t program_hash(const kiln__opencl_device *d, const char *source) {
     uint64_t h = 14695981039346656037ull;
     h = fnv1a(h, source, strlen(source) + 1);
     h = fnv1a(h, d->desc.name, strlen(d->desc.name) + 1);
@@ -110,7 +110,7 @@ static bool cache_path(uint64_t hash, char *path, size_t cap, bool create) {
     return n > 0 && (size_t)n < cap;
 }
 
-static cl_program build(kiln__cl_device *d, cl_program p) {
+static cl_program build(kiln__opencl_device *d, cl_program p) {
     cl_int err = clBuildProgram(p, 1, &d->id, BUILD_OPTIONS, NULL, NULL);
     if (err == CL_SUCCESS) return p;
     const char *dump = getenv("KILN_OPENCL_DUMP"); /* debugging: the source that failed, on stderr */
@@ -127,12 +127,12 @@ static cl_program build(kiln__cl_device *d, cl_program p) {
     char *nl = log;
     for (int lines = 0; nl && lines < 3; lines++) nl = strchr(nl + 1, '\n');
     if (nl) *nl = '\0';
-    kiln__kernel_error("OpenCL build failed (%s): %s", kiln__cl_strerror(err), log[0] ? log : "no log");
+    kiln__kernel_error("OpenCL build failed (%s): %s", kiln__opencl_strerror(err), log[0] ? log : "no log");
     clReleaseProgram(p);
     return NULL;
 }
 
-static cl_program load_cached(kiln__cl_device *d, uint64_t hash, size_t source_len) {
+static cl_program load_cached(kiln__opencl_device *d, uint64_t hash, size_t source_len) {
     char path[1100];
     if (!cache_path(hash, path, sizeof path, false)) return NULL;
     FILE *f = fopen(path, "rb");
@@ -161,7 +161,7 @@ static cl_program load_cached(kiln__cl_device *d, uint64_t hash, size_t source_l
 
 /* A program made from source in a context of several devices has a binary slot per device,
  * built only for d's: its binary is the one at d's place in the program's device list. */
-static void store_cached(kiln__cl_device *d, cl_program p, uint64_t hash, size_t source_len) {
+static void store_cached(kiln__opencl_device *d, cl_program p, uint64_t hash, size_t source_len) {
     char path[1100], tmp[1200];
     cl_uint n_dev = 0;
     if (!cache_path(hash, path, sizeof path, true)) return;
@@ -193,10 +193,10 @@ static void store_cached(kiln__cl_device *d, cl_program p, uint64_t hash, size_t
     free(bin);
 }
 
-cl_program kiln__cl_program_get(kiln__cl_device *d, const char *source) {
+cl_program kiln__opencl_program_get(kiln__opencl_device *d, const char *source) {
     uint64_t hash = program_hash(d, source);
     pthread_mutex_lock(&d->prog_lock);
-    for (kiln__cl_program *e = d->programs; e; e = e->next)
+    for (kiln__opencl_program *e = d->programs; e; e = e->next)
         if (e->hash == hash && strcmp(e->source, source) == 0) {
             pthread_mutex_unlock(&d->prog_lock);
             return e->program;
@@ -208,7 +208,7 @@ cl_program kiln__cl_program_get(kiln__cl_device *d, const char *source) {
         cl_int err = CL_SUCCESS;
         p = clCreateProgramWithSource(d->context, 1, &source, &len, &err);
         if (err != CL_SUCCESS) {
-            kiln__cl_fail(err, "clCreateProgramWithSource");
+            kiln__opencl_fail(err, "clCreateProgramWithSource");
             p = NULL;
         } else if ((p = build(d, p))) {
             store_cached(d, p, hash, len);
@@ -217,7 +217,7 @@ cl_program kiln__cl_program_get(kiln__cl_device *d, const char *source) {
     /* the compiler may register exit handlers as it first runs a path: the exit hold after them */
     static atomic_int registrations;
     if (p && atomic_fetch_add(&registrations, 1) < 64) kiln__backend_exit_hold_register();
-    kiln__cl_program *e = p ? malloc(sizeof *e) : NULL;
+    kiln__opencl_program *e = p ? malloc(sizeof *e) : NULL;
     char *copy = e ? malloc(len + 1) : NULL;
     if (p && !copy) {
         free(e);
@@ -226,7 +226,7 @@ cl_program kiln__cl_program_get(kiln__cl_device *d, const char *source) {
         p = NULL;
     } else if (p) {
         memcpy(copy, source, len + 1);
-        *e = (kiln__cl_program){.source = copy, .hash = hash, .program = p, .next = d->programs};
+        *e = (kiln__opencl_program){.source = copy, .hash = hash, .program = p, .next = d->programs};
         d->programs = e;
     }
     pthread_mutex_unlock(&d->prog_lock);
@@ -285,11 +285,11 @@ static cl_kernel thread_kernel(cl_program p, const char *name, cl_int *err) {
     return k;
 }
 
-void kiln__cl_programs_free(kiln__cl_device *d) {
+void kiln__opencl_programs_free(kiln__opencl_device *d) {
     atomic_fetch_add_explicit(&programs_generation, 1, memory_order_release);
     thread_kernels_drop(); /* this thread's now; other threads' at their next launch */
     pthread_mutex_lock(&d->prog_lock);
-    for (kiln__cl_program *e = d->programs, *next; e; e = next) {
+    for (kiln__opencl_program *e = d->programs, *next; e; e = next) {
         next = e->next;
         clReleaseProgram(e->program);
         free(e->source);
@@ -299,39 +299,39 @@ void kiln__cl_programs_free(kiln__cl_device *d) {
     pthread_mutex_unlock(&d->prog_lock);
 }
 
-kiln_status kiln__cl_run(kiln__cl_device *d, const kiln__op *op, kiln__text *src, size_t global, const kiln__cl_arg *args,
+kiln_status kiln__opencl_run(kiln__opencl_device *d, const kiln__op *op, kiln__text *src, size_t global, const kiln__opencl_arg *args,
                          int n_args) {
     kiln_status st = KILN_ERR_OUT_OF_MEMORY;
     if (src->oom) kiln__kernel_error("out of host memory generating an OpenCL kernel");
-    else st = kiln__cl_launch(d, op, src->s, global, args, n_args);
+    else st = kiln__opencl_launch(d, op, src->s, global, args, n_args);
     free(src->s);
     src->s = NULL;
     return st;
 }
 
-kiln_status kiln__cl_launch(kiln__cl_device *d, const kiln__op *op, const char *source, size_t global,
-                            const kiln__cl_arg *args, int n_args) {
-    return kiln__cl_launch_local(d, op, source, global, 0, args, n_args);
+kiln_status kiln__opencl_launch(kiln__opencl_device *d, const kiln__op *op, const char *source, size_t global,
+                            const kiln__opencl_arg *args, int n_args) {
+    return kiln__opencl_launch_local(d, op, source, global, 0, args, n_args);
 }
 
-kiln_status kiln__cl_launch_local(kiln__cl_device *d, const kiln__op *op, const char *source, size_t global,
-                                  size_t local, const kiln__cl_arg *args, int n_args) {
-    return kiln__cl_launch_named(d, op, source, "k", global, local, args, n_args);
+kiln_status kiln__opencl_launch_local(kiln__opencl_device *d, const kiln__op *op, const char *source, size_t global,
+                                  size_t local, const kiln__opencl_arg *args, int n_args) {
+    return kiln__opencl_launch_named(d, op, source, "k", global, local, args, n_args);
 }
 
-kiln_status kiln__cl_launch_named(kiln__cl_device *d, const kiln__op *op, const char *source, const char *name,
-                                  size_t global, size_t local, const kiln__cl_arg *args, int n_args) {
-    cl_program p = kiln__cl_program_get(d, source);
+kiln_status kiln__opencl_launch_named(kiln__opencl_device *d, const kiln__op *op, const char *source, const char *name,
+                                  size_t global, size_t local, const kiln__opencl_arg *args, int n_args) {
+    cl_program p = kiln__opencl_program_get(d, source);
     if (!p) return KILN_ERR_KERNEL;
     if (global == 0) return KILN_OK;
     cl_int err = CL_SUCCESS;
     cl_kernel k = thread_kernel(p, name, &err);
-    if (!k) return kiln__cl_fail(err, "clCreateKernel");
+    if (!k) return kiln__opencl_fail(err, "clCreateKernel");
     for (int i = 0; i < n_args && err == CL_SUCCESS; i++) err = clSetKernelArg(k, (cl_uint)i, args[i].size, args[i].ptr);
     cl_event ev = NULL;
-    if (err == CL_SUCCESS) err = clEnqueueNDRangeKernel(kiln__cl_queue(d, op), k, 1, NULL, &global, local ? &local : NULL, 0, NULL, &ev);
-    if (err != CL_SUCCESS) return kiln__cl_fail(err, "launching an OpenCL kernel");
-    return kiln__cl_done(d, ev, "an OpenCL kernel");
+    if (err == CL_SUCCESS) err = clEnqueueNDRangeKernel(kiln__opencl_queue(d, op), k, 1, NULL, &global, local ? &local : NULL, 0, NULL, &ev);
+    if (err != CL_SUCCESS) return kiln__opencl_fail(err, "launching an OpenCL kernel");
+    return kiln__opencl_done(d, ev, "an OpenCL kernel");
 }
 
 #endif

@@ -40,7 +40,7 @@ static const char *PHILOX =
 
 static kiln_status kernel_rand(const kiln__op *op) {
     const kiln__view *out = &op->out[0];
-    kiln__cl_device *d = kiln__cl_device_of(out->storage->device);
+    kiln__opencl_device *d = kiln__opencl_device_of(out->storage->device);
     if (NEVER(!d)) return KILN_ERR_INTERNAL;
     kiln_dtype dt = out->dtype;
     if (!kiln__dtype_is_float(dt)) {
@@ -55,15 +55,15 @@ static kiln_status kernel_rand(const kiln__op *op) {
     double a = op->p.f[0], b = op->p.f[1];
     double below_hi = f64 ? nextafter(b, a) : (double)nextafterf((float)b, (float)a);
     kiln__text s = {0};
-    kiln__cl_src_prelude(&s, true);
-    kiln__text_printf(&s, "%s%s", kiln__cl_layout_helpers, PHILOX);
+    kiln__opencl_src_prelude(&s, true);
+    kiln__text_printf(&s, "%s%s", kiln__opencl_layout_helpers, PHILOX);
     kiln__text_printf(&s,
                       "__kernel void k(long n, long8 shape8, long8 st8, long oo, ulong seed, ulong offset, double a, double b,\n"
                       "  double below_hi, __global %s *y) {\n"
                       "  long e = get_global_id(0); if (e >= n) return;\n"
                       "  long shape[8], st[8], c[8]; unpack(shape8, shape); unpack(st8, st); coords(e, shape, c);\n"
                       "  long at = oo + dot(c, st); ulong i = offset + (ulong)e;\n",
-                      kiln__cl_storetype(dt));
+                      kiln__opencl_storetype(dt));
     if (f64) {
         kiln__text_printf(&s, "  uint4 w = philox(i / 2, seed); int half_ = (int)(i %% 2);\n");
         if (op->code == KILN__OP_RAND_UNIFORM)
@@ -94,17 +94,17 @@ static kiln_status kernel_rand(const kiln__op *op) {
         else kiln__text_printf(&s, "  y[at] = v;\n}\n");
     }
     cl_long8 shape8, st8;
-    kiln__cl_pack8(&shape8, out->shape, out->ndim, 1);
-    kiln__cl_pack8(&st8, out->strides, out->ndim, 0);
+    kiln__opencl_pack8(&shape8, out->shape, out->ndim, 1);
+    kiln__opencl_pack8(&st8, out->strides, out->ndim, 0);
     cl_long n = kiln__view_numel(out), oo = out->offset;
     cl_ulong seed = (cl_ulong)op->pi[0], offset = (cl_ulong)op->pi[1];
-    cl_mem y = kiln__cl_mem(out->storage);
-    kiln__cl_arg args[] = {{8, &n}, {64, &shape8}, {64, &st8}, {8, &oo}, {8, &seed}, {8, &offset},
+    cl_mem y = kiln__opencl_mem(out->storage);
+    kiln__opencl_arg args[] = {{8, &n}, {64, &shape8}, {64, &st8}, {8, &oo}, {8, &seed}, {8, &offset},
                            {8, &a}, {8, &b},       {8, &below_hi}, {sizeof y, &y}};
-    return kiln__cl_run(d, op, &s, (size_t)n, args, 10);
+    return kiln__opencl_run(d, op, &s, (size_t)n, args, 10);
 }
 
-void kiln__cl_register_random(kiln__kernel_fn *table) {
+void kiln__opencl_register_random(kiln__kernel_fn *table) {
     table[KILN__OP_RAND_UNIFORM] = kernel_rand;
     table[KILN__OP_RAND_NORMAL] = kernel_rand;
     table[KILN__OP_RAND_BERNOULLI] = kernel_rand;

@@ -13,11 +13,11 @@
 #include "backend/opencl/opencl-impl.h"
 
 static void fold_source(kiln__text *b, kiln__opcode code, kiln_dtype in, kiln_dtype out, bool fp64) {
-    const char *T = kiln__cl_ctype(in), *U = kiln__cl_ctype(out);
+    const char *T = kiln__opencl_ctype(in), *U = kiln__opencl_ctype(out);
     bool f = kiln__dtype_is_float(in);
     const char *A = f ? (fp64 ? "double" : "float") : "long";
-    kiln__cl_src_prelude(b, fp64);
-    kiln__text_printf(b, "%s", kiln__cl_layout_helpers);
+    kiln__opencl_src_prelude(b, fp64);
+    kiln__text_printf(b, "%s", kiln__opencl_layout_helpers);
     /* reduced element j: the innermost reduced dim (ilen elements, istep apart) walked directly;
      * the others (nouter combinations) through roff */
     kiln__text_printf(b, "#define RO(j) (nouter == 1 ? (j) * istep : roff((j) / ilen, rshape, istr) + ((j) %% ilen) * istep)\n");
@@ -72,14 +72,14 @@ static void fold_source(kiln__text *b, kiln__opcode code, kiln_dtype in, kiln_dt
 
 static kiln_status kernel_reduce(const kiln__op *op) {
     const kiln__view *in = &op->in[0], *out = &op->out[0];
-    kiln__cl_device *d = kiln__cl_device_of(out->storage->device);
+    kiln__opencl_device *d = kiln__opencl_device_of(out->storage->device);
     if (NEVER(!d) || in->ndim != out->ndim) return KILN_ERR_INTERNAL;
     kiln_dtype idt = in->dtype, odt = out->dtype;
     if ((idt != KILN_F32 && idt != KILN_F64 && idt != KILN_I64) || (idt == KILN_F64 && !d->fp64)) {
         kiln__kernel_error("no OpenCL kernel for %s on %s yet", kiln__opcode_name(op->code), kiln_dtype_name(idt));
         return KILN_ERR_UNSUPPORTED;
     }
-    if (kiln__cl_sum_chunked_takes(op)) return kiln__cl_sum_chunked(d, op);
+    if (kiln__opencl_sum_chunked_takes(op)) return kiln__opencl_sum_chunked(d, op);
     int nd = in->ndim;
     int64_t oshape[KILN_MAX_DIMS], rshape[KILN_MAX_DIMS];
     cl_long nout = 1, nred = 1;
@@ -94,36 +94,36 @@ static kiln_status kernel_reduce(const kiln__op *op) {
     fold_source(&src, op->code, idt, odt, d->fp64);
     kiln__text_printf(&src, "}\n");
     cl_long8 os, rs, ist, ost;
-    kiln__cl_pack8(&os, oshape, nd, 1);
-    kiln__cl_pack8(&rs, rshape, nd, 1);
-    kiln__cl_pack8(&ist, in->strides, nd, 0);
-    kiln__cl_pack8(&ost, out->strides, nd, 0);
+    kiln__opencl_pack8(&os, oshape, nd, 1);
+    kiln__opencl_pack8(&rs, rshape, nd, 1);
+    kiln__opencl_pack8(&ist, in->strides, nd, 0);
+    kiln__opencl_pack8(&ost, out->strides, nd, 0);
     cl_long io = in->offset, oo = out->offset, corr = op->p.i[0], sq = op->p.i[1], ilen = 1, istep = 0;
     for (int k = nd - 1; k >= 0; k--)
         if (rshape[k] != 1) {
             ilen = rshape[k], istep = in->strides[k];
             rshape[k] = 1;
-            kiln__cl_pack8(&rs, rshape, nd, 1); /* the outer reduced dims */
+            kiln__opencl_pack8(&rs, rshape, nd, 1); /* the outer reduced dims */
             break;
         }
     cl_long nouter = ilen ? nred / ilen : 1;
     if (!ilen) ilen = 1;
-    cl_mem x = kiln__cl_mem(in->storage), y = kiln__cl_mem(out->storage);
+    cl_mem x = kiln__opencl_mem(in->storage), y = kiln__opencl_mem(out->storage);
     if (nred == 0 && (op->code == KILN__OP_MAX || op->code == KILN__OP_MIN || op->code == KILN__OP_ARGMAX ||
                       op->code == KILN__OP_ARGMIN)) {
         free(src.s);
         kiln__kernel_error("%s over an empty dim", kiln__opcode_name(op->code));
         return KILN_ERR_SHAPE;
     }
-    kiln__cl_arg args[] = {{8, &nout}, {8, &nred}, {64, &os}, {64, &rs}, {64, &ist}, {64, &ost}, {8, &io}, {8, &oo},
+    kiln__opencl_arg args[] = {{8, &nout}, {8, &nred}, {64, &os}, {64, &rs}, {64, &ist}, {64, &ost}, {8, &io}, {8, &oo},
                            {8, &corr}, {8, &sq}, {8, &ilen}, {8, &istep}, {8, &nouter}, {sizeof x, &x}, {sizeof y, &y}};
-    return kiln__cl_run(d, op, &src, (size_t)nout, args, (int)(sizeof args / sizeof args[0]));
+    return kiln__opencl_run(d, op, &src, (size_t)nout, args, (int)(sizeof args / sizeof args[0]));
 }
 
 /* SOFTMAX / LOG_SOFTMAX over dim p.i[0]: one work item per line. */
 static kiln_status kernel_softmax(const kiln__op *op) {
     const kiln__view *in = &op->in[0], *out = &op->out[0];
-    kiln__cl_device *d = kiln__cl_device_of(out->storage->device);
+    kiln__opencl_device *d = kiln__opencl_device_of(out->storage->device);
     if (NEVER(!d)) return KILN_ERR_INTERNAL;
     kiln_dtype dt = in->dtype;
     if ((dt != KILN_F32 && dt != KILN_F64) || out->dtype != dt || (dt == KILN_F64 && !d->fp64)) {
@@ -132,10 +132,10 @@ static kiln_status kernel_softmax(const kiln__op *op) {
     }
     int nd = in->ndim, dim = (int)op->p.i[0];
     if (nd == 0) dim = 0;
-    const char *T = kiln__cl_ctype(dt), *A = d->fp64 ? "double" : "float";
+    const char *T = kiln__opencl_ctype(dt), *A = d->fp64 ? "double" : "float";
     kiln__text src = {0};
-    kiln__cl_src_prelude(&src, d->fp64);
-    kiln__text_printf(&src, "%s", kiln__cl_layout_helpers);
+    kiln__opencl_src_prelude(&src, d->fp64);
+    kiln__text_printf(&src, "%s", kiln__opencl_layout_helpers);
     kiln__text_printf(&src,
                       "__kernel void k(long nout, long len, long8 oshape8, long8 istr8, long8 ostr8, long io, long oo,\n"
                       "  long is, long os, __global const %s *x, __global %s *y) {\n"
@@ -157,17 +157,17 @@ static kiln_status kernel_softmax(const kiln__op *op) {
         nout *= oshape[k];
     }
     cl_long8 os8, is8, ost8;
-    kiln__cl_pack8(&os8, oshape, nd, 1);
-    kiln__cl_pack8(&is8, nd ? in->strides : zero8, nd, 0);
-    kiln__cl_pack8(&ost8, nd ? out->strides : zero8, nd, 0);
+    kiln__opencl_pack8(&os8, oshape, nd, 1);
+    kiln__opencl_pack8(&is8, nd ? in->strides : zero8, nd, 0);
+    kiln__opencl_pack8(&ost8, nd ? out->strides : zero8, nd, 0);
     cl_long io = in->offset, oo = out->offset, is = nd ? in->strides[dim] : 0, os = nd ? out->strides[dim] : 0;
-    cl_mem x = kiln__cl_mem(in->storage), y = kiln__cl_mem(out->storage);
-    kiln__cl_arg args[] = {{8, &nout}, {8, &len}, {64, &os8}, {64, &is8}, {64, &ost8}, {8, &io}, {8, &oo},
+    cl_mem x = kiln__opencl_mem(in->storage), y = kiln__opencl_mem(out->storage);
+    kiln__opencl_arg args[] = {{8, &nout}, {8, &len}, {64, &os8}, {64, &is8}, {64, &ost8}, {8, &io}, {8, &oo},
                            {8, &is}, {8, &os}, {sizeof x, &x}, {sizeof y, &y}};
-    return kiln__cl_run(d, op, &src, len ? (size_t)nout : 0, args, (int)(sizeof args / sizeof args[0]));
+    return kiln__opencl_run(d, op, &src, len ? (size_t)nout : 0, args, (int)(sizeof args / sizeof args[0]));
 }
 
-void kiln__cl_register_reduce(kiln__kernel_fn *table) {
+void kiln__opencl_register_reduce(kiln__kernel_fn *table) {
     static const kiln__opcode codes[] = {KILN__OP_SUM, KILN__OP_MEAN, KILN__OP_PROD, KILN__OP_MAX, KILN__OP_MIN,
                                          KILN__OP_VAR, KILN__OP_LOGSUMEXP, KILN__OP_ARGMAX, KILN__OP_ARGMIN};
     for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) table[codes[i]] = kernel_reduce;

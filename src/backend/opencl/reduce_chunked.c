@@ -28,7 +28,7 @@ static const char *const chunk_body =
     "  A acc = 0; for (int c = 0; c < CHUNKS; c++) acc += part[c];\n"
     "  y[oo] = mean ? (float)(acc / (A)n) : (float)acc;\n}\n";
 
-bool kiln__cl_sum_chunked_takes(const kiln__op *op) {
+bool kiln__opencl_sum_chunked_takes(const kiln__op *op) {
     const kiln__view *in = &op->in[0], *out = &op->out[0];
     return (op->code == KILN__OP_SUM || op->code == KILN__OP_MEAN) && in->dtype == KILN_F32 &&
            out->dtype == KILN_F32 && kiln__view_numel(out) == 1 && kiln__view_numel(in) >= MIN_ELEMENTS &&
@@ -36,23 +36,23 @@ bool kiln__cl_sum_chunked_takes(const kiln__op *op) {
 }
 
 /* Launches kernel `name` of program p over global items with args. */
-static kiln_status run(kiln__cl_device *d, const kiln__op *op, cl_program p, const char *name, size_t global,
-                       const kiln__cl_arg *args, int n_args) {
+static kiln_status run(kiln__opencl_device *d, const kiln__op *op, cl_program p, const char *name, size_t global,
+                       const kiln__opencl_arg *args, int n_args) {
     cl_int err = CL_SUCCESS;
     cl_kernel k = clCreateKernel(p, name, &err);
-    if (!k) return kiln__cl_fail(err, "clCreateKernel");
+    if (!k) return kiln__opencl_fail(err, "clCreateKernel");
     for (int i = 0; i < n_args && err == CL_SUCCESS; i++) err = clSetKernelArg(k, (cl_uint)i, args[i].size, args[i].ptr);
     cl_event ev = NULL;
-    if (err == CL_SUCCESS) err = clEnqueueNDRangeKernel(kiln__cl_queue(d, op), k, 1, NULL, &global, NULL, 0, NULL, &ev);
+    if (err == CL_SUCCESS) err = clEnqueueNDRangeKernel(kiln__opencl_queue(d, op), k, 1, NULL, &global, NULL, 0, NULL, &ev);
     clReleaseKernel(k);
-    if (err != CL_SUCCESS) return kiln__cl_fail(err, "launching an OpenCL kernel");
-    return kiln__cl_done(d, ev, "an OpenCL reduction");
+    if (err != CL_SUCCESS) return kiln__opencl_fail(err, "launching an OpenCL kernel");
+    return kiln__opencl_done(d, ev, "an OpenCL reduction");
 }
 
-kiln_status kiln__cl_sum_chunked(kiln__cl_device *d, const kiln__op *op) {
+kiln_status kiln__opencl_sum_chunked(kiln__opencl_device *d, const kiln__op *op) {
     const char *A = d->fp64 ? "double" : "float";
     kiln__text src = {0};
-    kiln__cl_src_prelude(&src, d->fp64);
+    kiln__opencl_src_prelude(&src, d->fp64);
     kiln__text_printf(&src, "#define CHUNKS %d\ntypedef %s A;\ntypedef %s2 A2;\ntypedef %s4 A4;\ntypedef %s8 A8;\n"
                               "typedef %s16 A16;\n#define CONVERT16 convert_%s16\n%s",
                       CHUNKS, A, A, A, A, A, A, chunk_body);
@@ -61,7 +61,7 @@ kiln_status kiln__cl_sum_chunked(kiln__cl_device *d, const kiln__op *op) {
         kiln__kernel_error("out of host memory generating an OpenCL kernel");
         return KILN_ERR_OUT_OF_MEMORY;
     }
-    cl_program p = kiln__cl_program_get(d, src.s);
+    cl_program p = kiln__opencl_program_get(d, src.s);
     free(src.s);
     if (!p) return KILN_ERR_KERNEL;
     size_t part_bytes = CHUNKS * (d->fp64 ? sizeof(cl_double) : sizeof(cl_float));
@@ -70,20 +70,20 @@ kiln_status kiln__cl_sum_chunked(kiln__cl_device *d, const kiln__op *op) {
         kiln__kernel_error("out of device memory for the partial sums of %s", kiln__opcode_name(op->code));
         return KILN_ERR_OUT_OF_MEMORY;
     }
-    kiln__cl_buf *pb = part->data;
+    kiln__opencl_buf *pb = part->data;
     cl_long n = kiln__view_numel(&op->in[0]), chunk = (n + CHUNKS - 1) / CHUNKS, io = op->in[0].offset;
     cl_long mean = op->code == KILN__OP_MEAN, oo = op->out[0].offset;
-    cl_mem x = kiln__cl_mem(op->in[0].storage), y = kiln__cl_mem(op->out[0].storage), pm = pb->mem;
-    kiln_status st = kiln__cl_scratch_begin(d, pb, kiln__cl_queue(d, op));
+    cl_mem x = kiln__opencl_mem(op->in[0].storage), y = kiln__opencl_mem(op->out[0].storage), pm = pb->mem;
+    kiln_status st = kiln__opencl_scratch_begin(d, pb, kiln__opencl_queue(d, op));
     if (st == KILN_OK) {
-        kiln__cl_arg args[] = {{8, &n}, {8, &chunk}, {8, &io}, {sizeof x, &x}, {sizeof pm, &pm}};
+        kiln__opencl_arg args[] = {{8, &n}, {8, &chunk}, {8, &io}, {sizeof x, &x}, {sizeof pm, &pm}};
         st = run(d, op, p, "k", CHUNKS, args, 5);
     }
     if (st == KILN_OK) {
-        kiln__cl_arg args[] = {{8, &n}, {8, &mean}, {8, &oo}, {sizeof pm, &pm}, {sizeof y, &y}};
+        kiln__opencl_arg args[] = {{8, &n}, {8, &mean}, {8, &oo}, {sizeof pm, &pm}, {sizeof y, &y}};
         st = run(d, op, p, "total", 1, args, 5);
     }
-    kiln__cl_scratch_end(d, pb);
+    kiln__opencl_scratch_end(d, pb);
     kiln__storage_release(part);
     return st;
 }

@@ -12,7 +12,7 @@
 
 static kiln_status kernel_sort(const kiln__op *op) {
     const kiln__view *in = &op->in[0], *vals = &op->out[0], *idx = &op->out[1];
-    kiln__cl_device *d = kiln__cl_device_of(vals->storage->device);
+    kiln__opencl_device *d = kiln__opencl_device_of(vals->storage->device);
     if (NEVER(!d)) return KILN_ERR_INTERNAL;
     kiln_dtype dt = in->dtype;
     bool is_float = dt == KILN_F32 || dt == KILN_F64;
@@ -27,10 +27,10 @@ static kiln_status kernel_sort(const kiln__op *op) {
         kiln__kernel_error("no OpenCL SORT kernel for lines over %d elements (this one has %lld)", MAX_LINE, (long long)n);
         return KILN_ERR_UNSUPPORTED;
     }
-    const char *T = kiln__cl_ctype(dt);
+    const char *T = kiln__opencl_ctype(dt);
     kiln__text s = {0};
-    kiln__cl_src_prelude(&s, d->fp64);
-    kiln__text_printf(&s, "%s", kiln__cl_layout_helpers);
+    kiln__opencl_src_prelude(&s, d->fp64);
+    kiln__text_printf(&s, "%s", kiln__opencl_layout_helpers);
     /* c(a, b): -1, 0, 1 as a sorts before, with, after b in ascending order */
     if (is_float)
         kiln__text_printf(&s, "inline int c(%s a, %s b) { int an = isnan(a), bn = isnan(b);\n"
@@ -56,19 +56,19 @@ static kiln_status kernel_sort(const kiln__op *op) {
     cl_long lines = 1;
     for (int q = 0; q < nd; q++) shape[q] = q == dim ? 1 : in->shape[q], lines *= shape[q];
     cl_long8 shape8, ist8, vst8, xst8;
-    kiln__cl_pack8(&shape8, shape, nd, 1);
-    kiln__cl_pack8(&ist8, in->strides, nd, 0);
-    kiln__cl_pack8(&vst8, vals->strides, nd, 0);
-    kiln__cl_pack8(&xst8, idx->strides, nd, 0);
+    kiln__opencl_pack8(&shape8, shape, nd, 1);
+    kiln__opencl_pack8(&ist8, in->strides, nd, 0);
+    kiln__opencl_pack8(&vst8, vals->strides, nd, 0);
+    kiln__opencl_pack8(&xst8, idx->strides, nd, 0);
     cl_long total = n * lines, io = in->offset, vo = vals->offset, xo = idx->offset;
     cl_int dim8 = nd ? dim + 8 - nd : 7, sign = op->p.i[1] ? -1 : 1;
-    cl_mem vm = kiln__cl_mem(vals->storage), xm = kiln__cl_mem(idx->storage), im = kiln__cl_mem(in->storage);
-    kiln__cl_arg args[] = {{8, &total}, {8, &n},    {8, &k},   {64, &shape8}, {64, &ist8},         {8, &io},
+    cl_mem vm = kiln__opencl_mem(vals->storage), xm = kiln__opencl_mem(idx->storage), im = kiln__opencl_mem(in->storage);
+    kiln__opencl_arg args[] = {{8, &total}, {8, &n},    {8, &k},   {64, &shape8}, {64, &ist8},         {8, &io},
                            {64, &vst8}, {8, &vo},   {64, &xst8}, {8, &xo},    {4, &dim8},          {4, &sign},
                            {sizeof vm, &vm}, {sizeof xm, &xm}, {sizeof im, &im}};
-    return kiln__cl_run(d, op, &s, k > 0 ? (size_t)total : 0, args, 15);
+    return kiln__opencl_run(d, op, &s, k > 0 ? (size_t)total : 0, args, 15);
 }
 
-void kiln__cl_register_sort(kiln__kernel_fn *table) { table[KILN__OP_SORT] = kernel_sort; }
+void kiln__opencl_register_sort(kiln__kernel_fn *table) { table[KILN__OP_SORT] = kernel_sort; }
 
 #endif

@@ -14,12 +14,12 @@
 #define STAGING_LIMIT ((size_t)64 << 20)
 #define STAGING_MIN ((size_t)4 << 10)
 
-struct kiln__cl_staging {
-    kiln__cl_device *d;
+struct kiln__opencl_staging {
+    kiln__opencl_device *d;
     cl_mem mem;
     void *ptr; /* mapped for the buffer's life */
     size_t size;
-    struct kiln__cl_staging *next;
+    struct kiln__opencl_staging *next;
 };
 
 static size_t round_size(size_t n) {
@@ -30,13 +30,13 @@ static size_t round_size(size_t n) {
 
 /* A free staging buffer of at least n bytes (smallest first fit), or a new one; NULL past the
  * limit or when the driver refuses. */
-static kiln__cl_staging *staging_get(kiln__cl_device *d, size_t n) {
+static kiln__opencl_staging *staging_get(kiln__opencl_device *d, size_t n) {
     size_t size = round_size(n);
     pthread_mutex_lock(&d->staging_lock);
-    kiln__cl_staging **best = NULL;
-    for (kiln__cl_staging **p = &d->staging_free; *p; p = &(*p)->next)
+    kiln__opencl_staging **best = NULL;
+    for (kiln__opencl_staging **p = &d->staging_free; *p; p = &(*p)->next)
         if ((*p)->size >= size && (!best || (*p)->size < (*best)->size)) best = p;
-    kiln__cl_staging *s = best ? *best : NULL;
+    kiln__opencl_staging *s = best ? *best : NULL;
     if (s) *best = s->next;
     bool room = !s && d->staging_bytes + size <= STAGING_LIMIT;
     if (room) d->staging_bytes += size;
@@ -56,12 +56,12 @@ static kiln__cl_staging *staging_get(kiln__cl_device *d, size_t n) {
         pthread_mutex_unlock(&d->staging_lock);
         return NULL;
     }
-    *s = (kiln__cl_staging){.d = d, .mem = mem, .ptr = ptr, .size = size};
+    *s = (kiln__opencl_staging){.d = d, .mem = mem, .ptr = ptr, .size = size};
     return s;
 }
 
-static void staging_put(kiln__cl_staging *s) {
-    kiln__cl_device *d = s->d;
+static void staging_put(kiln__opencl_staging *s) {
+    kiln__opencl_device *d = s->d;
     pthread_mutex_lock(&d->staging_lock);
     s->next = d->staging_free;
     d->staging_free = s;
@@ -70,15 +70,15 @@ static void staging_put(kiln__cl_staging *s) {
 
 static void CL_CALLBACK write_done(cl_event ev, cl_int status, void *arg) { staging_put(arg); }
 
-kiln_status kiln__cl_write_staged(kiln__cl_device *d, cl_command_queue q, cl_mem dst, size_t offset, const void *src,
+kiln_status kiln__opencl_write_staged(kiln__opencl_device *d, cl_command_queue q, cl_mem dst, size_t offset, const void *src,
                                   size_t n) {
-    kiln__cl_staging *s = staging_get(d, n);
+    kiln__opencl_staging *s = staging_get(d, n);
     cl_event ev = NULL;
     cl_int err;
     if (!s) { /* no staging room: the write waits for itself (src is the caller's memory) */
         err = clEnqueueWriteBuffer(q, dst, CL_FALSE, offset, n, src, 0, NULL, &ev);
-        if (err != CL_SUCCESS) return kiln__cl_fail(err, "clEnqueueWriteBuffer");
-        return kiln__cl_wait(ev, "a copy from the host to an OpenCL device");
+        if (err != CL_SUCCESS) return kiln__opencl_fail(err, "clEnqueueWriteBuffer");
+        return kiln__opencl_wait(ev, "a copy from the host to an OpenCL device");
     }
     memcpy(s->ptr, src, n);
     err = clEnqueueWriteBuffer(q, dst, CL_FALSE, offset, n, s->ptr, 0, NULL, &ev);
@@ -89,15 +89,15 @@ kiln_status kiln__cl_write_staged(kiln__cl_device *d, cl_command_queue q, cl_mem
     }
     if (err != CL_SUCCESS) {
         staging_put(s);
-        return kiln__cl_fail(err, "clEnqueueWriteBuffer");
+        return kiln__opencl_fail(err, "clEnqueueWriteBuffer");
     }
-    return kiln__cl_done(d, ev, "a copy from the host to an OpenCL device");
+    return kiln__opencl_done(d, ev, "a copy from the host to an OpenCL device");
 }
 
-size_t kiln__cl_staging_count(kiln__cl_device *d, size_t *bytes_free) {
+size_t kiln__opencl_staging_count(kiln__opencl_device *d, size_t *bytes_free) {
     pthread_mutex_lock(&d->staging_lock);
     size_t made = d->staging_bytes, free_bytes = 0;
-    for (kiln__cl_staging *s = d->staging_free; s; s = s->next) free_bytes += s->size;
+    for (kiln__opencl_staging *s = d->staging_free; s; s = s->next) free_bytes += s->size;
     pthread_mutex_unlock(&d->staging_lock);
     if (bytes_free) *bytes_free = free_bytes;
     return made;

@@ -32,7 +32,7 @@ static atomic_uint_fast64_t next_qid = 1;
 
 /* The op being run on this thread: its queue and the last event its kernels enqueued. */
 static _Thread_local struct {
-    kiln__cl_device *d;
+    kiln__opencl_device *d;
     cl_command_queue queue;
     uint64_t qid;
     cl_event first, last; /* (first: only while the profiler records) */
@@ -41,24 +41,24 @@ static _Thread_local struct {
     int n_wait;
 } cur;
 
-void kiln__cl_note_event(cl_event ev) {
+void kiln__opencl_note_event(cl_event ev) {
     if (!cur.d || !ev) return;
-    if (kiln__kernel_timing && !cur.first) clRetainEvent(cur.first = ev), cur.first_host_ns = kiln__cl_host_ns();
+    if (kiln__kernel_timing && !cur.first) clRetainEvent(cur.first = ev), cur.first_host_ns = kiln__opencl_host_ns();
     clRetainEvent(ev);
     if (cur.last) clReleaseEvent(cur.last);
     cur.last = ev;
 }
 
-int kiln__cl_wait_list(const cl_event **events) {
+int kiln__opencl_wait_list(const cl_event **events) {
     *events = cur.wait;
     return cur.n_wait;
 }
 
-static cl_command_queue new_queue(kiln__cl_device *d, cl_command_queue_properties extra, cl_int *err) {
+static cl_command_queue new_queue(kiln__opencl_device *d, cl_command_queue_properties extra, cl_int *err) {
     return clCreateCommandQueue(d->context, d->id, CL_QUEUE_PROFILING_ENABLE | extra, err); /* device times */
 }
 
-bool kiln__cl_streams_init(kiln__cl_device *d) {
+bool kiln__opencl_streams_init(kiln__opencl_device *d) {
     pthread_mutex_init(&d->queue_lock, NULL);
     pthread_mutex_init(&d->dep_lock, NULL);
     pthread_mutex_init(&d->staging_lock, NULL);
@@ -73,13 +73,13 @@ bool kiln__cl_streams_init(kiln__cl_device *d) {
     return err == CL_SUCCESS;
 }
 
-static void queue_free(kiln__cl_stream_queue *sq) {
+static void queue_free(kiln__opencl_stream_queue *sq) {
     clReleaseCommandQueue(sq->queue);
     pthread_mutex_destroy(sq->order);
     free(sq->order);
 }
 
-void kiln__cl_streams_free(kiln__cl_device *d) {
+void kiln__opencl_streams_free(kiln__opencl_device *d) {
     for (int i = 0; i < d->n_queues; i++) queue_free(&d->queues[i]);
     free(d->queues);
     for (int i = 0; i < d->n_ended_marks; i++) clReleaseEvent(d->ended_marks[i]);
@@ -88,10 +88,10 @@ void kiln__cl_streams_free(kiln__cl_device *d) {
 }
 
 /* A new queue for stream_id in d's list (queue_lock held); false with *err set. */
-static bool queue_add(kiln__cl_device *d, int stream_id, kiln__cl_stream_queue *out, cl_int *err) {
+static bool queue_add(kiln__opencl_device *d, int stream_id, kiln__opencl_stream_queue *out, cl_int *err) {
     if (d->n_queues == d->cap_queues) {
         int cap = d->cap_queues ? 2 * d->cap_queues : 8;
-        kiln__cl_stream_queue *grown = realloc(d->queues, (size_t)cap * sizeof *grown);
+        kiln__opencl_stream_queue *grown = realloc(d->queues, (size_t)cap * sizeof *grown);
         if (grown) d->queues = grown, d->cap_queues = cap;
     }
     pthread_mutex_t *order = d->n_queues < d->cap_queues ? malloc(sizeof *order) : NULL;
@@ -102,18 +102,18 @@ static bool queue_add(kiln__cl_device *d, int stream_id, kiln__cl_stream_queue *
         return false;
     }
     pthread_mutex_init(order, NULL);
-    *out = (kiln__cl_stream_queue){.stream_id = stream_id, .queue = q, .qid = atomic_fetch_add(&next_qid, 1), .order = order};
+    *out = (kiln__opencl_stream_queue){.stream_id = stream_id, .queue = q, .qid = atomic_fetch_add(&next_qid, 1), .order = order};
     d->queues[d->n_queues++] = *out;
     return true;
 }
 
 /* The stream's queue on d, made on first use (false with *err set when the driver refuses). */
-static bool stream_queue(kiln__cl_device *d, int stream_id, kiln__cl_stream_queue *out, cl_int *err) {
+static bool stream_queue(kiln__opencl_device *d, int stream_id, kiln__opencl_stream_queue *out, cl_int *err) {
     /* a one-entry cache per thread: stream ids are never reused, so an entry cannot go stale
      * while an op of its stream can still run */
     static _Thread_local struct {
-        kiln__cl_device *d;
-        kiln__cl_stream_queue sq;
+        kiln__opencl_device *d;
+        kiln__opencl_stream_queue sq;
     } last;
     if (last.d == d && last.sq.stream_id == stream_id && last.sq.queue) {
         *out = last.sq;
@@ -136,7 +136,7 @@ static bool event_done(cl_event ev) {
 }
 
 /* Keeps an ended stream's last marker for the exit hold, dropping those already done. */
-static void ended_mark_keep(kiln__cl_device *d, cl_event mark) {
+static void ended_mark_keep(kiln__opencl_device *d, cl_event mark) {
     pthread_mutex_lock(&d->queue_lock);
     int k = 0;
     for (int i = 0; i < d->n_ended_marks; i++)
@@ -153,8 +153,8 @@ static void ended_mark_keep(kiln__cl_device *d, cl_event mark) {
     if (mark) clReleaseEvent(mark); /* (no memory to keep it: the exit hold cannot wait for it) */
 }
 
-void kiln__cl_stream_end(kiln__cl_device *d, int stream_id) {
-    kiln__cl_stream_queue ended = {0};
+void kiln__opencl_stream_end(kiln__opencl_device *d, int stream_id) {
+    kiln__opencl_stream_queue ended = {0};
     pthread_mutex_lock(&d->queue_lock);
     for (int i = 0; i < d->n_queues && !ended.queue; i++)
         if (d->queues[i].stream_id == stream_id) {
@@ -172,7 +172,7 @@ void kiln__cl_stream_end(kiln__cl_device *d, int stream_id) {
 }
 
 /* d's stream queues and its transfer queue, each retained (NULL when out of memory; *n: count). */
-static cl_command_queue *queues_retained(kiln__cl_device *d, int *n) {
+static cl_command_queue *queues_retained(kiln__opencl_device *d, int *n) {
     pthread_mutex_lock(&d->queue_lock);
     int k = d->n_queues;
     cl_command_queue *qs = malloc((size_t)(k + 1) * sizeof *qs);
@@ -190,7 +190,7 @@ static void queues_release(cl_command_queue *qs, int n) {
     free(qs);
 }
 
-kiln_status kiln__cl_streams_finish(kiln__cl_device *d) {
+kiln_status kiln__opencl_streams_finish(kiln__opencl_device *d) {
     int n = 0;
     cl_command_queue *qs = queues_retained(d, &n);
     kiln_status st = KILN_OK;
@@ -209,7 +209,7 @@ kiln_status kiln__cl_streams_finish(kiln__cl_device *d) {
 
 /* A marker on each queue, then its status polled until every one is done or the deadline has
  * passed (clFinish has no time limit, and a device that hangs must not hang the exit). */
-void kiln__cl_streams_quiesce(kiln__cl_device *d, uint64_t deadline_ns) {
+void kiln__opencl_streams_quiesce(kiln__opencl_device *d, uint64_t deadline_ns) {
     int n = 0;
     cl_command_queue *qs = queues_retained(d, &n);
     pthread_mutex_lock(&d->queue_lock);
@@ -225,7 +225,7 @@ void kiln__cl_streams_quiesce(kiln__cl_device *d, uint64_t deadline_ns) {
         if (clEnqueueMarkerWithWaitList(qs[i], 0, NULL, &marks[i]) != CL_SUCCESS) marks[i] = NULL;
         else clFlush(qs[i]);
     for (int i = 0; i < n + n_ended; i++) {
-        while (marks[i] && !event_done(marks[i]) && kiln__cl_host_ns() < deadline_ns)
+        while (marks[i] && !event_done(marks[i]) && kiln__opencl_host_ns() < deadline_ns)
             nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
         if (marks[i]) clReleaseEvent(marks[i]);
     }
@@ -235,13 +235,13 @@ void kiln__cl_streams_quiesce(kiln__cl_device *d, uint64_t deadline_ns) {
 
 /* ---- buffers' events ---------------------------------------------------------------------- */
 
-static void dep_set(kiln__cl_dep *dep, cl_event ev, uint64_t qid) {
+static void dep_set(kiln__opencl_dep *dep, cl_event ev, uint64_t qid) {
     if (ev) clRetainEvent(ev);
     if (dep->ev) clReleaseEvent(dep->ev);
-    *dep = (kiln__cl_dep){.ev = ev, .qid = ev ? qid : 0};
+    *dep = (kiln__opencl_dep){.ev = ev, .qid = ev ? qid : 0};
 }
 
-static int buf_deps_locked(kiln__cl_buf *b, bool write, uint64_t qid, cl_event *deps) {
+static int buf_deps_locked(kiln__opencl_buf *b, bool write, uint64_t qid, cl_event *deps) {
     int n = 0;
     if (b->write.ev && b->write.qid != qid) clRetainEvent(deps[n++] = b->write.ev);
     if (write)
@@ -250,20 +250,20 @@ static int buf_deps_locked(kiln__cl_buf *b, bool write, uint64_t qid, cl_event *
     return n;
 }
 
-int kiln__cl_buf_deps(kiln__cl_device *d, kiln__cl_buf *b, bool write, uint64_t qid, cl_event *deps) {
+int kiln__opencl_buf_deps(kiln__opencl_device *d, kiln__opencl_buf *b, bool write, uint64_t qid, cl_event *deps) {
     pthread_mutex_lock(&d->dep_lock);
     int n = buf_deps_locked(b, write, qid, deps);
     pthread_mutex_unlock(&d->dep_lock);
     return n;
 }
 
-static void forget_locked(kiln__cl_buf *b) {
+static void forget_locked(kiln__opencl_buf *b) {
     dep_set(&b->write, NULL, 0);
     for (int i = 0; i < b->n_reads; i++) dep_set(&b->reads[i], NULL, 0);
     b->n_reads = 0;
 }
 
-void kiln__cl_buf_forget(kiln__cl_device *d, kiln__cl_buf *b) {
+void kiln__opencl_buf_forget(kiln__opencl_device *d, kiln__opencl_buf *b) {
     pthread_mutex_lock(&d->dep_lock);
     forget_locked(b);
     pthread_mutex_unlock(&d->dep_lock);
@@ -272,18 +272,18 @@ void kiln__cl_buf_forget(kiln__cl_device *d, kiln__cl_buf *b) {
 /* ev (on queue q, id qid) read b: it joins b's reads, replacing the read of its own queue
  * (which the in-order queue orders before it); with every slot taken by other queues, all the
  * reads and ev merge into one marker on q. */
-static void add_read_locked(kiln__cl_buf *b, cl_command_queue q, uint64_t qid, cl_event ev) {
+static void add_read_locked(kiln__opencl_buf *b, cl_command_queue q, uint64_t qid, cl_event ev) {
     for (int i = 0; i < b->n_reads; i++)
         if (b->reads[i].qid == qid) {
             dep_set(&b->reads[i], ev, qid);
             return;
         }
-    if (b->n_reads < KILN__CL_READERS) {
-        b->reads[b->n_reads] = (kiln__cl_dep){0};
+    if (b->n_reads < KILN__OPENCL_READERS) {
+        b->reads[b->n_reads] = (kiln__opencl_dep){0};
         dep_set(&b->reads[b->n_reads++], ev, qid);
         return;
     }
-    cl_event all[KILN__CL_READERS + 1], marker = NULL;
+    cl_event all[KILN__OPENCL_READERS + 1], marker = NULL;
     for (int i = 0; i < b->n_reads; i++) all[i] = b->reads[i].ev;
     all[b->n_reads] = ev;
     if (clEnqueueMarkerWithWaitList(q, (cl_uint)b->n_reads + 1, all, &marker) != CL_SUCCESS) {
@@ -292,12 +292,12 @@ static void add_read_locked(kiln__cl_buf *b, cl_command_queue q, uint64_t qid, c
     }
     for (int i = 0; i < b->n_reads; i++) dep_set(&b->reads[i], NULL, 0);
     b->n_reads = 0;
-    b->reads[b->n_reads++] = (kiln__cl_dep){.ev = marker, .qid = qid}; /* (takes the reference) */
+    b->reads[b->n_reads++] = (kiln__opencl_dep){.ev = marker, .qid = qid}; /* (takes the reference) */
 }
 
 /* ---- device times for the profiler ------------------------------------------------------ */
 
-uint64_t kiln__cl_host_ns(void) {
+uint64_t kiln__opencl_host_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts); /* the profiler's clock */
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
@@ -309,7 +309,7 @@ uint64_t kiln__cl_host_ns(void) {
  * after it), late by as long as the enqueue took; the device keeps the smallest seen, the
  * closest to the true offset, so ops resolved again later line up on one offset. */
 typedef struct {
-    kiln__cl_device *d;
+    kiln__opencl_device *d;
     cl_event first, last;
     uint64_t host_ns;
     bool have_times;
@@ -344,7 +344,7 @@ static void probe_release(void *token) {
 }
 
 /* Leaves the op's probe for the engine's profiler (takes first's reference). */
-static void probe_leave(kiln__cl_device *d, cl_event first, cl_event last, uint64_t host_ns) {
+static void probe_leave(kiln__opencl_device *d, cl_event first, cl_event last, uint64_t host_ns) {
     probe_token *p = last ? malloc(sizeof *p) : NULL;
     if (!p) {
         clReleaseEvent(first);
@@ -358,16 +358,16 @@ static void probe_leave(kiln__cl_device *d, cl_event first, cl_event last, uint6
 /* ---- the wrapper ------------------------------------------------------------------------- */
 
 typedef struct {
-    kiln__cl_buf *buf;
-    kiln__cl_device *owner; /* whose dep_lock guards buf's events */
+    kiln__opencl_buf *buf;
+    kiln__opencl_device *owner; /* whose dep_lock guards buf's events */
     bool write;
 } access;
 
-static void add_access(access *a, int *n, const kiln__storage *s, kiln__cl_device *d, bool write) {
+static void add_access(access *a, int *n, const kiln__storage *s, kiln__opencl_device *d, bool write) {
     if (!s || !s->data || kiln_device_kind(s->device) != KILN_KIND_OPENCL) return;
-    kiln__cl_device *owner = s->device == d->device ? d : kiln__cl_device_of(s->device);
+    kiln__opencl_device *owner = s->device == d->device ? d : kiln__opencl_device_of(s->device);
     if (!owner || owner->context != d->context) return; /* (another context's: never an op's) */
-    kiln__cl_buf *b = s->data;
+    kiln__opencl_buf *b = s->data;
     for (int i = 0; i < *n; i++)
         if (a[i].buf == b) {
             a[i].write |= write;
@@ -378,29 +378,29 @@ static void add_access(access *a, int *n, const kiln__storage *s, kiln__cl_devic
 
 /* Holds the dep_lock of `want` (NULL: none), giving up the one held before: one lock at a time,
  * so two devices' locks are never nested. */
-static void hold_deps(kiln__cl_device **held, kiln__cl_device *want) {
+static void hold_deps(kiln__opencl_device **held, kiln__opencl_device *want) {
     if (*held == want) return;
     if (*held) pthread_mutex_unlock(&(*held)->dep_lock);
     if (want) pthread_mutex_lock(&want->dep_lock);
     *held = want;
 }
 
-static kiln__cl_device *device_of(const kiln__op *op, const kiln__fused *g) {
+static kiln__opencl_device *device_of(const kiln__op *op, const kiln__fused *g) {
     if (g) {
         for (int w = 0; w < g->expr.n_outputs; w++)
-            if (g->output[w].storage->device != KILN_CPU) return kiln__cl_device_of(g->output[w].storage->device);
+            if (g->output[w].storage->device != KILN_CPU) return kiln__opencl_device_of(g->output[w].storage->device);
         for (int k = 0; k < g->expr.n_inputs; k++)
-            if (g->input[k].storage && g->input[k].storage->device != KILN_CPU) return kiln__cl_device_of(g->input[k].storage->device);
+            if (g->input[k].storage && g->input[k].storage->device != KILN_CPU) return kiln__opencl_device_of(g->input[k].storage->device);
     }
     for (int i = 0; i < op->n_out; i++)
-        if (op->out[i].storage && op->out[i].storage->device != KILN_CPU) return kiln__cl_device_of(op->out[i].storage->device);
+        if (op->out[i].storage && op->out[i].storage->device != KILN_CPU) return kiln__opencl_device_of(op->out[i].storage->device);
     for (int i = 0; i < op->n_in; i++)
-        if (op->in[i].storage && op->in[i].storage->device != KILN_CPU) return kiln__cl_device_of(op->in[i].storage->device);
+        if (op->in[i].storage && op->in[i].storage->device != KILN_CPU) return kiln__opencl_device_of(op->in[i].storage->device);
     return NULL;
 }
 
 /* The buffers of d's context that op reads and writes. */
-static int accesses(const kiln__op *op, const kiln__fused *g, kiln__cl_device *d, access *a) {
+static int accesses(const kiln__op *op, const kiln__fused *g, kiln__opencl_device *d, access *a) {
     int n = 0;
     if (g) {
         for (int k = 0; k < g->expr.n_inputs; k++) add_access(a, &n, g->input[k].storage, d, false);
@@ -420,7 +420,7 @@ static bool reads_to_host(const kiln__op *op) {
 
 static kiln_status run_on_stream(const kiln__op *op) {
     const kiln__fused *g = op->code == KILN__OP_FUSED ? (const kiln__fused *)(intptr_t)op->p.i[0] : NULL;
-    kiln__cl_device *d = device_of(op, g);
+    kiln__opencl_device *d = device_of(op, g);
     if (NEVER(!d)) return KILN_ERR_INTERNAL;
     kiln__kernel_fn inner = d->inner[op->code];
     if (NEVER(!inner)) return KILN_ERR_INTERNAL;
@@ -431,17 +431,17 @@ static kiln_status run_on_stream(const kiln__op *op) {
     bool transfer = reads_to_host(op);
     cl_int err = CL_SUCCESS;
     /* (the transfer queue needs no order: each read on it is waited for before it returns) */
-    kiln__cl_stream_queue sq = {.queue = d->transfer, .qid = d->transfer_qid};
-    if (!transfer && !stream_queue(d, op->stream_id, &sq, &err)) return kiln__cl_fail(err, "clCreateCommandQueue");
+    kiln__opencl_stream_queue sq = {.queue = d->transfer, .qid = d->transfer_qid};
+    if (!transfer && !stream_queue(d, op->stream_id, &sq, &err)) return kiln__opencl_fail(err, "clCreateCommandQueue");
     cl_command_queue q = sq.queue;
     uint64_t qid = sq.qid;
     if (sq.order) pthread_mutex_lock(sq.order);
     access a[MAX_BUFS];
     int n_bufs = accesses(op, g, d, a);
-    cl_event wait[MAX_WAIT + 1 + KILN__CL_READERS];
+    cl_event wait[MAX_WAIT + 1 + KILN__OPENCL_READERS];
     int n_wait = 0;
     kiln_status st = KILN_OK;
-    kiln__cl_device *held = NULL;
+    kiln__opencl_device *held = NULL;
     for (int i = 0; i < n_bufs && st == KILN_OK; i++) {
         hold_deps(&held, a[i].owner);
         n_wait += buf_deps_locked(a[i].buf, a[i].write, qid, wait + n_wait);
@@ -449,7 +449,7 @@ static kiln_status run_on_stream(const kiln__op *op) {
             err = clEnqueueBarrierWithWaitList(q, (cl_uint)n_wait, wait, NULL);
             for (int k = 0; k < n_wait; k++) clReleaseEvent(wait[k]);
             n_wait = 0;
-            if (err != CL_SUCCESS) st = kiln__cl_fail(err, "clEnqueueBarrierWithWaitList");
+            if (err != CL_SUCCESS) st = kiln__opencl_fail(err, "clEnqueueBarrierWithWaitList");
         }
     }
     hold_deps(&held, NULL);
@@ -457,7 +457,7 @@ static kiln_status run_on_stream(const kiln__op *op) {
         err = clEnqueueBarrierWithWaitList(q, (cl_uint)n_wait, wait, NULL);
         for (int k = 0; k < n_wait; k++) clReleaseEvent(wait[k]);
         n_wait = 0;
-        if (err != CL_SUCCESS) st = kiln__cl_fail(err, "clEnqueueBarrierWithWaitList");
+        if (err != CL_SUCCESS) st = kiln__opencl_fail(err, "clEnqueueBarrierWithWaitList");
     }
     if (st == KILN_OK) {
         cur.d = d, cur.queue = q, cur.qid = qid, cur.first = cur.last = NULL, cur.wait = wait, cur.n_wait = n_wait;
@@ -484,16 +484,16 @@ static kiln_status run_on_stream(const kiln__op *op) {
     return st;
 }
 
-kiln_status kiln__cl_scratch_begin(kiln__cl_device *d, kiln__cl_buf *b, cl_command_queue q) {
-    cl_event deps[1 + KILN__CL_READERS];
-    int n = kiln__cl_buf_deps(d, b, true, cur.d == d ? cur.qid : 0, deps);
+kiln_status kiln__opencl_scratch_begin(kiln__opencl_device *d, kiln__opencl_buf *b, cl_command_queue q) {
+    cl_event deps[1 + KILN__OPENCL_READERS];
+    int n = kiln__opencl_buf_deps(d, b, true, cur.d == d ? cur.qid : 0, deps);
     if (!n) return KILN_OK;
     cl_int err = clEnqueueBarrierWithWaitList(q, (cl_uint)n, deps, NULL);
     for (int k = 0; k < n; k++) clReleaseEvent(deps[k]);
-    return err == CL_SUCCESS ? KILN_OK : kiln__cl_fail(err, "clEnqueueBarrierWithWaitList (scratch buffer)");
+    return err == CL_SUCCESS ? KILN_OK : kiln__opencl_fail(err, "clEnqueueBarrierWithWaitList (scratch buffer)");
 }
 
-void kiln__cl_scratch_end(kiln__cl_device *d, kiln__cl_buf *b) {
+void kiln__opencl_scratch_end(kiln__opencl_device *d, kiln__opencl_buf *b) {
     if (cur.d != d || !cur.last) return;
     pthread_mutex_lock(&d->dep_lock);
     forget_locked(b);
@@ -501,14 +501,14 @@ void kiln__cl_scratch_end(kiln__cl_device *d, kiln__cl_buf *b) {
     pthread_mutex_unlock(&d->dep_lock);
 }
 
-cl_command_queue kiln__cl_queue(kiln__cl_device *d, const kiln__op *op) {
+cl_command_queue kiln__opencl_queue(kiln__opencl_device *d, const kiln__op *op) {
     if (cur.d == d) return cur.queue;
-    kiln__cl_stream_queue sq = {0}; /* (a kernel run outside the wrapper: tests) */
+    kiln__opencl_stream_queue sq = {0}; /* (a kernel run outside the wrapper: tests) */
     cl_int err = CL_SUCCESS;
     return stream_queue(d, op->stream_id, &sq, &err) ? sq.queue : NULL;
 }
 
-void kiln__cl_streams_wrap(kiln__cl_device *d) {
+void kiln__opencl_streams_wrap(kiln__opencl_device *d) {
     for (int code = 0; code < KILN__OP_COUNT; code++) {
         d->inner[code] = d->backend.kernels[code];
         if (d->inner[code]) d->backend.kernels[code] = run_on_stream;
