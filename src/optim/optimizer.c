@@ -30,6 +30,8 @@ void kiln__optim_clear_state(kiln_optimizer *opt) {
             kiln__tensor_release(opt->params[i].state[k]);
             opt->params[i].state[k] = NULL;
         }
+        kiln__tensor_release(opt->params[i].master);
+        opt->params[i].master = NULL;
         opt->params[i].step = 0;
     }
 }
@@ -44,13 +46,16 @@ bool kiln__optim_check_lr(const char *op, double lr) {
  * names only params and n must not freeze the group); KILN_ZERO is a real 0. */
 static double group_lr(double group, double options) { return group < 0 ? options : kiln__option_or(group, options); }
 
-/* The parameter's tensor (borrowed), if it can be updated in place; NULL + error if not. */
-static kiln__tensor *param_tensor(kiln__opctx *c, const kiln__optim_param *p) {
+/* The parameter's tensor (borrowed), if it can be updated in place (bf16/f16 ones only
+ * through master weights); NULL + error if not. */
+static kiln__tensor *param_tensor(kiln__opctx *c, const kiln__optim_param *p, bool master_weights) {
     kiln__tensor *t = kiln__peek(c, *p->slot);
     if (!t) return NULL;
-    if (t->dtype != KILN_F32 && t->dtype != KILN_F64) {
-        kiln__fail(c, KILN_ERR_DTYPE, "parameter '%s' is %s: optimizers update f32 and f64 parameters", p->name,
-                   kiln_dtype_name(t->dtype));
+    bool low = t->dtype == KILN_BF16 || t->dtype == KILN_F16;
+    if (t->dtype != KILN_F32 && t->dtype != KILN_F64 && !(low && master_weights)) {
+        kiln__fail(c, KILN_ERR_DTYPE, "parameter '%s' is %s: optimizers update f32 and f64 parameters%s", p->name,
+                   kiln_dtype_name(t->dtype),
+                   low ? " (set the options' master_weights to update it through an f32 master copy)" : "");
         return NULL;
     }
     if (t->storage->borrowed) {
@@ -62,8 +67,8 @@ static kiln__tensor *param_tensor(kiln__opctx *c, const kiln__optim_param *p) {
 
 /* Takes params (n of them, slots and names filled) and groups; frees both on failure. */
 static kiln_optimizer *optim_make(kiln__opctx *c, const kiln__optim_kind *kind, int n, kiln__optim_param *params, int n_groups,
-                                  kiln__optim_group *groups) {
-    for (int k = 0; k < n && !c->err; k++) param_tensor(c, &params[k]); /* refuse what no step could update */
+                                  kiln__optim_group *groups, bool master_weights) {
+    for (int k = 0; k < n && !c->err; k++) param_tensor(c, &params[k], master_weights); /* refuse what no step could update */
     kiln_optimizer *opt = c->err ? NULL : calloc(1, sizeof *opt);
     if (opt && !kiln__object_register(opt, KILN__OPTIMIZER_KIND)) free(opt), opt = NULL;
     if (!opt && !c->err) kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the optimizer");
@@ -75,6 +80,7 @@ static kiln_optimizer *optim_make(kiln__opctx *c, const kiln__optim_kind *kind, 
     }
     opt->kind = kind;
     opt->type = kind->type;
+    opt->master_weights = master_weights;
     opt->n_params = n;
     opt->params = params;
     opt->n_groups = n_groups;
@@ -84,7 +90,7 @@ static kiln_optimizer *optim_make(kiln__opctx *c, const kiln__optim_kind *kind, 
 
 /* An optimizer over the module's trainable parameters (f32 or f64) in one group. */
 static kiln_optimizer *optim_new_module(const char *op, kiln_module *model, const kiln__optim_kind *kind, double lr,
-                                        double weight_decay) {
+                                        double weight_decay, bool master_weights) {
     if (!model) {
         kiln__report(KILN_ERR_NULL, op, "model is NULL");
         return NULL;
@@ -114,14 +120,14 @@ static kiln_optimizer *optim_new_module(const char *op, kiln_module *model, cons
     free(list);
     *group = (kiln__optim_group){lr, weight_decay};
     KILN__OP_BEGIN(op);
-    return optim_make(&c, kind, k, params, 1, group);
+    return optim_make(&c, kind, k, params, 1, group, master_weights);
 }
 
 #define MAX_GROUP_PARAMS (1 << 24) /* far above any model; keeps the counts' sums in an int */
 
 /* An optimizer over the caller's groups (a reference taken to each parameter). */
 static kiln_optimizer *optim_new_groups(const char *op, int n_groups, const kiln_param_group *groups,
-                                        const kiln__optim_kind *kind, double lr, double weight_decay) {
+                                        const kiln__optim_kind *kind, double lr, double weight_decay, bool master_weights) {
     KILN__OP_BEGIN(op);
     if (!groups) return kiln__fail(&c, KILN_ERR_NULL, "groups is NULL"), kiln__optim_finish(&c), NULL;
     if (n_groups < 1 || n_groups > 1024)
@@ -180,18 +186,18 @@ static kiln_optimizer *optim_new_groups(const char *op, int n_groups, const kiln
         }
     }
     free(seen);
-    return optim_make(&c, kind, k, params, n_groups, gs); /* keeps the array: the slots stay valid */
+    return optim_make(&c, kind, k, params, n_groups, gs, master_weights); /* keeps the array: the slots stay valid */
 }
 
 /* An optimizer over a plain list of n parameters in one group. */
 static kiln_optimizer *optim_new_params(const char *op, int n, const kiln_tensor *params, const kiln__optim_kind *kind,
-                                        double lr, double weight_decay) {
+                                        double lr, double weight_decay, bool master_weights) {
     if (n < 1) {
         kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "%d parameters: the list must not be empty", n);
         return NULL;
     }
     kiln_param_group g = kiln_param_group_of(n, params);
-    return optim_new_groups(op, 1, &g, kind, lr, weight_decay);
+    return optim_new_groups(op, 1, &g, kind, lr, weight_decay, master_weights);
 }
 
 kiln_optimizer *kiln__optim_create(const kiln__optim_kind *kind, const char *op, const void *options,
@@ -203,9 +209,10 @@ kiln_optimizer *kiln__optim_create(const kiln__optim_kind *kind, const char *op,
     if (!kind->check(op, &o)) return NULL;
     double lr, wd;
     kind->rates(&o, &lr, &wd);
-    kiln_optimizer *opt = src.from == KILN__OPTIM_FROM_MODULE ? optim_new_module(op, src.model, kind, lr, wd)
-                          : src.from == KILN__OPTIM_FROM_GROUPS ? optim_new_groups(op, src.n_groups, src.groups, kind, lr, wd)
-                                                                : optim_new_params(op, src.n, src.params, kind, lr, wd);
+    bool mw = kind->master_weights(&o);
+    kiln_optimizer *opt = src.from == KILN__OPTIM_FROM_MODULE ? optim_new_module(op, src.model, kind, lr, wd, mw)
+                          : src.from == KILN__OPTIM_FROM_GROUPS ? optim_new_groups(op, src.n_groups, src.groups, kind, lr, wd, mw)
+                                                                : optim_new_params(op, src.n, src.params, kind, lr, wd, mw);
     if (opt) opt->options = o;
     return opt;
 }
@@ -312,12 +319,43 @@ static bool check_grad(kiln__opctx *c, const kiln__optim_param *p, const kiln__t
 /* ---- step ------------------------------------------------------------------------------------ */
 
 typedef struct {
-    kiln__tensor *param; /* borrowed */
-    kiln__tensor *grad;  /* owned */
-    bool fresh_state;
-    /* the early path: the updated copies of the parameter and its state (owned) */
+    kiln__tensor *param;   /* borrowed */
+    kiln__tensor *grad;    /* owned */
+    kiln__tensor *grad_up; /* master weights: the gradient cast to f32 (owned), else NULL */
+    bool fresh_state, fresh_master;
+    /* the early path: the updated copies of the parameter (or master) and its state (owned) */
     kiln__tensor *next, *next_state[KILN__OPTIM_MAX_STATE];
 } update;
+
+/* What the kind's update writes: the parameter's f32 master where it has one, else itself. */
+static kiln__tensor *target_of(const kiln_optimizer *opt, const kiln__optim_param *p, const update *u) {
+    return kiln__optim_uses_master(opt, u->param->dtype) ? p->master : u->param;
+}
+static const kiln__tensor *grad_of(const update *u) { return u->grad_up ? u->grad_up : u->grad; }
+
+/* Master weights, before any update is queued: each bf16/f16 parameter to update gets its
+ * master (made at its first update) and its gradient cast up to f32. */
+static void prepare_masters(kiln__opctx *c, kiln_optimizer *opt, update *ups) {
+    for (int i = 0; i < opt->n_params && !c->err; i++) {
+        kiln__optim_param *p = &opt->params[i];
+        if (!ups[i].grad || !kiln__optim_uses_master(opt, ups[i].param->dtype)) continue;
+        if (!p->master) {
+            p->master = kiln__optim_master_from(c, ups[i].param);
+            ups[i].fresh_master = p->master != NULL;
+            if (c->err) break;
+        }
+        kiln__tensor_retain(ups[i].grad);
+        ups[i].grad_up = kiln__t_cast(c, ups[i].grad, KILN_F32);
+    }
+}
+
+/* A step that failed keeps no master it made. */
+static void drop_fresh_master(kiln__optim_param *p, update *u) {
+    if (!u->fresh_master) return;
+    kiln__tensor_release(p->master);
+    p->master = NULL;
+    u->fresh_master = false;
+}
 
 /* A fresh dense copy of t (borrowed), queued. */
 static kiln__tensor *copy_of(kiln__opctx *c, const kiln__tensor *t) {
@@ -345,14 +383,15 @@ static void step_early(kiln__opctx *c, kiln_optimizer *opt, update *ups, int n_s
         kiln__optim_param work = opt->params[i];
         work.tentative = true;
         work.step++;
-        ups[i].next = copy_of(c, ups[i].param);
+        const kiln__tensor *target = target_of(opt, &opt->params[i], &ups[i]);
+        ups[i].next = copy_of(c, target);
         for (int k = 0; k < n_state && !c->err; k++) {
             const kiln__tensor *old = opt->params[i].state[k];
-            const kiln__tensor *p = ups[i].param;
+            const kiln__tensor *p = target;
             ups[i].next_state[k] = old ? copy_of(c, old) : kiln__t_empty(c, p->device, p->dtype, p->ndim, p->shape);
             work.state[k] = ups[i].next_state[k];
         }
-        if (!c->err) apply_update(c, opt, &work, ups[i].next, ups[i].grad);
+        if (!c->err) apply_update(c, opt, &work, ups[i].next, grad_of(&ups[i]));
     }
     /* (b) */
     for (int i = 0; i < opt->n_params && !c->err; i++) {
@@ -369,7 +408,9 @@ static void step_early(kiln__opctx *c, kiln_optimizer *opt, update *ups, int n_s
     for (int i = 0; i < opt->n_params; i++) {
         kiln__optim_param *p = &opt->params[i];
         if (ups[i].grad && !c->err) {
-            kiln__t_copy_into(c, kiln__view_of(ups[i].param), ups[i].next);
+            kiln__tensor *target = target_of(opt, p, &ups[i]);
+            kiln__t_copy_into(c, kiln__view_of(target), ups[i].next);
+            if (target != ups[i].param) kiln__optim_master_write_back(c, ups[i].param, target);
             for (int k = 0; k < n_state; k++) {
                 kiln__tensor_release(p->state[k]);
                 p->state[k] = ups[i].next_state[k];
@@ -377,6 +418,7 @@ static void step_early(kiln__opctx *c, kiln_optimizer *opt, update *ups, int n_s
             }
             p->step++;
         }
+        if (c->err) drop_fresh_master(p, &ups[i]);
         kiln__tensor_release(ups[i].next);
         for (int k = 0; k < KILN__OPTIM_MAX_STATE; k++) kiln__tensor_release(ups[i].next_state[k]);
     }
@@ -400,25 +442,31 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
     /* 1: every gradient and parameter checked before anything changes (the early path waits
      * for the gradients later, in step_early) */
     for (int i = 0; i < opt->n_params; i++) {
-        kiln__tensor *param = param_tensor(&c, &opt->params[i]);
+        kiln__tensor *param = param_tensor(&c, &opt->params[i], opt->master_weights);
         kiln__tensor *grad = param ? take_grad(&c, opt, i, param, g) : NULL;
         if (!grad) continue;
         ups[i].param = param;
         ups[i].grad = grad;
         if (!check_grad(&c, &opt->params[i], param, grad, !early)) continue;
-        const kiln__tensor *st = opt->params[i].state[0];
-        if (st && (st->dtype != param->dtype || st->device != param->device || st->ndim != param->ndim ||
-                   memcmp(st->shape, param->shape, sizeof(int64_t) * (size_t)param->ndim) != 0)) {
+        const kiln__tensor *st = opt->params[i].state[0], *master = opt->params[i].master;
+        bool uses_master = kiln__optim_uses_master(opt, param->dtype);
+        if (!st && uses_master) st = master; /* (SGD without momentum has no other state) */
+        if ((st && (st->dtype != kiln__optim_state_dtype(opt, param->dtype) || st->device != param->device ||
+                    st->ndim != param->ndim ||
+                    memcmp(st->shape, param->shape, sizeof(int64_t) * (size_t)param->ndim) != 0)) ||
+            (master && !uses_master)) {
             kiln__fail(&c, KILN_ERR_SHAPE, "parameter '%s' changed shape or dtype since its optimizer state was made",
                        opt->params[i].name);
             continue;
         }
-        if (!opt->kind->has_kernels(&opt->options, param->device))
+        if (!opt->kind->has_kernels(&opt->options, param->device) ||
+            (uses_master && !kiln__t_has_kernel(param->device, KILN__OP_COPY)))
             kiln__fail(&c, KILN_ERR_UNSUPPORTED, "%s has no %s update kernel", kiln_device_name(param->device), opt->type);
     }
+    prepare_masters(&c, opt, ups);
     if (early) {
         step_early(&c, opt, ups, n_state, g); /* (a failed check: it agrees, then drops) */
-        for (int i = 0; i < opt->n_params; i++) kiln__tensor_release(ups[i].grad);
+        for (int i = 0; i < opt->n_params; i++) kiln__drop(2, ups[i].grad, ups[i].grad_up);
         free(ups);
         if (!c.err) opt->steps++;
         return kiln__optim_finish(&c);
@@ -428,24 +476,26 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
         kiln__optim_param *p = &opt->params[i];
         if (!ups[i].grad || p->state[0] || n_state == 0) continue;
         ups[i].fresh_state = true;
-        for (int k = 0; k < n_state && !c.err; k++)
-            p->state[k] = kiln__t_empty(&c, ups[i].param->device, ups[i].param->dtype, ups[i].param->ndim,
-                                        ups[i].param->shape);
+        const kiln__tensor *t = target_of(opt, p, &ups[i]);
+        for (int k = 0; k < n_state && !c.err; k++) p->state[k] = kiln__t_empty(&c, t->device, t->dtype, t->ndim, t->shape);
     }
     /* 3: the updates (nothing below can fail) */
     for (int i = 0; i < opt->n_params; i++) {
         kiln__optim_param *p = &opt->params[i];
         if (ups[i].grad && !c.err) {
             p->step++;
-            /* the kernel was checked above: the submit cannot fail */
-            apply_update(&c, opt, p, ups[i].param, ups[i].grad);
+            /* the kernels were checked above: the submits cannot fail */
+            kiln__tensor *target = target_of(opt, p, &ups[i]);
+            apply_update(&c, opt, p, target, grad_of(&ups[i]));
+            if (target != ups[i].param) kiln__optim_master_write_back(&c, ups[i].param, target);
         }
         if (c.err && ups[i].fresh_state)
             for (int k = 0; k < KILN__OPTIM_MAX_STATE; k++) {
                 kiln__tensor_release(p->state[k]);
                 p->state[k] = NULL;
             }
-        kiln__tensor_release(ups[i].grad);
+        if (c.err) drop_fresh_master(p, &ups[i]);
+        kiln__drop(2, ups[i].grad, ups[i].grad_up);
     }
     free(ups);
     if (!c.err) opt->steps++;
@@ -477,7 +527,7 @@ kiln_status kiln_clip_grad_norm(kiln_optimizer *opt, kiln_grads *g, double max_n
     kiln_dtype norm_dtype = KILN_F32;
     for (int i = 0; i < opt->n_params; i++) {
         kiln__optim_param *p = &opt->params[i];
-        kiln__tensor *param = param_tensor(&c, p);
+        kiln__tensor *param = param_tensor(&c, p, opt->master_weights);
         const kiln__ad_meta *m = param ? param->autodiff : NULL;
         kiln__tensor **slot = m ? kiln__grads_slot(g, m->leaf) : NULL;
         if (!slot || !check_grad(&c, p, param, *slot, false)) continue;
@@ -507,12 +557,12 @@ kiln_status kiln_clip_grad_norm(kiln_optimizer *opt, kiln_grads *g, double max_n
         scale = kiln__t_binary_scalar(&c, KILN__OP_DIV, scale, max_norm, true);
         scale = kiln__t_binary_scalar(&c, KILN__OP_MINIMUM, scale, 1.0, false);
     }
-    /* one cast of the scale per gradient dtype (f32 and f64) */
-    kiln__tensor *scale_as[2] = {NULL, NULL};
+    /* one cast of the scale per gradient dtype (f32, f64; bf16 and f16 with master weights) */
+    kiln__tensor *scale_as[KILN_DTYPE_COUNT] = {NULL};
     for (int i = 0; scale && i < opt->n_params && !c.err; i++) {
         if (!slots[i]) continue;
         kiln__tensor **slot = slots[i];
-        int which = (*slot)->dtype == KILN_F64;
+        int which = (int)(*slot)->dtype;
         if (!scale_as[which]) {
             kiln__tensor_retain(scale);
             scale_as[which] = kiln__t_cast(&c, scale, (*slot)->dtype);
@@ -523,7 +573,8 @@ kiln_status kiln_clip_grad_norm(kiln_optimizer *opt, kiln_grads *g, double max_n
         *slot = kiln__t_binary(&c, KILN__OP_MUL, *slot, scale_as[which]);
     }
     free(slots);
-    kiln__drop(3, scale, scale_as[0], scale_as[1]);
+    kiln__tensor_release(scale);
+    for (int d = 0; d < KILN_DTYPE_COUNT; d++) kiln__tensor_release(scale_as[d]);
     if (norm && total_norm && !c.err) {
         kiln__tensor *out = kiln__t_cast(&c, norm, norm_dtype);
         norm = NULL;
@@ -551,7 +602,7 @@ kiln_status kiln_clip_grad_value(kiln_optimizer *opt, kiln_grads *g, double clip
     }
     /* every gradient checked before any is changed */
     for (int i = 0; i < opt->n_params; i++) {
-        kiln__tensor *param = param_tensor(&c, &opt->params[i]);
+        kiln__tensor *param = param_tensor(&c, &opt->params[i], opt->master_weights);
         const kiln__ad_meta *m = param ? param->autodiff : NULL;
         kiln__tensor **slot = m ? kiln__grads_slot(g, m->leaf) : NULL;
         if (slot && check_grad(&c, &opt->params[i], param, *slot, false)) slots[i] = slot;
@@ -569,7 +620,7 @@ kiln__tensor *kiln__optim_grads_unscale(kiln__opctx *c, kiln_optimizer *opt, kil
     kiln__tensor *total = NULL;
     for (int i = 0; i < opt->n_params && !c->err; i++) {
         kiln__optim_param *p = &opt->params[i];
-        kiln__tensor *param = param_tensor(c, p);
+        kiln__tensor *param = param_tensor(c, p, opt->master_weights);
         const kiln__ad_meta *m = param ? param->autodiff : NULL;
         kiln__tensor **slot = m ? kiln__grads_slot(g, m->leaf) : NULL;
         if (!slot || !check_grad(c, p, param, *slot, false)) continue;
