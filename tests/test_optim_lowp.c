@@ -8,6 +8,7 @@
 #include <math.h>
 #include <unistd.h>
 
+#include "autodiff/autodiff-impl.h"
 #include "engine/engine-impl.h"
 #include "kiln_test.h"
 #include "nn/module-impl.h"
@@ -66,17 +67,20 @@ static kiln_module *toy_new(kiln_dtype dt, const double *v) {
 }
 static kiln_tensor W(kiln_module *m) { return m->params[0].tensor; }
 
-/* One step with gradient grad_value(s, .) (as d/dw of sum(w * c)). */
-static kiln_status step_with(kiln_optimizer *opt, kiln_tensor w, int s) {
+/* One step with gradient grad_value(s, .) (as d/dw of sum(w * c)); late: the gradients marked
+ * as data parallelism's (the step's copy-and-commit path). */
+static kiln_status step_late(kiln_optimizer *opt, kiln_tensor w, int s, bool late) {
     double c[N];
     for (int i = 0; i < N; i++) c[i] = grad_value(s, i);
     kiln_tensor ct = kiln_cast(kiln_from_data(KILN_CPU, KILN_F64, KILN_SHAPE(N), c), kiln_tensor_dtype(w));
     kiln_grads *g = NULL;
     kiln_status st = kiln_backward(kiln_sum(kiln_mul(kiln_ref(w), ct)), &g);
+    if (st == KILN_OK && late) KT_CHECK(kiln__grads_mark_late(g, NULL, NULL));
     if (st == KILN_OK) st = kiln_optimizer_step(opt, g);
     kiln_grads_free(g);
     return st;
 }
+static kiln_status step_with(kiln_optimizer *opt, kiln_tensor w, int s) { return step_late(opt, w, s, false); }
 
 /* The values of t (borrowed) as doubles. */
 static void read_doubles(kiln_tensor t, double *out) {
@@ -163,6 +167,46 @@ KT_TEST(updates_below_bf16_spacing_accumulate_in_the_master) {
     }
     kiln_optimizer_free(opt);
     kiln_release(w);
+}
+
+/* The step on late gradients (data parallelism's: updates into copies, committed when every
+ * gradient arrived) gives the in-place step's parameter, master and state bit for bit, and a
+ * kernel failing in it changes nothing (it waits, so the step itself reports it). */
+KT_TEST(late_gradients_give_the_same_masters) {
+    double v0[N], a[N], b[N];
+    for (int i = 0; i < N; i++) v0[i] = start_value(i);
+    for (int k = 0; k < N_KINDS; k++) {
+        kiln_module *ma = toy_new(KILN_BF16, v0), *mb = toy_new(KILN_BF16, v0);
+        kiln_optimizer *oa = make_opt((kind)k, ma, true), *ob = make_opt((kind)k, mb, true);
+        for (int s = 0; s < 3; s++) {
+            KT_CHECK(step_late(oa, W(ma), s, false) == KILN_OK);
+            KT_CHECK_MSG(step_late(ob, W(mb), s, true) == KILN_OK, "%s", kiln_last_error());
+        }
+        read_doubles(W(ma), a), read_doubles(W(mb), b);
+        KT_CHECK_MSG(memcmp(a, b, sizeof a) == 0, "%s: parameters differ", kind_names[k]);
+        for (int st = -1; st < 3; st++) {
+            bool ha = read_state(oa, st, a), hb = read_state(ob, st, b);
+            KT_CHECK_MSG(ha == hb && (!ha || memcmp(a, b, sizeof a) == 0), "%s: state %d differs", kind_names[k], st);
+        }
+        /* a failing kernel in the late step: nothing changes, the step says so */
+        double before[4][N], after[4][N];
+        bool had[4];
+        for (int st = -1; st < 3; st++) had[st + 1] = read_state(ob, st, before[st + 1]);
+        read_doubles(W(mb), a);
+        KT_CHECK(kiln_sync() == KILN_OK);
+        kiln__debug_fail_next_kernel("kiln_optimizer_step");
+        kiln_status failed = step_late(ob, W(mb), 3, true);
+        kiln__debug_fail_next_kernel(NULL);
+        KT_CHECK_MSG(failed == KILN_ERR_KERNEL, "%s: %s", kind_names[k], kiln_status_str(failed));
+        kiln_sync();
+        read_doubles(W(mb), b);
+        KT_CHECK(memcmp(a, b, sizeof a) == 0);
+        for (int st = -1; st < 3; st++)
+            KT_CHECK(read_state(ob, st, after[st + 1]) == had[st + 1] &&
+                     (!had[st + 1] || memcmp(before[st + 1], after[st + 1], sizeof after[0]) == 0));
+        kiln_optimizer_free(oa), kiln_optimizer_free(ob);
+        kiln_module_free(ma), kiln_module_free(mb);
+    }
 }
 
 /* Checkpoint bytes of (w, opt): the parameter, the master and the state. */
@@ -322,6 +366,7 @@ int main(void) {
     KT_RUN(f16_master_follows_the_f32_run_exactly);
     KT_RUN(updates_below_bf16_spacing_accumulate_in_the_master);
     KT_RUN(a_failed_step_changes_nothing);
+    KT_RUN(late_gradients_give_the_same_masters);
     KT_RUN(checkpoint_carries_the_master_bit_exactly);
     KT_RUN(clipping_works_on_low_precision_gradients);
     KT_RUN(low_precision_parameters_without_the_option_are_refused);

@@ -134,6 +134,17 @@ static inline kiln_dtype kiln__optim_state_dtype(const kiln_optimizer *opt, kiln
 kiln__tensor *kiln__optim_master_from(kiln__opctx *c, kiln__tensor *param);
 /* Queues param = master rounded to param's dtype. False + c's error if it cannot be queued. */
 bool kiln__optim_master_write_back(kiln__opctx *c, kiln__tensor *param, const kiln__tensor *master);
+/* The parameter's tensor (borrowed), if it can be updated in place (bf16/f16 ones only
+ * through master weights); NULL + error if not. */
+kiln__tensor *kiln__optim_param_tensor(kiln__opctx *c, const kiln__optim_param *p, bool master_weights);
+/* Whether grad (not NULL) can update param: not failed, same dtype, device and shape; false +
+ * c's error if not. wait_computed: the step is a read of its gradients, so a gradient that
+ * fails while it is computed is known before any parameter changes (clipping only looks at
+ * what is known). */
+bool kiln__optim_check_grad(kiln__opctx *c, const kiln__optim_param *p, const kiln__tensor *param,
+                            const kiln__tensor *grad, bool wait_computed);
+/* Both live (else the error in c): a step or a clip touches neither otherwise. */
+bool kiln__optim_and_grads_live(kiln__opctx *c, const kiln_optimizer *opt, const kiln_grads *g);
 /* Drops every parameter's state. */
 void kiln__optim_clear_state(kiln_optimizer *opt);
 /* Where a new optimizer's parameters come from: a module's trainable parameters, the caller's

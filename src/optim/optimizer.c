@@ -1,6 +1,6 @@
 /* What every optimizer shares: the parameter list, per-parameter state, the step driver
- * (check everything, allocate state, then submit one fused update per parameter), the
- * learning rate, and gradient clipping by global norm. */
+ * (check everything, allocate state, then submit one fused update per parameter) and the
+ * learning rate. Clipping and the gradient scaler's pass are in clip.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,9 +46,7 @@ bool kiln__optim_check_lr(const char *op, double lr) {
  * names only params and n must not freeze the group); KILN_ZERO is a real 0. */
 static double group_lr(double group, double options) { return group < 0 ? options : kiln__option_or(group, options); }
 
-/* The parameter's tensor (borrowed), if it can be updated in place (bf16/f16 ones only
- * through master weights); NULL + error if not. */
-static kiln__tensor *param_tensor(kiln__opctx *c, const kiln__optim_param *p, bool master_weights) {
+kiln__tensor *kiln__optim_param_tensor(kiln__opctx *c, const kiln__optim_param *p, bool master_weights) {
     kiln__tensor *t = kiln__peek(c, *p->slot);
     if (!t) return NULL;
     bool low = t->dtype == KILN_BF16 || t->dtype == KILN_F16;
@@ -68,7 +66,7 @@ static kiln__tensor *param_tensor(kiln__opctx *c, const kiln__optim_param *p, bo
 /* Takes params (n of them, slots and names filled) and groups; frees both on failure. */
 static kiln_optimizer *optim_make(kiln__opctx *c, const kiln__optim_kind *kind, int n, kiln__optim_param *params, int n_groups,
                                   kiln__optim_group *groups, bool master_weights) {
-    for (int k = 0; k < n && !c->err; k++) param_tensor(c, &params[k], master_weights); /* refuse what no step could update */
+    for (int k = 0; k < n && !c->err; k++) kiln__optim_param_tensor(c, &params[k], master_weights); /* refuse what no step could update */
     kiln_optimizer *opt = c->err ? NULL : calloc(1, sizeof *opt);
     if (opt && !kiln__object_register(opt, KILN__OPTIMIZER_KIND)) free(opt), opt = NULL;
     if (!opt && !c->err) kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the optimizer");
@@ -255,8 +253,7 @@ int kiln_optimizer_num_groups(const kiln_optimizer *opt) {
     return opt ? opt->n_groups : 0;
 }
 
-/* Both live (else the error in c): a step or a clip touches neither otherwise. */
-static bool optim_and_grads_live(kiln__opctx *c, const kiln_optimizer *opt, const kiln_grads *g) {
+bool kiln__optim_and_grads_live(kiln__opctx *c, const kiln_optimizer *opt, const kiln_grads *g) {
     kiln_status st;
     const char *why = kiln__object_problem(opt, KILN__OPTIMIZER_KIND, &st);
     if (!why) why = kiln__object_problem(g, KILN__GRADS_KIND, &st);
@@ -294,10 +291,8 @@ static kiln__tensor *take_grad(kiln__opctx *c, kiln_optimizer *opt, int i, const
     return h.id ? kiln__arg(c, h) : NULL;
 }
 
-/* wait_computed: the step is a read of its gradients, so a gradient that fails while it is
- * computed is known before any parameter changes (clipping only looks at what is known). */
-static bool check_grad(kiln__opctx *c, const kiln__optim_param *p, const kiln__tensor *param, const kiln__tensor *grad,
-                       bool wait_computed) {
+bool kiln__optim_check_grad(kiln__opctx *c, const kiln__optim_param *p, const kiln__tensor *param,
+                            const kiln__tensor *grad, bool wait_computed) {
     if (!kiln__ok(c, (kiln__tensor *)grad)) return false;
     if (wait_computed) kiln__wait_storage(grad->storage);
     kiln__error *late = atomic_load(&grad->storage->err); /* failed while running: no update from it */
@@ -396,7 +391,7 @@ static void step_early(kiln__opctx *c, kiln_optimizer *opt, update *ups, int n_s
     /* (b) */
     for (int i = 0; i < opt->n_params && !c->err; i++) {
         if (!ups[i].grad) continue;
-        if (!check_grad(c, &opt->params[i], ups[i].param, ups[i].grad, true)) break;
+        if (!kiln__optim_check_grad(c, &opt->params[i], ups[i].param, ups[i].grad, true)) break;
         for (int k = -1; k < n_state && !c->err; k++) {
             kiln__tensor *t = k < 0 ? ups[i].next : ups[i].next_state[k];
             if (kiln__wait_storage(t->storage) != KILN_OK)
@@ -430,7 +425,7 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
         kiln__fail(&c, KILN_ERR_NULL, "%s is NULL", !opt ? "optimizer" : "gradients container");
         return kiln__optim_finish(&c);
     }
-    if (!optim_and_grads_live(&c, opt, g)) return kiln__optim_finish(&c);
+    if (!kiln__optim_and_grads_live(&c, opt, g)) return kiln__optim_finish(&c);
     update *ups = calloc((size_t)(opt->n_params ? opt->n_params : 1), sizeof *ups);
     if (!ups) {
         kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the step's bookkeeping");
@@ -442,12 +437,12 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
     /* 1: every gradient and parameter checked before anything changes (the early path waits
      * for the gradients later, in step_early) */
     for (int i = 0; i < opt->n_params; i++) {
-        kiln__tensor *param = param_tensor(&c, &opt->params[i], opt->master_weights);
+        kiln__tensor *param = kiln__optim_param_tensor(&c, &opt->params[i], opt->master_weights);
         kiln__tensor *grad = param ? take_grad(&c, opt, i, param, g) : NULL;
         if (!grad) continue;
         ups[i].param = param;
         ups[i].grad = grad;
-        if (!check_grad(&c, &opt->params[i], param, grad, !early)) continue;
+        if (!kiln__optim_check_grad(&c, &opt->params[i], param, grad, !early)) continue;
         const kiln__tensor *st = opt->params[i].state[0], *master = opt->params[i].master;
         bool uses_master = kiln__optim_uses_master(opt, param->dtype);
         if (!st && uses_master) st = master; /* (SGD without momentum has no other state) */
@@ -500,141 +495,4 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
     free(ups);
     if (!c.err) opt->steps++;
     return kiln__optim_finish(&c);
-}
-
-/* ---- clipping -------------------------------------------------------------------------------- */
-
-kiln_status kiln_clip_grad_norm(kiln_optimizer *opt, kiln_grads *g, double max_norm, kiln_tensor *total_norm) {
-    KILN__OP_BEGIN("kiln_clip_grad_norm");
-    if (total_norm) *total_norm = KILN_NONE;
-    if (!opt || !g) {
-        kiln__fail(&c, KILN_ERR_NULL, "%s is NULL", !opt ? "optimizer" : "gradients container");
-        return kiln__optim_finish(&c);
-    }
-    if (!optim_and_grads_live(&c, opt, g)) return kiln__optim_finish(&c);
-    if (!(max_norm >= 0)) {
-        kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "max_norm %g must be >= 0", max_norm);
-        return kiln__optim_finish(&c);
-    }
-    /* the gradients stay in g: each is scaled in place where it sits */
-    kiln__tensor ***slots = calloc((size_t)(opt->n_params ? opt->n_params : 1), sizeof *slots);
-    if (!slots) {
-        kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the clipping bookkeeping");
-        return kiln__optim_finish(&c);
-    }
-    int n = 0;
-    kiln__tensor *first = NULL;
-    kiln_dtype norm_dtype = KILN_F32;
-    for (int i = 0; i < opt->n_params; i++) {
-        kiln__optim_param *p = &opt->params[i];
-        kiln__tensor *param = param_tensor(&c, p, opt->master_weights);
-        const kiln__ad_meta *m = param ? param->autodiff : NULL;
-        kiln__tensor **slot = m ? kiln__grads_slot(g, m->leaf) : NULL;
-        if (!slot || !check_grad(&c, p, param, *slot, false)) continue;
-        if (first && !kiln__same_device(&c, first, *slot)) continue;
-        norm_dtype = first ? kiln__dtype_promote(norm_dtype, (*slot)->dtype) : (*slot)->dtype;
-        if (!first) first = *slot;
-        slots[i] = slot;
-        n++;
-    }
-    if (c.err) {
-        free(slots);
-        return kiln__optim_finish(&c);
-    }
-    kiln_device dev = first ? first->device : KILN_CPU;
-    /* squared norms side by side in one f64 vector, summed in a fixed order */
-    int64_t len = n;
-    kiln__tensor *sums = kiln__t_empty(&c, dev, KILN_F64, 1, &len); /* every element written below */
-    for (int i = 0, k = 0; sums && i < opt->n_params; i++) {
-        if (!slots[i]) continue;
-        if (!kiln__t_sum_squares_into(&c, sums, k++, *slots[i])) break;
-    }
-    kiln__tensor *norm = kiln__t_unary(&c, KILN__OP_SQRT, kiln__t_reduce(&c, KILN__OP_SUM, sums, 1u, false, 0));
-    kiln__tensor *scale = NULL;
-    if (norm) {
-        kiln__tensor_retain(norm);
-        scale = kiln__t_binary_scalar(&c, KILN__OP_ADD, norm, 1e-6, false);
-        scale = kiln__t_binary_scalar(&c, KILN__OP_DIV, scale, max_norm, true);
-        scale = kiln__t_binary_scalar(&c, KILN__OP_MINIMUM, scale, 1.0, false);
-    }
-    /* one cast of the scale per gradient dtype (f32, f64; bf16 and f16 with master weights) */
-    kiln__tensor *scale_as[KILN_DTYPE_COUNT] = {NULL};
-    for (int i = 0; scale && i < opt->n_params && !c.err; i++) {
-        if (!slots[i]) continue;
-        kiln__tensor **slot = slots[i];
-        int which = (int)(*slot)->dtype;
-        if (!scale_as[which]) {
-            kiln__tensor_retain(scale);
-            scale_as[which] = kiln__t_cast(&c, scale, (*slot)->dtype);
-            if (!scale_as[which]) break;
-        }
-        kiln__tensor_retain(scale_as[which]);
-        /* in place: the gradient is dense and has one owner, so the product reuses its buffer */
-        *slot = kiln__t_binary(&c, KILN__OP_MUL, *slot, scale_as[which]);
-    }
-    free(slots);
-    kiln__tensor_release(scale);
-    for (int d = 0; d < KILN_DTYPE_COUNT; d++) kiln__tensor_release(scale_as[d]);
-    if (norm && total_norm && !c.err) {
-        kiln__tensor *out = kiln__t_cast(&c, norm, norm_dtype);
-        norm = NULL;
-        if (out) *total_norm = kiln__handle_new(out);
-    }
-    kiln__tensor_release(norm);
-    return kiln__optim_finish(&c);
-}
-
-kiln_status kiln_clip_grad_value(kiln_optimizer *opt, kiln_grads *g, double clip_value) {
-    KILN__OP_BEGIN("kiln_clip_grad_value");
-    if (!opt || !g) {
-        kiln__fail(&c, KILN_ERR_NULL, "%s is NULL", !opt ? "optimizer" : "gradients container");
-        return kiln__optim_finish(&c);
-    }
-    if (!optim_and_grads_live(&c, opt, g)) return kiln__optim_finish(&c);
-    if (!(clip_value >= 0 && isfinite(clip_value))) {
-        kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "clip_value %g must be finite and >= 0", clip_value);
-        return kiln__optim_finish(&c);
-    }
-    kiln__tensor ***slots = calloc((size_t)(opt->n_params ? opt->n_params : 1), sizeof *slots);
-    if (!slots) {
-        kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the clipping bookkeeping");
-        return kiln__optim_finish(&c);
-    }
-    /* every gradient checked before any is changed */
-    for (int i = 0; i < opt->n_params; i++) {
-        kiln__tensor *param = param_tensor(&c, &opt->params[i], opt->master_weights);
-        const kiln__ad_meta *m = param ? param->autodiff : NULL;
-        kiln__tensor **slot = m ? kiln__grads_slot(g, m->leaf) : NULL;
-        if (slot && check_grad(&c, &opt->params[i], param, *slot, false)) slots[i] = slot;
-    }
-    /* in place: a gradient is dense and has one owner, so the clamp reuses its buffer */
-    for (int i = 0; i < opt->n_params && !c.err; i++)
-        if (slots[i]) *slots[i] = kiln__t_clamp(&c, *slots[i], -clip_value, clip_value);
-    free(slots);
-    return kiln__optim_finish(&c);
-}
-
-/* ---- the gradient scaler's pass (grad_scaler.c) ----------------------------------------- */
-
-kiln__tensor *kiln__optim_grads_unscale(kiln__opctx *c, kiln_optimizer *opt, kiln_grads *g, double factor) {
-    kiln__tensor *total = NULL;
-    for (int i = 0; i < opt->n_params && !c->err; i++) {
-        kiln__optim_param *p = &opt->params[i];
-        kiln__tensor *param = param_tensor(c, p, opt->master_weights);
-        const kiln__ad_meta *m = param ? param->autodiff : NULL;
-        kiln__tensor **slot = m ? kiln__grads_slot(g, m->leaf) : NULL;
-        if (!slot || !check_grad(c, p, param, *slot, false)) continue;
-        /* in place: a gradient is dense and has one owner */
-        *slot = kiln__t_binary_scalar(c, KILN__OP_MUL, *slot, factor, false);
-        if (!*slot) break;
-        int64_t one = 1;
-        kiln__tensor *sq = kiln__t_empty(c, (*slot)->device, KILN_F64, 1, &one);
-        if (!sq || !kiln__t_sum_squares_into(c, sq, 0, *slot)) {
-            kiln__tensor_release(sq);
-            break;
-        }
-        total = total ? kiln__t_binary(c, KILN__OP_ADD, total, sq) : sq;
-    }
-    if (c->err) kiln__tensor_release(total), total = NULL;
-    return total;
 }
