@@ -76,10 +76,14 @@ KILN_API kiln_status kiln_bert_quantize_dynamic(kiln_bert *m, kiln_quant_type ty
 /* Holds the weights in dtype from now on: KILN_BF16 (from the f32 the file has) puts the word
  * embeddings and the encoder's linear weights and biases in bf16 and runs those products in
  * bf16 with f32 sums (the bf16 GEMM: AVX512-BF16 where the CPU has it), as PyTorch's
- * model.to(torch.bfloat16) under CPU autocast would for the products; attention, GELU's input
- * sums, residual adds, layer norms and pooling stay f32, and the embedding is f32. The f32
+ * model.to(torch.bfloat16) under CPU autocast would for the products: their outputs are bf16
+ * (GELU runs on them, computing in f32); attention, residual adds, layer norms and pooling stay
+ * f32, and forward's and embed's results are f32 as before. The f32
  * weights are freed and the mapped file is let go (every other tensor gets its own copy), so
- * resident memory holds about half the weight bytes. Blocking (waits for the conversion);
+ * resident memory holds about half the weight bytes (MiniLM: 73 MiB against 158 after an
+ * embedding). Without AVX512-BF16 the products widen the weights at every call: the same
+ * memory, but small batches run several times slower than f32 (BENCHMARKS.md).
+ * Blocking (waits for the conversion);
  * KILN_F32 on an f32 model, or KILN_BF16 again, changes nothing. KILN_ERR_NULL,
  * KILN_ERR_INVALID_ARGUMENT for another dtype or back to f32, KILN_ERR_UNSUPPORTED after
  * kiln_bert_quantize_dynamic (and that call refuses a bf16 model likewise),
