@@ -339,6 +339,39 @@ KT_TEST(clipping_works_on_low_precision_gradients) {
     kiln_release(w), kiln_release(w32);
 }
 
+/* f16 with loss scaling: a gradient of 2^-26 per element is below f16's smallest subnormal
+ * (2^-24); scaled by 2^16 it is representable, and the scaler unscales a master-weighted
+ * parameter's gradient in f32, so the master moves by exactly lr * 2^-26 (unscaled in f16 it
+ * would flush to 0 again). A step with an inf gradient is skipped and changes nothing. */
+KT_TEST(f16_loss_scaling_reaches_the_master) {
+    double v0[N], m[N], p[N];
+    for (int i = 0; i < N; i++) v0[i] = 1.0 / 1024;
+    kiln_module *mod = toy_new(KILN_F16, v0);
+    kiln_optimizer *opt = kiln_sgd_new(mod, (kiln_sgd_options){.lr = 1.0, .master_weights = true});
+    kiln_grad_scaler *gs = kiln_grad_scaler_new(kiln_grad_scaler_defaults()); /* scale 2^16 */
+    KT_CHECK(opt && gs);
+    for (int s = 0; s < 2 && opt && gs; s++) {
+        double tiny = ldexp(1.0, -26), huge = s == 1 ? INFINITY : tiny;
+        kiln_tensor c = kiln_full(KILN_CPU, KILN_F32, KILN_SHAPE(N), s == 1 ? huge : tiny);
+        kiln_grads *g = NULL;
+        KT_CHECK(kiln_backward(kiln_grad_scaler_scale(gs, kiln_sum(kiln_mul(kiln_ref(W(mod)), c))), &g) == KILN_OK);
+        bool stepped = false;
+        KT_CHECK_MSG(kiln_grad_scaler_step(gs, opt, g, &stepped) == KILN_OK, "%s", kiln_last_error());
+        KT_CHECK(stepped == (s == 0));
+        kiln_grads_free(g);
+        KT_CHECK(read_master(opt, m));
+        read_doubles(W(mod), p);
+        for (int i = 0; i < N; i++) {
+            KT_CHECK_MSG(m[i] == 1.0 / 1024 - tiny, "step %d: master %.12g", s, m[i]);
+            KT_CHECK(p[i] == round_to(KILN_F16, m[i]));
+        }
+    }
+    KT_CHECK(kiln_grad_scaler_get_scale(gs) == 32768); /* backed off once */
+    kiln_grad_scaler_free(gs);
+    kiln_optimizer_free(opt);
+    kiln_module_free(mod);
+}
+
 KT_TEST(low_precision_parameters_without_the_option_are_refused) {
     double v0[N] = {0};
     kiln_tensor w = leaf_of(KILN_BF16, v0), h = leaf_of(KILN_F16, v0);
@@ -369,6 +402,7 @@ int main(void) {
     KT_RUN(late_gradients_give_the_same_masters);
     KT_RUN(checkpoint_carries_the_master_bit_exactly);
     KT_RUN(clipping_works_on_low_precision_gradients);
+    KT_RUN(f16_loss_scaling_reaches_the_master);
     KT_RUN(low_precision_parameters_without_the_option_are_refused);
     KT_MEM_CHECK();
     return kt_finish();

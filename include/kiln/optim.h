@@ -43,8 +43,10 @@ typedef struct kiln_optimizer kiln_optimizer;
  * computed in f32 on the master from the gradient cast up to f32 (the f32 kernels, so the
  * master follows exactly what an f32 parameter given the same gradients would), and the
  * parameter is rewritten as the master rounded to its dtype (nearest even). Updates smaller
- * than the parameter's spacing accumulate in the master instead of being lost. f32 and f64
- * parameters are unaffected. Checkpoints save the master as "optim.<param>.master" (f32) and
+ * than the parameter's spacing accumulate in the master instead of being lost. The step takes
+ * such a parameter's gradient in its dtype or in f32; kiln_grad_scaler_step unscales it in f32
+ * (and leaves it f32 in the container), so what loss scaling lifted above f16's subnormals is
+ * not flushed again. f32 and f64 parameters are unaffected. Checkpoints save the master as "optim.<param>.master" (f32) and
  * load it bit-exactly; the master is the truth: a bf16 parameter written by anything but the
  * optimizer after its first update (kiln_checkpoint_load with opt NULL) is overwritten by the
  * next step. As apex's FusedAdam(master_weights=True):

@@ -35,7 +35,7 @@ kiln_status kiln_clip_grad_norm(kiln_optimizer *opt, kiln_grads *g, double max_n
         kiln__tensor *param = kiln__optim_param_tensor(&c, p, opt->master_weights);
         const kiln__ad_meta *m = param ? param->autodiff : NULL;
         kiln__tensor **slot = m ? kiln__grads_slot(g, m->leaf) : NULL;
-        if (!slot || !kiln__optim_check_grad(&c, p, param, *slot, false)) continue;
+        if (!slot || !kiln__optim_check_grad(&c, opt, p, param, *slot, false)) continue;
         if (first && !kiln__same_device(&c, first, *slot)) continue;
         norm_dtype = first ? kiln__dtype_promote(norm_dtype, (*slot)->dtype) : (*slot)->dtype;
         if (!first) first = *slot;
@@ -110,7 +110,7 @@ kiln_status kiln_clip_grad_value(kiln_optimizer *opt, kiln_grads *g, double clip
         kiln__tensor *param = kiln__optim_param_tensor(&c, &opt->params[i], opt->master_weights);
         const kiln__ad_meta *m = param ? param->autodiff : NULL;
         kiln__tensor **slot = m ? kiln__grads_slot(g, m->leaf) : NULL;
-        if (slot && kiln__optim_check_grad(&c, &opt->params[i], param, *slot, false)) slots[i] = slot;
+        if (slot && kiln__optim_check_grad(&c, opt, &opt->params[i], param, *slot, false)) slots[i] = slot;
     }
     /* in place: a gradient is dense and has one owner, so the clamp reuses its buffer */
     for (int i = 0; i < opt->n_params && !c.err; i++)
@@ -128,9 +128,12 @@ kiln__tensor *kiln__optim_grads_unscale(kiln__opctx *c, kiln_optimizer *opt, kil
         kiln__tensor *param = kiln__optim_param_tensor(c, p, opt->master_weights);
         const kiln__ad_meta *m = param ? param->autodiff : NULL;
         kiln__tensor **slot = m ? kiln__grads_slot(g, m->leaf) : NULL;
-        if (!slot || !kiln__optim_check_grad(c, p, param, *slot, false)) continue;
+        if (!slot || !kiln__optim_check_grad(c, opt, p, param, *slot, false)) continue;
+        /* a master-weighted parameter's gradient is unscaled in f32 (and stays f32: the step
+         * takes it as it is), so what the scale lifted out of f16's range is not lost again */
+        if (kiln__optim_uses_master(opt, param->dtype)) *slot = kiln__t_cast(c, *slot, KILN_F32);
         /* in place: a gradient is dense and has one owner */
-        *slot = kiln__t_binary_scalar(c, KILN__OP_MUL, *slot, factor, false);
+        if (*slot) *slot = kiln__t_binary_scalar(c, KILN__OP_MUL, *slot, factor, false);
         if (!*slot) break;
         int64_t one = 1;
         kiln__tensor *sq = kiln__t_empty(c, (*slot)->device, KILN_F64, 1, &one);

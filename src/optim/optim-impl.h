@@ -137,12 +137,13 @@ bool kiln__optim_master_write_back(kiln__opctx *c, kiln__tensor *param, const ki
 /* The parameter's tensor (borrowed), if it can be updated in place (bf16/f16 ones only
  * through master weights); NULL + error if not. */
 kiln__tensor *kiln__optim_param_tensor(kiln__opctx *c, const kiln__optim_param *p, bool master_weights);
-/* Whether grad (not NULL) can update param: not failed, same dtype, device and shape; false +
- * c's error if not. wait_computed: the step is a read of its gradients, so a gradient that
- * fails while it is computed is known before any parameter changes (clipping only looks at
- * what is known). */
-bool kiln__optim_check_grad(kiln__opctx *c, const kiln__optim_param *p, const kiln__tensor *param,
-                            const kiln__tensor *grad, bool wait_computed);
+/* Whether grad (not NULL) can update param by opt: not failed, same dtype (or f32 for a
+ * master-weighted parameter: the gradient scaler unscales those in f32), device and shape;
+ * false + c's error if not. wait_computed: the step is a read of its gradients, so a gradient
+ * that fails while it is computed is known before any parameter changes (clipping only looks
+ * at what is known). */
+bool kiln__optim_check_grad(kiln__opctx *c, const kiln_optimizer *opt, const kiln__optim_param *p,
+                            const kiln__tensor *param, const kiln__tensor *grad, bool wait_computed);
 /* Both live (else the error in c): a step or a clip touches neither otherwise. */
 bool kiln__optim_and_grads_live(kiln__opctx *c, const kiln_optimizer *opt, const kiln_grads *g);
 /* Drops every parameter's state. */

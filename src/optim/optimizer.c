@@ -291,8 +291,8 @@ static kiln__tensor *take_grad(kiln__opctx *c, kiln_optimizer *opt, int i, const
     return h.id ? kiln__arg(c, h) : NULL;
 }
 
-bool kiln__optim_check_grad(kiln__opctx *c, const kiln__optim_param *p, const kiln__tensor *param,
-                            const kiln__tensor *grad, bool wait_computed) {
+bool kiln__optim_check_grad(kiln__opctx *c, const kiln_optimizer *opt, const kiln__optim_param *p,
+                            const kiln__tensor *param, const kiln__tensor *grad, bool wait_computed) {
     if (!kiln__ok(c, (kiln__tensor *)grad)) return false;
     if (wait_computed) kiln__wait_storage(grad->storage);
     kiln__error *late = atomic_load(&grad->storage->err); /* failed while running: no update from it */
@@ -300,7 +300,8 @@ bool kiln__optim_check_grad(kiln__opctx *c, const kiln__optim_param *p, const ki
         if (!c->err) c->err = wait_computed ? kiln__earliest_error(late) : kiln__error_ref(late);
         return false;
     }
-    if (grad->dtype != param->dtype || grad->device != param->device || grad->ndim != param->ndim ||
+    bool dtype_ok = grad->dtype == param->dtype || (grad->dtype == KILN_F32 && kiln__optim_uses_master(opt, param->dtype));
+    if (!dtype_ok || grad->device != param->device || grad->ndim != param->ndim ||
         memcmp(grad->shape, param->shape, sizeof(int64_t) * (size_t)param->ndim) != 0) {
         char a[128], b[128];
         kiln__fail(c, KILN_ERR_SHAPE, "gradient of '%s' is %s %s, the parameter %s %s", p->name,
@@ -391,7 +392,7 @@ static void step_early(kiln__opctx *c, kiln_optimizer *opt, update *ups, int n_s
     /* (b) */
     for (int i = 0; i < opt->n_params && !c->err; i++) {
         if (!ups[i].grad) continue;
-        if (!kiln__optim_check_grad(c, &opt->params[i], ups[i].param, ups[i].grad, true)) break;
+        if (!kiln__optim_check_grad(c, opt, &opt->params[i], ups[i].param, ups[i].grad, true)) break;
         for (int k = -1; k < n_state && !c->err; k++) {
             kiln__tensor *t = k < 0 ? ups[i].next : ups[i].next_state[k];
             if (kiln__wait_storage(t->storage) != KILN_OK)
@@ -442,7 +443,7 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
         if (!grad) continue;
         ups[i].param = param;
         ups[i].grad = grad;
-        if (!kiln__optim_check_grad(&c, &opt->params[i], param, grad, !early)) continue;
+        if (!kiln__optim_check_grad(&c, opt, &opt->params[i], param, grad, !early)) continue;
         const kiln__tensor *st = opt->params[i].state[0], *master = opt->params[i].master;
         bool uses_master = kiln__optim_uses_master(opt, param->dtype);
         if (!st && uses_master) st = master; /* (SGD without momentum has no other state) */
