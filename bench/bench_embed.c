@@ -3,7 +3,11 @@
  *                          longest of each batch): ms for all of them, median of --runs
  *   --workload latency     one sentence of 16 tokens: p50 of 100 embeddings, in ms
  *   --workload load        tokenizer + model load, then the first embedding of one sentence
+ *   --workload memory      VmRSS (RssAnon + RssFile) and VmHWM in MiB after the model's load
+ *                          (and --bf16's conversion), then after one embedding of 16 tokens;
+ *                          "ms": the load (and conversion)
  *   --int8                 (throughput, latency) with kiln_bert_quantize_dynamic's int8 linears
+ *   --bf16                 (throughput, latency, memory) with kiln_bert_to_dtype's bf16 weights
  * The token ids are made up (the same generator as bench/peers/torch_peer.py's), so both sides
  * run the same shapes without tokenizing; `load` tokenizes its one sentence on both sides.
  * The model folder is $KILN_MINILM_DIR, else the package under build-deps/; without it this
@@ -18,6 +22,17 @@
 
 #define SENTENCES 256
 #define BATCH 32
+
+/* A /proc/self/status field ("VmRSS:", "VmHWM:") in MiB, or -1. */
+static double status_mib(const char *field) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, field, strlen(field)) == 0) kib = strtod(line + strlen(field), NULL);
+    if (f) fclose(f);
+    return kib < 0 ? -1 : kib / 1024.0;
+}
 #define CLS 101
 #define SEP 102
 
@@ -55,14 +70,16 @@ static void embed(const kiln_bert *m, kiln_token_batch *b, float *out, size_t by
 
 int main(int argc, char **argv) {
     const char *workload = "throughput";
-    bool int8 = false;
+    bool int8 = false, bf16 = false;
     for (int i = 1; i < argc; i++) {
         if (i + 1 < argc && strcmp(argv[i], "--workload") == 0) workload = argv[i + 1];
         if (strcmp(argv[i], "--int8") == 0) int8 = true;
+        if (strcmp(argv[i], "--bf16") == 0) bf16 = true;
     }
     bool throughput = !strcmp(workload, "throughput"), latency = !strcmp(workload, "latency"), load = !strcmp(workload, "load");
-    if (!throughput && !latency && !load) {
-        fprintf(stderr, "bench_embed: --workload throughput|latency|load, not '%s'\n", workload);
+    bool memory = !strcmp(workload, "memory");
+    if (!throughput && !latency && !load && !memory) {
+        fprintf(stderr, "bench_embed: --workload throughput|latency|load|memory, not '%s'\n", workload);
         return 2;
     }
     const char *dir = getenv("KILN_MINILM_DIR") && *getenv("KILN_MINILM_DIR") ? getenv("KILN_MINILM_DIR") : KILN_MINILM_DEFAULT_DIR;
@@ -94,10 +111,30 @@ int main(int argc, char **argv) {
         free(ms);
         return 0;
     }
+    double t_load = bench_now_ms();
     kiln_bert *m = kiln_bert_load(dir);
     if (!m) bench_check(KILN_ERR_IO, "kiln_bert_load");
     if (int8) bench_check(kiln_bert_quantize_dynamic(m, KILN_QUANT_I8), "kiln_bert_quantize_dynamic");
-    if (latency) {
+    if (bf16) bench_check(kiln_bert_to_dtype(m, KILN_BF16), "kiln_bert_to_dtype");
+    const char *suffix = int8 ? "_int8" : bf16 ? "_bf16" : "";
+    char name[64];
+    t_load = bench_now_ms() - t_load;
+    if (memory) {
+        double rss_load = status_mib("VmRSS:"), hwm_load = status_mib("VmHWM:"), anon_load = status_mib("RssAnon:");
+        uint64_t state = 7;
+        int64_t len = 16;
+        kiln_token_batch b = make_batch(&state, 1, &len);
+        embed(m, &b, out, 384 * sizeof *out);
+        kiln_token_batch_release(&b);
+        char extra[320];
+        snprintf(extra, sizeof extra,
+                 ",\"rss_load_mib\":%.1f,\"anon_load_mib\":%.1f,\"hwm_load_mib\":%.1f,\"rss_embed_mib\":%.1f,"
+                 "\"anon_embed_mib\":%.1f,\"file_embed_mib\":%.1f,\"hwm_embed_mib\":%.1f",
+                 rss_load, anon_load, hwm_load, status_mib("VmRSS:"), status_mib("RssAnon:"), status_mib("RssFile:"),
+                 status_mib("VmHWM:"));
+        snprintf(name, sizeof name, "embed_memory%s", suffix);
+        bench_report(name, t_load, extra);
+    } else if (latency) {
         uint64_t state = 7;
         int64_t len = 16;
         kiln_token_batch b = make_batch(&state, 1, &len);
@@ -109,7 +146,8 @@ int main(int argc, char **argv) {
         char extra[64];
         double p50 = bench_quantile(ms, 100, 0.5);
         snprintf(extra, sizeof extra, ",\"ms_p99\":%.4f", bench_quantile(ms, 100, 0.99));
-        bench_report(int8 ? "embed_latency_int8" : "embed_latency", p50, extra);
+        snprintf(name, sizeof name, "embed_latency%s", suffix);
+        bench_report(name, p50, extra);
         kiln_token_batch_release(&b);
     } else {
         kiln_token_batch batches[SENTENCES / BATCH];
@@ -127,7 +165,8 @@ int main(int argc, char **argv) {
         double t = bench_quantile(ms, runs, 0.5);
         char extra[64];
         snprintf(extra, sizeof extra, ",\"sentences_per_s\":%.1f", SENTENCES / (t / 1e3));
-        bench_report(int8 ? "embed_throughput_int8" : "embed_throughput", t, extra);
+        snprintf(name, sizeof name, "embed_throughput%s", suffix);
+        bench_report(name, t, extra);
         for (int k = 0; k < SENTENCES / BATCH; k++) kiln_token_batch_release(&batches[k]);
     }
     kiln_bert_free(m);

@@ -207,6 +207,21 @@ static inline double mr_comparison_cosine(const mr_comparison *c, size_t i) {
     return dot / sqrt(gg * ww);
 }
 
+/* The least of the sentences' cosines to the reference, printed under label with where it is
+ * and the mean (after mr_comparison_embed). */
+static inline double mr_comparison_worst(const mr_comparison *c, const char *label) {
+    double worst = 1, sum = 0;
+    size_t worst_at = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        double cosine = mr_comparison_cosine(c, i);
+        if (cosine < worst) worst = cosine, worst_at = i;
+        sum += cosine;
+    }
+    fprintf(stderr, "  %s: %zu sentences, cosine to f32 min %.5f (sentence %zu), mean %.5f\n", label, c->n, worst,
+            worst_at + 1, sum / (double)(c->n ? c->n : 1));
+    return worst;
+}
+
 /* Says why a test of the reference is skipped; returns ctest's skip status (SKIP_RETURN_CODE). */
 static inline int mr_skip(void) {
     printf("SKIP: the all-MiniLM-L6-v2 package is not installed (KILN_MINILM_DIR=%s); "

@@ -73,13 +73,38 @@ KILN_API kiln_tensor kiln_bert_embed(const kiln_bert *m, kiln_tensor input_ids, 
  * KILN_ERR_INVALID_ARGUMENT for another type, KILN_ERR_OUT_OF_MEMORY (the model unchanged). */
 KILN_API kiln_status kiln_bert_quantize_dynamic(kiln_bert *m, kiln_quant_type type);
 
+/* Holds the weights in dtype from now on: KILN_BF16 (from the f32 the file has) puts the word
+ * embeddings and the encoder's linear weights and biases in bf16 and runs those products in
+ * bf16 with f32 sums (the bf16 GEMM: AVX512-BF16 where the CPU has it), as PyTorch's
+ * model.to(torch.bfloat16) under CPU autocast would for the products: their outputs are bf16
+ * (GELU runs on them, computing in f32); attention, residual adds, layer norms and pooling stay
+ * f32, and forward's and embed's results are f32 as before. The f32
+ * weights are freed and the mapped file is let go (every other tensor gets its own copy), so
+ * resident memory holds about half the weight bytes (MiniLM: 73 MiB against 158 after an
+ * embedding). Without AVX512-BF16 the products widen the weights at every call: the same
+ * memory, but small batches run several times slower than f32 (BENCHMARKS.md).
+ * Blocking (waits for the conversion);
+ * KILN_F32 on an f32 model, or KILN_BF16 again, changes nothing. KILN_ERR_NULL,
+ * KILN_ERR_INVALID_ARGUMENT for another dtype or back to f32, KILN_ERR_UNSUPPORTED after
+ * kiln_bert_quantize_dynamic (and that call refuses a bf16 model likewise),
+ * KILN_ERR_OUT_OF_MEMORY (the model unchanged).
+ *
+ *   kiln_bert *m = kiln_bert_load(".../all-MiniLM-L6-v2/model");
+ *   if (m && kiln_bert_to_dtype(m, KILN_BF16) == KILN_OK) {
+ *       // kiln_bert_embed as before: f32 embeddings, cosine > 0.999 to f32's on MiniLM
+ *   }
+ *   kiln_bert_free(m);
+ */
+KILN_API kiln_status kiln_bert_to_dtype(kiln_bert *m, kiln_dtype dtype);
+
 /* ---- call sites ------------------------------------------------------------------------- */
 /* The calls that record the caller's file:line, as in core.h's list. */
 #define KILN_BERT_API(X) \
     X(kiln_bert *, bert_load, (const char *dir), (dir)) \
     X(kiln_tensor, bert_forward, (const kiln_bert *m, kiln_tensor input_ids, kiln_tensor attention_mask, kiln_tensor token_type_ids), (m, input_ids, attention_mask, token_type_ids)) \
     X(kiln_tensor, bert_embed, (const kiln_bert *m, kiln_tensor input_ids, kiln_tensor attention_mask, kiln_tensor token_type_ids), (m, input_ids, attention_mask, token_type_ids)) \
-    X(kiln_status, bert_quantize_dynamic, (kiln_bert *m, kiln_quant_type type), (m, type))
+    X(kiln_status, bert_quantize_dynamic, (kiln_bert *m, kiln_quant_type type), (m, type)) \
+    X(kiln_status, bert_to_dtype, (kiln_bert *m, kiln_dtype dtype), (m, dtype))
 KILN_BERT_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -88,6 +113,7 @@ KILN_BERT_API(KILN__AT_DECLARE)
 #define kiln_bert_forward(...) KILN__AT(bert_forward, __VA_ARGS__)
 #define kiln_bert_embed(...) KILN__AT(bert_embed, __VA_ARGS__)
 #define kiln_bert_quantize_dynamic(...) KILN__AT(bert_quantize_dynamic, __VA_ARGS__)
+#define kiln_bert_to_dtype(...) KILN__AT(bert_to_dtype, __VA_ARGS__)
 #endif
 /* The free call records its file:line too: a later use of the freed model names it. */
 KILN__FREE_AT_DECLARE(kiln_bert, bert_free)

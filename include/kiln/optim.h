@@ -37,15 +37,39 @@ typedef struct kiln_optimizer kiln_optimizer;
  * Every field but lr is 0 (false) by default, as in torch.optim.SGD:
  * (kiln_sgd_options){.lr = 0.1, .momentum = 0.9}. */
 #define KILN_ZERO (-0.0) /* an explicit 0 for an option whose 0 means "the default" */
+/* master_weights (every kind; false by default): bf16 and f16 parameters are refused unless it
+ * is set. With it, each such parameter gets an f32 master copy in the optimizer state (made
+ * from the parameter at its first update), its state (moments, sums) is f32, every update is
+ * computed in f32 on the master from the gradient cast up to f32 (the f32 kernels, so the
+ * master follows exactly what an f32 parameter given the same gradients would), and the
+ * parameter is rewritten as the master rounded to its dtype (nearest even). Updates smaller
+ * than the parameter's spacing accumulate in the master instead of being lost. The step takes
+ * such a parameter's gradient in its dtype or in f32; kiln_grad_scaler_step unscales it in f32
+ * (and leaves it f32 in the container), so what loss scaling lifted above f16's subnormals is
+ * not flushed again. f32 and f64 parameters are unaffected. Checkpoints save the master as "optim.<param>.master" (f32) and
+ * load it bit-exactly; the master is the truth: a bf16 parameter written by anything but the
+ * optimizer after its first update (kiln_checkpoint_load with opt NULL) is overwritten by the
+ * next step. As apex's FusedAdam(master_weights=True):
+ *
+ *   kiln_tensor w = kiln_leaf(kiln_zeros(KILN_CPU, KILN_BF16, KILN_SHAPE(16, 4)));
+ *   kiln_adam_options o = kiln_adamw_defaults();
+ *   o.master_weights = true;                             // f32 master copy, f32 moments
+ *   kiln_optimizer *opt = kiln_adam_new_params(1, &w, o); // steps as with an f32 parameter
+ *   ...                                                  // w holds the master rounded to bf16
+ *   kiln_optimizer_free(opt);
+ *   kiln_release(w);
+ */
 typedef struct {
     double lr, momentum, dampening, weight_decay;
     bool nesterov;
+    bool master_weights; /* f32 master copies of bf16/f16 parameters (above) */
 } kiln_sgd_options;
 KILN_API kiln_sgd_options kiln_sgd_defaults(void); /* lr 0.01, no momentum, no decay */
 
 typedef struct {
     double lr, beta1, beta2, eps, weight_decay;
     bool decoupled_weight_decay; /* true: AdamW */
+    bool master_weights;         /* f32 master copies of bf16/f16 parameters (above) */
 } kiln_adam_options;
 KILN_API kiln_adam_options kiln_adam_defaults(void);  /* lr 1e-3, betas 0.9/0.999, eps 1e-8, decay 0 */
 KILN_API kiln_adam_options kiln_adamw_defaults(void); /* the same with decoupled decay 0.01 */
@@ -60,6 +84,7 @@ KILN_API kiln_adam_options kiln_adamw_defaults(void); /* the same with decoupled
 typedef struct {
     double lr, alpha, eps, weight_decay, momentum;
     bool centered;
+    bool master_weights; /* f32 master copies of bf16/f16 parameters (above) */
 } kiln_rmsprop_options;
 KILN_API kiln_rmsprop_options kiln_rmsprop_defaults(void); /* lr 0.01, alpha 0.99, eps 1e-8, rest 0 */
 
@@ -68,6 +93,7 @@ KILN_API kiln_rmsprop_options kiln_rmsprop_defaults(void); /* lr 0.01, alpha 0.9
  * where sum starts at initial_accumulator_value. State: sum. Options finite and >= 0. */
 typedef struct {
     double lr, lr_decay, weight_decay, initial_accumulator_value, eps;
+    bool master_weights; /* f32 master copies of bf16/f16 parameters (above) */
 } kiln_adagrad_options;
 KILN_API kiln_adagrad_options kiln_adagrad_defaults(void); /* lr 0.01, eps 1e-10, rest 0 */
 
@@ -97,7 +123,8 @@ KILN_API kiln_optimizer *kiln_adagrad_new(kiln_module *model, kiln_adagrad_optio
  * parameter (the arrays may be freed after the call) and drops it in kiln_optimizer_free;
  * the caller keeps and releases its handles whenever it likes. Updates are in place, so
  * the caller's handles see them; a handle the caller later replaces (kiln_init) is not
- * followed. Each parameter must be a leaf (kiln_require_grad), f32 or f64, not borrowed
+ * followed. Each parameter must be a leaf (kiln_require_grad), f32 or f64 (bf16/f16 with
+ * master_weights), not borrowed
  * memory, and appear once. Checkpoints name its state "optim.group<g>.<i>.<state>". */
 typedef struct {
     const kiln_tensor *params; /* n handles (not consumed) */

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "kiln/bert.h"
+#include "kiln/engine.h"
 #include "kiln/nn.h"
 #include "kiln/tensor.h"
 #include "models/models-impl.h"
@@ -57,6 +58,7 @@ struct kiln_bert {
     /* kiln_bert_quantize_dynamic: per layer, the int8 weight and scales of QKV_W, AO_W, I_W, O_W
      * (KILN_NONE: that one stays f32); NULL until then */
     kiln_tensor (*int8)[4][2];
+    bool bf16; /* kiln_bert_to_dtype(KILN_BF16): the word embeddings and the linears are bf16 */
 };
 
 static const int linear_slots[4] = {QKV_W, AO_W, I_W, O_W};
@@ -463,10 +465,12 @@ static bool plan_packing(kiln_tensor mask, int64_t b, int64_t s, token_packing *
     return ok;
 }
 
-/* Layer l's linear k of linear_slots over x (consumed): int8 where it was quantized. */
+/* Layer l's linear k of linear_slots over x (consumed): int8 where it was quantized; in bf16
+ * (and giving bf16) where the weights are. */
 static kiln_tensor bert_linear(const kiln_bert *m, int64_t l, int k, kiln_tensor x) {
     const kiln_tensor *w = m->layers[l];
     int slot = linear_slots[k];
+    if (m->bf16) return kiln_linear(kiln_cast(x, KILN_BF16), kiln_ref(w[slot]), kiln_ref(w[slot + 1]));
     if (m->int8 && m->int8[l][k][0].id)
         return kiln__linear_i8("linear_int8", x, kiln_ref(m->int8[l][k][0]), kiln_ref(m->int8[l][k][1]),
                                kiln_ref(w[slot + 1]));
@@ -498,7 +502,7 @@ static kiln_tensor encoder(const kiln_bert *m, kiln_tensor ids, kiln_tensor mask
     hide = kiln_reshape(hide, KILN_SHAPE(b, 1, 1, s));
     for (int64_t l = 0; l < c->num_hidden_layers; l++) {
         const kiln_tensor *w = m->layers[l];
-        kiln_tensor qkv = bert_linear(m, l, 0, kiln_ref(x));
+        kiln_tensor qkv = kiln_cast(bert_linear(m, l, 0, kiln_ref(x)), KILN_F32); /* attention in f32 */
         if (packing) qkv = kiln_index_select(qkv, 0, kiln_ref(packing->unpack));
         qkv = kiln_reshape(qkv, KILN_SHAPE(b, s, 3, heads, hd));
         /* softmax(q k^T + hide) v, q pre-scaled by 1/sqrt(hd) in the weights (scale 1): one fused
@@ -605,6 +609,7 @@ kiln_status kiln_bert_quantize_dynamic(kiln_bert *m, kiln_quant_type type) {
         return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "unknown quantized type %d (KILN_QUANT_I8 is the one there is)",
                             (int)type);
     if (m->int8) return KILN_OK; /* already */
+    if (m->bf16) return kiln__report(KILN_ERR_UNSUPPORTED, op, "the model's weights are bf16 (kiln_bert_to_dtype)");
     int64_t layers = m->cfg.num_hidden_layers;
     const unsigned which = BERT_INT8_LINEARS;
     kiln_tensor(*q)[4][2] = calloc((size_t)(layers ? layers : 1), sizeof *q);
@@ -629,4 +634,57 @@ kiln_status kiln_bert_quantize_dynamic(kiln_bert *m, kiln_quant_type type) {
                 m->layers[l][linear_slots[k]] = KILN_NONE;
             }
     return KILN_OK;
+}
+
+/* ---- bf16 weights ----------------------------------------------------------------------- */
+
+/* Whether layer slot k goes bf16: the four linears' weights and biases. */
+static bool slot_goes_bf16(int k) {
+    for (int i = 0; i < 4; i++)
+        if (k == linear_slots[i] || k == linear_slots[i] + 1) return true;
+    return false;
+}
+
+kiln_status kiln_bert_to_dtype(kiln_bert *m, kiln_dtype dtype) {
+    const char *op = "kiln_bert_to_dtype";
+    if (!m) return kiln__report(KILN_ERR_NULL, op, "the model is NULL");
+    KILN__OBJECT_OR_RETURN(m, KILN__BERT_KIND, op, kiln_last_status());
+    if (dtype == (m->bf16 ? KILN_BF16 : KILN_F32)) return KILN_OK;
+    if (dtype != KILN_BF16)
+        return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "%s: the weights are %s and can go to bf16 only (from f32)",
+                            kiln__dtype_valid(dtype) ? kiln_dtype_name(dtype) : "an invalid dtype", m->bf16 ? "bf16" : "f32");
+    if (m->int8) return kiln__report(KILN_ERR_UNSUPPORTED, op, "the model's linears are int8 (kiln_bert_quantize_dynamic)");
+    int64_t layers = m->cfg.num_hidden_layers;
+    size_t cap = 5 + (size_t)layers * LAYER_SLOTS;
+    kiln_tensor **slots = calloc(cap, sizeof *slots), *made = calloc(cap, sizeof *made);
+    bool *low = calloc(cap, sizeof *low);
+    size_t n = 0;
+    if (slots && made && low) {
+        kiln_tensor *emb[] = {&m->word, &m->position, &m->token_type, &m->ln_w, &m->ln_b};
+        for (size_t i = 0; i < sizeof emb / sizeof *emb; i++) low[n] = i == 0, slots[n++] = emb[i];
+        for (int64_t l = 0; l < layers; l++)
+            for (int k = 0; k < LAYER_SLOTS; k++)
+                if (m->layers[l][k].id) low[n] = slot_goes_bf16(k), slots[n++] = &m->layers[l][k];
+    }
+    /* every new tensor first (bf16 casts; own f32 copies of the rest, so that nothing views the
+     * mapped file any more), then the swap: a failure leaves the model as it was */
+    bool ok = slots && made && low;
+    for (size_t i = 0; i < n && ok; i++) {
+        made[i] = low[i] ? kiln_cast(kiln_ref(*slots[i]), KILN_BF16) : kiln_clone(kiln_ref(*slots[i]));
+        ok = kiln__nn_peek(made[i]) != NULL;
+    }
+    if (!ok) {
+        for (size_t i = 0; made && i < n; i++)
+            if (made[i].id) kiln_release(made[i]);
+        free(slots), free(made), free(low);
+        return kiln__report(KILN_ERR_OUT_OF_MEMORY, op, "out of memory for the bf16 weights");
+    }
+    for (size_t i = 0; i < n; i++) {
+        kiln_release(*slots[i]);
+        *slots[i] = made[i];
+    }
+    m->bf16 = true;
+    free(slots), free(made), free(low);
+    /* blocking, as kiln_bert_quantize_dynamic: the f32 weights are gone when it returns */
+    return kiln_sync();
 }

@@ -56,6 +56,8 @@ static const char *adam_state_name(const kiln__optim_options *u, int i) {
     return i == 0 ? "exp_avg" : "exp_avg_sq";
 }
 
+static bool adam_master_weights(const kiln__optim_options *u) { return u->adam.master_weights; }
+
 static bool adam_has_kernels(const kiln__optim_options *u, kiln_device dev) {
     (void)u;
     return kiln__t_has_kernel(dev, KILN__OP_ADAM_UPDATE);
@@ -92,7 +94,8 @@ static void adam_set_loaded(kiln__optim_options *u, double lr, double flag) {
 const kiln__optim_kind kiln__adam_kind = {
     .type = "adam", .options_size = sizeof(kiln_adam_options), .resolve = adam_resolve, .check = adam_check,
     .rates = adam_rates, .state_count = adam_state_count, .state_name = adam_state_name,
-    .has_kernels = adam_has_kernels, .apply = adam_apply, .hypers = adam_hypers, .set_loaded = adam_set_loaded};
+    .master_weights = adam_master_weights, .has_kernels = adam_has_kernels, .apply = adam_apply, .hypers = adam_hypers,
+    .set_loaded = adam_set_loaded};
 
 kiln_optimizer *kiln_adam_new(kiln_module *model, kiln_adam_options o) {
     return kiln__optim_create(&kiln__adam_kind, "kiln_adam_new", &o, KILN__OPTIM_MODULE(model));

@@ -47,6 +47,8 @@ static const char *rmsprop_state_name(const kiln__optim_options *u, int i) {
     return i == 1 && u->rmsprop.momentum != 0 ? "momentum_buffer" : "grad_avg";
 }
 
+static bool rmsprop_master_weights(const kiln__optim_options *u) { return u->rmsprop.master_weights; }
+
 static bool rmsprop_has_kernels(const kiln__optim_options *u, kiln_device dev) {
     return kiln__t_has_kernel(dev, KILN__OP_RMSPROP_UPDATE) &&
            (!u->rmsprop.centered || kiln__t_has_kernel(dev, KILN__OP_RMSPROP_GRAD_AVG));
@@ -82,7 +84,8 @@ static void rmsprop_set_loaded(kiln__optim_options *u, double lr, double flag) {
 const kiln__optim_kind kiln__rmsprop_kind = {
     .type = "rmsprop", .options_size = sizeof(kiln_rmsprop_options), .resolve = rmsprop_resolve,
     .check = rmsprop_check, .rates = rmsprop_rates, .state_count = rmsprop_state_count,
-    .state_name = rmsprop_state_name, .has_kernels = rmsprop_has_kernels, .apply = rmsprop_apply,
+    .state_name = rmsprop_state_name,
+    .master_weights = rmsprop_master_weights, .has_kernels = rmsprop_has_kernels, .apply = rmsprop_apply,
     .hypers = rmsprop_hypers, .set_loaded = rmsprop_set_loaded};
 
 kiln_optimizer *kiln_rmsprop_new(kiln_module *model, kiln_rmsprop_options o) {
@@ -136,6 +139,8 @@ static const char *adagrad_state_name(const kiln__optim_options *u, int i) {
     return "sum";
 }
 
+static bool adagrad_master_weights(const kiln__optim_options *u) { return u->adagrad.master_weights; }
+
 static bool adagrad_has_kernels(const kiln__optim_options *u, kiln_device dev) {
     (void)u;
     return kiln__t_has_kernel(dev, KILN__OP_ADAGRAD_UPDATE);
@@ -171,7 +176,8 @@ static void adagrad_set_loaded(kiln__optim_options *u, double lr, double flag) {
 const kiln__optim_kind kiln__adagrad_kind = {
     .type = "adagrad", .options_size = sizeof(kiln_adagrad_options), .resolve = adagrad_resolve,
     .check = adagrad_check, .rates = adagrad_rates, .state_count = adagrad_state_count,
-    .state_name = adagrad_state_name, .has_kernels = adagrad_has_kernels, .apply = adagrad_apply,
+    .state_name = adagrad_state_name,
+    .master_weights = adagrad_master_weights, .has_kernels = adagrad_has_kernels, .apply = adagrad_apply,
     .hypers = adagrad_hypers, .set_loaded = adagrad_set_loaded};
 
 kiln_optimizer *kiln_adagrad_new(kiln_module *model, kiln_adagrad_options o) {

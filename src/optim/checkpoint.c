@@ -1,6 +1,7 @@
 /* Checkpoints: a module's parameters and buffers by name and an optimizer's state in one
  * safetensors file. Optimizer tensors are named "optim.<param>.<state>" (PyTorch's state
- * names); its type, step counts and hyperparameters go in the metadata as strings.
+ * names; a master-weighted parameter's f32 master is "optim.<param>.master"); its type, step
+ * counts and hyperparameters go in the metadata as strings.
  *
  * Loading is all or nothing: the whole file is read and checked, then matched against the
  * module (every parameter and buffer present with its exact dtype and shape, nothing extra)
@@ -108,7 +109,7 @@ kiln_status kiln_checkpoint_save(const char *path, kiln_module *model, kiln_opti
     if (!models_live(&c, model, opt)) return kiln__optim_finish(&c);
     int np = 0, n_state = opt ? kiln__optim_state_count(opt) : 0;
     kiln_param *ps = list_params(&c, model, &np);
-    int cap = np + (opt ? opt->n_params * n_state : 0);
+    int cap = np + (opt ? opt->n_params * (n_state + 1) : 0); /* (+1: a master) */
     int n_meta_cap = OPTIM_FIXED_META + (opt ? opt->n_params + 2 * opt->n_groups : 0);
     save_item *items = calloc((size_t)(cap ? cap : 1), sizeof *items);
     kiln__st_entry *entries = calloc((size_t)(cap ? cap : 1), sizeof *entries);
@@ -125,6 +126,11 @@ kiln_status kiln_checkpoint_save(const char *path, kiln_module *model, kiln_opti
             snprintf(items[n].name, sizeof items[n].name, OPTIM_PREFIX "%s.%s", opt->params[i].name,
                      kiln__optim_state_name(opt, k));
             items[n++].t = opt->params[i].state[k];
+        }
+    for (int i = 0; opt && i < opt->n_params && !c.err; i++)
+        if (opt->params[i].master) {
+            snprintf(items[n].name, sizeof items[n].name, OPTIM_PREFIX "%s.master", opt->params[i].name);
+            items[n++].t = opt->params[i].master;
         }
     for (int i = 0; i < n && !c.err; i++) {
         save_item *it = &items[i];
@@ -165,7 +171,9 @@ typedef struct {
     kiln__optim_group *groups; /* [opt->n_groups] */
     int64_t steps;
     int64_t *param_steps;
-    load_item *state; /* [n_params * KILN__OPTIM_MAX_STATE], src NULL where absent */
+    load_item *state;   /* [n_params * KILN__OPTIM_MAX_STATE], src NULL where absent */
+    load_item *master;  /* [n_params]: master-weighted parameters' masters, src NULL where absent */
+    kiln__tensor *like; /* [n_params]: what a master-weighted parameter's state looks like (f32) */
 } optim_plan;
 
 /* A metadata number: a finite double, or with `count` a decimal integer >= 0. An absent key
@@ -264,12 +272,24 @@ static int plan_optim(kiln__opctx *c, const kiln__st_file *f, const kiln_optimiz
         char key[160];
         snprintf(key, sizeof key, OPTIM_PREFIX "%s.step", p->name);
         if (!param || !meta_count(c, f, key, false, &plan->param_steps[i])) break;
+        kiln__tensor *like = param; /* the state's dtype and shape */
+        if (kiln__optim_uses_master(opt, param->dtype)) {
+            like = &plan->like[i];
+            like->dtype = KILN_F32, like->ndim = param->ndim, like->device = param->device;
+            memcpy(like->shape, param->shape, sizeof like->shape);
+            snprintf(key, sizeof key, OPTIM_PREFIX "%s.master", p->name);
+            plan->master[i] = (load_item){.dst = like, .src = match(c, f, key, like, false)};
+            if (!c->err && (plan->master[i].src != NULL) != (plan->param_steps[i] != 0))
+                kiln__fail(c, KILN_ERR_CORRUPT, "the f32 master of '%s' is %s", p->name,
+                           plan->param_steps[i] ? "missing" : "there without a step");
+            used += plan->master[i].src != NULL;
+        }
         int present = 0;
         for (int k = 0; k < n_state && !c->err; k++) {
             snprintf(key, sizeof key, OPTIM_PREFIX "%s.%s", p->name, kiln__optim_state_name(probe, k));
             load_item *it = &plan->state[i * KILN__OPTIM_MAX_STATE + k];
-            it->src = match(c, f, key, param, false);
-            it->dst = param;
+            it->src = match(c, f, key, like, false);
+            it->dst = like;
             present += it->src != NULL;
         }
         if (!c->err && n_state && present != (plan->param_steps[i] ? n_state : 0))
@@ -309,6 +329,8 @@ static void commit_optim(kiln_optimizer *opt, optim_plan *plan) {
             opt->params[i].state[k] = it->staged;
             it->staged = NULL;
         }
+        opt->params[i].master = plan->master[i].staged;
+        plan->master[i].staged = NULL;
     }
 }
 
@@ -334,8 +356,10 @@ kiln_status kiln_checkpoint_load(const char *path, kiln_module *model, kiln_opti
         plan.state = calloc((size_t)(n_opt ? n_opt : 1), sizeof *plan.state);
         plan.param_steps = calloc((size_t)(opt->n_params ? opt->n_params : 1), sizeof *plan.param_steps);
         plan.groups = calloc((size_t)opt->n_groups, sizeof *plan.groups);
+        plan.master = calloc((size_t)(opt->n_params ? opt->n_params : 1), sizeof *plan.master);
+        plan.like = calloc((size_t)(opt->n_params ? opt->n_params : 1), sizeof *plan.like);
     }
-    if (ps && (!items || (opt && (!plan.state || !plan.param_steps || !plan.groups))))
+    if (ps && (!items || (opt && (!plan.state || !plan.param_steps || !plan.groups || !plan.master || !plan.like))))
         kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the load plan");
     /* 1: the module: every parameter and buffer, exactly */
     for (int i = 0; i < np && !c.err; i++) {
@@ -368,6 +392,8 @@ kiln_status kiln_checkpoint_load(const char *path, kiln_module *model, kiln_opti
     for (int i = 0; i < np && !c.err; i++) stage(&c, &items[i], &f);
     for (int i = 0; i < n_opt && !c.err; i++)
         if (plan.state[i].src) stage(&c, &plan.state[i], &f);
+    for (int i = 0; opt && i < opt->n_params && !c.err; i++)
+        if (plan.master[i].src) stage(&c, &plan.master[i], &f);
     /* 4: commit (nothing below can fail) */
     for (int i = 0; i < np && !c.err; i++) {
         kiln__t_copy_into(&c, kiln__view_of(items[i].dst), items[i].staged); /* staged on dst's device */
@@ -375,7 +401,8 @@ kiln_status kiln_checkpoint_load(const char *path, kiln_module *model, kiln_opti
     if (opt && !c.err) commit_optim(opt, &plan);
     for (int i = 0; items && i < np; i++) kiln__tensor_release(items[i].staged);
     for (int i = 0; i < n_opt && plan.state; i++) kiln__tensor_release(plan.state[i].staged);
-    free(plan.state), free(plan.param_steps), free(plan.groups), free(items), free(ps);
+    for (int i = 0; opt && plan.master && i < opt->n_params; i++) kiln__tensor_release(plan.master[i].staged);
+    free(plan.master), free(plan.like), free(plan.state), free(plan.param_steps), free(plan.groups), free(items), free(ps);
     kiln__st_free(&f);
     return kiln__optim_finish(&c);
 }

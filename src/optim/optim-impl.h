@@ -21,6 +21,7 @@ typedef struct kiln__optim_param {
     char name[96];                               /* the module's name for it ("0.weight") */
     kiln_tensor *slot;                           /* the module's handle */
     kiln__tensor *state[KILN__OPTIM_MAX_STATE]; /* NULL until the first update */
+    kiln__tensor *master; /* master_weights: the f32 copy of a bf16/f16 parameter (master.c), else NULL */
     int64_t step;                                /* updates of this parameter (Adam's bias correction) */
     int group;                                   /* index into the optimizer's groups */
     kiln_tensor own;                             /* the optimizer's reference (groups), or KILN_NONE */
@@ -64,6 +65,8 @@ typedef struct kiln__optim_kind {
      * exp_avg, exp_avg_sq; square_avg, momentum_buffer, grad_avg; sum). */
     int (*state_count)(const kiln__optim_options *o);
     const char *(*state_name)(const kiln__optim_options *o, int i);
+    /* Whether the options ask for f32 master copies of bf16/f16 parameters. */
+    bool (*master_weights)(const kiln__optim_options *o);
     /* Whether dev has every kernel the updates use. */
     bool (*has_kernels)(const kiln__optim_options *o, kiln_device dev);
     /* The fused update of one parameter; its state tensors exist and p->step already counts
@@ -94,6 +97,7 @@ struct kiln_optimizer {
         kiln_adagrad_options adagrad;
     };
     int64_t steps;
+    bool master_weights; /* kind->master_weights of the options (fixed at construction) */
     int n_groups;
     kiln__optim_group *groups;
     int n_params;
@@ -116,6 +120,32 @@ kiln_status kiln__optim_finish(kiln__opctx *c);
  * sum of their squares after (a 1-element tensor: inf or NaN when any gradient holds one;
  * NULL when no parameter has a gradient, or with c's error set). For kiln_grad_scaler_step. */
 kiln__tensor *kiln__optim_grads_unscale(kiln__opctx *c, kiln_optimizer *opt, kiln_grads *g, double factor);
+/* ---- master weights (master.c) ---- */
+/* Whether a parameter of this dtype is updated through an f32 master copy by opt. */
+static inline bool kiln__optim_uses_master(const kiln_optimizer *opt, kiln_dtype dtype) {
+    return opt->master_weights && (dtype == KILN_BF16 || dtype == KILN_F16);
+}
+/* The dtype of a parameter's state (and master): f32 for a master-weighted one, else its own. */
+static inline kiln_dtype kiln__optim_state_dtype(const kiln_optimizer *opt, kiln_dtype param_dtype) {
+    return kiln__optim_uses_master(opt, param_dtype) ? KILN_F32 : param_dtype;
+}
+/* A fresh f32 tensor holding param's values exactly (read on the host, so no queued kernel can
+ * fail it later: a master that exists is never poisoned). NULL + c's error. */
+kiln__tensor *kiln__optim_master_from(kiln__opctx *c, kiln__tensor *param);
+/* Queues param = master rounded to param's dtype. False + c's error if it cannot be queued. */
+bool kiln__optim_master_write_back(kiln__opctx *c, kiln__tensor *param, const kiln__tensor *master);
+/* The parameter's tensor (borrowed), if it can be updated in place (bf16/f16 ones only
+ * through master weights); NULL + error if not. */
+kiln__tensor *kiln__optim_param_tensor(kiln__opctx *c, const kiln__optim_param *p, bool master_weights);
+/* Whether grad (not NULL) can update param by opt: not failed, same dtype (or f32 for a
+ * master-weighted parameter: the gradient scaler unscales those in f32), device and shape;
+ * false + c's error if not. wait_computed: the step is a read of its gradients, so a gradient
+ * that fails while it is computed is known before any parameter changes (clipping only looks
+ * at what is known). */
+bool kiln__optim_check_grad(kiln__opctx *c, const kiln_optimizer *opt, const kiln__optim_param *p,
+                            const kiln__tensor *param, const kiln__tensor *grad, bool wait_computed);
+/* Both live (else the error in c): a step or a clip touches neither otherwise. */
+bool kiln__optim_and_grads_live(kiln__opctx *c, const kiln_optimizer *opt, const kiln_grads *g);
 /* Drops every parameter's state. */
 void kiln__optim_clear_state(kiln_optimizer *opt);
 /* Where a new optimizer's parameters come from: a module's trainable parameters, the caller's

@@ -1,6 +1,6 @@
 /* What every optimizer shares: the parameter list, per-parameter state, the step driver
- * (check everything, allocate state, then submit one fused update per parameter), the
- * learning rate, and gradient clipping by global norm. */
+ * (check everything, allocate state, then submit one fused update per parameter) and the
+ * learning rate. Clipping and the gradient scaler's pass are in clip.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +30,8 @@ void kiln__optim_clear_state(kiln_optimizer *opt) {
             kiln__tensor_release(opt->params[i].state[k]);
             opt->params[i].state[k] = NULL;
         }
+        kiln__tensor_release(opt->params[i].master);
+        opt->params[i].master = NULL;
         opt->params[i].step = 0;
     }
 }
@@ -44,13 +46,14 @@ bool kiln__optim_check_lr(const char *op, double lr) {
  * names only params and n must not freeze the group); KILN_ZERO is a real 0. */
 static double group_lr(double group, double options) { return group < 0 ? options : kiln__option_or(group, options); }
 
-/* The parameter's tensor (borrowed), if it can be updated in place; NULL + error if not. */
-static kiln__tensor *param_tensor(kiln__opctx *c, const kiln__optim_param *p) {
+kiln__tensor *kiln__optim_param_tensor(kiln__opctx *c, const kiln__optim_param *p, bool master_weights) {
     kiln__tensor *t = kiln__peek(c, *p->slot);
     if (!t) return NULL;
-    if (t->dtype != KILN_F32 && t->dtype != KILN_F64) {
-        kiln__fail(c, KILN_ERR_DTYPE, "parameter '%s' is %s: optimizers update f32 and f64 parameters", p->name,
-                   kiln_dtype_name(t->dtype));
+    bool low = t->dtype == KILN_BF16 || t->dtype == KILN_F16;
+    if (t->dtype != KILN_F32 && t->dtype != KILN_F64 && !(low && master_weights)) {
+        kiln__fail(c, KILN_ERR_DTYPE, "parameter '%s' is %s: optimizers update f32 and f64 parameters%s", p->name,
+                   kiln_dtype_name(t->dtype),
+                   low ? " (set the options' master_weights to update it through an f32 master copy)" : "");
         return NULL;
     }
     if (t->storage->borrowed) {
@@ -62,8 +65,8 @@ static kiln__tensor *param_tensor(kiln__opctx *c, const kiln__optim_param *p) {
 
 /* Takes params (n of them, slots and names filled) and groups; frees both on failure. */
 static kiln_optimizer *optim_make(kiln__opctx *c, const kiln__optim_kind *kind, int n, kiln__optim_param *params, int n_groups,
-                                  kiln__optim_group *groups) {
-    for (int k = 0; k < n && !c->err; k++) param_tensor(c, &params[k]); /* refuse what no step could update */
+                                  kiln__optim_group *groups, bool master_weights) {
+    for (int k = 0; k < n && !c->err; k++) kiln__optim_param_tensor(c, &params[k], master_weights); /* refuse what no step could update */
     kiln_optimizer *opt = c->err ? NULL : calloc(1, sizeof *opt);
     if (opt && !kiln__object_register(opt, KILN__OPTIMIZER_KIND)) free(opt), opt = NULL;
     if (!opt && !c->err) kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the optimizer");
@@ -75,6 +78,7 @@ static kiln_optimizer *optim_make(kiln__opctx *c, const kiln__optim_kind *kind, 
     }
     opt->kind = kind;
     opt->type = kind->type;
+    opt->master_weights = master_weights;
     opt->n_params = n;
     opt->params = params;
     opt->n_groups = n_groups;
@@ -84,7 +88,7 @@ static kiln_optimizer *optim_make(kiln__opctx *c, const kiln__optim_kind *kind, 
 
 /* An optimizer over the module's trainable parameters (f32 or f64) in one group. */
 static kiln_optimizer *optim_new_module(const char *op, kiln_module *model, const kiln__optim_kind *kind, double lr,
-                                        double weight_decay) {
+                                        double weight_decay, bool master_weights) {
     if (!model) {
         kiln__report(KILN_ERR_NULL, op, "model is NULL");
         return NULL;
@@ -114,14 +118,14 @@ static kiln_optimizer *optim_new_module(const char *op, kiln_module *model, cons
     free(list);
     *group = (kiln__optim_group){lr, weight_decay};
     KILN__OP_BEGIN(op);
-    return optim_make(&c, kind, k, params, 1, group);
+    return optim_make(&c, kind, k, params, 1, group, master_weights);
 }
 
 #define MAX_GROUP_PARAMS (1 << 24) /* far above any model; keeps the counts' sums in an int */
 
 /* An optimizer over the caller's groups (a reference taken to each parameter). */
 static kiln_optimizer *optim_new_groups(const char *op, int n_groups, const kiln_param_group *groups,
-                                        const kiln__optim_kind *kind, double lr, double weight_decay) {
+                                        const kiln__optim_kind *kind, double lr, double weight_decay, bool master_weights) {
     KILN__OP_BEGIN(op);
     if (!groups) return kiln__fail(&c, KILN_ERR_NULL, "groups is NULL"), kiln__optim_finish(&c), NULL;
     if (n_groups < 1 || n_groups > 1024)
@@ -180,18 +184,18 @@ static kiln_optimizer *optim_new_groups(const char *op, int n_groups, const kiln
         }
     }
     free(seen);
-    return optim_make(&c, kind, k, params, n_groups, gs); /* keeps the array: the slots stay valid */
+    return optim_make(&c, kind, k, params, n_groups, gs, master_weights); /* keeps the array: the slots stay valid */
 }
 
 /* An optimizer over a plain list of n parameters in one group. */
 static kiln_optimizer *optim_new_params(const char *op, int n, const kiln_tensor *params, const kiln__optim_kind *kind,
-                                        double lr, double weight_decay) {
+                                        double lr, double weight_decay, bool master_weights) {
     if (n < 1) {
         kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "%d parameters: the list must not be empty", n);
         return NULL;
     }
     kiln_param_group g = kiln_param_group_of(n, params);
-    return optim_new_groups(op, 1, &g, kind, lr, weight_decay);
+    return optim_new_groups(op, 1, &g, kind, lr, weight_decay, master_weights);
 }
 
 kiln_optimizer *kiln__optim_create(const kiln__optim_kind *kind, const char *op, const void *options,
@@ -203,9 +207,10 @@ kiln_optimizer *kiln__optim_create(const kiln__optim_kind *kind, const char *op,
     if (!kind->check(op, &o)) return NULL;
     double lr, wd;
     kind->rates(&o, &lr, &wd);
-    kiln_optimizer *opt = src.from == KILN__OPTIM_FROM_MODULE ? optim_new_module(op, src.model, kind, lr, wd)
-                          : src.from == KILN__OPTIM_FROM_GROUPS ? optim_new_groups(op, src.n_groups, src.groups, kind, lr, wd)
-                                                                : optim_new_params(op, src.n, src.params, kind, lr, wd);
+    bool mw = kind->master_weights(&o);
+    kiln_optimizer *opt = src.from == KILN__OPTIM_FROM_MODULE ? optim_new_module(op, src.model, kind, lr, wd, mw)
+                          : src.from == KILN__OPTIM_FROM_GROUPS ? optim_new_groups(op, src.n_groups, src.groups, kind, lr, wd, mw)
+                                                                : optim_new_params(op, src.n, src.params, kind, lr, wd, mw);
     if (opt) opt->options = o;
     return opt;
 }
@@ -248,8 +253,7 @@ int kiln_optimizer_num_groups(const kiln_optimizer *opt) {
     return opt ? opt->n_groups : 0;
 }
 
-/* Both live (else the error in c): a step or a clip touches neither otherwise. */
-static bool optim_and_grads_live(kiln__opctx *c, const kiln_optimizer *opt, const kiln_grads *g) {
+bool kiln__optim_and_grads_live(kiln__opctx *c, const kiln_optimizer *opt, const kiln_grads *g) {
     kiln_status st;
     const char *why = kiln__object_problem(opt, KILN__OPTIMIZER_KIND, &st);
     if (!why) why = kiln__object_problem(g, KILN__GRADS_KIND, &st);
@@ -287,10 +291,8 @@ static kiln__tensor *take_grad(kiln__opctx *c, kiln_optimizer *opt, int i, const
     return h.id ? kiln__arg(c, h) : NULL;
 }
 
-/* wait_computed: the step is a read of its gradients, so a gradient that fails while it is
- * computed is known before any parameter changes (clipping only looks at what is known). */
-static bool check_grad(kiln__opctx *c, const kiln__optim_param *p, const kiln__tensor *param, const kiln__tensor *grad,
-                       bool wait_computed) {
+bool kiln__optim_check_grad(kiln__opctx *c, const kiln_optimizer *opt, const kiln__optim_param *p,
+                            const kiln__tensor *param, const kiln__tensor *grad, bool wait_computed) {
     if (!kiln__ok(c, (kiln__tensor *)grad)) return false;
     if (wait_computed) kiln__wait_storage(grad->storage);
     kiln__error *late = atomic_load(&grad->storage->err); /* failed while running: no update from it */
@@ -298,7 +300,8 @@ static bool check_grad(kiln__opctx *c, const kiln__optim_param *p, const kiln__t
         if (!c->err) c->err = wait_computed ? kiln__earliest_error(late) : kiln__error_ref(late);
         return false;
     }
-    if (grad->dtype != param->dtype || grad->device != param->device || grad->ndim != param->ndim ||
+    bool dtype_ok = grad->dtype == param->dtype || (grad->dtype == KILN_F32 && kiln__optim_uses_master(opt, param->dtype));
+    if (!dtype_ok || grad->device != param->device || grad->ndim != param->ndim ||
         memcmp(grad->shape, param->shape, sizeof(int64_t) * (size_t)param->ndim) != 0) {
         char a[128], b[128];
         kiln__fail(c, KILN_ERR_SHAPE, "gradient of '%s' is %s %s, the parameter %s %s", p->name,
@@ -312,12 +315,43 @@ static bool check_grad(kiln__opctx *c, const kiln__optim_param *p, const kiln__t
 /* ---- step ------------------------------------------------------------------------------------ */
 
 typedef struct {
-    kiln__tensor *param; /* borrowed */
-    kiln__tensor *grad;  /* owned */
-    bool fresh_state;
-    /* the early path: the updated copies of the parameter and its state (owned) */
+    kiln__tensor *param;   /* borrowed */
+    kiln__tensor *grad;    /* owned */
+    kiln__tensor *grad_up; /* master weights: the gradient cast to f32 (owned), else NULL */
+    bool fresh_state, fresh_master;
+    /* the early path: the updated copies of the parameter (or master) and its state (owned) */
     kiln__tensor *next, *next_state[KILN__OPTIM_MAX_STATE];
 } update;
+
+/* What the kind's update writes: the parameter's f32 master where it has one, else itself. */
+static kiln__tensor *target_of(const kiln_optimizer *opt, const kiln__optim_param *p, const update *u) {
+    return kiln__optim_uses_master(opt, u->param->dtype) ? p->master : u->param;
+}
+static const kiln__tensor *grad_of(const update *u) { return u->grad_up ? u->grad_up : u->grad; }
+
+/* Master weights, before any update is queued: each bf16/f16 parameter to update gets its
+ * master (made at its first update) and its gradient cast up to f32. */
+static void prepare_masters(kiln__opctx *c, kiln_optimizer *opt, update *ups) {
+    for (int i = 0; i < opt->n_params && !c->err; i++) {
+        kiln__optim_param *p = &opt->params[i];
+        if (!ups[i].grad || !kiln__optim_uses_master(opt, ups[i].param->dtype)) continue;
+        if (!p->master) {
+            p->master = kiln__optim_master_from(c, ups[i].param);
+            ups[i].fresh_master = p->master != NULL;
+            if (c->err) break;
+        }
+        kiln__tensor_retain(ups[i].grad);
+        ups[i].grad_up = kiln__t_cast(c, ups[i].grad, KILN_F32);
+    }
+}
+
+/* A step that failed keeps no master it made. */
+static void drop_fresh_master(kiln__optim_param *p, update *u) {
+    if (!u->fresh_master) return;
+    kiln__tensor_release(p->master);
+    p->master = NULL;
+    u->fresh_master = false;
+}
 
 /* A fresh dense copy of t (borrowed), queued. */
 static kiln__tensor *copy_of(kiln__opctx *c, const kiln__tensor *t) {
@@ -345,19 +379,20 @@ static void step_early(kiln__opctx *c, kiln_optimizer *opt, update *ups, int n_s
         kiln__optim_param work = opt->params[i];
         work.tentative = true;
         work.step++;
-        ups[i].next = copy_of(c, ups[i].param);
+        const kiln__tensor *target = target_of(opt, &opt->params[i], &ups[i]);
+        ups[i].next = copy_of(c, target);
         for (int k = 0; k < n_state && !c->err; k++) {
             const kiln__tensor *old = opt->params[i].state[k];
-            const kiln__tensor *p = ups[i].param;
+            const kiln__tensor *p = target;
             ups[i].next_state[k] = old ? copy_of(c, old) : kiln__t_empty(c, p->device, p->dtype, p->ndim, p->shape);
             work.state[k] = ups[i].next_state[k];
         }
-        if (!c->err) apply_update(c, opt, &work, ups[i].next, ups[i].grad);
+        if (!c->err) apply_update(c, opt, &work, ups[i].next, grad_of(&ups[i]));
     }
     /* (b) */
     for (int i = 0; i < opt->n_params && !c->err; i++) {
         if (!ups[i].grad) continue;
-        if (!check_grad(c, &opt->params[i], ups[i].param, ups[i].grad, true)) break;
+        if (!kiln__optim_check_grad(c, opt, &opt->params[i], ups[i].param, ups[i].grad, true)) break;
         for (int k = -1; k < n_state && !c->err; k++) {
             kiln__tensor *t = k < 0 ? ups[i].next : ups[i].next_state[k];
             if (kiln__wait_storage(t->storage) != KILN_OK)
@@ -369,7 +404,9 @@ static void step_early(kiln__opctx *c, kiln_optimizer *opt, update *ups, int n_s
     for (int i = 0; i < opt->n_params; i++) {
         kiln__optim_param *p = &opt->params[i];
         if (ups[i].grad && !c->err) {
-            kiln__t_copy_into(c, kiln__view_of(ups[i].param), ups[i].next);
+            kiln__tensor *target = target_of(opt, p, &ups[i]);
+            kiln__t_copy_into(c, kiln__view_of(target), ups[i].next);
+            if (target != ups[i].param) kiln__optim_master_write_back(c, ups[i].param, target);
             for (int k = 0; k < n_state; k++) {
                 kiln__tensor_release(p->state[k]);
                 p->state[k] = ups[i].next_state[k];
@@ -377,6 +414,7 @@ static void step_early(kiln__opctx *c, kiln_optimizer *opt, update *ups, int n_s
             }
             p->step++;
         }
+        if (c->err) drop_fresh_master(p, &ups[i]);
         kiln__tensor_release(ups[i].next);
         for (int k = 0; k < KILN__OPTIM_MAX_STATE; k++) kiln__tensor_release(ups[i].next_state[k]);
     }
@@ -388,7 +426,7 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
         kiln__fail(&c, KILN_ERR_NULL, "%s is NULL", !opt ? "optimizer" : "gradients container");
         return kiln__optim_finish(&c);
     }
-    if (!optim_and_grads_live(&c, opt, g)) return kiln__optim_finish(&c);
+    if (!kiln__optim_and_grads_live(&c, opt, g)) return kiln__optim_finish(&c);
     update *ups = calloc((size_t)(opt->n_params ? opt->n_params : 1), sizeof *ups);
     if (!ups) {
         kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the step's bookkeeping");
@@ -400,25 +438,31 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
     /* 1: every gradient and parameter checked before anything changes (the early path waits
      * for the gradients later, in step_early) */
     for (int i = 0; i < opt->n_params; i++) {
-        kiln__tensor *param = param_tensor(&c, &opt->params[i]);
+        kiln__tensor *param = kiln__optim_param_tensor(&c, &opt->params[i], opt->master_weights);
         kiln__tensor *grad = param ? take_grad(&c, opt, i, param, g) : NULL;
         if (!grad) continue;
         ups[i].param = param;
         ups[i].grad = grad;
-        if (!check_grad(&c, &opt->params[i], param, grad, !early)) continue;
-        const kiln__tensor *st = opt->params[i].state[0];
-        if (st && (st->dtype != param->dtype || st->device != param->device || st->ndim != param->ndim ||
-                   memcmp(st->shape, param->shape, sizeof(int64_t) * (size_t)param->ndim) != 0)) {
+        if (!kiln__optim_check_grad(&c, opt, &opt->params[i], param, grad, !early)) continue;
+        const kiln__tensor *st = opt->params[i].state[0], *master = opt->params[i].master;
+        bool uses_master = kiln__optim_uses_master(opt, param->dtype);
+        if (!st && uses_master) st = master; /* (SGD without momentum has no other state) */
+        if ((st && (st->dtype != kiln__optim_state_dtype(opt, param->dtype) || st->device != param->device ||
+                    st->ndim != param->ndim ||
+                    memcmp(st->shape, param->shape, sizeof(int64_t) * (size_t)param->ndim) != 0)) ||
+            (master && !uses_master)) {
             kiln__fail(&c, KILN_ERR_SHAPE, "parameter '%s' changed shape or dtype since its optimizer state was made",
                        opt->params[i].name);
             continue;
         }
-        if (!opt->kind->has_kernels(&opt->options, param->device))
+        if (!opt->kind->has_kernels(&opt->options, param->device) ||
+            (uses_master && !kiln__t_has_kernel(param->device, KILN__OP_COPY)))
             kiln__fail(&c, KILN_ERR_UNSUPPORTED, "%s has no %s update kernel", kiln_device_name(param->device), opt->type);
     }
+    prepare_masters(&c, opt, ups);
     if (early) {
         step_early(&c, opt, ups, n_state, g); /* (a failed check: it agrees, then drops) */
-        for (int i = 0; i < opt->n_params; i++) kiln__tensor_release(ups[i].grad);
+        for (int i = 0; i < opt->n_params; i++) kiln__drop(2, ups[i].grad, ups[i].grad_up);
         free(ups);
         if (!c.err) opt->steps++;
         return kiln__optim_finish(&c);
@@ -428,162 +472,28 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
         kiln__optim_param *p = &opt->params[i];
         if (!ups[i].grad || p->state[0] || n_state == 0) continue;
         ups[i].fresh_state = true;
-        for (int k = 0; k < n_state && !c.err; k++)
-            p->state[k] = kiln__t_empty(&c, ups[i].param->device, ups[i].param->dtype, ups[i].param->ndim,
-                                        ups[i].param->shape);
+        const kiln__tensor *t = target_of(opt, p, &ups[i]);
+        for (int k = 0; k < n_state && !c.err; k++) p->state[k] = kiln__t_empty(&c, t->device, t->dtype, t->ndim, t->shape);
     }
     /* 3: the updates (nothing below can fail) */
     for (int i = 0; i < opt->n_params; i++) {
         kiln__optim_param *p = &opt->params[i];
         if (ups[i].grad && !c.err) {
             p->step++;
-            /* the kernel was checked above: the submit cannot fail */
-            apply_update(&c, opt, p, ups[i].param, ups[i].grad);
+            /* the kernels were checked above: the submits cannot fail */
+            kiln__tensor *target = target_of(opt, p, &ups[i]);
+            apply_update(&c, opt, p, target, grad_of(&ups[i]));
+            if (target != ups[i].param) kiln__optim_master_write_back(&c, ups[i].param, target);
         }
         if (c.err && ups[i].fresh_state)
             for (int k = 0; k < KILN__OPTIM_MAX_STATE; k++) {
                 kiln__tensor_release(p->state[k]);
                 p->state[k] = NULL;
             }
-        kiln__tensor_release(ups[i].grad);
+        if (c.err) drop_fresh_master(p, &ups[i]);
+        kiln__drop(2, ups[i].grad, ups[i].grad_up);
     }
     free(ups);
     if (!c.err) opt->steps++;
     return kiln__optim_finish(&c);
-}
-
-/* ---- clipping -------------------------------------------------------------------------------- */
-
-kiln_status kiln_clip_grad_norm(kiln_optimizer *opt, kiln_grads *g, double max_norm, kiln_tensor *total_norm) {
-    KILN__OP_BEGIN("kiln_clip_grad_norm");
-    if (total_norm) *total_norm = KILN_NONE;
-    if (!opt || !g) {
-        kiln__fail(&c, KILN_ERR_NULL, "%s is NULL", !opt ? "optimizer" : "gradients container");
-        return kiln__optim_finish(&c);
-    }
-    if (!optim_and_grads_live(&c, opt, g)) return kiln__optim_finish(&c);
-    if (!(max_norm >= 0)) {
-        kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "max_norm %g must be >= 0", max_norm);
-        return kiln__optim_finish(&c);
-    }
-    /* the gradients stay in g: each is scaled in place where it sits */
-    kiln__tensor ***slots = calloc((size_t)(opt->n_params ? opt->n_params : 1), sizeof *slots);
-    if (!slots) {
-        kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the clipping bookkeeping");
-        return kiln__optim_finish(&c);
-    }
-    int n = 0;
-    kiln__tensor *first = NULL;
-    kiln_dtype norm_dtype = KILN_F32;
-    for (int i = 0; i < opt->n_params; i++) {
-        kiln__optim_param *p = &opt->params[i];
-        kiln__tensor *param = param_tensor(&c, p);
-        const kiln__ad_meta *m = param ? param->autodiff : NULL;
-        kiln__tensor **slot = m ? kiln__grads_slot(g, m->leaf) : NULL;
-        if (!slot || !check_grad(&c, p, param, *slot, false)) continue;
-        if (first && !kiln__same_device(&c, first, *slot)) continue;
-        norm_dtype = first ? kiln__dtype_promote(norm_dtype, (*slot)->dtype) : (*slot)->dtype;
-        if (!first) first = *slot;
-        slots[i] = slot;
-        n++;
-    }
-    if (c.err) {
-        free(slots);
-        return kiln__optim_finish(&c);
-    }
-    kiln_device dev = first ? first->device : KILN_CPU;
-    /* squared norms side by side in one f64 vector, summed in a fixed order */
-    int64_t len = n;
-    kiln__tensor *sums = kiln__t_empty(&c, dev, KILN_F64, 1, &len); /* every element written below */
-    for (int i = 0, k = 0; sums && i < opt->n_params; i++) {
-        if (!slots[i]) continue;
-        if (!kiln__t_sum_squares_into(&c, sums, k++, *slots[i])) break;
-    }
-    kiln__tensor *norm = kiln__t_unary(&c, KILN__OP_SQRT, kiln__t_reduce(&c, KILN__OP_SUM, sums, 1u, false, 0));
-    kiln__tensor *scale = NULL;
-    if (norm) {
-        kiln__tensor_retain(norm);
-        scale = kiln__t_binary_scalar(&c, KILN__OP_ADD, norm, 1e-6, false);
-        scale = kiln__t_binary_scalar(&c, KILN__OP_DIV, scale, max_norm, true);
-        scale = kiln__t_binary_scalar(&c, KILN__OP_MINIMUM, scale, 1.0, false);
-    }
-    /* one cast of the scale per gradient dtype (f32 and f64) */
-    kiln__tensor *scale_as[2] = {NULL, NULL};
-    for (int i = 0; scale && i < opt->n_params && !c.err; i++) {
-        if (!slots[i]) continue;
-        kiln__tensor **slot = slots[i];
-        int which = (*slot)->dtype == KILN_F64;
-        if (!scale_as[which]) {
-            kiln__tensor_retain(scale);
-            scale_as[which] = kiln__t_cast(&c, scale, (*slot)->dtype);
-            if (!scale_as[which]) break;
-        }
-        kiln__tensor_retain(scale_as[which]);
-        /* in place: the gradient is dense and has one owner, so the product reuses its buffer */
-        *slot = kiln__t_binary(&c, KILN__OP_MUL, *slot, scale_as[which]);
-    }
-    free(slots);
-    kiln__drop(3, scale, scale_as[0], scale_as[1]);
-    if (norm && total_norm && !c.err) {
-        kiln__tensor *out = kiln__t_cast(&c, norm, norm_dtype);
-        norm = NULL;
-        if (out) *total_norm = kiln__handle_new(out);
-    }
-    kiln__tensor_release(norm);
-    return kiln__optim_finish(&c);
-}
-
-kiln_status kiln_clip_grad_value(kiln_optimizer *opt, kiln_grads *g, double clip_value) {
-    KILN__OP_BEGIN("kiln_clip_grad_value");
-    if (!opt || !g) {
-        kiln__fail(&c, KILN_ERR_NULL, "%s is NULL", !opt ? "optimizer" : "gradients container");
-        return kiln__optim_finish(&c);
-    }
-    if (!optim_and_grads_live(&c, opt, g)) return kiln__optim_finish(&c);
-    if (!(clip_value >= 0 && isfinite(clip_value))) {
-        kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "clip_value %g must be finite and >= 0", clip_value);
-        return kiln__optim_finish(&c);
-    }
-    kiln__tensor ***slots = calloc((size_t)(opt->n_params ? opt->n_params : 1), sizeof *slots);
-    if (!slots) {
-        kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the clipping bookkeeping");
-        return kiln__optim_finish(&c);
-    }
-    /* every gradient checked before any is changed */
-    for (int i = 0; i < opt->n_params; i++) {
-        kiln__tensor *param = param_tensor(&c, &opt->params[i]);
-        const kiln__ad_meta *m = param ? param->autodiff : NULL;
-        kiln__tensor **slot = m ? kiln__grads_slot(g, m->leaf) : NULL;
-        if (slot && check_grad(&c, &opt->params[i], param, *slot, false)) slots[i] = slot;
-    }
-    /* in place: a gradient is dense and has one owner, so the clamp reuses its buffer */
-    for (int i = 0; i < opt->n_params && !c.err; i++)
-        if (slots[i]) *slots[i] = kiln__t_clamp(&c, *slots[i], -clip_value, clip_value);
-    free(slots);
-    return kiln__optim_finish(&c);
-}
-
-/* ---- the gradient scaler's pass (grad_scaler.c) ----------------------------------------- */
-
-kiln__tensor *kiln__optim_grads_unscale(kiln__opctx *c, kiln_optimizer *opt, kiln_grads *g, double factor) {
-    kiln__tensor *total = NULL;
-    for (int i = 0; i < opt->n_params && !c->err; i++) {
-        kiln__optim_param *p = &opt->params[i];
-        kiln__tensor *param = param_tensor(c, p);
-        const kiln__ad_meta *m = param ? param->autodiff : NULL;
-        kiln__tensor **slot = m ? kiln__grads_slot(g, m->leaf) : NULL;
-        if (!slot || !check_grad(c, p, param, *slot, false)) continue;
-        /* in place: a gradient is dense and has one owner */
-        *slot = kiln__t_binary_scalar(c, KILN__OP_MUL, *slot, factor, false);
-        if (!*slot) break;
-        int64_t one = 1;
-        kiln__tensor *sq = kiln__t_empty(c, (*slot)->device, KILN_F64, 1, &one);
-        if (!sq || !kiln__t_sum_squares_into(c, sq, 0, *slot)) {
-            kiln__tensor_release(sq);
-            break;
-        }
-        total = total ? kiln__t_binary(c, KILN__OP_ADD, total, sq) : sq;
-    }
-    if (c->err) kiln__tensor_release(total), total = NULL;
-    return total;
 }

@@ -33,6 +33,8 @@ static const char *sgd_state_name(const kiln__optim_options *u, int i) {
     return "momentum_buffer";
 }
 
+static bool sgd_master_weights(const kiln__optim_options *u) { return u->sgd.master_weights; }
+
 static bool sgd_has_kernels(const kiln__optim_options *u, kiln_device dev) {
     (void)u;
     return kiln__t_has_kernel(dev, KILN__OP_SGD_UPDATE);
@@ -64,7 +66,8 @@ static void sgd_set_loaded(kiln__optim_options *u, double lr, double flag) {
 const kiln__optim_kind kiln__sgd_kind = {
     .type = "sgd", .options_size = sizeof(kiln_sgd_options), .resolve = sgd_resolve, .check = sgd_check,
     .rates = sgd_rates, .state_count = sgd_state_count, .state_name = sgd_state_name,
-    .has_kernels = sgd_has_kernels, .apply = sgd_apply, .hypers = sgd_hypers, .set_loaded = sgd_set_loaded};
+    .master_weights = sgd_master_weights, .has_kernels = sgd_has_kernels, .apply = sgd_apply, .hypers = sgd_hypers,
+    .set_loaded = sgd_set_loaded};
 
 kiln_optimizer *kiln_sgd_new(kiln_module *model, kiln_sgd_options o) {
     return kiln__optim_create(&kiln__sgd_kind, "kiln_sgd_new", &o, KILN__OPTIM_MODULE(model));
