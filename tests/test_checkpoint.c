@@ -655,6 +655,21 @@ KT_TEST(special_files_are_rejected) {
         KT_EXPECT_ERROR(KILN_ERR_IO, paths[i], 0);
         KT_EXPECT_ERROR(KILN_ERR_IO, "not a regular file", 0);
     }
+    /* saving never replaces them: a FIFO stays a FIFO (the same rule keeps /dev/null a device) */
+    for (int i = 0; i < 2; i++) {
+        const char *to[] = {fifo, dir};
+        int line = __LINE__ + 1;
+        KT_CHECK(kiln_checkpoint_save(to[i], m, NULL) == KILN_ERR_IO);
+        KT_EXPECT_ERROR(KILN_ERR_IO, "kiln_checkpoint_save", line);
+        KT_EXPECT_ERROR(KILN_ERR_IO, "not a regular file", 0);
+        kiln_tensor t = kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(2));
+        line = __LINE__ + 1;
+        KT_CHECK(kiln_tensors_save(to[i], 1, (const char *[]){"t"}, &t) == KILN_ERR_IO);
+        KT_EXPECT_ERROR(KILN_ERR_IO, "kiln_tensors_save", line);
+        kiln_release(t);
+    }
+    struct stat sb;
+    KT_CHECK(stat(fifo, &sb) == 0 && S_ISFIFO(sb.st_mode));
     alarm(0);
     unlink(fifo);
     kiln_module_free(m);

@@ -723,6 +723,11 @@ kiln_status kiln__st_write(const char *path, kiln__st_entry *entries, int n, con
     for (int i = 0; i < n; i++)
         if (!kiln_dtype_tag(entries[i].dtype))
             return fail(KILN_ERR_DTYPE, why, why_size, "no safetensors dtype for %s", kiln_dtype_name(entries[i].dtype));
+    /* the rename below would put a regular file where a device, FIFO or socket was (/dev/null
+     * replaced for every program on the machine), so only a regular file or a new name is written */
+    struct stat target;
+    if (stat(path, &target) == 0 && !S_ISREG(target.st_mode))
+        return fail(KILN_ERR_IO, why, why_size, "cannot save to '%s': not a regular file", path);
     qsort(entries, (size_t)n, sizeof *entries, cmp_entries);
     kiln__text h = {0};
     kiln__text_printf(&h, "{\"__metadata__\":{\"" CRC_KEY "\":\"");

@@ -94,7 +94,8 @@ extern void (*kiln__st_mid_write)(const char *tmp_path);
  * and metadata to a temporary file "<path>.kiln-tmp-<pid>-<n>" beside path, syncs it, renames
  * it over path and syncs the directory, so a reader sees the old file or the new one, never a
  * mix, and the new one survives a power cut once this returns. Temporaries of earlier saves to
- * path whose process died are removed first. KILN_ERR_IO or out of memory, with why. */
+ * path whose process died are removed first. A path naming something other than a regular file
+ * (a device, FIFO, socket or directory) is refused. KILN_ERR_IO or out of memory, with why. */
 kiln_status kiln__st_write(const char *path, kiln__st_entry *entries, int n, const kiln__st_meta *meta, int n_meta,
                            char *why, size_t why_size);
 
