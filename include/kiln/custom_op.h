@@ -57,8 +57,8 @@
  * kiln's own layer norm (kiln_layer_norm untracked, or the same composition written by hand:
  * mean over the last dim, subtract, square, mean, add eps, rsqrt, multiply, times weight, plus
  * bias) is replaced this way by one fused kernel; the profiler shows it as fused_layer_norm.
- * With KILN_SUBSTITUTE_ATTENTION=1, so is composed attention, softmax(matmul(q, transpose(k))
- * * scale, last dim) @ v without a mask: fused_attention.
+ * So is composed attention, softmax(matmul(q, transpose(k)) * scale, last dim) @ v without a
+ * mask: fused_attention (KILN_SUBSTITUTE_ATTENTION=0 keeps it as written).
  * Substitution needs queued ops: with KILN_SYNC=1 every op runs as it is called, as written.
  * Patterns match CPU tensors only. */
 #ifndef KILN_CUSTOM_OP_H
