@@ -257,10 +257,15 @@ bool kiln__subst_defer_free(kiln__window *w, kiln__storage *s, bool owner) {
         kiln__subst_resolve(w, owner);
         return false;
     }
-    /* (its memory stays until the hold lets go: giving it back at once, for the held op that
-     * writes it first to take again when it runs, gave layer norms over two dims wrong values
-     * whenever that op ran on its caller's thread (test_layer_norm_fn, 10 of 40 runs with
-     * KILN_INLINE_MAX_BYTES=100000, 0 of 120 without the early drop)) */
+    /* Its memory stays until the hold lets go (the ops that now end a hold keep that short).
+     * Giving it back at once, for the held op writing it first to take again, made two threads
+     * take memory for one storage: the op writing it first, let go and run on a worker, and
+     * the frontend flushing a later group that writes it too (fusion.c then took memory for
+     * what a group stores at its flush). Each wrote its own block, and the group's readers saw
+     * the other's: wrong values and NaN gradients in test_layer_norm_fn's layer norms over two
+     * dims (4 of 100 runs with KILN_INLINE_MAX_BYTES=100000, which only changes who runs
+     * when; 0 of 100 with that allocation made atomic). Memory for a storage must be taken by
+     * the thread that runs an op writing it (engine.c), never at dispatch. */
     h->dead[h->n_dead++] = s;
     kiln__window_count_held(w);
     return true;
