@@ -33,6 +33,9 @@ atomic_bool kiln__subst_live;
 _Atomic uint8_t kiln__subst_codes[KILN__OP_COUNT];
 /* feeds[a] bit b: some pattern has a node of opcode b that reads a node of opcode a */
 static _Atomic uint8_t feeds[KILN__OP_COUNT][(KILN__OP_COUNT + 7) / 8];
+/* bit n: some pattern's input-only node of this opcode has n operands (a product with a bias,
+ * three, starts no attention) */
+static _Atomic uint8_t start_arity[KILN__OP_COUNT];
 
 static void subst_init(void) {
     subst.env_on = kiln__env_flag("KILN_SUBSTITUTE", true);
@@ -152,6 +155,7 @@ bool kiln__subst_register(const kiln__pattern *p, char *why, size_t why_size) {
     for (int j = 0; j < copy->n_nodes; j++) {
         uint8_t role = KILN__SUBST_MEMBER;
         if (leaf[j]) role |= KILN__SUBST_START | (n_leaves > 1 ? KILN__SUBST_CO_START : 0);
+        if (leaf[j]) atomic_fetch_or(&start_arity[copy->nodes[j].code], (uint8_t)(1u << copy->nodes[j].n_in));
         atomic_fetch_or(&kiln__subst_codes[copy->nodes[j].code], role);
     }
     atomic_store(&subst.n, n + 1);
@@ -235,7 +239,9 @@ bool kiln__subst_hold_op(kiln__window *w, const kiln__op *op, bool *let_go_of) {
         let_go(w, true, &found);
         holding = false, *let_go_of = true;
     }
-    if (!holding && (!(codes & KILN__SUBST_START) || !holdable(op))) return false;
+    if (!holding && (!(codes & KILN__SUBST_START) || !holdable(op) ||
+                     !(atomic_load_explicit(&start_arity[op->code], memory_order_relaxed) >> op->n_in & 1)))
+        return false;
     if (!h && !(h = w->hold = calloc(1, sizeof *h))) return false;
     if (!storages_fit(h, op)) return false;
     kiln__op_copy(&h->ops[h->n_ops++], op);
@@ -498,7 +504,8 @@ static int match_all(const kiln__subst_hold *h, matches *m) {
         if (m->taken[r] >= 0) continue;
         for (int k = 0; k < n_patterns; k++) {
             const kiln__pattern *p = subst.patterns[k];
-            if (p->nodes[p->n_nodes - 1].code != h->ops[r].code) continue;
+            /* (a match rooted at r is n_nodes ops up to r: a product held alone matches none) */
+            if (p->n_nodes > r + 1 || p->nodes[p->n_nodes - 1].code != h->ops[r].code) continue;
             if (!try_pattern(p, h, r, m->taken, &s, &m->rep[r], &m->refused_consumer, &m->refused_shape)) continue;
             for (int i = 0; i < n; i++)
                 if (s.op_node[i] >= 0) m->taken[i] = s.op_node[i], n_taken++;
