@@ -222,16 +222,15 @@ bool kiln__subst_hold_op(kiln__window *w, const kiln__op *op, bool *let_go_of) {
     uint8_t codes = atomic_load_explicit(&kiln__subst_codes[op->code], memory_order_relaxed);
     kiln__subst_hold *h = w->hold;
     bool holding = h && h->n_ops > 0;
-    if (holding && (!(codes & KILN__SUBST_MEMBER) || !holdable(op) || h->n_ops == HOLD_MAX_OPS || !storages_fit(h, op)))
-        kiln__subst_resolve(w, true), holding = false, *let_go_of = true;
-    /* an op that does not continue what is held lets go of it: what is held keeps its memory
-     * and its work from the engine until then, and an instance that a later op would complete
-     * must have been written with other ops in the middle of it. (A pattern with one input-only
-     * node has every other node after it, so an op that starts a new instance cannot join one
-     * held already; one with several such nodes can: CO_START.) Tracked attention's backward
-     * held the products of one chunk of rows while the next chunk's were allocated: 20.5 MiB
-     * instead of 12.5 (tests/test_grad_checkpoint.c). */
-    else if (holding && !(codes & KILN__SUBST_CO_START) && !continues(h, op))
+    /* An op that does not continue what is held lets go of it too: what is held keeps its
+     * memory and its work from the engine until then, and an instance that a later op would
+     * complete must have been written with other ops in the middle of it. (A pattern with one
+     * input-only node has every other node after it, so an op that starts a new instance
+     * cannot join one held already; one with several such nodes can: CO_START.) Tracked
+     * attention's backward held the products of one chunk of rows while the next chunk's were
+     * made: 20.5 MiB instead of 12.5 (tests/test_grad_checkpoint.c). */
+    if (holding && (!(codes & KILN__SUBST_MEMBER) || !holdable(op) || h->n_ops == HOLD_MAX_OPS ||
+                    (!(codes & KILN__SUBST_CO_START) && !continues(h, op)) || !storages_fit(h, op)))
         kiln__subst_resolve(w, true), holding = false, *let_go_of = true;
     /* an op that may start another instance while everything held is a complete match (a
      * layer norm after a layer norm): replaced now, so the hold never fills with them */
@@ -523,9 +522,12 @@ static void let_go(kiln__window *w, bool owner, const matches *m) {
     const int8_t *taken = m->taken;
     const bool *is_root = m->is_root;
     const kiln__op *rep = m->rep;
-    for (int i = 0; i < n; i++) atomic_fetch_add(&subst.substituted, is_root[i]);
-    atomic_fetch_add(&subst.refused_consumer, m->refused_consumer);
-    atomic_fetch_add(&subst.refused_shape, m->refused_shape);
+    int n_roots = 0;
+    for (int i = 0; i < n; i++) n_roots += is_root[i];
+    /* (shared counters: touched only when they change, most let-goes replace nothing) */
+    if (n_roots) atomic_fetch_add(&subst.substituted, n_roots);
+    if (m->refused_consumer) atomic_fetch_add(&subst.refused_consumer, m->refused_consumer);
+    if (m->refused_shape) atomic_fetch_add(&subst.refused_shape, m->refused_shape);
     h->n_ops = 0; /* (admitting may flush the group, never the hold) */
     atomic_store_explicit(&w->n_hold, 0, memory_order_relaxed);
     for (int i = 0; i < n; i++) {
