@@ -1,7 +1,8 @@
 /* A user's pattern that captures a number and one with a matrix product (kiln/custom_op.h's
  * KILN_PATTERN_NUMBER and KILN_PATTERN_MATMUL): exp(x * s) runs the user's kernel with s for
  * whatever s the composition was given (and x / s does not), relu(a @ b^T) runs the user's
- * kernel reading the transposed operand strided; values against double references, and the
+ * kernel reading the transposed operand strided, exp(a) + exp(b) its kernel though exp(b) reads
+ * nothing held; values against double references, and the
  * kernel's runs counted. Called directly, the op takes the number as a 0-d f64 tensor. A
  * number where a tensor is read, in a first operand or a unary op, or past the inputs is
  * refused at registration. With KILN_SYNC=1 nothing is queued, so nothing is replaced: the
@@ -160,6 +161,56 @@ KT_TEST(pattern_with_a_matrix_product) {
     KT_MEM_CHECK();
 }
 
+/* ---- exp(a) + exp(b): two input-only nodes ------------------------------------------------- */
+
+static atomic_int exp_sum_runs;
+
+static kiln_status exp_sum_shape(int n, const kiln_custom_meta *in, kiln_custom_meta *out, void *user) {
+    (void)n, (void)user;
+    if (in[0].dtype != KILN_F32 || in[1].dtype != KILN_F32 || in[0].ndim != 1 || in[1].ndim != 1 ||
+        in[0].shape[0] != in[1].shape[0])
+        return kiln_custom_op_error("two f32 vectors of one length only");
+    *out = in[0];
+    return KILN_OK;
+}
+
+static kiln_status exp_sum_cpu(int n, const kiln_custom_operand *in, const kiln_custom_operand *out, int threads, void *user) {
+    (void)n, (void)threads, (void)user;
+    atomic_fetch_add(&exp_sum_runs, 1);
+    const float *a = in[0].data, *b = in[1].data;
+    float *y = out->data;
+    for (int64_t i = 0; i < out->shape[0]; i++) y[i] = expf(a[i * in[0].strides[0]]) + expf(b[i * in[1].strides[0]]);
+    return KILN_OK;
+}
+
+/* The hold lets go at an op that continues nothing held, except at an input-only node of a
+ * pattern that has several: exp(b) does not read exp(a), yet the sum of both is replaced. */
+KT_TEST(pattern_with_two_input_only_nodes) {
+    kt_mem_begin();
+    static const kiln_pattern_node pattern[] = {
+        {KILN_PATTERN_EXP, {KILN_PATTERN_INPUT(0)}, 0},
+        {KILN_PATTERN_EXP, {KILN_PATTERN_INPUT(1)}, 0},
+        {KILN_PATTERN_ADD, {0, 1}, 0},
+    };
+    /* in_place: exp(a) and the sum write over a's memory */
+    kiln_custom_op_def def = {.name = "exp_sum", .n_inputs = 2, .shape = exp_sum_shape, .cpu_kernel = exp_sum_cpu,
+                              .in_place = true, .pattern = pattern, .pattern_len = 3};
+    kiln_custom_op *op;
+    KT_CHECK(kiln_custom_op_register(&def, &op) == KILN_OK);
+    enum { N = 12 };
+    float a[N], b[N], got[N];
+    for (int i = 0; i < N; i++) a[i] = (float)(i - 6) / 3.0f, b[i] = (float)(5 - i) / 4.0f;
+    kiln__subst_stats_reset();
+    int runs = atomic_load(&exp_sum_runs);
+    kiln_tensor ea = kiln_exp(kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(N), a));
+    kiln_tensor eb = kiln_exp(kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(N), b));
+    KT_CHECK(kiln_into_data(kiln_add(ea, eb), got, sizeof got) == KILN_OK);
+    for (int i = 0; i < N; i++) KT_NEAR(got[i], exp((double)a[i]) + exp((double)b[i]), 1e-5 * (exp(a[i]) + exp(b[i])));
+    KT_CHECK(kiln__subst_stats_get().substituted == expect_one());
+    KT_CHECK(atomic_load(&exp_sum_runs) - runs == expect_one());
+    KT_MEM_CHECK();
+}
+
 /* ---- bad numbers ----------------------------------------------------------------------------- */
 
 static void expect_refused(const kiln_pattern_node *nodes, int len, int n_inputs, const char *what) {
@@ -184,6 +235,7 @@ KT_TEST(bad_numbers_are_refused) {
 int main(void) {
     KT_RUN(pattern_captures_a_number);
     KT_RUN(pattern_with_a_matrix_product);
+    KT_RUN(pattern_with_two_input_only_nodes);
     KT_RUN(bad_numbers_are_refused);
     return kt_finish();
 }
