@@ -57,8 +57,8 @@
  * kiln's own layer norm (kiln_layer_norm untracked, or the same composition written by hand:
  * mean over the last dim, subtract, square, mean, add eps, rsqrt, multiply, times weight, plus
  * bias) is replaced this way by one fused kernel; the profiler shows it as fused_layer_norm.
- * With KILN_SUBSTITUTE_ATTENTION=1, so is composed attention, softmax(matmul(q, transpose(k))
- * * scale, last dim) @ v without a mask: fused_attention.
+ * So is composed attention, softmax(matmul(q, transpose(k)) * scale, last dim) @ v without a
+ * mask: fused_attention (KILN_SUBSTITUTE_ATTENTION=0 keeps it as written).
  * Substitution needs queued ops: with KILN_SYNC=1 every op runs as it is called, as written.
  * Patterns match CPU tensors only. */
 #ifndef KILN_CUSTOM_OP_H
@@ -151,6 +151,7 @@ typedef struct kiln_custom_op_def {
 #define KILN_PATTERN_MAX_NODES 12
 #define KILN_PATTERN_INPUT(k) (-1 - (k)) /* a node input that is the op's input k */
 #define KILN_PATTERN_CONSTANT (-100)     /* in[1]: the node's constant (an op with a Python scalar) */
+#define KILN_PATTERN_NUMBER(k) (-200 - (k)) /* in[1]: the op's input k is the number a scalar op was given */
 
 typedef enum kiln_pattern_op {
     KILN_PATTERN_ADD = 1, KILN_PATTERN_SUB, KILN_PATTERN_MUL, KILN_PATTERN_DIV, /* binary */
@@ -158,11 +159,15 @@ typedef enum kiln_pattern_op {
     KILN_PATTERN_TANH, KILN_PATTERN_SIGMOID, KILN_PATTERN_RELU,
     KILN_PATTERN_MEAN_LAST, KILN_PATTERN_SUM_LAST, KILN_PATTERN_MAX_LAST, /* over the last dim, dims kept */
     KILN_PATTERN_SOFTMAX_LAST,
+    KILN_PATTERN_MATMUL, /* kiln_matmul(a, b): batched, no bias; a transposed operand is read strided */
 } kiln_pattern_op;
 
 /* One op of a pattern. in[k]: KILN_PATTERN_INPUT(i), an earlier node's index (0-based), or
  * for in[1] of a binary op KILN_PATTERN_CONSTANT (kiln_add_scalar(t, constant) and the like:
- * only that exact value matches). Add and mul match either order of their operands. */
+ * only that exact value matches) or KILN_PATTERN_NUMBER(i): any number, which becomes the op's
+ * input i (kiln_mul_scalar(x, 0.125) gives it 0.125). The shape rule and kernel see such an
+ * input as a 0-d KILN_F64 operand holding the number as written; a direct call passes a 0-d
+ * f64 tensor there. Add and mul match either order of their operands. */
 typedef struct kiln_pattern_node {
     kiln_pattern_op op;
     int in[2];

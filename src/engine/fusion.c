@@ -125,18 +125,6 @@ static void drop_unwritten(kiln__window *w) {
     for (int i = 0; i < w->n_dead; i++) drop_if_unwritten(w, w->dead[i]);
 }
 
-/* Memory for what the group writes and will store: a storage the substitution hold gave back
- * the memory of (released while held, written first by a held op) may be stored by a group
- * when it is read after it (substitute.c); the group's own dead intermediates stay without.
- * False when out of memory: the group then runs op by op, each op getting its own. */
-static bool stored_outputs_have_memory(kiln__window *w) {
-    for (int i = 0; i < w->n_st; i++) {
-        kiln__storage *d = w->st[i].s;
-        if (KILN__UNLIKELY(w->st[i].written && !d->data) && !is_dead(w, d) && !kiln__storage_ensure_data(d)) return false;
-    }
-    return true;
-}
-
 /* Hands the window's group to the engine (w->lock held). Storages keep their mark until the
  * group is queued on them, so another thread either flushes or queues behind the group; one
  * that the substitution hold still uses keeps it until the hold lets go. */
@@ -144,12 +132,7 @@ static void flush_group_locked(kiln__window *w, bool owner) {
     kiln__fused *g = w->g;
     if (!g || g->n_ops == 0) return;
     kiln__stream *s = w->stream;
-    if (g->n_ops > 1 && !stored_outputs_have_memory(w)) {
-        for (int i = 0; i < g->n_ops; i++) { /* (each op allocates what it writes when it runs) */
-            kiln__op op = g->ops[i];
-            kiln__async_enqueue(s, &op, NULL, NULL, NULL, owner, false);
-        }
-    } else if (g->n_ops == 1) {
+    if (g->n_ops == 1) {
         kiln__op op = g->ops[0];
         kiln__async_enqueue(s, &op, NULL, NULL, NULL, owner, false);
     } else {

@@ -7,10 +7,11 @@
 #include "engine/fusion-impl.h"
 #include "engine/substitute.h"
 
-enum { KILN__SUBST_MEMBER = 1, KILN__SUBST_START = 2 };
+enum { KILN__SUBST_MEMBER = 1, KILN__SUBST_START = 2, KILN__SUBST_CO_START = 4 };
 /* Read on every op without a lock: whether any pattern is registered and substitution is on,
  * and per opcode whether a pattern has it (START: as a node that reads only inputs, so an
- * instance of the pattern can begin with it). */
+ * instance of the pattern can begin with it; CO_START: as one of several such nodes of a
+ * pattern, so an instance can gain it while another of its nodes is held already). */
 extern atomic_bool kiln__subst_live;
 extern _Atomic uint8_t kiln__subst_codes[KILN__OP_COUNT];
 

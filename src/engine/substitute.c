@@ -31,6 +31,11 @@ static struct {
 
 atomic_bool kiln__subst_live;
 _Atomic uint8_t kiln__subst_codes[KILN__OP_COUNT];
+/* feeds[a] bit b: some pattern has a node of opcode b that reads a node of opcode a */
+static _Atomic uint8_t feeds[KILN__OP_COUNT][(KILN__OP_COUNT + 7) / 8];
+/* bit n: some pattern's input-only node of this opcode has n operands (a product with a bias,
+ * three, starts no attention) */
+static _Atomic uint8_t start_arity[KILN__OP_COUNT];
 
 static void subst_init(void) {
     subst.env_on = kiln__env_flag("KILN_SUBSTITUTE", true);
@@ -134,11 +139,24 @@ bool kiln__subst_register(const kiln__pattern *p, char *why, size_t why_size) {
     int at = n; /* largest first: a larger pattern that matches replaces more */
     while (at > 0 && subst.patterns[at - 1]->n_nodes < copy->n_nodes) subst.patterns[at] = subst.patterns[at - 1], at--;
     subst.patterns[at] = copy;
+    bool leaf[KILN__PAT_MAX_NODES];
+    int n_leaves = 0;
     for (int j = 0; j < copy->n_nodes; j++) {
         const kiln__pat_node *nd = &copy->nodes[j];
-        bool leaf = true;
-        for (int k = 0; k < nd->n_in - ((nd->flags & KILN__PAT_CONST) ? 1 : 0); k++) leaf = leaf && nd->in[k] < 0;
-        atomic_fetch_or(&kiln__subst_codes[nd->code], (uint8_t)(KILN__SUBST_MEMBER | (leaf ? KILN__SUBST_START : 0)));
+        leaf[j] = true;
+        for (int k = 0; k < nd->n_in - ((nd->flags & KILN__PAT_CONST) ? 1 : 0); k++) {
+            if (nd->in[k] < 0) continue;
+            leaf[j] = false;
+            kiln__opcode from = copy->nodes[nd->in[k]].code;
+            atomic_fetch_or(&feeds[from][nd->code / 8], (uint8_t)(1u << nd->code % 8));
+        }
+        n_leaves += leaf[j];
+    }
+    for (int j = 0; j < copy->n_nodes; j++) {
+        uint8_t role = KILN__SUBST_MEMBER;
+        if (leaf[j]) role |= KILN__SUBST_START | (n_leaves > 1 ? KILN__SUBST_CO_START : 0);
+        if (leaf[j]) atomic_fetch_or(&start_arity[copy->nodes[j].code], (uint8_t)(1u << copy->nodes[j].n_in));
+        atomic_fetch_or(&kiln__subst_codes[copy->nodes[j].code], role);
     }
     atomic_store(&subst.n, n + 1);
     pthread_mutex_unlock(&subst.lock);
@@ -176,6 +194,7 @@ typedef struct {
 static _Thread_local matches found;
 static int match_all(const kiln__subst_hold *h, matches *m);
 static void let_go(kiln__window *w, bool owner, const matches *m);
+static bool continues(const kiln__subst_hold *h, const kiln__op *op);
 
 bool kiln__subst_uses(const kiln__window *w, const kiln__storage *s) {
     return w->hold && find(w->hold->st, w->hold->n_st, s) >= 0;
@@ -203,7 +222,15 @@ bool kiln__subst_hold_op(kiln__window *w, const kiln__op *op, bool *let_go_of) {
     uint8_t codes = atomic_load_explicit(&kiln__subst_codes[op->code], memory_order_relaxed);
     kiln__subst_hold *h = w->hold;
     bool holding = h && h->n_ops > 0;
-    if (holding && (!(codes & KILN__SUBST_MEMBER) || !holdable(op) || h->n_ops == HOLD_MAX_OPS || !storages_fit(h, op)))
+    /* An op that does not continue what is held lets go of it too: what is held keeps its
+     * memory and its work from the engine until then, and an instance that a later op would
+     * complete must have been written with other ops in the middle of it. (A pattern with one
+     * input-only node has every other node after it, so an op that starts a new instance
+     * cannot join one held already; one with several such nodes can: CO_START.) Tracked
+     * attention's backward held the products of one chunk of rows while the next chunk's were
+     * made: 20.5 MiB instead of 12.5 (tests/test_grad_checkpoint.c). */
+    if (holding && (!(codes & KILN__SUBST_MEMBER) || !holdable(op) || h->n_ops == HOLD_MAX_OPS ||
+                    (!(codes & KILN__SUBST_CO_START) && !continues(h, op)) || !storages_fit(h, op)))
         kiln__subst_resolve(w, true), holding = false, *let_go_of = true;
     /* an op that may start another instance while everything held is a complete match (a
      * layer norm after a layer norm): replaced now, so the hold never fills with them */
@@ -211,7 +238,9 @@ bool kiln__subst_hold_op(kiln__window *w, const kiln__op *op, bool *let_go_of) {
         let_go(w, true, &found);
         holding = false, *let_go_of = true;
     }
-    if (!holding && (!(codes & KILN__SUBST_START) || !holdable(op))) return false;
+    if (!holding && (!(codes & KILN__SUBST_START) || !holdable(op) ||
+                     !(atomic_load_explicit(&start_arity[op->code], memory_order_relaxed) >> op->n_in & 1)))
+        return false;
     if (!h && !(h = w->hold = calloc(1, sizeof *h))) return false;
     if (!storages_fit(h, op)) return false;
     kiln__op_copy(&h->ops[h->n_ops++], op);
@@ -233,10 +262,15 @@ bool kiln__subst_defer_free(kiln__window *w, kiln__storage *s, bool owner) {
         kiln__subst_resolve(w, owner);
         return false;
     }
-    /* (its memory stays until the hold lets go: giving it back at once, for the held op that
-     * writes it first to take again when it runs, gave layer norms over two dims wrong values
-     * whenever that op ran on its caller's thread (test_layer_norm_fn, 10 of 40 runs with
-     * KILN_INLINE_MAX_BYTES=100000, 0 of 120 without the early drop)) */
+    /* Its memory stays until the hold lets go (the ops that now end a hold keep that short).
+     * Giving it back at once, for the held op writing it first to take again, made two threads
+     * take memory for one storage: the op writing it first, let go and run on a worker, and
+     * the frontend flushing a later group that writes it too (fusion.c then took memory for
+     * what a group stores at its flush). Each wrote its own block, and the group's readers saw
+     * the other's: wrong values and NaN gradients in test_layer_norm_fn's layer norms over two
+     * dims (4 of 100 runs with KILN_INLINE_MAX_BYTES=100000, which only changes who runs
+     * when; 0 of 100 with that allocation made atomic). Memory for a storage must be taken by
+     * the thread that runs an op writing it (engine.c), never at dispatch. */
     h->dead[h->n_dead++] = s;
     kiln__window_count_held(w);
     return true;
@@ -291,6 +325,19 @@ static int writer_before(const kiln__subst_hold *h, const kiln__storage *s, int 
     for (int i = before - 1; i >= 0; i--)
         if (h->ops[i].out[0].storage == s) return i;
     return -1;
+}
+
+/* Whether op reads, whole, the result of a held op that some pattern has a node of op's kind
+ * read: without that, no instance that holds one of the held ops can hold op as well. */
+static bool continues(const kiln__subst_hold *h, const kiln__op *op) {
+    for (int k = 0; k < op->n_in; k++) {
+        const kiln__view *v = &op->in[k];
+        int w = v->storage ? writer_before(h, v->storage, h->n_ops) : -1;
+        if (w < 0) continue;
+        uint8_t consumers = atomic_load_explicit(&feeds[h->ops[w].code][op->code / 8], memory_order_relaxed);
+        if ((consumers >> op->code % 8 & 1) && reads_result(v, &h->ops[w].out[0])) return true;
+    }
+    return false;
 }
 
 static bool last_dim_only(const kiln__op *op) {
@@ -456,7 +503,8 @@ static int match_all(const kiln__subst_hold *h, matches *m) {
         if (m->taken[r] >= 0) continue;
         for (int k = 0; k < n_patterns; k++) {
             const kiln__pattern *p = subst.patterns[k];
-            if (p->nodes[p->n_nodes - 1].code != h->ops[r].code) continue;
+            /* (a match rooted at r is n_nodes ops up to r: a product held alone matches none) */
+            if (p->n_nodes > r + 1 || p->nodes[p->n_nodes - 1].code != h->ops[r].code) continue;
             if (!try_pattern(p, h, r, m->taken, &s, &m->rep[r], &m->refused_consumer, &m->refused_shape)) continue;
             for (int i = 0; i < n; i++)
                 if (s.op_node[i] >= 0) m->taken[i] = s.op_node[i], n_taken++;
@@ -474,9 +522,12 @@ static void let_go(kiln__window *w, bool owner, const matches *m) {
     const int8_t *taken = m->taken;
     const bool *is_root = m->is_root;
     const kiln__op *rep = m->rep;
-    for (int i = 0; i < n; i++) atomic_fetch_add(&subst.substituted, is_root[i]);
-    atomic_fetch_add(&subst.refused_consumer, m->refused_consumer);
-    atomic_fetch_add(&subst.refused_shape, m->refused_shape);
+    int n_roots = 0;
+    for (int i = 0; i < n; i++) n_roots += is_root[i];
+    /* (shared counters: touched only when they change, most let-goes replace nothing) */
+    if (n_roots) atomic_fetch_add(&subst.substituted, n_roots);
+    if (m->refused_consumer) atomic_fetch_add(&subst.refused_consumer, m->refused_consumer);
+    if (m->refused_shape) atomic_fetch_add(&subst.refused_shape, m->refused_shape);
     h->n_ops = 0; /* (admitting may flush the group, never the hold) */
     atomic_store_explicit(&w->n_hold, 0, memory_order_relaxed);
     for (int i = 0; i < n; i++) {

@@ -3,17 +3,14 @@
  * first op that can start one (a mean, a matmul), so that the pattern is there before that op
  * is queued; a program that never reduces or multiplies matrices registers none.
  *
- * Attention's only with KILN_SUBSTITUTE_ATTENTION=1 for now: its pattern starts with a matrix
- * product, so every product waits in the hold, and tracked attention's backward (chunked
- * products, src/autodiff/rules_attention.c) then peaks at 20.5 MiB instead of 12.5
- * (tests/test_grad_checkpoint.c's attention_keeps_no_weights), for a reason not found yet. */
+ * Attention's is on unless KILN_SUBSTITUTE_ATTENTION=0 (all of substitution: KILN_SUBSTITUTE=0). */
 #include <pthread.h>
 
 #include "ops/ops-impl.h"
 
 static void register_all(void) {
     kiln__layer_norm_patterns_register();
-    if (kiln__env_flag("KILN_SUBSTITUTE_ATTENTION", false)) kiln__attention_patterns_register();
+    if (kiln__env_flag("KILN_SUBSTITUTE_ATTENTION", true)) kiln__attention_patterns_register();
 }
 
 void kiln__builtin_patterns_ensure(void) {

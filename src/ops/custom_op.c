@@ -186,16 +186,22 @@ kiln__tensor *kiln__t_custom(kiln__opctx *c, const kiln_custom_op *op, int n, ki
 
 /* ---- the trampoline ---------------------------------------------------------------------- */
 
-static void operand_of(const kiln__view *v, kiln_custom_operand *o) {
-    *o = (kiln_custom_operand){.data = v->storage ? kiln__view_ptr(v) : NULL, .dtype = v->dtype, .ndim = v->ndim,
-                               .shape = v->shape, .strides = v->strides};
+static void operand_of(const kiln__view *v, kiln_custom_operand *o, double *number) {
+    if (!v->storage) { /* a number a pattern captured (KILN_PATTERN_NUMBER): a 0-d f64 */
+        *number = v->scalar;
+        *o = (kiln_custom_operand){.data = number, .dtype = KILN_F64, .ndim = 0, .shape = v->shape, .strides = v->strides};
+        return;
+    }
+    *o = (kiln_custom_operand){.data = kiln__view_ptr(v), .dtype = v->dtype, .ndim = v->ndim, .shape = v->shape,
+                               .strides = v->strides};
 }
 
 static kiln_status run_cpu(const kiln__op *rec, int threads) {
     const kiln_custom_op *op = (const kiln_custom_op *)kiln__custom_of(rec);
     kiln_custom_operand ins[KILN_CUSTOM_MAX_INPUTS], out;
-    for (int i = 0; i < rec->n_in; i++) operand_of(&rec->in[i], &ins[i]);
-    operand_of(&rec->out[0], &out);
+    double numbers[KILN_CUSTOM_MAX_INPUTS];
+    for (int i = 0; i < rec->n_in; i++) operand_of(&rec->in[i], &ins[i], &numbers[i]);
+    operand_of(&rec->out[0], &out, NULL);
     kiln__kernel_error("%s", "");
     kiln_status st = op->def.cpu_kernel(rec->n_in, ins, &out, threads, op->def.user_data);
     if (st != KILN_OK && !kiln__kernel_error_detail()[0]) kiln__kernel_error("kernel returned %s", kiln_status_str(st));

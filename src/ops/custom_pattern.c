@@ -23,6 +23,7 @@ static bool opcode_of(kiln_pattern_op op, kiln__opcode *code, int *n_in, uint8_t
         [KILN_PATTERN_SUM_LAST] = {KILN__OP_SUM, 1, KILN__PAT_LAST_DIM},
         [KILN_PATTERN_MAX_LAST] = {KILN__OP_MAX, 1, KILN__PAT_LAST_DIM},
         [KILN_PATTERN_SOFTMAX_LAST] = {KILN__OP_SOFTMAX, 1, KILN__PAT_LAST_DIM},
+        [KILN_PATTERN_MATMUL] = {KILN__OP_MATMUL, 2, 0},
     };
     if ((unsigned)op >= sizeof table / sizeof table[0] || table[op].n_in == 0) return false;
     *code = table[op].code, *n_in = table[op].n_in, *flags = table[op].flags;
@@ -36,7 +37,11 @@ static bool build_custom(const kiln__subst_match *m, kiln__op *rep, const void *
     kiln_custom_meta metas[KILN_CUSTOM_MAX_INPUTS], meta = {.dtype = out->dtype, .ndim = -1};
     for (int i = 0; i < n; i++) {
         const kiln__view *v = &m->slot[i];
-        if (!v->storage || v->storage->device != KILN_CPU) return false;
+        if (!v->storage) { /* a number (KILN_PATTERN_NUMBER): run_cpu gives it as a 0-d f64 */
+            metas[i] = (kiln_custom_meta){.dtype = KILN_F64, .ndim = 0};
+            continue;
+        }
+        if (v->storage->device != KILN_CPU) return false;
         metas[i] = (kiln_custom_meta){.dtype = v->dtype, .ndim = v->ndim};
         memcpy(metas[i].shape, v->shape, sizeof metas[i].shape);
     }
@@ -68,6 +73,7 @@ bool kiln__custom_pattern_make(const kiln_custom_op *op, kiln__pattern *p, char 
         return false;
     }
     p->n_nodes = def->pattern_len;
+    uint32_t tensor_slots = 0;
     for (int j = 0; j < def->pattern_len; j++) {
         const kiln_pattern_node *in = &def->pattern[j];
         kiln__pat_node *nd = &p->nodes[j];
@@ -84,13 +90,26 @@ bool kiln__custom_pattern_make(const kiln_custom_op *op, kiln__pattern *p, char 
                 nd->constant = in->constant;
                 continue;
             }
+            int number = KILN_PATTERN_NUMBER(0) - r; /* the input a number becomes, if r is one */
+            if (k == 1 && n_in == 2 && number >= 0 && number < KILN__PAT_MAX_SLOTS) {
+                p->scalar_slots |= 1u << number;
+                nd->in[k] = (int8_t)KILN__PAT_SLOT(number);
+                continue;
+            }
             if (r == KILN_PATTERN_CONSTANT || r < -KILN__PAT_MAX_SLOTS || r >= KILN__PAT_MAX_NODES) {
                 snprintf(why, size, "pattern of %s: node %d's input %d is %d (an input, an earlier node, or a binary op's "
-                         "second operand KILN_PATTERN_CONSTANT)", op->name, j, k, r);
+                         "second operand KILN_PATTERN_CONSTANT or KILN_PATTERN_NUMBER)", op->name, j, k, r);
                 return false;
             }
+            if (r < 0) tensor_slots |= 1u << (-1 - r);
             nd->in[k] = (int8_t)r;
         }
     }
+    for (int k = 0; k < p->n_slots; k++)
+        if ((p->scalar_slots & tensor_slots) >> k & 1) {
+            snprintf(why, size, "pattern of %s: input %d is a number in one node (KILN_PATTERN_NUMBER) and a tensor in another",
+                     op->name, k);
+            return false;
+        }
     return kiln__subst_check(p, why, size);
 }
