@@ -16,6 +16,7 @@ way, the faster of the two and the one the ratio is taken against).
 --limit N trains N batches per epoch (the C example: --limit N*128); --synthetic uses random
 images of the same shape where Debian's dataset-fashion-mnist is not installed."""
 import argparse
+import importlib.util
 import json
 import os
 import resource
@@ -173,9 +174,9 @@ def main():
     if "c" in sides and (not args.c_example or args.synthetic):
         sys.stderr.write("the C example is not built (or no dataset): its side skipped\n")
         sides.remove("c")
-    try:
-        import torch  # noqa: F401
-    except ImportError:
+    # found, not imported: a child's peak RSS starts from its parent's at the fork (Linux keeps
+    # the high-water mark across exec), so this process must stay small
+    if importlib.util.find_spec("torch") is None:
         sys.stderr.write("no PyTorch in this interpreter: its sides skipped\n")
         sides = [s for s in sides if not s.startswith("torch")]
     recs = {s: [] for s in sides}
