@@ -3,22 +3,40 @@
  * update is then one fused kernel per parameter, queued from C, instead of about a dozen
  * tensor ops dispatched one by one from Python: for the Fashion-MNIST MLP's Adam that was a
  * fifth of the epoch. The parameters' handles are read at each step, so a tensor Python
- * rebinds (load_state_dict, an in-place op under no_grad) is followed with its state. */
+ * rebinds (an in-place op under no_grad) is followed with its state. A step waits for the
+ * gradients without the GIL, so a second Python thread could enter the same optimizer
+ * meanwhile: a `busy` flag, read and set under the GIL, refuses it (as data.c's loader does). */
 #include "kiln_py.h"
 
 #include <kiln/optim.h>
 
 static const char CAPSULE[] = "kiln.optimizer";
 
+typedef struct {
+    kiln_optimizer *opt;
+    bool busy;
+} py_optim;
+
 static void optimizer_destroy(PyObject *capsule) {
-    kiln_optimizer *opt = PyCapsule_GetPointer(capsule, CAPSULE);
-    if (opt) kiln_optimizer_free(opt);
+    py_optim *p = PyCapsule_GetPointer(capsule, CAPSULE);
+    if (!p) return;
+    kiln_optimizer_free(p->opt);
+    PyMem_Free(p);
 }
 
-static kiln_optimizer *optimizer_of(PyObject *o) {
-    kiln_optimizer *opt = PyCapsule_IsValid(o, CAPSULE) ? PyCapsule_GetPointer(o, CAPSULE) : NULL;
-    if (!opt && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "not a kiln optimizer");
-    return opt;
+/* The optimizer of a capsule, claimed for this call (release with p->busy = false). */
+static py_optim *claim(PyObject *o) {
+    py_optim *p = PyCapsule_IsValid(o, CAPSULE) ? PyCapsule_GetPointer(o, CAPSULE) : NULL;
+    if (!p) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "not a kiln optimizer");
+        return NULL;
+    }
+    if (p->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "this optimizer is stepping in another thread");
+        return NULL;
+    }
+    p->busy = true;
+    return p;
 }
 
 /* An option as kiln reads it: a 0 there means "the default", so a real 0 is KILN_ZERO. */
@@ -71,6 +89,7 @@ static PyObject *f_new(PyObject *m, PyObject *const *args, Py_ssize_t n) {
             return PyErr_Format(PyExc_TypeError, "group %zd must be (params, lr, weight_decay)", g);
         total += PyList_GET_SIZE(PyTuple_GET_ITEM(grp, 0));
     }
+    if (total > INT_MAX / 2) return PyErr_Format(PyExc_ValueError, "%zd parameters: too many", total);
     kiln_tensor *hs = PyMem_Calloc((size_t)(total ? total : 1), sizeof *hs);
     kiln_param_group *groups = PyMem_Calloc((size_t)n_groups, sizeof *groups);
     kiln_optimizer *opt = NULL;
@@ -115,8 +134,14 @@ done:
     PyMem_Free(hs);
     PyMem_Free(groups);
     if (!opt) return NULL;
-    PyObject *capsule = PyCapsule_New(opt, CAPSULE, optimizer_destroy);
-    if (!capsule) kiln_optimizer_free(opt);
+    py_optim *p = PyMem_Calloc(1, sizeof *p);
+    PyObject *capsule = p ? PyCapsule_New(p, CAPSULE, optimizer_destroy) : PyErr_NoMemory();
+    if (!capsule) {
+        kiln_optimizer_free(opt);
+        PyMem_Free(p);
+        return NULL;
+    }
+    p->opt = opt;
     return capsule;
 }
 
@@ -125,18 +150,21 @@ done:
 static PyObject *f_step(PyObject *m, PyObject *const *args, Py_ssize_t n) {
     (void)m;
     if (n != 3) return PyErr_Format(PyExc_TypeError, "_optimizer_step(opt, params, grads)");
-    kiln_optimizer *opt = optimizer_of(args[0]);
-    if (!opt) return NULL;
     if (!PyList_Check(args[1])) return PyErr_Format(PyExc_TypeError, "params must be a list");
     Py_ssize_t np_ = PyList_GET_SIZE(args[1]);
+    if (np_ > INT_MAX / 2) return PyErr_Format(PyExc_ValueError, "%zd parameters: too many", np_);
     kiln_tensor small[32 * 2], *hs = np_ <= 32 ? small : PyMem_Calloc((size_t)np_ * 2, sizeof *hs);
     if (!hs) return PyErr_NoMemory();
     PyObject *ret = NULL;
-    if (handles(args[1], np_, false, hs, "params") < 0 || handles(args[2], np_, true, hs + np_, "grads") < 0) goto done;
+    py_optim *p = NULL;
+    if (handles(args[1], np_, false, hs, "params") < 0 || handles(args[2], np_, true, hs + np_, "grads") < 0 ||
+        !(p = claim(args[0])))
+        goto done;
     kp_site();
     kiln_status st;
-    Py_BEGIN_ALLOW_THREADS st = kiln_optimizer_step_tensors(opt, (int)np_, hs, hs + np_);
+    Py_BEGIN_ALLOW_THREADS st = kiln_optimizer_step_tensors(p->opt, (int)np_, hs, hs + np_);
     Py_END_ALLOW_THREADS
+    p->busy = false;
     ret = st == KILN_OK ? Py_NewRef(Py_None) : kp_raise_status(st);
 done:
     if (hs != small) PyMem_Free(hs);
@@ -147,12 +175,15 @@ done:
 static PyObject *f_set_lr(PyObject *m, PyObject *const *args, Py_ssize_t n) {
     (void)m;
     if (n != 3) return PyErr_Format(PyExc_TypeError, "_optimizer_set_lr(opt, group, lr)");
-    kiln_optimizer *opt = optimizer_of(args[0]);
-    long group = opt ? PyLong_AsLong(args[1]) : -1;
+    long group = PyLong_AsLong(args[1]);
     double lr;
-    if (!opt || PyErr_Occurred() || option(args[2], &lr) < 0) return NULL;
+    if ((group == -1 && PyErr_Occurred()) || option(args[2], &lr) < 0) return NULL;
+    if (group < INT_MIN || group > INT_MAX) return PyErr_Format(PyExc_IndexError, "group %ld out of range", group);
+    py_optim *p = claim(args[0]);
+    if (!p) return NULL;
     kp_site();
-    kiln_status st = kiln_optimizer_set_group_lr(opt, (int)group, lr);
+    kiln_status st = kiln_optimizer_set_group_lr(p->opt, (int)group, lr);
+    p->busy = false;
     return st == KILN_OK ? Py_NewRef(Py_None) : kp_raise_status(st);
 }
 

@@ -115,3 +115,29 @@ def test_step_errors():
         kiln._C._optimizer_step(opt._c, [w], [])
     with pytest.raises(ValueError):
         kiln._C._optimizer_new("lbfgs", [([w], 0.1, 0.0)], ())
+
+
+def test_two_threads_stepping_one_optimizer():
+    # a step waits for its gradients without the GIL; a second thread entering the same
+    # optimizer meanwhile is refused with RuntimeError, never a crash or a torn update
+    import threading
+
+    w = kiln.ones(600, 600, requires_grad=True)
+    opt = kiln.optim.SGD([w], lr=1e-6)
+    errors = []
+
+    def steps():
+        for _ in range(10):
+            try:
+                opt.step()
+            except RuntimeError as e:
+                errors.append(str(e))
+
+    ((w @ w).sum()).backward()  # a gradient that takes a while: the steps overlap it
+    threads = [threading.Thread(target=steps) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all("another thread" in e for e in errors), errors
+    assert np.isfinite(w.numpy()).all()
