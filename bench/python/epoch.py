@@ -5,8 +5,9 @@ PyTorch, against kiln's C example (examples/fashion_mnist --bench) on the same m
 
 Each side runs in its own process, sides alternating round by round; a round is two epochs and
 reports their mean, as the C example's --bench does (model building, data loading and the
-evaluation are outside the time). Printed: each side's median over the rounds, its peak RSS, and
-the ratios. PyTorch runs twice: "torch" with torch.utils.data.DataLoader (the script as written),
+evaluation are outside the time). Printed: each side's median over the rounds of the wall time
+and of the CPU time of all its threads (steadier on a machine loaded past its cores), its peak
+RSS, and the ratios. PyTorch runs twice: "torch" with torch.utils.data.DataLoader (the script as written),
 "torch-sliced" with batches sliced from a shuffled in-memory tensor (bench/peers/torch_peer.py's
 way, the faster of the two and the one the ratio is taken against).
 
@@ -54,7 +55,7 @@ def train(lib, x, y, epochs, batches=None):
     """The training script, written once for both libraries (lib: the kiln or the torch module;
     their APIs agree): a Module subclass, Adam, a DataLoader over a TensorDataset. batches, when
     given, replaces the DataLoader's iteration (the sliced PyTorch peer). Returns each epoch's
-    seconds and the last loss."""
+    wall and CPU seconds and the last loss."""
     nn = lib.nn
     DataLoader, TensorDataset = lib.utils.data.DataLoader, lib.utils.data.TensorDataset
     lib.manual_seed(1)
@@ -71,9 +72,9 @@ def train(lib, x, y, epochs, batches=None):
     model = MLP()
     opt = lib.optim.Adam(model.parameters(), lr=1e-3)
     loader = DataLoader(TensorDataset(lib.from_numpy(x), lib.from_numpy(y)), batch_size=BATCH, shuffle=True)
-    times = []
+    times, cpu = [], []
     for _ in range(epochs):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for images, labels in (batches() if batches else loader):
             loss = nn.functional.cross_entropy(model(images), labels)
             opt.zero_grad()
@@ -82,7 +83,8 @@ def train(lib, x, y, epochs, batches=None):
         if lib.__name__ == "kiln":
             lib.sync()  # the epoch's work done, not only queued
         times.append(time.perf_counter() - t0)
-    return times, loss.item()
+        cpu.append(time.process_time() - c0)  # every thread's, as the C example's cpu_ms
+    return times, cpu, loss.item()
 
 
 def kiln_epochs(x, y, epochs):
@@ -113,11 +115,12 @@ def run_side(args):
     """One round of one Python side, in this process: prints one JSON line."""
     x, y = training_set(args.synthetic, args.limit)
     if args.side == "kiln":
-        times, loss = kiln_epochs(x, y, args.epochs)
+        times, cpu, loss = kiln_epochs(x, y, args.epochs)
     else:
-        times, loss = torch_epochs(x, y, args.epochs, sliced=args.side == "torch-sliced", threads=args.torch_threads)
+        times, cpu, loss = torch_epochs(x, y, args.epochs, sliced=args.side == "torch-sliced", threads=args.torch_threads)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     print(json.dumps({"side": args.side, "ms": 1e3 * statistics.mean(times), "epochs_ms": [1e3 * t for t in times],
+                      "cpu_ms": 1e3 * statistics.mean(cpu),
                       "rss_mib": rss, "loss": loss}), flush=True)
 
 
@@ -185,18 +188,20 @@ def main():
             rec = one_round(side, args)
             if rec:
                 recs[side].append(rec)
-                print(f"round {r + 1} {side:12s} {rec['ms']:8.1f} ms", flush=True)
-    med = {}
+                print(f"round {r + 1} {side:12s} {rec['ms']:8.1f} ms, CPU {rec['cpu_ms']:8.1f} ms", flush=True)
+    med, med_cpu = {}, {}
     for side, rs in recs.items():
         if rs:
             med[side] = statistics.median(r["ms"] for r in rs)
+            med_cpu[side] = statistics.median(r["cpu_ms"] for r in rs)
             rss = max(r["rss_mib"] for r in rs)
-            print(f"epoch {side:12s} median {med[side]:8.1f} ms over {len(rs)} rounds, peak RSS {rss:6.1f} MiB")
+            print(f"epoch {side:12s} median {med[side]:8.1f} ms (CPU {med_cpu[side]:8.1f} ms) over {len(rs)} rounds, "
+                  f"peak RSS {rss:6.1f} MiB")
     if "kiln" in med:
         for peer in ("torch-sliced", "torch", "c"):
             if peer in med:
-                print(f"ratio kiln/{peer}: {med['kiln'] / med[peer]:.2f}")
-    print(json.dumps({"name": "python_fashion_mnist_mlp_epoch", "median_ms": med}))
+                print(f"ratio kiln/{peer}: {med['kiln'] / med[peer]:.2f} (CPU time {med_cpu['kiln'] / med_cpu[peer]:.2f})")
+    print(json.dumps({"name": "python_fashion_mnist_mlp_epoch", "median_ms": med, "median_cpu_ms": med_cpu}))
 
 
 if __name__ == "__main__":
