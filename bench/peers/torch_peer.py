@@ -14,6 +14,8 @@ import time
 
 import torch
 
+from idx_reader import load_idx  # noqa: F401  (also the other peers' and bench/python's)
+
 torch.set_num_threads(2)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -235,18 +237,6 @@ def async_demo_numpy(runs):
             a @ a
 
     report("async_demo", timed(run, runs), side="numpy")
-
-
-def load_idx(path):
-    import gzip
-
-    import numpy as np
-
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
 def fashion_mnist_epoch(kind, runs):

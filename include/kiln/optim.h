@@ -181,6 +181,16 @@ KILN_API kiln_optimizer *kiln_adagrad_new_groups(int n_groups, const kiln_param_
  * in a training loop; the updates themselves then run asynchronously, and an update that
  * cannot run leaves its parameter as it was (reported by the next sync). */
 KILN_API kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g);
+/* kiln_optimizer_step for a caller that holds the gradients as tensors (a binding's .grad):
+ * grads[i] (not consumed; KILN_NONE: params[i] is not updated) is the gradient of params[i]
+ * (not consumed), and params are the optimizer's n parameters in the order it was made with
+ * (kiln_*_new_params, or the groups' in order; not a module's optimizer: KILN_ERR_INVALID_ARGUMENT).
+ * A params[i] that is another tensor than the optimizer holds (the caller replaced it) is
+ * followed from now on, its state kept (KILN_ERR_SHAPE if its shape or dtype changed). Same
+ * waits, checks and statuses as kiln_optimizer_step; no parameter or state changes when a
+ * check fails. */
+KILN_API kiln_status kiln_optimizer_step_tensors(kiln_optimizer *opt, int n, const kiln_tensor *params,
+                                                 const kiln_tensor *grads);
 /* Sets every group's learning rate; kiln_optimizer_lr reads group 0's. */
 KILN_API void kiln_optimizer_set_lr(kiln_optimizer *opt, double lr);
 KILN_API double kiln_optimizer_lr(const kiln_optimizer *opt);
@@ -227,6 +237,7 @@ KILN_API kiln_status kiln_checkpoint_load(const char *path, kiln_module *model, 
 /* The calls that record the caller's file:line, as in core.h's list. */
 #define KILN_OPTIM_API(X) \
     X(kiln_optimizer *, sgd_new_params, (int n, const kiln_tensor *params, kiln_sgd_options o), (n, params, o)) \
+    X(kiln_status, optimizer_step_tensors, (kiln_optimizer *opt, int n, const kiln_tensor *params, const kiln_tensor *grads), (opt, n, params, grads)) \
     X(kiln_optimizer *, adam_new_params, (int n, const kiln_tensor *params, kiln_adam_options o), (n, params, o)) \
     X(kiln_optimizer *, sgd_new_groups, (int n_groups, const kiln_param_group *groups, kiln_sgd_options o), (n_groups, groups, o)) \
     X(kiln_optimizer *, adam_new_groups, (int n_groups, const kiln_param_group *groups, kiln_adam_options o), (n_groups, groups, o)) \
@@ -251,6 +262,7 @@ KILN_OPTIM_API(KILN__AT_DECLARE)
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
 #pragma GCC system_header /* see core.h: errors in these calls name the caller's line */
 #define kiln_sgd_new_params(...) KILN__AT(sgd_new_params, __VA_ARGS__)
+#define kiln_optimizer_step_tensors(...) KILN__AT(optimizer_step_tensors, __VA_ARGS__)
 #define kiln_adam_new_params(...) KILN__AT(adam_new_params, __VA_ARGS__)
 #define kiln_sgd_new_groups(...) KILN__AT(sgd_new_groups, __VA_ARGS__)
 #define kiln_adam_new_groups(...) KILN__AT(adam_new_groups, __VA_ARGS__)

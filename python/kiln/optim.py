@@ -1,8 +1,14 @@
-"""kiln.optim: SGD, Adam, AdamW, RMSprop and Adagrad over parameter lists or groups, written as
-in-place tensor updates under no_grad (each update reuses the parameter's buffer)."""
+"""kiln.optim: SGD, Adam, AdamW, RMSprop and Adagrad over parameter lists or groups.
+
+SGD, Adam and AdamW run on kiln's C optimizers (kiln/optim.h): one fused update per parameter
+queued from C at each step (python/src/optim.c), with the learning rates of param_groups read
+at every step, so schedulers work as with PyTorch. RMSprop, Adagrad, and any parameters the C
+optimizers refuse (not float32/float64), update in Python as in-place tensor ops under
+no_grad (each update reuses the parameter's buffer)."""
 import math
 
 import kiln
+from kiln import _C
 
 
 class Optimizer:
@@ -22,6 +28,28 @@ class Optimizer:
             self.param_groups.append(group)
         self.defaults = defaults
         self.state = {}
+        self._c = self._c_new()
+
+    def _c_kind(self):
+        """(kind, options) of the C optimizer that does this one's updates, or None."""
+        return None
+
+    def _c_fixed(self):
+        """The hyperparameters the C optimizer took when made, besides the learning rates."""
+        return [{k: v for k, v in g.items() if k not in ("params", "lr")} for g in self.param_groups]
+
+    def _c_new(self):
+        spec = self._c_kind()
+        if spec is None:
+            return None
+        self._c_params = [p for g in self.param_groups for p in g["params"]]
+        self._c_lrs = [g["lr"] for g in self.param_groups]
+        self._c_made_with = self._c_fixed()
+        groups = [(g["params"], float(g["lr"]), float(g["weight_decay"])) for g in self.param_groups]
+        try:
+            return _C._optimizer_new(spec[0], groups, spec[1])
+        except kiln.KilnError:  # e.g. float16 parameters: the Python updates below take them
+            return None
 
     def zero_grad(self, set_to_none=True):
         for g in self.param_groups:
@@ -29,16 +57,33 @@ class Optimizer:
                 p.grad = None
 
     def step(self):
+        if self._c is not None:
+            return self._c_step()
         with kiln.no_grad():
             for g in self.param_groups:
                 for p in g["params"]:
                     if p.grad is not None:
                         self._update(p, p.grad, g, self.state.setdefault(id(p), {}))
 
+    def _c_step(self):
+        if self._c_fixed() != self._c_made_with:
+            raise RuntimeError("kiln.optim: only the learning rate of a parameter group can change after the "
+                               "optimizer is made (make a new optimizer for other hyperparameters)")
+        for i, g in enumerate(self.param_groups):
+            if g["lr"] != self._c_lrs[i]:
+                _C._optimizer_set_lr(self._c, i, float(g["lr"]))
+                self._c_lrs[i] = g["lr"]
+        _C._optimizer_step(self._c, self._c_params, [p.grad for p in self._c_params])
+
 
 class SGD(Optimizer):
     def __init__(self, params, lr=1e-3, momentum=0.0, weight_decay=0.0):
         super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay))
+
+    def _c_kind(self):
+        if len({g["momentum"] for g in self.param_groups}) != 1:
+            return None  # one momentum in the C optimizer; per-group ones update here
+        return "sgd", (float(self.param_groups[0]["momentum"]), 0.0, False)
 
     def _update(self, p, g, group, state):
         if group["weight_decay"]:
@@ -59,6 +104,12 @@ class Adam(Optimizer):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    def _c_kind(self):
+        if len({(tuple(g["betas"]), g["eps"]) for g in self.param_groups}) != 1:
+            return None  # the C optimizer has one set of betas and eps; per-group ones update here
+        b1, b2 = self.param_groups[0]["betas"]
+        return "adam", (float(b1), float(b2), float(self.param_groups[0]["eps"]), self.decoupled)
 
     def _update(self, p, g, group, state):
         b1, b2 = group["betas"]

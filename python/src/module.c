@@ -17,6 +17,7 @@ extern PyMethodDef kp_functional_functions[];
 extern PyMethodDef kp_dlpack_methods[], kp_dlpack_functions[], kp_io_functions[];
 extern PyMethodDef kp_summary_functions[]; /* summary.c: kiln.utils.tensorboard */
 extern PyMethodDef kp_data_functions[];    /* data.c: kiln.utils.data's loader */
+extern PyMethodDef kp_optim_functions[];   /* optim.c: kiln.optim's fused updates */
 extern PyMethodDef kp_layer_functions[];   /* layers.c: kiln.nn.LSTM, GRU, MultiheadAttention */
 extern PyMethodDef kp_layer_module_functions[]; /* layer_modules.c: kiln.nn's other C layers */
 int kp_custom_ops_init(PyObject *module);  /* custom_ops.c: kiln.ops, users' registered ops */
@@ -544,7 +545,7 @@ PyMODINIT_FUNC PyInit__C(void) {
         PyModule_AddFunctions(m, kp_functional_functions) < 0 ||
         PyModule_AddFunctions(m, kp_dlpack_functions) < 0 || PyModule_AddFunctions(m, kp_io_functions) < 0 ||
         PyModule_AddFunctions(m, kp_summary_functions) < 0 || PyModule_AddFunctions(m, kp_data_functions) < 0 ||
-        PyModule_AddFunctions(m, kp_layer_functions) < 0 ||
+        PyModule_AddFunctions(m, kp_optim_functions) < 0 || PyModule_AddFunctions(m, kp_layer_functions) < 0 ||
         PyModule_AddFunctions(m, kp_layer_module_functions) < 0 || kp_custom_ops_init(m) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -132,3 +132,27 @@ def test_closed_and_busy_loaders_are_refused():
     stop.set()
     t.join()
     assert all("another thread" in str(e) for e in errors)
+
+
+def test_a_dataset_of_tensors_keeps_them_and_batches_them_as_arrays():
+    # a dataset of kiln tensors holds the tensors themselves (no NumPy copy of a large training
+    # set), goes to the C loader, and batches in Python when it has three of them
+    x, y = pairs()
+    tx, ty = kiln.from_numpy(x), kiln.from_numpy(y)
+    ds = TensorDataset(tx, ty)
+    assert ds.arrays[0] is tx and ds.arrays[1] is ty
+    dl = DataLoader(ds, batch_size=4, shuffle=True)
+    assert dl._loader is not None
+    seen = []
+    for xb, yb in dl:
+        np.testing.assert_array_equal(xb.numpy(), x[yb.numpy()])
+        seen += yb.tolist()
+    assert sorted(seen) == list(range(25))
+    three = DataLoader(TensorDataset(tx, ty, ty), batch_size=10, shuffle=True, seed=4)
+    assert three._loader is None
+    batches = list(three)
+    assert [len(b[0]) for b in batches] == [10, 10, 5]
+    for xb, yb, zb in batches:
+        np.testing.assert_array_equal(xb.numpy(), x[yb.numpy()])
+        np.testing.assert_array_equal(yb.numpy(), zb.numpy())
+    np.testing.assert_array_equal(np.asarray(ds[3][0]), x[3])

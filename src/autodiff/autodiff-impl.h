@@ -146,6 +146,8 @@ bool kiln__grads_late(const kiln_grads *grads);
 void kiln__grads_agree(kiln_grads *grads, kiln__opctx *c);
 /* Whether this walk's graph reaches leaf (a gradient is or will be in the container). */
 bool kiln__grads_expects(const kiln_grads *grads, const kiln__ad_leaf *leaf);
+/* An empty container, as a backward pass starts with (kiln_optimizer_step_tensors fills one). */
+kiln_grads *kiln__grads_new(void);
 /* Puts g (consumed) as leaf's gradient, replacing any; false + c's error on out of memory. */
 bool kiln__grads_put(kiln__opctx *c, kiln_grads *grads, kiln__ad_leaf *leaf, kiln__tensor *g);
 

@@ -516,6 +516,8 @@ bool kiln__grads_expects(const kiln_grads *gs, const kiln__ad_leaf *leaf) {
     return gs && leaf && find_entry((kiln_grads *)gs, leaf) != NULL;
 }
 
+kiln_grads *kiln__grads_new(void) { return grads_new(); }
+
 bool kiln__grads_put(kiln__opctx *c, kiln_grads *gs, kiln__ad_leaf *leaf, kiln__tensor *g) {
     grad_entry *e = entry_for(c, gs, leaf);
     if (!e) return kiln__tensor_release(g), false;

@@ -11,8 +11,11 @@ from kiln import _C
 
 
 class TensorDataset:
+    """Rows of one or more arrays of equal length: NumPy arrays (anything np.asarray takes) or
+    kiln tensors, which are kept as they are rather than copied into NumPy arrays."""
+
     def __init__(self, *arrays):
-        self.arrays = [a.numpy() if isinstance(a, kiln.Tensor) else np.asarray(a) for a in arrays]
+        self.arrays = [a if isinstance(a, kiln.Tensor) else np.asarray(a) for a in arrays]
         n = {len(a) for a in self.arrays}
         if len(n) != 1:
             raise ValueError("TensorDataset arrays differ in length")
@@ -24,9 +27,15 @@ class TensorDataset:
         return tuple(a[i] for a in self.arrays)
 
 
+def _numpy_dtype_name(a):
+    """The NumPy name of an array's or a tensor's dtype (None for kiln dtypes NumPy lacks)."""
+    return a.dtype.numpy_name if isinstance(a, kiln.Tensor) else a.dtype.name
+
+
 def _c_loadable(dataset):
     return (isinstance(dataset, TensorDataset) and len(dataset.arrays) in (1, 2) and len(dataset) > 0
-            and all(a.ndim >= 1 and a.dtype.name in kiln._NUMPY_TO_KILN for a in dataset.arrays))
+            and all(a.ndim >= 1 and _numpy_dtype_name(a) in kiln._NUMPY_TO_KILN
+                    and (not isinstance(a, kiln.Tensor) or str(a.device) == "cpu") for a in dataset.arrays))
 
 
 class DataLoader:
@@ -47,7 +56,7 @@ class DataLoader:
         if _c_loadable(dataset):
             arrays = dataset.arrays if len(dataset.arrays) == 2 else [dataset.arrays[0], np.zeros(len(dataset), np.int32)]
             self._single = len(dataset.arrays) == 1
-            self._loader = _C._loader_new(kiln.tensor(arrays[0]), kiln.tensor(arrays[1]), batch_size, num_workers,
+            self._loader = _C._loader_new(kiln.as_tensor(arrays[0]), kiln.as_tensor(arrays[1]), batch_size, num_workers,
                                           bool(shuffle), bool(drop_last), int(seed))
 
     def __len__(self):
@@ -78,14 +87,14 @@ class DataLoader:
             idx = order[start:start + self.batch_size]
             if self.drop_last and len(idx) < self.batch_size:
                 return
-            if isinstance(self.dataset, TensorDataset):
-                cols = [a[idx] for a in self.dataset.arrays]
+            if isinstance(self.dataset, TensorDataset):  # whole batches by index: a tensor's stays a gather
+                out = tuple(a[kiln.tensor(idx)] if isinstance(a, kiln.Tensor) else kiln.tensor(a[idx])
+                            for a in self.dataset.arrays)
             else:
                 items = [self.dataset[int(i)] for i in idx]
                 if not isinstance(items[0], tuple):
                     items = [(it,) for it in items]
-                cols = [np.stack([np.asarray(it[k]) for it in items]) for k in range(len(items[0]))]
-            out = tuple(kiln.tensor(c) for c in cols)
+                out = tuple(kiln.tensor(np.stack([np.asarray(it[k]) for it in items])) for k in range(len(items[0])))
             yield out if len(out) > 1 else out[0]
 
     def close(self):
