@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "engine/engine-impl.h"
+#include "engine/fusion.h"
 #include "engine/handoff.h"
 #include "kiln_test.h"
 
@@ -94,6 +95,7 @@ KT_TEST(small_op_runs_on_its_caller_large_on_a_worker) {
 KT_TEST(small_group_runs_on_its_caller) {
     if (!kiln_engine_is_async() || !kiln_fusion_enabled()) return;
     int64_t before = kiln__engine_set_inline_max_bytes(4096);
+    kiln__fusion_set_fuse_tiny(1); /* (else each op runs at once, alone: the next test) */
     kiln_tensor x = kiln_full(KILN_CPU, KILN_F32, KILN_SHAPE(8), 0.5);
     KT_CHECK(kiln_sync() == KILN_OK);
     let_workers_sleep();
@@ -114,6 +116,38 @@ KT_TEST(small_group_runs_on_its_caller) {
     KT_CHECK(fused == 1);
     kiln_profiler_stop();
     kiln_release(x);
+    kiln__fusion_set_fuse_tiny(-1);
+    kiln__engine_set_inline_max_bytes(before);
+}
+
+/* By default a tiny op on an idle stream skips the fusion window: it runs at once on its caller,
+ * alone (building a group for it cost a third of its dispatch), with the same value; ops that
+ * follow a queued one still group. */
+KT_TEST(tiny_op_on_an_idle_stream_runs_alone) {
+    if (!kiln_engine_is_async() || !kiln_fusion_enabled()) return;
+    int64_t before = kiln__engine_set_inline_max_bytes(4096);
+    kiln__fusion_set_fuse_tiny(0);
+    kiln_tensor x = kiln_full(KILN_CPU, KILN_F32, KILN_SHAPE(8), 0.5);
+    KT_CHECK(kiln_sync() == KILN_OK);
+    let_workers_sleep();
+    kiln__fusion_stats_reset();
+    kiln_profiler_start();
+    kiln_tensor y = kiln_mul_scalar(kiln_exp(kiln_ref(x)), 2.0);
+    KT_CHECK(worker_of("kiln_exp") == -1 && worker_of("kiln_mul_scalar") == -1); /* both ran at dispatch */
+    kiln_profiler_stop();
+    KT_CHECK(kiln__fusion_stats_get().ops_fused == 0);
+    float v[8];
+    KT_CHECK(kiln_into_data(y, v, sizeof v) == KILN_OK);
+    for (int i = 0; i < 8; i++) KT_NEAR(v[i], 2 * exp(0.5), 1e-6);
+    /* a poisoned input still names its op and line when the op runs at once */
+    int line = __LINE__ + 1;
+    kiln_tensor bad = kiln_add(kiln_ref(x), kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(3)));
+    KT_CHECK(kiln_into_data(bad, v, sizeof v) == KILN_ERR_SHAPE);
+    char where[64];
+    snprintf(where, sizeof where, "test_engine_inline.c:%d", line);
+    KT_CHECK_MSG(strstr(kiln_last_error(), "kiln_add") && strstr(kiln_last_error(), where), "%s", kiln_last_error());
+    kiln_release(x);
+    kiln__fusion_set_fuse_tiny(-1);
     kiln__engine_set_inline_max_bytes(before);
 }
 
@@ -195,6 +229,7 @@ int main(void) {
     KT_RUN(rules_come_from_the_measurement);
     KT_RUN(small_op_runs_on_its_caller_large_on_a_worker);
     KT_RUN(small_group_runs_on_its_caller);
+    KT_RUN(tiny_op_on_an_idle_stream_runs_alone);
     KT_RUN(small_op_waits_for_a_producer_on_another_stream);
     KT_RUN(failure_on_the_caller_names_its_line);
     return kt_finish();

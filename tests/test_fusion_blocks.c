@@ -233,6 +233,8 @@ KT_TEST(avx2_loops_equal_portable) {
 
 int main(void) {
     kt_mem_begin();
+    /* small tensors on an idle stream would run at dispatch, each alone: these tests are of groups */
+    kiln__fusion_set_fuse_tiny(1);
     KT_RUN(fused_blocks_equal_unfused);
     KT_RUN(fused_reductions_equal_unfused);
     KT_RUN(avx2_loops_equal_portable);

@@ -9,6 +9,8 @@
  * 1004 system allocations over 100,000 steps of a small loop, issue #23). The caller keeps the
  * size granted and frees with it, so a block always goes back to its own class. */
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,18 +26,28 @@ typedef struct free_block {
 } free_block;
 
 static struct {
-    pthread_mutex_t lock;
+    atomic_bool lock; /* cache_lock() */
     free_block *classes[NUM_CLASSES];
     size_t cached_bytes;
     size_t cache_limit;
     int caching; /* -1 unknown */
-} cache = {.lock = PTHREAD_MUTEX_INITIALIZER, .caching = -1};
+} cache = {.caching = -1};
+
+/* The cache's lock is held for a list push or pop: a spinlock (one locked instruction), where a
+ * mutex took two and a hundred instructions of each tiny op's allocation and free (callgrind);
+ * a waiter gives its core away, so a holder that was preempted gets it back. */
+static void cache_lock(void) {
+    while (atomic_exchange_explicit(&cache.lock, true, memory_order_acquire))
+        while (atomic_load_explicit(&cache.lock, memory_order_relaxed)) sched_yield();
+}
+
+static void cache_unlock(void) { atomic_store_explicit(&cache.lock, false, memory_order_release); }
 
 void kiln__alloc_fork_lock(bool lock) {
     if (lock)
-        pthread_mutex_lock(&cache.lock);
+        cache_lock();
     else
-        pthread_mutex_unlock(&cache.lock);
+        cache_unlock();
 }
 
 static struct {
@@ -77,9 +89,9 @@ static bool caching_enabled(void) {
         c = !kiln__env_flag("KILN_NO_CACHING", false);
         size_t limit = (size_t)kiln__env_int_range("KILN_CACHE_LIMIT_MB", 0, (int64_t)(SIZE_MAX >> 21),
                                                    (int64_t)(DEFAULT_CACHE_LIMIT >> 20)) << 20;
-        pthread_mutex_lock(&cache.lock);
+        cache_lock();
         cache.cache_limit = limit;
-        pthread_mutex_unlock(&cache.lock);
+        cache_unlock();
         __atomic_store_n(&cache.caching, c, __ATOMIC_RELEASE);
     }
     return c;
@@ -107,9 +119,9 @@ void *kiln__cpu_alloc(size_t nbytes, size_t *granted) {
     size_t rounded = nbytes;
     int cls = caching_enabled() ? kiln__alloc_size_class(nbytes, &rounded) : -1;
     if (cls >= 0) {
-        pthread_mutex_lock(&cache.lock);
+        cache_lock();
         free_block *b = take_cached(cls, rounded, granted);
-        pthread_mutex_unlock(&cache.lock);
+        cache_unlock();
         if (b) {
             kiln__stats_count_alloc(KILN_CPU, false);
             return b;
@@ -127,7 +139,7 @@ void kiln__cpu_free(void *p, size_t nbytes) {
     size_t rounded = nbytes;
     int cls = caching_enabled() ? kiln__alloc_size_class(nbytes, &rounded) : -1;
     if (cls >= 0) {
-        pthread_mutex_lock(&cache.lock);
+        cache_lock();
         if (cache.cached_bytes + rounded <= cache.cache_limit) {
             free_block *b = p;
             b->next = cache.classes[cls];
@@ -135,24 +147,31 @@ void kiln__cpu_free(void *p, size_t nbytes) {
             cache.cached_bytes += rounded;
             p = NULL;
         }
-        pthread_mutex_unlock(&cache.lock);
+        cache_unlock();
     }
     free(p);
 }
 
 void kiln__cpu_empty_cache(void) {
-    pthread_mutex_lock(&cache.lock);
+    free_block *all = NULL; /* freed after the lock: a spinlock is held for short steps only */
+    cache_lock();
     for (int c = 0; c < NUM_CLASSES; c++) {
         free_block *b = cache.classes[c];
         while (b) {
             free_block *next = b->next;
-            free(b);
+            b->next = all;
+            all = b;
             b = next;
         }
         cache.classes[c] = NULL;
     }
     cache.cached_bytes = 0;
-    pthread_mutex_unlock(&cache.lock);
+    cache_unlock();
+    while (all) {
+        free_block *next = all->next;
+        free(all);
+        all = next;
+    }
 }
 
 void kiln__stats_add_in_use(kiln_device dev, int64_t delta) {
@@ -190,9 +209,9 @@ kiln_memory_stats kiln__memory_stats_snapshot(kiln_device dev) {
     s.inplace_reuses = (uint64_t)inplace;
     s.live_tensors = (uint64_t)live;
     if (dev == KILN_CPU) {
-        pthread_mutex_lock(&cache.lock);
+        cache_lock();
         s.bytes_cached = cache.cached_bytes;
-        pthread_mutex_unlock(&cache.lock);
+        cache_unlock();
     }
     return s;
 }

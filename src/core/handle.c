@@ -98,6 +98,8 @@ static void slots_give(const uint32_t *idx, uint32_t n) {
 typedef struct {
     uint32_t n_taken, next_taken, n_freed;
     bool registered;
+    bool leak_ready; /* leak_setup has run (here rather than in a thread-local of its own: in a
+                      * shared library each thread-local is a call to find it) */
     uint32_t taken[LOCAL_SLOTS], freed[LOCAL_SLOTS];
 } local_slots;
 
@@ -122,28 +124,39 @@ static void local_register(void) {
     local.registered = pthread_setspecific(local_key, &local) == 0;
 }
 
-static bool slot_alloc(uint32_t *out) {
-    if (KILN__UNLIKELY(local.next_taken == local.n_taken)) {
+/* This thread's `local`, found once: in a shared library (the Python extension) each access of a
+ * thread-local after a call is another call of __tls_get_addr, which the compiler repeats rather
+ * than keep the address (four per handle made: callgrind); the empty asm hides where the pointer
+ * came from, so it is kept in a register. */
+static inline local_slots *local_get(void) {
+    local_slots *l = &local;
+    __asm__("" : "+r"(l));
+    return l;
+}
+
+
+static bool slot_alloc(local_slots *l, uint32_t *out) {
+    if (KILN__UNLIKELY(l->next_taken == l->n_taken)) {
         /* (unregistered, a thread would take one slot at a time: none is left behind at exit) */
-        if (!local.registered) local_register();
-        local.next_taken = 0;
-        local.n_taken = slots_take(local.taken, local.registered ? LOCAL_SLOTS : 1);
-        if (local.n_taken == 0) return false;
+        if (!l->registered) local_register();
+        l->next_taken = 0;
+        l->n_taken = slots_take(l->taken, l->registered ? LOCAL_SLOTS : 1);
+        if (l->n_taken == 0) return false;
     }
-    *out = local.taken[local.next_taken++];
+    *out = l->taken[l->next_taken++];
     return true;
 }
 
-static void slot_free(uint32_t idx) {
-    if (KILN__UNLIKELY(!local.registered)) local_register();
-    if (KILN__UNLIKELY(!local.registered)) {
+static void slot_free(local_slots *l, uint32_t idx) {
+    if (KILN__UNLIKELY(!l->registered)) local_register();
+    if (KILN__UNLIKELY(!l->registered)) {
         slots_give(&idx, 1);
         return;
     }
-    local.freed[local.n_freed++] = idx;
-    if (local.n_freed == LOCAL_SLOTS) {
-        slots_give(local.freed, local.n_freed);
-        local.n_freed = 0;
+    l->freed[l->n_freed++] = idx;
+    if (l->n_freed == LOCAL_SLOTS) {
+        slots_give(l->freed, l->n_freed);
+        l->n_freed = 0;
     }
 }
 
@@ -181,10 +194,11 @@ static pthread_once_t leak_once = PTHREAD_ONCE_INIT;
 static void leak_setup(void);
 
 kiln_tensor kiln__handle_new(kiln__tensor *t) {
-    static _Thread_local bool leak_ready; /* (pthread_once's own check is a call per handle) */
-    if (KILN__UNLIKELY(!leak_ready)) pthread_once(&leak_once, leak_setup), leak_ready = true;
+    local_slots *l = local_get();
+    /* (pthread_once's own check is a call per handle) */
+    if (KILN__UNLIKELY(!l->leak_ready)) pthread_once(&leak_once, leak_setup), l->leak_ready = true;
     uint32_t idx;
-    if (kiln__alloc_should_fail() || !slot_alloc(&idx)) {
+    if (kiln__alloc_should_fail() || !slot_alloc(l, &idx)) {
         kiln__report(KILN_ERR_OUT_OF_MEMORY, "kiln", "no tensor handle available");
         kiln__tensor_release(t);
         return (kiln_tensor){KILN__OOM_HANDLE_ID};
@@ -263,7 +277,7 @@ kiln__tensor *kiln__handle_take(kiln_tensor h, const char *op, kiln__error **err
             atomic_store_explicit(&s->consumed_by, op, memory_order_relaxed);
             atomic_store_explicit(&s->consumed_file, site.file, memory_order_relaxed);
             atomic_store_explicit(&s->consumed_line, site.line, memory_order_relaxed);
-            slot_free((uint32_t)h.id - 1);
+            slot_free(local_get(), (uint32_t)h.id - 1);
             return t;
         }
     }

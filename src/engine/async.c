@@ -166,12 +166,14 @@ static void engine_before_fork(void) {
     /* no kernel may be running either, on any thread: OpenBLAS shuts its threads down in its own
      * fork handler, and a GEMM still running then leaves a thread it waits for forever */
     kiln__kernels_hold();
+    kiln__var_spares_fork_lock(true);
     if (!engine.async) return;
     pthread_mutex_lock(&engine.all_lock);
     pthread_mutex_lock(&engine.lock);
 }
 
 static void engine_after_fork_parent(void) {
+    kiln__var_spares_fork_lock(false);
     kiln__fusion_fork_parent();
     if (engine.async) {
         pthread_mutex_unlock(&engine.lock);
@@ -181,6 +183,7 @@ static void engine_after_fork_parent(void) {
 }
 
 static void engine_after_fork_child(void) {
+    kiln__var_spares_fork_lock(false);
     kiln__fusion_fork_child();
     kiln__kernels_release(true);
     if (!engine.async) return;
@@ -422,7 +425,8 @@ static void complete(kiln__node *n, kiln__error *err, kiln__node **keep) {
     }
     pthread_mutex_lock(&s->lock);
     bool event_done = n->event && --n->event->pending == 0;
-    s->pending_ops--;
+    atomic_store_explicit(&s->pending_ops, atomic_load_explicit(&s->pending_ops, memory_order_relaxed) - 1,
+                          memory_order_relaxed);
     s->pending_bytes -= n->bytes;
     /* the waits on s->cond (wait_helping) end on an event done, the stream idle, room in its
      * bounds; a waiter also helps with ops put in the queue. An op that only handed its
@@ -611,7 +615,8 @@ static void admit(kiln__stream *s, kiln__node *n, int64_t bytes, bool may_block)
         wait_helping(s, has_room, &r);
         s->waiting_for_room--;
     }
-    s->pending_ops++;
+    atomic_store_explicit(&s->pending_ops, atomic_load_explicit(&s->pending_ops, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
     s->pending_bytes += bytes;
     pthread_mutex_unlock(&s->lock);
     pthread_mutex_lock(&engine.all_lock);
@@ -652,11 +657,15 @@ static bool runs_inline(const kiln__op *op, const kiln__fused *g) {
     return true;
 }
 
+/* Without the lock: only this thread (the stream's) counts ops in, so a 0 it reads is not stale;
+ * a count the workers have just taken down is seen at the next op. Dependencies are ordered by
+ * the storages' vars, not by this. */
 static bool stream_idle_now(kiln__stream *s) {
-    pthread_mutex_lock(&s->lock);
-    bool idle = s->pending_ops == 0;
-    pthread_mutex_unlock(&s->lock);
-    return idle;
+    return atomic_load_explicit(&s->pending_ops, memory_order_relaxed) == 0;
+}
+
+bool kiln__async_runs_here(kiln__stream *s, const kiln__op *op) {
+    return op->stream_id == s->id && runs_inline(op, NULL) && stream_idle_now(s);
 }
 
 /* Runs op (its node n, every access of it granted) on its stream's own thread at its dispatch: what

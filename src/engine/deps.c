@@ -13,7 +13,33 @@ typedef struct kiln__var_wait {
     bool write;
 } var_wait;
 
-static kiln__var *var_new(void) { return calloc(1, sizeof(kiln__var)); /* (unlocked) */ }
+/* Freed vars kept for the next storages: every op output gets one and loses it with its
+ * storage, and a calloc and free per op were a tenth of a tiny op's dispatch (callgrind). One
+ * list for all threads (a var is often freed on another thread than the one that made it),
+ * under a spinlock held for two stores; bounded, the rest go back to malloc. */
+#define SPARE_VARS 256
+static struct {
+    atomic_bool lock;
+    int n;
+    kiln__var *v[SPARE_VARS];
+} spare;
+
+void kiln__var_spares_fork_lock(bool lock) {
+    if (lock)
+        kiln__spin_lock(&spare.lock);
+    else
+        kiln__spin_unlock(&spare.lock);
+}
+
+static kiln__var *var_new(void) {
+    kiln__var *v = NULL;
+    kiln__spin_lock(&spare.lock);
+    if (spare.n) v = spare.v[--spare.n];
+    kiln__spin_unlock(&spare.lock);
+    if (!v) return calloc(1, sizeof(kiln__var)); /* (unlocked) */
+    *v = (kiln__var){0};
+    return v;
+}
 
 kiln__var *kiln__var_make(kiln__storage *s) {
     kiln__var *v = atomic_load_explicit((kiln__var *_Atomic *)&s->var, memory_order_acquire);
@@ -27,7 +53,12 @@ kiln__var *kiln__var_make(kiln__storage *s) {
 }
 
 void kiln__var_free(kiln__var *v) {
-    free(v);
+    if (!v) return;
+    kiln__spin_lock(&spare.lock);
+    bool kept = spare.n < SPARE_VARS;
+    if (kept) spare.v[spare.n++] = v;
+    kiln__spin_unlock(&spare.lock);
+    if (!kept) free(v);
 }
 
 bool kiln__var_idle(kiln__var *v) {

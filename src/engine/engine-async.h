@@ -28,7 +28,7 @@ typedef struct kiln__event {
 typedef struct kiln__stream {
     pthread_mutex_t lock;
     pthread_cond_t cond;  /* signalled when an op of this stream completes */
-    int64_t pending_ops;
+    _Atomic int64_t pending_ops; /* written under lock; read without it by the stream's thread (stream_idle_now) */
     int64_t pending_bytes;
     int64_t waiting_for_room; /* frontend blocked by the bounds */
     kiln__error *first_error; /* unreported runtime error */

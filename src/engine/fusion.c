@@ -12,6 +12,7 @@
 static struct {
     pthread_once_t once;
     atomic_bool enabled;
+    atomic_bool fuse_tiny; /* tiny ops join the window even on an idle stream (kiln__fusion_submit) */
     pthread_mutex_t lock; /* spare list */
     kiln__window *_Atomic all;
     kiln__window *spare;
@@ -20,6 +21,12 @@ static struct {
 
 static void fusion_init(void) {
     atomic_store(&fusion.enabled, kiln__env_flag("KILN_FUSION", true));
+    atomic_store(&fusion.fuse_tiny, kiln__env_flag("KILN_FUSE_TINY", false));
+}
+
+void kiln__fusion_set_fuse_tiny(int on) {
+    pthread_once(&fusion.once, fusion_init);
+    atomic_store(&fusion.fuse_tiny, on < 0 ? kiln__env_flag("KILN_FUSE_TINY", false) : on > 0);
 }
 
 bool kiln_fusion_enabled(void) {
@@ -304,6 +311,17 @@ bool kiln__fusion_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
         if (m) flush_foreign(m, s);
         return false;
     }
+    /* An op small enough to run on this thread at once, its stream idle and its window empty,
+     * skips the window: a group of it alone would be built, finished and run as one op, about a
+     * third of a tiny op's dispatch, and it has nothing waiting to fuse with. When ops follow
+     * it while it runs they find the stream busy and group as before; so does a tiny op queued
+     * behind others (a window of them is one hand-off instead of many). Values are the same
+     * either way; KILN_FUSE_TINY=1 (kiln__fusion_set_fuse_tiny) lets tiny ops join as before,
+     * for tests of fusion on small tensors. */
+    if (!ev && kiln_fusion_enabled() && !atomic_load_explicit(&fusion.fuse_tiny, memory_order_relaxed) &&
+        (!s->window || atomic_load_explicit(&s->window->n_held, memory_order_relaxed) == 0) &&
+        !kiln__subst_wants(s->window, op) && kiln__async_runs_here(s, op))
+        return false;
     if (KILN__UNLIKELY(kiln__subst_wants(s->window, op)) && !ev && (s->window || (s->window = window_get(s)))) {
         lock_window(s->window);
         bool let_go = false, held_back = kiln__subst_hold_op(s->window, op, &let_go);

@@ -22,6 +22,10 @@ void kiln__fusion_stats_reset(void);
  * bytes < 0 restores the default (KILN_FUSION_MATMUL_MIN_BYTES, else one CPU panel); 0 lets
  * every product start one (tests of small epilogues). */
 void kiln__fusion_set_matmul_min_bytes(int64_t bytes);
+/* Whether an op small enough to run at once on an idle stream still joins the window (1), or
+ * runs at once (0, the default); < 0 restores the default (KILN_FUSE_TINY=1 sets it). For tests
+ * of fusion on small tensors. */
+void kiln__fusion_set_fuse_tiny(int on);
 
 /* Submission through the window of s: true when op joined it (the caller queues nothing);
  * false when the caller must queue op now (the window was flushed first if needed). */
@@ -43,6 +47,9 @@ void kiln__fusion_fork_prepare(void);
 void kiln__fusion_fork_parent(void);
 void kiln__fusion_fork_child(void);
 
+/* Whether op, queued alone now, would run on s's own thread before its dispatch returns (async.c:
+ * small enough, s idle, every worker asleep). */
+bool kiln__async_runs_here(kiln__stream *s, const kiln__op *op);
 /* Queues op as one node (async.c). g: op is the FUSED op of group g (its storages become
  * the node's); owner: called by s's own thread (may reuse its nodes); may_block: may wait
  * for room in the bounded queue (never under a window's lock: waiting helps run kernels). */

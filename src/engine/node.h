@@ -30,6 +30,8 @@ static inline kiln__var *kiln__var_of(kiln__storage *s) {
     return KILN__LIKELY(v != NULL) ? v : kiln__var_make(s);
 }
 void kiln__var_free(kiln__var *v);
+/* fork(): the list of freed vars locked before, unlocked in parent and child. */
+void kiln__var_spares_fork_lock(bool lock);
 bool kiln__var_idle(kiln__var *v);
 bool kiln__var_append(kiln__var *v, kiln__node *n, bool write, bool *oom);
 int kiln__var_complete(kiln__var *v, bool write, kiln__node **granted, int cap);
