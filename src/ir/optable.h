@@ -73,6 +73,7 @@
     X(SOFTSIGN,      softsign,      1, FLOAT_ONLY, BCAST, EW_VEC, SAVE_IN,   T,    VMATH, ANY,  "t / (1 + |t|)") \
     X(HARDSWISH,     hardswish,     1, FLOAT_ONLY, BCAST, EW,     EXPR,      T,    EXPR,  WIDE, "t min(max(t + 3, 0), 6) / 6") \
     X(HARDSIGMOID,   hardsigmoid,   1, FLOAT_ONLY, BCAST, EW,     EXPR,      T,    EXPR,  WIDE, "min(max(t + 3, 0), 6) / 6 (torch.nn.functional.hardsigmoid)") \
+    X(RECIPROCAL,    reciprocal,    1, FLOAT,      BCAST, EW,     EXPR,      T,    EXPR,  AWAY, "1 / t (torch.reciprocal: integers give f32)") \
     X(LEAKY_RELU,    leaky_relu,    1, FLOAT_ONLY, BCAST, EW,     SAVE_IN,   NONE, TYPED, ANY,  "t < 0: t p.f[0]") \
     X(ELU,           elu,           1, FLOAT_ONLY, BCAST, EW,     SAVE_IN,   NONE, TYPED, ANY,  "alpha p.f[0], scale p.f[1], input scale p.f[2] (torch.nn.ELU/SELU)") \
     X(ADD,           add,           2, SAME,       BCAST, EW_VEC, BINARY,    AB,   TYPED, ANY,  "a + b") \
@@ -132,7 +133,11 @@
     X(HARDSIGMOID, hardsigmoid, \
       E_DIV(E_MIN(E_K(6.0), E_MAX(E_K(0.0), E_ADD(E_X, E_K(3.0)))), E_K(6.0)), \
       /* PyTorch's: 1/6 strictly inside (-3, 3), 0 elsewhere */ \
-      E_WHERE(E_AND(E_GT(E_X, E_K(-3.0)), E_LT(E_X, E_K(3.0))), E_MUL(E_G, E_K(1.0 / 6.0)), E_K(0.0)))
+      E_WHERE(E_AND(E_GT(E_X, E_K(-3.0)), E_LT(E_X, E_K(3.0))), E_MUL(E_G, E_K(1.0 / 6.0)), E_K(0.0))) \
+    X(RECIPROCAL, reciprocal, \
+      E_DIV(E_K(1.0), E_X), \
+      /* -g / x^2, from the output as PyTorch's: -g y^2 */ \
+      E_MUL(E_NEG(E_G), E_MUL(E_Y, E_Y)))
 /* clang-format on */
 
 /* Dtype rules: what the kernel computes in and what the caller gets (ops/elementwise.c). */
