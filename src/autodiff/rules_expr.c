@@ -125,7 +125,7 @@ static inline ex_val ex_where(ex_ctx *s, ex_val m, ex_val a, ex_val b) {
 #define E_SUB(a, b) ex_bin(s, KILN__OP_SUB, a, b)
 #define E_MUL(a, b) ex_bin(s, KILN__OP_MUL, a, b)
 #define E_DIV(a, b) ex_bin(s, KILN__OP_DIV, a, b)
-#define E_MIN(a, b) ex_bin(s, KILN__OP_MINIMUM, a, b)
+#define E_MIN(a, b) ex_bin(s, KILN__OP_MINIMUM, a, b) /* NaN wins, as torch.minimum */
 #define E_MAX(a, b) ex_bin(s, KILN__OP_MAXIMUM, a, b)
 #define E_LT(a, b) ex_bin(s, KILN__OP_LT, a, b)
 #define E_GT(a, b) ex_bin(s, KILN__OP_GT, a, b)

@@ -110,7 +110,8 @@
  *   E_X            the op's input             E_K(c)        the constant c (a double expression)
  *   E_ADD E_SUB E_MUL E_DIV (a, b)            E_NEG E_ABS E_EXP E_TANH E_SIGMOID (a)
  *   E_MIN E_MAX (a, b)   a < b ? a : b, a > b ? a : b: b when either is NaN (x86's rule, the
- *                        same on every device), so write the constant first to keep NaN
+ *                        same on every device), so write the constant first to keep NaN; in
+ *                        gradients (tensor ops) torch's minimum and maximum: NaN wins
  *   E_LT E_GT (a, b)     ordered comparisons (false with NaN), only as E_WHERE's condition
  *   E_WHERE(m, a, b)     m ? a : b
  *   E_CALL(f, a)         the primitive f: vm_f on vectors (a kernel of its own in
