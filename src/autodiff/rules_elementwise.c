@@ -38,12 +38,6 @@ static void unary_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, ki
     case KILN__OP_RSQRT: r = ad_mul(c, ad_muls(c, g, -0.5), ad_pows(c, ad_ref(y), 3.0)); break;
     case KILN__OP_SIN: r = ad_mul(c, g, ad_un(c, KILN__OP_COS, ad_ref(x))); break;
     case KILN__OP_COS: r = ad_mul(c, ad_neg(c, g), ad_un(c, KILN__OP_SIN, ad_ref(x))); break;
-    case KILN__OP_TANH: /* 1 - y^2 */
-        r = ad_mul(c, g, ad_rsubs(c, ad_mul(c, ad_ref(y), ad_ref(y)), 1.0));
-        break;
-    case KILN__OP_SIGMOID: /* y (1 - y) */
-        r = ad_mul(c, g, ad_mul(c, ad_ref(y), ad_rsubs(c, ad_ref(y), 1.0)));
-        break;
     case KILN__OP_RELU: r = kiln__t_relu_backward(c, g, ad_ref(y)); break;
     case KILN__OP_GELU: { /* Phi(x) + x phi(x) */
         kiln__tensor *cdf = ad_muls(c, ad_adds(c, ad_un(c, KILN__OP_ERF, ad_muls(c, ad_ref(x), inv_sqrt2)), 1.0), 0.5);
@@ -82,9 +76,6 @@ static void unary_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, ki
         r = g ? kiln__t_fill(c, g->device, g->dtype, g->ndim, g->shape, 0.0) : NULL;
         kiln__tensor_release(g);
         break;
-    case KILN__OP_LOG2: r = ad_div(c, g, ad_muls(c, ad_ref(x), 0.69314718055994530942)); break;
-    case KILN__OP_LOG10: r = ad_div(c, g, ad_muls(c, ad_ref(x), 2.30258509299404568402)); break;
-    case KILN__OP_EXP2: r = ad_mul(c, g, ad_muls(c, ad_ref(y), 0.69314718055994530942)); break;
     case KILN__OP_LOG_SIGMOID: r = ad_mul(c, g, ad_un(c, KILN__OP_SIGMOID, ad_neg(c, ad_ref(x)))); break;
     case KILN__OP_SOFTSIGN: /* 1 / (1 + |x|)^2 */
         r = ad_div(c, g, ad_pows(c, ad_adds(c, ad_un(c, KILN__OP_ABS, ad_ref(x)), 1.0), 2.0));

@@ -46,8 +46,8 @@
     X(RSQRT,         rsqrt,         1, FLOAT,      BCAST, EW_VEC, SAVE_OUT,  T,    VMATH, POS,  "1 / sqrt(t)") \
     X(SIN,           sin,           1, FLOAT,      BCAST, EW_VEC, SAVE_IN,   T,    VMATH, ANY,  "sine") \
     X(COS,           cos,           1, FLOAT,      BCAST, EW_VEC, SAVE_IN,   T,    VMATH, ANY,  "cosine") \
-    X(TANH,          tanh,          1, FLOAT,      BCAST, EW_VEC, SAVE_OUT,  T,    VMATH, ANY,  "hyperbolic tangent") \
-    X(SIGMOID,       sigmoid,       1, FLOAT,      BCAST, EW_VEC, SAVE_OUT,  T,    VMATH, ANY,  "1 / (1 + e^-t)") \
+    X(TANH,          tanh,          1, FLOAT,      BCAST, EW_VEC, EXPR,      T,    EXPR,  ANY,  "hyperbolic tangent") \
+    X(SIGMOID,       sigmoid,       1, FLOAT,      BCAST, EW_VEC, EXPR,      T,    EXPR,  ANY,  "1 / (1 + e^-t)") \
     X(RELU,          relu,          1, SAME,       BCAST, EW,     SAVE_OUT,  T,    TYPED, ANY,  "max(t, 0)") \
     X(GELU,          gelu,          1, FLOAT,      BCAST, EW_VEC, SAVE_IN,   T,    VMATH, ANY,  "t Phi(t), the erf form") \
     X(GELU_TANH,     gelu_tanh,     1, FLOAT,      BCAST, EW,     SAVE_IN,   T,    VMATH, ANY,  "gelu's tanh approximation") \
@@ -61,9 +61,9 @@
     X(ROUND,         round,         1, ROUNDING,   BCAST, EW_VEC, ZERO,      T,    VMATH, ANY,  "round half to even; integers unchanged") \
     X(TRUNC,         trunc,         1, ROUNDING,   BCAST, EW_VEC, ZERO,      T,    VMATH, ANY,  "round toward zero; integers unchanged") \
     X(ATAN,          atan,          1, FLOAT,      BCAST, EW_VEC, EXPR,      T,    EXPR,  ANY,  "arctangent") \
-    X(LOG2,          log2,          1, FLOAT,      BCAST, EW_VEC, SAVE_IN,   T,    VMATH, POS,  "base-2 logarithm") \
-    X(LOG10,         log10,         1, FLOAT,      BCAST, EW_VEC, SAVE_IN,   T,    VMATH, POS,  "base-10 logarithm") \
-    X(EXP2,          exp2,          1, FLOAT,      BCAST, EW_VEC, SAVE_OUT,  T,    VMATH, ANY,  "2^t") \
+    X(LOG2,          log2,          1, FLOAT,      BCAST, EW_VEC, EXPR,      T,    EXPR,  POS,  "base-2 logarithm") \
+    X(LOG10,         log10,         1, FLOAT,      BCAST, EW_VEC, EXPR,      T,    EXPR,  POS,  "base-10 logarithm") \
+    X(EXP2,          exp2,          1, FLOAT,      BCAST, EW_VEC, EXPR,      T,    EXPR,  ANY,  "2^t") \
     X(ISNAN,         isnan,         1, CLASSIFY,   BCAST, EW,     NONE,      T,    TYPED, ANY,  "t is NaN (bool out; false for integers)") \
     X(ISINF,         isinf,         1, CLASSIFY,   BCAST, EW,     NONE,      T,    TYPED, ANY,  "t is +-inf (bool out; false for integers)") \
     X(ISFINITE,      isfinite,      1, CLASSIFY,   BCAST, EW,     NONE,      T,    TYPED, ANY,  "t is neither NaN nor infinite (bool out)") \
@@ -125,7 +125,12 @@
  * the CPU's vector path (as a hand-written kernel would), double for the scalar reference. */
 /* clang-format off */
 #define KILN__OPEXPR(X) \
+    X(TANH, tanh, E_TANH(E_X), E_MUL(E_G, E_SUB(E_K(1.0), E_MUL(E_Y, E_Y)))) \
+    X(SIGMOID, sigmoid, E_SIGMOID(E_X), E_MUL(E_G, E_MUL(E_Y, E_SUB(E_K(1.0), E_Y)))) \
     X(ATAN, atan, E_CALL(atan, E_X), E_DIV(E_G, E_ADD(E_K(1.0), E_MUL(E_X, E_X)))) \
+    X(LOG2, log2, E_CALL(log2, E_X), E_DIV(E_G, E_MUL(E_X, E_K(0.69314718055994530942)))) \
+    X(LOG10, log10, E_CALL(log10, E_X), E_DIV(E_G, E_MUL(E_X, E_K(2.30258509299404568402)))) \
+    X(EXP2, exp2, E_CALL(exp2, E_X), E_MUL(E_G, E_MUL(E_Y, E_K(0.69314718055994530942)))) \
     X(HARDSWISH, hardswish, \
       E_MUL(E_X, E_DIV(E_MIN(E_MAX(E_ADD(E_X, E_K(3.0)), E_K(0.0)), E_K(6.0)), E_K(6.0))), \
       /* PyTorch's: 0 below -3, x/3 + 1/2 up to 3, 1 above */ \

@@ -25,8 +25,8 @@
  * gelu_tanh(-inf) = -0, softplus(-inf) = 0. The AVX2 and AVX-512 kernels return the same bits.
  *
  * floor, ceil, round (half to even) and trunc are exact, keeping -0 (ceil(-0.5) = -0).
- * atan, log2, log10, exp2, log_sigmoid, mish and softsign have the same bound, as have the ops
- * written as expressions of the op table (atan, hardswish, hardsigmoid, ...);
+ * atan, log2, log10, exp2, log_sigmoid, mish and softsign have the same bound, as have the other
+ * ops written as expressions of the op table (hardswish, hardsigmoid, reciprocal, ...);
  * mish(-inf) = -0, softsign(+-inf) = +-1, log_sigmoid(-inf) = -inf.
  *
  * The f64 functions are plain libm loops (same formulas for the composite ops). */
