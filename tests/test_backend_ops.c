@@ -105,7 +105,7 @@ static void fill(double *v, int64_t n, kiln__test_domain dom, kiln_dtype dt, uin
     uint64_t s = seed;
     for (int64_t i = 0; i < n; i++) {
         double u = (double)lcg(&s) / 9007199254740992.0; /* [0, 1) */
-        double x = dom == KILN__DOMAIN_POS ? 0.25 + 2.25 * u : -2.5 + 5 * u;
+        double x = dom == KILN__DOMAIN_POS ? 0.25 + 2.25 * u : dom == KILN__DOMAIN_WIDE ? -6 + 12 * u : -2.5 + 5 * u;
         if (dom == KILN__DOMAIN_AWAY) x = (x < 0 ? -0.25 : 0.25) + x * 0.9;
         if (dom == KILN__DOMAIN_BOOL || dt == KILN_BOOL) x = u < 0.5;
         else if (dt == KILN_I32) x = dom == KILN__DOMAIN_POS ? 1 + (int)(u * 4) : dom == KILN__DOMAIN_AWAY ? (u < 0.5 ? -1 - (int)(u * 8) : 1 + (int)((u - 0.5) * 8)) : (int)(u * 9) - 4;
@@ -271,7 +271,7 @@ static kiln_tensor grad_case(kiln_tensor *in, void *ctx) {
     const kiln__op_info *r = kiln__op_info_of(code);
     for (int k = 0; k < r->arity; k++) {
         if (r->domain == KILN__DOMAIN_POS || r->domain == KILN__DOMAIN_AWAY) in[k] = kiln_exp(in[k]); /* [0.37, 2.7] */
-        else in[k] = kiln_mul_scalar(in[k], 2.5);
+        else in[k] = kiln_mul_scalar(in[k], r->domain == KILN__DOMAIN_WIDE ? 6.0 : 2.5);
     }
     return call_row(code, in);
 }

@@ -76,6 +76,7 @@ static double ref_of(kiln__vmath_op op, float xf)
     case KILN_VMATH_SOFTSIGN: return isinf(x) ? copysign(1.0, x) : x / (1 + fabs(x));
     case KILN_VMATH_HARDSWISH: return x * fmin(fmax(x + 3, 0.0), 6.0) / 6;
     case KILN_VMATH_HARDSIGMOID: return isnan(x) ? x : x <= -3 ? 0.0 : x >= 3 ? 1.0 : x / 6 + 0.5;
+    case KILN_VMATH_RECIPROCAL: return (double)(1.0L / x);
     default: return NAN;
     }
 }
@@ -150,7 +151,7 @@ static void op_range(kiln__vmath_op op, double *lo, double *hi)
         [KILN_VMATH_LOG10] = {0, 4},         [KILN_VMATH_EXP2] = {-155, 130},
         [KILN_VMATH_LOG_SIGMOID] = {-30, 110}, [KILN_VMATH_MISH] = {-120, 30},
         [KILN_VMATH_SOFTSIGN] = {-100, 100}, [KILN_VMATH_HARDSWISH] = {-6, 6},
-        [KILN_VMATH_HARDSIGMOID] = {-6, 6},
+        [KILN_VMATH_HARDSIGMOID] = {-6, 6},  [KILN_VMATH_RECIPROCAL] = {-1e4, 1e4},
     };
     *lo = ranges[op][0];
     *hi = ranges[op][1];

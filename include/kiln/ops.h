@@ -50,6 +50,7 @@ KILN_API kiln_tensor kiln_mish(kiln_tensor t); /* t tanh(softplus(t)) */
 KILN_API kiln_tensor kiln_softsign(kiln_tensor t); /* t / (1 + |t|) */
 KILN_API kiln_tensor kiln_hardswish(kiln_tensor t); /* t min(max(t + 3, 0), 6) / 6 */
 KILN_API kiln_tensor kiln_hardsigmoid(kiln_tensor t); /* min(max(t + 3, 0), 6) / 6 (torch.nn.functional.hardsigmoid) */
+KILN_API kiln_tensor kiln_reciprocal(kiln_tensor t); /* 1 / t (torch.reciprocal: integers give f32) */
 KILN_API kiln_tensor kiln_add(kiln_tensor a, kiln_tensor b); /* a + b */
 KILN_API kiln_tensor kiln_sub(kiln_tensor a, kiln_tensor b); /* a - b */
 KILN_API kiln_tensor kiln_mul(kiln_tensor a, kiln_tensor b); /* a * b */
@@ -107,6 +108,7 @@ KILN_API kiln_tensor kiln_atan2(kiln_tensor a, kiln_tensor b); /* atan2(a, b): a
     X(kiln_tensor, softsign, (kiln_tensor t), (t)) \
     X(kiln_tensor, hardswish, (kiln_tensor t), (t)) \
     X(kiln_tensor, hardsigmoid, (kiln_tensor t), (t)) \
+    X(kiln_tensor, reciprocal, (kiln_tensor t), (t)) \
     X(kiln_tensor, add, (kiln_tensor a, kiln_tensor b), (a, b)) \
     X(kiln_tensor, sub, (kiln_tensor a, kiln_tensor b), (a, b)) \
     X(kiln_tensor, mul, (kiln_tensor a, kiln_tensor b), (a, b)) \
@@ -165,6 +167,7 @@ KILN_OPS_API(KILN__AT_DECLARE)
 #define kiln_softsign(...) KILN__AT(softsign, __VA_ARGS__)
 #define kiln_hardswish(...) KILN__AT(hardswish, __VA_ARGS__)
 #define kiln_hardsigmoid(...) KILN__AT(hardsigmoid, __VA_ARGS__)
+#define kiln_reciprocal(...) KILN__AT(reciprocal, __VA_ARGS__)
 #define kiln_add(...) KILN__AT(add, __VA_ARGS__)
 #define kiln_sub(...) KILN__AT(sub, __VA_ARGS__)
 #define kiln_mul(...) KILN__AT(mul, __VA_ARGS__)

@@ -42,6 +42,7 @@
 #define WRAPPER_T_SAVE_NONE(NAME, name) UNARY(name, NAME)
 #define WRAPPER_T_SAVE_IN(NAME, name) UNARY(name, NAME)
 #define WRAPPER_T_SAVE_OUT(NAME, name) UNARY(name, NAME)
+#define WRAPPER_T_EXPR(NAME, name) UNARY(name, NAME)
 KILN__OPTABLE(WRAPPER)
 
 static kiln_tensor unary_params(kiln__opctx *c, kiln__opcode code, kiln_tensor x, const double params[4]) {

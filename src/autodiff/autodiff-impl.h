@@ -217,6 +217,12 @@ kiln__tensor *kiln__ad_run_hooks(kiln__opctx *c, const kiln__ad_hook *h, kiln__t
 /* Sums g down to shape (reversing broadcasting). Consumes g. */
 kiln__tensor *kiln__ad_sum_to(kiln__opctx *c, kiln__tensor *g, int ndim, const int64_t *shape);
 
+/* The op table's gradient expressions (rules_expr.c, for rows whose grad column is EXPR): what
+ * one reads (bit 1 the input, bit 2 the output: what the node saves), and the input's gradient
+ * from g (consumed) and the saved x and y (borrowed; NULL when not read). */
+int kiln__ad_expr_saves(kiln__opcode code);
+kiln__tensor *kiln__ad_expr_backward(kiln__opctx *c, kiln__opcode code, kiln__tensor *g, kiln__tensor *x, kiln__tensor *y);
+
 /* The decorated ops, one per family (src/autodiff/rules_*.c). They take the same owned
  * references as the kiln__t_* functions they wrap. */
 kiln__tensor *kiln__ad_unary(kiln__opctx *c, kiln__opcode code, kiln__tensor *x);

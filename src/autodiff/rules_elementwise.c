@@ -11,6 +11,7 @@ static int unary_saves(kiln__opcode code) {
     switch (kiln__op_info_of(code)->grad) {
     case KILN__GRAD_SAVE_OUT: return SAVE_OUT;
     case KILN__GRAD_SAVE_IN: return SAVE_IN;
+    case KILN__GRAD_EXPR: return kiln__ad_expr_saves(code); /* the same bits */
     default: return SAVE_NONE;
     }
 }
@@ -19,6 +20,10 @@ static void unary_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, ki
     kiln__tensor *x = n->saved[0], *y = n->saved[1];
     kiln__tensor *r = NULL;
     const double inv_sqrt2 = 0.70710678118654752440, inv_sqrt2pi = 0.39894228040143267794;
+    if (kiln__op_info_of(n->code)->grad == KILN__GRAD_EXPR) {
+        grads[0] = kiln__ad_expr_backward(c, n->code, g, x, y);
+        return;
+    }
     switch (n->code) {
     case KILN__OP_NEG: r = ad_neg(c, g); break;
     case KILN__OP_ABS: r = ad_mul(c, g, ad_un(c, KILN__OP_SIGN, ad_ref(x))); break;
@@ -33,12 +38,6 @@ static void unary_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, ki
     case KILN__OP_RSQRT: r = ad_mul(c, ad_muls(c, g, -0.5), ad_pows(c, ad_ref(y), 3.0)); break;
     case KILN__OP_SIN: r = ad_mul(c, g, ad_un(c, KILN__OP_COS, ad_ref(x))); break;
     case KILN__OP_COS: r = ad_mul(c, ad_neg(c, g), ad_un(c, KILN__OP_SIN, ad_ref(x))); break;
-    case KILN__OP_TANH: /* 1 - y^2 */
-        r = ad_mul(c, g, ad_rsubs(c, ad_mul(c, ad_ref(y), ad_ref(y)), 1.0));
-        break;
-    case KILN__OP_SIGMOID: /* y (1 - y) */
-        r = ad_mul(c, g, ad_mul(c, ad_ref(y), ad_rsubs(c, ad_ref(y), 1.0)));
-        break;
     case KILN__OP_RELU: r = kiln__t_relu_backward(c, g, ad_ref(y)); break;
     case KILN__OP_GELU: { /* Phi(x) + x phi(x) */
         kiln__tensor *cdf = ad_muls(c, ad_adds(c, ad_un(c, KILN__OP_ERF, ad_muls(c, ad_ref(x), inv_sqrt2)), 1.0), 0.5);
@@ -77,10 +76,6 @@ static void unary_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, ki
         r = g ? kiln__t_fill(c, g->device, g->dtype, g->ndim, g->shape, 0.0) : NULL;
         kiln__tensor_release(g);
         break;
-    case KILN__OP_ATAN: r = ad_div(c, g, ad_adds(c, ad_mul(c, ad_ref(x), ad_ref(x)), 1.0)); break;
-    case KILN__OP_LOG2: r = ad_div(c, g, ad_muls(c, ad_ref(x), 0.69314718055994530942)); break;
-    case KILN__OP_LOG10: r = ad_div(c, g, ad_muls(c, ad_ref(x), 2.30258509299404568402)); break;
-    case KILN__OP_EXP2: r = ad_mul(c, g, ad_muls(c, ad_ref(y), 0.69314718055994530942)); break;
     case KILN__OP_LOG_SIGMOID: r = ad_mul(c, g, ad_un(c, KILN__OP_SIGMOID, ad_neg(c, ad_ref(x)))); break;
     case KILN__OP_SOFTSIGN: /* 1 / (1 + |x|)^2 */
         r = ad_div(c, g, ad_pows(c, ad_adds(c, ad_un(c, KILN__OP_ABS, ad_ref(x)), 1.0), 2.0));
@@ -90,19 +85,6 @@ static void unary_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, ki
         kiln__tensor *one_minus_t2 = ad_rsubs(c, ad_mul(c, ad_ref(t), ad_ref(t)), 1.0);
         kiln__tensor *xs = ad_mul(c, ad_ref(x), ad_un(c, KILN__OP_SIGMOID, ad_ref(x)));
         r = ad_mul(c, g, ad_add(c, t, ad_mul(c, xs, one_minus_t2)));
-        break;
-    }
-    case KILN__OP_HARDSWISH: { /* PyTorch's: 0 below -3, x/3 + 1/2 up to 3, 1 above */
-        kiln__tensor *inner = ad_adds(c, ad_muls(c, ad_ref(x), 1.0 / 3.0), 0.5);
-        kiln__tensor *one = g ? kiln__t_fill(c, g->device, g->dtype, 0, NULL, 1.0) : NULL;
-        kiln__tensor *d = kiln__t_where(c, kiln__t_binary_scalar(c, KILN__OP_LE, ad_ref(x), 3.0, false), inner, one);
-        r = ad_keep(c, kiln__t_binary_scalar(c, KILN__OP_GE, ad_ref(x), -3.0, false), ad_mul(c, g, d));
-        break;
-    }
-    case KILN__OP_HARDSIGMOID: { /* PyTorch's: 1/6 strictly inside (-3, 3), 0 elsewhere */
-        kiln__tensor *inside = kiln__t_binary(c, KILN__OP_LOGICAL_AND, kiln__t_binary_scalar(c, KILN__OP_GT, ad_ref(x), -3.0, false),
-                                              kiln__t_binary_scalar(c, KILN__OP_LT, ad_ref(x), 3.0, false));
-        r = ad_keep(c, inside, ad_muls(c, g, 1.0 / 6.0));
         break;
     }
     case KILN__OP_LEAKY_RELU: { /* g where x > 0, slope g elsewhere */

@@ -17,13 +17,15 @@
  *           expression on floatN, so rows fuse vectorised)
  *   grad    NONE (not differentiable: bool results, no node recorded), ZERO (the gradient is
  *           zero), SAVE_NONE / SAVE_IN / SAVE_OUT (its rule reads nothing, the input, the
- *           output: autodiff saves only that), BINARY (binary_backward's rule)
+ *           output: autodiff saves only that), BINARY (binary_backward's rule), EXPR (the
+ *           gradient expression of its KILN__OPEXPR row below; it saves what that reads)
  *   sig     the public signature: T (kiln_tensor t), AB (kiln_tensor a, kiln_tensor b), NONE
  *           (no generated wrapper: parameters or internal; written by hand in api/)
  *   cpu     VMATH: the CPU runs it with the vectorised math kernel KILN_VMATH_NAME
- *           (backend/cpu/vmath*.{c,h}); TYPED: a typed loop in backend/cpu/elementwise_*.c
+ *           (backend/cpu/vmath*.{c,h}); TYPED: a typed loop in backend/cpu/elementwise_*.c;
+ *           EXPR: a vmath kernel too, built from its KILN__OPEXPR row's expression
  *   domain  test inputs: ANY [-2.5, 2.5], POS [0.25, 2.5], AWAY (|x| in [0.25, 2.5]),
- *           BOOL (true/false)
+ *           BOOL (true/false), WIDE [-6, 6] (a clamp's flat parts too)
  *   doc     one line for the header and the Python docstring
  *
  * The rows' order is the opcodes' order. Keep one row per line: the generator reads them. */
@@ -44,8 +46,8 @@
     X(RSQRT,         rsqrt,         1, FLOAT,      BCAST, EW_VEC, SAVE_OUT,  T,    VMATH, POS,  "1 / sqrt(t)") \
     X(SIN,           sin,           1, FLOAT,      BCAST, EW_VEC, SAVE_IN,   T,    VMATH, ANY,  "sine") \
     X(COS,           cos,           1, FLOAT,      BCAST, EW_VEC, SAVE_IN,   T,    VMATH, ANY,  "cosine") \
-    X(TANH,          tanh,          1, FLOAT,      BCAST, EW_VEC, SAVE_OUT,  T,    VMATH, ANY,  "hyperbolic tangent") \
-    X(SIGMOID,       sigmoid,       1, FLOAT,      BCAST, EW_VEC, SAVE_OUT,  T,    VMATH, ANY,  "1 / (1 + e^-t)") \
+    X(TANH,          tanh,          1, FLOAT,      BCAST, EW_VEC, EXPR,      T,    EXPR,  ANY,  "hyperbolic tangent") \
+    X(SIGMOID,       sigmoid,       1, FLOAT,      BCAST, EW_VEC, EXPR,      T,    EXPR,  ANY,  "1 / (1 + e^-t)") \
     X(RELU,          relu,          1, SAME,       BCAST, EW,     SAVE_OUT,  T,    TYPED, ANY,  "max(t, 0)") \
     X(GELU,          gelu,          1, FLOAT,      BCAST, EW_VEC, SAVE_IN,   T,    VMATH, ANY,  "t Phi(t), the erf form") \
     X(GELU_TANH,     gelu_tanh,     1, FLOAT,      BCAST, EW,     SAVE_IN,   T,    VMATH, ANY,  "gelu's tanh approximation") \
@@ -58,10 +60,10 @@
     X(CEIL,          ceil,          1, ROUNDING,   BCAST, EW_VEC, ZERO,      T,    VMATH, ANY,  "round up; integers unchanged") \
     X(ROUND,         round,         1, ROUNDING,   BCAST, EW_VEC, ZERO,      T,    VMATH, ANY,  "round half to even; integers unchanged") \
     X(TRUNC,         trunc,         1, ROUNDING,   BCAST, EW_VEC, ZERO,      T,    VMATH, ANY,  "round toward zero; integers unchanged") \
-    X(ATAN,          atan,          1, FLOAT,      BCAST, EW_VEC, SAVE_IN,   T,    VMATH, ANY,  "arctangent") \
-    X(LOG2,          log2,          1, FLOAT,      BCAST, EW_VEC, SAVE_IN,   T,    VMATH, POS,  "base-2 logarithm") \
-    X(LOG10,         log10,         1, FLOAT,      BCAST, EW_VEC, SAVE_IN,   T,    VMATH, POS,  "base-10 logarithm") \
-    X(EXP2,          exp2,          1, FLOAT,      BCAST, EW_VEC, SAVE_OUT,  T,    VMATH, ANY,  "2^t") \
+    X(ATAN,          atan,          1, FLOAT,      BCAST, EW_VEC, EXPR,      T,    EXPR,  ANY,  "arctangent") \
+    X(LOG2,          log2,          1, FLOAT,      BCAST, EW_VEC, EXPR,      T,    EXPR,  POS,  "base-2 logarithm") \
+    X(LOG10,         log10,         1, FLOAT,      BCAST, EW_VEC, EXPR,      T,    EXPR,  POS,  "base-10 logarithm") \
+    X(EXP2,          exp2,          1, FLOAT,      BCAST, EW_VEC, EXPR,      T,    EXPR,  ANY,  "2^t") \
     X(ISNAN,         isnan,         1, CLASSIFY,   BCAST, EW,     NONE,      T,    TYPED, ANY,  "t is NaN (bool out; false for integers)") \
     X(ISINF,         isinf,         1, CLASSIFY,   BCAST, EW,     NONE,      T,    TYPED, ANY,  "t is +-inf (bool out; false for integers)") \
     X(ISFINITE,      isfinite,      1, CLASSIFY,   BCAST, EW,     NONE,      T,    TYPED, ANY,  "t is neither NaN nor infinite (bool out)") \
@@ -69,8 +71,9 @@
     X(LOG_SIGMOID,   log_sigmoid,   1, FLOAT_ONLY, BCAST, EW,     SAVE_IN,   T,    VMATH, ANY,  "log(sigmoid(t))") \
     X(MISH,          mish,          1, FLOAT_ONLY, BCAST, EW,     SAVE_IN,   T,    VMATH, ANY,  "t tanh(softplus(t))") \
     X(SOFTSIGN,      softsign,      1, FLOAT_ONLY, BCAST, EW_VEC, SAVE_IN,   T,    VMATH, ANY,  "t / (1 + |t|)") \
-    X(HARDSWISH,     hardswish,     1, FLOAT_ONLY, BCAST, EW,     SAVE_IN,   T,    VMATH, ANY,  "t min(max(t + 3, 0), 6) / 6") \
-    X(HARDSIGMOID,   hardsigmoid,   1, FLOAT_ONLY, BCAST, EW,     SAVE_IN,   T,    VMATH, ANY,  "min(max(t + 3, 0), 6) / 6 (torch.nn.functional.hardsigmoid)") \
+    X(HARDSWISH,     hardswish,     1, FLOAT_ONLY, BCAST, EW,     EXPR,      T,    EXPR,  WIDE, "t min(max(t + 3, 0), 6) / 6") \
+    X(HARDSIGMOID,   hardsigmoid,   1, FLOAT_ONLY, BCAST, EW,     EXPR,      T,    EXPR,  WIDE, "min(max(t + 3, 0), 6) / 6 (torch.nn.functional.hardsigmoid)") \
+    X(RECIPROCAL,    reciprocal,    1, FLOAT,      BCAST, EW,     EXPR,      T,    EXPR,  AWAY, "1 / t (torch.reciprocal: integers give f32)") \
     X(LEAKY_RELU,    leaky_relu,    1, FLOAT_ONLY, BCAST, EW,     SAVE_IN,   NONE, TYPED, ANY,  "t < 0: t p.f[0]") \
     X(ELU,           elu,           1, FLOAT_ONLY, BCAST, EW,     SAVE_IN,   NONE, TYPED, ANY,  "alpha p.f[0], scale p.f[1], input scale p.f[2] (torch.nn.ELU/SELU)") \
     X(ADD,           add,           2, SAME,       BCAST, EW_VEC, BINARY,    AB,   TYPED, ANY,  "a + b") \
@@ -96,6 +99,53 @@
     X(RELU_BACKWARD, relu_backward, 2, SAME,       BCAST, EW,     NONE,      NONE, TYPED, ANY,  "in[1] > 0 ? in[0] : 0 (in[0] grad, in[1] x or y)")
 /* clang-format on */
 
+/* Ops written as expressions: X(NAME, name, forward, gradient), one per unary row whose cpu (and
+ * usually grad) column is EXPR. The forward expression is expanded into the CPU's vector kernel
+ * (AVX2 and AVX-512, backend/cpu/vmath_simd.h), its scalar and f64 kernels (vmath.c) and the
+ * OpenCL C text of single ops and fused groups (opencl/codegen_expr.c); the gradient expression
+ * into autodiff's rule (autodiff/rules_expr.c). So such an op is one row here plus one here, its
+ * accuracy reference in tests/test_vmath.c, and the regenerated include/kiln/ops.h.
+ *
+ * The vocabulary (each consumer defines these names, expands the list, and undefines them):
+ *   E_X            the op's input             E_K(c)        the constant c (a double expression)
+ *   E_ADD E_SUB E_MUL E_DIV (a, b)            E_NEG E_ABS E_EXP E_TANH E_SIGMOID (a)
+ *   E_MIN E_MAX (a, b)   a < b ? a : b, a > b ? a : b: b when either is NaN (x86's rule, the
+ *                        same on every device), so write the constant first to keep NaN; in
+ *                        gradients (tensor ops) torch's minimum and maximum: NaN wins
+ *   E_LT E_GT (a, b)     ordered comparisons (false with NaN), only as E_WHERE's condition
+ *   E_WHERE(m, a, b)     m ? a : b
+ *   E_CALL(f, a)         the primitive f: vm_f on vectors (a kernel of its own in
+ *                        backend/cpu/vmath_simd.h), libm's f in double, OpenCL's built-in f
+ *                        (forward only: a gradient is written in table ops)
+ * and in gradients also
+ *   E_G            the incoming gradient      E_Y           the op's output
+ *   E_LE E_GE (a, b), E_AND(m1, m2)
+ * A gradient expression gives the input's gradient (so it multiplies by E_G itself, which lets a
+ * zero branch stay a constant). Forward expressions compute in the input's float type: f32 on
+ * the CPU's vector path (as a hand-written kernel would), double for the scalar reference. */
+/* clang-format off */
+#define KILN__OPEXPR(X) \
+    X(TANH, tanh, E_TANH(E_X), E_MUL(E_G, E_SUB(E_K(1.0), E_MUL(E_Y, E_Y)))) \
+    X(SIGMOID, sigmoid, E_SIGMOID(E_X), E_MUL(E_G, E_MUL(E_Y, E_SUB(E_K(1.0), E_Y)))) \
+    X(ATAN, atan, E_CALL(atan, E_X), E_DIV(E_G, E_ADD(E_K(1.0), E_MUL(E_X, E_X)))) \
+    X(LOG2, log2, E_CALL(log2, E_X), E_DIV(E_G, E_MUL(E_X, E_K(0.69314718055994530942)))) \
+    X(LOG10, log10, E_CALL(log10, E_X), E_DIV(E_G, E_MUL(E_X, E_K(2.30258509299404568402)))) \
+    X(EXP2, exp2, E_CALL(exp2, E_X), E_MUL(E_G, E_MUL(E_Y, E_K(0.69314718055994530942)))) \
+    X(HARDSWISH, hardswish, \
+      E_MUL(E_X, E_DIV(E_MIN(E_MAX(E_ADD(E_X, E_K(3.0)), E_K(0.0)), E_K(6.0)), E_K(6.0))), \
+      /* PyTorch's: 0 below -3, x/3 + 1/2 up to 3, 1 above */ \
+      E_WHERE(E_LT(E_X, E_K(-3.0)), E_K(0.0), \
+              E_MUL(E_G, E_WHERE(E_LE(E_X, E_K(3.0)), E_ADD(E_MUL(E_X, E_K(1.0 / 3.0)), E_K(0.5)), E_K(1.0))))) \
+    X(HARDSIGMOID, hardsigmoid, \
+      E_DIV(E_MIN(E_K(6.0), E_MAX(E_K(0.0), E_ADD(E_X, E_K(3.0)))), E_K(6.0)), \
+      /* PyTorch's: 1/6 strictly inside (-3, 3), 0 elsewhere */ \
+      E_WHERE(E_AND(E_GT(E_X, E_K(-3.0)), E_LT(E_X, E_K(3.0))), E_MUL(E_G, E_K(1.0 / 6.0)), E_K(0.0))) \
+    X(RECIPROCAL, reciprocal, \
+      E_DIV(E_K(1.0), E_X), \
+      /* -g / x^2, from the output as PyTorch's: -g y^2 */ \
+      E_MUL(E_NEG(E_G), E_MUL(E_Y, E_Y)))
+/* clang-format on */
+
 /* Dtype rules: what the kernel computes in and what the caller gets (ops/elementwise.c). */
 typedef enum {
     KILN__DT_NONE,       /* not an elementwise op of the table */
@@ -118,11 +168,12 @@ typedef enum {
     KILN__GRAD_SAVE_NONE,
     KILN__GRAD_SAVE_IN,
     KILN__GRAD_SAVE_OUT,
-    KILN__GRAD_BINARY
+    KILN__GRAD_BINARY,
+    KILN__GRAD_EXPR
 } kiln__grad_rule;
 typedef enum { KILN__SIG_NONE, KILN__SIG_T, KILN__SIG_AB } kiln__signature;
-typedef enum { KILN__CPU_TYPED, KILN__CPU_VMATH } kiln__cpu_kernel;
-typedef enum { KILN__DOMAIN_ANY, KILN__DOMAIN_POS, KILN__DOMAIN_AWAY, KILN__DOMAIN_BOOL } kiln__test_domain;
+typedef enum { KILN__CPU_TYPED, KILN__CPU_VMATH, KILN__CPU_EXPR } kiln__cpu_kernel;
+typedef enum { KILN__DOMAIN_ANY, KILN__DOMAIN_POS, KILN__DOMAIN_AWAY, KILN__DOMAIN_BOOL, KILN__DOMAIN_WIDE } kiln__test_domain;
 
 /* One row, as data (ir/optable.c); opcodes outside the table read as all zeros (DT_NONE,
  * FUSE_NONE, GRAD_NONE, SIG_NONE, arity 0). */

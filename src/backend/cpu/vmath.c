@@ -65,10 +65,34 @@ static double mish_d(double x)
 
 static double softsign_d(double x) { return isinf(x) ? copysign(1.0, x) : x / (1 + fabs(x)); }
 
-static double hardswish_d(double x) { return x * (fmin(fmax(x + 3, 0.0), 6.0) / 6); }
-
-/* NaN stays NaN, as PyTorch's (fmin and fmax would drop it). */
-static double hardsigmoid_d(double x) { return isnan(x) ? x : fmin(fmax(x + 3, 0.0), 6.0) / 6; }
+/* The ops written as expressions in the op table (ir/optable.h, KILN__OPEXPR), in double:
+ * expr_name(x), as the hand-written composites above (so the scalar kernels compute in double:
+ * tanh as before, where glibc's tanhf is off by 2 ulp). min and max take x86's rule (the second
+ * operand when either is NaN) so every kernel of an op agrees. */
+static inline double ex_min(double a, double b) { return a < b ? a : b; }
+static inline double ex_max(double a, double b) { return a > b ? a : b; }
+#define E_X x
+#define E_K(c) ((double)(c))
+#define E_ADD(a, b) ((a) + (b))
+#define E_SUB(a, b) ((a) - (b))
+#define E_MUL(a, b) ((a) * (b))
+#define E_DIV(a, b) ((a) / (b))
+#define E_NEG(a) (-(a))
+#define E_ABS(a) fabs(a)
+#define E_EXP(a) exp(a)
+#define E_TANH(a) tanh(a)
+#define E_SIGMOID(a) sigmoid_d(a)
+#define E_MIN(a, b) ex_min(a, b)
+#define E_MAX(a, b) ex_max(a, b)
+#define E_LT(a, b) ((a) < (b))
+#define E_GT(a, b) ((a) > (b))
+#define E_WHERE(m, a, b) ((m) ? (a) : (b))
+#define E_CALL(f, a) f(a)
+#define KILN__OPEXPR_D(NAME, name, forward, gradient) \
+    static double expr_##name(double x) { return forward; }
+KILN__OPEXPR(KILN__OPEXPR_D)
+#undef KILN__OPEXPR_D
+#include "ir/opexpr_end.h"
 
 /* Rounds half to even whatever the rounding mode (torch.round). */
 static double round_even_d(double x)
@@ -94,8 +118,6 @@ VMATH_SCALAR_KERNEL(scalar_exp, expf(v))
 VMATH_SCALAR_KERNEL(scalar_log, logf(v))
 VMATH_SCALAR_KERNEL(scalar_log1p, log1pf(v))
 VMATH_SCALAR_KERNEL(scalar_expm1, expm1f(v))
-VMATH_SCALAR_KERNEL(scalar_tanh, (float)tanh(v)) /* glibc tanhf is off by 2 ulp */
-VMATH_SCALAR_KERNEL(scalar_sigmoid, (float)sigmoid_d(v))
 VMATH_SCALAR_KERNEL(scalar_sin, sinf(v))
 VMATH_SCALAR_KERNEL(scalar_cos, cosf(v))
 VMATH_SCALAR_KERNEL(scalar_erf, erff(v))
@@ -109,15 +131,12 @@ VMATH_SCALAR_KERNEL(scalar_floor, floorf(v))
 VMATH_SCALAR_KERNEL(scalar_ceil, ceilf(v))
 VMATH_SCALAR_KERNEL(scalar_round, (float)round_even_d(v))
 VMATH_SCALAR_KERNEL(scalar_trunc, truncf(v))
-VMATH_SCALAR_KERNEL(scalar_atan, atanf(v))
-VMATH_SCALAR_KERNEL(scalar_log2, log2f(v))
-VMATH_SCALAR_KERNEL(scalar_log10, log10f(v))
-VMATH_SCALAR_KERNEL(scalar_exp2, exp2f(v))
 VMATH_SCALAR_KERNEL(scalar_log_sigmoid, (float)log_sigmoid_d(v))
 VMATH_SCALAR_KERNEL(scalar_mish, (float)mish_d(v))
 VMATH_SCALAR_KERNEL(scalar_softsign, (float)softsign_d(v))
-VMATH_SCALAR_KERNEL(scalar_hardswish, (float)hardswish_d(v))
-VMATH_SCALAR_KERNEL(scalar_hardsigmoid, (float)hardsigmoid_d(v))
+#define KILN__OPEXPR_SCALAR(NAME, name, forward, gradient) VMATH_SCALAR_KERNEL(scalar_##name, (float)expr_##name(v))
+KILN__OPEXPR(KILN__OPEXPR_SCALAR)
+#undef KILN__OPEXPR_SCALAR
 
 static const kiln__vmath_f32_fn scalar_kernels[KILN_VMATH_OP_COUNT] = {
 #define KILN__VMATH_X(OP, name) [KILN_VMATH_##OP] = scalar_##name,
@@ -138,8 +157,6 @@ VMATH_F64_KERNEL(exp, exp)
 VMATH_F64_KERNEL(log, log)
 VMATH_F64_KERNEL(log1p, log1p)
 VMATH_F64_KERNEL(expm1, expm1)
-VMATH_F64_KERNEL(tanh, tanh)
-VMATH_F64_KERNEL(sigmoid, sigmoid_d)
 VMATH_F64_KERNEL(sin, sin)
 VMATH_F64_KERNEL(cos, cos)
 VMATH_F64_KERNEL(erf, erf)
@@ -153,15 +170,12 @@ VMATH_F64_KERNEL(floor, floor)
 VMATH_F64_KERNEL(ceil, ceil)
 VMATH_F64_KERNEL(round, round_even_d)
 VMATH_F64_KERNEL(trunc, trunc)
-VMATH_F64_KERNEL(atan, atan)
-VMATH_F64_KERNEL(log2, log2)
-VMATH_F64_KERNEL(log10, log10)
-VMATH_F64_KERNEL(exp2, exp2)
 VMATH_F64_KERNEL(log_sigmoid, log_sigmoid_d)
 VMATH_F64_KERNEL(mish, mish_d)
 VMATH_F64_KERNEL(softsign, softsign_d)
-VMATH_F64_KERNEL(hardswish, hardswish_d)
-VMATH_F64_KERNEL(hardsigmoid, hardsigmoid_d)
+#define KILN__OPEXPR_F64(NAME, name, forward, gradient) VMATH_F64_KERNEL(name, expr_##name)
+KILN__OPEXPR(KILN__OPEXPR_F64)
+#undef KILN__OPEXPR_F64
 
 static const kiln__vmath_f64_fn f64_kernels[KILN_VMATH_OP_COUNT] = {
 #define KILN__VMATH_X(OP, name) [KILN_VMATH_##OP] = kiln__v##name##_f64,

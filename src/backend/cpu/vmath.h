@@ -25,7 +25,8 @@
  * gelu_tanh(-inf) = -0, softplus(-inf) = 0. The AVX2 and AVX-512 kernels return the same bits.
  *
  * floor, ceil, round (half to even) and trunc are exact, keeping -0 (ceil(-0.5) = -0).
- * atan, log2, log10, exp2, log_sigmoid, mish, softsign and hardswish have the same bound;
+ * atan, log2, log10, exp2, log_sigmoid, mish and softsign have the same bound, as have the other
+ * ops written as expressions of the op table (hardswish, hardsigmoid, reciprocal, ...);
  * mish(-inf) = -0, softsign(+-inf) = +-1, log_sigmoid(-inf) = -inf.
  *
  * The f64 functions are plain libm loops (same formulas for the composite ops). */
@@ -39,12 +40,14 @@
 typedef void (*kiln__vmath_f32_fn)(float *y, const float *x, int64_t n);
 typedef void (*kiln__vmath_f64_fn)(double *y, const double *x, int64_t n);
 
-/* The ops: the op table's rows whose cpu column is VMATH (ir/optable.h), in its order.
+/* The ops: the op table's rows whose cpu column is VMATH or EXPR (ir/optable.h), in its order
+ * (an EXPR row's kernels are expanded from its expression, KILN__OPEXPR).
  * KILN__VMATH_OPS expands KILN__VMATH_X(NAME, name) once per op: define KILN__VMATH_X, expand,
  * undefine (a site's list of kernels, prototypes or names). */
 #define KILN__VMATH_ROW(NAME, name, arity, dtype, shape, fuse, grad, sig, cpu, domain, doc) \
     KILN__VMATH_ROW_##cpu(NAME, name)
 #define KILN__VMATH_ROW_VMATH(NAME, name) KILN__VMATH_X(NAME, name)
+#define KILN__VMATH_ROW_EXPR(NAME, name) KILN__VMATH_X(NAME, name)
 #define KILN__VMATH_ROW_TYPED(NAME, name)
 #define KILN__VMATH_OPS KILN__OPTABLE(KILN__VMATH_ROW)
 

@@ -500,21 +500,30 @@ static inline VM_TARGET vf vm_softsign(vf x)
     return v_sel(m_eq(a, v_set(INFINITY)), one, y);
 }
 
-static inline VM_TARGET vf vm_hardswish(vf x)
-{
-    vf r6 = v_min(v_max(v_add(x, v_set(3.0f)), v_set(0.0f)), v_set(6.0f));
-    /* x r6 would overflow first for huge x. NaN x gives NaN through the product (selecting x
-     * itself instead lets clang fold the select away for one ISA but not the other). */
-    return v_mul(x, v_div(r6, v_set(6.0f)));
-}
-
-/* The constant first: max and min return their second operand when one is NaN, so NaN x stays
- * NaN, as the scalar kernel's. */
-static inline VM_TARGET vf vm_hardsigmoid(vf x)
-{
-    vf r6 = v_min(v_set(6.0f), v_max(v_set(0.0f), v_add(x, v_set(3.0f))));
-    return v_div(r6, v_set(6.0f));
-}
+/* The ops written as expressions in the op table (ir/optable.h, KILN__OPEXPR): vm_expr_name(x),
+ * in float, from the same vocabulary as the functions above (E_CALL(atan, a) is vm_atan(a)). */
+#define E_X x
+#define E_K(c) v_set((float)(c))
+#define E_ADD(a, b) v_add(a, b)
+#define E_SUB(a, b) v_sub(a, b)
+#define E_MUL(a, b) v_mul(a, b)
+#define E_DIV(a, b) v_div(a, b)
+#define E_NEG(a) v_xor(a, v_set(-0.0f))
+#define E_ABS(a) v_andnot(v_set(-0.0f), a)
+#define E_EXP(a) vm_exp(a)
+#define E_TANH(a) vm_tanh(a)
+#define E_SIGMOID(a) vm_sigmoid(a)
+#define E_MIN(a, b) v_min(a, b)
+#define E_MAX(a, b) v_max(a, b)
+#define E_LT(a, b) m_lt(a, b)
+#define E_GT(a, b) m_gt(a, b)
+#define E_WHERE(m, a, b) v_sel(m, a, b)
+#define E_CALL(f, a) vm_##f(a)
+#define KILN__OPEXPR_VM(NAME, name, forward, gradient) \
+    static inline VM_TARGET vf vm_expr_##name(vf x) { return forward; }
+KILN__OPEXPR(KILN__OPEXPR_VM)
+#undef KILN__OPEXPR_VM
+#include "ir/opexpr_end.h"
 
 /* ---- the array kernels -------------------------------------------------------------------- */
 
@@ -539,8 +548,6 @@ VM_DEFINE_KERNEL(vm_exp_kernel, vm_exp)
 VM_DEFINE_KERNEL(vm_log_kernel, vm_log)
 VM_DEFINE_KERNEL(vm_log1p_kernel, vm_log1p)
 VM_DEFINE_KERNEL(vm_expm1_kernel, vm_expm1)
-VM_DEFINE_KERNEL(vm_tanh_kernel, vm_tanh)
-VM_DEFINE_KERNEL(vm_sigmoid_kernel, vm_sigmoid)
 VM_DEFINE_KERNEL(vm_sin_kernel, vm_sin)
 VM_DEFINE_KERNEL(vm_cos_kernel, vm_cos)
 VM_DEFINE_KERNEL(vm_erf_kernel, vm_erf)
@@ -554,15 +561,12 @@ VM_DEFINE_KERNEL(vm_floor_kernel, vm_floor)
 VM_DEFINE_KERNEL(vm_ceil_kernel, vm_ceil)
 VM_DEFINE_KERNEL(vm_round_kernel, vm_round)
 VM_DEFINE_KERNEL(vm_trunc_kernel, vm_trunc)
-VM_DEFINE_KERNEL(vm_atan_kernel, vm_atan)
-VM_DEFINE_KERNEL(vm_log2_kernel, vm_log2)
-VM_DEFINE_KERNEL(vm_log10_kernel, vm_log10)
-VM_DEFINE_KERNEL(vm_exp2_kernel, vm_exp2)
 VM_DEFINE_KERNEL(vm_log_sigmoid_kernel, vm_log_sigmoid)
 VM_DEFINE_KERNEL(vm_mish_kernel, vm_mish)
 VM_DEFINE_KERNEL(vm_softsign_kernel, vm_softsign)
-VM_DEFINE_KERNEL(vm_hardswish_kernel, vm_hardswish)
-VM_DEFINE_KERNEL(vm_hardsigmoid_kernel, vm_hardsigmoid)
+#define KILN__OPEXPR_KERNEL(NAME, name, forward, gradient) VM_DEFINE_KERNEL(vm_##name##_kernel, vm_expr_##name)
+KILN__OPEXPR(KILN__OPEXPR_KERNEL)
+#undef KILN__OPEXPR_KERNEL
 
 const kiln__vmath_f32_fn VM_TABLE[KILN_VMATH_OP_COUNT] = {
 #define KILN__VMATH_X(OP, name) [KILN_VMATH_##OP] = vm_##name##_kernel,

@@ -139,8 +139,6 @@ static bool op_expr(kiln__text *b, const kiln__expr *e, const kiln__expr_node *n
     case KILN__OP_RSQRT: P("((%s)1 / sqrt(%s))", T, X); return f;
     case KILN__OP_SIN: P("sin(%s)", X); return f;
     case KILN__OP_COS: P("cos(%s)", X); return f;
-    case KILN__OP_TANH: P("tanh(%s)", X); return f;
-    case KILN__OP_SIGMOID: P("((%s)1 / ((%s)1 + exp(-%s)))", T, T, X); return f;
     case KILN__OP_GELU: P("((%s)0.5 * %s * ((%s)1 + erf(%s * (%s)0.70710678118654752440)))", T, X, T, X, T); return f;
     case KILN__OP_GELU_TANH:
         P("((%s)0.5 * %s * ((%s)1 + tanh((%s)0.79788456080286535588 * (%s + (%s)0.044715 * %s * %s * %s))))", T, X, T,
@@ -153,15 +151,9 @@ static bool op_expr(kiln__text *b, const kiln__expr *e, const kiln__expr_node *n
     case KILN__OP_CEIL: P("ceil(%s)", X); return f;
     case KILN__OP_ROUND: P("rint(%s)", X); return f;
     case KILN__OP_TRUNC: P("trunc(%s)", X); return f;
-    case KILN__OP_ATAN: P("atan(%s)", X); return f;
-    case KILN__OP_LOG2: P("log2(%s)", X); return f;
-    case KILN__OP_LOG10: P("log10(%s)", X); return f;
-    case KILN__OP_EXP2: P("exp2(%s)", X); return f;
     case KILN__OP_LOG_SIGMOID: P("(fmin(%s, (%s)0) - log1p(exp(-fabs(%s))))", X, T, X); return f;
     case KILN__OP_MISH: P("(%s * tanh(%s > (%s)20 ? %s : log1p(exp(%s))))", X, X, T, X, X); return f;
     case KILN__OP_SOFTSIGN: P("(%s / ((%s)1 + fabs(%s)))", X, T, X); return f;
-    case KILN__OP_HARDSIGMOID: P("(isnan(%s) ? %s : fmin(fmax(%s + (%s)3, (%s)0), (%s)6) / (%s)6)", X, X, X, T, T, T, T); return f;
-    case KILN__OP_HARDSWISH: P("(%s * fmin(fmax(%s + (%s)3, (%s)0), (%s)6) / (%s)6)", X, X, T, T, T, T); return f;
     case KILN__OP_ISNAN: P("(uchar)(isnan(%s) != 0)", X); return fin;
     case KILN__OP_ISINF: P("(uchar)(isinf(%s) != 0)", X); return fin;
     case KILN__OP_ISFINITE: P("(uchar)(isfinite(%s) != 0)", X); return fin;
@@ -199,7 +191,7 @@ static bool op_expr(kiln__text *b, const kiln__expr *e, const kiln__expr_node *n
         P("(%s < (%s)0.5 ? %s + %s * (%s - %s) : %s - (%s - %s) * ((%s)1 - %s))", Z, T, X, Z, Y, X, Y, Y, X, T, Z);
         return f;
     case KILN__OP_RELU_BACKWARD: P("(%s > 0 ? %s : (%s)0)", Y, X, T); return f;
-    default: return false;
+    default: return f && kiln__opencl_codegen_expr(b, n->code, X, T); /* the op table's expressions */
     }
 #undef P
 }

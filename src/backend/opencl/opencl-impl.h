@@ -221,6 +221,9 @@ bool kiln__opencl_codegen_node(kiln__text *b, const kiln__fused *g, int i, bool 
 void kiln__opencl_codegen_store(kiln__text *b, const kiln__fused *g, int s, const char *idx);
 /* Prints OP node i's expression (no declaration); false when it has no OpenCL form. */
 bool kiln__opencl_codegen_op(kiln__text *b, const kiln__fused *g, int i, bool fp64);
+/* The forward expression of an op the op table writes as one (codegen_expr.c), on x in type;
+ * false for any other op. */
+bool kiln__opencl_codegen_expr(kiln__text *b, kiln__opcode code, const char *x, const char *type);
 /* A group ending in a REDUCE over its last dim (g->row > 0), with its epilogue: one work-group
  * per row (l->n items in groups of l->local), see codegen_rows.c. */
 bool kiln__opencl_codegen_rows(const kiln__fused *g, bool fp64, kiln__text *b, kiln__opencl_ew_launch *l);
