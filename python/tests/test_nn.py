@@ -133,3 +133,19 @@ def test_save_load_round_trip(tmp_path):
         kiln.load(tmp_path / "missing.safetensors")
     with pytest.raises(TypeError):
         kiln.save([1, 2], path)
+
+
+def test_load_state_dict_keeps_the_parameters_an_optimizer_holds():
+    # PyTorch copies a state dict into the existing tensors: an optimizer made before the load
+    # must go on updating what the module computes with, and buffers keep their objects too
+    m = nn.Sequential(nn.BatchNorm1d(3), nn.Linear(3, 2))
+    opt = kiln.optim.SGD(m.parameters(), lr=0.5)
+    before = [id(p) for p in m.parameters()]
+    buffer = m[0].running_mean
+    m.load_state_dict({k: v.numpy() * 0 + 1.0 for k, v in m.state_dict().items()})
+    assert [id(p) for p in m.parameters()] == before
+    assert m[0].running_mean is buffer and buffer.tolist() == [1.0, 1.0, 1.0]
+    m(kiln.randn(4, 3, seed=1)).sum().backward()
+    opt.step()
+    # the step reached the module's own tensors: the Linear's bias has gradient 4 (the batch)
+    assert m[1].bias.tolist() == [1.0 - 0.5 * 4, 1.0 - 0.5 * 4]

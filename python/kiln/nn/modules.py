@@ -100,9 +100,16 @@ class Module:
                 v = state[pre + k]
                 if tuple(v.shape) != tuple(p.shape):
                     raise ValueError(f"{pre + k}: shape {tuple(v.shape)} for a parameter of {tuple(p.shape)}")
-                m._parameters[k] = Parameter(kiln.tensor(v).to(p.dtype))
-            for k in list(m._buffers):
-                m._buffers[k] = kiln.tensor(state[pre + k])
+                # into the same Parameter, as PyTorch copies: an optimizer made before the load
+                # holds these objects and must go on updating what the module computes with
+                with kiln.no_grad():
+                    p[...] = kiln.tensor(v).to(p.dtype)
+            for k, b in list(m._buffers.items()):
+                v = kiln.tensor(state[pre + k])
+                if b is None or tuple(v.shape) != tuple(b.shape):
+                    m._buffers[k] = v
+                else:
+                    b[...] = v.to(b.dtype)
 
     def train(self, mode=True):
         for m in self.modules():
