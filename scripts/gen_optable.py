@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Reads the op table (src/ir/optable.h, one X(...) row per op) and writes what C macros cannot:
 the public header include/kiln/ops.h (prototypes with their doc lines, the call-site list and
-the call-site macros of the ops whose signature the table gives), or the table as JSON for
-other generators (the Python binding's method table).
+the call-site macros of the ops whose signature the table gives), the Python binding's rows of
+those ops (python/src/op_table_generated.h: each unary op a Tensor method and a kiln function),
+or the table as JSON for other generators.
 
-    scripts/gen_optable.py            # rewrites include/kiln/ops.h
-    scripts/gen_optable.py --check    # exit 1 if include/kiln/ops.h is not what the table gives
+    scripts/gen_optable.py            # rewrites both generated headers
+    scripts/gen_optable.py --check    # exit 1 if either is not what the table gives
     scripts/gen_optable.py --json     # the table as JSON on stdout
 
 Run it after editing a row; CI runs --check (tests/CMakeLists.txt, test_optable_generated)."""
@@ -17,6 +18,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TABLE = os.path.join(ROOT, "src", "ir", "optable.h")
 HEADER = os.path.join(ROOT, "include", "kiln", "ops.h")
+PY_HEADER = os.path.join(ROOT, "python", "src", "op_table_generated.h")
 COLUMNS = ["NAME", "name", "arity", "dtype", "shape", "fuse", "grad", "sig", "cpu", "domain"]
 ROW = re.compile(r'^\s*X\(\s*(.*?)\s*"((?:[^"\\]|\\.)*)"\s*\)\s*\\?\s*$')
 SIGNATURES = {"T": ("(kiln_tensor t)", "(t)"), "AB": ("(kiln_tensor a, kiln_tensor b)", "(a, b)")}
@@ -84,30 +86,47 @@ def header(rows):
     return "\n".join(out)
 
 
+def python_rows(rows):
+    """The binding's KP_TABLE_UNARY_OPS list (python/src/op_table.h adds the ops outside the table)."""
+    unary = [r for r in rows if r["sig"] == "T"]
+    out = ["/* The Python binding's rows of the op table's unary ops: generated from src/ir/optable.h by",
+           " * scripts/gen_optable.py; do not edit. op_table.h puts them in KP_UNARY_OPS. */",
+           "#ifndef KILN_PY_OP_TABLE_GENERATED_H", "#define KILN_PY_OP_TABLE_GENERATED_H", "",
+           "#define KP_TABLE_UNARY_OPS(X) \\"]
+    for i, r in enumerate(unary):
+        out.append(f'    X({r["name"]}, kiln_{r["name"]}, "{r["doc"]}")' + (" \\" if i + 1 < len(unary) else ""))
+    out += ["", "#endif", ""]
+    return "\n".join(out)
+
+
 def main(argv):
     rows = read_table()
     if "--json" in argv:
         json.dump({"source": "src/ir/optable.h", "columns": COLUMNS + ["doc"], "ops": rows}, sys.stdout, indent=1)
         print()
         return 0
-    text = header(rows)
+    outputs = [(HEADER, header(rows)), (PY_HEADER, python_rows(rows))]
     if "--check" in argv:
-        try:
-            with open(HEADER, encoding="utf-8") as f:
-                current = f.read()
-        except OSError:
-            current = None
-        if current != text:
-            print(f"gen_optable: {HEADER} is not what src/ir/optable.h gives: run scripts/gen_optable.py",
+        stale = []
+        for path, text in outputs:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    current = f.read()
+            except OSError:
+                current = None
+            if current != text:
+                stale.append(os.path.relpath(path, ROOT))
+        if stale:
+            print(f"gen_optable: {', '.join(stale)} not what src/ir/optable.h gives: run scripts/gen_optable.py",
                   file=sys.stderr)
             return 1
-        print(f"gen_optable: include/kiln/ops.h matches the table ({len(rows)} rows)")
+        print(f"gen_optable: include/kiln/ops.h and python/src/op_table_generated.h match the table ({len(rows)} rows)")
         return 0
-    with open(HEADER, "w", encoding="utf-8") as f:
-        f.write(text)
-    print(f"gen_optable: wrote include/kiln/ops.h from {len(rows)} rows")
+    for path, text in outputs:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    print(f"gen_optable: wrote include/kiln/ops.h and python/src/op_table_generated.h from {len(rows)} rows")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -1,7 +1,8 @@
 /* The op table of the Python binding: one row per public kiln op, from which ops.c makes a
  * Tensor method (t.exp()), a module function (kiln.exp(t)) and, for operators, a number
- * slot. Rows are data only, so the lists can be generated from the C op table (src/ir/)
- * once it describes each op's Python signature.
+ * slot. Rows are data only: the unary ops of the C op table (src/ir/optable.h) come from
+ * op_table_generated.h (scripts/gen_optable.py), so a new op there is a method here too; the
+ * rows below are the ops the table does not describe (binary ops pair with their scalar forms).
  *   UNARY(name, kiln function, doc)                      t.name()
  *   BINARY(name, tensor-tensor fn, tensor-scalar fn, scalar-tensor fn or 0, doc)
  *                                                        t.name(other), kiln.name(a, b)
@@ -10,43 +11,12 @@
 #ifndef KILN_PY_OP_TABLE_H
 #define KILN_PY_OP_TABLE_H
 
-#define KP_UNARY_OPS(X)                                                  \
-    X(neg, kiln_neg, "-t")                                               \
-    X(abs, kiln_abs, "|t|")                                              \
-    X(sign, kiln_sign, "-1, 0 or 1 by sign")                             \
-    X(exp, kiln_exp, "e**t")                                             \
-    X(log, kiln_log, "natural logarithm")                                \
-    X(log1p, kiln_log1p, "log(1 + t)")                                   \
-    X(expm1, kiln_expm1, "exp(t) - 1")                                   \
-    X(sqrt, kiln_sqrt, "square root")                                    \
-    X(rsqrt, kiln_rsqrt, "1 / sqrt(t)")                                  \
-    X(sin, kiln_sin, "sine")                                             \
-    X(cos, kiln_cos, "cosine")                                           \
-    X(tanh, kiln_tanh, "hyperbolic tangent")                             \
-    X(sigmoid, kiln_sigmoid, "1 / (1 + exp(-t))")                        \
-    X(relu, kiln_relu, "max(t, 0)")                                      \
-    X(gelu, kiln_gelu, "GELU (erf form)")                                \
-    X(silu, kiln_silu, "t * sigmoid(t)")                                 \
-    X(softplus, kiln_softplus, "log(1 + exp(t))")                        \
-    X(erf, kiln_erf, "error function")                                   \
-    X(logical_not, kiln_logical_not, "not t (bool)")                     \
-    X(floor, kiln_floor, "round down")                                   \
-    X(ceil, kiln_ceil, "round up")                                       \
-    X(round, kiln_round, "round half to even")                           \
-    X(trunc, kiln_trunc, "round toward zero")                            \
-    X(atan, kiln_atan, "arc tangent")                                    \
-    X(log2, kiln_log2, "base-2 logarithm")                               \
-    X(log10, kiln_log10, "base-10 logarithm")                            \
-    X(exp2, kiln_exp2, "2**t")                                           \
-    X(isnan, kiln_isnan, "bool: t is NaN")                               \
-    X(isinf, kiln_isinf, "bool: t is infinite")                          \
-    X(isfinite, kiln_isfinite, "bool: t is finite")                      \
-    X(selu, kiln_selu, "SELU activation")                                \
-    X(mish, kiln_mish, "Mish activation")                                \
-    X(hardswish, kiln_hardswish, "hard swish")                           \
-    X(softsign, kiln_softsign, "t / (1 + |t|)")                          \
-    X(log_sigmoid, kiln_log_sigmoid, "log(sigmoid(t))")                  \
-    X(contiguous, kiln_contiguous, "a dense copy, or t when dense")      \
+#include "op_table_generated.h"
+
+#define KP_UNARY_OPS(X)                                             \
+    KP_TABLE_UNARY_OPS(X)                                           \
+    X(selu, kiln_selu, "SELU activation")                           \
+    X(contiguous, kiln_contiguous, "a dense copy, or t when dense") \
     X(clone, kiln_clone, "a copy in its own storage")
 
 #define KP_BINARY_OPS(X)                                                                         \
