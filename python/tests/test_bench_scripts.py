@@ -33,3 +33,11 @@ def test_minilm_benchmark_times_kiln_embeddings():
     lines = run_script("minilm.py", "--rounds", "1", "--calls", "2", "--warmup", "0", "--model", MINILM)
     res = json.loads(lines[-1])["results"]["kiln"]
     assert 0 < res["p50_ms"] <= res["p99_ms"]
+
+
+def test_softmax_benchmark_measures_time_and_memory():
+    # a small shape, kiln's side only (.venv-py has no PyTorch): both memory numbers are measured
+    lines = run_script("softmax.py", "--rounds", "1", "--calls", "1", "--shape", "8,64,256", "--sides", "kiln")
+    res = json.loads(lines[-1])["results"]["kiln"]
+    assert res["ms"] > 0 and res["peak_rss_mib"] > 0
+    assert 0.99 <= res["beyond_input"] <= 1.1  # the result only: the chain's temporaries are reused
