@@ -7,6 +7,24 @@
 #include "autodiff/autodiff-impl.h"
 #include "optim/optim-impl.h"
 
+/* Parameter i's gradient slot in g, checked as the step checks it (*param: the tensor it
+ * updates); NULL when the parameter has no gradient or it is wrong (c->err set). */
+static kiln__tensor **checked_grad_slot(kiln__opctx *c, kiln_optimizer *opt, kiln_grads *g, int i,
+                                        kiln__tensor **param) {
+    kiln__optim_param *p = &opt->params[i];
+    *param = kiln__optim_param_tensor(c, p, opt->master_weights);
+    const kiln__ad_meta *m = *param ? (*param)->autodiff : NULL;
+    kiln__tensor **slot = m ? kiln__grads_slot(g, m->leaf) : NULL;
+    return slot && kiln__optim_check_grad(c, opt, p, *param, *slot, false) ? slot : NULL;
+}
+
+/* Room for one slot per parameter (all NULL); NULL with c->err set when there is no memory. */
+static kiln__tensor ***slots_new(kiln__opctx *c, const kiln_optimizer *opt) {
+    kiln__tensor ***slots = calloc((size_t)(opt->n_params ? opt->n_params : 1), sizeof *slots);
+    if (!slots) kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the clipping bookkeeping");
+    return slots;
+}
+
 /* ---- clipping -------------------------------------------------------------------------------- */
 
 kiln_status kiln_clip_grad_norm(kiln_optimizer *opt, kiln_grads *g, double max_norm, kiln_tensor *total_norm) {
@@ -22,20 +40,14 @@ kiln_status kiln_clip_grad_norm(kiln_optimizer *opt, kiln_grads *g, double max_n
         return kiln__optim_finish(&c);
     }
     /* the gradients stay in g: each is scaled in place where it sits */
-    kiln__tensor ***slots = calloc((size_t)(opt->n_params ? opt->n_params : 1), sizeof *slots);
-    if (!slots) {
-        kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the clipping bookkeeping");
-        return kiln__optim_finish(&c);
-    }
+    kiln__tensor ***slots = slots_new(&c, opt);
+    if (!slots) return kiln__optim_finish(&c);
     int n = 0;
     kiln__tensor *first = NULL;
     kiln_dtype norm_dtype = KILN_F32;
     for (int i = 0; i < opt->n_params; i++) {
-        kiln__optim_param *p = &opt->params[i];
-        kiln__tensor *param = kiln__optim_param_tensor(&c, p, opt->master_weights);
-        const kiln__ad_meta *m = param ? param->autodiff : NULL;
-        kiln__tensor **slot = m ? kiln__grads_slot(g, m->leaf) : NULL;
-        if (!slot || !kiln__optim_check_grad(&c, opt, p, param, *slot, false)) continue;
+        kiln__tensor *param, **slot = checked_grad_slot(&c, opt, g, i, &param);
+        if (!slot) continue;
         if (first && !kiln__same_device(&c, first, *slot)) continue;
         norm_dtype = first ? kiln__dtype_promote(norm_dtype, (*slot)->dtype) : (*slot)->dtype;
         if (!first) first = *slot;
@@ -100,17 +112,12 @@ kiln_status kiln_clip_grad_value(kiln_optimizer *opt, kiln_grads *g, double clip
         kiln__fail(&c, KILN_ERR_INVALID_ARGUMENT, "clip_value %g must be finite and >= 0", clip_value);
         return kiln__optim_finish(&c);
     }
-    kiln__tensor ***slots = calloc((size_t)(opt->n_params ? opt->n_params : 1), sizeof *slots);
-    if (!slots) {
-        kiln__fail(&c, KILN_ERR_OUT_OF_MEMORY, "cannot allocate the clipping bookkeeping");
-        return kiln__optim_finish(&c);
-    }
+    kiln__tensor ***slots = slots_new(&c, opt);
+    if (!slots) return kiln__optim_finish(&c);
     /* every gradient checked before any is changed */
     for (int i = 0; i < opt->n_params; i++) {
-        kiln__tensor *param = kiln__optim_param_tensor(&c, &opt->params[i], opt->master_weights);
-        const kiln__ad_meta *m = param ? param->autodiff : NULL;
-        kiln__tensor **slot = m ? kiln__grads_slot(g, m->leaf) : NULL;
-        if (slot && kiln__optim_check_grad(&c, opt, &opt->params[i], param, *slot, false)) slots[i] = slot;
+        kiln__tensor *param;
+        slots[i] = checked_grad_slot(&c, opt, g, i, &param);
     }
     /* in place: a gradient is dense and has one owner, so the clamp reuses its buffer */
     for (int i = 0; i < opt->n_params && !c.err; i++)
@@ -124,11 +131,8 @@ kiln_status kiln_clip_grad_value(kiln_optimizer *opt, kiln_grads *g, double clip
 kiln__tensor *kiln__optim_grads_unscale(kiln__opctx *c, kiln_optimizer *opt, kiln_grads *g, double factor) {
     kiln__tensor *total = NULL;
     for (int i = 0; i < opt->n_params && !c->err; i++) {
-        kiln__optim_param *p = &opt->params[i];
-        kiln__tensor *param = kiln__optim_param_tensor(c, p, opt->master_weights);
-        const kiln__ad_meta *m = param ? param->autodiff : NULL;
-        kiln__tensor **slot = m ? kiln__grads_slot(g, m->leaf) : NULL;
-        if (!slot || !kiln__optim_check_grad(c, opt, p, param, *slot, false)) continue;
+        kiln__tensor *param, **slot = checked_grad_slot(c, opt, g, i, &param);
+        if (!slot) continue;
         /* a master-weighted parameter's gradient is unscaled in f32 (and stays f32: the step
          * takes it as it is), so what the scale lifted out of f16's range is not lost again */
         if (kiln__optim_uses_master(opt, param->dtype)) *slot = kiln__t_cast(c, *slot, KILN_F32);
