@@ -309,19 +309,21 @@ def throughput_batches():
     return batches
 
 
-def embed_throughput(runs):
-    cls, d = sentence_transformer()
-    if cls is None:
-        return
-    model = cls(d, device="cpu")
-    batches = throughput_batches()
-
+def throughput_ms(model, batches, runs):
+    """The median time of one pass of model over the throughput workload's batches."""
     def run():
         with torch.inference_mode():
             for b in batches:
                 model(dict(b))["sentence_embedding"]
 
-    ms = timed(run, runs, warmup=1)
+    return timed(run, runs, warmup=1)
+
+
+def embed_throughput(runs):
+    cls, d = sentence_transformer()
+    if cls is None:
+        return
+    ms = throughput_ms(cls(d, device="cpu"), throughput_batches(), runs)
     report("embed_throughput", ms, sentences_per_s=256 / (ms / 1e3))
 
 
@@ -409,13 +411,7 @@ def embed_int8(workload, runs):
             report("embed_latency_int8", p50, side="onnxruntime", ms_p99=p99)
         return
     batches = throughput_batches()
-
-    def run():
-        with torch.inference_mode():
-            for b in batches:
-                qmodel(dict(b))["sentence_embedding"]
-
-    ms = timed(run, runs, warmup=1)
+    ms = throughput_ms(qmodel, batches, runs)
     report("embed_throughput_int8", ms, sentences_per_s=256 / (ms / 1e3))
     if session is not None:
         feeds = [{n: b[n].numpy() for n in names} for b in batches]
