@@ -309,6 +309,52 @@ KT_TEST(checkpoint_carries_the_master_bit_exactly) {
     remove(path);
 }
 
+/* A parameter written since the last step (weights loaded without the optimizer) is the new
+ * truth: the next step starts its master from the loaded values instead of writing the old
+ * master back over them, on the in-place path and on data parallelism's copy path alike. */
+KT_TEST(weights_loaded_without_the_optimizer_win_over_the_master) {
+    double v0[N], v1[N], ref[N], p[N], m[N];
+    for (int i = 0; i < N; i++) v0[i] = start_value(i), v1[i] = start_value(i + 5) / 2;
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/kiln_optim_lowp_w_%d.safetensors", (int)getpid());
+    kiln_module *other = toy_new(KILN_BF16, v1);
+    KT_CHECK(kiln_checkpoint_save(path, other, NULL) == KILN_OK);
+    for (int late = 0; late < 2; late++) {
+        /* the reference: a fresh optimizer whose first step starts from v1 */
+        kiln_module *mr = toy_new(KILN_BF16, v1);
+        kiln_optimizer *orf = make_opt(ADAM, mr, true);
+        KT_CHECK(step_late(orf, W(mr), 3, late) == KILN_OK);
+        read_doubles(W(mr), ref);
+        kiln_module *mm = toy_new(KILN_BF16, v0);
+        kiln_optimizer *opt = make_opt(ADAM, mm, true);
+        for (int s = 0; s < 3; s++) KT_CHECK(step_late(opt, W(mm), s, late) == KILN_OK);
+        KT_CHECK_MSG(kiln_checkpoint_load(path, mm, NULL) == KILN_OK, "%s", kiln_last_error());
+        read_doubles(W(mm), p);
+        for (int i = 0; i < N; i++) KT_CHECK(p[i] == v1[i]);
+        KT_CHECK(step_late(opt, W(mm), 3, late) == KILN_OK);
+        read_doubles(W(mm), p);
+        KT_CHECK(read_master(opt, m));
+        for (int i = 0; i < N; i++) {
+            /* one step from v1 (Adam's moments carry the earlier steps: near, not equal, to ref) */
+            KT_CHECK_MSG(fabs(p[i] - v1[i]) <= 0.02 + 1e-6 && fabs(p[i] - ref[i]) <= 0.03,
+                         "late %d [%d]: %.6g after the load of %.6g (ref %.6g)", late, i, p[i], v1[i], ref[i]);
+            KT_CHECK(p[i] == round_to(KILN_BF16, m[i]));
+        }
+        /* and a step with nothing written in between keeps the master's own bits */
+        double m_before[N];
+        memcpy(m_before, m, sizeof m);
+        KT_CHECK(step_late(opt, W(mm), 4, late) == KILN_OK);
+        KT_CHECK(read_master(opt, m));
+        int kept_fraction = 0;
+        for (int i = 0; i < N; i++) kept_fraction += m[i] != round_to(KILN_BF16, m[i]);
+        KT_CHECK_MSG(kept_fraction > 0, "late %d: the master lost its bits below bf16 (re-made from the parameter)", late);
+        kiln_optimizer_free(orf), kiln_optimizer_free(opt);
+        kiln_module_free(mr), kiln_module_free(mm);
+    }
+    kiln_module_free(other);
+    remove(path);
+}
+
 /* Clipping and the gradient scaler take the bf16 gradients of master-weighted parameters. */
 KT_TEST(clipping_works_on_low_precision_gradients) {
     double v0[N], p[N], m[N];
@@ -402,6 +448,7 @@ int main(void) {
     KT_RUN(a_failed_step_changes_nothing);
     KT_RUN(late_gradients_give_the_same_masters);
     KT_RUN(checkpoint_carries_the_master_bit_exactly);
+    KT_RUN(weights_loaded_without_the_optimizer_win_over_the_master);
     KT_RUN(clipping_works_on_low_precision_gradients);
     KT_RUN(f16_loss_scaling_reaches_the_master);
     KT_RUN(low_precision_parameters_without_the_option_are_refused);

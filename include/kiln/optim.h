@@ -47,9 +47,10 @@ typedef struct kiln_optimizer kiln_optimizer;
  * such a parameter's gradient in its dtype or in f32; kiln_grad_scaler_step unscales it in f32
  * (and leaves it f32 in the container), so what loss scaling lifted above f16's subnormals is
  * not flushed again. f32 and f64 parameters are unaffected. Checkpoints save the master as "optim.<param>.master" (f32) and
- * load it bit-exactly; the master is the truth: a bf16 parameter written by anything but the
- * optimizer after its first update (kiln_checkpoint_load with opt NULL) is overwritten by the
- * next step. As apex's FusedAdam(master_weights=True):
+ * load it bit-exactly. A parameter written by anything but the optimizer since its last step (a
+ * checkpoint loaded with opt NULL, an assignment into it) wins: the next step makes its master
+ * again from the written values, so a load is never undone by a stale master. As apex's
+ * FusedAdam(master_weights=True):
  *
  *   kiln_tensor w = kiln_leaf(kiln_zeros(KILN_CPU, KILN_BF16, KILN_SHAPE(16, 4)));
  *   kiln_adam_options o = kiln_adamw_defaults();

@@ -176,7 +176,23 @@ typedef struct kiln__storage {
     _Atomic(kiln__error *) err; /* set when an op writing this buffer failed while running */
     struct kiln__var *var;      /* engine: pending readers/writers */
     struct kiln__window *window; /* engine: the fusion window holding ops on it (atomic) */
+    atomic_ullong last_write;   /* the write clock's value at the last write queued (0: none) */
 } kiln__storage;
+
+/* The write clock: every op queued that writes a storage, and every host copy into one, gives
+ * it a fresh value of one process-wide counter. Two equal stamps mean the same write of the
+ * same storage (a freed storage's address reused by a new one cannot look unchanged), which is
+ * how a holder of a derived copy (an optimizer's f32 master of a bf16 parameter) tells that
+ * someone else wrote the buffer since it last did. */
+static inline uint64_t kiln__storage_note_write(kiln__storage *s) {
+    extern atomic_ullong kiln__write_clock;
+    uint64_t now = atomic_fetch_add_explicit(&kiln__write_clock, 1, memory_order_relaxed) + 1;
+    atomic_store_explicit(&s->last_write, now, memory_order_relaxed);
+    return now;
+}
+static inline uint64_t kiln__storage_last_write(kiln__storage *s) {
+    return atomic_load_explicit(&s->last_write, memory_order_relaxed);
+}
 
 /* New storage with an uninitialised buffer of nbytes (from the device's caching allocator).
  * NULL on out-of-memory. */

@@ -34,7 +34,9 @@ void kiln__storage_empty_cache(kiln_device dev) {
 }
 
 /* (a field added to kiln__storage must be set in kiln__storage_new too, which does not zero) */
-_Static_assert(sizeof(void *) != 8 || sizeof(kiln__storage) == 80, "kiln__storage_new sets each field");
+_Static_assert(sizeof(void *) != 8 || sizeof(kiln__storage) == 88, "kiln__storage_new sets each field");
+
+atomic_ullong kiln__write_clock;
 
 kiln__storage *kiln__storage_new(kiln_device dev, size_t nbytes) {
     const kiln__device_memory *m = memory_of(dev);
@@ -57,6 +59,7 @@ kiln__storage *kiln__storage_new(kiln_device dev, size_t nbytes) {
     atomic_init(&s->err, NULL);
     s->var = NULL;
     s->window = NULL;
+    atomic_init(&s->last_write, 0);
     kiln__stats_add_in_use(dev, (int64_t)nbytes);
     return s;
 }

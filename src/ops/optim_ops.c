@@ -107,6 +107,7 @@ bool kiln__t_copy_to_host(kiln__opctx *c, kiln__tensor *t, void *dst, size_t nby
 
 bool kiln__t_copy_from_host(kiln__opctx *c, kiln__tensor *dst, const void *src, size_t nbytes) {
     const kiln__backend *be = kiln__backend_get(dst->device);
+    kiln__storage_note_write(dst->storage);
     bool ok = !nbytes || be->copy_from_host(be->context, dst->storage, (size_t)dst->offset * kiln__elsize(dst->dtype), src, nbytes) == KILN_OK;
     if (!ok) kiln__fail(c, KILN_ERR_DEVICE, "copy to %s failed", kiln_device_name(dst->device));
     return ok;

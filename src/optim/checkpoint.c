@@ -317,7 +317,7 @@ static bool stage(kiln__opctx *c, load_item *it, const kiln__st_file *f) {
     return ok;
 }
 
-static void commit_optim(kiln_optimizer *opt, optim_plan *plan) {
+static void commit_optim(kiln__opctx *c, kiln_optimizer *opt, optim_plan *plan) {
     kiln__optim_clear_state(opt);
     opt->options = plan->opts.options;
     memcpy(opt->groups, plan->groups, sizeof *opt->groups * (size_t)opt->n_groups);
@@ -331,6 +331,8 @@ static void commit_optim(kiln_optimizer *opt, optim_plan *plan) {
         }
         opt->params[i].master = plan->master[i].staged;
         plan->master[i].staged = NULL;
+        kiln__tensor *param = opt->params[i].master ? kiln__peek(c, *opt->params[i].slot) : NULL;
+        if (param) kiln__optim_master_mark(&opt->params[i], param); /* the parameters were loaded just before */
     }
 }
 
@@ -398,7 +400,7 @@ kiln_status kiln_checkpoint_load(const char *path, kiln_module *model, kiln_opti
     for (int i = 0; i < np && !c.err; i++) {
         kiln__t_copy_into(&c, kiln__view_of(items[i].dst), items[i].staged); /* staged on dst's device */
     }
-    if (opt && !c.err) commit_optim(opt, &plan);
+    if (opt && !c.err) commit_optim(&c, opt, &plan);
     for (int i = 0; items && i < np; i++) kiln__tensor_release(items[i].staged);
     for (int i = 0; i < n_opt && plan.state; i++) kiln__tensor_release(plan.state[i].staged);
     for (int i = 0; opt && plan.master && i < opt->n_params; i++) kiln__tensor_release(plan.master[i].staged);

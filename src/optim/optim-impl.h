@@ -22,6 +22,7 @@ typedef struct kiln__optim_param {
     kiln_tensor *slot;                           /* the module's handle */
     kiln__tensor *state[KILN__OPTIM_MAX_STATE]; /* NULL until the first update */
     kiln__tensor *master; /* master_weights: the f32 copy of a bf16/f16 parameter (master.c), else NULL */
+    uint64_t master_stamp; /* the parameter storage's write clock when the master was last in step with it */
     int64_t step;                                /* updates of this parameter (Adam's bias correction) */
     int group;                                   /* index into the optimizer's groups */
     kiln_tensor own;                             /* the optimizer's reference (groups), or KILN_NONE */
@@ -132,6 +133,15 @@ static inline kiln_dtype kiln__optim_state_dtype(const kiln_optimizer *opt, kiln
 /* A fresh f32 tensor holding param's values exactly (read on the host, so no queued kernel can
  * fail it later: a master that exists is never poisoned). NULL + c's error. */
 kiln__tensor *kiln__optim_master_from(kiln__opctx *c, kiln__tensor *param);
+/* Whether someone else wrote the parameter since its master was last in step with it (a load,
+ * a copy into it, a replaced handle): then the master is stale and is made again from the
+ * parameter; kiln__optim_master_mark records that the two agree now. */
+static inline bool kiln__optim_master_stale(const kiln__optim_param *p, kiln__tensor *param) {
+    return p->master && kiln__storage_last_write(param->storage) != p->master_stamp;
+}
+static inline void kiln__optim_master_mark(kiln__optim_param *p, kiln__tensor *param) {
+    p->master_stamp = kiln__storage_last_write(param->storage);
+}
 /* Queues param = master rounded to param's dtype. False + c's error if it cannot be queued. */
 bool kiln__optim_master_write_back(kiln__opctx *c, kiln__tensor *param, const kiln__tensor *master);
 /* The parameter's tensor (borrowed), if it can be updated in place (bf16/f16 ones only

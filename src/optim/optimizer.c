@@ -335,6 +335,10 @@ static void prepare_masters(kiln__opctx *c, kiln_optimizer *opt, update *ups) {
     for (int i = 0; i < opt->n_params && !c->err; i++) {
         kiln__optim_param *p = &opt->params[i];
         if (!ups[i].grad || !kiln__optim_uses_master(opt, ups[i].param->dtype)) continue;
+        if (kiln__optim_master_stale(p, ups[i].param)) { /* the parameter was written since: it wins */
+            kiln__tensor_release(p->master);
+            p->master = NULL;
+        }
         if (!p->master) {
             p->master = kiln__optim_master_from(c, ups[i].param);
             ups[i].fresh_master = p->master != NULL;
@@ -343,6 +347,13 @@ static void prepare_masters(kiln__opctx *c, kiln_optimizer *opt, update *ups) {
         kiln__tensor_retain(ups[i].grad);
         ups[i].grad_up = kiln__t_cast(c, ups[i].grad, KILN_F32);
     }
+}
+
+/* After a step's write-backs: each master agrees with its parameter as the write clock now
+ * says (after all of them, since parameters may share a storage). */
+static void mark_masters(kiln_optimizer *opt, const update *ups) {
+    for (int i = 0; i < opt->n_params; i++)
+        if (ups[i].param && opt->params[i].master) kiln__optim_master_mark(&opt->params[i], ups[i].param);
 }
 
 /* A step that failed keeps no master it made. */
@@ -462,6 +473,7 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
     prepare_masters(&c, opt, ups);
     if (early) {
         step_early(&c, opt, ups, n_state, g); /* (a failed check: it agrees, then drops) */
+        if (!c.err) mark_masters(opt, ups);
         for (int i = 0; i < opt->n_params; i++) kiln__drop(2, ups[i].grad, ups[i].grad_up);
         free(ups);
         if (!c.err) opt->steps++;
@@ -493,6 +505,7 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
         if (c.err) drop_fresh_master(p, &ups[i]);
         kiln__drop(2, ups[i].grad, ups[i].grad_up);
     }
+    if (!c.err) mark_masters(opt, ups);
     free(ups);
     if (!c.err) opt->steps++;
     return kiln__optim_finish(&c);
