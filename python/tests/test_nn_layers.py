@@ -171,6 +171,14 @@ def test_dropout_follows_train_and_eval():
     np.testing.assert_array_equal(model(x).numpy(), model[0](x).numpy())
     kiln.manual_seed(11)
     assert np.array_equal(nn.Dropout(0.25)(kiln.ones(4000)).numpy(), y)  # the seed makes the masks repeat
+    kiln.manual_seed(11)  # before the forward, as with torch.manual_seed: the same layer repeats too
+    assert np.array_equal(d(kiln.ones(4000)).numpy(), y)
+
+
+def test_dropout_rejects_a_bad_probability():
+    for p in (-0.1, 1.5, float("nan"), "0.5"):
+        with pytest.raises(kiln.InvalidArgumentError, match="Dropout at .*test_nn_layers.py"):
+            nn.Dropout(p)
 
 
 # ---- gradients against finite differences -----------------------------------------------------------
@@ -330,6 +338,39 @@ def test_equal_to_pytorch_with_its_state_dicts(tmp_path):
     emb.load_state_dict({k: kiln.tensor(v.numpy()) for k, v in temb.state_dict().items()})
     idx = np.array([[0, 6, 2]])
     np.testing.assert_array_equal(emb(kiln.tensor(idx)).numpy(), temb(torch.tensor(idx)).detach().numpy())
+
+
+def test_embedding_padding_idx_is_zero_and_gets_no_gradient():
+    emb = nn.Embedding(6, 3, padding_idx=-2)  # row 4
+    assert emb.padding_idx == 4 and "padding_idx=4" in repr(emb)
+    w = emb.weight.numpy().copy()
+    np.testing.assert_array_equal(w[4], 0)
+    idx = np.array([[4, 1, 4], [0, 5, 2]])
+    y = emb(kiln.tensor(idx))
+    np.testing.assert_array_equal(y.numpy(), w[idx])  # a gather of the table, the padding row zero
+    r = arr(2, 3, 3, seed=3)
+    (y * kiln.tensor(r)).sum().backward()
+    expect = np.zeros_like(w)
+    for (i, j), row in np.ndenumerate(idx):
+        if row != 4:
+            expect[row] += r[i, j]
+    np.testing.assert_allclose(emb.weight.grad.numpy(), expect, rtol=1e-6)
+    for bad in (6, -7, 1.0, "0"):
+        with pytest.raises(kiln.InvalidArgumentError, match="Embedding at .*test_nn_layers.py.*padding_idx"):
+            nn.Embedding(6, 3, padding_idx=bad)
+
+
+@needs_torch
+def test_embedding_padding_idx_as_pytorchs():
+    import torch
+    emb, temb = nn.Embedding(7, 3, padding_idx=0), torch.nn.Embedding(7, 3, padding_idx=0)
+    emb.load_state_dict({k: kiln.tensor(v.numpy()) for k, v in temb.state_dict().items()})
+    idx = np.array([[0, 6, 2, 0]])
+    y, ty = emb(kiln.tensor(idx)), temb(torch.tensor(idx))
+    np.testing.assert_array_equal(y.numpy(), ty.detach().numpy())
+    y.sum().backward()
+    ty.sum().backward()
+    np.testing.assert_array_equal(emb.weight.grad.numpy(), temb.weight.grad.numpy())
 
 
 # ---- bad arguments ---------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """kiln.nn's layers with parameters or state (Linear, Conv2d, the pools, the norms, Embedding,
-Dropout, LSTM, GRU, MultiheadAttention): kiln's C modules (kiln_linear_new, ...) behind
+LSTM, GRU, MultiheadAttention; and Dropout, which draws from the global generator as PyTorch's
+does, over kiln.nn.functional.dropout): kiln's C modules (kiln_linear_new, ...) behind
 PyTorch's signatures. Their parameters and buffers are the C module's tensors (new handles to
 them, not copies), registered as ordinary Module parameters and buffers under PyTorch's names,
 so optimizers, state_dict and load_state_dict see them; each forward hands the module's current
@@ -10,6 +11,7 @@ import sys
 
 import kiln
 from .. import _C
+from . import functional as F
 from .modules import Module
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -292,23 +294,46 @@ class GroupNorm(_CLayer):
 
 
 class Embedding(_CLayer):
-    def __init__(self, num_embeddings, embedding_dim):
+    """padding_idx as PyTorch's: that row starts at zero and gets no gradient (its lookups are
+    masked to zero after the C module's gather, so the gradient there is zero; a row the user
+    writes afterwards is still looked up as zero, where PyTorch would return it)."""
+
+    def __init__(self, num_embeddings, embedding_dim, padding_idx=None):
         super().__init__()
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self._adopt(_C._embedding_new(num_embeddings, embedding_dim, _seed()))
+        if padding_idx is not None:
+            _check("Embedding", not _is_int(padding_idx) or not -num_embeddings <= padding_idx < num_embeddings,
+                   f"padding_idx {padding_idx!r} must be an int in [{-num_embeddings}, {num_embeddings})")
+            padding_idx %= num_embeddings
+            with kiln.no_grad():
+                self.weight[padding_idx] = 0.0
+        self.padding_idx = padding_idx
+
+    def forward(self, x):
+        y = super().forward(x)
+        if self.padding_idx is None:
+            return y
+        return y.masked_fill((x == self.padding_idx).reshape(*x.shape, 1), 0.0)
 
     def extra_repr(self):
-        return f"{self.num_embeddings}, {self.embedding_dim}"
+        pad = "" if self.padding_idx is None else f", padding_idx={self.padding_idx}"
+        return f"{self.num_embeddings}, {self.embedding_dim}{pad}"
 
 
-class Dropout(_CLayer):
-    """Each training call draws a new mask from the layer's own seed, which comes from kiln's
-    global generator when the layer is made (kiln.manual_seed before it makes the masks repeat)."""
+class Dropout(Module):
+    """Each training call draws its mask from kiln's global generator, as torch.nn.Dropout does
+    from torch's: kiln.manual_seed(s) before a forward makes that forward's masks repeat. (The C
+    module kiln_dropout_new takes a seed of its own instead; C code seeds its layers explicitly.)"""
 
     def __init__(self, p=0.5, inplace=False):  # inplace: accepted, as kiln reuses the buffer when it can
         super().__init__()
+        if not _is_number(p) or not 0 <= p <= 1:
+            raise kiln.InvalidArgumentError(f"Dropout at {_caller()}: probability {p!r} is not in [0, 1]")
         self.p = p
-        self._adopt(_C._dropout_new(p, _seed()))
+
+    def forward(self, x):
+        return F.dropout(x, self.p, self.training)
 
     def extra_repr(self):
         return f"p={self.p}"
