@@ -323,8 +323,10 @@ def embed_throughput(runs):
     cls, d = sentence_transformer()
     if cls is None:
         return
-    ms = throughput_ms(cls(d, device="cpu"), throughput_batches(), runs)
+    model, batches = cls(d, device="cpu"), throughput_batches()
+    ms = throughput_ms(model, batches, runs)
     report("embed_throughput", ms, sentences_per_s=256 / (ms / 1e3))
+    onnx_rows(onnx_session(model, int8=False), "throughput", "embed_throughput", runs, batches=batches)
 
 
 def embed_latency(runs):
@@ -333,19 +335,14 @@ def embed_latency(runs):
         return
     model = cls(d, device="cpu")
     b, _ = made_up_batch(7, [16])
-    samples = []
     with torch.inference_mode():
-        for r in range(105):
-            t0 = time.perf_counter()
-            model(dict(b))["sentence_embedding"]
-            if r >= 5:
-                samples.append((time.perf_counter() - t0) * 1e3)
-    samples.sort()
-    report("embed_latency", samples[len(samples) // 2], ms_p99=samples[int(0.99 * (len(samples) - 1) + 0.5)])
+        p50, p99 = p50_p99(lambda: model(dict(b))["sentence_embedding"])
+    report("embed_latency", p50, ms_p99=p99)
+    onnx_rows(onnx_session(model, int8=False), "latency", "embed_latency", runs, b=b)
 
 
-def onnx_int8_session(model):
-    """MiniLM (pooling and normalization included) exported to ONNX and quantized by ONNX
+def onnx_session(model, int8):
+    """MiniLM (pooling and normalization included) exported to ONNX, in f32 or quantized by ONNX
     Runtime's quantize_dynamic with its defaults (int8 weights, uint8 activations), on 2 intra-op
     threads; None (with a note) where onnx or onnxruntime is missing."""
     try:
@@ -353,7 +350,7 @@ def onnx_int8_session(model):
         import onnxruntime as ort
         from onnxruntime.quantization import QuantType, quantize_dynamic
     except ImportError:
-        sys.stderr.write("no onnxruntime: its int8 peer skipped\n")
+        sys.stderr.write("no onnxruntime: its peer skipped\n")
         return None
 
     class Embed(torch.nn.Module):
@@ -365,18 +362,36 @@ def onnx_int8_session(model):
             feats = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
             return self.st(feats)["sentence_embedding"]
 
-    names = ["input_ids", "attention_mask", "token_type_ids"]
     b, _ = made_up_batch(7, [16, 9])
     tmp = tempfile.mkdtemp(prefix="kiln_onnx_")
     f32, i8 = os.path.join(tmp, "minilm.onnx"), os.path.join(tmp, "minilm_int8.onnx")
     with torch.no_grad():
-        torch.onnx.export(Embed(model).eval(), tuple(b[n] for n in names), f32, input_names=names,
-                          output_names=["embedding"], dynamic_axes={n: {0: "batch", 1: "seq"} for n in names},
+        torch.onnx.export(Embed(model).eval(), tuple(b[n] for n in ONNX_INPUTS), f32, input_names=ONNX_INPUTS,
+                          output_names=["embedding"], dynamic_axes={n: {0: "batch", 1: "seq"} for n in ONNX_INPUTS},
                           opset_version=17, dynamo=False)
-    quantize_dynamic(f32, i8, weight_type=QuantType.QInt8)
+    if int8:
+        quantize_dynamic(f32, i8, weight_type=QuantType.QInt8)
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = 2, 1
-    return ort.InferenceSession(i8, so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(i8 if int8 else f32, so, providers=["CPUExecutionProvider"])
+
+
+ONNX_INPUTS = ["input_ids", "attention_mask", "token_type_ids"]
+
+
+def onnx_rows(session, workload, name, runs, batches=None, b=None):
+    """The ONNX Runtime side (side "onnxruntime") of an embed row: latency p50/p99 of one batch
+    b, or the time of one pass over the throughput batches."""
+    if session is None:
+        return
+    if workload == "latency":
+        feeds = {n: b[n].numpy() for n in ONNX_INPUTS}
+        p50, p99 = p50_p99(lambda: session.run(None, feeds))
+        report(name, p50, side="onnxruntime", ms_p99=p99)
+        return
+    feeds = [{n: x[n].numpy() for n in ONNX_INPUTS} for x in batches]
+    ms = timed(lambda: [session.run(None, f) for f in feeds], runs, warmup=1)
+    report(name, ms, side="onnxruntime", sentences_per_s=256 / (ms / 1e3))
 
 
 def p50_p99(fn):
@@ -398,25 +413,19 @@ def embed_int8(workload, runs):
         return
     f32 = cls(d, device="cpu")
     qmodel = torch.ao.quantization.quantize_dynamic(cls(d, device="cpu"), {torch.nn.Linear}, dtype=torch.qint8)
-    session = onnx_int8_session(f32)
-    names = ["input_ids", "attention_mask", "token_type_ids"]
+    session = onnx_session(f32, int8=True)
+    name = "embed_" + workload + "_int8"
     if workload == "latency":
         b, _ = made_up_batch(7, [16])
         with torch.inference_mode():
             p50, p99 = p50_p99(lambda: qmodel(dict(b))["sentence_embedding"])
-        report("embed_latency_int8", p50, ms_p99=p99)
-        if session is not None:
-            feeds = {n: b[n].numpy() for n in names}
-            p50, p99 = p50_p99(lambda: session.run(None, feeds))
-            report("embed_latency_int8", p50, side="onnxruntime", ms_p99=p99)
+        report(name, p50, ms_p99=p99)
+        onnx_rows(session, workload, name, runs, b=b)
         return
     batches = throughput_batches()
     ms = throughput_ms(qmodel, batches, runs)
-    report("embed_throughput_int8", ms, sentences_per_s=256 / (ms / 1e3))
-    if session is not None:
-        feeds = [{n: b[n].numpy() for n in names} for b in batches]
-        ms = timed(lambda: [session.run(None, f) for f in feeds], runs, warmup=1)
-        report("embed_throughput_int8", ms, side="onnxruntime", sentences_per_s=256 / (ms / 1e3))
+    report(name, ms, sentences_per_s=256 / (ms / 1e3))
+    onnx_rows(session, workload, name, runs, batches=batches)
 
 
 def embed_load(runs):
