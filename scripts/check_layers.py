@@ -24,9 +24,12 @@ A third rule keeps the files of some folders (CALLS_ONE_WAY) from calling each o
 file A depends on file B of the same folder when A's code names a function or table that B
 defines (not static). A circle among them (optim/: optimizer.c calling adam.c, which calls
 back) is reported as `<folder>/ has a call circle: a.c -> b.c -> a.c`. KNOWN_UPWARD_CALLS lists
-the few upward calls not yet turned around (DESIGN.md section 6 says why and how); they are left
-out of the graph, any other circle fails, and an entry whose call is gone fails too, so the list
-only shrinks.
+the upward calls not yet turned around (none now); they are left out of the graph, any other
+circle fails, and an entry whose call is gone fails too, so the list only shrinks.
+
+A fourth rule layers the files of a folder itself (FILE_LAYERS: engine/, DESIGN.md section 6): a
+file may call files of its own layer or below, and every file of the folder is in a layer. A
+call up is reported as `<folder>/<a.c> (layer N) calls <b.c> (layer M, higher): <names>`.
 """
 import os
 import re
@@ -156,20 +159,40 @@ def check_nameless(root):
     return problems
 
 
-CALLS_ONE_WAY = ["optim", "core", "backend", "engine"]
+CALLS_ONE_WAY = ["optim", "core", "backend", "engine", "autodiff", "nn"]
+# engine/'s layers, top down (DESIGN.md section 6): read_batch.c, memory_stats.c; engine.c, the
+# front; stream.c, the streams, beside substitute.c, the hold (it registers the calls a window
+# makes to it, kiln__fusion_set_hold); fusion.c, the windows; queue.c, the bounded queue and its
+# workers, with exit_guard.c; execute.c; profiler.c, handoff.c, deps.c, and fusion_join.c and
+# fusion_matmul.c (which ops join a group), which call no other file of the engine. The few calls
+# that must point up go through a hook the higher file registers (the queue's drain when out of
+# memory, the profiler's at stop), never by name.
+#
 # (folder, caller, callee): a lower file's calls up into a higher one, recorded until they are
-# turned around. engine/'s layers, top down: engine.c, async.c (streams and the queue), fusion.c
-# with substitute.c, execute.c, profiler.c (DESIGN.md section 6); async.c holds both the streams
-# above fusion and the queue below it, and the substitution hold lives in fusion's windows.
-KNOWN_UPWARD_CALLS = [
-    ("engine", "fusion.c", "async.c"),  # a flushed group is queued: kiln__async_enqueue, throttle
-    ("engine", "fusion.c", "substitute.c"),  # a window's flush resolves the hold it carries
-]
+# turned around (none now). An entry whose call or file is gone fails, so the list only shrinks.
+KNOWN_UPWARD_CALLS = []
 # A definition at file scope: not static, a name, then a parameter list or an initializer.
 DEFINITION = re.compile(r"^(?!static\b|typedef\b|extern\b|struct\b|union\b|enum\b|return\b)[A-Za-z_][\w \t\*]*?"
                         r"\b([A-Za-z_]\w*)\s*(\([^;{]*\)\s*\{|=)", re.M)
 STRING = re.compile(r'"(?:\\.|[^"\\\n])*"')
 IDENT = re.compile(r"[A-Za-z_]\w*")
+
+
+def call_graph(path):
+    """The .c files directly in path: {file: {file it calls: [names it uses from there]}}."""
+    code = {}
+    for name in sorted(os.listdir(path)):
+        if name.endswith(".c"):
+            with open(os.path.join(path, name), encoding="utf-8", errors="replace") as f:
+                code[name] = STRING.sub('""', COMMENT.sub(" ", f.read()))
+    owner = {m.group(1): name for name, text in code.items() for m in DEFINITION.finditer(text)}
+    graph = {}
+    for name, text in code.items():
+        graph[name] = {}
+        for w in IDENT.findall(text):
+            if owner.get(w, name) != name and w not in graph[name].setdefault(owner[w], []):
+                graph[name][owner[w]].append(w)
+    return graph
 
 
 def check_call_circles(root):
@@ -179,18 +202,12 @@ def check_call_circles(root):
         path = os.path.join(root, folder)
         if not os.path.isdir(path):
             continue
-        code = {}
-        for name in sorted(os.listdir(path)):
-            if name.endswith(".c"):
-                with open(os.path.join(path, name), encoding="utf-8", errors="replace") as f:
-                    code[name] = STRING.sub('""', COMMENT.sub(" ", f.read()))
-        owner = {m.group(1): name for name, text in code.items() for m in DEFINITION.finditer(text)}
-        uses = {name: sorted({owner[w] for w in IDENT.findall(text) if owner.get(w, name) != name})
-                for name, text in code.items()}
+        graph = call_graph(path)
+        uses = {name: sorted(callees) for name, callees in graph.items()}
         for known_folder, caller, callee in KNOWN_UPWARD_CALLS:
-            if known_folder != folder or caller not in code or callee not in code:
+            if known_folder != folder:
                 continue
-            if callee not in uses.get(caller, []):
+            if caller not in graph or callee not in graph or callee not in uses.get(caller, []):
                 problems.append(f"{path}: {folder}/{caller} no longer calls {callee}: remove the entry "
                                 f"from KNOWN_UPWARD_CALLS in {__file__}")
             else:
@@ -211,11 +228,47 @@ def check_call_circles(root):
             state[name] = 2
             return None
 
-        for name in sorted(code):
+        for name in sorted(graph):
             circle = None if name in state else visit(name)
             if circle:
                 problems.append(f"{path}: {folder}/ has a call circle: {' -> '.join(circle)}")
                 break
+    return problems
+
+
+# engine/'s files in layers, top down (DESIGN.md section 6; the comment above KNOWN_UPWARD_CALLS
+# says what each holds). A new file of the folder goes into one of them.
+FILE_LAYERS = {
+    "engine": [
+        ["read_batch.c", "memory_stats.c"],
+        ["engine.c"],
+        ["stream.c", "substitute.c"],
+        ["fusion.c"],
+        ["queue.c", "exit_guard.c"],
+        ["execute.c"],
+        ["profiler.c", "handoff.c", "deps.c", "fusion_join.c", "fusion_matmul.c"],
+    ],
+}
+
+
+def check_file_layers(root):
+    """Calls from a file of a FILE_LAYERS folder up into a file of a higher layer, and files
+    that no layer claims."""
+    problems = []
+    for folder, layers in FILE_LAYERS.items():
+        path = os.path.join(root, folder)
+        if not os.path.isdir(path):
+            continue
+        rank = {name: n for n, names in enumerate(layers) for name in names}
+        for caller, callees in call_graph(path).items():
+            if caller not in rank:
+                problems.append(f"{os.path.join(path, caller)}:1: {folder}/{caller} is in no layer of "
+                                f"{folder}/ (add it to FILE_LAYERS in {__file__})")
+                continue
+            for callee, names in sorted(callees.items()):
+                if callee in rank and rank[callee] < rank[caller]:
+                    problems.append(f"{os.path.join(path, caller)}:1: {folder}/{caller} (layer {rank[caller] + 1}) "
+                                    f"calls {callee} (layer {rank[callee] + 1}, higher): {', '.join(sorted(names))}")
     return problems
 
 
@@ -227,6 +280,7 @@ def main(argv):
     problems, files, includes = check(root)
     problems += check_nameless(root)
     problems += check_call_circles(root)
+    problems += check_file_layers(root)
     for p in problems:
         print(p)
     if problems:

@@ -1,4 +1,4 @@
-/* Ops run by their caller (async.c, handoff.c): the rules come from what this machine measured;
+/* Ops run by their caller (queue.c, handoff.c): the rules come from what this machine measured;
  * an op smaller than a hand-off, with its stream otherwise idle and its accesses granted, runs
  * on the dispatching thread, a larger one on a worker; one that waits for a producer another
  * thread queued is queued instead and sees the producer's value; and an op run by its caller

@@ -98,7 +98,8 @@ bool kiln__ad_active(int n, kiln__tensor *const *inputs);
 /* A node for rule over n inputs (before the forward op consumes them). NULL + c->err on OOM. */
 kiln__ad_node *kiln__ad_node_new(kiln__opctx *c, const kiln__ad_rule *rule, int n, kiln__tensor *const *inputs);
 /* Saves an untracked alias of t in slot i (shares t's storage, so t is never overwritten in
- * place while the node needs it). */
+ * place while the node needs it), or under the automatic policy a reference to t's producer to
+ * replay (recompute.c). */
 void kiln__ad_save(kiln__opctx *c, kiln__ad_node *n, int i, const kiln__tensor *t);
 /* A new reference to saved tensor i (NULL if it was not saved). */
 kiln__tensor *kiln__ad_saved(kiln__ad_node *n, int i);

@@ -1,4 +1,6 @@
-/* Leaves, metas and backward nodes: recording, and freeing graphs that are dropped. */
+/* Leaves, metas and backward nodes: recording, and freeing graphs that are dropped. What a node
+ * saves for its rule is recompute.c's (kiln__ad_save: the tensor, or its producer to replay),
+ * which sits above this file. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -181,37 +183,6 @@ kiln__ad_node *kiln__ad_node_new(kiln__opctx *c, const kiln__ad_rule *rule, int 
         }
     }
     return node;
-}
-
-/* Whether to keep a reference to t's producer instead of t (the automatic policy): only for a
- * producer that is one of n's inputs, which the walk then runs after n, so what it saved is
- * still there when n's rule needs t. */
-static kiln__ad_node *lazy_producer(const kiln__ad_node *n, const kiln__tensor *t) {
-    const kiln__ad_meta *m = t->autodiff;
-    if (!m || !m->node || kiln_checkpoint_policy_get() != KILN_CHECKPOINT_AUTO) return NULL;
-    for (int k = 0; k < n->n_slots; k++)
-        if (n->slots[k].node == m->node) return kiln__ad_worth_recomputing(m->node, t) ? m->node : NULL;
-    return NULL;
-}
-
-void kiln__ad_save(kiln__opctx *c, kiln__ad_node *n, int i, const kiln__tensor *t) {
-    if (!n || !t || t->err) return;
-    kiln__ad_node *p = lazy_producer(n, t);
-    if (p) {
-        atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
-        kiln__tensor_release(n->saved[i]);
-        n->saved[i] = NULL;
-        kiln__ad_node_unref(n->lazy[i]);
-        n->lazy[i] = p;
-        return;
-    }
-    kiln__tensor *alias = kiln__tensor_view(t, t->ndim, t->shape, t->strides, t->offset);
-    if (!alias) {
-        kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot save a tensor for backward");
-        return;
-    }
-    kiln__tensor_release(n->saved[i]);
-    n->saved[i] = alias;
 }
 
 kiln__tensor *kiln__ad_saved(kiln__ad_node *n, int i) {

@@ -15,7 +15,10 @@
  * Dropping never keeps more: the chain reads only what its nodes save for their own rules, and
  * those nodes are ancestors of the consumer, so the walk reaches them after it and their saved
  * tensors are still there. The replay runs where the consumer's rule runs, so fusion takes it
- * with the derivative around it; its errors name the forward call that recorded the op. */
+ * with the derivative around it; its errors name the forward call that recorded the op.
+ *
+ * Every rule saves through kiln__ad_save here, which keeps the tensor or, under the policy, a
+ * reference to its producer; the graph's recording (graph.c) is below and calls nothing here. */
 #include <math.h>
 
 #include "autodiff/autodiff-impl.h"
@@ -64,6 +67,37 @@ bool kiln__ad_worth_recomputing(const kiln__ad_node *p, const kiln__tensor *t) {
     int budget = RECOMPUTE_MAX_NODES;
     double ops = chain_ops(p, &budget), elements = (double)kiln__tensor_numel(t);
     return ops <= RECOMPUTE_OPS_PER_ELEMENT * elements;
+}
+
+/* Whether to keep a reference to t's producer instead of t (the automatic policy): only for a
+ * producer that is one of n's inputs, which the walk then runs after n, so what it saved is
+ * still there when n's rule needs t. */
+static kiln__ad_node *lazy_producer(const kiln__ad_node *n, const kiln__tensor *t) {
+    const kiln__ad_meta *m = t->autodiff;
+    if (!m || !m->node || kiln_checkpoint_policy_get() != KILN_CHECKPOINT_AUTO) return NULL;
+    for (int k = 0; k < n->n_slots; k++)
+        if (n->slots[k].node == m->node) return kiln__ad_worth_recomputing(m->node, t) ? m->node : NULL;
+    return NULL;
+}
+
+void kiln__ad_save(kiln__opctx *c, kiln__ad_node *n, int i, const kiln__tensor *t) {
+    if (!n || !t || t->err) return;
+    kiln__ad_node *p = lazy_producer(n, t);
+    if (p) {
+        atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
+        kiln__tensor_release(n->saved[i]);
+        n->saved[i] = NULL;
+        kiln__ad_node_unref(n->lazy[i]);
+        n->lazy[i] = p;
+        return;
+    }
+    kiln__tensor *alias = kiln__tensor_view(t, t->ndim, t->shape, t->strides, t->offset);
+    if (!alias) {
+        kiln__fail(c, KILN_ERR_OUT_OF_MEMORY, "cannot save a tensor for backward");
+        return;
+    }
+    kiln__tensor_release(n->saved[i]);
+    n->saved[i] = alias;
 }
 
 kiln__tensor *kiln__ad_recompute(kiln__opctx *c, const kiln__ad_node *p) {

@@ -1,4 +1,6 @@
-/* The asynchronous engine's internals: streams, per-storage dependency state, workers. */
+/* The asynchronous engine's internals: the stream, per-storage dependency state, completion
+ * events, and what the layers of engine/ call across files: the streams (stream.c), the kernel
+ * gate (execute.c, exit_guard.c), the queue's errors and waits (queue.c, queue.h). */
 #ifndef KILN_ENGINE_ASYNC_H
 #define KILN_ENGINE_ASYNC_H
 
@@ -46,7 +48,7 @@ typedef struct kiln__stream {
     struct kiln__window *window; /* fusion: ops held back to run as one group */
 } kiln__stream;
 
-/* The calling thread's stream (created on first use). */
+/* The calling thread's stream (created on first use; stream.c). */
 kiln__stream *kiln__stream_current(void);
 bool kiln__engine_is_async(void);
 /* Runs op's kernel (or skips it if an input is poisoned); poisons outputs on failure.
@@ -70,16 +72,17 @@ bool kiln__kernels_held_by_this_thread(void);
 /* Makes the calling thread's end (or its exit()) take the exit hold before any exit handler
  * runs (exit_guard.c); once per thread. */
 void kiln__exit_guard_thread(void);
-/* Asynchronous submission: queue op on the stream; if ev is not NULL, count it there. */
+/* Asynchronous submission (stream.c): op goes to the stream's substitution hold and fusion
+ * window, else to the queue; if ev is not NULL, it is counted there. */
 void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target);
 /* Submits op counted on ev (runs it at once in synchronous mode). */
 void kiln__submit_event(kiln__op *op, kiln__event *ev);
-/* Blocks until ev->pending is 0. */
+/* Blocks until ev->pending is 0 (flushing the stream's window first; stream.c). */
 void kiln__event_wait(kiln__stream *s, kiln__event *ev);
-/* Blocks until the stream has nothing queued. */
+/* Blocks until the stream has nothing queued (likewise); the whole engine (kiln_sync_all). */
 void kiln__stream_drain(kiln__stream *s);
 void kiln__engine_drain_all(void);
-/* e was reported by a read: marks it delivered (no stream reports it again) and clears it
+/* A stream's errors (queue.c). e was reported by a read: marks it delivered (no stream reports it again) and clears it
  * from s if s holds it. */
 void kiln__stream_forget_error(kiln__stream *s, kiln__error *e);
 /* Keeps e as s's error if it is the earliest undelivered one. */

@@ -29,9 +29,46 @@ struct kiln__window {
     bool closed;          /* the group has its reduction: only epilogue ops may join now */
     window_storage st[MAX_STORAGES];
     kiln__storage *dead[MAX_STORAGES]; /* released while held: freed after the group */
-    struct kiln__subst_hold *hold; /* substitute.c: ops held back before fusion (NULL: none yet) */
+    struct kiln__subst_hold *hold; /* the hold's (kiln__window_hold): ops held back before fusion (NULL: none yet) */
     atomic_int n_hold;             /* the ops in hold, readable without the lock */
 };
+
+/* The substitution hold a window may carry ahead of its group. It sits above fusion
+ * (substitute.c): it registers these calls once (kiln__fusion_set_hold) before any op can be
+ * held, and fusion reaches it only through them, never by name. Each runs with w locked. */
+typedef struct kiln__window_hold {
+    /* Holds op (true), or lets go of what is held (resolving it first) and returns false: the
+     * caller then routes op as it would without substitution. Called by the window's owner.
+     * *let_go_of: set when ops held before were given to the window or queued (the caller then
+     * keeps the stream within its bounds, as after a flush). */
+    bool (*hold_op)(kiln__window *w, const kiln__op *op, bool *let_go_of);
+    /* Replaces what matches in the hold and gives every op back to the window in order
+     * (kiln__window_admit); owner: called by the stream's own thread. Called when w->hold. */
+    void (*resolve)(kiln__window *w, bool owner);
+    /* s is a storage a held op uses (its mark stays while the group is flushed). */
+    bool (*uses)(const kiln__window *w, const kiln__storage *s);
+    /* The release hook for s: true when a held op uses s (freed after it, once resolved). */
+    bool (*defer_free)(kiln__window *w, kiln__storage *s, bool owner);
+    /* fork()'s child: forgets what is held (the parent's work). */
+    void (*forget)(kiln__window *w);
+} kiln__window_hold;
+void kiln__fusion_set_hold(const kiln__window_hold *hold);
+
+/* Which ops the hold wants, set by it and read on every op without a lock: whether it takes
+ * ops at all (a pattern is registered and substitution is on), and per opcode whether a pattern
+ * has it (START: as a node that reads only inputs, so an instance of the pattern can begin with
+ * it; CO_START: as one of several such nodes of a pattern, so an instance can gain it while
+ * another of its nodes is held already). */
+enum { KILN__HOLD_MEMBER = 1, KILN__HOLD_START = 2, KILN__HOLD_CO_START = 4 };
+extern atomic_bool kiln__hold_live;
+extern _Atomic uint8_t kiln__hold_codes[KILN__OP_COUNT];
+
+/* The cheap test that keeps an op off the hold's path: nothing held and no pattern starts with it. */
+static inline bool kiln__window_hold_wants(const kiln__window *w, const kiln__op *op) {
+    if (!atomic_load_explicit(&kiln__hold_live, memory_order_relaxed)) return false;
+    return (w && atomic_load_explicit(&w->n_hold, memory_order_relaxed) > 0) ||
+           (atomic_load_explicit(&kiln__hold_codes[op->code], memory_order_relaxed) & KILN__HOLD_START);
+}
 
 /* One more op or deferred free held (w->lock held). Every write of n_held happens under the
  * lock, so a plain store does, not a locked add (one locked instruction fewer per op). */
@@ -52,5 +89,16 @@ bool kiln__fusion_is_reduction(kiln__opcode code);
 bool kiln__window_try_join(kiln__window *w, const kiln__op *op);
 /* Adds a reduction of a value w's group wrote as the group's end (w->lock held). */
 bool kiln__window_try_join_reduce(kiln__window *w, const kiln__op *op);
+
+/* For the hold (it gives ops back to the window; w->lock held). Routes op as kiln__fusion_submit
+ * would: into the group, or queued after the group is flushed; owner: called by the stream's
+ * own thread. */
+void kiln__window_admit(kiln__window *w, const kiln__op *op, bool owner);
+/* Frees s after the group (its last users are in the group or queued before it). */
+void kiln__window_add_dead(kiln__window *w, kiln__storage *s, bool owner);
+/* s is one of the group's storages. */
+bool kiln__window_holds(const kiln__window *w, const kiln__storage *s);
+/* n_held after the hold let go. */
+void kiln__window_recount_held(kiln__window *w);
 
 #endif

@@ -6,7 +6,6 @@
 
 #include "engine/fusion-impl.h"
 #include "engine/spinlock.h"
-#include "engine/substitute-impl.h"
 #include "kiln/engine.h"
 
 static struct {
@@ -54,6 +53,20 @@ void kiln__fusion_stats_reset(void) {
     atomic_store(&fusion.foreign_flushes, 0);
     atomic_store(&fusion.reductions, 0);
     atomic_store(&fusion.epilogues, 0);
+}
+
+/* The hold windows carry (substitute.c registers it before it holds any op): read with acquire,
+ * so a thread that finds a window's hold, or an op the hold wants, finds the calls too. */
+static const kiln__window_hold *_Atomic hold_calls;
+atomic_bool kiln__hold_live;
+_Atomic uint8_t kiln__hold_codes[KILN__OP_COUNT];
+
+void kiln__fusion_set_hold(const kiln__window_hold *hold) {
+    atomic_store_explicit(&hold_calls, hold, memory_order_release);
+}
+
+static const kiln__window_hold *hold_of(const kiln__window *w) {
+    return w->hold ? atomic_load_explicit(&hold_calls, memory_order_acquire) : NULL;
 }
 
 /* Window bytes from which each joining op checks the stream's bounds. */
@@ -162,8 +175,9 @@ static void flush_group_locked(kiln__window *w, bool owner) {
         drop_unwritten(w);
         kiln__async_enqueue(s, &op, NULL, NULL, queued, owner, false);
     }
+    const kiln__window_hold *hold = hold_of(w);
     for (int i = 0; i < w->n_st; i++)
-        if (!w->hold || !kiln__subst_uses(w, w->st[i].s)) atomic_store((kiln__window *_Atomic *)&w->st[i].s->window, NULL);
+        if (!hold || !hold->uses(w, w->st[i].s)) atomic_store((kiln__window *_Atomic *)&w->st[i].s->window, NULL);
     kiln__op free_op = {.code = KILN__OP_NOOP, .name = "free"};
     for (int i = 0; i < w->n_dead; i++) kiln__async_enqueue(s, &free_op, NULL, w->dead[i], NULL, owner, false);
     if (w->g) w->g->n_ops = 0;
@@ -176,7 +190,8 @@ static void flush_group_locked(kiln__window *w, bool owner) {
 /* Hands everything the window holds to the engine (w->lock held): the substitution hold's ops
  * (or their replacements) after the group's, then the group. */
 static void flush_locked(kiln__window *w, bool owner) {
-    if (w->hold) kiln__subst_resolve(w, owner);
+    const kiln__window_hold *hold = hold_of(w);
+    if (hold) hold->resolve(w, owner);
     flush_group_locked(w, owner);
 }
 
@@ -236,7 +251,8 @@ bool kiln__fusion_defer_free(kiln__storage *st, kiln__stream *cur) {
     }
     lock_window(w);
     bool joined = false;
-    if (window_of(st) == w && w->hold && kiln__subst_defer_free(w, st, true)) {
+    const kiln__window_hold *hold = hold_of(w);
+    if (window_of(st) == w && hold && hold->defer_free(w, st, true)) {
         joined = true;
     } else if (window_of(st) == w && w->n_dead < MAX_STORAGES) {
         w->dead[w->n_dead++] = st;
@@ -320,11 +336,13 @@ bool kiln__fusion_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
      * for tests of fusion on small tensors. */
     if (!ev && kiln_fusion_enabled() && !atomic_load_explicit(&fusion.fuse_tiny, memory_order_relaxed) &&
         (!s->window || atomic_load_explicit(&s->window->n_held, memory_order_relaxed) == 0) &&
-        !kiln__subst_wants(s->window, op) && kiln__async_runs_here(s, op))
+        !kiln__window_hold_wants(s->window, op) && kiln__async_runs_here(s, op))
         return false;
-    if (KILN__UNLIKELY(kiln__subst_wants(s->window, op)) && !ev && (s->window || (s->window = window_get(s)))) {
+    const kiln__window_hold *hold = NULL;
+    if (KILN__UNLIKELY(kiln__window_hold_wants(s->window, op)) && !ev &&
+        (hold = atomic_load_explicit(&hold_calls, memory_order_acquire)) && (s->window || (s->window = window_get(s)))) {
         lock_window(s->window);
-        bool let_go = false, held_back = kiln__subst_hold_op(s->window, op, &let_go);
+        bool let_go = false, held_back = hold->hold_op(s->window, op, &let_go);
         int64_t window_bytes = s->window->bytes;
         unlock_window(s->window);
         /* what the hold let go was queued without waiting for room (under the lock) */
@@ -376,7 +394,8 @@ void kiln__fusion_fork_child(void) {
         for (int i = 0; i < w->n_st; i++) atomic_store((kiln__window *_Atomic *)&w->st[i].s->window, NULL);
         if (w->g) w->g->n_ops = 0;
         w->n_st = w->n_dead = 0;
-        kiln__subst_forget(w);
+        const kiln__window_hold *hold = hold_of(w);
+        if (hold) hold->forget(w);
         window_unlock(w);
     }
     pthread_mutex_unlock(&fusion.lock);

@@ -6,8 +6,7 @@
 #ifndef KILN_ENGINE_FUSION_H
 #define KILN_ENGINE_FUSION_H
 
-#include "engine/engine-async.h"
-#include "ir/expr.h"
+#include "engine/queue.h"
 
 /* Counters since the last reset: groups run fused, ops they held, stores left out (an
  * intermediate no handle kept), windows flushed because another thread touched them, groups
@@ -46,24 +45,5 @@ void kiln__fusion_stream_exit(kiln__stream *s);
 void kiln__fusion_fork_prepare(void);
 void kiln__fusion_fork_parent(void);
 void kiln__fusion_fork_child(void);
-
-/* Whether op, queued alone now, would run on s's own thread before its dispatch returns (async.c:
- * small enough, s idle, every worker asleep). */
-bool kiln__async_runs_here(kiln__stream *s, const kiln__op *op);
-/* Queues op as one node (async.c). g: op is the FUSED op of group g (its storages become
- * the node's); owner: called by s's own thread (may reuse its nodes); may_block: may wait
- * for room in the bounded queue (never under a window's lock: waiting helps run kernels). */
-void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target,
-                         const kiln__fused *g, bool owner, bool may_block);
-/* A group record of KILN__FUSED_SIZE(n_ops) bytes or more, called with s's window locked (by
- * s's thread, or by another flushing s's window: the lock is what guards the spares): one its
- * engine workers gave back after running it when there is one that large, else a new one
- * (NULL when out of memory). A window builds its group in a whole record that it keeps (a
- * fresh one per flush meant writing every op into memory that was not in the cache, a
- * quarter of the dispatch thread's time: perf) and queues a copy sized by what it holds. */
-kiln__fused *kiln__stream_group_alloc(kiln__stream *s, int n_ops);
-/* Waits (helping) until s is within its bounds with `bytes` more pending: after a flush that
- * could not wait (0), or for the outputs a window holds before it is queued. */
-void kiln__stream_throttle(kiln__stream *s, int64_t bytes);
 
 #endif

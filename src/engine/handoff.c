@@ -1,6 +1,6 @@
 /* What handing an op to an engine worker costs on this machine, measured once when the engine
  * starts (issue #29: the rules that depend on it come from the machine, not from constants
- * tuned on one CPU). Two rules use it (async.c):
+ * tuned on one CPU). Two rules use it (queue.c):
  *  - a worker that ran out of ops polls for new ones as long as a sleep and wake-up would take
  *    (the classic spin-then-block bound: polling longer cannot win more than the wake-up costs,
  *    and a shorter poll pays the wake-up for work that was about to come);

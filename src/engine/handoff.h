@@ -18,7 +18,7 @@ kiln__handoff_costs kiln__handoff_measure(void);
 /* The largest op (bytes of its storages) that runs in less time than signal_ns, at most l1_bytes. */
 int64_t kiln__handoff_inline_max_bytes(const kiln__handoff_costs *c);
 
-/* The asynchronous engine's rules made of them (async.c; zeros in synchronous mode): how long a
+/* The asynchronous engine's rules made of them (queue.c; zeros in synchronous mode): how long a
  * worker polls for ops before it sleeps, and the largest op its caller runs itself. */
 typedef struct kiln__handoff_rules {
     kiln__handoff_costs measured;

@@ -8,14 +8,18 @@
  * flushes the hold first, as for a fusion group), and a storage whose last handle goes while
  * it is held lands in the hold's dead list: "no handle remains" is then a fact, not a guess.
  * The decision is taken when the hold must let go (an op no pattern has, a read, a sync, a full
- * hold), so that a handle the caller releases just after the pattern's last op counts. */
+ * hold), so that a handle the caller releases just after the pattern's last op counts.
+ *
+ * The hold sits above fusion: the window calls it only through the calls this file registers
+ * (kiln__window_hold, kiln__fusion_set_hold), and it gives ops back to the window by name
+ * (kiln__window_admit), so calls between the two point one way. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/fusion-impl.h"
-#include "engine/substitute-impl.h"
+#include "engine/substitute.h"
 
 #define MAX_PATTERNS 32
 
@@ -29,26 +33,33 @@ static struct {
     _Atomic int64_t substituted, refused_consumer, refused_shape;
 } subst = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
 
-atomic_bool kiln__subst_live;
-_Atomic uint8_t kiln__subst_codes[KILN__OP_COUNT];
 /* feeds[a] bit b: some pattern has a node of opcode b that reads a node of opcode a */
 static _Atomic uint8_t feeds[KILN__OP_COUNT][(KILN__OP_COUNT + 7) / 8];
 /* bit n: some pattern's input-only node of this opcode has n operands (a product with a bias,
  * three, starts no attention) */
 static _Atomic uint8_t start_arity[KILN__OP_COUNT];
 
+/* The hold a window carries, as fusion (the layer below) calls it: kiln__window_hold. */
+static bool hold_op(kiln__window *w, const kiln__op *op, bool *let_go_of);
+static void hold_resolve(kiln__window *w, bool owner);
+static bool hold_uses(const kiln__window *w, const kiln__storage *s);
+static bool hold_defer_free(kiln__window *w, kiln__storage *s, bool owner);
+static void hold_forget(kiln__window *w);
+static const kiln__window_hold window_hold = {hold_op, hold_resolve, hold_uses, hold_defer_free, hold_forget};
+
 static void subst_init(void) {
+    kiln__fusion_set_hold(&window_hold); /* (before any pattern is registered: nothing is held yet) */
     subst.env_on = kiln__env_flag("KILN_SUBSTITUTE", true);
     atomic_store(&subst.enabled, subst.env_on);
 }
 
 static void update_live(void) {
-    atomic_store(&kiln__subst_live, atomic_load(&subst.enabled) && atomic_load(&subst.n) > 0);
+    atomic_store(&kiln__hold_live, atomic_load(&subst.enabled) && atomic_load(&subst.n) > 0);
 }
 
 bool kiln__subst_on(void) {
     pthread_once(&subst.once, subst_init);
-    return atomic_load_explicit(&kiln__subst_live, memory_order_relaxed);
+    return atomic_load_explicit(&kiln__hold_live, memory_order_relaxed);
 }
 
 void kiln__subst_set_enabled(bool on) {
@@ -153,10 +164,10 @@ bool kiln__subst_register(const kiln__pattern *p, char *why, size_t why_size) {
         n_leaves += leaf[j];
     }
     for (int j = 0; j < copy->n_nodes; j++) {
-        uint8_t role = KILN__SUBST_MEMBER;
-        if (leaf[j]) role |= KILN__SUBST_START | (n_leaves > 1 ? KILN__SUBST_CO_START : 0);
+        uint8_t role = KILN__HOLD_MEMBER;
+        if (leaf[j]) role |= KILN__HOLD_START | (n_leaves > 1 ? KILN__HOLD_CO_START : 0);
         if (leaf[j]) atomic_fetch_or(&start_arity[copy->nodes[j].code], (uint8_t)(1u << copy->nodes[j].n_in));
-        atomic_fetch_or(&kiln__subst_codes[copy->nodes[j].code], role);
+        atomic_fetch_or(&kiln__hold_codes[copy->nodes[j].code], role);
     }
     atomic_store(&subst.n, n + 1);
     pthread_mutex_unlock(&subst.lock);
@@ -196,7 +207,7 @@ static int match_all(const kiln__subst_hold *h, matches *m);
 static void let_go(kiln__window *w, bool owner, const matches *m);
 static bool continues(const kiln__subst_hold *h, const kiln__op *op);
 
-bool kiln__subst_uses(const kiln__window *w, const kiln__storage *s) {
+static bool hold_uses(const kiln__window *w, const kiln__storage *s) {
     return w->hold && find(w->hold->st, w->hold->n_st, s) >= 0;
 }
 
@@ -218,8 +229,8 @@ static bool holdable(const kiln__op *op) {
     return op->n_out == 1 && op->flags == 0 && op->out[0].storage && op->out[0].storage->device == KILN_CPU;
 }
 
-bool kiln__subst_hold_op(kiln__window *w, const kiln__op *op, bool *let_go_of) {
-    uint8_t codes = atomic_load_explicit(&kiln__subst_codes[op->code], memory_order_relaxed);
+static bool hold_op(kiln__window *w, const kiln__op *op, bool *let_go_of) {
+    uint8_t codes = atomic_load_explicit(&kiln__hold_codes[op->code], memory_order_relaxed);
     kiln__subst_hold *h = w->hold;
     bool holding = h && h->n_ops > 0;
     /* An op that does not continue what is held lets go of it too: what is held keeps its
@@ -229,16 +240,16 @@ bool kiln__subst_hold_op(kiln__window *w, const kiln__op *op, bool *let_go_of) {
      * cannot join one held already; one with several such nodes can: CO_START.) Tracked
      * attention's backward held the products of one chunk of rows while the next chunk's were
      * made: 20.5 MiB instead of 12.5 (tests/test_grad_checkpoint.c). */
-    if (holding && (!(codes & KILN__SUBST_MEMBER) || !holdable(op) || h->n_ops == HOLD_MAX_OPS ||
-                    (!(codes & KILN__SUBST_CO_START) && !continues(h, op)) || !storages_fit(h, op)))
-        kiln__subst_resolve(w, true), holding = false, *let_go_of = true;
+    if (holding && (!(codes & KILN__HOLD_MEMBER) || !holdable(op) || h->n_ops == HOLD_MAX_OPS ||
+                    (!(codes & KILN__HOLD_CO_START) && !continues(h, op)) || !storages_fit(h, op)))
+        hold_resolve(w, true), holding = false, *let_go_of = true;
     /* an op that may start another instance while everything held is a complete match (a
      * layer norm after a layer norm): replaced now, so the hold never fills with them */
-    if (holding && (codes & KILN__SUBST_START) && match_all(h, &found) == h->n_ops) {
+    if (holding && (codes & KILN__HOLD_START) && match_all(h, &found) == h->n_ops) {
         let_go(w, true, &found);
         holding = false, *let_go_of = true;
     }
-    if (!holding && (!(codes & KILN__SUBST_START) || !holdable(op) ||
+    if (!holding && (!(codes & KILN__HOLD_START) || !holdable(op) ||
                      !(atomic_load_explicit(&start_arity[op->code], memory_order_relaxed) >> op->n_in & 1)))
         return false;
     if (!h && !(h = w->hold = calloc(1, sizeof *h))) return false;
@@ -255,11 +266,11 @@ bool kiln__subst_hold_op(kiln__window *w, const kiln__op *op, bool *let_go_of) {
     return true;
 }
 
-bool kiln__subst_defer_free(kiln__window *w, kiln__storage *s, bool owner) {
+static bool hold_defer_free(kiln__window *w, kiln__storage *s, bool owner) {
     kiln__subst_hold *h = w->hold;
     if (!h || h->n_ops == 0 || find(h->st, h->n_st, s) < 0) return false;
     if (h->n_dead == HOLD_MAX_STORAGES) { /* (cannot happen: dead ⊆ st) */
-        kiln__subst_resolve(w, owner);
+        hold_resolve(w, owner);
         return false;
     }
     /* Its memory stays until the hold lets go (the ops that now end a hold keep that short).
@@ -276,7 +287,7 @@ bool kiln__subst_defer_free(kiln__window *w, kiln__storage *s, bool owner) {
     return true;
 }
 
-void kiln__subst_forget(kiln__window *w) {
+static void hold_forget(kiln__window *w) {
     kiln__subst_hold *h = w->hold;
     if (!h) return;
     for (int i = 0; i < h->n_st; i++) atomic_store((kiln__window *_Atomic *)&h->st[i]->window, NULL);
@@ -496,7 +507,7 @@ static int match_all(const kiln__subst_hold *h, matches *m) {
     memset(m->taken, -1, sizeof m->taken);
     memset(m->is_root, 0, sizeof m->is_root);
     m->refused_consumer = m->refused_shape = 0;
-    if (!atomic_load_explicit(&kiln__subst_live, memory_order_relaxed)) return 0;
+    if (!atomic_load_explicit(&kiln__hold_live, memory_order_relaxed)) return 0;
     int n_patterns = atomic_load(&subst.n);
     match_state s;
     for (int r = n - 1; r >= 0; r--) {
@@ -549,7 +560,7 @@ static void let_go(kiln__window *w, bool owner, const matches *m) {
     kiln__window_recount_held(w);
 }
 
-void kiln__subst_resolve(kiln__window *w, bool owner) {
+static void hold_resolve(kiln__window *w, bool owner) {
     if (!w->hold || w->hold->n_ops == 0) return;
     match_all(w->hold, &found);
     let_go(w, owner, &found);

@@ -58,8 +58,6 @@ struct kiln_module {
 
 /* m's own forward under its autocast setting (module.c); consumes x. */
 kiln_tensor kiln__module_forward_body(kiln_module *m, kiln_tensor x);
-/* m's forward as a checkpointed region (module_autodiff.c); consumes x. */
-kiln_tensor kiln__module_forward_checkpointed(kiln_module *m, kiln_tensor x);
 
 /* A module with `state_size` zeroed bytes of layer state. NULL on OOM (error reported). */
 kiln_module *kiln__module_new(const kiln__module_vtable *vt, size_t state_size);

@@ -1,4 +1,5 @@
-/* The module core: forward dispatch, parameters by name, training mode, freeing, and the
+/* The module core: forward dispatch (a checkpointed module's forward as a region too),
+ * parameters by name, training mode, freeing, and the
  * public API for user-defined modules (a forward callback with a context, registered
  * parameters, buffers and named children). */
 #include <stdio.h>
@@ -80,6 +81,19 @@ kiln_status kiln__module_add_child(kiln_module *m, kiln_module *child) {
  * module passed on is most often that lookup's result, and its message names the child. */
 static _Thread_local char failed_lookup[400];
 
+static kiln_tensor module_region(void *ctx, int n_inputs, kiln_tensor *inputs) {
+    kiln_module *m = ctx;
+    (void)n_inputs;
+    return kiln__module_forward_body(m, inputs[0]);
+}
+
+/* m's forward as a checkpointed region (kiln_module_set_checkpoint, module_autodiff.c), holding
+ * the module's guard so that a module freed before the backward pass is reported there rather
+ * than called; consumes x. */
+static kiln_tensor forward_checkpointed(kiln_module *m, kiln_tensor x) {
+    return kiln__checkpoint_guarded(module_region, m, m->guard, 1, &x);
+}
+
 kiln_tensor kiln_module_forward(kiln_module *m, kiln_tensor x) {
     if (!m) {
         KILN__OP_BEGIN("kiln_module_forward");
@@ -91,7 +105,7 @@ kiln_tensor kiln_module_forward(kiln_module *m, kiln_tensor x) {
         return kiln__result(&c, kiln__fail(&c, KILN_ERR_NULL, "module is NULL"));
     }
     if (!KILN__MODULE_LIVE(m)) return kiln__module_refused("kiln_module_forward", m, 1, &x);
-    if (m->checkpoint && kiln_grad_enabled()) return kiln__module_forward_checkpointed(m, x);
+    if (m->checkpoint && kiln_grad_enabled()) return forward_checkpointed(m, x);
     return kiln__module_forward_body(m, x);
 }
 

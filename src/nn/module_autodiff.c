@@ -1,22 +1,13 @@
-/* What a module adds to autodiff: its forward as a checkpointed region (kiln_module_set_checkpoint),
- * holding the module's guard so that a module freed before the backward pass is reported there
- * rather than called; and gradient hooks on all its parameters. */
+/* What a module adds to autodiff: turning its checkpointed forward on (kiln_module_set_checkpoint:
+ * the module's guard, which module.c's forward holds in the region, so that a module freed
+ * before the backward pass is reported there rather than called); and gradient hooks on all its
+ * parameters. Above module.c: it calls the core, never the other way. */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "autodiff/autodiff-impl.h"
 #include "kiln/autodiff.h"
 #include "nn/module-impl.h"
-
-static kiln_tensor module_region(void *ctx, int n_inputs, kiln_tensor *inputs) {
-    kiln_module *m = ctx;
-    (void)n_inputs;
-    return kiln__module_forward_body(m, inputs[0]);
-}
-
-kiln_tensor kiln__module_forward_checkpointed(kiln_module *m, kiln_tensor x) {
-    return kiln__checkpoint_guarded(module_region, m, m->guard, 1, &x);
-}
 
 kiln_status kiln_module_set_checkpoint(kiln_module *m, bool on) {
     if (!m) return kiln__report(KILN_ERR_NULL, "kiln_module_set_checkpoint", "module is NULL");

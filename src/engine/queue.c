@@ -1,18 +1,24 @@
-/* The asynchronous engine: per-thread streams feed one pool of engine workers through
- * per-storage dependencies. The frontend only blocks when its stream is over its bounds
- * (ops in flight, bytes pending) or at a read. */
+/* The bounded queue: the asynchronous engine's layer below fusion. The streams (stream.c) and
+ * the fusion windows (fusion.c) hand it op records and fused groups; each becomes a node ordered
+ * by per-storage dependencies (deps.c) and runs on one pool of engine workers, or on the
+ * collectives' communication thread, or at once on its caller's thread when that is cheaper
+ * (handoff.c). Here also: the stream's bounds (ops in flight, bytes pending), past which the
+ * frontend waits, helping to run its own ready ops; completion, which records a stream's
+ * earliest error and releases the ops waiting on the node's storages; the epochs kiln_sync_all
+ * waits for; the recycling of nodes and groups. It calls nothing above it: a wait for the whole
+ * engine (out of memory) goes through the drain the streams register (kiln__queue_init). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "backend/backend-impl.h"
-#include "engine/fusion-impl.h"
+#include "engine/fusion-impl.h" /* (kiln__fusion_is_reduction: fusion_join.c's opcode rule, a leaf) */
 #include "engine/handoff.h"
 #include "engine/node.h"
-#include "ir/expr.h"
 #include "engine/profiler.h"
-#include "kiln/engine.h"
+#include "engine/queue.h"
+#include "ir/expr.h"
 
 #define DEFAULT_MAX_INFLIGHT 4096
 /* Bytes of op outputs not yet computed plus buffers released but not yet freed: how far the
@@ -30,8 +36,6 @@ typedef struct kiln__epoch {
 } kiln__epoch;
 
 static struct {
-    pthread_once_t once;
-    bool async;
     int n_workers;
     pthread_t workers[MAX_WORKERS];
     pthread_mutex_t lock; /* ready queue */
@@ -47,7 +51,7 @@ static struct {
     kiln__epoch *epoch;       /* the current one, head of the live list */
     kiln__epoch *spare_epochs;
     kiln__epoch first_epoch;
-    atomic_int next_stream_id;
+    void (*drain_all)(void); /* the streams' kiln__engine_drain_all (kiln__queue_init) */
     _Atomic int64_t max_inflight, max_bytes; /* read by every stream without a lock */
     /* what handing an op to a worker costs here (handoff.c), and the rules made of it: how long
      * a worker polls before it sleeps, and the largest op its caller runs itself */
@@ -62,17 +66,13 @@ static struct {
     pthread_t comm_thread;
     pthread_cond_t comm_cond;
     kiln__node *comm_head, *comm_tail; /* guarded by engine.lock */
-} engine = {.once = PTHREAD_ONCE_INIT,
-            .lock = PTHREAD_MUTEX_INITIALIZER,
+} engine = {.lock = PTHREAD_MUTEX_INITIALIZER,
             .ready_cond = PTHREAD_COND_INITIALIZER,
             .all_lock = PTHREAD_MUTEX_INITIALIZER,
             .all_cond = PTHREAD_COND_INITIALIZER,
             .comm_once = PTHREAD_ONCE_INIT,
             .comm_cond = PTHREAD_COND_INITIALIZER,
             .epoch = &engine.first_epoch};
-
-static pthread_key_t stream_key;
-static _Thread_local kiln__stream *current_stream;
 
 static void free_node_list(kiln__node *n) {
     while (n) {
@@ -135,7 +135,7 @@ static void group_return(kiln__stream *s, const kiln__fused *g) {
                                                     memory_order_relaxed));
 }
 
-static void stream_unref(kiln__stream *s) {
+void kiln__stream_unref(kiln__stream *s) {
     if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1) return;
     kiln__backends_stream_end(s->id); /* a device's queue for it */
     free_node_list(s->spare);
@@ -148,77 +148,15 @@ static void stream_unref(kiln__stream *s) {
     free(s);
 }
 
-static void stream_thread_exit(void *arg) {
-    kiln__fusion_stream_exit(arg);
-    stream_unref(arg);
-}
-
 static void *worker_main(void *arg);
 
-/* fork() copies only the forking thread. Before it, the work queued so far finishes and the
- * engine's locks are taken, so the child inherits an idle engine and no lock held by a thread
- * it lacks; the child then runs every op at dispatch (as KILN_SYNC=1 does), with the intra-op
- * pool restarting its own threads. Work another thread queues while the fork happens stays
- * with the parent. */
-static void engine_before_fork(void) {
-    if (engine.async) kiln__engine_drain_all(); /* (before the gate closes: it needs kernels to run) */
-    kiln__fusion_fork_prepare(); /* (before the gate too: a window's flush may wait for room) */
-    /* no kernel may be running either, on any thread: OpenBLAS shuts its threads down in its own
-     * fork handler, and a GEMM still running then leaves a thread it waits for forever */
-    kiln__kernels_hold();
-    kiln__var_spares_fork_lock(true);
-    if (!engine.async) return;
-    pthread_mutex_lock(&engine.all_lock);
-    pthread_mutex_lock(&engine.lock);
-}
-
-static void engine_after_fork_parent(void) {
-    kiln__var_spares_fork_lock(false);
-    kiln__fusion_fork_parent();
-    if (engine.async) {
-        pthread_mutex_unlock(&engine.lock);
-        pthread_mutex_unlock(&engine.all_lock);
-    }
-    kiln__kernels_release(false);
-}
-
-static void engine_after_fork_child(void) {
-    kiln__var_spares_fork_lock(false);
-    kiln__fusion_fork_child();
-    kiln__kernels_release(true);
-    if (!engine.async) return;
-    engine.async = false;
-    engine.n_workers = 0;
-    engine.ready_head = engine.ready_tail = NULL;
-    engine.comm_head = engine.comm_tail = NULL; /* (the child runs collectives at dispatch) */
-    atomic_store(&engine.ready_count, 0);
-    atomic_store(&engine.spinning, 0);
-    engine.sleeping = 0;
-    engine.first_epoch = (kiln__epoch){0};
-    engine.epoch = &engine.first_epoch; /* the parent's uncounted work never completes here */
-    engine.spare_epochs = NULL;
-    pthread_cond_init(&engine.ready_cond, NULL);
-    pthread_cond_init(&engine.all_cond, NULL);
-    pthread_mutex_unlock(&engine.lock);
-    pthread_mutex_unlock(&engine.all_lock);
-}
-
-static void free_storage_after_users(kiln__storage *s);
-
-static void engine_init(void) {
-    /* before any op is queued, so before any storage has a var for core to see */
-    kiln__storage_set_release_hook(free_storage_after_users);
-    kiln__profiler_set_drain_hook(kiln__engine_drain_all);
-    engine.async = !kiln__env_flag("KILN_SYNC", false);
+void kiln__queue_init(void (*drain_all)(void)) {
+    engine.drain_all = drain_all;
     engine.max_inflight = kiln__env_int_range("KILN_MAX_INFLIGHT", 1, INT32_MAX, DEFAULT_MAX_INFLIGHT);
     engine.max_bytes = kiln__env_int_range("KILN_MAX_PENDING_MB", 1, INT64_MAX >> 20, DEFAULT_MAX_BYTES >> 20) << 20;
-    pthread_key_create(&stream_key, stream_thread_exit);
-    kiln__core_fork_guard(); /* (first: its locks are taken after the engine has drained) */
-    pthread_atfork(engine_before_fork, engine_after_fork_parent, engine_after_fork_child);
-    /* (synchronous too: another thread may call exit() while this one runs a kernel) */
-    kiln__backend_set_exit_hold(kiln__kernels_stop_at_exit);
-    kiln__backend_exit_hold_register();
-    if (!engine.async) return;
+}
+
+bool kiln__queue_start_workers(void) {
     engine.handoff = kiln__handoff_measure();
     /* poll as long as a sleep and wake-up would take; unmeasured, 20 us */
     int64_t sleep_wake_ns = engine.handoff.signal_ns ? engine.handoff.signal_ns + engine.handoff.wake_ns : 20000;
@@ -233,54 +171,36 @@ static void engine_init(void) {
         if (pthread_create(&engine.workers[i], NULL, worker_main, (void *)(intptr_t)i) != 0) break;
         engine.n_workers++;
     }
-    if (engine.n_workers == 0) engine.async = false; /* no threads: run ops at dispatch */
+    return engine.n_workers > 0;
 }
 
-bool kiln__engine_is_async(void) {
-    static _Thread_local bool ready; /* (pthread_once's own check is a call per op) */
-    if (KILN__UNLIKELY(!ready)) pthread_once(&engine.once, engine_init), ready = true;
-    return engine.async;
+/* fork() (stream.c's handlers, when the engine runs asynchronously): the queue's locks are taken
+ * before, so the child inherits none held by a thread it lacks; the child starts with an empty
+ * queue and no workers (it runs every op at dispatch). */
+void kiln__queue_fork_lock(void) {
+    pthread_mutex_lock(&engine.all_lock);
+    pthread_mutex_lock(&engine.lock);
 }
 
-static kiln__stream *stream_new(void) {
-    pthread_once(&engine.once, engine_init);
-    kiln__stream *s = calloc(1, sizeof *s);
-    if (!s) return NULL;
-    pthread_mutex_init(&s->lock, NULL);
-    pthread_cond_init(&s->cond, NULL);
-    atomic_init(&s->refs, 1);
-    s->id = atomic_fetch_add(&engine.next_stream_id, 1);
-    return s;
+void kiln__queue_fork_unlock(void) {
+    pthread_mutex_unlock(&engine.lock);
+    pthread_mutex_unlock(&engine.all_lock);
 }
 
-kiln__stream *kiln__stream_current(void) {
-    kiln__stream *s = current_stream;
-    if (KILN__LIKELY(s)) return s;
-    if (!(s = stream_new())) return NULL;
-    kiln__exit_guard_thread();
-    pthread_setspecific(stream_key, s);
-    current_stream = s;
-    return s;
-}
-
-kiln__stream *kiln__stream_new(void) { return stream_new(); }
-
-kiln__stream *kiln__stream_enter(kiln__stream *s) {
-    kiln__stream *own = kiln__stream_current(); /* (made now if the thread had none: it ends with the thread) */
-    if (s) current_stream = s;
-    return own;
-}
-
-void kiln__stream_leave(kiln__stream *s, kiln__stream *prev) {
-    if (!s || current_stream != s) return;
-    kiln__fusion_flush_stream(s); /* nothing of it waits for this thread any more */
-    current_stream = prev;
-}
-
-void kiln__stream_free(kiln__stream *s) {
-    if (!s) return;
-    kiln__fusion_stream_exit(s);
-    stream_unref(s); /* (its queued ops hold it until they have run) */
+void kiln__queue_fork_child(void) {
+    engine.n_workers = 0;
+    engine.ready_head = engine.ready_tail = NULL;
+    engine.comm_head = engine.comm_tail = NULL; /* (the child runs collectives at dispatch) */
+    atomic_store(&engine.ready_count, 0);
+    atomic_store(&engine.spinning, 0);
+    engine.sleeping = 0;
+    engine.first_epoch = (kiln__epoch){0};
+    engine.epoch = &engine.first_epoch; /* the parent's uncounted work never completes here */
+    engine.spare_epochs = NULL;
+    pthread_cond_init(&engine.ready_cond, NULL);
+    pthread_cond_init(&engine.all_cond, NULL);
+    pthread_mutex_unlock(&engine.lock);
+    pthread_mutex_unlock(&engine.all_lock);
 }
 
 /* ---- ready queue and workers -------------------------------------------------------------- */
@@ -359,9 +279,7 @@ void kiln__stream_record_error(kiln__stream *s, kiln__error *e) {
     pthread_mutex_unlock(&s->lock);
 }
 
-void kiln__stream_record_dispatch_error(kiln__error *e) {
-    kiln__stream *s = kiln__stream_current();
-    if (!s) return;
+void kiln__stream_record_error_now(kiln__stream *s, kiln__error *e) {
     pthread_mutex_lock(&s->lock);
     if (e->order == 0) e->order = 2 * s->seq + 1; /* after the ops queued so far */
     record_error_locked(s, e);
@@ -441,7 +359,7 @@ static void complete(kiln__node *n, kiln__error *err, kiln__node **keep) {
         n->next_ready = head;
     } while (!atomic_compare_exchange_weak_explicit(&s->returned, &head, n, memory_order_release,
                                                     memory_order_relaxed));
-    stream_unref(s);
+    kiln__stream_unref(s);
 }
 
 static kiln__node *node_alloc(kiln__stream *s) {
@@ -687,11 +605,6 @@ static void run_here(kiln__stream *s, kiln__node *n, const kiln__op *op) {
     s->spare = n;
 }
 
-void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target) {
-    if (kiln__fusion_submit(s, op, ev, free_target)) return;
-    kiln__async_enqueue(s, op, ev, free_target, NULL, true, true);
-}
-
 void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target,
                          const kiln__fused *g, bool owner, bool may_block) {
     if (free_target && !free_target->borrowed) {
@@ -708,7 +621,7 @@ void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
     }
     kiln__node *n = owner ? node_alloc(s) : malloc(sizeof *n);
     if (!n) { /* no memory to queue it: wait for everything before, then run it here */
-        kiln__engine_drain_all();
+        engine.drain_all();
         if (free_target) {
             kiln__var_free(free_target->var);
             free_target->var = NULL;
@@ -768,9 +681,9 @@ void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
             atomic_fetch_sub_explicit(&n->wait, 1, memory_order_relaxed);
         } else if (oom) {
             /* cannot queue behind this storage: wait for the whole engine, then take access */
-            kiln__engine_drain_all();
+            engine.drain_all();
             bool again = false;
-            while (!kiln__var_append(n->vars[i].var, n, n->vars[i].write, &again)) kiln__engine_drain_all();
+            while (!kiln__var_append(n->vars[i].var, n, n->vars[i].write, &again)) engine.drain_all();
             atomic_fetch_sub_explicit(&n->wait, 1, memory_order_relaxed);
         }
     }
@@ -803,16 +716,13 @@ void kiln__stream_throttle(kiln__stream *s, int64_t bytes) {
 static bool event_done(kiln__stream *s, void *ev) { return ((kiln__event *)ev)->pending == 0; }
 static bool stream_idle(kiln__stream *s, void *arg) { return s->pending_ops == 0; }
 
-void kiln__event_wait(kiln__stream *s, kiln__event *ev) {
-    kiln__fusion_flush_stream(s);
+void kiln__queue_wait_event(kiln__stream *s, kiln__event *ev) {
     pthread_mutex_lock(&s->lock);
     wait_helping(s, event_done, ev);
     pthread_mutex_unlock(&s->lock);
 }
 
-void kiln__stream_drain(kiln__stream *s) {
-    if (kiln__kernels_held_by_this_thread()) return; /* exiting: queued work is dropped */
-    kiln__fusion_flush_stream(s);
+void kiln__queue_wait_idle(kiln__stream *s) {
     pthread_mutex_lock(&s->lock);
     wait_helping(s, stream_idle, NULL);
     pthread_mutex_unlock(&s->lock);
@@ -824,11 +734,7 @@ static bool epochs_pending_upto(uint64_t id) {
     return false;
 }
 
-void kiln__engine_drain_all(void) {
-    /* exiting (an exit handler, such as the profiler's, drains): the work still queued is
-     * dropped, since the kernels it waits for never start */
-    if (kiln__kernels_held_by_this_thread()) return;
-    kiln__fusion_flush_all(current_stream);
+void kiln__queue_wait_all(void) {
     pthread_mutex_lock(&engine.all_lock);
     kiln__epoch *cur = engine.epoch;
     if (cur->pending > 0 || cur->next) {
@@ -867,47 +773,16 @@ void kiln__stream_forget_error(kiln__stream *s, kiln__error *e) {
     pthread_mutex_unlock(&s->lock);
 }
 
-/* Core's release hook: frees the storage now if no queued op uses it, else after the last one
- * (a write access that waits for every earlier reader and writer). Never blocks the caller. */
-static void free_storage_after_users(kiln__storage *s) {
-    if (kiln__fusion_defer_free(s, current_stream)) return; /* after the group that holds it */
-    kiln__var *v = atomic_load_explicit((kiln__var *_Atomic *)&s->var, memory_order_acquire);
-    /* (a synchronous engine queues nothing: a var there is a forked parent's, idle or stale) */
-    if (!v || !kiln__engine_is_async() || kiln__var_idle(v)) {
-        s->var = NULL;
-        kiln__var_free(v);
-        kiln__storage_destroy(s);
-        return;
-    }
-    kiln__stream *st = kiln__stream_current();
-    if (!st) { /* no stream to queue on: wait for the engine instead */
-        kiln__engine_drain_all();
-        s->var = NULL;
-        kiln__var_free(v);
-        kiln__storage_destroy(s);
-        return;
-    }
-    kiln__op op;
-    kiln__op_init(&op, KILN__OP_NOOP, "free");
-    kiln__async_submit(st, &op, NULL, s);
-}
-
-
-bool kiln_engine_is_async(void) { return kiln__engine_is_async(); }
-
-kiln__handoff_rules kiln__engine_handoff_rules(void) {
-    if (!kiln__engine_is_async()) return (kiln__handoff_rules){0};
+kiln__handoff_rules kiln__queue_handoff_rules(void) {
     return (kiln__handoff_rules){engine.handoff, engine.poll_ns, atomic_load(&engine.inline_max_bytes)};
 }
 
-int64_t kiln__engine_set_inline_max_bytes(int64_t bytes) {
-    pthread_once(&engine.once, engine_init);
+int64_t kiln__queue_set_inline_max_bytes(int64_t bytes) {
     if (bytes < 0) bytes = engine.inline_default;
     return atomic_exchange(&engine.inline_max_bytes, bytes);
 }
 
-void kiln_engine_set_limits(int64_t max_inflight_ops, int64_t max_pending_bytes) {
-    pthread_once(&engine.once, engine_init);
+void kiln__queue_set_limits(int64_t max_inflight_ops, int64_t max_pending_bytes) {
     if (max_inflight_ops > 0) atomic_store(&engine.max_inflight, max_inflight_ops);
     if (max_pending_bytes > 0) atomic_store(&engine.max_bytes, max_pending_bytes);
 }
