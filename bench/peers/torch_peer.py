@@ -448,6 +448,8 @@ WORKLOADS = {
     "conv1_train": lambda r: conv("conv1", True, r),
     "conv2_fwd": lambda r: conv("conv2", False, r),
     "conv2_train": lambda r: conv("conv2", True, r),
+    "matmul_256": lambda r: matmul(256, r),
+    "matmul_512": lambda r: matmul(512, r),
     "matmul_1024": lambda r: matmul(1024, r),
     "matmul_2048": lambda r: matmul(2048, r),
     "matmul_4096": lambda r: matmul(4096, r),

@@ -51,4 +51,8 @@ bool kiln__cpu_copy_loop(kiln_dtype src, kiln_dtype dst, kiln__ew_loop *l);
 /* Elements per parallel task for cheap elementwise work. */
 #define KILN__GRAIN_ELEMENTWISE 32768
 
+/* Stops the helper threads OpenBLAS's pthread build started at load, which would otherwise
+ * spin for the program's first 0.1 s (blas_startup.c); once, when the CPU backend starts. */
+void kiln__openblas_stop_helpers(void);
+
 #endif

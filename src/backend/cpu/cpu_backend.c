@@ -41,6 +41,7 @@ static void cpu_init(void) {
     kiln__cpu_register_fused(cpu.kernels);
     kiln__cpu_register_optim_adaptive(cpu.kernels);
     kiln__cpu_register_custom(cpu.kernels);
+    kiln__openblas_stop_helpers();
 }
 
 const kiln__backend *kiln__cpu_backend(void) {
