@@ -11,6 +11,7 @@
 #include "backend/cpu/gemm_int8.h"
 #include "backend/cpu/vmath.h"
 #include "kiln_test.h"
+#include "nn/layers-impl.h"
 #include "minilm_reference.h"
 
 #define IN 37
@@ -109,19 +110,23 @@ static double s8_reference(const int8_t *qx, const float *xs, const int8_t *qw, 
     return want;
 }
 
+static double gelu_f64(double v) { return 0.5 * v * (1.0 + erf(v / sqrt(2.0))); }
+
 /* Every ISA path gives the block sums of an f64 reference (exact integers) to f32 rounding, at
- * shapes with every kind of tail: rows not a multiple of the VNNI path's 16/8/4/2-row tiles,
- * outputs not a multiple of its 16-lane groups (and a range starting past the first group), k
- * with a partial last block; extremes (+-127 against -127) included. */
+ * shapes with every kind of tail: rows not a multiple of the VNNI path's 16/8/4/2-row tiles (one
+ * row), outputs not a multiple of its 16-lane groups (and a range starting past the first group),
+ * k with a partial last block; extremes (+-127 against -127) included; each with every epilogue
+ * (the bias from the scales' last column, then GELU against the erf form in f64). */
 KT_TEST(every_isa_path_matches_the_reference) {
-    static const int64_t shapes[][3] = {{3, 9, 1004}, {31, 35, 384}, {16, 16, 32}, {1, 1, 4}, {17, 48, 68}, {5, 3, 36}};
+    static const int64_t shapes[][3] = {{3, 9, 1004}, {31, 35, 384}, {16, 16, 32}, {1, 1, 4}, {17, 48, 68}, {5, 3, 36}, {1, 21, 100}};
     const char *isas[] = {"scalar", "avx2", "avx512"};
+    static const char *const epi_names[] = {"plain", "bias", "bias+gelu"};
     for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
         int64_t R = shapes[t][0], O = shapes[t][1], K = shapes[t][2], NB = (K + KILN__S8_BLOCK - 1) / KILN__S8_BLOCK;
         int8_t *qx = malloc((size_t)(R * K)), *qw = malloc((size_t)(O * K)), *pw = malloc((size_t)(O * K));
         uint8_t *ux = malloc((size_t)(R * K));
-        float *xs = malloc(sizeof(float) * (size_t)(R * NB)), *ws = malloc(sizeof(float) * (size_t)(O * NB));
-        float *pws = malloc(sizeof(float) * (size_t)(O * NB));
+        float *xs = malloc(sizeof(float) * (size_t)(R * NB)), *ws = malloc(sizeof(float) * (size_t)(O * (NB + 1)));
+        float *pws = malloc(sizeof(float) * (size_t)(O * (NB + 1)));
         float *y = malloc(sizeof(float) * (size_t)(R * O));
         unsigned seed = (unsigned)t + 1;
         for (int64_t i = 0; i < R * K; i++) qx[i] = (int8_t)((int)((seed = seed * 1103515245u + 12345u) >> 8) % 255 - 127);
@@ -129,26 +134,36 @@ KT_TEST(every_isa_path_matches_the_reference) {
         for (int64_t i = 0; i < K; i++) qx[i] = (int8_t)(i % 2 ? -127 : 127), qw[i] = -127; /* sums near the extremes */
         for (int64_t i = 0; i < R * K; i++) ux[i] = (uint8_t)(qx[i] + 128);
         for (int64_t i = 0; i < R * NB; i++) xs[i] = 0.001f * (float)(i % 7 + 1);
-        for (int64_t i = 0; i < O * NB; i++) ws[i] = 0.01f * (float)(i % 11 + 1);
         kiln__s8_pack_weight(qw, O, K, pw);
-        kiln__s8_pack_scales(ws, O, NB, pws);
-        for (int p = 0; p < 3; p++) {
-            if (kiln__vmath_force_isa(isas[p]) != 0) continue; /* this CPU lacks it */
-            if (t == 0) printf("  int8 path for KILN_ISA=%s: %s\n", isas[p], kiln__gemm_s8_path());
-            for (int64_t i = 0; i < R * O; i++) y[i] = -1e30f;
-            /* the first group on its own, then the rest: both halves of a split must agree */
-            int64_t split = O > KILN__S8_GROUP ? KILN__S8_GROUP : O;
-            kiln__gemm_s8_rescale(ux, xs, R, pw, pws, O, 0, split, K, y, O);
-            kiln__gemm_s8_rescale(ux, xs, R, pw, pws, O, split, O, K, y, O);
-            for (int64_t r = 0; r < R; r++)
-                for (int64_t o = 0; o < O; o++) {
-                    double mag, want = s8_reference(qx + r * K, xs + r * NB, qw + o * K, ws + o * NB, K, &mag);
-                    KT_CHECK_MSG(fabs(y[r * O + o] - want) <= 1e-6 * mag, "%s %lldx%lldx%lld: y[%lld,%lld] = %.9g, want %.9g",
-                                 isas[p], (long long)R, (long long)O, (long long)K, (long long)r, (long long)o,
-                                 y[r * O + o], want);
-                }
+        for (int e = KILN__S8_PLAIN; e <= KILN__S8_BIAS_GELU; e++) {
+            int64_t cols = NB + (e != KILN__S8_PLAIN);
+            /* scales [O, cols], the bias last (sized like the products, of both signs) */
+            for (int64_t o = 0; o < O; o++)
+                for (int64_t b = 0; b < cols; b++)
+                    ws[o * cols + b] = b < NB ? 0.01f * (float)((o * NB + b) % 11 + 1) : (float)((o % 9) - 4) * 0.5f;
+            kiln__s8_pack_scales(ws, O, cols, pws);
+            for (int p = 0; p < 3; p++) {
+                if (kiln__vmath_force_isa(isas[p]) != 0) continue; /* this CPU lacks it */
+                if (t == 0 && e == 0) printf("  int8 path for KILN_ISA=%s: %s\n", isas[p], kiln__gemm_s8_path());
+                for (int64_t i = 0; i < R * O; i++) y[i] = -1e30f;
+                /* the first group on its own, then the rest: both halves of a split must agree */
+                int64_t split = O > KILN__S8_GROUP ? KILN__S8_GROUP : O;
+                kiln__gemm_s8_rescale(ux, xs, R, pw, pws, O, 0, split, K, (kiln__s8_epilogue)e, y, O);
+                kiln__gemm_s8_rescale(ux, xs, R, pw, pws, O, split, O, K, (kiln__s8_epilogue)e, y, O);
+                for (int64_t r = 0; r < R; r++)
+                    for (int64_t o = 0; o < O; o++) {
+                        double mag, want = s8_reference(qx + r * K, xs + r * NB, qw + o * K, ws + o * cols, K, &mag);
+                        if (e != KILN__S8_PLAIN) want += ws[o * cols + NB], mag += fabs(ws[o * cols + NB]);
+                        double tol = 1e-6 * mag;
+                        if (e == KILN__S8_BIAS_GELU) /* gelu' <= 1.13, and its own 2.5 ulp */
+                            want = gelu_f64(want), tol = 1.2 * tol + 4e-7 * fabs(want) + 1e-30;
+                        KT_CHECK_MSG(fabs(y[r * O + o] - want) <= tol, "%s %s %lldx%lldx%lld: y[%lld,%lld] = %.9g, want %.9g",
+                                     isas[p], epi_names[e], (long long)R, (long long)O, (long long)K, (long long)r,
+                                     (long long)o, y[r * O + o], want);
+                    }
+            }
+            kiln__vmath_force_isa(NULL);
         }
-        kiln__vmath_force_isa(NULL);
         free(qx), free(qw), free(pw), free(ux), free(xs), free(ws), free(pws), free(y);
     }
 }
@@ -193,6 +208,94 @@ KT_TEST(row_quantization_is_the_same_on_every_path) {
         }
     }
     kiln__vmath_force_isa(NULL);
+}
+
+/* The product with its bias and GELU fused (kiln__quantize_weight_i8 with a bias: the scales'
+ * last column; the op "linear_int8_bias[_gelu]", called as a user calls a custom op) against
+ * f64, within the bound of the quantization (as above, through GELU, whose slope is at most
+ * 1.13): many rows, one row, and none (an empty result, as PyTorch's Linear gives). */
+KT_TEST(fused_bias_and_gelu_match_f64) {
+    kt_mem_begin();
+    float w[OUT * IN], b[OUT], x[ROWS * IN], y[ROWS * OUT];
+    fill(w, OUT * IN, 3), fill(b, OUT, 4), fill(x, ROWS * IN, 8);
+    kiln_tensor wt = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(OUT, IN), w);
+    kiln_tensor bt = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(OUT), b);
+    kiln_tensor packed, scales;
+    KT_CHECK(kiln__quantize_weight_i8("test", wt, bt, &packed, &scales) == KILN_OK);
+    KT_CHECK(kiln_tensor_dim(scales, 1) == ((IN + 3) / 4 * 4 + KILN__S8_BLOCK - 1) / KILN__S8_BLOCK + 1);
+    kiln_release(wt), kiln_release(bt);
+    for (int gelu = 0; gelu <= 1; gelu++)
+        for (int rows = ROWS; rows >= 0; rows = rows > 1 ? 1 : rows - 1) {
+            kiln_custom_op *op = kiln_custom_op_find(gelu ? "linear_int8_bias_gelu" : "linear_int8_bias");
+            kiln_tensor in[3] = {kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(rows, IN), x), kiln_ref(packed),
+                                 kiln_ref(scales)};
+            kiln_tensor yt = op ? kiln_custom_op_call(op, 3, in)
+                                : kiln__linear_i8_fused("test", in[0], in[1], in[2], gelu); /* registers them */
+            KT_CHECK(kiln_tensor_ndim(yt) == 2 && kiln_tensor_dim(yt, 0) == rows && kiln_tensor_dim(yt, 1) == OUT);
+            KT_CHECK(kiln_into_data(yt, y, sizeof(float) * (size_t)(rows * OUT)) == KILN_OK);
+            for (int r = 0; r < rows; r++)
+                for (int o = 0; o < OUT; o++) {
+                    double ref = b[o], bound = 0;
+                    for (int kb = 0; kb < IN; kb += KILN__S8_BLOCK) { /* a scale per block of 32, both sides */
+                        int n = IN - kb < KILN__S8_BLOCK ? IN - kb : KILN__S8_BLOCK;
+                        double sx = amax(x + r * IN + kb, n) / 127, sw = amax(w + o * IN + kb, n) / 127;
+                        for (int k = kb; k < kb + n; k++) {
+                            ref += (double)x[r * IN + k] * w[o * IN + k];
+                            bound += fabs(x[r * IN + k]) * sw / 2 + fabs(w[o * IN + k]) * sx / 2 + sx * sw / 4;
+                        }
+                    }
+                    if (gelu) ref = gelu_f64(ref), bound *= 1.13;
+                    KT_CHECK_MSG(fabs(y[r * OUT + o] - ref) <= bound * 1.001 + 1e-5, "gelu %d rows %d: y[%d,%d] = %g, f64 %g, bound %g",
+                                 gelu, rows, r, o, y[r * OUT + o], ref, bound);
+                }
+        }
+    kiln_release(packed), kiln_release(scales);
+    KT_MEM_CHECK();
+}
+
+/* Wrong input into the fused ops, queued (the default mode) and read later: the error names the
+ * op and this file (KT_READ_ERROR checks both); a bias of the wrong size is refused when
+ * quantizing. (A feature count that pads to the same multiple of 4 cannot be told from the
+ * packed weight: the Linear layer checks it before the product.) */
+KT_TEST(fused_op_bad_input_names_the_op) {
+    kt_mem_begin();
+    float w[OUT * IN], b[OUT];
+    fill(w, OUT * IN, 1), fill(b, OUT, 2);
+    kiln_tensor wt = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(OUT, IN), w);
+    kiln_tensor bt = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(OUT), b);
+    kiln_tensor packed, scales, plain_packed, plain_scales, p2, s2;
+    KT_CHECK(kiln__quantize_weight_i8("test", wt, bt, &packed, &scales) == KILN_OK);
+    KT_CHECK(kiln__quantize_weight_i8("test", wt, KILN_NONE, &plain_packed, &plain_scales) == KILN_OK);
+    kiln_tensor short_bias = kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(OUT - 1));
+    KT_CHECK(kiln__quantize_weight_i8("test", wt, short_bias, &p2, &s2) == KILN_ERR_SHAPE && !p2.id && !s2.id);
+    KT_CHECK(strstr(kiln_last_error(), "bias") != NULL);
+    kiln_release(short_bias), kiln_release(wt), kiln_release(bt);
+    /* the first call registers the ops */
+    kiln_release(kiln__linear_i8_fused("test", kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(1, IN)), kiln_ref(packed),
+                                       kiln_ref(scales), true));
+    kiln_custom_op *gelu_op = kiln_custom_op_find("linear_int8_bias_gelu"), *bias_op = kiln_custom_op_find("linear_int8_bias");
+    KT_CHECK(gelu_op && bias_op);
+    if (gelu_op && bias_op) {
+        KT_READ_ERROR(kiln_custom_op_call(gelu_op, 3, (kiln_tensor[]){kiln_zeros(KILN_CPU, KILN_F64, KILN_SHAPE(2, IN)),
+                                                                      kiln_ref(packed), kiln_ref(scales)}),
+                      KILN_ERR_INVALID_ARGUMENT, "linear_int8_bias_gelu");
+        KT_READ_ERROR(kiln_custom_op_call(bias_op, 3, (kiln_tensor[]){kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(2, IN + 4)),
+                                                                      kiln_ref(packed), kiln_ref(scales)}),
+                      KILN_ERR_INVALID_ARGUMENT, "linear_int8_bias");
+        /* scales without the bias column, and a weight of the wrong dtype */
+        KT_READ_ERROR(kiln_custom_op_call(bias_op, 3, (kiln_tensor[]){kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(2, IN)),
+                                                                      kiln_ref(plain_packed), kiln_ref(plain_scales)}),
+                      KILN_ERR_INVALID_ARGUMENT, "linear_int8_bias");
+        KT_READ_ERROR(kiln_custom_op_call(gelu_op, 3, (kiln_tensor[]){kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(2, IN)),
+                                                                      kiln_cast(kiln_ref(packed), KILN_F32), kiln_ref(scales)}),
+                      KILN_ERR_INVALID_ARGUMENT, "linear_int8_bias_gelu");
+        /* a scalar input */
+        KT_READ_ERROR(kiln_custom_op_call(gelu_op, 3, (kiln_tensor[]){kiln_full(KILN_CPU, KILN_F32, (kiln_shape){.ndim = 0}, 1.0), kiln_ref(packed),
+                                                                      kiln_ref(scales)}),
+                      KILN_ERR_INVALID_ARGUMENT, "linear_int8_bias_gelu");
+    }
+    kiln_release(packed), kiln_release(scales), kiln_release(plain_packed), kiln_release(plain_scales);
+    KT_MEM_CHECK();
 }
 
 static kiln_module *mlp(uint64_t seed) {
@@ -289,6 +392,8 @@ int main(int argc, char **argv) {
     KT_RUN(a_non_finite_row_gives_nan_in_that_row_only);
     KT_RUN(every_isa_path_matches_the_reference);
     KT_RUN(row_quantization_is_the_same_on_every_path);
+    KT_RUN(fused_bias_and_gelu_match_f64);
+    KT_RUN(fused_op_bad_input_names_the_op);
     KT_RUN(checkpoint_round_trip_is_bit_exact);
     KT_RUN(bad_input);
     return kt_finish();

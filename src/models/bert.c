@@ -56,7 +56,8 @@ struct kiln_bert {
     kiln_tensor word, position, token_type, ln_w, ln_b; /* embeddings */
     kiln_tensor (*layers)[LAYER_SLOTS];
     /* kiln_bert_quantize_dynamic: per layer, the int8 weight and scales of QKV_W, AO_W, I_W, O_W
-     * (KILN_NONE: that one stays f32); NULL until then */
+     * (KILN_NONE: that one stays f32), the scales with the bias as their last column (fused into
+     * the product, as is the intermediate's GELU); NULL until then */
     kiln_tensor (*int8)[4][2];
     bool bf16; /* kiln_bert_to_dtype(KILN_BF16): the word embeddings and the linears are bf16 */
 };
@@ -465,16 +466,16 @@ static bool plan_packing(kiln_tensor mask, int64_t b, int64_t s, token_packing *
     return ok;
 }
 
-/* Layer l's linear k of linear_slots over x (consumed): int8 where it was quantized; in bf16
- * (and giving bf16) where the weights are. */
-static kiln_tensor bert_linear(const kiln_bert *m, int64_t l, int k, kiln_tensor x) {
+/* Layer l's linear k of linear_slots over x (consumed), then GELU when gelu: int8 where it was
+ * quantized (bias and GELU inside the product); in bf16 (and giving bf16) where the weights are. */
+static kiln_tensor bert_linear(const kiln_bert *m, int64_t l, int k, kiln_tensor x, bool gelu) {
     const kiln_tensor *w = m->layers[l];
     int slot = linear_slots[k];
-    if (m->bf16) return kiln_linear(kiln_cast(x, KILN_BF16), kiln_ref(w[slot]), kiln_ref(w[slot + 1]));
     if (m->int8 && m->int8[l][k][0].id)
-        return kiln__linear_i8("linear_int8", x, kiln_ref(m->int8[l][k][0]), kiln_ref(m->int8[l][k][1]),
-                               kiln_ref(w[slot + 1]));
-    return kiln_linear(x, kiln_ref(w[slot]), kiln_ref(w[slot + 1]));
+        return kiln__linear_i8_fused("linear_int8", x, kiln_ref(m->int8[l][k][0]), kiln_ref(m->int8[l][k][1]), gelu);
+    kiln_tensor y = m->bf16 ? kiln_linear(kiln_cast(x, KILN_BF16), kiln_ref(w[slot]), kiln_ref(w[slot + 1]))
+                            : kiln_linear(x, kiln_ref(w[slot]), kiln_ref(w[slot + 1]));
+    return gelu ? kiln_gelu(y) : y;
 }
 
 static kiln_tensor encoder(const kiln_bert *m, kiln_tensor ids, kiln_tensor mask, kiln_tensor types, int64_t b, int64_t s,
@@ -502,7 +503,7 @@ static kiln_tensor encoder(const kiln_bert *m, kiln_tensor ids, kiln_tensor mask
     hide = kiln_reshape(hide, KILN_SHAPE(b, 1, 1, s));
     for (int64_t l = 0; l < c->num_hidden_layers; l++) {
         const kiln_tensor *w = m->layers[l];
-        kiln_tensor qkv = kiln_cast(bert_linear(m, l, 0, kiln_ref(x)), KILN_F32); /* attention in f32 */
+        kiln_tensor qkv = kiln_cast(bert_linear(m, l, 0, kiln_ref(x), false), KILN_F32); /* attention in f32 */
         if (packing) qkv = kiln_index_select(qkv, 0, kiln_ref(packing->unpack));
         qkv = kiln_reshape(qkv, KILN_SHAPE(b, s, 3, heads, hd));
         /* softmax(q k^T + hide) v, q pre-scaled by 1/sqrt(hd) in the weights (scale 1): one fused
@@ -512,10 +513,10 @@ static kiln_tensor encoder(const kiln_bert *m, kiln_tensor ids, kiln_tensor mask
         kiln_tensor ctx = kiln_scaled_dot_product_attention(q, k, v, kiln_ref(hide), false, 1.0);
         ctx = kiln_reshape(kiln_permute(ctx, KILN_DIMS(0, 2, 1, 3)), KILN_SHAPE(b * s, h));
         if (packing) ctx = kiln_index_select(ctx, 0, kiln_ref(packing->pack));
-        kiln_tensor a = bert_linear(m, l, 1, ctx);
+        kiln_tensor a = bert_linear(m, l, 1, ctx, false);
         x = kiln_layer_norm(kiln_add(a, x), hs, kiln_ref(w[ALN_W]), kiln_ref(w[ALN_B]), eps);
-        kiln_tensor i = kiln_gelu(bert_linear(m, l, 2, kiln_ref(x)));
-        kiln_tensor o = bert_linear(m, l, 3, i);
+        kiln_tensor i = bert_linear(m, l, 2, kiln_ref(x), true);
+        kiln_tensor o = bert_linear(m, l, 3, i, false);
         x = kiln_layer_norm(kiln_add(o, x), hs, kiln_ref(w[OLN_W]), kiln_ref(w[OLN_B]), eps);
     }
     kiln_release(hide);
@@ -617,7 +618,9 @@ kiln_status kiln_bert_quantize_dynamic(kiln_bert *m, kiln_quant_type type) {
     kiln_status st = KILN_OK;
     for (int64_t l = 0; l < layers && st == KILN_OK; l++)
         for (int k = 0; k < 4 && st == KILN_OK; k++)
-            if (which & (1u << k)) st = kiln__quantize_weight_i8(op, m->layers[l][linear_slots[k]], &q[l][k][0], &q[l][k][1]);
+            if (which & (1u << k))
+                st = kiln__quantize_weight_i8(op, m->layers[l][linear_slots[k]], m->layers[l][linear_slots[k] + 1],
+                                              &q[l][k][0], &q[l][k][1]);
     if (st != KILN_OK) {
         for (int64_t l = 0; l < layers; l++)
             for (int k = 0; k < 8; k++)
@@ -626,12 +629,12 @@ kiln_status kiln_bert_quantize_dynamic(kiln_bert *m, kiln_quant_type type) {
         return st;
     }
     m->int8 = q;
-    /* the f32 weights that went int8 are no longer read: give their memory back */
+    /* the f32 weights (and biases) that went int8 are no longer read: give their memory back */
     for (int64_t l = 0; l < layers; l++)
         for (int k = 0; k < 4; k++)
-            if (q[l][k][0].id) {
-                kiln_release(m->layers[l][linear_slots[k]]);
-                m->layers[l][linear_slots[k]] = KILN_NONE;
+            for (int i = 0; i < 2 && q[l][k][0].id; i++) {
+                kiln_release(m->layers[l][linear_slots[k] + i]);
+                m->layers[l][linear_slots[k] + i] = KILN_NONE;
             }
     return KILN_OK;
 }

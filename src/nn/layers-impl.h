@@ -81,10 +81,14 @@ extern const kiln__module_vtable kiln__linear_vt;
 /* int8 linear pieces (linear_int8.c), for the layer and for models that hold raw weights.
  * kiln__quantize_weight_i8: w [out, in] f32 (borrowed; a blocking read) into *packed [out,
  * ceil(in/4)] i32 (int8 values, four to an element) and *scales [out, ceil(in/32)] f32, both
- * packed for kiln__gemm_s8_rescale; a status reported
+ * packed for kiln__gemm_s8_rescale; with a bias (f32 [out], borrowed; KILN_NONE for none) the
+ * scales take it as one more column, [out, ceil(in/32) + 1]; a status reported
  * for op otherwise. kiln__linear_i8: x [..., in] f32 times the packed weight (+ bias, or
- * KILN_NONE), all consumed; errors name op or the product "linear_int8". */
-kiln_status kiln__quantize_weight_i8(const char *op, kiln_tensor w, kiln_tensor *packed, kiln_tensor *scales);
+ * KILN_NONE), all consumed; errors name op or the product "linear_int8". kiln__linear_i8_fused:
+ * the same with the bias in the scales, and GELU after it when gelu ("linear_int8_bias[_gelu]"). */
+kiln_status kiln__quantize_weight_i8(const char *op, kiln_tensor w, kiln_tensor bias, kiln_tensor *packed,
+                                     kiln_tensor *scales);
 kiln_tensor kiln__linear_i8(const char *op, kiln_tensor x, kiln_tensor packed, kiln_tensor scales, kiln_tensor bias);
+kiln_tensor kiln__linear_i8_fused(const char *op, kiln_tensor x, kiln_tensor packed, kiln_tensor scales_bias, bool gelu);
 
 #endif

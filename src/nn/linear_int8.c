@@ -12,7 +12,9 @@
  * to know int8. Their names say the layout (groups of 16 outputs, a scale per 32 inputs): a
  * checkpoint of the earlier per-channel layout, whose shapes can match, fails to load by name
  * instead of computing wrong values. The product is a registered custom op, so it is queued,
- * poisoned and profiled like any other op. */
+ * poisoned and profiled like any other op. A model that holds its own weights (BERT) may fuse
+ * the bias, and a GELU after it, into the product (kiln__linear_i8_fused): the bias then rides
+ * in the scales as one more column, since a custom op takes three inputs. */
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
@@ -37,6 +39,7 @@ typedef struct {
     const float *wscale;
     float *y; /* [rows, out] */
     int64_t rows, out;
+    kiln__s8_epilogue epilogue;
 } int8_gemm;
 
 static void int8_quantize_rows(void *ctx, int64_t begin, int64_t end) {
@@ -52,22 +55,40 @@ static void int8_quantize_rows(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
+/* Rows a pass over a chunk's groups takes: their quantized activations (~96 KiB) stay in L2
+ * while each group's weights go by, where all rows of a batch (up to 3.5 MB for MiniLM's
+ * output linear at 2300 tokens) would be read again from L3 for every group of 16 outputs. */
+#ifndef INT8_ROW_BLOCK_BYTES
+#define INT8_ROW_BLOCK_BYTES (96 << 10)
+#endif
+
 static void int8_gemm_groups(void *ctx, int64_t begin, int64_t end) {
     const int8_gemm *g = ctx;
     int64_t o_end = end * KILN__S8_GROUP < g->out ? end * KILN__S8_GROUP : g->out;
-    kiln__gemm_s8_rescale(g->ux, g->xscale, g->rows, g->qw, g->wscale, g->out, begin * KILN__S8_GROUP, o_end, g->kpad,
-                          g->y, g->out);
+    int64_t block = INT8_ROW_BLOCK_BYTES / g->kpad / 16 * 16;
+    if (block < 16) block = 16;
+    for (int64_t r0 = 0; r0 < g->rows; r0 += block)
+        kiln__gemm_s8_rescale(g->ux + r0 * g->kpad, g->xscale + r0 * g->nblk,
+                              g->rows - r0 < block ? g->rows - r0 : block, g->qw, g->wscale, g->out,
+                              begin * KILN__S8_GROUP, o_end, g->kpad, g->epilogue, g->y + r0 * g->out, g->out);
+}
+
+/* The scales' columns for a packed weight of kp elements a row: one a block, and the bias. */
+static int64_t scale_cols(int64_t kp, kiln__s8_epilogue epilogue) {
+    return (kp * 4 + KILN__S8_BLOCK - 1) / KILN__S8_BLOCK + (epilogue != KILN__S8_PLAIN);
 }
 
 static kiln_status int8_linear_shape(int n, const kiln_custom_meta *in, kiln_custom_meta *out, void *user) {
-    (void)n, (void)user;
+    (void)n;
+    kiln__s8_epilogue epilogue = *(const kiln__s8_epilogue *)user;
     const kiln_custom_meta *x = &in[0], *w = &in[1], *s = &in[2];
     if (x->dtype != KILN_F32)
         return kiln_custom_op_error("the input of an int8 Linear must be f32, not %s", kiln_dtype_name(x->dtype));
     if (x->ndim < 1) return kiln_custom_op_error("the input of an int8 Linear needs at least one dim");
     if (w->dtype != KILN_I32 || w->ndim != 2 || s->dtype != KILN_F32 || s->ndim != 2 || s->shape[0] != w->shape[0] ||
-        s->shape[1] != (w->shape[1] * 4 + KILN__S8_BLOCK - 1) / KILN__S8_BLOCK)
-        return kiln_custom_op_error("the packed int8 weight is malformed");
+        s->shape[1] != scale_cols(w->shape[1], epilogue))
+        return kiln_custom_op_error("the packed int8 weight is malformed (i32 [out, in/4] and f32 scales [out, %s])",
+                                    epilogue == KILN__S8_PLAIN ? "in/32" : "in/32 + 1, the bias last");
     int64_t in_features = x->shape[x->ndim - 1];
     if ((in_features + 3) / 4 != w->shape[1])
         return kiln_custom_op_error("input has %lld features, the int8 weight takes %lld", (long long)in_features,
@@ -79,7 +100,7 @@ static kiln_status int8_linear_shape(int n, const kiln_custom_meta *in, kiln_cus
 
 static kiln_status int8_linear_cpu(int n, const kiln_custom_operand *in, const kiln_custom_operand *out, int threads,
                                    void *user) {
-    (void)n, (void)threads, (void)user;
+    (void)n, (void)threads;
     const kiln_custom_operand *x = &in[0], *w = &in[1], *s = &in[2];
     if (w->strides[1] != 1 || w->strides[0] != w->shape[1] || s->strides[1] != 1 || s->strides[0] != s->shape[1])
         return kiln_custom_op_error("the packed int8 weight must be dense");
@@ -94,7 +115,7 @@ static kiln_status int8_linear_cpu(int n, const kiln_custom_operand *in, const k
         return KILN_ERR_OUT_OF_MEMORY;
     }
     int8_gemm g = {(const float *)x->data, x->shape, x->strides, x->ndim, in_features, kpad, nblk, ux, xscale, w->data,
-                   s->data, out->data, rows, w->shape[0]};
+                   s->data, out->data, rows, w->shape[0], *(const kiln__s8_epilogue *)user};
     int64_t qgrain = (int64_t)(1 << 14) / (kpad > 0 ? kpad : 1); /* ~16k values a chunk */
     kiln_parallel_for(rows, qgrain > 0 ? qgrain : 1, int8_quantize_rows, &g);
     int64_t groups = (g.out + KILN__S8_GROUP - 1) / KILN__S8_GROUP;
@@ -105,35 +126,53 @@ static kiln_status int8_linear_cpu(int n, const kiln_custom_operand *in, const k
     return KILN_OK;
 }
 
-static kiln_custom_op *int8_linear_op;
+/* One op per epilogue (a custom op takes at most three inputs: the bias travels in the scales);
+ * the name says which, in errors and in the profiler. */
+static const kiln__s8_epilogue EPILOGUES[3] = {KILN__S8_PLAIN, KILN__S8_BIAS, KILN__S8_BIAS_GELU};
+static const char *const OP_NAMES[3] = {"linear_int8", "linear_int8_bias", "linear_int8_bias_gelu"};
+static kiln_custom_op *int8_linear_ops[3];
 static pthread_once_t int8_linear_once = PTHREAD_ONCE_INIT;
 
 static void int8_linear_register(void) {
-    kiln_custom_op_def def = {.name = "linear_int8", .n_inputs = 3, .shape = int8_linear_shape,
-                              .cpu_kernel = int8_linear_cpu};
-    if (kiln_custom_op_register(&def, &int8_linear_op) != KILN_OK) int8_linear_op = NULL;
+    for (int i = 0; i < 3; i++) {
+        kiln_custom_op_def def = {.name = OP_NAMES[i], .n_inputs = 3, .shape = int8_linear_shape,
+                                  .cpu_kernel = int8_linear_cpu, .user_data = (void *)&EPILOGUES[i]};
+        if (kiln_custom_op_register(&def, &int8_linear_ops[i]) != KILN_OK) int8_linear_ops[i] = NULL;
+    }
+}
+
+static kiln_tensor call_int8(const char *op, kiln__s8_epilogue epilogue, kiln_tensor x, kiln_tensor packed,
+                             kiln_tensor scales) {
+    pthread_once(&int8_linear_once, int8_linear_register);
+    kiln_tensor in[3] = {x, packed, scales};
+    if (!int8_linear_ops[epilogue]) return kiln__nn_fail(op, 3, in, KILN_ERR_INTERNAL, "the int8 product is not registered");
+    return kiln_custom_op_call(int8_linear_ops[epilogue], 3, in);
 }
 
 kiln_tensor kiln__linear_i8(const char *op, kiln_tensor x, kiln_tensor packed, kiln_tensor scales, kiln_tensor bias) {
-    pthread_once(&int8_linear_once, int8_linear_register);
-    if (!int8_linear_op) {
-        kiln_tensor all[4] = {x, packed, scales, bias};
-        return kiln__nn_fail(op, bias.id ? 4 : 3, all, KILN_ERR_INTERNAL, "the int8 product is not registered");
-    }
-    kiln_tensor y = kiln_custom_op_call(int8_linear_op, 3, (kiln_tensor[]){x, packed, scales});
+    kiln_tensor y = call_int8(op, KILN__S8_PLAIN, x, packed, scales);
     return bias.id ? kiln_add(y, bias) : y;
 }
 
-kiln_status kiln__quantize_weight_i8(const char *op, kiln_tensor w, kiln_tensor *packed, kiln_tensor *scales) {
+kiln_tensor kiln__linear_i8_fused(const char *op, kiln_tensor x, kiln_tensor packed, kiln_tensor scales_bias, bool gelu) {
+    return call_int8(op, gelu ? KILN__S8_BIAS_GELU : KILN__S8_BIAS, x, packed, scales_bias);
+}
+
+kiln_status kiln__quantize_weight_i8(const char *op, kiln_tensor w, kiln_tensor bias, kiln_tensor *packed,
+                                     kiln_tensor *scales) {
     *packed = *scales = KILN_NONE;
     if (kiln_tensor_ndim(w) != 2 || kiln_tensor_dtype(w) != KILN_F32 || kiln_tensor_device(w) != KILN_CPU)
         return kiln__report(KILN_ERR_UNSUPPORTED, op, "a weight to quantize must be a 2-d f32 CPU tensor (it is %s on %s)",
                             kiln_dtype_name(kiln_tensor_dtype(w)), kiln_device_name(kiln_tensor_device(w)));
     int64_t out = kiln_tensor_dim(w, 0), in = kiln_tensor_dim(w, 1), kp = (in + 3) / 4;
-    int64_t nblk = (kp * 4 + KILN__S8_BLOCK - 1) / KILN__S8_BLOCK;
-    size_t n_w = (size_t)(out * in), n_q = (size_t)(out * kp * 4), n_s = (size_t)(out * nblk);
+    if (bias.id && (kiln_tensor_ndim(bias) != 1 || kiln_tensor_dim(bias, 0) != out || kiln_tensor_dtype(bias) != KILN_F32 ||
+                    kiln_tensor_device(bias) != KILN_CPU))
+        return kiln__report(KILN_ERR_SHAPE, op, "a bias to fuse must be an f32 CPU tensor [%lld]", (long long)out);
+    int64_t nblk = (kp * 4 + KILN__S8_BLOCK - 1) / KILN__S8_BLOCK, cols = nblk + (bias.id != 0);
+    size_t n_w = (size_t)(out * in), n_q = (size_t)(out * kp * 4), n_s = (size_t)(out * cols);
     /* calloc(0) may give NULL: ask for 1 */
-    float *wf = malloc((n_w > 0 ? n_w : 1) * sizeof *wf);
+    size_t n_wf = n_w > (size_t)out ? n_w : (size_t)out; /* it holds the bias too, a while */
+    float *wf = malloc((n_wf > 0 ? n_wf : 1) * sizeof *wf);
     int8_t *rowmajor = calloc(n_q > 0 ? n_q : 1, 1), *q = malloc(n_q > 0 ? n_q : 1);
     float *scale = malloc((n_s > 0 ? n_s : 1) * sizeof *scale), *packed_scale = malloc((n_s > 0 ? n_s : 1) * sizeof *scale);
     kiln_status st = wf && rowmajor && q && scale && packed_scale
@@ -143,16 +182,20 @@ kiln_status kiln__quantize_weight_i8(const char *op, kiln_tensor w, kiln_tensor 
     for (int64_t o = 0; st == KILN_OK && o < out; o++)
         for (int64_t b = 0; st == KILN_OK && b < nblk; b++) {
             int64_t k0 = b * KILN__S8_BLOCK, len = in - k0 < KILN__S8_BLOCK ? in - k0 : KILN__S8_BLOCK;
-            float *sc = &scale[o * nblk + b];
+            float *sc = &scale[o * cols + b];
             *sc = len > 0 ? kiln__s8_quantize_values(wf + o * in + k0, 1, len, rowmajor + o * kp * 4 + k0) : 1.0f;
             if (isnan(*sc))
                 st = kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "row %lld of a weight has a non-finite value", (long long)o);
         }
+    if (st == KILN_OK && bias.id) { /* the bias as the last column */
+        st = kiln_into_data(kiln_ref(bias), wf, (size_t)out * sizeof *wf);
+        for (int64_t o = 0; st == KILN_OK && o < out; o++) scale[o * cols + nblk] = wf[o];
+    }
     if (st == KILN_OK) {
         kiln__s8_pack_weight(rowmajor, out, kp * 4, q);
-        kiln__s8_pack_scales(scale, out, nblk, packed_scale);
+        kiln__s8_pack_scales(scale, out, cols, packed_scale);
         *packed = kiln_from_data(KILN_CPU, KILN_I32, KILN_SHAPE(out, kp), q);
-        *scales = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(out, nblk), packed_scale);
+        *scales = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(out, cols), packed_scale);
         st = kiln_tensor_status(*packed) != KILN_OK ? kiln_tensor_status(*packed) : kiln_tensor_status(*scales);
         if (st != KILN_OK) kiln__report(st, op, "cannot quantize a weight");
     }
@@ -183,7 +226,7 @@ static const kiln__module_vtable int8_linear_vt = {"Linear", int8_linear_forward
 static kiln_status quantize_linear(kiln_module *m) {
     const kiln__linear_state *s = m->state;
     kiln_tensor packed, scales;
-    kiln_status st = kiln__quantize_weight_i8("kiln_quantize_dynamic", m->params[0].tensor, &packed, &scales);
+    kiln_status st = kiln__quantize_weight_i8("kiln_quantize_dynamic", m->params[0].tensor, KILN_NONE, &packed, &scales);
     if (st != KILN_OK) return st;
     /* the new tensors replace the parameters only now that nothing can fail */
     kiln__module_param *ps = calloc(3, sizeof *ps);

@@ -67,11 +67,11 @@ void kiln__s8_pack_weight(const int8_t *qw, int64_t out, int64_t k, int8_t *pack
     }
 }
 
-void kiln__s8_pack_scales(const float *scales, int64_t out, int64_t nblk, float *packed) {
+void kiln__s8_pack_scales(const float *scales, int64_t out, int64_t cols, float *packed) {
     for (int64_t o0 = 0; o0 < out; o0 += GROUP) {
         int64_t gw = min64(GROUP, out - o0);
-        for (int64_t b = 0; b < nblk; b++)
-            for (int64_t j = 0; j < gw; j++) packed[o0 * nblk + b * gw + j] = scales[(o0 + j) * nblk + b];
+        for (int64_t b = 0; b < cols; b++)
+            for (int64_t j = 0; j < gw; j++) packed[o0 * cols + b * gw + j] = scales[(o0 + j) * cols + b];
     }
 }
 
@@ -275,24 +275,43 @@ AVX2_TARGET static void group_avx2(const uint8_t *ux, const float *xs, int64_t r
 }
 #endif
 
+/* The epilogue over outputs [o_begin, o_end) of every row, once all their groups are done: the
+ * bias (each group's gw biases after its nblk blocks of scales), then GELU over the row's whole
+ * span in one call. Run per group right after its product, the same work took twice the
+ * product's time: the loads of just-stored (masked) sums do not forward from the stores, and
+ * sixteen values a call leave GELU's long dependency chains nothing to overlap with. */
+static void epilogue_rows(float *y, int64_t ldy, int64_t rows, const float *wscale, int64_t out, int64_t o_begin,
+                          int64_t o_end, int64_t nblk, kiln__vmath_f32_fn gelu) {
+    for (int64_t r = 0; r < rows; r++) {
+        float *yr = y + r * ldy;
+        for (int64_t o0 = o_begin; o0 < o_end; o0 += GROUP) {
+            int64_t gw = min64(GROUP, out - o0);
+            const float *bias = wscale + o0 * (nblk + 1) + nblk * gw;
+            for (int64_t j = 0; j < gw; j++) yr[o0 + j] += bias[j];
+        }
+        if (gelu) gelu(yr + o_begin, yr + o_begin, min64(o_end, out) - o_begin);
+    }
+}
+
 void kiln__gemm_s8_rescale(const uint8_t *ux, const float *xscale, int64_t rows, const int8_t *packed_w,
-                           const float *wscale, int64_t out, int64_t o_begin, int64_t o_end, int64_t k, float *y,
-                           int64_t ldy) {
+                           const float *wscale, int64_t out, int64_t o_begin, int64_t o_end, int64_t k,
+                           kiln__s8_epilogue epilogue, float *y, int64_t ldy) {
     s8_path path = path_now();
+    int64_t nblk = (k + BLK - 1) / BLK, cols = nblk + (epilogue != KILN__S8_PLAIN);
     for (int64_t o0 = o_begin; o0 < o_end; o0 += GROUP) {
         int64_t gw = min64(GROUP, out - o0);
         const int8_t *g = packed_w + o0 * k;
-        const float *ws = wscale + o0 * ((k + BLK - 1) / BLK);
+        const float *ws = wscale + o0 * cols;
 #if HAVE_X86
-        if (path == PATH_VNNI) {
+        if (path == PATH_VNNI)
             group_vnni(ux, xscale, rows, g, gw, ws, k, y + o0, ldy);
-            continue;
-        }
-        if (path == PATH_AVX2) {
+        else if (path == PATH_AVX2)
             group_avx2(ux, xscale, rows, g, gw, ws, k, y + o0, ldy);
-            continue;
-        }
+        else
 #endif
-        group_scalar(ux, xscale, rows, g, gw, ws, k, y + o0, ldy);
+            group_scalar(ux, xscale, rows, g, gw, ws, k, y + o0, ldy);
     }
+    if (epilogue != KILN__S8_PLAIN && o_begin < o_end)
+        epilogue_rows(y, ldy, rows, wscale, out, o_begin, o_end, nblk,
+                      epilogue == KILN__S8_BIAS_GELU ? kiln__vmath_f32_kernel(KILN_VMATH_GELU) : NULL);
 }

@@ -31,16 +31,24 @@
 #define KILN__S8_BLOCK 32
 #define KILN__S8_GROUP 16
 
+/* What happens to y after the sum, while a group's outputs are still in L1: a Linear's bias
+ * added, then its GELU (the erf form, kiln__vgelu_f32) applied. With a bias, wscale is packed
+ * from [out, nblk + 1], the last column the bias (a bias is one more "block" of scales). Done in
+ * the product so that a 16-token layer's bias add and GELU are not ops of their own: each op is
+ * a hand-off between threads that costs more than the few thousand values it touches. */
+typedef enum { KILN__S8_PLAIN, KILN__S8_BIAS, KILN__S8_BIAS_GELU } kiln__s8_epilogue;
+
 /* o_begin must be a multiple of KILN__S8_GROUP, o_end one too or out. */
 void kiln__gemm_s8_rescale(const uint8_t *ux, const float *xscale, int64_t rows, const int8_t *packed_w,
-                           const float *wscale, int64_t out, int64_t o_begin, int64_t o_end, int64_t k, float *y,
-                           int64_t ldy);
+                           const float *wscale, int64_t out, int64_t o_begin, int64_t o_end, int64_t k,
+                           kiln__s8_epilogue epilogue, float *y, int64_t ldy);
 
 /* packed[...] = qw [out, k] row-major (k a multiple of 4) in the layout above. */
 void kiln__s8_pack_weight(const int8_t *qw, int64_t out, int64_t k, int8_t *packed);
 
-/* packed = scales [out, nblk] row-major in the group order above. */
-void kiln__s8_pack_scales(const float *scales, int64_t out, int64_t nblk, float *packed);
+/* packed = scales [out, cols] row-major in the group order above (cols: nblk, or nblk + 1 with
+ * the bias as the last column). */
+void kiln__s8_pack_scales(const float *scales, int64_t out, int64_t cols, float *packed);
 
 /* Quantizes n values of x (read `stride` apart) into ux[0..k) (k >= n a multiple of 4: the
  * rest is zero, 128 as ux) and xscale[0..ceil(k / KILN__S8_BLOCK)), one symmetric scale per
