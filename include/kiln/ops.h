@@ -95,6 +95,8 @@ KILN_API kiln_tensor kiln_any(kiln_tensor t); /* whether any element is nonzero 
 KILN_API kiln_tensor kiln_any_dims(kiln_tensor t, kiln_dims dims, bool keepdim); /* over dims */
 KILN_API kiln_tensor kiln_all(kiln_tensor t); /* whether every element is nonzero (NaN is); true when empty */
 KILN_API kiln_tensor kiln_all_dims(kiln_tensor t, kiln_dims dims, bool keepdim); /* over dims */
+KILN_API kiln_tensor kiln_count_nonzero(kiln_tensor t); /* the number of nonzero elements (NaN is one), in i64 */
+KILN_API kiln_tensor kiln_count_nonzero_dims(kiln_tensor t, kiln_dims dims, bool keepdim); /* over dims */
 
 /* The calls that record the caller's file:line, as in core.h's list. */
 #define KILN_OPS_API(X) \
@@ -171,7 +173,9 @@ KILN_API kiln_tensor kiln_all_dims(kiln_tensor t, kiln_dims dims, bool keepdim);
     X(kiln_tensor, any, (kiln_tensor t), (t)) \
     X(kiln_tensor, any_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
     X(kiln_tensor, all, (kiln_tensor t), (t)) \
-    X(kiln_tensor, all_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim))
+    X(kiln_tensor, all_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
+    X(kiln_tensor, count_nonzero, (kiln_tensor t), (t)) \
+    X(kiln_tensor, count_nonzero_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim))
 KILN_OPS_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -250,6 +254,8 @@ KILN_OPS_API(KILN__AT_DECLARE)
 #define kiln_any_dims(...) KILN__AT(any_dims, __VA_ARGS__)
 #define kiln_all(...) KILN__AT(all, __VA_ARGS__)
 #define kiln_all_dims(...) KILN__AT(all_dims, __VA_ARGS__)
+#define kiln_count_nonzero(...) KILN__AT(count_nonzero, __VA_ARGS__)
+#define kiln_count_nonzero_dims(...) KILN__AT(count_nonzero_dims, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

@@ -53,6 +53,7 @@
     X(amin, kiln_min, kiln_min_dims, "the smallest value (NaN wins); a dim of size 0 fails") \
     X(logsumexp, 0, kiln_logsumexp_dims, "log(sum(exp(t))), without overflow") \
     X(any, kiln_any, kiln_any_dims, "whether any element is nonzero (NaN is); false when empty") \
-    X(all, kiln_all, kiln_all_dims, "whether every element is nonzero (NaN is); true when empty")
+    X(all, kiln_all, kiln_all_dims, "whether every element is nonzero (NaN is); true when empty") \
+    X(count_nonzero, kiln_count_nonzero, kiln_count_nonzero_dims, "the number of nonzero elements (NaN is one), in i64")
 
 #endif

@@ -1,7 +1,7 @@
 /* Public reductions and softmax: dim lists become masks, then tracked inputs go through
  * autodiff and untracked ones straight to the op layer. One wrapper (two for ALL_DIMS) per
  * KERNEL row of the reduction table (ir/reduce_table.h), by its signature and gradient columns;
- * the COMPOSED rows' (std, any, all) are written below them. */
+ * the COMPOSED rows' (std, any, all, count_nonzero) are written below them. */
 #include "kiln/tensor.h"
 #include "autodiff/autodiff-impl.h"
 
@@ -79,6 +79,19 @@ kiln_tensor kiln_any_dims(kiln_tensor t, kiln_dims dims, bool keepdim) {
 }
 kiln_tensor kiln_all_dims(kiln_tensor t, kiln_dims dims, bool keepdim) {
     return any_all("kiln_all_dims", t, dims, keepdim, true);
+}
+
+/* torch.count_nonzero: the sum of the bools t != 0 (a sum of bools is i64). */
+static kiln_tensor count_nonzero(const char *name, kiln_tensor t, kiln_dims dims, bool keepdim) {
+    const char *outer = kiln__op_scope_enter(name);
+    kiln_tensor out = kiln_sum_dims(kiln_ne_scalar(t, 0.0), dims, keepdim);
+    kiln__op_scope_leave(outer);
+    return out;
+}
+
+kiln_tensor kiln_count_nonzero(kiln_tensor t) { return count_nonzero("kiln_count_nonzero", t, KILN_ALL_DIMS, false); }
+kiln_tensor kiln_count_nonzero_dims(kiln_tensor t, kiln_dims dims, bool keepdim) {
+    return count_nonzero("kiln_count_nonzero_dims", t, dims, keepdim);
 }
 
 /* ---- softmax ----------------------------------------------------------------------------- */

@@ -53,7 +53,8 @@
 #define KILN__REDUCE_COMPOSED(X) \
     X(STD,       std,       FLOAT, CORRECTION, SAVE_IN_OUT,  HAND,      "the standard deviation: sqrt of var, in var's kernel") \
     X(ANY,       any,       BOOL,  ALL_DIMS,   NONE,         any,       "whether any element is nonzero (NaN is); false when empty") \
-    X(ALL,       all,       BOOL,  ALL_DIMS,   NONE,         all,       "whether every element is nonzero (NaN is); true when empty")
+    X(ALL,       all,       BOOL,  ALL_DIMS,   NONE,         all,       "whether every element is nonzero (NaN is); true when empty") \
+    X(COUNT_NONZERO, count_nonzero, I64, ALL_DIMS, NONE,     count_nonzero, "the number of nonzero elements (NaN is one), in i64")
 /* clang-format on */
 
 /* Every row: the kernels first, so a row's index is its KILN__RED_ id. */
