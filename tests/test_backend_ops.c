@@ -9,34 +9,10 @@
  *   KILN_TEST_OPS=softsign,add    only these rows
  *   KILN_TEST_FILTER=gradients_match_finite_differences   one test (tests/kiln_test.h)
  */
-#include <kiln.h>
-#include <string.h>
+#include "backend_ops.h"
 
-#include "backend/backend-impl.h"
-#include "gradcheck.h"
-#include "ir/expr.h"
-#include "ir/opcodes.h"
-#include "kiln_test.h"
-
-typedef kiln_tensor (*unary_fn)(kiln_tensor);
-typedef kiln_tensor (*binary_fn)(kiln_tensor, kiln_tensor);
-
-/* The public function of each row the table gives a signature, from its generated list (named
- * without a call: the function, not the call-site macro). */
-static const struct {
-    const char *name;
-    void (*fn)(void);
-} publics[] = {
-#define PUBLIC(ret, name, params, args) {#name, (void (*)(void))kiln_##name},
-    KILN_OPS_API(PUBLIC)
-#undef PUBLIC
-};
-
-static void (*public_of(const char *name))(void) {
-    for (size_t i = 0; i < sizeof publics / sizeof publics[0]; i++)
-        if (strcmp(publics[i].name, name) == 0) return publics[i].fn;
-    return NULL;
-}
+/* Whether the row runs: KILN_TEST_OPS unset, or naming it. */
+static bool selected(kiln__opcode code) { return name_selected(kiln__op_info_of(code)->name); }
 
 /* Whether the row runs here: a public signature or a hand-written call below. */
 static bool callable(kiln__opcode code) {
@@ -44,19 +20,6 @@ static bool callable(kiln__opcode code) {
     if (r->sig != KILN__SIG_NONE) return public_of(r->name) != NULL;
     return code == KILN__OP_COPY || code == KILN__OP_CLAMP || code == KILN__OP_NAN_TO_NUM ||
            code == KILN__OP_LEAKY_RELU || code == KILN__OP_ELU || code == KILN__OP_WHERE || code == KILN__OP_LERP;
-}
-
-static bool selected(kiln__opcode code) {
-    const char *only = getenv("KILN_TEST_OPS");
-    if (!only || !*only) return true;
-    const char *name = kiln__op_info_of(code)->name;
-    size_t n = strlen(name);
-    for (const char *p = only; *p;) {
-        size_t len = strcspn(p, ",");
-        if (len == n && strncmp(p, name, n) == 0) return true;
-        p += len + (p[len] == ',');
-    }
-    return false;
 }
 
 /* Runs the row's op on in[0..arity-1] (consumed), through its public call. */
@@ -79,9 +42,6 @@ static kiln_tensor call_row(kiln__opcode code, kiln_tensor *in) {
 
 /* ---- inputs ------------------------------------------------------------------------------ */
 
-enum { ROWS = 5, COLS = 37, LAYOUTS = 4 };
-static const char *const layout_names[LAYOUTS] = {"contiguous", "transposed", "broadcast", "narrowed"};
-
 /* The dtypes a row's rule takes (one run each). */
 static int dtypes_of(kiln__opcode code, kiln_dtype *out) {
     switch (kiln__op_info_of(code)->dtype) {
@@ -91,26 +51,6 @@ static int dtypes_of(kiln__opcode code, kiln_dtype *out) {
     case KILN__DT_ROUNDING: case KILN__DT_CLASSIFY: case KILN__DT_COMPARE: case KILN__DT_CAST:
         out[0] = KILN_F32, out[1] = KILN_I32; return 2;
     default: out[0] = KILN_F32, out[1] = KILN_F64, out[2] = KILN_I32; return 3;
-    }
-}
-
-static uint64_t lcg(uint64_t *s) {
-    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
-    return *s >> 11;
-}
-
-/* n values of the row's domain, exactly representable in the dtype (floats in f32, integers
- * whole), so the f32 and f64 runs of a case see the same numbers. */
-static void fill(double *v, int64_t n, kiln__test_domain dom, kiln_dtype dt, uint64_t seed) {
-    uint64_t s = seed;
-    for (int64_t i = 0; i < n; i++) {
-        double u = (double)lcg(&s) / 9007199254740992.0; /* [0, 1) */
-        double x = dom == KILN__DOMAIN_POS ? 0.25 + 2.25 * u : dom == KILN__DOMAIN_WIDE ? -6 + 12 * u : -2.5 + 5 * u;
-        if (dom == KILN__DOMAIN_AWAY) x = (x < 0 ? -0.25 : 0.25) + x * 0.9;
-        if (dom == KILN__DOMAIN_BOOL || dt == KILN_BOOL) x = u < 0.5;
-        else if (dt == KILN_I32) x = dom == KILN__DOMAIN_POS ? 1 + (int)(u * 4) : dom == KILN__DOMAIN_AWAY ? (u < 0.5 ? -1 - (int)(u * 8) : 1 + (int)((u - 0.5) * 8)) : (int)(u * 9) - 4;
-        else x = (double)(float)x;
-        v[i] = x;
     }
 }
 
@@ -151,18 +91,6 @@ static kiln_status run_case(kiln__opcode code, kiln_device dev, kiln_dtype dt, i
     return st;
 }
 
-/* Normalized squared error of got against want, NaN and infinities matching themselves. */
-static double nmse(const double *got, const double *want, int64_t n) {
-    double err = 0, norm = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if ((isnan(got[i]) && isnan(want[i])) || (isinf(want[i]) && got[i] == want[i])) continue;
-        if (!isfinite(got[i]) || !isfinite(want[i])) return INFINITY;
-        err += (got[i] - want[i]) * (got[i] - want[i]);
-        norm += want[i] * want[i];
-    }
-    return err / (norm > 0 ? norm : 1);
-}
-
 /* Tolerance of a case's result: exact for integer and bool results (and any op on integers
  * but true division and math), else by the dtype the op computed in. */
 static double tolerance(kiln__opcode code, kiln_dtype dt) {
@@ -171,8 +99,6 @@ static double tolerance(kiln__opcode code, kiln_dtype dt) {
     if (dt == KILN_I32 && rule != KILN__DT_FLOAT) return 0;
     return dt == KILN_F64 ? 1e-24 : 1e-11;
 }
-
-static const char *dtype_str(kiln_dtype dt) { return kiln_dtype_name(dt); }
 
 /* ---- the tests --------------------------------------------------------------------------- */
 

@@ -1,9 +1,11 @@
-/* kiln's elementwise ops whose signature the op table gives: generated from src/ir/optable.h
- * by scripts/gen_optable.py; do not edit (edit the table's row, then run the script).
- * Included by kiln/tensor.h; every op consumes its tensor arguments and returns a new tensor
- * (NumPy broadcasting; integers and bools promote to f32 for float math).
+/* kiln's elementwise ops and reductions whose signature the op tables give: generated from
+ * src/ir/optable.h and src/ir/reduce_table.h by scripts/gen_optable.py; do not edit (edit the
+ * table's row, then run the script). Included by kiln/tensor.h; every op consumes its tensor
+ * arguments and returns a new tensor (NumPy broadcasting; integers and bools promote to f32
+ * for float math).
  *
  *   kiln_tensor y = kiln_softsign(kiln_ref(x));   // y = x / (1 + |x|), x kept
+ *   kiln_tensor m = kiln_mean_dims(y, KILN_DIMS(-1), true);   // y consumed
  */
 #ifndef KILN_OPS_H
 #define KILN_OPS_H
@@ -70,6 +72,32 @@ KILN_API kiln_tensor kiln_fmod(kiln_tensor a, kiln_tensor b); /* C fmod: the sig
 KILN_API kiln_tensor kiln_remainder(kiln_tensor a, kiln_tensor b); /* the sign of b (torch.remainder); integer b == 0 fails */
 KILN_API kiln_tensor kiln_atan2(kiln_tensor a, kiln_tensor b); /* atan2(a, b): a is y */
 
+/* Reductions. kiln_name(t): over every dim, to a 0-d tensor. kiln_name_dims(t, dims, keepdim):
+ * over a dim list (KILN_ALL_DIMS for all; an empty list reduces nothing), the reduced dims
+ * dropped, or kept as size 1 if keepdim. var and std take a correction (1: unbiased, Bessel's;
+ * 0: the population's) before keepdim; argmax and argmin one dim. */
+KILN_API kiln_tensor kiln_sum(kiln_tensor t); /* the sum; integers and bools accumulate in i64 */
+KILN_API kiln_tensor kiln_sum_dims(kiln_tensor t, kiln_dims dims, bool keepdim); /* over dims */
+KILN_API kiln_tensor kiln_mean(kiln_tensor t); /* the mean; integers and bools give f32; NaN when empty */
+KILN_API kiln_tensor kiln_mean_dims(kiln_tensor t, kiln_dims dims, bool keepdim); /* over dims */
+KILN_API kiln_tensor kiln_prod(kiln_tensor t); /* the product; integers and bools accumulate in i64 */
+KILN_API kiln_tensor kiln_prod_dims(kiln_tensor t, kiln_dims dims, bool keepdim); /* over dims */
+KILN_API kiln_tensor kiln_max(kiln_tensor t); /* the largest value (NaN wins); a dim of size 0 fails */
+KILN_API kiln_tensor kiln_max_dims(kiln_tensor t, kiln_dims dims, bool keepdim); /* over dims */
+KILN_API kiln_tensor kiln_min(kiln_tensor t); /* the smallest value (NaN wins); a dim of size 0 fails */
+KILN_API kiln_tensor kiln_min_dims(kiln_tensor t, kiln_dims dims, bool keepdim); /* over dims */
+KILN_API kiln_tensor kiln_var_dims(kiln_tensor t, kiln_dims dims, int correction, bool keepdim); /* the variance: sum((t - mean)^2) / (N - correction) */
+KILN_API kiln_tensor kiln_logsumexp_dims(kiln_tensor t, kiln_dims dims, bool keepdim); /* log(sum(exp(t))), without overflow */
+KILN_API kiln_tensor kiln_argmax(kiln_tensor t, int dim, bool keepdim); /* the i64 index of the largest value along dim; the first of ties */
+KILN_API kiln_tensor kiln_argmin(kiln_tensor t, int dim, bool keepdim); /* the i64 index of the smallest value along dim; the first of ties */
+KILN_API kiln_tensor kiln_std_dims(kiln_tensor t, kiln_dims dims, int correction, bool keepdim); /* the standard deviation: sqrt of var, in var's kernel */
+KILN_API kiln_tensor kiln_any(kiln_tensor t); /* whether any element is nonzero (NaN is); false when empty */
+KILN_API kiln_tensor kiln_any_dims(kiln_tensor t, kiln_dims dims, bool keepdim); /* over dims */
+KILN_API kiln_tensor kiln_all(kiln_tensor t); /* whether every element is nonzero (NaN is); true when empty */
+KILN_API kiln_tensor kiln_all_dims(kiln_tensor t, kiln_dims dims, bool keepdim); /* over dims */
+KILN_API kiln_tensor kiln_count_nonzero(kiln_tensor t); /* the number of nonzero elements (NaN is one), in i64 */
+KILN_API kiln_tensor kiln_count_nonzero_dims(kiln_tensor t, kiln_dims dims, bool keepdim); /* over dims */
+
 /* The calls that record the caller's file:line, as in core.h's list. */
 #define KILN_OPS_API(X) \
     X(kiln_tensor, neg, (kiln_tensor t), (t)) \
@@ -126,7 +154,28 @@ KILN_API kiln_tensor kiln_atan2(kiln_tensor a, kiln_tensor b); /* atan2(a, b): a
     X(kiln_tensor, logical_or, (kiln_tensor a, kiln_tensor b), (a, b)) \
     X(kiln_tensor, fmod, (kiln_tensor a, kiln_tensor b), (a, b)) \
     X(kiln_tensor, remainder, (kiln_tensor a, kiln_tensor b), (a, b)) \
-    X(kiln_tensor, atan2, (kiln_tensor a, kiln_tensor b), (a, b))
+    X(kiln_tensor, atan2, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, sum, (kiln_tensor t), (t)) \
+    X(kiln_tensor, sum_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
+    X(kiln_tensor, mean, (kiln_tensor t), (t)) \
+    X(kiln_tensor, mean_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
+    X(kiln_tensor, prod, (kiln_tensor t), (t)) \
+    X(kiln_tensor, prod_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
+    X(kiln_tensor, max, (kiln_tensor t), (t)) \
+    X(kiln_tensor, max_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
+    X(kiln_tensor, min, (kiln_tensor t), (t)) \
+    X(kiln_tensor, min_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
+    X(kiln_tensor, var_dims, (kiln_tensor t, kiln_dims dims, int correction, bool keepdim), (t, dims, correction, keepdim)) \
+    X(kiln_tensor, logsumexp_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
+    X(kiln_tensor, argmax, (kiln_tensor t, int dim, bool keepdim), (t, dim, keepdim)) \
+    X(kiln_tensor, argmin, (kiln_tensor t, int dim, bool keepdim), (t, dim, keepdim)) \
+    X(kiln_tensor, std_dims, (kiln_tensor t, kiln_dims dims, int correction, bool keepdim), (t, dims, correction, keepdim)) \
+    X(kiln_tensor, any, (kiln_tensor t), (t)) \
+    X(kiln_tensor, any_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
+    X(kiln_tensor, all, (kiln_tensor t), (t)) \
+    X(kiln_tensor, all_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
+    X(kiln_tensor, count_nonzero, (kiln_tensor t), (t)) \
+    X(kiln_tensor, count_nonzero_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim))
 KILN_OPS_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -186,6 +235,27 @@ KILN_OPS_API(KILN__AT_DECLARE)
 #define kiln_fmod(...) KILN__AT(fmod, __VA_ARGS__)
 #define kiln_remainder(...) KILN__AT(remainder, __VA_ARGS__)
 #define kiln_atan2(...) KILN__AT(atan2, __VA_ARGS__)
+#define kiln_sum(...) KILN__AT(sum, __VA_ARGS__)
+#define kiln_sum_dims(...) KILN__AT(sum_dims, __VA_ARGS__)
+#define kiln_mean(...) KILN__AT(mean, __VA_ARGS__)
+#define kiln_mean_dims(...) KILN__AT(mean_dims, __VA_ARGS__)
+#define kiln_prod(...) KILN__AT(prod, __VA_ARGS__)
+#define kiln_prod_dims(...) KILN__AT(prod_dims, __VA_ARGS__)
+#define kiln_max(...) KILN__AT(max, __VA_ARGS__)
+#define kiln_max_dims(...) KILN__AT(max_dims, __VA_ARGS__)
+#define kiln_min(...) KILN__AT(min, __VA_ARGS__)
+#define kiln_min_dims(...) KILN__AT(min_dims, __VA_ARGS__)
+#define kiln_var_dims(...) KILN__AT(var_dims, __VA_ARGS__)
+#define kiln_logsumexp_dims(...) KILN__AT(logsumexp_dims, __VA_ARGS__)
+#define kiln_argmax(...) KILN__AT(argmax, __VA_ARGS__)
+#define kiln_argmin(...) KILN__AT(argmin, __VA_ARGS__)
+#define kiln_std_dims(...) KILN__AT(std_dims, __VA_ARGS__)
+#define kiln_any(...) KILN__AT(any, __VA_ARGS__)
+#define kiln_any_dims(...) KILN__AT(any_dims, __VA_ARGS__)
+#define kiln_all(...) KILN__AT(all, __VA_ARGS__)
+#define kiln_all_dims(...) KILN__AT(all_dims, __VA_ARGS__)
+#define kiln_count_nonzero(...) KILN__AT(count_nonzero, __VA_ARGS__)
+#define kiln_count_nonzero_dims(...) KILN__AT(count_nonzero_dims, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

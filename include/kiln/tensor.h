@@ -147,7 +147,7 @@ KILN_API kiln_tensor kiln_adaptive_avg_pool2d(kiln_tensor x, int out_h, int out_
 /* ---- elementwise (NumPy broadcasting; ints/bools promote to f32 for float math) ---------- */
 /* Two or three tensors of different dtypes compute in torch.result_type's dtype (README
  * "Dtypes"): a 0-d tensor promotes a dimensioned one only from a lower category. */
-#include "kiln/ops.h" /* the ops the op table gives: neg ... atan2 (src/ir/optable.h) */
+#include "kiln/ops.h" /* the ops the op tables give: neg ... atan2, sum ... all (src/ir/) */
 KILN_API kiln_tensor kiln_clamp(kiln_tensor t, double lo, double hi); /* NAN: no bound */
 /* torch.nan_to_num: NaN -> nan, +inf -> posinf, -inf -> neginf; posinf / neginf NAN mean
  * torch's None: the largest / lowest finite value of t's dtype. Integer tensors unchanged. */
@@ -182,27 +182,8 @@ KILN_API kiln_tensor kiln_fmod_scalar(kiln_tensor t, double s);
 KILN_API kiln_tensor kiln_remainder_scalar(kiln_tensor t, double s);
 
 /* ---- reductions ------------------------------------------------------------------------- */
-/* Whole tensor to a 0-d tensor. */
-KILN_API kiln_tensor kiln_sum(kiln_tensor t);
-KILN_API kiln_tensor kiln_mean(kiln_tensor t);
-KILN_API kiln_tensor kiln_max(kiln_tensor t);
-KILN_API kiln_tensor kiln_min(kiln_tensor t);
-KILN_API kiln_tensor kiln_prod(kiln_tensor t);
-/* Over a list of dims (KILN_ALL_DIMS for all). Integer sums accumulate in i64. */
-KILN_API kiln_tensor kiln_sum_dims(kiln_tensor t, kiln_dims dims, bool keepdim);
-KILN_API kiln_tensor kiln_mean_dims(kiln_tensor t, kiln_dims dims, bool keepdim);
-KILN_API kiln_tensor kiln_max_dims(kiln_tensor t, kiln_dims dims, bool keepdim);
-KILN_API kiln_tensor kiln_min_dims(kiln_tensor t, kiln_dims dims, bool keepdim);
-KILN_API kiln_tensor kiln_prod_dims(kiln_tensor t, kiln_dims dims, bool keepdim);
-/* correction: 1 = unbiased (Bessel), 0 = population. */
-KILN_API kiln_tensor kiln_var_dims(kiln_tensor t, kiln_dims dims, int correction, bool keepdim);
-KILN_API kiln_tensor kiln_std_dims(kiln_tensor t, kiln_dims dims, int correction, bool keepdim);
-KILN_API kiln_tensor kiln_logsumexp_dims(kiln_tensor t, kiln_dims dims, bool keepdim);
-/* torch.any / torch.all: bool; NaN counts as true; any of nothing is false, all of it true. */
-KILN_API kiln_tensor kiln_any(kiln_tensor t);
-KILN_API kiln_tensor kiln_all(kiln_tensor t);
-KILN_API kiln_tensor kiln_any_dims(kiln_tensor t, kiln_dims dims, bool keepdim);
-KILN_API kiln_tensor kiln_all_dims(kiln_tensor t, kiln_dims dims, bool keepdim);
+/* sum, mean, prod, max, min (and their _dims forms), var_dims, std_dims, logsumexp_dims, argmax,
+ * argmin, any, all: kiln/ops.h, from the reduction table (src/ir/reduce_table.h). */
 /* torch.cumsum / torch.cumprod along dim: same shape; integers and bools accumulate in i64. */
 KILN_API kiln_tensor kiln_cumsum(kiln_tensor t, int dim);
 KILN_API kiln_tensor kiln_cumprod(kiln_tensor t, int dim);
@@ -213,8 +194,6 @@ KILN_API kiln_tensor kiln_cumprod(kiln_tensor t, int dim);
 KILN_API kiln_tensor kiln_sort(kiln_tensor t, int dim, bool descending, kiln_tensor *indices);
 KILN_API kiln_tensor kiln_argsort(kiln_tensor t, int dim, bool descending);
 KILN_API kiln_tensor kiln_topk(kiln_tensor t, int64_t k, int dim, bool largest, kiln_tensor *indices);
-KILN_API kiln_tensor kiln_argmax(kiln_tensor t, int dim, bool keepdim); /* i64; first index of ties */
-KILN_API kiln_tensor kiln_argmin(kiln_tensor t, int dim, bool keepdim);
 KILN_API kiln_tensor kiln_softmax(kiln_tensor t, int dim);
 KILN_API kiln_tensor kiln_log_softmax(kiln_tensor t, int dim);
 
@@ -339,31 +318,12 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
     X(kiln_tensor, roll, (kiln_tensor t, int64_t shift, int dim), (t, shift, dim)) \
     X(kiln_tensor, repeat, (kiln_tensor t, kiln_shape repeats), (t, repeats)) \
     X(kiln_tensor, tile, (kiln_tensor t, kiln_shape reps), (t, reps)) \
-    X(kiln_tensor, any, (kiln_tensor t), (t)) \
-    X(kiln_tensor, all, (kiln_tensor t), (t)) \
-    X(kiln_tensor, any_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
-    X(kiln_tensor, all_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
     X(kiln_tensor, cumsum, (kiln_tensor t, int dim), (t, dim)) \
     X(kiln_tensor, cumprod, (kiln_tensor t, int dim), (t, dim)) \
     X(kiln_tensor, sort, (kiln_tensor t, int dim, bool descending, kiln_tensor *indices), (t, dim, descending, indices)) \
     X(kiln_tensor, argsort, (kiln_tensor t, int dim, bool descending), (t, dim, descending)) \
     X(kiln_tensor, topk, (kiln_tensor t, int64_t k, int dim, bool largest, kiln_tensor *indices), (t, k, dim, largest, indices)) \
     X(kiln_tensor, pad, (kiln_tensor t, kiln_shape pads, kiln_pad_mode mode, double value), (t, pads, mode, value)) \
-    X(kiln_tensor, sum, (kiln_tensor t), (t)) \
-    X(kiln_tensor, mean, (kiln_tensor t), (t)) \
-    X(kiln_tensor, max, (kiln_tensor t), (t)) \
-    X(kiln_tensor, min, (kiln_tensor t), (t)) \
-    X(kiln_tensor, prod, (kiln_tensor t), (t)) \
-    X(kiln_tensor, sum_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
-    X(kiln_tensor, mean_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
-    X(kiln_tensor, max_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
-    X(kiln_tensor, min_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
-    X(kiln_tensor, prod_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
-    X(kiln_tensor, var_dims, (kiln_tensor t, kiln_dims dims, int correction, bool keepdim), (t, dims, correction, keepdim)) \
-    X(kiln_tensor, std_dims, (kiln_tensor t, kiln_dims dims, int correction, bool keepdim), (t, dims, correction, keepdim)) \
-    X(kiln_tensor, logsumexp_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
-    X(kiln_tensor, argmax, (kiln_tensor t, int dim, bool keepdim), (t, dim, keepdim)) \
-    X(kiln_tensor, argmin, (kiln_tensor t, int dim, bool keepdim), (t, dim, keepdim)) \
     X(kiln_tensor, softmax, (kiln_tensor t, int dim), (t, dim)) \
     X(kiln_tensor, log_softmax, (kiln_tensor t, int dim), (t, dim)) \
     X(kiln_tensor, matmul, (kiln_tensor a, kiln_tensor b), (a, b)) \
@@ -449,31 +409,12 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_roll(...) KILN__AT(roll, __VA_ARGS__)
 #define kiln_repeat(...) KILN__AT(repeat, __VA_ARGS__)
 #define kiln_tile(...) KILN__AT(tile, __VA_ARGS__)
-#define kiln_any(...) KILN__AT(any, __VA_ARGS__)
-#define kiln_all(...) KILN__AT(all, __VA_ARGS__)
-#define kiln_any_dims(...) KILN__AT(any_dims, __VA_ARGS__)
-#define kiln_all_dims(...) KILN__AT(all_dims, __VA_ARGS__)
 #define kiln_cumsum(...) KILN__AT(cumsum, __VA_ARGS__)
 #define kiln_cumprod(...) KILN__AT(cumprod, __VA_ARGS__)
 #define kiln_sort(...) KILN__AT(sort, __VA_ARGS__)
 #define kiln_argsort(...) KILN__AT(argsort, __VA_ARGS__)
 #define kiln_topk(...) KILN__AT(topk, __VA_ARGS__)
 #define kiln_pad(...) KILN__AT(pad, __VA_ARGS__)
-#define kiln_sum(...) KILN__AT(sum, __VA_ARGS__)
-#define kiln_mean(...) KILN__AT(mean, __VA_ARGS__)
-#define kiln_max(...) KILN__AT(max, __VA_ARGS__)
-#define kiln_min(...) KILN__AT(min, __VA_ARGS__)
-#define kiln_prod(...) KILN__AT(prod, __VA_ARGS__)
-#define kiln_sum_dims(...) KILN__AT(sum_dims, __VA_ARGS__)
-#define kiln_mean_dims(...) KILN__AT(mean_dims, __VA_ARGS__)
-#define kiln_max_dims(...) KILN__AT(max_dims, __VA_ARGS__)
-#define kiln_min_dims(...) KILN__AT(min_dims, __VA_ARGS__)
-#define kiln_prod_dims(...) KILN__AT(prod_dims, __VA_ARGS__)
-#define kiln_var_dims(...) KILN__AT(var_dims, __VA_ARGS__)
-#define kiln_std_dims(...) KILN__AT(std_dims, __VA_ARGS__)
-#define kiln_logsumexp_dims(...) KILN__AT(logsumexp_dims, __VA_ARGS__)
-#define kiln_argmax(...) KILN__AT(argmax, __VA_ARGS__)
-#define kiln_argmin(...) KILN__AT(argmin, __VA_ARGS__)
 #define kiln_softmax(...) KILN__AT(softmax, __VA_ARGS__)
 #define kiln_log_softmax(...) KILN__AT(log_softmax, __VA_ARGS__)
 #define kiln_matmul(...) KILN__AT(matmul, __VA_ARGS__)

@@ -1,8 +1,10 @@
 /* The op table of the Python binding: one row per public kiln op, from which ops.c makes a
  * Tensor method (t.exp()), a module function (kiln.exp(t)) and, for operators, a number
- * slot. Rows are data only: the unary ops of the C op table (src/ir/optable.h) come from
+ * slot. Rows are data only: the unary ops of the C op table (src/ir/optable.h) and the
+ * reductions of the C reduction table with a py name (src/ir/reduce_table.h) come from
  * op_table_generated.h (scripts/gen_optable.py), so a new op there is a method here too; the
- * rows below are the ops the table does not describe (binary ops pair with their scalar forms).
+ * rows below are the ops the tables do not describe (binary ops pair with their scalar forms;
+ * max, min, var, std, argmax and argmin, with torch's own signatures, are in methods.c).
  *   UNARY(name, kiln function, doc)                      t.name()
  *   BINARY(name, tensor-tensor fn, tensor-scalar fn, scalar-tensor fn or 0, doc)
  *                                                        t.name(other), kiln.name(a, b)
@@ -43,14 +45,7 @@
     X(outer, kiln_outer, 0, 0, "outer product of 1-d tensors")                                   \
     X(bmm, kiln_bmm, 0, 0, "batched matrix product")
 
-#define KP_REDUCE_OPS(X)                                         \
-    X(sum, kiln_sum, kiln_sum_dims, "sum over dims (all by default)") \
-    X(mean, kiln_mean, kiln_mean_dims, "mean over dims")         \
-    X(prod, kiln_prod, kiln_prod_dims, "product over dims")      \
-    X(amax, kiln_max, kiln_max_dims, "maximum over dims")        \
-    X(amin, kiln_min, kiln_min_dims, "minimum over dims")        \
-    X(any, kiln_any, kiln_any_dims, "bool: any element true")    \
-    X(all, kiln_all, kiln_all_dims, "bool: every element true")
+#define KP_REDUCE_OPS(X) KP_TABLE_REDUCE_OPS(X)
 
 #define KP_DIM_OPS(X)                                          \
     X(softmax, kiln_softmax, "softmax along dim")             \

@@ -1,5 +1,7 @@
-/* The Python binding's rows of the op table's unary ops: generated from src/ir/optable.h by
- * scripts/gen_optable.py; do not edit. op_table.h puts them in KP_UNARY_OPS. */
+/* The Python binding's rows of the op table's unary ops and of the reduction table's rows
+ * with a py name: generated from src/ir/optable.h and src/ir/reduce_table.h by
+ * scripts/gen_optable.py; do not edit. op_table.h puts them in KP_UNARY_OPS and
+ * KP_REDUCE_OPS. */
 #ifndef KILN_PY_OP_TABLE_GENERATED_H
 #define KILN_PY_OP_TABLE_GENERATED_H
 
@@ -41,5 +43,17 @@
     X(hardswish, kiln_hardswish, "t min(max(t + 3, 0), 6) / 6") \
     X(hardsigmoid, kiln_hardsigmoid, "min(max(t + 3, 0), 6) / 6 (torch.nn.functional.hardsigmoid)") \
     X(reciprocal, kiln_reciprocal, "1 / t (torch.reciprocal: integers give f32)")
+
+/* X(method, whole-tensor function or 0, dims function, doc): t.method(dim=None, keepdim=False) */
+#define KP_TABLE_REDUCE_OPS(X) \
+    X(sum, kiln_sum, kiln_sum_dims, "the sum; integers and bools accumulate in i64") \
+    X(mean, kiln_mean, kiln_mean_dims, "the mean; integers and bools give f32; NaN when empty") \
+    X(prod, kiln_prod, kiln_prod_dims, "the product; integers and bools accumulate in i64") \
+    X(amax, kiln_max, kiln_max_dims, "the largest value (NaN wins); a dim of size 0 fails") \
+    X(amin, kiln_min, kiln_min_dims, "the smallest value (NaN wins); a dim of size 0 fails") \
+    X(logsumexp, 0, kiln_logsumexp_dims, "log(sum(exp(t))), without overflow") \
+    X(any, kiln_any, kiln_any_dims, "whether any element is nonzero (NaN is); false when empty") \
+    X(all, kiln_all, kiln_all_dims, "whether every element is nonzero (NaN is); true when empty") \
+    X(count_nonzero, kiln_count_nonzero, kiln_count_nonzero_dims, "the number of nonzero elements (NaN is one), in i64")
 
 #endif

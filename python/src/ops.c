@@ -72,7 +72,7 @@ static PyObject *call_reduce(PyObject *self, PyObject *const *args, Py_ssize_t n
     kp_site();
     kiln_tensor h = kp_take(self);
     if (!h.id) return NULL;
-    if (dims.n < 0 && !keepdim) return kp_wrap(all(h));
+    if (dims.n < 0 && !keepdim && all) return kp_wrap(all(h)); /* (a DIMS row has no whole form) */
     return kp_wrap(dims_fn(h, dims, keepdim));
 }
 

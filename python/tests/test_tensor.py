@@ -122,15 +122,20 @@ def test_unary_and_table_functions():
     np.testing.assert_allclose(arr(kiln.maximum(x, 1.0)), np.maximum(x_np, 1.0))
 
 
-def test_every_unary_op_of_the_c_op_table_is_a_method_and_a_function():
-    # the binding's unary rows are generated from src/ir/optable.h: an op added there by the
-    # recipe (reciprocal, hardsigmoid) is callable from Python with no edit to the binding
+def c_op_tables():
+    """The C op tables as scripts/gen_optable.py --json gives them (skips outside the repository)."""
     import json, pathlib, subprocess, sys
     script = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "gen_optable.py"
     if not script.exists():
         pytest.skip("not run from the repository")
-    ops = json.loads(subprocess.run([sys.executable, str(script), "--json"], check=True,
-                                    capture_output=True, text=True).stdout)["ops"]
+    return json.loads(subprocess.run([sys.executable, str(script), "--json"], check=True,
+                                     capture_output=True, text=True).stdout)
+
+
+def test_every_unary_op_of_the_c_op_table_is_a_method_and_a_function():
+    # the binding's unary rows are generated from src/ir/optable.h: an op added there by the
+    # recipe (reciprocal, hardsigmoid) is callable from Python with no edit to the binding
+    ops = c_op_tables()["ops"]
     unary = [r["name"] for r in ops if r["sig"] == "T"]
     assert {"reciprocal", "hardsigmoid", "exp"} <= set(unary)
     x = kiln.tensor([0.5, -2.0, 4.0])
@@ -159,6 +164,28 @@ def test_reductions():
     e = np.exp(x_np - x_np.max(-1, keepdims=True))
     np.testing.assert_allclose(arr(s), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(arr(x.cumsum(1)), x_np.cumsum(1))
+
+
+def test_every_reduction_of_the_c_reduction_table_is_a_method_and_a_function():
+    # the binding's t.name(dim=None, keepdim=False) reductions are generated from the rows of
+    # src/ir/reduce_table.h with a py name; the rows marked HAND keep torch's own signatures
+    rows = c_op_tables()["reductions"]
+    x_np = np.array([[0.5, -2.0, 4.0], [1.0, 0.0, -0.25]], np.float32)
+    x = kiln.tensor(x_np)
+    refs = {"sum": np.sum, "mean": np.mean, "prod": np.prod, "amax": np.amax, "amin": np.amin,
+            "any": np.any, "all": np.all, "logsumexp": lambda v, axis: np.log(np.exp(v).sum(axis)),
+            "count_nonzero": np.count_nonzero}
+    generated = [r["py"] for r in rows if r["py"] != "HAND"]
+    assert set(generated) == set(refs), generated
+    for name in generated:
+        for got in (getattr(x, name)(1), getattr(kiln, name)(x, dim=1)):
+            np.testing.assert_allclose(arr(got), refs[name](x_np, axis=1), rtol=1e-6, err_msg=name)
+        kept = getattr(x, name)(dim=0, keepdim=True)
+        np.testing.assert_allclose(arr(kept), refs[name](x_np, axis=0)[None], rtol=1e-6, err_msg=name)
+    for name in ("max", "min", "var", "std", "argmax", "argmin"):  # HAND rows: methods.c
+        assert callable(getattr(x, name)), name
+    np.testing.assert_allclose(arr(x.logsumexp((0, 1))), np.log(np.exp(x_np).sum()), rtol=1e-6)
+    assert abs(x.logsumexp().item() - np.log(np.exp(x_np).sum())) < 1e-5
 
 
 def test_views():

@@ -1,5 +1,5 @@
 /* sort, argsort and topk (one SORT op; the values are differentiable), and shape ops composed from differentiable public ops (index_select, narrow + cat, expand +
- * reshape) and the any/all tests (a count of nonzeros): flip, roll, repeat, tile, any, all.
+ * reshape): flip, roll, repeat, tile (any and all are rows of the reduction table: api/reduce.c).
  * Each checks its own arguments under its public name, then runs its parts in that name's
  * scope, so an error inside names the op the caller called, at the caller's line. Gradients
  * come from the parts. */
@@ -112,25 +112,6 @@ kiln_tensor kiln_repeat(kiln_tensor t, kiln_shape repeats) {
 kiln_tensor kiln_tile(kiln_tensor t, kiln_shape reps) {
     KILN__OP_BEGIN("kiln_tile");
     return repeat(&c, t, reps, true);
-}
-
-/* any: a nonzero count above 0; all: a zero count of 0 (NaN is nonzero, as in PyTorch). */
-static kiln_tensor any_all(const char *name, kiln_tensor t, kiln_dims dims, bool keepdim, bool all) {
-    const char *outer = kiln__op_scope_enter(name);
-    kiln_tensor hit = all ? kiln_eq_scalar(t, 0.0) : kiln_ne_scalar(t, 0.0);
-    kiln_tensor count = kiln_sum_dims(kiln_cast(hit, KILN_I32), dims, keepdim);
-    kiln_tensor out = all ? kiln_eq_scalar(count, 0.0) : kiln_gt_scalar(count, 0.0);
-    kiln__op_scope_leave(outer);
-    return out;
-}
-
-kiln_tensor kiln_any(kiln_tensor t) { return any_all("kiln_any", t, KILN_ALL_DIMS, false, false); }
-kiln_tensor kiln_all(kiln_tensor t) { return any_all("kiln_all", t, KILN_ALL_DIMS, false, true); }
-kiln_tensor kiln_any_dims(kiln_tensor t, kiln_dims dims, bool keepdim) {
-    return any_all("kiln_any_dims", t, dims, keepdim, false);
-}
-kiln_tensor kiln_all_dims(kiln_tensor t, kiln_dims dims, bool keepdim) {
-    return any_all("kiln_all_dims", t, dims, keepdim, true);
 }
 
 /* ---- pad ------------------------------------------------------------------------------------ */

@@ -1,5 +1,6 @@
-/* Opcode names, for error messages and the profiler, and the op table's rows as data: both
- * generated from the one opcode list (ir/opcodes.h, ir/optable.h). */
+/* Opcode names, for error messages and the profiler, and the op table's and the reduction
+ * table's rows as data: all generated from the tables (ir/opcodes.h, ir/optable.h,
+ * ir/reduce_table.h). */
 #include "ir/opcodes.h"
 
 const char *kiln__opcode_name(kiln__opcode code) {
@@ -25,4 +26,23 @@ const kiln__op_info kiln__op_infos[KILN__OP_COUNT] = {
                          .doc = doc_},
     KILN__OPTABLE(KILN__OP_INFO_ROW)
 #undef KILN__OP_INFO_ROW
+};
+
+/* The reduction table's rows; the py column is the Python binding's (scripts/gen_optable.py). */
+const kiln__reduce_info kiln__reduce_rows[KILN__RED_COUNT] = {
+#define KILN__REDUCE_ROW(NAME, name_, code_, dtype_, sig_, grad_, doc_) \
+    [KILN__RED_##NAME] = {.name = #name_,                              \
+                          .code = code_,                               \
+                          .dtype = KILN__RDT_##dtype_,                 \
+                          .sig = KILN__RSIG_##sig_,                    \
+                          .grad = KILN__RGRAD_##grad_,                 \
+                          .doc = doc_},
+#define KILN__REDUCE_KERNEL_ROW(NAME, name_, dtype_, sig_, grad_, py_, doc_) \
+    KILN__REDUCE_ROW(NAME, name_, KILN__OP_##NAME, dtype_, sig_, grad_, doc_)
+#define KILN__REDUCE_COMPOSED_ROW(NAME, name_, dtype_, sig_, grad_, py_, doc_) \
+    KILN__REDUCE_ROW(NAME, name_, -1, dtype_, sig_, grad_, doc_)
+    KILN__REDUCE_KERNELS(KILN__REDUCE_KERNEL_ROW) KILN__REDUCE_COMPOSED(KILN__REDUCE_COMPOSED_ROW)
+#undef KILN__REDUCE_KERNEL_ROW
+#undef KILN__REDUCE_COMPOSED_ROW
+#undef KILN__REDUCE_ROW
 };

@@ -1,12 +1,14 @@
 /* Every kernel kiln can run, by id. Backends fill a table indexed by these. The elementwise
- * ops come from the op table (ir/optable.h), whose rows carry more columns: so an X given to
- * KILN__OPCODES takes the name and ignores the rest, X(name, ...). */
+ * ops come from the op table (ir/optable.h) and the reductions from the reduction table
+ * (ir/reduce_table.h), whose rows carry more columns: so an X given to KILN__OPCODES takes the
+ * name and ignores the rest, X(name, ...). */
 #ifndef KILN_IR_OPCODES_H
 #define KILN_IR_OPCODES_H
 
 #include <stdbool.h>
 
 #include "ir/optable.h"
+#include "ir/reduce_table.h"
 
 #define KILN__OPCODES(X)                                                                    \
     /* the elementwise ops, with their facts: one row each in ir/optable.h */               \
@@ -19,11 +21,9 @@
     X(RAND_UNIFORM)   /* seed pi[0], offset pi[1], lo p.f[0], hi p.f[1] */                 \
     X(RAND_NORMAL)    /* seed pi[0], offset pi[1], mean p.f[0], std p.f[1] */              \
     X(RAND_BERNOULLI) /* seed pi[0], offset pi[1], prob p.f[0] */                          \
-    /* reductions: out has in's ndim with reduced dims of size 1 */                         \
-    X(SUM) X(MEAN) X(PROD) X(MAX) X(MIN)                                                     \
-    X(VAR)         /* correction p.i[0] */                                                   \
-    X(LOGSUMEXP)                                                                             \
-    X(ARGMAX) X(ARGMIN) /* dim p.i[0]; out i64 */                                            \
+    /* reductions, one row each in ir/reduce_table.h: out has in's ndim with reduced dims of \
+     * size 1; VAR: correction p.i[0], p.i[1] 1 for std; ARGMAX, ARGMIN: dim p.i[0], out i64 */ \
+    KILN__REDUCE_KERNELS(X)                                                                  \
     X(SOFTMAX) X(LOG_SOFTMAX) /* dim p.i[0]; out same shape */                               \
     X(CUMSUM) X(CUMPROD) /* dim p.i[0], reverse p.i[1] (from the end); out same shape */     \
     /* linear algebra */                                                                     \
@@ -98,6 +98,20 @@ const char *kiln__opcode_name(kiln__opcode code);
 extern const kiln__op_info kiln__op_infos[KILN__OP_COUNT];
 static inline const kiln__op_info *kiln__op_info_of(kiln__opcode code) {
     return &kiln__op_infos[(unsigned)code < KILN__OP_COUNT ? code : KILN__OP_NOOP];
+}
+
+/* The reduction table's rows as data, by row (kiln__reduction), and by opcode: a row of zeros
+ * (name NULL, dtype KILN__RDT_NONE) for an opcode that is not a reduction of the table. */
+extern const kiln__reduce_info kiln__reduce_rows[KILN__RED_COUNT];
+static inline const kiln__reduce_info *kiln__reduce_info_of(kiln__opcode code) {
+    static const kiln__reduce_info none = {0};
+    switch (code) {
+#define KILN__REDUCE_CASE(NAME, ...) \
+    case KILN__OP_##NAME: return &kiln__reduce_rows[KILN__RED_##NAME];
+        KILN__REDUCE_KERNELS(KILN__REDUCE_CASE)
+#undef KILN__REDUCE_CASE
+    default: return &none;
+    }
 }
 
 static inline bool kiln__opcode_is_comm(kiln__opcode code) {

@@ -12,24 +12,23 @@
 
 static bool is_arg(kiln__opcode code) { return code == KILN__OP_ARGMAX || code == KILN__OP_ARGMIN; }
 
-/* The dtype the kernel reads (and, except for argmax/argmin, writes). */
+/* The dtype the kernel reads (and, except for argmax/argmin, writes): the row's dtype rule
+ * (ir/reduce_table.h) for integers and bools; softmax, not a row, computes them in f32. */
 static kiln_dtype kernel_dtype(kiln__opcode code, kiln_dtype in) {
     if (in == KILN_F16 || in == KILN_BF16) return KILN_F32;
     if (kiln__dtype_is_float(in)) return in;
-    switch (code) {
-    case KILN__OP_SUM: case KILN__OP_PROD: case KILN__OP_MAX: case KILN__OP_MIN: case KILN__OP_ARGMAX:
-    case KILN__OP_ARGMIN:
-        return KILN_I64;
-    default:
-        return KILN_F32; /* mean, var, logsumexp, softmax of integers */
+    switch (kiln__reduce_info_of(code)->dtype) {
+    case KILN__RDT_ACCUM: case KILN__RDT_SAME: case KILN__RDT_I64: return KILN_I64;
+    default: return KILN_F32; /* FLOAT: mean, var, logsumexp; and softmax */
     }
 }
 
 /* The dtype the caller gets back. */
 static kiln_dtype result_dtype(kiln__opcode code, kiln_dtype in, kiln_dtype kernel) {
-    if (is_arg(code)) return KILN_I64;
+    kiln__reduce_dtype rule = kiln__reduce_info_of(code)->dtype;
+    if (rule == KILN__RDT_I64) return KILN_I64;
     if (in == KILN_F16 || in == KILN_BF16) return in;
-    if (code == KILN__OP_MAX || code == KILN__OP_MIN) return in;
+    if (rule == KILN__RDT_SAME) return in;
     return kernel;
 }
 

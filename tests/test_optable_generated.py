@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""scripts/gen_optable.py on a copy of the tables (test_optable_generated_rows): a new reduction
+row gives its prototypes with the doc line, its call-site entries and macros in
+include/kiln/ops.h and its Python row; --check fails until the headers are regenerated; rows the
+generator cannot turn into C fail with the table's name instead of writing a header.
+
+    test_optable_generated.py scripts/gen_optable.py"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+FILES = ["scripts/gen_optable.py", "src/ir/optable.h", "src/ir/reduce_table.h", "include/kiln/ops.h",
+         "python/src/op_table_generated.h"]
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def run(tmp, *args):
+    return subprocess.run([sys.executable, os.path.join(tmp, "scripts", "gen_optable.py"), *args],
+                          capture_output=True, text=True)
+
+
+def read(tmp, path):
+    with open(os.path.join(tmp, path), encoding="utf-8") as f:
+        return f.read()
+
+
+def with_row(tmp, after, row):
+    """The reduction table with row added after the line holding `after`."""
+    path = os.path.join(tmp, "src", "ir", "reduce_table.h")
+    text = read(tmp, "src/ir/reduce_table.h")
+    i = text.index(after)
+    i = text.index("\n", i) + 1
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text[:i] + row + " \\\n" + text[i:])
+    return text
+
+
+def main(script):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(script)))
+    with tempfile.TemporaryDirectory() as tmp:
+        for rel in FILES:
+            os.makedirs(os.path.dirname(os.path.join(tmp, rel)), exist_ok=True)
+            shutil.copy(os.path.join(root, rel), os.path.join(tmp, rel))
+        check(run(tmp, "--check").returncode == 0, "the committed headers match the tables")
+
+        table = with_row(tmp, "X(SUM,", '    X(NORM, norm, FLOAT, ALL_DIMS, SAVE_IN_OUT, norm, "the 2-norm: sqrt(sum(t^2))")')
+        stale = run(tmp, "--check")
+        check(stale.returncode == 1 and "ops.h" in stale.stderr and "op_table_generated.h" in stale.stderr,
+              f"--check names both stale headers after a new row: {stale.stderr!r}")
+        check(run(tmp).returncode == 0, "the generator writes the headers")
+        ops, py = read(tmp, "include/kiln/ops.h"), read(tmp, "python/src/op_table_generated.h")
+        for want in ["KILN_API kiln_tensor kiln_norm(kiln_tensor t); /* the 2-norm: sqrt(sum(t^2)) */",
+                     "KILN_API kiln_tensor kiln_norm_dims(kiln_tensor t, kiln_dims dims, bool keepdim);",
+                     "X(kiln_tensor, norm, (kiln_tensor t), (t))",
+                     "X(kiln_tensor, norm_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim))",
+                     "#define kiln_norm(...) KILN__AT(norm, __VA_ARGS__)",
+                     "#define kiln_norm_dims(...) KILN__AT(norm_dims, __VA_ARGS__)"]:
+            check(want in ops, f"ops.h has {want!r}")
+        check('X(norm, kiln_norm, kiln_norm_dims, "the 2-norm: sqrt(sum(t^2))")' in py, "the Python row of norm")
+        check(ops.index("kiln_sum_dims") < ops.index("kiln_norm(") < ops.index("kiln_mean("),
+              "the rows' order is the header's")
+        check(run(tmp, "--check").returncode == 0, "--check passes once regenerated")
+
+        # rows the generator refuses, naming the table, without writing a header
+        for bad, what in [('    X(NORM, norm, FLOAT, BOGUS, NONE, HAND, "x")', "signature BOGUS"),
+                          ('    X(NORM, norm, FLOAT, CORRECTION, NONE, norm, "x")', "a py name needs"),
+                          ('    X(NORM, norm, FLOAT, DIMS, NONE, "x")', "columns")]:
+            with open(os.path.join(tmp, "src", "ir", "reduce_table.h"), "w", encoding="utf-8") as f:
+                f.write(table)
+            with_row(tmp, "X(SUM,", bad)
+            before = read(tmp, "include/kiln/ops.h")
+            r = run(tmp)
+            check(r.returncode != 0 and "reduce_table.h" in r.stderr + r.stdout and what in r.stderr + r.stdout,
+                  f"a row with {what} is refused: {r.returncode} {r.stderr!r}")
+            check(read(tmp, "include/kiln/ops.h") == before, f"a row with {what} writes nothing")
+    print("test_optable_generated:", "FAILED" if failures else "ok")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "scripts",
+                                                                        "gen_optable.py")))
