@@ -6,7 +6,8 @@
  * each provider the build has run once to warm up (oneDNN compiles its kernels on a shape's
  * first call, OpenBLAS starts its threads) and timed twice, the faster kept. The whole took
  * 0.6-0.9 s on 2 loaded cores (AMD EPYC, Zen 5), and stops at TUNE_BUDGET_NS on a machine so
- * loaded that it would take longer, the classes left unmeasured keeping the rule.
+ * loaded that it would take longer (at load 22 there, 2 s for three classes): the classes left
+ * unmeasured keep the rule, and nothing is written, so the next run measures again.
  *
  * The file is read whole (at most FILE_MAX bytes) and must match line by line: the header, the
  * key, one line per class naming a provider the build has, and `end` (a truncated file lacks
@@ -205,7 +206,9 @@ void kiln__tune_use_clock(uint64_t (*now)(void)) { atomic_store(&clock_fn, now ?
 
 static uint64_t now_ns(void) { return atomic_load_explicit(&clock_fn, memory_order_relaxed)(); }
 
-static void measure(kiln__tune_gemm_runner run, unsigned available, kiln__gemm_provider rule,
+/* Fills out; false when the time ran out first (a machine that loaded measures nothing worth
+ * keeping: the decisions hold for this run, and the next run measures again). */
+static bool measure(kiln__tune_gemm_runner run, unsigned available, kiln__gemm_provider rule,
                     kiln__gemm_provider out[KILN__TUNE_GEMM_CLASSES]) {
     for (int c = 0; c < KILN__TUNE_GEMM_CLASSES; c++) out[c] = KILN__GEMM_BY_RULE;
     int64_t big = class_sizes[KILN__TUNE_GEMM_CLASSES - 1], tall = 128 * (int64_t)kiln__pool_threads();
@@ -215,18 +218,19 @@ static void measure(kiln__tune_gemm_runner run, unsigned available, kiln__gemm_p
     if (!a || !b || !c) {
         say("no memory to measure in; the rules decide");
         free(a), free(b), free(c);
-        return;
+        return false;
     }
     for (int64_t i = 0; i < big * big; i++) a[i] = (float)(i % 7 - 3) * 0.125f, b[i] = (float)(i % 5 - 2) * 0.25f;
     uint64_t start = now_ns();
     for (int cls = 0; cls < KILN__TUNE_GEMM_CLASSES; cls++) {
         int64_t s = class_sizes[cls], m = s <= 512 ? s : (tall < s ? tall : s);
-        double t[KILN__GEMM_PROVIDER_COUNT] = {0}, best = INFINITY;
+        double t[KILN__GEMM_PROVIDER_COUNT] = {0};
+        bool late = false;
         char line[200];
         int len = snprintf(line, sizeof line, "gemm f32 %lld x %lld x %lld:", (long long)m, (long long)s, (long long)s);
         for (int p = 1; p < KILN__GEMM_PROVIDER_COUNT; p++) {
             if (!(available >> p & 1u)) continue;
-            if (now_ns() - start > TUNE_BUDGET_NS) break;
+            if ((late = now_ns() - start > TUNE_BUDGET_NS)) break;
             run((kiln__gemm_provider)p, m, s, s, a, b, c);
             for (int r = 0; r < 2; r++) {
                 uint64_t t0 = now_ns();
@@ -234,14 +238,9 @@ static void measure(kiln__tune_gemm_runner run, unsigned available, kiln__gemm_p
                 double dt = (double)(now_ns() - t0);
                 if (t[p] == 0 || dt < t[p]) t[p] = dt > 1 ? dt : 1;
             }
-            if (t[p] < best) best = t[p];
             if (len > 0 && (size_t)len < sizeof line)
                 len += snprintf(line + len, sizeof line - (size_t)len, " %s %.1f", kiln__gemm_provider_name(p),
                                 2.0 * (double)m * (double)s * (double)s / t[p]);
-        }
-        if (best == INFINITY) {
-            say("%s out of time (a loaded machine?); the rule decides from here", line);
-            break;
         }
         kiln__gemm_provider win = KILN__GEMM_BY_RULE;
         for (int p = 1; p < KILN__GEMM_PROVIDER_COUNT; p++) {
@@ -249,11 +248,19 @@ static void measure(kiln__tune_gemm_runner run, unsigned available, kiln__gemm_p
         }
         /* the rule's choice stays unless the winner is clearly faster */
         if (t[rule] > 0 && win != rule && t[win] > TUNE_MARGIN * t[rule]) win = rule;
+        if (late) {
+            say("%s out of time (a loaded machine?); the rule decides from here, and nothing is written", line);
+            free(a), free(b), free(c);
+            return false;
+        }
         out[cls] = win;
         say("%s GFLOP/s -> %s", line, kiln__gemm_provider_name(win));
     }
-    say("measured in %.0f ms", (double)(now_ns() - start) / 1e6);
+    double ms = (double)(now_ns() - start) / 1e6;
     free(a), free(b), free(c);
+    bool in_time = ms <= 1e-6 * (double)TUNE_BUDGET_NS;
+    say("measured in %.0f ms%s", ms, in_time ? "" : ": too long (a loaded machine?), not written");
+    return in_time;
 }
 
 static void tune_mode(bool *off, bool *refresh) {
@@ -281,7 +288,7 @@ static void decide(kiln__tune_gemm_runner run, unsigned available, kiln__gemm_pr
         }
         if (*why) say("%s %s; measuring again", path, why);
     }
-    measure(run, available, rule, tuned.gemm);
+    if (!measure(run, available, rule, tuned.gemm)) return;
     if (!have_path) {
         say("no cache directory (KILN_TUNE_CACHE, XDG_CACHE_HOME, HOME); decisions kept for this run");
         return;
