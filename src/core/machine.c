@@ -90,10 +90,10 @@ static void caches_from_cpuid(int64_t bytes[4]) {
     memset(bytes, 0, 4 * sizeof *bytes);
 #if MACHINE_X86
     unsigned a, b, c, d, leaf = 0;
-    if (__get_cpuid_max(0x80000000u, NULL) >= 0x8000001Du && __get_cpuid(0x80000001u, &a, &b, &c, &d) &&
+    if ((unsigned)__get_cpuid_max(0x80000000u, NULL) >= 0x8000001Du && __get_cpuid(0x80000001u, &a, &b, &c, &d) &&
         (c >> 22 & 1u)) /* AMD's topology extensions */
         leaf = 0x8000001Du;
-    else if (__get_cpuid_max(0, NULL) >= 4)
+    else if ((unsigned)__get_cpuid_max(0, NULL) >= 4u)
         leaf = 4;
     if (!leaf) return;
     for (unsigned i = 0; i < 16; i++) {
@@ -139,7 +139,7 @@ static void read_cpu_id(void) {
         if (family == 6 || family >= 15) model += (a >> 16 & 15u) << 4;
         facts.family = (int)family, facts.model = (int)model, facts.stepping = (int)(a & 15u);
     }
-    if (__get_cpuid_max(0x80000000u, NULL) >= 0x80000004u) {
+    if ((unsigned)__get_cpuid_max(0x80000000u, NULL) >= 0x80000004u) {
         char brand[49] = {0};
         for (unsigned i = 0; i < 3; i++) {
             __get_cpuid(0x80000002u + i, &r[4 * i], &r[4 * i + 1], &r[4 * i + 2], &r[4 * i + 3]);
