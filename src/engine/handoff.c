@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/machine.h"
 #include "engine/handoff.h"
 #include "engine/profiler.h"
 
@@ -71,11 +72,7 @@ static double l1_bytes_per_ns(size_t l1) {
 }
 
 kiln__handoff_costs kiln__handoff_measure(void) {
-    long l1 = -1;
-#ifdef _SC_LEVEL1_DCACHE_SIZE /* (a glibc extension) */
-    l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE);
-#endif
-    if (l1 <= 0) l1 = 32 << 10;
+    int64_t l1 = kiln__machine_facts()->l1d_bytes;
     kiln__handoff_costs c = {.l1_bytes = l1};
     uint64_t signal_ns[ROUNDS], wake_ns[ROUNDS];
     pthread_t helper;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "backend/cpu/cpu-impl.h"
+#include "core/machine.h"
 
 static kiln_status cpu_copy_to_host(void *ctx, void *dst, const kiln__storage *src, size_t offset, size_t nbytes) {
     if (nbytes) memcpy(dst, (const char *)src->data + offset, nbytes);
@@ -58,7 +59,7 @@ static bool cpu_describe(int index, kiln__device_desc *out) {
     snprintf(out->name, sizeof out->name, "cpu");
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     out->global_memory = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
-    out->compute_units = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    out->compute_units = kiln__machine_facts()->cores;
     return true;
 }
 

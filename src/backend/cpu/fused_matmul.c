@@ -8,31 +8,19 @@
  * Each panel's GEMM computes every output element as the whole GEMM would (the BLAS splits M
  * into its own blocks the same way and sums over K in one order per element), so results are
  * the bits of the unfused product followed by the unfused ops (tests/test_fusion_matmul.c). */
-#include <unistd.h>
-
 #include "backend/cpu/fused-impl.h"
-#include "backend/cpu/gemm_dnnl.h"
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/gemm_small.h"
+#include "core/machine.h"
 
-/* Output bytes per panel: half of one core's L2 (the epilogue reads the panel back while the
- * next ops' inputs and outputs also pass through), 512 KiB where the size is unknown. Panels
+/* Output bytes per panel: half of one core's L2 (core/machine.h; the epilogue reads the panel
+ * back while the next ops' inputs and outputs also pass through). Panels
  * hold at least MIN_PANEL_ROWS rows: each panel's GEMM reads all of the right operand, so thin
  * panels would stream a large weight matrix from memory again and again; and a panel of a
  * larger product must not fall to the small-M kernel, whose sums differ from the BLAS's. */
 #define MIN_PANEL_ROWS ((int64_t)KILN__GEMM_SMALL_MAX_M + 1)
 
-int64_t kiln__cpu_panel_bytes(void) {
-    static _Atomic int64_t cached; /* 0: not asked yet */
-    int64_t v = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (v) return v;
-    long l2 = -1;
-#ifdef _SC_LEVEL2_CACHE_SIZE /* (a glibc extension) */
-    l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-#endif
-    v = (l2 > 0 ? (int64_t)l2 : (int64_t)1 << 20) / 2;
-    atomic_store_explicit(&cached, v, memory_order_relaxed);
-    return v;
-}
+int64_t kiln__cpu_panel_bytes(void) { return kiln__machine_facts()->l2_bytes / 2; }
 
 /* The number of panels: as many as the target size asks for, rows shared out evenly so that
  * no panel (the last included) holds fewer than MIN_PANEL_ROWS rows. */
@@ -76,7 +64,7 @@ kiln_status kiln__fused_matmul_run(kiln__fused_plan *p) {
     if (!g->matmul || g->ndim != 2 || !gemm) return KILN_ERR_UNSUPPORTED;
     int64_t m = g->shape[0], n = g->shape[1];
     size_t es = kiln__elsize(mm->out[0].dtype);
-    int64_t panels = panel_count(m, n, es), tile = mm->out[0].dtype == KILN_F32 ? kiln__gemm_dnnl_rows() : 0;
+    int64_t panels = panel_count(m, n, es), tile = mm->out[0].dtype == KILN_F32 ? kiln__gemm_f32_tile_rows(n, mm->in[0].shape[1]) : 0;
     int64_t n_blocks = (p->numel + p->block - 1) / p->block, grain = KILN__GRAIN_ELEMENTWISE / p->block;
     blocks_from b = {.p = p, .first = 0};
     for (int64_t i = 0, r0 = 0; r0 < m; i++) {

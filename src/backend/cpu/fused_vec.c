@@ -22,33 +22,18 @@
 
 #include "backend/cpu/fused-impl.h"
 #include "backend/cpu/vmath.h"
+#include "core/machine.h"
 
 _Atomic int64_t kiln__fused_stream_bytes;
 _Atomic int64_t kiln__fused_rows_runs;
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 
-/* The last-level cache's size: sysfs's (what this CPU's cores share), else sysconf's (glibc's
- * CPUID reading, which on a virtual AMD EPYC said 384 MiB for a 32 MiB L3), else 0. */
-static int64_t l3_bytes(void) {
-    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
-    long long v = 0;
-    char unit = 0;
-    int got = f ? fscanf(f, "%lld%c", &v, &unit) : 0;
-    if (f) fclose(f);
-    if (got >= 1 && v > 0) return (int64_t)v << (unit == 'K' ? 10 : unit == 'M' ? 20 : 0);
-#ifdef _SC_LEVEL3_CACHE_SIZE
-    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE); /* glibc: 0 when the kernel does not say */
-    if (l3 > 0) return l3;
-#endif
-    return 0;
-}
-
 static int64_t stream_bytes(void) {
     int64_t b = atomic_load_explicit(&kiln__fused_stream_bytes, memory_order_relaxed);
     if (b > 0) return b;
-    int64_t l3 = l3_bytes();
-    b = l3 > 0 ? l3 / 2 : (int64_t)32 << 20;
+    /* half the last-level cache (core/machine.h): a value that is streamed */
+    b = kiln__machine_facts()->l3_bytes / 2;
     int64_t none = 0; /* a test's value wins over this one */
     atomic_compare_exchange_strong(&kiln__fused_stream_bytes, &none, b);
     return atomic_load_explicit(&kiln__fused_stream_bytes, memory_order_relaxed);

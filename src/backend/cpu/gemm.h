@@ -19,12 +19,27 @@
 
 #include <stdint.h>
 
+#include "backend/cpu/tune.h"
+
 void kiln__gemm_f32(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                     const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                     float *c, int64_t ldc);
 void kiln__gemm_f64(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, double alpha,
                     const double *a, int64_t lda, const double *b, int64_t ldb, double beta,
                     double *c, int64_t ldc);
+
+/* Who runs an f32 product of n columns over k: the user's word (KILN_GEMM_DNNL, a test's
+ * kiln__gemm_dnnl_force), else what the tuner measured on this machine (tune.h), else the rule
+ * (oneDNN where the CPU has AVX-512, else the BLAS, else the built-in kernel). The same for
+ * every row panel of a product (m plays no part). */
+kiln__gemm_provider kiln__gemm_f32_provider(int64_t n, int64_t k);
+/* oneDNN's tile height when it runs such a product, else 0 (fused_matmul.c cuts panels on it). */
+int64_t kiln__gemm_f32_tile_rows(int64_t n, int64_t k);
+/* The product through provider p, or the next that takes its layout (oneDNN, then CBLAS, then
+ * the built-in kernel, which takes any): for the tuner and tests. */
+void kiln__gemm_f32_with(kiln__gemm_provider p, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                         float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                         float *c, int64_t ldc);
 
 /* The same product on the calling thread alone, never waking BLAS's threads or the pool's:
  * for a caller that runs many products side by side (a batch spread across the pool). With

@@ -7,7 +7,8 @@
  * picks on an Intel CPU) the two measured alike here (222 against 224 GFLOP/s at 2300 x 1152 x
  * 384), so oneDNN costs nothing where OpenBLAS does know the CPU, and the path is on wherever the
  * CPU has AVX-512 and KILN_ISA leaves kiln's own AVX-512 code on (KILN_GEMM_DNNL=0 turns it
- * off, =1 on everywhere oneDNN runs).
+ * off, =1 on everywhere oneDNN runs). That is the rule; where the user says nothing, gemm.c
+ * asks the tuner (tune.h), which times oneDNN against the BLAS per size class on this machine.
  *
  * Tiles: oneDNN's sums over k for one output element depend on the call's shape (a row
  * computed in a call of fewer than 16 rows, or with k = 1000 fewer than 128, came out
@@ -25,8 +26,9 @@
 #include "backend/cpu/cpu-impl.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/vmath.h"
+#include "core/machine.h"
 
-#define TILE_ROWS 256
+#define TILE_ROWS KILN__GEMM_DNNL_TILE_ROWS
 /* Columns: two tiles (one per core here) from 256 columns up, in multiples of 64. */
 #define TILE_COLS_MIN 256
 
@@ -34,31 +36,33 @@ static atomic_int forced = -1;
 
 void kiln__gemm_dnnl_force(int mode) { atomic_store(&forced, mode < 0 ? -1 : mode != 0); }
 
-/* 0 off and 1 on (KILN_GEMM_DNNL=0/1), 2 by the CPU: it has AVX-512; read once */
+/* KILN_GEMM_DNNL: 0 off, 1 on, -1 unset; read once */
 static int env_mode(void) {
-    static atomic_int cached = -1;
+    static atomic_int cached = -2;
     int v = atomic_load_explicit(&cached, memory_order_relaxed);
-    if (v >= 0) return v;
-    int e = (int)kiln__env_int_range("KILN_GEMM_DNNL", 0, 1, -1);
-    v = 0;
-    if (e >= 0) v = e;
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    else if (__builtin_cpu_supports("avx512f"))
-        v = 2;
-#endif
-    atomic_store_explicit(&cached, v, memory_order_relaxed);
+    if (v == -2) {
+        v = (int)kiln__env_int_range("KILN_GEMM_DNNL", 0, 1, -1);
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
     return v;
+}
+
+int kiln__gemm_dnnl_user_mode(void) {
+    if (!KILN_HAVE_DNNL) return -1;
+    int f = atomic_load_explicit(&forced, memory_order_relaxed);
+    return f >= 0 ? f : env_mode();
 }
 
 /* forced, else KILN_GEMM_DNNL, else the CPU's AVX-512 unless KILN_ISA (or a test) caps kiln's
  * vector code below it */
 static bool enabled(void) {
     if (!KILN_HAVE_DNNL) return false;
-    int f = atomic_load_explicit(&forced, memory_order_relaxed);
-    if (f >= 0) return f;
-    int mode = env_mode();
-    return mode == 1 || (mode == 2 && strcmp(kiln__vmath_isa(), "avx512") == 0);
+    int user = kiln__gemm_dnnl_user_mode();
+    if (user >= 0) return user;
+    return kiln__machine_facts()->avx512f && strcmp(kiln__vmath_isa(), "avx512") == 0;
 }
+
+bool kiln__gemm_dnnl_by_rule(void) { return enabled(); }
 
 int64_t kiln__gemm_dnnl_rows(void) { return enabled() ? TILE_ROWS : 0; }
 
@@ -67,7 +71,12 @@ static bool ld_ok(int64_t cols, int64_t ld) { return ld >= (cols > 1 ? cols : 1)
 
 bool kiln__gemm_dnnl_takes(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
                            int64_t ldc) {
-    return enabled() && m > 0 && n > 0 && k > 0 && ld_ok(trans_a ? m : k, lda) && ld_ok(trans_b ? k : n, ldb) &&
+    return enabled() && kiln__gemm_dnnl_fits(trans_a, trans_b, m, n, k, lda, ldb, ldc);
+}
+
+bool kiln__gemm_dnnl_fits(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                          int64_t ldc) {
+    return KILN_HAVE_DNNL && m > 0 && n > 0 && k > 0 && ld_ok(trans_a ? m : k, lda) && ld_ok(trans_b ? k : n, ldb) &&
            ld_ok(n, ldc);
 }
 

@@ -13,6 +13,9 @@
 
 #include "kiln/core.h"
 
+/* oneDNN's tile height (gemm_dnnl.c) */
+#define KILN__GEMM_DNNL_TILE_ROWS 256
+
 /* Rows per tile when the oneDNN path is on (KILN_GEMM_DNNL, or the CPU's default), else 0.
  * Every product runs as tiles of this many rows (the last one shorter) starting at its row
  * 0, each one oneDNN call: a caller that splits a product into row panels whose starts are
@@ -24,6 +27,18 @@ int64_t kiln__gemm_dnnl_rows(void);
  * way. */
 bool kiln__gemm_dnnl_takes(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
                            int64_t ldc);
+
+/* The same test without the first condition: whether oneDNN could take the product (the build
+ * has it, the layout suits it), for a caller that chose oneDNN by measurement (gemm.c, tune.h). */
+bool kiln__gemm_dnnl_fits(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                          int64_t ldc);
+
+/* What the user said: 1 (kiln__gemm_dnnl_force(1) or KILN_GEMM_DNNL=1), 0 (off), or -1 (nothing
+ * said: the measured decision or the rule; always -1 in a build without oneDNN). */
+int kiln__gemm_dnnl_user_mode(void);
+/* The fixed rule: the user's word, else on where the CPU has AVX-512 and KILN_ISA leaves kiln's
+ * own AVX-512 code on. */
+bool kiln__gemm_dnnl_by_rule(void);
 
 /* Runs a product kiln__gemm_dnnl_takes took, its tiles spread over kiln's pool (inline on the
  * caller when another op holds it): KILN_OK; a tile oneDNN refuses runs on the built-in kernel.

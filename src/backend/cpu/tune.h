@@ -1,0 +1,69 @@
+/* Speed decisions measured once on this machine and cached per CPU model (tune.c; issue #29).
+ *
+ * Which library runs an f32 matrix product depends on the CPU and on the libraries' builds
+ * (Debian's OpenBLAS 0.3.21 runs Haswell kernels on a Zen 5, where oneDNN runs AVX-512 ones),
+ * so a rule tuned on one machine ("oneDNN wherever the CPU has AVX-512") is a guess on the
+ * next. The first product that needs the decision times each provider on square-ish products
+ * of a few sizes (well under a second), keeps the winners in memory and writes them to a
+ * small text file in the user's cache directory, so later runs read them instead:
+ *
+ *   $KILN_TUNE_CACHE, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln
+ *       tune-<hash of the key>.txt:  kiln-tune 1 / key <CPU, cores, threads, libraries> /
+ *                                     gemm_f32 <size> <provider> ... / end
+ *
+ * KILN_TUNE=0 uses the rules alone (no measuring, no file): the test suite runs so.
+ * KILN_TUNE=refresh measures again and rewrites the file. KILN_VERBOSE=1 says what was
+ * decided and why a file was not used. A file that cannot be read, is corrupt or hostile, or
+ * cannot be written never fails an op: the decisions are measured again, or the rules used. */
+#ifndef KILN_BACKEND_CPU_TUNE_H
+#define KILN_BACKEND_CPU_TUNE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Who runs an f32 product. BY_RULE: the tuner has no decision (KILN_TUNE=0, not measured). */
+typedef enum kiln__gemm_provider {
+    KILN__GEMM_BY_RULE = 0,
+    KILN__GEMM_DNNL,    /* oneDNN's sgemm in fixed tiles (gemm_dnnl.c) */
+    KILN__GEMM_BLAS,    /* CBLAS (OpenBLAS) */
+    KILN__GEMM_BUILTIN, /* kiln's blocked kernel (gemm.c) */
+    KILN__GEMM_PROVIDER_COUNT
+} kiln__gemm_provider;
+
+/* Size classes of f32 products, by the geometric mean of n and k (the right operand's size):
+ * 128 (and below), 256, 512, 1024, 2048 (and above). The row count m is left out on purpose:
+ * a fused product runs in row panels (fused_matmul.c), and each panel must go to the same
+ * provider as the whole product to give its bits. */
+enum { KILN__TUNE_GEMM_CLASSES = 5 };
+int kiln__tune_gemm_class(int64_t n, int64_t k);
+int64_t kiln__tune_gemm_class_size(int cls);
+
+/* Runs one m x n x k product (C = A B, row-major, dense) with the given provider: the caller
+ * (gemm.c) passes its own, so that what is timed is what it will run. */
+typedef void (*kiln__tune_gemm_runner)(kiln__gemm_provider p, int64_t m, int64_t n, int64_t k, const float *a,
+                                       const float *b, float *c);
+
+/* Which provider to use for an f32 product of n columns over k. `available` has bit p set for
+ * each provider the build has; `rule` is the one the fixed rule picks (the measurement keeps it
+ * unless another is at least 5% faster: a noisy timing never moves a decision by a hair).
+ * Loads or measures on the first call that has may_measure (a caller inside a pool task
+ * would time products with no pool; it gets BY_RULE until then). Thread-safe. */
+kiln__gemm_provider kiln__tune_gemm_f32(int64_t n, int64_t k, kiln__tune_gemm_runner run, unsigned available,
+                                        kiln__gemm_provider rule, bool may_measure);
+
+/* "dnnl", "openblas" (the CBLAS), "builtin", "rule". */
+const char *kiln__gemm_provider_name(kiln__gemm_provider p);
+
+/* The cache file kiln would use now (KILN_TUNE_CACHE, XDG_CACHE_HOME, HOME; key from
+ * core/machine.h and the given providers): false when no directory is known. For tests. */
+bool kiln__tune_cache_path(unsigned available, char *out, size_t cap);
+
+/* Tests: time the measurement with another clock (ns; NULL: CLOCK_MONOTONIC again), so that
+ * fake providers can take exact times whatever the load. */
+void kiln__tune_use_clock(uint64_t (*now)(void));
+
+/* Tests: forget every decision; the next call reads the environment and the cache again. */
+void kiln__tune_forget(void);
+
+#endif
