@@ -171,12 +171,26 @@ typedef struct kiln__storage {
     size_t granted;      /* the size of the block the allocator gave (>= nbytes), for its free */
     kiln_device device;
     bool borrowed;       /* user memory: never written in place, never freed by kiln */
+    bool exported;       /* its address left kiln writable (DLPack): writes may bypass the engine */
+    uint8_t cast_dtype;  /* the dtype of cast_copy */
     void (*on_release)(void *ctx);
     void *release_ctx;
     _Atomic(kiln__error *) err; /* set when an op writing this buffer failed while running */
     struct kiln__var *var;      /* engine: pending readers/writers */
     struct kiln__window *window; /* engine: the fusion window holding ops on it (atomic) */
+    /* Counts the ops queued to write it (kiln__storage_note_write, at submission, so in program
+     * order on the submitting thread): a copy made from it stays valid while this is unchanged. */
+    atomic_uint_fast64_t version;
+    /* Autocast's cast of the whole buffer to cast_dtype (api/autocast.c), made at cast_version;
+     * an owner reference, released with this storage's last owner. */
+    _Atomic(struct kiln__storage *) cast_copy;
+    uint64_t cast_version;
 } kiln__storage;
+
+/* Every op that writes s says so when it is queued (engine's kiln__submit). */
+static inline void kiln__storage_note_write(kiln__storage *s) {
+    if (s) atomic_fetch_add_explicit(&s->version, 1, memory_order_relaxed);
+}
 
 /* New storage with an uninitialised buffer of nbytes (from the device's caching allocator).
  * NULL on out-of-memory. */

@@ -20,6 +20,7 @@ static kiln__stream *stamp(kiln__op *op) {
     op->seq = s ? ++s->seq : 0;
     op->stream_id = s ? s->id : -1;
     op->t_dispatch_ns = kiln__profiler_on() ? kiln__now_ns() : 0;
+    for (int i = 0; i < op->n_out; i++) kiln__storage_note_write(op->out[i].storage); /* autocast's copies */
     return s;
 }
 
