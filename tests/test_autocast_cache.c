@@ -1,6 +1,6 @@
 /* Autocast's cast cache (src/api/autocast_cache.c): a parameter's bf16 copy is reused while
  * the parameter is unchanged, and never once something wrote it: an optimizer step, a
- * checkpoint loaded into it, user memory under a borrowed tensor. Each case compares the
+ * checkpoint loaded into it, user memory under a borrowed tensor or handed out through DLPack. Each case compares the
  * autocast result with the same product over a fresh cast of the parameter's current values
  * (bit for bit: the same kernel on the same bf16 operands), in the default asynchronous mode
  * with nothing waited on between the write and the next use (ctest runs it with KILN_SYNC=1
@@ -10,7 +10,10 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include <dlpack/dlpack.h>
+
 #include "kiln.h"
+#include "kiln/dlpack.h"
 #include "kiln_test.h"
 #include "api/autocast-impl.h"
 
@@ -152,6 +155,23 @@ KT_TEST(user_memory_is_never_cached) {
     KT_MEM_CHECK();
 }
 
+KT_TEST(a_buffer_handed_out_through_dlpack_is_never_cached) {
+    kt_mem_begin();
+    kiln_tensor w = kiln_leaf(kiln_mul_scalar(rnd(KILN_SHAPE(8, 12), 13), 0.3)), b = kiln_leaf(rnd(KILN_SHAPE(8), 14));
+    kiln_tensor x = rnd(KILN_SHAPE(4, 12), 15);
+    DLManagedTensor *m = NULL;
+    KT_CHECK(kiln_to_dlpack(kiln_ref(w), &m) == KILN_OK);
+    int64_t h0 = kiln__autocast_cache_hits();
+    KT_CHECK(max_diff(autocast_linear(x, w, b), fresh_linear(x, w, b)) == 0); /* (waits: the consumer may write) */
+    float *p = (float *)((char *)m->dl_tensor.data + m->dl_tensor.byte_offset);
+    for (int i = 0; i < 8 * 12; i++) p[i] = -p[i] + 1; /* behind the engine's back, as a NumPy view may */
+    KT_CHECK(max_diff(autocast_linear(x, w, b), fresh_linear(x, w, b)) == 0);
+    KT_CHECK(kiln__autocast_cache_hits() == h0 + 1); /* b's copy reused, never w's */
+    m->deleter(m);
+    kiln_release(w), kiln_release(b), kiln_release(x);
+    KT_MEM_CHECK();
+}
+
 /* Not parameters: activations and untracked weights are cast each time, as PyTorch's. */
 KT_TEST(only_parameters_are_kept) {
     kt_mem_begin();
@@ -170,6 +190,7 @@ int main(void) {
     KT_RUN(gradients_through_a_kept_copy_are_the_fresh_casts);
     KT_RUN(a_checkpoint_loaded_into_the_parameters);
     KT_RUN(user_memory_is_never_cached);
+    KT_RUN(a_buffer_handed_out_through_dlpack_is_never_cached);
     KT_RUN(only_parameters_are_kept);
     return kt_finish();
 }
