@@ -12,7 +12,10 @@
  * machine moved by more than the difference measured).
  * --dtype bf16|f16: weights, biases and input in that dtype (f32 sums in the products).
  * --autocast: f32 weights, the forward pass under kiln_autocast_begin(KILN_BF16) (products in
- * bf16), the loss summed in f32, as PyTorch's torch.autocast("cpu", bfloat16). */
+ * bf16), the loss summed in f32, as PyTorch's torch.autocast("cpu", bfloat16).
+ * --step (with --autodiff): an SGD step (lr 1e-6) after each backward, as a training loop has:
+ * the parameters change every run, so autocast's kept bf16 copies (api/autocast_cache.c) are
+ * made again every run, as they would be in training. */
 #include <math.h>
 
 #include "bench.h"
@@ -21,6 +24,7 @@
 
 static kiln_tensor w[LAYERS], b[LAYERS];
 static bool use_gelu, use_autocast;
+static kiln_optimizer *opt; /* --step */
 
 static int64_t int_arg(int argc, char **argv, const char *name, int64_t fallback) {
     for (int i = 1; i + 1 < argc; i++)
@@ -56,6 +60,7 @@ static double mlp_autodiff_once(kiln_tensor x) {
     if (use_autocast) kiln_autocast_end();
     kiln_grads *g = NULL;
     bench_check(kiln_backward(kiln_sum(kiln_cast(h, KILN_F32)), &g), "backward");
+    if (opt) bench_check(kiln_optimizer_step(opt, g), "step");
     bench_check(kiln_sync(), "mlp");
     kiln_grads_free(g);
     return bench_now_ms() - t0;
@@ -80,6 +85,12 @@ int main(int argc, char **argv) {
         w[l] = kiln_uniform(dev, dt, KILN_SHAPE(width, width), -bound, bound, 10 + (uint64_t)l);
         b[l] = kiln_uniform(dev, dt, KILN_SHAPE(width), -bound, bound, 100 + (uint64_t)l);
         if (autodiff) bench_check(kiln_require_grad(w[l]), "w"), bench_check(kiln_require_grad(b[l]), "b");
+    }
+    if (autodiff && bench_flag(argc, argv, "--step")) {
+        kiln_tensor params[2 * LAYERS];
+        for (int l = 0; l < LAYERS; l++) params[2 * l] = w[l], params[2 * l + 1] = b[l];
+        opt = kiln_sgd_new_params(2 * LAYERS, params, (kiln_sgd_options){.lr = 1e-6});
+        if (!opt) bench_check(KILN_ERR_INVALID_ARGUMENT, "sgd");
     }
     kiln_tensor x = kiln_randn(dev, dt, KILN_SHAPE(batch, width), 1);
     bench_check(kiln_sync(), "init");
@@ -113,9 +124,10 @@ int main(int argc, char **argv) {
     if (autodiff && fused)
         snprintf(extra, sizeof extra, ",\"unfused_ms\":%.4f", bench_quantile(unfused_ms, runs, 0.5));
     char name[64];
-    snprintf(name, sizeof name, "%s%s%s", autodiff ? "mlp_autodiff" : "mlp_inference", use_autocast ? "_autocast" : "",
-             dt == KILN_BF16 ? "_bf16" : dt == KILN_F16 ? "_f16" : "");
+    snprintf(name, sizeof name, "%s%s%s%s", autodiff ? "mlp_autodiff" : "mlp_inference", use_autocast ? "_autocast" : "",
+             dt == KILN_BF16 ? "_bf16" : dt == KILN_F16 ? "_f16" : "", opt ? "_step" : "");
     bench_report(name, bench_quantile(ms, runs, 0.5), extra);
+    if (opt) kiln_optimizer_free(opt);
     for (int l = 0; l < LAYERS; l++) kiln_release(w[l]), kiln_release(b[l]);
     kiln_release(x);
     free(ms);

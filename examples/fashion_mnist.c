@@ -2,7 +2,7 @@
  *
  *   fashion_mnist [--model mlp|cnn] [--epochs N] [--batch B] [--lr X] [--workers W]
  *                 [--limit N] [--data DIR] [--checkpoint FILE] [--profile FILE] [--seed S]
- *                 [--device cpu|opencl|opencl:N] [--logdir DIR] [--bench] [--help]
+ *                 [--device cpu|opencl|opencl:N] [--logdir DIR] [--autocast] [--bench] [--help]
  *
  * An MLP (784-256-128-10) by default, a small CNN with --model cnn; Adam with a cosine
  * learning-rate schedule over the whole run. Prints a progress bar
@@ -13,6 +13,9 @@
  * tensor, read later by the writer's thread), learning rate and step time, the logging steps'
  * mean loss and accuracy, and every epoch the test accuracy and histograms of each weight and
  * of its gradient (computed where they live); `tensorboard --logdir DIR` shows them.
+ * --autocast runs the model's forward under bf16 autocast (kiln_module_set_autocast: products
+ * and convolutions in bf16 with f32 sums, the loss in f32; weights, gradients and Adam's state
+ * stay f32), as torch.autocast("cpu", torch.bfloat16) around the forward.
  *
  * Data parallel without a change: under `mpirun -np N` every rank trains on its shard of each
  * epoch (batch B / N per rank, so the global batch stays B), gradients are averaged by kiln_ddp
@@ -32,6 +35,7 @@
 
 typedef struct {
     bool bench; /* --bench: print one JSON line (mean epoch time) for bench/run, skip the checkpoint */
+    bool autocast; /* --autocast: the forward under bf16 autocast */
     const char *model, *data, *checkpoint, *profile, *logdir;
     int epochs, workers;
     int64_t batch, limit;
@@ -76,6 +80,7 @@ static const char usage_text[] =
     "  --device D         cpu (default), opencl or opencl:N: where the model trains\n"
     "  --logdir DIR       write TensorBoard event files to DIR (loss, accuracy, learning rate,\n"
     "                     step time, weight and gradient histograms)\n"
+    "  --autocast         the forward in bf16 autocast (products bf16, sums and weights f32)\n"
     "  --bench            print one JSON line (mean epoch time) for bench/run; no checkpoint\n"
     "  -h, --help         print this and exit\n";
 
@@ -108,7 +113,8 @@ static bool positive_arg(const char *name, const char *s, double *out) {
  * --help), -1 to go on. Nothing is loaded before the options are known to be good. */
 static int parse(int argc, char **argv, options *o) {
     *o = (options){.model = "mlp", .data = "/usr/share/datasets/fashion-mnist", .workers = 2, .batch = 128, .seed = 1};
-    enum { MODEL = 256, EPOCHS, BATCH, LR, WORKERS, LIMIT, DATA, CHECKPOINT, PROFILE, SEED, BENCH, DEVICE, LOGDIR };
+    enum { MODEL = 256, EPOCHS, BATCH, LR, WORKERS, LIMIT, DATA, CHECKPOINT, PROFILE, SEED, BENCH, DEVICE, LOGDIR,
+           AUTOCAST };
     static const struct option longopts[] = {
         {"model", required_argument, NULL, MODEL},     {"epochs", required_argument, NULL, EPOCHS},
         {"batch", required_argument, NULL, BATCH},     {"lr", required_argument, NULL, LR},
@@ -117,7 +123,7 @@ static int parse(int argc, char **argv, options *o) {
         {"profile", required_argument, NULL, PROFILE}, {"seed", required_argument, NULL, SEED},
         {"bench", no_argument, NULL, BENCH},           {"help", no_argument, NULL, 'h'},
         {"device", required_argument, NULL, DEVICE},   {"logdir", required_argument, NULL, LOGDIR},
-        {NULL, 0, NULL, 0},
+        {"autocast", no_argument, NULL, AUTOCAST},     {NULL, 0, NULL, 0},
     };
     long long v = 0;
     bool ok = true;
@@ -137,6 +143,7 @@ static int parse(int argc, char **argv, options *o) {
         case PROFILE: o->profile = optarg; break;
         case SEED: ok = int_arg(name, optarg, 0, INT64_MAX, &v); o->seed = (uint64_t)v; break;
         case BENCH: o->bench = true; break;
+        case AUTOCAST: o->autocast = true; break;
         case LOGDIR: o->logdir = optarg; break;
         case DEVICE:
             ok = kiln_device_parse(optarg, &o->device) == KILN_OK;
@@ -273,6 +280,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     kiln_module *model = build_model(o.model, o.seed);
+    if (model && o.autocast && kiln_module_set_autocast(model, KILN_BF16) != KILN_OK) {
+        fprintf(stderr, "cannot set autocast: %s\n", kiln_last_error());
+        return 1;
+    }
     if (model && o.device != KILN_CPU && kiln_module_to_device(model, o.device) != KILN_OK) {
         fprintf(stderr, "cannot move the model to %s: %s\n", kiln_device_name(o.device), kiln_last_error());
         return 1;
@@ -405,8 +416,9 @@ int main(int argc, char **argv) {
     }
     if (!status && o.bench) {
         if (lead)
-            printf("{\"name\":\"fashion_mnist_%s_epoch\",\"side\":\"kiln\",\"ms\":%.1f,\"cpu_ms\":%.1f,\"rss_mib\":%.1f}\n",
-                   o.model, 1e3 * total_train_s / o.epochs, 1e3 * total_cpu_s / o.epochs, peak_rss_mib());
+            printf("{\"name\":\"fashion_mnist_%s%s_epoch\",\"side\":\"kiln\",\"ms\":%.1f,\"cpu_ms\":%.1f,\"rss_mib\":%.1f}\n",
+                   o.model, o.autocast ? "_autocast" : "", 1e3 * total_train_s / o.epochs, 1e3 * total_cpu_s / o.epochs,
+                   peak_rss_mib());
     } else if (!status) {
         if (lead) printf("mean epoch time %.1f s\n", total_train_s / o.epochs);
         if (kiln_dist_checkpoint_save(o.checkpoint, model, opt) == KILN_OK) { /* rank 0 writes */

@@ -9,4 +9,11 @@
  * Consumes t, as the op would. */
 kiln_tensor kiln__autocast_arg(const char *op, kiln_tensor t);
 
+/* kiln_cast(t, dtype), or, for a parameter (an f32 leaf alone in its buffer), a tracked cast
+ * over the copy made by an earlier call while nothing has written the parameter since
+ * (autocast_cache.c). Consumes t. */
+kiln_tensor kiln__autocast_cast(kiln_tensor t, kiln_dtype dtype);
+/* How many casts the cache has answered in this process (tests). */
+int64_t kiln__autocast_cache_hits(void);
+
 #endif

@@ -92,7 +92,7 @@ kiln_tensor kiln__autocast_arg(const char *op, kiln_tensor t) {
     kiln_dtype have = x->dtype, want = rule == KILN_AUTOCAST_LOWER ? scopes[depth - 1] : KILN_F32;
     if (have == want || (have != KILN_F32 && have != KILN_F16 && have != KILN_BF16)) return t;
     const char *outer = kiln__op_scope_enter(op); /* a failing cast reports as the op */
-    t = kiln_cast(t, want);
+    t = kiln__autocast_cast(t, want); /* a parameter's kept copy while it is unchanged */
     kiln__op_scope_leave(outer);
     return t;
 }

@@ -80,6 +80,7 @@ kiln_status kiln_to_dlpack(kiln_tensor h, struct DLManagedTensor **out) {
         return st;
     }
     e->tensor = t;
+    t->storage->exported = true; /* a consumer may write it behind the engine: no cached casts */
     for (int i = 0; i < t->ndim; i++) {
         e->shape[i] = t->shape[i];
         e->strides[i] = t->strides[i];

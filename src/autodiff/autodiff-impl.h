@@ -238,6 +238,9 @@ kiln__tensor *kiln__ad_binary(kiln__opctx *c, kiln__opcode code, kiln__tensor *a
 kiln__tensor *kiln__ad_binary_scalar(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, double s, bool scalar_first);
 kiln__tensor *kiln__ad_where(kiln__opctx *c, kiln__tensor *mask, kiln__tensor *a, kiln__tensor *b);
 kiln__tensor *kiln__ad_cast(kiln__opctx *c, kiln__tensor *x, kiln_dtype dtype);
+/* kiln__ad_cast of x whose value is already made: cast (x's values in another dtype, as the
+ * cast op would write them) becomes the tracked result. Consumes x and cast. */
+kiln__tensor *kiln__ad_cast_reuse(kiln__opctx *c, kiln__tensor *x, kiln__tensor *cast);
 /* masked_fill and tril/triu (rules_mask.c): only x has a gradient. */
 kiln__tensor *kiln__ad_masked_fill(kiln__opctx *c, kiln__tensor *x, kiln__tensor *mask, double value);
 kiln__tensor *kiln__ad_tri(kiln__opctx *c, kiln__tensor *x, int64_t diagonal, bool upper);

@@ -428,3 +428,9 @@ kiln__tensor *kiln__ad_cast(kiln__opctx *c, kiln__tensor *x, kiln_dtype dtype) {
     kiln__ad_node *n = kiln__ad_node_new(c, &cast_rule, 1, &x);
     return kiln__ad_attach(c, n, kiln__t_cast(c, x, dtype));
 }
+
+kiln__tensor *kiln__ad_cast_reuse(kiln__opctx *c, kiln__tensor *x, kiln__tensor *cast) {
+    kiln__ad_node *n = kiln__ad_node_new(c, &cast_rule, 1, &x);
+    kiln__tensor_release(x);
+    return kiln__ad_attach(c, n, cast);
+}

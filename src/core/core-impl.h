@@ -171,21 +171,29 @@ typedef struct kiln__storage {
     size_t granted;      /* the size of the block the allocator gave (>= nbytes), for its free */
     kiln_device device;
     bool borrowed;       /* user memory: never written in place, never freed by kiln */
+    bool exported;       /* its address left kiln writable (DLPack): writes may bypass the engine */
+    uint8_t cast_dtype;  /* the dtype of cast_copy */
     void (*on_release)(void *ctx);
     void *release_ctx;
     _Atomic(kiln__error *) err; /* set when an op writing this buffer failed while running */
     struct kiln__var *var;      /* engine: pending readers/writers */
     struct kiln__window *window; /* engine: the fusion window holding ops on it (atomic) */
     atomic_ullong last_write;   /* the write clock's value at the last write queued (0: none) */
+    /* Autocast's cast of the whole buffer to cast_dtype (api/autocast_cache.c), made when
+     * last_write was cast_version; an owner reference, released with this storage's last owner. */
+    _Atomic(struct kiln__storage *) cast_copy;
+    uint64_t cast_version;
 } kiln__storage;
 
-/* The write clock: every op queued that writes a storage, and every host copy into one, gives
- * it a fresh value of one process-wide counter. Two equal stamps mean the same write of the
- * same storage (a freed storage's address reused by a new one cannot look unchanged), which is
- * how a holder of a derived copy (an optimizer's f32 master of a bf16 parameter) tells that
- * someone else wrote the buffer since it last did. */
+/* The write clock: every op queued that writes a storage (engine's kiln__submit, at submission,
+ * so in program order on the submitting thread), and every host copy into one, gives it a fresh
+ * value of one process-wide counter. Two equal stamps mean the same write of the same storage (a
+ * freed storage's address reused by a new one cannot look unchanged), which is how a holder of a
+ * copy made from it (an optimizer's f32 master of a bf16 parameter, autocast's bf16 cast of an
+ * f32 one) tells that someone else wrote the buffer since the copy was made. */
 static inline uint64_t kiln__storage_note_write(kiln__storage *s) {
     extern atomic_ullong kiln__write_clock;
+    if (!s) return 0;
     uint64_t now = atomic_fetch_add_explicit(&kiln__write_clock, 1, memory_order_relaxed) + 1;
     atomic_store_explicit(&s->last_write, now, memory_order_relaxed);
     return now;

@@ -34,7 +34,7 @@ void kiln__storage_empty_cache(kiln_device dev) {
 }
 
 /* (a field added to kiln__storage must be set in kiln__storage_new too, which does not zero) */
-_Static_assert(sizeof(void *) != 8 || sizeof(kiln__storage) == 88, "kiln__storage_new sets each field");
+_Static_assert(sizeof(void *) != 8 || sizeof(kiln__storage) == 104, "kiln__storage_new sets each field");
 
 atomic_ullong kiln__write_clock;
 
@@ -54,12 +54,16 @@ kiln__storage *kiln__storage_new(kiln_device dev, size_t nbytes) {
     s->nbytes = nbytes;
     s->device = dev;
     s->borrowed = false;
+    s->exported = false;
+    s->cast_dtype = 0;
     s->on_release = NULL;
     s->release_ctx = NULL;
     atomic_init(&s->err, NULL);
     s->var = NULL;
     s->window = NULL;
     atomic_init(&s->last_write, 0);
+    atomic_init(&s->cast_copy, NULL);
+    s->cast_version = 0;
     kiln__stats_add_in_use(dev, (int64_t)nbytes);
     return s;
 }
@@ -82,6 +86,9 @@ void kiln__storage_retain(kiln__storage *s) { atomic_fetch_add_explicit(&s->owne
 
 void kiln__storage_release(kiln__storage *s) {
     if (!s || atomic_fetch_sub_explicit(&s->owners, 1, memory_order_acq_rel) != 1) return;
+    /* autocast's copy goes with the last owner (it is one of the copy's owners, no more) */
+    kiln__storage *copy = atomic_exchange_explicit(&s->cast_copy, NULL, memory_order_acq_rel);
+    if (copy) kiln__storage_release(copy);
     /* Only the engine sets s->var, and only after registering its hook: a storage that no op
      * was ever queued on goes at once, and one that has a var finds the hook (the acquire
      * orders this read after the engine's registration). */
@@ -97,6 +104,7 @@ void kiln__storage_release(kiln__storage *s) {
 }
 
 void kiln__storage_destroy(kiln__storage *s) {
+    (void)NEVER(atomic_load(&s->cast_copy) != NULL); /* (released with the last owner) */
     if (s->borrowed) {
         if (s->on_release) s->on_release(s->release_ctx);
     } else if (s->data) { /* (NULL: dropped) */

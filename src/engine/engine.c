@@ -17,8 +17,7 @@
 /* Sequence number, stream and (when profiling) dispatch time of an op being queued, and the
  * write clock of the storages it writes. */
 static kiln__stream *stamp(kiln__op *op) {
-    for (int i = 0; i < op->n_out; i++)
-        if (op->out[i].storage) kiln__storage_note_write(op->out[i].storage);
+    for (int i = 0; i < op->n_out; i++) kiln__storage_note_write(op->out[i].storage);
     kiln__stream *s = kiln__stream_current();
     op->seq = s ? ++s->seq : 0;
     op->stream_id = s ? s->id : -1;

@@ -17,6 +17,7 @@
 #include "backend/cpu/cpu-impl.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/gemm_dnnl.h"
+#include "backend/cpu/threadpool.h"
 #include "backend/cpu/vmath.h"
 
 static atomic_int forced = -1;
@@ -242,17 +243,21 @@ static dnnl_status_t execute(const mm_entry *e, const void *a, const void *b, vo
     return s;
 }
 
-/* One product split in tiles (TILE_ROWS rows by tile_cols columns), each one single-threaded
+/* One product split in tiles (tile_rows rows by tile_cols columns), each one single-threaded
  * primitive call on a pool thread, as gemm_dnnl.c runs dnnl_sgemm: the pool's threads are the
  * only ones, so no OpenMP team spins beside kiln's work (one OpenMP team per product, when
- * another op held the pool, left the product on one thread and the casts beside it waiting). */
-#define TILE_ROWS 256
+ * another op held the pool, left the product on one thread and the casts beside it waiting).
+ * Each call packs its slice of B again (k x tile_cols), a cost its rows amortise: rows are as
+ * many as still give each thread two tiles, 256 to 1024 (a 2048 x 2048 product on 2 threads:
+ * 512-row tiles, 953 GFLOP/s against 921 with 256, AMD EPYC Zen 5, 2026-11-29). */
+#define TILE_ROWS_MIN 256
+#define TILE_ROWS_MAX 1024
 #define TILE_COLS_MIN 256
 
 typedef struct {
     int ta, tb, accumulate;
     kiln_dtype c_dt;
-    int64_t m, n, k, lda, ldb, ldc, tile_cols, col_tiles;
+    int64_t m, n, k, lda, ldb, ldc, tile_rows, tile_cols, col_tiles;
     const uint16_t *a, *b;
     char *c;
     _Atomic kiln_status status;
@@ -262,8 +267,8 @@ static void tiles_task(void *ctx, int64_t begin, int64_t end) {
     tiles_job *j = ctx;
     kiln__dnnl_omp_threads(1);
     for (int64_t t = begin; t < end; t++) {
-        int64_t i0 = t / j->col_tiles * TILE_ROWS, j0 = t % j->col_tiles * j->tile_cols;
-        int64_t rows = j->m - i0 < TILE_ROWS ? j->m - i0 : TILE_ROWS;
+        int64_t i0 = t / j->col_tiles * j->tile_rows, j0 = t % j->col_tiles * j->tile_cols;
+        int64_t rows = j->m - i0 < j->tile_rows ? j->m - i0 : j->tile_rows;
         int64_t cols = j->n - j0 < j->tile_cols ? j->n - j0 : j->tile_cols;
         const uint16_t *a = j->a + (j->ta ? i0 : i0 * j->lda), *b = j->b + (j->tb ? j0 * j->ldb : j0);
         char *c = j->c + (i0 * j->ldc + j0) * (int64_t)kiln__elsize(j->c_dt);
@@ -293,11 +298,15 @@ static kiln_status gemm_dnnl(int ta, int tb, int64_t m, int64_t n, int64_t k, co
     pthread_once(&engine_once, engine_init);
     *taken = engine_status == dnnl_success;
     if (!*taken) return KILN_OK;
-    int64_t tile_cols = n < TILE_COLS_MIN ? n : ((n + 1) / 2 + 63) / 64 * 64;
+    int64_t tile_cols = n < TILE_COLS_MIN ? n : ((n + 1) / 2 + 63) / 64 * 64, col_tiles = (n + tile_cols - 1) / tile_cols;
+    int64_t threads = kiln__pool_threads() > 0 ? kiln__pool_threads() : 1;
+    int64_t row_tiles_wanted = (2 * threads + col_tiles - 1) / col_tiles; /* two tiles per thread */
+    int64_t tile_rows = ((m + row_tiles_wanted - 1) / row_tiles_wanted + 63) / 64 * 64;
+    tile_rows = tile_rows < TILE_ROWS_MIN ? TILE_ROWS_MIN : tile_rows > TILE_ROWS_MAX ? TILE_ROWS_MAX : tile_rows;
     tiles_job j = {.ta = ta != 0, .tb = tb != 0, .accumulate = accumulate != 0, .m = m, .n = n, .k = k, .lda = lda,
-                   .ldb = ldb, .ldc = ldc, .tile_cols = tile_cols, .col_tiles = (n + tile_cols - 1) / tile_cols,
+                   .ldb = ldb, .ldc = ldc, .tile_rows = tile_rows, .tile_cols = tile_cols, .col_tiles = col_tiles,
                    .a = a, .b = b, .c_dt = c_dt, .c = c, .status = KILN_OK};
-    kiln__parallel_for((m + TILE_ROWS - 1) / TILE_ROWS * j.col_tiles, 1, tiles_task, &j);
+    kiln__parallel_for((m + tile_rows - 1) / tile_rows * col_tiles, 1, tiles_task, &j);
     return atomic_load(&j.status);
 }
 
