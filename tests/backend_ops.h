@@ -86,4 +86,29 @@ static inline double nmse(const double *got, const double *want, int64_t n) {
 
 static inline const char *dtype_str(kiln_dtype dt) { return kiln_dtype_name(dt); }
 
+/* One case on another device, its status st: false when there is nothing to compare (the
+ * device does not take it: counted in *unsupported, printed when list; or it failed: a check
+ * failure). what names the case ("exp f32 transposed"). */
+static inline bool device_case_ran(kiln_device dev, kiln_status st, const char *what, bool list, int *unsupported) {
+    if (st == KILN_ERR_UNSUPPORTED || st == KILN_ERR_DTYPE) {
+        ++*unsupported;
+        if (list) printf("%s: %s: not supported (%s)\n", kiln_device_name(dev), what, kiln_last_error());
+        return false;
+    }
+    KT_CHECK_MSG(st == KILN_OK, "%s: %s: %s", kiln_device_name(dev), what, kiln_last_error());
+    return st == KILN_OK;
+}
+
+/* A device's normalized error e against the CPU's values: the CPU's own tolerance cpu_tol (0:
+ * exact) loosened to another compiler's math and summation order. */
+static inline void device_case_matches(kiln_device dev, const char *what, kiln_dtype dt, double e, double cpu_tol) {
+    double tol = cpu_tol > 0 ? (dt == KILN_F64 ? 1e-20 : 1e-9) : cpu_tol;
+    KT_CHECK_MSG(e <= tol, "%s: %s: normalized error %.3g > %.3g against the cpu", kiln_device_name(dev), what, e, tol);
+}
+
+static inline void device_summary(kiln_device dev, const char *kind, int cases, int unsupported, bool list) {
+    printf("%s: %d %scases, %d not supported%s\n", kiln_device_name(dev), cases, kind, unsupported,
+           unsupported && !list ? " (KILN_TEST_OPS_UNSUPPORTED=1 lists them)" : "");
+}
+
 #endif

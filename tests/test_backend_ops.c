@@ -168,25 +168,14 @@ KT_TEST(devices_match_the_cpu) {
                         if (d > 0 && layout > 0) continue;
                         cases++;
                         if (run_case((kiln__opcode)code, KILN_CPU, dts[d], layout, want) != KILN_OK) continue;
+                        char what[96];
+                        snprintf(what, sizeof what, "%s %s %s", r->name, dtype_str(dts[d]), layout_names[layout]);
                         kiln_status st = run_case((kiln__opcode)code, dev, dts[d], layout, got);
-                        if (st == KILN_ERR_UNSUPPORTED || st == KILN_ERR_DTYPE) {
-                            unsupported++;
-                            if (list)
-                                printf("%s: %s %s %s: not supported (%s)\n", kiln_device_name(dev), r->name, dtype_str(dts[d]),
-                                       layout_names[layout], kiln_last_error());
-                            continue;
-                        }
-                        KT_CHECK_MSG(st == KILN_OK, "%s: %s %s %s: %s", kiln_device_name(dev), r->name, dtype_str(dts[d]),
-                                     layout_names[layout], kiln_last_error());
-                        if (st != KILN_OK) continue;
-                        double e = nmse(got, want, ROWS * COLS), tol = tolerance((kiln__opcode)code, dts[d]);
-                        if (tol > 0) tol = dts[d] == KILN_F64 ? 1e-20 : 1e-9; /* another compiler's math */
-                        KT_CHECK_MSG(e <= tol, "%s: %s %s %s: normalized error %.3g > %.3g against the cpu", kiln_device_name(dev),
-                                     r->name, dtype_str(dts[d]), layout_names[layout], e, tol);
+                        if (!device_case_ran(dev, st, what, list, &unsupported)) continue;
+                        device_case_matches(dev, what, dts[d], nmse(got, want, ROWS * COLS), tolerance((kiln__opcode)code, dts[d]));
                     }
             }
-            printf("%s: %d cases, %d not supported%s\n", kiln_device_name(dev), cases, unsupported,
-                   unsupported && !list ? " (KILN_TEST_OPS_UNSUPPORTED=1 lists them)" : "");
+            device_summary(dev, "", cases, unsupported, list);
         }
 }
 

@@ -213,25 +213,14 @@ KT_TEST(reductions_on_devices_match_the_cpu) {
                             int64_t n, nw;
                             cases++;
                             if (run_reduction(row, KILN_CPU, dt, dt, layout, way, want, &nw) != KILN_OK) continue;
+                            char what[128];
+                            snprintf(what, sizeof what, "%s %s %s %s", r->name, dtype_str(dt), layout_names[layout], way_names[way]);
                             kiln_status st = run_reduction(row, dev, dt, dt, layout, way, got, &n);
-                            if (st == KILN_ERR_UNSUPPORTED || st == KILN_ERR_DTYPE) {
-                                unsupported++;
-                                if (list)
-                                    printf("%s: %s %s %s %s: not supported (%s)\n", kiln_device_name(dev), r->name,
-                                           dtype_str(dt), layout_names[layout], way_names[way], kiln_last_error());
-                                continue;
-                            }
-                            KT_CHECK_MSG(st == KILN_OK, "%s: %s %s %s %s: %s", kiln_device_name(dev), r->name, dtype_str(dt),
-                                         layout_names[layout], way_names[way], kiln_last_error());
-                            if (st != KILN_OK) continue;
-                            double e = reduction_error(got, want, n), tol = reduction_tolerance(r, dt);
-                            if (tol > 0) tol = dt == KILN_F64 ? 1e-20 : 1e-9; /* another summation order */
-                            KT_CHECK_MSG(e <= tol, "%s: %s %s %s %s: normalized error %.3g > %.3g against the cpu",
-                                         kiln_device_name(dev), r->name, dtype_str(dt), layout_names[layout], way_names[way], e, tol);
+                            if (!device_case_ran(dev, st, what, list, &unsupported)) continue;
+                            device_case_matches(dev, what, dt, reduction_error(got, want, n), reduction_tolerance(r, dt));
                         }
             }
-            printf("%s: %d reduction cases, %d not supported%s\n", kiln_device_name(dev), cases, unsupported,
-                   unsupported && !list ? " (KILN_TEST_OPS_UNSUPPORTED=1 lists them)" : "");
+            device_summary(dev, "reduction ", cases, unsupported, list);
         }
 }
 
