@@ -6,7 +6,7 @@
  * written as an op-table expression is timed against the hand-written one it replaced. */
 #include "bench.h"
 
-/* The public ops of the op table (kiln/ops.h's KILN_OPS_API), by name and arity. */
+/* The public elementwise ops of the op table (kiln/ops.h's KILN_OPS_ELEMENTWISE_API), by name and arity. */
 #define ARITY_(a, b, n, ...) n
 #define ARITY(...) ARITY_(__VA_ARGS__, 2, 1, 0)
 #define WRAP(ret, name, params, args) \
@@ -16,7 +16,7 @@
         if (ARITY params == 1) kiln_release(b);                     \
         return kiln_##name args;                                    \
     }
-KILN_OPS_API(WRAP)
+KILN_OPS_ELEMENTWISE_API(WRAP)
 #undef WRAP
 static const struct {
     const char *name;
@@ -24,7 +24,7 @@ static const struct {
     kiln_tensor (*run)(kiln_tensor, kiln_tensor);
 } table_ops[] = {
 #define ENTRY(ret, name, params, args) {#name, ARITY params, run_##name},
-    KILN_OPS_API(ENTRY)
+    KILN_OPS_ELEMENTWISE_API(ENTRY)
 #undef ENTRY
 };
 

@@ -123,11 +123,16 @@ def header(rows, reductions):
             " * 0: the population's) before keepdim; argmax and argmin one dim. */"]
     for name, params, _, doc in reduce_functions(reductions):
         out.append(f"KILN_API kiln_tensor kiln_{name}{params}; /* {doc} */")
-    out += ["", "/* The calls that record the caller's file:line, as in core.h's list. */",
-            "#define KILN_OPS_API(X) \\"]
-    for i, (name, params, args) in enumerate(calls):
-        out.append(f"    X(kiln_tensor, {name}, {params}, {args})" + (" \\" if i + 1 < len(calls) else ""))
-    out += ["KILN_OPS_API(KILN__AT_DECLARE)", "",
+    out += ["", "/* The calls that record the caller's file:line, as in core.h's list: the elementwise ops'",
+            " * (KILN_OPS_ELEMENTWISE_API: a tensor or two in, one out), the reductions' and both. */"]
+    elementwise = [(r["name"],) + SIGNATURES[r["sig"]] for r in public]
+    for macro, rows in (("KILN_OPS_ELEMENTWISE_API", elementwise),
+                        ("KILN_OPS_REDUCE_API", [f[:3] for f in reduce_functions(reductions)])):
+        out.append(f"#define {macro}(X) \\")
+        for i, (name, params, args) in enumerate(rows):
+            out.append(f"    X(kiln_tensor, {name}, {params}, {args})" + (" \\" if i + 1 < len(rows) else ""))
+    out += ["#define KILN_OPS_API(X) KILN_OPS_ELEMENTWISE_API(X) KILN_OPS_REDUCE_API(X)",
+            "KILN_OPS_API(KILN__AT_DECLARE)", "",
             "#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)",
             "#pragma GCC system_header /* see core.h: errors in these calls name the caller's line */"]
     for name, _, _ in calls:

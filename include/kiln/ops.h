@@ -98,8 +98,9 @@ KILN_API kiln_tensor kiln_all_dims(kiln_tensor t, kiln_dims dims, bool keepdim);
 KILN_API kiln_tensor kiln_count_nonzero(kiln_tensor t); /* the number of nonzero elements (NaN is one), in i64 */
 KILN_API kiln_tensor kiln_count_nonzero_dims(kiln_tensor t, kiln_dims dims, bool keepdim); /* over dims */
 
-/* The calls that record the caller's file:line, as in core.h's list. */
-#define KILN_OPS_API(X) \
+/* The calls that record the caller's file:line, as in core.h's list: the elementwise ops'
+ * (KILN_OPS_ELEMENTWISE_API: a tensor or two in, one out), the reductions' and both. */
+#define KILN_OPS_ELEMENTWISE_API(X) \
     X(kiln_tensor, neg, (kiln_tensor t), (t)) \
     X(kiln_tensor, abs, (kiln_tensor t), (t)) \
     X(kiln_tensor, sign, (kiln_tensor t), (t)) \
@@ -154,7 +155,8 @@ KILN_API kiln_tensor kiln_count_nonzero_dims(kiln_tensor t, kiln_dims dims, bool
     X(kiln_tensor, logical_or, (kiln_tensor a, kiln_tensor b), (a, b)) \
     X(kiln_tensor, fmod, (kiln_tensor a, kiln_tensor b), (a, b)) \
     X(kiln_tensor, remainder, (kiln_tensor a, kiln_tensor b), (a, b)) \
-    X(kiln_tensor, atan2, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, atan2, (kiln_tensor a, kiln_tensor b), (a, b))
+#define KILN_OPS_REDUCE_API(X) \
     X(kiln_tensor, sum, (kiln_tensor t), (t)) \
     X(kiln_tensor, sum_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
     X(kiln_tensor, mean, (kiln_tensor t), (t)) \
@@ -176,6 +178,7 @@ KILN_API kiln_tensor kiln_count_nonzero_dims(kiln_tensor t, kiln_dims dims, bool
     X(kiln_tensor, all_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
     X(kiln_tensor, count_nonzero, (kiln_tensor t), (t)) \
     X(kiln_tensor, count_nonzero_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim))
+#define KILN_OPS_API(X) KILN_OPS_ELEMENTWISE_API(X) KILN_OPS_REDUCE_API(X)
 KILN_OPS_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
