@@ -16,14 +16,11 @@ static kiln_profile_event *events(size_t *n) {
     return ev;
 }
 
-KT_TEST(independent_chains_overlap) {
-    if (!kiln_engine_is_async()) return; /* KILN_SYNC=1: nothing runs concurrently */
-    bool fusion = kiln_fusion_enabled();
-    kiln_fusion_set_enabled(false); /* separate ops: fused, both chains would share one group */
-    kiln_set_num_threads(1); /* one core per op, so two ops can share the machine */
+/* Overlapped time (µs) of ops of the two chains that ran on different workers. */
+static double chains_overlap_us(size_t *n) {
     kiln_tensor a = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(1 << 18), 1);
     kiln_tensor b = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(1 << 18), 2);
-    KT_CHECK(kiln_sync() == KILN_OK);
+    if (kiln_sync() != KILN_OK) return -1;
     kiln_profiler_start();
     for (int i = 0; i < 40; i++) {
         a = kiln_tanh(kiln_exp(kiln_mul_scalar(a, 0.5)));
@@ -32,18 +29,31 @@ KT_TEST(independent_chains_overlap) {
     kiln_release(a);
     kiln_release(b);
     kiln_profiler_stop();
-    size_t n;
-    kiln_profile_event *ev = events(&n);
+    kiln_profile_event *ev = events(n);
     double overlap = 0;
-    for (size_t i = 0; i < n; i++)
-        for (size_t j = 0; j < n; j++) {
+    for (size_t i = 0; i < *n; i++)
+        for (size_t j = 0; j < *n; j++) {
             if (ev[i].worker == ev[j].worker || ev[i].seq % 2 == ev[j].seq % 2) continue; /* chains alternate seqs */
             double lo = ev[i].start_us > ev[j].start_us ? ev[i].start_us : ev[j].start_us;
             double hi = ev[i].end_us < ev[j].end_us ? ev[i].end_us : ev[j].end_us;
             if (hi > lo) overlap += hi - lo;
         }
-    KT_CHECK_MSG(overlap > 0, "no overlap among %zu ops", n);
     free(ev);
+    return overlap;
+}
+
+KT_TEST(independent_chains_overlap) {
+    if (!kiln_engine_is_async()) return; /* KILN_SYNC=1: nothing runs concurrently */
+    bool fusion = kiln_fusion_enabled();
+    kiln_fusion_set_enabled(false); /* separate ops: fused, both chains would share one group */
+    kiln_set_num_threads(1); /* one core per op, so two ops can share the machine */
+    /* The engine can only offer the overlap: on a 2-core machine running other tests the OS may
+     * give both workers one core for a whole attempt (CI saw it once), so a few attempts, and the
+     * engine must overlap the chains in at least one. */
+    size_t n = 0;
+    double overlap = 0;
+    for (int attempt = 0; attempt < 5 && overlap <= 0; attempt++) overlap = chains_overlap_us(&n);
+    KT_CHECK_MSG(overlap > 0, "no overlap among %zu ops in 5 attempts", n);
     kiln_set_num_threads(2);
     kiln_fusion_set_enabled(fusion);
 }
