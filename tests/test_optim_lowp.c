@@ -7,6 +7,11 @@
 #include <kiln.h>
 #include <math.h>
 #include <unistd.h>
+#if __has_include(<dlpack/dlpack.h>)
+#include <dlpack/dlpack.h>
+#include <kiln/dlpack.h>
+#define HAVE_DLPACK 1
+#endif
 
 #include "autodiff/autodiff-impl.h"
 #include "engine/engine-impl.h"
@@ -355,6 +360,39 @@ KT_TEST(weights_loaded_without_the_optimizer_win_over_the_master) {
     remove(path);
 }
 
+/* A parameter exported through DLPack can be written by its consumer behind the engine (no
+ * write stamp): the element it wrote wins over the master, every other element keeps the
+ * master's bits below bf16. */
+KT_TEST(elements_written_through_dlpack_win_over_the_master) {
+#ifdef HAVE_DLPACK
+    double v0[N], p[N], m[N];
+    for (int i = 0; i < N; i++) v0[i] = start_value(i);
+    for (int late = 0; late < 2; late++) {
+        kiln_module *mm = toy_new(KILN_BF16, v0);
+        kiln_optimizer *opt = make_opt(ADAM, mm, true);
+        for (int s = 0; s < 3; s++) KT_CHECK(step_late(opt, W(mm), s, late) == KILN_OK);
+        struct DLManagedTensor *dl = NULL;
+        KT_CHECK_MSG(kiln_to_dlpack(kiln_ref(W(mm)), &dl) == KILN_OK, "%s", kiln_last_error());
+        if (!dl) break;
+        uint16_t *data = (uint16_t *)((char *)dl->dl_tensor.data + dl->dl_tensor.byte_offset);
+        data[2] = kiln__f32_to_bf16(3.5f); /* the consumer resets one element */
+        dl->deleter(dl);
+        KT_CHECK_MSG(step_late(opt, W(mm), 3, late) == KILN_OK, "%s", kiln_last_error());
+        read_doubles(W(mm), p);
+        KT_CHECK(read_master(opt, m));
+        KT_CHECK_MSG(fabs(p[2] - 3.5) <= 0.02 + 1e-6, "late %d: the written 3.5 became %.6g (the master's old value won)", late, p[2]);
+        int kept_fraction = 0;
+        for (int i = 0; i < N; i++) {
+            KT_CHECK(p[i] == round_to(KILN_BF16, m[i]));
+            kept_fraction += i != 2 && m[i] != round_to(KILN_BF16, m[i]);
+        }
+        KT_CHECK_MSG(kept_fraction > 0, "late %d: the other elements lost their bits below bf16", late);
+        kiln_optimizer_free(opt);
+        kiln_module_free(mm);
+    }
+#endif
+}
+
 /* Clipping and the gradient scaler take the bf16 gradients of master-weighted parameters. */
 KT_TEST(clipping_works_on_low_precision_gradients) {
     double v0[N], p[N], m[N];
@@ -449,6 +487,7 @@ int main(void) {
     KT_RUN(late_gradients_give_the_same_masters);
     KT_RUN(checkpoint_carries_the_master_bit_exactly);
     KT_RUN(weights_loaded_without_the_optimizer_win_over_the_master);
+    KT_RUN(elements_written_through_dlpack_win_over_the_master);
     KT_RUN(clipping_works_on_low_precision_gradients);
     KT_RUN(f16_loss_scaling_reaches_the_master);
     KT_RUN(low_precision_parameters_without_the_option_are_refused);

@@ -142,6 +142,10 @@ static inline bool kiln__optim_master_stale(const kiln__optim_param *p, kiln__te
 static inline void kiln__optim_master_mark(kiln__optim_param *p, kiln__tensor *param) {
     p->master_stamp = kiln__storage_last_write(param->storage);
 }
+/* A parameter whose buffer was exported through DLPack can be written behind the engine (no
+ * write stamp): each element that no longer equals its master rounded takes the parameter's
+ * value in the master. Waits for both; false + c's error if it cannot. */
+bool kiln__optim_master_merge_outside_writes(kiln__opctx *c, kiln__tensor *param, kiln__tensor *master);
 /* Queues param = master rounded to param's dtype. False + c's error if it cannot be queued. */
 bool kiln__optim_master_write_back(kiln__opctx *c, kiln__tensor *param, const kiln__tensor *master);
 /* The parameter's tensor (borrowed), if it can be updated in place (bf16/f16 ones only

@@ -338,6 +338,9 @@ static void prepare_masters(kiln__opctx *c, kiln_optimizer *opt, update *ups) {
         if (kiln__optim_master_stale(p, ups[i].param)) { /* the parameter was written since: it wins */
             kiln__tensor_release(p->master);
             p->master = NULL;
+        } else if (p->master && ups[i].param->storage->exported &&
+                   !kiln__optim_master_merge_outside_writes(c, ups[i].param, p->master)) {
+            break;
         }
         if (!p->master) {
             p->master = kiln__optim_master_from(c, ups[i].param);
