@@ -77,13 +77,18 @@ class Optimizer:
 
 
 class SGD(Optimizer):
-    def __init__(self, params, lr=1e-3, momentum=0.0, weight_decay=0.0):
-        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay))
+    def __init__(self, params, lr=1e-3, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")  # as torch.optim.SGD
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                                      nesterov=bool(nesterov)))
 
     def _c_kind(self):
-        if len({g["momentum"] for g in self.param_groups}) != 1:
+        fixed = {(g["momentum"], g["dampening"], g["nesterov"]) for g in self.param_groups}
+        if len(fixed) != 1:
             return None  # one momentum in the C optimizer; per-group ones update here
-        return "sgd", (float(self.param_groups[0]["momentum"]), 0.0, False)
+        momentum, dampening, nesterov = fixed.pop()
+        return "sgd", (float(momentum), float(dampening), nesterov)
 
     def _update(self, p, g, group, state):
         if group["weight_decay"]:
@@ -94,10 +99,9 @@ class SGD(Optimizer):
                 buf = state["momentum"] = g.clone()
             else:
                 buf *= group["momentum"]
-                buf += g
-            g = buf
+                buf += (1 - group["dampening"]) * g
+            g = g + group["momentum"] * buf if group["nesterov"] else buf
         p -= group["lr"] * g
-
 
 class Adam(Optimizer):
     decoupled = False

@@ -91,6 +91,32 @@ def test_cases_left_to_the_python_updates():
     assert kiln.optim.Adam([a, b])._c is not None
 
 
+@pytest.mark.parametrize("dampening,nesterov", [(0.0, True), (0.3, False), (0.0, False)])
+@pytest.mark.parametrize("in_c", [True, False])
+def test_sgd_dampening_and_nesterov(dampening, nesterov, in_c):
+    w0 = np.array([[1.0, -2.0, 3.0], [0.5, 0.25, -1.5]])
+    w = kiln.tensor(w0, requires_grad=True)
+    opt = kiln.optim.SGD([w], lr=0.1, momentum=0.9, dampening=dampening, nesterov=nesterov, weight_decay=0.05)
+    assert opt._c is not None
+    if not in_c:
+        opt._c = None
+    c = kiln.tensor(C)
+    for _ in range(4):
+        opt.zero_grad()
+        (c * w * w).sum().backward()
+        opt.step()
+    want, buf = w0.copy(), None  # torch.optim.SGD's update in float64
+    for _ in range(4):
+        g = 2 * C * want + 0.05 * want
+        buf = g.copy() if buf is None else 0.9 * buf + (1 - dampening) * g
+        want = want - 0.1 * (g + 0.9 * buf if nesterov else buf)
+    np.testing.assert_allclose(w.numpy(), want, rtol=1e-12, atol=1e-14)
+    with pytest.raises(ValueError, match="Nesterov"):
+        kiln.optim.SGD([w], lr=0.1, momentum=0.0, nesterov=True)
+    with pytest.raises(ValueError, match="Nesterov"):
+        kiln.optim.SGD([w], lr=0.1, momentum=0.9, dampening=0.1, nesterov=True)
+
+
 def test_step_errors():
     w = kiln.ones(2, 3, requires_grad=True)
     opt = kiln.optim.Adam([w], lr=0.1)
