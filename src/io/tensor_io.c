@@ -1,7 +1,7 @@
 /* Tensors to and from safetensors files outside checkpoints: several named tensors
  * (kiln_tensors_save, e.g. a corpus's embeddings), or one (kiln_save_tensor / kiln_load_tensor,
  * PyTorch's torch.save / torch.load of a tensor). Saving goes through a temporary file renamed
- * over the path (safetensors.c), so a failed save never leaves a half-written file; loading
+ * over the path (safetensors_write.c), so a failed save never leaves a half-written file; loading
  * checks the whole file (header, sizes, offsets, the CRC kiln writes) before it makes a tensor. */
 #include <stdlib.h>
 #include <string.h>
