@@ -1,6 +1,6 @@
 /* The OpenCL backend's nn kernels against the CPU: conv2d (stride, padding, dilation, groups,
- * bias, a strided input, f32 and f64) and max / average / adaptive-average pooling, forward
- * and every gradient, on random inputs; and a small CNN trained a few steps on the device
+ * bias, a strided input, f32 and f64) and max / average / adaptive-average pooling (also with
+ * ceil_mode and exclude_pad), forward and every gradient, on random inputs; and a small CNN trained a few steps on the device
  * beside the CPU. Skipped (exit 77) without an OpenCL device. */
 #include <kiln.h>
 #include <stdint.h>
@@ -113,15 +113,19 @@ KT_TEST(conv2d_im2col) {
     }
 }
 
-/* p: kind (0 max, 1 avg, 2 adaptive avg), kernel, stride, pad (or the adaptive output size) */
+/* p: kind (0 max, 1 avg, 2 adaptive avg, 3 max with ceil_mode, 4 avg with ceil_mode and
+ * exclude_pad), kernel, stride, pad (or the adaptive output size) */
 static kiln_tensor pool(kiln_tensor *in, const int *p) {
     if (p[0] == 0) return kiln_max_pool2d(kiln_ref(in[0]), p[1], p[1] + 1, p[2], p[2], p[3], p[3]);
     if (p[0] == 1) return kiln_avg_pool2d(kiln_ref(in[0]), p[1], p[1], p[2], p[2], p[3], p[3]);
+    if (p[0] == 3) return kiln_max_pool2d_opts(kiln_ref(in[0]), (kiln_pool2d_options){p[1], p[1] + 1, p[2], p[2], p[3], p[3], true, false});
+    if (p[0] == 4) return kiln_avg_pool2d_opts(kiln_ref(in[0]), (kiln_pool2d_options){p[1], p[1], p[2], p[2], p[3], p[3], true, true});
     return kiln_adaptive_avg_pool2d(kiln_transpose(kiln_ref(in[0]), 2, 3), p[1], p[2]);
 }
 
 KT_TEST(pooling) {
-    static const int params[][4] = {{0, 2, 2, 0}, {0, 3, 2, 1}, {0, 3, 1, 1}, {1, 2, 2, 0}, {1, 3, 2, 1}, {2, 3, 4, 0}, {2, 4, 3, 0}};
+    static const int params[][4] = {{0, 2, 2, 0}, {0, 3, 2, 1}, {0, 3, 1, 1}, {1, 2, 2, 0}, {1, 3, 2, 1}, {2, 3, 4, 0}, {2, 4, 3, 0},
+                                    {3, 3, 2, 1}, {4, 3, 2, 1}, {4, 2, 3, 1}};
     for (size_t k = 0; k < sizeof params / sizeof params[0]; k++) {
         kiln_tensor in[1] = {kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(2, 3, 10, 9), 60 + k)};
         char what[64];

@@ -14,20 +14,31 @@ typedef enum { P_MAX, P_AVG, P_ADAPTIVE } pool_kind;
 
 typedef struct {
     int64_t n, c, h, w, oh, ow;
+    bool exclude_pad; /* averages divide by the count of input elements in the window */
 } dims;
 
+/* PyTorch's pooling_output_shape: with ceil_mode the count rounds up, less a last window that
+ * would start in the trailing padding. */
+static int64_t out_size(int64_t size, int k, int s, int pad, bool ceil_mode) {
+    double exact = (double)(size + 2 * pad - k) / s;
+    int64_t n = (int64_t)(ceil_mode ? ceil(exact) : floor(exact)) + 1;
+    if (ceil_mode && (n - 1) * s >= size + pad) n--;
+    return n;
+}
+
+static dims out_dims_opts(int64_t n, int64_t c, int64_t h, int64_t w, pool_case p, bool ceil_mode, bool exclude_pad) {
+    int sh = p.sh ? p.sh : p.kh, sw = p.sw ? p.sw : p.kw;
+    return (dims){.n = n, .c = c, .h = h, .w = w, .oh = out_size(h, p.kh, sh, p.ph, ceil_mode),
+                  .ow = out_size(w, p.kw, sw, p.pw, ceil_mode), .exclude_pad = exclude_pad};
+}
+
 static dims out_dims(int64_t n, int64_t c, int64_t h, int64_t w, pool_kind kind, pool_case p, int out_h, int out_w) {
-    dims d = {n, c, h, w, out_h, out_w};
-    if (kind != P_ADAPTIVE) {
-        int sh = p.sh ? p.sh : p.kh, sw = p.sw ? p.sw : p.kw;
-        d.oh = (h + 2 * p.ph - p.kh) / sh + 1;
-        d.ow = (w + 2 * p.pw - p.kw) / sw + 1;
-    }
-    return d;
+    if (kind != P_ADAPTIVE) return out_dims_opts(n, c, h, w, p, false, false);
+    return (dims){.n = n, .c = c, .h = h, .w = w, .oh = out_h, .ow = out_w};
 }
 
 /* PyTorch's loops: max takes the first maximum in raster order (a NaN replaces it), avg divides
- * by the window's extent in the padded input, adaptive windows are [floor(i*H/O), ceil((i+1)*H/O)). */
+ * by the window's extent in the padded input (or its count of input elements: exclude_pad), adaptive windows are [floor(i*H/O), ceil((i+1)*H/O)). */
 static void ref_pool(pool_kind kind, pool_case p, dims d, const double *x, double *y, int64_t *arg) {
     int sh = p.sh ? p.sh : p.kh, sw = p.sw ? p.sw : p.kw;
     for (int64_t pl = 0; pl < d.n * d.c; pl++)
@@ -45,6 +56,7 @@ static void ref_pool(pool_kind kind, pool_case p, dims d, const double *x, doubl
                     count = (y1 - y0) * (x1 - x0);
                     y0 = y0 < 0 ? 0 : y0, x0 = x0 < 0 ? 0 : x0;
                     y1 = y1 > d.h ? d.h : y1, x1 = x1 > d.w ? d.w : x1;
+                    if (d.exclude_pad) count = (y1 - y0) * (x1 - x0);
                 }
                 double best = -INFINITY, sum = 0;
                 int64_t at = y0 * d.w + x0;
@@ -284,6 +296,130 @@ KT_TEST(gradients_in_every_dtype) {
         }
 }
 
+/* ---- ceil_mode and exclude_pad (kiln_*_pool2d_opts) ------------------------------------------- */
+
+static kiln_pool2d_options options_of(pool_case p, bool ceil_mode, bool exclude_pad) {
+    return (kiln_pool2d_options){p.kh, p.kw, p.sh, p.sw, p.ph, p.pw, ceil_mode, exclude_pad};
+}
+
+KT_TEST(ceil_mode_and_exclude_pad_grid) {
+    static const int64_t sizes[][4] = {{1, 1, 5, 5}, {2, 3, 7, 9}, {1, 2, 8, 6}, {1, 1, 2, 3}};
+    static const nd_layout layouts[] = {ND_DENSE, ND_PERMUTED};
+    static const kiln_dtype dtypes[] = {KILN_F32, KILN_F64, KILN_BF16};
+    int ceil_windows_seen = 0;
+    for (size_t si = 0; si < 4; si++)
+        for (size_t wi = 0; wi < NWINDOWS; wi++)
+            for (int mode = 0; mode < 4; mode++) { /* max ceil; avg ceil; avg exclude; avg ceil + exclude */
+                pool_kind kind = mode == 0 ? P_MAX : P_AVG;
+                bool ceil_mode = mode != 2, exclude = mode >= 2;
+                pool_case p = windows[wi];
+                const int64_t *z = sizes[si];
+                if (z[2] + 2 * p.ph < p.kh || z[3] + 2 * p.pw < p.kw) continue; /* the kernel does not fit */
+                dims d = out_dims_opts(z[0], z[1], z[2], z[3], p, ceil_mode, exclude);
+                ceil_windows_seen += d.oh != out_dims(z[0], z[1], z[2], z[3], kind, p, 0, 0).oh;
+                kiln_dtype dt = dtypes[(si + wi + (size_t)mode) % 3];
+                nd_layout layout = layouts[(si + wi) % 2];
+                int64_t nx = d.n * d.c * d.h * d.w, ny = d.n * d.c * d.oh * d.ow;
+                double *x = malloc(sizeof(double) * (size_t)(nx + 1)), *y = malloc(sizeof(double) * (size_t)(ny + 1));
+                ew_values(x, nx, dt, -2, 2);
+                ref_pool(kind, p, d, x, y, NULL);
+                for (int64_t i = 0; i < ny; i++) y[i] = ew_round(dt, y[i]);
+                kiln_tensor in = nd_make(dt, KILN_SHAPE(d.n, d.c, d.h, d.w), x, layout);
+                kiln_pool2d_options o = options_of(p, ceil_mode, exclude);
+                kiln_tensor r = kind == P_MAX ? kiln_max_pool2d_opts(in, o) : kiln_avg_pool2d_opts(in, o);
+                kiln_shape s = kiln_tensor_shape(r);
+                KT_CHECK_MSG(s.ndim == 4 && s.dims[2] == d.oh && s.dims[3] == d.ow, "%lldx%lld k%dx%d s%d,%d p%d,%d "
+                             "ceil %d: %lldx%lld, PyTorch's %lldx%lld", (long long)d.h, (long long)d.w, p.kh, p.kw,
+                             p.sh, p.sw, p.ph, p.pw, ceil_mode, (long long)s.dims[2], (long long)s.dims[3],
+                             (long long)d.oh, (long long)d.ow);
+                char what[160];
+                snprintf(what, sizeof what, "%s %s %lldx%lld k%dx%d s%d,%d p%d,%d ceil %d exclude %d", kind_names[kind],
+                         kiln_dtype_name(dt), (long long)d.h, (long long)d.w, p.kh, p.kw, p.sh, p.sw, p.ph, p.pw,
+                         ceil_mode, exclude);
+                double *got = s.ndim == 4 && s.dims[2] == d.oh && s.dims[3] == d.ow ? ew_read(r, dt, ny) : (kiln_release(r), NULL);
+                if (got) EW_EXPECT_CLOSE(what, got, y, ny, kind == P_MAX ? 0 : 2 * ew_rtol(dt), dt == KILN_F32 ? 1e-6 : 0);
+                free(got), free(x), free(y);
+            }
+    KT_CHECK_MSG(ceil_windows_seen > 10, "only %d cases where ceil_mode adds a window", ceil_windows_seen);
+    /* PyTorch's rule for the last window: 5 rows, kernel 2, stride 2, padding 1: floor gives 3,
+     * rounding up 4, but the 4th would start in the trailing padding alone: 3 */
+    kiln_pool2d_options o = {2, 2, 2, 2, 1, 1, true, false};
+    kiln_tensor y = kiln_max_pool2d_opts(kiln_ones(KILN_CPU, KILN_F32, KILN_SHAPE(1, 1, 5, 5)), o);
+    kiln_shape s = kiln_tensor_shape(y);
+    kiln_release(y);
+    KT_CHECK(s.dims[2] == 3 && s.dims[3] == 3);
+    kiln_pool2d_options dflt = kiln_pool2d_defaults(3);
+    KT_CHECK(dflt.kernel_h == 3 && dflt.kernel_w == 3 && dflt.stride_h == 0 && !dflt.ceil_mode && !dflt.exclude_pad);
+}
+
+typedef struct {
+    pool_kind kind;
+    kiln_pool2d_options o;
+} gc_opts;
+
+static kiln_tensor run_gc_opts(kiln_tensor *in, void *ctx) {
+    const gc_opts *g = ctx;
+    return g->kind == P_MAX ? kiln_max_pool2d_opts(in[0], g->o) : kiln_avg_pool2d_opts(in[0], g->o);
+}
+
+KT_TEST(ceil_mode_and_exclude_pad_gradients) {
+    static const gc_opts cases[] = {
+        {P_MAX, {3, 3, 2, 2, 1, 1, true, false}},
+        {P_MAX, {2, 3, 2, 2, 0, 1, true, false}},
+        {P_AVG, {3, 3, 2, 2, 1, 1, true, false}},
+        {P_AVG, {3, 3, 2, 2, 1, 1, false, true}},
+        {P_AVG, {3, 2, 2, 3, 1, 1, true, true}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kiln_shape s[1] = {KILN_SHAPE(2, 3, 7, 6)};
+        char name[48];
+        snprintf(name, sizeof name, "%s options case %zu", kind_names[cases[i].kind], i);
+        GC_CHECK(name, run_gc_opts, (void *)&cases[i], 1, s, 1e-6);
+    }
+}
+
+KT_TEST(options_modules_and_bad_input) {
+    ew_mark mark = ew_mark_now();
+    kiln_tensor x = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(2, 3, 9, 8), 5);
+    kiln_pool2d_options o = {3, 3, 2, 2, 1, 1, true, true};
+    kiln_module *m = kiln_avg_pool2d_new_opts(o);
+    KT_CHECK(m && strcmp(kiln_module_type(m), "AvgPool2d") == 0);
+    kiln_tensor a = kiln_module_forward(m, kiln_ref(x)), b = kiln_avg_pool2d_opts(kiln_ref(x), o);
+    int64_t n = kiln_tensor_numel(b);
+    double *va = ew_read(a, KILN_F32, n), *vb = ew_read(b, KILN_F32, n);
+    if (va && vb) EW_EXPECT_CLOSE("AvgPool2d ceil exclude", va, vb, n, 0, 0);
+    free(va), free(vb);
+    kiln_module_free(m);
+    o.exclude_pad = false;
+    m = kiln_max_pool2d_new_opts(o);
+    KT_CHECK(m && strcmp(kiln_module_type(m), "MaxPool2d") == 0);
+    kiln_tensor y = kiln_module_forward(m, kiln_ref(x));
+    kiln_shape s = kiln_tensor_shape(y);
+    kiln_release(y);
+    KT_CHECK(s.dims[2] == 5 && s.dims[3] == 5); /* 8 columns: (8 + 2 - 3) / 2 = 3.5 rounds up to 4, + 1 */
+    kiln_module_free(m);
+    /* exclude_pad is for averages; the module constructor refuses it at once, the op when queued */
+    o.exclude_pad = true;
+    KT_CHECK(kiln_max_pool2d_new_opts(o) == NULL && strstr(kiln_last_error(), "kiln_max_pool2d_new_opts") &&
+             strstr(kiln_last_error(), "average pooling only"));
+    int line = __LINE__ + 1;
+    kiln_tensor r = kiln_max_pool2d_opts(kiln_ref(x), o);
+    EW_EXPECT_ERROR(r, KILN_ERR_INVALID_ARGUMENT, "kiln_max_pool2d_opts", line);
+    o = (kiln_pool2d_options){2, 3, 2, 2, 2, 0, true, false}; /* padding 2 > half of 2 */
+    KT_CHECK(kiln_avg_pool2d_new_opts(o) == NULL && strstr(kiln_last_error(), "kiln_avg_pool2d_new_opts"));
+    line = __LINE__ + 1;
+    r = kiln_avg_pool2d_opts(kiln_ref(x), o);
+    EW_EXPECT_ERROR(r, KILN_ERR_INVALID_ARGUMENT, "kiln_avg_pool2d_opts", line);
+    line = __LINE__ + 1;
+    r = kiln_avg_pool2d_opts(ew_stale(), kiln_pool2d_defaults(2));
+    EW_EXPECT_ERROR(r, KILN_ERR_STALE_HANDLE, "kiln_avg_pool2d_opts", line);
+    line = __LINE__ + 1;
+    r = kiln_max_pool2d_opts(KILN_NONE, kiln_pool2d_defaults(2));
+    EW_EXPECT_ERROR(r, KILN_ERR_NULL, "kiln_max_pool2d_opts", line);
+    kiln_release(x);
+    EW_NO_LEAKS(mark);
+}
+
 /* ---- modules ----------------------------------------------------------------------------------- */
 
 static void check_module(kiln_module *m, const char *type, kiln_tensor expected_from, pool_kind kind, pool_case p,
@@ -325,7 +461,7 @@ KT_TEST(modules) {
     kiln_release(x);
     /* bad arguments: NULL and a message naming the constructor */
     KT_CHECK(kiln_max_pool2d_new(0, 1, 0) == NULL && strstr(kiln_last_error(), "kiln_max_pool2d_new"));
-    KT_CHECK(kiln_max_pool2d_new(2, 2, 2) == NULL && strstr(kiln_last_error(), "padding 2"));
+    KT_CHECK(kiln_max_pool2d_new(2, 2, 2) == NULL && strstr(kiln_last_error(), "padding (2, 2)"));
     KT_CHECK(kiln_avg_pool2d_new(3, -1, 0) == NULL && strstr(kiln_last_error(), "kiln_avg_pool2d_new"));
     KT_CHECK(kiln_adaptive_avg_pool2d_new(0, 3) == NULL && strstr(kiln_last_error(), "kiln_adaptive_avg_pool2d_new"));
     EW_NO_LEAKS(mark);
@@ -395,6 +531,9 @@ int main(void) {
     KT_RUN(max_ties_nan_and_infinity);
     KT_RUN(gradients_finite_differences);
     KT_RUN(gradients_in_every_dtype);
+    KT_RUN(ceil_mode_and_exclude_pad_grid);
+    KT_RUN(ceil_mode_and_exclude_pad_gradients);
+    KT_RUN(options_modules_and_bad_input);
     KT_RUN(modules);
     KT_RUN(bad_input);
     return kt_finish();

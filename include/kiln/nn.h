@@ -181,6 +181,9 @@ KILN_API kiln_module *kiln_gru_new(kiln_rnn_options o, uint64_t seed);
 KILN_API kiln_module *kiln_max_pool2d_new(int kernel, int stride, int padding);
 KILN_API kiln_module *kiln_avg_pool2d_new(int kernel, int stride, int padding);
 KILN_API kiln_module *kiln_adaptive_avg_pool2d_new(int out_h, int out_w);
+/* The same with every option of kiln_pool2d_options (tensor.h): rectangles, ceil_mode, exclude_pad. */
+KILN_API kiln_module *kiln_max_pool2d_new_opts(kiln_pool2d_options o);
+KILN_API kiln_module *kiln_avg_pool2d_new_opts(kiln_pool2d_options o);
 KILN_API kiln_module *kiln_batch_norm2d_new(int64_t channels, double eps, double momentum);
 KILN_API kiln_module *kiln_layer_norm_new(int64_t normalized_size, double eps, bool affine); /* last dim */
 KILN_API kiln_module *kiln_dropout_new(double p, uint64_t seed);
@@ -429,6 +432,8 @@ KILN_API bool kiln_module_is_quantized(kiln_module *m); /* any int8 layer in m's
     X(kiln_module *, max_pool2d_new, (int kernel, int stride, int padding), (kernel, stride, padding)) \
     X(kiln_module *, avg_pool2d_new, (int kernel, int stride, int padding), (kernel, stride, padding)) \
     X(kiln_module *, adaptive_avg_pool2d_new, (int out_h, int out_w), (out_h, out_w)) \
+    X(kiln_module *, max_pool2d_new_opts, (kiln_pool2d_options o), (o)) \
+    X(kiln_module *, avg_pool2d_new_opts, (kiln_pool2d_options o), (o)) \
     X(kiln_module *, batch_norm2d_new, (int64_t channels, double eps, double momentum), (channels, eps, momentum)) \
     X(kiln_module *, layer_norm_new, (int64_t normalized_size, double eps, bool affine), (normalized_size, eps, affine)) \
     X(kiln_module *, dropout_new, (double p, uint64_t seed), (p, seed)) \
@@ -494,6 +499,8 @@ KILN_NN_API(KILN__AT_DECLARE)
 #define kiln_max_pool2d_new(...) KILN__AT(max_pool2d_new, __VA_ARGS__)
 #define kiln_avg_pool2d_new(...) KILN__AT(avg_pool2d_new, __VA_ARGS__)
 #define kiln_adaptive_avg_pool2d_new(...) KILN__AT(adaptive_avg_pool2d_new, __VA_ARGS__)
+#define kiln_max_pool2d_new_opts(...) KILN__AT(max_pool2d_new_opts, __VA_ARGS__)
+#define kiln_avg_pool2d_new_opts(...) KILN__AT(avg_pool2d_new_opts, __VA_ARGS__)
 #define kiln_batch_norm2d_new(...) KILN__AT(batch_norm2d_new, __VA_ARGS__)
 #define kiln_layer_norm_new(...) KILN__AT(layer_norm_new, __VA_ARGS__)
 #define kiln_dropout_new(...) KILN__AT(dropout_new, __VA_ARGS__)

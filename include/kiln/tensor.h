@@ -143,6 +143,21 @@ KILN_API kiln_tensor kiln_max_pool2d(kiln_tensor x, int kernel_h, int kernel_w, 
 KILN_API kiln_tensor kiln_avg_pool2d(kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h,
                                      int pad_w);
 KILN_API kiln_tensor kiln_adaptive_avg_pool2d(kiln_tensor x, int out_h, int out_w);
+/* The pools with every option PyTorch's MaxPool2d / AvgPool2d take beyond the window:
+ * ceil_mode rounds the output size up (a last window may hang past the input, but never starts
+ * in the trailing padding alone; the part past the padding is never counted); exclude_pad
+ * (average only: PyTorch's count_include_pad=False) divides each window by its count of input
+ * elements instead of its size in the padded input.
+ *   kiln_pool2d_options o = kiln_pool2d_defaults(3);    // 3 x 3, stride 3, no padding
+ *   o.stride_h = o.stride_w = 2, o.ceil_mode = true;
+ *   kiln_tensor y = kiln_max_pool2d_opts(x, o);         // x [N, C, 8, 8] -> [N, C, 4, 4] */
+typedef struct {
+    int kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w; /* a stride of 0: the kernel's size */
+    bool ceil_mode, exclude_pad;
+} kiln_pool2d_options;
+KILN_API kiln_pool2d_options kiln_pool2d_defaults(int kernel); /* k x k, stride k, no padding, floor, padding counted */
+KILN_API kiln_tensor kiln_max_pool2d_opts(kiln_tensor x, kiln_pool2d_options o);
+KILN_API kiln_tensor kiln_avg_pool2d_opts(kiln_tensor x, kiln_pool2d_options o);
 
 /* ---- elementwise (NumPy broadcasting; ints/bools promote to f32 for float math) ---------- */
 /* Two or three tensors of different dtypes compute in torch.result_type's dtype (README
@@ -289,6 +304,8 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
     X(kiln_tensor, max_pool2d, (kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h, int pad_w), (x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)) \
     X(kiln_tensor, avg_pool2d, (kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h, int pad_w), (x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)) \
     X(kiln_tensor, adaptive_avg_pool2d, (kiln_tensor x, int out_h, int out_w), (x, out_h, out_w)) \
+    X(kiln_tensor, max_pool2d_opts, (kiln_tensor x, kiln_pool2d_options o), (x, o)) \
+    X(kiln_tensor, avg_pool2d_opts, (kiln_tensor x, kiln_pool2d_options o), (x, o)) \
     X(kiln_tensor, clamp, (kiln_tensor t, double lo, double hi), (t, lo, hi)) \
     X(kiln_tensor, add_scalar, (kiln_tensor t, double s), (t, s)) \
     X(kiln_tensor, sub_scalar, (kiln_tensor t, double s), (t, s)) \
@@ -380,6 +397,8 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_max_pool2d(...) KILN__AT(max_pool2d, __VA_ARGS__)
 #define kiln_avg_pool2d(...) KILN__AT(avg_pool2d, __VA_ARGS__)
 #define kiln_adaptive_avg_pool2d(...) KILN__AT(adaptive_avg_pool2d, __VA_ARGS__)
+#define kiln_max_pool2d_opts(...) KILN__AT(max_pool2d_opts, __VA_ARGS__)
+#define kiln_avg_pool2d_opts(...) KILN__AT(avg_pool2d_opts, __VA_ARGS__)
 #define kiln_clamp(...) KILN__AT(clamp, __VA_ARGS__)
 #define kiln_add_scalar(...) KILN__AT(add_scalar, __VA_ARGS__)
 #define kiln_sub_scalar(...) KILN__AT(sub_scalar, __VA_ARGS__)

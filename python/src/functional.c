@@ -59,20 +59,32 @@ static PyObject *f_conv2d(PyObject *m, PyObject *const *args, Py_ssize_t n, PyOb
     return kp_wrap(kiln_conv2d(h[0], h[1], h[2], (int)stride, (int)stride, (int)pad, (int)pad, (int)dil, (int)dil, (int)groups));
 }
 
+/* torch.nn.functional.max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1,
+ * ceil_mode=False, return_indices=False) and avg_pool2d(input, kernel_size, stride=None,
+ * padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None), square windows. */
 static PyObject *pool(PyObject *const *args, Py_ssize_t n, PyObject *kw, bool is_max) {
-    static const char *const names[] = {"input", "kernel_size", "stride", "padding"};
+    static const char *const max_names[] = {"input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"};
+    static const char *const avg_names[] = {"input", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"};
     static const bool opt[] = {false};
-    PyObject *a[4];
-    long k, s, p;
+    const char *fname = is_max ? "max_pool2d" : "avg_pool2d";
+    PyObject *a[7];
+    long k, s, p, dilation = 1;
+    bool ceil_mode, include_pad = true, indices = false;
     kiln_tensor h[1];
-    if (kp_args(is_max ? "max_pool2d" : "avg_pool2d", args, n, kw, names, a, 4) < 0 || kp_int_arg(a[1], 2, &k) < 0 ||
-        kp_int_arg(a[2], k, &s) < 0 || kp_int_arg(a[3], 0, &p) < 0)
+    if (kp_args(fname, args, n, kw, is_max ? max_names : avg_names, a, 7) < 0 || kp_int_arg(a[1], 2, &k) < 0 ||
+        kp_int_arg(a[2], k, &s) < 0 || kp_int_arg(a[3], 0, &p) < 0 || (is_max && kp_int_arg(a[4], 1, &dilation) < 0) ||
+        kp_bool_arg(a[is_max ? 5 : 4], false, &ceil_mode) < 0 || (is_max && kp_bool_arg(a[6], false, &indices) < 0) ||
+        (!is_max && kp_bool_arg(a[5], true, &include_pad) < 0))
         return NULL;
     if (k < 1 || k > 1 << 20 || s < 1 || s > 1 << 20 || p < 0 || p > 1 << 20)
         return PyErr_Format(PyExc_ValueError, "pooling: kernel_size and stride must be >= 1, padding >= 0");
+    if (dilation != 1 || indices || (!is_max && a[6] && a[6] != Py_None))
+        return PyErr_Format(PyExc_NotImplementedError, "%s: kiln's pools take no %s", fname,
+                            dilation != 1 ? "dilation other than 1" : indices ? "return_indices" : "divisor_override");
     kp_site();
     if (take_all(a, opt, 1, h) < 0) return NULL;
-    return kp_wrap((is_max ? kiln_max_pool2d : kiln_avg_pool2d)(h[0], (int)k, (int)k, (int)s, (int)s, (int)p, (int)p));
+    kiln_pool2d_options o = {(int)k, (int)k, (int)s, (int)s, (int)p, (int)p, ceil_mode, !include_pad};
+    return kp_wrap(is_max ? kiln_max_pool2d_opts(h[0], o) : kiln_avg_pool2d_opts(h[0], o));
 }
 static PyObject *f_max_pool2d(PyObject *m, PyObject *const *a, Py_ssize_t n, PyObject *k) { (void)m; return pool(a, n, k, true); }
 static PyObject *f_avg_pool2d(PyObject *m, PyObject *const *a, Py_ssize_t n, PyObject *k) { (void)m; return pool(a, n, k, false); }

@@ -86,20 +86,24 @@ static PyObject *f_conv2d(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
     return kp_layer_capsule(kiln_conv2d_new(o, seed));
 }
 
-/* _pool2d_new(kind, kernel, stride, padding): kind "max" or "avg"; or ("adaptive", out_h, out_w, 0) */
+/* _pool2d_new(kind, kernel, stride, padding, ceil_mode, exclude_pad): kind "max" or "avg"; or
+ * ("adaptive", out_h, out_w, 0, False, False) */
 static PyObject *f_pool2d(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
-    EXPECT("_pool2d_new", 4, "kind, kernel, stride, padding");
+    EXPECT("_pool2d_new", 6, "kind, kernel, stride, padding, ceil_mode, exclude_pad");
     const char *kind = PyUnicode_Check(args[0]) ? PyUnicode_AsUTF8(args[0]) : NULL;
     if (!kind) return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_TypeError, "pool kind must be a str");
     bool adaptive = !strcmp(kind, "adaptive");
     int a, b, c;
+    int ceil_mode = PyObject_IsTrue(args[4]), exclude_pad = PyObject_IsTrue(args[5]);
     if (int_of(args[1], adaptive ? "output_size" : "kernel_size", &a) < 0 ||
-        int_of(args[2], adaptive ? "output_size" : "stride", &b) < 0 || int_of(args[3], "padding", &c) < 0)
+        int_of(args[2], adaptive ? "output_size" : "stride", &b) < 0 || int_of(args[3], "padding", &c) < 0 ||
+        ceil_mode < 0 || exclude_pad < 0)
         return NULL;
     kp_site();
     if (adaptive) return kp_layer_capsule(kiln_adaptive_avg_pool2d_new(a, b));
-    if (!strcmp(kind, "max")) return kp_layer_capsule(kiln_max_pool2d_new(a, b, c));
-    if (!strcmp(kind, "avg")) return kp_layer_capsule(kiln_avg_pool2d_new(a, b, c));
+    kiln_pool2d_options o = {a, a, b, b, c, c, ceil_mode, exclude_pad};
+    if (!strcmp(kind, "max")) return kp_layer_capsule(kiln_max_pool2d_new_opts(o));
+    if (!strcmp(kind, "avg")) return kp_layer_capsule(kiln_avg_pool2d_new_opts(o));
     return PyErr_Format(PyExc_ValueError, "unknown pool kind '%s'", kind);
 }
 

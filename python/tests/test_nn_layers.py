@@ -97,6 +97,86 @@ def test_linear_conv_embedding_pools_against_numpy():
                                xp.mean((2, 3), keepdims=True), rtol=1e-5, atol=1e-6)
 
 
+def np_pool2d(x, k, s, p, ceil_mode, kind, count_include_pad=True):
+    """PyTorch's pooling in float64: output size with ceil_mode less a last window starting in the
+    trailing padding; averages divide by the window within the padded input (or within the input)."""
+    n, c, h, w = x.shape
+
+    def size(d):
+        o = -(-(d + 2 * p - k) // s) if ceil_mode else (d + 2 * p - k) // s
+        o += 1
+        return o - 1 if ceil_mode and (o - 1) * s >= d + p else o
+    oh, ow = size(h), size(w)
+    out = np.zeros((n, c, oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            y0, x0 = i * s - p, j * s - p
+            y1, x1 = min(y0 + k, h + p), min(x0 + k, w + p)
+            div = (y1 - y0) * (x1 - x0)
+            y0, x0, y1, x1 = max(y0, 0), max(x0, 0), min(y1, h), min(x1, w)
+            win = x[:, :, y0:y1, x0:x1]
+            if kind == "max":
+                out[:, :, i, j] = win.max((2, 3))
+            else:
+                out[:, :, i, j] = win.sum((2, 3)) / (div if count_include_pad else (y1 - y0) * (x1 - x0))
+    return out
+
+
+@pytest.mark.parametrize("k, s, p", [(3, 2, 1), (2, 2, 1), (3, 3, 0), (2, 3, 1)])
+def test_pools_ceil_mode_and_count_include_pad(k, s, p):
+    x = arr(2, 3, 7, 8, seed=4)
+    xt = kiln.tensor(x)
+    for ceil_mode in (False, True):
+        np.testing.assert_allclose(nn.MaxPool2d(k, s, p, ceil_mode=ceil_mode)(xt).numpy(),
+                                   np_pool2d(x, k, s, p, ceil_mode, "max"), rtol=1e-12)
+        np.testing.assert_allclose(nn.functional.max_pool2d(xt, k, s, p, 1, ceil_mode).numpy(),
+                                   np_pool2d(x, k, s, p, ceil_mode, "max"), rtol=1e-12)
+        for include in (True, False):
+            want = np_pool2d(x, k, s, p, ceil_mode, "avg", include)
+            layer = nn.AvgPool2d(k, s, p, ceil_mode=ceil_mode, count_include_pad=include)
+            np.testing.assert_allclose(layer(xt).numpy(), want, rtol=1e-12)
+            np.testing.assert_allclose(nn.functional.avg_pool2d(xt, k, s, p, ceil_mode, include).numpy(), want,
+                                       rtol=1e-12)
+    assert "ceil_mode=True" in repr(nn.MaxPool2d(k, s, p, ceil_mode=True))
+    assert "count_include_pad=False" in repr(nn.AvgPool2d(k, s, p, count_include_pad=False))
+
+
+def test_pool_options_kiln_does_not_take():
+    x = kiln.ones(1, 1, 4, 4)
+    with pytest.raises(NotImplementedError, match="dilation"):
+        nn.MaxPool2d(2, dilation=2)
+    with pytest.raises(NotImplementedError, match="return_indices"):
+        nn.MaxPool2d(2, return_indices=True)
+    with pytest.raises(NotImplementedError, match="divisor_override"):
+        nn.AvgPool2d(2, divisor_override=3)
+    with pytest.raises(NotImplementedError, match="dilation"):
+        nn.functional.max_pool2d(x, 2, dilation=2)
+    with pytest.raises(NotImplementedError, match="divisor_override"):
+        nn.functional.avg_pool2d(x, 2, divisor_override=3)
+
+
+@needs_torch
+def test_pools_ceil_mode_as_pytorchs():
+    import torch
+    x = arr(2, 3, 9, 6, seed=5).astype(np.float32)
+    for k, s, p in [(3, 2, 1), (2, 2, 1), (4, 3, 2)]:
+        for ceil_mode in (False, True):
+            tx, kx = torch.tensor(x, requires_grad=True), kiln.tensor(x, requires_grad=True)
+            ty = torch.nn.functional.max_pool2d(tx, k, s, p, ceil_mode=ceil_mode)
+            ky = nn.functional.max_pool2d(kx, k, s, p, ceil_mode=ceil_mode)
+            np.testing.assert_array_equal(ky.numpy(), ty.detach().numpy())
+            for include in (True, False):
+                ta = torch.nn.functional.avg_pool2d(tx, k, s, p, ceil_mode, include)
+                ka = nn.functional.avg_pool2d(kx, k, s, p, ceil_mode, include)
+                np.testing.assert_allclose(ka.numpy(), ta.detach().numpy(), rtol=1e-6, atol=1e-7)
+                (ta.sum() + ty.sum()).backward()
+                (ka.sum() + ky.sum()).backward()
+                np.testing.assert_allclose(kx.grad.numpy(), tx.grad.numpy(), rtol=1e-6, atol=1e-7)
+                tx.grad, kx.grad = None, None
+                ty = torch.nn.functional.max_pool2d(tx, k, s, p, ceil_mode=ceil_mode)
+                ky = nn.functional.max_pool2d(kx, k, s, p, ceil_mode=ceil_mode)
+
+
 def np_batch_norm(x, w, b, eps, axes):
     mean, var = x.mean(axes, keepdims=True), x.var(axes, keepdims=True)
     shape = [1, -1] + [1] * (x.ndim - 2)

@@ -78,7 +78,8 @@ kiln__tensor *kiln__ad_conv_transpose2d(kiln__opctx *c, kiln__tensor *x, kiln__t
 
 static kiln__pool2d_params pool_params_of(const kiln__ad_node *n) {
     return (kiln__pool2d_params){(int)n->pi[0], (int)n->pi[1], (int)n->pi[2], (int)n->pi[3], (int)n->pi[4],
-                                 (int)n->pi[5], n->pi[6] != 0, (int)n->out_shape[2], (int)n->out_shape[3]};
+                                 (int)n->pi[5], n->pi[6] != 0, (int)n->out_shape[2], (int)n->out_shape[3],
+                                 (n->pi[7] & 1) != 0, (n->pi[7] & 2) != 0};
 }
 
 static void store_pool_params(kiln__ad_node *n, const kiln__pool2d_params *p) {
@@ -86,6 +87,7 @@ static void store_pool_params(kiln__ad_node *n, const kiln__pool2d_params *p) {
     const int params[6] = {p->kernel_h, p->kernel_w, p->stride_h, p->stride_w, p->pad_h, p->pad_w};
     for (int i = 0; i < 6; i++) n->pi[i] = params[i];
     n->pi[6] = p->adaptive;
+    n->pi[7] = (p->ceil_mode ? 1 : 0) | (p->exclude_pad ? 2 : 0);
 }
 
 static void max_pool2d_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kiln__tensor **grads) {

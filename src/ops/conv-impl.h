@@ -8,6 +8,8 @@
 #ifndef KILN_OPS_CONV_IMPL_H
 #define KILN_OPS_CONV_IMPL_H
 
+#include "ir/pool_params.h"
+#include "kiln/tensor.h"
 #include "ops/ops-impl.h"
 
 typedef struct {
@@ -15,18 +17,27 @@ typedef struct {
 } kiln__conv2d_params;
 
 /* Max and average pooling over kernel_h x kernel_w windows; adaptive average pooling sets
- * `adaptive` and out_h/out_w, and ignores the window fields. */
+ * `adaptive` and out_h/out_w, and ignores the window fields. ceil_mode and exclude_pad as in
+ * kiln_pool2d_options (tensor.h). */
 typedef struct {
     int kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w;
     bool adaptive;
     int out_h, out_w;
+    bool ceil_mode, exclude_pad;
 } kiln__pool2d_params;
 
 /* A window's params; a stride of 0 means "the kernel size" (PyTorch's stride=None). */
 static inline kiln__pool2d_params kiln__pool2d_window(int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h,
                                                       int pad_w) {
     return (kiln__pool2d_params){kernel_h, kernel_w, stride_h ? stride_h : kernel_h, stride_w ? stride_w : kernel_w,
-                                 pad_h, pad_w, false, 0, 0};
+                                 pad_h, pad_w, false, 0, 0, false, false};
+}
+
+/* The params of the public options (kiln_pool2d_options, tensor.h). */
+static inline kiln__pool2d_params kiln__pool2d_of(kiln_pool2d_options o) {
+    kiln__pool2d_params p = kiln__pool2d_window(o.kernel_h, o.kernel_w, o.stride_h, o.stride_w, o.pad_h, o.pad_w);
+    p.ceil_mode = o.ceil_mode, p.exclude_pad = o.exclude_pad;
+    return p;
 }
 
 /* True when t is a floating-point tensor of ndim dims; otherwise fails c naming `what`. */
@@ -55,7 +66,7 @@ kiln__tensor *kiln__t_max_pool2d(kiln__opctx *c, kiln__tensor *x, const kiln__po
                                  kiln__tensor **indices);
 kiln__tensor *kiln__t_max_pool2d_backward(kiln__opctx *c, kiln__tensor *dy, kiln__tensor *indices, int64_t h,
                                           int64_t w);
-/* Average pooling (count_include_pad, like PyTorch's default) or adaptive average pooling. */
+/* Average pooling (the padding counted in the divisor unless exclude_pad) or adaptive average pooling. */
 kiln__tensor *kiln__t_avg_pool2d(kiln__opctx *c, kiln__tensor *x, const kiln__pool2d_params *p);
 kiln__tensor *kiln__t_avg_pool2d_backward(kiln__opctx *c, kiln__tensor *dy, const kiln__pool2d_params *p, int64_t h,
                                           int64_t w);

@@ -1,13 +1,24 @@
 /* The 2-d pooling tensor ops (max, average, adaptive average) and their gradients.
  *
- * PyTorch's semantics (ceil_mode off): out = (in + 2 * pad - kernel) / stride + 1; padding at
- * most half the kernel; max pooling pads with -inf, average pooling counts the padding in its
- * divisor. A stride of 0 means "the kernel size", PyTorch's default (stride=None). Inputs are
+ * PyTorch's semantics: out = (in + 2 * pad - kernel) / stride + 1, rounded up with ceil_mode
+ * (pooled_size); padding at most half the kernel; max pooling pads with -inf, average pooling
+ * counts the padding in its divisor unless exclude_pad (PyTorch's count_include_pad=False); with
+ * ceil_mode, the part of a last window past the padding is never counted. A stride of 0 means "the kernel size", PyTorch's default (stride=None). Inputs are
  * [N, C, H, W] float tensors with any strides; f16/bf16 are pooled in f32. */
 #include <stdio.h>
 
 #include "kiln/tensor.h"
 #include "ops/conv-impl.h"
+
+/* Windows along one dim of `size` (padded by pad on both sides; the kernel fits, checked): as
+ * PyTorch, ceil_mode rounds the count up, but a last window must start inside the input or its
+ * leading padding, never in the trailing padding alone. */
+static int64_t pooled_size(int64_t size, int kernel, int stride, int pad, bool ceil_mode) {
+    int64_t room = size + 2 * (int64_t)pad - kernel;
+    int64_t n = (ceil_mode ? (room + stride - 1) / stride : room / stride) + 1;
+    if (ceil_mode && (n - 1) * stride >= size + pad) n--;
+    return n;
+}
 
 /* Checks x and the window parameters (stride 0 already replaced); writes the output shape. */
 static bool check_pool(kiln__opctx *c, kiln__tensor *x, const kiln__pool2d_params *p, int64_t *shape) {
@@ -40,8 +51,8 @@ static bool check_pool(kiln__opctx *c, kiln__tensor *x, const kiln__pool2d_param
                    p->kernel_w, sx, p->pad_h, p->pad_w);
         return false;
     }
-    shape[2] = (room_h - p->kernel_h) / p->stride_h + 1;
-    shape[3] = (room_w - p->kernel_w) / p->stride_w + 1;
+    shape[2] = pooled_size(x->shape[2], p->kernel_h, p->stride_h, p->pad_h, p->ceil_mode);
+    shape[3] = pooled_size(x->shape[3], p->kernel_w, p->stride_w, p->pad_w, p->ceil_mode);
     return true;
 }
 
@@ -65,7 +76,8 @@ static kiln__tensor *pool_run(kiln__opctx *c, kiln__opcode code, kiln__tensor *i
         op.n_out = 1;
         if (idx) op.out[op.n_out++] = kiln__view_of(idx);
         op.p.i[0] = p->kernel_h, op.p.i[1] = p->kernel_w, op.p.i[2] = p->stride_h, op.p.i[3] = p->stride_w;
-        op.pi[0] = p->pad_h, op.pi[1] = p->pad_w, op.pi[2] = p->adaptive, op.pi[3] = 0;
+        op.pi[0] = p->pad_h, op.pi[1] = p->pad_w, op.pi[3] = 0;
+        op.pi[2] = p->adaptive ? KILN__POOL_ADAPTIVE : p->exclude_pad ? KILN__POOL_WINDOWS_EXCLUDE_PAD : KILN__POOL_WINDOWS;
         if (!kiln__t_submit(c, &op, dev)) kiln__drop(2, out, idx), out = idx = NULL;
     } else {
         kiln__drop(2, out, idx), out = idx = NULL;
@@ -79,6 +91,10 @@ kiln__tensor *kiln__t_max_pool2d(kiln__opctx *c, kiln__tensor *x, const kiln__po
                                  kiln__tensor **indices) {
     int64_t shape[4];
     if (indices) *indices = NULL;
+    if (p->exclude_pad) {
+        kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "exclude_pad applies to average pooling only");
+        return kiln__drop(1, x), NULL;
+    }
     if (!check_pool(c, x, p, shape)) return kiln__drop(1, x), NULL;
     return pool_run(c, KILN__OP_MAX_POOL2D, x, NULL, shape, p, indices);
 }

@@ -190,30 +190,54 @@ class Conv2d(_CLayer):
         return s + ("" if self.bias is not None else ", bias=False")
 
 
-class MaxPool2d(_CLayer):
-    kind = "max"
+class _Pool2d(_CLayer):
+    kind = None
 
-    def __init__(self, kernel_size, stride=None, padding=0):
-        super().__init__()
+    def _make(self, kernel_size, stride, padding, ceil_mode, exclude_pad):
         name = type(self).__name__
         self.kernel_size = _square(kernel_size, "kernel_size", name)
         self.stride = self.kernel_size if stride is None else _square(stride, "stride", name)
         self.padding = _square(padding, "padding", name)
-        self._adopt(_C._pool2d_new(self.kind, self.kernel_size, self.stride, self.padding))
+        self.ceil_mode = bool(ceil_mode)
+        self._adopt(_C._pool2d_new(self.kind, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                                   bool(exclude_pad)))
 
     def extra_repr(self):
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+                + (", ceil_mode=True" if self.ceil_mode else ""))
 
 
-class AvgPool2d(MaxPool2d):
+class MaxPool2d(_Pool2d):
+    kind = "max"
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False, ceil_mode=False):
+        super().__init__()
+        if dilation not in (1, (1, 1)) or return_indices:
+            raise kiln.UnsupportedError(f"MaxPool2d at {_caller()}: kiln's pools take no "
+                                        + ("return_indices" if return_indices else f"dilation {dilation!r}"))
+        self._make(kernel_size, stride, padding, ceil_mode, False)
+
+
+class AvgPool2d(_Pool2d):
     kind = "avg"
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+                 divisor_override=None):
+        super().__init__()
+        if divisor_override is not None:
+            raise kiln.UnsupportedError(f"AvgPool2d at {_caller()}: kiln's pools take no divisor_override")
+        self.count_include_pad = bool(count_include_pad)
+        self._make(kernel_size, stride, padding, ceil_mode, not self.count_include_pad)
+
+    def extra_repr(self):
+        return super().extra_repr() + ("" if self.count_include_pad else ", count_include_pad=False")
 
 
 class AdaptiveAvgPool2d(_CLayer):
     def __init__(self, output_size):
         super().__init__()
         self.output_size = output_size
-        self._adopt(_C._pool2d_new("adaptive", *_pair(output_size, "output_size"), 0))
+        self._adopt(_C._pool2d_new("adaptive", *_pair(output_size, "output_size"), 0, False, False))
 
     def extra_repr(self):
         return f"output_size={self.output_size}"

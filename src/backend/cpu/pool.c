@@ -7,17 +7,18 @@
  * Semantics follow PyTorch: max pooling treats padding as -inf, takes the first maximum of a
  * window (a NaN wins and propagates), and records its index into the plane's flattened
  * H * W; average pooling divides by the window's size in the padded input
- * (count_include_pad); adaptive windows of output i span [floor(i*H/OH), ceil((i+1)*H/OH)). */
+ * (count_include_pad), or by its count of input elements (exclude_pad); adaptive windows of output i span [floor(i*H/OH), ceil((i+1)*H/OH)). */
 #include <math.h>
 #include <string.h>
 
 #include "backend/cpu/cpu-impl.h"
 #include "backend/cpu/pool_avx2.h"
+#include "ir/pool_params.h"
 
 typedef struct {
     int64_t c, h, w, oh, ow;
     int64_t kh, kw, sh, sw, ph, pw;
-    bool adaptive, backward;
+    bool adaptive, exclude_pad, backward;
     const char *in; /* x (forward) or dy (backward) */
     int64_t is[4];  /* its strides, elements */
     const int64_t *idx_in; /* max backward: indices, strides ks */
@@ -38,9 +39,9 @@ static inline void window(const pool_job *j, int64_t i, int64_t k, int64_t s, in
     }
     int64_t start = i * s - p, end = start + k;
     if (end > size + p) end = size + p;
-    *div = end - start;
     *lo = start > 0 ? start : 0;
     *hi = end < size ? end : size;
+    *div = j->exclude_pad ? *hi - *lo : end - start;
 }
 
 static inline const char *plane_of(const char *base, const int64_t *st, int64_t c, int64_t plane, size_t es) {
@@ -176,7 +177,8 @@ static pool_job job_of(const kiln__op *op, const kiln__view *x, const kiln__view
     pool_job j = {
         .c = x->shape[1], .h = x->shape[2], .w = x->shape[3], .oh = y->shape[2], .ow = y->shape[3],
         .kh = op->p.i[0], .kw = op->p.i[1], .sh = op->p.i[2], .sw = op->p.i[3], .ph = op->pi[0], .pw = op->pi[1],
-        .adaptive = op->pi[2] != 0,
+        .adaptive = op->pi[2] == KILN__POOL_ADAPTIVE,
+        .exclude_pad = op->pi[2] == KILN__POOL_WINDOWS_EXCLUDE_PAD,
         .in = kiln__view_ptr(in),
         .out = kiln__view_ptr(&op->out[0]),
     };

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "backend/backend-impl.h"
+#include "ir/pool_params.h"
 
 #if KILN_HAVE_OPENCL
 #include "backend/opencl/opencl-impl.h"
@@ -146,10 +147,10 @@ static const char *const col2im_t_body =
 
 /* The pooling window of output i along one dim (pool.c's window()). */
 static const char *const pool_window =
-    "void window(int adaptive, long i, long k, long s, long p, long size, long n_out, long *lo, long *hi, long *div) {\n"
-    "  if (adaptive) { *lo = i * size / n_out; *hi = ((i + 1) * size + n_out - 1) / n_out; *div = *hi - *lo; return; }\n"
+    "void window(int mode, long i, long k, long s, long p, long size, long n_out, long *lo, long *hi, long *div) {\n"
+    "  if (mode == 1) { *lo = i * size / n_out; *hi = ((i + 1) * size + n_out - 1) / n_out; *div = *hi - *lo; return; }\n"
     "  long start = i * s - p, end = start + k; if (end > size + p) end = size + p;\n"
-    "  *div = end - start; *lo = start > 0 ? start : 0; *hi = end < size ? end : size;\n}\n";
+    "  *lo = start > 0 ? start : 0; *hi = end < size ? end : size; *div = mode == 2 ? *hi - *lo : end - start;\n}\n";
 
 /* Pooling: in (x or dy) strided (xs, at xo); out dense (at ao); indices strided (ys, at yo) */
 static const char *const pool_body[4] = {
@@ -485,7 +486,7 @@ static kiln_status kernel_pool(const kiln__op *op) {
         strides4(g, G_YS0, &op->in[1]);
         g[G_YO] = op->in[1].offset;
     }
-    if (which != 1) ints[n_ints++] = op->pi[2] != 0; /* adaptive */
+    if (which != 1) ints[n_ints++] = (cl_int)op->pi[2]; /* the window mode (ir/pool_params.h) */
     g[G_TOTAL] = backward ? g[G_N] * g[G_C] : kiln__view_numel(&op->out[0]);
     return launch(d, op, pool_window, pool_body[which], g, (size_t)g[G_TOTAL], bufs, n_bufs, ints, n_ints);
 }
