@@ -42,6 +42,11 @@ static void bf16_to_f32(void *ctx, int64_t n, char **p, const int64_t *st) {
     }
 }
 
+void kiln__cpu_store_bf16(int64_t n, const float *src, int64_t src_stride, uint16_t *dst, int64_t dst_stride) {
+    int64_t st[2] = {dst_stride * 2, src_stride * 4};
+    f32_to_bf16(NULL, n, (char *[]){(char *)dst, (char *)src}, st);
+}
+
 kiln__loop_fn kiln__cpu_convert_lowp_loop(kiln_dtype src, kiln_dtype dst) {
     if (src == KILN_F32 && dst == KILN_BF16) return f32_to_bf16;
     if (src == KILN_BF16 && dst == KILN_F32) return bf16_to_f32;
