@@ -1,5 +1,6 @@
 /* Autocast (include/kiln/autocast.h): the op list pinned entry by entry; the dtypes listed ops
- * run in inside a bf16 scope (products bf16, losses f32, unlisted ops their inputs' dtype,
+ * run in inside a bf16 scope (products bf16, but a conv2d of under 8 input channels per group
+ * f32; losses f32, unlisted ops their inputs' dtype,
  * f64 and integer inputs untouched), nesting and KILN_F32 turning it off; gradients of f32
  * parameters through an MLP trained under autocast come back f32 and match the f32 ones within
  * bf16 tolerance; a module set to autocast (kiln_module_set_autocast); bad scopes give errors
@@ -71,8 +72,15 @@ KT_TEST(listed_ops_run_in_their_dtype) {
              KILN_BF16);
     KT_CHECK(dtype_of(kiln_addmm(rnd(KILN_F32, KILN_SHAPE(5), 6), kiln_ref(x), rnd(KILN_F32, KILN_SHAPE(8, 5), 7), 1,
                                  1)) == KILN_BF16);
-    KT_CHECK(dtype_of(kiln_conv2d(rnd(KILN_F32, KILN_SHAPE(1, 2, 5, 5), 8), rnd(KILN_F32, KILN_SHAPE(3, 2, 3, 3), 9),
+    KT_CHECK(dtype_of(kiln_conv2d(rnd(KILN_F32, KILN_SHAPE(1, 8, 5, 5), 8), rnd(KILN_F32, KILN_SHAPE(3, 8, 3, 3), 9),
                                   KILN_NONE, 1, 1, 0, 0, 1, 1, 1)) == KILN_BF16);
+    /* the exception: fewer than 8 input channels per group stays f32 (an image's first conv) */
+    KT_CHECK(dtype_of(kiln_conv2d(rnd(KILN_F32, KILN_SHAPE(1, 7, 5, 5), 8), rnd(KILN_F32, KILN_SHAPE(3, 7, 3, 3), 9),
+                                  KILN_NONE, 1, 1, 0, 0, 1, 1, 1)) == KILN_F32);
+    KT_CHECK(dtype_of(kiln_conv2d(rnd(KILN_F32, KILN_SHAPE(1, 16, 5, 5), 8), rnd(KILN_F32, KILN_SHAPE(4, 4, 3, 3), 9),
+                                  KILN_NONE, 1, 1, 0, 0, 1, 1, 4)) == KILN_F32); /* 4 per group */
+    KT_CHECK(dtype_of(kiln_conv2d(kiln_cast(rnd(KILN_F32, KILN_SHAPE(1, 2, 5, 5), 8), KILN_BF16),
+                                  rnd(KILN_F32, KILN_SHAPE(3, 2, 3, 3), 9), KILN_NONE, 1, 1, 0, 0, 1, 1, 1)) == KILN_BF16);
     kiln_tensor q = rnd(KILN_F32, KILN_SHAPE(2, 5, 8), 10);
     KT_CHECK(dtype_of(kiln_scaled_dot_product_attention(kiln_ref(q), kiln_ref(q), kiln_ref(q), KILN_NONE, false, 0)) ==
              KILN_BF16);

@@ -5,9 +5,13 @@
  * (bit for bit: the same kernel on the same bf16 operands), in the default asynchronous mode
  * with nothing waited on between the write and the next use (ctest runs it with KILN_SYNC=1
  * too); gradients through a kept copy equal those through a fresh cast; and the copies go with
- * their parameters (the leak check). */
+ * their parameters (the leak check). An SGD step rewrites the copy as it updates the parameter:
+ * after every step the copy holds exactly a fresh cast's bits; a copy something else still
+ * holds, or another optimizer's step, leaves it to be made again. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <dlpack/dlpack.h>
@@ -16,6 +20,7 @@
 #include "kiln/dlpack.h"
 #include "kiln_test.h"
 #include "api/autocast-impl.h"
+#include "core/core-impl.h"
 
 static kiln_tensor rnd(kiln_shape s, uint64_t seed) { return kiln_randn(KILN_CPU, KILN_F32, s, seed); }
 
@@ -62,14 +67,106 @@ KT_TEST(a_kept_copy_is_reused_until_an_optimizer_step) {
     kiln_grads_free(g);
     int64_t h1 = kiln__autocast_cache_hits();
     kiln_tensor y3 = autocast_linear(x, w, b);
-    KT_CHECK(kiln__autocast_cache_hits() == h1); /* both copies stale: made again */
+    KT_CHECK(kiln__autocast_cache_hits() == h1 + 2); /* both copies rewritten by the step */
     kiln_tensor y4 = autocast_linear(x, w, b);
-    KT_CHECK(kiln__autocast_cache_hits() == h1 + 2);
+    KT_CHECK(kiln__autocast_cache_hits() == h1 + 4);
     KT_CHECK(max_diff(kiln_ref(y3), fresh_linear(x, w, b)) == 0);
     KT_CHECK(max_diff(y4, fresh_linear(x, w, b)) == 0);
     KT_CHECK(max_diff(y3, y1) > 0.01f); /* the step did change them: a stale copy would show */
     kiln_optimizer_free(opt);
     kiln_release(w), kiln_release(b), kiln_release(x);
+    KT_MEM_CHECK();
+}
+
+/* Whether w's kept bf16 copy is current and holds exactly the bits of a fresh cast of w (waits). */
+static bool copy_is_fresh_cast(kiln_tensor w) {
+    KT_CHECK_MSG(kiln_sync() == KILN_OK, "%s", kiln_last_error());
+    kiln__error *err = NULL;
+    kiln__tensor *t = kiln__handle_peek(w, "copy_is_fresh_cast", &err);
+    kiln__error_unref(err);
+    kiln__storage *s = t ? t->storage : NULL, *copy = s ? atomic_load(&s->cast_copy) : NULL;
+    if (!copy || s->cast_version != kiln__storage_last_write(s)) return false;
+    size_t bytes = (size_t)kiln_tensor_numel(w) * 2;
+    uint16_t *fresh = malloc(bytes);
+    bool same = fresh && kiln_into_data(kiln_cast(kiln_detach(kiln_ref(w)), KILN_BF16), fresh, bytes) == KILN_OK &&
+                copy->nbytes == bytes && memcmp(fresh, copy->data, bytes) == 0;
+    free(fresh);
+    return same;
+}
+
+/* steps of opt on (w, b) under autocast, nothing waited on between them; after each, both copies
+ * are the fresh casts' bits and the next forward pass takes them from the cache. */
+static void steps_keep_the_copies(kiln_optimizer *opt, kiln_tensor w, kiln_tensor b, kiln_tensor x, int steps,
+                                  bool rewritten) {
+    for (int s = 0; s < steps; s++) {
+        int64_t h0 = kiln__autocast_cache_hits();
+        kiln_tensor y = autocast_linear(x, w, b);
+        if (s > 0) KT_CHECK_MSG(kiln__autocast_cache_hits() == h0 + (rewritten ? 2 : 0), "step %d", s);
+        kiln_grads *g = NULL;
+        KT_CHECK_MSG(kiln_backward(kiln_sum(kiln_mul(kiln_ref(y), y)), &g) == KILN_OK, "%s", kiln_last_error());
+        KT_CHECK(kiln_optimizer_step(opt, g) == KILN_OK);
+        kiln_grads_free(g);
+    }
+    KT_CHECK(copy_is_fresh_cast(w) == rewritten && copy_is_fresh_cast(b) == rewritten);
+    KT_CHECK(max_diff(autocast_linear(x, w, b), fresh_linear(x, w, b)) == 0);
+}
+
+KT_TEST(sgd_steps_rewrite_the_copy_bit_for_bit) {
+    kt_mem_begin();
+    kiln_tensor x = rnd(KILN_SHAPE(16, 300), 20);
+    for (int kind = 0; kind < 2; kind++) {
+        /* 300 x 300: past one block of the kernel, and past one task of the pool */
+        kiln_tensor w = kiln_leaf(kiln_mul_scalar(rnd(KILN_SHAPE(300, 300), 21 + kind), 0.05));
+        kiln_tensor b = kiln_leaf(kiln_mul_scalar(rnd(KILN_SHAPE(300), 31 + kind), 0.05));
+        kiln_sgd_options o = {.lr = 0.01};
+        if (kind == 1) o = (kiln_sgd_options){.lr = 0.01, .momentum = 0.9, .weight_decay = 0.1, .nesterov = true};
+        kiln_optimizer *opt = kiln_sgd_new_params(2, (kiln_tensor[]){w, b}, o);
+        steps_keep_the_copies(opt, w, b, x, 4, true);
+        kiln_optimizer_free(opt);
+        kiln_release(w), kiln_release(b);
+    }
+    kiln_release(x);
+    KT_MEM_CHECK();
+}
+
+KT_TEST(a_copy_held_elsewhere_or_another_optimizer_leaves_it_to_be_made_again) {
+    kt_mem_begin();
+    kiln_tensor w = kiln_leaf(kiln_mul_scalar(rnd(KILN_SHAPE(24, 40), 40), 0.2));
+    kiln_tensor b = kiln_leaf(kiln_mul_scalar(rnd(KILN_SHAPE(24), 41), 0.2));
+    kiln_tensor x = rnd(KILN_SHAPE(16, 40), 42);
+    /* Adam's and RMSprop's updates do not write copies: the next cast makes them again */
+    kiln_optimizer *adam = kiln_adam_new_params(2, (kiln_tensor[]){w, b}, (kiln_adam_options){.lr = 0.01});
+    steps_keep_the_copies(adam, w, b, x, 3, false);
+    kiln_optimizer_free(adam);
+    kiln_optimizer *rms = kiln_rmsprop_new_params(2, (kiln_tensor[]){w, b}, (kiln_rmsprop_options){.lr = 0.01});
+    steps_keep_the_copies(rms, w, b, x, 3, false);
+    kiln_optimizer_free(rms);
+    /* a graph whose x wants a gradient keeps w's bf16 copy (dx reads it): the step must not
+     * rewrite what that graph will read */
+    kiln_optimizer *sgd = kiln_sgd_new_params(2, (kiln_tensor[]){w, b}, (kiln_sgd_options){.lr = 0.5});
+    kiln_tensor xl = kiln_leaf(kiln_ref(x));
+    kiln_autocast_begin(KILN_BF16);
+    kiln_tensor held = kiln_linear(kiln_ref(xl), kiln_ref(w), kiln_ref(b));
+    kiln_autocast_end();
+    /* d sum(x w^T)/dx: w's column sums, of its bf16 values at the forward pass */
+    kiln_tensor want = kiln_expand(kiln_sum_dims(kiln_cast(kiln_cast(kiln_detach(kiln_ref(w)), KILN_BF16), KILN_F32),
+                                                 KILN_DIMS(0), true),
+                                   KILN_SHAPE(16, 40));
+    kiln_grads *g = NULL;
+    KT_CHECK(kiln_backward(kiln_sum(kiln_cast(autocast_linear(x, w, b), KILN_F32)), &g) == KILN_OK);
+    KT_CHECK(kiln_optimizer_step(sgd, g) == KILN_OK);
+    kiln_grads_free(g);
+    KT_CHECK(!copy_is_fresh_cast(w)); /* held: left, to be made again */
+    KT_CHECK(copy_is_fresh_cast(b));  /* (b's copy is not saved by that graph) */
+    KT_CHECK(max_diff(autocast_linear(x, w, b), fresh_linear(x, w, b)) == 0);
+    /* the held graph's gradient still reads the weights of its forward pass */
+    g = NULL;
+    KT_CHECK(kiln_backward(kiln_sum(kiln_cast(held, KILN_F32)), &g) == KILN_OK);
+    kiln_tensor gx = kiln_grad(g, xl);
+    kiln_grads_free(g);
+    KT_CHECK(max_diff(gx, want) < 1e-4f); /* (a step of lr 0.5 moved w's entries by ~1: a rewrite would show) */
+    kiln_optimizer_free(sgd);
+    kiln_release(w), kiln_release(b), kiln_release(x), kiln_release(xl);
     KT_MEM_CHECK();
 }
 
@@ -188,6 +285,8 @@ KT_TEST(only_parameters_are_kept) {
 int main(void) {
     KT_RUN(a_kept_copy_is_reused_until_an_optimizer_step);
     KT_RUN(gradients_through_a_kept_copy_are_the_fresh_casts);
+    KT_RUN(sgd_steps_rewrite_the_copy_bit_for_bit);
+    KT_RUN(a_copy_held_elsewhere_or_another_optimizer_leaves_it_to_be_made_again);
     KT_RUN(a_checkpoint_loaded_into_the_parameters);
     KT_RUN(user_memory_is_never_cached);
     KT_RUN(a_buffer_handed_out_through_dlpack_is_never_cached);

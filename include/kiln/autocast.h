@@ -5,6 +5,8 @@
  * whose CPU kernels multiply bf16 into f32 sums; the ops that need f32's range (losses,
  * transposed convolution) to f32. Other ops run in the dtype their inputs have (a bf16
  * product's output flows on as bf16; elementwise ops and reductions compute in f32 inside).
+ * One exception: a conv2d whose f32 input has fewer than 8 channels per group (a first conv
+ * over images) stays f32, which kiln computes faster than bf16 for such short products.
  * The casts are ordinary tracked kiln_cast ops, so gradients flow back through them to f32
  * parameters in f32: an optimizer keeps updating f32 master weights.
  *

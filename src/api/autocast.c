@@ -11,7 +11,14 @@
  *
  * Each listed op's public wrapper calls kiln__autocast_arg on its float inputs with its own
  * name, so an op composed of others (attention of matmuls, bmm of matmul) is cast by its own
- * rule and its inner ops by theirs. */
+ * rule and its inner ops by theirs.
+ *
+ * One exception to the list, kiln's own: a conv with an f32 input of fewer than 8 channels per
+ * group (an image network's first conv) stays f32. Its products are short (K = C kh kw under
+ * 72), so bf16 saves nothing there, and kiln's bf16 conv widens such a conv back to f32 anyway
+ * (oneDNN takes convs from 8 channels: backend/cpu/conv_dnnl.c); in bf16 it cost the
+ * Fashion-MNIST CNN's step the casts of its largest activation (conv1's output, 128 x 32 x 28 x
+ * 28), its relu and pooling off their f32 kernels, and conv1 itself 1.5-2.3x its f32 time. */
 #include "api/autocast-impl.h"
 
 #include <string.h>
@@ -80,6 +87,16 @@ kiln_autocast_rule kiln_autocast_rule_of(const char *op_name) {
     for (int i = 0; op_name && i < N_OPS; i++)
         if (strcmp(op_list[i].op, op_name) == 0) return op_list[i].rule;
     return KILN_AUTOCAST_NONE;
+}
+
+#define CONV_LOWER_MIN_CHANNELS 8
+
+bool kiln__autocast_conv_stays_f32(kiln_tensor x, int groups) {
+    if (!depth || scopes[depth - 1] == KILN_F32 || groups < 1) return false;
+    kiln__error *err = NULL;
+    const kiln__tensor *t = kiln__handle_peek(x, "kiln_conv2d", &err);
+    kiln__error_unref(err);
+    return t && !t->err && t->dtype == KILN_F32 && t->ndim == 4 && t->shape[1] / groups < CONV_LOWER_MIN_CHANNELS;
 }
 
 kiln_tensor kiln__autocast_arg(const char *op, kiln_tensor t) {

@@ -12,7 +12,9 @@
  * What is cached is what PyTorch caches: f32 leaves that require gradients (parameters), dense
  * and alone in their buffer, in kiln's own memory (not borrowed or mapped, never exported
  * through DLPack, whose consumer may write behind the engine). Each use is a new tracked cast
- * (its gradient reaches the parameter as the cast's would) over the kept values.
+ * (its gradient reaches the parameter as the cast's would) over the kept values. An SGD step
+ * rewrites the copy as it updates the parameter (kiln__autocast_copy_for_update,
+ * below), so a training loop casts each weight once, not once per step.
  * KILN_AUTOCAST_CACHE=0 turns it off (every cast made again, as before). */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -107,3 +109,41 @@ kiln_tensor kiln__autocast_cast(kiln_tensor t, kiln_dtype dtype) {
 }
 
 int64_t kiln__autocast_cache_hits(void) { return atomic_load_explicit(&hits, memory_order_relaxed); }
+
+/* ---- the optimizer's rewrite of the copy ----
+ * Why: after each optimizer step the next forward pass cast every weight again (a pass reading
+ * 4 and writing 2 bytes per element, 12 of them per MLP step) right after the update had the
+ * new weights in its registers. The update now rounds them into the copy as it stores them. In
+ * place, and only while the cache is the copy's one owner (as kiln's in-place rule asks): a
+ * tensor still holding the copy keeps its values; queued readers of it run before the rewrite
+ * (the engine's write-after-read order). An update that is skipped (a poisoned gradient) keeps
+ * both the parameter and the copy as they were, so they stay in step. */
+#define NO_VERSION UINT64_MAX /* a stamp no storage has: the copy is not s's cast now */
+
+kiln__tensor *kiln__autocast_copy_for_update(kiln__tensor *p) {
+    kiln__storage *s = p && cache_on() && kiln_device_kind(p->device) == KILN_KIND_CPU ? cacheable(p) : NULL;
+    if (!s) return NULL;
+    pthread_mutex_lock(&lock);
+    kiln__storage *copy = atomic_load_explicit(&s->cast_copy, memory_order_relaxed);
+    bool ok = copy && s->cast_dtype == KILN_BF16 && s->cast_version == kiln__storage_last_write(s) &&
+              atomic_load_explicit(&copy->owners, memory_order_acquire) == 1 && !atomic_load(&copy->err);
+    if (ok) {
+        kiln__storage_retain(copy);
+        s->cast_version = NO_VERSION;
+    }
+    pthread_mutex_unlock(&lock);
+    if (!ok) return NULL;
+    kiln__tensor *t = kiln__tensor_wrap(copy, KILN_BF16, p->ndim, p->shape, p->strides, 0);
+    kiln__storage_release(copy); /* (t holds its own) */
+    return t;
+}
+
+void kiln__autocast_copy_updated(kiln__tensor *p, kiln__tensor *copy, bool queued) {
+    if (!copy) return;
+    kiln__storage *s = p->storage;
+    pthread_mutex_lock(&lock);
+    if (queued && atomic_load_explicit(&s->cast_copy, memory_order_relaxed) == copy->storage)
+        s->cast_version = kiln__storage_last_write(s);
+    pthread_mutex_unlock(&lock);
+    kiln__tensor_release(copy);
+}

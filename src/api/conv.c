@@ -7,9 +7,11 @@
 kiln_tensor kiln_conv2d(kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride_h, int stride_w, int pad_h,
                         int pad_w, int dilation_h, int dilation_w, int groups) {
     KILN__OP_BEGIN("kiln_conv2d");
-    x = kiln__autocast_arg("kiln_conv2d", x);
-    w = kiln__autocast_arg("kiln_conv2d", w);
-    bias = kiln__autocast_arg("kiln_conv2d", bias);
+    if (!kiln__autocast_conv_stays_f32(x, groups)) {
+        x = kiln__autocast_arg("kiln_conv2d", x);
+        w = kiln__autocast_arg("kiln_conv2d", w);
+        bias = kiln__autocast_arg("kiln_conv2d", bias);
+    }
     kiln__tensor *in[3] = {NULL, NULL, NULL};
     in[0] = kiln__arg(&c, x); /* in order: the first stale handle is the one reported */
     in[1] = kiln__arg(&c, w);

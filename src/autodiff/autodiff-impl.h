@@ -241,6 +241,12 @@ kiln__tensor *kiln__ad_cast(kiln__opctx *c, kiln__tensor *x, kiln_dtype dtype);
 /* kiln__ad_cast of x whose value is already made: cast (x's values in another dtype, as the
  * cast op would write them) becomes the tracked result. Consumes x and cast. */
 kiln__tensor *kiln__ad_cast_reuse(kiln__opctx *c, kiln__tensor *x, kiln__tensor *cast);
+bool kiln__ad_node_is_cast(const kiln__ad_node *n);
+/* The dtype input i's gradient ends in: the slot's own, or, where the input is a cast of a
+ * wider float tensor (autocast's bf16 copy of an f32 weight) with no hook on it, that tensor's
+ * dtype. A rule may compute the gradient there directly (f32 sums of bf16 products kept f32:
+ * no bf16 rounding, no cast back); the walker then hands it through the cast unnarrowed. */
+kiln_dtype kiln__ad_grad_dtype(const kiln__ad_node *n, int i);
 /* masked_fill and tril/triu (rules_mask.c): only x has a gradient. */
 kiln__tensor *kiln__ad_masked_fill(kiln__opctx *c, kiln__tensor *x, kiln__tensor *mask, double value);
 kiln__tensor *kiln__ad_tri(kiln__opctx *c, kiln__tensor *x, int64_t diagonal, bool upper);

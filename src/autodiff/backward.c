@@ -164,10 +164,21 @@ static void deliver_to_leaf(kiln__opctx *c, kiln_grads *gs, kiln__ad_leaf *leaf,
         for (int i = 0; i < nh; i++) hv[i].leaf_final(hv[i].ctx, gs, leaf);
 }
 
-/* Shapes and dtype of a gradient brought back to those of the input it is for. */
-static kiln__tensor *fit_to_slot(kiln__opctx *c, const kiln__ad_slot *s, kiln__tensor *g) {
+kiln_dtype kiln__ad_grad_dtype(const kiln__ad_node *n, int i) {
+    const kiln__ad_slot *s = &n->slots[i];
+    const kiln__ad_node *p = s->node;
+    if (!kiln__ad_node_is_cast(p) || p->hooks || p->n_slots != 1) return s->dtype;
+    kiln_dtype from = p->slots[0].dtype;
+    return kiln__dtype_is_float(from) && kiln__elsize(from) > kiln__elsize(s->dtype) ? from : s->dtype;
+}
+
+/* Shapes and dtype of gradient i of n brought back to those of the input it is for (a wider
+ * one kept where kiln__ad_grad_dtype allows). */
+static kiln__tensor *fit_to_slot(kiln__opctx *c, const kiln__ad_node *n, int i, kiln__tensor *g) {
+    const kiln__ad_slot *s = &n->slots[i];
     g = kiln__ad_sum_to(c, g, s->ndim, s->shape);
-    return g ? kiln__t_cast(c, g, s->dtype) : NULL;
+    if (!g || (g->dtype != s->dtype && g->dtype == kiln__ad_grad_dtype(n, i))) return g;
+    return kiln__t_cast(c, g, s->dtype);
 }
 
 /* Drops what the node holds for backward; the node itself lives while tensors point to it. */
@@ -337,7 +348,7 @@ static kiln_status run_backward(kiln__opctx *c, kiln__tensor *root, kiln__tensor
                 kiln__tensor_release(gi);
                 continue;
             }
-            gi = fit_to_slot(c, s, gi);
+            gi = fit_to_slot(c, n, i, gi);
             if (!gi) continue;
             int k;
             if (s->leaf) {

@@ -423,6 +423,8 @@ static kiln__tensor *cast_recompute(kiln__opctx *c, const kiln__ad_node *n) {
 
 static const kiln__ad_rule cast_rule = {"cast", cast_backward, cast_recompute, cast_plan};
 
+bool kiln__ad_node_is_cast(const kiln__ad_node *n) { return n && n->rule == &cast_rule; }
+
 kiln__tensor *kiln__ad_cast(kiln__opctx *c, kiln__tensor *x, kiln_dtype dtype) {
     if (!kiln__dtype_is_float(dtype)) return kiln__t_cast(c, x, dtype); /* integers carry no gradient */
     kiln__ad_node *n = kiln__ad_node_new(c, &cast_rule, 1, &x);

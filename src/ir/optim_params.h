@@ -67,6 +67,9 @@ enum {
     KILN__OPTIM_FLAG_NESTEROV = 2,
     KILN__OPTIM_FLAG_DECOUPLED = 4,
     KILN__OPTIM_FLAG_CENTERED = 8,
+    /* SGD_UPDATE on f32: the op's last output is the parameter's bf16 copy (autocast's cast
+     * cache), rewritten as the parameter is, in the same pass. The CPU's kernel reads it. */
+    KILN__OPTIM_FLAG_BF16_COPY = 16,
 };
 
 static inline int64_t kiln__optim_f64_bits(double v) {

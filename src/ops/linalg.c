@@ -56,8 +56,9 @@ static kiln__view matrix_view(const kiln__tensor *t, int nb, const int64_t *batc
 }
 
 /* a @ b (+ bias broadcast to the product's shape). Consumes a, b and bias (which may be NULL
- * when there is none). */
-static kiln__tensor *matmul_impl(kiln__opctx *c, kiln__tensor *a, kiln__tensor *b, kiln__tensor *bias, bool has_bias) {
+ * when there is none). wide: bf16/f16 operands' f32 sums are kept in f32, not rounded. */
+static kiln__tensor *matmul_impl(kiln__opctx *c, kiln__tensor *a, kiln__tensor *b, kiln__tensor *bias, bool has_bias,
+                                 bool wide) {
     if (!has_bias) kiln__builtin_patterns_ensure(); /* before an attention's first product is queued */
     if (!kiln__ok(c, a) || !kiln__ok(c, b) || (has_bias && !kiln__ok(c, bias))) return kiln__drop(3, a, b, bias), NULL;
     if (!kiln__same_device(c, a, b) || (has_bias && !kiln__same_device(c, a, bias))) return kiln__drop(3, a, b, bias), NULL;
@@ -102,7 +103,7 @@ static kiln__tensor *matmul_impl(kiln__opctx *c, kiln__tensor *a, kiln__tensor *
     if (!a || !b || (has_bias && !bias)) return kiln__drop(3, a, b, bias), NULL;
 
     /* without a bias, a low-precision product is rounded into its dtype by the kernel itself */
-    kiln__tensor *out = kiln__t_empty(c, dev, operand_dt != kd && !has_bias ? rd : kd, nb + 2, shape);
+    kiln__tensor *out = kiln__t_empty(c, dev, operand_dt != kd && !has_bias && !wide ? rd : kd, nb + 2, shape);
     if (out) {
         kiln__op op;
         kiln__op_init(&op, KILN__OP_MATMUL, c->name);
@@ -122,12 +123,16 @@ static kiln__tensor *matmul_impl(kiln__opctx *c, kiln__tensor *a, kiln__tensor *
     if (b->ndim > 1) final_shape[nf++] = n;
     kiln__drop(3, a, b, bias);
     if (out && nf != nb + 2) out = kiln__t_reshape(c, out, nf, final_shape);
-    if (out && out->dtype != rd) out = kiln__t_cast(c, out, rd);
+    if (out && out->dtype != rd && !wide) out = kiln__t_cast(c, out, rd);
     return out;
 }
 
 kiln__tensor *kiln__t_matmul(kiln__opctx *c, kiln__tensor *a, kiln__tensor *b) {
-    return matmul_impl(c, a, b, NULL, false);
+    return matmul_impl(c, a, b, NULL, false, false);
+}
+
+kiln__tensor *kiln__t_matmul_wide(kiln__opctx *c, kiln__tensor *a, kiln__tensor *b) {
+    return matmul_impl(c, a, b, NULL, false, true);
 }
 
 /* x [..., in] @ w[out, in]^T + bias[out]: x's leading dims are flattened into the rows of one
@@ -152,7 +157,7 @@ kiln__tensor *kiln__t_linear(kiln__opctx *c, kiln__tensor *x, kiln__tensor *w, k
     x = kiln__t_reshape(c, x, 2, (int64_t[]){rows, in_f});
     w = kiln__t_transpose(c, w, 0, 1);
     if (!x || !w) return kiln__drop(3, x, w, bias), NULL;
-    kiln__tensor *out = matmul_impl(c, x, w, bias, has_bias);
+    kiln__tensor *out = matmul_impl(c, x, w, bias, has_bias, false);
     if (out && nl != 1) out = kiln__t_reshape(c, out, nl + 1, lead);
     return out;
 }

@@ -183,6 +183,9 @@ bool kiln__dims_mask(kiln__opctx *c, kiln_dims dims, int ndim, uint32_t *mask);
 kiln__tensor *kiln__t_reduce(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, uint32_t dim_mask, bool keepdim,
                              int64_t param);
 kiln__tensor *kiln__t_matmul(kiln__opctx *c, kiln__tensor *a, kiln__tensor *b);
+/* kiln__t_matmul whose bf16/f16 operands' f32 sums stay f32 (the product's compute dtype, not
+ * rounded to the operands'): autocast's weight gradients, which go on to an f32 parameter. */
+kiln__tensor *kiln__t_matmul_wide(kiln__opctx *c, kiln__tensor *a, kiln__tensor *b);
 
 /* The rest of the differentiable ops, for the autodiff rules (consume their tensors). */
 kiln__tensor *kiln__t_std(kiln__opctx *c, kiln__tensor *x, uint32_t dim_mask, bool keepdim, int64_t correction);

@@ -19,9 +19,12 @@
 
 /* Whether dev has a kernel for code, so a later submit of it cannot fail. */
 bool kiln__t_has_kernel(kiln_device dev, kiln__opcode code);
-/* momentum: the buffer, or NULL when momentum is 0. False + error if the op cannot be queued. */
+/* momentum: the buffer, or NULL when momentum is 0. bf16_copy: NULL, or a bf16 tensor of an f32
+ * param's shape on the CPU that the update rewrites as the updated param rounded to bf16
+ * (KILN__OPTIM_FLAG_BF16_COPY; SGD only: Adam's three outputs fill an op record's).
+ * False + error if the op cannot be queued. */
 bool kiln__t_sgd_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *momentum, const kiln__tensor *grad,
-                        const kiln__sgd_update *u);
+                        const kiln__sgd_update *u, kiln__tensor *bf16_copy);
 bool kiln__t_adam_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *exp_avg, kiln__tensor *exp_avg_sq,
                          const kiln__tensor *grad, const kiln__adam_update *u);
 /* grad_avg = lerp(grad_avg, grad + wd * param, 1 - alpha) (grad_avg read as 0 when first). */

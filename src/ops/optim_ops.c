@@ -18,7 +18,7 @@ static void update_init(kiln__op *op, kiln__opcode code, const char *name, kiln_
 }
 
 bool kiln__t_sgd_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *momentum, const kiln__tensor *grad,
-                        const kiln__sgd_update *u) {
+                        const kiln__sgd_update *u, kiln__tensor *bf16_copy) {
     kiln__op op;
     update_init(&op, KILN__OP_SGD_UPDATE, c->name, param, grad);
     if (momentum) {
@@ -26,6 +26,10 @@ bool kiln__t_sgd_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *momen
         op.n_out = 2;
     }
     kiln__sgd_update_encode(&op, u);
+    if (bf16_copy) { /* its last output (see KILN__OPTIM_FLAG_BF16_COPY) */
+        op.out[op.n_out++] = kiln__view_of(bf16_copy);
+        op.pi[KILN__OPTIM_PI_FLAGS] |= KILN__OPTIM_FLAG_BF16_COPY;
+    }
     return kiln__t_submit(c, &op, param->device);
 }
 

@@ -27,6 +27,9 @@ typedef struct kiln__optim_param {
     int group;                                   /* index into the optimizer's groups */
     kiln_tensor own;                             /* the optimizer's reference (groups), or KILN_NONE */
     bool tentative; /* a step's working copy: state and parameter are fresh copies, committed later */
+    /* During one in-place update only: autocast's bf16 copy of the f32 parameter, which the kind's
+     * update rewrites in the same pass (optimizer.c; kinds with writes_bf16_copy), else NULL */
+    kiln__tensor *bf16_copy;
 } kiln__optim_param;
 
 typedef struct {
@@ -78,6 +81,8 @@ typedef struct kiln__optim_kind {
      * the kind's bool, if any, last, through *flag), and the loaded lr and bool set back. */
     int (*hypers)(kiln__optim_options *o, double *flag, kiln__optim_hyper *out);
     void (*set_loaded)(kiln__optim_options *o, double lr, double flag);
+    /* Whether apply passes p->bf16_copy to its update, which then rewrites that copy too. */
+    bool writes_bf16_copy;
 } kiln__optim_kind;
 
 /* The kinds' tables (sgd.c, adam.c, adaptive.c), also as names to compare opt->kind with. */

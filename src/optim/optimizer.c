@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/autocast-impl.h"
 #include "autodiff/autodiff-impl.h"
 #include "optim/optim-impl.h"
 
@@ -497,7 +498,13 @@ kiln_status kiln_optimizer_step(kiln_optimizer *opt, kiln_grads *g) {
             p->step++;
             /* the kernels were checked above: the submits cannot fail */
             kiln__tensor *target = target_of(opt, p, &ups[i]);
-            apply_update(&c, opt, p, target, grad_of(&ups[i]));
+            /* autocast's bf16 copy of the parameter rewritten by the update, not cast again at the
+             * next forward pass (a second pass over the weight) */
+            p->bf16_copy = target == ups[i].param && opt->kind->writes_bf16_copy ? kiln__autocast_copy_for_update(target)
+                                                                                 : NULL;
+            bool queued = apply_update(&c, opt, p, target, grad_of(&ups[i]));
+            kiln__autocast_copy_updated(target, p->bf16_copy, queued && !c.err);
+            p->bf16_copy = NULL;
             if (target != ups[i].param) kiln__optim_master_write_back(&c, ups[i].param, target);
         }
         if (c.err && ups[i].fresh_state)

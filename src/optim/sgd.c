@@ -47,7 +47,7 @@ static bool sgd_apply(kiln__opctx *c, const kiln_optimizer *opt, const kiln__opt
     kiln__sgd_update u = {.lr = g->lr, .momentum = o->momentum, .dampening = o->dampening,
                           .weight_decay = g->weight_decay, .first = p->step == 1, .nesterov = o->nesterov,
                           .tentative = p->tentative};
-    return kiln__t_sgd_update(c, param, o->momentum != 0 ? p->state[0] : NULL, grad, &u);
+    return kiln__t_sgd_update(c, param, o->momentum != 0 ? p->state[0] : NULL, grad, &u, p->bf16_copy);
 }
 
 static int sgd_hypers(kiln__optim_options *u, double *flag, kiln__optim_hyper *out) {
@@ -67,6 +67,7 @@ const kiln__optim_kind kiln__sgd_kind = {
     .type = "sgd", .options_size = sizeof(kiln_sgd_options), .resolve = sgd_resolve, .check = sgd_check,
     .rates = sgd_rates, .state_count = sgd_state_count, .state_name = sgd_state_name,
     .master_weights = sgd_master_weights, .has_kernels = sgd_has_kernels, .apply = sgd_apply, .hypers = sgd_hypers,
+    .writes_bf16_copy = true,
     .set_loaded = sgd_set_loaded};
 
 kiln_optimizer *kiln_sgd_new(kiln_module *model, kiln_sgd_options o) {

@@ -1,16 +1,34 @@
 /* Fused optimizer kernels: one pass over a parameter updates it and its state in place
  * (SGD_UPDATE, ADAM_UPDATE), and SUM_SQUARES for gradient clipping. The formulas follow
  * PyTorch's single-tensor SGD and Adam step by step, in the parameter's own precision (f32
- * parameters compute in float, as PyTorch's CPU kernels do). */
+ * parameters compute in float, as PyTorch's CPU kernels do). With KILN__OPTIM_FLAG_BF16_COPY an
+ * f32 SGD update also rounds each stretch of the new parameter into its last output, autocast's
+ * bf16 copy, while the stretch is still in cache (the same rounding as a cast). */
 #include <math.h>
 #include <string.h>
 
+#include "backend/cpu/convert_lowp.h"
 #include "backend/cpu/cpu-impl.h"
 #include "backend/cpu/vmath.h"
 #include "ir/optim_params.h"
 
 
 #define INLINE static inline __attribute__((always_inline))
+
+/* update over a run of n elements of n_views views (the parameter's first, the bf16 copy's
+ * last), block by block, each block's new parameter rounded into the copy while it is in L1. */
+#define COPY_BLOCK 2048
+static void update_with_copy(kiln__loop_fn update, void *ctx, int64_t n, char **ptrs, const int64_t *st,
+                             int n_views) {
+    char *p[8];
+    int copy = n_views - 1;
+    for (int64_t at = 0; at < n; at += COPY_BLOCK) {
+        int64_t len = n - at < COPY_BLOCK ? n - at : COPY_BLOCK;
+        for (int v = 0; v < n_views; v++) p[v] = ptrs[v] + at * st[v];
+        update(ctx, len, p, st);
+        kiln__cpu_store_bf16(len, (const float *)p[0], st[0] / 4, (uint16_t *)p[copy], st[copy] / 2);
+    }
+}
 
 /* ---- SGD ------------------------------------------------------------------------------------ */
 
@@ -70,6 +88,21 @@ typedef double f64;
 DEFINE_SGD(f32)
 DEFINE_SGD(f64)
 
+static void sgd_f32_copy_loop(void *ctx, int64_t n, char **ptrs, const int64_t *st) {
+    update_with_copy(sgd_f32_loop, ctx, n, ptrs, st, ((const sgd_args *)ctx)->has_buffer ? 4 : 3);
+}
+
+/* Whether op carries a bf16 copy (its last output) and it fits: an f32 parameter's shape. */
+static bool bf16_copy_of(const kiln__op *op, bool *has) {
+    *has = kiln__optim_flag(op, KILN__OPTIM_FLAG_BF16_COPY);
+    if (!*has) return true;
+    const kiln__view *p = &op->out[0], *c = &op->out[op->n_out - 1];
+    bool fits = op->n_out >= 2 && p->dtype == KILN_F32 && c->dtype == KILN_BF16 && c->ndim == p->ndim &&
+                memcmp(c->shape, p->shape, sizeof(int64_t) * (size_t)p->ndim) == 0;
+    if (!fits) kiln__kernel_error("an update's bf16 copy must be a bf16 tensor of its f32 parameter's shape");
+    return fits;
+}
+
 static bool float_views(const kiln__op *op, int n_out) {
     kiln_dtype d = op->out[0].dtype;
     if (d != KILN_F32 && d != KILN_F64) {
@@ -83,13 +116,18 @@ static bool float_views(const kiln__op *op, int n_out) {
 }
 
 static kiln_status kernel_sgd(const kiln__op *op) {
-    if (!float_views(op, op->n_out)) return KILN_ERR_DTYPE;
+    bool copy;
+    if (!bf16_copy_of(op, &copy)) return KILN_ERR_DTYPE;
+    int n_out = op->n_out - copy;
+    if (!float_views(op, n_out)) return KILN_ERR_DTYPE;
     kiln__sgd_update u = kiln__sgd_update_decode(op);
-    sgd_args a = {u.lr, u.momentum, u.dampening, u.weight_decay, u.first, u.nesterov, op->n_out == 2};
-    kiln__view views[3] = {op->out[0], op->out[1], op->in[0]};
+    sgd_args a = {u.lr, u.momentum, u.dampening, u.weight_decay, u.first, u.nesterov, n_out == 2};
+    kiln__view views[4] = {op->out[0], op->out[1], op->in[0]};
     if (!a.has_buffer) views[1] = op->in[0];
-    kiln__cpu_foreach(a.has_buffer ? 3 : 2, views, op->out[0].dtype == KILN_F32 ? sgd_f32_loop : sgd_f64_loop, &a,
-                      KILN__GRAIN_ELEMENTWISE);
+    int n_views = a.has_buffer ? 3 : 2;
+    if (copy) views[n_views++] = op->out[op->n_out - 1];
+    kiln__loop_fn fn = copy ? sgd_f32_copy_loop : op->out[0].dtype == KILN_F32 ? sgd_f32_loop : sgd_f64_loop;
+    kiln__cpu_foreach(n_views, views, fn, &a, KILN__GRAIN_ELEMENTWISE);
     return KILN_OK;
 }
 
