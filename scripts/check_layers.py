@@ -162,9 +162,11 @@ def check_nameless(root):
 CALLS_ONE_WAY = ["optim", "core", "backend", "engine", "autodiff", "nn"]
 # engine/'s layers, top down (DESIGN.md section 6): read_batch.c, memory_stats.c; engine.c, the
 # front; stream.c, the streams, beside substitute.c, the hold (it registers the calls a window
-# makes to it, kiln__fusion_set_hold); fusion.c, the windows; queue.c, the bounded queue and its
-# workers, with exit_guard.c; execute.c; profiler.c, handoff.c, deps.c, and fusion_join.c and
-# fusion_matmul.c (which ops join a group), which call no other file of the engine. The few calls
+# makes to it, kiln__fusion_set_hold); fusion.c, the windows; queue.c, admission to the bounded
+# queue (bounds, backpressure, an op run at dispatch), with exit_guard.c; queue_workers.c, running
+# (the workers, completion, a stream's errors); execute.c; profiler.c, handoff.c, deps.c,
+# queue_epochs.c (kiln_sync_all's epochs), and fusion_join.c and fusion_matmul.c (which ops join a
+# group), which call no other file of the engine. The few calls
 # that must point up go through a hook the higher file registers (the queue's drain when out of
 # memory, the profiler's at stop), never by name.
 #
@@ -245,8 +247,9 @@ FILE_LAYERS = {
         ["stream.c", "substitute.c"],
         ["fusion.c"],
         ["queue.c", "exit_guard.c"],
+        ["queue_workers.c"],
         ["execute.c"],
-        ["profiler.c", "handoff.c", "deps.c", "fusion_join.c", "fusion_matmul.c"],
+        ["profiler.c", "handoff.c", "deps.c", "queue_epochs.c", "fusion_join.c", "fusion_matmul.c"],
     ],
 }
 

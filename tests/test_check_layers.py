@@ -136,8 +136,8 @@ def main():
             else:
                 check(rc == 0 and "circle" not in out, f"optim/ files calling one way pass: {out.strip()}")
         # engine/: files calling one way down its layers pass; a circle (the profiler calling the
-        # queue back), a call up without a circle (the queue draining the streams by name) and a
-        # file no layer claims fail
+        # queue back), a call up without a circle (the queue draining the streams by name, the
+        # workers admitting an op) and a file no layer claims fail
         down = {"stream.c": "int kiln__async_submit(int x) { return kiln__fusion_submit(x) + kiln__now_ns(); }\n",
                 "fusion.c": "int kiln__fusion_submit(int x) { return kiln__async_enqueue(x); }\n",
                 "queue.c": "int kiln__async_enqueue(int x) { return x + kiln__now_ns(); }\n",
@@ -148,6 +148,8 @@ def main():
                        "engine/ has a call circle: queue.c -> profiler.c -> queue.c"),
             "up": ({"queue.c": "int kiln__async_enqueue(int x) { return x ? x : kiln__async_submit(1); }\n"},
                    "engine/queue.c (layer 5) calls stream.c (layer 3, higher): kiln__async_submit"),
+            "workers_up": ({"queue_workers.c": "int kiln__node_run(int x) { return kiln__async_enqueue(x); }\n"},
+                           "engine/queue_workers.c (layer 6) calls queue.c (layer 5, higher): kiln__async_enqueue"),
             "unlisted": ({"async.c": "int kiln__async_old(int x) { return kiln__async_enqueue(x); }\n"},
                          "engine/async.c is in no layer of engine/"),
         }

@@ -5,13 +5,18 @@
  * directory in the file's place, an unmakeable directory and no directory at all each give valid
  * decisions without a crash; the user's KILN_GEMM_DNNL (kiln__gemm_dnnl_force) and a capped ISA
  * win over a decision; and a real measurement's choice computes the products every provider
- * computes, against double. The fake measurements run on a fake clock, so the winners are known. */
+ * computes, against double. The fake measurements run on a fake clock, so the winners are known.
+ * The pool's poll rides in the same file: derived from a (fake) wake-up's cost within its bounds,
+ * read back, refused when out of range, the rule without a measurement; the real measurement of
+ * a wake-up gives a sane number. */
 #include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/gemm_dnnl.h"
+#include "backend/cpu/pool_poll.h"
+#include "backend/cpu/threadpool.h"
 #include "backend/cpu/tune.h"
 #include "backend/cpu/vmath.h"
 #include "core/machine.h"
@@ -33,6 +38,21 @@ static void fake_runner(kiln__gemm_provider p, int64_t m, int64_t n, int64_t k, 
     (void)m, (void)k, (void)a, (void)b, (void)c;
     runs++;
     fake_ns += p == KILN__GEMM_BUILTIN ? 3000000 : p == KILN__GEMM_BLAS ? 1000000 : n <= 256 ? 300000 : 2000000;
+}
+
+/* A wake-up that costs 7 us more than a spinning hand-off: the pool then polls 28 us. */
+static int64_t fake_wake(void) { return 7000; }
+#define FAKE_POLL_NS 28000
+/* A machine too loaded to measure a wake-up. */
+static int64_t no_wake(void) { return 0; }
+
+/* KILN_TUNE=1 with the test's cache directory, and path: the file for `available` there,
+ * removed. */
+static void fresh_cache(unsigned available, char *path, size_t cap) {
+    setenv("KILN_TUNE_CACHE", dir, 1);
+    setenv("KILN_TUNE", "1", 1);
+    KT_CHECK(kiln__tune_cache_path(available, path, cap));
+    unlink(path);
 }
 
 static kiln__gemm_provider decide_all(unsigned available, kiln__gemm_provider out[KILN__TUNE_GEMM_CLASSES]) {
@@ -124,12 +144,9 @@ KT_TEST(size_classes) {
 }
 
 KT_TEST(cache_round_trips) {
-    setenv("KILN_TUNE_CACHE", dir, 1);
-    setenv("KILN_TUNE", "1", 1);
     char path[1024];
-    KT_CHECK(kiln__tune_cache_path(all_providers, path, sizeof path));
+    fresh_cache(all_providers, path, sizeof path);
     KT_CHECK(strncmp(path, dir, strlen(dir)) == 0);
-    unlink(path);
     kiln__gemm_provider first[KILN__TUNE_GEMM_CLASSES], again[KILN__TUNE_GEMM_CLASSES];
     runs = 0;
     decide_all(all_providers, first);
@@ -138,11 +155,17 @@ KT_TEST(cache_round_trips) {
     for (int c = 2; c < KILN__TUNE_GEMM_CLASSES; c++) KT_CHECK_MSG(first[c] == KILN__GEMM_BLAS, "class %d", c);
     char *text = slurp(path);
     KT_CHECK(text && strstr(text, "gemm_f32 128 dnnl\n") && strstr(text, "gemm_f32 2048 blas\nend\n"));
+    KT_CHECK(text && strstr(text, "\npool_poll_ns 28000\n"));
     free(text);
+    KT_CHECK(kiln__tune_pool_poll_ns() == FAKE_POLL_NS);
+    if (!getenv("KILN_POOL_POLL_NS")) KT_CHECK(kiln__pool_poll_ns() == FAKE_POLL_NS);
     runs = 0;
+    kiln__tune_use_wake_measure(no_wake); /* (read from the file: not measured) */
     decide_all(all_providers, again);
+    kiln__tune_use_wake_measure(fake_wake);
     KT_CHECK_MSG(runs == 0, "measured %d times with a cache", runs);
     KT_CHECK(memcmp(first, again, sizeof first) == 0);
+    KT_CHECK(kiln__tune_pool_poll_ns() == FAKE_POLL_NS);
     /* another set of libraries is another machine: its own file */
     char other[1024];
     KT_CHECK(kiln__tune_cache_path(1u << KILN__GEMM_BUILTIN, other, sizeof other) && strcmp(other, path) != 0);
@@ -156,17 +179,17 @@ KT_TEST(cache_round_trips) {
 }
 
 KT_TEST(off_measures_nothing_and_writes_nothing) {
-    setenv("KILN_TUNE_CACHE", dir, 1);
-    setenv("KILN_TUNE", "0", 1);
     char path[1024];
-    KT_CHECK(kiln__tune_cache_path(all_providers, path, sizeof path));
-    unlink(path);
+    fresh_cache(all_providers, path, sizeof path);
+    setenv("KILN_TUNE", "0", 1);
     kiln__gemm_provider d[KILN__TUNE_GEMM_CLASSES];
     runs = 0;
     decide_all(all_providers, d);
     KT_CHECK(runs == 0);
     for (int c = 0; c < KILN__TUNE_GEMM_CLASSES; c++) KT_CHECK(d[c] == KILN__GEMM_BY_RULE);
     KT_CHECK(access(path, F_OK) != 0);
+    KT_CHECK(kiln__tune_pool_poll_ns() == 0);
+    if (!getenv("KILN_POOL_POLL_NS")) KT_CHECK(kiln__pool_poll_ns() == KILN__POOL_POLL_RULE_NS);
     setenv("KILN_TUNE", "1", 1);
 }
 
@@ -180,11 +203,8 @@ static void slow_runner(kiln__gemm_provider p, int64_t m, int64_t n, int64_t k, 
 }
 
 KT_TEST(out_of_time_writes_nothing) {
-    setenv("KILN_TUNE_CACHE", dir, 1);
-    setenv("KILN_TUNE", "1", 1);
     char path[1024];
-    KT_CHECK(kiln__tune_cache_path(all_providers, path, sizeof path));
-    unlink(path);
+    fresh_cache(all_providers, path, sizeof path);
     kiln__tune_forget();
     runs = 0;
     for (int c = 0; c < KILN__TUNE_GEMM_CLASSES; c++) {
@@ -196,25 +216,70 @@ KT_TEST(out_of_time_writes_nothing) {
     kiln__tune_forget();
 }
 
+/* the products measured, a wake-up not (a loaded machine): the pool polls by the rule, the file
+ * says "not measured", and the next run reads the products' decisions and measures the wake-up
+ * alone */
+KT_TEST(unmeasured_wake_keeps_the_rule_and_is_measured_next_run) {
+    char path[1024];
+    fresh_cache(all_providers, path, sizeof path);
+    kiln__gemm_provider d[KILN__TUNE_GEMM_CLASSES];
+    kiln__tune_use_wake_measure(no_wake);
+    decide_all(all_providers, d);
+    kiln__tune_use_wake_measure(fake_wake);
+    KT_CHECK(d[0] == KILN__GEMM_DNNL && d[4] == KILN__GEMM_BLAS);
+    KT_CHECK(kiln__tune_pool_poll_ns() == 0);
+    if (!getenv("KILN_POOL_POLL_NS")) KT_CHECK(kiln__pool_poll_ns() == KILN__POOL_POLL_RULE_NS);
+    char *text = slurp(path);
+    KT_CHECK(text && strstr(text, "\npool_poll_ns 0\n"));
+    free(text);
+    runs = 0;
+    decide_all(all_providers, d);
+    KT_CHECK_MSG(runs == 0, "the products measured again (%d runs)", runs);
+    KT_CHECK(d[0] == KILN__GEMM_DNNL && d[4] == KILN__GEMM_BLAS);
+    KT_CHECK(kiln__tune_pool_poll_ns() == FAKE_POLL_NS);
+    text = slurp(path);
+    KT_CHECK(text && strstr(text, "\npool_poll_ns 28000\n") && strstr(text, "gemm_f32 2048 blas\nend\n"));
+    free(text);
+    unlink(path);
+    kiln__tune_forget();
+}
+
+KT_TEST(poll_from_wake_stays_in_bounds) {
+    KT_CHECK(kiln__pool_poll_from_wake(0) == KILN__POOL_POLL_RULE_NS);
+    KT_CHECK(kiln__pool_poll_from_wake(-3) == KILN__POOL_POLL_RULE_NS);
+    KT_CHECK(kiln__pool_poll_from_wake(1) == KILN__POOL_POLL_MIN_NS);
+    KT_CHECK(kiln__pool_poll_from_wake(7000) == FAKE_POLL_NS);
+    KT_CHECK(kiln__pool_poll_from_wake(INT64_MAX) == KILN__POOL_POLL_MAX_NS);
+    KT_CHECK(kiln__pool_poll_from_wake(KILN__POOL_POLL_MAX_NS / 2) == KILN__POOL_POLL_MAX_NS);
+    /* the real measurement: 0 (too loaded to say) or a wake-up between 10 ns and 10 ms */
+    int64_t wake = kiln__pool_measure_wake_ns();
+    KT_CHECK_MSG(wake == 0 || (wake >= 1 && wake <= 10000000), "a wake-up costs %lld ns", (long long)wake);
+    fprintf(stderr, "  a wake-up costs %lld ns more than a spinning hand-off here: the pool would poll %lld ns\n",
+            (long long)wake, (long long)kiln__pool_poll_from_wake(wake));
+}
+
 /* each file is refused, measured again, and replaced by a good one */
 KT_TEST(hostile_cache_files_are_measured_again) {
-    setenv("KILN_TUNE_CACHE", dir, 1);
-    setenv("KILN_TUNE", "1", 1);
     unsigned available = 1u << KILN__GEMM_BLAS | 1u << KILN__GEMM_BUILTIN;
     char path[1024], good[512];
-    KT_CHECK(kiln__tune_cache_path(available, path, sizeof path));
+    fresh_cache(available, path, sizeof path);
     kiln__gemm_provider d[KILN__TUNE_GEMM_CLASSES];
-    unlink(path);
     decide_all(available, d);
     char *text = slurp(path);
     KT_CHECK(text != NULL);
     snprintf(good, sizeof good, "%s", text ? text : "");
     free(text);
     size_t good_len = strlen(good);
-    char huge[512], foreign[512], truncated[512], nul[512];
+    char huge[512], foreign[512], truncated[512], nul[512], poll_huge[512], poll_low[512], poll_sign[512],
+        poll_junk[512], poll_none[512];
     snprintf(truncated, sizeof truncated, "%.*s", (int)(good_len - 4), good); /* no "end" */
     replace_line(huge, sizeof huge, good, "gemm_f32 256 ", "gemm_f32 99999999999999999999999 blas");
     replace_line(foreign, sizeof foreign, good, "gemm_f32 512 ", "gemm_f32 512 dnnl"); /* not in this build */
+    replace_line(poll_huge, sizeof poll_huge, good, "pool_poll_ns ", "pool_poll_ns 99999999999999999999999");
+    replace_line(poll_low, sizeof poll_low, good, "pool_poll_ns ", "pool_poll_ns 1"); /* below the bounds */
+    replace_line(poll_sign, sizeof poll_sign, good, "pool_poll_ns ", "pool_poll_ns -28000");
+    replace_line(poll_junk, sizeof poll_junk, good, "pool_poll_ns ", "pool_poll_ns 28000us");
+    replace_line(poll_none, sizeof poll_none, good, "pool_poll_ns ", "gemm_f32 128 blas"); /* no poll line */
     memcpy(nul, good, good_len);
     nul[20] = '\0';
     char *big = malloc(10000);
@@ -224,7 +289,8 @@ KT_TEST(hostile_cache_files_are_measured_again) {
         size_t len;
     } cases[] = {{"", 0}, {"garbage\n", 8}, {"kiln-tune 1\n", 12}, {truncated, strlen(truncated)},
                  {huge, strlen(huge)}, {foreign, strlen(foreign)}, {nul, good_len}, {big, 10000},
-                 {"kiln-tune 99\n", 13}};
+                 {"kiln-tune 99\n", 13}, {poll_huge, strlen(poll_huge)}, {poll_low, strlen(poll_low)},
+                 {poll_sign, strlen(poll_sign)}, {poll_junk, strlen(poll_junk)}, {poll_none, strlen(poll_none)}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         spit(path, cases[i].text, cases[i].len);
         runs = 0;
@@ -232,6 +298,8 @@ KT_TEST(hostile_cache_files_are_measured_again) {
         KT_CHECK_MSG(runs > 0, "case %zu was read as good", i);
         for (int c = 0; c < KILN__TUNE_GEMM_CLASSES; c++)
             KT_CHECK_MSG(d[c] == KILN__GEMM_BLAS || d[c] == KILN__GEMM_BUILTIN, "case %zu class %d: %d", i, c, d[c]);
+        KT_CHECK_MSG(kiln__tune_pool_poll_ns() == FAKE_POLL_NS, "case %zu: poll %lld", i,
+                     (long long)kiln__tune_pool_poll_ns());
         text = slurp(path);
         KT_CHECK_MSG(text && strcmp(text, good) == 0, "case %zu: not rewritten: %s", i, text ? text : "(none)");
         free(text);
@@ -241,13 +309,10 @@ KT_TEST(hostile_cache_files_are_measured_again) {
 }
 
 KT_TEST(unusable_places_keep_decisions_in_memory) {
-    setenv("KILN_TUNE", "1", 1);
-    setenv("KILN_TUNE_CACHE", dir, 1);
     char path[1024], file[128], below[160];
     kiln__gemm_provider d[KILN__TUNE_GEMM_CLASSES];
     /* a directory where the file goes */
-    KT_CHECK(kiln__tune_cache_path(all_providers, path, sizeof path));
-    unlink(path);
+    fresh_cache(all_providers, path, sizeof path);
     KT_CHECK(mkdir(path, 0700) == 0);
     runs = 0;
     decide_all(all_providers, d);
@@ -295,16 +360,13 @@ static unsigned build_providers(void) {
 }
 
 KT_TEST(user_overrides_win) {
-    setenv("KILN_TUNE_CACHE", dir, 1);
-    setenv("KILN_TUNE", "1", 1);
     const char *user = getenv("KILN_GEMM_DNNL");
     if (user && *user) return; /* the user's word is the rule here */
     char path[1024];
-    KT_CHECK(kiln__tune_cache_path(build_providers(), path, sizeof path));
+    fresh_cache(build_providers(), path, sizeof path);
     /* a file that says: our own kernel everywhere */
     char key_file[2048];
     kiln__gemm_provider d[KILN__TUNE_GEMM_CLASSES];
-    unlink(path);
     decide_all(build_providers(), d); /* fake timings, written for the build's providers */
     char *text = slurp(path);
     KT_CHECK(text != NULL);
@@ -347,6 +409,7 @@ static float *filled(int64_t n, unsigned seed) {
 /* The decision a real measurement makes, against every provider and a double reference. */
 KT_TEST(measured_choice_computes_what_every_provider_does) {
     kiln__tune_use_clock(NULL);
+    kiln__tune_use_wake_measure(NULL);
     setenv("KILN_TUNE_CACHE", dir, 1);
     setenv("KILN_TUNE", "refresh", 1);
     kiln__tune_forget();
@@ -388,12 +451,15 @@ int main(void) {
     snprintf(dir, sizeof dir, "/tmp/kiln-tune-test-XXXXXX");
     if (!mkdtemp(dir)) return 1;
     kiln__tune_use_clock(fake_clock);
+    kiln__tune_use_wake_measure(fake_wake);
     KT_RUN(facts_are_sane);
     KT_RUN(sizes_parse_strictly);
     KT_RUN(size_classes);
     KT_RUN(cache_round_trips);
     KT_RUN(off_measures_nothing_and_writes_nothing);
     KT_RUN(out_of_time_writes_nothing);
+    KT_RUN(unmeasured_wake_keeps_the_rule_and_is_measured_next_run);
+    KT_RUN(poll_from_wake_stays_in_bounds);
     KT_RUN(hostile_cache_files_are_measured_again);
     KT_RUN(unusable_places_keep_decisions_in_memory);
     KT_RUN(user_overrides_win);

@@ -1,6 +1,6 @@
 /* The asynchronous engine's internals: the stream, per-storage dependency state, completion
  * events, and what the layers of engine/ call across files: the streams (stream.c), the kernel
- * gate (execute.c, exit_guard.c), the queue's errors and waits (queue.c, queue.h). */
+ * gate (execute.c, exit_guard.c), the queue's errors and waits (queue_workers.c, queue.h). */
 #ifndef KILN_ENGINE_ASYNC_H
 #define KILN_ENGINE_ASYNC_H
 
@@ -82,7 +82,7 @@ void kiln__event_wait(kiln__stream *s, kiln__event *ev);
 /* Blocks until the stream has nothing queued (likewise); the whole engine (kiln_sync_all). */
 void kiln__stream_drain(kiln__stream *s);
 void kiln__engine_drain_all(void);
-/* A stream's errors (queue.c). e was reported by a read: marks it delivered (no stream reports it again) and clears it
+/* A stream's errors (queue_workers.c). e was reported by a read: marks it delivered (no stream reports it again) and clears it
  * from s if s holds it. */
 void kiln__stream_forget_error(kiln__stream *s, kiln__error *e);
 /* Keeps e as s's error if it is the earliest undelivered one. */

@@ -1,9 +1,9 @@
 /* Running op records: making one (kiln__op_init), the kernel gate that fork() and exit() close,
  * and kiln__execute, which runs an op's or a fused group's kernel and turns a failure into
  * poisoned outputs and an error. The bottom of the engine above the profiler: the front
- * (engine.c) runs records here in KILN_SYNC=1 mode, the workers (queue.c) in the default one,
- * and every layer of the engine makes records (the front's reads, the queue's frees, batched
- * reads), so kiln__op_init lives here, below them all. */
+ * (engine.c) runs records here in KILN_SYNC=1 mode, the workers (queue_workers.c) in the
+ * default one, and every layer of the engine makes records (the front's reads, the queue's
+ * frees, batched reads), so kiln__op_init lives here, below them all. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

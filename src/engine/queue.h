@@ -1,6 +1,8 @@
-/* The bounded queue (queue.c), below fusion and the streams: what the layers above hand it and
- * how they wait on it. Nothing here calls up: the streams (stream.c) start it and give it the
- * drain it uses when out of memory. */
+/* The bounded queue, below fusion and the streams: what the layers above hand it and how they
+ * wait on it. Three files, top down (queue-impl.h between them): queue.c admits ops, within the
+ * stream's bounds, or runs one at dispatch; queue_workers.c runs them and keeps a stream's
+ * errors; queue_epochs.c counts them for kiln_sync_all. Nothing here calls up: the streams
+ * (stream.c) start it and give it the drain it uses when out of memory. */
 #ifndef KILN_ENGINE_QUEUE_H
 #define KILN_ENGINE_QUEUE_H
 
@@ -15,8 +17,8 @@ void kiln__queue_init(void (*drain_all)(void));
 /* Measures the hand-off (handoff.c), sets the rules made of it and starts the workers (at most
  * KILN_ENGINE_THREADS): false when no thread started (ops then run at dispatch). */
 bool kiln__queue_start_workers(void);
-/* fork() in an asynchronous engine: the queue's locks taken before, given back in the parent;
- * the child's queue is emptied and has no workers. */
+/* fork() in an asynchronous engine (queue_workers.c): the queue's locks taken before, given back
+ * in the parent; the child's queue is emptied and has no workers. */
 void kiln__queue_fork_lock(void);
 void kiln__queue_fork_unlock(void);
 void kiln__queue_fork_child(void);
@@ -40,14 +42,16 @@ kiln__fused *kiln__stream_group_alloc(kiln__stream *s, int n_ops);
  * could not wait (0), or for the outputs a window holds before it is queued. */
 void kiln__stream_throttle(kiln__stream *s, int64_t bytes);
 
-/* Waits, helping with s's ready ops, until ev->pending is 0 / until s has nothing queued. What
- * a window holds is not queued yet: the streams flush it first (kiln__event_wait,
- * kiln__stream_drain). */
+/* Waits, helping with s's ready ops, until ev->pending is 0 / until s has nothing queued
+ * (queue_workers.c). What a window holds is not queued yet: the streams flush it first
+ * (kiln__event_wait, kiln__stream_drain). */
 void kiln__queue_wait_event(kiln__stream *s, kiln__event *ev);
 void kiln__queue_wait_idle(kiln__stream *s);
-/* Waits for every op queued before the call, on any stream (kiln_sync_all's epochs). */
+/* Waits for every op queued before the call, on any stream (kiln_sync_all's epochs,
+ * queue_epochs.c). */
 void kiln__queue_wait_all(void);
-/* Drops a reference to s (its thread's, or a queued op's); the last one frees it. */
+/* Drops a reference to s (its thread's, or a queued op's); the last one frees it
+ * (queue_workers.c, as the next one). */
 void kiln__stream_unref(kiln__stream *s);
 /* Keeps e, made at dispatch, as s's error if it is the earliest undelivered one (ordered after
  * the ops queued so far when it has no order yet). */

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE 1 /* sched_getaffinity, CPU_COUNT */
 #endif
 #include "backend/cpu/threadpool.h"
+#include "backend/cpu/pool_poll.h"
 #include "core/core-impl.h"
 
 #include <pthread.h>
@@ -27,13 +28,22 @@ enum {
     POOL_CHUNKS_PER_THREAD = 4,
 };
 
-/* How long a caller polls for its workers to finish before sleeping (see
- * pool_wait_for_workers): about two futex wake-ups on a virtual machine. */
-#define POOL_CALLER_POLL_SECONDS 50e-6
-/* How long a worker that finished a job polls for the next one before it sleeps: a chain of
+/* How long a caller polls for its workers to finish before sleeping (pool_wait_for_workers),
+ * and how long a worker that finished a job polls for the next one before it sleeps: a chain of
  * small parallel ops (a 16-token sentence through BERT: a product, a few tiny ops, the next
- * product, ~20 us apart) then finds it awake instead of paying a wake-up per op. */
-#define POOL_WORKER_POLL_SECONDS 50e-6
+ * product, ~20 us apart) then finds it awake instead of paying a wake-up per op. The rule
+ * (pool_poll.c) until the speed decisions are made (tune.c sets the measured one). */
+static _Atomic int64_t pool_poll_ns = KILN__POOL_POLL_RULE_NS;
+
+static void pool_apply_poll_ns(int64_t ns) {
+    /* KILN_POOL_POLL_NS wins over both: to compare polls in one build */
+    ns = kiln__env_int_range("KILN_POOL_POLL_NS", 0, 1000000000, ns > 0 ? ns : KILN__POOL_POLL_RULE_NS);
+    atomic_store_explicit(&pool_poll_ns, ns, memory_order_relaxed);
+}
+
+int64_t kiln__pool_poll_ns(void) { return atomic_load_explicit(&pool_poll_ns, memory_order_relaxed); }
+
+static double pool_poll_seconds(void) { return 1e-9 * (double)kiln__pool_poll_ns(); }
 
 #if defined(__x86_64__) || defined(__i386__)
 #define pool_cpu_relax() __builtin_ia32_pause()
@@ -138,6 +148,7 @@ static void pool_after_fork_child(void) {
 
 static void pool_init_once(void) {
     atomic_store(&pool.threads_wanted, pool_default_threads());
+    pool_apply_poll_ns(0); /* (the rule, or KILN_POOL_POLL_NS) */
     atexit(pool_shutdown_at_exit);
     pthread_atfork(pool_before_fork, pool_after_fork_parent, pool_after_fork_child);
 }
@@ -166,7 +177,7 @@ static double pool_seconds_now(void);
  * one to be published (caller holds state_lock and releases it). */
 static void pool_worker_poll(uint64_t seen_generation) {
     pthread_mutex_unlock(&pool.state_lock);
-    double give_up = pool_seconds_now() + POOL_WORKER_POLL_SECONDS;
+    double give_up = pool_seconds_now() + pool_poll_seconds();
     for (int polls = 1; atomic_load_explicit(&pool.job_generation, memory_order_relaxed) == seen_generation; polls++) {
         if (polls % 64 == 0 && pool_seconds_now() > give_up) break;
         pool_cpu_relax();
@@ -276,7 +287,7 @@ static double pool_seconds_now(void) {
  * Idle workers never poll. */
 static void pool_wait_for_workers(void) {
     if (atomic_load(&pool.busy_workers) == 0) return;
-    double give_up = pool_seconds_now() + POOL_CALLER_POLL_SECONDS;
+    double give_up = pool_seconds_now() + pool_poll_seconds();
     for (int polls = 1;; polls++) {
         if (atomic_load(&pool.busy_workers) == 0) return;
         if (polls % 64 == 0 && pool_seconds_now() > give_up) break;
@@ -285,6 +296,11 @@ static void pool_wait_for_workers(void) {
     pthread_mutex_lock(&pool.state_lock);
     while (atomic_load(&pool.busy_workers) > 0) pthread_cond_wait(&pool.work_done, &pool.state_lock);
     pthread_mutex_unlock(&pool.state_lock);
+}
+
+void kiln__pool_set_poll_ns(int64_t ns) {
+    pool_ensure_init(); /* (its rule must not overwrite this one later) */
+    pool_apply_poll_ns(ns);
 }
 
 int kiln__pool_threads(void) {

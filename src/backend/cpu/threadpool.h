@@ -53,6 +53,12 @@ void kiln__pool_unclaim(void);
 /* True on a pool worker and on a caller while it runs its share of a parallel_for. */
 int kiln__pool_in_parallel_region(void);
 
+/* How long a caller polls for its workers and a worker for the next job before sleeping (ns):
+ * the rule of pool_poll.h until the speed decisions (tune.c) set the measured one; ns <= 0
+ * sets the rule. KILN_POOL_POLL_NS, when set, wins over both. */
+void kiln__pool_set_poll_ns(int64_t ns);
+int64_t kiln__pool_poll_ns(void);
+
 /* Join the workers. The pool restarts lazily on the next parallel_for. Registered with
  * atexit on first use, so a leak checker sees no threads at exit. */
 void kiln__pool_shutdown(void);

@@ -9,10 +9,16 @@
  * loaded that it would take longer (at load 22 there, 2 s for three classes): the classes left
  * unmeasured keep the rule, and nothing is written, so the next run measures again.
  *
+ * With them, the intra-op pool's poll (pool_poll.c): what a wake-up costs here, measured after the
+ * products (1-3 ms), and the poll derived from it. A machine too loaded to measure it (its two
+ * threads did not get a core each) keeps the rule for this run and writes 0, "not measured": the
+ * next run reads the products' decisions and measures the wake-up alone.
+ *
  * The file is read whole (at most FILE_MAX bytes) and must match line by line: the header, the
- * key, one line per class naming a provider the build has, and `end` (a truncated file lacks
- * it). Nothing in it is parsed as a number, so no value in it can be out of range. It is written
- * to a temporary name and renamed, so a reader never sees half a file. */
+ * key, the pool's poll, one line per class naming a provider the build has, and `end` (a
+ * truncated file lacks it). The one number in it, the poll, must be at most 9 digits and 0 or
+ * within the bounds a measurement can give, so no value in it can be out of range. It is written to a
+ * temporary name and renamed, so a reader never sees half a file. */
 #include "backend/cpu/tune.h"
 
 #include <errno.h>
@@ -28,11 +34,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend/cpu/pool_poll.h"
 #include "backend/cpu/threadpool.h"
 #include "core/core-impl.h"
 #include "core/machine.h"
 
-#define TUNE_VERSION 1
+#define TUNE_VERSION 2 /* 2: the pool's poll */
 /* A provider other than the rule's must take at most this share of the rule's time. */
 #define TUNE_MARGIN 0.95
 #define TUNE_BUDGET_NS 1500000000ull
@@ -45,6 +52,7 @@ static struct {
     pthread_mutex_t lock;
     atomic_bool ready;
     kiln__gemm_provider gemm[KILN__TUNE_GEMM_CLASSES];
+    int64_t pool_poll_ns; /* 0: the rule */
 } tuned = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 int kiln__tune_gemm_class(int64_t n, int64_t k) {
@@ -124,7 +132,7 @@ static char *next_line(char **cursor) {
 /* Reads the decisions for key from path: NULL when read; "" when there is no file; else why the
  * file was not used. */
 static const char *load(const char *path, const char *key, unsigned available,
-                        kiln__gemm_provider out[KILN__TUNE_GEMM_CLASSES]) {
+                        kiln__gemm_provider out[KILN__TUNE_GEMM_CLASSES], int64_t *poll_ns) {
     FILE *f = fopen(path, "r");
     if (!f) return errno == ENOENT ? "" : "cannot be opened";
     static char buf[FILE_MAX + 1]; /* (under tuned.lock) */
@@ -140,6 +148,12 @@ static const char *load(const char *path, const char *key, unsigned available,
     if (!(line = next_line(&cursor)) || strcmp(line, want) != 0) return "has another header";
     snprintf(want, sizeof want, "key %s", key);
     if (!(line = next_line(&cursor)) || strcmp(line, want) != 0) return "is for another machine";
+    if (!(line = next_line(&cursor)) || strncmp(line, "pool_poll_ns ", 13) != 0) return "is corrupt";
+    const char *digits = line + 13;
+    size_t n_digits = strspn(digits, "0123456789");
+    if (n_digits == 0 || n_digits > 9 || digits[n_digits] != '\0') return "is corrupt";
+    *poll_ns = strtoll(digits, NULL, 10);
+    if (*poll_ns != 0 && (*poll_ns < KILN__POOL_POLL_MIN_NS || *poll_ns > KILN__POOL_POLL_MAX_NS)) return "is corrupt";
     for (int c = 0; c < KILN__TUNE_GEMM_CLASSES; c++) {
         int prefix = snprintf(want, sizeof want, "gemm_f32 %lld ", (long long)class_sizes[c]);
         if (!(line = next_line(&cursor)) || strncmp(line, want, (size_t)prefix) != 0) return "is corrupt";
@@ -170,7 +184,8 @@ static bool make_dirs(const char *dir) {
 }
 
 /* Writes the decisions: NULL, or why not. */
-static const char *store(const char *path, const char *key, const kiln__gemm_provider d[KILN__TUNE_GEMM_CLASSES]) {
+static const char *store(const char *path, const char *key, const kiln__gemm_provider d[KILN__TUNE_GEMM_CLASSES],
+                         int64_t poll_ns) {
     char dir[PATH_CAP], tmp[PATH_CAP + 32];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
@@ -179,7 +194,7 @@ static const char *store(const char *path, const char *key, const kiln__gemm_pro
     snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) return "a file cannot be made there";
-    fprintf(f, "kiln-tune %d\nkey %s\n", TUNE_VERSION, key);
+    fprintf(f, "kiln-tune %d\nkey %s\npool_poll_ns %lld\n", TUNE_VERSION, key, (long long)poll_ns);
     for (int c = 0; c < KILN__TUNE_GEMM_CLASSES; c++)
         fprintf(f, "gemm_f32 %lld %s\n", (long long)class_sizes[c], kiln__gemm_provider_name(d[c]));
     fputs("end\n", f);
@@ -205,6 +220,26 @@ static uint64_t (*_Atomic clock_fn)(void) = monotonic_ns;
 void kiln__tune_use_clock(uint64_t (*now)(void)) { atomic_store(&clock_fn, now ? now : monotonic_ns); }
 
 static uint64_t now_ns(void) { return atomic_load_explicit(&clock_fn, memory_order_relaxed)(); }
+
+static int64_t (*_Atomic wake_fn)(void) = kiln__pool_measure_wake_ns;
+
+void kiln__tune_use_wake_measure(int64_t (*measure)(void)) {
+    atomic_store(&wake_fn, measure ? measure : kiln__pool_measure_wake_ns);
+}
+
+/* The pool's poll from a wake-up's measured cost; 0 when the machine was too loaded to say. */
+static int64_t measure_pool_poll(void) {
+    int64_t wake = atomic_load(&wake_fn)();
+    if (wake <= 0) {
+        say("a wake-up could not be measured (a loaded machine?); the pool polls %d ns (the rule), and the next run "
+            "measures again", KILN__POOL_POLL_RULE_NS);
+        return 0;
+    }
+    int64_t poll = kiln__pool_poll_from_wake(wake);
+    say("a wake-up costs %lld ns more than a spinning hand-off: the pool polls %lld ns", (long long)wake,
+        (long long)poll);
+    return poll;
+}
 
 /* Fills out; false when the time ran out first (a machine that loaded measures nothing worth
  * keeping: the decisions hold for this run, and the next run measures again). */
@@ -271,6 +306,7 @@ static void tune_mode(bool *off, bool *refresh) {
 
 static void decide(kiln__tune_gemm_runner run, unsigned available, kiln__gemm_provider rule) {
     for (int c = 0; c < KILN__TUNE_GEMM_CLASSES; c++) tuned.gemm[c] = KILN__GEMM_BY_RULE;
+    tuned.pool_poll_ns = 0;
     bool off, refresh;
     tune_mode(&off, &refresh);
     if (off || !run) {
@@ -281,19 +317,25 @@ static void decide(kiln__tune_gemm_runner run, unsigned available, kiln__gemm_pr
     make_key(available, key, sizeof key);
     bool have_path = kiln__tune_cache_path(available, path, sizeof path);
     if (have_path && !refresh) {
-        const char *why = load(path, key, available, tuned.gemm);
+        int64_t poll_ns = 0;
+        const char *why = load(path, key, available, tuned.gemm, &poll_ns);
         if (!why) {
+            tuned.pool_poll_ns = poll_ns; /* (a file refused after its poll line does not set it) */
             say("decisions from %s", path);
+            if (poll_ns || !(tuned.pool_poll_ns = measure_pool_poll())) return;
+            why = store(path, key, tuned.gemm, tuned.pool_poll_ns); /* the poll it lacked */
+            if (why) say("cannot write %s: %s; the poll kept for this run", path, why);
             return;
         }
         if (*why) say("%s %s; measuring again", path, why);
     }
     if (!measure(run, available, rule, tuned.gemm)) return;
+    tuned.pool_poll_ns = measure_pool_poll(); /* (0, the rule, is written as "not measured") */
     if (!have_path) {
         say("no cache directory (KILN_TUNE_CACHE, XDG_CACHE_HOME, HOME); decisions kept for this run");
         return;
     }
-    const char *why = store(path, key, tuned.gemm);
+    const char *why = store(path, key, tuned.gemm, tuned.pool_poll_ns);
     if (why) say("cannot write %s: %s; decisions kept for this run", path, why);
     else say("decisions written to %s", path);
 }
@@ -306,6 +348,7 @@ kiln__gemm_provider kiln__tune_gemm_f32(int64_t n, int64_t k, kiln__tune_gemm_ru
         pthread_mutex_lock(&tuned.lock);
         if (!atomic_load_explicit(&tuned.ready, memory_order_relaxed)) {
             decide(run, available, rule);
+            kiln__pool_set_poll_ns(tuned.pool_poll_ns); /* (0: the rule) */
             atomic_store_explicit(&tuned.ready, true, memory_order_release);
         }
         pthread_mutex_unlock(&tuned.lock);
@@ -317,4 +360,11 @@ void kiln__tune_forget(void) {
     pthread_mutex_lock(&tuned.lock);
     atomic_store(&tuned.ready, false);
     pthread_mutex_unlock(&tuned.lock);
+}
+
+int64_t kiln__tune_pool_poll_ns(void) {
+    pthread_mutex_lock(&tuned.lock);
+    int64_t ns = atomic_load(&tuned.ready) ? tuned.pool_poll_ns : 0;
+    pthread_mutex_unlock(&tuned.lock);
+    return ns;
 }

@@ -8,8 +8,8 @@
  * small text file in the user's cache directory, so later runs read them instead:
  *
  *   $KILN_TUNE_CACHE, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln
- *       tune-<hash of the key>.txt:  kiln-tune 1 / key <CPU, cores, threads, libraries> /
- *                                     gemm_f32 <size> <provider> ... / end
+ *       tune-<hash of the key>.txt:  kiln-tune 2 / key <CPU, cores, threads, libraries> /
+ *                                     pool_poll_ns <ns> / gemm_f32 <size> <provider> ... / end
  *
  * KILN_TUNE=0 uses the rules alone (no measuring, no file): the test suite runs so.
  * KILN_TUNE=refresh measures again and rewrites the file. KILN_VERBOSE=1 says what was
@@ -62,6 +62,18 @@ bool kiln__tune_cache_path(unsigned available, char *out, size_t cap);
 /* Tests: time the measurement with another clock (ns; NULL: CLOCK_MONOTONIC again), so that
  * fake providers can take exact times whatever the load. */
 void kiln__tune_use_clock(uint64_t (*now)(void));
+
+/* Tests: measure what a wake-up costs with another function (ns; 0: not measured; NULL: the
+ * real measurement, pool_poll.c), so that the poll written is known. */
+void kiln__tune_use_wake_measure(int64_t (*measure)(void));
+
+/* The intra-op pool's poll is decided with the products' providers (the first call above that
+ * may measure): read from the file's `pool_poll_ns` line, or derived from a wake-up's measured
+ * cost (pool_poll.h) and written there, and handed to the pool (kiln__pool_set_poll_ns). Until
+ * then, under KILN_TUNE=0, or on a machine too loaded to measure it, the pool polls by the rule
+ * (such a machine writes 0: the next run measures the wake-up again, and only it).
+ * The poll the decisions gave (0: the rule); for tests. */
+int64_t kiln__tune_pool_poll_ns(void);
 
 /* Tests: forget every decision; the next call reads the environment and the cache again. */
 void kiln__tune_forget(void);
