@@ -3,7 +3,8 @@
  * (on either side and both), infinities and signed zeros among the values, at sizes around the
  * chunk (64 or 128 floats) and past the size where groups split over threads, with outputs
  * written with streaming stores and without; with an intermediate kept (two outputs) and run in place over an
- * input; on AVX-512 and on AVX2 (KILN_ISA). */
+ * input; each op with its operands in each of the evaluator's forms (loaded, the accumulator,
+ * spilled); on AVX-512 and on AVX2 (KILN_ISA). */
 #include <kiln.h>
 #include <math.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 
 #include "backend/cpu/fused-impl.h"
 #include "backend/cpu/vmath.h"
+#include "engine/fusion.h"
 #include "kiln_test.h"
 
 #define BIG ((int64_t)3 << 20) /* 12 MiB of f32: several tasks; streamed below 12 MiB */
@@ -111,9 +113,109 @@ KT_TEST(vec_chain_in_place) {
     free(v);
 }
 
+/* Binary op k of the fast path (x first: which NaN comes out of x + y, x * y depends on it). */
+static kiln_tensor binary(int k, kiln_tensor x, kiln_tensor y) {
+    switch (k) {
+    case 0: return kiln_add(x, y);
+    case 1: return kiln_sub(x, y);
+    case 2: return kiln_mul(x, y);
+    case 3: return kiln_div(x, y);
+    case 4: return kiln_maximum(x, y);
+    default: return kiln_minimum(x, y);
+    }
+}
+#define N_BINARY 6
+
+static kiln_tensor unary(int k, kiln_tensor x) {
+    switch (k) {
+    case 0: return kiln_neg(x);
+    case 1: return kiln_abs(x);
+    case 2: return kiln_relu(x);
+    case 3: return kiln_sqrt(x);
+    default: return kiln_clamp(x, -2.0, 3.5);
+    }
+}
+#define N_UNARY 5
+
+/* Op k (binary first, then unary) with its operands in one of the evaluator's forms: loaded
+ * from the inputs, the accumulator (the previous op's result, in registers), both operands the
+ * accumulator, a value spilled to the register file against the accumulator, and a result read
+ * again after later ops (kept in its register as well). */
+static kiln_tensor apply(int k, kiln_tensor x, kiln_tensor y) {
+    if (k < N_BINARY) return binary(k, x, y);
+    kiln_release(y);
+    return unary(k - N_BINARY, x);
+}
+
+static kiln_tensor op_form(int k, int form, kiln_tensor a, kiln_tensor b) {
+#define OP(x, y) apply(k, x, y)
+    kiln_tensor t;
+    switch (form) {
+    case 0: return kiln_neg(OP(kiln_ref(a), kiln_ref(b)));        /* both loaded (a group of two) */
+    case 1: return OP(kiln_neg(kiln_ref(a)), kiln_ref(b));        /* x the accumulator */
+    case 2: return OP(kiln_ref(b), kiln_neg(kiln_ref(a)));        /* y the accumulator */
+    case 3: t = kiln_neg(kiln_ref(a)); return OP(kiln_ref(t), t); /* both the accumulator */
+    case 4: t = kiln_neg(kiln_ref(a)); return OP(t, kiln_abs(kiln_ref(b))); /* x spilled, y the accumulator */
+    default: /* x's result read again two ops later */
+        t = OP(kiln_neg(kiln_ref(a)), kiln_ref(b));
+        return kiln_sub(kiln_mul(kiln_ref(t), kiln_ref(b)), t);
+    }
+#undef OP
+}
+#define N_FORMS 6
+
+static void compare_forms(const char *isa) {
+    static const int64_t sizes[] = {129, 4096 + 77};
+    const int64_t most = 4096 + 77;
+    float *a = malloc(sizeof(float) * (size_t)most * 4);
+    KT_CHECK(a != NULL);
+    if (!a) return;
+    float *b = a + most, *on = b + most, *off = on + most;
+    for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+        int64_t n = sizes[z];
+        fill(a, n, 11 + (unsigned)z);
+        fill(b, n, 23 + (unsigned)z);
+        for (int k = 0; k < N_BINARY + N_UNARY; k++)
+            for (int form = 0; form < N_FORMS; form++) {
+                for (int fused = 0; fused < 2; fused++) {
+                    kiln_fusion_set_enabled(fused);
+                    kiln_tensor x = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(n), a);
+                    kiln_tensor y = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(n), b);
+                    KT_CHECK(kiln_sync() == KILN_OK);
+                    int64_t before = kiln__fusion_stats_get().ops_fused;
+                    kiln_tensor r = op_form(k, form, x, y);
+                    KT_CHECK(kiln_into_data(r, fused ? on : off, sizeof(float) * (size_t)n) == KILN_OK);
+                    if (fused && kiln_engine_is_async()) /* the group ran fused (tiny ops let in) */
+                        KT_CHECK_MSG(kiln__fusion_stats_get().ops_fused > before, "op %d form %d not fused", k, form);
+                    kiln_release(x), kiln_release(y);
+                }
+                KT_CHECK_MSG(memcmp(on, off, sizeof(float) * (size_t)n) == 0, "%s n %lld op %d form %d differs", isa,
+                             (long long)n, k, form);
+            }
+    }
+    free(a);
+}
+
+/* Each op with its operands in each form (accumulator, loaded, spilled) equals the op unfused,
+ * bit for bit. */
+KT_TEST(vec_forms_equal_unfused) {
+    if (strcmp(kiln__vmath_isa(), "scalar") == 0) return; /* (see vec_chains_equal_unfused) */
+    bool was = kiln_fusion_enabled();
+    kiln__fusion_set_fuse_tiny(1); /* groups of a few KiB fuse too */
+    compare_forms(kiln__vmath_isa());
+    if (strcmp(kiln__vmath_isa(), "avx512") == 0) {
+        KT_CHECK(kiln__vmath_force_isa("avx2") == 0);
+        compare_forms("avx2");
+        KT_CHECK(kiln__vmath_force_isa(NULL) == 0);
+    }
+    kiln__fusion_set_fuse_tiny(-1);
+    kiln_fusion_set_enabled(was);
+}
+
 int main(void) {
     kt_mem_begin();
     KT_RUN(vec_chains_equal_unfused);
     KT_RUN(vec_chain_in_place);
+    KT_RUN(vec_forms_equal_unfused);
     return kt_finish();
 }

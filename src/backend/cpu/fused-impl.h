@@ -45,8 +45,14 @@ enum {
 /* Registers: one per IR node, then the clamp bounds. */
 #define KILN__VEC_REGS (KILN__EXPR_MAX_NODES + 16)
 
+/* An instruction's form: which operands are the accumulator (the previous instruction's result,
+ * in registers) rather than read through the register file or an input. */
+enum { KILN__VEC_A_ACC = 1, KILN__VEC_B_ACC = 2 };
+
 typedef struct kiln__vec_ins {
     uint8_t op, d, a, b, c; /* d = op(a, b); registers, or an input index (LOAD) */
+    uint8_t form;           /* KILN__VEC_A_ACC | KILN__VEC_B_ACC; unary ops: A only */
+    bool spill;             /* d is read later than by the next instruction: kept in register d too */
 } kiln__vec_ins;
 
 /* A group compiled for the fast path: loads, ops and stores of one chunk, in program order.
@@ -73,6 +79,7 @@ typedef struct kiln__fused_vec {
     const float *in[KILN__EXPR_MAX_INPUTS];
     float *out[KILN__EXPR_MAX_OUTPUTS + 1]; /* NULL: the caller's local buffer */
     uint8_t store_node[KILN__EXPR_MAX_OUTPUTS + 1];
+    bool store_acc[KILN__EXPR_MAX_OUTPUTS + 1]; /* the stored node is the last result: from the accumulator */
 } kiln__fused_vec;
 
 typedef struct kiln__fused_plan {

@@ -119,6 +119,33 @@ static bool compile_node(kiln__fused_vec *v, const kiln__fused_plan *p, int i, i
     }
 }
 
+/* Which operands of each instruction are the accumulator, which results must also be kept in
+ * their register (read by a later instruction than the next, or stored while not the last
+ * result), and which stores take the last result from the accumulator. LOADs leave the
+ * accumulator alone (they only point at an input). */
+static void use_accumulator(kiln__fused_vec *v) {
+    bool read_later[KILN__VEC_REGS] = {0};
+    int held = -1; /* the node whose value the accumulator holds */
+    for (int j = 0; j < v->n_code; j++) {
+        kiln__vec_ins *c = &v->code[j];
+        c->form = 0, c->spill = false;
+        if (c->op == KILN__VEC_LOAD) continue;
+        if (c->a == held) c->form |= KILN__VEC_A_ACC;
+        else read_later[c->a] = true;
+        if (c->op < KILN__VEC_NEG) { /* binary; a unary op's b is its a, or a clamp bound */
+            if (c->b == held) c->form |= KILN__VEC_B_ACC;
+            else read_later[c->b] = true;
+        }
+        held = c->d;
+    }
+    for (int s = 0; s < v->n_store; s++) {
+        v->store_acc[s] = held >= 0 && v->store_node[s] == held;
+        if (!v->store_acc[s]) read_later[v->store_node[s]] = true;
+    }
+    for (int j = 0; j < v->n_code; j++)
+        if (v->code[j].op != KILN__VEC_LOAD) v->code[j].spill = read_later[v->code[j].d];
+}
+
 /* The nodes in want, in program order; then the stores of the nodes in store to their outputs,
  * and of node local (-1: none) to the caller's local buffer. */
 static bool compile(kiln__fused_vec *v, const kiln__fused_plan *p, const bool *want, const bool *store, int local) {
@@ -134,6 +161,7 @@ static bool compile(kiln__fused_vec *v, const kiln__fused_plan *p, const bool *w
         v->store_node[v->n_store++] = (uint8_t)e->store[s].node;
     }
     if (local >= 0) v->out[v->n_store] = NULL, v->store_node[v->n_store++] = (uint8_t)local;
+    use_accumulator(v);
     return true;
 }
 

@@ -4,12 +4,20 @@
  * (a per-ISA static name), EXT(x) (the exported kiln__fused_vec_x_isa), VP(x) (the ISA's
  * intrinsic _mm256_x or _mm512_x), REG (the asm constraint of a vector register), and the
  * compares and selects (GT, LT, ISNAN, OR of two masks; SEL(a, b, m): b where m is set, a
- * elsewhere). Each instruction runs over U vectors (one chunk); the values live in a register
- * file indexed by IR node, which the CPU keeps in L1 (a few KiB), so a chunk's whole
- * expression runs between its loads and its stores and the out-of-order core overlaps one
- * chunk's memory traffic with another's arithmetic. Every op is the same IEEE operation, with
- * the same NaN and signed-zero selects, as the f32 loop the unfused kernel runs; exp is vmath's
- * own vm_exp. */
+ * elsewhere). Each instruction runs over U vectors (one chunk). The last result stays in an
+ * accumulator of U vector registers, which the next instruction reads in place (fused_vec.c
+ * marks which operands come from it): a chain x -> f(x) -> g(f(x)) runs in registers, with no
+ * load or store per op. Values read later than by the next instruction (fan-out, a stored
+ * intermediate) are spilled to a register file indexed by IR node, in L1 (a few KiB), and read
+ * from there, as are the constants. A chunk's whole expression runs between its loads and its
+ * stores, so the out-of-order core overlaps one chunk's memory traffic with another's
+ * arithmetic. Every op is the same IEEE operation, with the same NaN and signed-zero selects,
+ * as the f32 loop the unfused kernel runs; exp is vmath's own vm_exp.
+ *
+ * chain8 (bench_elementwise, eight ops on two 64M-float inputs, AVX-512, Zen 5, 2 threads):
+ * each op loading its operands from the register file and storing its result there was L1
+ * load/store bound at ~4 cycles a vector op (16.6 ms against one add's 11.2); see
+ * BENCHMARKS.md for the accumulator's numbers. */
 
 #define U KILN__VEC_U
 /* run_rows asks for each input's lines this many floats ahead (the next row, at 2048): the
@@ -40,58 +48,88 @@ static inline TARGET V NAME(exp)(V a) {
     __asm__("" : "+" REG(y));
     return y;
 }
+static inline TARGET V NAME(sub)(V a, V b) { return VP(sub_ps)(a, b); }
+static inline TARGET V NAME(div)(V a, V b) { return VP(div_ps)(a, b); }
+/* (x > y || x != x) ? x : y, and (x < y || x != x) ? x : y */
+static inline TARGET V NAME(max)(V x, V y) { return SEL(y, x, OR(GT(x, y), ISNAN(x))); }
+static inline TARGET V NAME(min)(V x, V y) { return SEL(y, x, OR(LT(x, y), ISNAN(x))); }
+/* y > 0 ? x : 0 */
+static inline TARGET V NAME(relu_bwd)(V x, V y) {
+    const V zero = VP(setzero_ps)();
+    return SEL(zero, x, GT(y, zero));
+}
+static inline TARGET V NAME(neg)(V x) { return VP(xor_ps)(x, VP(set1_ps)(-0.0f)); }
+static inline TARGET V NAME(abs)(V x) { return VP(andnot_ps)(VP(set1_ps)(-0.0f), x); }
+/* x < 0 ? 0 : x */
+static inline TARGET V NAME(relu)(V x) {
+    const V zero = VP(setzero_ps)();
+    return SEL(x, zero, LT(x, zero));
+}
+static inline TARGET V NAME(sqrt)(V x) { return VP(sqrt_ps)(x); }
+/* x < lo ? lo : (x > hi ? hi : x) */
+static inline TARGET V NAME(clamp)(V x, V lo, V hi) { return SEL(SEL(x, hi, GT(x, hi)), lo, LT(x, lo)); }
 
 /* Every instruction over the chunk at in[k] + o of each input k, then the stores to out[s] + o:
- * after every load, since an output may be an input's storage (in place). Operands are read
- * through src: a computed value's register, or a loaded one's input itself (a LOAD only points
- * there, so the chunk's inputs are not copied into the register file). */
+ * after every load, since an output may be an input's storage (in place). An operand is the
+ * accumulator (the last instruction's result) or is read through src: a spilled value's
+ * register, a constant's, or a loaded value's input itself (a LOAD only points there, so the
+ * chunk's inputs are not copied). The U-fold loops are unrolled so that the accumulator's
+ * vectors are scalars to the compiler, kept in registers across the instruction switch. */
+#define EACH _Pragma("GCC unroll 8") for (int u = 0; u < U; u++)
+#define MA(u) VP(loadu_ps)(a + (u) * W)
+#define MB(u) VP(loadu_ps)(b + (u) * W)
+#define BINARY(OPC, F)                                                                        \
+    case OPC << 2: EACH acc[u] = NAME(F)(MA(u), MB(u)); break;                               \
+    case OPC << 2 | KILN__VEC_A_ACC: EACH acc[u] = NAME(F)(acc[u], MB(u)); break;            \
+    case OPC << 2 | KILN__VEC_B_ACC: EACH acc[u] = NAME(F)(MA(u), acc[u]); break;            \
+    case OPC << 2 | KILN__VEC_A_ACC | KILN__VEC_B_ACC: EACH acc[u] = NAME(F)(acc[u], acc[u]); break;
+#define UNARY(OPC, F)                                                                         \
+    case OPC << 2: EACH acc[u] = NAME(F)(MA(u)); break;                                      \
+    case OPC << 2 | KILN__VEC_A_ACC: EACH acc[u] = NAME(F)(acc[u]); break;
 static inline __attribute__((always_inline)) TARGET void NAME(chunk)(const kiln__fused_vec *v, V (*r)[U],
                                                                      const float **src, const float *const *in,
                                                                      float *const *out, int64_t o, bool stream) {
-    const V zero = VP(set1_ps)(0.0f), sign = VP(set1_ps)(-0.0f);
+    V acc[U];
+    EACH acc[u] = VP(setzero_ps)();
     for (int j = 0; j < v->n_code; j++) {
         const kiln__vec_ins *c = &v->code[j];
-        V *d = r[c->d];
         const float *a = src[c->a], *b = src[c->b];
-#define A(u) VP(loadu_ps)(a + (u) * W)
-#define B(u) VP(loadu_ps)(b + (u) * W)
-        switch (c->op) {
-        case KILN__VEC_LOAD: src[c->d] = in[c->a] + o; break;
-        case KILN__VEC_ADD: for (int u = 0; u < U; u++) d[u] = NAME(add)(A(u), B(u)); break;
-        case KILN__VEC_SUB: for (int u = 0; u < U; u++) d[u] = VP(sub_ps)(A(u), B(u)); break;
-        case KILN__VEC_MUL: for (int u = 0; u < U; u++) d[u] = NAME(mul)(A(u), B(u)); break;
-        case KILN__VEC_DIV: for (int u = 0; u < U; u++) d[u] = VP(div_ps)(A(u), B(u)); break;
-        /* (x > y || x != x) ? x : y, and (x < y || x != x) ? x : y */
-        case KILN__VEC_MAX: for (int u = 0; u < U; u++) d[u] = SEL(B(u), A(u), OR(GT(A(u), B(u)), ISNAN(A(u)))); break;
-        case KILN__VEC_MIN: for (int u = 0; u < U; u++) d[u] = SEL(B(u), A(u), OR(LT(A(u), B(u)), ISNAN(A(u)))); break;
-        /* y > 0 ? x : 0 */
-        case KILN__VEC_RELU_BWD: for (int u = 0; u < U; u++) d[u] = SEL(zero, A(u), GT(B(u), zero)); break;
-        case KILN__VEC_NEG: for (int u = 0; u < U; u++) d[u] = VP(xor_ps)(A(u), sign); break;
-        case KILN__VEC_ABS: for (int u = 0; u < U; u++) d[u] = VP(andnot_ps)(sign, A(u)); break;
-        /* x < 0 ? 0 : x */
-        case KILN__VEC_RELU: for (int u = 0; u < U; u++) d[u] = SEL(A(u), zero, LT(A(u), zero)); break;
-        case KILN__VEC_SQRT: for (int u = 0; u < U; u++) d[u] = VP(sqrt_ps)(A(u)); break;
-        /* x < lo ? lo : (x > hi ? hi : x), lo and hi in registers b and c */
-        case KILN__VEC_CLAMP: {
-            const V *h = r[c->c], *l = r[c->b];
-            for (int u = 0; u < U; u++) d[u] = SEL(SEL(A(u), h[u], GT(A(u), h[u])), l[u], LT(A(u), l[u]));
-            break;
-        }
-        case KILN__VEC_EXP: for (int u = 0; u < U; u++) d[u] = NAME(exp)(A(u)); break;
+        switch (c->op << 2 | c->form) {
+        case KILN__VEC_LOAD << 2: src[c->d] = in[c->a] + o; break;
+        BINARY(KILN__VEC_ADD, add)
+        BINARY(KILN__VEC_SUB, sub)
+        BINARY(KILN__VEC_MUL, mul)
+        BINARY(KILN__VEC_DIV, div)
+        BINARY(KILN__VEC_MAX, max)
+        BINARY(KILN__VEC_MIN, min)
+        BINARY(KILN__VEC_RELU_BWD, relu_bwd)
+        UNARY(KILN__VEC_NEG, neg)
+        UNARY(KILN__VEC_ABS, abs)
+        UNARY(KILN__VEC_RELU, relu)
+        UNARY(KILN__VEC_SQRT, sqrt)
+        UNARY(KILN__VEC_EXP, exp)
+        /* lo and hi in registers b and c */
+        case KILN__VEC_CLAMP << 2: EACH acc[u] = NAME(clamp)(MA(u), r[c->b][u], r[c->c][u]); break;
+        case KILN__VEC_CLAMP << 2 | KILN__VEC_A_ACC: EACH acc[u] = NAME(clamp)(acc[u], r[c->b][u], r[c->c][u]); break;
         default: break;
         }
-#undef A
-#undef B
+        if (c->spill) EACH r[c->d][u] = acc[u];
     }
     for (int s = 0; s < v->n_store; s++) {
         float *y = out[s] + o;
         const float *x = src[v->store_node[s]];
-        if (stream && v->out[s])
-            for (int u = 0; u < U; u++) VP(stream_ps)(y + u * W, VP(loadu_ps)(x + u * W));
-        else
-            for (int u = 0; u < U; u++) VP(storeu_ps)(y + u * W, VP(loadu_ps)(x + u * W));
+        bool st = stream && v->out[s];
+        if (v->store_acc[s] && st) EACH VP(stream_ps)(y + u * W, acc[u]);
+        else if (v->store_acc[s]) EACH VP(storeu_ps)(y + u * W, acc[u]);
+        else if (st) EACH VP(stream_ps)(y + u * W, VP(loadu_ps)(x + u * W));
+        else EACH VP(storeu_ps)(y + u * W, VP(loadu_ps)(x + u * W));
     }
 }
+#undef EACH
+#undef MA
+#undef MB
+#undef BINARY
+#undef UNARY
 
 static inline TARGET void NAME(set_bcast)(const kiln__fused_vec *v, V (*r)[U], const float **src) {
     for (int k = 0; k < KILN__VEC_REGS; k++) src[k] = (const float *)r[k];
