@@ -170,7 +170,8 @@ KT_TEST(any_split_of_outputs_and_rows_gives_the_same_bits) {
     enum { M = 37, N = 83, K = 132, NB = (K + KILN__S8_BLOCK - 1) / KILN__S8_BLOCK, COLS = NB + 1 };
     static float x[M * K], w[N * K], s[N * COLS], packed_s[N * COLS], xs[M * NB], whole[M * N], parts[M * N];
     static int8_t qw[N * K], packed_w[N * K];
-    static uint8_t ux[M * K];
+    static int8_t qx[M * K];
+    static int32_t xsum[M * NB];
     fill(x, M * K, 3, 1.0f), fill(w, N * K, 4, 1.0f);
     for (int64_t o = 0; o < N; o++) {
         for (int64_t b = 0; b < NB; b++)
@@ -180,13 +181,13 @@ KT_TEST(any_split_of_outputs_and_rows_gives_the_same_bits) {
     }
     kiln__s8_pack_weight(qw, N, K, packed_w);
     kiln__s8_pack_scales(s, N, COLS, packed_s);
-    for (int64_t r = 0; r < M; r++) kiln__s8_quantize_row(x + r * K, 1, K, K, ux + r * K, xs + r * NB);
+    for (int64_t r = 0; r < M; r++) kiln__s8_quantize_row(x + r * K, 1, K, K, qx + r * K, xs + r * NB, xsum + r * NB);
     const char *isas[] = {"scalar", "avx2", "avx512"};
     static const int64_t row_cuts[][4] = {{0, M, M, M}, {0, 1, 2, M}, {0, 16, 17, M}, {0, 15, 31, M}};
     for (int p = 0; p < 3; p++) {
         if (kiln__vmath_force_isa(isas[p]) != 0) continue;
         for (int e = KILN__S8_BIAS; e <= KILN__S8_BIAS_GELU; e++) {
-            kiln__gemm_s8_rescale(ux, xs, M, packed_w, packed_s, N, 0, N, K, (kiln__s8_epilogue)e, whole, N);
+            kiln__gemm_s8_rescale(qx, xs, xsum, M, packed_w, packed_s, N, 0, N, K, (kiln__s8_epilogue)e, whole, N);
             for (int64_t step = 1; step <= 3; step++)
                 for (size_t rc = 0; rc < sizeof row_cuts / sizeof row_cuts[0]; rc++) {
                     memset(parts, 0xff, sizeof parts); /* NaN: a value no part writes stays NaN */
@@ -194,7 +195,7 @@ KT_TEST(any_split_of_outputs_and_rows_gives_the_same_bits) {
                         int64_t r0 = row_cuts[rc][i], r1 = row_cuts[rc][i + 1];
                         for (int64_t o0 = 0; o0 < N && r1 > r0; o0 += step * KILN__S8_GROUP) {
                             int64_t o1 = o0 + step * KILN__S8_GROUP < N ? o0 + step * KILN__S8_GROUP : N;
-                            kiln__gemm_s8_rescale(ux + r0 * K, xs + r0 * NB, r1 - r0, packed_w, packed_s, N, o0, o1, K,
+                            kiln__gemm_s8_rescale(qx + r0 * K, xs + r0 * NB, xsum + r0 * NB, r1 - r0, packed_w, packed_s, N, o0, o1, K,
                                                   (kiln__s8_epilogue)e, parts + r0 * N, N);
                         }
                     }
