@@ -174,9 +174,10 @@ KT_TEST(any_split_of_outputs_and_rows_gives_the_same_bits) {
     static int32_t xsum[M * NB];
     fill(x, M * K, 3, 1.0f), fill(w, N * K, 4, 1.0f);
     for (int64_t o = 0; o < N; o++) {
-        for (int64_t b = 0; b < NB; b++)
-            s[o * COLS + b] = kiln__s8_quantize_values(w + o * K + b * KILN__S8_BLOCK, 1, KILN__S8_BLOCK,
-                                                       qw + o * K + b * KILN__S8_BLOCK);
+        for (int64_t b = 0; b < NB; b++) {
+            int64_t len = K - b * KILN__S8_BLOCK < KILN__S8_BLOCK ? K - b * KILN__S8_BLOCK : KILN__S8_BLOCK;
+            s[o * COLS + b] = kiln__s8_quantize_values(w + o * K + b * KILN__S8_BLOCK, 1, len, qw + o * K + b * KILN__S8_BLOCK);
+        }
         s[o * COLS + NB] = 0.25f * (float)(o % 5) - 0.5f;
     }
     kiln__s8_pack_weight(qw, N, K, packed_w);
