@@ -124,7 +124,7 @@ KT_TEST(every_isa_path_matches_the_reference) {
     for (size_t t = 0; t < sizeof shapes / sizeof shapes[0]; t++) {
         int64_t R = shapes[t][0], O = shapes[t][1], K = shapes[t][2], NB = (K + KILN__S8_BLOCK - 1) / KILN__S8_BLOCK;
         int8_t *qx = malloc((size_t)(R * K)), *qw = malloc((size_t)(O * K)), *pw = malloc((size_t)(O * K));
-        uint8_t *ux = malloc((size_t)(R * K));
+        int32_t *xsum = malloc(sizeof(int32_t) * (size_t)(R * NB));
         float *xs = malloc(sizeof(float) * (size_t)(R * NB)), *ws = malloc(sizeof(float) * (size_t)(O * (NB + 1)));
         float *pws = malloc(sizeof(float) * (size_t)(O * (NB + 1)));
         float *y = malloc(sizeof(float) * (size_t)(R * O));
@@ -132,7 +132,11 @@ KT_TEST(every_isa_path_matches_the_reference) {
         for (int64_t i = 0; i < R * K; i++) qx[i] = (int8_t)((int)((seed = seed * 1103515245u + 12345u) >> 8) % 255 - 127);
         for (int64_t i = 0; i < O * K; i++) qw[i] = (int8_t)((int)((seed = seed * 1103515245u + 12345u) >> 8) % 255 - 127);
         for (int64_t i = 0; i < K; i++) qx[i] = (int8_t)(i % 2 ? -127 : 127), qw[i] = -127; /* sums near the extremes */
-        for (int64_t i = 0; i < R * K; i++) ux[i] = (uint8_t)(qx[i] + 128);
+        for (int64_t r = 0; r < R; r++) /* each block's activation sum, as kiln__s8_quantize_row gives it */
+            for (int64_t b = 0; b < NB; b++) {
+                xsum[r * NB + b] = 0;
+                for (int64_t i = b * KILN__S8_BLOCK; i < K && i < (b + 1) * KILN__S8_BLOCK; i++) xsum[r * NB + b] += qx[r * K + i];
+            }
         for (int64_t i = 0; i < R * NB; i++) xs[i] = 0.001f * (float)(i % 7 + 1);
         kiln__s8_pack_weight(qw, O, K, pw);
         for (int e = KILN__S8_PLAIN; e <= KILN__S8_BIAS_GELU; e++) {
@@ -148,8 +152,8 @@ KT_TEST(every_isa_path_matches_the_reference) {
                 for (int64_t i = 0; i < R * O; i++) y[i] = -1e30f;
                 /* the first group on its own, then the rest: both halves of a split must agree */
                 int64_t split = O > KILN__S8_GROUP ? KILN__S8_GROUP : O;
-                kiln__gemm_s8_rescale(ux, xs, R, pw, pws, O, 0, split, K, (kiln__s8_epilogue)e, y, O);
-                kiln__gemm_s8_rescale(ux, xs, R, pw, pws, O, split, O, K, (kiln__s8_epilogue)e, y, O);
+                kiln__gemm_s8_rescale(qx, xs, xsum, R, pw, pws, O, 0, split, K, (kiln__s8_epilogue)e, y, O);
+                kiln__gemm_s8_rescale(qx, xs, xsum, R, pw, pws, O, split, O, K, (kiln__s8_epilogue)e, y, O);
                 for (int64_t r = 0; r < R; r++)
                     for (int64_t o = 0; o < O; o++) {
                         double mag, want = s8_reference(qx + r * K, xs + r * NB, qw + o * K, ws + o * cols, K, &mag);
@@ -164,7 +168,7 @@ KT_TEST(every_isa_path_matches_the_reference) {
             }
             kiln__vmath_force_isa(NULL);
         }
-        free(qx), free(qw), free(pw), free(ux), free(xs), free(ws), free(pws), free(y);
+        free(qx), free(qw), free(pw), free(xsum), free(xs), free(ws), free(pws), free(y);
     }
 }
 
@@ -179,31 +183,37 @@ KT_TEST(row_quantization_is_the_same_on_every_path) {
     x[40] = INFINITY, x[70] = NAN;          /* blocks 1 and 2 */
     for (int i = 96; i < N; i++) x[i] = i == 97 ? 1e-44f : 0.0f; /* block 3: too small to invert */
     for (int i = 0; i < N; i++) strided[2 * i] = x[i], strided[2 * i + 1] = 99.0f;
-    uint8_t first[K];
+    int8_t first[K];
     float first_scale[NB];
     const char *isas[] = {"scalar", "avx2", "avx512"};
     bool have_first = false;
     for (int p = 0; p < 3; p++) {
         if (kiln__vmath_force_isa(isas[p]) != 0) continue;
         for (int stride = 1; stride <= 2; stride++) {
-            uint8_t ux[K];
+            int8_t qx[K];
+            int32_t xsum[NB];
             float xs[NB];
-            memset(ux, 7, sizeof ux);
-            kiln__s8_quantize_row(stride == 1 ? x : strided, stride, N, K, ux, xs);
+            memset(qx, 7, sizeof qx);
+            kiln__s8_quantize_row(stride == 1 ? x : strided, stride, N, K, qx, xs, xsum);
             KT_CHECK(isnan(xs[1]) && isnan(xs[2]) && xs[3] == 1.0f);
             for (int b = 0; b < NB; b++) {
                 if (isnan(xs[b])) continue;
                 for (int i = b * KILN__S8_BLOCK; i < K && i < (b + 1) * KILN__S8_BLOCK; i++) {
                     double v = i < N ? (double)x[i] / xs[b] : 0;
                     int want = b == 3 ? 0 : (int)nearbyint(v);
-                    KT_CHECK_MSG(ux[i] - 128 == want || fabs(v - nearbyint(v)) > 0.499,
-                                 "%s stride %d: q[%d] = %d, x / scale = %.6f", isas[p], stride, i, ux[i] - 128, v);
-                    KT_CHECK(ux[i] >= 1 && ux[i] <= 255);
+                    KT_CHECK_MSG(qx[i] == want || fabs(v - nearbyint(v)) > 0.499,
+                                 "%s stride %d: q[%d] = %d, x / scale = %.6f", isas[p], stride, i, qx[i], v);
+                    KT_CHECK(qx[i] >= -127 && qx[i] <= 127);
                 }
             }
             KT_CHECK(xs[0] == (float)(amax(x, 32) / 127) || fabs(xs[0] - amax(x, 32) / 127) <= 1e-7 * xs[0]);
-            if (!have_first) memcpy(first, ux, sizeof ux), memcpy(first_scale, xs, sizeof xs), have_first = true;
-            KT_CHECK_MSG(memcmp(first, ux, sizeof ux) == 0, "%s stride %d: other bytes", isas[p], stride);
+            for (int b = 0; b < NB; b++) { /* the block sums the VNNI product's offset needs */
+                int32_t sum = 0;
+                for (int i = b * KILN__S8_BLOCK; i < K && i < (b + 1) * KILN__S8_BLOCK; i++) sum += qx[i];
+                KT_CHECK_MSG(xsum[b] == sum, "%s stride %d: block %d sums to %d, not %d", isas[p], stride, b, (int)xsum[b], (int)sum);
+            }
+            if (!have_first) memcpy(first, qx, sizeof qx), memcpy(first_scale, xs, sizeof xs), have_first = true;
+            KT_CHECK_MSG(memcmp(first, qx, sizeof qx) == 0, "%s stride %d: other bytes", isas[p], stride);
             for (int b = 0; b < NB; b++) KT_CHECK(isnan(xs[b]) ? isnan(first_scale[b]) : xs[b] == first_scale[b]);
         }
     }

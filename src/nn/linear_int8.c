@@ -33,8 +33,9 @@ typedef struct {
     const int64_t *shape, *strides;
     int ndim;
     int64_t in, kpad, nblk;
-    uint8_t *ux;   /* [rows, kpad]: the quantized rows, + 128 */
+    int8_t *qx;    /* [rows, kpad]: the quantized rows */
     float *xscale; /* [rows, nblk]; NAN for a block with a non-finite value */
+    int32_t *xsum; /* [rows, nblk]: each block's sum of qx */
     const int8_t *qw;
     const float *wscale;
     float *y; /* [rows, out] */
@@ -50,8 +51,8 @@ static void int8_quantize_rows(void *ctx, int64_t begin, int64_t end) {
             off += (rest % g->shape[d]) * g->strides[d];
             rest /= g->shape[d];
         }
-        kiln__s8_quantize_row(g->x + off, g->strides[g->ndim - 1], g->in, g->kpad, g->ux + r * g->kpad,
-                              g->xscale + r * g->nblk);
+        kiln__s8_quantize_row(g->x + off, g->strides[g->ndim - 1], g->in, g->kpad, g->qx + r * g->kpad,
+                              g->xscale + r * g->nblk, g->xsum + r * g->nblk);
     }
 }
 
@@ -68,7 +69,7 @@ static void int8_gemm_groups(void *ctx, int64_t begin, int64_t end) {
     int64_t block = INT8_ROW_BLOCK_BYTES / g->kpad / 16 * 16;
     if (block < 16) block = 16;
     for (int64_t r0 = 0; r0 < g->rows; r0 += block)
-        kiln__gemm_s8_rescale(g->ux + r0 * g->kpad, g->xscale + r0 * g->nblk,
+        kiln__gemm_s8_rescale(g->qx + r0 * g->kpad, g->xscale + r0 * g->nblk, g->xsum + r0 * g->nblk,
                               g->rows - r0 < block ? g->rows - r0 : block, g->qw, g->wscale, g->out,
                               begin * KILN__S8_GROUP, o_end, g->kpad, g->epilogue, g->y + r0 * g->out, g->out);
 }
@@ -108,21 +109,22 @@ static kiln_status int8_linear_cpu(int n, const kiln_custom_operand *in, const k
     for (int d = 0; d < x->ndim - 1; d++) rows *= x->shape[d];
     if (rows == 0 || w->shape[0] == 0) return KILN_OK;
     int64_t nblk = (kpad + KILN__S8_BLOCK - 1) / KILN__S8_BLOCK;
-    uint8_t *ux = malloc((size_t)(rows * kpad) + 1);
+    int8_t *qx = malloc((size_t)(rows * kpad) + 1);
     float *xscale = malloc((size_t)(rows * nblk + 1) * sizeof *xscale);
-    if (!ux || !xscale) {
-        free(ux), free(xscale);
+    int32_t *xsum = malloc((size_t)(rows * nblk + 1) * sizeof *xsum);
+    if (!qx || !xscale || !xsum) {
+        free(qx), free(xscale), free(xsum);
         return KILN_ERR_OUT_OF_MEMORY;
     }
-    int8_gemm g = {(const float *)x->data, x->shape, x->strides, x->ndim, in_features, kpad, nblk, ux, xscale, w->data,
-                   s->data, out->data, rows, w->shape[0], *(const kiln__s8_epilogue *)user};
+    int8_gemm g = {(const float *)x->data, x->shape, x->strides, x->ndim, in_features, kpad, nblk, qx, xscale, xsum,
+                   w->data, s->data, out->data, rows, w->shape[0], *(const kiln__s8_epilogue *)user};
     int64_t qgrain = (int64_t)(1 << 14) / (kpad > 0 ? kpad : 1); /* ~16k values a chunk */
     kiln_parallel_for(rows, qgrain > 0 ? qgrain : 1, int8_quantize_rows, &g);
     int64_t groups = (g.out + KILN__S8_GROUP - 1) / KILN__S8_GROUP;
     int64_t per_group = rows * kpad * KILN__S8_GROUP;
     int64_t grain = per_group > 0 ? ((int64_t)1 << 18) / per_group : 1; /* ~256k products a chunk */
     kiln_parallel_for(groups, grain > 0 ? grain : 1, int8_gemm_groups, &g);
-    free(ux), free(xscale);
+    free(qx), free(xscale), free(xsum);
     return KILN_OK;
 }
 

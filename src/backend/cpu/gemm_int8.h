@@ -13,9 +13,11 @@
  * 0.0008: the weights' error was the larger). Values lie in [-127, 127].
  *
  * The layouts are the ones the AVX512-VNNI product (vpdpbusd: unsigned bytes times signed
- * bytes, four to an int32 lane) reads without shuffling:
- *   - activations as unsigned bytes ux(r, i) = qx(r, i) + 128, rows k apart (the kernel takes
- *     128 * (block sum of the weight) back off, so D is the signed product);
+ * bytes, four to an int32 lane, the signed operand a broadcast from memory) reads without
+ * shuffling:
+ *   - activations as signed bytes qx(r, i), rows k apart, with each block's sum xsum(r, b):
+ *     the kernel takes the weights as unsigned bytes (w + 128, one xor a vector), so each
+ *     block's sum comes out 128 * xsum(r, b) too large and starts from its negative;
  *   - weights packed by kiln__s8_pack_weight: outputs in groups of KILN__S8_GROUP, a group's
  *     four-byte pieces of k interleaved output by output, so that one 64-byte load holds four k
  *     values of each of 16 outputs; their scales [out, nblk] by kiln__s8_pack_scales, a group's
@@ -39,8 +41,8 @@
 typedef enum { KILN__S8_PLAIN, KILN__S8_BIAS, KILN__S8_BIAS_GELU } kiln__s8_epilogue;
 
 /* o_begin must be a multiple of KILN__S8_GROUP, o_end one too or out. */
-void kiln__gemm_s8_rescale(const uint8_t *ux, const float *xscale, int64_t rows, const int8_t *packed_w,
-                           const float *wscale, int64_t out, int64_t o_begin, int64_t o_end, int64_t k,
+void kiln__gemm_s8_rescale(const int8_t *qx, const float *xscale, const int32_t *xsum, int64_t rows,
+                           const int8_t *packed_w, const float *wscale, int64_t out, int64_t o_begin, int64_t o_end, int64_t k,
                            kiln__s8_epilogue epilogue, float *y, int64_t ldy);
 
 /* packed[...] = qw [out, k] row-major (k a multiple of 4) in the layout above. */
@@ -50,11 +52,13 @@ void kiln__s8_pack_weight(const int8_t *qw, int64_t out, int64_t k, int8_t *pack
  * the bias as the last column). */
 void kiln__s8_pack_scales(const float *scales, int64_t out, int64_t cols, float *packed);
 
-/* Quantizes n values of x (read `stride` apart) into ux[0..k) (k >= n a multiple of 4: the
- * rest is zero, 128 as ux) and xscale[0..ceil(k / KILN__S8_BLOCK)), one symmetric scale per
- * block (x ~ (ux - 128) * scale, round half to even); a block with a non-finite value gets
- * scale NAN, one too small to invert scale 1 and zeros. The same values on every path. */
-void kiln__s8_quantize_row(const float *x, int64_t stride, int64_t n, int64_t k, uint8_t *ux, float *xscale);
+/* Quantizes n values of x (read `stride` apart) into qx[0..k) (k >= n a multiple of 4: the
+ * rest is zero), xscale[0..ceil(k / KILN__S8_BLOCK)), one symmetric scale per block (x ~ qx *
+ * scale, round half to even), and xsum[b], the sum of block b's qx; a block with a non-finite
+ * value gets scale NAN, one too small to invert scale 1, both zeros. The same values on every
+ * path. */
+void kiln__s8_quantize_row(const float *x, int64_t stride, int64_t n, int64_t k, int8_t *qx, float *xscale,
+                           int32_t *xsum);
 
 /* The symmetric scale of n values (amax / 127; NAN if one is not finite, 1 if all are zero or
  * too small to invert) and q[i] = round(x[i] / scale) in [-127, 127] (0 where the scale is

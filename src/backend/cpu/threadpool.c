@@ -196,15 +196,27 @@ static void *pool_worker_main(void *arg) {
         bool idle = !pool.stopping && (pool.job == NULL || pool.job_generation == seen_generation);
         if (idle && ran) pool_worker_poll(seen_generation);
         ran = 0;
-        while (!pool.stopping && (pool.job == NULL || pool.job_generation == seen_generation))
+        while (!pool.stopping && (pool.job == NULL || pool.job_generation == seen_generation)) {
             pthread_cond_wait(&pool.work_ready, &pool.state_lock);
+            /* Woken for a job its caller already finished alone (a wake-up can take longer
+             * than a small job): poll for the next one as after running one. Without this a
+             * worker that missed one job of a chain of small ones (a 16-token sentence's
+             * products, ~10-40 us apart) slept through every later one, each caller doing all
+             * of its chunks alone. */
+            if (pool.job == NULL && pool.job_generation != seen_generation) {
+                seen_generation = pool.job_generation;
+                pool_worker_poll(seen_generation);
+            }
+        }
         if (pool.stopping) break;
         seen_generation = pool.job_generation;
         pool_job *job = pool.job;
         /* A late waker that finds every chunk taken stays out, so the caller never waits
          * on a worker that has nothing to do. */
-        if (atomic_load_explicit(&job->next_chunk, memory_order_relaxed) >= job->chunk_count)
+        if (atomic_load_explicit(&job->next_chunk, memory_order_relaxed) >= job->chunk_count) {
+            ran = 1; /* (poll for the next one all the same, as above) */
             continue;
+        }
         atomic_fetch_add(&pool.busy_workers, 1);
         pthread_mutex_unlock(&pool.state_lock);
 
