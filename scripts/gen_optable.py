@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Reads the op table (src/ir/optable.h, one X(...) row per elementwise op) and the reduction
+"""Reads the op table (src/ir/optable.h, one X(...) row per elementwise op and per scalar variant
+of a binary op) and the reduction
 table (src/ir/reduce_table.h, one row per reduction) and writes what C macros cannot: the public
 header include/kiln/ops.h (prototypes with their doc lines, the call-site list and the call-site
 macros of the ops whose signature the tables give), the Python binding's rows of those ops
@@ -22,6 +23,8 @@ REDUCE_TABLE = os.path.join(ROOT, "src", "ir", "reduce_table.h")
 HEADER = os.path.join(ROOT, "include", "kiln", "ops.h")
 PY_HEADER = os.path.join(ROOT, "python", "src", "op_table_generated.h")
 COLUMNS = ["NAME", "name", "arity", "dtype", "shape", "fuse", "grad", "sig", "cpu", "domain"]
+SCALAR_COLUMNS = ["NAME", "name", "order"]
+SCALAR_SIGNATURE = ("(kiln_tensor t, double s)", "(t, s)")
 ROW = re.compile(r'^\s*X\(\s*(.*?)\s*"((?:[^"\\]|\\.)*)"\s*\)\s*\\?\s*$')
 SIGNATURES = {"T": ("(kiln_tensor t)", "(t)"), "AB": ("(kiln_tensor a, kiln_tensor b)", "(a, b)")}
 REDUCE_COLUMNS = ["NAME", "name", "dtype", "sig", "grad", "py"]
@@ -68,6 +71,18 @@ def read_table(path=TABLE):
     return rows
 
 
+def read_scalars(path=TABLE, rows=None):
+    """The rows of KILN__OPTABLE_SCALAR: each names a binary row of the op table and an order."""
+    binary = {r["NAME"] for r in (rows or read_table(path)) if r["sig"] == "AB"}
+    out = read_rows(path, "KILN__OPTABLE_SCALAR", SCALAR_COLUMNS)
+    for r in out:
+        if r["NAME"] not in binary:
+            sys.exit(f"{path}: {r['name']}: {r['NAME']} is not a binary row (signature AB) of KILN__OPTABLE")
+        if r["order"] not in ("TS", "ST"):
+            sys.exit(f"{path}: {r['name']}: order {r['order']} (TS or ST)")
+    return out
+
+
 def read_reductions(path=REDUCE_TABLE):
     """The reduction table's rows, KERNEL rows (kind "kernel": an opcode of their own) first."""
     rows = []
@@ -90,9 +105,11 @@ def reduce_functions(reductions):
     return out
 
 
-def header(rows, reductions):
+def header(rows, scalars, reductions):
     public = [r for r in rows if r["sig"] in SIGNATURES]
-    calls = [(r["name"],) + SIGNATURES[r["sig"]] for r in public] + [f[:3] for f in reduce_functions(reductions)]
+    scalar_calls = [(r["name"],) + SCALAR_SIGNATURE for r in scalars]
+    calls = [(r["name"],) + SIGNATURES[r["sig"]] for r in public] + scalar_calls + \
+        [f[:3] for f in reduce_functions(reductions)]
     out = [
         "/* kiln's elementwise ops and reductions whose signature the op tables give: generated from",
         " * src/ir/optable.h and src/ir/reduce_table.h by scripts/gen_optable.py; do not edit (edit the",
@@ -116,6 +133,11 @@ def header(rows, reductions):
     for r in public:
         params, _ = SIGNATURES[r["sig"]]
         out.append(f"KILN_API kiln_tensor kiln_{r['name']}{params}; /* {r['doc']} */")
+    out += ["", "/* Scalar variants: the binary op with the double s as its other operand (rsub and rdiv: s first).",
+            " * The scalar takes the tensor's dtype (a float scalar promotes an integer or bool tensor to f32,",
+            " * a whole one a bool tensor to i64, as PyTorch). */"]
+    for r in scalars:
+        out.append(f"KILN_API kiln_tensor kiln_{r['name']}{SCALAR_SIGNATURE[0]}; /* {r['doc']} */")
     out += ["",
             "/* Reductions. kiln_name(t): over every dim, to a 0-d tensor. kiln_name_dims(t, dims, keepdim):",
             " * over a dim list (KILN_ALL_DIMS for all; an empty list reduces nothing), the reduced dims",
@@ -124,14 +146,15 @@ def header(rows, reductions):
     for name, params, _, doc in reduce_functions(reductions):
         out.append(f"KILN_API kiln_tensor kiln_{name}{params}; /* {doc} */")
     out += ["", "/* The calls that record the caller's file:line, as in core.h's list: the elementwise ops'",
-            " * (KILN_OPS_ELEMENTWISE_API: a tensor or two in, one out), the reductions' and both. */"]
+            " * (KILN_OPS_ELEMENTWISE_API: a tensor or two in, one out), their scalar variants', the",
+            " * reductions' and all three. */"]
     elementwise = [(r["name"],) + SIGNATURES[r["sig"]] for r in public]
-    for macro, rows in (("KILN_OPS_ELEMENTWISE_API", elementwise),
+    for macro, rows in (("KILN_OPS_ELEMENTWISE_API", elementwise), ("KILN_OPS_SCALAR_API", scalar_calls),
                         ("KILN_OPS_REDUCE_API", [f[:3] for f in reduce_functions(reductions)])):
         out.append(f"#define {macro}(X) \\")
         for i, (name, params, args) in enumerate(rows):
             out.append(f"    X(kiln_tensor, {name}, {params}, {args})" + (" \\" if i + 1 < len(rows) else ""))
-    out += ["#define KILN_OPS_API(X) KILN_OPS_ELEMENTWISE_API(X) KILN_OPS_REDUCE_API(X)",
+    out += ["#define KILN_OPS_API(X) KILN_OPS_ELEMENTWISE_API(X) KILN_OPS_SCALAR_API(X) KILN_OPS_REDUCE_API(X)",
             "KILN_OPS_API(KILN__AT_DECLARE)", "",
             "#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)",
             "#pragma GCC system_header /* see core.h: errors in these calls name the caller's line */"]
@@ -168,13 +191,15 @@ def python_rows(rows, reductions):
 
 def main(argv):
     rows, reductions = read_table(), read_reductions()
+    scalars = read_scalars(rows=rows)
     if "--json" in argv:
         json.dump({"source": "src/ir/optable.h", "columns": COLUMNS + ["doc"], "ops": rows,
+                   "scalar_columns": SCALAR_COLUMNS + ["doc"], "scalars": scalars,
                    "reduce_source": "src/ir/reduce_table.h", "reduce_columns": REDUCE_COLUMNS + ["doc", "kind"],
                    "reductions": reductions}, sys.stdout, indent=1)
         print()
         return 0
-    outputs = [(HEADER, header(rows, reductions)), (PY_HEADER, python_rows(rows, reductions))]
+    outputs = [(HEADER, header(rows, scalars, reductions)), (PY_HEADER, python_rows(rows, reductions))]
     if "--check" in argv:
         stale = []
         for path, text in outputs:

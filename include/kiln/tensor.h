@@ -161,25 +161,9 @@ KILN_API kiln_tensor kiln_hardtanh(kiln_tensor t, double min_val, double max_val
 KILN_API kiln_tensor kiln_lerp(kiln_tensor start, kiln_tensor end, kiln_tensor weight);
 KILN_API kiln_tensor kiln_lerp_scalar(kiln_tensor start, kiln_tensor end, double weight);
 
-/* Scalar variants: the scalar takes the tensor's dtype (a float scalar promotes an int or bool
- * tensor to f32; a whole one a bool tensor to i64, as PyTorch). */
-KILN_API kiln_tensor kiln_add_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_sub_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_rsub_scalar(kiln_tensor t, double s); /* s - t */
-KILN_API kiln_tensor kiln_mul_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_div_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_rdiv_scalar(kiln_tensor t, double s); /* s / t */
-KILN_API kiln_tensor kiln_pow_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_maximum_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_minimum_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_eq_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_ne_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_lt_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_le_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_gt_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_ge_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_fmod_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_remainder_scalar(kiln_tensor t, double s);
+/* Scalar variants (kiln_add_scalar(t, s), kiln_rsub_scalar: s - t, ...): kiln/ops.h, from the op
+ * table's KILN__OPTABLE_SCALAR rows. The scalar takes the tensor's dtype (a float scalar promotes
+ * an int or bool tensor to f32; a whole one a bool tensor to i64, as PyTorch). */
 
 /* ---- reductions ------------------------------------------------------------------------- */
 /* sum, mean, prod, max, min (and their _dims forms), var_dims, std_dims, logsumexp_dims, argmax,
@@ -290,21 +274,6 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
     X(kiln_tensor, avg_pool2d, (kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h, int pad_w), (x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)) \
     X(kiln_tensor, adaptive_avg_pool2d, (kiln_tensor x, int out_h, int out_w), (x, out_h, out_w)) \
     X(kiln_tensor, clamp, (kiln_tensor t, double lo, double hi), (t, lo, hi)) \
-    X(kiln_tensor, add_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, sub_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, rsub_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, mul_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, div_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, rdiv_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, pow_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, maximum_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, minimum_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, eq_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, ne_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, lt_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, le_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, gt_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, ge_scalar, (kiln_tensor t, double s), (t, s)) \
     X(kiln_tensor, nan_to_num, (kiln_tensor t, double nan, double posinf, double neginf), (t, nan, posinf, neginf)) \
     X(kiln_tensor, leaky_relu, (kiln_tensor t, double negative_slope), (t, negative_slope)) \
     X(kiln_tensor, elu, (kiln_tensor t, double alpha), (t, alpha)) \
@@ -312,8 +281,6 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
     X(kiln_tensor, hardtanh, (kiln_tensor t, double min_val, double max_val), (t, min_val, max_val)) \
     X(kiln_tensor, lerp, (kiln_tensor start, kiln_tensor end, kiln_tensor weight), (start, end, weight)) \
     X(kiln_tensor, lerp_scalar, (kiln_tensor start, kiln_tensor end, double weight), (start, end, weight)) \
-    X(kiln_tensor, fmod_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, remainder_scalar, (kiln_tensor t, double s), (t, s)) \
     X(kiln_tensor, flip, (kiln_tensor t, kiln_dims dims), (t, dims)) \
     X(kiln_tensor, roll, (kiln_tensor t, int64_t shift, int dim), (t, shift, dim)) \
     X(kiln_tensor, repeat, (kiln_tensor t, kiln_shape repeats), (t, repeats)) \
@@ -381,21 +348,6 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_avg_pool2d(...) KILN__AT(avg_pool2d, __VA_ARGS__)
 #define kiln_adaptive_avg_pool2d(...) KILN__AT(adaptive_avg_pool2d, __VA_ARGS__)
 #define kiln_clamp(...) KILN__AT(clamp, __VA_ARGS__)
-#define kiln_add_scalar(...) KILN__AT(add_scalar, __VA_ARGS__)
-#define kiln_sub_scalar(...) KILN__AT(sub_scalar, __VA_ARGS__)
-#define kiln_rsub_scalar(...) KILN__AT(rsub_scalar, __VA_ARGS__)
-#define kiln_mul_scalar(...) KILN__AT(mul_scalar, __VA_ARGS__)
-#define kiln_div_scalar(...) KILN__AT(div_scalar, __VA_ARGS__)
-#define kiln_rdiv_scalar(...) KILN__AT(rdiv_scalar, __VA_ARGS__)
-#define kiln_pow_scalar(...) KILN__AT(pow_scalar, __VA_ARGS__)
-#define kiln_maximum_scalar(...) KILN__AT(maximum_scalar, __VA_ARGS__)
-#define kiln_minimum_scalar(...) KILN__AT(minimum_scalar, __VA_ARGS__)
-#define kiln_eq_scalar(...) KILN__AT(eq_scalar, __VA_ARGS__)
-#define kiln_ne_scalar(...) KILN__AT(ne_scalar, __VA_ARGS__)
-#define kiln_lt_scalar(...) KILN__AT(lt_scalar, __VA_ARGS__)
-#define kiln_le_scalar(...) KILN__AT(le_scalar, __VA_ARGS__)
-#define kiln_gt_scalar(...) KILN__AT(gt_scalar, __VA_ARGS__)
-#define kiln_ge_scalar(...) KILN__AT(ge_scalar, __VA_ARGS__)
 #define kiln_nan_to_num(...) KILN__AT(nan_to_num, __VA_ARGS__)
 #define kiln_leaky_relu(...) KILN__AT(leaky_relu, __VA_ARGS__)
 #define kiln_elu(...) KILN__AT(elu, __VA_ARGS__)
@@ -403,8 +355,6 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_hardtanh(...) KILN__AT(hardtanh, __VA_ARGS__)
 #define kiln_lerp(...) KILN__AT(lerp, __VA_ARGS__)
 #define kiln_lerp_scalar(...) KILN__AT(lerp_scalar, __VA_ARGS__)
-#define kiln_fmod_scalar(...) KILN__AT(fmod_scalar, __VA_ARGS__)
-#define kiln_remainder_scalar(...) KILN__AT(remainder_scalar, __VA_ARGS__)
 #define kiln_flip(...) KILN__AT(flip, __VA_ARGS__)
 #define kiln_roll(...) KILN__AT(roll, __VA_ARGS__)
 #define kiln_repeat(...) KILN__AT(repeat, __VA_ARGS__)
