@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 
-FILES = ["scripts/gen_optable.py", "src/ir/optable.h", "src/ir/reduce_table.h", "include/kiln/ops.h",
+FILES = ["scripts/gen_optable.py", "src/ir/optable.h", "src/ir/reduce_table.h", "src/ir/row_table.h", "include/kiln/ops.h",
          "python/src/op_table_generated.h"]
 failures = []
 

@@ -119,9 +119,14 @@ KILN_API kiln_tensor kiln_all_dims(kiln_tensor t, kiln_dims dims, bool keepdim);
 KILN_API kiln_tensor kiln_count_nonzero(kiln_tensor t); /* the number of nonzero elements (NaN is one), in i64 */
 KILN_API kiln_tensor kiln_count_nonzero_dims(kiln_tensor t, kiln_dims dims, bool keepdim); /* over dims */
 
+/* Row ops (src/ir/row_table.h): along one dim, same shape (the norms and losses of the table
+ * are in kiln/nn.h). */
+KILN_API kiln_tensor kiln_softmax(kiln_tensor t, int dim); /* exp(t) / sum(exp(t)) along dim; integers and bools give f32 */
+KILN_API kiln_tensor kiln_log_softmax(kiln_tensor t, int dim); /* t - logsumexp(t) along dim, without overflow */
+
 /* The calls that record the caller's file:line, as in core.h's list: the elementwise ops'
  * (KILN_OPS_ELEMENTWISE_API: a tensor or two in, one out), their scalar variants', the
- * reductions' and all three. */
+ * reductions', the row ops' and all four. */
 #define KILN_OPS_ELEMENTWISE_API(X) \
     X(kiln_tensor, neg, (kiln_tensor t), (t)) \
     X(kiln_tensor, abs, (kiln_tensor t), (t)) \
@@ -218,7 +223,11 @@ KILN_API kiln_tensor kiln_count_nonzero_dims(kiln_tensor t, kiln_dims dims, bool
     X(kiln_tensor, all_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
     X(kiln_tensor, count_nonzero, (kiln_tensor t), (t)) \
     X(kiln_tensor, count_nonzero_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim))
-#define KILN_OPS_API(X) KILN_OPS_ELEMENTWISE_API(X) KILN_OPS_SCALAR_API(X) KILN_OPS_REDUCE_API(X)
+#define KILN_OPS_ROW_API(X) \
+    X(kiln_tensor, softmax, (kiln_tensor t, int dim), (t, dim)) \
+    X(kiln_tensor, log_softmax, (kiln_tensor t, int dim), (t, dim))
+#define KILN_OPS_API(X) KILN_OPS_ELEMENTWISE_API(X) KILN_OPS_SCALAR_API(X) KILN_OPS_REDUCE_API(X) \
+    KILN_OPS_ROW_API(X)
 KILN_OPS_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -316,6 +325,8 @@ KILN_OPS_API(KILN__AT_DECLARE)
 #define kiln_all_dims(...) KILN__AT(all_dims, __VA_ARGS__)
 #define kiln_count_nonzero(...) KILN__AT(count_nonzero, __VA_ARGS__)
 #define kiln_count_nonzero_dims(...) KILN__AT(count_nonzero_dims, __VA_ARGS__)
+#define kiln_softmax(...) KILN__AT(softmax, __VA_ARGS__)
+#define kiln_log_softmax(...) KILN__AT(log_softmax, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

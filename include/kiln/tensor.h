@@ -178,8 +178,8 @@ KILN_API kiln_tensor kiln_cumprod(kiln_tensor t, int dim);
 KILN_API kiln_tensor kiln_sort(kiln_tensor t, int dim, bool descending, kiln_tensor *indices);
 KILN_API kiln_tensor kiln_argsort(kiln_tensor t, int dim, bool descending);
 KILN_API kiln_tensor kiln_topk(kiln_tensor t, int64_t k, int dim, bool largest, kiln_tensor *indices);
-KILN_API kiln_tensor kiln_softmax(kiln_tensor t, int dim);
-KILN_API kiln_tensor kiln_log_softmax(kiln_tensor t, int dim);
+/* kiln_softmax(t, dim), kiln_log_softmax(t, dim): kiln/ops.h, from the row-op table
+ * (src/ir/row_table.h), with the norms and losses of kiln/nn.h. */
 
 /* ---- linear algebra --------------------------------------------------------------------- */
 /* torch.matmul semantics: 1-d operands are promoted and the added dim removed; batch dims
@@ -291,8 +291,6 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
     X(kiln_tensor, argsort, (kiln_tensor t, int dim, bool descending), (t, dim, descending)) \
     X(kiln_tensor, topk, (kiln_tensor t, int64_t k, int dim, bool largest, kiln_tensor *indices), (t, k, dim, largest, indices)) \
     X(kiln_tensor, pad, (kiln_tensor t, kiln_shape pads, kiln_pad_mode mode, double value), (t, pads, mode, value)) \
-    X(kiln_tensor, softmax, (kiln_tensor t, int dim), (t, dim)) \
-    X(kiln_tensor, log_softmax, (kiln_tensor t, int dim), (t, dim)) \
     X(kiln_tensor, matmul, (kiln_tensor a, kiln_tensor b), (a, b)) \
     X(kiln_tensor, linear, (kiln_tensor x, kiln_tensor w, kiln_tensor bias), (x, w, bias)) \
     X(kiln_status, into_data, (kiln_tensor t, void *dst, size_t dst_bytes), (t, dst, dst_bytes)) \
@@ -365,8 +363,6 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_argsort(...) KILN__AT(argsort, __VA_ARGS__)
 #define kiln_topk(...) KILN__AT(topk, __VA_ARGS__)
 #define kiln_pad(...) KILN__AT(pad, __VA_ARGS__)
-#define kiln_softmax(...) KILN__AT(softmax, __VA_ARGS__)
-#define kiln_log_softmax(...) KILN__AT(log_softmax, __VA_ARGS__)
 #define kiln_matmul(...) KILN__AT(matmul, __VA_ARGS__)
 #define kiln_linear(...) KILN__AT(linear, __VA_ARGS__)
 #define kiln_into_data(...) KILN__AT(into_data, __VA_ARGS__)
