@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Reads the op table (src/ir/optable.h, one X(...) row per elementwise op) and the reduction
-table (src/ir/reduce_table.h, one row per reduction) and writes what C macros cannot: the public
+"""Reads the op table (src/ir/optable.h, one X(...) row per elementwise op and per scalar variant
+of a binary op), the reduction table (src/ir/reduce_table.h, one row per reduction) and the row-op
+table (src/ir/row_table.h: softmax, the norms, the losses) and writes what C macros cannot: the public
 header include/kiln/ops.h (prototypes with their doc lines, the call-site list and the call-site
 macros of the ops whose signature the tables give), the Python binding's rows of those ops
 (python/src/op_table_generated.h: each unary op and each reduction with a py name a Tensor
@@ -19,12 +20,19 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TABLE = os.path.join(ROOT, "src", "ir", "optable.h")
 REDUCE_TABLE = os.path.join(ROOT, "src", "ir", "reduce_table.h")
+ROW_TABLE = os.path.join(ROOT, "src", "ir", "row_table.h")
 HEADER = os.path.join(ROOT, "include", "kiln", "ops.h")
 PY_HEADER = os.path.join(ROOT, "python", "src", "op_table_generated.h")
 COLUMNS = ["NAME", "name", "arity", "dtype", "shape", "fuse", "grad", "sig", "cpu", "domain"]
+SCALAR_COLUMNS = ["NAME", "name", "order"]
+SCALAR_SIGNATURE = ("(kiln_tensor t, double s)", "(t, s)")
 ROW = re.compile(r'^\s*X\(\s*(.*?)\s*"((?:[^"\\]|\\.)*)"\s*\)\s*\\?\s*$')
 SIGNATURES = {"T": ("(kiln_tensor t)", "(t)"), "AB": ("(kiln_tensor a, kiln_tensor b)", "(a, b)")}
 REDUCE_COLUMNS = ["NAME", "name", "dtype", "sig", "grad", "py"]
+ROW_COLUMNS = ["NAME", "name", "arity", "dims", "dtype", "shape", "grad", "domain", "tol"]
+ROW_DIMS = ["DIM", "NORMALIZED", "GROUPS", "NONE", "NONE_K", "NONE_FLAG", "CLASSES", "CLASSES_OPT"]
+# the public signature of a KERNEL row by its dims column (a COMPOSED row's is in kiln/nn.h)
+ROW_SIGNATURES = {"DIM": ("(kiln_tensor t, int dim)", "(t, dim)")}
 # a reduction's public functions by its sig column: (suffix, parameters, arguments) each
 DIMS = ("_dims", "(kiln_tensor t, kiln_dims dims, bool keepdim)", "(t, dims, keepdim)")
 REDUCE_SIGNATURES = {
@@ -68,6 +76,18 @@ def read_table(path=TABLE):
     return rows
 
 
+def read_scalars(path=TABLE, rows=None):
+    """The rows of KILN__OPTABLE_SCALAR: each names a binary row of the op table and an order."""
+    binary = {r["NAME"] for r in (rows or read_table(path)) if r["sig"] == "AB"}
+    out = read_rows(path, "KILN__OPTABLE_SCALAR", SCALAR_COLUMNS)
+    for r in out:
+        if r["NAME"] not in binary:
+            sys.exit(f"{path}: {r['name']}: {r['NAME']} is not a binary row (signature AB) of KILN__OPTABLE")
+        if r["order"] not in ("TS", "ST"):
+            sys.exit(f"{path}: {r['name']}: order {r['order']} (TS or ST)")
+    return out
+
+
 def read_reductions(path=REDUCE_TABLE):
     """The reduction table's rows, KERNEL rows (kind "kernel": an opcode of their own) first."""
     rows = []
@@ -75,6 +95,21 @@ def read_reductions(path=REDUCE_TABLE):
         for row in read_rows(path, macro, REDUCE_COLUMNS):
             if row["sig"] not in REDUCE_SIGNATURES:
                 sys.exit(f"{path}: {row['name']}: no signature {row['sig']} (one of {', '.join(REDUCE_SIGNATURES)})")
+            row["kind"] = kind
+            rows.append(row)
+    return rows
+
+
+def read_row_ops(path=ROW_TABLE):
+    """The row-op table's rows, KERNEL rows (kind "kernel": an opcode and a wrapper in api/) first."""
+    rows = []
+    for macro, kind in (("KILN__ROW_KERNELS", "kernel"), ("KILN__ROW_COMPOSED", "composed")):
+        for row in read_rows(path, macro, ROW_COLUMNS):
+            if row["dims"] not in ROW_DIMS:
+                sys.exit(f"{path}: {row['name']}: no dims {row['dims']} (one of {', '.join(ROW_DIMS)})")
+            if kind == "kernel" and row["dims"] not in ROW_SIGNATURES:
+                sys.exit(f"{path}: {row['name']}: a KERNEL row's wrapper (api/reduce.c) takes dims DIM")
+            row["arity"] = int(row["arity"])
             row["kind"] = kind
             rows.append(row)
     return rows
@@ -90,9 +125,12 @@ def reduce_functions(reductions):
     return out
 
 
-def header(rows, reductions):
+def header(rows, scalars, reductions, row_ops):
     public = [r for r in rows if r["sig"] in SIGNATURES]
-    calls = [(r["name"],) + SIGNATURES[r["sig"]] for r in public] + [f[:3] for f in reduce_functions(reductions)]
+    scalar_calls = [(r["name"],) + SCALAR_SIGNATURE for r in scalars]
+    row_calls = [(r["name"],) + ROW_SIGNATURES[r["dims"]] for r in row_ops if r["kind"] == "kernel"]
+    calls = [(r["name"],) + SIGNATURES[r["sig"]] for r in public] + scalar_calls + \
+        [f[:3] for f in reduce_functions(reductions)] + row_calls
     out = [
         "/* kiln's elementwise ops and reductions whose signature the op tables give: generated from",
         " * src/ir/optable.h and src/ir/reduce_table.h by scripts/gen_optable.py; do not edit (edit the",
@@ -116,6 +154,11 @@ def header(rows, reductions):
     for r in public:
         params, _ = SIGNATURES[r["sig"]]
         out.append(f"KILN_API kiln_tensor kiln_{r['name']}{params}; /* {r['doc']} */")
+    out += ["", "/* Scalar variants: the binary op with the double s as its other operand (rsub and rdiv: s first).",
+            " * The scalar takes the tensor's dtype (a float scalar promotes an integer or bool tensor to f32,",
+            " * a whole one a bool tensor to i64, as PyTorch). */"]
+    for r in scalars:
+        out.append(f"KILN_API kiln_tensor kiln_{r['name']}{SCALAR_SIGNATURE[0]}; /* {r['doc']} */")
     out += ["",
             "/* Reductions. kiln_name(t): over every dim, to a 0-d tensor. kiln_name_dims(t, dims, keepdim):",
             " * over a dim list (KILN_ALL_DIMS for all; an empty list reduces nothing), the reduced dims",
@@ -123,15 +166,23 @@ def header(rows, reductions):
             " * 0: the population's) before keepdim; argmax and argmin one dim. */"]
     for name, params, _, doc in reduce_functions(reductions):
         out.append(f"KILN_API kiln_tensor kiln_{name}{params}; /* {doc} */")
+    out += ["", "/* Row ops (src/ir/row_table.h): along one dim, same shape (the norms and losses of the table",
+            " * are in kiln/nn.h). */"]
+    for r in row_ops:
+        if r["kind"] == "kernel":
+            out.append(f"KILN_API kiln_tensor kiln_{r['name']}{ROW_SIGNATURES[r['dims']][0]}; /* {r['doc']} */")
     out += ["", "/* The calls that record the caller's file:line, as in core.h's list: the elementwise ops'",
-            " * (KILN_OPS_ELEMENTWISE_API: a tensor or two in, one out), the reductions' and both. */"]
+            " * (KILN_OPS_ELEMENTWISE_API: a tensor or two in, one out), their scalar variants', the",
+            " * reductions', the row ops' and all four. */"]
     elementwise = [(r["name"],) + SIGNATURES[r["sig"]] for r in public]
-    for macro, rows in (("KILN_OPS_ELEMENTWISE_API", elementwise),
-                        ("KILN_OPS_REDUCE_API", [f[:3] for f in reduce_functions(reductions)])):
+    for macro, rows in (("KILN_OPS_ELEMENTWISE_API", elementwise), ("KILN_OPS_SCALAR_API", scalar_calls),
+                        ("KILN_OPS_REDUCE_API", [f[:3] for f in reduce_functions(reductions)]),
+                        ("KILN_OPS_ROW_API", row_calls)):
         out.append(f"#define {macro}(X) \\")
         for i, (name, params, args) in enumerate(rows):
             out.append(f"    X(kiln_tensor, {name}, {params}, {args})" + (" \\" if i + 1 < len(rows) else ""))
-    out += ["#define KILN_OPS_API(X) KILN_OPS_ELEMENTWISE_API(X) KILN_OPS_REDUCE_API(X)",
+    out += ["#define KILN_OPS_API(X) KILN_OPS_ELEMENTWISE_API(X) KILN_OPS_SCALAR_API(X) KILN_OPS_REDUCE_API(X) \\",
+            "    KILN_OPS_ROW_API(X)",
             "KILN_OPS_API(KILN__AT_DECLARE)", "",
             "#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)",
             "#pragma GCC system_header /* see core.h: errors in these calls name the caller's line */"]
@@ -168,13 +219,17 @@ def python_rows(rows, reductions):
 
 def main(argv):
     rows, reductions = read_table(), read_reductions()
+    scalars = read_scalars(rows=rows)
+    row_ops = read_row_ops()
     if "--json" in argv:
         json.dump({"source": "src/ir/optable.h", "columns": COLUMNS + ["doc"], "ops": rows,
+                   "scalar_columns": SCALAR_COLUMNS + ["doc"], "scalars": scalars,
                    "reduce_source": "src/ir/reduce_table.h", "reduce_columns": REDUCE_COLUMNS + ["doc", "kind"],
-                   "reductions": reductions}, sys.stdout, indent=1)
+                   "reductions": reductions, "row_source": "src/ir/row_table.h",
+                   "row_columns": ROW_COLUMNS + ["doc", "kind"], "row_ops": row_ops}, sys.stdout, indent=1)
         print()
         return 0
-    outputs = [(HEADER, header(rows, reductions)), (PY_HEADER, python_rows(rows, reductions))]
+    outputs = [(HEADER, header(rows, scalars, reductions, row_ops)), (PY_HEADER, python_rows(rows, reductions))]
     if "--check" in argv:
         stale = []
         for path, text in outputs:

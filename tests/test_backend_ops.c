@@ -3,7 +3,9 @@
  * (contiguous, a transposed view, a broadcast, a narrowed view), on the CPU against the
  * double-precision run of the same op, and on every other device against the CPU, by
  * normalized squared error (exact for integer and bool results); each differentiable row
- * against central finite differences in double; bad input for each public row.
+ * against central finite differences in double; bad input for each public row. The scalar
+ * variants (KILN__OPTABLE_SCALAR: kiln_add_scalar, ...) are rows here too, after the opcodes,
+ * and each is checked against its binary row given a tensor of the scalar.
  *
  *   KILN_TEST_OPS_UNSUPPORTED=1   also list each case a device does not run (else a count)
  *   KILN_TEST_OPS=softsign,add    only these rows
@@ -11,21 +13,57 @@
  */
 #include "backend_ops.h"
 
+/* ---- rows: the opcodes of the table, then its scalar variants ---------------------------- */
+
+typedef kiln_tensor (*scalar_fn)(kiln_tensor, double);
+
+/* The scalar rows, as data: each runs its binary row's opcode with a double operand. */
+static const struct {
+    kiln__opcode code;
+    const char *name;
+    bool scalar_first;
+} scalar_rows[] = {
+#define SCALAR_FIRST_TS false
+#define SCALAR_FIRST_ST true
+#define SCALAR_ROW(NAME, name, order, doc) {KILN__OP_##NAME, #name, SCALAR_FIRST_##order},
+    KILN__OPTABLE_SCALAR(SCALAR_ROW)
+#undef SCALAR_ROW
+};
+/* A row id: an opcode (a row when the op table has one), or KILN__OP_COUNT + a scalar row. */
+enum { SCALAR_ROWS = sizeof scalar_rows / sizeof scalar_rows[0], ROW_IDS = KILN__OP_COUNT + SCALAR_ROWS };
+
+static bool is_scalar_row(int row) { return row >= KILN__OP_COUNT; }
+/* The opcode whose facts (dtype rule, gradient, domain) the row has. */
+static kiln__opcode code_of(int row) { return is_scalar_row(row) ? scalar_rows[row - KILN__OP_COUNT].code : (kiln__opcode)row; }
+static const kiln__op_info *info_of(int row) { return kiln__op_info_of(code_of(row)); }
+static const char *row_name(int row) { return is_scalar_row(row) ? scalar_rows[row - KILN__OP_COUNT].name : info_of(row)->name; }
+static int row_arity(int row) { return is_scalar_row(row) ? 1 : info_of(row)->arity; }
+
+/* The scalar a scalar row's case takes: a float exact in f32 for float tensors, a whole number
+ * for integer ones (which keeps them integers). */
+static double scalar_for(kiln_dtype dt) { return dt == KILN_F32 || dt == KILN_F64 ? 0.625 : 3.0; }
+
 /* Whether the row runs: KILN_TEST_OPS unset, or naming it. */
-static bool selected(kiln__opcode code) { return name_selected(kiln__op_info_of(code)->name); }
+static bool selected(int row) { return name_selected(row_name(row)); }
 
 /* Whether the row runs here: a public signature or a hand-written call below. */
-static bool callable(kiln__opcode code) {
+static bool callable(int row) {
+    if (is_scalar_row(row)) return public_of(row_name(row)) != NULL;
+    kiln__opcode code = (kiln__opcode)row;
     const kiln__op_info *r = kiln__op_info_of(code);
+    if (!r->name) return false;
     if (r->sig != KILN__SIG_NONE) return public_of(r->name) != NULL;
     return code == KILN__OP_COPY || code == KILN__OP_CLAMP || code == KILN__OP_NAN_TO_NUM ||
            code == KILN__OP_LEAKY_RELU || code == KILN__OP_ELU || code == KILN__OP_WHERE || code == KILN__OP_LERP;
 }
 
-/* Runs the row's op on in[0..arity-1] (consumed), through its public call. */
-static kiln_tensor call_row(kiln__opcode code, kiln_tensor *in) {
-    const kiln__op_info *r = kiln__op_info_of(code);
+/* Runs the row's op on in[0..arity-1] (consumed), through its public call; dt: the inputs'
+ * dtype (a scalar row's scalar). */
+static kiln_tensor call_row(int row, kiln_tensor *in, kiln_dtype dt) {
     kiln_set_call_site(__FILE__, __LINE__);
+    if (is_scalar_row(row)) return ((scalar_fn)public_of(row_name(row)))(in[0], scalar_for(dt));
+    kiln__opcode code = (kiln__opcode)row;
+    const kiln__op_info *r = kiln__op_info_of(code);
     if (r->sig == KILN__SIG_T) return ((unary_fn)public_of(r->name))(in[0]);
     if (r->sig == KILN__SIG_AB) return ((binary_fn)public_of(r->name))(in[0], in[1]);
     switch (code) {
@@ -72,19 +110,19 @@ static kiln_tensor make_input(kiln_device dev, kiln_dtype dt, kiln_shape made, i
 /* The case's result on dev, read back as doubles: KILN_OK or the read's status. Every layout
  * gives a [ROWS, COLS] result: contiguous inputs; input 0 a transposed view; a broadcast (a
  * unary op's input a row expanded, a binary op's [ROWS, 1] against [COLS]); input 0 narrowed. */
-static kiln_status run_case(kiln__opcode code, kiln_device dev, kiln_dtype dt, int layout, double *out) {
-    const kiln__op_info *r = kiln__op_info_of(code);
+static kiln_status run_case(int row, kiln_device dev, kiln_dtype dt, int layout, double *out) {
+    int arity = row_arity(row);
     kiln_tensor in[3];
-    for (int k = 0; k < r->arity; k++) {
+    for (int k = 0; k < arity; k++) {
         kiln_shape made = KILN_SHAPE(ROWS, COLS);
         int view = 0;
         if (layout == 1 && k == 0) made = KILN_SHAPE(COLS, ROWS), view = 1;
-        if (layout == 2 && r->arity == 1) made = KILN_SHAPE(1, COLS), view = 2;
-        if (layout == 2 && r->arity > 1) made = k == 0 ? KILN_SHAPE(ROWS, 1) : KILN_SHAPE(COLS);
+        if (layout == 2 && arity == 1) made = KILN_SHAPE(1, COLS), view = 2;
+        if (layout == 2 && arity > 1) made = k == 0 ? KILN_SHAPE(ROWS, 1) : KILN_SHAPE(COLS);
         if (layout == 3 && k == 0) made = KILN_SHAPE(ROWS, COLS + 3), view = 3;
-        in[k] = make_input(dev, dt, made, view, k, r->domain);
+        in[k] = make_input(dev, dt, made, view, k, info_of(row)->domain);
     }
-    kiln_tensor y = call_row(code, in);
+    kiln_tensor y = call_row(row, in, dt);
     if (dev != KILN_CPU) y = kiln_to_device(y, KILN_CPU);
     y = kiln_cast(y, KILN_F64);
     kiln_status st = kiln_into_data(y, out, sizeof(double) * ROWS * COLS);
@@ -121,28 +159,62 @@ KT_TEST(the_table_is_consistent) {
     }
     KT_CHECK(rows >= 60 && kiln__op_info_of(KILN__OP_SUM)->name == NULL && !kiln__expr_opcode_fusable(KILN__OP_SUM));
     KT_CHECK(kiln__op_info_of(KILN__OP_COUNT)->name == NULL); /* out of range reads as no row */
+    /* each scalar row: a binary row's scalar form, named after it, with a public function */
+    KT_CHECK(SCALAR_ROWS >= 17);
+    for (int k = 0; k < SCALAR_ROWS; k++) {
+        const kiln__op_info *base = kiln__op_info_of(scalar_rows[k].code);
+        const char *name = scalar_rows[k].name;
+        size_t n = strlen(name);
+        KT_CHECK_MSG(base->sig == KILN__SIG_AB && strstr(name, base->name) && n > 7 && strcmp(name + n - 7, "_scalar") == 0,
+                     "%s", name);
+        KT_CHECK_MSG(public_of(name), "kiln_%s is not in kiln/ops.h", name);
+    }
+}
+
+/* Each scalar row against its binary row given a tensor full of the scalar, in the row's order:
+ * the same values (so rsub is s - t, not t - s), dtype by dtype on the CPU. */
+KT_TEST(scalar_rows_are_their_binary_rows) {
+    double got[ROWS * COLS], want[ROWS * COLS];
+    for (int k = 0; k < SCALAR_ROWS; k++) {
+        int row = KILN__OP_COUNT + k;
+        if (!selected(row)) continue;
+        kiln__opcode code = scalar_rows[k].code;
+        kiln_dtype dts[4];
+        int nd = dtypes_of(code, dts);
+        for (int d = 0; d < nd; d++) {
+            KT_CHECK_MSG(run_case(row, KILN_CPU, dts[d], 0, got) == KILN_OK, "%s: %s", row_name(row), kiln_last_error());
+            kiln_tensor t = make_input(KILN_CPU, dts[d], KILN_SHAPE(ROWS, COLS), 0, 0, info_of(row)->domain);
+            kiln_tensor s = kiln_full(KILN_CPU, dts[d], KILN_SHAPE(ROWS, COLS), scalar_for(dts[d]));
+            kiln_tensor in[2] = {scalar_rows[k].scalar_first ? s : t, scalar_rows[k].scalar_first ? t : s};
+            kiln_tensor y = call_row(code, in, dts[d]);
+            KT_CHECK(kiln_into_data(kiln_cast(y, KILN_F64), want, sizeof want) == KILN_OK);
+            double e = nmse(got, want, ROWS * COLS), tol = tolerance(code, dts[d]);
+            KT_CHECK_MSG(e <= tol, "%s %s: normalized error %.3g > %.3g against kiln_%s", row_name(row), dtype_str(dts[d]), e,
+                         tol, info_of(row)->name);
+        }
+    }
 }
 
 /* The CPU against the double-precision run of the same op (f32 cases), and every case runs. */
 KT_TEST(cpu_matches_double_precision) {
     double got[ROWS * COLS], want[ROWS * COLS];
     int cases = 0;
-    for (int code = 0; code < KILN__OP_COUNT; code++) {
-        if (!kiln__op_info_of((kiln__opcode)code)->name || !callable((kiln__opcode)code) || !selected((kiln__opcode)code)) continue;
+    for (int row = 0; row < ROW_IDS; row++) {
+        if (!callable(row) || !selected(row)) continue;
         kiln_dtype dts[4];
-        int nd = dtypes_of((kiln__opcode)code, dts);
+        int nd = dtypes_of(code_of(row), dts);
         for (int d = 0; d < nd; d++)
             for (int layout = 0; layout < LAYOUTS; layout++) {
-                kiln_status st = run_case((kiln__opcode)code, KILN_CPU, dts[d], layout, got);
-                KT_CHECK_MSG(st == KILN_OK, "%s %s %s: %s", kiln__op_info_of((kiln__opcode)code)->name, dtype_str(dts[d]),
-                             layout_names[layout], kiln_last_error());
+                kiln_status st = run_case(row, KILN_CPU, dts[d], layout, got);
+                KT_CHECK_MSG(st == KILN_OK, "%s %s %s: %s", row_name(row), dtype_str(dts[d]), layout_names[layout],
+                             kiln_last_error());
                 cases++;
                 if (st != KILN_OK || dts[d] != KILN_F32) continue;
-                st = run_case((kiln__opcode)code, KILN_CPU, KILN_F64, layout, want);
+                st = run_case(row, KILN_CPU, KILN_F64, layout, want);
                 if (st != KILN_OK) continue; /* (the f64 case is checked on its own) */
-                double e = nmse(got, want, ROWS * COLS), tol = tolerance((kiln__opcode)code, KILN_F32);
-                KT_CHECK_MSG(e <= tol, "%s f32 %s: normalized error %.3g > %.3g against f64",
-                             kiln__op_info_of((kiln__opcode)code)->name, layout_names[layout], e, tol);
+                double e = nmse(got, want, ROWS * COLS), tol = tolerance(code_of(row), KILN_F32);
+                KT_CHECK_MSG(e <= tol, "%s f32 %s: normalized error %.3g > %.3g against f64", row_name(row),
+                             layout_names[layout], e, tol);
             }
     }
     printf("cpu: %d cases\n", cases);
@@ -156,23 +228,22 @@ KT_TEST(devices_match_the_cpu) {
         for (int i = 0; i < kiln_device_count((kiln_device_kind)k); i++) {
             kiln_device dev = (kiln_device)(k << 8 | i);
             int cases = 0, unsupported = 0;
-            for (int code = 0; code < KILN__OP_COUNT; code++) {
-                const kiln__op_info *r = kiln__op_info_of((kiln__opcode)code);
-                if (!r->name || !callable((kiln__opcode)code) || !selected((kiln__opcode)code)) continue;
+            for (int row = 0; row < ROW_IDS; row++) {
+                if (!callable(row) || !selected(row)) continue;
                 kiln_dtype dts[4];
-                int nd = dtypes_of((kiln__opcode)code, dts);
+                int nd = dtypes_of(code_of(row), dts);
                 for (int d = 0; d < nd; d++)
                     for (int layout = 0; layout < LAYOUTS; layout++) {
                         /* views and broadcasts in the first dtype only: each case is a kernel
                          * the device compiles, and the layouts' code is shared by the dtypes */
                         if (d > 0 && layout > 0) continue;
                         cases++;
-                        if (run_case((kiln__opcode)code, KILN_CPU, dts[d], layout, want) != KILN_OK) continue;
+                        if (run_case(row, KILN_CPU, dts[d], layout, want) != KILN_OK) continue;
                         char what[96];
-                        snprintf(what, sizeof what, "%s %s %s", r->name, dtype_str(dts[d]), layout_names[layout]);
-                        kiln_status st = run_case((kiln__opcode)code, dev, dts[d], layout, got);
+                        snprintf(what, sizeof what, "%s %s %s", row_name(row), dtype_str(dts[d]), layout_names[layout]);
+                        kiln_status st = run_case(row, dev, dts[d], layout, got);
                         if (!device_case_ran(dev, st, what, list, &unsupported)) continue;
-                        device_case_matches(dev, what, dts[d], nmse(got, want, ROWS * COLS), tolerance((kiln__opcode)code, dts[d]));
+                        device_case_matches(dev, what, dts[d], nmse(got, want, ROWS * COLS), tolerance(code_of(row), dts[d]));
                     }
             }
             device_summary(dev, "", cases, unsupported, list);
@@ -182,60 +253,62 @@ KT_TEST(devices_match_the_cpu) {
 /* Each row's input domain applied to gradcheck's inputs in [-1, 1]: smooth, so the chain
  * rule through it is checked too. */
 static kiln_tensor grad_case(kiln_tensor *in, void *ctx) {
-    kiln__opcode code = (kiln__opcode)(intptr_t)ctx;
-    const kiln__op_info *r = kiln__op_info_of(code);
-    for (int k = 0; k < r->arity; k++) {
+    int row = (int)(intptr_t)ctx;
+    const kiln__op_info *r = info_of(row);
+    for (int k = 0; k < row_arity(row); k++) {
         if (r->domain == KILN__DOMAIN_POS || r->domain == KILN__DOMAIN_AWAY) in[k] = kiln_exp(in[k]); /* [0.37, 2.7] */
         else in[k] = kiln_mul_scalar(in[k], r->domain == KILN__DOMAIN_WIDE ? 6.0 : 2.5);
     }
-    return call_row(code, in);
+    return call_row(row, in, KILN_F64);
 }
 
 KT_TEST(gradients_match_finite_differences) {
     int checked = 0;
-    for (int code = 0; code < KILN__OP_COUNT; code++) {
-        const kiln__op_info *r = kiln__op_info_of((kiln__opcode)code);
-        if (!r->name || !callable((kiln__opcode)code) || !selected((kiln__opcode)code) || r->grad == KILN__GRAD_NONE ||
-            r->dtype == KILN__DT_COMPARE || r->dtype == KILN__DT_LOGICAL || code == KILN__OP_COPY)
+    for (int row = 0; row < ROW_IDS; row++) {
+        const kiln__op_info *r = info_of(row);
+        if (!callable(row) || !selected(row) || r->grad == KILN__GRAD_NONE || r->dtype == KILN__DT_COMPARE ||
+            r->dtype == KILN__DT_LOGICAL || row == KILN__OP_COPY)
             continue;
         kiln_shape shapes[3] = {KILN_SHAPE(2, 3), KILN_SHAPE(2, 3), KILN_SHAPE(2, 3)};
-        if (r->arity >= 2) shapes[1] = KILN_SHAPE(3); /* broadcast: the gradient sums back */
-        KT_CHECK_MSG(gc_check(r->name, grad_case, (void *)(intptr_t)code, r->arity, shapes, 1e-6) == 0, "%s", r->name);
+        if (row_arity(row) >= 2) shapes[1] = KILN_SHAPE(3); /* broadcast: the gradient sums back */
+        KT_CHECK_MSG(gc_check(row_name(row), grad_case, (void *)(intptr_t)row, row_arity(row), shapes, 1e-6) == 0, "%s",
+                     row_name(row));
         checked++;
     }
     printf("gradients: %d rows\n", checked);
-    KT_CHECK(checked > 0);
+    KT_CHECK(checked > 0 || getenv("KILN_TEST_OPS"));
 }
 
 /* Bad input for each row with a public function: a consumed handle, and integers given to an
  * op for floating-point tensors only, fail with the op's name. */
 KT_TEST(bad_input_fails_naming_the_op) {
-    for (int code = 0; code < KILN__OP_COUNT; code++) {
-        const kiln__op_info *r = kiln__op_info_of((kiln__opcode)code);
-        if (!r->name || r->sig == KILN__SIG_NONE || !selected((kiln__opcode)code)) continue;
+    for (int row = 0; row < ROW_IDS; row++) {
+        const kiln__op_info *r = info_of(row);
+        if (!callable(row) || (!is_scalar_row(row) && r->sig == KILN__SIG_NONE) || !selected(row)) continue;
         char want[80];
-        snprintf(want, sizeof want, "kiln_%s", r->name);
+        snprintf(want, sizeof want, "kiln_%s", row_name(row));
         kiln_dtype dt = r->dtype == KILN__DT_LOGICAL ? KILN_BOOL : KILN_F32;
         kiln_tensor stale = kiln_zeros(KILN_CPU, dt, KILN_SHAPE(2));
         kiln_release(kiln_ref(stale));
         kiln_tensor keep = kiln_ref(stale);
         kiln_release(stale); /* keep's handle stays good; stale's is released */
-        kiln_tensor in[2] = {stale, r->arity == 2 ? kiln_zeros(KILN_CPU, dt, KILN_SHAPE(2)) : KILN_NONE};
-        KT_READ_ERROR(call_row((kiln__opcode)code, in), KILN_ERR_STALE_HANDLE, want);
+        kiln_tensor in[2] = {stale, row_arity(row) == 2 ? kiln_zeros(KILN_CPU, dt, KILN_SHAPE(2)) : KILN_NONE};
+        KT_READ_ERROR(call_row(row, in, dt), KILN_ERR_STALE_HANDLE, want);
         kiln_release(keep);
         if (r->dtype == KILN__DT_FLOAT_ONLY) {
             kiln_tensor ints[1] = {kiln_zeros(KILN_CPU, KILN_I32, KILN_SHAPE(2))}; /* (the float-only rows are unary) */
-            KT_READ_ERROR(call_row((kiln__opcode)code, ints), KILN_ERR_DTYPE, want);
+            KT_READ_ERROR(call_row(row, ints, KILN_I32), KILN_ERR_DTYPE, want);
         }
-        if (r->arity == 2) { /* shapes that do not broadcast */
+        if (row_arity(row) == 2) { /* shapes that do not broadcast */
             kiln_tensor mis[2] = {kiln_zeros(KILN_CPU, dt, KILN_SHAPE(2)), kiln_zeros(KILN_CPU, dt, KILN_SHAPE(3))};
-            KT_READ_ERROR(call_row((kiln__opcode)code, mis), KILN_ERR_SHAPE, want);
+            KT_READ_ERROR(call_row(row, mis, dt), KILN_ERR_SHAPE, want);
         }
     }
 }
 
 int main(void) {
     KT_RUN(the_table_is_consistent);
+    KT_RUN(scalar_rows_are_their_binary_rows);
     KT_RUN(cpu_matches_double_precision);
     KT_RUN(devices_match_the_cpu);
     KT_RUN(gradients_match_finite_differences);

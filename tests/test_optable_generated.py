@@ -2,7 +2,9 @@
 """scripts/gen_optable.py on a copy of the tables (test_optable_generated_rows): a new reduction
 row gives its prototypes with the doc line, its call-site entries and macros in
 include/kiln/ops.h and its Python row; --check fails until the headers are regenerated; rows the
-generator cannot turn into C fail with the table's name instead of writing a header.
+generator cannot turn into C fail with the table's name instead of writing a header. A new
+scalar row of the op table gives its prototype, call-site entry and macro; one naming no binary
+row, or no order, is refused.
 
     test_optable_generated.py scripts/gen_optable.py"""
 import os
@@ -11,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 
-FILES = ["scripts/gen_optable.py", "src/ir/optable.h", "src/ir/reduce_table.h", "include/kiln/ops.h",
+FILES = ["scripts/gen_optable.py", "src/ir/optable.h", "src/ir/reduce_table.h", "src/ir/row_table.h", "include/kiln/ops.h",
          "python/src/op_table_generated.h"]
 failures = []
 
@@ -41,6 +43,34 @@ def with_row(tmp, after, row):
     with open(path, "w", encoding="utf-8") as f:
         f.write(text[:i] + row + " \\\n" + text[i:])
     return text
+
+
+def check_scalar_rows(tmp):
+    """A scalar row of the op table gives its prototype, call-site entry and macro; one that names
+    no binary row, or an order that is not TS or ST, is refused naming optable.h."""
+    path = os.path.join(tmp, "src", "ir", "optable.h")
+    table = read(tmp, "src/ir/optable.h")
+    anchor = "    X(ADD,           add_scalar,"
+    i = table.index(anchor)
+    for row, refused in [('    X(ATAN2, atan2_scalar, TS, "atan2(t, s)")', None),
+                         ('    X(EXP, exp_scalar, TS, "x")', "not a binary row"),
+                         ('    X(ATAN2, atan2_scalar, XY, "x")', "order XY")]:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(table[:i] + row + " \\\n" + table[i:])
+        before = read(tmp, "include/kiln/ops.h")
+        r = run(tmp)
+        if refused is None:
+            ops = read(tmp, "include/kiln/ops.h")
+            for want in ["KILN_API kiln_tensor kiln_atan2_scalar(kiln_tensor t, double s); /* atan2(t, s) */",
+                         "X(kiln_tensor, atan2_scalar, (kiln_tensor t, double s), (t, s))",
+                         "#define kiln_atan2_scalar(...) KILN__AT(atan2_scalar, __VA_ARGS__)"]:
+                check(r.returncode == 0 and want in ops, f"a scalar row gives {want!r}")
+        else:
+            check(r.returncode != 0 and "optable.h" in r.stderr + r.stdout and refused in r.stderr + r.stdout,
+                  f"a scalar row with {refused} is refused: {r.returncode} {r.stderr!r}")
+            check(read(tmp, "include/kiln/ops.h") == before, f"a scalar row with {refused} writes nothing")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(table)
 
 
 def main(script):
@@ -81,6 +111,9 @@ def main(script):
             check(r.returncode != 0 and "reduce_table.h" in r.stderr + r.stdout and what in r.stderr + r.stdout,
                   f"a row with {what} is refused: {r.returncode} {r.stderr!r}")
             check(read(tmp, "include/kiln/ops.h") == before, f"a row with {what} writes nothing")
+        with open(os.path.join(tmp, "src", "ir", "reduce_table.h"), "w", encoding="utf-8") as f:
+            f.write(table)
+        check_scalar_rows(tmp)
     print("test_optable_generated:", "FAILED" if failures else "ok")
     return 1 if failures else 0
 

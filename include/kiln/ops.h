@@ -72,6 +72,27 @@ KILN_API kiln_tensor kiln_fmod(kiln_tensor a, kiln_tensor b); /* C fmod: the sig
 KILN_API kiln_tensor kiln_remainder(kiln_tensor a, kiln_tensor b); /* the sign of b (torch.remainder); integer b == 0 fails */
 KILN_API kiln_tensor kiln_atan2(kiln_tensor a, kiln_tensor b); /* atan2(a, b): a is y */
 
+/* Scalar variants: the binary op with the double s as its other operand (rsub and rdiv: s first).
+ * The scalar takes the tensor's dtype (a float scalar promotes an integer or bool tensor to f32,
+ * a whole one a bool tensor to i64, as PyTorch). */
+KILN_API kiln_tensor kiln_add_scalar(kiln_tensor t, double s); /* t + s */
+KILN_API kiln_tensor kiln_sub_scalar(kiln_tensor t, double s); /* t - s */
+KILN_API kiln_tensor kiln_rsub_scalar(kiln_tensor t, double s); /* s - t */
+KILN_API kiln_tensor kiln_mul_scalar(kiln_tensor t, double s); /* t * s */
+KILN_API kiln_tensor kiln_div_scalar(kiln_tensor t, double s); /* t / s (true division: integers give f32) */
+KILN_API kiln_tensor kiln_rdiv_scalar(kiln_tensor t, double s); /* s / t */
+KILN_API kiln_tensor kiln_pow_scalar(kiln_tensor t, double s); /* t^s */
+KILN_API kiln_tensor kiln_maximum_scalar(kiln_tensor t, double s); /* the larger of t and s (NaN wins) */
+KILN_API kiln_tensor kiln_minimum_scalar(kiln_tensor t, double s); /* the smaller of t and s (NaN wins) */
+KILN_API kiln_tensor kiln_eq_scalar(kiln_tensor t, double s); /* t == s (bool out) */
+KILN_API kiln_tensor kiln_ne_scalar(kiln_tensor t, double s); /* t != s (bool out) */
+KILN_API kiln_tensor kiln_lt_scalar(kiln_tensor t, double s); /* t < s (bool out) */
+KILN_API kiln_tensor kiln_le_scalar(kiln_tensor t, double s); /* t <= s (bool out) */
+KILN_API kiln_tensor kiln_gt_scalar(kiln_tensor t, double s); /* t > s (bool out) */
+KILN_API kiln_tensor kiln_ge_scalar(kiln_tensor t, double s); /* t >= s (bool out) */
+KILN_API kiln_tensor kiln_fmod_scalar(kiln_tensor t, double s); /* C fmod(t, s): the sign of t */
+KILN_API kiln_tensor kiln_remainder_scalar(kiln_tensor t, double s); /* the sign of s (torch.remainder) */
+
 /* Reductions. kiln_name(t): over every dim, to a 0-d tensor. kiln_name_dims(t, dims, keepdim):
  * over a dim list (KILN_ALL_DIMS for all; an empty list reduces nothing), the reduced dims
  * dropped, or kept as size 1 if keepdim. var and std take a correction (1: unbiased, Bessel's;
@@ -98,8 +119,14 @@ KILN_API kiln_tensor kiln_all_dims(kiln_tensor t, kiln_dims dims, bool keepdim);
 KILN_API kiln_tensor kiln_count_nonzero(kiln_tensor t); /* the number of nonzero elements (NaN is one), in i64 */
 KILN_API kiln_tensor kiln_count_nonzero_dims(kiln_tensor t, kiln_dims dims, bool keepdim); /* over dims */
 
+/* Row ops (src/ir/row_table.h): along one dim, same shape (the norms and losses of the table
+ * are in kiln/nn.h). */
+KILN_API kiln_tensor kiln_softmax(kiln_tensor t, int dim); /* exp(t) / sum(exp(t)) along dim; integers and bools give f32 */
+KILN_API kiln_tensor kiln_log_softmax(kiln_tensor t, int dim); /* t - logsumexp(t) along dim, without overflow */
+
 /* The calls that record the caller's file:line, as in core.h's list: the elementwise ops'
- * (KILN_OPS_ELEMENTWISE_API: a tensor or two in, one out), the reductions' and both. */
+ * (KILN_OPS_ELEMENTWISE_API: a tensor or two in, one out), their scalar variants', the
+ * reductions', the row ops' and all four. */
 #define KILN_OPS_ELEMENTWISE_API(X) \
     X(kiln_tensor, neg, (kiln_tensor t), (t)) \
     X(kiln_tensor, abs, (kiln_tensor t), (t)) \
@@ -156,6 +183,24 @@ KILN_API kiln_tensor kiln_count_nonzero_dims(kiln_tensor t, kiln_dims dims, bool
     X(kiln_tensor, fmod, (kiln_tensor a, kiln_tensor b), (a, b)) \
     X(kiln_tensor, remainder, (kiln_tensor a, kiln_tensor b), (a, b)) \
     X(kiln_tensor, atan2, (kiln_tensor a, kiln_tensor b), (a, b))
+#define KILN_OPS_SCALAR_API(X) \
+    X(kiln_tensor, add_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, sub_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, rsub_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, mul_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, div_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, rdiv_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, pow_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, maximum_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, minimum_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, eq_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, ne_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, lt_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, le_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, gt_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, ge_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, fmod_scalar, (kiln_tensor t, double s), (t, s)) \
+    X(kiln_tensor, remainder_scalar, (kiln_tensor t, double s), (t, s))
 #define KILN_OPS_REDUCE_API(X) \
     X(kiln_tensor, sum, (kiln_tensor t), (t)) \
     X(kiln_tensor, sum_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
@@ -178,7 +223,11 @@ KILN_API kiln_tensor kiln_count_nonzero_dims(kiln_tensor t, kiln_dims dims, bool
     X(kiln_tensor, all_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
     X(kiln_tensor, count_nonzero, (kiln_tensor t), (t)) \
     X(kiln_tensor, count_nonzero_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim))
-#define KILN_OPS_API(X) KILN_OPS_ELEMENTWISE_API(X) KILN_OPS_REDUCE_API(X)
+#define KILN_OPS_ROW_API(X) \
+    X(kiln_tensor, softmax, (kiln_tensor t, int dim), (t, dim)) \
+    X(kiln_tensor, log_softmax, (kiln_tensor t, int dim), (t, dim))
+#define KILN_OPS_API(X) KILN_OPS_ELEMENTWISE_API(X) KILN_OPS_SCALAR_API(X) KILN_OPS_REDUCE_API(X) \
+    KILN_OPS_ROW_API(X)
 KILN_OPS_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -238,6 +287,23 @@ KILN_OPS_API(KILN__AT_DECLARE)
 #define kiln_fmod(...) KILN__AT(fmod, __VA_ARGS__)
 #define kiln_remainder(...) KILN__AT(remainder, __VA_ARGS__)
 #define kiln_atan2(...) KILN__AT(atan2, __VA_ARGS__)
+#define kiln_add_scalar(...) KILN__AT(add_scalar, __VA_ARGS__)
+#define kiln_sub_scalar(...) KILN__AT(sub_scalar, __VA_ARGS__)
+#define kiln_rsub_scalar(...) KILN__AT(rsub_scalar, __VA_ARGS__)
+#define kiln_mul_scalar(...) KILN__AT(mul_scalar, __VA_ARGS__)
+#define kiln_div_scalar(...) KILN__AT(div_scalar, __VA_ARGS__)
+#define kiln_rdiv_scalar(...) KILN__AT(rdiv_scalar, __VA_ARGS__)
+#define kiln_pow_scalar(...) KILN__AT(pow_scalar, __VA_ARGS__)
+#define kiln_maximum_scalar(...) KILN__AT(maximum_scalar, __VA_ARGS__)
+#define kiln_minimum_scalar(...) KILN__AT(minimum_scalar, __VA_ARGS__)
+#define kiln_eq_scalar(...) KILN__AT(eq_scalar, __VA_ARGS__)
+#define kiln_ne_scalar(...) KILN__AT(ne_scalar, __VA_ARGS__)
+#define kiln_lt_scalar(...) KILN__AT(lt_scalar, __VA_ARGS__)
+#define kiln_le_scalar(...) KILN__AT(le_scalar, __VA_ARGS__)
+#define kiln_gt_scalar(...) KILN__AT(gt_scalar, __VA_ARGS__)
+#define kiln_ge_scalar(...) KILN__AT(ge_scalar, __VA_ARGS__)
+#define kiln_fmod_scalar(...) KILN__AT(fmod_scalar, __VA_ARGS__)
+#define kiln_remainder_scalar(...) KILN__AT(remainder_scalar, __VA_ARGS__)
 #define kiln_sum(...) KILN__AT(sum, __VA_ARGS__)
 #define kiln_sum_dims(...) KILN__AT(sum_dims, __VA_ARGS__)
 #define kiln_mean(...) KILN__AT(mean, __VA_ARGS__)
@@ -259,6 +325,8 @@ KILN_OPS_API(KILN__AT_DECLARE)
 #define kiln_all_dims(...) KILN__AT(all_dims, __VA_ARGS__)
 #define kiln_count_nonzero(...) KILN__AT(count_nonzero, __VA_ARGS__)
 #define kiln_count_nonzero_dims(...) KILN__AT(count_nonzero_dims, __VA_ARGS__)
+#define kiln_softmax(...) KILN__AT(softmax, __VA_ARGS__)
+#define kiln_log_softmax(...) KILN__AT(log_softmax, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

@@ -176,25 +176,9 @@ KILN_API kiln_tensor kiln_hardtanh(kiln_tensor t, double min_val, double max_val
 KILN_API kiln_tensor kiln_lerp(kiln_tensor start, kiln_tensor end, kiln_tensor weight);
 KILN_API kiln_tensor kiln_lerp_scalar(kiln_tensor start, kiln_tensor end, double weight);
 
-/* Scalar variants: the scalar takes the tensor's dtype (a float scalar promotes an int or bool
- * tensor to f32; a whole one a bool tensor to i64, as PyTorch). */
-KILN_API kiln_tensor kiln_add_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_sub_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_rsub_scalar(kiln_tensor t, double s); /* s - t */
-KILN_API kiln_tensor kiln_mul_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_div_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_rdiv_scalar(kiln_tensor t, double s); /* s / t */
-KILN_API kiln_tensor kiln_pow_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_maximum_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_minimum_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_eq_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_ne_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_lt_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_le_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_gt_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_ge_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_fmod_scalar(kiln_tensor t, double s);
-KILN_API kiln_tensor kiln_remainder_scalar(kiln_tensor t, double s);
+/* Scalar variants (kiln_add_scalar(t, s), kiln_rsub_scalar: s - t, ...): kiln/ops.h, from the op
+ * table's KILN__OPTABLE_SCALAR rows. The scalar takes the tensor's dtype (a float scalar promotes
+ * an int or bool tensor to f32; a whole one a bool tensor to i64, as PyTorch). */
 
 /* ---- reductions ------------------------------------------------------------------------- */
 /* sum, mean, prod, max, min (and their _dims forms), var_dims, std_dims, logsumexp_dims, argmax,
@@ -209,8 +193,8 @@ KILN_API kiln_tensor kiln_cumprod(kiln_tensor t, int dim);
 KILN_API kiln_tensor kiln_sort(kiln_tensor t, int dim, bool descending, kiln_tensor *indices);
 KILN_API kiln_tensor kiln_argsort(kiln_tensor t, int dim, bool descending);
 KILN_API kiln_tensor kiln_topk(kiln_tensor t, int64_t k, int dim, bool largest, kiln_tensor *indices);
-KILN_API kiln_tensor kiln_softmax(kiln_tensor t, int dim);
-KILN_API kiln_tensor kiln_log_softmax(kiln_tensor t, int dim);
+/* kiln_softmax(t, dim), kiln_log_softmax(t, dim): kiln/ops.h, from the row-op table
+ * (src/ir/row_table.h), with the norms and losses of kiln/nn.h. */
 
 /* ---- linear algebra --------------------------------------------------------------------- */
 /* torch.matmul semantics: 1-d operands are promoted and the added dim removed; batch dims
@@ -307,21 +291,6 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
     X(kiln_tensor, max_pool2d_opts, (kiln_tensor x, kiln_pool2d_options o), (x, o)) \
     X(kiln_tensor, avg_pool2d_opts, (kiln_tensor x, kiln_pool2d_options o), (x, o)) \
     X(kiln_tensor, clamp, (kiln_tensor t, double lo, double hi), (t, lo, hi)) \
-    X(kiln_tensor, add_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, sub_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, rsub_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, mul_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, div_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, rdiv_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, pow_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, maximum_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, minimum_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, eq_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, ne_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, lt_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, le_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, gt_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, ge_scalar, (kiln_tensor t, double s), (t, s)) \
     X(kiln_tensor, nan_to_num, (kiln_tensor t, double nan, double posinf, double neginf), (t, nan, posinf, neginf)) \
     X(kiln_tensor, leaky_relu, (kiln_tensor t, double negative_slope), (t, negative_slope)) \
     X(kiln_tensor, elu, (kiln_tensor t, double alpha), (t, alpha)) \
@@ -329,8 +298,6 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
     X(kiln_tensor, hardtanh, (kiln_tensor t, double min_val, double max_val), (t, min_val, max_val)) \
     X(kiln_tensor, lerp, (kiln_tensor start, kiln_tensor end, kiln_tensor weight), (start, end, weight)) \
     X(kiln_tensor, lerp_scalar, (kiln_tensor start, kiln_tensor end, double weight), (start, end, weight)) \
-    X(kiln_tensor, fmod_scalar, (kiln_tensor t, double s), (t, s)) \
-    X(kiln_tensor, remainder_scalar, (kiln_tensor t, double s), (t, s)) \
     X(kiln_tensor, flip, (kiln_tensor t, kiln_dims dims), (t, dims)) \
     X(kiln_tensor, roll, (kiln_tensor t, int64_t shift, int dim), (t, shift, dim)) \
     X(kiln_tensor, repeat, (kiln_tensor t, kiln_shape repeats), (t, repeats)) \
@@ -341,8 +308,6 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
     X(kiln_tensor, argsort, (kiln_tensor t, int dim, bool descending), (t, dim, descending)) \
     X(kiln_tensor, topk, (kiln_tensor t, int64_t k, int dim, bool largest, kiln_tensor *indices), (t, k, dim, largest, indices)) \
     X(kiln_tensor, pad, (kiln_tensor t, kiln_shape pads, kiln_pad_mode mode, double value), (t, pads, mode, value)) \
-    X(kiln_tensor, softmax, (kiln_tensor t, int dim), (t, dim)) \
-    X(kiln_tensor, log_softmax, (kiln_tensor t, int dim), (t, dim)) \
     X(kiln_tensor, matmul, (kiln_tensor a, kiln_tensor b), (a, b)) \
     X(kiln_tensor, linear, (kiln_tensor x, kiln_tensor w, kiln_tensor bias), (x, w, bias)) \
     X(kiln_status, into_data, (kiln_tensor t, void *dst, size_t dst_bytes), (t, dst, dst_bytes)) \
@@ -400,21 +365,6 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_max_pool2d_opts(...) KILN__AT(max_pool2d_opts, __VA_ARGS__)
 #define kiln_avg_pool2d_opts(...) KILN__AT(avg_pool2d_opts, __VA_ARGS__)
 #define kiln_clamp(...) KILN__AT(clamp, __VA_ARGS__)
-#define kiln_add_scalar(...) KILN__AT(add_scalar, __VA_ARGS__)
-#define kiln_sub_scalar(...) KILN__AT(sub_scalar, __VA_ARGS__)
-#define kiln_rsub_scalar(...) KILN__AT(rsub_scalar, __VA_ARGS__)
-#define kiln_mul_scalar(...) KILN__AT(mul_scalar, __VA_ARGS__)
-#define kiln_div_scalar(...) KILN__AT(div_scalar, __VA_ARGS__)
-#define kiln_rdiv_scalar(...) KILN__AT(rdiv_scalar, __VA_ARGS__)
-#define kiln_pow_scalar(...) KILN__AT(pow_scalar, __VA_ARGS__)
-#define kiln_maximum_scalar(...) KILN__AT(maximum_scalar, __VA_ARGS__)
-#define kiln_minimum_scalar(...) KILN__AT(minimum_scalar, __VA_ARGS__)
-#define kiln_eq_scalar(...) KILN__AT(eq_scalar, __VA_ARGS__)
-#define kiln_ne_scalar(...) KILN__AT(ne_scalar, __VA_ARGS__)
-#define kiln_lt_scalar(...) KILN__AT(lt_scalar, __VA_ARGS__)
-#define kiln_le_scalar(...) KILN__AT(le_scalar, __VA_ARGS__)
-#define kiln_gt_scalar(...) KILN__AT(gt_scalar, __VA_ARGS__)
-#define kiln_ge_scalar(...) KILN__AT(ge_scalar, __VA_ARGS__)
 #define kiln_nan_to_num(...) KILN__AT(nan_to_num, __VA_ARGS__)
 #define kiln_leaky_relu(...) KILN__AT(leaky_relu, __VA_ARGS__)
 #define kiln_elu(...) KILN__AT(elu, __VA_ARGS__)
@@ -422,8 +372,6 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_hardtanh(...) KILN__AT(hardtanh, __VA_ARGS__)
 #define kiln_lerp(...) KILN__AT(lerp, __VA_ARGS__)
 #define kiln_lerp_scalar(...) KILN__AT(lerp_scalar, __VA_ARGS__)
-#define kiln_fmod_scalar(...) KILN__AT(fmod_scalar, __VA_ARGS__)
-#define kiln_remainder_scalar(...) KILN__AT(remainder_scalar, __VA_ARGS__)
 #define kiln_flip(...) KILN__AT(flip, __VA_ARGS__)
 #define kiln_roll(...) KILN__AT(roll, __VA_ARGS__)
 #define kiln_repeat(...) KILN__AT(repeat, __VA_ARGS__)
@@ -434,8 +382,6 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_argsort(...) KILN__AT(argsort, __VA_ARGS__)
 #define kiln_topk(...) KILN__AT(topk, __VA_ARGS__)
 #define kiln_pad(...) KILN__AT(pad, __VA_ARGS__)
-#define kiln_softmax(...) KILN__AT(softmax, __VA_ARGS__)
-#define kiln_log_softmax(...) KILN__AT(log_softmax, __VA_ARGS__)
 #define kiln_matmul(...) KILN__AT(matmul, __VA_ARGS__)
 #define kiln_linear(...) KILN__AT(linear, __VA_ARGS__)
 #define kiln_into_data(...) KILN__AT(into_data, __VA_ARGS__)

@@ -95,23 +95,12 @@ kiln_tensor kiln_clamp(kiln_tensor x, double lo, double hi) {
             return kiln__result(&c, kiln__ad_binary_scalar(&c, KILN__OP_##CODE, tx, s, FIRST)); \
         return kiln__result(&c, kiln__t_binary_scalar(&c, KILN__OP_##CODE, tx, s, FIRST)); \
     }
-BINARY_SCALAR(add_scalar, ADD, false)
-BINARY_SCALAR(sub_scalar, SUB, false)
-BINARY_SCALAR(rsub_scalar, SUB, true)
-BINARY_SCALAR(mul_scalar, MUL, false)
-BINARY_SCALAR(div_scalar, DIV, false)
-BINARY_SCALAR(rdiv_scalar, DIV, true)
-BINARY_SCALAR(pow_scalar, POW, false)
-BINARY_SCALAR(maximum_scalar, MAXIMUM, false)
-BINARY_SCALAR(minimum_scalar, MINIMUM, false)
-BINARY_SCALAR(eq_scalar, EQ, false)
-BINARY_SCALAR(ne_scalar, NE, false)
-BINARY_SCALAR(lt_scalar, LT, false)
-BINARY_SCALAR(le_scalar, LE, false)
-BINARY_SCALAR(gt_scalar, GT, false)
-BINARY_SCALAR(ge_scalar, GE, false)
-BINARY_SCALAR(fmod_scalar, FMOD, false)
-BINARY_SCALAR(remainder_scalar, REMAINDER, false)
+/* One per row of the op table's scalar list (ir/optable.h): the row's opcode, the scalar second
+ * (order TS) or first (ST). */
+#define SCALAR_FIRST_TS false
+#define SCALAR_FIRST_ST true
+#define SCALAR_WRAPPER(NAME, name, order, doc) BINARY_SCALAR(name, NAME, SCALAR_FIRST_##order)
+KILN__OPTABLE_SCALAR(SCALAR_WRAPPER)
 
 static kiln_tensor lerp(kiln__opctx *c, kiln_tensor start, kiln_tensor end, kiln_tensor weight, bool has_weight, double w) {
     kiln__tensor *in[3] = {NULL, NULL, NULL};

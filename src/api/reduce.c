@@ -1,7 +1,8 @@
 /* Public reductions and softmax: dim lists become masks, then tracked inputs go through
  * autodiff and untracked ones straight to the op layer. One wrapper (two for ALL_DIMS) per
  * KERNEL row of the reduction table (ir/reduce_table.h), by its signature and gradient columns;
- * the COMPOSED rows' (std, any, all, count_nonzero) are written below them. */
+ * the COMPOSED rows' (std, any, all, count_nonzero) are written below them; softmax and
+ * log_softmax from the row-op table's KERNEL rows (ir/row_table.h). */
 #include "kiln/tensor.h"
 #include "autodiff/autodiff-impl.h"
 
@@ -102,11 +103,11 @@ static kiln_tensor softmax_op(const char *name, kiln__opcode code, kiln_tensor t
     return kiln__result(&c, kiln__t_softmax(&c, code, x, dim));
 }
 
-kiln_tensor kiln_softmax(kiln_tensor t, int dim) { return softmax_op("kiln_softmax", KILN__OP_SOFTMAX, t, dim); }
-
-kiln_tensor kiln_log_softmax(kiln_tensor t, int dim) {
-    return softmax_op("kiln_log_softmax", KILN__OP_LOG_SOFTMAX, t, dim);
-}
+/* One wrapper per KERNEL row of the row-op table (ir/row_table.h); each is a DIM row. */
+#define ROW_WRAPPER(NAME, name, arity, dims, dtype, shape, grad, domain, tol, doc) ROW_WRAPPER_##dims(NAME, name)
+#define ROW_WRAPPER_DIM(NAME, name) \
+    kiln_tensor kiln_##name(kiln_tensor t, int dim) { return softmax_op("kiln_" #name, KILN__OP_##NAME, t, dim); }
+KILN__ROW_KERNELS(ROW_WRAPPER)
 
 static kiln_tensor scan(kiln__opctx *c, kiln__opcode code, kiln_tensor t, int dim) {
     kiln__tensor *x = kiln__arg(c, t);

@@ -1,6 +1,6 @@
-/* Opcode names, for error messages and the profiler, and the op table's and the reduction
- * table's rows as data: all generated from the tables (ir/opcodes.h, ir/optable.h,
- * ir/reduce_table.h). */
+/* Opcode names, for error messages and the profiler, and the op table's, the reduction
+ * table's and the row-op table's rows as data: all generated from the tables (ir/opcodes.h,
+ * ir/optable.h, ir/reduce_table.h, ir/row_table.h). */
 #include "ir/opcodes.h"
 
 const char *kiln__opcode_name(kiln__opcode code) {
@@ -45,4 +45,27 @@ const kiln__reduce_info kiln__reduce_rows[KILN__RED_COUNT] = {
 #undef KILN__REDUCE_KERNEL_ROW
 #undef KILN__REDUCE_COMPOSED_ROW
 #undef KILN__REDUCE_ROW
+};
+
+/* The row-op table's rows. */
+const kiln__row_info kiln__row_rows[KILN__ROW_COUNT] = {
+#define KILN__ROW_DATA(NAME, name_, code_, arity_, dims_, dtype_, shape_, grad_, domain_, tol_, doc_) \
+    [KILN__ROW_##NAME] = {.name = #name_,                                                          \
+                          .code = code_,                                                           \
+                          .arity = arity_,                                                         \
+                          .dims = KILN__RDIMS_##dims_,                                             \
+                          .dtype = KILN__ROWDT_##dtype_,                                           \
+                          .shape = KILN__ROWSHAPE_##shape_,                                        \
+                          .grad = KILN__ROWGRAD_##grad_,                                           \
+                          .domain = KILN__ROWDOM_##domain_,                                        \
+                          .tol = tol_,                                                             \
+                          .doc = doc_},
+#define KILN__ROW_KERNEL_DATA(NAME, name_, arity_, dims_, dtype_, shape_, grad_, domain_, tol_, doc_) \
+    KILN__ROW_DATA(NAME, name_, KILN__OP_##NAME, arity_, dims_, dtype_, shape_, grad_, domain_, tol_, doc_)
+#define KILN__ROW_COMPOSED_DATA(NAME, name_, arity_, dims_, dtype_, shape_, grad_, domain_, tol_, doc_) \
+    KILN__ROW_DATA(NAME, name_, -1, arity_, dims_, dtype_, shape_, grad_, domain_, tol_, doc_)
+    KILN__ROW_KERNELS(KILN__ROW_KERNEL_DATA) KILN__ROW_COMPOSED(KILN__ROW_COMPOSED_DATA)
+#undef KILN__ROW_KERNEL_DATA
+#undef KILN__ROW_COMPOSED_DATA
+#undef KILN__ROW_DATA
 };

@@ -1,6 +1,7 @@
 /* Every kernel kiln can run, by id. Backends fill a table indexed by these. The elementwise
  * ops come from the op table (ir/optable.h) and the reductions from the reduction table
- * (ir/reduce_table.h), whose rows carry more columns: so an X given to KILN__OPCODES takes the
+ * (ir/reduce_table.h), softmax and log_softmax from the row-op table (ir/row_table.h), whose
+ * rows carry more columns: so an X given to KILN__OPCODES takes the
  * name and ignores the rest, X(name, ...). */
 #ifndef KILN_IR_OPCODES_H
 #define KILN_IR_OPCODES_H
@@ -9,6 +10,7 @@
 
 #include "ir/optable.h"
 #include "ir/reduce_table.h"
+#include "ir/row_table.h"
 
 #define KILN__OPCODES(X)                                                                    \
     /* the elementwise ops, with their facts: one row each in ir/optable.h */               \
@@ -24,7 +26,7 @@
     /* reductions, one row each in ir/reduce_table.h: out has in's ndim with reduced dims of \
      * size 1; VAR: correction p.i[0], p.i[1] 1 for std; ARGMAX, ARGMIN: dim p.i[0], out i64 */ \
     KILN__REDUCE_KERNELS(X)                                                                  \
-    X(SOFTMAX) X(LOG_SOFTMAX) /* dim p.i[0]; out same shape */                               \
+    KILN__ROW_KERNELS(X) /* one row each in ir/row_table.h: dim p.i[0]; out same shape */      \
     X(CUMSUM) X(CUMPROD) /* dim p.i[0], reverse p.i[1] (from the end); out same shape */     \
     /* linear algebra */                                                                     \
     X(MATMUL)      /* in[0] [..,M,K] in[1] [..,K,N] (batch dims broadcast), out dense [..,M,N] */ \
@@ -113,6 +115,9 @@ static inline const kiln__reduce_info *kiln__reduce_info_of(kiln__opcode code) {
     default: return &none;
     }
 }
+
+/* The row-op table's rows as data, by row (kiln__row_op). */
+extern const kiln__row_info kiln__row_rows[KILN__ROW_COUNT];
 
 static inline bool kiln__opcode_is_comm(kiln__opcode code) {
     return code >= KILN__OP_ALL_REDUCE && code <= KILN__OP_BARRIER;

@@ -99,6 +99,35 @@
     X(RELU_BACKWARD, relu_backward, 2, SAME,       BCAST, EW,     NONE,      NONE, TYPED, ANY,  "in[1] > 0 ? in[0] : 0 (in[0] grad, in[1] x or y)")
 /* clang-format on */
 
+/* The scalar variants of the binary rows: X(NAME, name, order, doc), one per line: kiln_name(t, s)
+ * runs the row NAME's op (its opcode, dtype rule, gradient rule, fusion class and test domain)
+ * with the double s as the other operand; order TS is t op s, ST is s op t (rsub, rdiv). The
+ * scalar takes the tensor's dtype: a float scalar promotes an integer or bool tensor to f32, a
+ * whole one a bool tensor to i64 (as PyTorch). From the rows come the public wrappers
+ * (api/elementwise.c), through scripts/gen_optable.py the prototypes, call-site list
+ * (KILN_OPS_SCALAR_API) and macros (include/kiln/ops.h), and the device and gradient test
+ * (tests/test_backend_ops.c). */
+/* clang-format off */
+#define KILN__OPTABLE_SCALAR(X) \
+    X(ADD,           add_scalar,       TS, "t + s") \
+    X(SUB,           sub_scalar,       TS, "t - s") \
+    X(SUB,           rsub_scalar,      ST, "s - t") \
+    X(MUL,           mul_scalar,       TS, "t * s") \
+    X(DIV,           div_scalar,       TS, "t / s (true division: integers give f32)") \
+    X(DIV,           rdiv_scalar,      ST, "s / t") \
+    X(POW,           pow_scalar,       TS, "t^s") \
+    X(MAXIMUM,       maximum_scalar,   TS, "the larger of t and s (NaN wins)") \
+    X(MINIMUM,       minimum_scalar,   TS, "the smaller of t and s (NaN wins)") \
+    X(EQ,            eq_scalar,        TS, "t == s (bool out)") \
+    X(NE,            ne_scalar,        TS, "t != s (bool out)") \
+    X(LT,            lt_scalar,        TS, "t < s (bool out)") \
+    X(LE,            le_scalar,        TS, "t <= s (bool out)") \
+    X(GT,            gt_scalar,        TS, "t > s (bool out)") \
+    X(GE,            ge_scalar,        TS, "t >= s (bool out)") \
+    X(FMOD,          fmod_scalar,      TS, "C fmod(t, s): the sign of t") \
+    X(REMAINDER,     remainder_scalar, TS, "the sign of s (torch.remainder)")
+/* clang-format on */
+
 /* Ops written as expressions: X(NAME, name, forward, gradient), one per unary row whose cpu (and
  * usually grad) column is EXPR. The forward expression is expanded into the CPU's vector kernel
  * (AVX2 and AVX-512, backend/cpu/vmath_simd.h), its scalar and f64 kernels (vmath.c) and the
