@@ -2,11 +2,14 @@
  * combination, beta 0 and 1, padded leading dims and sizes around the 256-row and 64-column
  * tile edges against a double reference, on one pool thread and on two; row panels starting
  * at multiples of the tile height give the whole product's bits (k = 1000 included, where
- * oneDNN's sums depend on the call's row count); layouts it refuses; kiln_linear over more
- * than 32 rows through the MATMUL kernel with the path on and off. Skipped (77) in a build
- * without oneDNN. */
+ * oneDNN's sums depend on the call's row count), and for a right operand past the caches, whose
+ * tiles are taller; the height the same at every thread count, and so the bits; tall tiles and
+ * row counts around their edges (1 to 4097) against double on sampled rows; layouts it refuses;
+ * kiln_linear over more than 32 rows through the MATMUL kernel with the path on and off.
+ * Skipped (77) in a build without oneDNN. */
 #include "backend/cpu/gemm_dnnl.h"
 #include "backend/cpu/vmath.h"
+#include "core/machine.h"
 #include "ew_util.h"
 
 /* C = alpha op(A) op(B) + beta C0 in double */
@@ -74,14 +77,11 @@ KT_TEST(products_match_reference) {
 }
 
 /* Rows [r0, r1) of C computed alone equal the whole product's when r0 is a tile edge. */
-KT_TEST(tile_aligned_panels_are_bit_identical) {
-    kiln__gemm_dnnl_force(1);
-    int64_t tile = kiln__gemm_dnnl_rows();
-    KT_CHECK(tile > 32);
-    const int64_t ks[] = {384, 1000, 1536};
-    for (size_t ki = 0; ki < sizeof ks / sizeof *ks; ki++)
+static void check_tile_aligned_panels(int64_t n, const int64_t *ks, size_t count) {
+    for (size_t ki = 0; ki < count; ki++)
         for (int tb = 0; tb < 2; tb++) {
-            int64_t m = 2 * tile + 37, n = 389, k = ks[ki];
+            int64_t tile = kiln__gemm_dnnl_rows(n, ks[ki]), m = 2 * tile + 37, k = ks[ki];
+            KT_CHECK(tile >= KILN__GEMM_DNNL_TILE_ROWS);
             float *a = filled(m * k), *b = filled(n * k), *whole = calloc((size_t)(m * n), 4), *parts = calloc((size_t)(m * n), 4);
             int64_t ldb = tb ? k : n;
             KT_CHECK(kiln__gemm_dnnl_f32(0, tb, m, n, k, 1.0f, a, k, b, ldb, 0.0f, whole, n) == KILN_OK);
@@ -93,6 +93,77 @@ KT_TEST(tile_aligned_panels_are_bit_identical) {
                          (long long)k, tb);
             free(a), free(b), free(whole), free(parts);
         }
+}
+
+KT_TEST(tile_aligned_panels_are_bit_identical) {
+    kiln__gemm_dnnl_force(1);
+    const int64_t ks[] = {384, 1000, 1536};
+    check_tile_aligned_panels(389, ks, sizeof ks / sizeof *ks);
+    /* a right operand past the caches: taller tiles (512 rows with a 1 MiB L2 and 2 cores) */
+    const int64_t big_k[] = {2048};
+    check_tile_aligned_panels(2048, big_k, 1);
+    kiln__gemm_dnnl_force(-1);
+}
+
+/* The height comes from n, k and the machine alone: the same at every thread count, never
+ * under 256 rows, taller for a right operand far past the L2, and the whole product's bits
+ * the same on one pool thread and on two. */
+KT_TEST(tile_height_from_shape_not_threads) {
+    kiln__gemm_dnnl_force(1);
+    int saved = kiln_num_threads();
+    const kiln__machine *mc = kiln__machine_facts();
+    int64_t small = kiln__gemm_dnnl_rows(512, 512), big = kiln__gemm_dnnl_rows(4096, 4096);
+    KT_CHECK(small == KILN__GEMM_DNNL_TILE_ROWS);
+    KT_CHECK(big >= small && big <= 2048);
+    /* 4096 x 2048 floats of B per tile: 32 MiB, past two L2s of any CPU with a small L2 */
+    if (mc->l2_bytes <= (int64_t)2 << 20 && mc->cores <= 8) KT_CHECK(big > small);
+    int64_t n = 2048, k = 2048, m = kiln__gemm_dnnl_rows(n, k) + 5;
+    float *a = filled(m * k), *b = filled(k * n), *c1 = calloc((size_t)(m * n), 4), *c2 = calloc((size_t)(m * n), 4);
+    kiln_set_num_threads(1);
+    int64_t rows1 = kiln__gemm_dnnl_rows(n, k);
+    KT_CHECK(kiln__gemm_dnnl_f32(0, 0, m, n, k, 1.0f, a, k, b, n, 0.0f, c1, n) == KILN_OK);
+    kiln_set_num_threads(2);
+    KT_CHECK(kiln__gemm_dnnl_rows(n, k) == rows1);
+    KT_CHECK(kiln__gemm_dnnl_f32(0, 0, m, n, k, 1.0f, a, k, b, n, 0.0f, c2, n) == KILN_OK);
+    KT_CHECK_MSG(memcmp(c1, c2, sizeof(float) * (size_t)(m * n)) == 0, "1 and 2 threads differ");
+    free(a), free(b), free(c1), free(c2);
+    kiln_set_num_threads(saved);
+    kiln__gemm_dnnl_force(-1);
+}
+
+/* Tall tiles against double, on sampled rows (a whole reference would take seconds): row
+ * counts around the tile edges (1, 255, 257, a height + 1, 4097) and every transpose. */
+static void check_sampled(int ta, int tb, int64_t m, int64_t n, int64_t k) {
+    int64_t lda = (ta ? m : k) + 1, ldb = tb ? k : n;
+    float *a = filled((ta ? k : m) * lda), *b = filled((tb ? n : k) * ldb), *c = filled(m * n);
+    KT_CHECK(kiln__gemm_dnnl_f32(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, n) == KILN_OK);
+    int64_t tile = kiln__gemm_dnnl_rows(n, k);
+    const int64_t rows[] = {0, 1, tile - 1, tile, tile + 1, m / 2, m - 2, m - 1};
+    double worst = 0;
+    for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
+        int64_t i = rows[r];
+        if (i < 0 || i >= m) continue;
+        for (int64_t j = 0; j < n; j = j + 7 < n || j == n - 1 ? j + 7 : n - 1) { /* every 7th, and the last */
+            double s = 0;
+            for (int64_t p = 0; p < k; p++)
+                s += (double)(ta ? a[p * lda + i] : a[i * lda + p]) * (tb ? b[j * ldb + p] : b[p * ldb + j]);
+            double e = fabs(c[i * n + j] - s);
+            worst = e > worst ? e : worst;
+        }
+    }
+    KT_CHECK_MSG(worst <= 1e-6 * (double)(k + 2), "ta %d tb %d m %lld n %lld k %lld: off by %g", ta, tb, (long long)m,
+                 (long long)n, (long long)k, worst);
+    free(a), free(b), free(c);
+}
+
+KT_TEST(tall_tiles_match_reference) {
+    kiln__gemm_dnnl_force(1);
+    int64_t n = 2048, k = 2048, tile = kiln__gemm_dnnl_rows(n, k);
+    check_sampled(0, 0, 1, n, k);
+    check_sampled(0, 1, 255, n, k);
+    for (int t = 0; t < 4; t++) check_sampled(t & 1, t >> 1, t < 2 ? 257 : tile + 1, n, k);
+    check_sampled(0, 0, 4097, 515, 1024); /* many tiles, an odd n */
+    check_sampled(1, 1, 4097, 515, 1024);
     kiln__gemm_dnnl_force(-1);
 }
 
@@ -105,13 +176,13 @@ KT_TEST(refuses_what_it_cannot_take) {
     KT_CHECK(!kiln__gemm_dnnl_takes(0, 0, 40, 8, 0, 1, 8, 8));    /* k = 0: the caller's */
     KT_CHECK(kiln__gemm_dnnl_takes(0, 0, 40, 8, 16, 16, 8, 8));
     kiln__gemm_dnnl_force(0);
-    KT_CHECK(kiln__gemm_dnnl_rows() == 0);
+    KT_CHECK(kiln__gemm_dnnl_rows(40, 8) == 0);
     KT_CHECK(!kiln__gemm_dnnl_takes(0, 0, 40, 8, 16, 16, 8, 8));
     /* by default, off where kiln's vector code is capped below AVX-512 (KILN_ISA) */
     kiln__gemm_dnnl_force(-1);
     const char *env = getenv("KILN_GEMM_DNNL");
     if (!(env && *env) && kiln__vmath_force_isa("avx2") == 0) {
-        KT_CHECK(kiln__gemm_dnnl_rows() == 0);
+        KT_CHECK(kiln__gemm_dnnl_rows(40, 8) == 0);
         KT_CHECK(!kiln__gemm_dnnl_takes(0, 0, 40, 8, 16, 16, 8, 8));
         kiln__vmath_force_isa(NULL);
     }
@@ -149,6 +220,29 @@ KT_TEST(linear_through_matmul_kernel) {
     KT_MEM_CHECK();
 }
 
+/* relu(x W^T + b) fused (the product in row panels, fused_matmul.c) and unfused, bit for bit,
+ * where the tiles are taller than 256 rows: panels cut at the taller height, the last one short. */
+KT_TEST(fused_product_with_tall_tiles_keeps_bits) {
+    kiln__gemm_dnnl_force(1);
+    int64_t n = 2048, k = 2048, m = 2 * kiln__gemm_dnnl_rows(n, k) + 76;
+    double *x = filled_f64(m * k), *w = filled_f64(n * k), *b = filled_f64(n);
+    double *got[2] = {NULL, NULL};
+    bool was = kiln_fusion_enabled();
+    for (int fused = 0; fused < 2; fused++) {
+        kiln_fusion_set_enabled(fused);
+        kiln_tensor y = kiln_relu(kiln_linear(ew_tensor(KILN_F32, KILN_SHAPE(m, k), x),
+                                              ew_tensor(KILN_F32, KILN_SHAPE(n, k), w), ew_tensor(KILN_F32, KILN_SHAPE(n), b)));
+        got[fused] = ew_read(y, KILN_F32, m * n);
+        KT_CHECK(got[fused] != NULL);
+    }
+    kiln_fusion_set_enabled(was);
+    if (got[0] && got[1])
+        KT_CHECK_MSG(memcmp(got[0], got[1], sizeof(double) * (size_t)(m * n)) == 0, "m %lld: fused != unfused",
+                     (long long)m);
+    free(x), free(w), free(b), free(got[0]), free(got[1]);
+    kiln__gemm_dnnl_force(-1);
+}
+
 int main(void) {
 #if !KILN_HAVE_DNNL
     printf("built without oneDNN: skipped\n");
@@ -156,7 +250,10 @@ int main(void) {
 #endif
     KT_RUN(products_match_reference);
     KT_RUN(tile_aligned_panels_are_bit_identical);
+    KT_RUN(tile_height_from_shape_not_threads);
+    KT_RUN(tall_tiles_match_reference);
     KT_RUN(refuses_what_it_cannot_take);
+    KT_RUN(fused_product_with_tall_tiles_keeps_bits);
     KT_RUN(linear_through_matmul_kernel);
     return kt_finish();
 }

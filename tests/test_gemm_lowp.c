@@ -82,6 +82,21 @@ KT_TEST(products_on_the_default_path) {
     sweep(KILN_F16);
 }
 
+/* Products split in column tiles (n of 512 and more: up to two per pool thread, B's slices
+ * packed once each) and in taller row tiles, with row counts around the tile edges, both pool
+ * sizes. */
+KT_TEST(products_in_column_and_row_tiles) {
+    int saved = kiln_num_threads();
+    static const int64_t sizes[][3] = {{300, 1030, 96}, {1, 515, 40}, {257, 640, 33}, {1100, 768, 64}};
+    for (int threads = 1; threads <= 2; threads++) {
+        kiln_set_num_threads(threads);
+        for (int s = 0; s < 4; s++)
+            for (int t = 0; t < 4; t++)
+                check_product(KILN_BF16, t & 1, t >> 1, sizes[s][0], sizes[s][1], sizes[s][2], t == 3);
+    }
+    kiln_set_num_threads(saved);
+}
+
 KT_TEST(products_widened_to_f32) {
     kiln__gemm_lowp_force(0);
     KT_CHECK(strcmp(kiln__gemm_lowp_path(KILN_BF16), "convert-f32") == 0);
@@ -152,6 +167,7 @@ KT_TEST(linear_and_bmm_with_gradients) {
 
 int main(void) {
     KT_RUN(products_on_the_default_path);
+    KT_RUN(products_in_column_and_row_tiles);
     KT_RUN(products_widened_to_f32);
     KT_RUN(matmul_accumulates_in_f32);
     KT_RUN(linear_and_bmm_with_gradients);

@@ -386,7 +386,7 @@ KT_TEST(user_overrides_win) {
     if (KILN_HAVE_DNNL) {
         kiln__gemm_dnnl_force(1);
         KT_CHECK(kiln__gemm_f32_provider(1024, 1024) == KILN__GEMM_DNNL);
-        KT_CHECK(kiln__gemm_f32_tile_rows(1024, 1024) == KILN__GEMM_DNNL_TILE_ROWS);
+        KT_CHECK(kiln__gemm_f32_tile_rows(1024, 1024) == kiln__gemm_dnnl_tile_rows(1024, 1024));
         kiln__gemm_dnnl_force(0);
         KT_CHECK(kiln__gemm_f32_provider(1024, 1024) == (KILN_HAVE_CBLAS ? KILN__GEMM_BLAS : KILN__GEMM_BUILTIN));
         kiln__gemm_dnnl_force(-1);

@@ -576,7 +576,7 @@ kiln__gemm_provider kiln__gemm_f32_provider(int64_t n, int64_t k) {
 }
 
 int64_t kiln__gemm_f32_tile_rows(int64_t n, int64_t k) {
-    return KILN_HAVE_DNNL && kiln__gemm_f32_provider(n, k) == KILN__GEMM_DNNL ? KILN__GEMM_DNNL_TILE_ROWS : 0;
+    return KILN_HAVE_DNNL && kiln__gemm_f32_provider(n, k) == KILN__GEMM_DNNL ? kiln__gemm_dnnl_tile_rows(n, k) : 0;
 }
 
 void kiln__gemm_f32(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,

@@ -33,7 +33,8 @@ void kiln__gemm_f64(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, d
  * (oneDNN where the CPU has AVX-512, else the BLAS, else the built-in kernel). The same for
  * every row panel of a product (m plays no part). */
 kiln__gemm_provider kiln__gemm_f32_provider(int64_t n, int64_t k);
-/* oneDNN's tile height when it runs such a product, else 0 (fused_matmul.c cuts panels on it). */
+/* oneDNN's tile height when it runs such a product (kiln__gemm_dnnl_tile_rows: from n, k and the
+ * machine), else 0 (fused_matmul.c cuts panels on it). */
 int64_t kiln__gemm_f32_tile_rows(int64_t n, int64_t k);
 /* The product through provider p, or the next that takes its layout (oneDNN, then CBLAS, then
  * the built-in kernel, which takes any): for the tuner and tests. */

@@ -12,11 +12,22 @@
  *
  * Tiles: oneDNN's sums over k for one output element depend on the call's shape (a row
  * computed in a call of fewer than 16 rows, or with k = 1000 fewer than 128, came out
- * different from the same row in a larger call), so every product runs as TILE_ROWS-row
- * tiles from its row 0, and columns in a split fixed by n alone: a panel of a product
- * starting at a multiple of TILE_ROWS (fused_matmul.c) makes the same calls for its rows as
- * the whole product does. The tiles spread over kiln's pool, each oneDNN call on its own
- * thread (OpenMP told one thread on each pool thread: no OpenMP team besides the pool). */
+ * different from the same row in a larger call), so every product runs as tiles of a height
+ * fixed by n, k and the machine (kiln__gemm_dnnl_tile_rows: never by m or the thread count)
+ * from its row 0, and columns in a split fixed by n alone: a panel of a product starting at a
+ * multiple of that height (fused_matmul.c) makes the same calls for its rows as the whole
+ * product does, and a row's bits are the same whatever the thread count. The tiles spread over
+ * kiln's pool, each oneDNN call on its own thread (OpenMP told one thread on each pool thread:
+ * no OpenMP team besides the pool).
+ *
+ * The height: each call packs its k x tile_cols slice of B again, 1/rows of the tile's work in
+ * copies; cheap while the slice comes from cache, not once it streams from memory. So tiles are
+ * TILE_ROWS (256) tall while the slice fits in two L2s (core/machine.h), and double for every
+ * doubling of the slice beyond, up to TILE_ROWS_MAX, and no taller than leaves a square
+ * product (m = n) two tiles per core. Two threads, AMD EPYC Zen 5 (L2 1 MiB), loaded
+ * (BENCHMARKS.md, #29): n = k = 2048 (8 MiB slices) 256-row tiles 439-444 GFLOP/s, 512-row
+ * 466-474, 1024-row 477-482 (the rule's); n = k = 4096 (32 MiB) 452-453, 468, 473-490, and
+ * 2048-row (the rule's) 489-493; oneDNN's own 2-thread sgemm 483-490 at both. */
 #include "backend/cpu/gemm_dnnl.h"
 
 #include <stdatomic.h>
@@ -29,8 +40,34 @@
 #include "core/machine.h"
 
 #define TILE_ROWS KILN__GEMM_DNNL_TILE_ROWS
+#define TILE_ROWS_MAX 2048
 /* Columns: two tiles (one per core here) from 256 columns up, in multiples of 64. */
 #define TILE_COLS_MIN 256
+
+static int64_t tile_cols_of(int64_t n) { return n < TILE_COLS_MIN ? n : ((n + 1) / 2 + 63) / 64 * 64; }
+
+/* KILN_GEMM_DNNL_ROWS: a height for every shape, 0 unset; read once */
+static int64_t env_rows(void) {
+    static _Atomic int64_t cached = -1;
+    int64_t v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v < 0) {
+        v = kiln__env_int_range("KILN_GEMM_DNNL_ROWS", 16, 65536, 0);
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+int64_t kiln__gemm_dnnl_tile_rows(int64_t n, int64_t k) {
+    int64_t user = env_rows();
+    if (user > 0) return user;
+    const kiln__machine *mc = kiln__machine_facts();
+    int64_t cols = tile_cols_of(n > 0 ? n : 1), col_tiles = ((n > 0 ? n : 1) + cols - 1) / cols;
+    double slice = (double)(k > 0 ? k : 1) * (double)cols * sizeof(float), cached = 2.0 * (double)mc->l2_bytes;
+    double square_cap = (double)n * (double)col_tiles / (2.0 * mc->cores); /* two tiles per core at m = n */
+    int64_t rows = TILE_ROWS;
+    while (rows < TILE_ROWS_MAX && slice > cached && 2.0 * (double)rows <= square_cap) rows *= 2, slice /= 2;
+    return rows;
+}
 
 static atomic_int forced = -1;
 
@@ -64,7 +101,7 @@ static bool enabled(void) {
 
 bool kiln__gemm_dnnl_by_rule(void) { return enabled(); }
 
-int64_t kiln__gemm_dnnl_rows(void) { return enabled() ? TILE_ROWS : 0; }
+int64_t kiln__gemm_dnnl_rows(int64_t n, int64_t k) { return enabled() ? kiln__gemm_dnnl_tile_rows(n, k) : 0; }
 
 /* oneDNN wants each leading dimension at least its stored row's width, even of a single row */
 static bool ld_ok(int64_t cols, int64_t ld) { return ld >= (cols > 1 ? cols : 1); }
@@ -98,7 +135,7 @@ void kiln__dnnl_omp_threads(int n) {
 
 typedef struct {
     char ta, tb;
-    int64_t m, n, k, lda, ldb, ldc, tile_cols, col_tiles;
+    int64_t m, n, k, lda, ldb, ldc, tile_rows, tile_cols, col_tiles;
     float alpha, beta;
     const float *a, *b;
     float *c;
@@ -108,8 +145,8 @@ static void tiles_task(void *ctx, int64_t begin, int64_t end) {
     tiles_job *j = ctx;
     kiln__dnnl_omp_threads(1); /* every time: a oneDNN conv on this thread sets its own */
     for (int64_t t = begin; t < end; t++) {
-        int64_t i0 = t / j->col_tiles * TILE_ROWS, j0 = t % j->col_tiles * j->tile_cols;
-        int64_t rows = j->m - i0 < TILE_ROWS ? j->m - i0 : TILE_ROWS;
+        int64_t i0 = t / j->col_tiles * j->tile_rows, j0 = t % j->col_tiles * j->tile_cols;
+        int64_t rows = j->m - i0 < j->tile_rows ? j->m - i0 : j->tile_rows;
         int64_t cols = j->n - j0 < j->tile_cols ? j->n - j0 : j->tile_cols;
         const float *a = j->a + (j->ta == 'T' ? i0 : i0 * j->lda);
         const float *b = j->b + (j->tb == 'T' ? j0 * j->ldb : j0);
@@ -126,11 +163,11 @@ static void tiles_task(void *ctx, int64_t begin, int64_t end) {
 kiln_status kiln__gemm_dnnl_f32(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                                 const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                                 int64_t ldc) {
-    int64_t tile_cols = n < TILE_COLS_MIN ? n : ((n + 1) / 2 + 63) / 64 * 64;
+    int64_t tile_cols = tile_cols_of(n), tile_rows = kiln__gemm_dnnl_tile_rows(n, k);
     tiles_job j = {.ta = trans_a ? 'T' : 'N', .tb = trans_b ? 'T' : 'N', .m = m, .n = n, .k = k, .lda = lda,
-                   .ldb = ldb, .ldc = ldc, .tile_cols = tile_cols, .col_tiles = (n + tile_cols - 1) / tile_cols,
-                   .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c};
-    kiln__parallel_for((m + TILE_ROWS - 1) / TILE_ROWS * j.col_tiles, 1, tiles_task, &j);
+                   .ldb = ldb, .ldc = ldc, .tile_rows = tile_rows, .tile_cols = tile_cols,
+                   .col_tiles = (n + tile_cols - 1) / tile_cols, .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c};
+    kiln__parallel_for((m + tile_rows - 1) / tile_rows * j.col_tiles, 1, tiles_task, &j);
     /* oneDNN registers its JIT kernels' destructors when it first makes them (for each shape
      * class): the exit hold is registered after them (backend-impl.h), a bounded number of times */
     static atomic_int registrations;

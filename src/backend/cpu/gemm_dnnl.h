@@ -13,14 +13,20 @@
 
 #include "kiln/core.h"
 
-/* oneDNN's tile height (gemm_dnnl.c) */
+/* oneDNN's shortest tile (gemm_dnnl.c): products whose right operand fits in cache */
 #define KILN__GEMM_DNNL_TILE_ROWS 256
 
-/* Rows per tile when the oneDNN path is on (KILN_GEMM_DNNL, or the CPU's default), else 0.
- * Every product runs as tiles of this many rows (the last one shorter) starting at its row
- * 0, each one oneDNN call: a caller that splits a product into row panels whose starts are
- * multiples of it (fused_matmul.c) gets the bits of the whole product. */
-int64_t kiln__gemm_dnnl_rows(void);
+/* Rows per tile of a product of n columns over k: a function of n, k and the machine's facts
+ * (core/machine.h) alone, never of the row count m or the pool's thread count. Every product
+ * runs as tiles of this many rows (the last one shorter) starting at its row 0, each one oneDNN
+ * call: a caller that splits a product into row panels whose starts are multiples of it
+ * (fused_matmul.c) gets the bits of the whole product. KILN_GEMM_DNNL_ROWS (16..65536) sets it
+ * for every shape, for measuring. */
+int64_t kiln__gemm_dnnl_tile_rows(int64_t n, int64_t k);
+
+/* kiln__gemm_dnnl_tile_rows(n, k) when the oneDNN path is on (KILN_GEMM_DNNL, or the CPU's
+ * default), else 0. */
+int64_t kiln__gemm_dnnl_rows(int64_t n, int64_t k);
 
 /* Whether kiln__gemm_dnnl_f32 takes this product: the path is on, sizes are positive and each
  * leading dimension is at least its stored row's width. Otherwise the caller runs it another

@@ -4,7 +4,17 @@
  * public bf16 GEMM call, only the primitive, whose creation costs 0.1-1 ms. So primitives are
  * kept per shape (sizes, leading dims, transposes, accumulate, threads) in a small fixed table,
  * as conv_dnnl.c keeps its convs; shapes past the table run uncached. Threads (DESIGN.md
- * section 3, one budget): tiles on kiln's pool, one oneDNN thread each (below). */
+ * section 3, one budget): tiles on kiln's pool, one oneDNN thread each (below).
+ *
+ * B packed once per product (gemm_packed): a product of at least two 64-row tiles per pool
+ * thread reorders B once into the layout oneDNN's matmul asks for (weights of format "any"),
+ * its column blocks spread over the pool, and then runs row tiles that all read that copy; a
+ * smaller one (or one accumulating into C) runs tiles that each pack their own slice of B. A
+ * 2048 x 2048 x 2048 product on 2 threads: 933-950 GFLOP/s packed once against 880-895 in
+ * 1024 x 1024 tiles each packing (AMD EPYC Zen 5, loaded, 2026-11-29; BENCHMARKS.md). The
+ * packed copy's buffer is kept for the next product (up to SPARE_MAX), so its pages are mapped
+ * once. KILN_GEMM_BF16_PACK=0|1, KILN_GEMM_BF16_ROWS and _COLS (the tiles' size) are for
+ * measuring. */
 #include "backend/cpu/gemm_lowp.h"
 
 #include <stdatomic.h>
@@ -98,8 +108,12 @@ static kiln_status gemm_widened(kiln_dtype dt, int ta, int tb, int64_t m, int64_
 #include <oneapi/dnnl/dnnl_debug.h>
 #include <pthread.h>
 
+/* kind: a product with B as stored (MM_PLAIN), with B in oneDNN's own layout (MM_PACKED), or the
+ * reorder of a k x m slice of B into that layout (PACK_B: n, k, ldb, tb say which) */
+enum { MM_PLAIN, MM_PACKED, PACK_B };
+
 typedef struct {
-    int64_t m, n, k, lda, ldb, ldc, ta, tb, accumulate, c_bf16, threads;
+    int64_t kind, m, n, k, lda, ldb, ldc, ta, tb, accumulate, c_bf16, threads;
 } mm_key; /* threads: 1 (a primitive may fix its work split for its thread count) */
 
 typedef struct {
@@ -119,7 +133,10 @@ static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
 static dnnl_engine_t engine;
 static dnnl_status_t engine_status;
 
+static void packed_free_spare(void);
+
 static void cache_free_all(void) {
+    packed_free_spare();
     pthread_mutex_lock(&cache_lock);
     cache_closed = true;
     for (int i = 0; i < CACHE_SIZE; i++)
@@ -147,10 +164,29 @@ static dnnl_status_t strided_md(dnnl_memory_desc_t *md, int64_t rows, int64_t co
     return dnnl_memory_desc_init_by_strides(md, 2, dims, dt, strides);
 }
 
-static dnnl_status_t create(const mm_key *k, mm_entry *e) {
+/* The reorder of B's slice (k x key->m, as stored) into `to`, the packed layout's slice */
+static dnnl_status_t create_pack(const mm_key *k, const dnnl_memory_desc_t *to, mm_entry *e) {
+    dnnl_memory_desc_t from;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t s = strided_md(&from, k->k, k->m, k->ldb, k->tb, dnnl_bf16);
+    if (s == dnnl_success) s = dnnl_reorder_primitive_desc_create(&pd, &from, engine, to, engine, NULL);
+    if (s == dnnl_success) {
+        e->md[0] = from, e->md[1] = *to, e->scratch = 0;
+        s = dnnl_primitive_create(&e->prim, pd);
+    }
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    return s;
+}
+
+static dnnl_status_t create(const mm_key *k, const dnnl_memory_desc_t *to, mm_entry *e) {
+    if (k->kind == PACK_B) return create_pack(k, to, e);
     dnnl_memory_desc_t a, b, c;
     dnnl_status_t s = strided_md(&a, k->m, k->k, k->lda, k->ta, dnnl_bf16);
-    if (s == dnnl_success) s = strided_md(&b, k->k, k->n, k->ldb, k->tb, dnnl_bf16);
+    if (s == dnnl_success && k->kind == MM_PACKED) { /* oneDNN picks the layout */
+        dnnl_dims_t dims = {k->k, k->n};
+        s = dnnl_memory_desc_init_by_tag(&b, 2, dims, dnnl_bf16, dnnl_format_tag_any);
+    } else if (s == dnnl_success)
+        s = strided_md(&b, k->k, k->n, k->ldb, k->tb, dnnl_bf16);
     if (s == dnnl_success) s = strided_md(&c, k->m, k->n, k->ldc, 0, k->c_bf16 ? dnnl_bf16 : dnnl_f32);
     dnnl_matmul_desc_t desc;
     if (s == dnnl_success) s = dnnl_matmul_desc_init(&desc, &a, &b, NULL, &c);
@@ -169,7 +205,7 @@ static dnnl_status_t create(const mm_key *k, mm_entry *e) {
         const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
         e->scratch = sp ? dnnl_memory_desc_get_size(sp) : 0;
         if (sp) e->md[3] = *sp;
-        e->md[0] = a, e->md[1] = b, e->md[2] = c;
+        e->md[0] = a, e->md[1] = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), e->md[2] = c;
         s = dnnl_primitive_create(&e->prim, pd);
     }
     if (pd) dnnl_primitive_desc_destroy(pd);
@@ -179,10 +215,10 @@ static dnnl_status_t create(const mm_key *k, mm_entry *e) {
 }
 
 /* The cached entry for k (users counted) into *e and its slot, or an uncached one (slot -1). */
-static dnnl_status_t acquire(const mm_key *k, mm_entry *e, int *slot) {
+static dnnl_status_t acquire(const mm_key *k, const dnnl_memory_desc_t *to, mm_entry *e, int *slot) {
     pthread_mutex_lock(&cache_lock);
     for (int i = 0; i < CACHE_SIZE && !cache_closed; i++)
-        if (cache[i].used && memcmp(&cache[i].key, k, sizeof *k) == 0) {
+        if (cache[i].used && memcmp(&cache[i].key, k, sizeof *k) == 0 && (!to || dnnl_memory_desc_equal(&cache[i].md[1], to))) {
             cache[i].users++;
             *slot = i;
             *e = cache[i];
@@ -192,13 +228,14 @@ static dnnl_status_t acquire(const mm_key *k, mm_entry *e, int *slot) {
     pthread_mutex_unlock(&cache_lock);
     *slot = -1;
     *e = (mm_entry){.key = *k};
-    dnnl_status_t s = create(k, e);
+    dnnl_status_t s = create(k, to, e);
     static atomic_int registrations; /* oneDNN's lazy statics: see backend-impl.h */
     if (atomic_fetch_add(&registrations, 1) < 64) kiln__backend_exit_hold_register();
     if (s != dnnl_success) return s;
     pthread_mutex_lock(&cache_lock);
     for (int i = 0; i < CACHE_SIZE && !cache_closed; i++) {
-        if (cache[i].used && memcmp(&cache[i].key, k, sizeof *k) == 0) break; /* another thread won */
+        if (cache[i].used && memcmp(&cache[i].key, k, sizeof *k) == 0 && (!to || dnnl_memory_desc_equal(&cache[i].md[1], to)))
+            break; /* another thread won */
         if (!cache[i].used) {
             cache[i] = *e;
             cache[i].users = 1;
@@ -221,6 +258,7 @@ static void release(mm_entry *e, int slot) {
     pthread_mutex_unlock(&cache_lock);
 }
 
+/* A product (a, b, c: src, weights, dst) or a reorder (a, b: from, to; c unused). */
 static dnnl_status_t execute(const mm_entry *e, const void *a, const void *b, void *c) {
     void *scratch = e->scratch ? malloc(e->scratch) : NULL;
     if (e->scratch && !scratch) return dnnl_out_of_memory;
@@ -228,6 +266,7 @@ static dnnl_status_t execute(const mm_entry *e, const void *a, const void *b, vo
     dnnl_stream_t stream = NULL;
     void *ptr[4] = {(void *)a, (void *)b, c, scratch};
     int kinds[4] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD}, n = e->scratch ? 4 : 3;
+    if (e->key.kind == PACK_B) kinds[0] = DNNL_ARG_FROM, kinds[1] = DNNL_ARG_TO, n = 2;
     dnnl_exec_arg_t args[4];
     dnnl_status_t s = dnnl_stream_create(&stream, engine, dnnl_stream_default_flags);
     for (int i = 0; i < n && s == dnnl_success; i++) {
@@ -247,11 +286,11 @@ static dnnl_status_t execute(const mm_entry *e, const void *a, const void *b, vo
  * primitive call on a pool thread, as gemm_dnnl.c runs dnnl_sgemm: the pool's threads are the
  * only ones, so no OpenMP team spins beside kiln's work (one OpenMP team per product, when
  * another op held the pool, left the product on one thread and the casts beside it waiting).
- * Each call packs its slice of B again (k x tile_cols), a cost its rows amortise: rows are as
- * many as still give each thread two tiles, 256 to 1024 (a 2048 x 2048 product on 2 threads:
- * 512-row tiles, 953 GFLOP/s against 921 with 256, AMD EPYC Zen 5, 2026-11-29). */
+ * Each call packs its slice of B (k x tile_cols), so columns are split first (up to two tiles
+ * per pool thread, at least TILE_COLS_MIN wide: every slice of B packed once in all), then rows
+ * as many as still give each thread two tiles, at least TILE_ROWS_MIN. */
 #define TILE_ROWS_MIN 256
-#define TILE_ROWS_MAX 1024
+#define TILE_ROWS_MAX 8192
 #define TILE_COLS_MIN 256
 
 typedef struct {
@@ -272,11 +311,11 @@ static void tiles_task(void *ctx, int64_t begin, int64_t end) {
         int64_t cols = j->n - j0 < j->tile_cols ? j->n - j0 : j->tile_cols;
         const uint16_t *a = j->a + (j->ta ? i0 : i0 * j->lda), *b = j->b + (j->tb ? j0 * j->ldb : j0);
         char *c = j->c + (i0 * j->ldc + j0) * (int64_t)kiln__elsize(j->c_dt);
-        mm_key key = {.m = rows, .n = cols, .k = j->k, .lda = j->lda, .ldb = j->ldb, .ldc = j->ldc, .ta = j->ta,
+        mm_key key = {.kind = MM_PLAIN, .m = rows, .n = cols, .k = j->k, .lda = j->lda, .ldb = j->ldb, .ldc = j->ldc, .ta = j->ta,
                       .tb = j->tb, .accumulate = j->accumulate, .c_bf16 = j->c_dt == KILN_BF16, .threads = 1};
         mm_entry e;
         int slot;
-        dnnl_status_t s = acquire(&key, &e, &slot);
+        dnnl_status_t s = acquire(&key, NULL, &e, &slot);
         if (s == dnnl_success) {
             s = execute(&e, a, b, c);
             release(&e, slot);
@@ -292,17 +331,204 @@ static void tiles_task(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
+/* KILN_GEMM_BF16_ROWS / _COLS: a tile height / width for every product, for measuring; 0 unset */
+static int64_t env_size(const char *name, _Atomic int64_t *cached) {
+    int64_t v = atomic_load_explicit(cached, memory_order_relaxed);
+    if (v < 0) {
+        v = kiln__env_int_range(name, 16, 65536, 0);
+        atomic_store_explicit(cached, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+/* KILN_GEMM_BF16_PACK: 1 packs B once per product, 0 never; unset: the rule */
+static bool packed_wanted(int64_t m, int64_t n, int64_t threads) {
+    static _Atomic int64_t user = -1;
+    int64_t v = atomic_load_explicit(&user, memory_order_relaxed);
+    if (v < 0) {
+        v = kiln__env_int_range("KILN_GEMM_BF16_PACK", 0, 1, 2);
+        atomic_store_explicit(&user, v, memory_order_relaxed);
+    }
+    if (v != 2) return v == 1;
+    return m >= 2 * threads * 64 && n >= TILE_COLS_MIN;
+}
+
+static void plan_tiles(int64_t m, int64_t n, int64_t *tile_rows, int64_t *tile_cols) {
+    static _Atomic int64_t user_rows = -1, user_cols = -1;
+    int64_t threads = kiln__pool_threads() > 0 ? kiln__pool_threads() : 1, want = 2 * threads;
+    int64_t col_tiles = n / TILE_COLS_MIN < 1 ? 1 : n / TILE_COLS_MIN > want ? want : n / TILE_COLS_MIN;
+    int64_t cols = ((n + col_tiles - 1) / col_tiles + 63) / 64 * 64;
+    col_tiles = (n + cols - 1) / cols;
+    int64_t row_tiles = (want + col_tiles - 1) / col_tiles;
+    int64_t rows = ((m + row_tiles - 1) / row_tiles + 63) / 64 * 64;
+    rows = rows < TILE_ROWS_MIN ? TILE_ROWS_MIN : rows > TILE_ROWS_MAX ? TILE_ROWS_MAX : rows;
+    *tile_rows = env_size("KILN_GEMM_BF16_ROWS", &user_rows) ? env_size("KILN_GEMM_BF16_ROWS", &user_rows) : rows;
+    *tile_cols = env_size("KILN_GEMM_BF16_COLS", &user_cols) ? env_size("KILN_GEMM_BF16_COLS", &user_cols) : cols;
+}
+
+/* ---- B packed once per product, shared by the row tiles ----------------------------------- */
+
+/* The packed B: one buffer kept for the next product (its pages already mapped), taken by one
+ * product at a time; another product meanwhile gets its own. */
+static struct {
+    pthread_mutex_t lock;
+    void *ptr;
+    size_t size;
+    bool busy;
+} spare = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+#define SPARE_MAX ((size_t)64 << 20) /* a larger B gets a buffer of its own, freed after */
+
+static void *packed_take(size_t size) {
+    size = (size + 63) / 64 * 64;
+    if (size > SPARE_MAX) return aligned_alloc(64, size);
+    pthread_mutex_lock(&spare.lock);
+    void *p = NULL;
+    if (!spare.busy && spare.size < size) {
+        free(spare.ptr);
+        spare.ptr = aligned_alloc(64, size);
+        spare.size = spare.ptr ? size : 0;
+    }
+    if (!spare.busy && spare.ptr) p = spare.ptr, spare.busy = true;
+    pthread_mutex_unlock(&spare.lock);
+    return p ? p : aligned_alloc(64, size);
+}
+
+static void packed_free_spare(void) {
+    pthread_mutex_lock(&spare.lock);
+    if (!spare.busy) free(spare.ptr), spare.ptr = NULL, spare.size = 0;
+    pthread_mutex_unlock(&spare.lock);
+}
+
+static void packed_give(void *p) {
+    pthread_mutex_lock(&spare.lock);
+    if (p == spare.ptr) spare.busy = false;
+    else free(p);
+    pthread_mutex_unlock(&spare.lock);
+}
+
+typedef struct {
+    const mm_entry *mm[2]; /* full row tiles, the last one */
+    dnnl_memory_desc_t chunk_md[2]; /* a slice of chunk_cols columns of the packed B; the last one */
+    int64_t m, k, n, ta, tb, lda, ldb, ldc, tile_rows, chunk_cols, col_block, col_stride;
+    bool zero_pad;
+    const uint16_t *a, *b;
+    char *c, *packed;
+    kiln_dtype c_dt;
+    _Atomic kiln_status status;
+} packed_job;
+
+static void fail_job(_Atomic kiln_status *status, kiln_status st) {
+    kiln_status ok = KILN_OK;
+    if (st != KILN_OK) atomic_compare_exchange_strong(status, &ok, st);
+}
+
+/* Column chunks [begin, end) of B reordered into the packed buffer. */
+static void pack_task(void *ctx, int64_t begin, int64_t end) {
+    packed_job *j = ctx;
+    kiln__dnnl_omp_threads(1);
+    for (int64_t t = begin; t < end; t++) {
+        int64_t j0 = t * j->chunk_cols, cols = j->n - j0 < j->chunk_cols ? j->n - j0 : j->chunk_cols;
+        bool last = cols != j->chunk_cols;
+        char *to = j->packed + j0 / j->col_block * j->col_stride * (int64_t)sizeof(uint16_t);
+        if (j->zero_pad) memset(to, 0, (size_t)((cols + j->col_block - 1) / j->col_block * j->col_stride) * sizeof(uint16_t));
+        mm_key key = {.kind = PACK_B, .m = cols, .n = j->n, .k = j->k, .ldb = j->ldb, .tb = j->tb, .threads = 1};
+        mm_entry e;
+        int slot;
+        dnnl_status_t s = acquire(&key, &j->chunk_md[last], &e, &slot);
+        if (s == dnnl_success) {
+            s = execute(&e, j->b + (j->tb ? j0 * j->ldb : j0), to, NULL);
+            release(&e, slot);
+        }
+        if (s != dnnl_success) fail_job(&j->status, dnnl_fail(s, "packing B"));
+    }
+}
+
+static void packed_rows_task(void *ctx, int64_t begin, int64_t end) {
+    packed_job *j = ctx;
+    kiln__dnnl_omp_threads(1);
+    for (int64_t t = begin; t < end && atomic_load(&j->status) == KILN_OK; t++) {
+        int64_t i0 = t * j->tile_rows;
+        const mm_entry *e = j->mm[j->m - i0 < j->tile_rows];
+        char *c = j->c + i0 * j->ldc * (int64_t)kiln__elsize(j->c_dt);
+        dnnl_status_t s = execute(e, j->a + (j->ta ? i0 : i0 * j->lda), j->packed, c);
+        if (s != dnnl_success) fail_job(&j->status, dnnl_fail(s, "execution"));
+    }
+}
+
+/* The packed layout's column block and the stride between column blocks, when columns are its
+ * outermost blocked dimension (so a chunk of whole column blocks is one contiguous run). */
+static bool column_blocks(const dnnl_memory_desc_t *md, int64_t *block, int64_t *stride) {
+    if (md->format_kind != dnnl_blocked || md->ndims != 2) return false;
+    const dnnl_blocking_desc_t *bd = &md->format_desc.blocking;
+    *block = 1;
+    for (int i = 0; i < bd->inner_nblks; i++)
+        if (bd->inner_idxs[i] == 1) *block *= bd->inner_blks[i];
+    *stride = bd->strides[1];
+    return bd->strides[1] >= bd->strides[0] && md->offset0 == 0;
+}
+
+/* The product with B reordered once into oneDNN's layout (pack_task, its columns spread over the
+ * pool) and row tiles reading it (packed_rows_task): B is packed once, not once per row tile.
+ * *taken false when oneDNN's layout does not split by columns (the caller tiles instead). */
+static kiln_status gemm_packed(int ta, int tb, int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
+                               const uint16_t *b, int64_t ldb, kiln_dtype c_dt, void *c, int64_t ldc, int64_t tile_rows,
+                               bool *taken) {
+    *taken = false;
+    kiln__dnnl_omp_threads(1); /* the primitives are made here: for one thread each */
+    int64_t last_rows = m % tile_rows ? m % tile_rows : tile_rows;
+    mm_key key = {.kind = MM_PACKED, .m = tile_rows, .n = n, .k = k, .lda = lda, .ldc = ldc, .ta = ta,
+                  .c_bf16 = c_dt == KILN_BF16, .threads = 1};
+    mm_entry e[2];
+    int slot[2] = {-1, -1}, have = 0;
+    dnnl_status_t s = acquire(&key, NULL, &e[0], &slot[0]);
+    if (s == dnnl_success) have = 1, key.m = last_rows, s = acquire(&key, NULL, &e[1], &slot[1]);
+    if (s == dnnl_success) have = 2;
+    packed_job j = {.mm = {&e[0], &e[1]}, .m = m, .k = k, .n = n, .ta = ta, .tb = tb, .lda = lda, .ldb = ldb,
+                    .ldc = ldc, .tile_rows = tile_rows, .a = a, .b = b, .c = c, .c_dt = c_dt, .status = KILN_OK};
+    const dnnl_memory_desc_t *w = &e[0].md[1];
+    if (have == 2 && dnnl_memory_desc_equal(w, &e[1].md[1]) && column_blocks(w, &j.col_block, &j.col_stride)) {
+        int64_t threads = kiln__pool_threads() > 0 ? kiln__pool_threads() : 1, chunks = 2 * threads;
+        j.chunk_cols = ((n + chunks - 1) / chunks + j.col_block - 1) / j.col_block * j.col_block;
+        chunks = (n + j.chunk_cols - 1) / j.chunk_cols;
+        j.zero_pad = w->padded_dims[0] != w->dims[0] || w->padded_dims[1] != w->dims[1];
+        for (int l = 0; l < 2; l++) { /* the whole layout narrowed to a chunk's columns, from its start */
+            int64_t cols = l ? n - (chunks - 1) * j.chunk_cols : j.chunk_cols;
+            j.chunk_md[l] = *w;
+            j.chunk_md[l].dims[1] = cols;
+            j.chunk_md[l].padded_dims[1] = (cols + j.col_block - 1) / j.col_block * j.col_block;
+        }
+        size_t bytes = dnnl_memory_desc_get_size(w);
+        j.packed = packed_take(bytes);
+        if (j.packed) {
+            *taken = true;
+            kiln__parallel_for(chunks, 1, pack_task, &j);
+            if (atomic_load(&j.status) == KILN_OK) kiln__parallel_for((m + tile_rows - 1) / tile_rows, 1, packed_rows_task, &j);
+            packed_give(j.packed);
+        }
+    }
+    for (int i = 0; i < have; i++) release(&e[i], slot[i]);
+    if (!*taken && s != dnnl_success && s != dnnl_unimplemented && s != dnnl_invalid_arguments)
+        return *taken = true, dnnl_fail(s, "creation");
+    return atomic_load(&j.status);
+}
+
 static kiln_status gemm_dnnl(int ta, int tb, int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
                              const uint16_t *b, int64_t ldb, int accumulate, kiln_dtype c_dt, void *c, int64_t ldc,
                              bool *taken) {
     pthread_once(&engine_once, engine_init);
     *taken = engine_status == dnnl_success;
     if (!*taken) return KILN_OK;
-    int64_t tile_cols = n < TILE_COLS_MIN ? n : ((n + 1) / 2 + 63) / 64 * 64, col_tiles = (n + tile_cols - 1) / tile_cols;
     int64_t threads = kiln__pool_threads() > 0 ? kiln__pool_threads() : 1;
-    int64_t row_tiles_wanted = (2 * threads + col_tiles - 1) / col_tiles; /* two tiles per thread */
-    int64_t tile_rows = ((m + row_tiles_wanted - 1) / row_tiles_wanted + 63) / 64 * 64;
-    tile_rows = tile_rows < TILE_ROWS_MIN ? TILE_ROWS_MIN : tile_rows > TILE_ROWS_MAX ? TILE_ROWS_MAX : tile_rows;
+    if (!accumulate && packed_wanted(m, n, threads)) {
+        int64_t rows = ((m + 2 * threads - 1) / (2 * threads) + 63) / 64 * 64;
+        kiln_status st = gemm_packed(ta, tb, m, n, k, a, lda, b, ldb, c_dt, c, ldc, rows, taken);
+        if (*taken) return st;
+        *taken = true;
+    }
+    int64_t tile_rows, tile_cols;
+    plan_tiles(m, n, &tile_rows, &tile_cols);
+    int64_t col_tiles = (n + tile_cols - 1) / tile_cols;
     tiles_job j = {.ta = ta != 0, .tb = tb != 0, .accumulate = accumulate != 0, .m = m, .n = n, .k = k, .lda = lda,
                    .ldb = ldb, .ldc = ldc, .tile_rows = tile_rows, .tile_cols = tile_cols, .col_tiles = col_tiles,
                    .a = a, .b = b, .c_dt = c_dt, .c = c, .status = KILN_OK};
