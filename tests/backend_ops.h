@@ -86,6 +86,23 @@ static inline double nmse(const double *got, const double *want, int64_t n) {
 
 static inline const char *dtype_str(kiln_dtype dt) { return kiln_dtype_name(dt); }
 
+/* KILN_TEST_OPS_UNSUPPORTED=1: each case a device does not run is listed (else counted). */
+static inline bool list_unsupported(void) {
+    const char *v = getenv("KILN_TEST_OPS_UNSUPPORTED");
+    return v && atoi(v);
+}
+
+/* The n-th registered device after the CPU (kinds in registry order), KILN_CPU past the last:
+ *   for (int n = 0; other_device(n) != KILN_CPU; n++) { kiln_device dev = other_device(n); ... } */
+static inline kiln_device other_device(int n) {
+    for (int k = 1; k < KILN_KIND_COUNT; k++) {
+        int count = kiln_device_count((kiln_device_kind)k);
+        if (n < count) return (kiln_device)(k << 8 | n);
+        n -= count;
+    }
+    return KILN_CPU;
+}
+
 /* One case on another device, its status st: false when there is nothing to compare (the
  * device does not take it: counted in *unsupported, printed when list; or it failed: a check
  * failure). what names the case ("exp f32 transposed"). */

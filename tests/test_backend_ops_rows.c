@@ -181,29 +181,28 @@ KT_TEST(rows_match_double_precision) {
 /* Every other registered device against the CPU: f32, contiguous and transposed. */
 KT_TEST(rows_on_devices_match_the_cpu) {
     double got[X_NUMEL], want[X_NUMEL];
-    bool list = getenv("KILN_TEST_OPS_UNSUPPORTED") && atoi(getenv("KILN_TEST_OPS_UNSUPPORTED"));
-    for (int k = 1; k < KILN_KIND_COUNT; k++)
-        for (int i = 0; i < kiln_device_count((kiln_device_kind)k); i++) {
-            kiln_device dev = (kiln_device)(k << 8 | i);
-            int cases = 0, unsupported = 0;
-            for (int row = 0; row < KILN__ROW_COUNT; row++) {
-                const kiln__row_info *r = row_op(row);
-                if (!name_selected(r->name)) continue;
-                /* f32, contiguous and transposed: each composition is several kernels the device
-                 * compiles (minutes with a cold program cache on a loaded machine), and the
-                 * other layouts' and dtypes' code is the elementwise and reduction rows' */
-                for (int layout = 0; layout < 2; layout++) {
-                    cases++;
-                    if (run_row(row, KILN_CPU, KILN_F32, KILN_F32, layout, want) != KILN_OK) continue;
-                    char what[128];
-                    snprintf(what, sizeof what, "%s f32 %s", r->name, layout_names[layout]);
-                    kiln_status st = run_row(row, dev, KILN_F32, KILN_F32, layout, got);
-                    if (!device_case_ran(dev, st, what, list, &unsupported)) continue;
-                    device_case_matches(dev, what, KILN_F32, nmse(got, want, row_numel(r)), r->tol);
-                }
+    bool list = list_unsupported();
+    for (int di = 0; other_device(di) != KILN_CPU; di++) {
+        kiln_device dev = other_device(di);
+        int cases = 0, unsupported = 0;
+        for (int row = 0; row < KILN__ROW_COUNT; row++) {
+            const kiln__row_info *r = row_op(row);
+            if (!name_selected(r->name)) continue;
+            /* f32, contiguous and transposed: each composition is several kernels the device
+             * compiles (minutes with a cold program cache on a loaded machine), and the
+             * other layouts' and dtypes' code is the elementwise and reduction rows' */
+            for (int layout = 0; layout < 2; layout++) {
+                cases++;
+                if (run_row(row, KILN_CPU, KILN_F32, KILN_F32, layout, want) != KILN_OK) continue;
+                char what[128];
+                snprintf(what, sizeof what, "%s f32 %s", r->name, layout_names[layout]);
+                kiln_status st = run_row(row, dev, KILN_F32, KILN_F32, layout, got);
+                if (!device_case_ran(dev, st, what, list, &unsupported)) continue;
+                device_case_matches(dev, what, KILN_F32, nmse(got, want, row_numel(r)), r->tol);
             }
-            device_summary(dev, "row-op ", cases, unsupported, list);
         }
+        device_summary(dev, "row-op ", cases, unsupported, list);
+    }
 }
 
 /* gradcheck's inputs in [-1, 1] mapped to the row's domain; a CLASSES row's targets made here
