@@ -18,26 +18,29 @@ build() { # name compiler extra-cmake-args...
     cmake --build "$root/$name" -j "$jobs" >"$root/$name.log" 2>&1 || { cat "$root/$name.log"; exit 1; }
 }
 
+# each phase's start, in seconds since the script began: where CI's 25 minutes go
+phase() { echo "== $1 (at ${SECONDS}s)"; }
+
 mkdir -p "$root"
-echo "== layers: no include in src/ points to a higher layer (README's Layout table)"
+phase "layers: no include in src/ points to a higher layer (README's Layout table)"
 python3 scripts/check_layers.py src
 
-echo "== code examples in include/kiln/*.h and README.md compile"
+phase "code examples in include/kiln/*.h and README.md compile"
 scripts/check_examples.py
 
-echo "== gcc Release"
+phase "gcc Release"
 build gcc gcc -DCMAKE_BUILD_TYPE=Release
 (cd "$root/gcc" && ctest -j "$jobs" --output-on-failure)
 
-echo "== install + pkg-config: README's example against the installed library"
+phase "install + pkg-config: README's example against the installed library"
 # a private prefix (moved after installing), /usr and /usr/local (staged with DESTDIR)
 scripts/check_install.sh "$root/gcc" "$root/install"
 
-echo "== clang Release: the same suite (a call spanning lines, a NaN's sign: where compilers differ)"
+phase "clang Release: the same suite (a call spanning lines, a NaN's sign: where compilers differ)"
 build clang clang -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=ON
 (cd "$root/clang" && ctest -j "$jobs" --output-on-failure)
 
-echo "== AddressSanitizer + UndefinedBehaviorSanitizer"
+phase "AddressSanitizer + UndefinedBehaviorSanitizer"
 build asan gcc -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=address
 opencl_tests='opencl|example_device'
 (cd "$root/asan" && KILN_NO_CACHING=1 ctest -j "$jobs" --output-on-failure -E "$opencl_tests")
@@ -46,16 +49,16 @@ opencl_tests='opencl|example_device'
 # check passed; a sanitizer runtime bug, google/sanitizers#1353). A real failure fails twice.
 (cd "$root/asan" && KILN_NO_CACHING=1 ctest -j "$jobs" --output-on-failure -R "$opencl_tests" --repeat until-pass:2)
 
-echo "== synchronous engine (KILN_SYNC=1): the same suite, every op run at dispatch"
+phase "synchronous engine (KILN_SYNC=1): the same suite, every op run at dispatch"
 (cd "$root/gcc" && KILN_SYNC=1 ctest -j "$jobs" --output-on-failure)
 
-echo "== fusion off (KILN_FUSION=0): the same suite, every op run on its own"
+phase "fusion off (KILN_FUSION=0): the same suite, every op run on its own"
 (cd "$root/gcc" && KILN_FUSION=0 ctest -j "$jobs" --output-on-failure)
 
-echo "== low precision without AVX512-BF16 (KILN_ISA=avx2): bf16/f16 products, convs and autocast widened to f32"
+phase "low precision without AVX512-BF16 (KILN_ISA=avx2): bf16/f16 products, convs and autocast widened to f32"
 (cd "$root/gcc" && KILN_ISA=avx2 ctest -j "$jobs" --output-on-failure -R '^test_(gemm_lowp|lowp_ops|autocast|grad_scaler|conv_lowp)$')
 
-echo "== ThreadSanitizer (engine tests, dist tests as 2 ranks)"
+phase "ThreadSanitizer (engine tests, dist tests as 2 ranks)"
 # (OpenBLAS's threads and oneDNN's OpenMP runtime synchronise in ways TSan cannot see: libgomp is not
 # instrumented, so its team hand-offs show as races; use the built-in GEMM and convolution here)
 build tsan clang -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=thread -DKILN_USE_BLAS=OFF -DKILN_USE_DNNL=OFF
@@ -65,7 +68,7 @@ build tsan clang -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=thread -DKILN_USE_BLAS
 # (and data parallelism's unused parameters, accumulation and failure paths, a few seconds more)
 (cd "$root/tsan" && KILN_NO_CACHING=1 ctest --output-on-failure -R '^test_dist(_ddp|_train|_ddp_unused|_ddp_accum|_ddp_errors)?_np2$')
 
-echo "== Python package: pytest against kiln built by pip into .venv-py (scripts/setup-debian.sh)"
+phase "Python package: pytest against kiln built by pip into .venv-py (scripts/setup-debian.sh)"
 # (pytest's exit status 5 means it collected no test: a broken install, so it fails CI too)
 if [ -x .venv-py/bin/python ]; then
     .venv-py/bin/pip install -q --no-build-isolation ./python >"$root/python-install.log" 2>&1 ||
@@ -80,7 +83,7 @@ else
     echo "no .venv-py: run scripts/setup-debian.sh to build and test the Python package"; exit 1
 fi
 
-echo "== fuzzers (libFuzzer + ASan + UBSan): each file reader, the tokenizer and the config.json reader on mutations of kiln's own seeds"
+phase "fuzzers (libFuzzer + ASan + UBSan): each file reader, the tokenizer and the config.json reader on mutations of kiln's own seeds"
 # KILN_FUZZ_SECONDS per target (default 45); a crash, leak or UB report fails CI and leaves
 # the input as crash-* in $root/fuzz-work/<target>.
 secs=${KILN_FUZZ_SECONDS:-45}
@@ -95,3 +98,4 @@ for target in safetensors idx tokenizer json; do
         { tail -n 60 "$root/fuzz-work/$target.log"; echo "fuzz_$target found a crash"; exit 1; }
     tail -n 1 "$root/fuzz-work/$target.log"
 done
+echo "== all passed in ${SECONDS}s"
