@@ -1,6 +1,8 @@
 /* The intra-op pool: coverage of every index, nesting, concurrent callers, resizing, calls
  * that find a worker still polling after the last job or asleep. */
 #include "backend/cpu/threadpool.h"
+#include "backend/cpu/pool_adapt.h"
+#include "backend/cpu/pool_poll.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -417,6 +419,54 @@ KT_TEST(claim_makes_others_run_inline) {
     KT_CHECK(all_visited_once(&cov) && atomic_load(&cov.smallest_chunk) < 256); /* split again */
 }
 
+/* The worker's poll window (pool_adapt.c): a gap it slept through, within the cap, makes the
+ * window twice the gap at once; a job caught while polling moves it an eighth of the way to
+ * twice its gap; a long sleep halves it toward the floor; it never leaves [floor, cap]. */
+KT_TEST(worker_window_follows_gaps) {
+    const int64_t floor = 14000, cap = KILN__POOL_POLL_MAX_NS;
+    int64_t w = kiln__pool_adapt_window(floor, 40000, false, floor);
+    KT_CHECK(w == 80000);
+    w = kiln__pool_adapt_window(w, 10000, true, floor);
+    KT_CHECK(w == 80000 + (20000 - 80000) / 8);
+    int64_t before_long_sleep = w;
+    w = kiln__pool_adapt_window(w, 5000000, false, floor);
+    KT_CHECK(w == before_long_sleep - (before_long_sleep - floor + 1) / 2);
+    for (int i = 0; i < 64; i++) w = kiln__pool_adapt_window(w, 5000000, false, floor);
+    KT_CHECK(w == floor);
+    KT_CHECK(kiln__pool_adapt_window(floor, cap, false, floor) == cap); /* slept through the cap's gap */
+    KT_CHECK(kiln__pool_adapt_window(floor, cap - 1, false, floor) == cap);
+    KT_CHECK(kiln__pool_adapt_window(cap, 1000, false, floor) == cap);   /* a short miss never shrinks it */
+    for (int i = 0; i < 200; i++) w = kiln__pool_adapt_window(w, 1000, true, floor);
+    KT_CHECK(w < floor + 16); /* a train of short gaps brings it back down */
+    /* hostile numbers stay in bounds */
+    KT_CHECK(kiln__pool_adapt_window(INT64_MAX, INT64_MAX, false, floor) >= floor);
+    KT_CHECK(kiln__pool_adapt_window(INT64_MAX, INT64_MAX, true, floor) == cap);
+    KT_CHECK(kiln__pool_adapt_window(-5, -7, true, floor) == floor);
+    KT_CHECK(kiln__pool_adapt_window(100, 100, false, -3) >= 0);
+    KT_CHECK(kiln__pool_adapt_window(floor, 40000, false, 3 * cap) == 3 * cap); /* a fixed poll above the cap */
+
+    /* The pool itself: a train of calls apart by more than the floor but well within the cap
+     * makes the worker sleep through the first gap and then poll through the rest (the machine
+     * may deschedule it: a few trains). The gaps are spun, not slept: a sleep overshoots. */
+    if (getenv("KILN_POOL_POLL_NS")) return; /* (a fixed poll: no adaptation) */
+    kiln__pool_set_threads(2);
+    int64_t floor_now = kiln__pool_poll_ns();
+    double gap = 1e-9 * (double)(floor_now + (KILN__POOL_POLL_MAX_NS - floor_now) / 4);
+    long pause = (long)(gap * 1e6);
+    bool grew = false;
+    for (int train = 0; train < 5 && !grew; train++) {
+        pause_us(3000); /* the worker asleep, its window back near the floor */
+        for (int i = 0; i < 20; i++) {
+            for (double until = seconds_now() + gap; seconds_now() < until;) {
+            }
+            kiln__parallel_for(2, 1, busy_range, NULL);
+        }
+        grew = kiln__pool_worker_window_ns() > kiln__pool_poll_ns();
+    }
+    KT_CHECK_MSG(grew, "window %lld ns, floor %lld ns after trains of %ld us gaps",
+                 (long long)kiln__pool_worker_window_ns(), (long long)kiln__pool_poll_ns(), pause);
+}
+
 int main(void) {
     KT_RUN(every_index_visited_once);
     KT_RUN(workers_take_part);
@@ -428,6 +478,7 @@ int main(void) {
     KT_RUN(claim_makes_others_run_inline);
     KT_RUN(calls_after_short_and_long_pauses);
     KT_RUN(report_call_overhead);
+    KT_RUN(worker_window_follows_gaps);
     kiln__pool_shutdown();
     return kt_finish();
 }

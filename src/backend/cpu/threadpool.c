@@ -9,6 +9,7 @@
 #define _GNU_SOURCE 1 /* sched_getaffinity, CPU_COUNT */
 #endif
 #include "backend/cpu/threadpool.h"
+#include "backend/cpu/pool_adapt.h"
 #include "backend/cpu/pool_poll.h"
 #include "core/core-impl.h"
 
@@ -34,14 +35,30 @@ enum {
  * product, ~20 us apart) then finds it awake instead of paying a wake-up per op. The rule
  * (pool_poll.c) until the speed decisions are made (tune.c sets the measured one). */
 static _Atomic int64_t pool_poll_ns = KILN__POOL_POLL_RULE_NS;
+/* A worker's poll for the next job: a window that follows the gaps between jobs, from that poll
+ * up (pool_adapt.c), shared by the workers; fixed at the poll when KILN_POOL_POLL_NS is set. */
+static _Atomic int64_t worker_window_ns = KILN__POOL_POLL_RULE_NS;
+static atomic_bool poll_fixed;
 
 static void pool_apply_poll_ns(int64_t ns) {
-    /* KILN_POOL_POLL_NS wins over both: to compare polls in one build */
+    /* KILN_POOL_POLL_NS wins over both, and stops the adaptation: to compare polls in one build */
+    atomic_store_explicit(&poll_fixed, getenv("KILN_POOL_POLL_NS") != NULL, memory_order_relaxed);
     ns = kiln__env_int_range("KILN_POOL_POLL_NS", 0, 1000000000, ns > 0 ? ns : KILN__POOL_POLL_RULE_NS);
     atomic_store_explicit(&pool_poll_ns, ns, memory_order_relaxed);
+    atomic_store_explicit(&worker_window_ns, ns, memory_order_relaxed);
 }
 
 int64_t kiln__pool_poll_ns(void) { return atomic_load_explicit(&pool_poll_ns, memory_order_relaxed); }
+
+int64_t kiln__pool_worker_window_ns(void) { return atomic_load_explicit(&worker_window_ns, memory_order_relaxed); }
+
+/* One gap between a worker's poll and the next job, seconds (polled: the job came during it). */
+static void pool_learn_gap(double gap, bool polled) {
+    if (atomic_load_explicit(&poll_fixed, memory_order_relaxed)) return;
+    int64_t window = kiln__pool_adapt_window(kiln__pool_worker_window_ns(), (int64_t)(gap * 1e9), polled,
+                                             kiln__pool_poll_ns());
+    atomic_store_explicit(&worker_window_ns, window, memory_order_relaxed);
+}
 
 static double pool_poll_seconds(void) { return 1e-9 * (double)kiln__pool_poll_ns(); }
 
@@ -173,16 +190,24 @@ static void pool_run_chunks(pool_job *job) {
 
 static double pool_seconds_now(void);
 
-/* A worker that has run a job polls, for a bounded moment and without the lock, for the next
- * one to be published (caller holds state_lock and releases it). */
-static void pool_worker_poll(uint64_t seen_generation) {
+/* A worker that has run a job polls, for its window and without the lock, for the next one to
+ * be published (caller holds state_lock and releases it). Returns when the poll began if it gave
+ * up (the worker then sleeps, and learns the gap when it wakes for a job), else -1. */
+static double pool_worker_poll(uint64_t seen_generation) {
     pthread_mutex_unlock(&pool.state_lock);
-    double give_up = pool_seconds_now() + pool_poll_seconds();
-    for (int polls = 1; atomic_load_explicit(&pool.job_generation, memory_order_relaxed) == seen_generation; polls++) {
+    double start = pool_seconds_now();
+    double give_up = start + 1e-9 * (double)kiln__pool_worker_window_ns();
+    for (int polls = 1;; polls++) {
+        if (atomic_load_explicit(&pool.job_generation, memory_order_relaxed) != seen_generation) {
+            pool_learn_gap(pool_seconds_now() - start, true);
+            start = -1;
+            break;
+        }
         if (polls % 64 == 0 && pool_seconds_now() > give_up) break;
         pool_cpu_relax();
     }
     pthread_mutex_lock(&pool.state_lock);
+    return start;
 }
 
 /* arg carries the job generation current when the worker was created: reading it here
@@ -190,14 +215,19 @@ static void pool_worker_poll(uint64_t seen_generation) {
 static void *pool_worker_main(void *arg) {
     uint64_t seen_generation = (uint64_t)(uintptr_t)arg;
     int ran = 0; /* a job since the last sleep: poll before the next */
+    double gave_up = -1; /* when the poll that preceded this sleep began (-1: none) */
     thread_in_region = 1;
     pthread_mutex_lock(&pool.state_lock);
     for (;;) {
         bool idle = !pool.stopping && (pool.job == NULL || pool.job_generation == seen_generation);
-        if (idle && ran) pool_worker_poll(seen_generation);
+        if (idle && ran) gave_up = pool_worker_poll(seen_generation);
         ran = 0;
         while (!pool.stopping && (pool.job == NULL || pool.job_generation == seen_generation)) {
             pthread_cond_wait(&pool.work_ready, &pool.state_lock);
+            if (gave_up >= 0 && pool.job_generation != seen_generation) {
+                pool_learn_gap(pool_seconds_now() - gave_up, false);
+                gave_up = -1;
+            }
             /* Woken for a job its caller already finished alone (a wake-up can take longer
              * than a small job): poll for the next one as after running one. Without this a
              * worker that missed one job of a chain of small ones (a 16-token sentence's
@@ -205,7 +235,7 @@ static void *pool_worker_main(void *arg) {
              * of its chunks alone. */
             if (pool.job == NULL && pool.job_generation != seen_generation) {
                 seen_generation = pool.job_generation;
-                pool_worker_poll(seen_generation);
+                gave_up = pool_worker_poll(seen_generation);
             }
         }
         if (pool.stopping) break;

@@ -53,11 +53,15 @@ void kiln__pool_unclaim(void);
 /* True on a pool worker and on a caller while it runs its share of a parallel_for. */
 int kiln__pool_in_parallel_region(void);
 
-/* How long a caller polls for its workers and a worker for the next job before sleeping (ns):
- * the rule of pool_poll.h until the speed decisions (tune.c) set the measured one; ns <= 0
- * sets the rule. KILN_POOL_POLL_NS, when set, wins over both. */
+/* How long a caller polls for its workers before sleeping (ns), and the least a worker polls for
+ * the next job: the rule of pool_poll.h until the speed decisions (tune.c) set the measured one;
+ * ns <= 0 sets the rule. KILN_POOL_POLL_NS, when set, wins over both and fixes the worker's
+ * window too. */
 void kiln__pool_set_poll_ns(int64_t ns);
 int64_t kiln__pool_poll_ns(void);
+/* A worker's poll for the next job now: from kiln__pool_poll_ns up, following the gaps between
+ * jobs (pool_adapt.h). */
+int64_t kiln__pool_worker_window_ns(void);
 
 /* Join the workers. The pool restarts lazily on the next parallel_for. Registered with
  * atexit on first use, so a leak checker sees no threads at exit. */
