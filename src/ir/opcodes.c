@@ -49,23 +49,25 @@ const kiln__reduce_info kiln__reduce_rows[KILN__RED_COUNT] = {
 
 /* The row-op table's rows. */
 const kiln__row_info kiln__row_rows[KILN__ROW_COUNT] = {
-#define KILN__ROW_DATA(NAME, name_, code_, arity_, dims_, dtype_, shape_, grad_, domain_, tol_, doc_) \
-    [KILN__ROW_##NAME] = {.name = #name_,                                                          \
-                          .code = code_,                                                           \
-                          .arity = arity_,                                                         \
-                          .dims = KILN__RDIMS_##dims_,                                             \
-                          .dtype = KILN__ROWDT_##dtype_,                                           \
-                          .shape = KILN__ROWSHAPE_##shape_,                                        \
-                          .grad = KILN__ROWGRAD_##grad_,                                           \
-                          .domain = KILN__ROWDOM_##domain_,                                        \
-                          .tol = tol_,                                                             \
+#define KILN__ROW_DATA(NAME, name_, code_, arity_, dims_, args_, ex_, dtype_, shape_, grad_, domain_, tol_, py_, doc_) \
+    [KILN__ROW_##NAME] = {.name = #name_,                                                                          \
+                          .code = code_,                                                                           \
+                          .arity = arity_,                                                                         \
+                          .dims = KILN__RDIMS_##dims_,                                                             \
+                          .args = #args_,                                                                          \
+                          .ex = KILN__ROWEX_##ex_,                                                                 \
+                          .dtype = KILN__ROWDT_##dtype_,                                                           \
+                          .shape = KILN__ROWSHAPE_##shape_,                                                        \
+                          .grad = KILN__ROWGRAD_##grad_,                                                           \
+                          .domain = KILN__ROWDOM_##domain_,                                                        \
+                          .tol = tol_,                                                                             \
+                          .py = #py_,                                                                              \
                           .doc = doc_},
-#define KILN__ROW_KERNEL_DATA(NAME, name_, arity_, dims_, dtype_, shape_, grad_, domain_, tol_, doc_) \
-    KILN__ROW_DATA(NAME, name_, KILN__OP_##NAME, arity_, dims_, dtype_, shape_, grad_, domain_, tol_, doc_)
-#define KILN__ROW_COMPOSED_DATA(NAME, name_, arity_, dims_, dtype_, shape_, grad_, domain_, tol_, doc_) \
-    KILN__ROW_DATA(NAME, name_, -1, arity_, dims_, dtype_, shape_, grad_, domain_, tol_, doc_)
+#define KILN__ROW_KERNEL_DATA(NAME, name_, ...) KILN__ROW_DATA(NAME, name_, KILN__OP_##NAME, __VA_ARGS__)
+#define KILN__ROW_COMPOSED_DATA(NAME, name_, ...) KILN__ROW_DATA(NAME, name_, -1, __VA_ARGS__)
     KILN__ROW_KERNELS(KILN__ROW_KERNEL_DATA) KILN__ROW_COMPOSED(KILN__ROW_COMPOSED_DATA)
 #undef KILN__ROW_KERNEL_DATA
 #undef KILN__ROW_COMPOSED_DATA
 #undef KILN__ROW_DATA
 };
+
