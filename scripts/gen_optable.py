@@ -6,7 +6,8 @@ headers include/kiln/ops.h and include/kiln/nn_ops.h (the norms and losses: kiln
 with the prototypes and their docs, the call-site lists and the call-site macros of the ops whose
 signature the tables give; the Python binding's rows of those ops (python/src/op_table_generated.h:
 each unary op, each reduction with a py name and softmax a Tensor method and a kiln function, each
-norm and loss a kiln.nn.functional function); or the tables as JSON for other generators.
+norm and loss a kiln.nn.functional function); or the tables, the linear-algebra table
+(src/ir/linalg_table.h) too, as JSON for other generators.
 
     scripts/gen_optable.py            # rewrites the generated headers
     scripts/gen_optable.py --check    # exit 1 if one is not what the tables give
@@ -48,6 +49,8 @@ ROW_EX = {"REDUCTION": ("kiln_reduction reduction", "with PyTorch's reduction: M
           "OPTIONS": ("kiln_cross_entropy_options o", "with o's class_weights, ignore_index and reduction"),
           "NO": None}
 NN_HEADER = os.path.join(ROOT, "include", "kiln", "nn_ops.h")
+LINALG_TABLE = os.path.join(ROOT, "src", "ir", "linalg_table.h")
+LINALG_COLUMNS = ["NAME", "name", "arity", "sig", "args", "dtype", "shape", "kernel", "grad", "tol"]
 # a reduction's public functions by its sig column: (suffix, parameters, arguments) each
 DIMS = ("_dims", "(kiln_tensor t, kiln_dims dims, bool keepdim)", "(t, dims, keepdim)")
 REDUCE_SIGNATURES = {
@@ -170,6 +173,15 @@ def read_row_ops(path=ROW_TABLE):
             row["defaults"] = {n.split("=")[0].strip(): n.split("=", 1)[1].strip() for n in names if "=" in n}
             row["kind"] = kind
             rows.append(row)
+    return rows
+
+
+def read_linalg(path=LINALG_TABLE):
+    """The linear-algebra table's rows (their prototypes stay in kiln/tensor.h and kiln/nn.h; the
+    test holds each to its row's signature), for --json."""
+    rows = read_rows(path, "KILN__LINALG_TABLE", LINALG_COLUMNS)
+    for row in rows:
+        row["arity"] = int(row["arity"])
     return rows
 
 
@@ -377,7 +389,9 @@ def main(argv):
                    "scalar_columns": SCALAR_COLUMNS + ["doc"], "scalars": scalars,
                    "reduce_source": "src/ir/reduce_table.h", "reduce_columns": REDUCE_COLUMNS + ["doc", "kind"],
                    "reductions": reductions, "row_source": "src/ir/row_table.h",
-                   "row_columns": ROW_COLUMNS + ["doc", "kind"], "row_ops": row_ops}, sys.stdout, indent=1)
+                   "row_columns": ROW_COLUMNS + ["doc", "kind"], "row_ops": row_ops,
+                   "linalg_source": "src/ir/linalg_table.h", "linalg_columns": LINALG_COLUMNS + ["doc"],
+                   "linalg_ops": read_linalg()}, sys.stdout, indent=1)
         print()
         return 0
     outputs = [(HEADER, header(rows, scalars, reductions, row_ops)), (NN_HEADER, nn_header(row_ops)),

@@ -1,6 +1,7 @@
 /* Opcode names, for error messages and the profiler, and the op table's, the reduction
- * table's and the row-op table's rows as data: all generated from the tables (ir/opcodes.h,
- * ir/optable.h, ir/reduce_table.h, ir/row_table.h). */
+ * table's, the row-op table's and the linear-algebra table's rows as data: all generated from
+ * the tables (ir/opcodes.h, ir/optable.h, ir/reduce_table.h, ir/row_table.h,
+ * ir/linalg_table.h). */
 #include "ir/opcodes.h"
 
 const char *kiln__opcode_name(kiln__opcode code) {
@@ -71,3 +72,23 @@ const kiln__row_info kiln__row_rows[KILN__ROW_COUNT] = {
 #undef KILN__ROW_DATA
 };
 
+/* The linear-algebra table's rows; kernel OPS (a composition) is -1. */
+#define KILN__LKERNEL_MATMUL KILN__OP_MATMUL
+#define KILN__LKERNEL_CONV2D KILN__OP_CONV2D
+#define KILN__LKERNEL_ATTENTION KILN__OP_ATTENTION
+#define KILN__LKERNEL_OPS (-1)
+const kiln__linalg_info kiln__linalg_rows[KILN__LINALG_COUNT] = {
+#define KILN__LINALG_DATA(NAME, name_, arity_, sig_, args_, dtype_, shape_, kernel_, grad_, tol_, doc_) \
+    [KILN__LINALG_##NAME] = {.name = #name_,                                                          \
+                             .arity = arity_,                                                         \
+                             .sig = KILN__LSIG_##sig_,                                                \
+                             .args = #args_,                                                          \
+                             .dtype = KILN__LDT_##dtype_,                                             \
+                             .shape = KILN__LSHAPE_##shape_,                                          \
+                             .kernel = KILN__LKERNEL_##kernel_,                                       \
+                             .grad = KILN__LGRAD_##grad_,                                             \
+                             .tol = tol_,                                                             \
+                             .doc = doc_},
+    KILN__LINALG_TABLE(KILN__LINALG_DATA)
+#undef KILN__LINALG_DATA
+};
