@@ -199,7 +199,8 @@ KILN_API kiln_module *kiln_silu_new(void);
 KILN_API kiln_module *kiln_rms_norm_new(int64_t normalized_size, double eps, bool affine);
 
 /* ---- functional layer ops (consume tensor arguments; differentiable) --------------------- */
-/* kiln_conv2d and the pooling ops are tensor ops: see tensor.h. */
+/* kiln_conv2d and the pooling ops are tensor ops: see tensor.h. layer_norm, group_norm and
+ * rms_norm are with the losses below (kiln/nn_ops.h, generated from src/ir/row_table.h). */
 /* Zeroes each element with probability p and scales the rest by 1/(1-p); seed picks the mask. */
 KILN_API kiln_tensor kiln_dropout(kiln_tensor x, double p, uint64_t seed);
 /* The same with the mask's seed drawn from g (NULL: the global generator; see tensor.h). */
