@@ -43,7 +43,7 @@ LAYERS = [
     (["ops", "io"], ["kiln/tensor.h", "kiln/ops.h", "kiln/custom_op.h", "kiln/io.h"]),  # io: file formats, tensor save/load
     (["autodiff"], ["kiln/autodiff.h"]),
     (["api"], []),
-    (["data", "text", "nn"], ["kiln/data.h", "kiln/text.h", "kiln/nn.h"]),
+    (["data", "text", "nn"], ["kiln/data.h", "kiln/text.h", "kiln/nn.h", "kiln/nn_ops.h"]),
     (["optim"], ["kiln/optim.h"]),
     (["train", "dist"], ["kiln/train.h", "kiln/dist.h", "kiln/summary.h", "kiln.h"]),  # kiln.h: the umbrella
     (["models"], ["kiln/bert.h"]),  # whole models (kiln.h includes bert.h for users; src/ never includes kiln.h)

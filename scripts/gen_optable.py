@@ -2,13 +2,15 @@
 """Reads the op table (src/ir/optable.h, one X(...) row per elementwise op and per scalar variant
 of a binary op), the reduction table (src/ir/reduce_table.h, one row per reduction) and the row-op
 table (src/ir/row_table.h: softmax, the norms, the losses) and writes what C macros cannot: the public
-header include/kiln/ops.h (prototypes with their doc lines, the call-site list and the call-site
-macros of the ops whose signature the tables give), the Python binding's rows of those ops
-(python/src/op_table_generated.h: each unary op and each reduction with a py name a Tensor
-method and a kiln function), or the tables as JSON for other generators.
+headers include/kiln/ops.h and include/kiln/nn_ops.h (the norms and losses: kiln/nn.h includes it)
+with the prototypes and their docs, the call-site lists and the call-site macros of the ops whose
+signature the tables give; the Python binding's rows of those ops (python/src/op_table_generated.h:
+each unary op, each reduction with a py name and softmax a Tensor method and a kiln function, each
+norm and loss a kiln.nn.functional function); or the tables, the linear-algebra table
+(src/ir/linalg_table.h) too, as JSON for other generators.
 
-    scripts/gen_optable.py            # rewrites both generated headers
-    scripts/gen_optable.py --check    # exit 1 if either is not what the table gives
+    scripts/gen_optable.py            # rewrites the generated headers
+    scripts/gen_optable.py --check    # exit 1 if one is not what the tables give
     scripts/gen_optable.py --json     # the table as JSON on stdout
 
 Run it after editing a row; CI runs --check (tests/CMakeLists.txt, test_optable_generated)."""
@@ -26,13 +28,29 @@ PY_HEADER = os.path.join(ROOT, "python", "src", "op_table_generated.h")
 COLUMNS = ["NAME", "name", "arity", "dtype", "shape", "fuse", "grad", "sig", "cpu", "domain"]
 SCALAR_COLUMNS = ["NAME", "name", "order"]
 SCALAR_SIGNATURE = ("(kiln_tensor t, double s)", "(t, s)")
-ROW = re.compile(r'^\s*X\(\s*(.*?)\s*"((?:[^"\\]|\\.)*)"\s*\)\s*\\?\s*$')
+ROW = re.compile(r'^\s*X\(\s*(.*?),\s*((?:"(?:[^"\\]|\\.)*"\s*)+)\)$')
 SIGNATURES = {"T": ("(kiln_tensor t)", "(t)"), "AB": ("(kiln_tensor a, kiln_tensor b)", "(a, b)")}
 REDUCE_COLUMNS = ["NAME", "name", "dtype", "sig", "grad", "py"]
-ROW_COLUMNS = ["NAME", "name", "arity", "dims", "dtype", "shape", "grad", "domain", "tol"]
-ROW_DIMS = ["DIM", "NORMALIZED", "GROUPS", "NONE", "NONE_K", "NONE_FLAG", "CLASSES", "CLASSES_OPT"]
-# the public signature of a KERNEL row by its dims column (a COMPOSED row's is in kiln/nn.h)
-ROW_SIGNATURES = {"DIM": ("(kiln_tensor t, int dim)", "(t, dim)")}
+ROW_COLUMNS = ["NAME", "name", "arity", "dims", "args", "ex", "dtype", "shape", "grad", "domain", "tol", "py"]
+# the parameters' C types by a row's dims column and arity (the args column names them)
+ROW_TYPES = {
+    "DIM": lambda n: ["kiln_tensor", "int"],
+    "NORMALIZED": lambda n: ["kiln_tensor", "kiln_shape"] + ["kiln_tensor"] * (n - 1) + ["double"],
+    "GROUPS": lambda n: ["kiln_tensor", "int64_t"] + ["kiln_tensor"] * (n - 1) + ["double"],
+    "NONE": lambda n: ["kiln_tensor"] * n,
+    "NONE_K": lambda n: ["kiln_tensor"] * n + ["double"],
+    "NONE_FLAG": lambda n: ["kiln_tensor"] * n + ["bool"],
+    "CLASSES": lambda n: ["kiln_tensor"] * n,
+    "CLASSES_OPT": lambda n: ["kiln_tensor"] * n + ["kiln_cross_entropy_options"],
+}
+ROW_DIMS = list(ROW_TYPES)
+# a row's second public form by its ex column: (the last parameter, the doc line)
+ROW_EX = {"REDUCTION": ("kiln_reduction reduction", "with PyTorch's reduction: MEAN, SUM or NONE (the inputs' shape)"),
+          "OPTIONS": ("kiln_cross_entropy_options o", "with o's class_weights, ignore_index and reduction"),
+          "NO": None}
+NN_HEADER = os.path.join(ROOT, "include", "kiln", "nn_ops.h")
+LINALG_TABLE = os.path.join(ROOT, "src", "ir", "linalg_table.h")
+LINALG_COLUMNS = ["NAME", "name", "arity", "sig", "args", "dtype", "shape", "kernel", "grad", "tol"]
 # a reduction's public functions by its sig column: (suffix, parameters, arguments) each
 DIMS = ("_dims", "(kiln_tensor t, kiln_dims dims, bool keepdim)", "(t, dims, keepdim)")
 REDUCE_SIGNATURES = {
@@ -44,25 +62,55 @@ REDUCE_SIGNATURES = {
 }
 
 
+def split_fields(text):
+    """The comma-separated fields of a row, commas inside parentheses kept (the args column)."""
+    fields, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            fields.append(text[start:i].strip())
+            start = i + 1
+    tail = text[start:].strip()
+    if tail:
+        fields.append(tail)
+    return fields
+
+
 def read_rows(path, macro, columns):
-    """The rows of `#define macro(X)` in path, in order, as dicts of the columns and the doc."""
-    rows, inside = [], False
+    """The rows of `#define macro(X)` in path, in order, as dicts of the columns and the doc. A row
+    starts with X( on its line; its doc is the string literals at its end, on that line or on the
+    lines below it (pieces: the first is the one-line doc, the rest the details)."""
+    rows, inside, pending, first = [], False, None, 0
     with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if line.startswith(f"#define {macro}(X)"):
-                inside = True
-                continue
-            if not inside:
-                continue
-            m = ROW.match(line)
-            if not m:
+        lines = list(enumerate(f, 1))
+    for number, line in lines:
+        if line.startswith(f"#define {macro}(X)"):
+            inside = True
+            continue
+        if not inside:
+            continue
+        text = line.rstrip("\n").rstrip()
+        text = text[:-1].rstrip() if text.endswith("\\") else text
+        if pending is None:
+            if not text.lstrip().startswith("X("):
                 break  # the first line that is not a row ends the table
-            fields = [v.strip() for v in m.group(1).rstrip(",").split(",")]
-            if len(fields) != len(columns):
-                sys.exit(f"{path}:{number}: a row has {len(fields)} columns before the doc, not {len(columns)}")
-            row = dict(zip(columns, fields))
-            row["doc"] = m.group(2)
-            rows.append(row)
+            pending, first = text.strip(), number
+        else:
+            pending += " " + text.strip()
+        m = ROW.match(pending)
+        if not m:
+            if not line.rstrip().endswith("\\"):
+                sys.exit(f"{path}:{first}: a row that does not end with its doc string")
+            continue
+        fields = split_fields(m.group(1))
+        if len(fields) != len(columns):
+            sys.exit(f"{path}:{first}: a row has {len(fields)} columns before the doc, not {len(columns)}")
+        row = dict(zip(columns, fields))
+        row["doc_pieces"] = re.findall(r'"((?:[^"\\]|\\.)*)"', m.group(2))
+        row["doc"] = "".join(row["doc_pieces"])
+        rows.append(row)
+        pending = None
     if not rows:
         sys.exit(f"{path}: no {macro} rows found")
     return rows
@@ -101,18 +149,69 @@ def read_reductions(path=REDUCE_TABLE):
 
 
 def read_row_ops(path=ROW_TABLE):
-    """The row-op table's rows, KERNEL rows (kind "kernel": an opcode and a wrapper in api/) first."""
+    """The row-op table's rows, KERNEL rows (kind "kernel": an opcode and a wrapper in api/) first;
+    each with its C parameters ("params": (type, name) pairs) and Python defaults ("defaults")."""
     rows = []
     for macro, kind in (("KILN__ROW_KERNELS", "kernel"), ("KILN__ROW_COMPOSED", "composed")):
         for row in read_rows(path, macro, ROW_COLUMNS):
-            if row["dims"] not in ROW_DIMS:
+            if row["dims"] not in ROW_TYPES:
                 sys.exit(f"{path}: {row['name']}: no dims {row['dims']} (one of {', '.join(ROW_DIMS)})")
-            if kind == "kernel" and row["dims"] not in ROW_SIGNATURES:
+            if kind == "kernel" and row["dims"] != "DIM":
                 sys.exit(f"{path}: {row['name']}: a KERNEL row's wrapper (api/reduce.c) takes dims DIM")
+            if row["ex"] not in ROW_EX:
+                sys.exit(f"{path}: {row['name']}: no ex {row['ex']} (one of {', '.join(ROW_EX)})")
             row["arity"] = int(row["arity"])
+            types = ROW_TYPES[row["dims"]](row["arity"])
+            args = row["args"]
+            if not (args.startswith("(") and args.endswith(")")):
+                sys.exit(f"{path}: {row['name']}: args {args} is not a parenthesised list of names")
+            names = [a.strip() for a in args[1:-1].split(",")]
+            if len(names) != len(types):
+                sys.exit(f"{path}: {row['name']}: args names {len(names)} parameters, dims {row['dims']} "
+                         f"with arity {row['arity']} takes {len(types)}")
+            row["params"] = [(t, n.split("=")[0].strip()) for t, n in zip(types, names)]
+            row["defaults"] = {n.split("=")[0].strip(): n.split("=", 1)[1].strip() for n in names if "=" in n}
             row["kind"] = kind
             rows.append(row)
     return rows
+
+
+def read_linalg(path=LINALG_TABLE):
+    """The linear-algebra table's rows (their prototypes stay in kiln/tensor.h and kiln/nn.h; the
+    test holds each to its row's signature), for --json."""
+    rows = read_rows(path, "KILN__LINALG_TABLE", LINALG_COLUMNS)
+    for row in rows:
+        row["arity"] = int(row["arity"])
+    return rows
+
+
+def row_functions(row):
+    """(name, parameters, arguments, doc) of a row's public functions: kiln_name, and kiln_name_ex
+    when its ex column gives one."""
+    params = ", ".join(f"{t} {n}" for t, n in row["params"])
+    args = ", ".join(n for _, n in row["params"])
+    out = [(row["name"], f"({params})", f"({args})", row["doc"])]
+    if ROW_EX[row["ex"]]:
+        last, doc = ROW_EX[row["ex"]]
+        out.append((row["name"] + "_ex", f"({params}, {last})", f"({args}, {last.split()[-1]})", doc))
+    return out
+
+
+def wrap_comment(text, width=100):
+    """text as a block comment of lines at most width long."""
+    words, lines, line = [], [], "/*"
+    for w in text.split():  # a lone "*" (multiplication) stays with the word after it
+        if words and words[-1] == "*":
+            words[-1] += " " + w
+        else:
+            words.append(w)
+    for w in words:
+        if len(line) + 1 + len(w) > width - 3:
+            lines.append(line)
+            line = " *"
+        line += " " + w
+    lines.append(line + " */")
+    return lines
 
 
 def reduce_functions(reductions):
@@ -128,7 +227,7 @@ def reduce_functions(reductions):
 def header(rows, scalars, reductions, row_ops):
     public = [r for r in rows if r["sig"] in SIGNATURES]
     scalar_calls = [(r["name"],) + SCALAR_SIGNATURE for r in scalars]
-    row_calls = [(r["name"],) + ROW_SIGNATURES[r["dims"]] for r in row_ops if r["kind"] == "kernel"]
+    row_calls = [f[:3] for r in row_ops if r["kind"] == "kernel" for f in row_functions(r)]
     calls = [(r["name"],) + SIGNATURES[r["sig"]] for r in public] + scalar_calls + \
         [f[:3] for f in reduce_functions(reductions)] + row_calls
     out = [
@@ -167,10 +266,9 @@ def header(rows, scalars, reductions, row_ops):
     for name, params, _, doc in reduce_functions(reductions):
         out.append(f"KILN_API kiln_tensor kiln_{name}{params}; /* {doc} */")
     out += ["", "/* Row ops (src/ir/row_table.h): along one dim, same shape (the norms and losses of the table",
-            " * are in kiln/nn.h). */"]
-    for r in row_ops:
-        if r["kind"] == "kernel":
-            out.append(f"KILN_API kiln_tensor kiln_{r['name']}{ROW_SIGNATURES[r['dims']][0]}; /* {r['doc']} */")
+            " * are in kiln/nn_ops.h). */"]
+    for name, params, _, doc in (f for r in row_ops if r["kind"] == "kernel" for f in row_functions(r)):
+        out.append(f"KILN_API kiln_tensor kiln_{name}{params}; /* {doc} */")
     out += ["", "/* The calls that record the caller's file:line, as in core.h's list: the elementwise ops'",
             " * (KILN_OPS_ELEMENTWISE_API: a tensor or two in, one out), their scalar variants', the",
             " * reductions', the row ops' and all four. */"]
@@ -192,18 +290,68 @@ def header(rows, scalars, reductions, row_ops):
     return "\n".join(out)
 
 
-def python_rows(rows, reductions):
-    """The binding's KP_TABLE_UNARY_OPS and KP_TABLE_REDUCE_OPS lists (python/src/op_table.h adds
-    the ops outside the tables)."""
+def nn_header(row_ops):
+    """include/kiln/nn_ops.h: the COMPOSED rows' prototypes (with their docs), call-site list
+    KILN_NN_ROW_API and call-site macros; kiln/nn.h includes it after the losses' types."""
+    calls = [f for r in row_ops if r["kind"] == "composed" for f in row_functions(r)]
+    out = ["/* kiln's norms and losses, the row-op table's COMPOSED rows (made of other ops in src/nn/):",
+           " * generated from src/ir/row_table.h by scripts/gen_optable.py; do not edit (edit the row, then",
+           " * run the script). Included by kiln/nn.h, after the losses' types (kiln_reduction,",
+           " * kiln_cross_entropy_options). Every function consumes its tensor arguments and is",
+           " * differentiable in its float ones; bad input gives a poisoned tensor naming the function.",
+           " *",
+           " *   kiln_tensor mse = kiln_mse_loss(kiln_ref(x), kiln_ref(y));          // 0-d mean; x and y kept",
+           " *   kiln_tensor per_elem = kiln_l1_loss_ex(x, y, KILN_REDUCTION_NONE);  // x's shape; both consumed",
+           " */",
+           "#ifndef KILN_NN_OPS_H", "#define KILN_NN_OPS_H", "",
+           '#include "kiln/core.h"', "",
+           "#ifdef __cplusplus", 'extern "C" {', "#endif", ""]
+    for r in row_ops:
+        if r["kind"] != "composed":
+            continue
+        for i, (name, params, _, doc) in enumerate(row_functions(r)):
+            if i == 0:
+                out += wrap_comment(doc)
+                out.append(f"KILN_API kiln_tensor kiln_{name}{params};")
+            else:
+                out.append(f"KILN_API kiln_tensor kiln_{name}{params}; /* {doc} */")
+    out += ["", "/* The calls that record the caller's file:line, as in core.h's list. */",
+            "#define KILN_NN_ROW_API(X) \\"]
+    for i, (name, params, args, _) in enumerate(calls):
+        out.append(f"    X(kiln_tensor, {name}, {params}, {args})" + (" \\" if i + 1 < len(calls) else ""))
+    out += ["KILN_NN_ROW_API(KILN__AT_DECLARE)", "",
+            "#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)",
+            "#pragma GCC system_header /* see core.h: errors in these calls name the caller's line */"]
+    for name, _, _, _ in calls:
+        out.append(f"#define kiln_{name}(...) KILN__AT({name}, __VA_ARGS__)")
+    out += ["#endif", "", "#ifdef __cplusplus", "}", "#endif", "#endif", ""]
+    return "\n".join(out)
+
+
+def c_string(text):
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def python_default(row, name, fallback):
+    """The C value of a parameter's Python default (None: NaN for a double)."""
+    v = row["defaults"].get(name)
+    if v is None:
+        return fallback
+    return {"None": "NAN", "False": "0", "True": "1"}.get(v, v)
+
+
+def python_rows(rows, reductions, row_ops):
+    """The binding's KP_TABLE_UNARY_OPS, KP_TABLE_REDUCE_OPS, KP_TABLE_DIM_OPS and
+    KP_TABLE_ROW_FUNCTIONS lists (python/src/op_table.h adds the ops outside the tables)."""
     unary = [r for r in rows if r["sig"] == "T"]
     reduce = [r for r in reductions if r["py"] != "HAND"]
     for r in reduce:
         if r["sig"] not in ("ALL_DIMS", "DIMS"):
             sys.exit(f"{REDUCE_TABLE}: {r['name']}: a py name needs signature ALL_DIMS or DIMS (else HAND)")
-    out = ["/* The Python binding's rows of the op table's unary ops and of the reduction table's rows",
-           " * with a py name: generated from src/ir/optable.h and src/ir/reduce_table.h by",
-           " * scripts/gen_optable.py; do not edit. op_table.h puts them in KP_UNARY_OPS and",
-           " * KP_REDUCE_OPS. */",
+    out = ["/* The Python binding's rows of the op table's unary ops, of the reduction table's rows with a",
+           " * py name and of the row-op table's rows: generated from src/ir/optable.h, src/ir/reduce_table.h",
+           " * and src/ir/row_table.h by scripts/gen_optable.py; do not edit. op_table.h puts them in",
+           " * KP_UNARY_OPS, KP_REDUCE_OPS and KP_DIM_OPS; functional_rows.c makes the row functions. */",
            "#ifndef KILN_PY_OP_TABLE_GENERATED_H", "#define KILN_PY_OP_TABLE_GENERATED_H", "",
            "#define KP_TABLE_UNARY_OPS(X) \\"]
     for i, r in enumerate(unary):
@@ -213,6 +361,21 @@ def python_rows(rows, reductions):
     for i, r in enumerate(reduce):
         whole = f"kiln_{r['name']}" if r["sig"] == "ALL_DIMS" else "0"
         out.append(f'    X({r["py"]}, {whole}, kiln_{r["name"]}_dims, "{r["doc"]}")' + (" \\" if i + 1 < len(reduce) else ""))
+    dim_rows = [r for r in row_ops if r["dims"] == "DIM"]
+    out += ["", "/* X(method, function, doc): t.method(dim), kiln.method(t, dim) */", "#define KP_TABLE_DIM_OPS(X) \\"]
+    for i, r in enumerate(dim_rows):
+        out.append(f'    X({r["py"]}, kiln_{r["name"]}, {c_string(r["doc_pieces"][0])})' + (" \\" if i + 1 < len(dim_rows) else ""))
+    functions = [r for r in row_ops if r["dims"] != "DIM"]
+    out += ["", "/* X(dims, arity, name, function, _ex function or 0, parameter's name or \"\", its default, doc):",
+            " * kiln.nn.functional.name, called as torch's (functional_rows.c: one caller per dims kind) */",
+            "#define KP_TABLE_ROW_FUNCTIONS(X) \\"]
+    for i, r in enumerate(functions):
+        scalar = [n for t, n in r["params"] if t in ("double", "bool")]
+        pname = scalar[0] if scalar else ""
+        dflt = python_default(r, pname, "0") if pname else "0"
+        ex = f"kiln_{r['name']}_ex" if ROW_EX[r["ex"]] else "0"
+        out.append(f'    X({r["dims"]}, {r["arity"]}, {r["py"]}, kiln_{r["name"]}, {ex}, "{pname}", {dflt}, {c_string(r["doc"])})'
+                   + (" \\" if i + 1 < len(functions) else ""))
     out += ["", "#endif", ""]
     return "\n".join(out)
 
@@ -226,10 +389,13 @@ def main(argv):
                    "scalar_columns": SCALAR_COLUMNS + ["doc"], "scalars": scalars,
                    "reduce_source": "src/ir/reduce_table.h", "reduce_columns": REDUCE_COLUMNS + ["doc", "kind"],
                    "reductions": reductions, "row_source": "src/ir/row_table.h",
-                   "row_columns": ROW_COLUMNS + ["doc", "kind"], "row_ops": row_ops}, sys.stdout, indent=1)
+                   "row_columns": ROW_COLUMNS + ["doc", "kind"], "row_ops": row_ops,
+                   "linalg_source": "src/ir/linalg_table.h", "linalg_columns": LINALG_COLUMNS + ["doc"],
+                   "linalg_ops": read_linalg()}, sys.stdout, indent=1)
         print()
         return 0
-    outputs = [(HEADER, header(rows, scalars, reductions, row_ops)), (PY_HEADER, python_rows(rows, reductions))]
+    outputs = [(HEADER, header(rows, scalars, reductions, row_ops)), (NN_HEADER, nn_header(row_ops)),
+               (PY_HEADER, python_rows(rows, reductions, row_ops))]
     if "--check" in argv:
         stale = []
         for path, text in outputs:
@@ -241,17 +407,17 @@ def main(argv):
             if current != text:
                 stale.append(os.path.relpath(path, ROOT))
         if stale:
-            print(f"gen_optable: {', '.join(stale)} not what src/ir/optable.h gives: run scripts/gen_optable.py",
+            print(f"gen_optable: {', '.join(stale)} not what the tables in src/ir/ give: run scripts/gen_optable.py",
                   file=sys.stderr)
             return 1
-        print(f"gen_optable: include/kiln/ops.h and python/src/op_table_generated.h match the tables "
-              f"({len(rows)} ops, {len(reductions)} reductions)")
+        print(f"gen_optable: include/kiln/ops.h, nn_ops.h and python/src/op_table_generated.h match the tables "
+              f"({len(rows)} ops, {len(reductions)} reductions, {len(row_ops)} row ops)")
         return 0
     for path, text in outputs:
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
-    print(f"gen_optable: wrote include/kiln/ops.h and python/src/op_table_generated.h from {len(rows)} ops "
-          f"and {len(reductions)} reductions")
+    print(f"gen_optable: wrote include/kiln/ops.h, nn_ops.h and python/src/op_table_generated.h from {len(rows)} ops, "
+          f"{len(reductions)} reductions and {len(row_ops)} row ops")
     return 0
 
 if __name__ == "__main__":

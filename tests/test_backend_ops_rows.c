@@ -12,13 +12,13 @@
  * KILN_TEST_FILTER). */
 #include "backend_ops.h"
 
-/* The public functions of kiln/nn.h's call-site list too (the COMPOSED rows' are there). */
+/* The public functions of kiln/nn_ops.h's call-site list too (the COMPOSED rows' are there). */
 static const struct {
     const char *name;
     void (*fn)(void);
 } nn_publics[] = {
 #define NN_PUBLIC(ret, name, params, args) {#name, (void (*)(void))kiln_##name},
-    KILN_NN_API(NN_PUBLIC)
+    KILN_NN_ROW_API(NN_PUBLIC)
 #undef NN_PUBLIC
 };
 
@@ -137,7 +137,12 @@ KT_TEST(the_row_table_is_consistent) {
     for (int row = 0; row < KILN__ROW_COUNT; row++) {
         const kiln__row_info *r = row_op(row);
         KT_CHECK_MSG(r->name && r->doc && r->doc[0] && r->arity >= 1 && r->arity <= 3 && r->tol > 0, "row %d", row);
-        KT_CHECK_MSG(row_public(r->name) != NULL, "kiln_%s is not in kiln/ops.h or kiln/nn.h's call-site list", r->name);
+        KT_CHECK_MSG(row_public(r->name) != NULL, "kiln_%s is not in kiln/ops.h or kiln/nn_ops.h's call-site list", r->name);
+        char ex[64];
+        snprintf(ex, sizeof ex, "%s_ex", r->name);
+        KT_CHECK_MSG((row_public(ex) != NULL) == (r->ex != KILN__ROWEX_NO), "%s: its ex column and kiln_%s", r->name, ex);
+        KT_CHECK_MSG(r->args[0] == '(' && r->py[0], "%s: args %s, py %s", r->name,
+                     r->args, r->py);
         if (r->code >= 0) { /* a KERNEL row: its opcode, named as the row, in no other table */
             char upper[64];
             size_t n = strlen(r->name);
@@ -269,11 +274,72 @@ KT_TEST(row_bad_input_fails_naming_the_op) {
     }
 }
 
+/* Runs a row's _ex form (kiln/nn_ops.h) on the contiguous f64 case with reduction red (REDUCTION
+ * rows) or the default options (OPTIONS rows): the result in out (cap values), its shape in
+ * *shape. */
+static kiln_status run_row_ex(const kiln__row_info *r, kiln_reduction red, double *out, int64_t cap, kiln_shape *shape) {
+    char name[64];
+    snprintf(name, sizeof name, "%s_ex", r->name);
+    void (*fn)(void) = row_public(name);
+    kiln_tensor in[2] = {row_arg(r, 0, KILN_CPU, KILN_F64, KILN_F64, 0), row_arg(r, 1, KILN_CPU, KILN_F64, KILN_F64, 0)};
+    kiln_tensor y;
+    if (r->ex == KILN__ROWEX_OPTIONS) {
+        kiln_cross_entropy_options o = kiln_cross_entropy_defaults();
+        o.reduction = red;
+        y = ((kiln_tensor(*)(kiln_tensor, kiln_tensor, kiln_cross_entropy_options))fn)(in[0], in[1], o);
+    } else if (r->dims == KILN__RDIMS_NONE_K) {
+        y = ((kiln_tensor(*)(kiln_tensor, kiln_tensor, double, kiln_reduction))fn)(in[0], in[1], 0.75, red);
+    } else if (r->dims == KILN__RDIMS_NONE_FLAG) {
+        y = ((kiln_tensor(*)(kiln_tensor, kiln_tensor, bool, kiln_reduction))fn)(in[0], in[1], false, red);
+    } else {
+        y = ((kiln_tensor(*)(kiln_tensor, kiln_tensor, kiln_reduction))fn)(in[0], in[1], red);
+    }
+    *shape = kiln_tensor_shape(y);
+    int64_t n = shape->ndim >= 0 ? kiln_shape_numel(*shape) : 0;
+    if (n > cap) {
+        kiln_release(y);
+        return KILN_ERR_SHAPE;
+    }
+    return kiln_into_data(y, out, sizeof(double) * (size_t)n);
+}
+
+/* Each row's _ex form against its plain function: the mean is the plain call, the sum is the
+ * mean times the count, NONE keeps a value per element (per sample for the CLASSES rows) whose
+ * mean is the plain call. */
+KT_TEST(row_ex_forms_agree_with_the_row) {
+    int checked = 0;
+    for (int row = 0; row < KILN__ROW_COUNT; row++) {
+        const kiln__row_info *r = row_op(row);
+        if (r->ex == KILN__ROWEX_NO || !name_selected(r->name)) continue;
+        double plain, mean, sum, none[X_NUMEL];
+        kiln_shape s1, s2, s3;
+        KT_CHECK_MSG(run_row(row, KILN_CPU, KILN_F64, KILN_F64, 0, &plain) == KILN_OK, "%s", r->name);
+        KT_CHECK_MSG(run_row_ex(r, KILN_REDUCTION_MEAN, &mean, 1, &s1) == KILN_OK && s1.ndim == 0, "%s_ex mean: %s", r->name,
+                     kiln_last_error());
+        KT_CHECK_MSG(run_row_ex(r, KILN_REDUCTION_SUM, &sum, 1, &s2) == KILN_OK && s2.ndim == 0, "%s_ex sum: %s", r->name,
+                     kiln_last_error());
+        KT_CHECK_MSG(run_row_ex(r, KILN_REDUCTION_NONE, none, X_NUMEL, &s3) == KILN_OK, "%s_ex none: %s", r->name,
+                     kiln_last_error());
+        int64_t count = is_classes(r) ? N * L : X_NUMEL, n3 = s3.ndim >= 0 ? kiln_shape_numel(s3) : 0;
+        KT_CHECK_MSG(n3 == count, "%s_ex none: %lld values, not %lld", r->name, (long long)n3, (long long)count);
+        double total = 0;
+        for (int64_t i = 0; i < n3; i++) total += none[i];
+        double tol = 1e-12 * (1 + fabs(plain));
+        KT_CHECK_MSG(fabs(mean - plain) <= tol && fabs(sum - plain * (double)count) <= tol * (double)count &&
+                         fabs(total / (double)count - plain) <= tol,
+                     "%s_ex: mean %.17g, sum %.17g, none's mean %.17g, the row %.17g", r->name, mean, sum,
+                     total / (double)count, plain);
+        checked++;
+    }
+    printf("row-op _ex forms: %d rows\n", checked);
+}
+
 int main(void) {
     KT_RUN(the_row_table_is_consistent);
     KT_RUN(rows_match_double_precision);
     KT_RUN(rows_on_devices_match_the_cpu);
     KT_RUN(row_gradients_match_finite_differences);
     KT_RUN(row_bad_input_fails_naming_the_op);
+    KT_RUN(row_ex_forms_agree_with_the_row);
     return kt_finish();
 }

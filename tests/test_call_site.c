@@ -115,7 +115,7 @@ static const struct {
     const char *name, *expansion;
 } expansions[] = {KILN_CORE_API(KT_EXPANSION) KILN_TENSOR_API(KT_EXPANSION)
                       KILN_ENGINE_API(KT_EXPANSION, KT_EXPANSION0) KILN_AUTODIFF_API(KT_EXPANSION)
-                          KILN_NN_API(KT_EXPANSION) KILN_OPTIM_API(KT_EXPANSION)
+                          KILN_NN_API(KT_EXPANSION) KILN_NN_ROW_API(KT_EXPANSION) KILN_OPTIM_API(KT_EXPANSION)
                               KILN_DATA_API(KT_EXPANSION) KILN_TRAIN_API(KT_EXPANSION)};
 
 KT_TEST(every_listed_call_has_its_macro) {

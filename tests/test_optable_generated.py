@@ -4,7 +4,9 @@ row gives its prototypes with the doc line, its call-site entries and macros in
 include/kiln/ops.h and its Python row; --check fails until the headers are regenerated; rows the
 generator cannot turn into C fail with the table's name instead of writing a header. A new
 scalar row of the op table gives its prototype, call-site entry and macro; one naming no binary
-row, or no order, is refused.
+row, or no order, is refused. A new COMPOSED row of the row-op table (a loss, its doc over two
+lines) gives its prototypes (and its _ex form's), call-site entries and macros in
+include/kiln/nn_ops.h and its kiln.nn.functional row; args that do not fit its dims are refused.
 
     test_optable_generated.py scripts/gen_optable.py"""
 import os
@@ -13,8 +15,8 @@ import subprocess
 import sys
 import tempfile
 
-FILES = ["scripts/gen_optable.py", "src/ir/optable.h", "src/ir/reduce_table.h", "src/ir/row_table.h", "include/kiln/ops.h",
-         "python/src/op_table_generated.h"]
+FILES = ["scripts/gen_optable.py", "src/ir/optable.h", "src/ir/reduce_table.h", "src/ir/row_table.h",
+         "src/ir/linalg_table.h", "include/kiln/ops.h", "include/kiln/nn_ops.h", "python/src/op_table_generated.h"]
 failures = []
 
 
@@ -73,6 +75,44 @@ def check_scalar_rows(tmp):
         f.write(table)
 
 
+def check_row_op_rows(tmp):
+    """A new loss row of the row-op table, its doc on two lines, gives nn_ops.h's prototypes, call
+    list entries and macros and the Python row; args naming too few parameters are refused."""
+    path = os.path.join(tmp, "src", "ir", "row_table.h")
+    table = read(tmp, "src/ir/row_table.h")
+    anchor = "    X(NLL_LOSS,"
+    i = table.index(anchor)
+    row = ('    X(POISSON_NLL_LOSS, poisson_nll_loss, 2, NONE_FLAG, (input, target, log_input=True), REDUCTION, '
+           'FLOAT_ONLY, SCALAR, OPS, ANY, 1e-12, poisson_nll_loss, \\\n'
+           '      "mean(exp(input) - target input). " \\\n'
+           '      "torch\'s poisson_nll_loss with full=False.")')
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(table[:i] + row + " \\\n" + table[i:])
+    r = run(tmp)
+    nn, py = read(tmp, "include/kiln/nn_ops.h"), read(tmp, "python/src/op_table_generated.h")
+    for want in ["/* mean(exp(input) - target input). torch's poisson_nll_loss with full=False. */",
+                 "KILN_API kiln_tensor kiln_poisson_nll_loss(kiln_tensor input, kiln_tensor target, bool log_input);",
+                 "KILN_API kiln_tensor kiln_poisson_nll_loss_ex(kiln_tensor input, kiln_tensor target, bool log_input, "
+                 "kiln_reduction reduction);",
+                 "X(kiln_tensor, poisson_nll_loss, (kiln_tensor input, kiln_tensor target, bool log_input), "
+                 "(input, target, log_input))",
+                 "#define kiln_poisson_nll_loss_ex(...) KILN__AT(poisson_nll_loss_ex, __VA_ARGS__)"]:
+        check(r.returncode == 0 and want in nn, f"a row-op row gives {want!r} in nn_ops.h")
+    check('X(NONE_FLAG, 2, poisson_nll_loss, kiln_poisson_nll_loss, kiln_poisson_nll_loss_ex, "log_input", 1, '
+          '"mean(exp(input) - target input). torch\'s poisson_nll_loss with full=False.")' in py,
+          "the row-op row's Python function")
+    bad = row.replace("(input, target, log_input=True)", "(input, target)")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(table[:i] + bad + " \\\n" + table[i:])
+    before = read(tmp, "include/kiln/nn_ops.h")
+    r = run(tmp)
+    out = r.stderr + r.stdout
+    check(r.returncode != 0 and "row_table.h" in out and "takes 3" in out, f"args too short are refused: {out!r}")
+    check(read(tmp, "include/kiln/nn_ops.h") == before, "a refused row-op row writes nothing")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(table)
+
+
 def main(script):
     root = os.path.dirname(os.path.dirname(os.path.abspath(script)))
     with tempfile.TemporaryDirectory() as tmp:
@@ -114,6 +154,7 @@ def main(script):
         with open(os.path.join(tmp, "src", "ir", "reduce_table.h"), "w", encoding="utf-8") as f:
             f.write(table)
         check_scalar_rows(tmp)
+        check_row_op_rows(tmp)
     print("test_optable_generated:", "FAILED" if failures else "ok")
     return 1 if failures else 0
 

@@ -199,16 +199,12 @@ KILN_API kiln_module *kiln_silu_new(void);
 KILN_API kiln_module *kiln_rms_norm_new(int64_t normalized_size, double eps, bool affine);
 
 /* ---- functional layer ops (consume tensor arguments; differentiable) --------------------- */
-/* kiln_conv2d and the pooling ops are tensor ops: see tensor.h. */
+/* kiln_conv2d and the pooling ops are tensor ops: see tensor.h. layer_norm, group_norm and
+ * rms_norm are with the losses below (kiln/nn_ops.h, generated from src/ir/row_table.h). */
 /* Zeroes each element with probability p and scales the rest by 1/(1-p); seed picks the mask. */
 KILN_API kiln_tensor kiln_dropout(kiln_tensor x, double p, uint64_t seed);
 /* The same with the mask's seed drawn from g (NULL: the global generator; see tensor.h). */
 KILN_API kiln_tensor kiln_dropout_gen(kiln_tensor x, double p, kiln_generator *g);
-/* torch.nn.functional.layer_norm: normalises over the trailing dims normalized_shape names
- * (x's last dims must equal it): (x - mean) / sqrt(var + eps) with the biased variance, then
- * * weight + bias, each a float tensor of normalized_shape or KILN_NONE (consumed). */
-KILN_API kiln_tensor kiln_layer_norm(kiln_tensor x, kiln_shape normalized_shape, kiln_tensor weight, kiln_tensor bias,
-                                     double eps);
 /* torch.nn.functional.batch_norm: x [N, C, ...] normalised per channel, (x - mean) /
  * sqrt(var + eps) * weight + bias, with weight and bias [C] or KILN_NONE (consumed).
  * training: the batch's mean and biased variance are used, and when running_mean and
@@ -224,14 +220,6 @@ KILN_API kiln_tensor kiln_batch_norm(kiln_tensor x, kiln_tensor *running_mean, k
  * indices (any shape, at most 7 dims), giving indices' shape + [dim]; both consumed. An index
  * out of range fails when the gather runs, naming this call. Differentiable in weight. */
 KILN_API kiln_tensor kiln_embedding(kiln_tensor indices, kiln_tensor weight);
-/* torch.nn.functional.group_norm: x [N, C, ...] with C split into num_groups groups, each
- * (sample, group) normalised over its channels and positions with the biased variance, then
- * * weight + bias per channel ([C] or KILN_NONE; consumed). Differentiable. */
-KILN_API kiln_tensor kiln_group_norm(kiln_tensor x, int64_t num_groups, kiln_tensor weight, kiln_tensor bias, double eps);
-/* torch.nn.functional.rms_norm: x / sqrt(mean(x^2 over the trailing normalized_shape dims) +
- * eps) * weight (of normalized_shape, or KILN_NONE; consumed). eps NaN means the dtype's
- * epsilon (PyTorch's eps=None). Differentiable in x and weight. */
-KILN_API kiln_tensor kiln_rms_norm(kiln_tensor x, kiln_shape normalized_shape, kiln_tensor weight, double eps);
 /* torch.nn.functional.scaled_dot_product_attention: softmax(q k^T * scale + mask) v for
  * q [..., L, E], k [..., S, E], v [..., S, Ev] (batch dims broadcast; one float dtype) giving
  * [..., L, Ev]. attn_mask: KILN_NONE, bool (true = attend, as PyTorch) or q's dtype (added to
@@ -308,7 +296,7 @@ KILN_API kiln_tensor kiln_lstm(kiln_module *m, kiln_tensor x, kiln_tensor h0, ki
 /* nn.GRU's forward on m (a kiln_gru_new module): as kiln_lstm without the cell state. */
 KILN_API kiln_tensor kiln_gru(kiln_module *m, kiln_tensor x, kiln_tensor h0, kiln_tensor *h_n);
 
-/* ---- losses (mean over the batch unless noted) ------------------------------------------- */
+/* ---- norms and losses (losses: the mean over the batch unless noted) ----------------------- */
 /* PyTorch's reduction argument: the mean (0, the default of a zeroed options struct), the
  * sum, or none (the per-element or per-sample losses, in the input's shape). BATCHMEAN is
  * kl_div's: the sum divided by the first dim's size. The _ex form of each loss takes it; a
@@ -330,50 +318,15 @@ typedef struct {
     kiln_reduction reduction;
 } kiln_cross_entropy_options;
 KILN_API kiln_cross_entropy_options kiln_cross_entropy_defaults(void);
-/* logits [N, C] (consumed), targets [N] i32/i64 class indices (consumed); as PyTorch, also
- * logits [N, C, d1, ...] with targets [N, d1, ...] (a class per position; NONE gives
- * [N, d1, ...]) and unbatched logits [C] with a 0-d target. */
-KILN_API kiln_tensor kiln_cross_entropy(kiln_tensor logits, kiln_tensor targets, kiln_cross_entropy_options o);
-/* log_probs [N, C], targets [N]: -mean(log_probs[i, target_i]); the other shapes as
- * kiln_cross_entropy's. */
-KILN_API kiln_tensor kiln_nll_loss(kiln_tensor log_probs, kiln_tensor targets);
-/* torch's nll_loss(log_probs, targets, weight, ignore_index, reduction) with o's class_weights
- * (not consumed), ignore_index and reduction, as kiln_cross_entropy uses them on log_softmax
- * of its logits; o.label_smoothing must be 0 (nll_loss has none). */
-KILN_API kiln_tensor kiln_nll_loss_ex(kiln_tensor log_probs, kiln_tensor targets, kiln_cross_entropy_options o);
-KILN_API kiln_tensor kiln_mse_loss(kiln_tensor prediction, kiln_tensor target);
-KILN_API kiln_tensor kiln_bce_with_logits(kiln_tensor logits, kiln_tensor target);
-/* mean |prediction - target| (torch's l1_loss); same shapes, float. */
-KILN_API kiln_tensor kiln_l1_loss(kiln_tensor prediction, kiln_tensor target);
-/* torch's smooth_l1_loss: 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (beta >= 0;
- * 0 is L1), and huber_loss: 0.5 d^2 where |d| < delta, else delta (|d| - 0.5 delta)
- * (delta > 0); both averaged. A bad beta or delta gives KILN_ERR_INVALID_ARGUMENT. */
-KILN_API kiln_tensor kiln_smooth_l1_loss(kiln_tensor prediction, kiln_tensor target, double beta);
-KILN_API kiln_tensor kiln_huber_loss(kiln_tensor prediction, kiln_tensor target, double delta);
-/* torch's binary_cross_entropy on probabilities in [0, 1] (each log clamped at -100; values
- * outside [0, 1] give NaN rather than torch's error, as they are only seen when computed).
- * Prefer kiln_bce_with_logits, which is stable. */
-KILN_API kiln_tensor kiln_binary_cross_entropy(kiln_tensor probabilities, kiln_tensor target);
-/* torch's kl_div(input, target, reduction='mean'): input holds log-probabilities; target
- * probabilities (log-probabilities with log_target); the mean of target * (log target -
- * input) over every element, 0 where target is 0. */
-KILN_API kiln_tensor kiln_kl_div(kiln_tensor input, kiln_tensor target, bool log_target);
-/* The losses above with PyTorch's reduction (NONE keeps the inputs' shape):
+/* The norms (layer, RMS, group) and the losses with their _ex forms: rows of src/ir/row_table.h,
+ * their prototypes, call-site list (KILN_NN_ROW_API) and macros generated from it. The _ex
+ * forms take the reduction (NONE keeps the inputs' shape; BATCHMEAN only for kl_div, torch's
+ * recommended reduction for it):
  *
  *   kiln_tensor per_elem = kiln_mse_loss_ex(pred, target, KILN_REDUCTION_NONE);  // pred's shape
  *   kiln_tensor total = kiln_l1_loss_ex(pred2, target2, KILN_REDUCTION_SUM);      // 0-d
- *
- * BATCHMEAN only for kl_div (torch's recommended reduction for it). */
-KILN_API kiln_tensor kiln_mse_loss_ex(kiln_tensor prediction, kiln_tensor target, kiln_reduction reduction);
-KILN_API kiln_tensor kiln_l1_loss_ex(kiln_tensor prediction, kiln_tensor target, kiln_reduction reduction);
-KILN_API kiln_tensor kiln_smooth_l1_loss_ex(kiln_tensor prediction, kiln_tensor target, double beta,
-                                            kiln_reduction reduction);
-KILN_API kiln_tensor kiln_huber_loss_ex(kiln_tensor prediction, kiln_tensor target, double delta,
-                                        kiln_reduction reduction);
-KILN_API kiln_tensor kiln_bce_with_logits_ex(kiln_tensor logits, kiln_tensor target, kiln_reduction reduction);
-KILN_API kiln_tensor kiln_binary_cross_entropy_ex(kiln_tensor probabilities, kiln_tensor target,
-                                                  kiln_reduction reduction);
-KILN_API kiln_tensor kiln_kl_div_ex(kiln_tensor input, kiln_tensor target, bool log_target, kiln_reduction reduction);
+ */
+#include "nn_ops.h"
 
 /* ---- initialisation (in place on an existing float tensor; the seed picks the values) ---- */
 typedef enum { KILN_INIT_KAIMING_UNIFORM, KILN_INIT_KAIMING_NORMAL, KILN_INIT_XAVIER_UNIFORM, KILN_INIT_XAVIER_NORMAL } kiln_init_kind;
@@ -414,17 +367,7 @@ KILN_API bool kiln_module_is_quantized(kiln_module *m); /* any int8 layer in m's
     X(kiln_status, module_set_autocast, (kiln_module *m, kiln_dtype dtype), (m, dtype)) \
     X(kiln_tensor, dropout, (kiln_tensor x, double p, uint64_t seed), (x, p, seed)) \
     X(kiln_tensor, dropout_gen, (kiln_tensor x, double p, kiln_generator *g), (x, p, g)) \
-    X(kiln_tensor, layer_norm, (kiln_tensor x, kiln_shape normalized_shape, kiln_tensor weight, kiln_tensor bias, double eps), (x, normalized_shape, weight, bias, eps)) \
     X(kiln_tensor, scaled_dot_product_attention, (kiln_tensor q, kiln_tensor k, kiln_tensor v, kiln_tensor attn_mask, bool is_causal, double scale), (q, k, v, attn_mask, is_causal, scale)) \
-    X(kiln_tensor, cross_entropy, (kiln_tensor logits, kiln_tensor targets, kiln_cross_entropy_options o), (logits, targets, o)) \
-    X(kiln_tensor, nll_loss, (kiln_tensor log_probs, kiln_tensor targets), (log_probs, targets)) \
-    X(kiln_tensor, mse_loss, (kiln_tensor prediction, kiln_tensor target), (prediction, target)) \
-    X(kiln_tensor, bce_with_logits, (kiln_tensor logits, kiln_tensor target), (logits, target)) \
-    X(kiln_tensor, l1_loss, (kiln_tensor prediction, kiln_tensor target), (prediction, target)) \
-    X(kiln_tensor, smooth_l1_loss, (kiln_tensor prediction, kiln_tensor target, double beta), (prediction, target, beta)) \
-    X(kiln_tensor, huber_loss, (kiln_tensor prediction, kiln_tensor target, double delta), (prediction, target, delta)) \
-    X(kiln_tensor, binary_cross_entropy, (kiln_tensor probabilities, kiln_tensor target), (probabilities, target)) \
-    X(kiln_tensor, kl_div, (kiln_tensor input, kiln_tensor target, bool log_target), (input, target, log_target)) \
     X(kiln_status, init, (kiln_tensor *t, kiln_init_kind kind, uint64_t seed), (t, kind, seed)) \
     X(kiln_module *, sequential_new, (int n, kiln_module *const *children), (n, children)) \
     X(kiln_module *, linear_new, (int64_t in_features, int64_t out_features, bool bias, uint64_t seed), (in_features, out_features, bias, seed)) \
@@ -451,18 +394,8 @@ KILN_API bool kiln_module_is_quantized(kiln_module *m); /* any int8 layer in m's
     X(kiln_tensor, multihead_attention, (kiln_module *m, kiln_tensor query, kiln_tensor key, kiln_tensor value, kiln_tensor key_padding_mask, kiln_tensor attn_mask, kiln_tensor *weights), (m, query, key, value, key_padding_mask, attn_mask, weights)) \
     X(kiln_tensor, lstm, (kiln_module *m, kiln_tensor x, kiln_tensor h0, kiln_tensor c0, kiln_tensor *h_n, kiln_tensor *c_n), (m, x, h0, c0, h_n, c_n)) \
     X(kiln_tensor, gru, (kiln_module *m, kiln_tensor x, kiln_tensor h0, kiln_tensor *h_n), (m, x, h0, h_n)) \
-    X(kiln_tensor, nll_loss_ex, (kiln_tensor log_probs, kiln_tensor targets, kiln_cross_entropy_options o), (log_probs, targets, o)) \
-    X(kiln_tensor, mse_loss_ex, (kiln_tensor prediction, kiln_tensor target, kiln_reduction reduction), (prediction, target, reduction)) \
-    X(kiln_tensor, l1_loss_ex, (kiln_tensor prediction, kiln_tensor target, kiln_reduction reduction), (prediction, target, reduction)) \
-    X(kiln_tensor, smooth_l1_loss_ex, (kiln_tensor prediction, kiln_tensor target, double beta, kiln_reduction reduction), (prediction, target, beta, reduction)) \
-    X(kiln_tensor, huber_loss_ex, (kiln_tensor prediction, kiln_tensor target, double delta, kiln_reduction reduction), (prediction, target, delta, reduction)) \
-    X(kiln_tensor, bce_with_logits_ex, (kiln_tensor logits, kiln_tensor target, kiln_reduction reduction), (logits, target, reduction)) \
-    X(kiln_tensor, binary_cross_entropy_ex, (kiln_tensor probabilities, kiln_tensor target, kiln_reduction reduction), (probabilities, target, reduction)) \
-    X(kiln_tensor, kl_div_ex, (kiln_tensor input, kiln_tensor target, bool log_target, kiln_reduction reduction), (input, target, log_target, reduction)) \
     X(kiln_tensor, batch_norm, (kiln_tensor x, kiln_tensor *running_mean, kiln_tensor *running_var, kiln_tensor weight, kiln_tensor bias, bool training, double momentum, double eps), (x, running_mean, running_var, weight, bias, training, momentum, eps)) \
     X(kiln_tensor, embedding, (kiln_tensor indices, kiln_tensor weight), (indices, weight)) \
-    X(kiln_tensor, group_norm, (kiln_tensor x, int64_t num_groups, kiln_tensor weight, kiln_tensor bias, double eps), (x, num_groups, weight, bias, eps)) \
-    X(kiln_tensor, rms_norm, (kiln_tensor x, kiln_shape normalized_shape, kiln_tensor weight, double eps), (x, normalized_shape, weight, eps)) \
     X(kiln_module *, rms_norm_new, (int64_t normalized_size, double eps, bool affine), (normalized_size, eps, affine)) \
     X(kiln_status, module_register_grad_hook, (kiln_module *m, kiln_grad_hook_fn hook, void *ctx), (m, hook, ctx)) \
     X(kiln_status, quantize_dynamic, (kiln_module *m, kiln_quant_type type), (m, type))
@@ -481,17 +414,7 @@ KILN_NN_API(KILN__AT_DECLARE)
 #define kiln_module_set_autocast(...) KILN__AT(module_set_autocast, __VA_ARGS__)
 #define kiln_dropout(...) KILN__AT(dropout, __VA_ARGS__)
 #define kiln_dropout_gen(...) KILN__AT(dropout_gen, __VA_ARGS__)
-#define kiln_layer_norm(...) KILN__AT(layer_norm, __VA_ARGS__)
 #define kiln_scaled_dot_product_attention(...) KILN__AT(scaled_dot_product_attention, __VA_ARGS__)
-#define kiln_cross_entropy(...) KILN__AT(cross_entropy, __VA_ARGS__)
-#define kiln_nll_loss(...) KILN__AT(nll_loss, __VA_ARGS__)
-#define kiln_mse_loss(...) KILN__AT(mse_loss, __VA_ARGS__)
-#define kiln_bce_with_logits(...) KILN__AT(bce_with_logits, __VA_ARGS__)
-#define kiln_l1_loss(...) KILN__AT(l1_loss, __VA_ARGS__)
-#define kiln_smooth_l1_loss(...) KILN__AT(smooth_l1_loss, __VA_ARGS__)
-#define kiln_huber_loss(...) KILN__AT(huber_loss, __VA_ARGS__)
-#define kiln_binary_cross_entropy(...) KILN__AT(binary_cross_entropy, __VA_ARGS__)
-#define kiln_kl_div(...) KILN__AT(kl_div, __VA_ARGS__)
 #define kiln_init(...) KILN__AT(init, __VA_ARGS__)
 #define kiln_sequential_new(...) KILN__AT(sequential_new, __VA_ARGS__)
 #define kiln_linear_new(...) KILN__AT(linear_new, __VA_ARGS__)
@@ -518,18 +441,8 @@ KILN_NN_API(KILN__AT_DECLARE)
 #define kiln_multihead_attention(...) KILN__AT(multihead_attention, __VA_ARGS__)
 #define kiln_lstm(...) KILN__AT(lstm, __VA_ARGS__)
 #define kiln_gru(...) KILN__AT(gru, __VA_ARGS__)
-#define kiln_nll_loss_ex(...) KILN__AT(nll_loss_ex, __VA_ARGS__)
-#define kiln_mse_loss_ex(...) KILN__AT(mse_loss_ex, __VA_ARGS__)
-#define kiln_l1_loss_ex(...) KILN__AT(l1_loss_ex, __VA_ARGS__)
-#define kiln_smooth_l1_loss_ex(...) KILN__AT(smooth_l1_loss_ex, __VA_ARGS__)
-#define kiln_huber_loss_ex(...) KILN__AT(huber_loss_ex, __VA_ARGS__)
-#define kiln_bce_with_logits_ex(...) KILN__AT(bce_with_logits_ex, __VA_ARGS__)
-#define kiln_binary_cross_entropy_ex(...) KILN__AT(binary_cross_entropy_ex, __VA_ARGS__)
-#define kiln_kl_div_ex(...) KILN__AT(kl_div_ex, __VA_ARGS__)
 #define kiln_batch_norm(...) KILN__AT(batch_norm, __VA_ARGS__)
 #define kiln_embedding(...) KILN__AT(embedding, __VA_ARGS__)
-#define kiln_group_norm(...) KILN__AT(group_norm, __VA_ARGS__)
-#define kiln_rms_norm(...) KILN__AT(rms_norm, __VA_ARGS__)
 #define kiln_rms_norm_new(...) KILN__AT(rms_norm_new, __VA_ARGS__)
 #define kiln_quantize_dynamic(...) KILN__AT(quantize_dynamic, __VA_ARGS__)
 #endif

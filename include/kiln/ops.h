@@ -120,7 +120,7 @@ KILN_API kiln_tensor kiln_count_nonzero(kiln_tensor t); /* the number of nonzero
 KILN_API kiln_tensor kiln_count_nonzero_dims(kiln_tensor t, kiln_dims dims, bool keepdim); /* over dims */
 
 /* Row ops (src/ir/row_table.h): along one dim, same shape (the norms and losses of the table
- * are in kiln/nn.h). */
+ * are in kiln/nn_ops.h). */
 KILN_API kiln_tensor kiln_softmax(kiln_tensor t, int dim); /* exp(t) / sum(exp(t)) along dim; integers and bools give f32 */
 KILN_API kiln_tensor kiln_log_softmax(kiln_tensor t, int dim); /* t - logsumexp(t) along dim, without overflow */
 

@@ -1,6 +1,7 @@
 /* kiln.nn.functional's ops with several tensor arguments or options (linear, conv2d, pools,
- * norms, embedding, dropout, losses): each a thin call of the C function of the same name.
- * Optional tensors may be None (KILN_NONE). */
+ * embedding, dropout): each a thin call of the C function of the same name. Optional tensors
+ * may be None (KILN_NONE). The norms and losses are made from the C row-op table
+ * (functional_rows.c). */
 #include "kiln_py.h"
 
 #include <math.h>
@@ -12,7 +13,7 @@
 
 /* Takes n tensor arguments (None allowed where optional[i]); on failure releases the ones
  * taken and returns -1. */
-static int take_all(PyObject **objs, const bool *optional, int n, kiln_tensor *out) {
+int kp_take_all(PyObject **objs, const bool *optional, int n, kiln_tensor *out) {
     for (int i = 0; i < n; i++) {
         out[i] = KILN_NONE;
         if ((!objs[i] || objs[i] == Py_None) && optional[i]) continue;
@@ -38,7 +39,7 @@ static PyObject *f_linear(PyObject *m, PyObject *const *args, Py_ssize_t n, PyOb
     kiln_tensor h[3];
     if (kp_args("linear", args, n, kw, names, a, 3) < 0) return NULL;
     kp_site();
-    if (take_all(a, opt, 3, h) < 0) return NULL;
+    if (kp_take_all(a, opt, 3, h) < 0) return NULL;
     return kp_wrap(kiln_linear(h[0], h[1], h[2]));
 }
 
@@ -55,7 +56,7 @@ static PyObject *f_conv2d(PyObject *m, PyObject *const *args, Py_ssize_t n, PyOb
     if (stride < 1 || stride > 1 << 20 || pad < 0 || pad > 1 << 20 || dil < 1 || dil > 1 << 20 || groups < 1 || groups > 1 << 20)
         return PyErr_Format(PyExc_ValueError, "conv2d: stride, dilation and groups must be >= 1 and padding >= 0");
     kp_site();
-    if (take_all(a, opt, 3, h) < 0) return NULL;
+    if (kp_take_all(a, opt, 3, h) < 0) return NULL;
     return kp_wrap(kiln_conv2d(h[0], h[1], h[2], (int)stride, (int)stride, (int)pad, (int)pad, (int)dil, (int)dil, (int)groups));
 }
 
@@ -82,32 +83,12 @@ static PyObject *pool(PyObject *const *args, Py_ssize_t n, PyObject *kw, bool is
         return PyErr_Format(PyExc_NotImplementedError, "%s: kiln's pools take no %s", fname,
                             dilation != 1 ? "dilation other than 1" : indices ? "return_indices" : "divisor_override");
     kp_site();
-    if (take_all(a, opt, 1, h) < 0) return NULL;
+    if (kp_take_all(a, opt, 1, h) < 0) return NULL;
     kiln_pool2d_options o = {(int)k, (int)k, (int)s, (int)s, (int)p, (int)p, ceil_mode, !include_pad};
     return kp_wrap(is_max ? kiln_max_pool2d_opts(h[0], o) : kiln_avg_pool2d_opts(h[0], o));
 }
 static PyObject *f_max_pool2d(PyObject *m, PyObject *const *a, Py_ssize_t n, PyObject *k) { (void)m; return pool(a, n, k, true); }
 static PyObject *f_avg_pool2d(PyObject *m, PyObject *const *a, Py_ssize_t n, PyObject *k) { (void)m; return pool(a, n, k, false); }
-
-static PyObject *f_layer_norm(PyObject *m, PyObject *const *args, Py_ssize_t n, PyObject *kw) {
-    (void)m;
-    static const char *const names[] = {"input", "normalized_shape", "weight", "bias", "eps"};
-    static const bool opt[] = {false, true, true};
-    PyObject *a[5];
-    double eps;
-    kiln_shape shape;
-    if (kp_args("layer_norm", args, n, kw, names, a, 5) < 0 || kp_double_arg(a[4], 1e-5, &eps) < 0) return NULL;
-    if (!a[1]) return PyErr_Format(PyExc_TypeError, "layer_norm() needs normalized_shape");
-    PyObject *t = PyTuple_Pack(1, a[1]);
-    int rc = t ? kp_parse_shape(t, &shape) : -1;
-    Py_XDECREF(t);
-    if (rc < 0) return NULL;
-    PyObject *objs[3] = {a[0], a[2], a[3]};
-    kiln_tensor h[3];
-    kp_site();
-    if (take_all(objs, opt, 3, h) < 0) return NULL;
-    return kp_wrap(kiln_layer_norm(h[0], shape, h[1], h[2], eps));
-}
 
 static PyObject *f_embedding(PyObject *m, PyObject *const *args, Py_ssize_t n, PyObject *kw) {
     (void)m;
@@ -117,7 +98,7 @@ static PyObject *f_embedding(PyObject *m, PyObject *const *args, Py_ssize_t n, P
     kiln_tensor h[2];
     if (kp_args("embedding", args, n, kw, names, a, 2) < 0) return NULL;
     kp_site();
-    if (take_all(a, opt, 2, h) < 0) return NULL;
+    if (kp_take_all(a, opt, 2, h) < 0) return NULL;
     return kp_wrap(kiln_embedding(h[0], h[1]));
 }
 
@@ -136,52 +117,17 @@ static PyObject *f_dropout(PyObject *m, PyObject *const *args, Py_ssize_t n, PyO
     kiln_generator *g = kp_generator_of(a[3]);
     if (g == (kiln_generator *)-1) return NULL;
     kp_site();
-    if (take_all(a, opt, 1, h) < 0) return NULL;
+    if (kp_take_all(a, opt, 1, h) < 0) return NULL;
     if (!training || p == 0) return kp_wrap(h[0]);
     return kp_wrap(kiln_dropout_gen(h[0], p, g));
 }
-
-static PyObject *f_cross_entropy(PyObject *m, PyObject *const *args, Py_ssize_t n, PyObject *kw) {
-    (void)m;
-    static const char *const names[] = {"input", "target", "label_smoothing"};
-    static const bool opt[] = {false, false};
-    PyObject *a[3];
-    kiln_tensor h[2];
-    kiln_cross_entropy_options o = kiln_cross_entropy_defaults();
-    if (kp_args("cross_entropy", args, n, kw, names, a, 3) < 0 || kp_double_arg(a[2], 0, &o.label_smoothing) < 0) return NULL;
-    kp_site();
-    if (take_all(a, opt, 2, h) < 0) return NULL;
-    return kp_wrap(kiln_cross_entropy(h[0], h[1], o));
-}
-
-#define LOSS(name, fn)                                                                        \
-    static PyObject *f_##name(PyObject *m, PyObject *const *args, Py_ssize_t n) {              \
-        (void)m;                                                                              \
-        static const bool opt[] = {false, false};                                             \
-        PyObject *a[2] = {n > 0 ? args[0] : NULL, n > 1 ? args[1] : NULL};                    \
-        kiln_tensor h[2];                                                                     \
-        if (n != 2) return PyErr_Format(PyExc_TypeError, #name "(input, target)");            \
-        kp_site();                                                                            \
-        if (take_all(a, opt, 2, h) < 0) return NULL;                                          \
-        return kp_wrap(fn(h[0], h[1]));                                                       \
-    }
-LOSS(mse_loss, kiln_mse_loss)
-LOSS(l1_loss, kiln_l1_loss)
-LOSS(nll_loss, kiln_nll_loss)
-LOSS(binary_cross_entropy_with_logits, kiln_bce_with_logits)
 
 PyMethodDef kp_functional_functions[] = {
     {"linear", CFN(f_linear), FASTKW, "x @ weight.T + bias"},
     {"conv2d", CFN(f_conv2d), FASTKW, "2-d convolution (square stride, padding, dilation)"},
     {"max_pool2d", CFN(f_max_pool2d), FASTKW, "2-d max pooling"},
     {"avg_pool2d", CFN(f_avg_pool2d), FASTKW, "2-d average pooling"},
-    {"layer_norm", CFN(f_layer_norm), FASTKW, "layer normalisation over the trailing dims"},
     {"embedding", CFN(f_embedding), FASTKW, "rows of weight at the indices"},
     {"dropout", CFN(f_dropout), FASTKW, "zeroes elements with probability p (in training)"},
-    {"cross_entropy", CFN(f_cross_entropy), FASTKW, "softmax cross-entropy of logits and class indices (mean)"},
-    {"mse_loss", CFN(f_mse_loss), METH_FASTCALL, "mean squared error"},
-    {"l1_loss", CFN(f_l1_loss), METH_FASTCALL, "mean absolute error"},
-    {"nll_loss", CFN(f_nll_loss), METH_FASTCALL, "negative log likelihood of log-probabilities"},
-    {"binary_cross_entropy_with_logits", CFN(f_binary_cross_entropy_with_logits), METH_FASTCALL, "BCE of logits"},
     {NULL, NULL, 0, NULL},
 };

@@ -52,6 +52,9 @@ PyObject *kp_raise_tensor(kiln_tensor h);
  * object is a temporary only the interpreter's stack holds (elide.c). NONE with an exception
  * set on failure. */
 kiln_tensor kp_take(PyObject *o);
+/* kp_take of n objects (None or NULL allowed where optional[i]: KILN_NONE); on failure releases
+ * those taken and returns -1 (functional.c). */
+int kp_take_all(PyObject **objs, const bool *optional, int n, kiln_tensor *out);
 /* Like kp_take for any operand: a Tensor, or a Python number / NumPy array made a tensor of
  * like's dtype and device (like may be NONE). */
 kiln_tensor kp_operand(PyObject *o, kiln_tensor like);

@@ -1,7 +1,8 @@
 /* The op table of the Python binding: one row per public kiln op, from which ops.c makes a
  * Tensor method (t.exp()), a module function (kiln.exp(t)) and, for operators, a number
- * slot. Rows are data only: the unary ops of the C op table (src/ir/optable.h) and the
- * reductions of the C reduction table with a py name (src/ir/reduce_table.h) come from
+ * slot. Rows are data only: the unary ops of the C op table (src/ir/optable.h), the
+ * reductions of the C reduction table with a py name (src/ir/reduce_table.h) and the DIM rows
+ * of the row-op table (src/ir/row_table.h: softmax, log_softmax) come from
  * op_table_generated.h (scripts/gen_optable.py), so a new op there is a method here too; the
  * rows below are the ops the tables do not describe (binary ops pair with their scalar forms;
  * max, min, var, std, argmax and argmin, with torch's own signatures, are in methods.c).
@@ -48,8 +49,7 @@
 #define KP_REDUCE_OPS(X) KP_TABLE_REDUCE_OPS(X)
 
 #define KP_DIM_OPS(X)                                          \
-    X(softmax, kiln_softmax, "softmax along dim")             \
-    X(log_softmax, kiln_log_softmax, "log of softmax along dim") \
+    KP_TABLE_DIM_OPS(X)                                        \
     X(cumsum, kiln_cumsum, "running sum along dim")           \
     X(cumprod, kiln_cumprod, "running product along dim")     \
     X(unsqueeze, kiln_unsqueeze, "a dim of size 1 inserted at dim")

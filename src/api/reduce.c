@@ -104,7 +104,7 @@ static kiln_tensor softmax_op(const char *name, kiln__opcode code, kiln_tensor t
 }
 
 /* One wrapper per KERNEL row of the row-op table (ir/row_table.h); each is a DIM row. */
-#define ROW_WRAPPER(NAME, name, arity, dims, dtype, shape, grad, domain, tol, doc) ROW_WRAPPER_##dims(NAME, name)
+#define ROW_WRAPPER(NAME, name, arity, dims, ...) ROW_WRAPPER_##dims(NAME, name)
 #define ROW_WRAPPER_DIM(NAME, name) \
     kiln_tensor kiln_##name(kiln_tensor t, int dim) { return softmax_op("kiln_" #name, KILN__OP_##NAME, t, dim); }
 KILN__ROW_KERNELS(ROW_WRAPPER)

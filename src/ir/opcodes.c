@@ -1,6 +1,7 @@
 /* Opcode names, for error messages and the profiler, and the op table's, the reduction
- * table's and the row-op table's rows as data: all generated from the tables (ir/opcodes.h,
- * ir/optable.h, ir/reduce_table.h, ir/row_table.h). */
+ * table's, the row-op table's and the linear-algebra table's rows as data: all generated from
+ * the tables (ir/opcodes.h, ir/optable.h, ir/reduce_table.h, ir/row_table.h,
+ * ir/linalg_table.h). */
 #include "ir/opcodes.h"
 
 const char *kiln__opcode_name(kiln__opcode code) {
@@ -49,23 +50,45 @@ const kiln__reduce_info kiln__reduce_rows[KILN__RED_COUNT] = {
 
 /* The row-op table's rows. */
 const kiln__row_info kiln__row_rows[KILN__ROW_COUNT] = {
-#define KILN__ROW_DATA(NAME, name_, code_, arity_, dims_, dtype_, shape_, grad_, domain_, tol_, doc_) \
-    [KILN__ROW_##NAME] = {.name = #name_,                                                          \
-                          .code = code_,                                                           \
-                          .arity = arity_,                                                         \
-                          .dims = KILN__RDIMS_##dims_,                                             \
-                          .dtype = KILN__ROWDT_##dtype_,                                           \
-                          .shape = KILN__ROWSHAPE_##shape_,                                        \
-                          .grad = KILN__ROWGRAD_##grad_,                                           \
-                          .domain = KILN__ROWDOM_##domain_,                                        \
-                          .tol = tol_,                                                             \
+#define KILN__ROW_DATA(NAME, name_, code_, arity_, dims_, args_, ex_, dtype_, shape_, grad_, domain_, tol_, py_, doc_) \
+    [KILN__ROW_##NAME] = {.name = #name_,                                                                          \
+                          .code = code_,                                                                           \
+                          .arity = arity_,                                                                         \
+                          .dims = KILN__RDIMS_##dims_,                                                             \
+                          .args = #args_,                                                                          \
+                          .ex = KILN__ROWEX_##ex_,                                                                 \
+                          .dtype = KILN__ROWDT_##dtype_,                                                           \
+                          .shape = KILN__ROWSHAPE_##shape_,                                                        \
+                          .grad = KILN__ROWGRAD_##grad_,                                                           \
+                          .domain = KILN__ROWDOM_##domain_,                                                        \
+                          .tol = tol_,                                                                             \
+                          .py = #py_,                                                                              \
                           .doc = doc_},
-#define KILN__ROW_KERNEL_DATA(NAME, name_, arity_, dims_, dtype_, shape_, grad_, domain_, tol_, doc_) \
-    KILN__ROW_DATA(NAME, name_, KILN__OP_##NAME, arity_, dims_, dtype_, shape_, grad_, domain_, tol_, doc_)
-#define KILN__ROW_COMPOSED_DATA(NAME, name_, arity_, dims_, dtype_, shape_, grad_, domain_, tol_, doc_) \
-    KILN__ROW_DATA(NAME, name_, -1, arity_, dims_, dtype_, shape_, grad_, domain_, tol_, doc_)
+#define KILN__ROW_KERNEL_DATA(NAME, name_, ...) KILN__ROW_DATA(NAME, name_, KILN__OP_##NAME, __VA_ARGS__)
+#define KILN__ROW_COMPOSED_DATA(NAME, name_, ...) KILN__ROW_DATA(NAME, name_, -1, __VA_ARGS__)
     KILN__ROW_KERNELS(KILN__ROW_KERNEL_DATA) KILN__ROW_COMPOSED(KILN__ROW_COMPOSED_DATA)
 #undef KILN__ROW_KERNEL_DATA
 #undef KILN__ROW_COMPOSED_DATA
 #undef KILN__ROW_DATA
+};
+
+/* The linear-algebra table's rows; kernel OPS (a composition) is -1. */
+#define KILN__LKERNEL_MATMUL KILN__OP_MATMUL
+#define KILN__LKERNEL_CONV2D KILN__OP_CONV2D
+#define KILN__LKERNEL_ATTENTION KILN__OP_ATTENTION
+#define KILN__LKERNEL_OPS (-1)
+const kiln__linalg_info kiln__linalg_rows[KILN__LINALG_COUNT] = {
+#define KILN__LINALG_DATA(NAME, name_, arity_, sig_, args_, dtype_, shape_, kernel_, grad_, tol_, doc_) \
+    [KILN__LINALG_##NAME] = {.name = #name_,                                                          \
+                             .arity = arity_,                                                         \
+                             .sig = KILN__LSIG_##sig_,                                                \
+                             .args = #args_,                                                          \
+                             .dtype = KILN__LDT_##dtype_,                                             \
+                             .shape = KILN__LSHAPE_##shape_,                                          \
+                             .kernel = KILN__LKERNEL_##kernel_,                                       \
+                             .grad = KILN__LGRAD_##grad_,                                             \
+                             .tol = tol_,                                                             \
+                             .doc = doc_},
+    KILN__LINALG_TABLE(KILN__LINALG_DATA)
+#undef KILN__LINALG_DATA
 };

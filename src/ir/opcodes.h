@@ -11,6 +11,7 @@
 #include "ir/optable.h"
 #include "ir/reduce_table.h"
 #include "ir/row_table.h"
+#include "ir/linalg_table.h"
 
 #define KILN__OPCODES(X)                                                                    \
     /* the elementwise ops, with their facts: one row each in ir/optable.h */               \
@@ -118,6 +119,8 @@ static inline const kiln__reduce_info *kiln__reduce_info_of(kiln__opcode code) {
 
 /* The row-op table's rows as data, by row (kiln__row_op). */
 extern const kiln__row_info kiln__row_rows[KILN__ROW_COUNT];
+/* The linear-algebra table's rows as data, by row (kiln__linalg_op). */
+extern const kiln__linalg_info kiln__linalg_rows[KILN__LINALG_COUNT];
 
 static inline bool kiln__opcode_is_comm(kiln__opcode code) {
     return code >= KILN__OP_ALL_REDUCE && code <= KILN__OP_BARRIER;

@@ -3,4 +3,5 @@
 #include "kiln/nn.h"
 
 KILN_NN_API(KILN__AT_DEFINE)
+KILN_NN_ROW_API(KILN__AT_DEFINE) /* the norms and losses (kiln/nn_ops.h, from ir/row_table.h) */
 KILN__FREE_AT_DEFINE(kiln_module, module_free)

@@ -1,7 +1,11 @@
 """kiln.nn.functional: torch.nn.functional's names over kiln's C ops."""
 from .. import _C
-from .._C import (linear, conv2d, max_pool2d, avg_pool2d, layer_norm, embedding,  # noqa: F401
-                  cross_entropy, mse_loss, l1_loss, nll_loss, binary_cross_entropy_with_logits)
+from .._C import linear, conv2d, max_pool2d, avg_pool2d, embedding  # noqa: F401
+
+# The norms and losses (layer_norm, group_norm, rms_norm, mse_loss, cross_entropy, ...): one
+# function per row of kiln's C row-op table (src/ir/row_table.h), made by the binding
+# (python/src/functional_rows.c), so a row added there is a function here with no edit.
+globals().update({_name: getattr(_C, _name) for _name in _C._row_functions()})
 
 
 def relu(x):

@@ -202,7 +202,7 @@ class CrossEntropyLoss(Module):
         self.label_smoothing = label_smoothing
 
     def forward(self, logits, target):
-        return F.cross_entropy(logits, target, self.label_smoothing)
+        return F.cross_entropy(logits, target, label_smoothing=self.label_smoothing)
 
 
 class MSELoss(Module):

@@ -1,0 +1,98 @@
+/* The linear-algebra and structural op table: one row per public op that is neither elementwise
+ * (ir/optable.h), a reduction (ir/reduce_table.h) nor a row op (ir/row_table.h): the products,
+ * the convolution, attention and batch norm. Their kernels keep the opcodes listed in
+ * ir/opcodes.h (MATMUL, CONV2D, ATTENTION: several rows share one), their public prototypes
+ * stay in kiln/tensor.h and kiln/nn.h. From the rows come the rows as data (kiln__linalg_rows,
+ * ir/opcodes.c), through scripts/gen_optable.py the JSON form, and the table-driven test
+ * (tests/test_backend_ops_linalg.c), which holds each row's public function to the row's
+ * signature (a compile error where they differ) and runs it against its f64 run, on every
+ * device against the CPU (forward and backward), its gradient against finite differences, and
+ * its bad input. DESIGN.md, section 7.
+ *
+ * X(NAME, name, arity, sig, args, dtype, shape, kernel, grad, tol, doc):
+ *   NAME    the row's id
+ *   name    the public kiln_name
+ *   arity   tensor arguments (the optional ones, KILN_NONE allowed, included)
+ *   sig     the public signature, with args's names:
+ *           AB          kiln_name(kiln_tensor a, kiln_tensor b)
+ *           LINEAR      kiln_name(x, w, bias)
+ *           CONV2D      kiln_name(x, w, bias, int stride_h, stride_w, pad_h, pad_w, dilation_h,
+ *                       dilation_w, groups)
+ *           ATTENTION   kiln_name(q, k, v, attn_mask, bool is_causal, double scale)
+ *           BATCH_NORM  kiln_name(x, kiln_tensor *running_mean, *running_var, weight, bias,
+ *                       bool training, double momentum, double eps)
+ *   args    the parameters' names, in order
+ *   dtype   FLOAT_SAME: floating-point tensors of one dtype (f32 with f64, or integers, are
+ *           KILN_ERR_DTYPE, as PyTorch)
+ *   shape   the result's shape: MATMUL ([.., M, K] @ [.., K, N], batch dims broadcast), BMM
+ *           ([B, M, K] @ [B, K, N]), LINEAR ([.., in] -> [.., out]), CONV2D ([N, O, OH, OW]),
+ *           ATTENTION ([.., L, Ev]), SAME (the first tensor's)
+ *   kernel  the opcode of the kernel it runs as (each backend's kernel table), or OPS: a
+ *           composition of other ops, so every device that runs those runs it
+ *   grad    the gradient rule: MATMUL, LINEAR (autodiff/rules_linalg.c: one node keeping the
+ *           operands), CONV2D (autodiff/rules_nn.c: one node keeping x and w), ATTENTION
+ *           (autodiff/rules_attention.c: q, k and v kept, the weights recomputed; with a mask
+ *           the composition's own nodes), OPS (the composition's own nodes)
+ *   tol     the f32 result's largest normalized squared error against the f64 run
+ *   doc     one line
+ *
+ * One row per line. */
+#ifndef KILN_IR_LINALG_TABLE_H
+#define KILN_IR_LINALG_TABLE_H
+
+/* clang-format off */
+#define KILN__LINALG_TABLE(X) \
+    X(MATMUL,     matmul,                       2, AB,         (a, b),                                                                      FLOAT_SAME, MATMUL,    MATMUL,    MATMUL,    1e-10, "torch.matmul: 1-d operands promoted, batch dims broadcast") \
+    X(BMM,        bmm,                          2, AB,         (a, b),                                                                      FLOAT_SAME, BMM,       MATMUL,    MATMUL,    1e-10, "torch.bmm: [B, n, k] @ [B, k, m], no broadcasting") \
+    X(LINEAR,     linear,                       3, LINEAR,     (x, w, bias),                                                                FLOAT_SAME, LINEAR,    MATMUL,    LINEAR,    1e-10, "x @ w^T + bias; w [out, in], bias [out] or KILN_NONE") \
+    X(CONV2D,     conv2d,                       3, CONV2D,     (x, w, bias, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups), FLOAT_SAME, CONV2D, CONV2D, CONV2D, 1e-10, "x [N, C, H, W], w [O, C/groups, KH, KW], bias [O] or KILN_NONE") \
+    X(ATTENTION,  scaled_dot_product_attention, 4, ATTENTION,  (q, k, v, attn_mask, is_causal, scale),                                      FLOAT_SAME, ATTENTION, ATTENTION, ATTENTION, 1e-10, "softmax(q k^T * scale + mask) v (torch.nn.functional.scaled_dot_product_attention)") \
+    X(BATCH_NORM, batch_norm,                   5, BATCH_NORM, (x, running_mean, running_var, weight, bias, training, momentum, eps),       FLOAT_SAME, SAME,      OPS,       OPS,       1e-10, "x [N, C, ...] normalised per channel (torch.nn.functional.batch_norm)")
+/* clang-format on */
+
+typedef enum {
+    KILN__LSIG_AB,
+    KILN__LSIG_LINEAR,
+    KILN__LSIG_CONV2D,
+    KILN__LSIG_ATTENTION,
+    KILN__LSIG_BATCH_NORM
+} kiln__linalg_sig;
+typedef enum { KILN__LDT_FLOAT_SAME } kiln__linalg_dtype;
+typedef enum {
+    KILN__LSHAPE_MATMUL,
+    KILN__LSHAPE_BMM,
+    KILN__LSHAPE_LINEAR,
+    KILN__LSHAPE_CONV2D,
+    KILN__LSHAPE_ATTENTION,
+    KILN__LSHAPE_SAME
+} kiln__linalg_shape;
+typedef enum {
+    KILN__LGRAD_MATMUL,
+    KILN__LGRAD_LINEAR,
+    KILN__LGRAD_CONV2D,
+    KILN__LGRAD_ATTENTION,
+    KILN__LGRAD_OPS
+} kiln__linalg_grad;
+
+typedef enum {
+#define KILN__LINALG_ENUM(NAME, ...) KILN__LINALG_##NAME,
+    KILN__LINALG_TABLE(KILN__LINALG_ENUM)
+#undef KILN__LINALG_ENUM
+    KILN__LINALG_COUNT
+} kiln__linalg_op;
+
+/* One row, as data (ir/opcodes.c). */
+typedef struct kiln__linalg_info {
+    const char *name; /* "matmul" */
+    int arity;
+    kiln__linalg_sig sig;
+    const char *args; /* "(a, b)" */
+    kiln__linalg_dtype dtype;
+    kiln__linalg_shape shape;
+    int kernel; /* the opcode (a kiln__opcode) it runs as, or -1 for a composition */
+    kiln__linalg_grad grad;
+    double tol;
+    const char *doc;
+} kiln__linalg_info;
+
+#endif
