@@ -101,8 +101,8 @@ KT_TEST(every_path_matches_the_dequantized_f64_reference) {
                     for (size_t m = 0; m < sizeof ROWS / sizeof ROWS[0]; m++) {
                         int64_t R = ROWS[m], split = N > KILN__BQ_GROUP ? KILN__BQ_GROUP : N;
                         for (int64_t i = 0; i < R * N; i++) y[i] = -1e30f;
-                        kiln__gemm_bq(f, x, K, R, pw, pcols, N, 0, split, K, (kiln__bq_epilogue)e, y, N);
-                        kiln__gemm_bq(f, x, K, R, pw, pcols, N, split, N, K, (kiln__bq_epilogue)e, y, N);
+                        KT_CHECK(kiln__gemm_bq(f, x, K, R, pw, pcols, N, 0, split, K, (kiln__bq_epilogue)e, y, N) == 0);
+                        KT_CHECK(kiln__gemm_bq(f, x, K, R, pw, pcols, N, split, N, K, (kiln__bq_epilogue)e, y, N) == 0);
                         int bad = 0;
                         for (int64_t r = 0; r < R && bad < 3; r++)
                             for (int64_t o = 0; o < N && bad < 3; o++) {

@@ -81,7 +81,7 @@ static kiln_status bq_shape(int n, const kiln_custom_meta *in, kiln_custom_meta 
 typedef struct {
     kiln__bq_format format;
     kiln__bq_epilogue epilogue;
-    const float *x; /* [rows, k], dense */
+    const float *x; /* [rows, k], dense; packed by kiln__bq_pack_x for the tiles */
     int64_t rows, k, out, nblk, cols;
     const uint8_t *w;
     const float *s;
@@ -91,8 +91,8 @@ typedef struct {
 
 static void run_groups(void *ctx, int64_t begin, int64_t end) {
     const bq_run *g = ctx;
-    kiln__gemm_bq(g->format, g->x, g->k, g->rows, g->w, g->s, g->out, begin * KILN__BQ_GROUP,
-                  min64(end * KILN__BQ_GROUP, g->out), g->k, g->epilogue, g->y, g->out);
+    kiln__gemm_bq_packed(g->format, g->x, g->rows, g->w, g->s, g->out, begin * KILN__BQ_GROUP,
+                         min64(end * KILN__BQ_GROUP, g->out), g->k, g->epilogue, g->y, g->out);
 }
 
 static void dequantize_groups(void *ctx, int64_t begin, int64_t end) {
@@ -154,9 +154,17 @@ static kiln_status bq_cpu(int n, const kiln_custom_operand *in, const kiln_custo
         kiln_parallel_for(rows, grain > 0 ? grain : 1, epilogue_rows, &g);
         free(g.wf);
     } else { /* (out of memory for the f32 copy: the tiles serve any rows) */
+        float *xp = malloc((size_t)(rows * k) * sizeof *xp + 1);
+        if (!xp) {
+            free(dense);
+            return KILN_ERR_OUT_OF_MEMORY;
+        }
+        kiln__bq_pack_x(g.x, k, rows, k, xp);
+        g.x = xp;
         int64_t per_group = rows * (k > 0 ? k : 1) * KILN__BQ_GROUP;
         int64_t grain = ((int64_t)1 << 16) / per_group; /* ~64k products a chunk */
         kiln_parallel_for(groups, grain > 0 ? grain : 1, run_groups, &g);
+        free(xp);
     }
     free(dense);
     return KILN_OK;

@@ -126,30 +126,54 @@ void kiln__bq_dequantize(kiln__bq_format f, const uint8_t *packed, const float *
     }
 }
 
+/* ---- the activations ------------------------------------------------------------------------ */
+
+/* The row tiles every path walks: 16 rows at a time, then 8, 4, 2 and 1 for the rest. */
+static int64_t tile_rows(int64_t rows, int64_t r) {
+    int64_t left = rows - r;
+    return left >= 16 ? 16 : left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+}
+
+void kiln__bq_pack_x(const float *x, int64_t ldx, int64_t rows, int64_t k, float *xp) {
+    for (int64_t r0 = 0, R; r0 < rows; r0 += R) {
+        R = tile_rows(rows, r0);
+        float *t = xp + r0 * k;
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t i = 0; i < k; i++) t[i * R + r] = x[(r0 + r) * ldx + i];
+    }
+}
+
 /* ---- the products ----------------------------------------------------------------------------- */
 
 /* Any group width, from the packed layout as it is: the reference the vector paths follow. */
-static void group_scalar(bool q4, const float *x, int64_t ldx, int64_t rows, const uint8_t *g, int64_t gw,
-                         const float *ws, int64_t k, float *y, int64_t ldy) {
+static void group_scalar(bool q4, const float *xp, int64_t rows, const uint8_t *g, int64_t gw, const float *ws,
+                         int64_t k, float *y, int64_t ldy) {
     int64_t nblk = (k + BLK - 1) / BLK, bb = q4 ? BLK / 2 : BLK;
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t j = 0; j < gw; j++) {
-            float acc = 0.0f;
-            for (int64_t b = 0; b < nblk; b++) {
-                const uint8_t *blk = g + b * bb * gw;
-                float d = ws[b * gw + j];
-                for (int64_t i = 0; i < min64(BLK, k - b * BLK); i++)
-                    acc += x[r * ldx + b * BLK + i] * ((float)weight_at(q4, blk, gw, i, j) * d);
+    for (int64_t r0 = 0, R; r0 < rows; r0 += R) {
+        R = tile_rows(rows, r0);
+        const float *t = xp + r0 * k;
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t j = 0; j < gw; j++) {
+                float acc = 0.0f;
+                for (int64_t b = 0; b < nblk; b++) {
+                    const uint8_t *blk = g + b * bb * gw;
+                    float d = ws[b * gw + j];
+                    for (int64_t i = 0; i < min64(BLK, k - b * BLK); i++)
+                        acc += t[(b * BLK + i) * R + r] * ((float)weight_at(q4, blk, gw, i, j) * d);
+                }
+                y[(r0 + r) * ldy + j] = acc;
             }
-            y[r * ldy + j] = acc;
-        }
+    }
 }
 
 #if HAVE_X86
-/* R <= 16 rows (a constant after inlining) of one full-width group; lanes: the outputs stored.
- * The weights come from L3 or memory (a model's are larger than L2): ask for them a few blocks
- * ahead (past the group's end is the next group's start, past the matrix harmless). */
-AVX512_TARGET static INLINE void tile_avx512(const int R, const bool q4, const float *x, int64_t ldx, const uint8_t *g,
+/* R <= 16 rows (a constant after inlining) of one full-width group, from a tile of packed
+ * activations t [k][R] (so each broadcast is one pointer and a constant offset: with a pointer
+ * per row, 16 rows' pointers did not fit the registers and every FMA reloaded one from the
+ * stack); lanes: the outputs stored. The weights come from L3 or memory (a model's are larger
+ * than L2): ask for them a few blocks ahead (past the group's end is the next group's start,
+ * past the matrix harmless). */
+AVX512_TARGET static INLINE void tile_avx512(const int R, const bool q4, const float *t, const uint8_t *g,
                                              const float *ws, int64_t k, __mmask16 lanes, float *y, int64_t ldy) {
     const int64_t nblk = (k + BLK - 1) / BLK, bb = q4 ? BLK / 2 : BLK;
     __m512 acc[16];
@@ -161,7 +185,7 @@ AVX512_TARGET static INLINE void tile_avx512(const int R, const bool q4, const f
         const char *ahead = (const char *)(wb + BQ_PREFETCH_BLOCKS * bb * GROUP);
         for (int64_t c = 0; c < bb * GROUP; c += 64) _mm_prefetch(ahead + c, _MM_HINT_T0);
         const __m512 d = _mm512_loadu_ps(ws + b * GROUP);
-        const float *xb = x + b * BLK;
+        const float *xb = t + b * BLK * R;
         const int64_t n = min64(BLK, k - b * BLK);
         if (!q4) {
 #pragma GCC unroll 4
@@ -169,7 +193,7 @@ AVX512_TARGET static INLINE void tile_avx512(const int R, const bool q4, const f
                 __m512 w = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(wb + i * GROUP))));
                 w = _mm512_mul_ps(w, d);
 #pragma GCC unroll 16
-                for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(xb[r * ldx + i]), w, acc[r]);
+                for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(xb[i * R + r]), w, acc[r]);
             }
         } else {
             const __m512 d8 = _mm512_mul_ps(d, _mm512_set1_ps(-8.0f));
@@ -178,12 +202,12 @@ AVX512_TARGET static INLINE void tile_avx512(const int R, const bool q4, const f
                 __m128i v = _mm_loadu_si128((const __m128i *)(wb + p * GROUP));
                 __m512 w0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(v, low4))), d, d8);
 #pragma GCC unroll 16
-                for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(xb[r * ldx + 2 * p]), w0, acc[r]);
+                for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(xb[2 * p * R + r]), w0, acc[r]);
                 if (2 * p + 1 == n) break; /* an odd tail: x has no input 2p + 1 */
                 __m512 w1 = _mm512_fmadd_ps(
                     _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(v, 4), low4))), d, d8);
 #pragma GCC unroll 16
-                for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(xb[r * ldx + 2 * p + 1]), w1, acc[r]);
+                for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(xb[(2 * p + 1) * R + r]), w1, acc[r]);
             }
         }
     }
@@ -191,61 +215,61 @@ AVX512_TARGET static INLINE void tile_avx512(const int R, const bool q4, const f
     for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(y + r * ldy, lanes, acc[r]);
 }
 
-#define GROUP_ROWS(TILE, BIG) \
-    do { \
-        int64_t r = 0; \
-        for (; r + BIG <= rows; r += BIG) TILE(BIG); \
-        if (BIG > 8 && rows - r >= 8) TILE(8), r += 8; \
-        if (rows - r >= 4) TILE(4), r += 4; \
-        if (rows - r >= 2) TILE(2), r += 2; \
-        if (rows - r >= 1) TILE(1); \
-    } while (0)
+#define GROUP_TILES(Q4)                                                                                           \
+    for (int64_t r0 = 0, R; r0 < rows; r0 += R) {                                                                 \
+        R = tile_rows(rows, r0);                                                                                  \
+        const float *t = xp + r0 * k;                                                                             \
+        float *yt = y + r0 * ldy;                                                                                 \
+        switch (R) {                                                                                              \
+        case 16: tile_avx512(16, Q4, t, g, ws, k, lanes, yt, ldy); break;                                         \
+        case 8: tile_avx512(8, Q4, t, g, ws, k, lanes, yt, ldy); break;                                           \
+        case 4: tile_avx512(4, Q4, t, g, ws, k, lanes, yt, ldy); break;                                           \
+        case 2: tile_avx512(2, Q4, t, g, ws, k, lanes, yt, ldy); break;                                           \
+        default: tile_avx512(1, Q4, t, g, ws, k, lanes, yt, ldy); break;                                          \
+        }                                                                                                         \
+    }
 
-AVX512_TARGET static void group_avx512_q8(const float *x, int64_t ldx, int64_t rows, const uint8_t *g, const float *ws,
-                                          int64_t k, __mmask16 lanes, float *y, int64_t ldy) {
-#define TILE(R) tile_avx512(R, false, x + r * ldx, ldx, g, ws, k, lanes, y + r * ldy, ldy)
-    GROUP_ROWS(TILE, 16);
-#undef TILE
+AVX512_TARGET static void group_avx512_q8(const float *xp, int64_t rows, const uint8_t *g, const float *ws, int64_t k,
+                                          __mmask16 lanes, float *y, int64_t ldy) {
+    GROUP_TILES(false)
 }
 
-AVX512_TARGET static void group_avx512_q4(const float *x, int64_t ldx, int64_t rows, const uint8_t *g, const float *ws,
-                                          int64_t k, __mmask16 lanes, float *y, int64_t ldy) {
-#define TILE(R) tile_avx512(R, true, x + r * ldx, ldx, g, ws, k, lanes, y + r * ldy, ldy)
-    GROUP_ROWS(TILE, 16);
-#undef TILE
+AVX512_TARGET static void group_avx512_q4(const float *xp, int64_t rows, const uint8_t *g, const float *ws, int64_t k,
+                                          __mmask16 lanes, float *y, int64_t ldy) {
+    GROUP_TILES(true)
 }
 
-/* AVX2: the group's 16 outputs as two halves of 8, R <= 4 rows (16 registers). */
-AVX2_TARGET static INLINE void fma_rows_avx2(const int R, __m256 acc[4][2], const float *xk, int64_t ldx, __m256 w0,
-                                             __m256 w1) {
+/* AVX2: the group's 16 outputs as two halves of 8, S <= 4 rows (16 registers) of a packed tile
+ * whose inputs are T values apart. */
+AVX2_TARGET static INLINE void fma_rows_avx2(const int S, __m256 acc[4][2], const float *xk, __m256 w0, __m256 w1) {
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) {
-        __m256 xr = _mm256_set1_ps(xk[r * ldx]);
+    for (int r = 0; r < S; r++) {
+        __m256 xr = _mm256_set1_ps(xk[r]);
         acc[r][0] = _mm256_fmadd_ps(xr, w0, acc[r][0]);
         acc[r][1] = _mm256_fmadd_ps(xr, w1, acc[r][1]);
     }
 }
 
-AVX2_TARGET static INLINE void tile_avx2(const int R, const bool q4, const float *x, int64_t ldx, const uint8_t *g,
+AVX2_TARGET static INLINE void tile_avx2(const int S, const bool q4, const float *t, int64_t T, const uint8_t *g,
                                          const float *ws, int64_t k, const __m256i *lanes, float *y, int64_t ldy) {
     const int64_t nblk = (k + BLK - 1) / BLK, bb = q4 ? BLK / 2 : BLK;
     __m256 acc[4][2];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int r = 0; r < S; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     const __m128i low4 = _mm_set1_epi8(0x0F);
     for (int64_t b = 0; b < nblk; b++) {
         const uint8_t *wb = g + b * bb * GROUP;
         const char *ahead = (const char *)(wb + BQ_PREFETCH_BLOCKS * bb * GROUP);
         for (int64_t c = 0; c < bb * GROUP; c += 64) _mm_prefetch(ahead + c, _MM_HINT_T0);
         const __m256 d0 = _mm256_loadu_ps(ws + b * GROUP), d1 = _mm256_loadu_ps(ws + b * GROUP + 8);
-        const float *xb = x + b * BLK;
+        const float *xb = t + b * BLK * T;
         const int64_t n = min64(BLK, k - b * BLK);
         if (!q4) {
             for (int64_t i = 0; i < n; i++) {
                 __m128i v = _mm_loadu_si128((const __m128i *)(wb + i * GROUP));
                 __m256 w0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)), d0);
                 __m256 w1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8))), d1);
-                fma_rows_avx2(R, acc, xb + i, ldx, w0, w1);
+                fma_rows_avx2(S, acc, xb + i * T, w0, w1);
             }
         } else {
             const __m256 e0 = _mm256_mul_ps(d0, _mm256_set1_ps(-8.0f)), e1 = _mm256_mul_ps(d1, _mm256_set1_ps(-8.0f));
@@ -254,34 +278,41 @@ AVX2_TARGET static INLINE void tile_avx2(const int R, const bool q4, const float
                 __m128i lo = _mm_and_si128(v, low4), hi = _mm_and_si128(_mm_srli_epi16(v, 4), low4);
                 __m256 w0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)), d0, e0);
                 __m256 w1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))), d1, e1);
-                fma_rows_avx2(R, acc, xb + 2 * p, ldx, w0, w1);
+                fma_rows_avx2(S, acc, xb + 2 * p * T, w0, w1);
                 if (2 * p + 1 == n) break; /* an odd tail */
                 w0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)), d0, e0);
                 w1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))), d1, e1);
-                fma_rows_avx2(R, acc, xb + 2 * p + 1, ldx, w0, w1);
+                fma_rows_avx2(S, acc, xb + (2 * p + 1) * T, w0, w1);
             }
         }
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) {
+    for (int r = 0; r < S; r++) {
         _mm256_maskstore_ps(y + r * ldy, lanes[0], acc[r][0]);
         _mm256_maskstore_ps(y + r * ldy + 8, lanes[1], acc[r][1]);
     }
 }
 
-AVX2_TARGET static void group_avx2(bool q4, const float *x, int64_t ldx, int64_t rows, const uint8_t *g, const float *ws,
-                                   int64_t k, int64_t gw, float *y, int64_t ldy) {
+AVX2_TARGET static void group_avx2(bool q4, const float *xp, int64_t rows, const uint8_t *g, const float *ws, int64_t k,
+                                   int64_t gw, float *y, int64_t ldy) {
     __m256i lanes[2];
     for (int h = 0; h < 2; h++)
         lanes[h] = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(gw - 8 * h)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    if (q4) {
-#define TILE(R) tile_avx2(R, true, x + r * ldx, ldx, g, ws, k, lanes, y + r * ldy, ldy)
-        GROUP_ROWS(TILE, 4);
-#undef TILE
-    } else {
-#define TILE(R) tile_avx2(R, false, x + r * ldx, ldx, g, ws, k, lanes, y + r * ldy, ldy)
-        GROUP_ROWS(TILE, 4);
-#undef TILE
+    for (int64_t r0 = 0, R; r0 < rows; r0 += R) {
+        R = tile_rows(rows, r0);
+        const float *t = xp + r0 * k;
+        for (int64_t s0 = 0, S; s0 < R; s0 += S) { /* the tile in pieces of 4 rows (or 2, 1) */
+            S = R - s0 >= 4 ? 4 : R - s0;
+            float *ys = y + (r0 + s0) * ldy;
+            if (q4)
+                S == 4 ? tile_avx2(4, true, t + s0, R, g, ws, k, lanes, ys, ldy)
+                : S == 2 ? tile_avx2(2, true, t + s0, R, g, ws, k, lanes, ys, ldy)
+                         : tile_avx2(1, true, t + s0, R, g, ws, k, lanes, ys, ldy);
+            else
+                S == 4 ? tile_avx2(4, false, t + s0, R, g, ws, k, lanes, ys, ldy)
+                : S == 2 ? tile_avx2(2, false, t + s0, R, g, ws, k, lanes, ys, ldy)
+                         : tile_avx2(1, false, t + s0, R, g, ws, k, lanes, ys, ldy);
+        }
     }
 }
 #endif
@@ -317,9 +348,9 @@ void kiln__bq_epilogue_rows(kiln__bq_epilogue e, const float *pscales, int64_t o
     }
 }
 
-void kiln__gemm_bq(kiln__bq_format f, const float *x, int64_t ldx, int64_t rows, const uint8_t *packed,
-                   const float *pscales, int64_t out, int64_t o_begin, int64_t o_end, int64_t k, kiln__bq_epilogue e,
-                   float *y, int64_t ldy) {
+void kiln__gemm_bq_packed(kiln__bq_format f, const float *xp, int64_t rows, const uint8_t *packed, const float *pscales,
+                          int64_t out, int64_t o_begin, int64_t o_end, int64_t k, kiln__bq_epilogue e, float *y,
+                          int64_t ldy) {
     bq_path path = path_now();
     bool q4 = f == KILN__BQ_Q4_0;
     int64_t nblk = (k + BLK - 1) / BLK, cols = nblk + (e != KILN__BQ_PLAIN), bb = kiln__bq_block_bytes(f);
@@ -334,18 +365,29 @@ void kiln__gemm_bq(kiln__bq_format f, const float *x, int64_t ldx, int64_t rows,
 #if HAVE_X86
         if (vec && path == PATH_AVX512) {
             __mmask16 lanes = (__mmask16)(gw >= GROUP ? 0xFFFF : (1u << gw) - 1);
-            (q4 ? group_avx512_q4 : group_avx512_q8)(x, ldx, rows, g, ws, k, lanes, y + o0, ldy);
+            (q4 ? group_avx512_q4 : group_avx512_q8)(xp, rows, g, ws, k, lanes, y + o0, ldy);
         } else if (vec && path == PATH_AVX2) {
-            group_avx2(q4, x, ldx, rows, g, ws, k, gw, y + o0, ldy);
+            group_avx2(q4, xp, rows, g, ws, k, gw, y + o0, ldy);
         } else
 #endif
         {
             (void)vec;
-            group_scalar(q4, x, ldx, rows, g, gw, ws, k, y + o0, ldy);
+            group_scalar(q4, xp, rows, g, gw, ws, k, y + o0, ldy);
         }
         free(wpad), free(spad);
     }
     kiln__bq_epilogue_rows(e, pscales, out, o_begin, min64(o_end, out), nblk, y, ldy, rows);
+}
+
+int kiln__gemm_bq(kiln__bq_format f, const float *x, int64_t ldx, int64_t rows, const uint8_t *packed,
+                  const float *pscales, int64_t out, int64_t o_begin, int64_t o_end, int64_t k, kiln__bq_epilogue e,
+                  float *y, int64_t ldy) {
+    float *xp = malloc((size_t)(rows * k) * sizeof *xp + 1);
+    if (!xp) return -1;
+    kiln__bq_pack_x(x, ldx, rows, k, xp);
+    kiln__gemm_bq_packed(f, xp, rows, packed, pscales, out, o_begin, o_end, k, e, y, ldy);
+    free(xp);
+    return 0;
 }
 
 void kiln__gemm_bq_dequantized(const float *x, int64_t rows, const float *wf, int64_t out, int64_t k, float *y) {

@@ -22,7 +22,7 @@
  * by side; cols = nblk, or nblk + 1 with a Linear's bias as the last column).
  * Three paths, chosen at each call by the CPU and KILN_ISA (kiln__vmath_force_isa in tests):
  * "avx512" (16 outputs in a register, up to 16 rows' sums), "avx2" (two halves of 8, up to 4
- * rows) and "scalar"; they differ only in the order of f32 roundings. */
+ * rows) and "scalar", all over activations packed in tiles of rows (kiln__bq_pack_x); they differ only in the order of f32 roundings. */
 #ifndef KILN_BACKEND_CPU_GEMM_BLOCKQ_H
 #define KILN_BACKEND_CPU_GEMM_BLOCKQ_H
 
@@ -54,11 +54,22 @@ void kiln__bq_pack_weight(kiln__bq_format f, const int8_t *q, int64_t out, int64
 void kiln__bq_dequantize(kiln__bq_format f, const uint8_t *packed, const float *pscales, int64_t cols, int64_t out,
                          int64_t o_begin, int64_t o_end, int64_t k, float *w, int64_t ldw);
 
+/* xp [rows * k] = x's rows (ldx apart) in the tiles the products walk, 16 rows at a time, then
+ * 8, 4, 2 and 1: the tile of R rows at row r0 holds x[r0 + r][i] at xp[r0 * k + i * R + r], so
+ * that a tile's activations of one input are side by side (packed once a call, read by every
+ * group). */
+void kiln__bq_pack_x(const float *x, int64_t ldx, int64_t rows, int64_t k, float *xp);
+
 /* The product above for outputs [o_begin, o_end) (o_begin a multiple of KILN__BQ_GROUP, o_end
- * one too or out), with its epilogue over those outputs. */
-void kiln__gemm_bq(kiln__bq_format f, const float *x, int64_t ldx, int64_t rows, const uint8_t *packed,
-                   const float *pscales, int64_t out, int64_t o_begin, int64_t o_end, int64_t k, kiln__bq_epilogue e,
-                   float *y, int64_t ldy);
+ * one too or out) from packed activations, with its epilogue over those outputs. */
+void kiln__gemm_bq_packed(kiln__bq_format f, const float *xp, int64_t rows, const uint8_t *packed, const float *pscales,
+                          int64_t out, int64_t o_begin, int64_t o_end, int64_t k, kiln__bq_epilogue e, float *y,
+                          int64_t ldy);
+
+/* The same from row-major x (packed here): 0, or -1 when out of memory for the packing. */
+int kiln__gemm_bq(kiln__bq_format f, const float *x, int64_t ldx, int64_t rows, const uint8_t *packed,
+                  const float *pscales, int64_t out, int64_t o_begin, int64_t o_end, int64_t k, kiln__bq_epilogue e,
+                  float *y, int64_t ldy);
 
 /* The same product (no epilogue) for many rows, from wf [out, k], the weight
  * kiln__bq_dequantize gave: the f32 GEMM (OpenBLAS, oneDNN: gemm.h) on its threads. */
