@@ -2,6 +2,7 @@
  *   --workload throughput  256 sentences of 16 to 128 tokens in batches of 32 (padded to the
  *                          longest of each batch): ms for all of them, median of --runs
  *   --workload latency     one sentence of 16 tokens: p50 of 100 embeddings, in ms
+ *   --tokens N             (latency with --q8_0/--q4_0) a sentence of N tokens (2 to 512) instead
  *   --workload load        tokenizer + model load, then the first embedding of one sentence
  *   --workload memory      VmRSS (RssAnon + RssFile) and VmHWM in MiB after the model's load
  *                          (and --bf16's conversion), then after one embedding of 16 tokens;
@@ -74,16 +75,22 @@ static void embed(const kiln_bert *m, kiln_token_batch *b, float *out, size_t by
 int main(int argc, char **argv) {
     const char *workload = "throughput";
     kiln_quant_type quant = 0;
+    int tokens = 16; /* latency's sentence */
     bool bf16 = false;
     for (int i = 1; i < argc; i++) {
         if (i + 1 < argc && strcmp(argv[i], "--workload") == 0) workload = argv[i + 1];
         if (strcmp(argv[i], "--int8") == 0) quant = KILN_QUANT_I8;
         if (strcmp(argv[i], "--q8_0") == 0) quant = KILN_QUANT_Q8_0;
         if (strcmp(argv[i], "--q4_0") == 0) quant = KILN_QUANT_Q4_0;
+        if (i + 1 < argc && strcmp(argv[i], "--tokens") == 0) tokens = atoi(argv[i + 1]);
         if (strcmp(argv[i], "--bf16") == 0) bf16 = true;
     }
     bool throughput = !strcmp(workload, "throughput"), latency = !strcmp(workload, "latency"), load = !strcmp(workload, "load");
     bool memory = !strcmp(workload, "memory");
+    if (tokens < 2 || tokens > 512) {
+        fprintf(stderr, "bench_embed: --tokens 2..512, not %d\n", tokens);
+        return 2;
+    }
     if (!throughput && !latency && !load && !memory) {
         fprintf(stderr, "bench_embed: --workload throughput|latency|load|memory, not '%s'\n", workload);
         return 2;
@@ -153,7 +160,7 @@ int main(int argc, char **argv) {
         const kiln_bert *models[3] = {m, peers[0], peers[1]};
         double *times[3] = {ms, malloc(sizeof(double) * 100), malloc(sizeof(double) * 100)};
         uint64_t state = 7;
-        int64_t len = 16;
+        int64_t len = tokens;
         kiln_token_batch b = make_batch(&state, 1, &len);
         for (int j = 0; j < 3; j++)
             for (int r = 0; r < 5; r++) embed(models[j], &b, out, 384 * sizeof *out);
