@@ -2,11 +2,15 @@
  *   --workload throughput  256 sentences of 16 to 128 tokens in batches of 32 (padded to the
  *                          longest of each batch): ms for all of them, median of --runs
  *   --workload latency     one sentence of 16 tokens: p50 of 100 embeddings, in ms
+ *   --tokens N             (latency with --q8_0/--q4_0) a sentence of N tokens (2 to 512) instead
  *   --workload load        tokenizer + model load, then the first embedding of one sentence
  *   --workload memory      VmRSS (RssAnon + RssFile) and VmHWM in MiB after the model's load
  *                          (and --bf16's conversion), then after one embedding of 16 tokens;
  *                          "ms": the load (and conversion)
  *   --int8                 (throughput, latency) with kiln_bert_quantize_dynamic's int8 linears
+ *   --q8_0, --q4_0         (throughput, latency, memory) with its weight-only q8_0 / q4_0 linears;
+ *                          latency then also times the f32 and int8 models in the same process,
+ *                          rounds of 10 embeddings alternating (f32_ms, int8_ms beside ms)
  *   --bf16                 (throughput, latency, memory) with kiln_bert_to_dtype's bf16 weights
  * The token ids are made up (the same generator as bench/peers/torch_peer.py's), so both sides
  * run the same shapes without tokenizing; `load` tokenizes its one sentence on both sides.
@@ -70,14 +74,23 @@ static void embed(const kiln_bert *m, kiln_token_batch *b, float *out, size_t by
 
 int main(int argc, char **argv) {
     const char *workload = "throughput";
-    bool int8 = false, bf16 = false;
+    kiln_quant_type quant = 0;
+    int tokens = 16; /* latency's sentence */
+    bool bf16 = false;
     for (int i = 1; i < argc; i++) {
         if (i + 1 < argc && strcmp(argv[i], "--workload") == 0) workload = argv[i + 1];
-        if (strcmp(argv[i], "--int8") == 0) int8 = true;
+        if (strcmp(argv[i], "--int8") == 0) quant = KILN_QUANT_I8;
+        if (strcmp(argv[i], "--q8_0") == 0) quant = KILN_QUANT_Q8_0;
+        if (strcmp(argv[i], "--q4_0") == 0) quant = KILN_QUANT_Q4_0;
+        if (i + 1 < argc && strcmp(argv[i], "--tokens") == 0) tokens = atoi(argv[i + 1]);
         if (strcmp(argv[i], "--bf16") == 0) bf16 = true;
     }
     bool throughput = !strcmp(workload, "throughput"), latency = !strcmp(workload, "latency"), load = !strcmp(workload, "load");
     bool memory = !strcmp(workload, "memory");
+    if (tokens < 2 || tokens > 512) {
+        fprintf(stderr, "bench_embed: --tokens 2..512, not %d\n", tokens);
+        return 2;
+    }
     if (!throughput && !latency && !load && !memory) {
         fprintf(stderr, "bench_embed: --workload throughput|latency|load|memory, not '%s'\n", workload);
         return 2;
@@ -114,9 +127,13 @@ int main(int argc, char **argv) {
     double t_load = bench_now_ms();
     kiln_bert *m = kiln_bert_load(dir);
     if (!m) bench_check(KILN_ERR_IO, "kiln_bert_load");
-    if (int8) bench_check(kiln_bert_quantize_dynamic(m, KILN_QUANT_I8), "kiln_bert_quantize_dynamic");
+    if (quant) bench_check(kiln_bert_quantize_dynamic(m, quant), "kiln_bert_quantize_dynamic");
     if (bf16) bench_check(kiln_bert_to_dtype(m, KILN_BF16), "kiln_bert_to_dtype");
-    const char *suffix = int8 ? "_int8" : bf16 ? "_bf16" : "";
+    const char *suffix = quant == KILN_QUANT_I8     ? "_int8"
+                         : quant == KILN_QUANT_Q8_0 ? "_q8_0"
+                         : quant == KILN_QUANT_Q4_0 ? "_q4_0"
+                         : bf16                     ? "_bf16"
+                                                    : "";
     char name[64];
     t_load = bench_now_ms() - t_load;
     if (memory) {
@@ -134,6 +151,34 @@ int main(int argc, char **argv) {
                  status_mib("VmHWM:"));
         snprintf(name, sizeof name, "embed_memory%s", suffix);
         bench_report(name, t_load, extra);
+    } else if (latency && (quant == KILN_QUANT_Q8_0 || quant == KILN_QUANT_Q4_0)) {
+        /* the block format against f32 and int8 in one process: 10 rounds of 10 embeddings each,
+         * the three models taking turns, so that a change in the machine's load hits all three */
+        kiln_bert *peers[2] = {kiln_bert_load(dir), kiln_bert_load(dir)};
+        if (!peers[0] || !peers[1]) bench_check(KILN_ERR_IO, "kiln_bert_load");
+        bench_check(kiln_bert_quantize_dynamic(peers[1], KILN_QUANT_I8), "kiln_bert_quantize_dynamic");
+        const kiln_bert *models[3] = {m, peers[0], peers[1]};
+        double *times[3] = {ms, malloc(sizeof(double) * 100), malloc(sizeof(double) * 100)};
+        uint64_t state = 7;
+        int64_t len = tokens;
+        kiln_token_batch b = make_batch(&state, 1, &len);
+        for (int j = 0; j < 3; j++)
+            for (int r = 0; r < 5; r++) embed(models[j], &b, out, 384 * sizeof *out);
+        for (int round = 0; round < 10; round++)
+            for (int j = 0; j < 3; j++)
+                for (int r = 0; r < 10; r++) {
+                    double t0 = bench_now_ms();
+                    embed(models[j], &b, out, 384 * sizeof *out);
+                    times[j][round * 10 + r] = bench_now_ms() - t0;
+                }
+        char extra[160];
+        snprintf(extra, sizeof extra, ",\"ms_p99\":%.4f,\"f32_ms\":%.4f,\"int8_ms\":%.4f", bench_quantile(ms, 100, 0.99),
+                 bench_quantile(times[1], 100, 0.5), bench_quantile(times[2], 100, 0.5));
+        snprintf(name, sizeof name, "embed_latency%s", suffix);
+        bench_report(name, bench_quantile(ms, 100, 0.5), extra);
+        kiln_token_batch_release(&b);
+        kiln_bert_free(peers[0]), kiln_bert_free(peers[1]);
+        free(times[1]), free(times[2]);
     } else if (latency) {
         uint64_t state = 7;
         int64_t len = 16;

@@ -28,7 +28,8 @@ typedef struct {
     const char *model, *file, *out, *profile;
     int64_t batch;
     int threads;
-    bool int8, bf16;
+    kiln_quant_type quant; /* 0: f32 linears */
+    bool bf16;
     char **sentences;
     int n_sentences;
 } options;
@@ -44,6 +45,8 @@ static const char usage_text[] =
     "  --threads N     intra-op threads, 1 to 1024 (default: the CPUs available)\n"
     "  --profile FILE  write a Chrome trace of every op to FILE and a summary to stderr\n"
     "  --int8          run the linear layers in int8 (dynamic quantization; cosine >= 0.995 to f32)\n"
+    "  --q8_0          weight-only q8_0 linears (ggml's blocks of 32 int8 + a scale; f32 activations)\n"
+    "  --q4_0          weight-only q4_0 linears (4-bit blocks: the least memory, the lowest cosine)\n"
     "  --bf16          hold the weights in bf16 (about half the memory; cosine >= 0.999 to f32)\n"
     "  -h, --help      print this and exit\n";
 
@@ -64,13 +67,14 @@ static bool int_arg(const char *name, const char *s, long long lo, long long hi,
  * --help), -1 to go on. Nothing is loaded before the options are known to be good. */
 static int parse(int argc, char **argv, options *o) {
     *o = (options){.batch = 32};
-    enum { MODEL = 256, FILE_, OUT, BATCH, THREADS, PROFILE, INT8, BF16 };
+    enum { MODEL = 256, FILE_, OUT, BATCH, THREADS, PROFILE, INT8, BF16, Q8_0, Q4_0 };
     static const struct option longopts[] = {
         {"model", required_argument, NULL, MODEL},     {"file", required_argument, NULL, FILE_},
         {"out", required_argument, NULL, OUT},         {"batch", required_argument, NULL, BATCH},
         {"threads", required_argument, NULL, THREADS}, {"profile", required_argument, NULL, PROFILE},
         {"int8", no_argument, NULL, INT8},             {"help", no_argument, NULL, 'h'},
-        {"bf16", no_argument, NULL, BF16},
+        {"bf16", no_argument, NULL, BF16},             {"q8_0", no_argument, NULL, Q8_0},
+        {"q4_0", no_argument, NULL, Q4_0},
         {NULL, 0, NULL, 0},
     };
     long long v = 0;
@@ -86,7 +90,17 @@ static int parse(int argc, char **argv, options *o) {
         case BATCH: ok = int_arg(name, optarg, 1, 65536, &v); o->batch = v; break;
         case THREADS: ok = int_arg(name, optarg, 1, 1024, &v); o->threads = (int)v; break;
         case PROFILE: o->profile = optarg; break;
-        case INT8: o->int8 = true; break;
+        case INT8:
+        case Q8_0:
+        case Q4_0: {
+            kiln_quant_type t = c == INT8 ? KILN_QUANT_I8 : c == Q8_0 ? KILN_QUANT_Q8_0 : KILN_QUANT_Q4_0;
+            if (o->quant && o->quant != t) {
+                fprintf(stderr, "embed: --%s: give one of --int8, --q8_0, --q4_0\n", name);
+                ok = false;
+            }
+            o->quant = t;
+            break;
+        }
         case BF16: o->bf16 = true; break;
         default: ok = false; break; /* getopt_long has named the unknown option or missing value */
         }
@@ -243,7 +257,7 @@ int main(int argc, char **argv) {
         kiln_tokenizer_free(tok);
         return 1;
     }
-    if (o.int8 && kiln_bert_quantize_dynamic(m, KILN_QUANT_I8) != KILN_OK) {
+    if (o.quant && kiln_bert_quantize_dynamic(m, o.quant) != KILN_OK) {
         fprintf(stderr, "embed: cannot quantize the model: %s\n", kiln_last_error());
         kiln_bert_free(m), kiln_tokenizer_free(tok);
         return 1;

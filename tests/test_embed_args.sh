@@ -45,6 +45,7 @@ run 2 "no sentences" --model "$nomodel"
 run 2 "--file needs --out" --model "$nomodel" --file "$tmp/in.txt"
 run 2 "--out needs --file" --model "$nomodel" --out "$tmp/o.safetensors" x
 run 2 "unexpected argument 'x' with --file" --model "$nomodel" --file "$tmp/in.txt" --out "$tmp/o.safetensors" x
+run 2 "--q4_0: give one of --int8, --q8_0, --q4_0" --model "$nomodel" --q8_0 --q4_0 x
 
 "$exe" --help >"$out" 2>"$err"
 got=$?
@@ -75,6 +76,8 @@ run 1 "config.json: not a JSON object" --model "$tmp/corrupt" x
 
 run 0 "cosine similarity" --model "$dir" "A man is eating food." "A man is eating a piece of bread." ""
 KILN_MINILM_DIR=$dir run 0 "cosine similarity" --threads 1 "one sentence"
+run 0 "cosine similarity" --model "$dir" --q8_0 "A man is eating food." "A man is eating a piece of bread."
+run 0 "cosine similarity" --model "$dir" --q4_0 --q4_0 "A man is eating food." "A man is eating a piece of bread."
 run 1 "cannot open $tmp/missing.txt" --model "$dir" --file "$tmp/missing.txt" --out "$tmp/o.safetensors"
 printf 'fine\nnot \377 UTF-8\n' >"$tmp/bad.txt"
 run 1 "line 2: " --model "$dir" --file "$tmp/bad.txt" --out "$tmp/o.safetensors"

@@ -69,7 +69,10 @@ KILN_API kiln_tensor kiln_bert_embed(const kiln_bert *m, kiln_tensor input_ids, 
  * weights per output channel, inputs quantized per row at run time, int32 sums) and frees
  * their f32 weights; embeddings, attention, layer norms, pooling and the output linear (whose
  * GELU input has the widest outliers) stay f32.
- * Blocking (reads the weights once); calling it again changes nothing. KILN_ERR_NULL,
+ * KILN_QUANT_Q8_0 / KILN_QUANT_Q4_0 instead: the same linears with weight-only blocks
+ * (kiln_quantize_dynamic's q8_0/q4_0: f32 activations, weights dequantized in the product).
+ * Blocking (reads the weights once); calling it again with the same type changes nothing,
+ * with another is KILN_ERR_UNSUPPORTED. KILN_ERR_NULL,
  * KILN_ERR_INVALID_ARGUMENT for another type, KILN_ERR_OUT_OF_MEMORY (the model unchanged). */
 KILN_API kiln_status kiln_bert_quantize_dynamic(kiln_bert *m, kiln_quant_type type);
 

@@ -350,9 +350,15 @@ KILN_API kiln_status kiln_init(kiln_tensor *t, kiln_init_kind kind, uint64_t see
  * scale at run time and the product accumulates in int32 (AVX512-VNNI, AVX2 or plain C). The quantized module has no parameters and is not
  * differentiable: optimizers refuse it (kiln_module_is_quantized). On error, a Linear already
  * quantized stays so; the one that failed is unchanged. */
-typedef enum { KILN_QUANT_I8 = 1 } kiln_quant_type;
+/* Weight-only block formats, ggml's q8_0 and q4_0 (KILN_QUANT_Q8_0, KILN_QUANT_Q4_0): each block
+ * of 32 inputs of an output row has one f32 scale and 32 integers, in [-127, 127] or [-8, 7]
+ * (buffers "weight_q8_0" [out, ceil(in/32), 8] or "weight_q4_0" [out, ceil(in/32), 4] i32 and
+ * "weight_scale_b32" [out, ceil(in/32)] f32); activations stay f32 and the product turns each
+ * weight block into f32 in registers: less memory and a faster one-sentence product than f32,
+ * no activation rounding. Quantizing a module again leaves its quantized layers as they are. */
+typedef enum { KILN_QUANT_I8 = 1, KILN_QUANT_Q8_0 = 2, KILN_QUANT_Q4_0 = 3 } kiln_quant_type;
 KILN_API kiln_status kiln_quantize_dynamic(kiln_module *m, kiln_quant_type type);
-KILN_API bool kiln_module_is_quantized(kiln_module *m); /* any int8 layer in m's tree */
+KILN_API bool kiln_module_is_quantized(kiln_module *m); /* any quantized layer in m's tree */
 
 /* ---- call sites ------------------------------------------------------------------------- */
 /* The calls that record the caller's file:line, as in core.h's list. */

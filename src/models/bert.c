@@ -20,6 +20,7 @@
 #include "kiln/tensor.h"
 #include "models/models-impl.h"
 #include "nn/layers-impl.h"
+#include "nn/linear_blockq-impl.h"
 #include "io/safetensors.h"
 
 static const char OP_LOAD[] = "kiln_bert_load";
@@ -606,10 +607,13 @@ kiln_status kiln_bert_quantize_dynamic(kiln_bert *m, kiln_quant_type type) {
     const char *op = "kiln_bert_quantize_dynamic";
     if (!m) return kiln__report(KILN_ERR_NULL, op, "the model is NULL");
     KILN__OBJECT_OR_RETURN(m, KILN__BERT_KIND, op, kiln_last_status());
-    if (type != KILN_QUANT_I8)
-        return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "unknown quantized type %d (KILN_QUANT_I8 is the one there is)",
+    if (type != KILN_QUANT_I8 && type != KILN_QUANT_Q8_0 && type != KILN_QUANT_Q4_0)
+        return kiln__report(KILN_ERR_INVALID_ARGUMENT, op, "unknown quantized type %d (KILN_QUANT_I8, _Q8_0, _Q4_0)",
                             (int)type);
-    if (m->int8) return KILN_OK; /* already */
+    if (m->int8) /* already: the same type changes nothing, another is refused */
+        return m->cfg.num_hidden_layers == 0 || kiln__quant_type_of(m->int8[0][0][0]) == type
+                   ? KILN_OK
+                   : kiln__report(KILN_ERR_UNSUPPORTED, op, "the model's linears are quantized to another type already");
     if (m->bf16) return kiln__report(KILN_ERR_UNSUPPORTED, op, "the model's weights are bf16 (kiln_bert_to_dtype)");
     int64_t layers = m->cfg.num_hidden_layers;
     const unsigned which = BERT_INT8_LINEARS;
@@ -619,8 +623,11 @@ kiln_status kiln_bert_quantize_dynamic(kiln_bert *m, kiln_quant_type type) {
     for (int64_t l = 0; l < layers && st == KILN_OK; l++)
         for (int k = 0; k < 4 && st == KILN_OK; k++)
             if (which & (1u << k))
-                st = kiln__quantize_weight_i8(op, m->layers[l][linear_slots[k]], m->layers[l][linear_slots[k] + 1],
-                                              &q[l][k][0], &q[l][k][1]);
+                st = type == KILN_QUANT_I8
+                         ? kiln__quantize_weight_i8(op, m->layers[l][linear_slots[k]], m->layers[l][linear_slots[k] + 1],
+                                                    &q[l][k][0], &q[l][k][1])
+                         : kiln__quantize_weight_blockq(op, type, m->layers[l][linear_slots[k]],
+                                                        m->layers[l][linear_slots[k] + 1], &q[l][k][0], &q[l][k][1]);
     if (st != KILN_OK) {
         for (int64_t l = 0; l < layers; l++)
             for (int k = 0; k < 8; k++)

@@ -18,6 +18,7 @@
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +26,7 @@
 #include "kiln/custom_op.h"
 #include "kiln/tensor.h"
 #include "nn/layers-impl.h"
+#include "nn/linear_blockq-impl.h"
 
 /* ---- the kernel ---------------------------------------------------------------------------- */
 
@@ -157,6 +159,8 @@ kiln_tensor kiln__linear_i8(const char *op, kiln_tensor x, kiln_tensor packed, k
 }
 
 kiln_tensor kiln__linear_i8_fused(const char *op, kiln_tensor x, kiln_tensor packed, kiln_tensor scales_bias, bool gelu) {
+    /* a model's q8_0/q4_0 weights (kiln__quantize_weight_blockq: 3-d) take the same call */
+    if (kiln_tensor_ndim(packed) == 3) return kiln__linear_blockq_fused(op, x, packed, scales_bias, gelu);
     return call_int8(op, gelu ? KILN__S8_BIAS_GELU : KILN__S8_BIAS, x, packed, scales_bias);
 }
 
@@ -223,28 +227,34 @@ static kiln_tensor int8_linear_forward(kiln_module *m, kiln_tensor x) {
 
 static const kiln__module_vtable int8_linear_vt = {"Linear", int8_linear_forward, NULL};
 
-/* Quantizes one Linear's weight (a blocking read) and puts the packed weight, the scales and
- * the bias (as buffers) in place of its parameters. */
-static kiln_status quantize_linear(kiln_module *m) {
+kiln_status kiln__linear_take_quantized(kiln_module *m, const kiln__module_vtable *vt, const char *weight_name,
+                                        const char *scale_name, kiln_tensor packed, kiln_tensor scales) {
     const kiln__linear_state *s = m->state;
-    kiln_tensor packed, scales;
-    kiln_status st = kiln__quantize_weight_i8("kiln_quantize_dynamic", m->params[0].tensor, KILN_NONE, &packed, &scales);
-    if (st != KILN_OK) return st;
     /* the new tensors replace the parameters only now that nothing can fail */
     kiln__module_param *ps = calloc(3, sizeof *ps);
     if (!ps) {
         kiln_release(packed), kiln_release(scales);
         return kiln__report(KILN_ERR_OUT_OF_MEMORY, "kiln_quantize_dynamic", "cannot quantize a Linear");
     }
-    ps[0] = (kiln__module_param){"weight_int8_g16", packed, true};
-    ps[1] = (kiln__module_param){"weight_scale_k32", scales, true};
+    ps[0] = (kiln__module_param){"", packed, true};
+    ps[1] = (kiln__module_param){"", scales, true};
+    snprintf(ps[0].name, sizeof ps[0].name, "%s", weight_name);
+    snprintf(ps[1].name, sizeof ps[1].name, "%s", scale_name);
     if (s->bias) ps[2] = (kiln__module_param){"bias", kiln_detach(m->params[1].tensor), true};
     kiln_release(m->params[0].tensor);
     free(m->params);
     m->params = ps;
     m->n_params = s->bias ? 3 : 2;
-    m->vt = &int8_linear_vt;
+    m->vt = vt;
     return KILN_OK;
+}
+
+/* Quantizes one Linear's weight (a blocking read) and puts the packed weight, the scales and
+ * the bias (as buffers) in place of its parameters. */
+static kiln_status quantize_linear(kiln_module *m) {
+    kiln_tensor packed, scales;
+    kiln_status st = kiln__quantize_weight_i8("kiln_quantize_dynamic", m->params[0].tensor, KILN_NONE, &packed, &scales);
+    return st != KILN_OK ? st : kiln__linear_take_quantized(m, &int8_linear_vt, "weight_int8_g16", "weight_scale_k32", packed, scales);
 }
 
 static kiln_status quantize_tree(kiln_module *m) {
@@ -259,14 +269,15 @@ static kiln_status quantize_tree(kiln_module *m) {
 kiln_status kiln_quantize_dynamic(kiln_module *m, kiln_quant_type type) {
     if (!m) return kiln__report(KILN_ERR_NULL, "kiln_quantize_dynamic", "module is NULL");
     KILN__OBJECT_OR_RETURN(m, KILN__MODULE_KIND, "kiln_quantize_dynamic", KILN_ERR_STALE_HANDLE);
+    if (type == KILN_QUANT_Q8_0 || type == KILN_QUANT_Q4_0) return kiln__quantize_tree_blockq(m, type);
     if (type != KILN_QUANT_I8)
         return kiln__report(KILN_ERR_INVALID_ARGUMENT, "kiln_quantize_dynamic",
-                            "unknown quantized type %d (KILN_QUANT_I8 is the one there is)", (int)type);
+                            "unknown quantized type %d (KILN_QUANT_I8, KILN_QUANT_Q8_0, KILN_QUANT_Q4_0)", (int)type);
     return quantize_tree(m);
 }
 
 static bool tree_is_quantized(const kiln_module *m) {
-    if (m->vt == &int8_linear_vt) return true;
+    if (m->vt == &int8_linear_vt || kiln__module_is_blockq(m)) return true;
     for (int i = 0; i < m->n_children; i++)
         if (tree_is_quantized(m->children[i])) return true;
     return false;
