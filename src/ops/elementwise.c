@@ -84,6 +84,7 @@ static kiln__tensor *unary_with_params(kiln__opctx *c, kiln__opcode code, kiln__
         return out;
     }
     kiln_dtype kd = kernel_dtype(code, x->dtype);
+    if (code == KILN__OP_RELU && x->dtype == KILN_BF16 && x->device == KILN_CPU) kd = KILN_BF16; /* no casts: CPU */
     kiln_dtype rd = result_dtype(code, x->dtype, kd);
     x = kiln__t_cast(c, x, kd);
     if (!x) return NULL;
@@ -244,6 +245,10 @@ kiln__tensor *kiln__t_relu_backward(kiln__opctx *c, kiln__tensor *g, kiln__tenso
     bool low = dt == KILN_BF16 || dt == KILN_F16;
     bool fused = dt == y->dtype && (dt == KILN_F32 || dt == KILN_F64 || low) && g->ndim == y->ndim &&
                  memcmp(g->shape, y->shape, sizeof(int64_t) * (size_t)g->ndim) == 0;
+    if (fused && dt == KILN_BF16 && g->device == KILN_CPU && y->device == KILN_CPU) { /* the CPU's bf16 loop: the casts' bits */
+        kiln__tensor *in[2] = {g, y};
+        return run_elementwise(c, KILN__OP_RELU_BACKWARD, 2, in, g->ndim, g->shape, dt, NULL);
+    }
     if (fused && low) { /* in f32 between casts, as the binary ops run them (fusion makes one pass of
                          * the three); the where() below took ~4.5 ms per CNN layer under autocast */
         kiln__tensor *in[2] = {kiln__t_cast(c, g, KILN_F32), kiln__t_cast(c, y, KILN_F32)};

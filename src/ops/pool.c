@@ -4,7 +4,8 @@
  * (pooled_size); padding at most half the kernel; max pooling pads with -inf, average pooling
  * counts the padding in its divisor unless exclude_pad (PyTorch's count_include_pad=False); with
  * ceil_mode, the part of a last window past the padding is never counted. A stride of 0 means "the kernel size", PyTorch's default (stride=None). Inputs are
- * [N, C, H, W] float tensors with any strides; f16/bf16 are pooled in f32. */
+ * [N, C, H, W] float tensors with any strides; f16 is pooled in f32 (cast there and back), and so
+ * is bf16 off the CPU, whose kernels take bf16 as it is (f32 math inside, backend/cpu/pool.c). */
 #include <stdio.h>
 
 #include "kiln/tensor.h"
@@ -61,8 +62,9 @@ static bool check_pool(kiln__opctx *c, kiln__tensor *x, const kiln__pool2d_param
  * and the result back. Consumes in and idx_in. */
 static kiln__tensor *pool_run(kiln__opctx *c, kiln__opcode code, kiln__tensor *in, kiln__tensor *idx_in,
                               const int64_t *shape, const kiln__pool2d_params *p, kiln__tensor **idx_out) {
-    kiln_dtype rd = in->dtype, kd = kiln__dtype_compute(rd);
+    kiln_dtype rd = in->dtype;
     kiln_device dev = in->device;
+    kiln_dtype kd = rd == KILN_BF16 && dev == KILN_CPU ? rd : kiln__dtype_compute(rd);
     in = kiln__t_cast(c, in, kd);
     kiln__tensor *out = in ? kiln__t_empty(c, dev, kd, 4, shape) : NULL;
     kiln__tensor *idx = out && idx_out ? kiln__t_empty(c, dev, KILN_I64, 4, shape) : NULL;

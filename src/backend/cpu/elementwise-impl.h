@@ -96,6 +96,9 @@ bool kiln__ew_special_loop(kiln__opcode code, kiln_dtype in, kiln_dtype out, con
  * KILN_ISA says no; it gives the portable loop's bits. */
 kiln__loop_fn kiln__ew_avx2_loop(kiln__opcode code, kiln_dtype dt);
 
+/* The bf16 loop of code as stored (elementwise_lowp.c: RELU, RELU_BACKWARD), else NULL. */
+kiln__loop_fn kiln__ew_bf16_loop(kiln__opcode code);
+
 void kiln__cpu_register_unary(kiln__kernel_fn *table);
 void kiln__cpu_register_binary(kiln__kernel_fn *table);
 void kiln__cpu_register_special(kiln__kernel_fn *table); /* elementwise_special.c */

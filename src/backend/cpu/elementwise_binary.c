@@ -107,6 +107,7 @@ void kiln__cpu_register_binary(kiln__kernel_fn *table) {
     SET_FLOAT(DIV, div)
     SET_FLOAT(POW, pow)
     SET_FLOAT(RELU_BACKWARD, relu_backward)
+    binary_loops[KILN__OP_RELU_BACKWARD][KILN_BF16] = kiln__ew_bf16_loop(KILN__OP_RELU_BACKWARD);
     SET_COMPARE(EQ, eq)
     SET_COMPARE(NE, ne)
     SET_COMPARE(LT, lt)

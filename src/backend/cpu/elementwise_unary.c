@@ -131,6 +131,7 @@ static kiln_status kernel_math(const kiln__op *op) {
 bool kiln__ew_unary_loop(kiln__opcode code, kiln_dtype dt, kiln_dtype out, const double *param, kiln__ew_loop *l) {
     *l = (kiln__ew_loop){.ctx = (void *)param};
     if (!kiln__dtype_valid(dt) || out != dt) return false;
+    if (dt == KILN_BF16) return code == KILN__OP_RELU && (l->fn = kiln__ew_bf16_loop(code)) != NULL;
     if (code == KILN__OP_LOGICAL_NOT) {
         l->fn = dt == KILN_BOOL ? logical_not_b : NULL;
         return l->fn != NULL;

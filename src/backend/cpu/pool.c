@@ -1,4 +1,4 @@
-/* MAX_POOL2D, AVG_POOL2D (plain and adaptive) and their backward kernels, f32 and f64.
+/* MAX_POOL2D, AVG_POOL2D (plain and adaptive) and their backward kernels, f32, f64 and bf16.
  *
  * The work is split by planes (one image's channel): a plane's windows only read its own
  * input plane, and its backward only writes its own dx plane, so planes run in parallel with
@@ -9,9 +9,13 @@
  * H * W; average pooling divides by the window's size in the padded input
  * (count_include_pad), or by its count of input elements (exclude_pad); adaptive windows of output i span [floor(i*H/OH), ceil((i+1)*H/OH)). */
 #include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/convert_lowp.h"
 #include "backend/cpu/cpu-impl.h"
+#include "backend/cpu/pool.h"
 #include "backend/cpu/pool_avx2.h"
 #include "ir/pool_params.h"
 
@@ -166,10 +170,152 @@ static void max_forward_2x2_f32(void *ctx, int64_t begin, int64_t end) {
                                 j->idx_out ? j->idx_out + pl * j->oh * j->ow : NULL);
 }
 
-static bool is_2x2_f32(const pool_job *j, kiln_dtype dt) {
-    return dt == KILN_F32 && !j->adaptive && j->kh == 2 && j->kw == 2 && j->sh == 2 && j->sw == 2 && j->ph == 0 &&
+/* Whether the 2x2 kernels (f32 and bf16) take j's windows and layout. */
+static bool is_2x2(const pool_job *j) {
+    return !j->adaptive && j->kh == 2 && j->kw == 2 && j->sh == 2 && j->sw == 2 && j->ph == 0 &&
            j->pw == 0 && j->is[3] == 1 && 2 * j->oh <= j->h && 2 * j->ow <= j->w &&
            kiln__max_pool_2x2_avx2_ok(j->h, j->w);
+}
+
+/* ---- bf16: each plane widened into f32 scratch, pooled by the f32 kernels, rounded back ----
+ * Why: the op layer used to cast a bf16 tensor to f32 before pooling and the result back (under
+ * autocast, the CNN's conv outputs and their gradients): two more passes over the tensor and an
+ * f32 copy of it. A plane (a few KB) widened in cache costs no memory traffic. The values are the
+ * casts' bit for bit: max pooling picks one of its inputs (exact in bf16), and sums (average
+ * pooling, the max backward of overlapping windows) are summed in f32 and rounded once, as the
+ * cast after the f32 kernel rounded them. */
+typedef struct {
+    const pool_job *j;
+    kiln__range_fn f32_fn;
+    atomic_int oom;
+} lowp_job;
+
+/* Floats of scratch per task: a batch of planes widened at once (32 KB, in L1/L2), so that the
+ * conversions run over long dense runs and the f32 kernel's per-plane work is not paid per call. */
+#define LOWP_SCRATCH_FLOATS 8192
+
+/* Planes [p0, p0 + n) of the input, widened into dense f32 planes of rows x cols at buf. */
+static void widen_planes(const pool_job *j, int64_t p0, int64_t n, int64_t rows, int64_t cols, float *buf) {
+    for (int64_t pl = p0; pl < p0 + n; pl++) {
+        const uint16_t *src = (const uint16_t *)plane_of(j->in, j->is, j->c, pl, sizeof(uint16_t));
+        uint32_t *dst = (uint32_t *)buf + (pl - p0) * rows * cols;
+        bool dense = j->is[3] == 1 && j->is[2] == cols;
+        for (int64_t r = 0; r < (dense ? 1 : rows); r++) { /* a dense plane is one run */
+            const uint16_t *sr = src + r * j->is[2];
+            uint32_t *dr = dst + r * cols;
+            int64_t len = dense ? rows * cols : cols;
+            if (j->is[3] == 1) /* a shift the compiler vectorises */
+                for (int64_t q = 0; q < len; q++) dr[q] = (uint32_t)sr[q] << 16;
+            else
+                for (int64_t q = 0; q < len; q++) dr[q] = (uint32_t)sr[q * j->is[3]] << 16;
+        }
+    }
+}
+
+/* Planes [begin, end) of j (bf16) through f32_fn, a batch of planes at a time widened into
+ * scratch; false when the scratch cannot be had. */
+static bool f32_batches(const pool_job *j, kiln__range_fn f32_fn, int64_t begin, int64_t end) {
+    int64_t rows = j->backward ? j->oh : j->h, cols = j->backward ? j->ow : j->w; /* the input plane */
+    int64_t in_n = rows * cols, out_n = j->backward ? j->h * j->w : j->oh * j->ow;
+    int64_t batch = LOWP_SCRATCH_FLOATS / (in_n + out_n);
+    if (j->idx_in && j->ks[0] != j->c * j->ks[1]) batch = 1; /* the indices' planes are not one run */
+    batch = batch < 1 ? 1 : batch > end - begin ? end - begin : batch;
+    float *buf = malloc((size_t)(batch * (in_n + out_n)) * sizeof(float));
+    if (!buf) return false;
+    pool_job p = *j; /* `batch` dense f32 planes at a time, one after another */
+    float *pooled = buf + batch * in_n;
+    p.c = 1, p.in = (const char *)buf, p.out = (char *)pooled;
+    p.is[0] = in_n, p.is[1] = 0, p.is[2] = cols, p.is[3] = 1;
+    p.ks[0] = j->ks[1];
+    for (int64_t p0 = begin; p0 < end; p0 += batch) {
+        int64_t n = end - p0 < batch ? end - p0 : batch;
+        widen_planes(j, p0, n, rows, cols, buf);
+        p.idx_out = j->idx_out ? j->idx_out + p0 * out_n : NULL;
+        p.idx_in = j->idx_in ? (const int64_t *)plane_of((const char *)j->idx_in, j->ks, j->c, p0, 8) : NULL;
+        f32_fn(&p, 0, n);
+        kiln__cpu_store_bf16(n * out_n, pooled, 1, (uint16_t *)j->out + p0 * out_n, 1);
+    }
+    free(buf);
+    return true;
+}
+
+static void bf16_planes(void *ctx, int64_t begin, int64_t end) {
+    lowp_job *l = ctx;
+    if (!f32_batches(l->j, l->f32_fn, begin, end)) atomic_store(&l->oom, 1);
+}
+
+/* The CNNs' pool on bf16 as it is (pool_avx2.c): no widened copy. */
+static void max_forward_2x2_bf16(void *ctx, int64_t begin, int64_t end) {
+    const pool_job *j = ((lowp_job *)ctx)->j;
+    int64_t ohw = j->oh * j->ow;
+    for (int64_t pl = begin; pl < end; pl++)
+        kiln__max_pool_2x2_bf16_avx2((const uint16_t *)plane_of(j->in, j->is, j->c, pl, sizeof(uint16_t)), j->is[2],
+                                     j->w, j->oh, j->ow, (uint16_t *)j->out + pl * ohw,
+                                     j->idx_out ? j->idx_out + pl * ohw : NULL);
+}
+
+/* dy's value as the f32 route leaves it in a zeroed dx: +0 + v (-0 becomes +0), a NaN made quiet. */
+static inline uint16_t added_to_zero(uint16_t v) {
+    if ((v & 0x7fffu) > 0x7f80u) return (uint16_t)(v | 0x40u);
+    return v == 0x8000u ? 0 : v;
+}
+
+/* Max backward in bf16: each dy stored at its index, no widening, where no two of a plane's
+ * windows chose one input (disjoint windows: the CNNs' 2x2 pools; a stamp per input tells). A
+ * plane where two did (overlapping windows) is done again in f32, so its sums are rounded once,
+ * as the f32 route rounds them. */
+static void max_backward_bf16(void *ctx, int64_t begin, int64_t end) {
+    lowp_job *l = ctx;
+    const pool_job *j = l->j;
+    int64_t hw = j->h * j->w;
+    int64_t *stamp = malloc((size_t)hw * sizeof(int64_t)); /* the last plane whose windows chose each input */
+    if (!stamp) {
+        atomic_store(&l->oom, 1);
+        return;
+    }
+    for (int64_t i = 0; i < hw; i++) stamp[i] = -1;
+    memset((uint16_t *)j->out + begin * hw, 0, sizeof(uint16_t) * (size_t)((end - begin) * hw));
+    for (int64_t pl = begin; pl < end; pl++) {
+        const uint16_t *dy = (const uint16_t *)plane_of(j->in, j->is, j->c, pl, sizeof(uint16_t));
+        const int64_t *idx = (const int64_t *)plane_of((const char *)j->idx_in, j->ks, j->c, pl, 8);
+        uint16_t *dx = (uint16_t *)j->out + pl * hw;
+        bool shared = false;
+        for (int64_t oy = 0; oy < j->oh && !shared; oy++)
+            for (int64_t ox = 0; ox < j->ow; ox++) {
+                int64_t at = idx[oy * j->ks[2] + ox * j->ks[3]];
+                if ((uint64_t)at >= (uint64_t)hw) continue;
+                if (stamp[at] == pl) {
+                    shared = true;
+                    break;
+                }
+                stamp[at] = pl;
+                dx[at] = added_to_zero(dy[oy * j->is[2] + ox * j->is[3]]);
+            }
+        if (shared && !f32_batches(j, max_backward_f32, pl, pl + 1)) atomic_store(&l->oom, 1);
+    }
+    free(stamp);
+}
+
+static atomic_long bf16_calls;
+
+long kiln__cpu_pool_bf16_calls(void) { return atomic_load(&bf16_calls); }
+
+static kiln_status pool_bf16(const pool_job *j, int64_t planes, kiln__range_fn f32_fn) {
+    atomic_fetch_add(&bf16_calls, 1);
+    lowp_job l = {.j = j, .f32_fn = f32_fn};
+    kiln__range_fn fn = bf16_planes;
+    pool_job dense = *j; /* the plane as the f32 kernel sees it: may the 2x2 kernel take it? */
+    dense.is[2] = j->w, dense.is[3] = 1;
+    if (f32_fn == max_forward_f32 && is_2x2(&dense)) l.f32_fn = max_forward_2x2_f32;
+    if (f32_fn == max_forward_f32 && is_2x2(j)) fn = max_forward_2x2_bf16;
+    if (f32_fn == max_backward_f32) fn = max_backward_bf16;
+    int64_t work = j->oh * j->ow * (j->adaptive ? 1 : j->kh * j->kw) + 2 * j->h * j->w;
+    int64_t grain = work > 0 ? KILN__GRAIN_ELEMENTWISE / work : planes;
+    kiln__parallel_for(planes, grain > 0 ? grain : 1, fn, &l);
+    if (!atomic_load(&l.oom)) return KILN_OK;
+    kiln__kernel_error("out of memory for a bf16 pooling plane's f32 scratch (%lld x %lld)", (long long)j->h,
+                       (long long)j->w);
+    return KILN_ERR_OUT_OF_MEMORY;
 }
 
 /* x (or dx) [N, C, H, W] and y (or dy) [N, C, OH, OW] give the sizes; the op the windows. */
@@ -188,7 +334,7 @@ static pool_job job_of(const kiln__op *op, const kiln__view *x, const kiln__view
 
 static kiln_status check_op(const kiln__op *op) {
     kiln_dtype dt = op->out[0].dtype;
-    if ((dt != KILN_F32 && dt != KILN_F64) || op->in[0].dtype != dt) {
+    if ((dt != KILN_F32 && dt != KILN_F64 && dt != KILN_BF16) || op->in[0].dtype != dt) {
         kiln__kernel_error("no CPU %s kernel for %s into %s", kiln__opcode_name(op->code),
                            kiln_dtype_name(op->in[0].dtype), kiln_dtype_name(dt));
         return KILN_ERR_DTYPE;
@@ -236,7 +382,8 @@ static kiln_status kernel_pool(const kiln__op *op) {
         memcpy(j.ks, op->in[1].strides, sizeof j.ks);
     }
     kiln__range_fn fn = fns[which][op->out[0].dtype == KILN_F64];
-    if (which == 0 && is_2x2_f32(&j, op->out[0].dtype)) fn = max_forward_2x2_f32;
+    if (op->out[0].dtype == KILN_BF16) return pool_bf16(&j, planes_of(&op->out[0]), fn);
+    if (which == 0 && op->out[0].dtype == KILN_F32 && is_2x2(&j)) fn = max_forward_2x2_f32;
     run_planes(&j, planes_of(&op->out[0]), fn);
     return KILN_OK;
 }
