@@ -5,9 +5,13 @@
  * waiting on the node's storages (the first one made ready runs next on the same thread), takes
  * the node out of its stream's bounds and kiln_sync_all's epoch (queue_epochs.c) and gives the
  * node and its fused group back to the stream that made them. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1 /* pthread_setname_np */
+#endif
 #include <stdlib.h>
 
 #include "backend/backend-impl.h"
+#include "core/poll.h"
 #include "engine/profiler.h"
 #include "engine/queue-impl.h"
 
@@ -90,6 +94,7 @@ bool kiln__workers_start(int n, int64_t poll_ns) {
     if (n > MAX_WORKERS) n = MAX_WORKERS;
     for (int i = 0; i < n; i++) {
         if (pthread_create(&workers.workers[i], NULL, worker_main, (void *)(intptr_t)i) != 0) break;
+        pthread_setname_np(workers.workers[i], "kiln-engine"); /* (for top -H and perf sched) */
         workers.n_workers++;
     }
     return workers.n_workers > 0;
@@ -308,16 +313,9 @@ static kiln__node *run_node(kiln__node *n, bool chain) {
  * frontend dispatching a burst of small ops then finds it awake and skips the wake-up call.
  * The poll lasts as long as a sleep and wake-up take on this machine (workers.poll_ns, see
  * handoff.c), so idle workers do not hold cores from BLAS threads for longer than waking
- * them would cost. The clock is read every POLLS_PER_CLOCK polls. */
+ * them would cost, and yields its core now and then (core/poll.h: under SCHED_FIFO a poll would
+ * otherwise keep it from a woken kiln thread). The clock is read every POLLS_PER_CLOCK polls. */
 #define POLLS_PER_CLOCK 32
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
 
 static kiln__node *pop_ready(bool may_sleep) {
     pthread_mutex_lock(&workers.lock);
@@ -350,7 +348,7 @@ static void *worker_main(void *arg) {
             else if (i % POLLS_PER_CLOCK == 0 && kiln__now_ns() >= poll_end)
                 break;
             else
-                cpu_relax();
+                kiln__poll_step(i); /* (yields now and then: core/poll.h) */
         }
         atomic_fetch_sub_explicit(&kiln__workers_polling, 1, memory_order_relaxed);
         if (!n) n = pop_ready(true);
