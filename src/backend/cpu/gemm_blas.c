@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu-impl.h"
 #include "backend/cpu/gemm-impl.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/threadpool.h"
@@ -68,10 +69,15 @@ int openblas_get_num_threads(void);
 #define BLAS_MIN_FLOPS_PER_TASK 1.0e7
 
 /* OpenBLAS on one thread for every call of kiln's (a user's openblas_set_num_threads between
- * products is undone at the next one) */
+ * products is undone at the next one). Setting the count starts OpenBLAS's helper threads again
+ * (goto_set_num_threads initialises its server), and an idle helper spins in sched_yield for about
+ * 0.1 s, a core's worth beside the product (perf: half the speed of a 1024 product): so they are
+ * stopped again (blas_startup.c); one thread never wakes them. */
 static void blas_single_thread(void) {
-    if (openblas_set_num_threads && (!openblas_get_num_threads || openblas_get_num_threads() != 1))
+    if (openblas_set_num_threads && (!openblas_get_num_threads || openblas_get_num_threads() != 1)) {
         openblas_set_num_threads(1);
+        kiln__openblas_stop_helpers();
+    }
 }
 
 /* CBLAS wants int sizes and leading dimensions of at least the row width. A single row
