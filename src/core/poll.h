@@ -5,10 +5,14 @@
  * A poll holds its core. Under the ordinary scheduler that costs others a time slice at worst;
  * under a real-time policy (`chrt -f 50`: SCHED_FIFO never time-slices threads of one priority)
  * a polling thread keeps a core that another kiln thread, woken and runnable, waits for until
- * the poll ends: the product's second thread, or the caller the product's end woke (#29:
- * matmul_1024 ran at one core's speed in 4 rounds of 5 so). So every KILN__POLL_YIELD_EVERY
- * steps the poll yields: a no-op system call when no thread waits for this core (about 0.2 us
- * here, a few percent of a poll's steps), the waiting thread's turn when one does.
+ * the poll ends. So every KILN__POLL_YIELD_EVERY steps the poll yields: a no-op system call when
+ * no thread waits for this core, the waiting thread's turn when one does. Not more often: a yield
+ * that hands the core over delays the poller's own answer by the other thread's turn, and the
+ * pool's caller polls for its workers on the product's critical path (yielding every 64 steps, about
+ * 1.5 us, made a 256 product 7% slower under `chrt -f 50`; every 1024 measured as not yielding).
+ * 1024 steps of `pause` are about 25 us on an AMD Zen 5 (its pause takes ~60 cycles; ~140 on recent
+ * Intel cores): polls shorter than that never yield, and the longest (200 us) gives its core away
+ * every 25.
  *
  *   for (int polls = 1; !atomic_load(&flag); polls++) {
  *       if (polls % 64 == 0 && now() > give_up) break;   // (then sleep on a condition variable)
@@ -20,8 +24,7 @@
 
 #include <sched.h>
 
-/* About 1-3 us of pause instructions (their latency differs by CPU) between two yields. */
-#define KILN__POLL_YIELD_EVERY 64
+#define KILN__POLL_YIELD_EVERY 1024
 
 static inline void kiln__poll_step(int polls) {
     if (polls % KILN__POLL_YIELD_EVERY == 0) {
