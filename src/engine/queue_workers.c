@@ -163,6 +163,13 @@ static void fifo_append(kiln__node **head, kiln__node **tail, kiln__node *n) {
     *tail = n;
 }
 
+/* kiln__queue_flush_for_wait's stream (this thread's flush before its wait), and whether a push
+ * of its skipped the wake-up */
+static _Thread_local const kiln__stream *flushing_for_wait;
+static _Thread_local bool wake_skipped;
+
+void kiln__queue_flush_for_wait(kiln__stream *s) { flushing_for_wait = s; }
+
 static void push_ready(kiln__node *n) {
     n->next_ready = NULL;
     if (KILN__UNLIKELY(kiln__opcode_is_comm(n->op.code))) {
@@ -178,7 +185,26 @@ static void push_ready(kiln__node *n) {
     pthread_mutex_lock(&workers.lock);
     fifo_append(&workers.ready_head, &workers.ready_tail, n);
     atomic_fetch_add_explicit(&workers.ready_count, 1, memory_order_release);
-    /* a wake-up is a system call: only pay it when no worker is awake to find the op */
+    /* a wake-up is a system call: only pay it when no worker is awake to find the op, and not for
+     * the one op the thread that queued it is about to run as it waits */
+    int ready = atomic_load_explicit(&workers.ready_count, memory_order_relaxed);
+    bool waiter_runs_it = n->stream == flushing_for_wait && ready == 1;
+    if (workers.sleeping > 0 && ready > atomic_load_explicit(&kiln__workers_polling, memory_order_relaxed)) {
+        if (waiter_runs_it)
+            wake_skipped = true;
+        else
+            pthread_cond_signal(&workers.ready_cond);
+    }
+    pthread_mutex_unlock(&workers.lock);
+}
+
+/* The end of a wait that began with kiln__queue_flush_for_wait: an op it skipped the wake-up for
+ * and left queued (the wait ended first: an event done before it) gets a worker now. */
+static void wait_done(void) {
+    flushing_for_wait = NULL;
+    if (!wake_skipped) return;
+    wake_skipped = false;
+    pthread_mutex_lock(&workers.lock);
     if (workers.sleeping > 0 &&
         atomic_load_explicit(&workers.ready_count, memory_order_relaxed) > atomic_load_explicit(&kiln__workers_polling, memory_order_relaxed))
         pthread_cond_signal(&workers.ready_cond);
@@ -411,13 +437,17 @@ static bool event_done(kiln__stream *s, void *ev) { return ((kiln__event *)ev)->
 static bool stream_idle(kiln__stream *s, void *arg) { return s->pending_ops == 0; }
 
 void kiln__queue_wait_event(kiln__stream *s, kiln__event *ev) {
+    flushing_for_wait = NULL; /* (its flush is over: later pushes wake workers as usual) */
     pthread_mutex_lock(&s->lock);
     kiln__stream_wait_helping(s, event_done, ev);
     pthread_mutex_unlock(&s->lock);
+    wait_done();
 }
 
 void kiln__queue_wait_idle(kiln__stream *s) {
+    flushing_for_wait = NULL;
     pthread_mutex_lock(&s->lock);
     kiln__stream_wait_helping(s, stream_idle, NULL);
     pthread_mutex_unlock(&s->lock);
+    wait_done();
 }
