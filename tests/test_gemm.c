@@ -1,6 +1,8 @@
 /* Matrix product against a double-precision reference: shapes, transposes, strides,
- * alpha/beta, for the dispatching entry points and both built-in micro-kernels. */
+ * alpha/beta, for the dispatching entry points and both built-in micro-kernels; the built-in
+ * and the CBLAS routes give a row the same bits whatever the thread count and the call's rows. */
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm-impl.h"
 #include "backend/cpu/gemm_dnnl.h"
 
 #include <stdint.h>
@@ -264,6 +266,33 @@ KT_TEST(builtin_independent_of_thread_count) {
     free(a), free(b), free(c1), free(c2);
 }
 
+/* The CBLAS route (KILN__GEMM_BLAS) gives a row the same bits whatever the thread count and
+ * however the rows were cut at multiples of the kernel's row period (gemm_blas.c): a fused
+ * product's panel (fused_matmul.c) must compute what the whole product does. k = 784 leaves a
+ * remainder between OpenBLAS's GEMM_Q and 2 GEMM_Q, which its threaded driver sliced other than
+ * its single-threaded one (test_fusion_matmul under KILN_ISA=avx2). */
+KT_TEST(blas_rows_independent_of_call_and_threads) {
+    int64_t period = kiln__gemm_blas_row_period(false);
+    if (!KILN_HAVE_CBLAS || period <= 0) return;
+    int64_t m = 600, n = 1024, k = 784, panel = period * (120 / period > 0 ? 120 / period : 1);
+    float *a = malloc((size_t)(m * k) * sizeof *a), *b = malloc((size_t)(k * n) * sizeof *b);
+    float *whole = malloc((size_t)(m * n) * sizeof *whole), *parts = malloc((size_t)(m * n) * sizeof *parts);
+    for (int64_t i = 0; i < m * k; i++) a[i] = (float)random_unit();
+    for (int64_t i = 0; i < k * n; i++) b[i] = (float)random_unit();
+    int threads = kiln__pool_threads();
+    for (int t = 1; t <= 3; t++) {
+        kiln__pool_set_threads(2);
+        kiln__gemm_f32_with(KILN__GEMM_BLAS, 0, 0, m, n, k, 1.0f, a, k, b, n, 0.0f, whole, n);
+        kiln__pool_set_threads(t);
+        for (int64_t r = 0; r < m; r += panel) /* the panels of a fused product, on t threads */
+            kiln__gemm_f32_with(KILN__GEMM_BLAS, 0, 0, m - r < panel ? m - r : panel, n, k, 1.0f, a + r * k, k, b, n,
+                                0.0f, parts + r * n, n);
+        KT_CHECK_MSG(memcmp(whole, parts, (size_t)(m * n) * sizeof *whole) == 0, "panels on %d threads differ", t);
+    }
+    kiln__pool_set_threads(threads);
+    free(a), free(b), free(whole), free(parts);
+}
+
 int main(void) {
     KT_RUN(reports_implementation);
     KT_RUN(empty_and_degenerate_shapes);
@@ -274,6 +303,7 @@ int main(void) {
     KT_RUN(zero_beta_overwrites_nan);
     KT_RUN(alpha_zero_scales_c);
     KT_RUN(builtin_independent_of_thread_count);
+    KT_RUN(blas_rows_independent_of_call_and_threads);
     kiln__pool_shutdown();
     return kt_finish();
 }

@@ -8,7 +8,8 @@
  * computes, against double. The fake measurements run on a fake clock, so the winners are known.
  * The pool's poll rides in the same file: derived from a (fake) wake-up's cost within its bounds,
  * read back, refused when out of range, the rule without a measurement; the real measurement of
- * a wake-up gives a sane number. */
+ * a wake-up gives a sane number. A loaded machine's measurement is not written; a provider must
+ * beat the rule's in every round to replace it. */
 #include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -244,6 +245,50 @@ KT_TEST(unmeasured_wake_keeps_the_rule_and_is_measured_next_run) {
     kiln__tune_forget();
 }
 
+/* A machine busier than its cores: the decisions hold for the run, nothing is written, and the
+ * next (quiet) run measures again. */
+static double busy_load(void) { return 1000.0; }
+static double quiet_load(void) { return 0.0; }
+
+KT_TEST(loaded_machine_writes_nothing) {
+    char path[1024];
+    fresh_cache(all_providers, path, sizeof path);
+    kiln__gemm_provider d[KILN__TUNE_GEMM_CLASSES];
+    kiln__tune_use_load(busy_load);
+    runs = 0;
+    decide_all(all_providers, d);
+    KT_CHECK(runs > 0 && d[0] == KILN__GEMM_DNNL && d[4] == KILN__GEMM_BLAS);
+    KT_CHECK(access(path, F_OK) != 0);
+    kiln__tune_use_load(quiet_load);
+    runs = 0;
+    decide_all(all_providers, d);
+    KT_CHECK(runs > 0 && access(path, F_OK) == 0);
+    unlink(path);
+    kiln__tune_forget();
+}
+
+/* A provider faster than the rule's in some rounds only (a burst of other work on two of the
+ * rule's turns) does not replace it. */
+static void bursty_runner(kiln__gemm_provider p, int64_t m, int64_t n, int64_t k, const float *a, const float *b,
+                          float *c) {
+    (void)m, (void)n, (void)k, (void)a, (void)b, (void)c;
+    runs++;
+    /* the rule (oneDNN) takes 1 ms, 5 ms on its 2nd and 3rd runs; the BLAS 2 ms; ours 3 ms */
+    static int dnnl_runs;
+    int r = p == KILN__GEMM_DNNL ? ++dnnl_runs : 0;
+    fake_ns += p == KILN__GEMM_BUILTIN ? 3000000 : p == KILN__GEMM_BLAS ? 2000000 : r == 2 || r == 3 ? 5000000 : 1000000;
+}
+
+KT_TEST(a_provider_must_win_every_round) {
+    char path[1024];
+    fresh_cache(all_providers, path, sizeof path);
+    kiln__tune_forget();
+    int64_t s = kiln__tune_gemm_class_size(0);
+    KT_CHECK(kiln__tune_gemm_f32(s, s, bursty_runner, all_providers, KILN__GEMM_DNNL, true) == KILN__GEMM_DNNL);
+    unlink(path);
+    kiln__tune_forget();
+}
+
 KT_TEST(poll_from_wake_stays_in_bounds) {
     KT_CHECK(kiln__pool_poll_from_wake(0) == KILN__POOL_POLL_RULE_NS);
     KT_CHECK(kiln__pool_poll_from_wake(-3) == KILN__POOL_POLL_RULE_NS);
@@ -452,6 +497,7 @@ int main(void) {
     if (!mkdtemp(dir)) return 1;
     kiln__tune_use_clock(fake_clock);
     kiln__tune_use_wake_measure(fake_wake);
+    kiln__tune_use_load(quiet_load); /* (the shared machine's load would keep every file unwritten) */
     KT_RUN(facts_are_sane);
     KT_RUN(sizes_parse_strictly);
     KT_RUN(size_classes);
@@ -460,6 +506,8 @@ int main(void) {
     KT_RUN(out_of_time_writes_nothing);
     KT_RUN(unmeasured_wake_keeps_the_rule_and_is_measured_next_run);
     KT_RUN(poll_from_wake_stays_in_bounds);
+    KT_RUN(loaded_machine_writes_nothing);
+    KT_RUN(a_provider_must_win_every_round);
     KT_RUN(hostile_cache_files_are_measured_again);
     KT_RUN(unusable_places_keep_decisions_in_memory);
     KT_RUN(user_overrides_win);

@@ -5,9 +5,13 @@
  * waiting on the node's storages (the first one made ready runs next on the same thread), takes
  * the node out of its stream's bounds and kiln_sync_all's epoch (queue_epochs.c) and gives the
  * node and its fused group back to the stream that made them. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1 /* pthread_setname_np */
+#endif
 #include <stdlib.h>
 
 #include "backend/backend-impl.h"
+#include "core/poll.h"
 #include "engine/profiler.h"
 #include "engine/queue-impl.h"
 
@@ -90,6 +94,7 @@ bool kiln__workers_start(int n, int64_t poll_ns) {
     if (n > MAX_WORKERS) n = MAX_WORKERS;
     for (int i = 0; i < n; i++) {
         if (pthread_create(&workers.workers[i], NULL, worker_main, (void *)(intptr_t)i) != 0) break;
+        pthread_setname_np(workers.workers[i], "kiln-engine"); /* (for top -H and perf sched) */
         workers.n_workers++;
     }
     return workers.n_workers > 0;
@@ -158,6 +163,13 @@ static void fifo_append(kiln__node **head, kiln__node **tail, kiln__node *n) {
     *tail = n;
 }
 
+/* kiln__queue_flush_for_wait's stream (this thread's flush before its wait), and whether a push
+ * of its skipped the wake-up */
+static _Thread_local const kiln__stream *flushing_for_wait;
+static _Thread_local bool wake_skipped;
+
+void kiln__queue_flush_for_wait(kiln__stream *s) { flushing_for_wait = s; }
+
 static void push_ready(kiln__node *n) {
     n->next_ready = NULL;
     if (KILN__UNLIKELY(kiln__opcode_is_comm(n->op.code))) {
@@ -173,7 +185,26 @@ static void push_ready(kiln__node *n) {
     pthread_mutex_lock(&workers.lock);
     fifo_append(&workers.ready_head, &workers.ready_tail, n);
     atomic_fetch_add_explicit(&workers.ready_count, 1, memory_order_release);
-    /* a wake-up is a system call: only pay it when no worker is awake to find the op */
+    /* a wake-up is a system call: only pay it when no worker is awake to find the op, and not for
+     * the one op the thread that queued it is about to run as it waits */
+    int ready = atomic_load_explicit(&workers.ready_count, memory_order_relaxed);
+    bool waiter_runs_it = n->stream == flushing_for_wait && ready == 1;
+    if (workers.sleeping > 0 && ready > atomic_load_explicit(&kiln__workers_polling, memory_order_relaxed)) {
+        if (waiter_runs_it)
+            wake_skipped = true;
+        else
+            pthread_cond_signal(&workers.ready_cond);
+    }
+    pthread_mutex_unlock(&workers.lock);
+}
+
+/* The end of a wait that began with kiln__queue_flush_for_wait: an op it skipped the wake-up for
+ * and left queued (the wait ended first: an event done before it) gets a worker now. */
+static void wait_done(void) {
+    flushing_for_wait = NULL;
+    if (!wake_skipped) return;
+    wake_skipped = false;
+    pthread_mutex_lock(&workers.lock);
     if (workers.sleeping > 0 &&
         atomic_load_explicit(&workers.ready_count, memory_order_relaxed) > atomic_load_explicit(&kiln__workers_polling, memory_order_relaxed))
         pthread_cond_signal(&workers.ready_cond);
@@ -308,16 +339,9 @@ static kiln__node *run_node(kiln__node *n, bool chain) {
  * frontend dispatching a burst of small ops then finds it awake and skips the wake-up call.
  * The poll lasts as long as a sleep and wake-up take on this machine (workers.poll_ns, see
  * handoff.c), so idle workers do not hold cores from BLAS threads for longer than waking
- * them would cost. The clock is read every POLLS_PER_CLOCK polls. */
+ * them would cost, and yields its core now and then (core/poll.h: under SCHED_FIFO a poll would
+ * otherwise keep it from a woken kiln thread). The clock is read every POLLS_PER_CLOCK polls. */
 #define POLLS_PER_CLOCK 32
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
 
 static kiln__node *pop_ready(bool may_sleep) {
     pthread_mutex_lock(&workers.lock);
@@ -350,7 +374,7 @@ static void *worker_main(void *arg) {
             else if (i % POLLS_PER_CLOCK == 0 && kiln__now_ns() >= poll_end)
                 break;
             else
-                cpu_relax();
+                kiln__poll_step(i); /* (yields now and then: core/poll.h) */
         }
         atomic_fetch_sub_explicit(&kiln__workers_polling, 1, memory_order_relaxed);
         if (!n) n = pop_ready(true);
@@ -413,13 +437,17 @@ static bool event_done(kiln__stream *s, void *ev) { return ((kiln__event *)ev)->
 static bool stream_idle(kiln__stream *s, void *arg) { return s->pending_ops == 0; }
 
 void kiln__queue_wait_event(kiln__stream *s, kiln__event *ev) {
+    flushing_for_wait = NULL; /* (its flush is over: later pushes wake workers as usual) */
     pthread_mutex_lock(&s->lock);
     kiln__stream_wait_helping(s, event_done, ev);
     pthread_mutex_unlock(&s->lock);
+    wait_done();
 }
 
 void kiln__queue_wait_idle(kiln__stream *s) {
+    flushing_for_wait = NULL;
     pthread_mutex_lock(&s->lock);
     kiln__stream_wait_helping(s, stream_idle, NULL);
     pthread_mutex_unlock(&s->lock);
+    wait_done();
 }

@@ -138,12 +138,14 @@ void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, ki
 }
 
 void kiln__event_wait(kiln__stream *s, kiln__event *ev) {
+    kiln__queue_flush_for_wait(s);
     kiln__fusion_flush_stream(s);
     kiln__queue_wait_event(s, ev);
 }
 
 void kiln__stream_drain(kiln__stream *s) {
     if (kiln__kernels_held_by_this_thread()) return; /* exiting: queued work is dropped */
+    kiln__queue_flush_for_wait(s);
     kiln__fusion_flush_stream(s);
     kiln__queue_wait_idle(s);
 }

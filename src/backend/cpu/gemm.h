@@ -11,9 +11,9 @@
  *
  * When beta is 0, C is written without being read (NaN in C does not leak through); when
  * k is 0 or alpha is 0 the result is beta * C. Built with KILN_HAVE_CBLAS=1 the product
- * goes to cblas_sgemm/cblas_dgemm (OpenBLAS, told to use kiln__pool_threads() threads);
- * otherwise, and for sizes CBLAS's int arguments cannot hold, a built-in blocked kernel
- * runs on the kiln thread pool. */
+ * goes to cblas_sgemm/cblas_dgemm (OpenBLAS on one thread per tile of rows, the tiles on kiln's
+ * thread pool: gemm_blas.c), or for f32 to oneDNN (gemm_dnnl.c); otherwise, and for sizes
+ * CBLAS's int arguments cannot hold, a built-in blocked kernel runs on the kiln thread pool. */
 #ifndef KILN_BACKEND_CPU_GEMM_H
 #define KILN_BACKEND_CPU_GEMM_H
 
@@ -33,8 +33,9 @@ void kiln__gemm_f64(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, d
  * (oneDNN where the CPU has AVX-512, else the BLAS, else the built-in kernel). The same for
  * every row panel of a product (m plays no part). */
 kiln__gemm_provider kiln__gemm_f32_provider(int64_t n, int64_t k);
-/* oneDNN's tile height when it runs such a product (kiln__gemm_dnnl_tile_rows: from n, k and the
- * machine), else 0 (fused_matmul.c cuts panels on it). */
+/* The rows a panel of such a product must start at a multiple of to get the whole product's bits
+ * (fused_matmul.c cuts panels on it): oneDNN's tile height (kiln__gemm_dnnl_tile_rows: from n, k
+ * and the machine), the CBLAS kernel's row period (gemm_blas.c), or 0 (the built-in kernel: any). */
 int64_t kiln__gemm_f32_tile_rows(int64_t n, int64_t k);
 /* The product through provider p, or the next that takes its layout (oneDNN, then CBLAS, then
  * the built-in kernel, which takes any): for the tuner and tests. */

@@ -22,12 +22,13 @@
  *
  * The height: each call packs its k x tile_cols slice of B again, 1/rows of the tile's work in
  * copies; cheap while the slice comes from cache, not once it streams from memory. So tiles are
- * TILE_ROWS (256) tall while the slice fits in two L2s (core/machine.h), and double for every
- * doubling of the slice beyond, up to TILE_ROWS_MAX, and no taller than leaves a square
- * product (m = n) two tiles per core. Two threads, AMD EPYC Zen 5 (L2 1 MiB), loaded
- * (BENCHMARKS.md, #29): n = k = 2048 (8 MiB slices) 256-row tiles 439-444 GFLOP/s, 512-row
- * 466-474, 1024-row 477-482 (the rule's); n = k = 4096 (32 MiB) 452-453, 468, 473-490, and
- * 2048-row (the rule's) 489-493; oneDNN's own 2-thread sgemm 483-490 at both. */
+ * TILE_ROWS (256) tall while the slice fits in two L2s (core/machine.h); past that, as tall as
+ * leaves a square product (m = n) one tile per core, up to TILE_ROWS_MAX. Two threads, AMD EPYC
+ * Zen 5 (L2 1 MiB), under `chrt -f 50` on a loaded machine (BENCHMARKS.md, #29, 20:22 UTC):
+ * n = k = 2048 (8 MiB slices) 256-row tiles 448-450 GFLOP/s, 512-row 465-471, 1024-row (the rule
+ * before, two tiles per core) 449-455, 2048-row (this rule's) 469-478, oneDNN's own 2-thread
+ * sgemm 472-483; n = k = 4096 (32 MiB) 1024-row 476-491, 2048-row (before) 490-493, 4096-row
+ * (now) 498-503, oneDNN 483-486. (An earlier loaded run had measured 1024 rows best at 2048.) */
 #include "backend/cpu/gemm_dnnl.h"
 
 #include <stdatomic.h>
@@ -40,7 +41,7 @@
 #include "core/machine.h"
 
 #define TILE_ROWS KILN__GEMM_DNNL_TILE_ROWS
-#define TILE_ROWS_MAX 2048
+#define TILE_ROWS_MAX 4096
 /* Columns: two tiles (one per core here) from 256 columns up, in multiples of 64. */
 #define TILE_COLS_MIN 256
 
@@ -63,9 +64,10 @@ int64_t kiln__gemm_dnnl_tile_rows(int64_t n, int64_t k) {
     const kiln__machine *mc = kiln__machine_facts();
     int64_t cols = tile_cols_of(n > 0 ? n : 1), col_tiles = ((n > 0 ? n : 1) + cols - 1) / cols;
     double slice = (double)(k > 0 ? k : 1) * (double)cols * sizeof(float), cached = 2.0 * (double)mc->l2_bytes;
-    double square_cap = (double)n * (double)col_tiles / (2.0 * mc->cores); /* two tiles per core at m = n */
+    double square_cap = (double)n * (double)col_tiles / (double)mc->cores; /* one tile per core at m = n */
     int64_t rows = TILE_ROWS;
-    while (rows < TILE_ROWS_MAX && slice > cached && 2.0 * (double)rows <= square_cap) rows *= 2, slice /= 2;
+    if (slice > cached)
+        while (rows < TILE_ROWS_MAX && 2.0 * (double)rows <= square_cap) rows *= 2;
     return rows;
 }
 

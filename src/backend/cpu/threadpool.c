@@ -12,6 +12,7 @@
 #include "backend/cpu/pool_adapt.h"
 #include "backend/cpu/pool_poll.h"
 #include "core/core-impl.h"
+#include "core/poll.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -61,14 +62,6 @@ static void pool_learn_gap(double gap, bool polled) {
 }
 
 static double pool_poll_seconds(void) { return 1e-9 * (double)kiln__pool_poll_ns(); }
-
-#if defined(__x86_64__) || defined(__i386__)
-#define pool_cpu_relax() __builtin_ia32_pause()
-#elif defined(__aarch64__)
-#define pool_cpu_relax() __asm__ __volatile__("yield")
-#else
-#define pool_cpu_relax() ((void)0)
-#endif
 
 typedef struct pool_job {
     kiln__range_fn fn;
@@ -204,7 +197,7 @@ static double pool_worker_poll(uint64_t seen_generation) {
             break;
         }
         if (polls % 64 == 0 && pool_seconds_now() > give_up) break;
-        pool_cpu_relax();
+        kiln__poll_step(polls); /* (yields now and then: core/poll.h) */
     }
     pthread_mutex_lock(&pool.state_lock);
     return start;
@@ -325,15 +318,15 @@ static double pool_seconds_now(void) {
 
 /* The job is retracted; wait for the workers still inside it. A futex wake-up costs
  * ~20 us on a virtual machine, comparable to a whole small op, so the caller first polls
- * for a bounded moment: its own core has nothing else to do until the op is complete.
- * Idle workers never poll. */
+ * for a bounded moment: its own core has nothing else to do until the op is complete, unless
+ * another thread waits for it (the poll yields: core/poll.h). */
 static void pool_wait_for_workers(void) {
     if (atomic_load(&pool.busy_workers) == 0) return;
     double give_up = pool_seconds_now() + pool_poll_seconds();
     for (int polls = 1;; polls++) {
         if (atomic_load(&pool.busy_workers) == 0) return;
         if (polls % 64 == 0 && pool_seconds_now() > give_up) break;
-        pool_cpu_relax();
+        kiln__poll_step(polls);
     }
     pthread_mutex_lock(&pool.state_lock);
     while (atomic_load(&pool.busy_workers) > 0) pthread_cond_wait(&pool.work_done, &pool.state_lock);

@@ -1,9 +1,10 @@
 /* The one intra-op thread pool of the CPU backend.
  *
  * Every CPU kernel that wants more than one core splits its index space through
- * kiln__parallel_for; nothing else in kiln creates compute threads. Workers sleep on a
- * condition variable between calls (they never spin), so a BLAS library running its own
- * threads next to us gets the cores it was given.
+ * kiln__parallel_for; nothing else in kiln creates compute threads. Between calls a worker
+ * polls for a bounded moment (kiln__pool_poll_ns, yielding its core now and then: core/poll.h),
+ * then sleeps on a condition variable, so a BLAS library running its own threads next to us
+ * gets the cores it was given.
  *
  *   static void add_one(void *ctx, int64_t begin, int64_t end) {
  *       float *x = ctx;

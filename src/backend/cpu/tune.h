@@ -63,6 +63,10 @@ bool kiln__tune_cache_path(unsigned available, char *out, size_t cap);
  * fake providers can take exact times whatever the load. */
 void kiln__tune_use_clock(uint64_t (*now)(void));
 
+/* Tests: read the machine's load with another function (NULL: getloadavg's 1-minute average). A
+ * measurement made while it is above the core count holds for its run and is not written. */
+void kiln__tune_use_load(double (*fn)(void));
+
 /* Tests: measure what a wake-up costs with another function (ns; 0: not measured; NULL: the
  * real measurement, pool_poll.c), so that the poll written is known. */
 void kiln__tune_use_wake_measure(int64_t (*measure)(void));
