@@ -508,36 +508,45 @@ KT_TEST(tensors_save) {
     KT_MEM_CHECK();
 }
 
-/* kiln_bert_embed runs the linear layers over the tokens alone when a batch has padding (the
- * padded rows gathered out and back): each sentence's embedding is the one it gets alone, in
- * any row, beside a row whose mask hides everything (embedded as zeros, as by the padded
- * path), and a batch with no token at all takes the padded path. */
-KT_TEST(padded_batches_pack_tokens) {
-    kt_mem_begin();
+/* kiln_bert_embed runs a padded batch over its tokens alone (the padded rows gathered out, each
+ * sentence's attention within its own rows: bert_batch.c): each sentence's embedding is the one
+ * it gets alone, in any row, beside a row whose mask hides everything (embedded as zeros, as by
+ * the padded path), in f32 and int8; and a batch with no token at all takes the padded path. */
+static void check_packed_batch(bool int8) {
     kiln_bert *m = kiln_bert_load(write_tiny("good", EDIT_NONE, NULL));
     KT_CHECK_MSG(m != NULL, "%s", kiln_last_error());
     if (!m) return;
-    int64_t one[3] = {1, 5, 2}, two[5] = {1, 7, 3, 9, 2};
-    float e1[T_H], e2[T_H], got[3 * T_H];
-    kiln_token_batch a = tiny_batch(1, 3, one), b = tiny_batch(1, 5, two);
+    if (int8) KT_CHECK(kiln_bert_quantize_dynamic(m, KILN_QUANT_I8) == KILN_OK);
+    int64_t one[3] = {1, 5, 2}, two[5] = {1, 7, 3, 9, 2}, three[4] = {1, 8, 6, 2};
+    float e1[T_H], e2[T_H], e3[T_H], got[4 * T_H];
+    kiln_token_batch a = tiny_batch(1, 3, one), b = tiny_batch(1, 5, two), d = tiny_batch(1, 4, three);
     KT_CHECK(kiln_into_data(kiln_bert_embed(m, a.input_ids, a.attention_mask, a.token_type_ids), e1, sizeof e1) == KILN_OK);
     KT_CHECK(kiln_into_data(kiln_bert_embed(m, b.input_ids, b.attention_mask, b.token_type_ids), e2, sizeof e2) == KILN_OK);
-    /* rows: nothing (mask all 0, ids not 0), the long one, the short one padded */
-    int64_t ids[15] = {1, 4, 4, 4, 2, 1, 7, 3, 9, 2, 1, 5, 2, 0, 0}, mask[15] = {0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0};
-    kiln_tensor e = kiln_bert_embed(m, kiln_from_data(KILN_CPU, KILN_I64, KILN_SHAPE(3, 5), ids),
-                                    kiln_from_data(KILN_CPU, KILN_I64, KILN_SHAPE(3, 5), mask), KILN_NONE);
+    KT_CHECK(kiln_into_data(kiln_bert_embed(m, d.input_ids, d.attention_mask, d.token_type_ids), e3, sizeof e3) == KILN_OK);
+    /* rows: nothing (mask all 0, ids not 0), the long one, the short one padded, the middle one */
+    int64_t ids[20] = {1, 4, 4, 4, 2, 1, 7, 3, 9, 2, 1, 5, 2, 0, 0, 1, 8, 6, 2, 0};
+    int64_t mask[20] = {0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0};
+    kiln_tensor e = kiln_bert_embed(m, kiln_from_data(KILN_CPU, KILN_I64, KILN_SHAPE(4, 5), ids),
+                                    kiln_from_data(KILN_CPU, KILN_I64, KILN_SHAPE(4, 5), mask), KILN_NONE);
     KT_CHECK_MSG(kiln_into_data(e, got, sizeof got) == KILN_OK, "%s", kiln_last_error());
-    for (int d = 0; d < T_H; d++) {
-        KT_NEAR(got[d], 0.0, 0);
-        KT_NEAR(got[T_H + d], e2[d], 1e-6);
-        KT_NEAR(got[2 * T_H + d], e1[d], 1e-6);
+    for (int i = 0; i < T_H; i++) {
+        KT_NEAR(got[i], 0.0, 0);
+        KT_NEAR(got[T_H + i], e2[i], 1e-6);
+        KT_NEAR(got[2 * T_H + i], e1[i], 1e-6);
+        KT_NEAR(got[3 * T_H + i], e3[i], 1e-6);
     }
     int64_t none[6] = {0};
     e = kiln_bert_embed(m, kiln_from_data(KILN_CPU, KILN_I64, KILN_SHAPE(2, 3), ids),
                         kiln_from_data(KILN_CPU, KILN_I64, KILN_SHAPE(2, 3), none), KILN_NONE);
     KT_CHECK_MSG(kiln_into_data(e, got, 2 * T_H * sizeof *got) == KILN_OK, "%s", kiln_last_error());
-    for (int d = 0; d < 2 * T_H; d++) KT_NEAR(got[d], 0.0, 0);
+    for (int i = 0; i < 2 * T_H; i++) KT_NEAR(got[i], 0.0, 0);
     kiln_bert_free(m);
+}
+
+KT_TEST(padded_batches_pack_tokens) {
+    kt_mem_begin();
+    check_packed_batch(false);
+    check_packed_batch(true);
     KT_MEM_CHECK();
 }
 

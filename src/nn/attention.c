@@ -12,7 +12,10 @@
  * fused op instead (kiln__t_attention: one kernel per head, the scores never a tensor), with
  * the same results to rounding. Tracked and without a mask, it is the same fused op recorded
  * with its own derivative (src/autodiff/rules_attention.c), which keeps q, k and v instead of
- * the attention weights and recomputes those a few rows at a time in backward. */
+ * the attention weights and recomputes those a few rows at a time in backward.
+ *
+ * kiln__attention_segments is the inference form over sequences packed one after another (a
+ * padded batch's tokens without the padding: kiln_bert_embed), one kernel call per sequence. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -130,4 +133,15 @@ kiln_tensor kiln_scaled_dot_product_attention(kiln_tensor q, kiln_tensor k, kiln
     kiln_tensor y = attention(q, k, v, attn_mask, is_causal, scale);
     kiln__op_scope_leave(outer);
     return y;
+}
+
+kiln_tensor kiln__attention_segments(kiln_tensor q, kiln_tensor k, kiln_tensor v, int64_t n, const int64_t *lengths,
+                                     double scale) {
+    const char *op = "attention_segments";
+    kiln_tensor in[3] = {q, k, v};
+    if (kiln_grad_enabled() && (kiln_requires_grad(q) || kiln_requires_grad(k) || kiln_requires_grad(v)))
+        return kiln__nn_fail(op, 3, in, KILN_ERR_UNSUPPORTED, "attention over segments has no gradient (inference only)");
+    KILN__OP_BEGIN(op);
+    kiln__tensor *x[3] = {kiln__arg(&c, q), kiln__arg(&c, k), kiln__arg(&c, v)};
+    return kiln__result(&c, kiln__t_attention_segments(&c, x[0], x[1], x[2], n, lengths, scale));
 }

@@ -91,4 +91,11 @@ kiln_status kiln__quantize_weight_i8(const char *op, kiln_tensor w, kiln_tensor 
 kiln_tensor kiln__linear_i8(const char *op, kiln_tensor x, kiln_tensor packed, kiln_tensor scales, kiln_tensor bias);
 kiln_tensor kiln__linear_i8_fused(const char *op, kiln_tensor x, kiln_tensor packed, kiln_tensor scales_bias, bool gelu);
 
+/* Attention within each of n sequences packed one after another along T (FlashAttention's
+ * varlen form; src/nn/attention.c): q, k [heads, T, E] and v [heads, T, Ev] (consumed, any
+ * strides), lengths[0..n) adding up to T (copied: the caller's to free at once); the result
+ * [heads, T, Ev], laid out [T, heads, Ev]. Inference: tracked inputs are an error. */
+kiln_tensor kiln__attention_segments(kiln_tensor q, kiln_tensor k, kiln_tensor v, int64_t n, const int64_t *lengths,
+                                     double scale);
+
 #endif

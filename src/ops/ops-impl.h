@@ -160,6 +160,10 @@ bool kiln__attention_batch_shape(const kiln__tensor *const *t, int *nb, int64_t 
 bool kiln__t_attention_fits(const kiln__tensor *q, const kiln__tensor *k, const kiln__tensor *v, const kiln__tensor *mask);
 kiln__tensor *kiln__t_attention(kiln__opctx *c, kiln__tensor *q, kiln__tensor *k, kiln__tensor *v, kiln__tensor *mask,
                                 bool causal, double scale);
+/* Attention within each of n sequences packed along T (src/ops/attention_segments.c): q, k
+ * [heads, T, E], v [heads, T, Ev] (consumed), lengths[0..n) adding up to T; inference only. */
+kiln__tensor *kiln__t_attention_segments(kiln__opctx *c, kiln__tensor *q, kiln__tensor *k, kiln__tensor *v, int64_t n,
+                                         const int64_t *lengths, double scale);
 /* g where y > 0, else 0 (one pass; y is relu's output). */
 kiln__tensor *kiln__t_relu_backward(kiln__opctx *c, kiln__tensor *g, kiln__tensor *y);
 
