@@ -82,16 +82,16 @@ typedef struct NAME(step) {
     const float *const *a, *const *b, *const *c;
 } NAME(step);
 
-/* n chunks, the first at element o of each input in[k] and output out[s]: per chunk, the
- * LOADed slots and the outputs' slots are set, then the steps run from the first to END. An
- * operand is the accumulator (the last op's result) or read through its slot: a register (a
- * constant, a spilled value) or a loaded input's chunk itself (the inputs are not copied).
- * Each step ends in its own indirect jump to the next one's code (threaded code), so a chunk
- * costs a few instructions per step besides the U vectors' work, and each jump is predicted
- * on its own; the U-fold loops are unrolled so the accumulator's vectors stay in registers.
- * With stream false, streamed stores are plain ones. pf > 0: each input's lines pf floats
- * ahead are asked for, a chunk at a time. Never inlined or cloned: the label addresses in go
- * are this one function's. */
+/* With n = 0, fills prog with v's steps (plain stores for streamed ones unless stream) over
+ * the slots in slot. Else runs prog over n chunks, the first at element o of each input in[k]
+ * and output out[s]: per chunk, the LOADed slots and the outputs' slots are set, then the steps
+ * run from the first to END. An operand is the accumulator (the last op's result) or read
+ * through its slot: a register (a constant, a spilled value) or a loaded input's chunk itself
+ * (the inputs are not copied). Each step ends in an indirect jump to the next one's code
+ * (threaded code), so a chunk costs a few instructions per step besides the U vectors' work;
+ * the U-fold loops are unrolled so the accumulator's vectors stay in registers. pf > 0: each
+ * input's lines pf floats ahead are asked for, a chunk at a time. One function for both (never
+ * inlined or cloned): the code addresses in prog are this function's labels. */
 #define EACH _Pragma("GCC unroll 8") for (int u = 0; u < U; u++)
 #define MA(u) VP(loadu_ps)(a + (u) * W)
 #define MB(u) VP(loadu_ps)(b + (u) * W)
@@ -125,21 +125,24 @@ typedef struct NAME(step) {
 #define UNARY_OPS(X)                                                                          \
     X(KILN__VEC_NEG, neg) X(KILN__VEC_ABS, abs) X(KILN__VEC_RELU, relu) X(KILN__VEC_SQRT, sqrt) \
     X(KILN__VEC_EXP, exp)
-static __attribute__((noinline, noclone)) TARGET void NAME(exec)(const kiln__fused_vec *v, const float **slot,
-                                                                 const float *const *in, float *const *out,
-                                                                 int64_t o, int64_t n, bool stream, int64_t pf) {
+static __attribute__((noinline, noclone)) TARGET void NAME(exec)(const kiln__fused_vec *v, NAME(step) *prog,
+                                                                 const float **slot, const float *const *in,
+                                                                 float *const *out, int64_t o, int64_t n,
+                                                                 bool stream, int64_t pf) {
     static const void *const go[KILN__VEC_KINDS] = {
         BINARY_OPS(BINARY_GO) UNARY_OPS(UNARY_GO)
         [KILN__VEC_CLAMP << 2] = &&clamp_0, [KILN__VEC_CLAMP << 2 | KILN__VEC_A_ACC] = &&clamp_a,
         [KILN__VEC_SPILL] = &&spill, [KILN__VEC_STORE] = &&store, [KILN__VEC_STORE_ACC] = &&store_acc,
         [KILN__VEC_STREAM] = &&streamed, [KILN__VEC_STREAM_ACC] = &&streamed_acc, [KILN__VEC_END] = &&end,
     };
-    NAME(step) prog[KILN__VEC_STEPS];
-    for (int j = 0; j < v->n_step; j++) {
-        const kiln__vec_step *t = &v->step[j];
-        int kind = t->kind;
-        if (!stream && (kind == KILN__VEC_STREAM || kind == KILN__VEC_STREAM_ACC)) kind -= KILN__VEC_STREAM - KILN__VEC_STORE;
-        prog[j] = (NAME(step)){go[kind], &slot[t->a], &slot[t->b], &slot[t->c]};
+    if (n == 0) {
+        for (int j = 0; j < v->n_step; j++) {
+            const kiln__vec_step *t = &v->step[j];
+            int kind = t->kind;
+            if (!stream && (kind == KILN__VEC_STREAM || kind == KILN__VEC_STREAM_ACC)) kind -= KILN__VEC_STREAM - KILN__VEC_STORE;
+            prog[j] = (NAME(step)){go[kind], &slot[t->a], &slot[t->b], &slot[t->c]};
+        }
+        return;
     }
     const float *pa[KILN__EXPR_MAX_NODES];
     for (int k = 0; k < v->n_load; k++) pa[k] = in[v->load_input[k]];
@@ -209,16 +212,19 @@ TARGET void EXT(run)(const kiln__fused_vec *v, int64_t t0, int64_t n) {
     const float *src[KILN__VEC_SLOTS];
     const float *in[KILN__EXPR_MAX_INPUTS];
     float *out[KILN__EXPR_MAX_OUTPUTS + 1];
+    NAME(step) prog[KILN__VEC_STEPS];
     NAME(set_bcast)(v, r, src);
     NAME(at)(v, t0, t0, NULL, in, out);
-    if (n >= U * W) NAME(exec)(v, src, in, out, 0, n / (U * W), v->stream, PREFETCH);
+    NAME(exec)(v, prog, src, NULL, NULL, 0, 0, v->stream, 0);
+    if (n >= U * W) NAME(exec)(v, prog, src, in, out, 0, n / (U * W), v->stream, PREFETCH);
     if (v->stream) _mm_sfence(); /* streamed stores are visible before the task says it is done */
 }
 
 /* n < U W elements from t (a row's first ones before a line, or its last ones): inputs copied
  * into zero-filled chunks, outputs through chunks on the stack (lanes are independent, so the
  * padding changes no bits). */
-static TARGET void NAME(tail)(const kiln__fused_vec *v, const float **src, int64_t t, int64_t n, int64_t t0, float *local) {
+static TARGET void NAME(tail)(const kiln__fused_vec *v, NAME(step) *prog, const float **src, int64_t t, int64_t n,
+                               int64_t t0, float *local) {
     _Alignas(64) float tin[KILN__EXPR_MAX_INPUTS][U * W], tout[KILN__EXPR_MAX_OUTPUTS + 1][U * W];
     const float *in[KILN__EXPR_MAX_INPUTS];
     float *out[KILN__EXPR_MAX_OUTPUTS + 1], *dst[KILN__EXPR_MAX_OUTPUTS + 1];
@@ -230,7 +236,7 @@ static TARGET void NAME(tail)(const kiln__fused_vec *v, const float **src, int64
         in[k] = tin[k];
     }
     for (int s = 0; s < v->n_store; s++) out[s] = tout[s];
-    NAME(exec)(v, src, in, out, 0, 1, false, 0);
+    NAME(exec)(v, prog, src, in, out, 0, 1, false, 0);
     for (int s = 0; s < v->n_store; s++) memcpy(dst[s], tout[s], sizeof(float) * (size_t)n);
 }
 
@@ -240,7 +246,10 @@ TARGET void EXT(run_rows)(const kiln__fused_vec *v, int64_t t0, int64_t m, char 
     const float *src[KILN__VEC_SLOTS];
     const float *in[KILN__EXPR_MAX_INPUTS];
     float *out[KILN__EXPR_MAX_OUTPUTS + 1];
+    NAME(step) prog[KILN__VEC_STEPS], plain[KILN__VEC_STEPS]; /* plain: the tails' (stack chunks) */
     NAME(set_bcast)(v, r, src);
+    NAME(exec)(v, prog, src, NULL, NULL, 0, 0, v->stream, 0);
+    NAME(exec)(v, plain, src, NULL, NULL, 0, 0, false, 0);
     for (int64_t j = 0; j < m / v->row; j++) {
         for (int k = 0; k < v->n_rowb; k++) {
             int i = v->rowb[k];
@@ -251,13 +260,13 @@ TARGET void EXT(run_rows)(const kiln__fused_vec *v, int64_t t0, int64_t m, char 
         NAME(at)(v, t, t0, local, in, out);
         if (v->stream && (t & 15)) { /* streamed chunks start on a line (v->out[s] are) */
             o = 16 - (t & 15);
-            NAME(tail)(v, src, t, o, t0, local);
+            NAME(tail)(v, plain, src, t, o, t0, local);
         }
         int64_t chunks = (v->row - o) / (U * W);
-        if (chunks > 0) NAME(exec)(v, src, in, out, o, chunks, v->stream, PREFETCH);
+        if (chunks > 0) NAME(exec)(v, prog, src, in, out, o, chunks, v->stream, PREFETCH);
         o += chunks * (U * W);
         t += o;
-        if (t < end) NAME(tail)(v, src, t, end - t, t0, local);
+        if (t < end) NAME(tail)(v, plain, src, t, end - t, t0, local);
     }
     if (v->stream) _mm_sfence();
 }
