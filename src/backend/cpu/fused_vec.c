@@ -166,7 +166,8 @@ static void lower(kiln__fused_vec *v) {
         int kind = v->store_acc[s] ? KILN__VEC_STORE_ACC : KILN__VEC_STORE;
         if (v->out[s]) kind += KILN__VEC_STREAM - KILN__VEC_STORE; /* streamed when the run streams */
         uint8_t node = v->store_node[s];
-        v->step[n++] = (kiln__vec_step){.kind = (uint8_t)kind, .a = node, .b = (uint8_t)(KILN__VEC_REGS + s), .c = node};
+        uint8_t into = (uint8_t)(KILN__VEC_REGS + s);
+        v->step[n++] = (kiln__vec_step){.kind = (uint8_t)kind, .a = node, .b = into, .c = node};
     }
     v->step[n++] = (kiln__vec_step){.kind = KILN__VEC_END};
     v->n_step = n;

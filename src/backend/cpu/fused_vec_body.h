@@ -92,7 +92,15 @@ typedef struct NAME(step) {
  * the U-fold loops are unrolled so the accumulator's vectors stay in registers. pf > 0: each
  * input's lines pf floats ahead are asked for, a chunk at a time. One function for both (never
  * inlined or cloned): the code addresses in prog are this function's labels. */
-#define EACH _Pragma("GCC unroll 8") for (int u = 0; u < U; u++)
+#define EACH(...)                                                                             \
+    do {                                                                                      \
+        EACH_AT(0, __VA_ARGS__) EACH_AT(1, __VA_ARGS__) EACH_AT(2, __VA_ARGS__) EACH_AT(3, __VA_ARGS__) \
+        EACH_AT(4, __VA_ARGS__) EACH_AT(5, __VA_ARGS__) EACH_AT(6, __VA_ARGS__) EACH_AT(7, __VA_ARGS__) \
+    } while (0)
+#define EACH_AT(k, ...) { const int u = k; __VA_ARGS__; }
+/* (written out rather than a loop to unroll: clang unrolls no loop that an indirect jump
+ * enters) */
+_Static_assert(U == 8, "EACH writes out the U-fold loops, for U = 8");
 #define MA(u) VP(loadu_ps)(a + (u) * W)
 #define MB(u) VP(loadu_ps)(b + (u) * W)
 #define NEXT                                                                                  \
@@ -106,18 +114,18 @@ typedef struct NAME(step) {
     [OPC << 2 | KILN__VEC_A_ACC | KILN__VEC_B_ACC] = &&F##_ab,
 #define UNARY_GO(OPC, F) [OPC << 2] = &&F##_0, [OPC << 2 | KILN__VEC_A_ACC] = &&F##_a,
 #define BINARY(OPC, F)                                                                        \
-    F##_0 : EACH acc[u] = NAME(F)(MA(u), MB(u));                                              \
+    F##_0 : EACH(acc[u] = NAME(F)(MA(u), MB(u)));                                             \
     NEXT;                                                                                     \
-    F##_a : EACH acc[u] = NAME(F)(acc[u], MB(u));                                             \
+    F##_a : EACH(acc[u] = NAME(F)(acc[u], MB(u)));                                            \
     NEXT;                                                                                     \
-    F##_b : EACH acc[u] = NAME(F)(MA(u), acc[u]);                                             \
+    F##_b : EACH(acc[u] = NAME(F)(MA(u), acc[u]));                                            \
     NEXT;                                                                                     \
-    F##_ab : EACH acc[u] = NAME(F)(acc[u], acc[u]);                                           \
+    F##_ab : EACH(acc[u] = NAME(F)(acc[u], acc[u]));                                          \
     NEXT;
 #define UNARY(OPC, F)                                                                         \
-    F##_0 : EACH acc[u] = NAME(F)(MA(u));                                                     \
+    F##_0 : EACH(acc[u] = NAME(F)(MA(u)));                                                    \
     NEXT;                                                                                     \
-    F##_a : EACH acc[u] = NAME(F)(acc[u]);                                                    \
+    F##_a : EACH(acc[u] = NAME(F)(acc[u]));                                                   \
     NEXT;
 #define BINARY_OPS(X)                                                                         \
     X(KILN__VEC_ADD, add) X(KILN__VEC_SUB, sub) X(KILN__VEC_MUL, mul) X(KILN__VEC_DIV, div)   \
@@ -125,7 +133,12 @@ typedef struct NAME(step) {
 #define UNARY_OPS(X)                                                                          \
     X(KILN__VEC_NEG, neg) X(KILN__VEC_ABS, abs) X(KILN__VEC_RELU, relu) X(KILN__VEC_SQRT, sqrt) \
     X(KILN__VEC_EXP, exp)
-static __attribute__((noinline, noclone)) TARGET void NAME(exec)(const kiln__fused_vec *v, NAME(step) *prog,
+#ifdef __clang__ /* (no noclone there; LLVM inlines and clones no function with an indirectbr) */
+#define ONE_COPY __attribute__((noinline))
+#else
+#define ONE_COPY __attribute__((noinline, noclone))
+#endif
+static ONE_COPY TARGET void NAME(exec)(const kiln__fused_vec *v, NAME(step) *prog,
                                                                  const float **slot, const float *const *in,
                                                                  float *const *out, int64_t o, int64_t n,
                                                                  bool stream, int64_t pf) {
@@ -139,7 +152,8 @@ static __attribute__((noinline, noclone)) TARGET void NAME(exec)(const kiln__fus
         for (int j = 0; j < v->n_step; j++) {
             const kiln__vec_step *t = &v->step[j];
             int kind = t->kind;
-            if (!stream && (kind == KILN__VEC_STREAM || kind == KILN__VEC_STREAM_ACC)) kind -= KILN__VEC_STREAM - KILN__VEC_STORE;
+            if (!stream && (kind == KILN__VEC_STREAM || kind == KILN__VEC_STREAM_ACC))
+                kind -= KILN__VEC_STREAM - KILN__VEC_STORE;
             prog[j] = (NAME(step)){go[kind], &slot[t->a], &slot[t->b], &slot[t->c]};
         }
         return;
@@ -147,7 +161,7 @@ static __attribute__((noinline, noclone)) TARGET void NAME(exec)(const kiln__fus
     const float *pa[KILN__EXPR_MAX_NODES];
     for (int k = 0; k < v->n_load; k++) pa[k] = in[v->load_input[k]];
     V acc[U];
-    EACH acc[u] = VP(setzero_ps)();
+    EACH(acc[u] = VP(setzero_ps)());
     const NAME(step) *s;
     const float *a, *b;
     int64_t end_o = o + n * (U * W);
@@ -164,14 +178,14 @@ chunk:
     UNARY_OPS(UNARY)
     /* lo and hi in slots b and c */
 clamp_0:
-    EACH acc[u] = NAME(clamp)(MA(u), MB(u), VP(loadu_ps)(*s->c + u * W));
+    EACH(acc[u] = NAME(clamp)(MA(u), MB(u), VP(loadu_ps)(*s->c + u * W)));
     NEXT;
 clamp_a:
-    EACH acc[u] = NAME(clamp)(acc[u], MB(u), VP(loadu_ps)(*s->c + u * W));
+    EACH(acc[u] = NAME(clamp)(acc[u], MB(u), VP(loadu_ps)(*s->c + u * W)));
     NEXT;
     /* a spill writes the accumulator to register a; a store writes slot b, an output */
 #define WRITE(LABEL, INTO, ST, X)                                                             \
-    LABEL : EACH VP(ST)((float *)INTO + u * W, X);                                            \
+    LABEL : EACH(VP(ST)((float *)INTO + u * W, X));                                           \
     NEXT;
     WRITE(spill, a, storeu_ps, acc[u])
     WRITE(store, b, storeu_ps, MA(u))
@@ -183,7 +197,9 @@ end:
     o += U * W;
     if (o < end_o) goto chunk;
 }
+#undef ONE_COPY
 #undef EACH
+#undef EACH_AT
 #undef MA
 #undef MB
 #undef NEXT
