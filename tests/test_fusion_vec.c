@@ -4,7 +4,7 @@
  * chunk (64 or 128 floats) and past the size where groups split over threads, with outputs
  * written with streaming stores and without; with an intermediate kept (two outputs) and run in place over an
  * input; each op with its operands in each of the evaluator's forms (loaded, the accumulator,
- * spilled); on AVX-512 and on AVX2 (KILN_ISA). */
+ * spilled); a group of 16 ops keeping half its values; on AVX-512 and on AVX2 (KILN_ISA). */
 #include <kiln.h>
 #include <math.h>
 #include <stdlib.h>
@@ -212,10 +212,73 @@ KT_TEST(vec_forms_equal_unfused) {
     kiln_fusion_set_enabled(was);
 }
 
+/* A group as long as fusion makes them (16 ops), every other value kept by the caller too: each
+ * kept value is spilled to its register and stored from there, the last one stored from the
+ * accumulator, and one input is read by several steps. Returns the ops fused. */
+#define LONG_OPS 16
+#define LONG_KEPT (LONG_OPS / 2)
+static int64_t long_group(const float *a, const float *b, int64_t n, bool fused, float *out) {
+    kiln_fusion_set_enabled(fused);
+    kiln_tensor x = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(n), a);
+    kiln_tensor y = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(n), b);
+    KT_CHECK(kiln_sync() == KILN_OK);
+    int64_t before = kiln__fusion_stats_get().ops_fused;
+    kiln_tensor kept[LONG_KEPT], t = kiln_ref(x);
+    for (int i = 0; i < LONG_OPS; i++) {
+        switch (i % 4) {
+        case 0: t = kiln_mul(t, kiln_ref(y)); break;
+        case 1: t = kiln_add_scalar(t, 0.25); break;
+        case 2: t = kiln_maximum(kiln_ref(x), t); break;
+        default: t = kiln_neg(t);
+        }
+        if (i % 2 == 1) kept[i / 2] = kiln_ref(t);
+    }
+    size_t bytes = sizeof(float) * (size_t)n;
+    KT_CHECK(kiln_into_data(t, out, bytes) == KILN_OK);
+    for (int k = 0; k < LONG_KEPT; k++) KT_CHECK(kiln_into_data(kept[k], out + (k + 1) * n, bytes) == KILN_OK);
+    kiln_release(x), kiln_release(y);
+    return kiln__fusion_stats_get().ops_fused - before;
+}
+
+static void compare_long(const char *isa, int64_t n) {
+    float *a = malloc(sizeof(float) * (size_t)n * (2 + 2 * (LONG_KEPT + 1)));
+    KT_CHECK(a != NULL);
+    if (!a) return;
+    float *b = a + n, *on = b + n, *off = on + n * (LONG_KEPT + 1);
+    fill(a, n, 31);
+    fill(b, n, 37);
+    long_group(a, b, n, false, off);
+    int64_t fused = long_group(a, b, n, true, on);
+    if (kiln_engine_is_async()) KT_CHECK_MSG(fused == LONG_OPS, "%s: %lld ops fused", isa, (long long)fused);
+    for (int k = 0; k <= LONG_KEPT; k++)
+        KT_CHECK_MSG(memcmp(on + k * n, off + k * n, sizeof(float) * (size_t)n) == 0, "%s n %lld value %d differs", isa,
+                     (long long)n, k);
+    free(a);
+}
+
+KT_TEST(vec_long_group_equals_unfused) {
+    if (strcmp(kiln__vmath_isa(), "scalar") == 0) return; /* (see vec_chains_equal_unfused) */
+    bool was = kiln_fusion_enabled();
+    kiln__fusion_set_fuse_tiny(1); /* the first op of 4173 floats joins the group too */
+    int64_t stream = atomic_load(&kiln__fused_stream_bytes);
+    for (int isa = 0; isa < 2; isa++) {
+        if (isa == 1 && (strcmp(kiln__vmath_isa(), "avx512") != 0 || kiln__vmath_force_isa("avx2") != 0)) break;
+        atomic_store(&kiln__fused_stream_bytes, (int64_t)1 << 40); /* plain stores */
+        compare_long(kiln__vmath_isa(), 4096 + 77);
+        atomic_store(&kiln__fused_stream_bytes, (int64_t)1 << 20); /* streamed: 9 outputs of 1 MiB */
+        compare_long(kiln__vmath_isa(), ((int64_t)1 << 18) + 77);
+    }
+    KT_CHECK(kiln__vmath_force_isa(NULL) == 0);
+    atomic_store(&kiln__fused_stream_bytes, stream);
+    kiln__fusion_set_fuse_tiny(-1);
+    kiln_fusion_set_enabled(was);
+}
+
 int main(void) {
     kt_mem_begin();
     KT_RUN(vec_chains_equal_unfused);
     KT_RUN(vec_chain_in_place);
     KT_RUN(vec_forms_equal_unfused);
+    KT_RUN(vec_long_group_equals_unfused);
     return kt_finish();
 }

@@ -55,6 +55,26 @@ typedef struct kiln__vec_ins {
     bool spill;             /* d is read later than by the next instruction: kept in register d too */
 } kiln__vec_ins;
 
+/* What the evaluator runs per chunk: the instructions lowered to steps (LOADs become pointers
+ * set once a chunk, spills and stores steps of their own), each a kind and up to three slots.
+ * A step of an op has kind op << 2 | form; the others come after those. Slots [0,
+ * KILN__VEC_REGS) are the registers (a LOADed node's slot points at its input's chunk
+ * instead), slot KILN__VEC_REGS + s output s's chunk. */
+enum {
+    KILN__VEC_SPILL = (KILN__VEC_EXP + 1) << 2, /* register a = the accumulator */
+    KILN__VEC_STORE,                            /* output slot b = slot a */
+    KILN__VEC_STORE_ACC,                        /* output slot b = the accumulator */
+    KILN__VEC_STREAM,                           /* STORE with streaming stores */
+    KILN__VEC_STREAM_ACC,                       /* STORE_ACC with streaming stores */
+    KILN__VEC_END,                              /* the chunk is done */
+    KILN__VEC_KINDS
+};
+#define KILN__VEC_SLOTS (KILN__VEC_REGS + KILN__EXPR_MAX_OUTPUTS + 1)
+#define KILN__VEC_STEPS (2 * KILN__EXPR_MAX_NODES + KILN__EXPR_MAX_OUTPUTS + 2)
+typedef struct kiln__vec_step {
+    uint8_t kind, a, b, c; /* slots: operands a and b (clamp: x a, bounds b and c) */
+} kiln__vec_step;
+
 /* A group compiled for the fast path: loads, ops and stores of one chunk, in program order.
  * Elementwise groups use run; the two programs of a group with a reduction use run_rows over
  * blocks of whole rows, reading the per-row values (the REDUCE and the nodes after it with
@@ -80,6 +100,9 @@ typedef struct kiln__fused_vec {
     float *out[KILN__EXPR_MAX_OUTPUTS + 1]; /* NULL: the caller's local buffer */
     uint8_t store_node[KILN__EXPR_MAX_OUTPUTS + 1];
     bool store_acc[KILN__EXPR_MAX_OUTPUTS + 1]; /* the stored node is the last result: from the accumulator */
+    int n_step, n_load;
+    kiln__vec_step step[KILN__VEC_STEPS]; /* code lowered: what runs */
+    uint8_t load_node[KILN__EXPR_MAX_NODES], load_input[KILN__EXPR_MAX_NODES]; /* slot load_node[i] = input's chunk */
 } kiln__fused_vec;
 
 typedef struct kiln__fused_plan {

@@ -146,6 +146,33 @@ static void use_accumulator(kiln__fused_vec *v) {
         if (v->code[j].op != KILN__VEC_LOAD) v->code[j].spill = read_later[v->code[j].d];
 }
 
+/* The instructions as the evaluator's steps: LOADs out of the stream (their slots are set once a
+ * chunk), a spill after the op whose result is read later, the stores last (after every read
+ * of an input an output may overwrite in place), then END. Outputs the caller does not give
+ * (the local buffer) are never streamed. */
+static void lower(kiln__fused_vec *v) {
+    int n = 0;
+    v->n_load = 0;
+    for (int j = 0; j < v->n_code; j++) {
+        const kiln__vec_ins *c = &v->code[j];
+        if (c->op == KILN__VEC_LOAD) {
+            v->load_node[v->n_load] = c->d, v->load_input[v->n_load++] = c->a;
+            continue;
+        }
+        v->step[n++] = (kiln__vec_step){.kind = (uint8_t)(c->op << 2 | c->form), .a = c->a, .b = c->b, .c = c->c};
+        if (c->spill) v->step[n++] = (kiln__vec_step){.kind = KILN__VEC_SPILL, .a = c->d, .b = c->d, .c = c->d};
+    }
+    for (int s = 0; s < v->n_store; s++) {
+        int kind = v->store_acc[s] ? KILN__VEC_STORE_ACC : KILN__VEC_STORE;
+        if (v->out[s]) kind += KILN__VEC_STREAM - KILN__VEC_STORE; /* streamed when the run streams */
+        uint8_t node = v->store_node[s];
+        uint8_t into = (uint8_t)(KILN__VEC_REGS + s);
+        v->step[n++] = (kiln__vec_step){.kind = (uint8_t)kind, .a = node, .b = into, .c = node};
+    }
+    v->step[n++] = (kiln__vec_step){.kind = KILN__VEC_END};
+    v->n_step = n;
+}
+
 /* The nodes in want, in program order; then the stores of the nodes in store to their outputs,
  * and of node local (-1: none) to the caller's local buffer. */
 static bool compile(kiln__fused_vec *v, const kiln__fused_plan *p, const bool *want, const bool *store, int local) {
@@ -162,6 +189,7 @@ static bool compile(kiln__fused_vec *v, const kiln__fused_plan *p, const bool *w
     }
     if (local >= 0) v->out[v->n_store] = NULL, v->store_node[v->n_store++] = (uint8_t)local;
     use_accumulator(v);
+    lower(v);
     return true;
 }
 

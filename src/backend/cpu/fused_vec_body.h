@@ -4,7 +4,7 @@
  * (a per-ISA static name), EXT(x) (the exported kiln__fused_vec_x_isa), VP(x) (the ISA's
  * intrinsic _mm256_x or _mm512_x), REG (the asm constraint of a vector register), and the
  * compares and selects (GT, LT, ISNAN, OR of two masks; SEL(a, b, m): b where m is set, a
- * elsewhere). Each instruction runs over U vectors (one chunk). The last result stays in an
+ * elsewhere). Each step runs over U vectors (one chunk). The last result stays in an
  * accumulator of U vector registers, which the next instruction reads in place (fused_vec.c
  * marks which operands come from it): a chain x -> f(x) -> g(f(x)) runs in registers, with no
  * load or store per op. Values read later than by the next instruction (fan-out, a stored
@@ -17,13 +17,19 @@
  * chain8 (bench_elementwise, eight ops on two 64M-float inputs, AVX-512, Zen 5, 2 threads):
  * each op loading its operands from the register file and storing its result there was L1
  * load/store bound at ~4 cycles a vector op (16.6 ms against one add's 11.2); see
- * BENCHMARKS.md for the accumulator's numbers. */
+ * BENCHMARKS.md for the accumulator's numbers. A switch per instruction per chunk then cost
+ * ~15 instructions a dispatch (decoding the instruction, its operands' registers, the jump
+ * table's bounds), 5.44 instructions an element in all (callgrind, AVX2) against one add's
+ * 0.75; the threaded steps below take 3.61. */
 
 #define U KILN__VEC_U
-/* run_rows asks for each input's lines this many floats ahead (the next row, at 2048): the
- * composed softmax [128,128,2048] (bench_softmax CPU ms, medians, load 8-12): forward+backward
- * 74-84 without, 50-55 at 1024-4096 ahead; the block path's prefetch of a whole block at its
- * start was not enough once each chunk's loads and arithmetic overlap. */
+/* Each chunk asks for its inputs' lines this many floats ahead (run_rows: the next row, at
+ * 2048): the composed softmax [128,128,2048] (bench_softmax CPU ms, medians, load 8-12):
+ * forward+backward 74-84 without, 50-55 at 1024-4096 ahead; the block path's prefetch of a
+ * whole block at its start was not enough once each chunk's loads and arithmetic overlap.
+ * chain8 (elementwise, run; CPU ms of 2 threads, 3 alternated rounds, load 7-9): none 29.8-31.0,
+ * 512 22.5-23.4, 1024 22.1-22.5, 2048 21.1-23.2, 4096 21.3-23.1, 8192 23.8-27.7 (one add:
+ * 23.2-23.6). The hardware prefetchers alone leave the chunk's loads waiting on memory. */
 #define PREFETCH 2048
 
 /* a + b and a * b with a as the instruction's first source: when both are NaN, x86 returns
@@ -69,67 +75,140 @@ static inline TARGET V NAME(sqrt)(V x) { return VP(sqrt_ps)(x); }
 /* x < lo ? lo : (x > hi ? hi : x) */
 static inline TARGET V NAME(clamp)(V x, V lo, V hi) { return SEL(SEL(x, hi, GT(x, hi)), lo, LT(x, lo)); }
 
-/* Every instruction over the chunk at in[k] + o of each input k, then the stores to out[s] + o:
- * after every load, since an output may be an input's storage (in place). An operand is the
- * accumulator (the last instruction's result) or is read through src: a spilled value's
- * register, a constant's, or a loaded value's input itself (a LOAD only points there, so the
- * chunk's inputs are not copied). The U-fold loops are unrolled so that the accumulator's
- * vectors are scalars to the compiler, kept in registers across the instruction switch. */
-#define EACH _Pragma("GCC unroll 8") for (int u = 0; u < U; u++)
+/* The steps of a run: each its code's address (labels as values, a GNU C extension) and the
+ * slots of its operands, resolved once a call. */
+typedef struct NAME(step) {
+    const void *go;
+    const float *const *a, *const *b, *const *c;
+} NAME(step);
+
+/* With n = 0, fills prog with v's steps (plain stores for streamed ones unless stream) over
+ * the slots in slot. Else runs prog over n chunks, the first at element o of each input in[k]
+ * and output out[s]: per chunk, the LOADed slots and the outputs' slots are set, then the steps
+ * run from the first to END. An operand is the accumulator (the last op's result) or read
+ * through its slot: a register (a constant, a spilled value) or a loaded input's chunk itself
+ * (the inputs are not copied). Each step ends in an indirect jump to the next one's code
+ * (threaded code), so a chunk costs a few instructions per step besides the U vectors' work;
+ * the U-fold loops are unrolled so the accumulator's vectors stay in registers. pf > 0: each
+ * input's lines pf floats ahead are asked for, a chunk at a time. One function for both (never
+ * inlined or cloned): the code addresses in prog are this function's labels. */
+#define EACH(...)                                                                             \
+    do {                                                                                      \
+        EACH_AT(0, __VA_ARGS__) EACH_AT(1, __VA_ARGS__) EACH_AT(2, __VA_ARGS__) EACH_AT(3, __VA_ARGS__) \
+        EACH_AT(4, __VA_ARGS__) EACH_AT(5, __VA_ARGS__) EACH_AT(6, __VA_ARGS__) EACH_AT(7, __VA_ARGS__) \
+    } while (0)
+#define EACH_AT(k, ...) { const int u = k; __VA_ARGS__; }
+/* (written out rather than a loop to unroll: clang unrolls no loop that an indirect jump
+ * enters) */
+_Static_assert(U == 8, "EACH writes out the U-fold loops, for U = 8");
 #define MA(u) VP(loadu_ps)(a + (u) * W)
 #define MB(u) VP(loadu_ps)(b + (u) * W)
+#define NEXT                                                                                  \
+    do {                                                                                      \
+        s++;                                                                                  \
+        a = *s->a, b = *s->b;                                                                 \
+        goto *s->go;                                                                          \
+    } while (0)
+#define BINARY_GO(OPC, F)                                                                     \
+    [OPC << 2] = &&F##_0, [OPC << 2 | KILN__VEC_A_ACC] = &&F##_a, [OPC << 2 | KILN__VEC_B_ACC] = &&F##_b, \
+    [OPC << 2 | KILN__VEC_A_ACC | KILN__VEC_B_ACC] = &&F##_ab,
+#define UNARY_GO(OPC, F) [OPC << 2] = &&F##_0, [OPC << 2 | KILN__VEC_A_ACC] = &&F##_a,
 #define BINARY(OPC, F)                                                                        \
-    case OPC << 2: EACH acc[u] = NAME(F)(MA(u), MB(u)); break;                               \
-    case OPC << 2 | KILN__VEC_A_ACC: EACH acc[u] = NAME(F)(acc[u], MB(u)); break;            \
-    case OPC << 2 | KILN__VEC_B_ACC: EACH acc[u] = NAME(F)(MA(u), acc[u]); break;            \
-    case OPC << 2 | KILN__VEC_A_ACC | KILN__VEC_B_ACC: EACH acc[u] = NAME(F)(acc[u], acc[u]); break;
+    F##_0 : EACH(acc[u] = NAME(F)(MA(u), MB(u)));                                             \
+    NEXT;                                                                                     \
+    F##_a : EACH(acc[u] = NAME(F)(acc[u], MB(u)));                                            \
+    NEXT;                                                                                     \
+    F##_b : EACH(acc[u] = NAME(F)(MA(u), acc[u]));                                            \
+    NEXT;                                                                                     \
+    F##_ab : EACH(acc[u] = NAME(F)(acc[u], acc[u]));                                          \
+    NEXT;
 #define UNARY(OPC, F)                                                                         \
-    case OPC << 2: EACH acc[u] = NAME(F)(MA(u)); break;                                      \
-    case OPC << 2 | KILN__VEC_A_ACC: EACH acc[u] = NAME(F)(acc[u]); break;
-static inline __attribute__((always_inline)) TARGET void NAME(chunk)(const kiln__fused_vec *v, V (*r)[U],
-                                                                     const float **src, const float *const *in,
-                                                                     float *const *out, int64_t o, bool stream) {
-    V acc[U];
-    EACH acc[u] = VP(setzero_ps)();
-    for (int j = 0; j < v->n_code; j++) {
-        const kiln__vec_ins *c = &v->code[j];
-        const float *a = src[c->a], *b = src[c->b];
-        switch (c->op << 2 | c->form) {
-        case KILN__VEC_LOAD << 2: src[c->d] = in[c->a] + o; break;
-        BINARY(KILN__VEC_ADD, add)
-        BINARY(KILN__VEC_SUB, sub)
-        BINARY(KILN__VEC_MUL, mul)
-        BINARY(KILN__VEC_DIV, div)
-        BINARY(KILN__VEC_MAX, max)
-        BINARY(KILN__VEC_MIN, min)
-        BINARY(KILN__VEC_RELU_BWD, relu_bwd)
-        UNARY(KILN__VEC_NEG, neg)
-        UNARY(KILN__VEC_ABS, abs)
-        UNARY(KILN__VEC_RELU, relu)
-        UNARY(KILN__VEC_SQRT, sqrt)
-        UNARY(KILN__VEC_EXP, exp)
-        /* lo and hi in registers b and c */
-        case KILN__VEC_CLAMP << 2: EACH acc[u] = NAME(clamp)(MA(u), r[c->b][u], r[c->c][u]); break;
-        case KILN__VEC_CLAMP << 2 | KILN__VEC_A_ACC: EACH acc[u] = NAME(clamp)(acc[u], r[c->b][u], r[c->c][u]); break;
-        default: break;
+    F##_0 : EACH(acc[u] = NAME(F)(MA(u)));                                                    \
+    NEXT;                                                                                     \
+    F##_a : EACH(acc[u] = NAME(F)(acc[u]));                                                   \
+    NEXT;
+#define BINARY_OPS(X)                                                                         \
+    X(KILN__VEC_ADD, add) X(KILN__VEC_SUB, sub) X(KILN__VEC_MUL, mul) X(KILN__VEC_DIV, div)   \
+    X(KILN__VEC_MAX, max) X(KILN__VEC_MIN, min) X(KILN__VEC_RELU_BWD, relu_bwd)
+#define UNARY_OPS(X)                                                                          \
+    X(KILN__VEC_NEG, neg) X(KILN__VEC_ABS, abs) X(KILN__VEC_RELU, relu) X(KILN__VEC_SQRT, sqrt) \
+    X(KILN__VEC_EXP, exp)
+#ifdef __clang__ /* (no noclone there; LLVM inlines and clones no function with an indirectbr) */
+#define ONE_COPY __attribute__((noinline))
+#else
+#define ONE_COPY __attribute__((noinline, noclone))
+#endif
+static ONE_COPY TARGET void NAME(exec)(const kiln__fused_vec *v, NAME(step) *prog,
+                                                                 const float **slot, const float *const *in,
+                                                                 float *const *out, int64_t o, int64_t n,
+                                                                 bool stream, int64_t pf) {
+    static const void *const go[KILN__VEC_KINDS] = {
+        BINARY_OPS(BINARY_GO) UNARY_OPS(UNARY_GO)
+        [KILN__VEC_CLAMP << 2] = &&clamp_0, [KILN__VEC_CLAMP << 2 | KILN__VEC_A_ACC] = &&clamp_a,
+        [KILN__VEC_SPILL] = &&spill, [KILN__VEC_STORE] = &&store, [KILN__VEC_STORE_ACC] = &&store_acc,
+        [KILN__VEC_STREAM] = &&streamed, [KILN__VEC_STREAM_ACC] = &&streamed_acc, [KILN__VEC_END] = &&end,
+    };
+    if (n == 0) {
+        for (int j = 0; j < v->n_step; j++) {
+            const kiln__vec_step *t = &v->step[j];
+            int kind = t->kind;
+            if (!stream && (kind == KILN__VEC_STREAM || kind == KILN__VEC_STREAM_ACC))
+                kind -= KILN__VEC_STREAM - KILN__VEC_STORE;
+            prog[j] = (NAME(step)){go[kind], &slot[t->a], &slot[t->b], &slot[t->c]};
         }
-        if (c->spill) EACH r[c->d][u] = acc[u];
+        return;
     }
-    for (int s = 0; s < v->n_store; s++) {
-        float *y = out[s] + o;
-        const float *x = src[v->store_node[s]];
-        bool st = stream && v->out[s];
-        if (v->store_acc[s] && st) EACH VP(stream_ps)(y + u * W, acc[u]);
-        else if (v->store_acc[s]) EACH VP(storeu_ps)(y + u * W, acc[u]);
-        else if (st) EACH VP(stream_ps)(y + u * W, VP(loadu_ps)(x + u * W));
-        else EACH VP(storeu_ps)(y + u * W, VP(loadu_ps)(x + u * W));
+    const float *pa[KILN__EXPR_MAX_NODES];
+    for (int k = 0; k < v->n_load; k++) pa[k] = in[v->load_input[k]];
+    V acc[U];
+    EACH(acc[u] = VP(setzero_ps)());
+    const NAME(step) *s;
+    const float *a, *b;
+    int64_t end_o = o + n * (U * W);
+chunk:
+    for (int k = 0; k < v->n_load; k++) {
+        slot[v->load_node[k]] = pa[k] + o;
+        for (int q = 0; pf > 0 && q < U * W; q += 16) _mm_prefetch((const char *)(pa[k] + o + pf + q), _MM_HINT_T0);
     }
+    for (int k = 0; k < v->n_store; k++) slot[KILN__VEC_REGS + k] = out[k] + o;
+    s = prog;
+    a = *s->a, b = *s->b;
+    goto *s->go;
+    BINARY_OPS(BINARY)
+    UNARY_OPS(UNARY)
+    /* lo and hi in slots b and c */
+clamp_0:
+    EACH(acc[u] = NAME(clamp)(MA(u), MB(u), VP(loadu_ps)(*s->c + u * W)));
+    NEXT;
+clamp_a:
+    EACH(acc[u] = NAME(clamp)(acc[u], MB(u), VP(loadu_ps)(*s->c + u * W)));
+    NEXT;
+    /* a spill writes the accumulator to register a; a store writes slot b, an output */
+#define WRITE(LABEL, INTO, ST, X)                                                             \
+    LABEL : EACH(VP(ST)((float *)INTO + u * W, X));                                           \
+    NEXT;
+    WRITE(spill, a, storeu_ps, acc[u])
+    WRITE(store, b, storeu_ps, MA(u))
+    WRITE(store_acc, b, storeu_ps, acc[u])
+    WRITE(streamed, b, stream_ps, MA(u))
+    WRITE(streamed_acc, b, stream_ps, acc[u])
+#undef WRITE
+end:
+    o += U * W;
+    if (o < end_o) goto chunk;
 }
+#undef ONE_COPY
 #undef EACH
+#undef EACH_AT
 #undef MA
 #undef MB
+#undef NEXT
+#undef BINARY_GO
+#undef UNARY_GO
 #undef BINARY
 #undef UNARY
+#undef BINARY_OPS
+#undef UNARY_OPS
 
 static inline TARGET void NAME(set_bcast)(const kiln__fused_vec *v, V (*r)[U], const float **src) {
     for (int k = 0; k < KILN__VEC_REGS; k++) src[k] = (const float *)r[k];
@@ -146,19 +225,22 @@ static inline TARGET void NAME(at)(const kiln__fused_vec *v, int64_t t, int64_t 
 
 TARGET void EXT(run)(const kiln__fused_vec *v, int64_t t0, int64_t n) {
     V r[KILN__VEC_REGS][U];
-    const float *src[KILN__VEC_REGS];
+    const float *src[KILN__VEC_SLOTS];
     const float *in[KILN__EXPR_MAX_INPUTS];
     float *out[KILN__EXPR_MAX_OUTPUTS + 1];
+    NAME(step) prog[KILN__VEC_STEPS];
     NAME(set_bcast)(v, r, src);
     NAME(at)(v, t0, t0, NULL, in, out);
-    for (int64_t o = 0; o + U * W <= n; o += U * W) NAME(chunk)(v, r, src, in, out, o, v->stream);
+    NAME(exec)(v, prog, src, NULL, NULL, 0, 0, v->stream, 0);
+    if (n >= U * W) NAME(exec)(v, prog, src, in, out, 0, n / (U * W), v->stream, PREFETCH);
     if (v->stream) _mm_sfence(); /* streamed stores are visible before the task says it is done */
 }
 
 /* n < U W elements from t (a row's first ones before a line, or its last ones): inputs copied
  * into zero-filled chunks, outputs through chunks on the stack (lanes are independent, so the
  * padding changes no bits). */
-static TARGET void NAME(tail)(const kiln__fused_vec *v, V (*r)[U], const float **src, int64_t t, int64_t n, int64_t t0, float *local) {
+static TARGET void NAME(tail)(const kiln__fused_vec *v, NAME(step) *prog, const float **src, int64_t t, int64_t n,
+                               int64_t t0, float *local) {
     _Alignas(64) float tin[KILN__EXPR_MAX_INPUTS][U * W], tout[KILN__EXPR_MAX_OUTPUTS + 1][U * W];
     const float *in[KILN__EXPR_MAX_INPUTS];
     float *out[KILN__EXPR_MAX_OUTPUTS + 1], *dst[KILN__EXPR_MAX_OUTPUTS + 1];
@@ -170,17 +252,20 @@ static TARGET void NAME(tail)(const kiln__fused_vec *v, V (*r)[U], const float *
         in[k] = tin[k];
     }
     for (int s = 0; s < v->n_store; s++) out[s] = tout[s];
-    NAME(chunk)(v, r, src, in, out, 0, false);
+    NAME(exec)(v, prog, src, in, out, 0, 1, false, 0);
     for (int s = 0; s < v->n_store; s++) memcpy(dst[s], tout[s], sizeof(float) * (size_t)n);
 }
 
 TARGET void EXT(run_rows)(const kiln__fused_vec *v, int64_t t0, int64_t m, char *const *rp, const int64_t *rst,
                    float *local) {
     V r[KILN__VEC_REGS][U];
-    const float *src[KILN__VEC_REGS];
+    const float *src[KILN__VEC_SLOTS];
     const float *in[KILN__EXPR_MAX_INPUTS];
     float *out[KILN__EXPR_MAX_OUTPUTS + 1];
+    NAME(step) prog[KILN__VEC_STEPS], plain[KILN__VEC_STEPS]; /* plain: the tails' (stack chunks) */
     NAME(set_bcast)(v, r, src);
+    NAME(exec)(v, prog, src, NULL, NULL, 0, 0, v->stream, 0);
+    NAME(exec)(v, plain, src, NULL, NULL, 0, 0, false, 0);
     for (int64_t j = 0; j < m / v->row; j++) {
         for (int k = 0; k < v->n_rowb; k++) {
             int i = v->rowb[k];
@@ -191,15 +276,13 @@ TARGET void EXT(run_rows)(const kiln__fused_vec *v, int64_t t0, int64_t m, char 
         NAME(at)(v, t, t0, local, in, out);
         if (v->stream && (t & 15)) { /* streamed chunks start on a line (v->out[s] are) */
             o = 16 - (t & 15);
-            NAME(tail)(v, r, src, t, o, t0, local);
+            NAME(tail)(v, plain, src, t, o, t0, local);
         }
-        for (; o + U * W <= v->row; o += U * W) {
-            for (int k = 0; k < v->n_in; k++)
-                for (int q = 0; in[k] && q < U * W; q += 16) _mm_prefetch((const char *)(in[k] + o + PREFETCH + q), _MM_HINT_T0);
-            NAME(chunk)(v, r, src, in, out, o, v->stream);
-        }
+        int64_t chunks = (v->row - o) / (U * W);
+        if (chunks > 0) NAME(exec)(v, prog, src, in, out, o, chunks, v->stream, PREFETCH);
+        o += chunks * (U * W);
         t += o;
-        if (t < end) NAME(tail)(v, r, src, t, end - t, t0, local);
+        if (t < end) NAME(tail)(v, plain, src, t, end - t, t0, local);
     }
     if (v->stream) _mm_sfence();
 }
