@@ -77,6 +77,10 @@ typedef struct {
     bool bias;
 } kiln__linear_state;
 extern const kiln__module_vtable kiln__linear_vt;
+/* Puts packed and scales (consumed) in place of Linear m's weight, under these buffer names,
+ * and its bias as a buffer, and gives m the quantized layer's vtable (linear.c). */
+kiln_status kiln__linear_take_quantized(kiln_module *m, const kiln__module_vtable *vt, const char *weight_name,
+                                        const char *scale_name, kiln_tensor packed, kiln_tensor scales);
 
 /* int8 linear pieces (linear_int8.c), for the layer and for models that hold raw weights.
  * kiln__quantize_weight_i8: w [out, in] f32 (borrowed; a blocking read) into *packed [out,

@@ -29,10 +29,6 @@ kiln_quant_type kiln__quant_type_of(kiln_tensor packed);
 /* For kiln_quantize_dynamic (linear_int8.c): every f32 Linear in m's tree to type's layer
  * (already quantized layers stay as they are); on error the layer that failed is unchanged. */
 kiln_status kiln__quantize_tree_blockq(kiln_module *m, kiln_quant_type type);
-/* Puts packed and scales (consumed) in place of Linear m's weight, under these buffer names,
- * and its bias as a buffer, and gives m the quantized layer's vtable (linear_int8.c). */
-kiln_status kiln__linear_take_quantized(kiln_module *m, const kiln__module_vtable *vt, const char *weight_name,
-                                        const char *scale_name, kiln_tensor packed, kiln_tensor scales);
 /* Whether m itself is a q8_0 or q4_0 Linear. */
 bool kiln__module_is_blockq(const kiln_module *m);
 

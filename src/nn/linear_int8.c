@@ -227,28 +227,6 @@ static kiln_tensor int8_linear_forward(kiln_module *m, kiln_tensor x) {
 
 static const kiln__module_vtable int8_linear_vt = {"Linear", int8_linear_forward, NULL};
 
-kiln_status kiln__linear_take_quantized(kiln_module *m, const kiln__module_vtable *vt, const char *weight_name,
-                                        const char *scale_name, kiln_tensor packed, kiln_tensor scales) {
-    const kiln__linear_state *s = m->state;
-    /* the new tensors replace the parameters only now that nothing can fail */
-    kiln__module_param *ps = calloc(3, sizeof *ps);
-    if (!ps) {
-        kiln_release(packed), kiln_release(scales);
-        return kiln__report(KILN_ERR_OUT_OF_MEMORY, "kiln_quantize_dynamic", "cannot quantize a Linear");
-    }
-    ps[0] = (kiln__module_param){"", packed, true};
-    ps[1] = (kiln__module_param){"", scales, true};
-    snprintf(ps[0].name, sizeof ps[0].name, "%s", weight_name);
-    snprintf(ps[1].name, sizeof ps[1].name, "%s", scale_name);
-    if (s->bias) ps[2] = (kiln__module_param){"bias", kiln_detach(m->params[1].tensor), true};
-    kiln_release(m->params[0].tensor);
-    free(m->params);
-    m->params = ps;
-    m->n_params = s->bias ? 3 : 2;
-    m->vt = vt;
-    return KILN_OK;
-}
-
 /* Quantizes one Linear's weight (a blocking read) and puts the packed weight, the scales and
  * the bias (as buffers) in place of its parameters. */
 static kiln_status quantize_linear(kiln_module *m) {
