@@ -26,16 +26,22 @@
 
 #define KILN__POLL_YIELD_EVERY 1024
 
-static inline void kiln__poll_step(int polls) {
-    if (polls % KILN__POLL_YIELD_EVERY == 0) {
-        sched_yield();
-        return;
-    }
+/* The CPU's spin-wait hint alone (no yield): for a spin that must not give its core away, as
+ * pool_poll.c's measurement of a spinning hand-off. */
+static inline void kiln__cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #elif defined(__aarch64__)
     __asm__ __volatile__("yield");
 #endif
+}
+
+static inline void kiln__poll_step(int polls) {
+    if (polls % KILN__POLL_YIELD_EVERY == 0) {
+        sched_yield();
+        return;
+    }
+    kiln__cpu_relax();
 }
 
 #endif

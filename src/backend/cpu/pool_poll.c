@@ -16,6 +16,7 @@
 #define _GNU_SOURCE 1
 #endif
 #include "backend/cpu/pool_poll.h"
+#include "core/poll.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -34,14 +35,6 @@ static uint64_t now_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
-
-static inline void relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
 }
 
 /* Two threads pass a turn back and forth: odd turns are the partner's to answer, even ones the
@@ -67,7 +60,7 @@ static void *partner_main(void *arg) {
     for (int r = 0; r < ROUNDS; r++) {
         while (atomic_load_explicit(&p->spin, memory_order_acquire) != 2 * r + 1) {
             if (atomic_load_explicit(&p->give_up, memory_order_relaxed)) return NULL;
-            relax();
+            kiln__cpu_relax();
         }
         atomic_store_explicit(&p->spin, 2 * r + 2, memory_order_release);
     }
@@ -108,7 +101,7 @@ int64_t kiln__pool_measure_wake_ns(void) {
                 in_time = false;
                 break;
             }
-            relax();
+            kiln__cpu_relax();
         }
         spin_rt[r] = now_ns() - t0;
     }
