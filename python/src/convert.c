@@ -85,10 +85,10 @@ int kp_parse_dtype(PyObject *o, kiln_dtype dflt, kiln_dtype *out) {
                 *out = (kiln_dtype)d;
                 return 0;
             }
-        PyErr_Format(PyExc_ValueError, "unknown dtype '%s'", s);
+        kp_error_at(PyExc_ValueError, "unknown dtype '%s'", s);
         return -1;
     }
-    PyErr_Format(PyExc_TypeError, "dtype must be a kiln.dtype such as kiln.float32, not %.100s", Py_TYPE(o)->tp_name);
+    kp_error_at(PyExc_TypeError, "dtype must be a kiln.dtype such as kiln.float32, not %.100s", Py_TYPE(o)->tp_name);
     return -1;
 }
 
@@ -100,7 +100,7 @@ int kp_parse_device(PyObject *o, kiln_device *out) {
     if (!PyUnicode_Check(o)) {
         PyObject *s = PyObject_GetAttrString(o, "type"); /* a torch.device-like object */
         if (!s) {
-            PyErr_Format(PyExc_TypeError, "device must be a string such as \"cpu\" or \"opencl:0\", not %.100s",
+            kp_error_at(PyExc_TypeError, "device must be a string such as \"cpu\" or \"opencl:0\", not %.100s",
                          Py_TYPE(o)->tp_name);
             return -1;
         }
@@ -116,7 +116,7 @@ int kp_parse_device(PyObject *o, kiln_device *out) {
         rc = 0;
     } else if (s) {
         kiln_clear_error();
-        PyErr_Format(PyExc_ValueError, "unknown device '%s' (expected \"cpu\", \"opencl\" or \"opencl:N\")", s);
+        kp_error_at(PyExc_ValueError, "unknown device '%s' (expected \"cpu\", \"opencl\" or \"opencl:N\")", s);
     }
     Py_DECREF(o);
     return rc;
@@ -125,24 +125,24 @@ int kp_parse_device(PyObject *o, kiln_device *out) {
 static int shape_from_sequence(PyObject *seq, kiln_shape *out) {
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     if (n > KILN_MAX_DIMS) {
-        PyErr_Format(PyExc_ValueError, "a shape has at most %d dims, got %zd", KILN_MAX_DIMS, n);
+        kp_error_at(PyExc_ValueError, "a shape has at most %d dims, got %zd", KILN_MAX_DIMS, n);
         return -1;
     }
     out->ndim = (int32_t)n;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
         if (!PyIndex_Check(item)) {
-            PyErr_Format(PyExc_TypeError, "shape entries must be integers, not %.100s", Py_TYPE(item)->tp_name);
+            kp_error_at(PyExc_TypeError, "shape entries must be integers, not %.100s", Py_TYPE(item)->tp_name);
             return -1;
         }
         long long v = PyLong_AsLongLong(item);
         if (v == -1 && PyErr_Occurred()) {
             PyErr_Clear();
-            PyErr_SetString(PyExc_ValueError, "shape entry out of range");
+            kp_error_at(PyExc_ValueError, "shape entry out of range");
             return -1;
         }
         if (v < -1) {
-            PyErr_Format(PyExc_ValueError, "negative dimension %lld", v);
+            kp_error_at(PyExc_ValueError, "negative dimension %lld", v);
             return -1;
         }
         out->dims[i] = v;
@@ -162,7 +162,7 @@ int kp_parse_shape(PyObject *args, kiln_shape *out) {
         return rc;
     }
     if (!PyTuple_Check(src) && !PyList_Check(src)) {
-        PyErr_Format(PyExc_TypeError, "a shape is integers or a tuple of them, not %.100s", Py_TYPE(src)->tp_name);
+        kp_error_at(PyExc_TypeError, "a shape is integers or a tuple of them, not %.100s", Py_TYPE(src)->tp_name);
         return -1;
     }
     PyObject *seq = PySequence_Fast(src, "shape");
@@ -178,7 +178,7 @@ int kp_parse_dims(PyObject *o, int ndim, kiln_dims *out) {
         long v = PyLong_AsLong(o);
         if (v == -1 && PyErr_Occurred()) return -1;
         if (v < -KILN_MAX_DIMS || v >= KILN_MAX_DIMS) {
-            PyErr_Format(PyExc_IndexError, "dim %ld out of range", v);
+            kp_error_at(PyExc_IndexError, "dim %ld out of range", v);
             return -1;
         }
         out->n = 1;
@@ -186,23 +186,23 @@ int kp_parse_dims(PyObject *o, int ndim, kiln_dims *out) {
         return 0;
     }
     if (!PyTuple_Check(o) && !PyList_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "dim must be an int or a tuple of ints, not %.100s", Py_TYPE(o)->tp_name);
+        kp_error_at(PyExc_TypeError, "dim must be an int or a tuple of ints, not %.100s", Py_TYPE(o)->tp_name);
         return -1;
     }
     Py_ssize_t n = PySequence_Size(o);
     if (n > KILN_MAX_DIMS) {
-        PyErr_SetString(PyExc_ValueError, "too many dims");
+        kp_error_at(PyExc_ValueError, "too many dims");
         return -1;
     }
     out->n = (int32_t)n;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PySequence_GetItem(o, i);
         if (!item) return -1;
-        long v = PyIndex_Check(item) ? PyLong_AsLong(item) : (PyErr_SetString(PyExc_TypeError, "dims must be ints"), -1);
+        long v = PyIndex_Check(item) ? PyLong_AsLong(item) : (kp_error_at(PyExc_TypeError, "dims must be ints"), -1);
         Py_DECREF(item);
         if (v == -1 && PyErr_Occurred()) return -1;
         if (v < -KILN_MAX_DIMS || v >= KILN_MAX_DIMS) {
-            PyErr_Format(PyExc_IndexError, "dim %ld out of range", v);
+            kp_error_at(PyExc_IndexError, "dim %ld out of range", v);
             return -1;
         }
         out->d[i] = (int32_t)v;
@@ -211,7 +211,7 @@ int kp_parse_dims(PyObject *o, int ndim, kiln_dims *out) {
 }
 
 PyObject *kp_shape_tuple(kiln_shape s) {
-    if (s.ndim < 0) return PyErr_Format(PyExc_RuntimeError, "tensor handle is not valid");
+    if (s.ndim < 0) return kp_error_at(PyExc_RuntimeError, "tensor handle is not valid");
     PyObject *t = PyTuple_New(s.ndim);
     if (!t) return NULL;
     for (int i = 0; i < s.ndim; i++) {
@@ -232,11 +232,11 @@ PyObject *kp_from_buffer(PyObject *obj, kiln_dtype dtype, kiln_device dev) {
     PyObject *result = NULL;
     kiln_shape shape = {.ndim = view.ndim};
     if (view.ndim > KILN_MAX_DIMS) {
-        PyErr_Format(PyExc_ValueError, "an array of %d dims (kiln takes at most %d)", view.ndim, KILN_MAX_DIMS);
+        kp_error_at(PyExc_ValueError, "an array of %d dims (kiln takes at most %d)", view.ndim, KILN_MAX_DIMS);
         goto done;
     }
     if ((size_t)view.itemsize != kiln_dtype_size(dtype)) {
-        PyErr_Format(PyExc_TypeError, "array items of %zd bytes for a dtype of %zu", view.itemsize, kiln_dtype_size(dtype));
+        kp_error_at(PyExc_TypeError, "array items of %zd bytes for a dtype of %zu", view.itemsize, kiln_dtype_size(dtype));
         goto done;
     }
     for (int i = 0; i < view.ndim; i++) shape.dims[i] = view.shape ? view.shape[i] : 0;

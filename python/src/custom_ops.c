@@ -31,14 +31,14 @@ static PyObject *custom_op_repr(PyObject *self) {
 static PyObject *custom_op_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     kp_custom_op *op = (kp_custom_op *)self;
     if (kwnames && PyTuple_GET_SIZE(kwnames) > 0)
-        return PyErr_Format(PyExc_TypeError, "kiln.ops.%U() takes tensors as positional arguments only", op->name);
+        return kp_error_at(PyExc_TypeError, "kiln.ops.%U() takes tensors as positional arguments only", op->name);
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
     if (n > MAX_CALL_ARGS)
-        return PyErr_Format(PyExc_TypeError, "kiln.ops.%U() takes at most %d tensors, got %zd", op->name,
+        return kp_error_at(PyExc_TypeError, "kiln.ops.%U() takes at most %d tensors, got %zd", op->name,
                             KILN_CUSTOM_MAX_INPUTS, n);
     for (Py_ssize_t i = 0; i < n; i++)
         if (!kp_is_tensor(args[i]))
-            return PyErr_Format(PyExc_TypeError, "kiln.ops.%U() takes kiln.Tensor arguments; argument %zd is %.100s",
+            return kp_error_at(PyExc_TypeError, "kiln.ops.%U() takes kiln.Tensor arguments; argument %zd is %.100s",
                                 op->name, i + 1, Py_TYPE(args[i])->tp_name);
     kp_site();
     kiln_tensor handles[MAX_CALL_ARGS];
@@ -77,7 +77,7 @@ static PyTypeObject kp_CustomOpType = {
 
 static PyObject *custom_op_find(PyObject *mod, PyObject *arg) {
     (void)mod;
-    if (!PyUnicode_Check(arg)) return PyErr_Format(PyExc_TypeError, "an op name must be a str, not %.100s", Py_TYPE(arg)->tp_name);
+    if (!PyUnicode_Check(arg)) return kp_error_at(PyExc_TypeError, "an op name must be a str, not %.100s", Py_TYPE(arg)->tp_name);
     const char *name = PyUnicode_AsUTF8(arg);
     if (!name) return NULL;
     kiln_custom_op *found = kiln_custom_op_find(name);
@@ -101,7 +101,7 @@ static PyObject *custom_op_load_library(PyObject *mod, PyObject *arg) {
     Py_END_ALLOW_THREADS Py_DECREF(bytes);
     if (st == KILN_OK) Py_RETURN_NONE;
     if (st == KILN_ERR_IO) { /* as ctypes.CDLL and torch.ops.load_library raise */
-        PyErr_SetString(PyExc_OSError, kiln_last_error());
+        kp_error_at(PyExc_OSError, "%s", kiln_last_error());
         kiln_clear_error();
         return NULL;
     }

@@ -37,15 +37,15 @@ static void loader_destroy(PyObject *capsule) {
 static py_loader *claim(PyObject *o) {
     py_loader *p = PyCapsule_IsValid(o, CAPSULE) ? PyCapsule_GetPointer(o, CAPSULE) : NULL;
     if (!p) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "not a kiln loader");
+        if (!PyErr_Occurred()) kp_error_at(PyExc_TypeError, "not a kiln loader");
         return NULL;
     }
     if (!p->loader) {
-        PyErr_SetString(PyExc_RuntimeError, "this DataLoader was closed");
+        kp_error_at(PyExc_RuntimeError, "this DataLoader was closed");
         return NULL;
     }
     if (p->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "this DataLoader is being iterated by another thread");
+        kp_error_at(PyExc_RuntimeError, "this DataLoader is being iterated by another thread");
         return NULL;
     }
     p->busy = true;
@@ -57,14 +57,14 @@ static py_loader *claim(PyObject *o) {
 static PyObject *f_new(PyObject *m, PyObject *const *args, Py_ssize_t n) {
     (void)m;
     if (n != 7 || !kp_is_tensor(args[0]) || !kp_is_tensor(args[1]))
-        return PyErr_Format(PyExc_TypeError, "_loader_new(inputs, targets, batch_size, workers, shuffle, drop_last, seed)");
+        return kp_error_at(PyExc_TypeError, "_loader_new(inputs, targets, batch_size, workers, shuffle, drop_last, seed)");
     long long batch = PyLong_AsLongLong(args[2]);
     long workers = PyLong_AsLong(args[3]);
     int shuffle = PyObject_IsTrue(args[4]), drop_last = PyObject_IsTrue(args[5]);
     unsigned long long seed = PyLong_AsUnsignedLongLongMask(args[6]);
     if (PyErr_Occurred() || shuffle < 0 || drop_last < 0) return NULL;
-    if (batch < 1) return PyErr_Format(PyExc_ValueError, "batch_size must be at least 1, got %lld", batch);
-    if (workers < 0 || workers > 256) return PyErr_Format(PyExc_ValueError, "num_workers must be 0 to 256, got %ld", workers);
+    if (batch < 1) return kp_error_at(PyExc_ValueError, "batch_size must be at least 1, got %lld", batch);
+    if (workers < 0 || workers > 256) return kp_error_at(PyExc_ValueError, "num_workers must be 0 to 256, got %ld", workers);
     py_loader *p = PyMem_Calloc(1, sizeof *p);
     if (!p) return PyErr_NoMemory();
     kiln_tensor x = kp_take(args[0]);
@@ -99,7 +99,7 @@ static PyObject *f_new(PyObject *m, PyObject *const *args, Py_ssize_t n) {
 
 static PyObject *f_start_epoch(PyObject *m, PyObject *const *args, Py_ssize_t n) {
     (void)m;
-    if (n != 2) return PyErr_Format(PyExc_TypeError, "_loader_start_epoch(loader, epoch)");
+    if (n != 2) return kp_error_at(PyExc_TypeError, "_loader_start_epoch(loader, epoch)");
     long long epoch = PyLong_AsLongLong(args[1]);
     if (PyErr_Occurred()) return NULL;
     py_loader *p = claim(args[0]);
@@ -149,8 +149,8 @@ static PyObject *f_batches(PyObject *m, PyObject *arg) {
 static PyObject *f_close(PyObject *m, PyObject *arg) {
     (void)m;
     py_loader *p = PyCapsule_IsValid(arg, CAPSULE) ? PyCapsule_GetPointer(arg, CAPSULE) : NULL;
-    if (!p) return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_TypeError, "not a kiln loader");
-    if (p->busy) return PyErr_Format(PyExc_RuntimeError, "this DataLoader is being iterated by another thread");
+    if (!p) return PyErr_Occurred() ? NULL : kp_error_at(PyExc_TypeError, "not a kiln loader");
+    if (p->busy) return kp_error_at(PyExc_RuntimeError, "this DataLoader is being iterated by another thread");
     loader_close(p);
     Py_RETURN_NONE;
 }

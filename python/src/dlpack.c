@@ -77,7 +77,7 @@ static PyObject *f_from_dlpack(PyObject *mod, PyObject *obj) {
         if (!capsule) {
             if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
                 PyErr_Clear();
-                PyErr_Format(PyExc_TypeError, "from_dlpack() takes an object with __dlpack__, not %.100s", Py_TYPE(obj)->tp_name);
+                kp_error_at(PyExc_TypeError, "from_dlpack() takes an object with __dlpack__, not %.100s", Py_TYPE(obj)->tp_name);
             }
             return NULL;
         }
@@ -86,7 +86,7 @@ static PyObject *f_from_dlpack(PyObject *mod, PyObject *obj) {
     if (!m) {
         Py_DECREF(capsule);
         PyErr_Clear();
-        PyErr_SetString(PyExc_ValueError, "not an unconsumed DLPack capsule (\"dltensor\")");
+        kp_error_at(PyExc_ValueError, "not an unconsumed DLPack capsule (\"dltensor\")");
         return NULL;
     }
     deferred *d = calloc(1, sizeof *d);

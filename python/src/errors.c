@@ -3,6 +3,7 @@
  * names its user's line), and a kiln status becomes an exception of a class per kind. */
 #include "kiln_py.h"
 
+#include <stdarg.h>
 #include <string.h>
 
 /* kiln keeps the file name's pointer in its error records, so every name handed to it lives
@@ -69,8 +70,9 @@ static int frame_line(PyFrameObject *frame, PyCodeObject *code) {
 #endif
 }
 
-void kp_site(void) {
-    kp_dlpack_drain();
+/* The innermost Python frame outside the kiln package: its file (a name kept for the process)
+ * and line, or "<python>" and 0. */
+static void caller_site(const char **file_out, int *line_out) {
     PyFrameObject *frame = PyEval_GetFrame();
     Py_XINCREF(frame);
     const char *file = "<python>";
@@ -89,7 +91,30 @@ void kp_site(void) {
         frame = back;
     }
     Py_XDECREF(frame);
+    *file_out = file;
+    *line_out = line;
+}
+
+void kp_site(void) {
+    kp_dlpack_drain();
+    const char *file;
+    int line;
+    caller_site(&file, &line);
     kiln_set_call_site(file, line);
+}
+
+PyObject *kp_error_at(PyObject *type, const char *format, ...) {
+    va_list ap;
+    va_start(ap, format);
+    PyObject *message = PyUnicode_FromFormatV(format, ap);
+    va_end(ap);
+    if (!message) return NULL;
+    const char *file;
+    int line;
+    caller_site(&file, &line);
+    PyErr_Format(type, "%U (at %s:%d)", message, file, line);
+    Py_DECREF(message);
+    return NULL;
 }
 
 static PyObject *set_package_dir(PyObject *self, PyObject *arg) {

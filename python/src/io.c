@@ -9,9 +9,9 @@ static PyObject *f_save_tensors(PyObject *m, PyObject *const *args, Py_ssize_t n
     (void)m;
     if (n != 3 || !PyUnicode_Check(args[0]) || !PyList_Check(args[1]) || !PyList_Check(args[2]) ||
         PyList_GET_SIZE(args[1]) != PyList_GET_SIZE(args[2]))
-        return PyErr_Format(PyExc_TypeError, "_save_tensors(path, names, tensors)");
+        return kp_error_at(PyExc_TypeError, "_save_tensors(path, names, tensors)");
     Py_ssize_t count = PyList_GET_SIZE(args[1]);
-    if (count < 1 || count > 1 << 20) return PyErr_Format(PyExc_ValueError, "nothing to save");
+    if (count < 1 || count > 1 << 20) return kp_error_at(PyExc_ValueError, "nothing to save");
     const char *path = PyUnicode_AsUTF8(args[0]);
     const char **names = PyMem_Calloc((size_t)count, sizeof *names);
     kiln_tensor *ts = PyMem_Calloc((size_t)count, sizeof *ts);
@@ -23,7 +23,7 @@ static PyObject *f_save_tensors(PyObject *m, PyObject *const *args, Py_ssize_t n
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *name = PyList_GET_ITEM(args[1], i), *t = PyList_GET_ITEM(args[2], i);
         if (!PyUnicode_Check(name) || !kp_is_tensor(t)) {
-            PyErr_Format(PyExc_TypeError, "entry %zd: names are strings, values kiln tensors", i);
+            kp_error_at(PyExc_TypeError, "entry %zd: names are strings, values kiln tensors", i);
             goto done;
         }
         if (!(names[i] = PyUnicode_AsUTF8(name)) || !kp_live((kp_tensor *)t)) goto done;
@@ -43,7 +43,7 @@ done:
 static PyObject *f_load_tensor(PyObject *m, PyObject *const *args, Py_ssize_t n) {
     (void)m;
     if (n != 3 || !PyUnicode_Check(args[0]) || (args[1] != Py_None && !PyUnicode_Check(args[1])))
-        return PyErr_Format(PyExc_TypeError, "_load_tensor(path, name, device)");
+        return kp_error_at(PyExc_TypeError, "_load_tensor(path, name, device)");
     kiln_device dev;
     if (kp_parse_device(args[2], &dev) < 0) return NULL;
     const char *path = PyUnicode_AsUTF8(args[0]);

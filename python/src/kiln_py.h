@@ -38,6 +38,10 @@ void kp_site(void);
 int kp_errors_init(PyObject *module);
 /* Gives imported DLPack buffers kiln released back to their producers (under the GIL). */
 void kp_dlpack_drain(void);
+/* Raises type with a printf-style message (PyUnicode_FromFormat's) followed by the calling
+ * Python line, " (at file.py:12)", as kiln's own errors name it; returns NULL. For the binding's
+ * own checks of its arguments. */
+PyObject *kp_error_at(PyObject *type, const char *format, ...);
 /* Raises the exception of status st with kiln's last error message; returns NULL. */
 PyObject *kp_raise_status(kiln_status st);
 /* The live handle of a Tensor, or NULL with RuntimeError (an elided or consumed one). */

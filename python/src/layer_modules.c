@@ -16,13 +16,13 @@
 /* An int argument that fits a C int (kiln's constructors check the values, naming the line). */
 static int int_of(PyObject *o, const char *what, int *out) {
     if (!PyLong_Check(o) || PyBool_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, not %s", what, Py_TYPE(o)->tp_name);
+        kp_error_at(PyExc_TypeError, "%s must be an int, not %s", what, Py_TYPE(o)->tp_name);
         return -1;
     }
     long v = PyLong_AsLong(o);
     if (v == -1 && PyErr_Occurred()) return -1;
     if (v < INT_MIN || v > INT_MAX) {
-        PyErr_Format(PyExc_ValueError, "%s %ld does not fit a C int", what, v);
+        kp_error_at(PyExc_ValueError, "%s %ld does not fit a C int", what, v);
         return -1;
     }
     *out = (int)v;
@@ -31,7 +31,7 @@ static int int_of(PyObject *o, const char *what, int *out) {
 
 static int double_of(PyObject *o, const char *what, double *out) {
     if (!PyFloat_Check(o) && !(PyLong_Check(o) && !PyBool_Check(o))) {
-        PyErr_Format(PyExc_TypeError, "%s must be a number, not %s", what, Py_TYPE(o)->tp_name);
+        kp_error_at(PyExc_TypeError, "%s must be a number, not %s", what, Py_TYPE(o)->tp_name);
         return -1;
     }
     *out = PyFloat_AsDouble(o);
@@ -46,7 +46,7 @@ static int seed_of(PyObject *o, uint64_t *out) {
 #define EXPECT(fname, count, usage)                                                         \
     do {                                                                                    \
         (void)mod;                                                                          \
-        if (n != (count)) return PyErr_Format(PyExc_TypeError, fname "(" usage ")");         \
+        if (n != (count)) return kp_error_at(PyExc_TypeError, fname "(" usage ")");         \
     } while (0)
 
 /* _linear_new(in_features, out_features, bias, seed) */
@@ -91,7 +91,7 @@ static PyObject *f_conv2d(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
 static PyObject *f_pool2d(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
     EXPECT("_pool2d_new", 6, "kind, kernel, stride, padding, ceil_mode, exclude_pad");
     const char *kind = PyUnicode_Check(args[0]) ? PyUnicode_AsUTF8(args[0]) : NULL;
-    if (!kind) return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_TypeError, "pool kind must be a str");
+    if (!kind) return PyErr_Occurred() ? NULL : kp_error_at(PyExc_TypeError, "pool kind must be a str");
     bool adaptive = !strcmp(kind, "adaptive");
     int a, b, c;
     int ceil_mode = PyObject_IsTrue(args[4]), exclude_pad = PyObject_IsTrue(args[5]);
@@ -104,7 +104,7 @@ static PyObject *f_pool2d(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
     kiln_pool2d_options o = {a, a, b, b, c, c, ceil_mode, exclude_pad};
     if (!strcmp(kind, "max")) return kp_layer_capsule(kiln_max_pool2d_new_opts(o));
     if (!strcmp(kind, "avg")) return kp_layer_capsule(kiln_avg_pool2d_new_opts(o));
-    return PyErr_Format(PyExc_ValueError, "unknown pool kind '%s'", kind);
+    return kp_error_at(PyExc_ValueError, "unknown pool kind '%s'", kind);
 }
 
 /* _embedding_new(num_embeddings, embedding_dim, seed) */
@@ -214,9 +214,9 @@ static PyObject *f_batch_norm(PyObject *mod, PyObject *const *args, Py_ssize_t n
         return NULL;
     kp_site();
     if (own) return kp_layer_capsule(kiln_batch_norm2d_new(c.groups, c.eps, c.momentum));
-    if (c.groups < 1) return PyErr_Format(PyExc_ValueError, "num_features must be positive, got %lld", (long long)c.groups);
+    if (c.groups < 1) return kp_error_at(PyExc_ValueError, "num_features must be positive, got %lld", (long long)c.groups);
     if (!(c.eps >= 0 && c.eps < INFINITY) || !(c.momentum >= 0 && c.momentum <= 1))
-        return PyErr_Format(PyExc_ValueError, "eps must be finite and >= 0 and momentum in [0, 1], got %g and %g", c.eps, c.momentum);
+        return kp_error_at(PyExc_ValueError, "eps must be finite and >= 0 and momentum in [0, 1], got %g and %g", c.eps, c.momentum);
     c.affine = affine, c.track = track;
     kiln_shape cs = {.ndim = 1, .dims = {c.groups}};
     kiln_module *m = norm_module("BatchNorm", batch_norm_forward, &c, cs);
@@ -240,10 +240,10 @@ static PyObject *f_layer_norm(PyObject *mod, PyObject *const *args, Py_ssize_t n
         return NULL;
     kp_site();
     if (c.shape.ndim == 1) return kp_layer_capsule(kiln_layer_norm_new(c.shape.dims[0], c.eps, affine));
-    if (c.shape.ndim < 1) return PyErr_Format(PyExc_ValueError, "normalized_shape must have at least one dim");
+    if (c.shape.ndim < 1) return kp_error_at(PyExc_ValueError, "normalized_shape must have at least one dim");
     for (int d = 0; d < c.shape.ndim; d++)
-        if (c.shape.dims[d] < 1) return PyErr_Format(PyExc_ValueError, "normalized_shape's sizes must be positive");
-    if (!(c.eps >= 0 && c.eps < INFINITY)) return PyErr_Format(PyExc_ValueError, "eps %g must be finite and >= 0", c.eps);
+        if (c.shape.dims[d] < 1) return kp_error_at(PyExc_ValueError, "normalized_shape's sizes must be positive");
+    if (!(c.eps >= 0 && c.eps < INFINITY)) return kp_error_at(PyExc_ValueError, "eps %g must be finite and >= 0", c.eps);
     c.affine = affine;
     return norm_capsule(norm_module("LayerNorm", layer_norm_forward, &c, c.shape));
 }
@@ -258,9 +258,9 @@ static PyObject *f_group_norm(PyObject *mod, PyObject *const *args, Py_ssize_t n
         double_of(args[2], "eps", &c.eps) < 0 || (affine = PyObject_IsTrue(args[3])) < 0)
         return NULL;
     if (c.groups < 1 || channels < 1 || channels % c.groups)
-        return PyErr_Format(PyExc_ValueError, "num_channels (%lld) must be a positive multiple of num_groups (%lld)",
+        return kp_error_at(PyExc_ValueError, "num_channels (%lld) must be a positive multiple of num_groups (%lld)",
                             (long long)channels, (long long)c.groups);
-    if (!(c.eps >= 0 && c.eps < INFINITY)) return PyErr_Format(PyExc_ValueError, "eps %g must be finite and >= 0", c.eps);
+    if (!(c.eps >= 0 && c.eps < INFINITY)) return kp_error_at(PyExc_ValueError, "eps %g must be finite and >= 0", c.eps);
     c.affine = affine;
     kp_site();
     return norm_capsule(norm_module("GroupNorm", group_norm_forward, &c, (kiln_shape){.ndim = 1, .dims = {channels}}));
@@ -275,7 +275,7 @@ static PyObject *f_forward(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
     kiln_module *m = kp_layer_of(args[0]);
     if (!m) return NULL;
     if (!kp_is_tensor(args[3]))
-        return PyErr_Format(PyExc_TypeError, "%s's input must be a kiln Tensor, not %s", kiln_module_type(m),
+        return kp_error_at(PyExc_TypeError, "%s's input must be a kiln Tensor, not %s", kiln_module_type(m),
                             Py_TYPE(args[3])->tp_name);
     kp_layer_run run;
     kiln_tensor x = kp_take(args[3]);

@@ -20,7 +20,7 @@ static void layer_destroy(PyObject *capsule) {
 
 kiln_module *kp_layer_of(PyObject *o) {
     kiln_module *m = PyCapsule_IsValid(o, CAPSULE) ? PyCapsule_GetPointer(o, CAPSULE) : NULL;
-    if (!m && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "not a kiln layer");
+    if (!m && !PyErr_Occurred()) kp_error_at(PyExc_TypeError, "not a kiln layer");
     return m;
 }
 
@@ -33,7 +33,7 @@ PyObject *kp_layer_capsule(kiln_module *m) {
 
 int kp_int64_arg(PyObject *o, const char *what, int64_t *out) {
     if (!PyLong_Check(o) || PyBool_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, not %s", what, Py_TYPE(o)->tp_name);
+        kp_error_at(PyExc_TypeError, "%s must be an int, not %s", what, Py_TYPE(o)->tp_name);
         return -1;
     }
     long long v = PyLong_AsLongLong(o);
@@ -48,7 +48,7 @@ int kp_int64_arg(PyObject *o, const char *what, int64_t *out) {
 static PyObject *f_new(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
     (void)mod;
     if (n != 9 || !PyUnicode_Check(args[0]))
-        return PyErr_Format(PyExc_TypeError, "_layer_new(kind, a, b, num_layers, bias, batch_first, bidirectional, dropout, seed)");
+        return kp_error_at(PyExc_TypeError, "_layer_new(kind, a, b, num_layers, bias, batch_first, bidirectional, dropout, seed)");
     const char *kind = PyUnicode_AsUTF8(args[0]);
     int64_t a, b, layers;
     if (!kind || kp_int64_arg(args[1], "the first size", &a) < 0 || kp_int64_arg(args[2], "the second size", &b) < 0 ||
@@ -66,7 +66,7 @@ static PyObject *f_new(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
         o.batch_first = batch_first;
         m = kiln_multihead_attention_new(o, seed);
     } else if (!strcmp(kind, "lstm") || !strcmp(kind, "gru")) {
-        if (layers < 1 || layers > 32) return PyErr_Format(PyExc_ValueError, "num_layers must be 1 to 32, got %lld", (long long)layers);
+        if (layers < 1 || layers > 32) return kp_error_at(PyExc_ValueError, "num_layers must be 1 to 32, got %lld", (long long)layers);
         kiln_rnn_options o = kiln_rnn_defaults(a, b);
         o.num_layers = (int)layers;
         o.bias = bias;
@@ -75,7 +75,7 @@ static PyObject *f_new(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
         o.dropout = dropout;
         m = kind[0] == 'l' ? kiln_lstm_new(o, seed) : kiln_gru_new(o, seed);
     } else {
-        return PyErr_Format(PyExc_ValueError, "unknown layer kind '%s'", kind);
+        return kp_error_at(PyExc_ValueError, "unknown layer kind '%s'", kind);
     }
     return kp_layer_capsule(m);
 }
@@ -94,7 +94,7 @@ static PyObject *f_params(PyObject *mod, PyObject *arg) {
     PyObject *out = PyList_New(0);
     for (int i = 0; out && i < count; i++) {
         if (!ps[i].slot->id) {
-            PyErr_SetString(PyExc_RuntimeError, "this layer's tensors were handed out already");
+            kp_error_at(PyExc_RuntimeError, "this layer's tensors were handed out already");
             Py_CLEAR(out);
             break;
         }
@@ -120,18 +120,18 @@ int kp_layer_load(kiln_module *m, PyObject *tensors, PyObject *training, kp_laye
     if (train < 0) return -1;
     int count = kiln_module_params(m, NULL, 0);
     if (!PyList_Check(tensors) || PyList_GET_SIZE(tensors) != count) {
-        PyErr_Format(PyExc_TypeError, "expected a list of the layer's %d tensors", count);
+        kp_error_at(PyExc_TypeError, "expected a list of the layer's %d tensors", count);
         return -1;
     }
     if (count > KP_LAYER_SLOTS) {
-        PyErr_SetString(PyExc_ValueError, "too many parameters");
+        kp_error_at(PyExc_ValueError, "too many parameters");
         return -1;
     }
     kiln_module_params(m, run->ps, count);
     for (int i = 0; i < count; i++) {
         PyObject *o = PyList_GET_ITEM(tensors, i);
         if (!kp_is_tensor(o)) {
-            PyErr_Format(PyExc_TypeError, "parameter %s is %s, not a kiln Tensor", run->ps[i].name, Py_TYPE(o)->tp_name);
+            kp_error_at(PyExc_TypeError, "parameter %s is %s, not a kiln Tensor", run->ps[i].name, Py_TYPE(o)->tp_name);
             return -1;
         }
         if (!kp_live((kp_tensor *)o)) return -1;
@@ -169,7 +169,7 @@ static int optional(PyObject *o, const char *what, kiln_tensor *out) {
     *out = KILN_NONE;
     if (o == Py_None) return 0;
     if (!kp_is_tensor(o)) {
-        PyErr_Format(PyExc_TypeError, "%s must be a kiln Tensor or None, not %s", what, Py_TYPE(o)->tp_name);
+        kp_error_at(PyExc_TypeError, "%s must be a kiln Tensor or None, not %s", what, Py_TYPE(o)->tp_name);
         return -1;
     }
     *out = kp_take(o);
@@ -184,10 +184,10 @@ static void release_all(kiln_tensor *ts, int n) {
 /* _rnn(layer, params, training, x, h0, c0): (output, h_n, c_n or None); c0 is ignored for a GRU. */
 static PyObject *f_rnn(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
     (void)mod;
-    if (n != 6) return PyErr_Format(PyExc_TypeError, "_rnn(layer, params, training, x, h0, c0)");
+    if (n != 6) return kp_error_at(PyExc_TypeError, "_rnn(layer, params, training, x, h0, c0)");
     kiln_module *m = kp_layer_of(args[0]);
     if (!m) return NULL;
-    if (!kp_is_tensor(args[3])) return PyErr_Format(PyExc_TypeError, "input must be a kiln Tensor, not %s", Py_TYPE(args[3])->tp_name);
+    if (!kp_is_tensor(args[3])) return kp_error_at(PyExc_TypeError, "input must be a kiln Tensor, not %s", Py_TYPE(args[3])->tp_name);
     bool lstm = !strcmp(kiln_module_type(m), "LSTM");
     kiln_tensor in[3] = {KILN_NONE, KILN_NONE, KILN_NONE};
     kp_layer_run run;
@@ -216,7 +216,7 @@ static PyObject *f_rnn(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
  * (output, weights or None). */
 static PyObject *f_mha(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
     (void)mod;
-    if (n != 9) return PyErr_Format(PyExc_TypeError, "_mha(layer, params, training, q, k, v, key_padding_mask, attn_mask, need_weights)");
+    if (n != 9) return kp_error_at(PyExc_TypeError, "_mha(layer, params, training, q, k, v, key_padding_mask, attn_mask, need_weights)");
     kiln_module *m = kp_layer_of(args[0]);
     if (!m) return NULL;
     int need = PyObject_IsTrue(args[8]);
@@ -224,7 +224,7 @@ static PyObject *f_mha(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
     static const char *const what[] = {"query", "key", "value"};
     for (int i = 0; i < 3; i++)
         if (!kp_is_tensor(args[3 + i]))
-            return PyErr_Format(PyExc_TypeError, "%s must be a kiln Tensor, not %s", what[i], Py_TYPE(args[3 + i])->tp_name);
+            return kp_error_at(PyExc_TypeError, "%s must be a kiln Tensor, not %s", what[i], Py_TYPE(args[3 + i])->tp_name);
     kiln_tensor in[5] = {KILN_NONE, KILN_NONE, KILN_NONE, KILN_NONE, KILN_NONE};
     kp_layer_run run;
     if (optional(args[3], "query", &in[0]) < 0 || optional(args[4], "key", &in[1]) < 0 ||

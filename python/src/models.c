@@ -51,7 +51,7 @@ static PyObject *embedder_embed(PyObject *o, PyObject *texts) {
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
     if (n < 1 || n > 1 << 20) {
         Py_DECREF(fast);
-        return PyErr_Format(PyExc_ValueError, "embed() needs 1 to 2^20 texts, got %zd", n);
+        return kp_error_at(PyExc_ValueError, "embed() needs 1 to 2^20 texts, got %zd", n);
     }
     const char **ptrs = PyMem_Calloc((size_t)n, sizeof *ptrs);
     size_t *lens = PyMem_Calloc((size_t)n, sizeof *lens);
@@ -64,7 +64,7 @@ static PyObject *embedder_embed(PyObject *o, PyObject *texts) {
         PyObject *s = PySequence_Fast_GET_ITEM(fast, i);
         Py_ssize_t len;
         if (!PyUnicode_Check(s)) {
-            PyErr_Format(PyExc_TypeError, "text %zd is %.100s, not str", i, Py_TYPE(s)->tp_name);
+            kp_error_at(PyExc_TypeError, "text %zd is %.100s, not str", i, Py_TYPE(s)->tp_name);
             goto done;
         }
         if (!(ptrs[i] = PyUnicode_AsUTF8AndSize(s, &len))) goto done;

@@ -113,7 +113,7 @@ static int parse_creation(const char *name, PyObject *args, PyObject *kw, creati
             else if (!strcmp(s, "seed")) c->seed = v;
             else if (!strcmp(s, "size")) {
                 if (PyTuple_GET_SIZE(args) > skip) {
-                    PyErr_Format(PyExc_TypeError, "%s() got the size twice", name);
+                    kp_error_at(PyExc_TypeError, "%s() got the size twice", name);
                     return -1;
                 }
                 PyObject *t = PyTuple_Pack(1, v);
@@ -122,7 +122,7 @@ static int parse_creation(const char *name, PyObject *args, PyObject *kw, creati
                 if (rc < 0) return -1;
                 goto rest;
             } else {
-                PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%s'", name, s);
+                kp_error_at(PyExc_TypeError, "%s() got an unexpected keyword argument '%s'", name, s);
                 return -1;
             }
         }
@@ -154,7 +154,7 @@ CREATION(empty, kiln_empty(c.dev, c.dtype, c.shape))
 kiln_generator *kp_generator_of(PyObject *o) {
     if (!o || o == Py_None) return NULL;
     if (Py_TYPE(o) != &kp_GeneratorType) {
-        PyErr_SetString(PyExc_TypeError, "generator must be a kiln.Generator");
+        kp_error_at(PyExc_TypeError, "generator must be a kiln.Generator");
         return (kiln_generator *)-1;
     }
     return ((kp_generator *)o)->g;
@@ -189,7 +189,7 @@ static PyObject *f_randint(PyObject *mod, PyObject *args, PyObject *kw) {
     bool size_kw = kw && PyDict_GetItemString(kw, "size");
     Py_ssize_t bounds = size_kw ? n : n - 1;
     if (bounds < 1 || bounds > 2)
-        return PyErr_Format(PyExc_TypeError, "randint(low=0, high, size, ...) takes the bounds and a size tuple");
+        return kp_error_at(PyExc_TypeError, "randint(low=0, high, size, ...) takes the bounds and a size tuple");
     long long b[2] = {0, 0};
     for (Py_ssize_t i = 0; i < bounds; i++) {
         b[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(args, i));
@@ -213,7 +213,7 @@ static PyObject *f_rand(PyObject *m, PyObject *a, PyObject *k) { (void)m; return
 
 static PyObject *f_full(PyObject *mod, PyObject *args, PyObject *kw) {
     (void)mod;
-    if (PyTuple_GET_SIZE(args) != 2) return PyErr_Format(PyExc_TypeError, "full(size, fill_value, ...) takes 2 positional arguments");
+    if (PyTuple_GET_SIZE(args) != 2) return kp_error_at(PyExc_TypeError, "full(size, fill_value, ...) takes 2 positional arguments");
     PyObject *value = PyTuple_GET_ITEM(args, 1);
     double v = PyFloat_AsDouble(value);
     if (v == -1.0 && PyErr_Occurred()) return NULL;
@@ -234,7 +234,7 @@ static PyObject *f_arange(PyObject *mod, PyObject *const *args, Py_ssize_t n, Py
     static const char *const names[] = {"start", "end", "step", "dtype", "device", "requires_grad"};
     PyObject *a[6];
     if (kp_args("arange", args, n, kwnames, names, a, 6) < 0) return NULL;
-    if (!a[0]) return PyErr_Format(PyExc_TypeError, "arange() needs an end");
+    if (!a[0]) return kp_error_at(PyExc_TypeError, "arange() needs an end");
     PyObject *start = a[1] ? a[0] : NULL, *end = a[1] ? a[1] : a[0], *step = a[2];
     bool ints = (!start || PyLong_Check(start)) && PyLong_Check(end) && (!step || PyLong_Check(step));
     double s = 0, e, st = 1;
@@ -254,7 +254,7 @@ static PyObject *f_linspace(PyObject *mod, PyObject *const *args, Py_ssize_t n, 
     static const char *const names[] = {"start", "end", "steps", "dtype", "device"};
     PyObject *a[5];
     if (kp_args("linspace", args, n, kwnames, names, a, 5) < 0) return NULL;
-    if (!a[0] || !a[1] || !a[2]) return PyErr_Format(PyExc_TypeError, "linspace(start, end, steps)");
+    if (!a[0] || !a[1] || !a[2]) return kp_error_at(PyExc_TypeError, "linspace(start, end, steps)");
     double s = PyFloat_AsDouble(a[0]), e = PyFloat_AsDouble(a[1]);
     long long steps = PyLong_AsLongLong(a[2]);
     if (PyErr_Occurred()) return NULL;
@@ -269,7 +269,7 @@ static PyObject *f_from_numpy(PyObject *mod, PyObject *const *args, Py_ssize_t n
     (void)mod;
     kiln_dtype dtype;
     kiln_device dev;
-    if (n != 3) return PyErr_Format(PyExc_TypeError, "_from_numpy(array, dtype, device)");
+    if (n != 3) return kp_error_at(PyExc_TypeError, "_from_numpy(array, dtype, device)");
     if (kp_parse_dtype(args[1], KILN_F32, &dtype) < 0 || kp_parse_device(args[2], &dev) < 0) return NULL;
     return kp_from_buffer(args[0], dtype, dev);
 }
@@ -281,7 +281,7 @@ static int handles_of(PyObject *seq, kiln_tensor **out, Py_ssize_t *n) {
     *n = PySequence_Fast_GET_SIZE(fast);
     if (*n < 1 || *n > 1 << 20) {
         Py_DECREF(fast);
-        PyErr_SetString(PyExc_ValueError, "expected a non-empty sequence of tensors");
+        kp_error_at(PyExc_ValueError, "expected a non-empty sequence of tensors");
         return -1;
     }
     *out = PyMem_Calloc((size_t)*n, sizeof **out);
@@ -293,7 +293,7 @@ static int handles_of(PyObject *seq, kiln_tensor **out, Py_ssize_t *n) {
     for (Py_ssize_t i = 0; i < *n; i++) {
         PyObject *it = PySequence_Fast_GET_ITEM(fast, i);
         if (!kp_is_tensor(it) || !kp_live((kp_tensor *)it)) {
-            if (!PyErr_Occurred()) PyErr_Format(PyExc_TypeError, "element %zd is not a kiln.Tensor", i);
+            if (!PyErr_Occurred()) kp_error_at(PyExc_TypeError, "element %zd is not a kiln.Tensor", i);
             for (Py_ssize_t j = 0; j < i; j++) kiln_release((*out)[j]);
             PyMem_Free(*out);
             Py_DECREF(fast);
@@ -310,7 +310,7 @@ static PyObject *join(PyObject *const *args, Py_ssize_t n, PyObject *kwnames, bo
     PyObject *a[2];
     long dim;
     if (kp_args(stack ? "stack" : "cat", args, n, kwnames, names, a, 2) < 0 || kp_int_arg(a[1], 0, &dim) < 0) return NULL;
-    if (!a[0]) return PyErr_Format(PyExc_TypeError, "missing the tensors");
+    if (!a[0]) return kp_error_at(PyExc_TypeError, "missing the tensors");
     kiln_tensor *hs;
     Py_ssize_t count;
     kp_site();
@@ -324,7 +324,7 @@ static PyObject *f_stack(PyObject *m, PyObject *const *a, Py_ssize_t n, PyObject
 
 static PyObject *f_where(PyObject *mod, PyObject *const *args, Py_ssize_t n) {
     (void)mod;
-    if (n != 3 || !kp_is_tensor(args[0])) return PyErr_Format(PyExc_TypeError, "where(condition, a, b) takes a bool tensor and two values");
+    if (n != 3 || !kp_is_tensor(args[0])) return kp_error_at(PyExc_TypeError, "where(condition, a, b) takes a bool tensor and two values");
     kp_site();
     kiln_tensor c = kp_take(args[0]);
     if (!c.id) return NULL;
@@ -368,7 +368,7 @@ static PyObject *f_read_many(PyObject *mod, PyObject *seq) {
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *it = PySequence_Fast_GET_ITEM(fast, i);
         if (!kp_is_tensor(it) || !kp_live((kp_tensor *)it)) {
-            if (!PyErr_Occurred()) PyErr_Format(PyExc_TypeError, "element %zd is not a kiln.Tensor", i);
+            if (!PyErr_Occurred()) kp_error_at(PyExc_TypeError, "element %zd is not a kiln.Tensor", i);
             goto done;
         }
         kiln_tensor h = kiln_ref(((kp_tensor *)it)->h);
@@ -438,7 +438,7 @@ static PyObject *f_set_num_threads(PyObject *m, PyObject *arg) {
     (void)m;
     long v = PyLong_AsLong(arg);
     if (v == -1 && PyErr_Occurred()) return NULL;
-    if (v < 1 || v > 1024) return PyErr_Format(PyExc_ValueError, "thread count %ld out of range", v);
+    if (v < 1 || v > 1024) return kp_error_at(PyExc_ValueError, "thread count %ld out of range", v);
     kiln_set_num_threads((int)v);
     Py_RETURN_NONE;
 }
@@ -458,7 +458,7 @@ static PyObject *f_set_elide_min_bytes(PyObject *m, PyObject *arg) {
 static PyObject *f_set_engine_limits(PyObject *m, PyObject *const *args, Py_ssize_t n) {
     (void)m;
     long long ops, bytes;
-    if (n != 2) return PyErr_Format(PyExc_TypeError, "set_engine_limits(max_inflight_ops, max_pending_bytes)");
+    if (n != 2) return kp_error_at(PyExc_TypeError, "set_engine_limits(max_inflight_ops, max_pending_bytes)");
     ops = PyLong_AsLongLong(args[0]);
     bytes = PyLong_AsLongLong(args[1]);
     if (PyErr_Occurred()) return NULL;
@@ -471,7 +471,7 @@ static PyObject *f_device_count(PyObject *m, PyObject *arg) {
     const char *s = PyUnicode_AsUTF8(arg);
     if (!s) return NULL;
     kiln_device d;
-    if (kiln_device_parse(s, &d) != KILN_OK) return PyErr_Format(PyExc_ValueError, "unknown device kind '%s'", s);
+    if (kiln_device_parse(s, &d) != KILN_OK) return kp_error_at(PyExc_ValueError, "unknown device kind '%s'", s);
     return PyLong_FromLong(kiln_device_count(kiln_device_kind(d)));
 }
 

@@ -28,11 +28,11 @@ static void optimizer_destroy(PyObject *capsule) {
 static py_optim *claim(PyObject *o) {
     py_optim *p = PyCapsule_IsValid(o, CAPSULE) ? PyCapsule_GetPointer(o, CAPSULE) : NULL;
     if (!p) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "not a kiln optimizer");
+        if (!PyErr_Occurred()) kp_error_at(PyExc_TypeError, "not a kiln optimizer");
         return NULL;
     }
     if (p->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "this optimizer is stepping in another thread");
+        kp_error_at(PyExc_RuntimeError, "this optimizer is stepping in another thread");
         return NULL;
     }
     p->busy = true;
@@ -50,7 +50,7 @@ static int option(PyObject *o, double *out) {
 /* The live handles of a list of Tensors (None: KILN_NONE where none_ok), borrowed. */
 static int handles(PyObject *list, Py_ssize_t n, bool none_ok, kiln_tensor *out, const char *what) {
     if (!PyList_Check(list) || PyList_GET_SIZE(list) != n) {
-        PyErr_Format(PyExc_TypeError, "%s must be a list of %zd tensors", what, n);
+        kp_error_at(PyExc_TypeError, "%s must be a list of %zd tensors", what, n);
         return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -60,7 +60,7 @@ static int handles(PyObject *list, Py_ssize_t n, bool none_ok, kiln_tensor *out,
             continue;
         }
         if (!kp_is_tensor(o)) {
-            PyErr_Format(PyExc_TypeError, "%s[%zd] is %s, not a kiln.Tensor", what, i, Py_TYPE(o)->tp_name);
+            kp_error_at(PyExc_TypeError, "%s[%zd] is %s, not a kiln.Tensor", what, i, Py_TYPE(o)->tp_name);
             return -1;
         }
         if (!kp_live((kp_tensor *)o)) return -1;
@@ -74,22 +74,22 @@ static int handles(PyObject *list, Py_ssize_t n, bool none_ok, kiln_tensor *out,
 static PyObject *f_new(PyObject *m, PyObject *const *args, Py_ssize_t n) {
     (void)m;
     if (n != 3 || !PyUnicode_Check(args[0]) || !PyList_Check(args[1]) || !PyTuple_Check(args[2]))
-        return PyErr_Format(PyExc_TypeError, "_optimizer_new(kind, groups, options)");
+        return kp_error_at(PyExc_TypeError, "_optimizer_new(kind, groups, options)");
     const char *kind = PyUnicode_AsUTF8(args[0]);
     if (!kind) return NULL;
     bool adam = !strcmp(kind, "adam");
-    if (!adam && strcmp(kind, "sgd")) return PyErr_Format(PyExc_ValueError, "no C optimizer '%s'", kind);
+    if (!adam && strcmp(kind, "sgd")) return kp_error_at(PyExc_ValueError, "no C optimizer '%s'", kind);
     PyObject *opts = args[2];
     Py_ssize_t n_groups = PyList_GET_SIZE(args[1]), total = 0;
-    if (PyTuple_GET_SIZE(opts) != (adam ? 4 : 3)) return PyErr_Format(PyExc_TypeError, "wrong options for %s", kind);
-    if (n_groups < 1 || n_groups > 1024) return PyErr_Format(PyExc_ValueError, "%zd parameter groups: 1 to 1024", n_groups);
+    if (PyTuple_GET_SIZE(opts) != (adam ? 4 : 3)) return kp_error_at(PyExc_TypeError, "wrong options for %s", kind);
+    if (n_groups < 1 || n_groups > 1024) return kp_error_at(PyExc_ValueError, "%zd parameter groups: 1 to 1024", n_groups);
     for (Py_ssize_t g = 0; g < n_groups; g++) {
         PyObject *grp = PyList_GET_ITEM(args[1], g);
         if (!PyTuple_Check(grp) || PyTuple_GET_SIZE(grp) != 3 || !PyList_Check(PyTuple_GET_ITEM(grp, 0)))
-            return PyErr_Format(PyExc_TypeError, "group %zd must be (params, lr, weight_decay)", g);
+            return kp_error_at(PyExc_TypeError, "group %zd must be (params, lr, weight_decay)", g);
         total += PyList_GET_SIZE(PyTuple_GET_ITEM(grp, 0));
     }
-    if (total > INT_MAX / 2) return PyErr_Format(PyExc_ValueError, "%zd parameters: too many", total);
+    if (total > INT_MAX / 2) return kp_error_at(PyExc_ValueError, "%zd parameters: too many", total);
     kiln_tensor *hs = PyMem_Calloc((size_t)(total ? total : 1), sizeof *hs);
     kiln_param_group *groups = PyMem_Calloc((size_t)n_groups, sizeof *groups);
     kiln_optimizer *opt = NULL;
@@ -149,10 +149,10 @@ done:
  * gradients (the step reads them) without the GIL. */
 static PyObject *f_step(PyObject *m, PyObject *const *args, Py_ssize_t n) {
     (void)m;
-    if (n != 3) return PyErr_Format(PyExc_TypeError, "_optimizer_step(opt, params, grads)");
-    if (!PyList_Check(args[1])) return PyErr_Format(PyExc_TypeError, "params must be a list");
+    if (n != 3) return kp_error_at(PyExc_TypeError, "_optimizer_step(opt, params, grads)");
+    if (!PyList_Check(args[1])) return kp_error_at(PyExc_TypeError, "params must be a list");
     Py_ssize_t np_ = PyList_GET_SIZE(args[1]);
-    if (np_ > INT_MAX / 2) return PyErr_Format(PyExc_ValueError, "%zd parameters: too many", np_);
+    if (np_ > INT_MAX / 2) return kp_error_at(PyExc_ValueError, "%zd parameters: too many", np_);
     kiln_tensor small[32 * 2], *hs = np_ <= 32 ? small : PyMem_Calloc((size_t)np_ * 2, sizeof *hs);
     if (!hs) return PyErr_NoMemory();
     PyObject *ret = NULL;
@@ -174,11 +174,11 @@ done:
 /* _optimizer_set_lr(opt, group, lr) */
 static PyObject *f_set_lr(PyObject *m, PyObject *const *args, Py_ssize_t n) {
     (void)m;
-    if (n != 3) return PyErr_Format(PyExc_TypeError, "_optimizer_set_lr(opt, group, lr)");
+    if (n != 3) return kp_error_at(PyExc_TypeError, "_optimizer_set_lr(opt, group, lr)");
     long group = PyLong_AsLong(args[1]);
     double lr;
     if ((group == -1 && PyErr_Occurred()) || option(args[2], &lr) < 0) return NULL;
-    if (group < INT_MIN || group > INT_MAX) return PyErr_Format(PyExc_IndexError, "group %ld out of range", group);
+    if (group < INT_MIN || group > INT_MAX) return kp_error_at(PyExc_IndexError, "group %ld out of range", group);
     py_optim *p = claim(args[0]);
     if (!p) return NULL;
     kp_site();

@@ -17,14 +17,14 @@ static void writer_destroy(PyObject *capsule) {
 
 static kiln_summary_writer *writer_of(PyObject *o) {
     return PyCapsule_CheckExact(o) ? PyCapsule_GetPointer(o, CAPSULE)
-                                   : (PyErr_SetString(PyExc_TypeError, "not a summary writer"), NULL);
+                                   : (kp_error_at(PyExc_TypeError, "not a summary writer"), NULL);
 }
 
 /* _summary_open(logdir or None, flush_secs, max_queue, filename_suffix or None) */
 static PyObject *f_open(PyObject *m, PyObject *const *args, Py_ssize_t n) {
     (void)m;
     if (n != 4 || (args[0] != Py_None && !PyUnicode_Check(args[0])) || (args[3] != Py_None && !PyUnicode_Check(args[3])))
-        return PyErr_Format(PyExc_TypeError, "_summary_open(logdir, flush_secs, max_queue, filename_suffix)");
+        return kp_error_at(PyExc_TypeError, "_summary_open(logdir, flush_secs, max_queue, filename_suffix)");
     kiln_summary_writer_options o = kiln_summary_writer_defaults();
     o.flush_secs = PyFloat_AsDouble(args[1]);
     long q = PyLong_AsLong(args[2]);
@@ -54,7 +54,7 @@ static PyObject *status_result(kiln_status st) { return st == KILN_OK ? Py_NewRe
  * 2 a histogram of a tensor, 3 text. */
 static PyObject *f_add(PyObject *m, PyObject *const *args, Py_ssize_t n) {
     (void)m;
-    if (n != 5 || !PyUnicode_Check(args[2])) return PyErr_Format(PyExc_TypeError, "_summary_add(writer, kind, tag, value, step)");
+    if (n != 5 || !PyUnicode_Check(args[2])) return kp_error_at(PyExc_TypeError, "_summary_add(writer, kind, tag, value, step)");
     kiln_summary_writer *w = writer_of(args[0]);
     long kind = PyLong_AsLong(args[1]);
     long long step = PyLong_AsLongLong(args[4]);
@@ -68,17 +68,17 @@ static PyObject *f_add(PyObject *m, PyObject *const *args, Py_ssize_t n) {
         st = kiln_summary_writer_add_scalar(w, tag, v, step);
     } else if (kind == 3) {
         const char *text = PyUnicode_Check(args[3]) ? PyUnicode_AsUTF8(args[3]) : NULL;
-        if (!text) return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_TypeError, "text must be a str");
+        if (!text) return PyErr_Occurred() ? NULL : kp_error_at(PyExc_TypeError, "text must be a str");
         kp_site();
         st = kiln_summary_writer_add_text(w, tag, text, step);
     } else if (kind == 1 || kind == 2) {
-        if (!kp_is_tensor(args[3])) return PyErr_Format(PyExc_TypeError, "expected a kiln Tensor");
+        if (!kp_is_tensor(args[3])) return kp_error_at(PyExc_TypeError, "expected a kiln Tensor");
         kiln_tensor h = kp_take(args[3]);
         if (!h.id) return NULL;
         kp_site();
         st = kind == 1 ? kiln_summary_writer_add_scalar_tensor(w, tag, h, step) : kiln_summary_writer_add_histogram(w, tag, h, step);
     } else {
-        return PyErr_Format(PyExc_ValueError, "unknown kind %ld", kind);
+        return kp_error_at(PyExc_ValueError, "unknown kind %ld", kind);
     }
     return status_result(st);
 }

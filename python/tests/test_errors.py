@@ -43,6 +43,25 @@ def test_error_inside_the_package_names_the_user_line():
     assert f"test_errors.py:{line}" in str(info.value)
 
 
+def test_binding_argument_errors_name_the_user_line():
+    # checks the binding makes itself, before kiln is called, name the calling line as kiln's do
+    def expect(kind, text, info, line):
+        assert isinstance(info.value, kind) and text in str(info.value), str(info.value)
+        assert f"test_errors.py:{line})" in str(info.value), str(info.value)
+    with pytest.raises(ValueError) as info:
+        line = line_here(); kiln.zeros(2, dtype="nope")  # noqa: E702
+    expect(ValueError, "unknown dtype", info, line)
+    with pytest.raises(ValueError) as info:
+        line = line_here(); kiln.zeros(2, device="tpu")  # noqa: E702
+    expect(ValueError, "unknown device", info, line)
+    with pytest.raises(TypeError) as info:
+        line = line_here(); kiln.ones(2).sum(dim="x")  # noqa: E702
+    expect(TypeError, "dim must be an int", info, line)
+    with pytest.raises(ValueError) as info:
+        line = line_here(); kiln.nn.LSTM(3, 4, num_layers=40)  # noqa: E702
+    expect(ValueError, "num_layers must be 1 to 32", info, line)
+
+
 def test_index_errors():
     with pytest.raises(IndexError):
         kiln.ones(3)[3]
