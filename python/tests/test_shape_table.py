@@ -1,5 +1,5 @@
 """The shape op table (src/ir/shape_table.h) in Python: each row the binding makes from the table
-(python/src/shape_table_generated.h: t.name(dim), kiln.name(t, dim)) against PyTorch, in a float
+(python/src/shape_table_generated.h: t.name(dim), kiln.name(t, dim); t.name(diagonal=0)) against PyTorch, in a float
 and an integer dtype, with dim given by position and by keyword; each row bound by hand
 (methods.c, module.c) is there under its name."""
 import os
@@ -30,9 +30,18 @@ def shape_rows():
 def test_generated_rows_match_pytorch():
     import torch
     rows = [r for r in shape_rows() if r["py"] not in ("HAND", "NONE")]
-    assert {r["py"] for r in rows} >= {"cumsum", "cumprod", "unsqueeze"}
+    assert {r["py"] for r in rows} >= {"cumsum", "cumprod", "unsqueeze", "tril", "triu"}
     x_np = np.array([[[0.5, -2.0, 4.0], [1.0, 0.0, -0.25]], [[3.0, 1.5, -1.0], [2.0, -0.5, 0.75]]], np.float32)
     for r in rows:
+        if r["sig"] == "OFFSET":  # t.name(diagonal=0), kiln.name(t, diagonal=0)
+            for values in (x_np, x_np.astype(np.int64) * 3 - 1):
+                x, xt = kiln.tensor(values), torch.tensor(values)
+                for got, want in ((getattr(x, r["py"])(), getattr(torch, r["py"])(xt)),
+                                  (getattr(x, r["py"])(1), getattr(torch, r["py"])(xt, 1)),
+                                  (getattr(kiln, r["py"])(x, diagonal=-1), getattr(torch, r["py"])(xt, diagonal=-1))):
+                    assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1], (r["py"], got.dtype)
+                    np.testing.assert_array_equal(got.numpy(), want.numpy(), err_msg=r["py"])
+            continue
         assert r["sig"] == "DIM", r["name"]
         for values in (x_np, x_np.astype(np.int64) * 3 - 1):
             x, xt = kiln.tensor(values), torch.tensor(values)

@@ -38,7 +38,7 @@
  *           (rules_scan.c), OPS (a composition of differentiable ops in api/shape.c)
  *   tol     the f32 result's largest normalized squared error against the f64 run (0: exact)
  *   py      the Python name (torch's) where python/src/shape_table_generated.h makes the binding
- *           (sig DIM: t.name(dim) and kiln.name(t, dim)), HAND where the binding is hand-written
+ *           (sig DIM: t.name(dim) and kiln.name(t, dim); OFFSET: t.name(diagonal=0)), HAND where the binding is hand-written
  *           (methods.c, module.c: varargs shapes, tuples of tensors, torch's optional dims),
  *           NONE where Python has no such function yet
  *   ex      an example call's arguments, which the test runs: over x and y (two [3, 4, 5]
@@ -97,11 +97,11 @@
       "The mask broadcasts to x's shape (it never grows it); the result has x's shape and dtype, and the value must " \
       "fit that dtype (an integer x refuses NaN or an out-of-range value). The gradient is zero where filled; the " \
       "mask gets none.") \
-    X(TRIL,         tril,         OFFSET,  (x, diagonal),                1, SAME,    SAME,       MASK,   0,     NONE,      (x, 1),                                       (3, 4, 5),     (kiln_reshape(x, KILN_SHAPE(60)), 0), SHAPE, \
+    X(TRIL,         tril,         OFFSET,  (x, diagonal),                1, SAME,    SAME,       MASK,   0,     tril,      (x, 1),                                       (3, 4, 5),     (kiln_reshape(x, KILN_SHAPE(60)), 0), SHAPE, \
       "x's lower triangle of the last two dims (torch.tril), zero above. " \
       "Any batch dims in front: element (i, j) is kept when j - i <= diagonal, zero otherwise; diagonal 0 is the " \
       "main diagonal, > 0 above it, < 0 below. Any dtype; x needs at least 2 dims.") \
-    X(TRIU,         triu,         OFFSET,  (x, diagonal),                1, SAME,    SAME,       MASK,   0,     NONE,      (x, -1),                                      (3, 4, 5),     (kiln_reshape(x, KILN_SHAPE(60)), 0), SHAPE, \
+    X(TRIU,         triu,         OFFSET,  (x, diagonal),                1, SAME,    SAME,       MASK,   0,     triu,      (x, -1),                                      (3, 4, 5),     (kiln_reshape(x, KILN_SHAPE(60)), 0), SHAPE, \
       "x's upper triangle of the last two dims (torch.triu): j - i >= diagonal kept, zero elsewhere.") \
     X(FLIP,         flip,         DIMS,    (t, dims),                    1, SAME,    SAME,       OPS,    0,     NONE,      (x, KILN_DIMS(0, 2)),                         (3, 4, 5),     (x, KILN_DIMS(3)),                  INVALID_ARGUMENT, \
       "torch.flip: the order of the elements along each of dims reversed (a copy).") \
