@@ -59,7 +59,7 @@ static kiln_tensor stale_handle(void) {
 #define EXAMPLE(NAME, name, sig, args, arity, dtype, shape, grad, tol, py, ex, out, bad, bad_status, ...) \
     static kiln_tensor example_##NAME(kiln_tensor x, kiln_tensor y, kiln_device dev) {                     \
         (void)dev;                                                                                       \
-        if ((arity) < 2 && !strstr(#ex, "y")) kiln_release(y);                                           \
+        if (!strstr(#ex, "y")) kiln_release(y); /* a one-tensor row (the_shape_table_is_consistent) */   \
         return kiln_##name ex;                                                                           \
     }                                                                                                    \
     static kiln_tensor bad_##NAME(kiln_tensor x, kiln_tensor y, kiln_device dev) {                         \
