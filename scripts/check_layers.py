@@ -40,7 +40,7 @@ LAYERS = [
     (["core", "ir"], ["kiln/core.h"]),  # handles, storages, op records, opcodes, expression IR
     (["backend"], []),
     (["engine"], ["kiln/engine.h"]),
-    (["ops", "io"], ["kiln/tensor.h", "kiln/ops.h", "kiln/custom_op.h", "kiln/io.h"]),  # io: file formats, tensor save/load
+    (["ops", "io"], ["kiln/tensor.h", "kiln/ops.h", "kiln/shape_ops.h", "kiln/custom_op.h", "kiln/io.h"]),  # io: file formats, tensor save/load
     (["autodiff"], ["kiln/autodiff.h"]),
     (["api"], []),
     (["data", "text", "nn"], ["kiln/data.h", "kiln/text.h", "kiln/nn.h", "kiln/nn_ops.h"]),

@@ -19,6 +19,8 @@ import os
 import re
 import sys
 
+import optable_shape  # the shape op table's headers (src/ir/shape_table.h)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TABLE = os.path.join(ROOT, "src", "ir", "optable.h")
 REDUCE_TABLE = os.path.join(ROOT, "src", "ir", "reduce_table.h")
@@ -396,6 +398,7 @@ def main(argv):
         return 0
     outputs = [(HEADER, header(rows, scalars, reductions, row_ops)), (NN_HEADER, nn_header(row_ops)),
                (PY_HEADER, python_rows(rows, reductions, row_ops))]
+    outputs += optable_shape.outputs(ROOT, read_rows, wrap_comment)
     if "--check" in argv:
         stale = []
         for path, text in outputs:

@@ -16,7 +16,9 @@ import sys
 import tempfile
 
 FILES = ["scripts/gen_optable.py", "src/ir/optable.h", "src/ir/reduce_table.h", "src/ir/row_table.h",
-         "src/ir/linalg_table.h", "include/kiln/ops.h", "include/kiln/nn_ops.h", "python/src/op_table_generated.h"]
+         "src/ir/linalg_table.h", "include/kiln/ops.h", "include/kiln/nn_ops.h", "python/src/op_table_generated.h",
+         "scripts/optable_shape.py", "src/ir/shape_table.h", "include/kiln/shape_ops.h",
+         "python/src/shape_table_generated.h"]
 failures = []
 
 

@@ -78,53 +78,18 @@ KILN_RANDOM_API(KILN__AT_DECLARE)
 #define kiln_randint_gen(...) KILN__AT(randint_gen, __VA_ARGS__)
 #endif
 
-/* ---- views (share storage; consume the input) -------------------------------------------- */
-/* One dim may be -1. Copies only when the layout cannot be viewed. */
-KILN_API kiln_tensor kiln_reshape(kiln_tensor t, kiln_shape shape);
-KILN_API kiln_tensor kiln_permute(kiln_tensor t, kiln_dims order);
-KILN_API kiln_tensor kiln_transpose(kiln_tensor t, int dim0, int dim1);
-KILN_API kiln_tensor kiln_narrow(kiln_tensor t, int dim, int64_t start, int64_t length);
-/* Python-style slice along one dim: start/end may be negative, end is clamped, step > 0. */
-KILN_API kiln_tensor kiln_slice(kiln_tensor t, int dim, int64_t start, int64_t end, int64_t step);
-KILN_API kiln_tensor kiln_expand(kiln_tensor t, kiln_shape shape); /* broadcast; -1 keeps a dim */
-KILN_API kiln_tensor kiln_squeeze(kiln_tensor t, int dim);        /* dim must have size 1 */
-KILN_API kiln_tensor kiln_unsqueeze(kiln_tensor t, int dim);
-KILN_API kiln_tensor kiln_flatten(kiln_tensor t, int start_dim, int end_dim);
-KILN_API kiln_tensor kiln_contiguous(kiln_tensor t); /* returns t itself when already dense */
+/* ---- views, joins, indexing, masks, scans (share storage where they can; consume the input) */
+/* reshape, permute, transpose, narrow, slice, expand, squeeze, unsqueeze, flatten, contiguous,
+ * cat, stack, index_select, gather, scatter_add, where, masked_fill, tril, triu, flip, roll,
+ * repeat, tile, cumsum, cumprod: kiln/shape_ops.h, from the shape op table (src/ir/shape_table.h). */
+#include "kiln/shape_ops.h"
 
 /* ---- joining, splitting, indexing -------------------------------------------------------- */
-/* Consume all n inputs. */
-KILN_API kiln_tensor kiln_cat(const kiln_tensor *ts, int n, int dim);
-KILN_API kiln_tensor kiln_stack(const kiln_tensor *ts, int n, int dim);
 /* Views of pieces of `split_size` (the last may be smaller) written to out[0..ret).
  * Returns the number of pieces; on error writes one poisoned tensor to out[0] and returns 1
  * (0 when out is NULL or cap < 1). cap must hold every piece. */
 KILN_API int kiln_split(kiln_tensor t, int64_t split_size, int dim, kiln_tensor *out, int cap);
 KILN_API int kiln_chunk(kiln_tensor t, int chunks, int dim, kiln_tensor *out, int cap);
-KILN_API kiln_tensor kiln_index_select(kiln_tensor t, int dim, kiln_tensor index);   /* index: 1-d i32/i64 */
-KILN_API kiln_tensor kiln_gather(kiln_tensor t, int dim, kiln_tensor index);         /* torch.gather */
-/* out = t; out[index[i][j]][j] += src[i][j] (dim 0), like torch.scatter_add. */
-KILN_API kiln_tensor kiln_scatter_add(kiln_tensor t, int dim, kiln_tensor index, kiln_tensor src);
-KILN_API kiln_tensor kiln_where(kiln_tensor mask, kiln_tensor a, kiln_tensor b);     /* mask: bool */
-/* torch.Tensor.masked_fill: x with `value` wherever the bool mask is true. The mask broadcasts
- * to x's shape (it never grows it); the result has x's shape and dtype, and the value must fit
- * that dtype (an integer x refuses NaN or an out-of-range value). The gradient is zero where
- * filled; the mask gets none. */
-KILN_API kiln_tensor kiln_masked_fill(kiln_tensor x, kiln_tensor mask, double value);
-/* torch.tril / torch.triu of the last two dims (any batch dims in front): element (i, j) is
- * kept when j - i <= diagonal (tril) or j - i >= diagonal (triu), zero otherwise; diagonal 0 is
- * the main diagonal, > 0 above it, < 0 below. Any dtype; x needs at least 2 dims. */
-KILN_API kiln_tensor kiln_tril(kiln_tensor x, int64_t diagonal);
-KILN_API kiln_tensor kiln_triu(kiln_tensor x, int64_t diagonal);
-/* torch.flip: the order of the elements along each of dims reversed (a copy). */
-KILN_API kiln_tensor kiln_flip(kiln_tensor t, kiln_dims dims);
-/* torch.roll along one dim: element i moves to (i + shift) mod size; shift may be negative. */
-KILN_API kiln_tensor kiln_roll(kiln_tensor t, int64_t shift, int dim);
-/* torch.Tensor.repeat: repeats has at least t's ndim entries (t's shape is padded with leading
- * 1s); dim i repeated repeats[i] times. torch.tile: reps may be shorter (padded with 1s). At
- * most 7 dims where a count is not 1. */
-KILN_API kiln_tensor kiln_repeat(kiln_tensor t, kiln_shape repeats);
-KILN_API kiln_tensor kiln_tile(kiln_tensor t, kiln_shape reps);
 /* torch.nn.functional.pad: pads holds (left, right) pairs, the last dim's first. constant fills
  * with value (negative pads crop); reflect mirrors without repeating the edge (pads < size);
  * replicate repeats the edge. Differentiable in t. */
@@ -182,10 +147,8 @@ KILN_API kiln_tensor kiln_lerp_scalar(kiln_tensor start, kiln_tensor end, double
 
 /* ---- reductions ------------------------------------------------------------------------- */
 /* sum, mean, prod, max, min (and their _dims forms), var_dims, std_dims, logsumexp_dims, argmax,
- * argmin, any, all: kiln/ops.h, from the reduction table (src/ir/reduce_table.h). */
-/* torch.cumsum / torch.cumprod along dim: same shape; integers and bools accumulate in i64. */
-KILN_API kiln_tensor kiln_cumsum(kiln_tensor t, int dim);
-KILN_API kiln_tensor kiln_cumprod(kiln_tensor t, int dim);
+ * argmin, any, all: kiln/ops.h, from the reduction table (src/ir/reduce_table.h). cumsum and
+ * cumprod: kiln/shape_ops.h, from the shape op table. */
 /* torch.sort / torch.argsort / torch.topk along dim: NaN sorts as the largest value; equal
  * values keep their order. sort and topk return the values and write the i64 indices to
  * *indices when it is not NULL (on failure, another handle to the same error). topk keeps the
@@ -246,6 +209,7 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
 /* ---- call sites ------------------------------------------------------------------------- */
 /* The calls that record the caller's file:line, as in core.h's list. */
 #define KILN_TENSOR_API(X) \
+    KILN_SHAPE_OPS_API(X) \
     X(kiln_tensor, zeros, (kiln_device dev, kiln_dtype dtype, kiln_shape shape), (dev, dtype, shape)) \
     X(kiln_tensor, ones, (kiln_device dev, kiln_dtype dtype, kiln_shape shape), (dev, dtype, shape)) \
     X(kiln_tensor, full, (kiln_device dev, kiln_dtype dtype, kiln_shape shape, double value), (dev, dtype, shape, value)) \
@@ -260,27 +224,8 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
     X(kiln_tensor, normal, (kiln_device dev, kiln_dtype dtype, kiln_shape shape, double mean, double std, uint64_t seed), (dev, dtype, shape, mean, std, seed)) \
     X(kiln_tensor, bernoulli, (kiln_device dev, kiln_dtype dtype, kiln_shape shape, double p, uint64_t seed), (dev, dtype, shape, p, seed)) \
     X(kiln_tensor, randint, (kiln_device dev, kiln_dtype dtype, kiln_shape shape, int64_t low, int64_t high, uint64_t seed), (dev, dtype, shape, low, high, seed)) \
-    X(kiln_tensor, reshape, (kiln_tensor t, kiln_shape shape), (t, shape)) \
-    X(kiln_tensor, permute, (kiln_tensor t, kiln_dims order), (t, order)) \
-    X(kiln_tensor, transpose, (kiln_tensor t, int dim0, int dim1), (t, dim0, dim1)) \
-    X(kiln_tensor, narrow, (kiln_tensor t, int dim, int64_t start, int64_t length), (t, dim, start, length)) \
-    X(kiln_tensor, slice, (kiln_tensor t, int dim, int64_t start, int64_t end, int64_t step), (t, dim, start, end, step)) \
-    X(kiln_tensor, expand, (kiln_tensor t, kiln_shape shape), (t, shape)) \
-    X(kiln_tensor, squeeze, (kiln_tensor t, int dim), (t, dim)) \
-    X(kiln_tensor, unsqueeze, (kiln_tensor t, int dim), (t, dim)) \
-    X(kiln_tensor, flatten, (kiln_tensor t, int start_dim, int end_dim), (t, start_dim, end_dim)) \
-    X(kiln_tensor, contiguous, (kiln_tensor t), (t)) \
-    X(kiln_tensor, cat, (const kiln_tensor *ts, int n, int dim), (ts, n, dim)) \
-    X(kiln_tensor, stack, (const kiln_tensor *ts, int n, int dim), (ts, n, dim)) \
     X(int, split, (kiln_tensor t, int64_t split_size, int dim, kiln_tensor *out, int cap), (t, split_size, dim, out, cap)) \
     X(int, chunk, (kiln_tensor t, int chunks, int dim, kiln_tensor *out, int cap), (t, chunks, dim, out, cap)) \
-    X(kiln_tensor, index_select, (kiln_tensor t, int dim, kiln_tensor index), (t, dim, index)) \
-    X(kiln_tensor, gather, (kiln_tensor t, int dim, kiln_tensor index), (t, dim, index)) \
-    X(kiln_tensor, scatter_add, (kiln_tensor t, int dim, kiln_tensor index, kiln_tensor src), (t, dim, index, src)) \
-    X(kiln_tensor, where, (kiln_tensor mask, kiln_tensor a, kiln_tensor b), (mask, a, b)) \
-    X(kiln_tensor, masked_fill, (kiln_tensor x, kiln_tensor mask, double value), (x, mask, value)) \
-    X(kiln_tensor, tril, (kiln_tensor x, int64_t diagonal), (x, diagonal)) \
-    X(kiln_tensor, triu, (kiln_tensor x, int64_t diagonal), (x, diagonal)) \
     X(kiln_tensor, one_hot, (kiln_tensor index, int64_t num_classes, kiln_dtype dtype), (index, num_classes, dtype)) \
     X(kiln_tensor, cast, (kiln_tensor t, kiln_dtype dtype), (t, dtype)) \
     X(kiln_tensor, to_device, (kiln_tensor t, kiln_device dev), (t, dev)) \
@@ -298,12 +243,6 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
     X(kiln_tensor, hardtanh, (kiln_tensor t, double min_val, double max_val), (t, min_val, max_val)) \
     X(kiln_tensor, lerp, (kiln_tensor start, kiln_tensor end, kiln_tensor weight), (start, end, weight)) \
     X(kiln_tensor, lerp_scalar, (kiln_tensor start, kiln_tensor end, double weight), (start, end, weight)) \
-    X(kiln_tensor, flip, (kiln_tensor t, kiln_dims dims), (t, dims)) \
-    X(kiln_tensor, roll, (kiln_tensor t, int64_t shift, int dim), (t, shift, dim)) \
-    X(kiln_tensor, repeat, (kiln_tensor t, kiln_shape repeats), (t, repeats)) \
-    X(kiln_tensor, tile, (kiln_tensor t, kiln_shape reps), (t, reps)) \
-    X(kiln_tensor, cumsum, (kiln_tensor t, int dim), (t, dim)) \
-    X(kiln_tensor, cumprod, (kiln_tensor t, int dim), (t, dim)) \
     X(kiln_tensor, sort, (kiln_tensor t, int dim, bool descending, kiln_tensor *indices), (t, dim, descending, indices)) \
     X(kiln_tensor, argsort, (kiln_tensor t, int dim, bool descending), (t, dim, descending)) \
     X(kiln_tensor, topk, (kiln_tensor t, int64_t k, int dim, bool largest, kiln_tensor *indices), (t, k, dim, largest, indices)) \
@@ -334,27 +273,8 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_normal(...) KILN__AT(normal, __VA_ARGS__)
 #define kiln_bernoulli(...) KILN__AT(bernoulli, __VA_ARGS__)
 #define kiln_randint(...) KILN__AT(randint, __VA_ARGS__)
-#define kiln_reshape(...) KILN__AT(reshape, __VA_ARGS__)
-#define kiln_permute(...) KILN__AT(permute, __VA_ARGS__)
-#define kiln_transpose(...) KILN__AT(transpose, __VA_ARGS__)
-#define kiln_narrow(...) KILN__AT(narrow, __VA_ARGS__)
-#define kiln_slice(...) KILN__AT(slice, __VA_ARGS__)
-#define kiln_expand(...) KILN__AT(expand, __VA_ARGS__)
-#define kiln_squeeze(...) KILN__AT(squeeze, __VA_ARGS__)
-#define kiln_unsqueeze(...) KILN__AT(unsqueeze, __VA_ARGS__)
-#define kiln_flatten(...) KILN__AT(flatten, __VA_ARGS__)
-#define kiln_contiguous(...) KILN__AT(contiguous, __VA_ARGS__)
-#define kiln_cat(...) KILN__AT(cat, __VA_ARGS__)
-#define kiln_stack(...) KILN__AT(stack, __VA_ARGS__)
 #define kiln_split(...) KILN__AT(split, __VA_ARGS__)
 #define kiln_chunk(...) KILN__AT(chunk, __VA_ARGS__)
-#define kiln_index_select(...) KILN__AT(index_select, __VA_ARGS__)
-#define kiln_gather(...) KILN__AT(gather, __VA_ARGS__)
-#define kiln_scatter_add(...) KILN__AT(scatter_add, __VA_ARGS__)
-#define kiln_where(...) KILN__AT(where, __VA_ARGS__)
-#define kiln_masked_fill(...) KILN__AT(masked_fill, __VA_ARGS__)
-#define kiln_tril(...) KILN__AT(tril, __VA_ARGS__)
-#define kiln_triu(...) KILN__AT(triu, __VA_ARGS__)
 #define kiln_one_hot(...) KILN__AT(one_hot, __VA_ARGS__)
 #define kiln_cast(...) KILN__AT(cast, __VA_ARGS__)
 #define kiln_to_device(...) KILN__AT(to_device, __VA_ARGS__)
@@ -372,12 +292,6 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_hardtanh(...) KILN__AT(hardtanh, __VA_ARGS__)
 #define kiln_lerp(...) KILN__AT(lerp, __VA_ARGS__)
 #define kiln_lerp_scalar(...) KILN__AT(lerp_scalar, __VA_ARGS__)
-#define kiln_flip(...) KILN__AT(flip, __VA_ARGS__)
-#define kiln_roll(...) KILN__AT(roll, __VA_ARGS__)
-#define kiln_repeat(...) KILN__AT(repeat, __VA_ARGS__)
-#define kiln_tile(...) KILN__AT(tile, __VA_ARGS__)
-#define kiln_cumsum(...) KILN__AT(cumsum, __VA_ARGS__)
-#define kiln_cumprod(...) KILN__AT(cumprod, __VA_ARGS__)
 #define kiln_sort(...) KILN__AT(sort, __VA_ARGS__)
 #define kiln_argsort(...) KILN__AT(argsort, __VA_ARGS__)
 #define kiln_topk(...) KILN__AT(topk, __VA_ARGS__)

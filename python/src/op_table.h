@@ -3,18 +3,21 @@
  * slot. Rows are data only: the unary ops of the C op table (src/ir/optable.h), the
  * reductions of the C reduction table with a py name (src/ir/reduce_table.h) and the DIM rows
  * of the row-op table (src/ir/row_table.h: softmax, log_softmax) come from
- * op_table_generated.h (scripts/gen_optable.py), so a new op there is a method here too; the
- * rows below are the ops the tables do not describe (binary ops pair with their scalar forms;
+ * op_table_generated.h, the DIM rows of the shape table with a py name (src/ir/shape_table.h:
+ * unsqueeze, cumsum, cumprod; its OFFSET rows: tril, triu) from shape_table_generated.h (both scripts/gen_optable.py), so a
+ * new op there is a method here too; the rows below are the ops the tables do not describe (binary ops pair with their scalar forms;
  * max, min, var, std, argmax and argmin, with torch's own signatures, are in methods.c).
  *   UNARY(name, kiln function, doc)                      t.name()
  *   BINARY(name, tensor-tensor fn, tensor-scalar fn, scalar-tensor fn or 0, doc)
  *                                                        t.name(other), kiln.name(a, b)
  *   REDUCE(name, whole-tensor fn, dims fn, doc)          t.name(dim=None, keepdim=False)
- *   DIM(name, fn(t, int dim), doc)                       t.name(dim) */
+ *   DIM(name, fn(t, int dim), doc)                       t.name(dim)
+ *   OFFSET(name, fn(t, int64_t diagonal), doc)           t.name(diagonal=0) */
 #ifndef KILN_PY_OP_TABLE_H
 #define KILN_PY_OP_TABLE_H
 
 #include "op_table_generated.h"
+#include "shape_table_generated.h"
 
 #define KP_UNARY_OPS(X)                                             \
     KP_TABLE_UNARY_OPS(X)                                           \
@@ -48,10 +51,8 @@
 
 #define KP_REDUCE_OPS(X) KP_TABLE_REDUCE_OPS(X)
 
-#define KP_DIM_OPS(X)                                          \
-    KP_TABLE_DIM_OPS(X)                                        \
-    X(cumsum, kiln_cumsum, "running sum along dim")           \
-    X(cumprod, kiln_cumprod, "running product along dim")     \
-    X(unsqueeze, kiln_unsqueeze, "a dim of size 1 inserted at dim")
+#define KP_DIM_OPS(X) KP_TABLE_DIM_OPS(X) KP_TABLE_SHAPE_DIM_OPS(X)
+
+#define KP_OFFSET_OPS(X) KP_TABLE_SHAPE_OFFSET_OPS(X)
 
 #endif

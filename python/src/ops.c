@@ -1,5 +1,5 @@
 /* Tensor methods, module functions and operators made from the rows of op_table.h, by four
- * generic callers (unary, binary, reduction, dim). Each records the Python call site, takes
+ * generic callers (unary, binary, reduction, dim, diagonal offset). Each records the Python call site, takes
  * its operands (a reference, or an elided temporary's own handle) and wraps the result. */
 #include "kiln_py.h"
 
@@ -90,6 +90,19 @@ static PyObject *call_dim(PyObject *self, PyObject *const *args, Py_ssize_t narg
     return kp_wrap(fn(h, (int)dim));
 }
 
+/* t.name(diagonal=0): the shape table's OFFSET rows (tril, triu). */
+static PyObject *call_offset(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                             const char *name, kiln_tensor (*fn)(kiln_tensor, int64_t)) {
+    static const char *const names[] = {"diagonal"};
+    PyObject *a[1];
+    long diagonal;
+    if (kp_args(name, args, nargs, kwnames, names, a, 1) < 0 || kp_int_arg(a[0], 0, &diagonal) < 0) return NULL;
+    kp_site();
+    kiln_tensor h = kp_take(self);
+    if (!h.id) return NULL;
+    return kp_wrap(fn(h, (int64_t)diagonal));
+}
+
 /* ---- the rows, expanded ---- */
 #define UNARY_DEFS(name, fn, doc)                                                                  \
     static PyObject *m_##name(PyObject *self, PyObject *unused) {                                  \
@@ -147,6 +160,17 @@ KP_REDUCE_OPS(REDUCE_DEFS)
     }
 KP_DIM_OPS(DIM_DEFS)
 
+#define OFFSET_DEFS(name, fn, doc)                                                                 \
+    static PyObject *m_##name(PyObject *self, PyObject *const *args, Py_ssize_t n, PyObject *kw) { \
+        return call_offset(self, args, n, kw, #name, fn);                                          \
+    }                                                                                              \
+    static PyObject *f_##name(PyObject *mod, PyObject *const *args, Py_ssize_t n, PyObject *kw) {  \
+        (void)mod;                                                                                 \
+        if (n < 1 || !need_tensor(args[0], #name)) return n < 1 ? PyErr_Format(PyExc_TypeError, #name "() needs a tensor") : NULL; \
+        return call_offset(args[0], args + 1, n - 1, kw, #name, fn);                               \
+    }
+KP_OFFSET_OPS(OFFSET_DEFS)
+
 #define FASTKW (METH_FASTCALL | METH_KEYWORDS)
 #define CFN(f) ((PyCFunction)(void (*)(void))(f))
 #define UNARY_M(name, fn, doc) {#name, m_##name, METH_NOARGS, doc},
@@ -159,10 +183,10 @@ KP_DIM_OPS(DIM_DEFS)
 #define DIM_F(name, fn, doc) {#name, CFN(f_##name), FASTKW, doc},
 
 PyMethodDef kp_tensor_table_methods[] = {
-    KP_UNARY_OPS(UNARY_M) KP_BINARY_OPS(BINARY_M) KP_REDUCE_OPS(REDUCE_M) KP_DIM_OPS(DIM_M){NULL, NULL, 0, NULL},
+    KP_UNARY_OPS(UNARY_M) KP_BINARY_OPS(BINARY_M) KP_REDUCE_OPS(REDUCE_M) KP_DIM_OPS(DIM_M) KP_OFFSET_OPS(DIM_M){NULL, NULL, 0, NULL},
 };
 PyMethodDef kp_module_table_functions[] = {
-    KP_UNARY_OPS(UNARY_F) KP_BINARY_OPS(BINARY_F) KP_REDUCE_OPS(REDUCE_F) KP_DIM_OPS(DIM_F){NULL, NULL, 0, NULL},
+    KP_UNARY_OPS(UNARY_F) KP_BINARY_OPS(BINARY_F) KP_REDUCE_OPS(REDUCE_F) KP_DIM_OPS(DIM_F) KP_OFFSET_OPS(DIM_F){NULL, NULL, 0, NULL},
 };
 
 /* ---- operators ---- */

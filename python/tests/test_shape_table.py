@@ -1,7 +1,7 @@
 """The shape op table (src/ir/shape_table.h) in Python: each row the binding makes from the table
-(python/src/shape_table_generated.h: t.name(dim), kiln.name(t, dim)) against PyTorch, in a float
+(python/src/shape_table_generated.h: t.name(dim), kiln.name(t, dim); t.name(diagonal=0)) against PyTorch, in a float
 and an integer dtype, with dim given by position and by keyword; each row bound by hand
-(methods.c, module.c) is there under its torch name."""
+(methods.c, module.c) is there under its name."""
 import os
 import sys
 
@@ -30,23 +30,34 @@ def shape_rows():
 def test_generated_rows_match_pytorch():
     import torch
     rows = [r for r in shape_rows() if r["py"] not in ("HAND", "NONE")]
-    assert {r["py"] for r in rows} >= {"cumsum", "cumprod", "unsqueeze"}
+    assert {r["py"] for r in rows} >= {"cumsum", "cumprod", "unsqueeze", "tril", "triu"}
     x_np = np.array([[[0.5, -2.0, 4.0], [1.0, 0.0, -0.25]], [[3.0, 1.5, -1.0], [2.0, -0.5, 0.75]]], np.float32)
     for r in rows:
+        if r["sig"] == "OFFSET":  # t.name(diagonal=0), kiln.name(t, diagonal=0)
+            for values in (x_np, x_np.astype(np.int64) * 3 - 1):
+                x, xt = kiln.tensor(values), torch.tensor(values)
+                for got, want in ((getattr(x, r["py"])(), getattr(torch, r["py"])(xt)),
+                                  (getattr(x, r["py"])(1), getattr(torch, r["py"])(xt, 1)),
+                                  (getattr(kiln, r["py"])(x, diagonal=-1), getattr(torch, r["py"])(xt, diagonal=-1))):
+                    assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1], (r["py"], got.dtype)
+                    np.testing.assert_array_equal(got.numpy(), want.numpy(), err_msg=r["py"])
+            continue
         assert r["sig"] == "DIM", r["name"]
         for values in (x_np, x_np.astype(np.int64) * 3 - 1):
             x, xt = kiln.tensor(values), torch.tensor(values)
-            want = getattr(torch, r["py"])(xt, 1)
-            for got in (getattr(x, r["py"])(1), getattr(x, r["py"])(dim=-2), getattr(kiln, r["py"])(x, dim=1)):
-                assert tuple(got.shape) == tuple(want.shape), r["py"]
-                assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1], (r["py"], got.dtype)
-                np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, err_msg=r["py"])
-        with pytest.raises(TypeError):
-            getattr(x, r["py"])()  # dim is required, as torch's
+            for dim in (1, -2):
+                want = getattr(torch, r["py"])(xt, dim)
+                for got in (getattr(x, r["py"])(dim), getattr(x, r["py"])(dim=dim), getattr(kiln, r["py"])(x, dim=dim)):
+                    assert tuple(got.shape) == tuple(want.shape), (r["py"], dim)
+                    assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1], (r["py"], got.dtype)
+                    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, err_msg=r["py"])
+            with pytest.raises(TypeError):
+                getattr(x, r["py"])()  # dim is required, as torch's
 
 
 def test_hand_written_rows_are_bound():
     x = kiln.ones(2, 3)
-    for r in shape_rows():
-        if r["py"] == "HAND":
-            assert hasattr(x, r["name"]) or hasattr(kiln, r["name"]), r["name"]
+    hand = [r["name"] for r in shape_rows() if r["py"] == "HAND"]
+    assert "reshape" in hand and "cat" in hand
+    for name in hand:
+        assert hasattr(x, name) or hasattr(kiln, name), name

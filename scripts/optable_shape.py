@@ -1,0 +1,133 @@
+"""The shape op table's part of scripts/gen_optable.py: reads src/ir/shape_table.h (one row per
+public view, join, indexing, masking and scan op) and gives what gen_optable writes from it, the
+public header include/kiln/shape_ops.h (prototypes with their docs, the call-site list
+KILN_SHAPE_OPS_API and the call-site macros; kiln/tensor.h includes it) and the Python binding's
+rows python/src/shape_table_generated.h (KP_TABLE_SHAPE_DIM_OPS and KP_TABLE_SHAPE_OFFSET_OPS:
+the DIM and OFFSET rows with a py name, which python/src/op_table.h puts in KP_DIM_OPS and
+KP_OFFSET_OPS for python/src/ops.c's generic callers). gen_optable.py calls outputs(); the reading and
+comment-wrapping helpers are gen_optable's own, passed in, so both parse rows the same way."""
+import json  # json.dumps: a doc as a C string literal (ASCII)
+import os
+import sys
+
+COLUMNS = ["NAME", "name", "sig", "args", "arity", "dtype", "shape", "grad", "tol", "py", "ex", "out", "bad",
+           "bad_status"]
+# the parameters' C types by a row's sig column (its args column names them)
+TYPES = {
+    "T": ["kiln_tensor"],
+    "SHAPE": ["kiln_tensor", "kiln_shape"],
+    "DIMS": ["kiln_tensor", "kiln_dims"],
+    "DIM": ["kiln_tensor", "int"],
+    "DIM2": ["kiln_tensor", "int", "int"],
+    "NARROW": ["kiln_tensor", "int", "int64_t", "int64_t"],
+    "SLICE": ["kiln_tensor", "int", "int64_t", "int64_t", "int64_t"],
+    "LIST": ["const kiln_tensor *", "int", "int"],
+    "INDEX": ["kiln_tensor", "int", "kiln_tensor"],
+    "SCATTER": ["kiln_tensor", "int", "kiln_tensor", "kiln_tensor"],
+    "SELECT": ["kiln_tensor", "kiln_tensor", "kiln_tensor"],
+    "MASK": ["kiln_tensor", "kiln_tensor", "double"],
+    "OFFSET": ["kiln_tensor", "int64_t"],
+    "ROLL": ["kiln_tensor", "int64_t", "int"],
+}
+DTYPES = ["SAME", "PROMOTE", "SCAN"]
+SHAPES = ["GIVEN", "PERMUTED", "NARROWED", "SLICED", "EXPANDED", "SQUEEZED", "UNSQUEEZED", "FLATTENED", "SAME",
+          "JOINED", "STACKED", "INDEXED", "INDEX", "BROADCAST", "REPEATED"]
+GRADS = ["VIEW", "JOIN", "INDEX", "SELECT", "MASK", "SCAN", "OPS"]
+# the sigs whose Python binding python/src/ops.c makes from a row (its generic caller)
+PY_SIGS = {"DIM": ("KP_TABLE_SHAPE_DIM_OPS", "t.method(dim), kiln.method(t, dim)"),
+           "OFFSET": ("KP_TABLE_SHAPE_OFFSET_OPS", "t.method(diagonal=0), kiln.method(t, diagonal=0)")}
+
+
+def read_shape_ops(root, read_rows):
+    """The rows of KILN__SHAPE_TABLE, each with its C parameters ("params": (type, name) pairs)."""
+    path = os.path.join(root, "src", "ir", "shape_table.h")
+    rows = read_rows(path, "KILN__SHAPE_TABLE", COLUMNS)
+    for row in rows:
+        name = row["name"]
+        for column, allowed in (("sig", TYPES), ("dtype", DTYPES), ("shape", SHAPES), ("grad", GRADS)):
+            if row[column] not in allowed:
+                sys.exit(f"{path}: {name}: no {column} {row[column]} (one of {', '.join(allowed)})")
+        args = row["args"]
+        if not (args.startswith("(") and args.endswith(")")):
+            sys.exit(f"{path}: {name}: args {args} is not a parenthesised list of names")
+        names = [a.strip() for a in args[1:-1].split(",")]
+        types = TYPES[row["sig"]]
+        if len(names) != len(types):
+            sys.exit(f"{path}: {name}: args names {len(names)} parameters, sig {row['sig']} takes {len(types)}")
+        if row["py"] not in ("HAND", "NONE") and row["sig"] not in PY_SIGS:
+            sys.exit(f"{path}: {name}: a py name needs sig {' or '.join(PY_SIGS)} (the binding's generic callers); "
+                     "else HAND or NONE")
+        for column in ("ex", "out", "bad"):
+            if not (row[column].startswith("(") and row[column].endswith(")")):
+                sys.exit(f"{path}: {name}: {column} {row[column]} is not parenthesised")
+        row["arity"] = int(row["arity"])
+        row["params"] = list(zip(types, names))
+    return rows
+
+
+def signature(row):
+    """(parameters, arguments) of a row's public function, as C."""
+    params = ", ".join(f"{t}{n}" if t.endswith("*") else f"{t} {n}" for t, n in row["params"])
+    return f"({params})", "(" + ", ".join(n for _, n in row["params"]) + ")"
+
+
+def header(rows, wrap_comment):
+    """include/kiln/shape_ops.h."""
+    out = ["/* kiln's views, joins, indexing, masks and scans: generated from src/ir/shape_table.h by",
+           " * scripts/gen_optable.py (scripts/optable_shape.py); do not edit (edit the table's row, then run",
+           " * the script). Included by kiln/tensor.h. Every op consumes its tensor arguments (pass",
+           " * kiln_ref(t) to keep t) and runs in every dtype; views share their input's storage.",
+           " *",
+           " *   kiln_tensor a = kiln_arange(KILN_CPU, KILN_F32, 0, 60, 1);",
+           " *   kiln_tensor v = kiln_transpose(kiln_reshape(a, KILN_SHAPE(3, 4, 5)), 0, 2);   // [5, 4, 3], a view",
+           " *   kiln_tensor c = kiln_cumsum(v, 0);                                            // running sum along dim 0",
+           " */",
+           "#ifndef KILN_SHAPE_OPS_H", "#define KILN_SHAPE_OPS_H", "",
+           '#include "kiln/core.h"', "",
+           "#ifdef __cplusplus", 'extern "C" {', "#endif", ""]
+    for r in rows:
+        params, _ = signature(r)
+        proto = f"KILN_API kiln_tensor kiln_{r['name']}{params};"
+        one_line = f"{proto} /* {r['doc']} */"
+        if len(r["doc_pieces"]) == 1 and len(one_line) <= 120:
+            out.append(one_line)
+        else:
+            out += wrap_comment(r["doc"])
+            out.append(proto)
+    out += ["", "/* The calls that record the caller's file:line, as in core.h's list (kiln/tensor.h's",
+            " * KILN_TENSOR_API includes it). */", "#define KILN_SHAPE_OPS_API(X) \\"]
+    for i, r in enumerate(rows):
+        params, args = signature(r)
+        out.append(f"    X(kiln_tensor, {r['name']}, {params}, {args})" + (" \\" if i + 1 < len(rows) else ""))
+    out += ["KILN_SHAPE_OPS_API(KILN__AT_DECLARE)", "",
+            "#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)",
+            "#pragma GCC system_header /* see core.h: errors in these calls name the caller's line */"]
+    for r in rows:
+        out.append(f"#define kiln_{r['name']}(...) KILN__AT({r['name']}, __VA_ARGS__)")
+    out += ["#endif", "", "#ifdef __cplusplus", "}", "#endif", "#endif", ""]
+    return "\n".join(out)
+
+
+def python_rows(rows):
+    """python/src/shape_table_generated.h: one list per generic caller of python/src/ops.c."""
+    out = ["/* The Python binding's rows of the shape op table (src/ir/shape_table.h) whose binding a generic",
+           " * caller makes: generated by scripts/gen_optable.py (scripts/optable_shape.py); do not edit.",
+           " * op_table.h puts them in KP_DIM_OPS and KP_OFFSET_OPS. The table's HAND rows are bound in methods.c and",
+           " * module.c. */",
+           "#ifndef KILN_PY_SHAPE_TABLE_GENERATED_H", "#define KILN_PY_SHAPE_TABLE_GENERATED_H", ""]
+    for sig, (macro, call) in PY_SIGS.items():
+        picked = [r for r in rows if r["sig"] == sig and r["py"] not in ("HAND", "NONE")]
+        out += [f"/* X(method, function, doc): {call} */", f"#define {macro}(X) \\"]
+        for i, r in enumerate(picked):
+            out.append(f"    X({r['py']}, kiln_{r['name']}, {json.dumps(r['doc_pieces'][0].strip())})"
+                       + (" \\" if i + 1 < len(picked) else ""))
+        out.append("")
+    out += ["#endif", ""]
+    return "\n".join(out)
+
+
+def outputs(root, read_rows, wrap_comment):
+    """[(path, text)] of the files the shape table gives."""
+    rows = read_shape_ops(root, read_rows)
+    return [(os.path.join(root, "include", "kiln", "shape_ops.h"), header(rows, wrap_comment)),
+            (os.path.join(root, "python", "src", "shape_table_generated.h"), python_rows(rows))]
