@@ -60,6 +60,20 @@ def signature(row):
     return f"({params})", "(" + ", ".join(n for _, n in row["params"]) + ")"
 
 
+def wrap_prototype(head, params, width=120):
+    """head(params); as lines at most width long, the parameters continued under the first."""
+    lines, line = [], head + "("
+    indent = " " * len(line)
+    parts = params[1:-1].split(", ")
+    for i, part in enumerate(parts):
+        piece = part + (", " if i + 1 < len(parts) else ");")
+        if len(line) + len(piece.rstrip()) > width and line.strip() != head.strip() + "(":
+            lines.append(line.rstrip())
+            line = indent
+        line += piece
+    return lines + [line]
+
+
 def header(rows, wrap_comment):
     out = ["/* kiln's linear-algebra ops (the products, the convolution, attention and batch norm): generated",
            " * from src/ir/linalg_table.h by scripts/gen_optable.py; do not edit (edit the row, then run the",
@@ -78,7 +92,7 @@ def header(rows, wrap_comment):
         params, _ = signature(row)
         pieces = row["doc_pieces"]
         out += wrap_comment(pieces[0] + ("." + "".join(pieces[1:]) if len(pieces) > 1 else ""))
-        out.append(f"KILN_API kiln_tensor kiln_{row['name']}{params};")
+        out += wrap_prototype(f"KILN_API kiln_tensor kiln_{row['name']}", params)
     out += ["", "/* The calls that record the caller's file:line, as in core.h's list: the ones defined in the",
             " * API layer (src/api/) and in the nn layer (src/nn/), by the rows' layer column. */"]
     for layer, macro in LISTS.items():

@@ -26,7 +26,8 @@ KILN_API kiln_tensor kiln_bmm(kiln_tensor a, kiln_tensor b);
 /* x @ w^T + bias; w [out, in], bias [out] or KILN_NONE */
 KILN_API kiln_tensor kiln_linear(kiln_tensor x, kiln_tensor w, kiln_tensor bias);
 /* x [N, C, H, W], w [O, C/groups, KH, KW], bias [O] or KILN_NONE */
-KILN_API kiln_tensor kiln_conv2d(kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride_h, int stride_w, int pad_h, int pad_w, int dilation_h, int dilation_w, int groups);
+KILN_API kiln_tensor kiln_conv2d(kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride_h, int stride_w, int pad_h,
+                                 int pad_w, int dilation_h, int dilation_w, int groups);
 /* softmax(q k^T * scale + mask) v (torch.nn.functional.scaled_dot_product_attention). For q
  * [..., L, E], k [..., S, E], v [..., S, Ev] (batch dims broadcast; one float dtype) giving
  * [..., L, Ev]. attn_mask: KILN_NONE, bool (true = attend, as PyTorch) or q's dtype (added to
@@ -37,7 +38,8 @@ KILN_API kiln_tensor kiln_conv2d(kiln_tensor x, kiln_tensor w, kiln_tensor bias,
  * When no input is tracked (inference) on the CPU, f32/f64, it runs as one fused kernel (the
  * scores never a tensor; with a mask, k and v must be views of one storage, as a joint QKV
  * projection gives) and returns a view laid out [..., L, heads, Ev]; otherwise composed ops. */
-KILN_API kiln_tensor kiln_scaled_dot_product_attention(kiln_tensor q, kiln_tensor k, kiln_tensor v, kiln_tensor attn_mask, bool is_causal, double scale);
+KILN_API kiln_tensor kiln_scaled_dot_product_attention(kiln_tensor q, kiln_tensor k, kiln_tensor v,
+                                                       kiln_tensor attn_mask, bool is_causal, double scale);
 /* x [N, C, ...] normalised per channel (torch.nn.functional.batch_norm). y = (x - mean) /
  * sqrt(var + eps) * weight + bias, with weight and bias [C] or KILN_NONE (consumed). training:
  * the batch's mean and biased variance are used, and when running_mean and running_var are not
@@ -47,7 +49,8 @@ KILN_API kiln_tensor kiln_scaled_dot_product_attention(kiln_tensor q, kiln_tenso
  * consumed: an update replaces *running_mean and *running_var with new handles (the old ones
  * released), as kiln_init does; on error they are left as they were. Training needs more than
  * one value per channel. Differentiable in x, weight and bias. */
-KILN_API kiln_tensor kiln_batch_norm(kiln_tensor x, kiln_tensor *running_mean, kiln_tensor *running_var, kiln_tensor weight, kiln_tensor bias, bool training, double momentum, double eps);
+KILN_API kiln_tensor kiln_batch_norm(kiln_tensor x, kiln_tensor *running_mean, kiln_tensor *running_var,
+                                     kiln_tensor weight, kiln_tensor bias, bool training, double momentum, double eps);
 
 /* The calls that record the caller's file:line, as in core.h's list: the ones defined in the
  * API layer (src/api/) and in the nn layer (src/nn/), by the rows' layer column. */
