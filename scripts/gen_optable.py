@@ -6,8 +6,9 @@ headers include/kiln/ops.h and include/kiln/nn_ops.h (the norms and losses: kiln
 with the prototypes and their docs, the call-site lists and the call-site macros of the ops whose
 signature the tables give; the Python binding's rows of those ops (python/src/op_table_generated.h:
 each unary op, each reduction with a py name and softmax a Tensor method and a kiln function, each
-norm and loss a kiln.nn.functional function); or the tables, the linear-algebra table
-(src/ir/linalg_table.h) too, as JSON for other generators.
+norm and loss a kiln.nn.functional function); through scripts/optable_linalg.py, the linear-algebra
+table's (src/ir/linalg_table.h) header include/kiln/linalg_ops.h and Python rows
+python/src/linalg_table_generated.h; or the tables as JSON for other generators.
 
     scripts/gen_optable.py            # rewrites the generated headers
     scripts/gen_optable.py --check    # exit 1 if one is not what the tables give
@@ -19,6 +20,7 @@ import os
 import re
 import sys
 
+import optable_linalg  # the linear-algebra table's headers (src/ir/linalg_table.h)
 import optable_shape  # the shape op table's headers (src/ir/shape_table.h)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,7 +34,7 @@ SCALAR_COLUMNS = ["NAME", "name", "order"]
 SCALAR_SIGNATURE = ("(kiln_tensor t, double s)", "(t, s)")
 ROW = re.compile(r'^\s*X\(\s*(.*?),\s*((?:"(?:[^"\\]|\\.)*"\s*)+)\)$')
 SIGNATURES = {"T": ("(kiln_tensor t)", "(t)"), "AB": ("(kiln_tensor a, kiln_tensor b)", "(a, b)")}
-REDUCE_COLUMNS = ["NAME", "name", "dtype", "sig", "grad", "py"]
+REDUCE_COLUMNS = ["NAME", "name", "dtype", "sig", "grad", "fold", "finish", "py"]
 ROW_COLUMNS = ["NAME", "name", "arity", "dims", "args", "ex", "dtype", "shape", "grad", "domain", "tol", "py"]
 # the parameters' C types by a row's dims column and arity (the args column names them)
 ROW_TYPES = {
@@ -52,7 +54,11 @@ ROW_EX = {"REDUCTION": ("kiln_reduction reduction", "with PyTorch's reduction: M
           "NO": None}
 NN_HEADER = os.path.join(ROOT, "include", "kiln", "nn_ops.h")
 LINALG_TABLE = os.path.join(ROOT, "src", "ir", "linalg_table.h")
-LINALG_COLUMNS = ["NAME", "name", "arity", "sig", "args", "dtype", "shape", "kernel", "grad", "tol"]
+LINALG_COLUMNS = optable_linalg.COLUMNS
+# the reduction table's grad (the gradient rule's kind), fold and finish columns (reduce_table.h)
+REDUCE_GRADS = ["NONE", "SPREAD", "MEAN", "WINNERS", "PROD", "VAR", "SOFTMAX"]
+REDUCE_FOLDS = ["NONE", "SUM", "PROD", "MAX", "MIN", "SQDEV", "EXPSUM"]
+REDUCE_FINISHES = ["NONE", "VALUE", "MEAN", "VAR", "LSE", "INDEX"]
 # a reduction's public functions by its sig column: (suffix, parameters, arguments) each
 DIMS = ("_dims", "(kiln_tensor t, kiln_dims dims, bool keepdim)", "(t, dims, keepdim)")
 REDUCE_SIGNATURES = {
@@ -145,6 +151,12 @@ def read_reductions(path=REDUCE_TABLE):
         for row in read_rows(path, macro, REDUCE_COLUMNS):
             if row["sig"] not in REDUCE_SIGNATURES:
                 sys.exit(f"{path}: {row['name']}: no signature {row['sig']} (one of {', '.join(REDUCE_SIGNATURES)})")
+            for column, known in (("grad", REDUCE_GRADS), ("fold", REDUCE_FOLDS), ("finish", REDUCE_FINISHES)):
+                if row[column] not in known:
+                    sys.exit(f"{path}: {row['name']}: no {column} {row[column]} (one of {', '.join(known)})")
+                if (row[column] == "NONE") != (kind == "composed") and column != "grad":
+                    sys.exit(f"{path}: {row['name']}: a {kind.upper()} row's {column} is "
+                             f"{'NONE' if kind == 'composed' else 'not NONE (its kernel folds and finishes)'}")
             row["kind"] = kind
             rows.append(row)
     return rows
@@ -179,12 +191,8 @@ def read_row_ops(path=ROW_TABLE):
 
 
 def read_linalg(path=LINALG_TABLE):
-    """The linear-algebra table's rows (their prototypes stay in kiln/tensor.h and kiln/nn.h; the
-    test holds each to its row's signature), for --json."""
-    rows = read_rows(path, "KILN__LINALG_TABLE", LINALG_COLUMNS)
-    for row in rows:
-        row["arity"] = int(row["arity"])
-    return rows
+    """The linear-algebra table's rows (scripts/optable_linalg.py writes their files), for --json."""
+    return optable_linalg.read(read_rows, path)
 
 
 def row_functions(row):
@@ -398,6 +406,7 @@ def main(argv):
         return 0
     outputs = [(HEADER, header(rows, scalars, reductions, row_ops)), (NN_HEADER, nn_header(row_ops)),
                (PY_HEADER, python_rows(rows, reductions, row_ops))]
+    outputs += optable_linalg.outputs(read_rows, wrap_comment)
     outputs += optable_shape.outputs(ROOT, read_rows, wrap_comment)
     if "--check" in argv:
         stale = []
@@ -413,13 +422,13 @@ def main(argv):
             print(f"gen_optable: {', '.join(stale)} not what the tables in src/ir/ give: run scripts/gen_optable.py",
                   file=sys.stderr)
             return 1
-        print(f"gen_optable: include/kiln/ops.h, nn_ops.h and python/src/op_table_generated.h match the tables "
+        print(f"gen_optable: {', '.join(os.path.relpath(p, ROOT) for p, _ in outputs)} match the tables "
               f"({len(rows)} ops, {len(reductions)} reductions, {len(row_ops)} row ops)")
         return 0
     for path, text in outputs:
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
-    print(f"gen_optable: wrote include/kiln/ops.h, nn_ops.h and python/src/op_table_generated.h from {len(rows)} ops, "
+    print(f"gen_optable: wrote {', '.join(os.path.relpath(p, ROOT) for p, _ in outputs)} from {len(rows)} ops, "
           f"{len(reductions)} reductions and {len(row_ops)} row ops")
     return 0
 

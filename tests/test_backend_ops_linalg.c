@@ -34,7 +34,7 @@ static void (*const row_fns[KILN__LINALG_COUNT])(void) = {
 /* The calls of the public headers' call-site lists, to check each row's is one of them. */
 static const char *const listed[] = {
 #define LISTED(ret, name, params, args) #name,
-    KILN_TENSOR_API(LISTED) KILN_TENSOR_MORE_API(LISTED) KILN_NN_API(LISTED)
+    KILN_LINALG_API(LISTED) KILN_NN_LINALG_API(LISTED)
 #undef LISTED
 };
 

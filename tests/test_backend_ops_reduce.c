@@ -148,6 +148,15 @@ KT_TEST(the_reduction_table_is_consistent) {
         reduction_publics(r, names, buf);
         for (int k = 0; k < 2; k++) KT_CHECK_MSG(!names[k] || public_of(names[k]), "kiln_%s is not in kiln/ops.h", names[k]);
         KT_CHECK_MSG(r->sig != KILN__RSIG_DIM || r->grad == KILN__RGRAD_NONE, "%s", r->name);
+        /* the kernels' columns: a KERNEL row folds and finishes, a COMPOSED row neither; an index
+         * is not differentiable; a WINNERS rule finds its winners by the INDEX row of its fold */
+        KT_CHECK_MSG((r->code >= 0) == (r->fold != KILN__RFOLD_NONE && r->finish != KILN__RFIN_NONE), "%s", r->name);
+        KT_CHECK_MSG(r->finish != KILN__RFIN_INDEX || r->grad == KILN__RGRAD_NONE, "%s", r->name);
+        bool index_row = r->grad != KILN__RGRAD_WINNERS;
+        for (int other = 0; other < KILN__RED_COUNT; other++)
+            index_row |= reduction(other)->code >= 0 && reduction(other)->fold == r->fold &&
+                         reduction(other)->finish == KILN__RFIN_INDEX;
+        KT_CHECK_MSG(index_row, "%s: a WINNERS row without an INDEX row of its fold", r->name);
     }
     /* the dtype rules against PyTorch's results for an i32 input (f32 where torch refuses
      * integers: mean, var, std), written from torch's documentation, not from the table */

@@ -7,6 +7,11 @@ scalar row of the op table gives its prototype, call-site entry and macro; one n
 row, or no order, is refused. A new COMPOSED row of the row-op table (a loss, its doc over two
 lines) gives its prototypes (and its _ex form's), call-site entries and macros in
 include/kiln/nn_ops.h and its kiln.nn.functional row; args that do not fit its dims are refused.
+A reduction row's grad, fold and finish must be known (a KERNEL row's fold and finish not NONE, a
+COMPOSED row's NONE). A new row of the linear-algebra table gives its prototype with its doc, its
+entry in the call-site list of its layer and its macro in include/kiln/linalg_ops.h and its Python
+row (a method or a kiln.nn.functional function); an unknown sig, a METHOD that is not AB, or args
+that do not fit the sig are refused.
 
     test_optable_generated.py scripts/gen_optable.py"""
 import os
@@ -15,8 +20,9 @@ import subprocess
 import sys
 import tempfile
 
-FILES = ["scripts/gen_optable.py", "src/ir/optable.h", "src/ir/reduce_table.h", "src/ir/row_table.h",
-         "src/ir/linalg_table.h", "include/kiln/ops.h", "include/kiln/nn_ops.h", "python/src/op_table_generated.h",
+FILES = ["scripts/gen_optable.py", "scripts/optable_linalg.py", "src/ir/optable.h", "src/ir/reduce_table.h",
+         "src/ir/row_table.h", "src/ir/linalg_table.h", "include/kiln/ops.h", "include/kiln/nn_ops.h",
+         "python/src/op_table_generated.h", "include/kiln/linalg_ops.h", "python/src/linalg_table_generated.h",
          "scripts/optable_shape.py", "src/ir/shape_table.h", "include/kiln/shape_ops.h",
          "python/src/shape_table_generated.h"]
 failures = []
@@ -115,6 +121,52 @@ def check_row_op_rows(tmp):
         f.write(table)
 
 
+def check_linalg_rows(tmp):
+    """A METHOD row (API layer) and a FUNCTIONAL row (nn layer, its doc over two lines) of the
+    linear-algebra table give linalg_ops.h's prototypes under their docs, their layers' call-site
+    list entries and macros, and their Python rows; bad rows are refused, writing nothing."""
+    path = os.path.join(tmp, "src", "ir", "linalg_table.h")
+    table = read(tmp, "src/ir/linalg_table.h")
+    i = table.index("    X(BMM,")
+    rows = ('    X(MM, mm, 2, AB, (a, b), FLOAT_SAME, MATMUL, MATMUL, MATMUL, 1e-10, API, METHOD, "torch.mm: 2-d only") \\\n'
+            '    X(CAUSAL, causal_attention, 4, ATTENTION, (q, k, v, bias, flag, scale), FLOAT_SAME, ATTENTION, ATTENTION, '
+            'ATTENTION, 1e-10, NN, FUNCTIONAL, "attention" \\\n        " with a bias.") \\\n')
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(table[:i] + rows + table[i:])
+    r = run(tmp)
+    h, py = read(tmp, "include/kiln/linalg_ops.h"), read(tmp, "python/src/linalg_table_generated.h")
+    for want in ["/* torch.mm: 2-d only */\nKILN_API kiln_tensor kiln_mm(kiln_tensor a, kiln_tensor b);",
+                 "/* attention. with a bias. */\nKILN_API kiln_tensor kiln_causal_attention(kiln_tensor q, kiln_tensor k, "
+                 "kiln_tensor v, kiln_tensor bias, bool flag, double scale);",
+                 "#define kiln_mm(...) KILN__AT(mm, __VA_ARGS__)",
+                 "#define kiln_causal_attention(...) KILN__AT(causal_attention, __VA_ARGS__)"]:
+        # (a prototype past 120 columns is wrapped: compared with its spaces collapsed)
+        check(r.returncode == 0 and " ".join(want.split()) in " ".join(h.split()),
+              f"a linear-algebra row gives {want!r} in linalg_ops.h")
+    api, nn = h.split("#define KILN_NN_LINALG_API")
+    check("X(kiln_tensor, mm, (kiln_tensor a, kiln_tensor b), (a, b))" in api.split("#define KILN_LINALG_API")[1],
+          "an API row is in KILN_LINALG_API")
+    check("X(kiln_tensor, causal_attention, " in nn.split("#if")[0], "an NN row is in KILN_NN_LINALG_API")
+    check('X(mm, kiln_mm, 0, 0, "torch.mm: 2-d only")' in py, "a METHOD row's Python row")
+    check('X(ATTENTION, causal_attention, kiln_causal_attention, "attention")' in py, "a FUNCTIONAL row's Python row")
+    for bad, what in [(rows.replace("2, AB,", "2, ABC,"), "no sig ABC"),
+                      (rows.replace("API, METHOD", "API, FUNCTION"), "py FUNCTION"),
+                      (rows.replace("ATTENTION, (q, k, v, bias, flag, scale)", "ATTENTION, (q, k, v, bias, flag)"),
+                       "takes 6"),
+                      (rows.replace("(a, b), FLOAT_SAME", "(a, b, c), FLOAT_SAME"), "takes 2"),
+                      (rows.replace("4, ATTENTION,", "3, ATTENTION,"), "arity 3"),
+                      (rows.replace("NN, FUNCTIONAL", "NN, METHOD"), "sig AB only")]:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(table[:i] + bad + table[i:])
+        before = read(tmp, "include/kiln/linalg_ops.h")
+        r = run(tmp)
+        out = r.stderr + r.stdout
+        check(r.returncode != 0 and "linalg_table.h" in out and what in out, f"a linalg row with {what} is refused: {out!r}")
+        check(read(tmp, "include/kiln/linalg_ops.h") == before, f"a refused linalg row ({what}) writes nothing")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(table)
+
+
 def main(script):
     root = os.path.dirname(os.path.dirname(os.path.abspath(script)))
     with tempfile.TemporaryDirectory() as tmp:
@@ -123,7 +175,7 @@ def main(script):
             shutil.copy(os.path.join(root, rel), os.path.join(tmp, rel))
         check(run(tmp, "--check").returncode == 0, "the committed headers match the tables")
 
-        table = with_row(tmp, "X(SUM,", '    X(NORM, norm, FLOAT, ALL_DIMS, SAVE_IN_OUT, norm, "the 2-norm: sqrt(sum(t^2))")')
+        table = with_row(tmp, "X(SUM,", '    X(NORM, norm, FLOAT, ALL_DIMS, SPREAD, SUM, VALUE, norm, "the 2-norm: sqrt(sum(t^2))")')
         stale = run(tmp, "--check")
         check(stale.returncode == 1 and "ops.h" in stale.stderr and "op_table_generated.h" in stale.stderr,
               f"--check names both stale headers after a new row: {stale.stderr!r}")
@@ -142,9 +194,12 @@ def main(script):
         check(run(tmp, "--check").returncode == 0, "--check passes once regenerated")
 
         # rows the generator refuses, naming the table, without writing a header
-        for bad, what in [('    X(NORM, norm, FLOAT, BOGUS, NONE, HAND, "x")', "signature BOGUS"),
-                          ('    X(NORM, norm, FLOAT, CORRECTION, NONE, norm, "x")', "a py name needs"),
-                          ('    X(NORM, norm, FLOAT, DIMS, NONE, "x")', "columns")]:
+        for bad, what in [('    X(NORM, norm, FLOAT, BOGUS, NONE, SUM, VALUE, HAND, "x")', "signature BOGUS"),
+                          ('    X(NORM, norm, FLOAT, CORRECTION, NONE, SUM, VALUE, norm, "x")', "a py name needs"),
+                          ('    X(NORM, norm, FLOAT, DIMS, NONE, SUM, HAND, "x")', "columns"),
+                          ('    X(NORM, norm, FLOAT, DIMS, NONE, SQRTSUM, VALUE, HAND, "x")', "no fold SQRTSUM"),
+                          ('    X(NORM, norm, FLOAT, DIMS, SLOPE, SUM, VALUE, HAND, "x")', "no grad SLOPE"),
+                          ('    X(NORM, norm, FLOAT, DIMS, NONE, SUM, NONE, HAND, "x")', "finish is not NONE")]:
             with open(os.path.join(tmp, "src", "ir", "reduce_table.h"), "w", encoding="utf-8") as f:
                 f.write(table)
             with_row(tmp, "X(SUM,", bad)
@@ -157,6 +212,7 @@ def main(script):
             f.write(table)
         check_scalar_rows(tmp)
         check_row_op_rows(tmp)
+        check_linalg_rows(tmp)
     print("test_optable_generated:", "FAILED" if failures else "ok")
     return 1 if failures else 0
 

@@ -205,33 +205,12 @@ KILN_API kiln_module *kiln_rms_norm_new(int64_t normalized_size, double eps, boo
 KILN_API kiln_tensor kiln_dropout(kiln_tensor x, double p, uint64_t seed);
 /* The same with the mask's seed drawn from g (NULL: the global generator; see tensor.h). */
 KILN_API kiln_tensor kiln_dropout_gen(kiln_tensor x, double p, kiln_generator *g);
-/* torch.nn.functional.batch_norm: x [N, C, ...] normalised per channel, (x - mean) /
- * sqrt(var + eps) * weight + bias, with weight and bias [C] or KILN_NONE (consumed).
- * training: the batch's mean and biased variance are used, and when running_mean and
- * running_var are not NULL they are updated, running = (1 - momentum) * running + momentum *
- * batch (the unbiased variance, as PyTorch), in their own dtype; otherwise (eval) the running
- * statistics are used and must be given. The running statistics are float [C] handles passed
- * by pointer and not consumed: an update replaces *running_mean and *running_var with new
- * handles (the old ones released), as kiln_init does; on error they are left as they were.
- * Training needs more than one value per channel. Differentiable in x, weight and bias. */
-KILN_API kiln_tensor kiln_batch_norm(kiln_tensor x, kiln_tensor *running_mean, kiln_tensor *running_var, kiln_tensor weight,
-                                     kiln_tensor bias, bool training, double momentum, double eps);
 /* torch.nn.functional.embedding: the rows of weight [num_embeddings, dim] at the i32/i64
  * indices (any shape, at most 7 dims), giving indices' shape + [dim]; both consumed. An index
  * out of range fails when the gather runs, naming this call. Differentiable in weight. */
 KILN_API kiln_tensor kiln_embedding(kiln_tensor indices, kiln_tensor weight);
-/* torch.nn.functional.scaled_dot_product_attention: softmax(q k^T * scale + mask) v for
- * q [..., L, E], k [..., S, E], v [..., S, Ev] (batch dims broadcast; one float dtype) giving
- * [..., L, Ev]. attn_mask: KILN_NONE, bool (true = attend, as PyTorch) or q's dtype (added to
- * the scores), broadcastable to [..., L, S]. is_causal: query i attends keys 0..i (top-left
- * aligned, also when L != S); it cannot be combined with attn_mask (as PyTorch). scale <= 0 or
- * NaN means the default 1/sqrt(E). A row whose keys are all masked gives zeros with zero
- * gradients (PyTorch >= 2.5), not NaN. All tensors are consumed; a float mask gets a gradient.
- * When no input is tracked (inference) on the CPU, f32/f64, it runs as one fused kernel (the
- * scores never a tensor; with a mask, k and v must be views of one storage, as a joint QKV
- * projection gives) and returns a view laid out [..., L, heads, Ev]; otherwise composed ops. */
-KILN_API kiln_tensor kiln_scaled_dot_product_attention(kiln_tensor q, kiln_tensor k, kiln_tensor v, kiln_tensor attn_mask,
-                                                       bool is_causal, double scale);
+/* kiln_batch_norm and kiln_scaled_dot_product_attention: kiln/linalg_ops.h (through tensor.h),
+ * from the linear-algebra table (src/ir/linalg_table.h). */
 
 /* torch.nn.functional.conv1d: x [N, C, L], w [O, C/groups, K], bias [O] or KILN_NONE (all
  * consumed); gives [N, O, (L + 2 padding - dilation (K - 1) - 1) / stride + 1]. Computed as
@@ -373,7 +352,6 @@ KILN_API bool kiln_module_is_quantized(kiln_module *m); /* any quantized layer i
     X(kiln_status, module_set_autocast, (kiln_module *m, kiln_dtype dtype), (m, dtype)) \
     X(kiln_tensor, dropout, (kiln_tensor x, double p, uint64_t seed), (x, p, seed)) \
     X(kiln_tensor, dropout_gen, (kiln_tensor x, double p, kiln_generator *g), (x, p, g)) \
-    X(kiln_tensor, scaled_dot_product_attention, (kiln_tensor q, kiln_tensor k, kiln_tensor v, kiln_tensor attn_mask, bool is_causal, double scale), (q, k, v, attn_mask, is_causal, scale)) \
     X(kiln_status, init, (kiln_tensor *t, kiln_init_kind kind, uint64_t seed), (t, kind, seed)) \
     X(kiln_module *, sequential_new, (int n, kiln_module *const *children), (n, children)) \
     X(kiln_module *, linear_new, (int64_t in_features, int64_t out_features, bool bias, uint64_t seed), (in_features, out_features, bias, seed)) \
@@ -400,7 +378,6 @@ KILN_API bool kiln_module_is_quantized(kiln_module *m); /* any quantized layer i
     X(kiln_tensor, multihead_attention, (kiln_module *m, kiln_tensor query, kiln_tensor key, kiln_tensor value, kiln_tensor key_padding_mask, kiln_tensor attn_mask, kiln_tensor *weights), (m, query, key, value, key_padding_mask, attn_mask, weights)) \
     X(kiln_tensor, lstm, (kiln_module *m, kiln_tensor x, kiln_tensor h0, kiln_tensor c0, kiln_tensor *h_n, kiln_tensor *c_n), (m, x, h0, c0, h_n, c_n)) \
     X(kiln_tensor, gru, (kiln_module *m, kiln_tensor x, kiln_tensor h0, kiln_tensor *h_n), (m, x, h0, h_n)) \
-    X(kiln_tensor, batch_norm, (kiln_tensor x, kiln_tensor *running_mean, kiln_tensor *running_var, kiln_tensor weight, kiln_tensor bias, bool training, double momentum, double eps), (x, running_mean, running_var, weight, bias, training, momentum, eps)) \
     X(kiln_tensor, embedding, (kiln_tensor indices, kiln_tensor weight), (indices, weight)) \
     X(kiln_module *, rms_norm_new, (int64_t normalized_size, double eps, bool affine), (normalized_size, eps, affine)) \
     X(kiln_status, module_register_grad_hook, (kiln_module *m, kiln_grad_hook_fn hook, void *ctx), (m, hook, ctx)) \
@@ -420,7 +397,6 @@ KILN_NN_API(KILN__AT_DECLARE)
 #define kiln_module_set_autocast(...) KILN__AT(module_set_autocast, __VA_ARGS__)
 #define kiln_dropout(...) KILN__AT(dropout, __VA_ARGS__)
 #define kiln_dropout_gen(...) KILN__AT(dropout_gen, __VA_ARGS__)
-#define kiln_scaled_dot_product_attention(...) KILN__AT(scaled_dot_product_attention, __VA_ARGS__)
 #define kiln_init(...) KILN__AT(init, __VA_ARGS__)
 #define kiln_sequential_new(...) KILN__AT(sequential_new, __VA_ARGS__)
 #define kiln_linear_new(...) KILN__AT(linear_new, __VA_ARGS__)
@@ -447,7 +423,6 @@ KILN_NN_API(KILN__AT_DECLARE)
 #define kiln_multihead_attention(...) KILN__AT(multihead_attention, __VA_ARGS__)
 #define kiln_lstm(...) KILN__AT(lstm, __VA_ARGS__)
 #define kiln_gru(...) KILN__AT(gru, __VA_ARGS__)
-#define kiln_batch_norm(...) KILN__AT(batch_norm, __VA_ARGS__)
 #define kiln_embedding(...) KILN__AT(embedding, __VA_ARGS__)
 #define kiln_rms_norm_new(...) KILN__AT(rms_norm_new, __VA_ARGS__)
 #define kiln_quantize_dynamic(...) KILN__AT(quantize_dynamic, __VA_ARGS__)

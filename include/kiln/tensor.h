@@ -100,9 +100,7 @@ KILN_API kiln_tensor kiln_cast(kiln_tensor t, kiln_dtype dtype);
 KILN_API kiln_tensor kiln_to_device(kiln_tensor t, kiln_device dev);
 
 /* ---- convolution and pooling ------------------------------------------------------------- */
-/* x [N, C, H, W], w [O, C/groups, KH, KW], bias [O] or KILN_NONE. */
-KILN_API kiln_tensor kiln_conv2d(kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride_h, int stride_w, int pad_h,
-                                 int pad_w, int dilation_h, int dilation_w, int groups);
+/* kiln_conv2d: kiln/linalg_ops.h, from the linear-algebra table (src/ir/linalg_table.h). */
 KILN_API kiln_tensor kiln_max_pool2d(kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h,
                                      int pad_w);
 KILN_API kiln_tensor kiln_avg_pool2d(kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h,
@@ -160,12 +158,10 @@ KILN_API kiln_tensor kiln_topk(kiln_tensor t, int64_t k, int dim, bool largest, 
  * (src/ir/row_table.h), with the norms and losses of kiln/nn.h. */
 
 /* ---- linear algebra --------------------------------------------------------------------- */
-/* torch.matmul semantics: 1-d operands are promoted and the added dim removed; batch dims
- * broadcast. The products here and the convolutions take floating-point operands of one dtype
- * (as PyTorch's: f32 @ f64 is KILN_ERR_DTYPE; kiln_cast one of them). */
-KILN_API kiln_tensor kiln_matmul(kiln_tensor a, kiln_tensor b);
-/* x @ w^T + bias; w: [out, in]; bias: [out] or KILN_NONE. */
-KILN_API kiln_tensor kiln_linear(kiln_tensor x, kiln_tensor w, kiln_tensor bias);
+/* matmul, bmm, linear, conv2d, scaled_dot_product_attention and batch_norm, with their docs and
+ * call-site macros, from the linear-algebra table (src/ir/linalg_table.h); dot, outer, addmm and
+ * einsum are below. */
+#include "kiln/linalg_ops.h"
 
 /* ---- reads (the only blocking calls) ------------------------------------------------------ */
 /* Copies t (dense, row-major, in t's dtype) into dst; dst_bytes must equal numel*dtype size.
@@ -229,7 +225,6 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
     X(kiln_tensor, one_hot, (kiln_tensor index, int64_t num_classes, kiln_dtype dtype), (index, num_classes, dtype)) \
     X(kiln_tensor, cast, (kiln_tensor t, kiln_dtype dtype), (t, dtype)) \
     X(kiln_tensor, to_device, (kiln_tensor t, kiln_device dev), (t, dev)) \
-    X(kiln_tensor, conv2d, (kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride_h, int stride_w, int pad_h, int pad_w, int dilation_h, int dilation_w, int groups), (x, w, bias, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups)) \
     X(kiln_tensor, max_pool2d, (kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h, int pad_w), (x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)) \
     X(kiln_tensor, avg_pool2d, (kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h, int pad_w), (x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)) \
     X(kiln_tensor, adaptive_avg_pool2d, (kiln_tensor x, int out_h, int out_w), (x, out_h, out_w)) \
@@ -247,8 +242,6 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
     X(kiln_tensor, argsort, (kiln_tensor t, int dim, bool descending), (t, dim, descending)) \
     X(kiln_tensor, topk, (kiln_tensor t, int64_t k, int dim, bool largest, kiln_tensor *indices), (t, k, dim, largest, indices)) \
     X(kiln_tensor, pad, (kiln_tensor t, kiln_shape pads, kiln_pad_mode mode, double value), (t, pads, mode, value)) \
-    X(kiln_tensor, matmul, (kiln_tensor a, kiln_tensor b), (a, b)) \
-    X(kiln_tensor, linear, (kiln_tensor x, kiln_tensor w, kiln_tensor bias), (x, w, bias)) \
     X(kiln_status, into_data, (kiln_tensor t, void *dst, size_t dst_bytes), (t, dst, dst_bytes)) \
     X(kiln_status, into_scalar, (kiln_tensor t, float *out), (t, out)) \
     X(kiln_status, into_scalar_f64, (kiln_tensor t, double *out), (t, out)) \
@@ -278,7 +271,6 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_one_hot(...) KILN__AT(one_hot, __VA_ARGS__)
 #define kiln_cast(...) KILN__AT(cast, __VA_ARGS__)
 #define kiln_to_device(...) KILN__AT(to_device, __VA_ARGS__)
-#define kiln_conv2d(...) KILN__AT(conv2d, __VA_ARGS__)
 #define kiln_max_pool2d(...) KILN__AT(max_pool2d, __VA_ARGS__)
 #define kiln_avg_pool2d(...) KILN__AT(avg_pool2d, __VA_ARGS__)
 #define kiln_adaptive_avg_pool2d(...) KILN__AT(adaptive_avg_pool2d, __VA_ARGS__)
@@ -296,8 +288,6 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_argsort(...) KILN__AT(argsort, __VA_ARGS__)
 #define kiln_topk(...) KILN__AT(topk, __VA_ARGS__)
 #define kiln_pad(...) KILN__AT(pad, __VA_ARGS__)
-#define kiln_matmul(...) KILN__AT(matmul, __VA_ARGS__)
-#define kiln_linear(...) KILN__AT(linear, __VA_ARGS__)
 #define kiln_into_data(...) KILN__AT(into_data, __VA_ARGS__)
 #define kiln_to_string(...) KILN__AT(to_string, __VA_ARGS__)
 #define kiln_print(...) KILN__AT(print, __VA_ARGS__)
@@ -341,7 +331,6 @@ KILN_API kiln_tensor kiln_unfold(kiln_tensor t, int dim, int64_t size, int64_t s
  * and are differentiable. */
 KILN_API kiln_tensor kiln_dot(kiln_tensor a, kiln_tensor b);
 KILN_API kiln_tensor kiln_outer(kiln_tensor a, kiln_tensor b);
-KILN_API kiln_tensor kiln_bmm(kiln_tensor a, kiln_tensor b);
 KILN_API kiln_tensor kiln_addmm(kiln_tensor input, kiln_tensor m1, kiln_tensor m2, double beta, double alpha);
 /* torch.einsum on n tensors (consumed) of one dtype and device, subscripts a-z and A-Z:
  *
@@ -371,7 +360,6 @@ KILN_API kiln_tensor kiln_einsum(const char *equation, int n, const kiln_tensor 
     X(kiln_tensor, unfold, (kiln_tensor t, int dim, int64_t size, int64_t step), (t, dim, size, step)) \
     X(kiln_tensor, dot, (kiln_tensor a, kiln_tensor b), (a, b)) \
     X(kiln_tensor, outer, (kiln_tensor a, kiln_tensor b), (a, b)) \
-    X(kiln_tensor, bmm, (kiln_tensor a, kiln_tensor b), (a, b)) \
     X(kiln_tensor, addmm, (kiln_tensor input, kiln_tensor m1, kiln_tensor m2, double beta, double alpha), (input, m1, m2, beta, alpha)) \
     X(kiln_tensor, einsum, (const char *equation, int n, const kiln_tensor *ts), (equation, n, ts))
 KILN_TENSOR_MORE_API(KILN__AT_DECLARE)
@@ -388,7 +376,6 @@ KILN_TENSOR_MORE_API(KILN__AT_DECLARE)
 #define kiln_unfold(...) KILN__AT(unfold, __VA_ARGS__)
 #define kiln_dot(...) KILN__AT(dot, __VA_ARGS__)
 #define kiln_outer(...) KILN__AT(outer, __VA_ARGS__)
-#define kiln_bmm(...) KILN__AT(bmm, __VA_ARGS__)
 #define kiln_addmm(...) KILN__AT(addmm, __VA_ARGS__)
 #define kiln_einsum(...) KILN__AT(einsum, __VA_ARGS__)
 #endif

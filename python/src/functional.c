@@ -1,7 +1,7 @@
-/* kiln.nn.functional's ops with several tensor arguments or options (linear, conv2d, pools,
- * embedding, dropout): each a thin call of the C function of the same name. Optional tensors
- * may be None (KILN_NONE). The norms and losses are made from the C row-op table
- * (functional_rows.c). */
+/* kiln.nn.functional's ops with several tensor arguments or options (pools, embedding,
+ * dropout): each a thin call of the C function of the same name. Optional tensors may be None
+ * (KILN_NONE). The norms and losses are made from the C row-op table (functional_rows.c), linear,
+ * conv2d, attention and batch norm from the linear-algebra table (functional_linalg.c). */
 #include "kiln_py.h"
 
 #include <math.h>
@@ -29,35 +29,6 @@ int kp_take_all(PyObject **objs, const bool *optional, int n, kiln_tensor *out) 
         }
     }
     return 0;
-}
-
-static PyObject *f_linear(PyObject *m, PyObject *const *args, Py_ssize_t n, PyObject *kw) {
-    (void)m;
-    static const char *const names[] = {"input", "weight", "bias"};
-    static const bool opt[] = {false, false, true};
-    PyObject *a[3];
-    kiln_tensor h[3];
-    if (kp_args("linear", args, n, kw, names, a, 3) < 0) return NULL;
-    kp_site();
-    if (kp_take_all(a, opt, 3, h) < 0) return NULL;
-    return kp_wrap(kiln_linear(h[0], h[1], h[2]));
-}
-
-static PyObject *f_conv2d(PyObject *m, PyObject *const *args, Py_ssize_t n, PyObject *kw) {
-    (void)m;
-    static const char *const names[] = {"input", "weight", "bias", "stride", "padding", "dilation", "groups"};
-    static const bool opt[] = {false, false, true};
-    PyObject *a[7];
-    long stride, pad, dil, groups;
-    kiln_tensor h[3];
-    if (kp_args("conv2d", args, n, kw, names, a, 7) < 0 || kp_int_arg(a[3], 1, &stride) < 0 ||
-        kp_int_arg(a[4], 0, &pad) < 0 || kp_int_arg(a[5], 1, &dil) < 0 || kp_int_arg(a[6], 1, &groups) < 0)
-        return NULL;
-    if (stride < 1 || stride > 1 << 20 || pad < 0 || pad > 1 << 20 || dil < 1 || dil > 1 << 20 || groups < 1 || groups > 1 << 20)
-        return PyErr_Format(PyExc_ValueError, "conv2d: stride, dilation and groups must be >= 1 and padding >= 0");
-    kp_site();
-    if (kp_take_all(a, opt, 3, h) < 0) return NULL;
-    return kp_wrap(kiln_conv2d(h[0], h[1], h[2], (int)stride, (int)stride, (int)pad, (int)pad, (int)dil, (int)dil, (int)groups));
 }
 
 /* torch.nn.functional.max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1,
@@ -123,8 +94,6 @@ static PyObject *f_dropout(PyObject *m, PyObject *const *args, Py_ssize_t n, PyO
 }
 
 PyMethodDef kp_functional_functions[] = {
-    {"linear", CFN(f_linear), FASTKW, "x @ weight.T + bias"},
-    {"conv2d", CFN(f_conv2d), FASTKW, "2-d convolution (square stride, padding, dilation)"},
     {"max_pool2d", CFN(f_max_pool2d), FASTKW, "2-d max pooling"},
     {"avg_pool2d", CFN(f_avg_pool2d), FASTKW, "2-d average pooling"},
     {"embedding", CFN(f_embedding), FASTKW, "rows of weight at the indices"},

@@ -170,13 +170,8 @@ static inline PyObject *call_CLASSES_OPT(const row_def *r, PyObject *const *a, P
     }
 KP_TABLE_ROW_FUNCTIONS(ROW_FUNCTION)
 
-/* kiln.nn.functional takes the names from here (python/kiln/nn/functional.py). */
-static PyObject *f_row_functions(PyObject *m, PyObject *unused) {
-    (void)m, (void)unused;
-#define ROW_NAME(dims, arity, py, ...) #py,
-    static const char *const names[] = {KP_TABLE_ROW_FUNCTIONS(ROW_NAME)};
-#undef ROW_NAME
-    size_t count = sizeof names / sizeof names[0];
+/* A tuple of the count names. */
+PyObject *kp_names_tuple(const char *const *names, size_t count) {
     PyObject *t = PyTuple_New((Py_ssize_t)count);
     for (size_t i = 0; t && i < count; i++) {
         PyObject *s = PyUnicode_FromString(names[i]);
@@ -187,6 +182,15 @@ static PyObject *f_row_functions(PyObject *m, PyObject *unused) {
         PyTuple_SET_ITEM(t, (Py_ssize_t)i, s);
     }
     return t;
+}
+
+/* kiln.nn.functional takes the names from here (python/kiln/nn/functional.py). */
+static PyObject *f_row_functions(PyObject *m, PyObject *unused) {
+    (void)m, (void)unused;
+#define ROW_NAME(dims, arity, py, ...) #py,
+    static const char *const names[] = {KP_TABLE_ROW_FUNCTIONS(ROW_NAME)};
+#undef ROW_NAME
+    return kp_names_tuple(names, sizeof names / sizeof names[0]);
 }
 
 #define ROW_METHOD(dims, arity, py, fn, ex, param, dflt, doc) {#py, CFN(f_##py), FASTKW, doc},

@@ -59,6 +59,8 @@ kiln_tensor kp_take(PyObject *o);
 /* kp_take of n objects (None or NULL allowed where optional[i]: KILN_NONE); on failure releases
  * those taken and returns -1 (functional.c). */
 int kp_take_all(PyObject **objs, const bool *optional, int n, kiln_tensor *out);
+/* A tuple of count names (str), for the kiln.nn.functional names a table gives (functional_rows.c). */
+PyObject *kp_names_tuple(const char *const *names, size_t count);
 /* Like kp_take for any operand: a Tensor, or a Python number / NumPy array made a tensor of
  * like's dtype and device (like may be NONE). */
 kiln_tensor kp_operand(PyObject *o, kiln_tensor like);

@@ -15,6 +15,7 @@ extern PyMethodDef kp_tensor_more_methods[];
 extern PyMethodDef *kp_tensor_base_methods;
 extern PyMethodDef kp_functional_functions[];
 extern PyMethodDef kp_functional_row_functions[];
+extern PyMethodDef kp_functional_linalg_functions[];
 extern PyMethodDef kp_dlpack_methods[], kp_dlpack_functions[], kp_io_functions[];
 extern PyMethodDef kp_summary_functions[]; /* summary.c: kiln.utils.tensorboard */
 extern PyMethodDef kp_data_functions[];    /* data.c: kiln.utils.data's loader */
@@ -544,6 +545,7 @@ PyMODINIT_FUNC PyInit__C(void) {
         PyModule_AddObjectRef(m, "SentenceEmbedder", (PyObject *)&kp_EmbedderType) < 0 || kp_dtypes_init(m) < 0 ||
         kp_errors_init(m) < 0 || PyModule_AddFunctions(m, kp_module_table_functions) < 0 ||
         PyModule_AddFunctions(m, kp_functional_functions) < 0 || PyModule_AddFunctions(m, kp_functional_row_functions) < 0 ||
+        PyModule_AddFunctions(m, kp_functional_linalg_functions) < 0 ||
         PyModule_AddFunctions(m, kp_dlpack_functions) < 0 || PyModule_AddFunctions(m, kp_io_functions) < 0 ||
         PyModule_AddFunctions(m, kp_summary_functions) < 0 || PyModule_AddFunctions(m, kp_data_functions) < 0 ||
         PyModule_AddFunctions(m, kp_optim_functions) < 0 || PyModule_AddFunctions(m, kp_layer_functions) < 0 ||

@@ -3,25 +3,16 @@
 each called as torch.nn.functional's function of its name against PyTorch, with torch's
 keywords (reduction, beta, delta, log_target, eps, weight, ignore_index, label_smoothing), and
 bad arguments raise."""
-import json
-import pathlib
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 import kiln
 import kiln.nn.functional as F
-from conftest import needs_torch
+from conftest import needs_torch, optable_json
 
 
 def row_table():
-    script = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "gen_optable.py"
-    if not script.exists():
-        pytest.skip("not run from the repository")
-    return json.loads(subprocess.run([sys.executable, str(script), "--json"], check=True,
-                                     capture_output=True, text=True).stdout)["row_ops"]
+    return optable_json()["row_ops"]
 
 
 def test_every_row_of_the_c_row_table_is_a_python_function():

@@ -6,10 +6,18 @@
  * broadcasts against the input. max/min keep only where each winner is: the input seen with
  * its kept dims first and its reduced dims flattened into one last dim is arg-reduced there,
  * and backward scatters the gradient to those positions (the first of tied winners, as
- * argmax picks it). */
+ * argmax picks it). Which backward a node runs and what it saves is its row's grad column in
+ * ir/reduce_table.h (SPREAD, MEAN, WINNERS, PROD, VAR, SOFTMAX): a new reduction of a known
+ * kind needs no edit here. */
 #include "autodiff/ad-math.h"
 
 enum { P_MASK, P_KEEPDIM, P_CORRECTION, P_SQRT };
+
+static kiln__reduce_grad grad_kind(kiln__opcode code) { return kiln__reduce_info_of(code)->grad; }
+/* PROD and VAR keep their input for backward; SOFTMAX keeps it with the output. */
+static bool saves_input(kiln__reduce_grad k) {
+    return k == KILN__RGRAD_PROD || k == KILN__RGRAD_VAR || k == KILN__RGRAD_SOFTMAX;
+}
 
 static bool is_reduced(const kiln__ad_node *n, int d) { return (n->pi[P_MASK] >> d) & 1; }
 
@@ -48,6 +56,17 @@ static int flat_plan(int ndim, const int64_t *shape, uint32_t mask, int *order, 
     return nk;
 }
 
+/* The reduction that gives the index of code's winner: the KERNEL row of the same fold that
+ * finishes with an INDEX (argmax for max). */
+static kiln__opcode index_of(kiln__opcode code) {
+    kiln__reduce_fold fold = kiln__reduce_info_of(code)->fold;
+    for (int r = 0; r < KILN__RED_COUNT; r++)
+        if (kiln__reduce_rows[r].code >= 0 && kiln__reduce_rows[r].fold == fold &&
+            kiln__reduce_rows[r].finish == KILN__RFIN_INDEX)
+            return (kiln__opcode)kiln__reduce_rows[r].code;
+    return KILN__OP_NOOP; /* a WINNERS row without an index row: the op layer reports it */
+}
+
 /* Where the max (min) of each group is, as [kept..., 1] indices into the flattened reduced
  * dims. Consumes x. */
 static kiln__tensor *winners(kiln__opctx *c, kiln__opcode code, kiln__tensor *x, uint32_t mask) {
@@ -55,7 +74,7 @@ static kiln__tensor *winners(kiln__opctx *c, kiln__opcode code, kiln__tensor *x,
     int64_t flat[KILN_MAX_DIMS];
     int nd = x->ndim, nk = flat_plan(nd, x->shape, mask, order, flat);
     x = kiln__t_reshape(c, kiln__t_permute(c, x, nd, order), nk + 1, flat);
-    return kiln__t_reduce(c, code == KILN__OP_MAX ? KILN__OP_ARGMAX : KILN__OP_ARGMIN, x, 1u << nk, true, 0);
+    return kiln__t_reduce(c, index_of(code), x, 1u << nk, true, 0);
 }
 
 static kiln__tensor *max_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g) {
@@ -101,36 +120,36 @@ static kiln__tensor *var_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor
 }
 
 static void reduce_backward(kiln__opctx *c, kiln__ad_node *n, kiln__tensor *g, kiln__tensor **grads) {
-    switch (n->code) {
-    case KILN__OP_SUM: grads[0] = spread(c, n, g); break;
-    case KILN__OP_MEAN: grads[0] = spread(c, n, ad_muls(c, g, 1.0 / (double)reduced_count(n))); break;
-    case KILN__OP_PROD: grads[0] = prod_backward(c, n, g); break;
-    case KILN__OP_VAR: grads[0] = var_backward(c, n, g); break;
-    case KILN__OP_LOGSUMEXP: { /* softmax of x over the group */
+    switch (grad_kind(n->code)) {
+    case KILN__RGRAD_SPREAD: grads[0] = spread(c, n, g); break;
+    case KILN__RGRAD_MEAN: grads[0] = spread(c, n, ad_muls(c, g, 1.0 / (double)reduced_count(n))); break;
+    case KILN__RGRAD_PROD: grads[0] = prod_backward(c, n, g); break;
+    case KILN__RGRAD_VAR: grads[0] = var_backward(c, n, g); break;
+    case KILN__RGRAD_SOFTMAX: { /* softmax of x over the group */
         kiln__tensor *shifted = ad_sub(c, kiln__ad_saved(n, 0), keep_dims(c, n, kiln__ad_saved(n, 1)));
         grads[0] = ad_mul(c, keep_dims(c, n, g), ad_un(c, KILN__OP_EXP, shifted));
         break;
     }
-    case KILN__OP_MAX:
-    case KILN__OP_MIN: grads[0] = max_backward(c, n, g); break;
+    case KILN__RGRAD_WINNERS: grads[0] = max_backward(c, n, g); break;
     default: kiln__tensor_release(g); break;
     }
 }
 
-/* The automatic policy: std and logsumexp saved their output; prod and var their input; sum,
- * mean, max and min (whose saved[0] is the winners, not x) read their producer's output. One
- * operation per input element (var: 3). */
+/* The automatic policy: std and logsumexp (SOFTMAX) saved their output; prod and var their
+ * input; sum, mean, max and min (whose saved[0] is the winners, not x) read their producer's
+ * output. One operation per input element (VAR: 3). */
 static bool reduce_plan(const kiln__ad_node *n, kiln__ad_work *w) {
     if (n->saved[1]) return true;
-    w->ops = (n->code == KILN__OP_VAR ? 3 : 1) * kiln__ad_slot_numel(n, 0);
-    if (n->code == KILN__OP_PROD || n->code == KILN__OP_VAR) w->saved = 1;
+    kiln__reduce_grad k = grad_kind(n->code);
+    w->ops = (k == KILN__RGRAD_VAR ? 3 : 1) * kiln__ad_slot_numel(n, 0);
+    if (saves_input(k)) w->saved = 1;
     else w->inputs = 1;
     return true;
 }
 
 static kiln__tensor *reduce_recompute(kiln__opctx *c, const kiln__ad_node *n) {
     if (n->saved[1]) return ad_ref(n->saved[1]);
-    bool from_saved = n->code == KILN__OP_PROD || n->code == KILN__OP_VAR;
+    bool from_saved = saves_input(grad_kind(n->code));
     kiln__tensor *x = from_saved ? kiln__ad_saved_now(c, n, 0) : kiln__ad_input_now(c, n, 0);
     return kiln__t_reduce(c, n->code, x, (uint32_t)n->pi[P_MASK], n->pi[P_KEEPDIM], n->pi[P_CORRECTION]);
 }
@@ -147,11 +166,12 @@ kiln__tensor *kiln__ad_reduce(kiln__opctx *c, kiln__opcode code, kiln__tensor *x
         n->pi[P_CORRECTION] = param;
         n->pi[P_SQRT] = take_sqrt;
     }
-    if (code == KILN__OP_PROD || code == KILN__OP_VAR || code == KILN__OP_LOGSUMEXP) kiln__ad_save(c, n, 0, x);
-    kiln__tensor *for_winners = (code == KILN__OP_MAX || code == KILN__OP_MIN) && mask ? ad_ref(x) : NULL;
+    kiln__reduce_grad k = grad_kind(code);
+    if (saves_input(k)) kiln__ad_save(c, n, 0, x);
+    kiln__tensor *for_winners = k == KILN__RGRAD_WINNERS && mask ? ad_ref(x) : NULL;
     kiln__tensor *y = take_sqrt ? kiln__t_std(c, x, mask, keepdim, param)
                                 : kiln__t_reduce(c, code, x, mask, keepdim, param);
-    if (take_sqrt || code == KILN__OP_LOGSUMEXP) kiln__ad_save(c, n, 1, y);
+    if (take_sqrt || k == KILN__RGRAD_SOFTMAX) kiln__ad_save(c, n, 1, y);
     if (for_winners) { /* after the forward, so that its error (e.g. an empty dim) is the one reported */
         kiln__tensor *w = y && n ? winners(c, code, for_winners, mask) : (kiln__tensor_release(for_winners), NULL);
         if (n) n->saved[0] = w;

@@ -1,15 +1,17 @@
 /* The linear-algebra and structural op table: one row per public op that is neither elementwise
  * (ir/optable.h), a reduction (ir/reduce_table.h) nor a row op (ir/row_table.h): the products,
  * the convolution, attention and batch norm. Their kernels keep the opcodes listed in
- * ir/opcodes.h (MATMUL, CONV2D, ATTENTION: several rows share one), their public prototypes
- * stay in kiln/tensor.h and kiln/nn.h. From the rows come the rows as data (kiln__linalg_rows,
- * ir/opcodes.c), through scripts/gen_optable.py the JSON form, and the table-driven test
+ * ir/opcodes.h (MATMUL, CONV2D, ATTENTION: several rows share one). From the rows come the
+ * rows as data (kiln__linalg_rows, ir/opcodes.c), through scripts/gen_optable.py (its module
+ * scripts/optable_linalg.py) the public prototypes, docs, call-site lists and macros
+ * (include/kiln/linalg_ops.h, included by kiln/tensor.h), the Python binding's functions
+ * (python/src/linalg_table_generated.h) and the JSON form, and the table-driven test
  * (tests/test_backend_ops_linalg.c), which holds each row's public function to the row's
  * signature (a compile error where they differ) and runs it against its f64 run, on every
  * device against the CPU (forward and backward), its gradient against finite differences, and
  * its bad input. DESIGN.md, section 7.
  *
- * X(NAME, name, arity, sig, args, dtype, shape, kernel, grad, tol, doc):
+ * X(NAME, name, arity, sig, args, dtype, shape, kernel, grad, tol, layer, py, doc):
  *   NAME    the row's id
  *   name    the public kiln_name
  *   arity   tensor arguments (the optional ones, KILN_NONE allowed, included)
@@ -34,20 +36,45 @@
  *           (autodiff/rules_attention.c: q, k and v kept, the weights recomputed; with a mask
  *           the composition's own nodes), OPS (the composition's own nodes)
  *   tol     the f32 result's largest normalized squared error against the f64 run
- *   doc     one line
+ *   layer   where the function is defined, and so its call-site wrapper: API (src/api/) or NN
+ *           (src/nn/); the generated kiln/linalg_ops.h lists them as KILN_LINALG_API and
+ *           KILN_NN_LINALG_API
+ *   py      the Python binding's form (python/src/linalg_table_generated.h): METHOD, a kiln
+ *           function and Tensor method with an operator's operand (kiln.matmul(a, b),
+ *           a.matmul(b)); FUNCTIONAL, kiln.nn.functional.name with torch's keywords, one
+ *           caller per sig (python/src/functional_linalg.c)
+ *   doc     one line, then the details (more string pieces on the lines below the row) for the
+ *           header's comment
  *
- * One row per line. */
+ * A row starts on its own line; its doc's detail pieces may follow on the next lines. */
 #ifndef KILN_IR_LINALG_TABLE_H
 #define KILN_IR_LINALG_TABLE_H
 
 /* clang-format off */
 #define KILN__LINALG_TABLE(X) \
-    X(MATMUL,     matmul,                       2, AB,         (a, b),                                                                      FLOAT_SAME, MATMUL,    MATMUL,    MATMUL,    1e-10, "torch.matmul: 1-d operands promoted, batch dims broadcast") \
-    X(BMM,        bmm,                          2, AB,         (a, b),                                                                      FLOAT_SAME, BMM,       MATMUL,    MATMUL,    1e-10, "torch.bmm: [B, n, k] @ [B, k, m], no broadcasting") \
-    X(LINEAR,     linear,                       3, LINEAR,     (x, w, bias),                                                                FLOAT_SAME, LINEAR,    MATMUL,    LINEAR,    1e-10, "x @ w^T + bias; w [out, in], bias [out] or KILN_NONE") \
-    X(CONV2D,     conv2d,                       3, CONV2D,     (x, w, bias, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups), FLOAT_SAME, CONV2D, CONV2D, CONV2D, 1e-10, "x [N, C, H, W], w [O, C/groups, KH, KW], bias [O] or KILN_NONE") \
-    X(ATTENTION,  scaled_dot_product_attention, 4, ATTENTION,  (q, k, v, attn_mask, is_causal, scale),                                      FLOAT_SAME, ATTENTION, ATTENTION, ATTENTION, 1e-10, "softmax(q k^T * scale + mask) v (torch.nn.functional.scaled_dot_product_attention)") \
-    X(BATCH_NORM, batch_norm,                   5, BATCH_NORM, (x, running_mean, running_var, weight, bias, training, momentum, eps),       FLOAT_SAME, SAME,      OPS,       OPS,       1e-10, "x [N, C, ...] normalised per channel (torch.nn.functional.batch_norm)")
+    X(MATMUL,     matmul,                       2, AB,         (a, b),                                                                      FLOAT_SAME, MATMUL,    MATMUL,    MATMUL,    1e-10, API, METHOD,     "torch.matmul: 1-d operands promoted, batch dims broadcast" \
+        " The products and the convolution take" \
+        " floating-point operands of one dtype (as PyTorch's: f32 @ f64 is KILN_ERR_DTYPE; kiln_cast one of them).") \
+    X(BMM,        bmm,                          2, AB,         (a, b),                                                                      FLOAT_SAME, BMM,       MATMUL,    MATMUL,    1e-10, API, METHOD,     "torch.bmm: [B, n, k] @ [B, k, m], no broadcasting") \
+    X(LINEAR,     linear,                       3, LINEAR,     (x, w, bias),                                                                FLOAT_SAME, LINEAR,    MATMUL,    LINEAR,    1e-10, API, FUNCTIONAL, "x @ w^T + bias; w [out, in], bias [out] or KILN_NONE") \
+    X(CONV2D,     conv2d,                       3, CONV2D,     (x, w, bias, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups), FLOAT_SAME, CONV2D, CONV2D, CONV2D, 1e-10, API, FUNCTIONAL, "x [N, C, H, W], w [O, C/groups, KH, KW], bias [O] or KILN_NONE") \
+    X(ATTENTION,  scaled_dot_product_attention, 4, ATTENTION,  (q, k, v, attn_mask, is_causal, scale),                                      FLOAT_SAME, ATTENTION, ATTENTION, ATTENTION, 1e-10, NN,  FUNCTIONAL, "softmax(q k^T * scale + mask) v (torch.nn.functional.scaled_dot_product_attention)" \
+        " For q [..., L, E], k [..., S, E], v [..., S, Ev] (batch dims broadcast; one float dtype) giving [..., L, Ev]." \
+        " attn_mask: KILN_NONE, bool (true = attend, as PyTorch) or q's dtype (added to the scores), broadcastable to" \
+        " [..., L, S]. is_causal: query i attends keys 0..i (top-left aligned, also when L != S); it cannot be combined" \
+        " with attn_mask (as PyTorch). scale <= 0 or NaN means the default 1/sqrt(E). A row whose keys are all masked" \
+        " gives zeros with zero gradients (PyTorch >= 2.5), not NaN. All tensors are consumed; a float mask gets a" \
+        " gradient. When no input is tracked (inference) on the CPU, f32/f64, it runs as one fused kernel (the scores" \
+        " never a tensor; with a mask, k and v must be views of one storage, as a joint QKV projection gives) and" \
+        " returns a view laid out [..., L, heads, Ev]; otherwise composed ops.") \
+    X(BATCH_NORM, batch_norm,                   5, BATCH_NORM, (x, running_mean, running_var, weight, bias, training, momentum, eps),       FLOAT_SAME, SAME,      OPS,       OPS,       1e-10, NN,  FUNCTIONAL, "x [N, C, ...] normalised per channel (torch.nn.functional.batch_norm)" \
+        " y = (x - mean) / sqrt(var + eps) * weight + bias, with weight and bias [C] or KILN_NONE (consumed). training: the" \
+        " batch's mean and biased variance are used, and when running_mean and running_var are not NULL they are" \
+        " updated, running = (1 - momentum) * running + momentum * batch (the unbiased variance, as PyTorch), in their" \
+        " own dtype; otherwise (eval) the running statistics are used and must be given. The running statistics are" \
+        " float [C] handles passed by pointer and not consumed: an update replaces *running_mean and *running_var with" \
+        " new handles (the old ones released), as kiln_init does; on error they are left as they were. Training needs" \
+        " more than one value per channel. Differentiable in x, weight and bias.")
 /* clang-format on */
 
 typedef enum {
@@ -58,6 +85,8 @@ typedef enum {
     KILN__LSIG_BATCH_NORM
 } kiln__linalg_sig;
 typedef enum { KILN__LDT_FLOAT_SAME } kiln__linalg_dtype;
+typedef enum { KILN__LLAYER_API, KILN__LLAYER_NN } kiln__linalg_layer;
+typedef enum { KILN__LPY_METHOD, KILN__LPY_FUNCTIONAL } kiln__linalg_py;
 typedef enum {
     KILN__LSHAPE_MATMUL,
     KILN__LSHAPE_BMM,
@@ -92,7 +121,9 @@ typedef struct kiln__linalg_info {
     int kernel; /* the opcode (a kiln__opcode) it runs as, or -1 for a composition */
     kiln__linalg_grad grad;
     double tol;
-    const char *doc;
+    kiln__linalg_layer layer;
+    kiln__linalg_py py;
+    const char *doc; /* the one line and its details */
 } kiln__linalg_info;
 
 #endif

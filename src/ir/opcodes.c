@@ -31,17 +31,19 @@ const kiln__op_info kiln__op_infos[KILN__OP_COUNT] = {
 
 /* The reduction table's rows; the py column is the Python binding's (scripts/gen_optable.py). */
 const kiln__reduce_info kiln__reduce_rows[KILN__RED_COUNT] = {
-#define KILN__REDUCE_ROW(NAME, name_, code_, dtype_, sig_, grad_, doc_) \
-    [KILN__RED_##NAME] = {.name = #name_,                              \
-                          .code = code_,                               \
-                          .dtype = KILN__RDT_##dtype_,                 \
-                          .sig = KILN__RSIG_##sig_,                    \
-                          .grad = KILN__RGRAD_##grad_,                 \
+#define KILN__REDUCE_ROW(NAME, name_, code_, dtype_, sig_, grad_, fold_, finish_, doc_) \
+    [KILN__RED_##NAME] = {.name = #name_,                                                \
+                          .code = code_,                                                 \
+                          .dtype = KILN__RDT_##dtype_,                                   \
+                          .sig = KILN__RSIG_##sig_,                                      \
+                          .grad = KILN__RGRAD_##grad_,                                   \
+                          .fold = KILN__RFOLD_##fold_,                                   \
+                          .finish = KILN__RFIN_##finish_,                                \
                           .doc = doc_},
-#define KILN__REDUCE_KERNEL_ROW(NAME, name_, dtype_, sig_, grad_, py_, doc_) \
-    KILN__REDUCE_ROW(NAME, name_, KILN__OP_##NAME, dtype_, sig_, grad_, doc_)
-#define KILN__REDUCE_COMPOSED_ROW(NAME, name_, dtype_, sig_, grad_, py_, doc_) \
-    KILN__REDUCE_ROW(NAME, name_, -1, dtype_, sig_, grad_, doc_)
+#define KILN__REDUCE_KERNEL_ROW(NAME, name_, dtype_, sig_, grad_, fold_, finish_, py_, doc_) \
+    KILN__REDUCE_ROW(NAME, name_, KILN__OP_##NAME, dtype_, sig_, grad_, fold_, finish_, doc_)
+#define KILN__REDUCE_COMPOSED_ROW(NAME, name_, dtype_, sig_, grad_, fold_, finish_, py_, doc_) \
+    KILN__REDUCE_ROW(NAME, name_, -1, dtype_, sig_, grad_, fold_, finish_, doc_)
     KILN__REDUCE_KERNELS(KILN__REDUCE_KERNEL_ROW) KILN__REDUCE_COMPOSED(KILN__REDUCE_COMPOSED_ROW)
 #undef KILN__REDUCE_KERNEL_ROW
 #undef KILN__REDUCE_COMPOSED_ROW
@@ -78,7 +80,7 @@ const kiln__row_info kiln__row_rows[KILN__ROW_COUNT] = {
 #define KILN__LKERNEL_ATTENTION KILN__OP_ATTENTION
 #define KILN__LKERNEL_OPS (-1)
 const kiln__linalg_info kiln__linalg_rows[KILN__LINALG_COUNT] = {
-#define KILN__LINALG_DATA(NAME, name_, arity_, sig_, args_, dtype_, shape_, kernel_, grad_, tol_, doc_) \
+#define KILN__LINALG_DATA(NAME, name_, arity_, sig_, args_, dtype_, shape_, kernel_, grad_, tol_, layer_, py_, doc_) \
     [KILN__LINALG_##NAME] = {.name = #name_,                                                          \
                              .arity = arity_,                                                         \
                              .sig = KILN__LSIG_##sig_,                                                \
@@ -88,6 +90,8 @@ const kiln__linalg_info kiln__linalg_rows[KILN__LINALG_COUNT] = {
                              .kernel = KILN__LKERNEL_##kernel_,                                       \
                              .grad = KILN__LGRAD_##grad_,                                             \
                              .tol = tol_,                                                             \
+                             .layer = KILN__LLAYER_##layer_,                                          \
+                             .py = KILN__LPY_##py_,                                                   \
                              .doc = doc_},
     KILN__LINALG_TABLE(KILN__LINALG_DATA)
 #undef KILN__LINALG_DATA

@@ -10,7 +10,8 @@
 #include "kiln/tensor.h"
 #include "ops/ops-impl.h"
 
-static bool is_arg(kiln__opcode code) { return code == KILN__OP_ARGMAX || code == KILN__OP_ARGMIN; }
+/* An index (argmax, argmin): the row finishes with the winner's position. */
+static bool is_arg(kiln__opcode code) { return kiln__reduce_info_of(code)->finish == KILN__RFIN_INDEX; }
 
 /* The dtype the kernel reads (and, except for argmax/argmin, writes): the row's dtype rule
  * (ir/reduce_table.h) for integers and bools; softmax, not a row, computes them in f32. */
@@ -32,17 +33,10 @@ static kiln_dtype result_dtype(kiln__opcode code, kiln_dtype in, kiln_dtype kern
     return kernel;
 }
 
+/* MAX and MIN folds have no identity to give an empty group. */
 static bool needs_nonempty(kiln__opcode code) {
-    return code == KILN__OP_MAX || code == KILN__OP_MIN || is_arg(code);
-}
-
-static const char *reduce_name(kiln__opcode code) {
-    switch (code) {
-    case KILN__OP_MAX: return "max";
-    case KILN__OP_MIN: return "min";
-    case KILN__OP_ARGMAX: return "argmax";
-    default: return "argmin";
-    }
+    kiln__reduce_fold fold = kiln__reduce_info_of(code)->fold;
+    return fold == KILN__RFOLD_MAX || fold == KILN__RFOLD_MIN;
 }
 
 /* Runs code from x into out (NULL: its allocation failed) with params p.i[0], p.i[1].
@@ -75,7 +69,7 @@ static kiln__tensor *reduce_impl(kiln__opctx *c, kiln__opcode code, kiln__tensor
             if (!(mask >> d & 1) || x->shape[d] != 0) continue;
             char buf[128];
             kiln__fail(c, KILN_ERR_SHAPE, "cannot take the %s over dim %d of size 0 (shape %s): it has no identity",
-                       reduce_name(code), d, kiln__shape_str(buf, sizeof buf, nd, x->shape));
+                       kiln__reduce_info_of(code)->name, d, kiln__shape_str(buf, sizeof buf, nd, x->shape));
             return kiln__drop(1, x), NULL;
         }
     }

@@ -1,11 +1,14 @@
 """kiln.nn.functional: torch.nn.functional's names over kiln's C ops."""
 from .. import _C
-from .._C import linear, conv2d, max_pool2d, avg_pool2d, embedding  # noqa: F401
+from .._C import max_pool2d, avg_pool2d, embedding  # noqa: F401
 
 # The norms and losses (layer_norm, group_norm, rms_norm, mse_loss, cross_entropy, ...): one
 # function per row of kiln's C row-op table (src/ir/row_table.h), made by the binding
 # (python/src/functional_rows.c), so a row added there is a function here with no edit.
 globals().update({_name: getattr(_C, _name) for _name in _C._row_functions()})
+# linear, conv2d, scaled_dot_product_attention and batch_norm: one function per FUNCTIONAL row of
+# the C linear-algebra table (src/ir/linalg_table.h), made by python/src/functional_linalg.c.
+globals().update({_name: getattr(_C, _name) for _name in _C._linalg_functions()})
 
 
 def relu(x):

@@ -1,4 +1,7 @@
-/* Reduction kernels: SUM MEAN PROD MAX MIN VAR LOGSUMEXP ARGMAX ARGMIN.
+/* The reduction kernel of every KERNEL row of ir/reduce_table.h (SUM MEAN PROD MAX MIN VAR
+ * LOGSUMEXP ARGMAX ARGMIN), driven by the row's fold (the combine step and its identity) and
+ * finish (what is written from the accumulator): a new row with a known fold and finish needs
+ * no edit here.
  *
  * The op layer hands over f32, f64 or i64 input; out has in's ndim with the reduced dims of
  * size 1. The kernel sorts and merges dims into a kept list and a reduced list, then takes
@@ -10,8 +13,8 @@
  *  - columns: the innermost kept dim is contiguous, so a tile of outputs is folded with whole
  *    vectors of input per reduced index (column sums).
  * Float inputs accumulate in double (f32 row sums in f32 blocks of 256 added into double);
- * i64 sums and products wrap like torch. VAR and LOGSUMEXP take two passes: the mean (or max)
- * first, then the sum of squared deviations (or of exp(x - max)). */
+ * i64 sums and products wrap like torch. The SQDEV and EXPSUM folds (VAR, LOGSUMEXP) take two
+ * passes: the mean (or max) first, then the sum of squared deviations (or of exp(x - max)). */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -20,7 +23,15 @@
 #include "backend/cpu/reduce-impl.h"
 #include "backend/cpu/vmath.h"
 
-enum { FOLD_SUM, FOLD_PROD, FOLD_MAX, FOLD_MIN, FOLD_SQDEV, FOLD_EXPSUM };
+/* The table's folds, by their short names here. */
+enum {
+    FOLD_SUM = KILN__RFOLD_SUM,
+    FOLD_PROD = KILN__RFOLD_PROD,
+    FOLD_MAX = KILN__RFOLD_MAX,
+    FOLD_MIN = KILN__RFOLD_MIN,
+    FOLD_SQDEV = KILN__RFOLD_SQDEV,
+    FOLD_EXPSUM = KILN__RFOLD_EXPSUM
+};
 
 /* Reduced elements per parallel piece when a few outputs split their range. */
 #define PIECE ((int64_t)32768)
@@ -36,6 +47,8 @@ typedef struct {
 
 typedef struct {
     kiln__opcode code;
+    int fold;                   /* FOLD_ */
+    kiln__reduce_finish finish; /* the row's */
     kiln_dtype dt, out_dt;
     int nk, nr;
     int64_t kshape[KILN_MAX_DIMS], kin[KILN_MAX_DIMS], kout[KILN_MAX_DIMS];
@@ -55,21 +68,11 @@ typedef struct {
 static inline double fmax_nan(double a, double b) { return (b > a || isnan(b)) && !isnan(a) ? b : a; }
 static inline double fmin_nan(double a, double b) { return (b < a || isnan(b)) && !isnan(a) ? b : a; }
 
-static int first_pass_fold(kiln__opcode code) { return code == KILN__OP_LOGSUMEXP ? FOLD_MAX : FOLD_SUM; }
-
-static int main_fold(kiln__opcode code) {
-    switch (code) {
-    case KILN__OP_PROD: return FOLD_PROD;
-    case KILN__OP_MAX: case KILN__OP_ARGMAX: return FOLD_MAX;
-    case KILN__OP_MIN: case KILN__OP_ARGMIN: return FOLD_MIN;
-    case KILN__OP_VAR: return FOLD_SQDEV;
-    case KILN__OP_LOGSUMEXP: return FOLD_EXPSUM;
-    default: return FOLD_SUM;
-    }
-}
-
-static bool two_pass(kiln__opcode code) { return code == KILN__OP_VAR || code == KILN__OP_LOGSUMEXP; }
-static bool is_arg(kiln__opcode code) { return code == KILN__OP_ARGMAX || code == KILN__OP_ARGMIN; }
+/* SQDEV and EXPSUM fold against a statistic of their group, found by a first pass. */
+static bool two_pass(const rplan *pl) { return pl->fold == FOLD_SQDEV || pl->fold == FOLD_EXPSUM; }
+static int first_pass_fold(const rplan *pl) { return pl->fold == FOLD_EXPSUM ? FOLD_MAX : FOLD_SUM; }
+static int main_fold(const rplan *pl) { return pl->fold; }
+static bool is_arg(const rplan *pl) { return pl->finish == KILN__RFIN_INDEX; }
 
 static racc identity(int fop) {
     racc a = {0, 0, 0};
@@ -106,20 +109,20 @@ static racc merge(int fop, bool arg, racc a, racc b) {
 
 /* The statistic pass 2 uses, from pass 1's accumulator. */
 static double stat_of(const rplan *pl, racc a) {
-    if (pl->code == KILN__OP_VAR) return a.f / (double)pl->n_red;
+    if (pl->fold == FOLD_SQDEV) return a.f / (double)pl->n_red;
     return isfinite(a.f) ? a.f : 0.0; /* LSE shift: +-inf and NaN rows shift by 0 */
 }
 
 static void store_final(const rplan *pl, char *o, racc a, double stat) {
     double v = a.f;
-    switch (pl->code) {
-    case KILN__OP_MEAN: v = a.f / (double)pl->n_red; break;
-    case KILN__OP_VAR:
+    switch (pl->finish) {
+    case KILN__RFIN_MEAN: v = a.f / (double)pl->n_red; break;
+    case KILN__RFIN_VAR:
         v = a.f / pl->divisor;
         if (pl->take_sqrt) v = sqrt(v);
         break;
-    case KILN__OP_LOGSUMEXP: v = stat + log(a.f); break;
-    case KILN__OP_ARGMAX: case KILN__OP_ARGMIN: *(int64_t *)o = a.idx < 0 ? 0 : a.idx; return;
+    case KILN__RFIN_LSE: v = stat + log(a.f); break;
+    case KILN__RFIN_INDEX: *(int64_t *)o = a.idx < 0 ? 0 : a.idx; return;
     default: break;
     }
     switch (pl->out_dt) {
@@ -233,13 +236,13 @@ static int64_t find_first(const rplan *pl, const char *p, int64_t n, int64_t st,
 /* Folds n elements at p (stride st elements) that sit at flat reduced position pos. */
 static racc fold_run(const rplan *pl, int fop, const char *p, int64_t n, int64_t st, double stat, racc acc,
                      int64_t pos) {
-    racc r = is_arg(pl->code) ? identity(fop) : acc;
+    racc r = is_arg(pl) ? identity(fop) : acc;
     switch (pl->dt) {
     case KILN_F32: r.f = fold_f32(fop, (const float *)p, n, st, stat, r.f); break;
     case KILN_F64: r.f = fold_f64(fop, (const double *)p, n, st, stat, r.f); break;
     default: r.i = fold_i64(fop, (const int64_t *)p, n, st, r.i); break;
     }
-    if (!is_arg(pl->code)) return r;
+    if (!is_arg(pl)) return r;
     if (n == 0) return acc;
     r.idx = pos + find_first(pl, p, n, st, r);
     return merge(fop, true, acc, r);
@@ -312,8 +315,8 @@ static void runs_task(void *ctx, int64_t begin, int64_t end) {
             continue;
         }
         double stat = 0;
-        if (two_pass(pl->code)) {
-            int f1 = first_pass_fold(pl->code);
+        if (two_pass(pl)) {
+            int f1 = first_pass_fold(pl);
             stat = stat_of(pl, fold_range(pl, f1, base, 0, pl->n_red, 0, identity(f1)));
         }
         racc a = fold_range(pl, job->fop, base, 0, pl->n_red, stat, identity(job->fop));
@@ -329,13 +332,13 @@ static void runs_split_pass(runs_job *job, int fop, const double *stats, racc *r
     kiln__parallel_for(pl->n_out * job->pieces, 1, runs_task, job);
     for (int64_t o = 0; o < pl->n_out; o++) {
         racc a = identity(fop);
-        for (int64_t p = 0; p < job->pieces; p++) a = merge(fop, is_arg(pl->code), a, job->partials[o * job->pieces + p]);
+        for (int64_t p = 0; p < job->pieces; p++) a = merge(fop, is_arg(pl), a, job->partials[o * job->pieces + p]);
         res[o] = a;
     }
 }
 
 static kiln_status reduce_runs(const rplan *pl) {
-    runs_job job = {.pl = pl, .pieces = 1, .fop = main_fold(pl->code)};
+    runs_job job = {.pl = pl, .pieces = 1, .fop = main_fold(pl)};
     if (pl->n_out < 64 && pl->n_red >= 2 * PIECE) {
         job.pieces = (pl->n_red + PIECE - 1) / PIECE;
         if (job.pieces * pl->n_out > MAX_PARTIALS) job.pieces = MAX_PARTIALS / pl->n_out;
@@ -354,15 +357,15 @@ static kiln_status reduce_runs(const rplan *pl) {
         return KILN_ERR_OUT_OF_MEMORY;
     }
     job.partials = partials;
-    if (two_pass(pl->code)) {
-        runs_split_pass(&job, first_pass_fold(pl->code), NULL, res);
+    if (two_pass(pl)) {
+        runs_split_pass(&job, first_pass_fold(pl), NULL, res);
         for (int64_t o = 0; o < pl->n_out; o++) stats[o] = stat_of(pl, res[o]);
     }
-    runs_split_pass(&job, main_fold(pl->code), two_pass(pl->code) ? stats : NULL, res);
+    runs_split_pass(&job, main_fold(pl), two_pass(pl) ? stats : NULL, res);
     for (int64_t o = 0; o < pl->n_out; o++) {
         int64_t in_off, out_off;
         kept_offsets(pl, o, &in_off, &out_off);
-        store_final(pl, pl->out + out_off * (int64_t)pl->out_es, res[o], two_pass(pl->code) ? stats[o] : 0);
+        store_final(pl, pl->out + out_off * (int64_t)pl->out_es, res[o], two_pass(pl) ? stats[o] : 0);
     }
     free(partials);
     return KILN_OK;
@@ -469,14 +472,14 @@ static void cols_task(void *ctx, int64_t begin, int64_t end) {
         int64_t in_off, out_off;
         kept_offsets(pl, outer * L + j0, &in_off, &out_off);
         const char *base = pl->in + in_off * es;
-        if (two_pass(pl->code)) {
-            col_pass(pl, first_pass_fold(pl->code), base, n, &sc);
+        if (two_pass(pl)) {
+            col_pass(pl, first_pass_fold(pl), base, n, &sc);
             for (int64_t j = 0; j < n; j++) sc.stat[j] = stat_of(pl, (racc){sc.acc.f[j], 0, 0});
         }
-        col_pass(pl, main_fold(pl->code), base, n, &sc);
+        col_pass(pl, main_fold(pl), base, n, &sc);
         for (int64_t j = 0; j < n; j++) {
             racc a = {pl->dt == KILN_I64 ? 0 : sc.acc.f[j], pl->dt == KILN_I64 ? sc.acc.i[j] : 0, 0};
-            store_final(pl, pl->out + (out_off + j * ost) * oes, a, two_pass(pl->code) ? sc.stat[j] : 0);
+            store_final(pl, pl->out + (out_off + j * ost) * oes, a, two_pass(pl) ? sc.stat[j] : 0);
         }
     }
     free(mem);
@@ -489,7 +492,7 @@ static void cols_task(void *ctx, int64_t begin, int64_t end) {
  * in L2 for the second pass. */
 static kiln_status reduce_cols(rplan *pl) {
     int64_t L = pl->kshape[pl->nk - 1], outer = pl->n_out / L, w = MAX_TILE;
-    if (two_pass(pl->code)) {
+    if (two_pass(pl)) {
         w = ((int64_t)256 * 1024 / ((pl->n_red ? pl->n_red : 1) * (int64_t)pl->es)) & ~(int64_t)7;
         w = w < 64 ? 64 : w > MAX_TILE ? MAX_TILE : w;
     }
@@ -543,7 +546,10 @@ static int merge_dims(int n, int64_t *shape, int64_t *s1, int64_t *s2) {
 static void plan_build(rplan *pl, const kiln__op *op) {
     const kiln__view *in = &op->in[0], *out = &op->out[0];
     memset(pl, 0, sizeof *pl);
+    const kiln__reduce_info *row = kiln__reduce_info_of(op->code);
     pl->code = op->code;
+    pl->fold = row->fold;
+    pl->finish = row->finish;
     pl->dt = in->dtype;
     pl->out_dt = out->dtype;
     pl->es = kiln__elsize(in->dtype);
@@ -575,10 +581,11 @@ static void plan_build(rplan *pl, const kiln__op *op) {
 
 static kiln_status kernel_reduce(const kiln__op *op) {
     kiln_dtype in = op->in[0].dtype, out = op->out[0].dtype;
-    bool arg = is_arg(op->code);
+    kiln__reduce_finish finish = kiln__reduce_info_of(op->code)->finish;
+    bool arg = finish == KILN__RFIN_INDEX;
+    /* i64 input: only the finishes that write the accumulator or an index (sum, prod, max, min, argmax) */
     if ((in != KILN_F32 && in != KILN_F64 && in != KILN_I64) || (arg ? out != KILN_I64 : out != in) ||
-        (in == KILN_I64 && op->code != KILN__OP_SUM && op->code != KILN__OP_PROD && op->code != KILN__OP_MAX &&
-         op->code != KILN__OP_MIN && !arg)) {
+        (in == KILN_I64 && finish != KILN__RFIN_VALUE && !arg)) {
         kiln__kernel_error("no CPU %s kernel from %s to %s", kiln__opcode_name(op->code), kiln_dtype_name(in),
                            kiln_dtype_name(out));
         return KILN_ERR_DTYPE;
@@ -586,18 +593,18 @@ static kiln_status kernel_reduce(const kiln__op *op) {
     rplan pl;
     plan_build(&pl, op);
     if (pl.n_out == 0) return KILN_OK;
-    if (pl.n_red == 0 && (is_arg(pl.code) || pl.code == KILN__OP_MAX || pl.code == KILN__OP_MIN)) {
+    if (pl.n_red == 0 && (pl.fold == FOLD_MAX || pl.fold == FOLD_MIN)) { /* no identity to write */
         kiln__kernel_error("%s over an empty dim", kiln__opcode_name(pl.code));
         return KILN_ERR_SHAPE;
     }
-    bool cols = pl.nk > 0 && pl.kin[pl.nk - 1] == 1 && pl.kshape[pl.nk - 1] >= 8 && !is_arg(pl.code) &&
+    bool cols = pl.nk > 0 && pl.kin[pl.nk - 1] == 1 && pl.kshape[pl.nk - 1] >= 8 && !is_arg(&pl) &&
                 (pl.nr == 0 || pl.rin[pl.nr - 1] != 1);
     return cols ? reduce_cols(&pl) : reduce_runs(&pl);
 }
 
 void kiln__cpu_register_reduce(kiln__kernel_fn *table) {
-    static const kiln__opcode codes[] = {KILN__OP_SUM, KILN__OP_MEAN, KILN__OP_PROD, KILN__OP_MAX, KILN__OP_MIN,
-                                         KILN__OP_VAR, KILN__OP_LOGSUMEXP, KILN__OP_ARGMAX, KILN__OP_ARGMIN};
-    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) table[codes[i]] = kernel_reduce;
+#define REGISTER(NAME, ...) table[KILN__OP_##NAME] = kernel_reduce;
+    KILN__REDUCE_KERNELS(REGISTER)
+#undef REGISTER
     kiln__cpu_register_softmax(table);
 }

@@ -88,17 +88,18 @@ static bool reduce(kiln__text *b, const kiln__fused *g, bool fp64, const kiln__o
     char tail[512];
     kiln__text_printf(b, "  __local %s ra[%d];\n  __local %s rt[%d];\n", A, ROW_GROUP, TA, ROW_GROUP);
     const char *sum_step = "ra[lid] += ra[lid + h]";
-    switch (n->code) {
-    case KILN__OP_SUM: case KILN__OP_MEAN:
+    const kiln__reduce_info *row = kiln__reduce_info_of(n->code); /* its fold and finish */
+    switch (row->finish == KILN__RFIN_INDEX ? KILN__RFOLD_NONE : row->fold) {
+    case KILN__RFOLD_SUM: /* finish VALUE or MEAN */
         kiln__text_printf(b, "  %s acc = 0;\n", A);
         snprintf(tail, sizeof tail, "    acc += (%s)v%d;\n", A, a);
         if (!walk(b, g, fp64, x, R, tail)) return false;
         combine(b, "ra", "acc", sum_step);
-        if (n->code == KILN__OP_SUM) kiln__text_printf(b, "  %s v%d = (%s)acc;\n", T, R, T);
+        if (row->finish == KILN__RFIN_VALUE) kiln__text_printf(b, "  %s v%d = (%s)acc;\n", T, R, T);
         else kiln__text_printf(b, "  %s v%d = (%s)(acc / (%s)len);\n", T, R, T, A);
         return true;
-    case KILN__OP_MAX: case KILN__OP_MIN: case KILN__OP_LOGSUMEXP: {
-        bool min = n->code == KILN__OP_MIN;
+    case KILN__RFOLD_MAX: case KILN__RFOLD_MIN: case KILN__RFOLD_EXPSUM: { /* EXPSUM: the max first */
+        bool min = row->fold == KILN__RFOLD_MIN;
         const char *cmp = min ? "<" : ">";
         /* NaN wins, else the largest (smallest); an item with no element holds the identity */
         kiln__text_printf(b, "  %s best = %s;\n", TA, min ? "INFINITY" : "(-INFINITY)");
@@ -107,7 +108,7 @@ static bool reduce(kiln__text *b, const kiln__fused *g, bool fp64, const kiln__o
         char step[160];
         snprintf(step, sizeof step, "if (isnan(rt[lid + h]) || rt[lid + h] %s rt[lid]) rt[lid] = rt[lid + h]", cmp);
         combine(b, "rt", "best", step);
-        if (n->code != KILN__OP_LOGSUMEXP) {
+        if (row->fold != KILN__RFOLD_EXPSUM) {
             kiln__text_printf(b, "  %s v%d = (%s)best;\n", T, R, T);
             return true;
         }

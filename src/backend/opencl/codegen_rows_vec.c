@@ -112,18 +112,19 @@ static bool reduce(kiln__text *b, const kiln__fused *g, bool fp64, const kiln__o
     int a = n->arg[0];
     const char *A = fp64 ? "double" : "float";
     char vtail[256], tail[256];
-    switch (n->code) {
-    case KILN__OP_SUM: case KILN__OP_MEAN:
+    const kiln__reduce_info *row = kiln__reduce_info_of(n->code); /* its fold and finish */
+    switch (row->finish == KILN__RFIN_INDEX ? KILN__RFOLD_NONE : row->fold) {
+    case KILN__RFOLD_SUM: /* finish VALUE or MEAN */
         kiln__text_printf(b, "  %s16 acc16 = 0; %s acc = 0;\n", A, A);
         snprintf(vtail, sizeof vtail, "    acc16 += convert_%s16(v%d);\n", A, a);
         snprintf(tail, sizeof tail, "    acc += (%s)v%d;\n", A, a);
         if (!walk(b, g, fp64, x, R, NULL, vtail, tail)) return false;
         fold_sum(b, A);
-        if (n->code == KILN__OP_SUM) kiln__text_printf(b, "  float v%d = (float)acc;\n", R);
+        if (row->finish == KILN__RFIN_VALUE) kiln__text_printf(b, "  float v%d = (float)acc;\n", R);
         else kiln__text_printf(b, "  float v%d = (float)(acc / (%s)len);\n", R, A);
         return true;
-    case KILN__OP_MAX: case KILN__OP_MIN: case KILN__OP_LOGSUMEXP: {
-        bool min = n->code == KILN__OP_MIN;
+    case KILN__RFOLD_MAX: case KILN__RFOLD_MIN: case KILN__RFOLD_EXPSUM: { /* EXPSUM: the max first */
+        bool min = row->fold == KILN__RFOLD_MIN;
         const char *cmp = min ? "<" : ">", *id = min ? "INFINITY" : "(-INFINITY)";
         /* NaN wins, else the largest (smallest), lane by lane and then across the lanes */
         kiln__text_printf(b, "  float16 best16 = %s; float best = %s;\n", id, id);
@@ -135,7 +136,7 @@ static bool reduce(kiln__text *b, const kiln__fused *g, bool fp64, const kiln__o
                           "    for (int u = 0; u < 16; u++) if (isnan(lanes[u]) || lanes[u] %s best) best = lanes[u]; }\n",
                           cmp);
         kiln__text_printf(b, "  float v%d = best;\n", R);
-        if (n->code != KILN__OP_LOGSUMEXP) return true;
+        if (row->fold != KILN__RFOLD_EXPSUM) return true;
         kiln__text_printf(b, "  if (!isinf(best) && !isnan(best)) {\n  %s16 acc16 = 0; %s acc = 0;\n", A, A);
         snprintf(vtail, sizeof vtail, "    acc16 += exp(convert_%s16(v%d) - (%s)best);\n", A, a, A);
         snprintf(tail, sizeof tail, "    acc += exp((%s)v%d - (%s)best);\n", A, a, A);

@@ -1,7 +1,8 @@
-/* OpenCL reductions (SUM MEAN PROD MAX MIN VAR LOGSUMEXP ARGMAX ARGMIN over any dims) and
- * SOFTMAX / LOG_SOFTMAX over one dim: generated kernels, one work item per output element
- * (per line for softmax) walking its reduced elements in row-major order. The source depends
- * on the opcode and dtypes only: shapes and strides are arguments. A long f32 SUM or MEAN to one
+/* OpenCL reductions (every KERNEL row of ir/reduce_table.h, over any dims) and SOFTMAX /
+ * LOG_SOFTMAX over one dim: generated kernels, one work item per output element (per line for
+ * softmax) walking its reduced elements in row-major order. A reduction's source follows its
+ * row's fold and finish, so a new row of a known fold and finish needs no edit here; it
+ * depends on the row and dtypes only: shapes and strides are arguments. A long f32 SUM or MEAN to one
  * value runs in chunks instead (reduce_chunked.c). Floats accumulate in double
  * when the device has it (the CPU accumulates in double too, in another order: sums agree to
  * rounding, max/min/arg* exactly); NaN propagates as on the CPU. */
@@ -30,12 +31,13 @@ static void fold_source(kiln__text *b, kiln__opcode code, kiln_dtype in, kiln_dt
                       "  unpack(oshape8, oshape); unpack(rshape8, rshape); unpack(istr8, istr); unpack(ostr8, ostr);\n"
                       "  long ib = io, ob = oo; locate(o, oshape, istr, ostr, &ib, &ob);\n",
                       T, U);
-    switch (code) {
-    case KILN__OP_SUM: case KILN__OP_MEAN: case KILN__OP_VAR:
+    const kiln__reduce_info *row = kiln__reduce_info_of(code);
+    switch (row->fold) {
+    case KILN__RFOLD_SUM: case KILN__RFOLD_SQDEV: /* SQDEV: this sum gives the mean first */
         if (f) kiln__text_printf(b, "  %s a = 0; for (long j = 0; j < nred; j++) a += (%s)x[ib + RO(j)];\n", A, A);
         else kiln__text_printf(b, "  ulong a = 0; for (long j = 0; j < nred; j++) a += (ulong)x[ib + RO(j)];\n");
-        if (code == KILN__OP_SUM) kiln__text_printf(b, "  y[ob] = (%s)a;\n", U);
-        else if (code == KILN__OP_MEAN) kiln__text_printf(b, "  y[ob] = (%s)(a / (%s)nred);\n", U, A);
+        if (row->finish == KILN__RFIN_VALUE) kiln__text_printf(b, "  y[ob] = (%s)a;\n", U);
+        else if (row->finish == KILN__RFIN_MEAN) kiln__text_printf(b, "  y[ob] = (%s)(a / (%s)nred);\n", U, A);
         else
             kiln__text_printf(b,
                               "  %s m = a / (%s)nred, s = 0;\n"
@@ -44,12 +46,12 @@ static void fold_source(kiln__text *b, kiln__opcode code, kiln_dtype in, kiln_dt
                               "  y[ob] = (%s)(take_sqrt ? sqrt(v) : v);\n",
                               A, A, A, A, A, A, A, A, U);
         return;
-    case KILN__OP_PROD:
+    case KILN__RFOLD_PROD:
         if (f) kiln__text_printf(b, "  %s a = 1; for (long j = 0; j < nred; j++) a *= (%s)x[ib + RO(j)];\n", A, A);
         else kiln__text_printf(b, "  ulong a = 1; for (long j = 0; j < nred; j++) a *= (ulong)x[ib + RO(j)];\n");
         kiln__text_printf(b, "  y[ob] = (%s)a;\n", U);
         return;
-    case KILN__OP_LOGSUMEXP:
+    case KILN__RFOLD_EXPSUM: /* finish LSE */
         kiln__text_printf(b,
                           "  %s m = -INFINITY; for (long j = 0; j < nred; j++) { %s v = x[ib + RO(j)];\n"
                           "    if (isnan(m)) break; if (isnan(v) || v > m) m = v; }\n"
@@ -58,8 +60,8 @@ static void fold_source(kiln__text *b, kiln__opcode code, kiln_dtype in, kiln_dt
                           "  y[ob] = (%s)((%s)m + log(s));\n",
                           T, T, U, A, A, A, U, A);
         return;
-    default: { /* MAX MIN ARGMAX ARGMIN: the first NaN wins, else the first best */
-        bool max = code == KILN__OP_MAX || code == KILN__OP_ARGMAX, arg = code == KILN__OP_ARGMAX || code == KILN__OP_ARGMIN;
+    default: { /* MAX MIN, finish VALUE or INDEX: the first NaN wins, else the first best */
+        bool max = row->fold == KILN__RFOLD_MAX, arg = row->finish == KILN__RFIN_INDEX;
         kiln__text_printf(b, "  %s best = x[ib]; long at = 0;\n  for (long j = 1; j < nred; j++) {\n", T);
         if (f) kiln__text_printf(b, "    if (isnan(best)) break;\n");
         kiln__text_printf(b, "    %s v = x[ib + RO(j)];\n    if (%sv %s best) { best = v; at = j; }\n  }\n", T,
@@ -109,8 +111,8 @@ static kiln_status kernel_reduce(const kiln__op *op) {
     cl_long nouter = ilen ? nred / ilen : 1;
     if (!ilen) ilen = 1;
     cl_mem x = kiln__opencl_mem(in->storage), y = kiln__opencl_mem(out->storage);
-    if (nred == 0 && (op->code == KILN__OP_MAX || op->code == KILN__OP_MIN || op->code == KILN__OP_ARGMAX ||
-                      op->code == KILN__OP_ARGMIN)) {
+    kiln__reduce_fold fold = kiln__reduce_info_of(op->code)->fold;
+    if (nred == 0 && (fold == KILN__RFOLD_MAX || fold == KILN__RFOLD_MIN)) { /* no identity to write */
         free(src.s);
         kiln__kernel_error("%s over an empty dim", kiln__opcode_name(op->code));
         return KILN_ERR_SHAPE;
@@ -168,9 +170,9 @@ static kiln_status kernel_softmax(const kiln__op *op) {
 }
 
 void kiln__opencl_register_reduce(kiln__kernel_fn *table) {
-    static const kiln__opcode codes[] = {KILN__OP_SUM, KILN__OP_MEAN, KILN__OP_PROD, KILN__OP_MAX, KILN__OP_MIN,
-                                         KILN__OP_VAR, KILN__OP_LOGSUMEXP, KILN__OP_ARGMAX, KILN__OP_ARGMIN};
-    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) table[codes[i]] = kernel_reduce;
+#define REGISTER(NAME, ...) table[KILN__OP_##NAME] = kernel_reduce;
+    KILN__REDUCE_KERNELS(REGISTER)
+#undef REGISTER
     table[KILN__OP_SOFTMAX] = kernel_softmax;
     table[KILN__OP_LOG_SOFTMAX] = kernel_softmax;
 }

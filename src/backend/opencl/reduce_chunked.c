@@ -30,7 +30,9 @@ static const char *const chunk_body =
 
 bool kiln__opencl_sum_chunked_takes(const kiln__op *op) {
     const kiln__view *in = &op->in[0], *out = &op->out[0];
-    return (op->code == KILN__OP_SUM || op->code == KILN__OP_MEAN) && in->dtype == KILN_F32 &&
+    const kiln__reduce_info *row = kiln__reduce_info_of(op->code); /* a SUM fold finishing as is or as a mean */
+    return row->fold == KILN__RFOLD_SUM && (row->finish == KILN__RFIN_VALUE || row->finish == KILN__RFIN_MEAN) &&
+           in->dtype == KILN_F32 &&
            out->dtype == KILN_F32 && kiln__view_numel(out) == 1 && kiln__view_numel(in) >= MIN_ELEMENTS &&
            kiln__view_is_contiguous(in);
 }
@@ -72,7 +74,7 @@ kiln_status kiln__opencl_sum_chunked(kiln__opencl_device *d, const kiln__op *op)
     }
     kiln__opencl_buf *pb = part->data;
     cl_long n = kiln__view_numel(&op->in[0]), chunk = (n + CHUNKS - 1) / CHUNKS, io = op->in[0].offset;
-    cl_long mean = op->code == KILN__OP_MEAN, oo = op->out[0].offset;
+    cl_long mean = kiln__reduce_info_of(op->code)->finish == KILN__RFIN_MEAN, oo = op->out[0].offset;
     cl_mem x = kiln__opencl_mem(op->in[0].storage), y = kiln__opencl_mem(op->out[0].storage), pm = pb->mem;
     kiln_status st = kiln__opencl_scratch_begin(d, pb, kiln__opencl_queue(d, op));
     if (st == KILN_OK) {

@@ -1,0 +1,81 @@
+/* kiln's linear-algebra ops (the products, the convolution, attention and batch norm): generated
+ * from src/ir/linalg_table.h by scripts/gen_optable.py; do not edit (edit the row, then run the
+ * script). Included by kiln/tensor.h. Every op consumes its tensor arguments (batch norm's
+ * running statistics excepted), is differentiable in its float ones, and gives a poisoned tensor
+ * naming the op and the caller's line on bad input.
+ *
+ *   kiln_tensor w = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(10, 784), 1);
+ *   kiln_tensor h = kiln_linear(kiln_ref(x), kiln_ref(w), KILN_NONE);  // x [.., 784] -> [.., 10]; x, w kept
+ *   kiln_tensor back = kiln_matmul(h, w);                               // [.., 10] @ [10, 784]; h, w consumed
+ */
+#ifndef KILN_LINALG_OPS_H
+#define KILN_LINALG_OPS_H
+
+#include "kiln/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* torch.matmul: 1-d operands promoted, batch dims broadcast. The products and the convolution
+ * take floating-point operands of one dtype (as PyTorch's: f32 @ f64 is KILN_ERR_DTYPE;
+ * kiln_cast one of them). */
+KILN_API kiln_tensor kiln_matmul(kiln_tensor a, kiln_tensor b);
+/* torch.bmm: [B, n, k] @ [B, k, m], no broadcasting */
+KILN_API kiln_tensor kiln_bmm(kiln_tensor a, kiln_tensor b);
+/* x @ w^T + bias; w [out, in], bias [out] or KILN_NONE */
+KILN_API kiln_tensor kiln_linear(kiln_tensor x, kiln_tensor w, kiln_tensor bias);
+/* x [N, C, H, W], w [O, C/groups, KH, KW], bias [O] or KILN_NONE */
+KILN_API kiln_tensor kiln_conv2d(kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride_h, int stride_w, int pad_h,
+                                 int pad_w, int dilation_h, int dilation_w, int groups);
+/* softmax(q k^T * scale + mask) v (torch.nn.functional.scaled_dot_product_attention). For q
+ * [..., L, E], k [..., S, E], v [..., S, Ev] (batch dims broadcast; one float dtype) giving
+ * [..., L, Ev]. attn_mask: KILN_NONE, bool (true = attend, as PyTorch) or q's dtype (added to
+ * the scores), broadcastable to [..., L, S]. is_causal: query i attends keys 0..i (top-left
+ * aligned, also when L != S); it cannot be combined with attn_mask (as PyTorch). scale <= 0 or
+ * NaN means the default 1/sqrt(E). A row whose keys are all masked gives zeros with zero
+ * gradients (PyTorch >= 2.5), not NaN. All tensors are consumed; a float mask gets a gradient.
+ * When no input is tracked (inference) on the CPU, f32/f64, it runs as one fused kernel (the
+ * scores never a tensor; with a mask, k and v must be views of one storage, as a joint QKV
+ * projection gives) and returns a view laid out [..., L, heads, Ev]; otherwise composed ops. */
+KILN_API kiln_tensor kiln_scaled_dot_product_attention(kiln_tensor q, kiln_tensor k, kiln_tensor v,
+                                                       kiln_tensor attn_mask, bool is_causal, double scale);
+/* x [N, C, ...] normalised per channel (torch.nn.functional.batch_norm). y = (x - mean) /
+ * sqrt(var + eps) * weight + bias, with weight and bias [C] or KILN_NONE (consumed). training:
+ * the batch's mean and biased variance are used, and when running_mean and running_var are not
+ * NULL they are updated, running = (1 - momentum) * running + momentum * batch (the unbiased
+ * variance, as PyTorch), in their own dtype; otherwise (eval) the running statistics are used
+ * and must be given. The running statistics are float [C] handles passed by pointer and not
+ * consumed: an update replaces *running_mean and *running_var with new handles (the old ones
+ * released), as kiln_init does; on error they are left as they were. Training needs more than
+ * one value per channel. Differentiable in x, weight and bias. */
+KILN_API kiln_tensor kiln_batch_norm(kiln_tensor x, kiln_tensor *running_mean, kiln_tensor *running_var,
+                                     kiln_tensor weight, kiln_tensor bias, bool training, double momentum, double eps);
+
+/* The calls that record the caller's file:line, as in core.h's list: the ones defined in the
+ * API layer (src/api/) and in the nn layer (src/nn/), by the rows' layer column. */
+#define KILN_LINALG_API(X) \
+    X(kiln_tensor, matmul, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, bmm, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, linear, (kiln_tensor x, kiln_tensor w, kiln_tensor bias), (x, w, bias)) \
+    X(kiln_tensor, conv2d, (kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride_h, int stride_w, int pad_h, int pad_w, int dilation_h, int dilation_w, int groups), (x, w, bias, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups))
+KILN_LINALG_API(KILN__AT_DECLARE)
+#define KILN_NN_LINALG_API(X) \
+    X(kiln_tensor, scaled_dot_product_attention, (kiln_tensor q, kiln_tensor k, kiln_tensor v, kiln_tensor attn_mask, bool is_causal, double scale), (q, k, v, attn_mask, is_causal, scale)) \
+    X(kiln_tensor, batch_norm, (kiln_tensor x, kiln_tensor *running_mean, kiln_tensor *running_var, kiln_tensor weight, kiln_tensor bias, bool training, double momentum, double eps), (x, running_mean, running_var, weight, bias, training, momentum, eps))
+KILN_NN_LINALG_API(KILN__AT_DECLARE)
+
+#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
+#pragma GCC system_header /* see core.h: errors in these calls name the caller's line */
+#define kiln_matmul(...) KILN__AT(matmul, __VA_ARGS__)
+#define kiln_bmm(...) KILN__AT(bmm, __VA_ARGS__)
+#define kiln_linear(...) KILN__AT(linear, __VA_ARGS__)
+#define kiln_conv2d(...) KILN__AT(conv2d, __VA_ARGS__)
+#define kiln_scaled_dot_product_attention(...) KILN__AT(scaled_dot_product_attention, __VA_ARGS__)
+#define kiln_batch_norm(...) KILN__AT(batch_norm, __VA_ARGS__)
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif
