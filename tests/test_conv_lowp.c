@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "backend/cpu/conv_dnnl.h"
+#include "backend/cpu/conv_reorder.h"
 #include "backend/cpu/gemm_lowp.h"
 #include "conv_grid.h"
 #include "ew_util.h"
@@ -59,9 +60,11 @@ static void expect(kiln_tensor got, kiln_dtype dt, kiln_tensor ref, kiln_tensor 
     double *g = ew_read(kiln_cast(kiln_ref(got), KILN_F64), KILN_F64, n), *r = ew_read(kiln_ref(ref), KILN_F64, n);
     double *a = ew_read(kiln_ref(abs_sum), KILN_F64, n);
     double unit = dt == KILN_BF16 ? 0x1p-8 : 0x1p-11;
+    /* a result below dt's smallest normal is rounded to a step of fixed size (f16: 2^-24) */
+    double step = dt == KILN_BF16 ? 0x1p-133 : 0x1p-24;
     int64_t bad = 0, first = -1;
     for (int64_t i = 0; g && r && a && i < n; i++)
-        if (!(fabs(g[i] - r[i]) <= unit * fabs(r[i]) + 0x1p-16 * a[i] + 1e-30)) bad++, first = first < 0 ? i : first;
+        if (!(fabs(g[i] - r[i]) <= unit * fabs(r[i]) + 0x1p-16 * a[i] + step)) bad++, first = first < 0 ? i : first;
     KT_CHECK_MSG(g && r && a, "%s %s: no value (%s)", tag, what, kiln_last_error());
     KT_CHECK_MSG(bad == 0, "%s %s: %lld of %lld off, first [%lld] %.6g want %.6g (|terms| %.3g)", tag, what,
                  (long long)bad, (long long)n, (long long)first, first >= 0 ? g[first] : 0.0,
@@ -99,15 +102,17 @@ static long check_case(const conv_case *k, kiln_dtype dt, const char *path) {
 }
 
 static const conv_case cnn_conv2 = {3, 16, 14, 14, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, true};
+/* two blocks of 16 channels in, one out, an odd plane: kiln's transposes (conv_reorder.h) */
+static const conv_case two_blocks = {2, 32, 7, 5, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, true};
 
 /* path: 0 the default rule, 1 oneDNN forced, 2 the widened path forced. */
 static long check_path(kiln_dtype dt, int path) {
     static const char *names[] = {"default", "dnnl", "widened"};
     long dnnl = 0;
-    for (int i = 0; i <= (int)NGRID; i++) {
+    for (int i = 0; i <= (int)NGRID + 1; i++) {
         kiln__conv_dnnl_force(path == 1 ? 1 : -1);
         kiln__gemm_lowp_force(path == 2 ? 0 : -1);
-        dnnl += check_case(i < (int)NGRID ? &conv_grid[i] : &cnn_conv2, dt, names[path]);
+        dnnl += check_case(i < (int)NGRID ? &conv_grid[i] : i == (int)NGRID ? &cnn_conv2 : &two_blocks, dt, names[path]);
     }
     kiln__conv_dnnl_force(-1);
     kiln__gemm_lowp_force(-1);
@@ -118,17 +123,49 @@ KT_TEST(bf16_on_every_path) {
     kt_mem_begin();
     bool native = strcmp(kiln__gemm_lowp_path(KILN_BF16), "dnnl-bf16") == 0;
     printf("    bf16 products: %s\n", kiln__gemm_lowp_path(KILN_BF16));
+    long moved = kiln__conv_dnnl_kiln_reorders();
     long d0 = check_path(KILN_BF16, 0), d1 = check_path(KILN_BF16, 1), d2 = check_path(KILN_BF16, 2);
-    /* the native path: conv2 (16 channels) by the default rule, every case when forced */
+    moved = kiln__conv_dnnl_kiln_reorders() - moved;
+    /* the native path: conv2 and two_blocks (16 and 32 channels) by the default rule, every
+     * case when forced; their activations moved by kiln's transposes (3 a pass, both paths) */
     if (native && strcmp(kiln__conv_dnnl_mode(), "builtin") != 0) {
-        KT_CHECK_MSG(d0 >= 3, "default rule: oneDNN ran %ld bf16 convs, want conv2's 3 at least", d0);
-        KT_CHECK_MSG(d1 >= 3 * ((long)NGRID + 1) - 6, "forced: oneDNN ran %ld of %ld bf16 convs", d1,
-                     3 * ((long)NGRID + 1));
+        KT_CHECK_MSG(d0 >= 6, "default rule: oneDNN ran %ld bf16 convs, want those of conv2 and two_blocks", d0);
+        KT_CHECK_MSG(d1 >= 3 * ((long)NGRID + 2) - 6, "forced: oneDNN ran %ld of %ld bf16 convs", d1,
+                     3 * ((long)NGRID + 2));
+        printf("    bf16 activations moved by kiln's transposes: %ld\n", moved);
+        KT_CHECK_MSG(moved >= (kiln__conv_reorder_bf16_ok(16) ? 2 * 2 * 3 * 2 : 0),
+                     "kiln transposed %ld bf16 activations", moved);
     } else {
         KT_CHECK_MSG(d0 + d1 == 0, "oneDNN ran %ld bf16 convs without the bf16 path", d0 + d1);
     }
     KT_CHECK_MSG(d2 == 0, "widened path forced: oneDNN ran %ld bf16 convs", d2);
     KT_MEM_CHECK();
+}
+
+/* kiln's bf16 transposes against the layouts' definitions: NCHW element (n, c, p) is nChw16c
+ * element ((n * C/16 + c/16) * HW + p) * 16 + c%16, and back, bit for bit (NaN patterns too). */
+KT_TEST(bf16_transposes) {
+    if (!kiln__conv_reorder_bf16_ok(16)) {
+        printf("    no AVX-512BW here: oneDNN's reorders run instead\n");
+        return;
+    }
+    KT_CHECK(!kiln__conv_reorder_bf16_ok(24) && !kiln__conv_reorder_bf16_ok(0));
+    const int64_t n = 3, c = 48, hw = 37, total = n * c * hw;
+    uint16_t *plain = malloc(total * 2), *blocked = malloc(total * 2), *back = malloc(total * 2);
+    KT_CHECK(plain && blocked && back);
+    for (int64_t i = 0; plain && i < total; i++) plain[i] = (uint16_t)(i * 40503u + 0x7fc1u);
+    if (plain && blocked && back) {
+        kiln__conv_bf16_to_blocked(plain, blocked, n, c, hw);
+        kiln__conv_bf16_from_blocked(blocked, back, n, c, hw);
+        long wrong = 0;
+        for (int64_t b = 0; b < n; b++)
+            for (int64_t ch = 0; ch < c; ch++)
+                for (int64_t p = 0; p < hw; p++)
+                    wrong += blocked[((b * (c / 16) + ch / 16) * hw + p) * 16 + ch % 16] != plain[(b * c + ch) * hw + p];
+        KT_CHECK_MSG(wrong == 0, "%ld elements misplaced in nChw16c", wrong);
+        KT_CHECK(memcmp(plain, back, (size_t)total * 2) == 0);
+    }
+    free(plain), free(blocked), free(back);
 }
 
 KT_TEST(f16_widened) { /* no f16 conv instructions here: always widened, exact products */
@@ -188,6 +225,7 @@ KT_TEST(autocast_gradients_near_f32) {
 
 int main(void) {
     KT_RUN(bf16_on_every_path);
+    KT_RUN(bf16_transposes);
     KT_RUN(f16_widened);
     KT_RUN(mixed_dtypes_refused);
     KT_RUN(autocast_gradients_near_f32);
