@@ -150,7 +150,7 @@ KT_TEST(bf16_transposes) {
         return;
     }
     KT_CHECK(!kiln__conv_reorder_bf16_ok(24) && !kiln__conv_reorder_bf16_ok(0));
-    const int64_t n = 3, c = 48, hw = 37, total = n * c * hw;
+    const int64_t n = 3, c = 48, hw = 69, total = n * c * hw;
     uint16_t *plain = malloc(total * 2), *blocked = malloc(total * 2), *back = malloc(total * 2);
     KT_CHECK(plain && blocked && back);
     for (int64_t i = 0; plain && i < total; i++) plain[i] = (uint16_t)(i * 40503u + 0x7fc1u);
