@@ -223,11 +223,86 @@ KT_TEST(autocast_gradients_near_f32) {
     KT_MEM_CHECK();
 }
 
+/* Finite differences under bf16 autocast, exact: with x, w and dy in {-1, 0, 1}, 16 channels
+ * (oneDNN's bf16 conv and kiln's transposes where the CPU has them) and a 3x3 kernel, every
+ * output is an integer of at most 145 in magnitude even with one weight moved by 1, so bf16
+ * holds it exactly and L = sum(y * dy) is exact in f32. L is linear in each of x, w and b, so
+ * (L(v + 1) - L(v - 1)) / 2 at any element is its gradient, and the f32 gradients autocast
+ * returns (the input, weight and bias gradients' passes) must equal it. */
+enum { FD_N = 2, FD_C = 16, FD_H = 6, FD_W = 5, FD_O = 16 };
+
+static double fd_loss(const float *x, const float *w, const float *b, kiln_tensor dy) {
+    KT_CHECK(kiln_autocast_begin(KILN_BF16) == KILN_OK);
+    kiln_tensor y = kiln_conv2d(kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(FD_N, FD_C, FD_H, FD_W), x),
+                                kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(FD_O, FD_C, 3, 3), w),
+                                kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(FD_O), b), 1, 1, 1, 1, 1, 1, 1);
+    KT_CHECK(kiln_autocast_end() == KILN_OK);
+    float l = NAN;
+    KT_CHECK_MSG(kiln_into_data(kiln_sum(kiln_mul(kiln_cast(y, KILN_F32), kiln_ref(dy))), &l, sizeof l) == KILN_OK,
+                 "%s", kiln_last_error());
+    return l;
+}
+
+KT_TEST(autocast_finite_differences_exact) {
+    kt_mem_begin();
+    enum { NX = FD_N * FD_C * FD_H * FD_W, NW = FD_O * FD_C * 9, NY = FD_N * FD_O * FD_H * FD_W };
+    static float x[NX], w[NW], b[FD_O], dy[NY], g[3][NW > NX ? NW : NX];
+    uint64_t r = 12345;
+    float *fill[3] = {x, w, dy};
+    int n[3] = {NX, NW, NY};
+    for (int t = 0; t < 3; t++)
+        for (int i = 0; i < n[t]; i++) r = r * 6364136223846793005u + 1442695040888963407u, fill[t][i] = (float)((int)(r >> 62) % 3 - 1);
+    for (int i = 0; i < FD_O; i++) b[i] = (float)(i % 3 - 1);
+    kiln_tensor tdy = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(FD_N, FD_O, FD_H, FD_W), dy);
+    kiln_tensor leaf[3] = {kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(FD_N, FD_C, FD_H, FD_W), x),
+                           kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(FD_O, FD_C, 3, 3), w),
+                           kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(FD_O), b)};
+    for (int i = 0; i < 3; i++) kiln_require_grad(leaf[i]);
+    long before = kiln__conv_dnnl_bf16_calls();
+    KT_CHECK(kiln_autocast_begin(KILN_BF16) == KILN_OK);
+    kiln_tensor y = kiln_conv2d(kiln_ref(leaf[0]), kiln_ref(leaf[1]), kiln_ref(leaf[2]), 1, 1, 1, 1, 1, 1, 1);
+    KT_CHECK(kiln_autocast_end() == KILN_OK);
+    kiln_grads *gr = NULL;
+    KT_CHECK_MSG(kiln_backward(kiln_sum(kiln_mul(kiln_cast(y, KILN_F32), kiln_ref(tdy))), &gr) == KILN_OK, "%s",
+                 kiln_last_error());
+    int sizes[3] = {NX, NW, FD_O};
+    for (int i = 0; i < 3; i++) {
+        kiln_tensor gi = kiln_grad(gr, leaf[i]);
+        KT_CHECK(kiln_tensor_dtype(gi) == KILN_F32);
+        KT_CHECK(kiln_into_data(gi, g[i], (size_t)sizes[i] * sizeof(float)) == KILN_OK);
+    }
+    kiln_grads_free(gr);
+    bool native = strcmp(kiln__gemm_lowp_path(KILN_BF16), "dnnl-bf16") == 0 && strcmp(kiln__conv_dnnl_mode(), "builtin");
+    KT_CHECK_MSG(!native || kiln__conv_dnnl_bf16_calls() - before == 3, "oneDNN ran %ld bf16 passes, want 3",
+                 kiln__conv_dnnl_bf16_calls() - before);
+    float *v[3] = {x, w, b};
+    long wrong = 0, checked = 0;
+    for (int t = 0; t < 3; t++)
+        for (int i = 0; i < sizes[t]; i += t == 2 ? 5 : 97) { /* a spread of elements of each */
+            float keep = v[t][i];
+            v[t][i] = keep + 1;
+            double up = fd_loss(x, w, b, tdy);
+            v[t][i] = keep - 1;
+            double down = fd_loss(x, w, b, tdy);
+            v[t][i] = keep;
+            checked++;
+            if ((up - down) / 2 != g[t][i]) {
+                if (!wrong) printf("    %s[%d]: finite difference %g, gradient %g\n", t == 0 ? "x" : t == 1 ? "w" : "b", i, (up - down) / 2, g[t][i]);
+                wrong++;
+            }
+        }
+    KT_CHECK_MSG(wrong == 0, "%ld of %ld gradient elements differ from their finite differences", wrong, checked);
+    for (int i = 0; i < 3; i++) kiln_release(leaf[i]);
+    kiln_release(tdy);
+    KT_MEM_CHECK();
+}
+
 int main(void) {
     KT_RUN(bf16_on_every_path);
     KT_RUN(bf16_transposes);
     KT_RUN(f16_widened);
     KT_RUN(mixed_dtypes_refused);
     KT_RUN(autocast_gradients_near_f32);
+    KT_RUN(autocast_finite_differences_exact);
     return kt_finish();
 }

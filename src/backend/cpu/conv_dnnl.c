@@ -2,7 +2,8 @@
  *
  * kiln holds NCHW activations and OIHW (GOIHW when grouped) weights; oneDNN picks its own
  * (blocked) layouts and reorders run around the conv, into and out of buffers of the call's
- * own. The primitives (conv and reorders) are created once per geometry and thread count and
+ * own: oneDNN's, except for bf16 activations in nChw16c, which kiln transposes itself
+ * (conv_reorder.c: oneDNN 2.6's bf16 reorder is its generic one, 2-5x slower). The primitives (conv and reorders) are created once per geometry and thread count and
  * kept in a small fixed table (creation costs 0.1-1 ms, a Fashion-MNIST conv 1-10 ms); when
  * the table is full further shapes run uncached. Each call brings its own scratchpad (user
  * scratchpad mode), so two engine workers may run one cached primitive at once.
