@@ -272,6 +272,7 @@ KT_TEST(autocast_finite_differences_exact) {
         KT_CHECK(kiln_into_data(gi, g[i], (size_t)sizes[i] * sizeof(float)) == KILN_OK);
     }
     kiln_grads_free(gr);
+    KT_CHECK(kiln_sync() == KILN_OK); /* the forward too: no gradient read waits for y */
     bool native = strcmp(kiln__gemm_lowp_path(KILN_BF16), "dnnl-bf16") == 0 && strcmp(kiln__conv_dnnl_mode(), "builtin");
     KT_CHECK_MSG(!native || kiln__conv_dnnl_bf16_calls() - before == 3, "oneDNN ran %ld bf16 passes, want 3",
                  kiln__conv_dnnl_bf16_calls() - before);
