@@ -112,7 +112,8 @@ static long check_path(kiln_dtype dt, int path) {
     for (int i = 0; i <= (int)NGRID + 1; i++) {
         kiln__conv_dnnl_force(path == 1 ? 1 : -1);
         kiln__gemm_lowp_force(path == 2 ? 0 : -1);
-        dnnl += check_case(i < (int)NGRID ? &conv_grid[i] : i == (int)NGRID ? &cnn_conv2 : &two_blocks, dt, names[path]);
+        const conv_case *k = i < (int)NGRID ? &conv_grid[i] : i == (int)NGRID ? &cnn_conv2 : &two_blocks;
+        dnnl += check_case(k, dt, names[path]);
     }
     kiln__conv_dnnl_force(-1);
     kiln__gemm_lowp_force(-1);
@@ -161,7 +162,8 @@ KT_TEST(bf16_transposes) {
         for (int64_t b = 0; b < n; b++)
             for (int64_t ch = 0; ch < c; ch++)
                 for (int64_t p = 0; p < hw; p++)
-                    wrong += blocked[((b * (c / 16) + ch / 16) * hw + p) * 16 + ch % 16] != plain[(b * c + ch) * hw + p];
+                    wrong += blocked[((b * (c / 16) + ch / 16) * hw + p) * 16 + ch % 16] !=
+                             plain[(b * c + ch) * hw + p];
         KT_CHECK_MSG(wrong == 0, "%ld elements misplaced in nChw16c", wrong);
         KT_CHECK(memcmp(plain, back, (size_t)total * 2) == 0);
     }
@@ -251,7 +253,10 @@ KT_TEST(autocast_finite_differences_exact) {
     float *fill[3] = {x, w, dy};
     int n[3] = {NX, NW, NY};
     for (int t = 0; t < 3; t++)
-        for (int i = 0; i < n[t]; i++) r = r * 6364136223846793005u + 1442695040888963407u, fill[t][i] = (float)((int)(r >> 62) % 3 - 1);
+        for (int i = 0; i < n[t]; i++) {
+            r = r * 6364136223846793005u + 1442695040888963407u;
+            fill[t][i] = (float)((int)(r >> 62) % 3 - 1);
+        }
     for (int i = 0; i < FD_O; i++) b[i] = (float)(i % 3 - 1);
     kiln_tensor tdy = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(FD_N, FD_O, FD_H, FD_W), dy);
     kiln_tensor leaf[3] = {kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(FD_N, FD_C, FD_H, FD_W), x),
@@ -273,7 +278,8 @@ KT_TEST(autocast_finite_differences_exact) {
     }
     kiln_grads_free(gr);
     KT_CHECK(kiln_sync() == KILN_OK); /* the forward too: no gradient read waits for y */
-    bool native = strcmp(kiln__gemm_lowp_path(KILN_BF16), "dnnl-bf16") == 0 && strcmp(kiln__conv_dnnl_mode(), "builtin");
+    bool native =
+        strcmp(kiln__gemm_lowp_path(KILN_BF16), "dnnl-bf16") == 0 && strcmp(kiln__conv_dnnl_mode(), "builtin");
     KT_CHECK_MSG(!native || kiln__conv_dnnl_bf16_calls() - before == 3, "oneDNN ran %ld bf16 passes, want 3",
                  kiln__conv_dnnl_bf16_calls() - before);
     float *v[3] = {x, w, b};
@@ -288,7 +294,9 @@ KT_TEST(autocast_finite_differences_exact) {
             v[t][i] = keep;
             checked++;
             if ((up - down) / 2 != g[t][i]) {
-                if (!wrong) printf("    %s[%d]: finite difference %g, gradient %g\n", t == 0 ? "x" : t == 1 ? "w" : "b", i, (up - down) / 2, g[t][i]);
+                if (!wrong)
+                    printf("    %s[%d]: finite difference %g, gradient %g\n", t == 0 ? "x" : t == 1 ? "w" : "b", i,
+                           (up - down) / 2, g[t][i]);
                 wrong++;
             }
         }

@@ -3,7 +3,8 @@
  * kiln holds NCHW activations and OIHW (GOIHW when grouped) weights; oneDNN picks its own
  * (blocked) layouts and reorders run around the conv, into and out of buffers of the call's
  * own: oneDNN's, except for bf16 activations in nChw16c, which kiln transposes itself
- * (conv_reorder.c: oneDNN 2.6's bf16 reorder is its generic one, 2-5x slower). The primitives (conv and reorders) are created once per geometry and thread count and
+ * (conv_reorder.c: oneDNN 2.6's bf16 reorder is its generic one, 2-5x slower). The
+ * primitives (conv and reorders) are created once per geometry and thread count and
  * kept in a small fixed table (creation costs 0.1-1 ms, a Fashion-MNIST conv 1-10 ms); when
  * the table is full further shapes run uncached. Each call brings its own scratchpad (user
  * scratchpad mode), so two engine workers may run one cached primitive at once.
@@ -229,7 +230,8 @@ static bool kiln_transposes(const dnnl_key *k, int arg, const dnnl_memory_desc_t
     int64_t c = src ? k->c : k->o, hw = src ? k->h * k->w : k->oh * k->ow;
     dnnl_dims_t d = {k->n, c, src ? k->h : k->oh, src ? k->w : k->ow};
     dnnl_memory_desc_t blocked;
-    if (!kiln__conv_reorder_bf16_ok(c) || dnnl_memory_desc_init_by_tag(&blocked, 4, d, dnnl_bf16, dnnl_aBcd16b) != dnnl_success ||
+    if (!kiln__conv_reorder_bf16_ok(c) ||
+        dnnl_memory_desc_init_by_tag(&blocked, 4, d, dnnl_bf16, dnnl_aBcd16b) != dnnl_success ||
         !dnnl_memory_desc_equal(md, &blocked))
         return false;
     dims[0] = k->n, dims[1] = c, dims[2] = hw;
