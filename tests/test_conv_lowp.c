@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "backend/cpu/conv_dnnl.h"
+#include "backend/cpu/conv_reorder.h"
 #include "backend/cpu/gemm_lowp.h"
 #include "conv_grid.h"
 #include "ew_util.h"
@@ -59,9 +60,11 @@ static void expect(kiln_tensor got, kiln_dtype dt, kiln_tensor ref, kiln_tensor 
     double *g = ew_read(kiln_cast(kiln_ref(got), KILN_F64), KILN_F64, n), *r = ew_read(kiln_ref(ref), KILN_F64, n);
     double *a = ew_read(kiln_ref(abs_sum), KILN_F64, n);
     double unit = dt == KILN_BF16 ? 0x1p-8 : 0x1p-11;
+    /* a result below dt's smallest normal is rounded to a step of fixed size (f16: 2^-24) */
+    double step = dt == KILN_BF16 ? 0x1p-133 : 0x1p-24;
     int64_t bad = 0, first = -1;
     for (int64_t i = 0; g && r && a && i < n; i++)
-        if (!(fabs(g[i] - r[i]) <= unit * fabs(r[i]) + 0x1p-16 * a[i] + 1e-30)) bad++, first = first < 0 ? i : first;
+        if (!(fabs(g[i] - r[i]) <= unit * fabs(r[i]) + 0x1p-16 * a[i] + step)) bad++, first = first < 0 ? i : first;
     KT_CHECK_MSG(g && r && a, "%s %s: no value (%s)", tag, what, kiln_last_error());
     KT_CHECK_MSG(bad == 0, "%s %s: %lld of %lld off, first [%lld] %.6g want %.6g (|terms| %.3g)", tag, what,
                  (long long)bad, (long long)n, (long long)first, first >= 0 ? g[first] : 0.0,
@@ -99,15 +102,18 @@ static long check_case(const conv_case *k, kiln_dtype dt, const char *path) {
 }
 
 static const conv_case cnn_conv2 = {3, 16, 14, 14, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, true};
+/* two blocks of 16 channels in, one out, an odd plane: kiln's transposes (conv_reorder.h) */
+static const conv_case two_blocks = {2, 32, 7, 5, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, true};
 
 /* path: 0 the default rule, 1 oneDNN forced, 2 the widened path forced. */
 static long check_path(kiln_dtype dt, int path) {
     static const char *names[] = {"default", "dnnl", "widened"};
     long dnnl = 0;
-    for (int i = 0; i <= (int)NGRID; i++) {
+    for (int i = 0; i <= (int)NGRID + 1; i++) {
         kiln__conv_dnnl_force(path == 1 ? 1 : -1);
         kiln__gemm_lowp_force(path == 2 ? 0 : -1);
-        dnnl += check_case(i < (int)NGRID ? &conv_grid[i] : &cnn_conv2, dt, names[path]);
+        const conv_case *k = i < (int)NGRID ? &conv_grid[i] : i == (int)NGRID ? &cnn_conv2 : &two_blocks;
+        dnnl += check_case(k, dt, names[path]);
     }
     kiln__conv_dnnl_force(-1);
     kiln__gemm_lowp_force(-1);
@@ -118,17 +124,50 @@ KT_TEST(bf16_on_every_path) {
     kt_mem_begin();
     bool native = strcmp(kiln__gemm_lowp_path(KILN_BF16), "dnnl-bf16") == 0;
     printf("    bf16 products: %s\n", kiln__gemm_lowp_path(KILN_BF16));
+    long moved = kiln__conv_dnnl_kiln_reorders();
     long d0 = check_path(KILN_BF16, 0), d1 = check_path(KILN_BF16, 1), d2 = check_path(KILN_BF16, 2);
-    /* the native path: conv2 (16 channels) by the default rule, every case when forced */
+    moved = kiln__conv_dnnl_kiln_reorders() - moved;
+    /* the native path: conv2 and two_blocks (16 and 32 channels) by the default rule, every
+     * case when forced; their activations moved by kiln's transposes (3 a pass, both paths) */
     if (native && strcmp(kiln__conv_dnnl_mode(), "builtin") != 0) {
-        KT_CHECK_MSG(d0 >= 3, "default rule: oneDNN ran %ld bf16 convs, want conv2's 3 at least", d0);
-        KT_CHECK_MSG(d1 >= 3 * ((long)NGRID + 1) - 6, "forced: oneDNN ran %ld of %ld bf16 convs", d1,
-                     3 * ((long)NGRID + 1));
+        KT_CHECK_MSG(d0 >= 6, "default rule: oneDNN ran %ld bf16 convs, want those of conv2 and two_blocks", d0);
+        KT_CHECK_MSG(d1 >= 3 * ((long)NGRID + 2) - 6, "forced: oneDNN ran %ld of %ld bf16 convs", d1,
+                     3 * ((long)NGRID + 2));
+        printf("    bf16 activations moved by kiln's transposes: %ld\n", moved);
+        KT_CHECK_MSG(moved >= (kiln__conv_reorder_bf16_ok(16) ? 2 * 2 * 3 * 2 : 0),
+                     "kiln transposed %ld bf16 activations", moved);
     } else {
         KT_CHECK_MSG(d0 + d1 == 0, "oneDNN ran %ld bf16 convs without the bf16 path", d0 + d1);
     }
     KT_CHECK_MSG(d2 == 0, "widened path forced: oneDNN ran %ld bf16 convs", d2);
     KT_MEM_CHECK();
+}
+
+/* kiln's bf16 transposes against the layouts' definitions: NCHW element (n, c, p) is nChw16c
+ * element ((n * C/16 + c/16) * HW + p) * 16 + c%16, and back, bit for bit (NaN patterns too). */
+KT_TEST(bf16_transposes) {
+    if (!kiln__conv_reorder_bf16_ok(16)) {
+        printf("    no AVX-512BW here: oneDNN's reorders run instead\n");
+        return;
+    }
+    KT_CHECK(!kiln__conv_reorder_bf16_ok(24) && !kiln__conv_reorder_bf16_ok(0));
+    const int64_t n = 3, c = 48, hw = 69, total = n * c * hw;
+    uint16_t *plain = malloc(total * 2), *blocked = malloc(total * 2), *back = malloc(total * 2);
+    KT_CHECK(plain && blocked && back);
+    for (int64_t i = 0; plain && i < total; i++) plain[i] = (uint16_t)(i * 40503u + 0x7fc1u);
+    if (plain && blocked && back) {
+        kiln__conv_bf16_to_blocked(plain, blocked, n, c, hw);
+        kiln__conv_bf16_from_blocked(blocked, back, n, c, hw);
+        long wrong = 0;
+        for (int64_t b = 0; b < n; b++)
+            for (int64_t ch = 0; ch < c; ch++)
+                for (int64_t p = 0; p < hw; p++)
+                    wrong += blocked[((b * (c / 16) + ch / 16) * hw + p) * 16 + ch % 16] !=
+                             plain[(b * c + ch) * hw + p];
+        KT_CHECK_MSG(wrong == 0, "%ld elements misplaced in nChw16c", wrong);
+        KT_CHECK(memcmp(plain, back, (size_t)total * 2) == 0);
+    }
+    free(plain), free(blocked), free(back);
 }
 
 KT_TEST(f16_widened) { /* no f16 conv instructions here: always widened, exact products */
@@ -186,10 +225,93 @@ KT_TEST(autocast_gradients_near_f32) {
     KT_MEM_CHECK();
 }
 
+/* Finite differences under bf16 autocast, exact: with x, w and dy in {-1, 0, 1}, 16 channels
+ * (oneDNN's bf16 conv and kiln's transposes where the CPU has them) and a 3x3 kernel, every
+ * output is an integer of at most 145 in magnitude even with one weight moved by 1, so bf16
+ * holds it exactly and L = sum(y * dy) is exact in f32. L is linear in each of x, w and b, so
+ * (L(v + 1) - L(v - 1)) / 2 at any element is its gradient, and the f32 gradients autocast
+ * returns (the input, weight and bias gradients' passes) must equal it. */
+enum { FD_N = 2, FD_C = 16, FD_H = 6, FD_W = 5, FD_O = 16 };
+
+static double fd_loss(const float *x, const float *w, const float *b, kiln_tensor dy) {
+    KT_CHECK(kiln_autocast_begin(KILN_BF16) == KILN_OK);
+    kiln_tensor y = kiln_conv2d(kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(FD_N, FD_C, FD_H, FD_W), x),
+                                kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(FD_O, FD_C, 3, 3), w),
+                                kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(FD_O), b), 1, 1, 1, 1, 1, 1, 1);
+    KT_CHECK(kiln_autocast_end() == KILN_OK);
+    float l = NAN;
+    KT_CHECK_MSG(kiln_into_data(kiln_sum(kiln_mul(kiln_cast(y, KILN_F32), kiln_ref(dy))), &l, sizeof l) == KILN_OK,
+                 "%s", kiln_last_error());
+    return l;
+}
+
+KT_TEST(autocast_finite_differences_exact) {
+    kt_mem_begin();
+    enum { NX = FD_N * FD_C * FD_H * FD_W, NW = FD_O * FD_C * 9, NY = FD_N * FD_O * FD_H * FD_W };
+    static float x[NX], w[NW], b[FD_O], dy[NY], g[3][NW > NX ? NW : NX];
+    uint64_t r = 12345;
+    float *fill[3] = {x, w, dy};
+    int n[3] = {NX, NW, NY};
+    for (int t = 0; t < 3; t++)
+        for (int i = 0; i < n[t]; i++) {
+            r = r * 6364136223846793005u + 1442695040888963407u;
+            fill[t][i] = (float)((int)(r >> 62) % 3 - 1);
+        }
+    for (int i = 0; i < FD_O; i++) b[i] = (float)(i % 3 - 1);
+    kiln_tensor tdy = kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(FD_N, FD_O, FD_H, FD_W), dy);
+    kiln_tensor leaf[3] = {kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(FD_N, FD_C, FD_H, FD_W), x),
+                           kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(FD_O, FD_C, 3, 3), w),
+                           kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(FD_O), b)};
+    for (int i = 0; i < 3; i++) kiln_require_grad(leaf[i]);
+    long before = kiln__conv_dnnl_bf16_calls();
+    KT_CHECK(kiln_autocast_begin(KILN_BF16) == KILN_OK);
+    kiln_tensor y = kiln_conv2d(kiln_ref(leaf[0]), kiln_ref(leaf[1]), kiln_ref(leaf[2]), 1, 1, 1, 1, 1, 1, 1);
+    KT_CHECK(kiln_autocast_end() == KILN_OK);
+    kiln_grads *gr = NULL;
+    KT_CHECK_MSG(kiln_backward(kiln_sum(kiln_mul(kiln_cast(y, KILN_F32), kiln_ref(tdy))), &gr) == KILN_OK, "%s",
+                 kiln_last_error());
+    int sizes[3] = {NX, NW, FD_O};
+    for (int i = 0; i < 3; i++) {
+        kiln_tensor gi = kiln_grad(gr, leaf[i]);
+        KT_CHECK(kiln_tensor_dtype(gi) == KILN_F32);
+        KT_CHECK(kiln_into_data(gi, g[i], (size_t)sizes[i] * sizeof(float)) == KILN_OK);
+    }
+    kiln_grads_free(gr);
+    KT_CHECK(kiln_sync() == KILN_OK); /* the forward too: no gradient read waits for y */
+    bool native =
+        strcmp(kiln__gemm_lowp_path(KILN_BF16), "dnnl-bf16") == 0 && strcmp(kiln__conv_dnnl_mode(), "builtin");
+    KT_CHECK_MSG(!native || kiln__conv_dnnl_bf16_calls() - before == 3, "oneDNN ran %ld bf16 passes, want 3",
+                 kiln__conv_dnnl_bf16_calls() - before);
+    float *v[3] = {x, w, b};
+    long wrong = 0, checked = 0;
+    for (int t = 0; t < 3; t++)
+        for (int i = 0; i < sizes[t]; i += t == 2 ? 5 : 97) { /* a spread of elements of each */
+            float keep = v[t][i];
+            v[t][i] = keep + 1;
+            double up = fd_loss(x, w, b, tdy);
+            v[t][i] = keep - 1;
+            double down = fd_loss(x, w, b, tdy);
+            v[t][i] = keep;
+            checked++;
+            if ((up - down) / 2 != g[t][i]) {
+                if (!wrong)
+                    printf("    %s[%d]: finite difference %g, gradient %g\n", t == 0 ? "x" : t == 1 ? "w" : "b", i,
+                           (up - down) / 2, g[t][i]);
+                wrong++;
+            }
+        }
+    KT_CHECK_MSG(wrong == 0, "%ld of %ld gradient elements differ from their finite differences", wrong, checked);
+    for (int i = 0; i < 3; i++) kiln_release(leaf[i]);
+    kiln_release(tdy);
+    KT_MEM_CHECK();
+}
+
 int main(void) {
     KT_RUN(bf16_on_every_path);
+    KT_RUN(bf16_transposes);
     KT_RUN(f16_widened);
     KT_RUN(mixed_dtypes_refused);
     KT_RUN(autocast_gradients_near_f32);
+    KT_RUN(autocast_finite_differences_exact);
     return kt_finish();
 }

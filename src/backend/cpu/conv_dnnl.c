@@ -2,7 +2,9 @@
  *
  * kiln holds NCHW activations and OIHW (GOIHW when grouped) weights; oneDNN picks its own
  * (blocked) layouts and reorders run around the conv, into and out of buffers of the call's
- * own. The primitives (conv and reorders) are created once per geometry and thread count and
+ * own: oneDNN's, except for bf16 activations in nChw16c, which kiln transposes itself
+ * (conv_reorder.c: oneDNN 2.6's bf16 reorder is its generic one, 2-5x slower). The
+ * primitives (conv and reorders) are created once per geometry and thread count and
  * kept in a small fixed table (creation costs 0.1-1 ms, a Fashion-MNIST conv 1-10 ms); when
  * the table is full further shapes run uncached. Each call brings its own scratchpad (user
  * scratchpad mode), so two engine workers may run one cached primitive at once.
@@ -27,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/conv_reorder.h"
 #include "backend/cpu/cpu-impl.h"
 #include "backend/cpu/gemm_dnnl.h"
 #include "backend/cpu/gemm_lowp.h"
@@ -38,7 +41,7 @@
 #include <pthread.h>
 
 static atomic_int dnnl_forced = -1; /* -1: from KILN_CONV (or the default), 0 built-in, 1 oneDNN */
-static atomic_long dnnl_calls, dnnl_bf16_calls;
+static atomic_long dnnl_calls, dnnl_bf16_calls, kiln_reorders;
 static atomic_int env_cached = -1;  /* KILN_CONV read once: 0 builtin, 1 dnnl, 2 unset (auto) */
 
 void kiln__conv_dnnl_force(int mode) {
@@ -49,6 +52,8 @@ void kiln__conv_dnnl_force(int mode) {
 long kiln__conv_dnnl_calls(void) { return atomic_load(&dnnl_calls); }
 
 long kiln__conv_dnnl_bf16_calls(void) { return atomic_load(&dnnl_bf16_calls); }
+
+long kiln__conv_dnnl_kiln_reorders(void) { return atomic_load(&kiln_reorders); }
 
 /* Failure injection for tests (kiln__conv_dnnl_inject_failure): the stage and how many more
  * calls reaching it fail. */
@@ -119,10 +124,12 @@ typedef struct {
 } dnnl_key;
 
 /* One conv and, per argument whose layout in the conv is not kiln's, a reorder to it (inputs)
- * or from it (outputs). */
+ * or from it (outputs): oneDNN's, or for a bf16 activation in nChw16c kiln's transpose
+ * (conv_reorder.h: oneDNN 2.6 reorders bf16 through its generic, 2-5x slower kernel). */
 typedef struct {
     dnnl_primitive_t conv;
     dnnl_primitive_t re[4];
+    int64_t kiln_re[4][3]; /* n, c, h*w of an activation kiln transposes; n = 0 where it does not */
     dnnl_memory_desc_t md[4], user_md[4]; /* the conv's layout, kiln's */
     dnnl_memory_desc_t scratch_md;
     int kinds[4], n;
@@ -212,6 +219,25 @@ static int blocked_layout(void) {
     return !e || strcmp(e, "plain") != 0;
 }
 
+/* Whether kiln's transpose (conv_reorder.h) moves argument `arg` of key k's bf16 conv between
+ * NCHW and the conv's layout md: an activation whose md is nChw16c over whole blocks of 16
+ * channels. Sets its n, c, h*w in dims. KILN_DNNL_REORDER=onednn keeps oneDNN's, for measuring. */
+static bool kiln_transposes(const dnnl_key *k, int arg, const dnnl_memory_desc_t *md, int64_t *dims) {
+    const char *e = getenv("KILN_DNNL_REORDER");
+    int ua = user_arg(arg);
+    if (!k->bf16 || (ua != DNNL_ARG_SRC && ua != DNNL_ARG_DST) || (e && strcmp(e, "onednn") == 0)) return false;
+    bool src = ua == DNNL_ARG_SRC;
+    int64_t c = src ? k->c : k->o, hw = src ? k->h * k->w : k->oh * k->ow;
+    dnnl_dims_t d = {k->n, c, src ? k->h : k->oh, src ? k->w : k->ow};
+    dnnl_memory_desc_t blocked;
+    if (!kiln__conv_reorder_bf16_ok(c) ||
+        dnnl_memory_desc_init_by_tag(&blocked, 4, d, dnnl_bf16, dnnl_aBcd16b) != dnnl_success ||
+        !dnnl_memory_desc_equal(md, &blocked))
+        return false;
+    dims[0] = k->n, dims[1] = c, dims[2] = hw;
+    return true;
+}
+
 /* The primitive for key k: NULL with *st = KILN_OK when oneDNN has no implementation for it
  * (the built-in kernel runs it), NULL with an error status when creation failed otherwise. */
 static bool create(const dnnl_key *k, dnnl_prims *p, kiln_status *st) {
@@ -268,6 +294,7 @@ static bool create(const dnnl_key *k, dnnl_prims *p, kiln_status *st) {
         p->md[i] = *dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, p->kinds[i]);
         s = plain_md(k, user_arg(p->kinds[i]), &p->user_md[i]);
         if (s != dnnl_success || dnnl_memory_desc_equal(&p->md[i], &p->user_md[i])) continue;
+        if (kiln_transposes(k, p->kinds[i], &p->md[i], p->kiln_re[i])) continue;
         bool out = is_output(p->kinds[i]);
         dnnl_primitive_desc_t rpd = NULL;
         s = dnnl_reorder_primitive_desc_create(&rpd, out ? &p->md[i] : &p->user_md[i], cpu_engine,
@@ -339,7 +366,15 @@ static kiln_status execute(const dnnl_prims *p, const dnnl_key *k, void *const *
     dnnl_status_t s = (p->scratch && !scratch) || injected(KILN__DNNL_FAIL_ALLOC) ? dnnl_out_of_memory : dnnl_success;
     if (s == dnnl_success) s = dnnl_stream_create(&stream, cpu_engine, dnnl_stream_default_flags);
     for (int i = 0; i < n && s == dnnl_success; i++) {
-        if (p->re[i]) { /* the conv's layout in a buffer of its own, reordered from or to kiln's */
+        if (p->kiln_re[i][0]) { /* a bf16 activation kiln transposes into or out of a buffer of its own */
+            const int64_t *d = p->kiln_re[i];
+            if (!(tmp[i] = malloc(dnnl_memory_desc_get_size(&p->md[i])))) s = dnnl_out_of_memory;
+            if (s == dnnl_success) s = dnnl_memory_create(&mem[i], &p->md[i], cpu_engine, tmp[i]);
+            if (s == dnnl_success && !is_output(p->kinds[i])) {
+                kiln__conv_bf16_to_blocked(ptr[i], tmp[i], d[0], d[1], d[2]);
+                atomic_fetch_add(&kiln_reorders, 1);
+            }
+        } else if (p->re[i]) { /* the conv's layout in a buffer of its own, reordered from or to kiln's */
             s = dnnl_memory_create(&user[i], &p->user_md[i], cpu_engine, ptr[i]);
             if (s == dnnl_success && !(tmp[i] = malloc(dnnl_memory_desc_get_size(&p->md[i])))) s = dnnl_out_of_memory;
             if (s == dnnl_success) s = dnnl_memory_create(&mem[i], &p->md[i], cpu_engine, tmp[i]);
@@ -355,6 +390,12 @@ static kiln_status execute(const dnnl_prims *p, const dnnl_key *k, void *const *
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, mem[4]};
     }
     if (s == dnnl_success) s = dnnl_primitive_execute(p->conv, stream, n, args);
+    if (s == dnnl_success) s = dnnl_stream_wait(stream);
+    for (int i = 0; i < p->n && s == dnnl_success; i++)
+        if (p->kiln_re[i][0] && is_output(p->kinds[i])) {
+            kiln__conv_bf16_from_blocked(tmp[i], ptr[i], p->kiln_re[i][0], p->kiln_re[i][1], p->kiln_re[i][2]);
+            atomic_fetch_add(&kiln_reorders, 1);
+        }
     for (int i = 0; i < p->n && s == dnnl_success; i++)
         if (p->re[i] && is_output(p->kinds[i])) {
             dnnl_exec_arg_t ra[2] = {{DNNL_ARG_FROM, mem[i]}, {DNNL_ARG_TO, user[i]}};
@@ -443,6 +484,8 @@ void kiln__conv_dnnl_force(int mode) { (void)mode; }
 long kiln__conv_dnnl_calls(void) { return 0; }
 
 long kiln__conv_dnnl_bf16_calls(void) { return 0; }
+
+long kiln__conv_dnnl_kiln_reorders(void) { return 0; }
 
 void kiln__conv_dnnl_inject_failure(int stage, int count) {
     (void)stage;

@@ -35,6 +35,10 @@ long kiln__conv_dnnl_calls(void);
 /* Tests: how many of those were bf16 convs (oneDNN's bf16 primitives, AVX512-BF16). */
 long kiln__conv_dnnl_bf16_calls(void);
 
+/* Tests: how many bf16 activations kiln's transpose (conv_reorder.h) moved into or out of a
+ * oneDNN conv's layout in this process. */
+long kiln__conv_dnnl_kiln_reorders(void);
+
 /* Tests: the next `count` oneDNN convs fail at `stage` (count 0 clears): KILN__DNNL_FAIL_ALLOC
  * as if a buffer allocation returned NULL (KILN_ERR_OUT_OF_MEMORY), KILN__DNNL_FAIL_CREATE as
  * if oneDNN refused to create the primitive (KILN_ERR_KERNEL; only a shape not yet in the
