@@ -1,15 +1,21 @@
 /* The intra-op pool: coverage of every index, nesting, concurrent callers, resizing, calls
- * that find a worker still polling after the last job or asleep. */
+ * that find a worker still polling after the last job or asleep, a worker stacked on its
+ * caller's CPU. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1 /* sched_setaffinity, sched_getcpu */
+#endif
 #include "backend/cpu/threadpool.h"
 #include "backend/cpu/pool_adapt.h"
 #include "backend/cpu/pool_poll.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "core/core-impl.h"
 #include "kiln_test.h"
 
 /* A small per-thread number, so tests can count the threads that ran chunks. */
@@ -467,6 +473,71 @@ KT_TEST(worker_window_follows_gaps) {
                  (long long)kiln__pool_worker_window_ns(), (long long)kiln__pool_poll_ns(), pause);
 }
 
+/* A worker the scheduler put on its caller's CPU moves off it (threadpool.c, pool_spread_from):
+ * the caller is pinned to one CPU, the worker is put there too (a chunk of a first job pins it,
+ * then gives it every CPU back: it stays), and in the next job the caller sleeps in its chunk so
+ * the worker gets that CPU: it must run its chunk elsewhere. Needs two CPUs. */
+typedef struct stacking {
+    pthread_t caller;
+    int cpu;               /* the caller's */
+    atomic_int worker_cpu; /* where the worker ran its chunk (-1: it did not) */
+    cpu_set_t all;
+    bool pin_worker; /* the first job: put the worker on cpu */
+} stacking;
+
+static void stacking_range(void *ctx, int64_t begin, int64_t end) {
+    stacking *st = ctx;
+    for (int64_t i = begin; i < end; i++) {
+        if (!pthread_equal(pthread_self(), st->caller)) {
+            if (st->pin_worker) {
+                cpu_set_t one;
+                CPU_ZERO(&one);
+                CPU_SET(st->cpu, &one);
+                sched_setaffinity(0, sizeof one, &one);
+                sched_setaffinity(0, sizeof st->all, &st->all);
+            }
+            atomic_store(&st->worker_cpu, sched_getcpu());
+            continue;
+        }
+        /* the caller: off its CPU (asleep) until the worker has run, 200 ms at most */
+        for (int waited = 0; atomic_load(&st->worker_cpu) < 0 && waited < 200; waited++) pause_us(1000);
+    }
+}
+
+KT_TEST(worker_leaves_its_callers_cpu) {
+    stacking st = {.caller = pthread_self()};
+    cpu_set_t before;
+    if (!kiln__env_flag("KILN_POOL_SPREAD", true) || sched_getaffinity(0, sizeof before, &before) != 0 ||
+        CPU_COUNT(&before) < 2) {
+        printf("  (skipped: KILN_POOL_SPREAD=0 or fewer than two CPUs)\n");
+        return;
+    }
+    st.all = before;
+    for (st.cpu = 0; !CPU_ISSET(st.cpu, &before);) st.cpu++;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(st.cpu, &one);
+    KT_CHECK(sched_setaffinity(0, sizeof one, &one) == 0);
+    kiln__pool_set_threads(2);
+    bool moved = false;
+    uint64_t spreads = kiln__pool_spread_count();
+    for (int attempt = 0; attempt < 5 && !moved; attempt++) { /* (the scheduler may move it first) */
+        st.pin_worker = true;
+        atomic_store(&st.worker_cpu, -1);
+        kiln__parallel_for(2, 1, stacking_range, &st);
+        if (atomic_load(&st.worker_cpu) != st.cpu) continue;
+        pause_us(3000); /* (past a previous attempt's spread: one per 2 ms per worker) */
+        st.pin_worker = false;
+        atomic_store(&st.worker_cpu, -1);
+        kiln__parallel_for(2, 1, stacking_range, &st);
+        int cpu = atomic_load(&st.worker_cpu);
+        /* (moved by the pool, not by the scheduler's balancing while the caller slept) */
+        moved = cpu >= 0 && cpu != st.cpu && kiln__pool_spread_count() > spreads;
+    }
+    KT_CHECK(sched_setaffinity(0, sizeof before, &before) == 0);
+    KT_CHECK_MSG(moved, "the worker stayed on its caller's CPU %d", st.cpu);
+}
+
 int main(void) {
     KT_RUN(every_index_visited_once);
     KT_RUN(workers_take_part);
@@ -479,6 +550,7 @@ int main(void) {
     KT_RUN(calls_after_short_and_long_pauses);
     KT_RUN(report_call_overhead);
     KT_RUN(worker_window_follows_gaps);
+    KT_RUN(worker_leaves_its_callers_cpu);
     kiln__pool_shutdown();
     return kt_finish();
 }

@@ -66,6 +66,7 @@ static double pool_poll_seconds(void) { return 1e-9 * (double)kiln__pool_poll_ns
 typedef struct pool_job {
     kiln__range_fn fn;
     void *ctx;
+    int caller_cpu; /* the CPU the caller published it from (-1: unknown) */
     int64_t chunk_count;
     int64_t chunk_base; /* every chunk has chunk_base items, the first chunk_extra one more */
     int64_t chunk_extra;
@@ -171,6 +172,56 @@ static void pool_chunk_bounds(const pool_job *job, int64_t chunk, int64_t *begin
     *end = *begin + job->chunk_base + (chunk < job->chunk_extra ? 1 : 0);
 }
 
+/* A worker that runs on the CPU its caller published the job from: the scheduler stacked the
+ * two, and the worker only ever runs when the caller does not. It happens on a machine where the
+ * other CPUs are busy (#29: a wake-up placed the worker beside its waker, and a worker that polls
+ * never sleeps again to be placed anew, so it stayed): in a 256 x 256 product loop beside other
+ * processes (AMD EPYC Zen 5, 2 vCPUs, load 5-8), the worker reached 7 of 202 jobs, all on the
+ * caller's CPU, and the process's products took 128-130 us, the caller's time alone, against
+ * 66 us. The worker then moves itself off that CPU (its allowed CPUs less that one, then all of
+ * them again: a mask the worker's CPU is in moves nothing), to compete there with whatever runs,
+ * instead of with its own caller. At most once per POOL_SPREAD_EVERY_S per worker, so a scheduler
+ * that keeps stacking them costs two system calls a few times a second. KILN_POOL_SPREAD=0 turns
+ * it off. */
+#define POOL_SPREAD_EVERY_S 0.002
+
+static double pool_seconds_now(void);
+
+static bool pool_spread_on(void) {
+    static atomic_int cached = -1;
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v < 0) {
+        v = kiln__env_flag("KILN_POOL_SPREAD", true);
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+static _Atomic uint64_t pool_spread_count; /* (tests: kiln__pool_spread_count) */
+
+uint64_t kiln__pool_spread_count(void) { return atomic_load_explicit(&pool_spread_count, memory_order_relaxed); }
+
+/* The worker holds state_lock, and holds it again on return; true when it let go of it (to move). */
+static bool pool_spread_from(int caller_cpu, double *last_spread) {
+    if (caller_cpu < 0 || sched_getcpu() != caller_cpu || !pool_spread_on()) return false;
+    double now = pool_seconds_now();
+    if (*last_spread > 0 && now - *last_spread < POOL_SPREAD_EVERY_S) return false;
+    *last_spread = now;
+    pthread_mutex_unlock(&pool.state_lock);
+    cpu_set_t allowed, others;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0 && caller_cpu < CPU_SETSIZE &&
+        CPU_ISSET(caller_cpu, &allowed)) {
+        others = allowed;
+        CPU_CLR(caller_cpu, &others);
+        if (CPU_COUNT(&others) > 0 && sched_setaffinity(0, sizeof others, &others) == 0) {
+            atomic_fetch_add_explicit(&pool_spread_count, 1, memory_order_relaxed);
+            (void)sched_setaffinity(0, sizeof allowed, &allowed); /* (now elsewhere: stays there) */
+        }
+    }
+    pthread_mutex_lock(&pool.state_lock);
+    return true;
+}
+
 static void pool_run_chunks(pool_job *job) {
     for (;;) {
         int64_t chunk = atomic_fetch_add_explicit(&job->next_chunk, 1, memory_order_relaxed);
@@ -180,8 +231,6 @@ static void pool_run_chunks(pool_job *job) {
         job->fn(job->ctx, begin, end);
     }
 }
-
-static double pool_seconds_now(void);
 
 /* A worker that has run a job polls, for its window and without the lock, for the next one to
  * be published (caller holds state_lock and releases it). Returns when the poll began if it gave
@@ -209,6 +258,7 @@ static void *pool_worker_main(void *arg) {
     uint64_t seen_generation = (uint64_t)(uintptr_t)arg;
     int ran = 0; /* a job since the last sleep: poll before the next */
     double gave_up = -1; /* when the poll that preceded this sleep began (-1: none) */
+    double last_spread = 0; /* when it last moved off its caller's CPU (pool_spread_from) */
     thread_in_region = 1;
     pthread_mutex_lock(&pool.state_lock);
     for (;;) {
@@ -234,6 +284,13 @@ static void *pool_worker_main(void *arg) {
         if (pool.stopping) break;
         seen_generation = pool.job_generation;
         pool_job *job = pool.job;
+        /* Moved before it joins: a worker the caller waits for must not be the one queued on a
+         * busy CPU. Then the job is looked at again (the caller may have finished it alone). */
+        if (pool_spread_from(job->caller_cpu, &last_spread) &&
+            (pool.job == NULL || pool.job_generation != seen_generation)) {
+            ran = 1;
+            continue;
+        }
         /* A late waker that finds every chunk taken stays out, so the caller never waits
          * on a worker that has nothing to do. */
         if (atomic_load_explicit(&job->next_chunk, memory_order_relaxed) >= job->chunk_count) {
@@ -404,7 +461,7 @@ void kiln__parallel_for(int64_t n, int64_t grain, kiln__range_fn fn, void *ctx) 
         return;
     }
 
-    pool_job job = {.fn = fn, .ctx = ctx, .chunk_count = chunk_count,
+    pool_job job = {.fn = fn, .ctx = ctx, .caller_cpu = sched_getcpu(), .chunk_count = chunk_count,
                     .chunk_base = n / chunk_count, .chunk_extra = n % chunk_count};
     atomic_init(&job.next_chunk, 0);
 

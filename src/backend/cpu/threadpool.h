@@ -59,10 +59,15 @@ int kiln__pool_in_parallel_region(void);
  * ns <= 0 sets the rule. KILN_POOL_POLL_NS, when set, wins over both and fixes the worker's
  * window too. */
 void kiln__pool_set_poll_ns(int64_t ns);
+
 int64_t kiln__pool_poll_ns(void);
 /* A worker's poll for the next job now: from kiln__pool_poll_ns up, following the gaps between
  * jobs (pool_adapt.h). */
 int64_t kiln__pool_worker_window_ns(void);
+
+/* How many times a worker found itself on its caller's CPU and moved off it (threadpool.c,
+ * KILN_POOL_SPREAD); for tests. */
+uint64_t kiln__pool_spread_count(void);
 
 /* Join the workers. The pool restarts lazily on the next parallel_for. Registered with
  * atexit on first use, so a leak checker sees no threads at exit. */
