@@ -11,7 +11,7 @@ static inline int kp_args(const char *fname, PyObject *const *args, Py_ssize_t n
                           const char *const *names, PyObject **out, int n) {
     for (int i = 0; i < n; i++) out[i] = NULL;
     if (nargs > n) {
-        PyErr_Format(PyExc_TypeError, "%s() takes at most %d arguments (%zd given)", fname, n, nargs);
+        kp_error_at(PyExc_TypeError, "%s() takes at most %d arguments (%zd given)", fname, n, nargs);
         return -1;
     }
     for (Py_ssize_t i = 0; i < nargs; i++) out[i] = args[i];
@@ -23,11 +23,11 @@ static inline int kp_args(const char *fname, PyObject *const *args, Py_ssize_t n
         for (int i = 0; i < n; i++)
             if (!strcmp(key, names[i])) slot = i;
         if (slot < 0) {
-            PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%s'", fname, key);
+            kp_error_at(PyExc_TypeError, "%s() got an unexpected keyword argument '%s'", fname, key);
             return -1;
         }
         if (out[slot]) {
-            PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'", fname, key);
+            kp_error_at(PyExc_TypeError, "%s() got multiple values for argument '%s'", fname, key);
             return -1;
         }
         out[slot] = args[nargs + k];
@@ -41,7 +41,7 @@ static inline int kp_int_arg(PyObject *o, long dflt, long *out) {
         return 0;
     }
     if (!PyIndex_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "expected an int, not %.100s", Py_TYPE(o)->tp_name);
+        kp_error_at(PyExc_TypeError, "expected an int, not %.100s", Py_TYPE(o)->tp_name);
         return -1;
     }
     long v = PyLong_AsLong(o);
@@ -56,7 +56,7 @@ static inline int kp_double_arg(PyObject *o, double dflt, double *out) {
         return 0;
     }
     if (!PyFloat_Check(o) && !PyLong_Check(o) && !PyIndex_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "expected a number, not %.100s", Py_TYPE(o)->tp_name);
+        kp_error_at(PyExc_TypeError, "expected a number, not %.100s", Py_TYPE(o)->tp_name);
         return -1;
     }
     double v = PyFloat_AsDouble(o);

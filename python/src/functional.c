@@ -18,7 +18,7 @@ int kp_take_all(PyObject **objs, const bool *optional, int n, kiln_tensor *out) 
         out[i] = KILN_NONE;
         if ((!objs[i] || objs[i] == Py_None) && optional[i]) continue;
         if (!objs[i] || !kp_is_tensor(objs[i])) {
-            PyErr_Format(PyExc_TypeError, "argument %d must be a kiln.Tensor", i + 1);
+            kp_error_at(PyExc_TypeError, "argument %d must be a kiln.Tensor", i + 1);
         } else {
             out[i] = kp_take(objs[i]);
         }
@@ -49,9 +49,9 @@ static PyObject *pool(PyObject *const *args, Py_ssize_t n, PyObject *kw, bool is
         (!is_max && kp_bool_arg(a[5], true, &include_pad) < 0))
         return NULL;
     if (k < 1 || k > 1 << 20 || s < 1 || s > 1 << 20 || p < 0 || p > 1 << 20)
-        return PyErr_Format(PyExc_ValueError, "pooling: kernel_size and stride must be >= 1, padding >= 0");
+        return kp_error_at(PyExc_ValueError, "pooling: kernel_size and stride must be >= 1, padding >= 0");
     if (dilation != 1 || indices || (!is_max && a[6] && a[6] != Py_None))
-        return PyErr_Format(PyExc_NotImplementedError, "%s: kiln's pools take no %s", fname,
+        return kp_error_at(PyExc_NotImplementedError, "%s: kiln's pools take no %s", fname,
                             dilation != 1 ? "dilation other than 1" : indices ? "return_indices" : "divisor_override");
     kp_site();
     if (kp_take_all(a, opt, 1, h) < 0) return NULL;
@@ -84,7 +84,7 @@ static PyObject *f_dropout(PyObject *m, PyObject *const *args, Py_ssize_t n, PyO
     if (kp_args("dropout", args, n, kw, names, a, 4) < 0 || kp_double_arg(a[1], 0.5, &p) < 0 ||
         kp_bool_arg(a[2], true, &training) < 0)
         return NULL;
-    if (!(p >= 0 && p <= 1)) return PyErr_Format(PyExc_ValueError, "dropout probability %R is not in [0, 1]", a[1]);
+    if (!(p >= 0 && p <= 1)) return kp_error_at(PyExc_ValueError, "dropout probability %R is not in [0, 1]", a[1]);
     kiln_generator *g = kp_generator_of(a[3]);
     if (g == (kiln_generator *)-1) return NULL;
     kp_site();

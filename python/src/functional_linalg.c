@@ -37,7 +37,7 @@ static int pair_arg(const char *name, const char *what, PyObject *o, long dflt, 
     out[0] = out[1] = dflt;
     if (o && (PyTuple_Check(o) || PyList_Check(o))) {
         if (PySequence_Size(o) != 2) {
-            PyErr_Format(PyExc_ValueError, "%s(): %s must be an int or a pair of ints, not %R", name, what, o);
+            kp_error_at(PyExc_ValueError, "%s(): %s must be an int or a pair of ints, not %R", name, what, o);
             return -1;
         }
         for (int i = 0; i < 2; i++) {
@@ -53,7 +53,7 @@ static int pair_arg(const char *name, const char *what, PyObject *o, long dflt, 
     }
     for (int i = 0; i < 2; i++)
         if (out[i] < lo || out[i] > MAX_WINDOW_ARG) {
-            PyErr_Format(PyExc_ValueError, "%s(): %s %ld is not in [%ld, %ld]", name, what, out[i], lo, MAX_WINDOW_ARG);
+            kp_error_at(PyExc_ValueError, "%s(): %s %ld is not in [%ld, %ld]", name, what, out[i], lo, MAX_WINDOW_ARG);
             return -1;
         }
     return 0;
@@ -70,15 +70,15 @@ static int padding_arg(const char *name, PyObject *o, PyObject *weight, const lo
     pad[0] = pad[1] = 0;
     if (!strcmp(s, "valid")) return 0;
     if (strcmp(s, "same") != 0) {
-        PyErr_Format(PyExc_ValueError, "%s(): padding %R is not 'valid', 'same', an int or a pair", name, o);
+        kp_error_at(PyExc_ValueError, "%s(): padding %R is not 'valid', 'same', an int or a pair", name, o);
         return -1;
     }
     if (stride[0] != 1 || stride[1] != 1) {
-        PyErr_Format(PyExc_ValueError, "%s(): padding='same' needs stride 1 (as torch's)", name);
+        kp_error_at(PyExc_ValueError, "%s(): padding='same' needs stride 1 (as torch's)", name);
         return -1;
     }
     if (!weight || !kp_is_tensor(weight) || !kp_live((kp_tensor *)weight)) {
-        if (!PyErr_Occurred()) PyErr_Format(PyExc_TypeError, "%s(): weight must be a kiln.Tensor", name);
+        if (!PyErr_Occurred()) kp_error_at(PyExc_TypeError, "%s(): weight must be a kiln.Tensor", name);
         return -1;
     }
     kiln_shape ws = kiln_tensor_shape(((kp_tensor *)weight)->h);
@@ -86,7 +86,7 @@ static int padding_arg(const char *name, PyObject *o, PyObject *weight, const lo
     for (int i = 0; i < 2; i++) {
         long total = dil[i] * (long)(ws.dims[2 + i] - 1);
         if (total % 2) {
-            PyErr_Format(PyExc_NotImplementedError,
+            kp_error_at(PyExc_NotImplementedError,
                          "%s(): padding='same' with an even kernel extent pads one side more; give padding explicitly", name);
             return -1;
         }
@@ -108,7 +108,7 @@ static PyObject *call_CONV2D(const char *name, any_fn fn, PyObject *const *args,
         kp_int_arg(a[6], 1, &groups) < 0)
         return NULL;
     if (groups < 1 || groups > MAX_WINDOW_ARG)
-        return PyErr_Format(PyExc_ValueError, "%s(): groups %ld is not in [1, %ld]", name, groups, MAX_WINDOW_ARG);
+        return kp_error_at(PyExc_ValueError, "%s(): groups %ld is not in [1, %ld]", name, groups, MAX_WINDOW_ARG);
     kp_site();
     if (kp_take_all(a, optional, 3, h) < 0) return NULL;
     return kp_wrap(((kiln_tensor(*)(kiln_tensor, kiln_tensor, kiln_tensor, int, int, int, int, int, int, int))fn)(
@@ -129,10 +129,10 @@ static PyObject *call_ATTENTION(const char *name, any_fn fn, PyObject *const *ar
         kp_bool_arg(a[5], false, &causal) < 0 || kp_double_arg(a[6], NAN, &scale) < 0 || kp_bool_arg(a[7], false, &gqa) < 0)
         return NULL;
     if (dropout != 0 || gqa)
-        return PyErr_Format(PyExc_NotImplementedError, "%s(): kiln's attention takes no %s", name,
+        return kp_error_at(PyExc_NotImplementedError, "%s(): kiln's attention takes no %s", name,
                             gqa ? "enable_gqa" : "dropout_p other than 0");
     if (a[6] && a[6] != Py_None && !(scale > 0))
-        return PyErr_Format(PyExc_ValueError, "%s(): scale %R is not > 0", name, a[6]);
+        return kp_error_at(PyExc_ValueError, "%s(): scale %R is not > 0", name, a[6]);
     kp_site();
     if (kp_take_all(a, optional, 4, h) < 0) return NULL;
     return kp_wrap(((kiln_tensor(*)(kiln_tensor, kiln_tensor, kiln_tensor, kiln_tensor, bool, double))fn)(
@@ -144,7 +144,7 @@ static int running_arg(const char *name, const char *what, PyObject *o, kiln_ten
     *out = NULL;
     if (!o || o == Py_None) return 0;
     if (!kp_is_tensor(o)) {
-        PyErr_Format(PyExc_TypeError, "%s(): %s must be a kiln.Tensor or None", name, what);
+        kp_error_at(PyExc_TypeError, "%s(): %s must be a kiln.Tensor or None", name, what);
         return -1;
     }
     if (!kp_live((kp_tensor *)o)) return -1;
@@ -168,10 +168,10 @@ static PyObject *call_BATCH_NORM(const char *name, any_fn fn, PyObject *const *a
         running_arg(name, "running_var", a[2], &var) < 0)
         return NULL;
     if (a[6] == Py_None)
-        return PyErr_Format(PyExc_NotImplementedError, "%s(): momentum=None (a cumulative average) is not in kiln", name);
+        return kp_error_at(PyExc_NotImplementedError, "%s(): momentum=None (a cumulative average) is not in kiln", name);
     if (kp_double_arg(a[6], 0.1, &momentum) < 0) return NULL;
     if (mean && mean == var)
-        return PyErr_Format(PyExc_ValueError, "%s(): running_mean and running_var are one tensor", name);
+        return kp_error_at(PyExc_ValueError, "%s(): running_mean and running_var are one tensor", name);
     PyObject *tensors[3] = {a[0], a[3], a[4]};
     kp_site();
     if (kp_take_all(tensors, optional, 3, h) < 0) return NULL;

@@ -34,7 +34,7 @@ static const bool norm_optional[] = {false, true, true}, loss_optional[] = {fals
 static int row_args(const row_def *r, PyObject *const *args, Py_ssize_t n, PyObject *kw, const char *const *names,
                     PyObject **out, int count, int positional) {
     if (n > positional) {
-        PyErr_Format(PyExc_TypeError, "%s() takes %d positional arguments (%zd given); pass the rest by keyword", r->name,
+        kp_error_at(PyExc_TypeError, "%s() takes %d positional arguments (%zd given); pass the rest by keyword", r->name,
                      positional, n);
         return -1;
     }
@@ -53,7 +53,7 @@ static int reduction_arg(const row_def *r, PyObject *o, kiln_reduction *out) {
             return 0;
         }
     if (!PyErr_Occurred())
-        PyErr_Format(PyExc_ValueError, "%s(): reduction %R is not 'mean', 'sum', 'none' or 'batchmean'", r->name, o);
+        kp_error_at(PyExc_ValueError, "%s(): reduction %R is not 'mean', 'sum', 'none' or 'batchmean'", r->name, o);
     return -1;
 }
 
@@ -68,7 +68,7 @@ static inline PyObject *call_NORMALIZED(const row_def *r, PyObject *const *args,
     if (kp_args(r->name, args, n, kw, r->arity == 3 ? names3 : names2, a, count) < 0 ||
         kp_double_arg(a[count - 1], r->dflt, &eps) < 0)
         return NULL;
-    if (!a[1]) return PyErr_Format(PyExc_TypeError, "%s() needs normalized_shape", r->name);
+    if (!a[1]) return kp_error_at(PyExc_TypeError, "%s() needs normalized_shape", r->name);
     PyObject *t = PyTuple_Pack(1, a[1]);
     int rc = t ? kp_parse_shape(t, &shape) : -1;
     Py_XDECREF(t);
@@ -90,7 +90,7 @@ static inline PyObject *call_GROUPS(const row_def *r, PyObject *const *args, Py_
     long groups;
     double eps;
     if (kp_args(r->name, args, n, kw, names, a, 5) < 0 || kp_double_arg(a[4], r->dflt, &eps) < 0) return NULL;
-    if (!a[1] || a[1] == Py_None) return PyErr_Format(PyExc_TypeError, "%s() needs num_groups", r->name);
+    if (!a[1] || a[1] == Py_None) return kp_error_at(PyExc_TypeError, "%s() needs num_groups", r->name);
     if (kp_int_arg(a[1], 0, &groups) < 0) return NULL;
     PyObject *objs[3] = {a[0], a[2], a[3]};
     kiln_tensor h[3];
@@ -111,7 +111,7 @@ static PyObject *call_pair(const row_def *r, int kind, PyObject *const *args, Py
     if (row_args(r, args, n, kw, names, a, count, 2) < 0 || reduction_arg(r, a[2], &red) < 0 ||
         (kind == 1 && kp_double_arg(a[3], r->dflt, &k) < 0) || (kind == 2 && kp_bool_arg(a[3], r->dflt != 0, &flag) < 0))
         return NULL;
-    if (!r->ex && red != KILN_REDUCTION_MEAN) return PyErr_Format(PyExc_ValueError, "%s() takes no reduction", r->name);
+    if (!r->ex && red != KILN_REDUCTION_MEAN) return kp_error_at(PyExc_ValueError, "%s() takes no reduction", r->name);
     kiln_tensor h[2];
     kp_site();
     if (kp_take_all(a, loss_optional, 2, h) < 0) return NULL;
@@ -146,11 +146,11 @@ static PyObject *call_classes(const row_def *r, bool opt, PyObject *const *args,
         o.has_ignore_index = true, o.ignore_index = ignore;
     }
     if (a[2] && a[2] != Py_None) { /* not consumed: the options are lent (kiln/nn.h) */
-        if (!kp_is_tensor(a[2])) return PyErr_Format(PyExc_TypeError, "%s(): weight must be a kiln.Tensor", r->name);
+        if (!kp_is_tensor(a[2])) return kp_error_at(PyExc_TypeError, "%s(): weight must be a kiln.Tensor", r->name);
         o.class_weights = ((kp_tensor *)a[2])->h;
     }
     if (!opt && !r->ex && (o.class_weights.id || o.has_ignore_index || o.reduction != KILN_REDUCTION_MEAN))
-        return PyErr_Format(PyExc_ValueError, "%s() takes no weight, ignore_index or reduction", r->name);
+        return kp_error_at(PyExc_ValueError, "%s() takes no weight, ignore_index or reduction", r->name);
     kiln_tensor h[2];
     kp_site();
     if (kp_take_all(a, loss_optional, 2, h) < 0) return NULL;

@@ -52,7 +52,7 @@ static kiln_tensor apply_key(kiln_tensor h, PyObject *key) {
         PyObject *it = PyTuple_GET_ITEM(items, i);
         if (it == Py_Ellipsis) {
             if (ellipsis) {
-                PyErr_SetString(PyExc_IndexError, "an index can only have a single ellipsis ('...')");
+                kp_error_at(PyExc_IndexError, "an index can only have a single ellipsis ('...')");
                 goto fail;
             }
             ellipsis = true;
@@ -64,7 +64,7 @@ static kiln_tensor apply_key(kiln_tensor h, PyObject *key) {
     }
     int ndim = kiln_tensor_ndim(h);
     if (consumed > ndim) {
-        PyErr_Format(PyExc_IndexError, "too many indices for a tensor of %d dims", ndim);
+        kp_error_at(PyExc_IndexError, "too many indices for a tensor of %d dims", ndim);
         goto fail;
     }
     int dim = 0;
@@ -85,7 +85,7 @@ static kiln_tensor apply_key(kiln_tensor h, PyObject *key) {
             Py_ssize_t start, stop, step;
             if (PySlice_Unpack(it, &start, &stop, &step) < 0) goto fail;
             if (step <= 0) {
-                PyErr_SetString(PyExc_ValueError, "slice step must be positive");
+                kp_error_at(PyExc_ValueError, "slice step must be positive");
                 goto fail;
             }
             int64_t size = kiln_tensor_dim(h, dim);
@@ -102,7 +102,7 @@ static kiln_tensor apply_key(kiln_tensor h, PyObject *key) {
             if (v == -1 && PyErr_Occurred()) goto fail;
             int64_t size = kiln_tensor_dim(h, dim);
             if (v < -size || v >= size) {
-                PyErr_Format(PyExc_IndexError, "index %zd is out of bounds for dim %d of size %lld", v, dim, (long long)size);
+                kp_error_at(PyExc_IndexError, "index %zd is out of bounds for dim %d of size %lld", v, dim, (long long)size);
                 goto fail;
             }
             if (v < 0) v += size;
@@ -112,11 +112,11 @@ static kiln_tensor apply_key(kiln_tensor h, PyObject *key) {
         }
         /* an index tensor, a bool mask, or a list of either */
         if (!kp_is_tensor(it) && !PyList_Check(it) && !PyObject_CheckBuffer(it)) {
-            PyErr_Format(PyExc_IndexError, "a tensor cannot be indexed by %.100s", Py_TYPE(it)->tp_name);
+            kp_error_at(PyExc_IndexError, "a tensor cannot be indexed by %.100s", Py_TYPE(it)->tp_name);
             goto fail;
         }
         if (advanced) {
-            PyErr_SetString(PyExc_IndexError, "kiln takes one index tensor or mask per key");
+            kp_error_at(PyExc_IndexError, "kiln takes one index tensor or mask per key");
             goto fail;
         }
         advanced = true;
@@ -125,7 +125,7 @@ static kiln_tensor apply_key(kiln_tensor h, PyObject *key) {
         kiln_dtype idt = kiln_tensor_dtype(idx);
         if (idt != KILN_BOOL && idt != KILN_I32 && idt != KILN_I64) {
             kiln_release(idx);
-            PyErr_SetString(PyExc_IndexError, "index tensors must be integers or bools");
+            kp_error_at(PyExc_IndexError, "index tensors must be integers or bools");
             goto fail;
         }
         if (idt == KILN_BOOL) {
@@ -133,7 +133,7 @@ static kiln_tensor apply_key(kiln_tensor h, PyObject *key) {
             kiln_shape hs = kiln_tensor_shape(h), ms = kiln_tensor_shape(idx);
             for (int k = 0; k < md; k++)
                 if (hs.dims[dim + k] != ms.dims[k]) {
-                    PyErr_SetString(PyExc_IndexError, "the mask's shape does not match the indexed dims");
+                    kp_error_at(PyExc_IndexError, "the mask's shape does not match the indexed dims");
                     kiln_release(idx);
                     goto fail;
                 }
@@ -157,7 +157,7 @@ static kiln_tensor apply_key(kiln_tensor h, PyObject *key) {
                 for (int k = 0; k < is.ndim; k++) out.dims[out.ndim++] = is.dims[k];
                 for (int k = dim + 1; k < hs.ndim; k++) out.dims[out.ndim++] = hs.dims[k];
                 if (out.ndim > KILN_MAX_DIMS) {
-                    PyErr_SetString(PyExc_IndexError, "the result would have too many dims");
+                    kp_error_at(PyExc_IndexError, "the result would have too many dims");
                     goto fail;
                 }
                 h = kiln_reshape(h, out);
@@ -185,12 +185,12 @@ static PyObject *getitem(PyObject *self, PyObject *key) {
 static int setitem(PyObject *self, PyObject *key, PyObject *value) {
     kp_tensor *t = (kp_tensor *)self;
     if (!value) {
-        PyErr_SetString(PyExc_TypeError, "tensor elements cannot be deleted");
+        kp_error_at(PyExc_TypeError, "tensor elements cannot be deleted");
         return -1;
     }
     if (!kp_live(t)) return -1;
     if (t->requires_grad && kiln_grad_enabled()) {
-        PyErr_SetString(PyExc_RuntimeError, "a leaf tensor that requires grad is assigned into (use kiln.no_grad())");
+        kp_error_at(PyExc_RuntimeError, "a leaf tensor that requires grad is assigned into (use kiln.no_grad())");
         return -1;
     }
     kp_site();

@@ -60,7 +60,7 @@ static PyObject *m_transpose(PyObject *self, PyObject *const *args, Py_ssize_t n
     PyObject *a[2];
     long d0, d1;
     if (kp_args("transpose", args, n, kw, names, a, 2) < 0 || !a[0] || !a[1]) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "transpose() takes dim0 and dim1");
+        if (!PyErr_Occurred()) kp_error_at(PyExc_TypeError, "transpose() takes dim0 and dim1");
         return NULL;
     }
     if (kp_int_arg(a[0], 0, &d0) < 0 || kp_int_arg(a[1], 0, &d1) < 0) return NULL;
@@ -73,7 +73,7 @@ static PyObject *m_t(PyObject *self, PyObject *unused) {
     (void)unused;
     kp_tensor *t = (kp_tensor *)self;
     if (!kp_live(t)) return NULL;
-    if (kiln_tensor_ndim(t->h) > 2) return PyErr_Format(PyExc_ValueError, "t() expects a tensor of at most 2 dims");
+    if (kiln_tensor_ndim(t->h) > 2) return kp_error_at(PyExc_ValueError, "t() expects a tensor of at most 2 dims");
     kp_site();
     kiln_tensor h = self_ref(self);
     if (kiln_tensor_ndim(h) < 2) return kp_wrap(h);
@@ -181,10 +181,10 @@ static PyObject *m_size(PyObject *self, PyObject *const *args, Py_ssize_t n) {
     if (n == 0) return kp_shape_tuple(s);
     long d;
     if (n > 1 || kp_int_arg(args[0], 0, &d) < 0) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "size() takes at most one dim");
+        if (!PyErr_Occurred()) kp_error_at(PyExc_TypeError, "size() takes at most one dim");
         return NULL;
     }
-    if (d < -s.ndim || d >= s.ndim) return PyErr_Format(PyExc_IndexError, "dim %ld out of range for %d dims", d, s.ndim);
+    if (d < -s.ndim || d >= s.ndim) return kp_error_at(PyExc_IndexError, "dim %ld out of range for %d dims", d, s.ndim);
     return PyLong_FromLongLong(s.dims[d < 0 ? d + s.ndim : d]);
 }
 static PyObject *m_dim(PyObject *self, PyObject *u) {
@@ -281,7 +281,7 @@ static PyObject *m_clamp(PyObject *self, PyObject *const *args, Py_ssize_t n, Py
 
 static PyObject *m_masked_fill(PyObject *self, PyObject *const *args, Py_ssize_t n) {
     double v;
-    if (n != 2 || !kp_is_tensor(args[0])) return PyErr_Format(PyExc_TypeError, "masked_fill(mask, value) takes a bool tensor and a number");
+    if (n != 2 || !kp_is_tensor(args[0])) return kp_error_at(PyExc_TypeError, "masked_fill(mask, value) takes a bool tensor and a number");
     if (kp_double_arg(args[1], 0, &v) < 0) return NULL;
     kp_site();
     kiln_tensor h = self_ref(self);
@@ -305,7 +305,7 @@ int kp_mark_leaf(kp_tensor *t, bool on);
 static PyObject *m_requires_grad_(PyObject *self, PyObject *const *args, Py_ssize_t n) {
     bool on = true;
     if (n > 1 || (n == 1 && kp_bool_arg(args[0], true, &on) < 0)) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "requires_grad_() takes one bool");
+        if (!PyErr_Occurred()) kp_error_at(PyExc_TypeError, "requires_grad_() takes one bool");
         return NULL;
     }
     if (kp_mark_leaf((kp_tensor *)self, on) < 0) return NULL;

@@ -19,7 +19,7 @@ static bool is_number(PyObject *o) { return PyFloat_Check(o) || PyLong_Check(o);
 
 static PyObject *need_tensor(PyObject *o, const char *name) {
     if (kp_is_tensor(o)) return o;
-    PyErr_Format(PyExc_TypeError, "%s() expects a kiln.Tensor, not %.100s", name, Py_TYPE(o)->tp_name);
+    kp_error_at(PyExc_TypeError, "%s() expects a kiln.Tensor, not %.100s", name, Py_TYPE(o)->tp_name);
     return NULL;
 }
 
@@ -81,7 +81,7 @@ static PyObject *call_dim(PyObject *self, PyObject *const *args, Py_ssize_t narg
     static const char *const names[] = {"dim"};
     PyObject *a[1];
     if (kp_args(name, args, nargs, kwnames, names, a, 1) < 0) return NULL;
-    if (!a[0]) return PyErr_Format(PyExc_TypeError, "%s() missing its dim argument", name);
+    if (!a[0]) return kp_error_at(PyExc_TypeError, "%s() missing its dim argument", name);
     long dim;
     if (kp_int_arg(a[0], 0, &dim) < 0) return NULL;
     kp_site();
@@ -120,19 +120,19 @@ KP_UNARY_OPS(UNARY_DEFS)
         PyObject *r = kp_binary(self, other, fn, sfn, rsfn);                                       \
         if (r == Py_NotImplemented) {                                                              \
             Py_DECREF(r);                                                                          \
-            return PyErr_Format(PyExc_TypeError, #name "() cannot take %.100s", Py_TYPE(other)->tp_name); \
+            return kp_error_at(PyExc_TypeError, #name "() cannot take %.100s", Py_TYPE(other)->tp_name); \
         }                                                                                          \
         return r;                                                                                  \
     }                                                                                              \
     static PyObject *f_##name(PyObject *mod, PyObject *const *args, Py_ssize_t n) {                \
         (void)mod;                                                                                 \
-        if (n != 2) return PyErr_Format(PyExc_TypeError, #name "() takes 2 arguments (%zd given)", n); \
+        if (n != 2) return kp_error_at(PyExc_TypeError, #name "() takes 2 arguments (%zd given)", n); \
         if (!kp_is_tensor(args[0]) && !kp_is_tensor(args[1]))                                      \
-            return PyErr_Format(PyExc_TypeError, #name "() needs a kiln.Tensor argument");          \
+            return kp_error_at(PyExc_TypeError, #name "() needs a kiln.Tensor argument");          \
         PyObject *r = kp_binary(args[0], args[1], fn, sfn, rsfn);                                  \
         if (r == Py_NotImplemented) {                                                              \
             Py_DECREF(r);                                                                          \
-            return PyErr_Format(PyExc_TypeError, #name "() cannot take these arguments");           \
+            return kp_error_at(PyExc_TypeError, #name "() cannot take these arguments");           \
         }                                                                                          \
         return r;                                                                                  \
     }
@@ -144,7 +144,7 @@ KP_BINARY_OPS(BINARY_DEFS)
     }                                                                                              \
     static PyObject *f_##name(PyObject *mod, PyObject *const *args, Py_ssize_t n, PyObject *kw) {  \
         (void)mod;                                                                                 \
-        if (n < 1 || !need_tensor(args[0], #name)) return n < 1 ? PyErr_Format(PyExc_TypeError, #name "() needs a tensor") : NULL; \
+        if (n < 1 || !need_tensor(args[0], #name)) return n < 1 ? kp_error_at(PyExc_TypeError, #name "() needs a tensor") : NULL; \
         return call_reduce(args[0], args + 1, n - 1, kw, #name, all, dims);                        \
     }
 KP_REDUCE_OPS(REDUCE_DEFS)
@@ -155,7 +155,7 @@ KP_REDUCE_OPS(REDUCE_DEFS)
     }                                                                                              \
     static PyObject *f_##name(PyObject *mod, PyObject *const *args, Py_ssize_t n, PyObject *kw) {  \
         (void)mod;                                                                                 \
-        if (n < 1 || !need_tensor(args[0], #name)) return n < 1 ? PyErr_Format(PyExc_TypeError, #name "() needs a tensor") : NULL; \
+        if (n < 1 || !need_tensor(args[0], #name)) return n < 1 ? kp_error_at(PyExc_TypeError, #name "() needs a tensor") : NULL; \
         return call_dim(args[0], args + 1, n - 1, kw, #name, fn);                                  \
     }
 KP_DIM_OPS(DIM_DEFS)
@@ -166,7 +166,7 @@ KP_DIM_OPS(DIM_DEFS)
     }                                                                                              \
     static PyObject *f_##name(PyObject *mod, PyObject *const *args, Py_ssize_t n, PyObject *kw) {  \
         (void)mod;                                                                                 \
-        if (n < 1 || !need_tensor(args[0], #name)) return n < 1 ? PyErr_Format(PyExc_TypeError, #name "() needs a tensor") : NULL; \
+        if (n < 1 || !need_tensor(args[0], #name)) return n < 1 ? kp_error_at(PyExc_TypeError, #name "() needs a tensor") : NULL; \
         return call_offset(args[0], args + 1, n - 1, kw, #name, fn);                               \
     }
 KP_OFFSET_OPS(OFFSET_DEFS)
@@ -231,8 +231,8 @@ static PyObject *inplace(PyObject *self, PyObject *other, binary_fn fn, scalar_f
     kp_tensor *t = (kp_tensor *)self;
     if (!kp_live(t)) return NULL;
     if (t->requires_grad && kiln_grad_enabled()) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "a leaf tensor that requires grad is used in an in-place operation (use kiln.no_grad())");
+        kp_error_at(PyExc_RuntimeError,
+                    "a leaf tensor that requires grad is used in an in-place operation (use kiln.no_grad())");
         return NULL;
     }
     kiln_shape shape = kiln_tensor_shape(t->h);
@@ -252,7 +252,7 @@ static PyObject *inplace(PyObject *self, PyObject *other, binary_fn fn, scalar_f
         kiln_shape os = kiln_tensor_shape(o);
         if (os.ndim < 0 || !broadcasts_to(os, shape)) {
             kiln_release(o);
-            PyErr_SetString(PyExc_ValueError, "in-place operation: the operand does not broadcast to the tensor's shape");
+            kp_error_at(PyExc_ValueError, "in-place operation: the operand does not broadcast to the tensor's shape");
             return NULL;
         }
     }

@@ -73,14 +73,14 @@ kiln_tensor kp_operand(PyObject *o, kiln_tensor like) {
         return kiln_full(like.id ? kiln_tensor_device(like) : KILN_CPU, dtype, KILN_SCALAR_SHAPE, v);
     }
     if (!kp_tensor_factory) {
-        PyErr_Format(PyExc_TypeError, "expected a tensor, not %.100s", Py_TYPE(o)->tp_name);
+        kp_error_at(PyExc_TypeError, "expected a tensor, not %.100s", Py_TYPE(o)->tp_name);
         return KILN_NONE;
     }
     PyObject *made = PyObject_CallOneArg(kp_tensor_factory, o);
     if (!made) return KILN_NONE;
     if (!kp_is_tensor(made)) {
         Py_DECREF(made);
-        PyErr_SetString(PyExc_TypeError, "kiln.tensor returned no tensor");
+        kp_error_at(PyExc_TypeError, "kiln.tensor returned no tensor");
         return KILN_NONE;
     }
     kiln_tensor h = kiln_ref(((kp_tensor *)made)->h);
@@ -127,7 +127,7 @@ static PyObject *tensor_item(PyObject *self, PyObject *unused) {
     kiln_status st;
     if (dtype == KILN_I64 || dtype == KILN_I32 || dtype == KILN_BOOL) {
         if (kiln_tensor_numel(t->h) != 1) {
-            PyErr_SetString(PyExc_ValueError, "item() needs a tensor of one element");
+            kp_error_at(PyExc_ValueError, "item() needs a tensor of one element");
             return NULL;
         }
         kiln_tensor h = kiln_cast(kiln_ref(t->h), KILN_I64);
@@ -187,7 +187,7 @@ static int tensor_bool(PyObject *self) {
     kp_tensor *t = (kp_tensor *)self;
     if (!kp_live(t)) return -1;
     if (kiln_tensor_numel(t->h) != 1) {
-        PyErr_SetString(PyExc_RuntimeError, "the truth value of a tensor with more than one element is ambiguous");
+        kp_error_at(PyExc_RuntimeError, "the truth value of a tensor with more than one element is ambiguous");
         return -1;
     }
     PyObject *v = tensor_item(self, NULL);
@@ -202,7 +202,7 @@ static PyObject *tensor_index(PyObject *self) {
     if (!kp_live(t)) return NULL;
     kiln_dtype d = kiln_tensor_dtype(t->h);
     if (d != KILN_I32 && d != KILN_I64 && d != KILN_BOOL) {
-        PyErr_SetString(PyExc_TypeError, "only integer tensors of one element can be converted to an index");
+        kp_error_at(PyExc_TypeError, "only integer tensors of one element can be converted to an index");
         return NULL;
     }
     return tensor_int(self);
@@ -212,7 +212,7 @@ static Py_ssize_t tensor_len(PyObject *self) {
     kp_tensor *t = (kp_tensor *)self;
     if (!kp_live(t)) return -1;
     if (kiln_tensor_ndim(t->h) == 0) {
-        PyErr_SetString(PyExc_TypeError, "len() of a 0-d tensor");
+        kp_error_at(PyExc_TypeError, "len() of a 0-d tensor");
         return -1;
     }
     return (Py_ssize_t)kiln_tensor_dim(t->h, 0);
@@ -224,7 +224,7 @@ static PyObject *tensor_iter(PyObject *self) {
     kp_tensor *t = (kp_tensor *)self;
     if (!kp_live(t)) return NULL;
     if (kiln_tensor_ndim(t->h) == 0) {
-        PyErr_SetString(PyExc_TypeError, "iteration over a 0-d tensor");
+        kp_error_at(PyExc_TypeError, "iteration over a 0-d tensor");
         return NULL;
     }
     Py_ssize_t n = (Py_ssize_t)kiln_tensor_dim(t->h, 0);
@@ -287,14 +287,14 @@ int kp_mark_leaf(kp_tensor *t, bool on) {
     if (!kp_live(t)) return -1;
     if (!on) {
         if (t->requires_grad) {
-            PyErr_SetString(PyExc_RuntimeError, "requires_grad cannot be turned off on a leaf; use .detach()");
+            kp_error_at(PyExc_RuntimeError, "requires_grad cannot be turned off on a leaf; use .detach()");
             return -1;
         }
         return 0;
     }
     if (t->requires_grad) return 0;
     if (kiln_requires_grad(t->h)) {
-        PyErr_SetString(PyExc_RuntimeError, "only a leaf tensor (not computed from tensors that require grad) can be marked; use .detach() first");
+        kp_error_at(PyExc_RuntimeError, "only a leaf tensor (not computed from tensors that require grad) can be marked; use .detach() first");
         return -1;
     }
     kp_site();
@@ -307,7 +307,7 @@ int kp_mark_leaf(kp_tensor *t, bool on) {
 static int set_requires_grad(PyObject *self, PyObject *v, void *c) {
     (void)c;
     if (!v) {
-        PyErr_SetString(PyExc_AttributeError, "cannot delete requires_grad");
+        kp_error_at(PyExc_AttributeError, "cannot delete requires_grad");
         return -1;
     }
     int on = PyObject_IsTrue(v);
@@ -323,7 +323,7 @@ static int set_grad(PyObject *self, PyObject *v, void *c) {
     (void)c;
     kp_tensor *t = (kp_tensor *)self;
     if (v && v != Py_None && !kp_is_tensor(v)) {
-        PyErr_SetString(PyExc_TypeError, "grad must be a tensor or None");
+        kp_error_at(PyExc_TypeError, "grad must be a tensor or None");
         return -1;
     }
     Py_XSETREF(t->grad, v && v != Py_None ? Py_NewRef(v) : NULL);

@@ -60,6 +60,13 @@ def test_binding_argument_errors_name_the_user_line():
     with pytest.raises(ValueError) as info:
         line = line_here(); kiln.nn.LSTM(3, 4, num_layers=40)  # noqa: E702
     expect(ValueError, "num_layers must be 1 to 32", info, line)
+    import kiln.nn.functional as F
+    with pytest.raises(ValueError) as info:
+        line = line_here(); F.conv2d(kiln.zeros(1, 1, 4, 4), kiln.zeros(1, 1, 3, 3), stride=-1)  # noqa: E702
+    expect(ValueError, "conv2d(): stride -1", info, line)
+    with pytest.raises(IndexError) as info:
+        line = line_here(); kiln.ones(3)[1.5]  # noqa: E702
+    expect(IndexError, "cannot be indexed by float", info, line)
 
 
 def test_index_errors():
