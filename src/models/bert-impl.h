@@ -44,8 +44,9 @@ typedef struct {
 
 /* A packing for attention_mask [b, s], or false when it does not pay (no padding, no token at
  * all, a mask that cannot be read: the padded path then runs, and reports any error). Reads
- * the mask: a wait for whatever computes it (the tokenizer's output is ready). */
-bool kiln__bert_plan_packing(kiln_tensor mask, int64_t b, int64_t s, kiln__bert_packing *out);
+ * the mask: a wait for whatever computes it (the tokenizer's output is ready). *every_token:
+ * whether the mask was read and has no padding at all (then it needs no hiding nor weights). */
+bool kiln__bert_plan_packing(kiln_tensor mask, int64_t b, int64_t s, kiln__bert_packing *out, bool *every_token);
 void kiln__bert_packing_release(kiln__bert_packing *p);
 /* Attention within each sentence over the packed projection qkv [T, 3h] (consumed): the
  * context [T, h]. */
