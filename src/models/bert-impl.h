@@ -52,4 +52,10 @@ void kiln__bert_packing_release(kiln__bert_packing *p);
  * context [T, h]. */
 kiln_tensor kiln__bert_packed_attention(const kiln_bert *m, kiln_tensor qkv, const kiln__bert_packing *p);
 
+/* softmax(q k^T) v per sentence and head of qkv [b, s, 3, heads, hd] f32 (consumed; q
+ * pre-scaled), no mask: the context [b, s, heads, hd] (bert_attention.c). Only where
+ * kiln__bert_attention_supported(); otherwise the result is poisoned. */
+kiln_tensor kiln__bert_attention(kiln_tensor qkv);
+bool kiln__bert_attention_supported(void);
+
 #endif

@@ -69,6 +69,8 @@ static kiln_tensor encoder(const kiln_bert *m, kiln_tensor ids, kiln_tensor mask
         kiln_tensor ctx;
         if (packing) {
             ctx = kiln__bert_packed_attention(m, qkv, packing);
+        } else if (every_token && kiln__bert_attention_supported()) {
+            ctx = kiln_reshape(kiln__bert_attention(kiln_reshape(qkv, KILN_SHAPE(b, s, 3, heads, hd))), KILN_SHAPE(b * s, h));
         } else {
             qkv = kiln_reshape(qkv, KILN_SHAPE(b, s, 3, heads, hd));
             /* softmax(q k^T + hide) v, q pre-scaled by 1/sqrt(hd) in the weights (scale 1): one

@@ -23,6 +23,8 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
+
+#include "backend/cpu/vexp_avx512.h"
 #define HAVE_X86 1
 #define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 #define AVX2_TARGET __attribute__((target("avx2,fma")))
@@ -289,8 +291,7 @@ VNNI_TARGET static INLINE __m512i dpbusd_broadcast(__m512i d, __m512i w, const i
  * rational, two divisions per 8 lanes) bought nothing: it cost 1.1 cycles a value, a fifth of the
  * intermediate linear's time at 16 rows, where this is ~0.1 and runs on the sums in registers
  * (no store, reload and second pass). NaN stays NaN; below -16 (Phi < 1e-57) the result is the
- * one at -16, some -1e-34: exp's argument is held at -80 (Phi(-12.6) < 1e-35 is 0 for any use) so that
- * no value is ever subnormal, whose arithmetic takes a slow microcoded path. */
+ * one at -16, some -1e-34 (kiln__vexp_neg_avx512 holds its argument at -80: nothing subnormal). */
 VNNI_TARGET static INLINE __m512 gelu_avx512(__m512 x) {
     const __m512 xc = _mm512_max_ps(_mm512_set1_ps(-16.0f), x); /* (x when x is NaN) */
     __m512 z = _mm512_mul_ps(_mm512_abs_ps(xc), _mm512_set1_ps(0.70710678118654752f));
@@ -300,19 +301,9 @@ VNNI_TARGET static INLINE __m512 gelu_avx512(__m512 x) {
     p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-0.284496736f));
     p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.254829592f));
     p = _mm512_mul_ps(p, t);
-    /* e^(-z^2) = 2^n e^r, |r| <= ln2 / 2: Taylor to r^6 (relative error 2e-8 + rounding) */
-    __m512 a = _mm512_max_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), z), z), _mm512_set1_ps(-80.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(a, _mm512_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), a);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
-    __m512 e = _mm512_fmadd_ps(_mm512_set1_ps(1.0f / 720), r, _mm512_set1_ps(1.0f / 120));
-    e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f / 24));
-    e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f / 6));
-    e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(0.5f));
-    e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f));
-    e = _mm512_fmadd_ps(e, r, _mm512_set1_ps(1.0f));
     /* half of erfc(|x| / sqrt2): Phi(-|x|) */
-    __m512 tail = _mm512_scalef_ps(_mm512_mul_ps(_mm512_mul_ps(p, e), _mm512_set1_ps(0.5f)), n);
+    __m512 tail = _mm512_mul_ps(_mm512_mul_ps(p, kiln__vexp_neg_avx512(_mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), z), z))),
+                                _mm512_set1_ps(0.5f));
     __mmask16 neg = _mm512_cmp_ps_mask(xc, _mm512_setzero_ps(), _CMP_LT_OQ);
     __m512 phi = _mm512_mask_blend_ps(neg, _mm512_sub_ps(_mm512_set1_ps(1.0f), tail), tail);
     return _mm512_mul_ps(xc, phi);
