@@ -35,8 +35,8 @@ static kiln_tensor bert_linear(const kiln_bert *m, int64_t l, int k, kiln_tensor
 }
 
 /* every_token: the mask is known to hide nothing (kiln__bert_plan_packing read it), so the
- * attention takes none: a one-sentence embedding skips building the additive mask and adding
- * it to every row of scores. */
+ * attention takes none: a one-sentence embedding skips building the additive mask, and runs
+ * bert_attention.c's kernel straight on the projection where the CPU has AVX-512. */
 static kiln_tensor encoder(const kiln_bert *m, kiln_tensor ids, kiln_tensor mask, kiln_tensor types, int64_t b, int64_t s,
                            const kiln__bert_packing *packing, bool every_token) {
     const kiln_bert_config *c = &m->cfg;
