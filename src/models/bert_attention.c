@@ -11,6 +11,7 @@
  * whether to call it (KILN_ISA and the CPU); the encoder runs the general path otherwise. */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +46,7 @@ typedef struct {
     const int64_t *st; /* qkv's strides [b, s, 3, heads, hd] */
     int64_t s, heads, hd;
     float *out; /* [b, s, heads, hd], dense */
-    bool oom;
+    atomic_bool oom; /* set by any chunk's thread */
 } att_job;
 
 #if HAVE_AVX512
@@ -56,7 +57,7 @@ KILN__AVX512_TARGET static void att_heads(void *ctx, int64_t begin, int64_t end)
     const int64_t s = j->s, hd = j->hd, s16 = round_up(s), hd16 = round_up(hd), *st = j->st;
     float *kt = malloc(sizeof(float) * (size_t)(hd * s16 + s * hd16 + s16) + 64);
     if (!kt) {
-        j->oom = true;
+        atomic_store(&j->oom, true);
         return;
     }
     float *vb = kt + hd * s16, *p = vb + s * hd16;
@@ -119,7 +120,9 @@ static kiln_status att_shape(int n, const kiln_custom_meta *in, kiln_custom_meta
 static kiln_status att_cpu(int n, const kiln_custom_operand *in, const kiln_custom_operand *out, int threads, void *user) {
     (void)n, (void)threads, (void)user;
     if (!kiln__bert_attention_supported()) return kiln_custom_op_error("needs AVX-512 (KILN_ISA=avx512)"), KILN_ERR_UNSUPPORTED;
-    att_job j = {in[0].data, in[0].strides, in[0].shape[1], in[0].shape[3], in[0].shape[4], out->data, false};
+    att_job j = {.qkv = in[0].data, .st = in[0].strides, .s = in[0].shape[1], .heads = in[0].shape[3], .hd = in[0].shape[4],
+                 .out = out->data};
+    atomic_init(&j.oom, false);
     int64_t pairs = in[0].shape[0] * j.heads;
     if (pairs == 0 || j.s == 0 || j.hd == 0) return KILN_OK;
 #if HAVE_AVX512
@@ -127,7 +130,7 @@ static kiln_status att_cpu(int n, const kiln_custom_operand *in, const kiln_cust
     int64_t work = 2 * j.s * j.s * j.hd, grain = ((int64_t)1 << 16) / (work > 0 ? work : 1);
     kiln_parallel_for(pairs, grain > 0 ? grain : 1, att_heads, &j);
 #endif
-    return j.oom ? (kiln_custom_op_error("out of memory for the attention scratch"), KILN_ERR_OUT_OF_MEMORY) : KILN_OK;
+    return atomic_load(&j.oom) ? (kiln_custom_op_error("out of memory for the attention scratch"), KILN_ERR_OUT_OF_MEMORY) : KILN_OK;
 }
 
 static kiln_custom_op *att_op;
