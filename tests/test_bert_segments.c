@@ -3,7 +3,9 @@
  * each row attends to its own sequence's rows only, against a double-precision reference, in
  * f32 and f64, with q, k and v as strided views of one joint projection (as BERT's) and as
  * separate tensors; bad input (lengths that do not add up, a length of 0, no lengths, wrong
- * ranks and dtypes, a tracked input, a poisoned one) is an error naming the op, never a crash. */
+ * ranks and dtypes, a tracked input, a poisoned one) is an error naming the op, never a crash.
+ * Also kiln__bert_attention (src/models/bert_attention.c), the kernel of a sentence with no
+ * padding, straight from the projection [b, s, 3, heads, hd], against the same reference. */
 #include <kiln.h>
 #include <math.h>
 #include <stdio.h>
@@ -11,6 +13,7 @@
 #include <string.h>
 
 #include "kiln_test.h"
+#include "models/bert-impl.h"
 #include "nn/layers-impl.h"
 
 enum { HEADS = 3, E = 5, EV = 4 };
@@ -159,8 +162,75 @@ KT_TEST(segments_bad_input) {
     KT_MEM_CHECK();
 }
 
+/* kiln__bert_attention over qkv [b, s, 3, HEADS, d] against the double-precision reference of
+ * each sentence (scale 1: BERT's q is pre-scaled): s = 16 (one register of scores), 21 and 37
+ * (a partial one), d = 5 and 32 (context rows of one and two registers). */
+static void check_bert_attention(int64_t b, int64_t s, int64_t d) {
+    int64_t T = b * s, n = T * 3 * HEADS * d;
+    double *qkv = malloc(sizeof(double) * (size_t)n), *got = malloc(sizeof(double) * (size_t)(T * HEADS * d));
+    fill(qkv, n, (uint64_t)(s * 31 + d));
+    kiln_tensor out = kiln__bert_attention(kiln_cast(kiln_from_data(KILN_CPU, KILN_F64, KILN_SHAPE(b, s, 3, HEADS, d), qkv), KILN_F32));
+    kiln_shape sh = kiln_tensor_shape(out);
+    KT_CHECK(sh.ndim == 4 && sh.dims[0] == b && sh.dims[1] == s && sh.dims[2] == HEADS && sh.dims[3] == d);
+    KT_CHECK_MSG(kiln_into_data(kiln_cast(out, KILN_F64), got, sizeof(double) * (size_t)(T * HEADS * d)) == KILN_OK, "%s",
+                 kiln_last_error());
+    double *p = malloc(sizeof(double) * (size_t)s), worst = 0;
+    for (int64_t t0 = 0; t0 < T; t0 += s)
+        for (int h = 0; h < HEADS; h++)
+            for (int64_t i = t0; i < t0 + s; i++) {
+                double top = -INFINITY, sum = 0;
+                for (int64_t j = 0; j < s; j++) {
+                    double dot = 0;
+                    for (int64_t e = 0; e < d; e++) /* q, k, v of row r at (r * 3 + part) * HEADS + h */
+                        dot += (double)(float)qkv[((i * 3 + 0) * HEADS + h) * d + e] * (double)(float)qkv[(((t0 + j) * 3 + 1) * HEADS + h) * d + e];
+                    top = fmax(top, p[j] = dot);
+                }
+                for (int64_t j = 0; j < s; j++) sum += p[j] = exp(p[j] - top);
+                for (int64_t e = 0; e < d; e++) {
+                    double want = 0;
+                    for (int64_t j = 0; j < s; j++) want += p[j] / sum * (double)(float)qkv[(((t0 + j) * 3 + 2) * HEADS + h) * d + e];
+                    worst = fmax(worst, fabs(got[(i * HEADS + h) * d + e] - want));
+                }
+            }
+    /* scores up to ~d * 4 in size: their f32 rounding, times a slope of at most 2 * |v| */
+    KT_CHECK_MSG(worst <= 4e-6 * (double)d, "b %lld s %lld d %lld: off by %g", (long long)b, (long long)s, (long long)d, worst);
+    free(qkv), free(got), free(p);
+}
+
+KT_TEST(bert_attention_matches_reference) {
+    if (!kiln__bert_attention_supported()) {
+        fprintf(stderr, "  no AVX-512 here (or KILN_ISA): kiln__bert_attention is not used, not tested\n");
+        return;
+    }
+    kt_mem_begin();
+    check_bert_attention(1, 16, 32);
+    check_bert_attention(2, 21, 5);
+    check_bert_attention(3, 37, 32);
+    check_bert_attention(1, 1, 5);
+    KT_MEM_CHECK();
+}
+
+/* Wrong input, queued and read later: an error naming the op and this file. */
+KT_TEST(bert_attention_bad_input) {
+    kt_mem_begin();
+    KT_READ_ERROR(kiln__bert_attention(kiln_zeros(KILN_CPU, KILN_F64, KILN_SHAPE(1, 4, 3, 2, 8))), KILN_ERR_INVALID_ARGUMENT,
+                  "bert_attention");
+    KT_READ_ERROR(kiln__bert_attention(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(4, 3, 2, 8))), KILN_ERR_INVALID_ARGUMENT,
+                  "bert_attention");
+    KT_READ_ERROR(kiln__bert_attention(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(1, 4, 2, 2, 8))), KILN_ERR_INVALID_ARGUMENT,
+                  "bert_attention");
+    /* a poisoned input: its own error comes through */
+    kiln_tensor bad = kiln_add(kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(1, 4, 3, 2, 8)), kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(5)));
+    float buf[64];
+    KT_CHECK(kiln_into_data(kiln__bert_attention(bad), buf, sizeof buf) == KILN_ERR_SHAPE);
+    KT_CHECK_MSG(strstr(kiln_last_error(), "kiln_add") != NULL, "%s", kiln_last_error());
+    KT_MEM_CHECK();
+}
+
 int main(void) {
     KT_RUN(segments_match_reference);
     KT_RUN(segments_bad_input);
+    KT_RUN(bert_attention_matches_reference);
+    KT_RUN(bert_attention_bad_input);
     return kt_finish();
 }

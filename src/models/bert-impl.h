@@ -44,11 +44,18 @@ typedef struct {
 
 /* A packing for attention_mask [b, s], or false when it does not pay (no padding, no token at
  * all, a mask that cannot be read: the padded path then runs, and reports any error). Reads
- * the mask: a wait for whatever computes it (the tokenizer's output is ready). */
-bool kiln__bert_plan_packing(kiln_tensor mask, int64_t b, int64_t s, kiln__bert_packing *out);
+ * the mask: a wait for whatever computes it (the tokenizer's output is ready). *every_token:
+ * whether the mask was read and has no padding at all (then it needs no hiding nor weights). */
+bool kiln__bert_plan_packing(kiln_tensor mask, int64_t b, int64_t s, kiln__bert_packing *out, bool *every_token);
 void kiln__bert_packing_release(kiln__bert_packing *p);
 /* Attention within each sentence over the packed projection qkv [T, 3h] (consumed): the
  * context [T, h]. */
 kiln_tensor kiln__bert_packed_attention(const kiln_bert *m, kiln_tensor qkv, const kiln__bert_packing *p);
+
+/* softmax(q k^T) v per sentence and head of qkv [b, s, 3, heads, hd] f32 (consumed; q
+ * pre-scaled), no mask: the context [b, s, heads, hd] (bert_attention.c). Only where
+ * kiln__bert_attention_supported(); otherwise the result is poisoned. */
+kiln_tensor kiln__bert_attention(kiln_tensor qkv);
+bool kiln__bert_attention_supported(void);
 
 #endif

@@ -18,7 +18,7 @@
 /* A packing for attention_mask [b, s], or false when it does not pay (no padding, no token at
  * all, a mask that cannot be read: the padded path then runs, and reports any error). Reads
  * the mask: a wait for whatever computes it (the tokenizer's output is ready). */
-bool kiln__bert_plan_packing(kiln_tensor mask, int64_t b, int64_t s, kiln__bert_packing *out) {
+bool kiln__bert_plan_packing(kiln_tensor mask, int64_t b, int64_t s, kiln__bert_packing *out, bool *every_token) {
     int64_t n = b * s, *keep = malloc(sizeof(int64_t) * (size_t)n), *where = malloc(sizeof(int64_t) * (size_t)n);
     int64_t *lengths = malloc(sizeof(int64_t) * (size_t)b), sentences = 0;
     /* a token where the mask is nonzero, as the pooling and the attention's hiding count it
@@ -44,6 +44,7 @@ bool kiln__bert_plan_packing(kiln_tensor mask, int64_t b, int64_t s, kiln__bert_
             if (where[r * s + c] < 0) where[r * s + c] = first < 0 ? 0 : first;
         if (t > before) lengths[sentences++] = t - before;
     }
+    *every_token = ok && t == n;
     ok = ok && t > 0 && t < n;
     if (ok) {
         out->pack = kiln_from_data(KILN_CPU, KILN_I64, KILN_SHAPE(t), keep);

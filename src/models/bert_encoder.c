@@ -34,8 +34,11 @@ static kiln_tensor bert_linear(const kiln_bert *m, int64_t l, int k, kiln_tensor
     return gelu ? kiln_gelu(y) : y;
 }
 
+/* every_token: the mask is known to hide nothing (kiln__bert_plan_packing read it), so the
+ * attention takes none: a one-sentence embedding skips building the additive mask, and runs
+ * bert_attention.c's kernel straight on the projection where the CPU has AVX-512. */
 static kiln_tensor encoder(const kiln_bert *m, kiln_tensor ids, kiln_tensor mask, kiln_tensor types, int64_t b, int64_t s,
-                           const kiln__bert_packing *packing) {
+                           const kiln__bert_packing *packing, bool every_token) {
     const kiln_bert_config *c = &m->cfg;
     int64_t h = c->hidden_size, heads = c->num_attention_heads, hd = h / heads;
     double eps = c->layer_norm_eps;
@@ -56,7 +59,7 @@ static kiln_tensor encoder(const kiln_bert *m, kiln_tensor ids, kiln_tensor mask
      * to the scores [b, heads, s, s] as [b, 1, 1, s]. Finite, as there: a row with no token at
      * all attends evenly rather than giving NaN. Packed, each sentence attends to its own rows. */
     kiln_tensor hide = KILN_NONE;
-    if (packing)
+    if (packing || every_token)
         kiln_release(mask);
     else
         hide = kiln_reshape(kiln_mul_scalar(kiln_cast(kiln_eq_scalar(mask, 0.0), KILN_F32), -FLT_MAX), KILN_SHAPE(b, 1, 1, s));
@@ -66,13 +69,15 @@ static kiln_tensor encoder(const kiln_bert *m, kiln_tensor ids, kiln_tensor mask
         kiln_tensor ctx;
         if (packing) {
             ctx = kiln__bert_packed_attention(m, qkv, packing);
+        } else if (every_token && kiln__bert_attention_supported()) {
+            ctx = kiln_reshape(kiln__bert_attention(kiln_reshape(qkv, KILN_SHAPE(b, s, 3, heads, hd))), KILN_SHAPE(b * s, h));
         } else {
             qkv = kiln_reshape(qkv, KILN_SHAPE(b, s, 3, heads, hd));
             /* softmax(q k^T + hide) v, q pre-scaled by 1/sqrt(hd) in the weights (scale 1): one
              * fused kernel per head at inference, its output already laid out [b, s, heads, hd]
              * so the heads merge as a view */
             kiln_tensor q = head_view(kiln_ref(qkv), 0), k = head_view(kiln_ref(qkv), 1), v = head_view(qkv, 2);
-            ctx = kiln_scaled_dot_product_attention(q, k, v, kiln_ref(hide), false, 1.0);
+            ctx = kiln_scaled_dot_product_attention(q, k, v, hide.id ? kiln_ref(hide) : KILN_NONE, false, 1.0);
             ctx = kiln_reshape(kiln_permute(ctx, KILN_DIMS(0, 2, 1, 3)), KILN_SHAPE(b * s, h));
         }
         kiln_tensor a = bert_linear(m, l, 1, ctx, false);
@@ -118,12 +123,20 @@ static bool check_inputs(const char *op, const kiln_bert *m, kiln_tensor *in, in
 }
 
 /* sentence-transformers' Pooling + Normalize over x [b, s, h]: sum(x * mask) / max(count, 1e-9),
- * then divided by max(||.||, 1e-12). Consumes both. */
-static kiln_tensor mean_pool_normalize(kiln_tensor x, kiln_tensor attention_mask) {
-    kiln_tensor weight = kiln_cast(kiln_ne_scalar(attention_mask, 0.0), KILN_F32); /* [b, s] */
-    kiln_tensor sum = kiln_sum_dims(kiln_mul(x, kiln_unsqueeze(kiln_ref(weight), -1)), KILN_DIMS(1), false);
-    kiln_tensor count = kiln_clamp(kiln_sum_dims(weight, KILN_DIMS(1), true), 1e-9, NAN);
-    kiln_tensor mean = kiln_div(sum, count);
+ * then divided by max(||.||, 1e-12). Consumes both. every_token: the mask is all tokens, so the
+ * weights are all 1 and the count s: the same values from fewer ops (x * 1 is x, and the
+ * division by s the one by a count of s). */
+static kiln_tensor mean_pool_normalize(kiln_tensor x, kiln_tensor attention_mask, int64_t s, bool every_token) {
+    kiln_tensor mean;
+    if (every_token) {
+        kiln_release(attention_mask);
+        mean = kiln_div_scalar(kiln_sum_dims(x, KILN_DIMS(1), false), (double)s);
+    } else {
+        kiln_tensor weight = kiln_cast(kiln_ne_scalar(attention_mask, 0.0), KILN_F32); /* [b, s] */
+        kiln_tensor sum = kiln_sum_dims(kiln_mul(x, kiln_unsqueeze(kiln_ref(weight), -1)), KILN_DIMS(1), false);
+        kiln_tensor count = kiln_clamp(kiln_sum_dims(weight, KILN_DIMS(1), true), 1e-9, NAN);
+        mean = kiln_div(sum, count);
+    }
     kiln_tensor norm = kiln_sqrt(kiln_sum_dims(kiln_mul(kiln_ref(mean), kiln_ref(mean)), KILN_DIMS(1), true));
     return kiln_div(mean, kiln_clamp(norm, 1e-12, NAN));
 }
@@ -138,10 +151,11 @@ static kiln_tensor run(const char *op, bool pool, const kiln_bert *m, kiln_tenso
     const char *outer = kiln__op_scope_enter(op);
     kiln_tensor mask = pool ? kiln_ref(attention_mask) : KILN_NONE;
     kiln__bert_packing packing; /* the pooled embedding only: forward's padded rows stay transformers' */
-    bool packed = pool && kiln__bert_plan_packing(attention_mask, b, s, &packing);
-    out = encoder(m, input_ids, attention_mask, token_type_ids, b, s, packed ? &packing : NULL);
+    bool every_token = false;
+    bool packed = pool && kiln__bert_plan_packing(attention_mask, b, s, &packing, &every_token);
+    out = encoder(m, input_ids, attention_mask, token_type_ids, b, s, packed ? &packing : NULL, every_token);
     if (packed) kiln__bert_packing_release(&packing);
-    if (pool) out = mean_pool_normalize(out, mask);
+    if (pool) out = mean_pool_normalize(out, mask, s, every_token);
     kiln__op_scope_leave(outer);
     return out;
 }

@@ -34,7 +34,8 @@
 #define KILN__S8_GROUP 16
 
 /* What happens to y after the sum, while a group's outputs are still in L1: a Linear's bias
- * added, then its GELU (the erf form, kiln__vgelu_f32) applied. With a bias, wscale is packed
+ * added, then its GELU (the erf form: kiln__vgelu_f32 on the AVX2 and scalar paths; on the VNNI
+ * path a float form within 7.5e-8 |x|, on the sums in registers, see gemm_int8.c) applied. With a bias, wscale is packed
  * from [out, nblk + 1], the last column the bias (a bias is one more "block" of scales). Done in
  * the product so that a 16-token layer's bias add and GELU are not ops of their own: each op is
  * a hand-off between threads that costs more than the few thousand values it touches. */
