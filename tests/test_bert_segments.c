@@ -210,6 +210,26 @@ KT_TEST(bert_attention_matches_reference) {
     KT_MEM_CHECK();
 }
 
+/* A NaN score (one k element of head 0) makes head 0's context NaN for every query, as the
+ * general path's softmax does, and leaves the other heads finite. */
+KT_TEST(bert_attention_nan_score_gives_nan_row) {
+    if (!kiln__bert_attention_supported()) return;
+    kt_mem_begin();
+    enum { S = 4, D = 8 };
+    float qkv[S * 3 * HEADS * D], got[S * HEADS * D];
+    for (int i = 0; i < S * 3 * HEADS * D; i++) qkv[i] = 0.25f * (float)(i % 7) - 0.5f;
+    qkv[((2 * 3 + 1) * HEADS + 0) * D + 3] = NAN; /* token 2's k, head 0 */
+    kiln_tensor out = kiln__bert_attention(kiln_from_data(KILN_CPU, KILN_F32, KILN_SHAPE(1, S, 3, HEADS, D), qkv));
+    KT_CHECK_MSG(kiln_into_data(out, got, sizeof got) == KILN_OK, "%s", kiln_last_error());
+    for (int i = 0; i < S; i++)
+        for (int h = 0; h < HEADS; h++)
+            for (int e = 0; e < D; e++) {
+                float v = got[(i * HEADS + h) * D + e];
+                KT_CHECK_MSG(h == 0 ? isnan(v) : isfinite(v), "token %d head %d: %g", i, h, (double)v);
+            }
+    KT_MEM_CHECK();
+}
+
 /* Wrong input, queued and read later: an error naming the op and this file. */
 KT_TEST(bert_attention_bad_input) {
     kt_mem_begin();
@@ -231,6 +251,7 @@ int main(void) {
     KT_RUN(segments_match_reference);
     KT_RUN(segments_bad_input);
     KT_RUN(bert_attention_matches_reference);
+    KT_RUN(bert_attention_nan_score_gives_nan_row);
     KT_RUN(bert_attention_bad_input);
     return kt_finish();
 }

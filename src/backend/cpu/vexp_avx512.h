@@ -13,7 +13,7 @@
 #define KILN__AVX512_TARGET __attribute__((target("avx512f")))
 
 KILN__AVX512_TARGET static inline __attribute__((always_inline)) __m512 kiln__vexp_neg_avx512(__m512 a) {
-    a = _mm512_max_ps(a, _mm512_set1_ps(-80.0f));
+    a = _mm512_max_ps(_mm512_set1_ps(-80.0f), a); /* (this order: a NaN lane stays NaN) */
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(a, _mm512_set1_ps(1.44269504088896341f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), a); /* ln2 as a pair */
