@@ -201,6 +201,17 @@ static PyObject *norm_capsule(kiln_module *m) {
     return kp_layer_capsule(m);
 }
 
+/* A ValueError for a norm's eps (and momentum): PyUnicode_FromFormat, under kp_error_at, has no
+ * %g, so the numbers are printed first. */
+static PyObject *bad_eps_momentum(double eps, double momentum, bool with_momentum) {
+    char e[32], m[32];
+    snprintf(e, sizeof e, "%g", eps);
+    snprintf(m, sizeof m, "%g", momentum);
+    if (with_momentum)
+        return kp_error_at(PyExc_ValueError, "eps must be finite and >= 0 and momentum in [0, 1], got %s and %s", e, m);
+    return kp_error_at(PyExc_ValueError, "eps %s must be finite and >= 0", e);
+}
+
 /* _batch_norm_new(num_features, eps, momentum, affine, track_running_stats, kiln_own): kiln_own
  * (the default BatchNorm2d) takes kiln_batch_norm2d_new; otherwise a module over kiln_batch_norm
  * that takes [N, C, ...] (BatchNorm1d, or flags kiln's module lacks). */
@@ -216,7 +227,7 @@ static PyObject *f_batch_norm(PyObject *mod, PyObject *const *args, Py_ssize_t n
     if (own) return kp_layer_capsule(kiln_batch_norm2d_new(c.groups, c.eps, c.momentum));
     if (c.groups < 1) return kp_error_at(PyExc_ValueError, "num_features must be positive, got %lld", (long long)c.groups);
     if (!(c.eps >= 0 && c.eps < INFINITY) || !(c.momentum >= 0 && c.momentum <= 1))
-        return kp_error_at(PyExc_ValueError, "eps must be finite and >= 0 and momentum in [0, 1], got %g and %g", c.eps, c.momentum);
+        return bad_eps_momentum(c.eps, c.momentum, true);
     c.affine = affine, c.track = track;
     kiln_shape cs = {.ndim = 1, .dims = {c.groups}};
     kiln_module *m = norm_module("BatchNorm", batch_norm_forward, &c, cs);
@@ -243,7 +254,7 @@ static PyObject *f_layer_norm(PyObject *mod, PyObject *const *args, Py_ssize_t n
     if (c.shape.ndim < 1) return kp_error_at(PyExc_ValueError, "normalized_shape must have at least one dim");
     for (int d = 0; d < c.shape.ndim; d++)
         if (c.shape.dims[d] < 1) return kp_error_at(PyExc_ValueError, "normalized_shape's sizes must be positive");
-    if (!(c.eps >= 0 && c.eps < INFINITY)) return kp_error_at(PyExc_ValueError, "eps %g must be finite and >= 0", c.eps);
+    if (!(c.eps >= 0 && c.eps < INFINITY)) return bad_eps_momentum(c.eps, 0, false);
     c.affine = affine;
     return norm_capsule(norm_module("LayerNorm", layer_norm_forward, &c, c.shape));
 }
@@ -260,7 +271,7 @@ static PyObject *f_group_norm(PyObject *mod, PyObject *const *args, Py_ssize_t n
     if (c.groups < 1 || channels < 1 || channels % c.groups)
         return kp_error_at(PyExc_ValueError, "num_channels (%lld) must be a positive multiple of num_groups (%lld)",
                             (long long)channels, (long long)c.groups);
-    if (!(c.eps >= 0 && c.eps < INFINITY)) return kp_error_at(PyExc_ValueError, "eps %g must be finite and >= 0", c.eps);
+    if (!(c.eps >= 0 && c.eps < INFINITY)) return bad_eps_momentum(c.eps, 0, false);
     c.affine = affine;
     kp_site();
     return norm_capsule(norm_module("GroupNorm", group_norm_forward, &c, (kiln_shape){.ndim = 1, .dims = {channels}}));

@@ -180,9 +180,9 @@ static void pool_chunk_bounds(const pool_job *job, int64_t chunk, int64_t *begin
  * caller's CPU, and the process's products took 128-130 us, the caller's time alone, against
  * 66 us. The worker then moves itself off that CPU (its allowed CPUs less that one, then all of
  * them again: a mask the worker's CPU is in moves nothing), to compete there with whatever runs,
- * instead of with its own caller. At most once per POOL_SPREAD_EVERY_S per worker, so a scheduler
- * that keeps stacking them costs two system calls a few times a second. KILN_POOL_SPREAD=0 turns
- * it off. */
+ * instead of with its own caller. At most once per POOL_SPREAD_EVERY_S per worker: a scheduler
+ * that kept stacking them would cost three system calls and a migration up to 500 times a second
+ * (in the measured loops it happened a few times a process). KILN_POOL_SPREAD=0 turns it off. */
 #define POOL_SPREAD_EVERY_S 0.002
 
 static double pool_seconds_now(void);
@@ -213,10 +213,11 @@ static bool pool_spread_from(int caller_cpu, double *last_spread) {
         CPU_ISSET(caller_cpu, &allowed)) {
         others = allowed;
         CPU_CLR(caller_cpu, &others);
-        if (CPU_COUNT(&others) > 0 && sched_setaffinity(0, sizeof others, &others) == 0) {
+        /* now elsewhere, it stays there once its mask is whole again; should that fail (the
+         * cpuset changed meanwhile) it keeps the narrower mask, still runnable, and is not counted */
+        if (CPU_COUNT(&others) > 0 && sched_setaffinity(0, sizeof others, &others) == 0 &&
+            sched_setaffinity(0, sizeof allowed, &allowed) == 0)
             atomic_fetch_add_explicit(&pool_spread_count, 1, memory_order_relaxed);
-            (void)sched_setaffinity(0, sizeof allowed, &allowed); /* (now elsewhere: stays there) */
-        }
     }
     pthread_mutex_lock(&pool.state_lock);
     return true;
