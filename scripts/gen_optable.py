@@ -20,6 +20,7 @@ import os
 import re
 import sys
 
+from optable_common import c_string
 import optable_linalg  # the linear-algebra table's headers (src/ir/linalg_table.h)
 import optable_shape  # the shape op table's headers (src/ir/shape_table.h)
 
@@ -336,10 +337,6 @@ def nn_header(row_ops):
         out.append(f"#define kiln_{name}(...) KILN__AT({name}, __VA_ARGS__)")
     out += ["#endif", "", "#ifdef __cplusplus", "}", "#endif", "#endif", ""]
     return "\n".join(out)
-
-
-def c_string(text):
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def python_default(row, name, fallback):

@@ -10,6 +10,8 @@ wrapper; run gen_optable.py, not this."""
 import os
 import sys
 
+from optable_common import c_string, signature
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TABLE = os.path.join(ROOT, "src", "ir", "linalg_table.h")
 HEADER = os.path.join(ROOT, "include", "kiln", "linalg_ops.h")
@@ -52,12 +54,6 @@ def read(read_rows, path=TABLE):
             sys.exit(f"{where}: arity {row['arity']} is not sig {row['sig']}'s count of tensors")
         row["params"] = list(zip(types, names))
     return rows
-
-
-def signature(row):
-    """(parameters, arguments) of a row's public function, as C text."""
-    params = ", ".join(f"{t}{n}" if t.endswith("*") else f"{t} {n}" for t, n in row["params"])
-    return f"({params})", "(" + ", ".join(n for _, n in row["params"]) + ")"
 
 
 def wrap_prototype(head, params, width=120):
@@ -108,10 +104,6 @@ def header(rows, wrap_comment):
         out.append(f"#define kiln_{row['name']}(...) KILN__AT({row['name']}, __VA_ARGS__)")
     out += ["#endif", "", "#ifdef __cplusplus", "}", "#endif", "#endif", ""]
     return "\n".join(out)
-
-
-def c_string(text):
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def python_rows(rows):

@@ -6,9 +6,10 @@ rows python/src/shape_table_generated.h (KP_TABLE_SHAPE_DIM_OPS and KP_TABLE_SHA
 the DIM and OFFSET rows with a py name, which python/src/op_table.h puts in KP_DIM_OPS and
 KP_OFFSET_OPS for python/src/ops.c's generic callers). gen_optable.py calls outputs(); the reading and
 comment-wrapping helpers are gen_optable's own, passed in, so both parse rows the same way."""
-import json  # json.dumps: a doc as a C string literal (ASCII)
 import os
 import sys
+
+from optable_common import c_string, signature
 
 COLUMNS = ["NAME", "name", "sig", "args", "arity", "dtype", "shape", "grad", "tol", "py", "ex", "out", "bad",
            "bad_status"]
@@ -65,12 +66,6 @@ def read_shape_ops(root, read_rows):
     return rows
 
 
-def signature(row):
-    """(parameters, arguments) of a row's public function, as C."""
-    params = ", ".join(f"{t}{n}" if t.endswith("*") else f"{t} {n}" for t, n in row["params"])
-    return f"({params})", "(" + ", ".join(n for _, n in row["params"]) + ")"
-
-
 def header(rows, wrap_comment):
     """include/kiln/shape_ops.h."""
     out = ["/* kiln's views, joins, indexing, masks and scans: generated from src/ir/shape_table.h by",
@@ -119,7 +114,7 @@ def python_rows(rows):
         picked = [r for r in rows if r["sig"] == sig and r["py"] not in ("HAND", "NONE")]
         out += [f"/* X(method, function, doc): {call} */", f"#define {macro}(X) \\"]
         for i, r in enumerate(picked):
-            out.append(f"    X({r['py']}, kiln_{r['name']}, {json.dumps(r['doc_pieces'][0].strip())})"
+            out.append(f"    X({r['py']}, kiln_{r['name']}, {c_string(r['doc_pieces'][0].strip())})"
                        + (" \\" if i + 1 < len(picked) else ""))
         out.append("")
     out += ["#endif", ""]

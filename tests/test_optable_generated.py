@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 
-FILES = ["scripts/gen_optable.py", "scripts/optable_linalg.py", "src/ir/optable.h", "src/ir/reduce_table.h",
+FILES = ["scripts/gen_optable.py", "scripts/optable_common.py", "scripts/optable_linalg.py", "src/ir/optable.h", "src/ir/reduce_table.h",
          "src/ir/row_table.h", "src/ir/linalg_table.h", "include/kiln/ops.h", "include/kiln/nn_ops.h",
          "python/src/op_table_generated.h", "include/kiln/linalg_ops.h", "python/src/linalg_table_generated.h",
          "scripts/optable_shape.py", "src/ir/shape_table.h", "include/kiln/shape_ops.h",
