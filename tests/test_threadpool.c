@@ -520,22 +520,32 @@ KT_TEST(worker_leaves_its_callers_cpu) {
     KT_CHECK(sched_setaffinity(0, sizeof one, &one) == 0);
     kiln__pool_set_threads(2);
     bool moved = false;
+    int stayed = 0, stacked = 0;
     uint64_t spreads = kiln__pool_spread_count();
-    for (int attempt = 0; attempt < 5 && !moved; attempt++) { /* (the scheduler may move it first) */
+    /* On a loaded machine (CI runs two tests at once) the scheduler often moves the worker
+     * itself, before or instead of the pool: such a try says nothing. The test fails only when
+     * the worker ran its chunk on its caller's CPU three times and was never moved by the pool. */
+    for (int attempt = 0; attempt < 20 && !moved && stayed < 3; attempt++) {
         st.pin_worker = true;
         atomic_store(&st.worker_cpu, -1);
         kiln__parallel_for(2, 1, stacking_range, &st);
         if (atomic_load(&st.worker_cpu) != st.cpu) continue;
+        stacked++;
         pause_us(3000); /* (past a previous attempt's spread: one per 2 ms per worker) */
         st.pin_worker = false;
         atomic_store(&st.worker_cpu, -1);
         kiln__parallel_for(2, 1, stacking_range, &st);
         int cpu = atomic_load(&st.worker_cpu);
+        stayed += cpu == st.cpu;
         /* (moved by the pool, not by the scheduler's balancing while the caller slept) */
         moved = cpu >= 0 && cpu != st.cpu && kiln__pool_spread_count() > spreads;
     }
     KT_CHECK(sched_setaffinity(0, sizeof before, &before) == 0);
-    KT_CHECK_MSG(moved, "the worker stayed on its caller's CPU %d", st.cpu);
+    if (!moved && stayed < 3) {
+        printf("  (inconclusive: stacked %d times, the scheduler moved the worker itself)\n", stacked);
+        return;
+    }
+    KT_CHECK_MSG(moved, "the worker stayed on its caller's CPU %d (%d times)", st.cpu, stayed);
 }
 
 int main(void) {
