@@ -20,7 +20,7 @@ import os
 import re
 import sys
 
-from optable_common import c_string
+from optable_common import c_string, call_site_list, call_site_macros_and_close, header_open
 import optable_linalg  # the linear-algebra table's headers (src/ir/linalg_table.h)
 import optable_shape  # the shape op table's headers (src/ir/shape_table.h)
 
@@ -251,16 +251,7 @@ def header(rows, scalars, reductions, row_ops):
         " *   kiln_tensor y = kiln_softsign(kiln_ref(x));   // y = x / (1 + |x|), x kept",
         " *   kiln_tensor m = kiln_mean_dims(y, KILN_DIMS(-1), true);   // y consumed",
         " */",
-        "#ifndef KILN_OPS_H",
-        "#define KILN_OPS_H",
-        "",
-        '#include "kiln/core.h"',
-        "",
-        "#ifdef __cplusplus",
-        'extern "C" {',
-        "#endif",
-        "",
-    ]
+    ] + header_open("KILN_OPS_H")
     for r in public:
         params, _ = SIGNATURES[r["sig"]]
         out.append(f"KILN_API kiln_tensor kiln_{r['name']}{params}; /* {r['doc']} */")
@@ -287,17 +278,11 @@ def header(rows, scalars, reductions, row_ops):
     for macro, rows in (("KILN_OPS_ELEMENTWISE_API", elementwise), ("KILN_OPS_SCALAR_API", scalar_calls),
                         ("KILN_OPS_REDUCE_API", [f[:3] for f in reduce_functions(reductions)]),
                         ("KILN_OPS_ROW_API", row_calls)):
-        out.append(f"#define {macro}(X) \\")
-        for i, (name, params, args) in enumerate(rows):
-            out.append(f"    X(kiln_tensor, {name}, {params}, {args})" + (" \\" if i + 1 < len(rows) else ""))
+        out += call_site_list(macro, rows, declare=False)
     out += ["#define KILN_OPS_API(X) KILN_OPS_ELEMENTWISE_API(X) KILN_OPS_SCALAR_API(X) KILN_OPS_REDUCE_API(X) \\",
             "    KILN_OPS_ROW_API(X)",
-            "KILN_OPS_API(KILN__AT_DECLARE)", "",
-            "#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)",
-            "#pragma GCC system_header /* see core.h: errors in these calls name the caller's line */"]
-    for name, _, _ in calls:
-        out.append(f"#define kiln_{name}(...) KILN__AT({name}, __VA_ARGS__)")
-    out += ["#endif", "", "#ifdef __cplusplus", "}", "#endif", "#endif", ""]
+            "KILN_OPS_API(KILN__AT_DECLARE)", ""]
+    out += call_site_macros_and_close(name for name, _, _ in calls)
     return "\n".join(out)
 
 
@@ -313,10 +298,7 @@ def nn_header(row_ops):
            " *",
            " *   kiln_tensor mse = kiln_mse_loss(kiln_ref(x), kiln_ref(y));          // 0-d mean; x and y kept",
            " *   kiln_tensor per_elem = kiln_l1_loss_ex(x, y, KILN_REDUCTION_NONE);  // x's shape; both consumed",
-           " */",
-           "#ifndef KILN_NN_OPS_H", "#define KILN_NN_OPS_H", "",
-           '#include "kiln/core.h"', "",
-           "#ifdef __cplusplus", 'extern "C" {', "#endif", ""]
+           " */"] + header_open("KILN_NN_OPS_H")
     for r in row_ops:
         if r["kind"] != "composed":
             continue
@@ -326,16 +308,9 @@ def nn_header(row_ops):
                 out.append(f"KILN_API kiln_tensor kiln_{name}{params};")
             else:
                 out.append(f"KILN_API kiln_tensor kiln_{name}{params}; /* {doc} */")
-    out += ["", "/* The calls that record the caller's file:line, as in core.h's list. */",
-            "#define KILN_NN_ROW_API(X) \\"]
-    for i, (name, params, args, _) in enumerate(calls):
-        out.append(f"    X(kiln_tensor, {name}, {params}, {args})" + (" \\" if i + 1 < len(calls) else ""))
-    out += ["KILN_NN_ROW_API(KILN__AT_DECLARE)", "",
-            "#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)",
-            "#pragma GCC system_header /* see core.h: errors in these calls name the caller's line */"]
-    for name, _, _, _ in calls:
-        out.append(f"#define kiln_{name}(...) KILN__AT({name}, __VA_ARGS__)")
-    out += ["#endif", "", "#ifdef __cplusplus", "}", "#endif", "#endif", ""]
+    out += ["", "/* The calls that record the caller's file:line, as in core.h's list. */"]
+    out += call_site_list("KILN_NN_ROW_API", [c[:3] for c in calls]) + [""]
+    out += call_site_macros_and_close(c[0] for c in calls)
     return "\n".join(out)
 
 

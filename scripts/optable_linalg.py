@@ -10,7 +10,7 @@ wrapper; run gen_optable.py, not this."""
 import os
 import sys
 
-from optable_common import c_string, signature
+from optable_common import c_string, call_site_list, call_site_macros_and_close, header_open, row_calls, signature
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TABLE = os.path.join(ROOT, "src", "ir", "linalg_table.h")
@@ -80,10 +80,7 @@ def header(rows, wrap_comment):
            " *   kiln_tensor w = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(10, 784), 1);",
            " *   kiln_tensor h = kiln_linear(kiln_ref(x), kiln_ref(w), KILN_NONE);  // x [.., 784] -> [.., 10]; x, w kept",
            " *   kiln_tensor back = kiln_matmul(h, w);                               // [.., 10] @ [10, 784]; h, w consumed",
-           " */",
-           "#ifndef KILN_LINALG_OPS_H", "#define KILN_LINALG_OPS_H", "",
-           '#include "kiln/core.h"', "",
-           "#ifdef __cplusplus", 'extern "C" {', "#endif", ""]
+           " */"] + header_open("KILN_LINALG_OPS_H")
     for row in rows:
         params, _ = signature(row)
         pieces = row["doc_pieces"]
@@ -92,17 +89,8 @@ def header(rows, wrap_comment):
     out += ["", "/* The calls that record the caller's file:line, as in core.h's list: the ones defined in the",
             " * API layer (src/api/) and in the nn layer (src/nn/), by the rows' layer column. */"]
     for layer, macro in LISTS.items():
-        mine = [r for r in rows if r["layer"] == layer]
-        out.append(f"#define {macro}(X) \\")
-        for i, row in enumerate(mine):
-            params, args = signature(row)
-            out.append(f"    X(kiln_tensor, {row['name']}, {params}, {args})" + (" \\" if i + 1 < len(mine) else ""))
-        out.append(f"{macro}(KILN__AT_DECLARE)")
-    out += ["", "#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)",
-            "#pragma GCC system_header /* see core.h: errors in these calls name the caller's line */"]
-    for row in rows:
-        out.append(f"#define kiln_{row['name']}(...) KILN__AT({row['name']}, __VA_ARGS__)")
-    out += ["#endif", "", "#ifdef __cplusplus", "}", "#endif", "#endif", ""]
+        out += call_site_list(macro, row_calls([r for r in rows if r["layer"] == layer]))
+    out += [""] + call_site_macros_and_close(r["name"] for r in rows)
     return "\n".join(out)
 
 

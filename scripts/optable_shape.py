@@ -9,7 +9,7 @@ comment-wrapping helpers are gen_optable's own, passed in, so both parse rows th
 import os
 import sys
 
-from optable_common import c_string, signature
+from optable_common import c_string, call_site_list, call_site_macros_and_close, header_open, row_calls, signature
 
 COLUMNS = ["NAME", "name", "sig", "args", "arity", "dtype", "shape", "grad", "tol", "py", "ex", "out", "bad",
            "bad_status"]
@@ -76,10 +76,7 @@ def header(rows, wrap_comment):
            " *   kiln_tensor a = kiln_arange(KILN_CPU, KILN_F32, 0, 60, 1);",
            " *   kiln_tensor v = kiln_transpose(kiln_reshape(a, KILN_SHAPE(3, 4, 5)), 0, 2);   // [5, 4, 3], a view",
            " *   kiln_tensor c = kiln_cumsum(v, 0);                                            // running sum along dim 0",
-           " */",
-           "#ifndef KILN_SHAPE_OPS_H", "#define KILN_SHAPE_OPS_H", "",
-           '#include "kiln/core.h"', "",
-           "#ifdef __cplusplus", 'extern "C" {', "#endif", ""]
+           " */"] + header_open("KILN_SHAPE_OPS_H")
     for r in rows:
         params, _ = signature(r)
         proto = f"KILN_API kiln_tensor kiln_{r['name']}{params};"
@@ -90,16 +87,9 @@ def header(rows, wrap_comment):
             out += wrap_comment(r["doc"])
             out.append(proto)
     out += ["", "/* The calls that record the caller's file:line, as in core.h's list (kiln/tensor.h's",
-            " * KILN_TENSOR_API includes it). */", "#define KILN_SHAPE_OPS_API(X) \\"]
-    for i, r in enumerate(rows):
-        params, args = signature(r)
-        out.append(f"    X(kiln_tensor, {r['name']}, {params}, {args})" + (" \\" if i + 1 < len(rows) else ""))
-    out += ["KILN_SHAPE_OPS_API(KILN__AT_DECLARE)", "",
-            "#if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)",
-            "#pragma GCC system_header /* see core.h: errors in these calls name the caller's line */"]
-    for r in rows:
-        out.append(f"#define kiln_{r['name']}(...) KILN__AT({r['name']}, __VA_ARGS__)")
-    out += ["#endif", "", "#ifdef __cplusplus", "}", "#endif", "#endif", ""]
+            " * KILN_TENSOR_API includes it). */"]
+    out += call_site_list("KILN_SHAPE_OPS_API", row_calls(rows)) + [""]
+    out += call_site_macros_and_close(r["name"] for r in rows)
     return "\n".join(out)
 
 
