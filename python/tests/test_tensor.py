@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import kiln
-from conftest import needs_torch
+from conftest import needs_torch, optable_json
 
 
 def arr(t):
@@ -122,20 +122,10 @@ def test_unary_and_table_functions():
     np.testing.assert_allclose(arr(kiln.maximum(x, 1.0)), np.maximum(x_np, 1.0))
 
 
-def c_op_tables():
-    """The C op tables as scripts/gen_optable.py --json gives them (skips outside the repository)."""
-    import json, pathlib, subprocess, sys
-    script = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "gen_optable.py"
-    if not script.exists():
-        pytest.skip("not run from the repository")
-    return json.loads(subprocess.run([sys.executable, str(script), "--json"], check=True,
-                                     capture_output=True, text=True).stdout)
-
-
 def test_every_unary_op_of_the_c_op_table_is_a_method_and_a_function():
     # the binding's unary rows are generated from src/ir/optable.h: an op added there by the
     # recipe (reciprocal, hardsigmoid) is callable from Python with no edit to the binding
-    ops = c_op_tables()["ops"]
+    ops = optable_json()["ops"]
     unary = [r["name"] for r in ops if r["sig"] == "T"]
     assert {"reciprocal", "hardsigmoid", "exp"} <= set(unary)
     x = kiln.tensor([0.5, -2.0, 4.0])
@@ -169,7 +159,7 @@ def test_reductions():
 def test_every_reduction_of_the_c_reduction_table_is_a_method_and_a_function():
     # the binding's t.name(dim=None, keepdim=False) reductions are generated from the rows of
     # src/ir/reduce_table.h with a py name; the rows marked HAND keep torch's own signatures
-    rows = c_op_tables()["reductions"]
+    rows = optable_json()["reductions"]
     x_np = np.array([[0.5, -2.0, 4.0], [1.0, 0.0, -0.25]], np.float32)
     x = kiln.tensor(x_np)
     refs = {"sum": np.sum, "mean": np.mean, "prod": np.prod, "amax": np.amax, "amin": np.amin,
