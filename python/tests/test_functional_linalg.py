@@ -99,6 +99,34 @@ def test_batch_norm_against_torch_updates_the_running_statistics_in_place():
                                                                                   training=True))
 
 
+def softmax_rows(s):
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_attention_and_batch_norm_against_numpy():
+    # (CI's Python has no PyTorch: the same functions against float64 NumPy references)
+    q, k, v = rand(2, 3, 4, 8), rand(2, 3, 5, 8, seed=1), rand(2, 3, 5, 6, seed=2)
+    q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
+    scores = q64 @ k64.swapaxes(-1, -2)
+    np.testing.assert_allclose(F.scaled_dot_product_attention(kiln.tensor(q), kiln.tensor(k), kiln.tensor(v)).numpy(),
+                               softmax_rows(scores / np.sqrt(8)) @ v64, rtol=1e-5, atol=1e-5)
+    causal = np.where(np.tril(np.ones((4, 5), bool)), 0.3 * scores, -np.inf)
+    np.testing.assert_allclose(F.scaled_dot_product_attention(kiln.tensor(q), kiln.tensor(k), kiln.tensor(v),
+                                                              is_causal=True, scale=0.3).numpy(),
+                               softmax_rows(causal) @ v64, rtol=1e-5, atol=1e-5)
+    x, w, b = rand(4, 3, 5), rand(3, seed=1), rand(3, seed=2)
+    km, kv = kiln.tensor(np.zeros(3, np.float32)), kiln.tensor(np.ones(3, np.float32))
+    x64 = x.astype(np.float64)
+    mu, var = x64.mean(axis=(0, 2)), x64.var(axis=(0, 2))
+    want = (x64 - mu[:, None]) / np.sqrt(var[:, None] + 1e-5) * w[:, None] + b[:, None]
+    got = F.batch_norm(kiln.tensor(x), km, kv, kiln.tensor(w), kiln.tensor(b), training=True, momentum=0.2)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-5)
+    n = x.shape[0] * x.shape[2]  # the running variance takes the unbiased estimate, as PyTorch's
+    np.testing.assert_allclose(km.numpy(), 0.2 * mu, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(kv.numpy(), 0.8 + 0.2 * var * n / (n - 1), rtol=1e-5, atol=1e-6)
+
+
 def test_bad_arguments_raise():
     x, w = kiln.tensor(rand(1, 2, 4, 4)), kiln.tensor(rand(3, 2, 3, 3))
     with pytest.raises(ValueError):

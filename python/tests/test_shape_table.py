@@ -61,3 +61,14 @@ def test_hand_written_rows_are_bound():
     assert "reshape" in hand and "cat" in hand
     for name in hand:
         assert hasattr(x, name) or hasattr(kiln, name), name
+
+
+def test_tril_triu_against_numpy():
+    # (CI's Python has no PyTorch: the generated OFFSET rows against NumPy)
+    a = np.arange(20, dtype=np.float32).reshape(4, 5)
+    t = kiln.tensor(a)
+    np.testing.assert_array_equal(t.tril().numpy(), np.tril(a))
+    np.testing.assert_array_equal(kiln.triu(t, diagonal=1).numpy(), np.triu(a, 1))
+    np.testing.assert_array_equal(kiln.tril(t, -2).numpy(), np.tril(a, -2))
+    with pytest.raises(TypeError):
+        t.tril(diagonal="x")
