@@ -18,8 +18,14 @@ build() { # name compiler extra-cmake-args...
     cmake --build "$root/$name" -j "$jobs" >"$root/$name.log" 2>&1 || { cat "$root/$name.log"; exit 1; }
 }
 
-# each phase's start, in seconds since the script began: where CI's 25 minutes go
-phase() { echo "== $1 (at ${SECONDS}s)"; }
+# each phase's start, in seconds since the script began, and the disk left: where CI's 25 minutes
+# and its disk go
+phase() { echo "== $1 (at ${SECONDS}s, $(df -h --output=avail . | tail -n 1 | tr -d ' ') free)"; }
+
+# A build tree no later phase reads is removed once its phase passed: the ASan tree alone is ~4 GB
+# (debug info in ~130 test programs) and CI once ran out of disk linking the TSan tree. A phase
+# that fails exits before this, so its tree stays for a look.
+done_with() { rm -rf "${@/#/$root/}"; }
 
 mkdir -p "$root"
 phase "layers: no include in src/ points to a higher layer (README's Layout table)"
@@ -39,6 +45,7 @@ scripts/check_install.sh "$root/gcc" "$root/install"
 phase "clang Release: the same suite (a call spanning lines, a NaN's sign: where compilers differ)"
 build clang clang -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=ON
 (cd "$root/clang" && ctest -j "$jobs" --output-on-failure)
+done_with clang
 
 phase "AddressSanitizer + UndefinedBehaviorSanitizer"
 build asan gcc -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=address
@@ -48,6 +55,7 @@ opencl_tests='opencl|example_device'
 # now and then segfaults while PoCL's threads wind down ("Tracer caught signal 11", after every
 # check passed; a sanitizer runtime bug, google/sanitizers#1353). A real failure fails twice.
 (cd "$root/asan" && KILN_NO_CACHING=1 ctest -j "$jobs" --output-on-failure -R "$opencl_tests" --repeat until-pass:2)
+done_with asan
 
 # (the *_sync twins set KILN_SYNC=1 themselves, the OpenCL ones KILN_FUSION=0 too: in these two
 # phases they would mostly repeat the runs the gcc phase made; 23 tests, ~90 s of test time a phase)
@@ -59,6 +67,7 @@ phase "fusion off (KILN_FUSION=0): the same suite, every op run on its own"
 
 phase "low precision without AVX512-BF16 (KILN_ISA=avx2): bf16/f16 products, convs and autocast widened to f32"
 (cd "$root/gcc" && KILN_ISA=avx2 ctest -j "$jobs" --output-on-failure -R '^test_(gemm_lowp|lowp_ops|autocast|grad_scaler|conv_lowp)$')
+done_with gcc
 
 phase "ThreadSanitizer (engine tests, dist tests as 2 ranks)"
 # (OpenBLAS's threads and oneDNN's OpenMP runtime synchronise in ways TSan cannot see: libgomp is not
@@ -69,6 +78,7 @@ build tsan clang -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=thread -DKILN_USE_BLAS
 # MPI's one lock-order report in MPI_Init is suppressed by tests/tsan-mpi.supp (the tests' env)
 # (and data parallelism's unused parameters, accumulation and failure paths, a few seconds more)
 (cd "$root/tsan" && KILN_NO_CACHING=1 ctest --output-on-failure -R '^test_dist(_ddp|_train|_ddp_unused|_ddp_accum|_ddp_errors)?_np2$')
+done_with tsan
 
 phase "Python package: pytest against kiln built by pip into .venv-py (scripts/setup-debian.sh)"
 # (pytest's exit status 5 means it collected no test: a broken install, so it fails CI too)
