@@ -8,6 +8,9 @@
  * in alternating order, and unfused_ms reports the second median: #29's fused/unfused check
  * then compares runs seconds apart in one process, not two processes minutes apart, whose
  * memory bandwidth on a shared machine moves by more than the 3% the check allows.
+ * --vs-add (chain8 and the named ops): one add is timed beside every run too, in alternating
+ * order, and add_ms reports its median: #29's "chain8 / one add" from one process, both sides
+ * in the same state of the machine (see raw_ms).
  * After kiln's runs, raw_ms times the machine itself: b = a + b in plain C (plain stores,
  * two threads, 3 times, the best) over the same inputs. On a 2-vCPU VM that number moves
  * between runs (11 ms or 18-20 for 64M f32, BENCHMARKS.md "one add at 11 or at 20 ms") with
@@ -106,38 +109,51 @@ int main(int argc, char **argv) {
     kiln_tensor a = kiln_from_borrowed(KILN_F32, KILN_SHAPE(n), raw_a, NULL, NULL);
     kiln_tensor b = kiln_from_borrowed(KILN_F32, KILN_SHAPE(n), raw_b, NULL, NULL);
     bool ab = bench_flag(argc, argv, "--fusion-ab"), fused_default = kiln_fusion_enabled();
-    double *unfused_ms = malloc(sizeof(double) * (size_t)runs);
+    bool vs_add = !add && bench_flag(argc, argv, "--vs-add");
+    double *unfused_ms = malloc(sizeof(double) * (size_t)runs), *add_ms = malloc(sizeof(double) * (size_t)runs);
     bench_check(kiln_sync(), "init");
     for (int r = -1; r < runs; r++) {
-        for (int half = 0; half < (ab ? 2 : 1); half++) {
-            bool unfused = ab && (half == (r & 1)); /* even runs time unfused first, odd runs second */
+        /* even runs: [unfused,] fused[, add]; odd runs the other way round */
+        int pieces = 1 + ab + vs_add;
+        for (int k = 0; k < pieces; k++) {
+            int piece = (r & 1) ? pieces - 1 - k : k; /* 0: unfused (with ab), then fused, then add */
+            bool unfused = ab && piece == 0, one_add = vs_add && piece == pieces - 1;
             kiln_fusion_set_enabled(ab ? !unfused : fused_default);
             double t0 = bench_now_ms(), c0 = bench_cpu_ms();
-            kiln_tensor c = chain ? chain8(kiln_ref(a), kiln_ref(b))
+            kiln_tensor c = one_add ? kiln_add(kiln_ref(a), kiln_ref(b))
+                            : chain ? chain8(kiln_ref(a), kiln_ref(b))
                             : add ? kiln_add(kiln_ref(a), kiln_ref(b))
                             : named >= 0 ? table_ops[named].run(kiln_ref(a), kiln_ref(b)) : kiln_exp(kiln_ref(a));
             bench_check(kiln_sync(), op);
-            if (r >= 0 && unfused) unfused_ms[r] = bench_now_ms() - t0;
-            else if (r >= 0) ms[r] = bench_now_ms() - t0, cpu[r] = bench_cpu_ms() - c0;
+            if (r < 0) {
+            } else if (one_add) {
+                add_ms[r] = bench_now_ms() - t0;
+            } else if (unfused) {
+                unfused_ms[r] = bench_now_ms() - t0;
+            } else {
+                ms[r] = bench_now_ms() - t0, cpu[r] = bench_cpu_ms() - c0;
+            }
             kiln_release(c);
         }
     }
     kiln_fusion_set_enabled(fused_default);
     double med = bench_quantile(ms, runs, 0.5);
     double bytes = (add || chain || (named >= 0 && table_ops[named].arity == 2) ? 3.0 : 2.0) * 4.0 * (double)n;
-    char name[32], extra[192];
+    char name[32], extra[256];
     snprintf(name, sizeof name, "%s_bandwidth", op);
     kiln_release(a);
     kiln_release(b);
     bench_check(kiln_sync(), "release");
     int len = snprintf(extra, sizeof extra, ",\"gbps\":%.2f,\"cpu_ms\":%.2f,\"raw_ms\":%.2f", bytes / (med * 1e6),
                        bench_quantile(cpu, runs, 0.5), raw_add(raw_a, raw_b, n));
-    if (ab) snprintf(extra + len, sizeof extra - (size_t)len, ",\"unfused_ms\":%.4f", bench_quantile(unfused_ms, runs, 0.5));
+    if (ab) len += snprintf(extra + len, sizeof extra - (size_t)len, ",\"unfused_ms\":%.4f", bench_quantile(unfused_ms, runs, 0.5));
+    if (vs_add) snprintf(extra + len, sizeof extra - (size_t)len, ",\"add_ms\":%.4f", bench_quantile(add_ms, runs, 0.5));
     bench_report(name, med, extra);
     free(raw_a);
     free(raw_b);
     free(ms);
     free(cpu);
     free(unfused_ms);
+    free(add_ms);
     return 0;
 }
