@@ -8,7 +8,8 @@
  *   (c / n_block) * n_stride + (r / k_block) * k_stride + (r % k_block / 2) * 2 * n_block
  *   + (c % n_block) * 2 + r % 2
  *
- *   kiln__gemm_bf16_pack_pairs(b, ldb, k, 0, n, packed, (kiln__bf16_pairs){32, 64, 2048, k_pad * 64});
+ *   kiln__bf16_pairs l = {.k_block = 32, .n_block = 64, .k_stride = 32 * 64, .n_stride = k_pad * 64};
+ *   if (kiln__gemm_bf16_pack_ok(&l)) kiln__gemm_bf16_pack_pairs(b, ldb, k, 0, n, packed, &l);   // all of B
  */
 #ifndef KILN_BACKEND_CPU_GEMM_LOWP_PACK_H
 #define KILN_BACKEND_CPU_GEMM_LOWP_PACK_H
