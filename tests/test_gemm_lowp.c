@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "backend/cpu/gemm_lowp.h"
+#include "backend/cpu/gemm_lowp_pack.h"
 #include "ew_util.h"
 
 static uint16_t *filled(kiln_dtype dt, int64_t n, double *ref) {
@@ -104,6 +105,31 @@ KT_TEST(products_widened_to_f32) {
     kiln__gemm_lowp_force(-1);
 }
 
+/* B packed once by kiln's own pair interleaving (gemm_lowp_pack.c) gives oneDNN's reorder's
+ * product bit for bit: odd k (a half-empty last pair), k past a row block, n past a column block
+ * (padding), a leading dim wider than n, into f32 and bf16. */
+KT_TEST(packed_b_matches_onednns_reorder) {
+    static const int64_t sizes[][3] = {{300, 1030, 97}, {256, 256, 64}, {520, 700, 33}};
+    for (int s = 0; s < 3; s++) {
+        int64_t m = sizes[s][0], n = sizes[s][1], k = sizes[s][2], ldb = n + 5;
+        double *ra = malloc(sizeof(double) * (size_t)(m * k)), *rb = malloc(sizeof(double) * (size_t)(k * ldb));
+        uint16_t *a = filled(KILN_BF16, m * k, ra), *b = filled(KILN_BF16, k * ldb, rb);
+        for (int c_bf16 = 0; c_bf16 < 2; c_bf16++) {
+            size_t es = c_bf16 ? 2 : 4, bytes = (size_t)(m * n) * es;
+            char *got = calloc(1, bytes), *want = calloc(1, bytes);
+            kiln_dtype c_dt = c_bf16 ? KILN_BF16 : KILN_F32;
+            KT_CHECK(kiln__gemm_lowp(KILN_BF16, 0, 0, m, n, k, a, k, b, ldb, 0, c_dt, got, n) == KILN_OK);
+            kiln__gemm_bf16_pack_force(0);
+            KT_CHECK(kiln__gemm_lowp(KILN_BF16, 0, 0, m, n, k, a, k, b, ldb, 0, c_dt, want, n) == KILN_OK);
+            kiln__gemm_bf16_pack_force(-1);
+            KT_CHECK_MSG(memcmp(got, want, bytes) == 0, "%lldx%lldx%lld into %s: kiln's packing differs (path %s)",
+                         (long long)m, (long long)n, (long long)k, kiln_dtype_name(c_dt), kiln__gemm_lowp_path(KILN_BF16));
+            free(got), free(want);
+        }
+        free(a), free(b), free(ra), free(rb);
+    }
+}
+
 /* The sum of 4096 ones plus small terms: bf16 accumulation would stop at 256. */
 KT_TEST(matmul_accumulates_in_f32) {
     kt_mem_begin();
@@ -169,6 +195,7 @@ int main(void) {
     KT_RUN(products_on_the_default_path);
     KT_RUN(products_in_column_and_row_tiles);
     KT_RUN(products_widened_to_f32);
+    KT_RUN(packed_b_matches_onednns_reorder);
     KT_RUN(matmul_accumulates_in_f32);
     KT_RUN(linear_and_bmm_with_gradients);
     return kt_finish();

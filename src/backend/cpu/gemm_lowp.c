@@ -13,8 +13,10 @@
  * 2048 x 2048 x 2048 product on 2 threads: 933-950 GFLOP/s packed once against 880-895 in
  * 1024 x 1024 tiles each packing (AMD EPYC Zen 5, loaded, 2026-11-29; BENCHMARKS.md). The
  * packed copy's buffer is kept for the next product (up to SPARE_MAX), so its pages are mapped
- * once. KILN_GEMM_BF16_PACK=0|1, KILN_GEMM_BF16_ROWS and _COLS (the tiles' size) are for
- * measuring. */
+ * once. The reorder itself is kiln's (gemm_lowp_pack.c: 0.06 ms per 2048 x 512 slice where
+ * oneDNN's took 0.30) wherever oneDNN's layout is the pair-interleaved one it writes and B is not
+ * transposed, oneDNN's reorder otherwise; the bits are the same. KILN_GEMM_BF16_PACK=0|1,
+ * KILN_GEMM_BF16_ROWS and _COLS (the tiles' size) are for measuring. */
 #include "backend/cpu/gemm_lowp.h"
 
 #include <stdatomic.h>
@@ -27,6 +29,7 @@
 #include "backend/cpu/cpu-impl.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/gemm_dnnl.h"
+#include "backend/cpu/gemm_lowp_pack.h"
 #include "backend/cpu/threadpool.h"
 #include "backend/cpu/vmath.h"
 
@@ -412,6 +415,8 @@ typedef struct {
     dnnl_memory_desc_t chunk_md[2]; /* a slice of chunk_cols columns of the packed B; the last one */
     int64_t m, k, n, ta, tb, lda, ldb, ldc, tile_rows, chunk_cols, col_block, col_stride;
     bool zero_pad;
+    bool own_pack; /* B moved by kiln__gemm_bf16_pack_pairs (gemm_lowp_pack.h), not oneDNN's reorder */
+    kiln__bf16_pairs pairs;
     const uint16_t *a, *b;
     char *c, *packed;
     kiln_dtype c_dt;
@@ -432,6 +437,10 @@ static void pack_task(void *ctx, int64_t begin, int64_t end) {
         bool last = cols != j->chunk_cols;
         char *to = j->packed + j0 / j->col_block * j->col_stride * (int64_t)sizeof(uint16_t);
         if (j->zero_pad) memset(to, 0, (size_t)((cols + j->col_block - 1) / j->col_block * j->col_stride) * sizeof(uint16_t));
+        if (j->own_pack) {
+            kiln__gemm_bf16_pack_pairs(j->b, j->ldb, j->k, j0, cols, (uint16_t *)j->packed, &j->pairs);
+            continue;
+        }
         mm_key key = {.kind = PACK_B, .m = cols, .n = j->n, .k = j->k, .ldb = j->ldb, .tb = j->tb, .threads = 1};
         mm_entry e;
         int slot;
@@ -468,6 +477,19 @@ static bool column_blocks(const dnnl_memory_desc_t *md, int64_t *block, int64_t 
     return bd->strides[1] >= bd->strides[0] && md->offset0 == 0;
 }
 
+/* The layout as kiln__gemm_bf16_pack_pairs writes it: rows in pairs inside row blocks inside
+ * column blocks (inner blocks k/2, n, 2 over dims 0, 1, 0: BA16a64b2a and its kin). */
+static bool pair_layout(const dnnl_memory_desc_t *md, kiln__bf16_pairs *out) {
+    if (md->format_kind != dnnl_blocked || md->ndims != 2 || md->data_type != dnnl_bf16) return false;
+    const dnnl_blocking_desc_t *bd = &md->format_desc.blocking;
+    if (bd->inner_nblks != 3 || bd->inner_idxs[0] != 0 || bd->inner_idxs[1] != 1 || bd->inner_idxs[2] != 0 ||
+        bd->inner_blks[2] != 2)
+        return false;
+    *out = (kiln__bf16_pairs){.k_block = 2 * bd->inner_blks[0], .n_block = bd->inner_blks[1], .k_stride = bd->strides[0],
+                              .n_stride = bd->strides[1]};
+    return out->k_stride % 2 == 0 && out->n_stride % 2 == 0 && kiln__gemm_bf16_pack_ok(out);
+}
+
 /* The product with B reordered once into oneDNN's layout (pack_task, its columns spread over the
  * pool) and row tiles reading it (packed_rows_task): B is packed once, not once per row tile.
  * *taken false when oneDNN's layout does not split by columns (the caller tiles instead). */
@@ -492,6 +514,7 @@ static kiln_status gemm_packed(int ta, int tb, int64_t m, int64_t n, int64_t k, 
         j.chunk_cols = ((n + chunks - 1) / chunks + j.col_block - 1) / j.col_block * j.col_block;
         chunks = (n + j.chunk_cols - 1) / j.chunk_cols;
         j.zero_pad = w->padded_dims[0] != w->dims[0] || w->padded_dims[1] != w->dims[1];
+        j.own_pack = !tb && pair_layout(w, &j.pairs);
         for (int l = 0; l < 2; l++) { /* the whole layout narrowed to a chunk's columns, from its start */
             int64_t cols = l ? n - (chunks - 1) * j.chunk_cols : j.chunk_cols;
             j.chunk_md[l] = *w;
