@@ -46,8 +46,13 @@ static void blocks_task(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
+/* Runs of more than this many elements are long enough for the general path (which splits over
+ * K, so it keeps more threads busy when outer is small). */
+#define MAX_INNER ((int64_t)4096)
+
 bool kiln__reduce_blocks_fits(kiln_dtype dt, int64_t outer, int64_t k, int64_t inner) {
-    if ((dt != KILN_F32 && dt != KILN_F64 && dt != KILN_BF16) || outer < 2 || k < 1 || inner < 8) return false;
+    if ((dt != KILN_F32 && dt != KILN_F64 && dt != KILN_BF16) || outer < 2 || k < 1 || inner < 8 || inner > MAX_INNER)
+        return false;
     int64_t per_piece = (PIECE_ELEMENTS + k * inner - 1) / (k * inner);
     return ((outer + per_piece - 1) / per_piece) * k <= MAX_PARTIALS;
 }
