@@ -4,6 +4,8 @@
  * direct references (batch sizes that split the weight gradient into uneven chunks, results
  * equal bit for bit on 1 and 2 threads) and by finite differences; the Conv2d module
  * (parameter names, shapes, initial bounds); bad input and leaks. */
+#include "backend/cpu/conv_direct.h"
+#include "backend/cpu/vmath.h"
 #include "gradcheck.h"
 #include "conv_grid.h"
 #include "nd_layout.h"
@@ -218,6 +220,34 @@ KT_TEST(gradients_against_reference) {
     free(check_backward(&big, KILN_F32, ND_DENSE));
     conv_case one = {11, 16, 7, 7, 8, 1, 1, 1, 1, 0, 0, 1, 1, 1, true};
     free(check_backward(&one, KILN_F64, ND_DENSE));
+    /* one input channel, 3x3, stride 1 (the weight gradient's direct kernel, conv_direct.c):
+     * rows of 8 + 3, 8 + 8 + 2 and 6 outputs, padding 0 to 2; on one thread and three, and
+     * with KILN_ISA=scalar's im2col path */
+    static const conv_case first[] = {{5, 1, 13, 11, 7, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},
+                                      {3, 1, 9, 20, 10, 3, 3, 1, 1, 2, 0, 1, 1, 1, true},
+                                      {2, 1, 4, 4, 3, 3, 3, 1, 1, 0, 2, 1, 1, 1, false}};
+    int threads = kiln_num_threads();
+    double dw_one[3][90];
+    for (int run = 0; run < 3; run++) {
+        kiln_set_num_threads(run == 1 ? 3 : 1);
+        if (run == 2 && kiln__vmath_force_isa("scalar") != 0) break;
+        long before = kiln__conv_direct_calls();
+        for (size_t i = 0; i < sizeof first / sizeof first[0]; i++) {
+            ew_rng = 91 + i;
+            double *dw = check_backward(&first[i], KILN_F32, i == 1 ? ND_PERMUTED : ND_DENSE);
+            int64_t nw = kiln_shape_numel(w_shape(&first[i]));
+            if (run == 0) memcpy(dw_one[i], dw, sizeof(double) * (size_t)nw); /* same bits on 3 threads */
+            if (run == 1) KT_CHECK(dw && memcmp(dw_one[i], dw, sizeof(double) * (size_t)nw) == 0);
+            free(dw);
+        }
+        if (strcmp(kiln__vmath_isa(), "scalar") != 0) /* AVX2: it ran on the dense inputs at least */
+            KT_CHECK_MSG(kiln__conv_direct_calls() - before >= 2, "run %d: %ld direct weight gradients", run,
+                         kiln__conv_direct_calls() - before);
+        else
+            KT_CHECK(kiln__conv_direct_calls() == before);
+    }
+    kiln__vmath_force_isa(NULL);
+    kiln_set_num_threads(threads);
     /* half precision: computed in f32, gradients rounded once */
     free(check_backward(&conv_grid[3], KILN_F16, ND_DENSE));
     free(check_backward(&conv_grid[4], KILN_BF16, ND_PERMUTED));

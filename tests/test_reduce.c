@@ -285,6 +285,69 @@ KT_TEST(same_bits_at_any_thread_count) {
     free(v);
 }
 
+/* bf16 sums and means on the CPU read bf16 as stored, into f32 (no COPY op: the profiler sees
+ * SUM or MEAN alone), through each kernel path: [outer, K, inner] blocks (a conv's bias
+ * gradient over N, H, W, dense and with a padded row stride), rows, strided runs, columns and
+ * the split full reduction. Against double references within bf16's rounding of the result,
+ * the same bits on 1 and 2 threads, and the scalar primitives (KILN_ISA=scalar's) too. */
+KT_TEST(bf16_sums_read_as_stored) {
+    static const struct {
+        int64_t d[4];
+        int nd;
+        uint32_t mask;
+        bool pad_w; /* a [.., W + 5] buffer sliced to W */
+    } cases[] = {
+        {{6, 64, 14, 14}, 4, 0xd, false}, {{5, 7, 9, 11}, 4, 0xd, false}, {{3, 5, 4, 9}, 4, 0xd, true},
+        {{37, 301}, 2, 0x2, false},       {{37, 301}, 2, 0x1, false},    {{70001}, 1, 0x1, false},
+        {{9, 41, 3}, 3, 0x5, false},
+    };
+    int saved = kiln_num_threads();
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        kiln_shape s = {cases[ci].nd, {0}};
+        memcpy(s.dims, cases[ci].d, sizeof(int64_t) * (size_t)s.ndim);
+        int64_t n = kiln_shape_numel(s), wpad = cases[ci].pad_w ? 5 : 0;
+        kiln_shape stored = s;
+        stored.dims[s.ndim - 1] += wpad;
+        int64_t ns = kiln_shape_numel(stored);
+        double *v = malloc(sizeof(double) * (size_t)ns), *dense = malloc(sizeof(double) * (size_t)n);
+        ew_values(v, ns, KILN_BF16, -3, 3);
+        int64_t last = s.dims[s.ndim - 1];
+        for (int64_t i = 0; i < n; i++) dense[i] = v[(i / last) * (last + wpad) + i % last];
+        kiln_dims dims = {0, {0}};
+        for (int d = 0; d < s.ndim; d++)
+            if (cases[ci].mask >> d & 1) dims.d[dims.n++] = d;
+        uint16_t bits[3][2][512];
+        for (int run = 0; run < 3; run++) { /* 1 thread, 2 threads, scalar primitives */
+            kiln_set_num_threads(run == 0 ? 1 : 2);
+            if (run == 2 && kiln__vmath_force_isa("scalar") != 0) break;
+            for (int mean = 0; mean < 2; mean++) {
+                kiln_tensor t = ew_tensor(KILN_BF16, stored, v);
+                if (wpad) t = kiln_slice(t, s.ndim - 1, 0, last, 1);
+                kiln_profiler_start();
+                check_case(mean ? R_MEAN : R_SUM, kiln_ref(t), KILN_BF16, s, dense, dims, false, 1, "bf16 read");
+                kiln_tensor r = mean ? kiln_mean_dims(t, dims, false) : kiln_sum_dims(t, dims, false);
+                int64_t nr = kiln_tensor_numel(r);
+                KT_CHECK(nr <= 512 && kiln_into_data(r, bits[run][mean], sizeof(uint16_t) * (size_t)nr) == KILN_OK);
+                kiln_profiler_stop();
+                kiln_profile_event ev[64];
+                size_t ne = kiln_profiler_events(ev, 64);
+                int copies = 0, reductions = 0; /* two reductions, each a COPY only for its bf16 result */
+                for (size_t e = 0; e < ne && e < 64; e++) {
+                    copies += strcmp(ev[e].kernel, "COPY") == 0;
+                    reductions += strcmp(ev[e].kernel, mean ? "MEAN" : "SUM") == 0;
+                }
+                KT_CHECK_MSG(reductions == 2 && copies == 2, "case %zu: %d reductions, %d casts", ci, reductions, copies);
+                if (run == 1) KT_CHECK_MSG(!memcmp(bits[run][mean], bits[0][mean], sizeof(uint16_t) * (size_t)nr),
+                                          "case %zu run %d mean %d: other bits than on one thread", ci, run, mean);
+            }
+            if (run == 2) kiln__vmath_force_isa(NULL);
+        }
+        free(v);
+        free(dense);
+    }
+    kiln_set_num_threads(saved);
+}
+
 /* The vector primitives and their scalar fallbacks give the same answers. */
 KT_TEST(scalar_fallbacks) {
     if (kiln__vmath_force_isa("scalar") != 0) return;
@@ -437,6 +500,7 @@ int main(void) {
     KT_RUN(kernel_paths_every_op);
     KT_RUN(f32_sum_of_a_million_is_accurate);
     KT_RUN(same_bits_at_any_thread_count);
+    KT_RUN(bf16_sums_read_as_stored);
     KT_RUN(scalar_fallbacks);
     KT_RUN(special_values);
     KT_RUN(empty_and_size_one_and_scalar);

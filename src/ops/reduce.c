@@ -2,7 +2,8 @@
  *
  * A reduction kernel sees `in` and an `out` of in's ndim whose reduced dims have size 1;
  * keepdim=false is a view of that output with those dims dropped. Kernels compute in f32, f64
- * or i64 only: f16/bf16 go through f32 and come back in their dtype, integer sums and products
+ * or i64 only: f16/bf16 go through f32 and come back in their dtype (the CPU's sums and means
+ * read bf16 as stored, into f32, with no cast of the input), integer sums and products
  * accumulate in i64 (and stay i64, like torch), integer max/min come back in their own dtype,
  * and the float statistics (mean, var, std, logsumexp, softmax) of integers are f32. */
 #include <string.h>
@@ -76,7 +77,10 @@ static kiln__tensor *reduce_impl(kiln__opctx *c, kiln__opcode code, kiln__tensor
     kiln_dtype kd = kernel_dtype(code, x->dtype);
     kiln_dtype rd = result_dtype(code, x->dtype, kd);
     kiln_device dev = x->device;
-    x = kiln__t_cast(c, x, kd);
+    /* the CPU sums bf16 as it is stored, into f32 (backend/cpu/reduce.c): no f32 copy of x */
+    bool bf16_read = x->dtype == KILN_BF16 && dev == KILN_CPU && !is_arg(code) &&
+                     kiln__reduce_info_of(code)->fold == KILN__RFOLD_SUM;
+    if (!bf16_read) x = kiln__t_cast(c, x, kd);
     if (!x) return NULL;
 
     int64_t kshape[KILN_MAX_DIMS], squeezed[KILN_MAX_DIMS];
@@ -137,7 +141,10 @@ kiln__tensor *kiln__t_softmax(kiln__opctx *c, kiln__opcode code, kiln__tensor *x
     kiln_dtype kd = kernel_dtype(code, x->dtype);
     kiln_dtype rd = result_dtype(code, x->dtype, kd);
     kiln_device dev = x->device;
-    x = kiln__t_cast(c, x, kd);
+    /* the CPU sums bf16 as it is stored, into f32 (backend/cpu/reduce.c): no f32 copy of x */
+    bool bf16_read = x->dtype == KILN_BF16 && dev == KILN_CPU && !is_arg(code) &&
+                     kiln__reduce_info_of(code)->fold == KILN__RFOLD_SUM;
+    if (!bf16_read) x = kiln__t_cast(c, x, kd);
     if (!x) return NULL;
     kiln__tensor *out = submit(c, code, x, kiln__t_output(c, dev, kd, x->ndim, x->shape, &x, 1), dim, 0);
     if (out && out->dtype != rd) out = kiln__t_cast(c, out, rd);

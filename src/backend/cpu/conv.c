@@ -18,7 +18,8 @@
  * The weight gradient adds per-chunk partial sums in a fixed order, with chunks fixed by the
  * batch size alone, so its value does not depend on the thread count.
  *
- * f32 convs go to oneDNN first where the build has it (conv_dnnl.c); this path runs the rest.
+ * f32 convs go to oneDNN first where the build has it (conv_dnnl.c), and the weight gradient of
+ * a 3x3 conv of one input channel to conv_direct.c; this path runs the rest.
  * bf16 and f16 convs (the op layer keeps them so on the CPU, as it keeps products) go to
  * oneDNN's bf16 convs where the CPU has AVX512-BF16; the rest are widened to f32 here (exact),
  * run as f32 convs and rounded once into their dtype: correct on any CPU, slower by the
@@ -27,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/conv_direct.h"
 #include "backend/cpu/conv_dnnl.h"
 #include "backend/cpu/convert_lowp.h"
 #include "backend/cpu/cpu-impl.h"
@@ -342,6 +344,13 @@ static kiln_status kernel_conv(const kiln__op *op) {
             memset(j.out, 0, (size_t)out_numel * es);
             return KILN_OK;
         }
+    }
+    if (op->out[0].dtype == KILN_F32 && !forward && !input_grad) { /* 3x3, one input channel: conv_direct.c */
+        kiln__conv_direct_shape ds = {.n = j.g.n, .h = j.g.h, .w = j.g.w, .o = j.g.o, .oh = j.g.oh, .ow = j.g.ow,
+                                      .ph = j.g.ph, .pw = j.g.pw};
+        memcpy(ds.xs, j.g.xs, sizeof ds.xs);
+        if (kiln__conv_direct_ok(&ds, j.g.kh, j.g.kw, j.g.sh, j.g.sw, j.g.dh, j.g.dw, j.g.groups, j.g.cg))
+            return kiln__conv_direct_weight(&ds, j.x, (const float *)kiln__view_ptr(y), j.out);
     }
     j.direct = is_direct(&j.g);
     if (!forward) j.dy = kiln__view_ptr(y);

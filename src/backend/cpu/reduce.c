@@ -3,7 +3,8 @@
  * finish (what is written from the accumulator): a new row with a known fold and finish needs
  * no edit here.
  *
- * The op layer hands over f32, f64 or i64 input; out has in's ndim with the reduced dims of
+ * The op layer hands over f32, f64 or i64 input (and bf16 for SUM and MEAN, into f32: read as
+ * stored, see reduce-impl.h); out has in's ndim with the reduced dims of
  * size 1. The kernel sorts and merges dims into a kept list and a reduced list, then takes
  * one of two paths:
  *  - runs: each output folds its reduced elements as runs along the innermost reduced dim
@@ -12,6 +13,8 @@
  *    reduction uses every thread and gives the same bits whatever the thread count.
  *  - columns: the innermost kept dim is contiguous, so a tile of outputs is folded with whole
  *    vectors of input per reduced index (column sums).
+ * Sums and means over [outer, K, inner] blocks (outer and inner reduced: a conv's bias
+ * gradient) go to reduce_blocks.c, which reads them in memory order.
  * Float inputs accumulate in double (f32 row sums in f32 blocks of 256 added into double);
  * i64 sums and products wrap like torch. The SQDEV and EXPSUM folds (VAR, LOGSUMEXP) take two
  * passes: the mean (or max) first, then the sum of squared deviations (or of exp(x - max)). */
@@ -240,6 +243,7 @@ static racc fold_run(const rplan *pl, int fop, const char *p, int64_t n, int64_t
     switch (pl->dt) {
     case KILN_F32: r.f = fold_f32(fop, (const float *)p, n, st, stat, r.f); break;
     case KILN_F64: r.f = fold_f64(fop, (const double *)p, n, st, stat, r.f); break;
+    case KILN_BF16: r.f += kiln__rsum_bf16((const uint16_t *)p, n, st); break; /* sums only (kernel_reduce) */
     default: r.i = fold_i64(fop, (const int64_t *)p, n, st, r.i); break;
     }
     if (!is_arg(pl)) return r;
@@ -401,6 +405,7 @@ static void col_fold(const rplan *pl, int fop, col_scratch *sc, const char *p, i
     const double *stat = sc->stat;
     if (fop == FOLD_SUM) {
         if (pl->dt == KILN_F32) kiln__rcol_sum_f32(acc, (const float *)p, n);
+        else if (pl->dt == KILN_BF16) kiln__rcol_sum_bf16(acc, (const uint16_t *)p, n, sc->ebuf);
         else kiln__rcol_sum_f64(acc, (const double *)p, n);
         return;
     }
@@ -583,9 +588,11 @@ static kiln_status kernel_reduce(const kiln__op *op) {
     kiln_dtype in = op->in[0].dtype, out = op->out[0].dtype;
     kiln__reduce_finish finish = kiln__reduce_info_of(op->code)->finish;
     bool arg = finish == KILN__RFIN_INDEX;
-    /* i64 input: only the finishes that write the accumulator or an index (sum, prod, max, min, argmax) */
-    if ((in != KILN_F32 && in != KILN_F64 && in != KILN_I64) || (arg ? out != KILN_I64 : out != in) ||
-        (in == KILN_I64 && finish != KILN__RFIN_VALUE && !arg)) {
+    /* i64 input: only the finishes that write the accumulator or an index (sum, prod, max, min, argmax);
+     * bf16 input: sums and means into f32 */
+    bool bf16_sum = in == KILN_BF16 && out == KILN_F32 && kiln__reduce_info_of(op->code)->fold == KILN__RFOLD_SUM && !arg;
+    if (!bf16_sum && ((in != KILN_F32 && in != KILN_F64 && in != KILN_I64) || (arg ? out != KILN_I64 : out != in) ||
+                      (in == KILN_I64 && finish != KILN__RFIN_VALUE && !arg))) {
         kiln__kernel_error("no CPU %s kernel from %s to %s", kiln__opcode_name(op->code), kiln_dtype_name(in),
                            kiln_dtype_name(out));
         return KILN_ERR_DTYPE;
@@ -597,6 +604,12 @@ static kiln_status kernel_reduce(const kiln__op *op) {
         kiln__kernel_error("%s over an empty dim", kiln__opcode_name(pl.code));
         return KILN_ERR_SHAPE;
     }
+    /* [outer, K, inner] blocks (a conv's bias gradient): read in memory order (reduce_blocks.c) */
+    if (pl.fold == FOLD_SUM && !is_arg(&pl) && pl.nk == 1 && pl.nr == 2 && pl.rin[1] == 1 &&
+        pl.kin[0] == pl.rshape[1] && pl.rin[0] >= pl.kshape[0] * pl.kin[0] &&
+        kiln__reduce_blocks_fits(pl.dt, pl.rshape[0], pl.kshape[0], pl.rshape[1]))
+        return kiln__reduce_blocks_sum(pl.in, pl.dt, pl.rshape[0], pl.rin[0], pl.kshape[0], pl.kin[0], pl.rshape[1],
+                                       pl.out, pl.out_dt, pl.kout[0], pl.finish == KILN__RFIN_MEAN);
     bool cols = pl.nk > 0 && pl.kin[pl.nk - 1] == 1 && pl.kshape[pl.nk - 1] >= 8 && !is_arg(&pl) &&
                 (pl.nr == 0 || pl.rin[pl.nr - 1] != 1);
     return cols ? reduce_cols(&pl) : reduce_runs(&pl);

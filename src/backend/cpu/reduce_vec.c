@@ -1,5 +1,6 @@
 /* Vectorised primitives for the reduction and softmax kernels (see reduce-impl.h). */
 #include <math.h>
+#include <string.h>
 
 #include "backend/cpu/reduce-impl.h"
 #include "backend/cpu/vmath.h"
@@ -325,4 +326,70 @@ void kiln__rsub_f32(float *y, const float *x, float a, float b, int64_t n) {
 void kiln__rscale_f32(float *y, float s, int64_t n) {
     VOID_PICK(n, scale_f32_avx2(y, s, n))
     for (int64_t i = 0; i < n; i++) y[i] *= s;
+}
+
+/* ---- bf16 sums (see reduce-impl.h) ------------------------------------------------------- */
+
+static void widen_bf16(float *dst, const uint16_t *src, int64_t n, int64_t st) {
+    uint32_t *d = (uint32_t *)dst; /* a shift the compiler vectorises when st == 1 */
+    if (st == 1)
+        for (int64_t i = 0; i < n; i++) d[i] = (uint32_t)src[i] << 16;
+    else
+        for (int64_t i = 0; i < n; i++) d[i] = (uint32_t)src[i * st] << 16;
+}
+
+#if HAVE_AVX2_PATH
+AVX2 static inline __m256 load_bf16x8(const uint16_t *x) {
+    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)x));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+/* Dense bf16 widened in registers: blocks of 256 with four f32 accumulators added into double,
+ * as sum_f32_avx2, and four accumulators for the tail too (a conv bias gradient sums runs of
+ * H * W = 196: a single accumulator's add latency was the cost there). */
+AVX2 static double sum_bf16_avx2(const uint16_t *x, int64_t n) {
+    double total = 0;
+    for (int64_t i = 0; i < n; i += 256) {
+        int64_t end = n - i < 256 ? n : i + 256, j = i;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (; j + 32 <= end; j += 32) {
+            a0 = _mm256_add_ps(a0, load_bf16x8(x + j));
+            a1 = _mm256_add_ps(a1, load_bf16x8(x + j + 8));
+            a2 = _mm256_add_ps(a2, load_bf16x8(x + j + 16));
+            a3 = _mm256_add_ps(a3, load_bf16x8(x + j + 24));
+        }
+        for (; j + 8 <= end; j += 8) a0 = _mm256_add_ps(a0, load_bf16x8(x + j));
+        total += hsum_ps_as_pd(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        for (; j < end; j++) {
+            uint32_t b = (uint32_t)x[j] << 16;
+            float f;
+            memcpy(&f, &b, sizeof f);
+            total += f;
+        }
+    }
+    return total;
+}
+#endif
+
+/* Widening block of the portable and strided path: a multiple of the f32 sum's 256-element
+ * blocks, so a run is summed in the same blocks as its f32 cast would be. */
+#define BF16_BLOCK 1024
+
+double kiln__rsum_bf16(const uint16_t *x, int64_t n, int64_t st) {
+#if HAVE_AVX2_PATH
+    if (st == 1 && use_avx2(n)) return sum_bf16_avx2(x, n);
+#endif
+    float buf[BF16_BLOCK];
+    double total = 0;
+    for (int64_t i = 0; i < n; i += BF16_BLOCK) {
+        int64_t m = n - i < BF16_BLOCK ? n - i : BF16_BLOCK;
+        widen_bf16(buf, x + i * st, m, st);
+        total += kiln__rsum_f32(buf, m);
+    }
+    return total;
+}
+
+void kiln__rcol_sum_bf16(double *acc, const uint16_t *x, int64_t n, float *buf) {
+    widen_bf16(buf, x, n, 1);
+    kiln__rcol_sum_f32(acc, buf, n);
 }
