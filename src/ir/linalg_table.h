@@ -1,7 +1,9 @@
 /* The linear-algebra and structural op table: one row per public op that is neither elementwise
  * (ir/optable.h), a reduction (ir/reduce_table.h) nor a row op (ir/row_table.h): the products,
- * the convolution, attention and batch norm. Their kernels keep the opcodes listed in
- * ir/opcodes.h (MATMUL, CONV2D, ATTENTION: several rows share one). From the rows come the
+ * the convolution, attention and batch norm. The kernels they run (their kernel column: MATMUL,
+ * CONV2D, ATTENTION; several rows share one) are KILN__LINALG_KERNELS below, with the backward
+ * and pooling kernels of the convolution layers; ir/opcodes.h expands that list into the opcodes.
+ * From the rows come the
  * rows as data (kiln__linalg_rows, ir/opcodes.c), through scripts/gen_optable.py (its module
  * scripts/optable_linalg.py) the public prototypes, docs, call-site lists and macros
  * (include/kiln/linalg_ops.h, included by kiln/tensor.h), the Python binding's functions
@@ -76,6 +78,30 @@
         " new handles (the old ones released), as kiln_init does; on error they are left as they were. Training needs" \
         " more than one value per channel. Differentiable in x, weight and bias.")
 /* clang-format on */
+
+/* The kernels of the rows (their kernel column) and of the convolution layers, as each
+ * backend's kernel table knows them: ir/opcodes.h expands this list into KILN__OPCODES.
+ * X(NAME, params): the op record's layout. CONV2D's backward kernels run its gradient
+ * (autodiff/rules_nn.c); the pools are kiln_max_pool2d, kiln_avg_pool2d and
+ * kiln_adaptive_avg_pool2d (kiln/tensor.h), which have no row yet. A row whose kernel is not
+ * one of them does not compile (ir/opcodes.c). Conv params: p.i[0..3] = stride_h, stride_w,
+ * pad_h, pad_w; pi[0..2] = dilation_h, dilation_w, groups. Pool params: p.i[0..3] = kernel_h,
+ * kernel_w, stride_h, stride_w; pi[0..1] = pad_h, pad_w; max indices are i64 into each input
+ * plane's flattened H * W. In[0] of a convolution or pool is [N, C, H, W] (any strides); outputs
+ * are dense. */
+#define KILN__LINALG_KERNELS(X)                                                                   \
+    X(MATMUL, "in[0] [..,M,K] in[1] [..,K,N] (batch dims broadcast), out dense [..,M,N]")         \
+    X(CONV2D, "in[0] x, in[1] w [O, C/g, KH, KW] dense, opt. in[2] bias [O]; out y")             \
+    X(CONV2D_BACKWARD_INPUT, "in[0] dy dense, in[1] w dense; out[0] dx")                         \
+    X(CONV2D_BACKWARD_WEIGHT, "in[0] dy dense, in[1] x; out[0] dw")                              \
+    X(MAX_POOL2D, "out[0] values; out[1] i64 indices when n_out == 2")                           \
+    X(MAX_POOL2D_BACKWARD, "in[0] dy, in[1] indices; out[0] dx (zeroed, then scattered)")         \
+    X(AVG_POOL2D, "pi[2] = 1: adaptive windows (the params are unused)")                         \
+    X(AVG_POOL2D_BACKWARD, "in[0] dy; out[0] dx; params as AVG_POOL2D")                          \
+    X(ATTENTION, "softmax(q k^T * p.f[0] + mask) v for inference (src/backend/cpu/attention.c): " \
+                 "in[0] q [.., L, E]; no mask (pi[1] 0): in[1] k, in[2] v; a mask: in[1] k and v " \
+                 "as one [2, .., S, E] view (pi[1] 1: k first, 2: v first), in[2] the mask "       \
+                 "[.., L, S] (bool, or q's dtype: added); pi[0] causal; out dense")
 
 typedef enum {
     KILN__LSIG_AB,
