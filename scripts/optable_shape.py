@@ -41,6 +41,7 @@ TYPES = {
     "ARGSORT": ["kiln_tensor", "int", "bool"],
     "TOPK": ["kiln_tensor", "int64_t", "int", "bool", "kiln_tensor *"],
     "UNFOLD": ["kiln_tensor", "int", "int64_t", "int64_t"],
+    "CAST": ["kiln_tensor", "kiln_dtype"],
 }
 # what a sig's function returns when not the one result tensor: int, the count of tensors it
 # wrote to its out array (the rest return a kiln_tensor, SORT and TOPK a second one through
@@ -50,7 +51,7 @@ DTYPES = ["SAME", "PROMOTE", "SCAN", "I64", "GIVEN"]
 SHAPES = ["GIVEN", "PERMUTED", "NARROWED", "SLICED", "EXPANDED", "SQUEEZED", "UNSQUEEZED", "FLATTENED", "SAME",
           "JOINED", "STACKED", "INDEXED", "INDEX", "BROADCAST", "REPEATED", "PIECES", "GRID", "PADDED", "CLASSES",
           "KEPT", "WINDOWS"]
-GRADS = ["VIEW", "JOIN", "INDEX", "SELECT", "MASK", "SCAN", "SORT", "OPS", "NONE"]
+GRADS = ["VIEW", "JOIN", "INDEX", "SELECT", "MASK", "SCAN", "SORT", "CAST", "OPS", "NONE"]
 # the sigs whose Python binding python/src/ops.c makes from a row (its generic caller)
 PY_SIGS = {"DIM": ("KP_TABLE_SHAPE_DIM_OPS", "t.method(dim), kiln.method(t, dim)"),
            "OFFSET": ("KP_TABLE_SHAPE_OFFSET_OPS", "t.method(diagonal=0), kiln.method(t, diagonal=0)")}

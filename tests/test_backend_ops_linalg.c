@@ -1,5 +1,5 @@
-/* Every op of the linear-algebra table (src/ir/linalg_table.h: matmul, bmm, linear, conv2d,
- * attention, batch norm) on every registered device, as tests/test_backend_ops.c runs the op
+/* Every op of the linear-algebra table (src/ir/linalg_table.h: matmul, bmm, dot, outer, linear,
+ * conv2d, attention, batch norm) on every registered device, as tests/test_backend_ops.c runs the op
  * table's rows: each row's public function, held to the row's signature at compile time and
  * called by its sig column on small inputs (a variant each for attention's causal and masked
  * forms and batch norm's training and eval), with its first tensor contiguous or a transposed
@@ -60,6 +60,8 @@ static int tensors(const kiln__linalg_info *r, int variant) {
 static kiln_shape arg_shape(const kiln__linalg_info *r, int k, bool bad) {
     switch (r->sig) {
     case KILN__LSIG_AB:
+        if (r->shape == KILN__LSHAPE_DOT) return k == 0 || !bad ? KILN_SHAPE(4) : KILN_SHAPE(5);
+        if (r->shape == KILN__LSHAPE_OUTER) return k == 0 ? KILN_SHAPE(3) : bad ? KILN_SHAPE(2, 5) : KILN_SHAPE(5);
         if (k == 0) return KILN_SHAPE(2, 3, 4);
         if (r->shape == KILN__LSHAPE_BMM) return bad ? KILN_SHAPE(2, 5, 5) : KILN_SHAPE(2, 4, 5);
         return bad ? KILN_SHAPE(5, 5) : KILN_SHAPE(4, 5);
@@ -79,6 +81,8 @@ static kiln_shape want_shape(const kiln__linalg_info *r) {
     case KILN__LSHAPE_MATMUL:
     case KILN__LSHAPE_BMM:
     case KILN__LSHAPE_LINEAR: return KILN_SHAPE(2, 3, 5);
+    case KILN__LSHAPE_DOT: return KILN_SCALAR_SHAPE;
+    case KILN__LSHAPE_OUTER: return KILN_SHAPE(3, 5);
     case KILN__LSHAPE_CONV2D: return KILN_SHAPE(2, 6, 2, 3); /* stride (2, 1), padding (1, 0), dilation (2, 1) */
     case KILN__LSHAPE_ATTENTION: return KILN_SHAPE(2, 3, 6);
     case KILN__LSHAPE_SAME: return arg_shape(r, 0, false);
@@ -92,7 +96,7 @@ enum { MAX_NUMEL = 2 * 6 * 2 * 3 > 4 * 3 * 5 ? 2 * 6 * 2 * 3 : 4 * 3 * 5, MAX_AR
  * transposed view (of its last two dims). */
 static kiln_tensor case_arg(const kiln__linalg_info *r, int k, kiln_device dev, kiln_dtype dt, int layout, bool bad) {
     kiln_shape s = arg_shape(r, k, bad && k == 1);
-    bool transposed = k == 0 && layout == 1;
+    bool transposed = k == 0 && layout == 1 && s.ndim >= 2; /* (a 1-d operand has one layout) */
     if (transposed) {
         int64_t last = s.dims[s.ndim - 1];
         s.dims[s.ndim - 1] = s.dims[s.ndim - 2];

@@ -111,6 +111,10 @@ KILN_API kiln_tensor kiln_topk(kiln_tensor t, int64_t k, int dim, bool largest, 
  * in PyTorch, since windows may overlap); differentiable (overlaps add up). size from 0 to
  * size(dim), step >= 1. */
 KILN_API kiln_tensor kiln_unfold(kiln_tensor t, int dim, int64_t size, int64_t step);
+/* t's values in dtype (torch.Tensor.to(dtype)). t itself when it has that dtype already.
+ * Differentiable into a float dtype (the gradient cast back); into an integer or bool one, no
+ * gradient. */
+KILN_API kiln_tensor kiln_cast(kiln_tensor t, kiln_dtype dtype);
 
 /* The calls that record the caller's file:line, as in core.h's list (kiln/tensor.h's
  * KILN_TENSOR_API includes it). */
@@ -149,7 +153,8 @@ KILN_API kiln_tensor kiln_unfold(kiln_tensor t, int dim, int64_t size, int64_t s
     X(kiln_tensor, sort, (kiln_tensor t, int dim, bool descending, kiln_tensor *indices), (t, dim, descending, indices)) \
     X(kiln_tensor, argsort, (kiln_tensor t, int dim, bool descending), (t, dim, descending)) \
     X(kiln_tensor, topk, (kiln_tensor t, int64_t k, int dim, bool largest, kiln_tensor *indices), (t, k, dim, largest, indices)) \
-    X(kiln_tensor, unfold, (kiln_tensor t, int dim, int64_t size, int64_t step), (t, dim, size, step))
+    X(kiln_tensor, unfold, (kiln_tensor t, int dim, int64_t size, int64_t step), (t, dim, size, step)) \
+    X(kiln_tensor, cast, (kiln_tensor t, kiln_dtype dtype), (t, dtype))
 KILN_SHAPE_OPS_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -189,6 +194,7 @@ KILN_SHAPE_OPS_API(KILN__AT_DECLARE)
 #define kiln_argsort(...) KILN__AT(argsort, __VA_ARGS__)
 #define kiln_topk(...) KILN__AT(topk, __VA_ARGS__)
 #define kiln_unfold(...) KILN__AT(unfold, __VA_ARGS__)
+#define kiln_cast(...) KILN__AT(cast, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

@@ -82,7 +82,7 @@ KILN_RANDOM_API(KILN__AT_DECLARE)
 /* reshape, permute, transpose, narrow, slice, expand, squeeze, unsqueeze, flatten, contiguous,
  * cat, stack, index_select, gather, scatter_add, where, masked_fill, tril, triu, flip, roll,
  * repeat, tile, cumsum, cumprod, clone, split, chunk, meshgrid, pad, one_hot, sort, argsort,
- * topk, unfold: kiln/shape_ops.h, from the shape op table (src/ir/shape_table.h). Views share
+ * topk, unfold, cast: kiln/shape_ops.h, from the shape op table (src/ir/shape_table.h). Views share
  * their input's storage. Two of them take an enum: */
 /* kiln_pad's mode (torch's 'constant', 'reflect', 'replicate') */
 typedef enum { KILN_PAD_CONSTANT, KILN_PAD_REFLECT, KILN_PAD_REPLICATE } kiln_pad_mode;
@@ -90,8 +90,9 @@ typedef enum { KILN_PAD_CONSTANT, KILN_PAD_REFLECT, KILN_PAD_REPLICATE } kiln_pa
 typedef enum { KILN_MESHGRID_IJ, KILN_MESHGRID_XY } kiln_meshgrid_indexing;
 #include "kiln/shape_ops.h"
 
-/* ---- conversions ------------------------------------------------------------------------- */
-KILN_API kiln_tensor kiln_cast(kiln_tensor t, kiln_dtype dtype);
+/* ---- devices ---------------------------------------------------------------------------- */
+/* t on dev (a copy; t itself when already there). Not recorded by autodiff: a tracked t's
+ * gradient does not flow back across devices. */
 KILN_API kiln_tensor kiln_to_device(kiln_tensor t, kiln_device dev);
 
 /* ---- convolution and pooling ------------------------------------------------------------- */
@@ -147,9 +148,9 @@ KILN_API kiln_tensor kiln_lerp_scalar(kiln_tensor start, kiln_tensor end, double
  * (src/ir/row_table.h), with the norms and losses of kiln/nn.h. */
 
 /* ---- linear algebra --------------------------------------------------------------------- */
-/* matmul, bmm, linear, conv2d, scaled_dot_product_attention and batch_norm, with their docs and
- * call-site macros, from the linear-algebra table (src/ir/linalg_table.h); dot, outer, addmm and
- * einsum are below. */
+/* matmul, bmm, dot, outer, linear, conv2d, scaled_dot_product_attention and batch_norm, with
+ * their docs and call-site macros, from the linear-algebra table (src/ir/linalg_table.h); addmm
+ * and einsum are below. */
 #include "kiln/linalg_ops.h"
 
 /* ---- reads (the only blocking calls) ------------------------------------------------------ */
@@ -209,7 +210,6 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
     X(kiln_tensor, normal, (kiln_device dev, kiln_dtype dtype, kiln_shape shape, double mean, double std, uint64_t seed), (dev, dtype, shape, mean, std, seed)) \
     X(kiln_tensor, bernoulli, (kiln_device dev, kiln_dtype dtype, kiln_shape shape, double p, uint64_t seed), (dev, dtype, shape, p, seed)) \
     X(kiln_tensor, randint, (kiln_device dev, kiln_dtype dtype, kiln_shape shape, int64_t low, int64_t high, uint64_t seed), (dev, dtype, shape, low, high, seed)) \
-    X(kiln_tensor, cast, (kiln_tensor t, kiln_dtype dtype), (t, dtype)) \
     X(kiln_tensor, to_device, (kiln_tensor t, kiln_device dev), (t, dev)) \
     X(kiln_tensor, max_pool2d, (kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h, int pad_w), (x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)) \
     X(kiln_tensor, avg_pool2d, (kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h, int pad_w), (x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)) \
@@ -248,7 +248,6 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_normal(...) KILN__AT(normal, __VA_ARGS__)
 #define kiln_bernoulli(...) KILN__AT(bernoulli, __VA_ARGS__)
 #define kiln_randint(...) KILN__AT(randint, __VA_ARGS__)
-#define kiln_cast(...) KILN__AT(cast, __VA_ARGS__)
 #define kiln_to_device(...) KILN__AT(to_device, __VA_ARGS__)
 #define kiln_max_pool2d(...) KILN__AT(max_pool2d, __VA_ARGS__)
 #define kiln_avg_pool2d(...) KILN__AT(avg_pool2d, __VA_ARGS__)
@@ -285,13 +284,9 @@ KILN_API kiln_tensor kiln_full_like(kiln_tensor t, double value);
 KILN_API kiln_tensor kiln_rand_like(kiln_tensor t, uint64_t seed);
 KILN_API kiln_tensor kiln_randn_like(kiln_tensor t, uint64_t seed);
 /* clone, meshgrid and unfold: kiln/shape_ops.h, from the shape op table. */
-/* torch.dot (1-d a, b of one length -> 0-d), torch.outer (1-d [n], [m] -> [n, m]), torch.bmm
- * (3-d [B, n, k] @ [B, k, m], B equal: no broadcasting) and torch.addmm:
- * beta * input + alpha * (m1 @ m2) for 2-d m1 [n, k], m2 [k, m] and input broadcastable to
- * [n, m] (beta 0 ignores input's values, NaN included, as PyTorch). All consume their tensors
- * and are differentiable. */
-KILN_API kiln_tensor kiln_dot(kiln_tensor a, kiln_tensor b);
-KILN_API kiln_tensor kiln_outer(kiln_tensor a, kiln_tensor b);
+/* torch.addmm: beta * input + alpha * (m1 @ m2) for 2-d m1 [n, k], m2 [k, m] and input
+ * broadcastable to [n, m] (beta 0 ignores input's values, NaN included, as PyTorch). Consumes
+ * its tensors; differentiable. (dot and outer: kiln/linalg_ops.h, from the linear-algebra table.) */
 KILN_API kiln_tensor kiln_addmm(kiln_tensor input, kiln_tensor m1, kiln_tensor m2, double beta, double alpha);
 /* torch.einsum on n tensors (consumed) of one dtype and device, subscripts a-z and A-Z:
  *
@@ -316,8 +311,6 @@ KILN_API kiln_tensor kiln_einsum(const char *equation, int n, const kiln_tensor 
     X(kiln_tensor, full_like, (kiln_tensor t, double value), (t, value)) \
     X(kiln_tensor, rand_like, (kiln_tensor t, uint64_t seed), (t, seed)) \
     X(kiln_tensor, randn_like, (kiln_tensor t, uint64_t seed), (t, seed)) \
-    X(kiln_tensor, dot, (kiln_tensor a, kiln_tensor b), (a, b)) \
-    X(kiln_tensor, outer, (kiln_tensor a, kiln_tensor b), (a, b)) \
     X(kiln_tensor, addmm, (kiln_tensor input, kiln_tensor m1, kiln_tensor m2, double beta, double alpha), (input, m1, m2, beta, alpha)) \
     X(kiln_tensor, einsum, (const char *equation, int n, const kiln_tensor *ts), (equation, n, ts))
 KILN_TENSOR_MORE_API(KILN__AT_DECLARE)
@@ -329,8 +322,6 @@ KILN_TENSOR_MORE_API(KILN__AT_DECLARE)
 #define kiln_full_like(...) KILN__AT(full_like, __VA_ARGS__)
 #define kiln_rand_like(...) KILN__AT(rand_like, __VA_ARGS__)
 #define kiln_randn_like(...) KILN__AT(randn_like, __VA_ARGS__)
-#define kiln_dot(...) KILN__AT(dot, __VA_ARGS__)
-#define kiln_outer(...) KILN__AT(outer, __VA_ARGS__)
 #define kiln_addmm(...) KILN__AT(addmm, __VA_ARGS__)
 #define kiln_einsum(...) KILN__AT(einsum, __VA_ARGS__)
 #endif

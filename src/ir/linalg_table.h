@@ -1,6 +1,6 @@
 /* The linear-algebra and structural op table: one row per public op that is neither elementwise
- * (ir/optable.h), a reduction (ir/reduce_table.h) nor a row op (ir/row_table.h): the products,
- * the convolution, attention and batch norm. The kernels they run (their kernel column: MATMUL,
+ * (ir/optable.h), a reduction (ir/reduce_table.h) nor a row op (ir/row_table.h): the products
+ * (matmul, bmm, dot, outer, linear), the convolution, attention and batch norm. The kernels they run (their kernel column: MATMUL,
  * CONV2D, ATTENTION; several rows share one) are KILN__LINALG_KERNELS below, with the backward
  * and pooling kernels of the convolution layers; ir/opcodes.h expands that list into the opcodes.
  * From the rows come the
@@ -29,7 +29,7 @@
  *   dtype   FLOAT_SAME: floating-point tensors of one dtype (f32 with f64, or integers, are
  *           KILN_ERR_DTYPE, as PyTorch)
  *   shape   the result's shape: MATMUL ([.., M, K] @ [.., K, N], batch dims broadcast), BMM
- *           ([B, M, K] @ [B, K, N]), LINEAR ([.., in] -> [.., out]), CONV2D ([N, O, OH, OW]),
+ *           ([B, M, K] @ [B, K, N]), DOT ([n] . [n] -> 0-d), OUTER ([n], [m] -> [n, m]), LINEAR ([.., in] -> [.., out]), CONV2D ([N, O, OH, OW]),
  *           ATTENTION ([.., L, Ev]), SAME (the first tensor's)
  *   kernel  the opcode of the kernel it runs as (each backend's kernel table), or OPS: a
  *           composition of other ops, so every device that runs those runs it
@@ -58,6 +58,8 @@
         " The products and the convolution take" \
         " floating-point operands of one dtype (as PyTorch's: f32 @ f64 is KILN_ERR_DTYPE; kiln_cast one of them).") \
     X(BMM,        bmm,                          2, AB,         (a, b),                                                                      FLOAT_SAME, BMM,       MATMUL,    MATMUL,    1e-10, API, METHOD,     "torch.bmm: [B, n, k] @ [B, k, m], no broadcasting") \
+    X(DOT,        dot,                          2, AB,         (a, b),                                                                      FLOAT_SAME, DOT,       MATMUL,    MATMUL,    1e-10, API, METHOD,     "torch.dot: 1-d a and b of one length -> 0-d") \
+    X(OUTER,      outer,                        2, AB,         (a, b),                                                                      FLOAT_SAME, OUTER,     OPS,       OPS,       1e-10, API, METHOD,     "torch.outer: 1-d [n] and [m] -> [n, m]") \
     X(LINEAR,     linear,                       3, LINEAR,     (x, w, bias),                                                                FLOAT_SAME, LINEAR,    MATMUL,    LINEAR,    1e-10, API, FUNCTIONAL, "x @ w^T + bias; w [out, in], bias [out] or KILN_NONE") \
     X(CONV2D,     conv2d,                       3, CONV2D,     (x, w, bias, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups), FLOAT_SAME, CONV2D, CONV2D, CONV2D, 1e-10, API, FUNCTIONAL, "x [N, C, H, W], w [O, C/groups, KH, KW], bias [O] or KILN_NONE") \
     X(ATTENTION,  scaled_dot_product_attention, 4, ATTENTION,  (q, k, v, attn_mask, is_causal, scale),                                      FLOAT_SAME, ATTENTION, ATTENTION, ATTENTION, 1e-10, NN,  FUNCTIONAL, "softmax(q k^T * scale + mask) v (torch.nn.functional.scaled_dot_product_attention)" \
@@ -116,6 +118,8 @@ typedef enum { KILN__LPY_METHOD, KILN__LPY_FUNCTIONAL } kiln__linalg_py;
 typedef enum {
     KILN__LSHAPE_MATMUL,
     KILN__LSHAPE_BMM,
+    KILN__LSHAPE_DOT,
+    KILN__LSHAPE_OUTER,
     KILN__LSHAPE_LINEAR,
     KILN__LSHAPE_CONV2D,
     KILN__LSHAPE_ATTENTION,

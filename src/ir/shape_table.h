@@ -1,7 +1,8 @@
-/* The shape op table: one row per public view, join, split, indexing, masking, scan and sort op
- * of kiln/tensor.h (reshape ... cumprod, clone, split, chunk, meshgrid, pad, one_hot, sort,
- * argsort, topk, unfold): ops that move, pick, order or accumulate elements without arithmetic
- * between them, so every dtype runs them and their values are exact. From
+/* The shape op table: one row per public view, join, split, indexing, masking, scan, sort and
+ * conversion op of kiln/tensor.h (reshape ... cumprod, clone, split, chunk, meshgrid, pad,
+ * one_hot, sort, argsort, topk, unfold, cast): ops that move, pick, order, convert or accumulate
+ * elements without arithmetic between them, so every dtype runs them and their values are
+ * exact. From
  * it come, through scripts/gen_optable.py (its module scripts/optable_shape.py), their public
  * prototypes with their docs, call-site list KILN_SHAPE_OPS_API and macros
  * (include/kiln/shape_ops.h, which kiln/tensor.h includes), the Python binding's rows of those
@@ -30,7 +31,7 @@
  *           ONE_HOT  (kiln_tensor, int64_t, kiln_dtype)     ARGSORT (kiln_tensor, int, bool)
  *           SORT     (kiln_tensor, int, bool, kiln_tensor *indices)
  *           TOPK     (kiln_tensor, int64_t, int, bool, kiln_tensor *indices)
- *           UNFOLD   (kiln_tensor, int, int64_t, int64_t)
+ *           UNFOLD   (kiln_tensor, int, int64_t, int64_t)   CAST (kiln_tensor, kiln_dtype)
  *           the -> int ones return the count of tensors written to out (an array of outputs);
  *           SORT and TOPK a second output, the indices, through their last parameter
  *   args    the parameters' names, in order
@@ -55,13 +56,14 @@
  *           gathered back), SELECT (rules_elementwise.c: each operand's gradient where it was
  *           picked), MASK (rules_mask.c: the same mask applied to the gradient), SCAN
  *           (rules_scan.c), SORT (rules_scan.c: scattered back to where each value came from),
+ *           CAST (rules_elementwise.c: the gradient cast back to the input's dtype),
  *           OPS (a composition of differentiable ops in api/), NONE (not differentiable)
  *   tol     the f32 result's largest normalized squared error against the f64 run (0: exact)
  *   py      the Python name (torch's) where python/src/shape_table_generated.h makes the binding
  *           (sig DIM: t.name(dim) and kiln.name(t, dim); OFFSET: t.name(diagonal=0); the sigs of
  *           python/src/shape_ops.c's callers, with torch's keywords), HAND where the binding is hand-written
  *           (methods.c, module.c: varargs shapes, tuples of tensors, torch's optional dims),
- *           NONE where Python has no such function yet
+ *           NONE where Python has no such function yet (or binds it under another name: cast is t.to)
  *   ex      an example call's arguments, which the test runs: over x and y (two [3, 4, 5]
  *           tensors of one dtype; x seen through a view), PAIR(a, b) (an array of both),
  *           MASK ([4, 5] bool, broadcast), and the index tensors SELECT_INDEX ([3], in [0, 4)),
@@ -178,7 +180,11 @@
       "torch.Tensor.unfold: every window of size elements along dim, step apart. " \
       "dim becomes the (size(dim) - size) / step + 1 windows and a last dim of size is added. A copy (not a view " \
       "as in PyTorch, since windows may overlap); differentiable (overlaps add up). size from 0 to size(dim), step " \
-      ">= 1.")
+      ">= 1.") \
+    X(CAST,         cast,         CAST,    (t, dtype),                   1, GIVEN,   SAME,       OPS,          CAST,   0,     NONE,      (x, KILN_F64),                                (3, 4, 5),     (x, (kiln_dtype)99),                DTYPE, \
+      "t's values in dtype (torch.Tensor.to(dtype)). " \
+      "t itself when it has that dtype already. Differentiable into a float dtype (the gradient cast back); into " \
+      "an integer or bool one, no gradient.")
 /* clang-format on */
 
 /* The kernels the rows run (their kernel column), as each backend's kernel table knows them:
