@@ -123,6 +123,19 @@ def check_row_op_rows(tmp):
         f.write(table)
 
 
+def check_refused(tmp, table, text, what):
+    """src/ir/<table>_table.h made text: the generator must fail naming the table and what, and
+    leave include/kiln/<table>_ops.h as it was."""
+    with open(os.path.join(tmp, "src", "ir", f"{table}_table.h"), "w", encoding="utf-8") as f:
+        f.write(text)
+    header = f"include/kiln/{table}_ops.h"
+    before = read(tmp, header)
+    r = run(tmp)
+    out = r.stderr + r.stdout
+    check(r.returncode != 0 and f"{table}_table.h" in out and what in out, f"a {table} row with {what} is refused: {out!r}")
+    check(read(tmp, header) == before, f"a refused {table} row ({what}) writes nothing")
+
+
 def check_linalg_rows(tmp):
     """A METHOD row (API layer) and a FUNCTIONAL row (nn layer, its doc over two lines) of the
     linear-algebra table give linalg_ops.h's prototypes under their docs, their layers' call-site
@@ -158,13 +171,7 @@ def check_linalg_rows(tmp):
                       (rows.replace("(a, b), FLOAT_SAME", "(a, b, c), FLOAT_SAME"), "takes 2"),
                       (rows.replace("4, ATTENTION,", "3, ATTENTION,"), "arity 3"),
                       (rows.replace("NN, FUNCTIONAL", "NN, METHOD"), "sig AB only")]:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(table[:i] + bad + table[i:])
-        before = read(tmp, "include/kiln/linalg_ops.h")
-        r = run(tmp)
-        out = r.stderr + r.stdout
-        check(r.returncode != 0 and "linalg_table.h" in out and what in out, f"a linalg row with {what} is refused: {out!r}")
-        check(read(tmp, "include/kiln/linalg_ops.h") == before, f"a refused linalg row ({what}) writes nothing")
+        check_refused(tmp, "linalg", table[:i] + bad + table[i:], what)
     with open(path, "w", encoding="utf-8") as f:
         f.write(table)
 
@@ -193,13 +200,7 @@ def check_shape_rows(tmp):
     for bad, at, what in [(row.replace("PIECES, NONE, VIEW", "PIECES, BOGUS, VIEW"), i, "kernel BOGUS"),
                           (row.replace(", 1, SAME, PIECES", ", 0, SAME, PIECES"), i, "arity 0"),
                           ('    X(SPARE, "nothing runs it") \\\n', kernels, "no row runs it")]:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(table[:at] + bad + table[at:])
-        before = read(tmp, "include/kiln/shape_ops.h")
-        r = run(tmp)
-        out = r.stderr + r.stdout
-        check(r.returncode != 0 and "shape_table.h" in out and what in out, f"a shape row with {what} is refused: {out!r}")
-        check(read(tmp, "include/kiln/shape_ops.h") == before, f"a refused shape row ({what}) writes nothing")
+        check_refused(tmp, "shape", table[:at] + bad + table[at:], what)
     with open(path, "w", encoding="utf-8") as f:
         f.write(table)
 
