@@ -11,6 +11,8 @@
  * and naming the function. A row with more than one output (split, chunk, meshgrid: an array;
  * sort, topk: the indices too) is checked as its outputs joined into one 1-d tensor.
  * KILN_TEST_OPS=reshape,cumsum runs only the rows named. */
+#include <ctype.h>
+
 #include "backend_ops.h"
 #include "ir/shape_table.h"
 
@@ -54,6 +56,7 @@ static kiln_tensor stale_handle(void) {
 #define SELECT_INDEX i64_tensor(dev, KILN_SHAPE(3), 4, 3)
 #define GATHER_INDEX i64_tensor(dev, KILN_SHAPE(N, C, 2), L, 3)
 #define SCATTER_INDEX i64_tensor(dev, KILN_SHAPE(N, C, L), N, 2)
+#define BAD_DTYPE ((kiln_dtype)99)
 #define OUT (&second)
 #define OUTS outs
 
@@ -77,6 +80,14 @@ static kiln_tensor join_second(kiln_tensor first, kiln_tensor *second, kiln_tens
 }
 #define JOINED(call) _Generic((call), int: join_outs, default: join_second)((call), &second, outs)
 
+/* Whether the call's text uses the variable v (a whole identifier: "kiln_dtype" is no use of y). */
+static bool uses(const char *text, char v) {
+    for (const char *p = strchr(text, v); p; p = strchr(p + 1, v))
+        if ((p == text || !(isalnum((unsigned char)p[-1]) || p[-1] == '_')) && !(isalnum((unsigned char)p[1]) || p[1] == '_'))
+            return true;
+    return false;
+}
+
 /* Each row's example and bad call on x and y (consumed) on dev: the public function, called
  * through its call-site macro with the table's arguments (a compile error where they do not fit
  * the prototype). */
@@ -84,14 +95,14 @@ static kiln_tensor join_second(kiln_tensor first, kiln_tensor *second, kiln_tens
     static kiln_tensor example_##NAME(kiln_tensor x, kiln_tensor y, kiln_device dev) {                     \
         (void)dev;                                                                                       \
         kiln_tensor second = KILN_NONE, outs[OUTS_CAP];                                                  \
-        if (!strstr(#ex, "y")) kiln_release(y); /* a one-tensor row (the_shape_table_is_consistent) */   \
+        if (!uses(#ex, 'y')) kiln_release(y); /* a one-tensor row (the_shape_table_is_consistent) */     \
         return JOINED(kiln_##name ex);                                                                   \
     }                                                                                                    \
     static kiln_tensor bad_##NAME(kiln_tensor x, kiln_tensor y, kiln_device dev) {                         \
         (void)dev;                                                                                       \
         kiln_tensor second = KILN_NONE, outs[OUTS_CAP];                                                  \
-        if (!strstr(#bad, "y")) kiln_release(y);                                                         \
-        if (!strstr(#bad, "x")) kiln_release(x);                                                         \
+        if (!uses(#bad, 'y')) kiln_release(y);                                                           \
+        if (!uses(#bad, 'x')) kiln_release(x);                                                           \
         return JOINED(kiln_##name bad);                                                                  \
     }
 KILN__SHAPE_TABLE(EXAMPLE)
@@ -199,7 +210,7 @@ KT_TEST(the_shape_table_is_consistent) {
         int64_t n = kiln_shape_numel(r->out);
         KT_CHECK_MSG(n > 0 && n <= OUT_CAP, "%s: out of %lld elements", r->name, (long long)n);
         /* a two-tensor row's example takes y; a one-tensor row's gradient is x's alone */
-        KT_CHECK_MSG((strchr(r->ex, 'y') != NULL) == (r->arity == 2), "%s: arity %d, ex %s", r->name, r->arity, r->ex);
+        KT_CHECK_MSG(uses(r->ex, 'y') == (r->arity == 2), "%s: arity %d, ex %s", r->name, r->arity, r->ex);
         KT_CHECK_MSG(kiln__shape_kernels[row] >= -2 && kiln__shape_kernels[row] < KILN__OP_COUNT, "%s", r->name);
     }
 }

@@ -71,7 +71,8 @@
  *           OUT (a second output's address) and OUTS, OUTS_CAP (an array of outputs, its size)
  *   out     the example's result shape; a row with more than one output: the count of their
  *           elements (the test joins them, flattened, the indices cast to the values' dtype)
- *   bad     a bad call's arguments (MASK_F32: a float mask; STALE: a released handle) and
+ *   bad     a bad call's arguments (MASK_F32: a float mask; STALE: a released handle; BAD_DTYPE: no
+ *           dtype) and
  *   bad_status  the status it must fail with, naming kiln_name
  *   doc     its documentation: one line, then (adjacent string literals on the lines below the
  *           row) the details, which the generated header wraps above the prototype
@@ -181,7 +182,7 @@
       "dim becomes the (size(dim) - size) / step + 1 windows and a last dim of size is added. A copy (not a view " \
       "as in PyTorch, since windows may overlap); differentiable (overlaps add up). size from 0 to size(dim), step " \
       ">= 1.") \
-    X(CAST,         cast,         CAST,    (t, dtype),                   1, GIVEN,   SAME,       OPS,          CAST,   0,     NONE,      (x, KILN_F64),                                (3, 4, 5),     (x, (kiln_dtype)99),                DTYPE, \
+    X(CAST,         cast,         CAST,    (t, dtype),                   1, GIVEN,   SAME,       OPS,          CAST,   0,     NONE,      (x, KILN_F64),                                (3, 4, 5),     (x, BAD_DTYPE),                    DTYPE, \
       "t's values in dtype (torch.Tensor.to(dtype)). " \
       "t itself when it has that dtype already. Differentiable into a float dtype (the gradient cast back); into " \
       "an integer or bool one, no gradient.")
