@@ -149,8 +149,8 @@ KILN_API kiln_tensor kiln_lerp_scalar(kiln_tensor start, kiln_tensor end, double
 
 /* ---- linear algebra --------------------------------------------------------------------- */
 /* matmul, bmm, dot, outer, linear, conv2d, scaled_dot_product_attention and batch_norm, with
- * their docs and call-site macros, from the linear-algebra table (src/ir/linalg_table.h); addmm
- * and einsum are below. */
+ * their docs and call-site macros, from the linear-algebra table (src/ir/linalg_table.h); einsum
+ * is below. */
 #include "kiln/linalg_ops.h"
 
 /* ---- reads (the only blocking calls) ------------------------------------------------------ */
@@ -284,10 +284,7 @@ KILN_API kiln_tensor kiln_full_like(kiln_tensor t, double value);
 KILN_API kiln_tensor kiln_rand_like(kiln_tensor t, uint64_t seed);
 KILN_API kiln_tensor kiln_randn_like(kiln_tensor t, uint64_t seed);
 /* clone, meshgrid and unfold: kiln/shape_ops.h, from the shape op table. */
-/* torch.addmm: beta * input + alpha * (m1 @ m2) for 2-d m1 [n, k], m2 [k, m] and input
- * broadcastable to [n, m] (beta 0 ignores input's values, NaN included, as PyTorch). Consumes
- * its tensors; differentiable. (dot and outer: kiln/linalg_ops.h, from the linear-algebra table.) */
-KILN_API kiln_tensor kiln_addmm(kiln_tensor input, kiln_tensor m1, kiln_tensor m2, double beta, double alpha);
+/* dot, outer and addmm: kiln/linalg_ops.h, from the linear-algebra table. */
 /* torch.einsum on n tensors (consumed) of one dtype and device, subscripts a-z and A-Z:
  *
  *   kiln_tensor ab[2] = {kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(8, 4, 5), 1),
@@ -311,7 +308,6 @@ KILN_API kiln_tensor kiln_einsum(const char *equation, int n, const kiln_tensor 
     X(kiln_tensor, full_like, (kiln_tensor t, double value), (t, value)) \
     X(kiln_tensor, rand_like, (kiln_tensor t, uint64_t seed), (t, seed)) \
     X(kiln_tensor, randn_like, (kiln_tensor t, uint64_t seed), (t, seed)) \
-    X(kiln_tensor, addmm, (kiln_tensor input, kiln_tensor m1, kiln_tensor m2, double beta, double alpha), (input, m1, m2, beta, alpha)) \
     X(kiln_tensor, einsum, (const char *equation, int n, const kiln_tensor *ts), (equation, n, ts))
 KILN_TENSOR_MORE_API(KILN__AT_DECLARE)
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -322,7 +318,6 @@ KILN_TENSOR_MORE_API(KILN__AT_DECLARE)
 #define kiln_full_like(...) KILN__AT(full_like, __VA_ARGS__)
 #define kiln_rand_like(...) KILN__AT(rand_like, __VA_ARGS__)
 #define kiln_randn_like(...) KILN__AT(randn_like, __VA_ARGS__)
-#define kiln_addmm(...) KILN__AT(addmm, __VA_ARGS__)
 #define kiln_einsum(...) KILN__AT(einsum, __VA_ARGS__)
 #endif
 

@@ -1,6 +1,6 @@
 /* The linear-algebra and structural op table: one row per public op that is neither elementwise
  * (ir/optable.h), a reduction (ir/reduce_table.h) nor a row op (ir/row_table.h): the products
- * (matmul, bmm, dot, outer, linear), the convolution, attention and batch norm. The kernels they run (their kernel column: MATMUL,
+ * (matmul, bmm, dot, outer, addmm, linear), the convolution, attention and batch norm. The kernels they run (their kernel column: MATMUL,
  * CONV2D, ATTENTION; several rows share one) are KILN__LINALG_KERNELS below, with the backward
  * and pooling kernels of the convolution layers; ir/opcodes.h expands that list into the opcodes.
  * From the rows come the
@@ -23,13 +23,15 @@
  *           CONV2D      kiln_name(x, w, bias, int stride_h, stride_w, pad_h, pad_w, dilation_h,
  *                       dilation_w, groups)
  *           ATTENTION   kiln_name(q, k, v, attn_mask, bool is_causal, double scale)
+ *           ADDMM       kiln_name(input, m1, m2, double beta, double alpha)
  *           BATCH_NORM  kiln_name(x, kiln_tensor *running_mean, *running_var, weight, bias,
  *                       bool training, double momentum, double eps)
  *   args    the parameters' names, in order
  *   dtype   FLOAT_SAME: floating-point tensors of one dtype (f32 with f64, or integers, are
  *           KILN_ERR_DTYPE, as PyTorch)
  *   shape   the result's shape: MATMUL ([.., M, K] @ [.., K, N], batch dims broadcast), BMM
- *           ([B, M, K] @ [B, K, N]), DOT ([n] . [n] -> 0-d), OUTER ([n], [m] -> [n, m]), LINEAR ([.., in] -> [.., out]), CONV2D ([N, O, OH, OW]),
+ *           ([B, M, K] @ [B, K, N]), DOT ([n] . [n] -> 0-d), OUTER ([n], [m] -> [n, m]), ADDMM
+ *           ([n, k] @ [k, m] -> [n, m]), LINEAR ([.., in] -> [.., out]), CONV2D ([N, O, OH, OW]),
  *           ATTENTION ([.., L, Ev]), SAME (the first tensor's)
  *   kernel  the opcode of the kernel it runs as (each backend's kernel table), or OPS: a
  *           composition of other ops, so every device that runs those runs it
@@ -44,7 +46,7 @@
  *   py      the Python binding's form (python/src/linalg_table_generated.h): METHOD, a kiln
  *           function and Tensor method with an operator's operand (kiln.matmul(a, b),
  *           a.matmul(b)); FUNCTIONAL, kiln.nn.functional.name with torch's keywords, one
- *           caller per sig (python/src/functional_linalg.c)
+ *           caller per sig (python/src/functional_linalg.c); NONE, no Python form yet
  *   doc     one line, then the details (more string pieces on the lines below the row) for the
  *           header's comment
  *
@@ -60,6 +62,9 @@
     X(BMM,        bmm,                          2, AB,         (a, b),                                                                      FLOAT_SAME, BMM,       MATMUL,    MATMUL,    1e-10, API, METHOD,     "torch.bmm: [B, n, k] @ [B, k, m], no broadcasting") \
     X(DOT,        dot,                          2, AB,         (a, b),                                                                      FLOAT_SAME, DOT,       MATMUL,    MATMUL,    1e-10, API, METHOD,     "torch.dot: 1-d a and b of one length -> 0-d") \
     X(OUTER,      outer,                        2, AB,         (a, b),                                                                      FLOAT_SAME, OUTER,     OPS,       OPS,       1e-10, API, METHOD,     "torch.outer: 1-d [n] and [m] -> [n, m]") \
+    X(ADDMM,      addmm,                        3, ADDMM,      (input, m1, m2, beta, alpha),                                                FLOAT_SAME, ADDMM,     MATMUL,    OPS,       1e-10, API, NONE,       "torch.addmm: beta * input + alpha * (m1 @ m2)" \
+        " For 2-d m1 [n, k], m2 [k, m] and input broadcastable to [n, m], of the matrices' dtype; beta 0 ignores input's" \
+        " values, NaN included (as PyTorch); beta and alpha finite.") \
     X(LINEAR,     linear,                       3, LINEAR,     (x, w, bias),                                                                FLOAT_SAME, LINEAR,    MATMUL,    LINEAR,    1e-10, API, FUNCTIONAL, "x @ w^T + bias; w [out, in], bias [out] or KILN_NONE") \
     X(CONV2D,     conv2d,                       3, CONV2D,     (x, w, bias, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups), FLOAT_SAME, CONV2D, CONV2D, CONV2D, 1e-10, API, FUNCTIONAL, "x [N, C, H, W], w [O, C/groups, KH, KW], bias [O] or KILN_NONE") \
     X(ATTENTION,  scaled_dot_product_attention, 4, ATTENTION,  (q, k, v, attn_mask, is_causal, scale),                                      FLOAT_SAME, ATTENTION, ATTENTION, ATTENTION, 1e-10, NN,  FUNCTIONAL, "softmax(q k^T * scale + mask) v (torch.nn.functional.scaled_dot_product_attention)" \
@@ -110,16 +115,18 @@ typedef enum {
     KILN__LSIG_LINEAR,
     KILN__LSIG_CONV2D,
     KILN__LSIG_ATTENTION,
-    KILN__LSIG_BATCH_NORM
+    KILN__LSIG_BATCH_NORM,
+    KILN__LSIG_ADDMM
 } kiln__linalg_sig;
 typedef enum { KILN__LDT_FLOAT_SAME } kiln__linalg_dtype;
 typedef enum { KILN__LLAYER_API, KILN__LLAYER_NN } kiln__linalg_layer;
-typedef enum { KILN__LPY_METHOD, KILN__LPY_FUNCTIONAL } kiln__linalg_py;
+typedef enum { KILN__LPY_METHOD, KILN__LPY_FUNCTIONAL, KILN__LPY_NONE } kiln__linalg_py;
 typedef enum {
     KILN__LSHAPE_MATMUL,
     KILN__LSHAPE_BMM,
     KILN__LSHAPE_DOT,
     KILN__LSHAPE_OUTER,
+    KILN__LSHAPE_ADDMM,
     KILN__LSHAPE_LINEAR,
     KILN__LSHAPE_CONV2D,
     KILN__LSHAPE_ATTENTION,
