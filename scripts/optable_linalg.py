@@ -23,11 +23,12 @@ TYPES = {
     "LINEAR": ["kiln_tensor"] * 3,
     "CONV2D": ["kiln_tensor"] * 3 + ["int"] * 7,
     "ATTENTION": ["kiln_tensor"] * 4 + ["bool", "double"],
+    "ADDMM": ["kiln_tensor"] * 3 + ["double"] * 2,
     "BATCH_NORM": ["kiln_tensor", "kiln_tensor *", "kiln_tensor *", "kiln_tensor", "kiln_tensor", "bool", "double",
                    "double"],
 }
 LISTS = {"API": "KILN_LINALG_API", "NN": "KILN_NN_LINALG_API"}
-PY_FORMS = ("METHOD", "FUNCTIONAL")
+PY_FORMS = ("METHOD", "FUNCTIONAL", "NONE")  # NONE: no Python form yet
 
 
 def read(read_rows, path=TABLE):
@@ -42,7 +43,7 @@ def read(read_rows, path=TABLE):
         if row["layer"] not in LISTS:
             sys.exit(f"{where}: no layer {row['layer']} (one of {', '.join(LISTS)})")
         if row["py"] not in PY_FORMS or (row["py"] == "METHOD" and row["sig"] != "AB"):
-            sys.exit(f"{where}: py {row['py']}: METHOD (sig AB only) or FUNCTIONAL")
+            sys.exit(f"{where}: py {row['py']}: METHOD (sig AB only), FUNCTIONAL or NONE")
         args = row["args"]
         if not (args.startswith("(") and args.endswith(")")):
             sys.exit(f"{where}: args {args} is not a parenthesised list of names")

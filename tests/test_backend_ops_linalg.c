@@ -1,7 +1,7 @@
-/* Every op of the linear-algebra table (src/ir/linalg_table.h: matmul, bmm, linear, conv2d,
- * attention, batch norm) on every registered device, as tests/test_backend_ops.c runs the op
- * table's rows: each row's public function, held to the row's signature at compile time and
- * called by its sig column on small inputs (a variant each for attention's causal and masked
+/* Every op of the linear-algebra table (src/ir/linalg_table.h: matmul, bmm, dot, outer, addmm,
+ * linear, conv2d, attention, batch norm) on every registered device, as tests/test_backend_ops.c
+ * runs the op table's rows: each row's public function, held to the row's signature at compile
+ * time and called by its sig column on small inputs (a variant each for attention's causal and masked
  * forms and batch norm's training and eval), with its first tensor contiguous or a transposed
  * view; in f32 and f64; the result's dtype and shape against the row's rules; its values on the
  * CPU against the f64 run within the row's tol; on every other device against the CPU, forward
@@ -17,6 +17,7 @@ typedef kiln_tensor (*sig_AB)(kiln_tensor, kiln_tensor);
 typedef kiln_tensor (*sig_LINEAR)(kiln_tensor, kiln_tensor, kiln_tensor);
 typedef kiln_tensor (*sig_CONV2D)(kiln_tensor, kiln_tensor, kiln_tensor, int, int, int, int, int, int, int);
 typedef kiln_tensor (*sig_ATTENTION)(kiln_tensor, kiln_tensor, kiln_tensor, kiln_tensor, bool, double);
+typedef kiln_tensor (*sig_ADDMM)(kiln_tensor, kiln_tensor, kiln_tensor, double, double);
 typedef kiln_tensor (*sig_BATCH_NORM)(kiln_tensor, kiln_tensor *, kiln_tensor *, kiln_tensor, kiln_tensor, bool, double,
                                       double);
 
@@ -60,6 +61,8 @@ static int tensors(const kiln__linalg_info *r, int variant) {
 static kiln_shape arg_shape(const kiln__linalg_info *r, int k, bool bad) {
     switch (r->sig) {
     case KILN__LSIG_AB:
+        if (r->shape == KILN__LSHAPE_DOT) return k == 0 || !bad ? KILN_SHAPE(4) : KILN_SHAPE(5);
+        if (r->shape == KILN__LSHAPE_OUTER) return k == 0 ? KILN_SHAPE(3) : bad ? KILN_SHAPE(2, 5) : KILN_SHAPE(5);
         if (k == 0) return KILN_SHAPE(2, 3, 4);
         if (r->shape == KILN__LSHAPE_BMM) return bad ? KILN_SHAPE(2, 5, 5) : KILN_SHAPE(2, 4, 5);
         return bad ? KILN_SHAPE(5, 5) : KILN_SHAPE(4, 5);
@@ -69,6 +72,7 @@ static kiln_shape arg_shape(const kiln__linalg_info *r, int k, bool bad) {
     case KILN__LSIG_ATTENTION:
         return k == 0 ? KILN_SHAPE(2, 3, 4) : k == 1 ? (bad ? KILN_SHAPE(2, 5, 5) : KILN_SHAPE(2, 5, 4)) : k == 2 ? KILN_SHAPE(2, 5, 6) : KILN_SHAPE(3, 5);
     case KILN__LSIG_BATCH_NORM: return k == 0 ? KILN_SHAPE(4, 3, 5) : bad ? KILN_SHAPE(4) : KILN_SHAPE(3);
+    case KILN__LSIG_ADDMM: return k == 0 ? KILN_SHAPE(3, 5) : k == 1 ? (bad ? KILN_SHAPE(3, 5) : KILN_SHAPE(3, 4)) : KILN_SHAPE(4, 5);
     }
     return KILN_SCALAR_SHAPE;
 }
@@ -79,6 +83,9 @@ static kiln_shape want_shape(const kiln__linalg_info *r) {
     case KILN__LSHAPE_MATMUL:
     case KILN__LSHAPE_BMM:
     case KILN__LSHAPE_LINEAR: return KILN_SHAPE(2, 3, 5);
+    case KILN__LSHAPE_DOT: return KILN_SCALAR_SHAPE;
+    case KILN__LSHAPE_OUTER:
+    case KILN__LSHAPE_ADDMM: return KILN_SHAPE(3, 5);
     case KILN__LSHAPE_CONV2D: return KILN_SHAPE(2, 6, 2, 3); /* stride (2, 1), padding (1, 0), dilation (2, 1) */
     case KILN__LSHAPE_ATTENTION: return KILN_SHAPE(2, 3, 6);
     case KILN__LSHAPE_SAME: return arg_shape(r, 0, false);
@@ -92,7 +99,7 @@ enum { MAX_NUMEL = 2 * 6 * 2 * 3 > 4 * 3 * 5 ? 2 * 6 * 2 * 3 : 4 * 3 * 5, MAX_AR
  * transposed view (of its last two dims). */
 static kiln_tensor case_arg(const kiln__linalg_info *r, int k, kiln_device dev, kiln_dtype dt, int layout, bool bad) {
     kiln_shape s = arg_shape(r, k, bad && k == 1);
-    bool transposed = k == 0 && layout == 1;
+    bool transposed = k == 0 && layout == 1 && s.ndim >= 2; /* (a 1-d operand has one layout) */
     if (transposed) {
         int64_t last = s.dims[s.ndim - 1];
         s.dims[s.ndim - 1] = s.dims[s.ndim - 2];
@@ -125,6 +132,7 @@ static kiln_tensor call_row_op(int row, int variant, kiln_tensor *in) {
     case KILN__LSIG_CONV2D: return ((sig_CONV2D)fn)(in[0], in[1], in[2], 2, 1, 1, 0, 2, 1, 2);
     case KILN__LSIG_ATTENTION:
         return ((sig_ATTENTION)fn)(in[0], in[1], in[2], variant == 0 ? KILN_NONE : in[3], variant == 0, 0.0);
+    case KILN__LSIG_ADDMM: return ((sig_ADDMM)fn)(in[0], in[1], in[2], 0.5, -2.0);
     case KILN__LSIG_BATCH_NORM: {
         if (variant == 0) return ((sig_BATCH_NORM)fn)(in[0], NULL, NULL, in[1], in[2], true, 0.1, 1e-5);
         kiln_tensor mean, var;
@@ -163,9 +171,9 @@ static int count_args(const char *args) {
 KT_TEST(the_linalg_table_is_consistent) {
     KT_CHECK(KILN__LINALG_COUNT >= 6);
     static const int params[] = {[KILN__LSIG_AB] = 2, [KILN__LSIG_LINEAR] = 3, [KILN__LSIG_CONV2D] = 10,
-                                 [KILN__LSIG_ATTENTION] = 6, [KILN__LSIG_BATCH_NORM] = 8};
+                                 [KILN__LSIG_ATTENTION] = 6, [KILN__LSIG_BATCH_NORM] = 8, [KILN__LSIG_ADDMM] = 5};
     static const int arity[] = {[KILN__LSIG_AB] = 2, [KILN__LSIG_LINEAR] = 3, [KILN__LSIG_CONV2D] = 3,
-                                [KILN__LSIG_ATTENTION] = 4, [KILN__LSIG_BATCH_NORM] = 5};
+                                [KILN__LSIG_ATTENTION] = 4, [KILN__LSIG_BATCH_NORM] = 5, [KILN__LSIG_ADDMM] = 3};
     for (int row = 0; row < KILN__LINALG_COUNT; row++) {
         const kiln__linalg_info *r = row_op(row);
         KT_CHECK_MSG(r->name && r->doc && r->doc[0] && r->tol > 0 && row_fns[row], "row %d", row);

@@ -1,18 +1,22 @@
-/* Every op of the shape op table (src/ir/shape_table.h: views, joins, indexing, masks, scans)
- * on every registered device, as tests/test_backend_ops.c runs the op table's rows: each row's
+/* Every op of the shape op table (src/ir/shape_table.h: views, joins, splits, indexing, masks,
+ * scans, sorts) on every registered device, as tests/test_backend_ops.c runs the op table's rows: each row's
  * example call (its ex column, compiled here against the public prototype) over x and y, two
  * [3, 4, 5] tensors, x seen through four layouts (contiguous, a transposed view, a broadcast, a
  * narrowed view), in f32 and i32 (integers: every op runs every dtype); the result's dtype and
  * shape against the row (dtype rule, out column); its values on the CPU against the f64 run of
  * the same values, x dense, within the row's tol (0: exact), and on every other device against the CPU
  * (f32 contiguous, i32 transposed; KILN_TEST_OPS_UNSUPPORTED=1 lists what a device does
- * not run); the gradient of x (and y) against central finite differences; bad input (the row's
- * bad call, and a consumed handle) failing with its status and naming the function.
+ * not run); the gradient of x (and y) against central finite differences (a row of arity 0
+ * records none); bad input (the row's bad call, and a consumed handle) failing with its status
+ * and naming the function. A row with more than one output (split, chunk, meshgrid: an array;
+ * sort, topk: the indices too) is checked as its outputs joined into one 1-d tensor.
  * KILN_TEST_OPS=reshape,cumsum runs only the rows named. */
+#include <ctype.h>
+
 #include "backend_ops.h"
 #include "ir/shape_table.h"
 
-enum { N = 3, C = 4, L = 5, X_NUMEL = N * C * L, OUT_CAP = 4 * X_NUMEL };
+enum { N = 3, C = 4, L = 5, X_NUMEL = N * C * L, OUT_CAP = 4 * X_NUMEL, OUTS_CAP = 8 };
 
 typedef struct {
     const char *name, *ex, *bad;
@@ -52,21 +56,54 @@ static kiln_tensor stale_handle(void) {
 #define SELECT_INDEX i64_tensor(dev, KILN_SHAPE(3), 4, 3)
 #define GATHER_INDEX i64_tensor(dev, KILN_SHAPE(N, C, 2), L, 3)
 #define SCATTER_INDEX i64_tensor(dev, KILN_SHAPE(N, C, L), N, 2)
+#define BAD_DTYPE ((kiln_dtype)99)
+#define OUT (&second)
+#define OUTS outs
+
+/* A row's outputs as one tensor, so one comparison checks them all: an array's (n of them in
+ * outs) flattened and joined; a result and its second output (sort's and topk's indices),
+ * flattened and joined, the second cast to the first's dtype. A failed call's poison passes on. */
+static kiln_tensor join_outs(int n, kiln_tensor *second, kiln_tensor *outs) {
+    (void)second;
+    if (n < 1) return kiln_full(KILN_CPU, KILN_F32, KILN_SHAPE(1), NAN); /* (no poisoned tensor: the shape check fails) */
+    for (int i = 0; i < n; i++) outs[i] = kiln_reshape(outs[i], KILN_SHAPE(-1));
+    return n == 1 ? outs[0] : kiln_cat(outs, n, 0);
+}
+
+static kiln_tensor join_second(kiln_tensor first, kiln_tensor *second, kiln_tensor *outs) {
+    (void)outs;
+    if (!second->id) return first;
+    if (kiln_tensor_shape(first).ndim < 0) return kiln_release(*second), first; /* poisoned */
+    kiln_dtype dt = kiln_tensor_dtype(first);
+    kiln_tensor both[2] = {kiln_reshape(first, KILN_SHAPE(-1)), kiln_reshape(kiln_cast(*second, dt), KILN_SHAPE(-1))};
+    return kiln_cat(both, 2, 0);
+}
+#define JOINED(call) _Generic((call), int: join_outs, default: join_second)((call), &second, outs)
+
+/* Whether the call's text uses the variable v (a whole identifier: "kiln_dtype" is no use of y). */
+static bool uses(const char *text, char v) {
+    for (const char *p = strchr(text, v); p; p = strchr(p + 1, v))
+        if ((p == text || !(isalnum((unsigned char)p[-1]) || p[-1] == '_')) && !(isalnum((unsigned char)p[1]) || p[1] == '_'))
+            return true;
+    return false;
+}
 
 /* Each row's example and bad call on x and y (consumed) on dev: the public function, called
  * through its call-site macro with the table's arguments (a compile error where they do not fit
  * the prototype). */
-#define EXAMPLE(NAME, name, sig, args, arity, dtype, shape, grad, tol, py, ex, out, bad, bad_status, ...) \
+#define EXAMPLE(NAME, name, sig, args, arity, dtype, shape, kernel, grad, tol, py, ex, out, bad, bad_status, ...) \
     static kiln_tensor example_##NAME(kiln_tensor x, kiln_tensor y, kiln_device dev) {                     \
         (void)dev;                                                                                       \
-        if (!strstr(#ex, "y")) kiln_release(y); /* a one-tensor row (the_shape_table_is_consistent) */   \
-        return kiln_##name ex;                                                                           \
+        kiln_tensor second = KILN_NONE, outs[OUTS_CAP];                                                  \
+        if (!uses(#ex, 'y')) kiln_release(y); /* a one-tensor row (the_shape_table_is_consistent) */     \
+        return JOINED(kiln_##name ex);                                                                   \
     }                                                                                                    \
     static kiln_tensor bad_##NAME(kiln_tensor x, kiln_tensor y, kiln_device dev) {                         \
         (void)dev;                                                                                       \
-        if (!strstr(#bad, "y")) kiln_release(y);                                                         \
-        if (!strstr(#bad, "x")) kiln_release(x);                                                         \
-        return kiln_##name bad;                                                                          \
+        kiln_tensor second = KILN_NONE, outs[OUTS_CAP];                                                  \
+        if (!uses(#bad, 'y')) kiln_release(y);                                                           \
+        if (!uses(#bad, 'x')) kiln_release(x);                                                           \
+        return JOINED(kiln_##name bad);                                                                  \
     }
 KILN__SHAPE_TABLE(EXAMPLE)
 #undef EXAMPLE
@@ -85,7 +122,7 @@ static const call_fn bad_calls[KILN__SHAPE_COUNT] = {
 
 #define OUT_SHAPE(...) {KILN__NARGS_I64(__VA_ARGS__), {__VA_ARGS__}}
 static const shape_row rows[KILN__SHAPE_COUNT] = {
-#define ROW(NAME, name_, sig, args, arity_, dtype_, shape, grad, tol_, py, ex_, out_, bad_, bad_status_, ...) \
+#define ROW(NAME, name_, sig, args, arity_, dtype_, shape, kernel, grad, tol_, py, ex_, out_, bad_, bad_status_, ...) \
     [KILN__SHAPE_##NAME] = {.name = #name_,                                                               \
                             .ex = #ex_,                                                                   \
                             .bad = #bad_,                                                                 \
@@ -121,8 +158,17 @@ static kiln_tensor make_y(kiln_device dev, kiln_dtype values, kiln_dtype dt) {
     return dev != KILN_CPU ? kiln_to_device(t, dev) : t;
 }
 
-/* The row's dtype rule: a SCAN row accumulates integers and bools in i64. */
+/* The row's dtype rule: a SCAN row accumulates integers and bools in i64; an I64 row gives
+ * indices; a GIVEN row the dtype its example names. */
 static kiln_dtype row_dtype(const shape_row *r, kiln_dtype dt) {
+    if (strcmp(r->dtype, "I64") == 0) return KILN_I64;
+    if (strcmp(r->dtype, "GIVEN") == 0) {
+        const kiln_dtype named[] = {KILN_F32, KILN_F64, KILN_I32, KILN_I64, KILN_BOOL};
+        const char *names[] = {"KILN_F32)", "KILN_F64)", "KILN_I32)", "KILN_I64)", "KILN_BOOL)"};
+        for (int i = 0; i < 5; i++)
+            if (strstr(r->ex, names[i])) return named[i]; /* the last argument */
+        return KILN_DTYPE_COUNT;
+    }
     return strcmp(r->dtype, "SCAN") == 0 && dt != KILN_F32 && dt != KILN_F64 ? KILN_I64 : dt;
 }
 
@@ -159,12 +205,15 @@ KT_TEST(the_shape_table_is_consistent) {
     KT_CHECK(KILN__SHAPE_COUNT >= 25);
     for (int row = 0; row < KILN__SHAPE_COUNT; row++) {
         const shape_row *r = &rows[row];
-        KT_CHECK_MSG(r->arity >= 1 && r->arity <= 2 && r->tol >= 0 && r->out.ndim >= 0, "%s", r->name);
+        KT_CHECK_MSG(r->arity >= 0 && r->arity <= 2 && r->tol >= 0 && r->out.ndim >= 0, "%s", r->name);
         KT_CHECK_MSG(public_of(r->name) == NULL, "kiln_%s: in kiln/ops.h's list too", r->name);
         int64_t n = kiln_shape_numel(r->out);
         KT_CHECK_MSG(n > 0 && n <= OUT_CAP, "%s: out of %lld elements", r->name, (long long)n);
         /* a two-tensor row's example takes y; a one-tensor row's gradient is x's alone */
-        KT_CHECK_MSG((strchr(r->ex, 'y') != NULL) == (r->arity == 2), "%s: arity %d, ex %s", r->name, r->arity, r->ex);
+        KT_CHECK_MSG(uses(r->ex, 'y') == (r->arity == 2), "%s: arity %d, ex %s", r->name, r->arity, r->ex);
+        /* a row's own kernel (its kernel column) is an opcode the CPU runs */
+        int k = kiln__shape_kernels[row];
+        KT_CHECK_MSG(k >= -2 && k < KILN__OP_COUNT && (k < 0 || kiln__cpu_backend()->kernels[k]), "%s: kernel %d", r->name, k);
     }
 }
 
@@ -228,18 +277,19 @@ static kiln_tensor grad_case(kiln_tensor *in, void *ctx) {
 }
 
 /* Each row's gradient of x (and y) against central differences; a tracked input's result
- * requires a gradient (every row is differentiable). */
+ * requires a gradient, but for a row of arity 0 (indices, classes), whose must not. */
 KT_TEST(shape_op_gradients_match_finite_differences) {
     int checked = 0;
     for (int row = 0; row < KILN__SHAPE_COUNT; row++) {
         const shape_row *r = &rows[row];
         if (!name_selected(r->name)) continue;
         kiln_shape shapes[2] = {KILN_SHAPE(N, C, L), KILN_SHAPE(N, C, L)};
-        KT_CHECK_MSG(gc_check(r->name, grad_case, (void *)(intptr_t)row, r->arity, shapes, 1e-6) == 0, "%s", r->name);
+        if (r->arity > 0)
+            KT_CHECK_MSG(gc_check(r->name, grad_case, (void *)(intptr_t)row, r->arity, shapes, 1e-6) == 0, "%s", r->name);
         kiln_tensor x = kiln_randn(KILN_CPU, KILN_F64, KILN_SHAPE(N, C, L), 5);
         kiln_require_grad(x);
         kiln_tensor y = examples[row](kiln_ref(x), make_y(KILN_CPU, KILN_F64, KILN_F64), KILN_CPU);
-        KT_CHECK_MSG(kiln_requires_grad(y), "%s: no gradient recorded", r->name);
+        KT_CHECK_MSG(kiln_requires_grad(y) == (r->arity > 0), "%s: %s gradient recorded", r->name, r->arity ? "no" : "a");
         kiln_release(y), kiln_release(x);
         checked++;
     }
@@ -259,8 +309,12 @@ KT_TEST(shape_op_bad_input_fails_naming_the_op) {
                       r->bad_status, want);
         kiln_tensor x = make_x(KILN_CPU, KILN_F32, KILN_F32, 0), keep = kiln_ref(x);
         kiln_release(x);
-        /* an example whose x goes through another op first names that op */
-        const char *inner = strstr(r->ex, "kiln_");
+        /* an example whose x goes through another op first names that op: the innermost call
+         * around x, the last "kiln_" before it */
+        const char *xat = r->ex, *inner = NULL;
+        while ((xat = strchr(xat + 1, 'x')) && !(strchr("( ", xat[-1]) && strchr(",)", xat[1]))) {
+        }
+        for (const char *k = strstr(r->ex, "kiln_"); k && xat && k < xat; k = strstr(k + 1, "kiln_")) inner = k;
         if (inner) {
             size_t len = strcspn(inner, "(");
             snprintf(want, sizeof want, "%.*s", (int)len, inner);

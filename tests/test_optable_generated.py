@@ -11,7 +11,9 @@ A reduction row's grad, fold and finish must be known (a KERNEL row's fold and f
 COMPOSED row's NONE). A new row of the linear-algebra table gives its prototype with its doc, its
 entry in the call-site list of its layer and its macro in include/kiln/linalg_ops.h and its Python
 row (a method or a kiln.nn.functional function); an unknown sig, a METHOD that is not AB, or args
-that do not fit the sig are refused.
+that do not fit the sig are refused. A new shape-table row with an output array gives its int
+prototype, call-site entry, macro and Python caller's row; a kernel outside the table's list, a
+listed kernel no row runs, and arity 0 with a gradient are refused.
 
     test_optable_generated.py scripts/gen_optable.py"""
 import os
@@ -121,6 +123,19 @@ def check_row_op_rows(tmp):
         f.write(table)
 
 
+def check_refused(tmp, table, text, what):
+    """src/ir/<table>_table.h made text: the generator must fail naming the table and what, and
+    leave include/kiln/<table>_ops.h as it was."""
+    with open(os.path.join(tmp, "src", "ir", f"{table}_table.h"), "w", encoding="utf-8") as f:
+        f.write(text)
+    header = f"include/kiln/{table}_ops.h"
+    before = read(tmp, header)
+    r = run(tmp)
+    out = r.stderr + r.stdout
+    check(r.returncode != 0 and f"{table}_table.h" in out and what in out, f"a {table} row with {what} is refused: {out!r}")
+    check(read(tmp, header) == before, f"a refused {table} row ({what}) writes nothing")
+
+
 def check_linalg_rows(tmp):
     """A METHOD row (API layer) and a FUNCTIONAL row (nn layer, its doc over two lines) of the
     linear-algebra table give linalg_ops.h's prototypes under their docs, their layers' call-site
@@ -156,13 +171,36 @@ def check_linalg_rows(tmp):
                       (rows.replace("(a, b), FLOAT_SAME", "(a, b, c), FLOAT_SAME"), "takes 2"),
                       (rows.replace("4, ATTENTION,", "3, ATTENTION,"), "arity 3"),
                       (rows.replace("NN, FUNCTIONAL", "NN, METHOD"), "sig AB only")]:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(table[:i] + bad + table[i:])
-        before = read(tmp, "include/kiln/linalg_ops.h")
-        r = run(tmp)
-        out = r.stderr + r.stdout
-        check(r.returncode != 0 and "linalg_table.h" in out and what in out, f"a linalg row with {what} is refused: {out!r}")
-        check(read(tmp, "include/kiln/linalg_ops.h") == before, f"a refused linalg row ({what}) writes nothing")
+        check_refused(tmp, "linalg", table[:i] + bad + table[i:], what)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(table)
+
+
+def check_shape_rows(tmp):
+    """A shape-table row whose sig returns a count (an output array) gives an int prototype under its
+    doc, an int call-site entry, its macro and its Python caller's row; a kernel outside the table's
+    kernel list, a listed kernel no row runs, and arity 0 with a gradient rule are refused, writing
+    nothing."""
+    path = os.path.join(tmp, "src", "ir", "shape_table.h")
+    table = read(tmp, "src/ir/shape_table.h")
+    i = table.index("    X(CHUNK,")
+    row = ('    X(HSPLIT, hsplit, SPLIT, (t, size, dim, out, cap), 1, SAME, PIECES, NONE, VIEW, 0, hsplit, '
+           '(x, 2, 2, OUTS, OUTS_CAP), (60), (x, 0, 2, OUTS, OUTS_CAP), INVALID_ARGUMENT, "pieces of size along dim") \\\n')
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(table[:i] + row + table[i:])
+    r = run(tmp)
+    h, py = read(tmp, "include/kiln/shape_ops.h"), read(tmp, "python/src/shape_table_generated.h")
+    for want in ["KILN_API int kiln_hsplit(kiln_tensor t, int64_t size, int dim, kiln_tensor *out, int cap);",
+                 "/* pieces of size along dim */",
+                 "X(int, hsplit, (kiln_tensor t, int64_t size, int dim, kiln_tensor *out, int cap), (t, size, dim, out, cap))",
+                 "#define kiln_hsplit(...) KILN__AT(hsplit, __VA_ARGS__)"]:
+        check(r.returncode == 0 and want in h, f"a shape row gives {want!r} in shape_ops.h: {r.stderr!r}")
+    check('X(SPLIT, METHOD, hsplit, kiln_hsplit, "pieces of size along dim")' in py, "a SPLIT row's Python caller row")
+    kernels = table.index("    X(INDEX_SELECT, \"")
+    for bad, at, what in [(row.replace("PIECES, NONE, VIEW", "PIECES, BOGUS, VIEW"), i, "kernel BOGUS"),
+                          (row.replace(", 1, SAME, PIECES", ", 0, SAME, PIECES"), i, "arity 0"),
+                          ('    X(SPARE, "nothing runs it") \\\n', kernels, "no row runs it")]:
+        check_refused(tmp, "shape", table[:at] + bad + table[at:], what)
     with open(path, "w", encoding="utf-8") as f:
         f.write(table)
 
@@ -213,6 +251,7 @@ def main(script):
         check_scalar_rows(tmp)
         check_row_op_rows(tmp)
         check_linalg_rows(tmp)
+        check_shape_rows(tmp)
     print("test_optable_generated:", "FAILED" if failures else "ok")
     return 1 if failures else 0
 

@@ -23,6 +23,14 @@ extern "C" {
 KILN_API kiln_tensor kiln_matmul(kiln_tensor a, kiln_tensor b);
 /* torch.bmm: [B, n, k] @ [B, k, m], no broadcasting */
 KILN_API kiln_tensor kiln_bmm(kiln_tensor a, kiln_tensor b);
+/* torch.dot: 1-d a and b of one length -> 0-d */
+KILN_API kiln_tensor kiln_dot(kiln_tensor a, kiln_tensor b);
+/* torch.outer: 1-d [n] and [m] -> [n, m] */
+KILN_API kiln_tensor kiln_outer(kiln_tensor a, kiln_tensor b);
+/* torch.addmm: beta * input + alpha * (m1 @ m2). For 2-d m1 [n, k], m2 [k, m] and input
+ * broadcastable to [n, m], of the matrices' dtype; beta 0 ignores input's values, NaN included
+ * (as PyTorch); beta and alpha finite. */
+KILN_API kiln_tensor kiln_addmm(kiln_tensor input, kiln_tensor m1, kiln_tensor m2, double beta, double alpha);
 /* x @ w^T + bias; w [out, in], bias [out] or KILN_NONE */
 KILN_API kiln_tensor kiln_linear(kiln_tensor x, kiln_tensor w, kiln_tensor bias);
 /* x [N, C, H, W], w [O, C/groups, KH, KW], bias [O] or KILN_NONE */
@@ -57,6 +65,9 @@ KILN_API kiln_tensor kiln_batch_norm(kiln_tensor x, kiln_tensor *running_mean, k
 #define KILN_LINALG_API(X) \
     X(kiln_tensor, matmul, (kiln_tensor a, kiln_tensor b), (a, b)) \
     X(kiln_tensor, bmm, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, dot, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, outer, (kiln_tensor a, kiln_tensor b), (a, b)) \
+    X(kiln_tensor, addmm, (kiln_tensor input, kiln_tensor m1, kiln_tensor m2, double beta, double alpha), (input, m1, m2, beta, alpha)) \
     X(kiln_tensor, linear, (kiln_tensor x, kiln_tensor w, kiln_tensor bias), (x, w, bias)) \
     X(kiln_tensor, conv2d, (kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride_h, int stride_w, int pad_h, int pad_w, int dilation_h, int dilation_w, int groups), (x, w, bias, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups))
 KILN_LINALG_API(KILN__AT_DECLARE)
@@ -69,6 +80,9 @@ KILN_NN_LINALG_API(KILN__AT_DECLARE)
 #pragma GCC system_header /* see core.h: errors in these calls name the caller's line */
 #define kiln_matmul(...) KILN__AT(matmul, __VA_ARGS__)
 #define kiln_bmm(...) KILN__AT(bmm, __VA_ARGS__)
+#define kiln_dot(...) KILN__AT(dot, __VA_ARGS__)
+#define kiln_outer(...) KILN__AT(outer, __VA_ARGS__)
+#define kiln_addmm(...) KILN__AT(addmm, __VA_ARGS__)
 #define kiln_linear(...) KILN__AT(linear, __VA_ARGS__)
 #define kiln_conv2d(...) KILN__AT(conv2d, __VA_ARGS__)
 #define kiln_scaled_dot_product_attention(...) KILN__AT(scaled_dot_product_attention, __VA_ARGS__)

@@ -1,7 +1,8 @@
-/* kiln's views, joins, indexing, masks and scans: generated from src/ir/shape_table.h by
- * scripts/gen_optable.py (scripts/optable_shape.py); do not edit (edit the table's row, then run
- * the script). Included by kiln/tensor.h. Every op consumes its tensor arguments (pass
- * kiln_ref(t) to keep t) and runs in every dtype; views share their input's storage.
+/* kiln's views, joins, splits, indexing, masks, scans and sorts: generated from
+ * src/ir/shape_table.h by scripts/gen_optable.py (scripts/optable_shape.py); do not edit (edit
+ * the table's row, then run the script). Included by kiln/tensor.h, after the enums kiln_pad_mode
+ * and kiln_meshgrid_indexing. Every op consumes its tensor arguments (pass kiln_ref(t) to keep
+ * t) and runs in every dtype; views share their input's storage.
  *
  *   kiln_tensor a = kiln_arange(KILN_CPU, KILN_F32, 0, 60, 1);
  *   kiln_tensor v = kiln_transpose(kiln_reshape(a, KILN_SHAPE(3, 4, 5)), 0, 2);   // [5, 4, 3], a view
@@ -71,6 +72,49 @@ KILN_API kiln_tensor kiln_tile(kiln_tensor t, kiln_shape reps);
 KILN_API kiln_tensor kiln_cumsum(kiln_tensor t, int dim);
 /* running product along dim (torch.cumprod); integers and bools accumulate in i64. */
 KILN_API kiln_tensor kiln_cumprod(kiln_tensor t, int dim);
+/* torch.clone: a dense copy in its own storage (t consumed). Later in-place updates of t's
+ * storage (an optimizer step on a parameter) do not show in it. Differentiable (the identity). */
+KILN_API kiln_tensor kiln_clone(kiln_tensor t);
+/* torch.split: views of pieces of split_size along dim (the last may be smaller) written to
+ * out[0 .. ret). Returns the number of pieces; on error writes one poisoned tensor to out[0] and
+ * returns 1 (0 when out is NULL or cap < 1). cap must hold every piece. */
+KILN_API int kiln_split(kiln_tensor t, int64_t split_size, int dim, kiln_tensor *out, int cap);
+/* torch.chunk: t cut along dim into at most chunks views of ceil(size / chunks) (the last may be
+ * smaller). Returns and writes as kiln_split; an empty dim gives chunks empty pieces, as torch. */
+KILN_API int kiln_chunk(kiln_tensor t, int chunks, int dim, kiln_tensor *out, int cap);
+/* torch.meshgrid of n 1-d (or 0-d, as size 1) tensors of one dtype and device, all consumed.
+ * Writes n tensors of shape [s0, s1, ...] (IJ) or [s1, s0, s2, ...] (XY: the first two swapped,
+ * as numpy) to out, where out[i] repeats input i along the other dims (expanded views). Returns
+ * n; on error every out[i] (i < min(n, cap)) is poisoned with it and that count is returned (0
+ * when out is NULL or cap < 1). Differentiable. */
+KILN_API int kiln_meshgrid(const kiln_tensor *ts, int n, kiln_meshgrid_indexing indexing, kiln_tensor *out, int cap);
+/* torch.nn.functional.pad: pads holds (left, right) pairs, the last dim's first.
+ * KILN_PAD_CONSTANT fills with value (negative pads crop); KILN_PAD_REFLECT mirrors without
+ * repeating the edge (pads < size); KILN_PAD_REPLICATE repeats the edge. Differentiable in t. */
+KILN_API kiln_tensor kiln_pad(kiln_tensor t, kiln_shape pads, kiln_pad_mode mode, double value);
+/* torch.nn.functional.one_hot: out[..., i] = 1 where i == index[...], else 0, in dtype. index is
+ * integer, each value in [0, num_classes); the result has index's shape and a last dim of
+ * num_classes. Not differentiable. */
+KILN_API kiln_tensor kiln_one_hot(kiln_tensor index, int64_t num_classes, kiln_dtype dtype);
+/* torch.sort along dim: the values, and the i64 indices in *indices when it is not NULL. NaN
+ * sorts as the largest value; equal values keep their order (stable). On failure *indices is
+ * another handle to the same error. The values are differentiable. */
+KILN_API kiln_tensor kiln_sort(kiln_tensor t, int dim, bool descending, kiln_tensor *indices);
+/* torch.argsort: the i64 indices kiln_sort gives (stable; NaN largest). */
+KILN_API kiln_tensor kiln_argsort(kiln_tensor t, int dim, bool descending);
+/* torch.topk: the k largest (or smallest) values along dim, in order, and their i64 indices in
+ * *indices. As kiln_sort: NaN largest, ties in their order, *indices the error on failure, the
+ * values differentiable. */
+KILN_API kiln_tensor kiln_topk(kiln_tensor t, int64_t k, int dim, bool largest, kiln_tensor *indices);
+/* torch.Tensor.unfold: every window of size elements along dim, step apart. dim becomes the
+ * (size(dim) - size) / step + 1 windows and a last dim of size is added. A copy (not a view as
+ * in PyTorch, since windows may overlap); differentiable (overlaps add up). size from 0 to
+ * size(dim), step >= 1. */
+KILN_API kiln_tensor kiln_unfold(kiln_tensor t, int dim, int64_t size, int64_t step);
+/* t's values in dtype (torch.Tensor.to(dtype)). t itself when it has that dtype already.
+ * Differentiable into a float dtype (the gradient cast back); into an integer or bool one, no
+ * gradient. */
+KILN_API kiln_tensor kiln_cast(kiln_tensor t, kiln_dtype dtype);
 
 /* The calls that record the caller's file:line, as in core.h's list (kiln/tensor.h's
  * KILN_TENSOR_API includes it). */
@@ -99,7 +143,18 @@ KILN_API kiln_tensor kiln_cumprod(kiln_tensor t, int dim);
     X(kiln_tensor, repeat, (kiln_tensor t, kiln_shape repeats), (t, repeats)) \
     X(kiln_tensor, tile, (kiln_tensor t, kiln_shape reps), (t, reps)) \
     X(kiln_tensor, cumsum, (kiln_tensor t, int dim), (t, dim)) \
-    X(kiln_tensor, cumprod, (kiln_tensor t, int dim), (t, dim))
+    X(kiln_tensor, cumprod, (kiln_tensor t, int dim), (t, dim)) \
+    X(kiln_tensor, clone, (kiln_tensor t), (t)) \
+    X(int, split, (kiln_tensor t, int64_t split_size, int dim, kiln_tensor *out, int cap), (t, split_size, dim, out, cap)) \
+    X(int, chunk, (kiln_tensor t, int chunks, int dim, kiln_tensor *out, int cap), (t, chunks, dim, out, cap)) \
+    X(int, meshgrid, (const kiln_tensor *ts, int n, kiln_meshgrid_indexing indexing, kiln_tensor *out, int cap), (ts, n, indexing, out, cap)) \
+    X(kiln_tensor, pad, (kiln_tensor t, kiln_shape pads, kiln_pad_mode mode, double value), (t, pads, mode, value)) \
+    X(kiln_tensor, one_hot, (kiln_tensor index, int64_t num_classes, kiln_dtype dtype), (index, num_classes, dtype)) \
+    X(kiln_tensor, sort, (kiln_tensor t, int dim, bool descending, kiln_tensor *indices), (t, dim, descending, indices)) \
+    X(kiln_tensor, argsort, (kiln_tensor t, int dim, bool descending), (t, dim, descending)) \
+    X(kiln_tensor, topk, (kiln_tensor t, int64_t k, int dim, bool largest, kiln_tensor *indices), (t, k, dim, largest, indices)) \
+    X(kiln_tensor, unfold, (kiln_tensor t, int dim, int64_t size, int64_t step), (t, dim, size, step)) \
+    X(kiln_tensor, cast, (kiln_tensor t, kiln_dtype dtype), (t, dtype))
 KILN_SHAPE_OPS_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -129,6 +184,17 @@ KILN_SHAPE_OPS_API(KILN__AT_DECLARE)
 #define kiln_tile(...) KILN__AT(tile, __VA_ARGS__)
 #define kiln_cumsum(...) KILN__AT(cumsum, __VA_ARGS__)
 #define kiln_cumprod(...) KILN__AT(cumprod, __VA_ARGS__)
+#define kiln_clone(...) KILN__AT(clone, __VA_ARGS__)
+#define kiln_split(...) KILN__AT(split, __VA_ARGS__)
+#define kiln_chunk(...) KILN__AT(chunk, __VA_ARGS__)
+#define kiln_meshgrid(...) KILN__AT(meshgrid, __VA_ARGS__)
+#define kiln_pad(...) KILN__AT(pad, __VA_ARGS__)
+#define kiln_one_hot(...) KILN__AT(one_hot, __VA_ARGS__)
+#define kiln_sort(...) KILN__AT(sort, __VA_ARGS__)
+#define kiln_argsort(...) KILN__AT(argsort, __VA_ARGS__)
+#define kiln_topk(...) KILN__AT(topk, __VA_ARGS__)
+#define kiln_unfold(...) KILN__AT(unfold, __VA_ARGS__)
+#define kiln_cast(...) KILN__AT(cast, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

@@ -78,25 +78,21 @@ KILN_RANDOM_API(KILN__AT_DECLARE)
 #define kiln_randint_gen(...) KILN__AT(randint_gen, __VA_ARGS__)
 #endif
 
-/* ---- views, joins, indexing, masks, scans (share storage where they can; consume the input) */
+/* ---- views, joins, splits, indexing, masks, scans, sorts (consume their tensor inputs) ---- */
 /* reshape, permute, transpose, narrow, slice, expand, squeeze, unsqueeze, flatten, contiguous,
  * cat, stack, index_select, gather, scatter_add, where, masked_fill, tril, triu, flip, roll,
- * repeat, tile, cumsum, cumprod: kiln/shape_ops.h, from the shape op table (src/ir/shape_table.h). */
+ * repeat, tile, cumsum, cumprod, clone, split, chunk, meshgrid, pad, one_hot, sort, argsort,
+ * topk, unfold, cast: kiln/shape_ops.h, from the shape op table (src/ir/shape_table.h). Views share
+ * their input's storage. Two of them take an enum: */
+/* kiln_pad's mode (torch's 'constant', 'reflect', 'replicate') */
+typedef enum { KILN_PAD_CONSTANT, KILN_PAD_REFLECT, KILN_PAD_REPLICATE } kiln_pad_mode;
+/* kiln_meshgrid's indexing: IJ (matrix, torch's default) or XY (the first two dims swapped) */
+typedef enum { KILN_MESHGRID_IJ, KILN_MESHGRID_XY } kiln_meshgrid_indexing;
 #include "kiln/shape_ops.h"
 
-/* ---- joining, splitting, indexing -------------------------------------------------------- */
-/* Views of pieces of `split_size` (the last may be smaller) written to out[0..ret).
- * Returns the number of pieces; on error writes one poisoned tensor to out[0] and returns 1
- * (0 when out is NULL or cap < 1). cap must hold every piece. */
-KILN_API int kiln_split(kiln_tensor t, int64_t split_size, int dim, kiln_tensor *out, int cap);
-KILN_API int kiln_chunk(kiln_tensor t, int chunks, int dim, kiln_tensor *out, int cap);
-/* torch.nn.functional.pad: pads holds (left, right) pairs, the last dim's first. constant fills
- * with value (negative pads crop); reflect mirrors without repeating the edge (pads < size);
- * replicate repeats the edge. Differentiable in t. */
-typedef enum { KILN_PAD_CONSTANT, KILN_PAD_REFLECT, KILN_PAD_REPLICATE } kiln_pad_mode;
-KILN_API kiln_tensor kiln_pad(kiln_tensor t, kiln_shape pads, kiln_pad_mode mode, double value);
-KILN_API kiln_tensor kiln_one_hot(kiln_tensor index, int64_t num_classes, kiln_dtype dtype);
-KILN_API kiln_tensor kiln_cast(kiln_tensor t, kiln_dtype dtype);
+/* ---- devices ---------------------------------------------------------------------------- */
+/* t on dev (a copy; t itself when already there). Not recorded by autodiff: a tracked t's
+ * gradient does not flow back across devices. */
 KILN_API kiln_tensor kiln_to_device(kiln_tensor t, kiln_device dev);
 
 /* ---- convolution and pooling ------------------------------------------------------------- */
@@ -145,22 +141,16 @@ KILN_API kiln_tensor kiln_lerp_scalar(kiln_tensor start, kiln_tensor end, double
 
 /* ---- reductions ------------------------------------------------------------------------- */
 /* sum, mean, prod, max, min (and their _dims forms), var_dims, std_dims, logsumexp_dims, argmax,
- * argmin, any, all: kiln/ops.h, from the reduction table (src/ir/reduce_table.h). cumsum and
+ * argmin, any, all: kiln/ops.h, from the reduction table (src/ir/reduce_table.h). cumsum,
  * cumprod: kiln/shape_ops.h, from the shape op table. */
-/* torch.sort / torch.argsort / torch.topk along dim: NaN sorts as the largest value; equal
- * values keep their order. sort and topk return the values and write the i64 indices to
- * *indices when it is not NULL (on failure, another handle to the same error). topk keeps the
- * k largest (or smallest), in order. The values are differentiable. */
-KILN_API kiln_tensor kiln_sort(kiln_tensor t, int dim, bool descending, kiln_tensor *indices);
-KILN_API kiln_tensor kiln_argsort(kiln_tensor t, int dim, bool descending);
-KILN_API kiln_tensor kiln_topk(kiln_tensor t, int64_t k, int dim, bool largest, kiln_tensor *indices);
+/* sort, argsort, topk: kiln/shape_ops.h, from the shape op table. */
 /* kiln_softmax(t, dim), kiln_log_softmax(t, dim): kiln/ops.h, from the row-op table
  * (src/ir/row_table.h), with the norms and losses of kiln/nn.h. */
 
 /* ---- linear algebra --------------------------------------------------------------------- */
-/* matmul, bmm, linear, conv2d, scaled_dot_product_attention and batch_norm, with their docs and
- * call-site macros, from the linear-algebra table (src/ir/linalg_table.h); dot, outer, addmm and
- * einsum are below. */
+/* matmul, bmm, dot, outer, linear, conv2d, scaled_dot_product_attention and batch_norm, with
+ * their docs and call-site macros, from the linear-algebra table (src/ir/linalg_table.h); einsum
+ * is below. */
 #include "kiln/linalg_ops.h"
 
 /* ---- reads (the only blocking calls) ------------------------------------------------------ */
@@ -220,10 +210,6 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
     X(kiln_tensor, normal, (kiln_device dev, kiln_dtype dtype, kiln_shape shape, double mean, double std, uint64_t seed), (dev, dtype, shape, mean, std, seed)) \
     X(kiln_tensor, bernoulli, (kiln_device dev, kiln_dtype dtype, kiln_shape shape, double p, uint64_t seed), (dev, dtype, shape, p, seed)) \
     X(kiln_tensor, randint, (kiln_device dev, kiln_dtype dtype, kiln_shape shape, int64_t low, int64_t high, uint64_t seed), (dev, dtype, shape, low, high, seed)) \
-    X(int, split, (kiln_tensor t, int64_t split_size, int dim, kiln_tensor *out, int cap), (t, split_size, dim, out, cap)) \
-    X(int, chunk, (kiln_tensor t, int chunks, int dim, kiln_tensor *out, int cap), (t, chunks, dim, out, cap)) \
-    X(kiln_tensor, one_hot, (kiln_tensor index, int64_t num_classes, kiln_dtype dtype), (index, num_classes, dtype)) \
-    X(kiln_tensor, cast, (kiln_tensor t, kiln_dtype dtype), (t, dtype)) \
     X(kiln_tensor, to_device, (kiln_tensor t, kiln_device dev), (t, dev)) \
     X(kiln_tensor, max_pool2d, (kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h, int pad_w), (x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)) \
     X(kiln_tensor, avg_pool2d, (kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h, int pad_w), (x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)) \
@@ -238,10 +224,6 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
     X(kiln_tensor, hardtanh, (kiln_tensor t, double min_val, double max_val), (t, min_val, max_val)) \
     X(kiln_tensor, lerp, (kiln_tensor start, kiln_tensor end, kiln_tensor weight), (start, end, weight)) \
     X(kiln_tensor, lerp_scalar, (kiln_tensor start, kiln_tensor end, double weight), (start, end, weight)) \
-    X(kiln_tensor, sort, (kiln_tensor t, int dim, bool descending, kiln_tensor *indices), (t, dim, descending, indices)) \
-    X(kiln_tensor, argsort, (kiln_tensor t, int dim, bool descending), (t, dim, descending)) \
-    X(kiln_tensor, topk, (kiln_tensor t, int64_t k, int dim, bool largest, kiln_tensor *indices), (t, k, dim, largest, indices)) \
-    X(kiln_tensor, pad, (kiln_tensor t, kiln_shape pads, kiln_pad_mode mode, double value), (t, pads, mode, value)) \
     X(kiln_status, into_data, (kiln_tensor t, void *dst, size_t dst_bytes), (t, dst, dst_bytes)) \
     X(kiln_status, into_scalar, (kiln_tensor t, float *out), (t, out)) \
     X(kiln_status, into_scalar_f64, (kiln_tensor t, double *out), (t, out)) \
@@ -266,10 +248,6 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_normal(...) KILN__AT(normal, __VA_ARGS__)
 #define kiln_bernoulli(...) KILN__AT(bernoulli, __VA_ARGS__)
 #define kiln_randint(...) KILN__AT(randint, __VA_ARGS__)
-#define kiln_split(...) KILN__AT(split, __VA_ARGS__)
-#define kiln_chunk(...) KILN__AT(chunk, __VA_ARGS__)
-#define kiln_one_hot(...) KILN__AT(one_hot, __VA_ARGS__)
-#define kiln_cast(...) KILN__AT(cast, __VA_ARGS__)
 #define kiln_to_device(...) KILN__AT(to_device, __VA_ARGS__)
 #define kiln_max_pool2d(...) KILN__AT(max_pool2d, __VA_ARGS__)
 #define kiln_avg_pool2d(...) KILN__AT(avg_pool2d, __VA_ARGS__)
@@ -284,10 +262,6 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_hardtanh(...) KILN__AT(hardtanh, __VA_ARGS__)
 #define kiln_lerp(...) KILN__AT(lerp, __VA_ARGS__)
 #define kiln_lerp_scalar(...) KILN__AT(lerp_scalar, __VA_ARGS__)
-#define kiln_sort(...) KILN__AT(sort, __VA_ARGS__)
-#define kiln_argsort(...) KILN__AT(argsort, __VA_ARGS__)
-#define kiln_topk(...) KILN__AT(topk, __VA_ARGS__)
-#define kiln_pad(...) KILN__AT(pad, __VA_ARGS__)
 #define kiln_into_data(...) KILN__AT(into_data, __VA_ARGS__)
 #define kiln_to_string(...) KILN__AT(to_string, __VA_ARGS__)
 #define kiln_print(...) KILN__AT(print, __VA_ARGS__)
@@ -309,29 +283,8 @@ KILN_API kiln_tensor kiln_ones_like(kiln_tensor t);
 KILN_API kiln_tensor kiln_full_like(kiln_tensor t, double value);
 KILN_API kiln_tensor kiln_rand_like(kiln_tensor t, uint64_t seed);
 KILN_API kiln_tensor kiln_randn_like(kiln_tensor t, uint64_t seed);
-/* torch.clone: a dense copy in its own storage (t consumed), so later in-place updates of t's
- * storage (an optimizer step on a parameter) do not show in it. Differentiable (identity). */
-KILN_API kiln_tensor kiln_clone(kiln_tensor t);
-/* torch.meshgrid of n 1-d (or 0-d, as size 1) tensors of one dtype and device, all consumed:
- * writes n tensors of shape [s0, s1, ...] (IJ) or [s1, s0, s2, ...] (XY: the first two
- * swapped, as numpy) to out, where out[i] repeats input i along the other dims (expanded
- * views). Returns n; on error every out[i] (i < min(n, cap)) is poisoned with it and that
- * count is returned (0 when out is NULL or cap < 1). Differentiable. */
-typedef enum { KILN_MESHGRID_IJ, KILN_MESHGRID_XY } kiln_meshgrid_indexing;
-KILN_API int kiln_meshgrid(const kiln_tensor *ts, int n, kiln_meshgrid_indexing indexing, kiln_tensor *out, int cap);
-/* torch.Tensor.unfold: every window of `size` elements along dim, `step` apart: dim becomes
- * the (size(dim) - size) / step + 1 windows and a last dim of `size` is added. A copy (not a
- * view as in PyTorch, since windows may overlap); differentiable (overlaps add up). size
- * from 0 to size(dim), step >= 1. */
-KILN_API kiln_tensor kiln_unfold(kiln_tensor t, int dim, int64_t size, int64_t step);
-/* torch.dot (1-d a, b of one length -> 0-d), torch.outer (1-d [n], [m] -> [n, m]), torch.bmm
- * (3-d [B, n, k] @ [B, k, m], B equal: no broadcasting) and torch.addmm:
- * beta * input + alpha * (m1 @ m2) for 2-d m1 [n, k], m2 [k, m] and input broadcastable to
- * [n, m] (beta 0 ignores input's values, NaN included, as PyTorch). All consume their tensors
- * and are differentiable. */
-KILN_API kiln_tensor kiln_dot(kiln_tensor a, kiln_tensor b);
-KILN_API kiln_tensor kiln_outer(kiln_tensor a, kiln_tensor b);
-KILN_API kiln_tensor kiln_addmm(kiln_tensor input, kiln_tensor m1, kiln_tensor m2, double beta, double alpha);
+/* clone, meshgrid and unfold: kiln/shape_ops.h, from the shape op table. */
+/* dot, outer and addmm: kiln/linalg_ops.h, from the linear-algebra table. */
 /* torch.einsum on n tensors (consumed) of one dtype and device, subscripts a-z and A-Z:
  *
  *   kiln_tensor ab[2] = {kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(8, 4, 5), 1),
@@ -355,12 +308,6 @@ KILN_API kiln_tensor kiln_einsum(const char *equation, int n, const kiln_tensor 
     X(kiln_tensor, full_like, (kiln_tensor t, double value), (t, value)) \
     X(kiln_tensor, rand_like, (kiln_tensor t, uint64_t seed), (t, seed)) \
     X(kiln_tensor, randn_like, (kiln_tensor t, uint64_t seed), (t, seed)) \
-    X(kiln_tensor, clone, (kiln_tensor t), (t)) \
-    X(int, meshgrid, (const kiln_tensor *ts, int n, kiln_meshgrid_indexing indexing, kiln_tensor *out, int cap), (ts, n, indexing, out, cap)) \
-    X(kiln_tensor, unfold, (kiln_tensor t, int dim, int64_t size, int64_t step), (t, dim, size, step)) \
-    X(kiln_tensor, dot, (kiln_tensor a, kiln_tensor b), (a, b)) \
-    X(kiln_tensor, outer, (kiln_tensor a, kiln_tensor b), (a, b)) \
-    X(kiln_tensor, addmm, (kiln_tensor input, kiln_tensor m1, kiln_tensor m2, double beta, double alpha), (input, m1, m2, beta, alpha)) \
     X(kiln_tensor, einsum, (const char *equation, int n, const kiln_tensor *ts), (equation, n, ts))
 KILN_TENSOR_MORE_API(KILN__AT_DECLARE)
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -371,12 +318,6 @@ KILN_TENSOR_MORE_API(KILN__AT_DECLARE)
 #define kiln_full_like(...) KILN__AT(full_like, __VA_ARGS__)
 #define kiln_rand_like(...) KILN__AT(rand_like, __VA_ARGS__)
 #define kiln_randn_like(...) KILN__AT(randn_like, __VA_ARGS__)
-#define kiln_clone(...) KILN__AT(clone, __VA_ARGS__)
-#define kiln_meshgrid(...) KILN__AT(meshgrid, __VA_ARGS__)
-#define kiln_unfold(...) KILN__AT(unfold, __VA_ARGS__)
-#define kiln_dot(...) KILN__AT(dot, __VA_ARGS__)
-#define kiln_outer(...) KILN__AT(outer, __VA_ARGS__)
-#define kiln_addmm(...) KILN__AT(addmm, __VA_ARGS__)
 #define kiln_einsum(...) KILN__AT(einsum, __VA_ARGS__)
 #endif
 

@@ -86,6 +86,8 @@ PyObject *kp_shape_tuple(kiln_shape s);
 /* ---- tables (ops.c, index.c, module.c) ---- */
 extern PyMethodDef kp_tensor_table_methods[];
 extern PyMethodDef kp_module_table_functions[];
+extern PyMethodDef kp_tensor_shape_methods[];   /* shape_ops.c: the shape table's split ... unfold */
+extern PyMethodDef kp_module_shape_functions[];
 extern PyNumberMethods kp_tensor_as_number;
 extern PyMappingMethods kp_tensor_as_mapping;
 PyObject *kp_richcompare(PyObject *a, PyObject *b, int op);

@@ -7,7 +7,9 @@
 /* X(name, function, 0, 0, doc): KP_BINARY_OPS's form (no scalar variants) */
 #define KP_TABLE_LINALG_METHODS(X) \
     X(matmul, kiln_matmul, 0, 0, "torch.matmul: 1-d operands promoted, batch dims broadcast") \
-    X(bmm, kiln_bmm, 0, 0, "torch.bmm: [B, n, k] @ [B, k, m], no broadcasting")
+    X(bmm, kiln_bmm, 0, 0, "torch.bmm: [B, n, k] @ [B, k, m], no broadcasting") \
+    X(dot, kiln_dot, 0, 0, "torch.dot: 1-d a and b of one length -> 0-d") \
+    X(outer, kiln_outer, 0, 0, "torch.outer: 1-d [n] and [m] -> [n, m]")
 
 /* X(sig, name, function, doc): kiln.nn.functional.name, called as torch's */
 #define KP_TABLE_LINALG_FUNCTIONS(X) \

@@ -516,7 +516,8 @@ static struct PyModuleDef module_def = {
 };
 
 static PyMethodDef *concat_methods(void) {
-    PyMethodDef *parts[] = {kp_tensor_base_methods, kp_tensor_more_methods, kp_tensor_table_methods, kp_dlpack_methods};
+    PyMethodDef *parts[] = {kp_tensor_base_methods, kp_tensor_more_methods, kp_tensor_table_methods, kp_dlpack_methods,
+                            kp_tensor_shape_methods};
     size_t total = 1;
     for (size_t p = 0; p < sizeof parts / sizeof parts[0]; p++)
         for (PyMethodDef *m = parts[p]; m->ml_name; m++) total++;
@@ -545,7 +546,7 @@ PyMODINIT_FUNC PyInit__C(void) {
         PyModule_AddObjectRef(m, "SentenceEmbedder", (PyObject *)&kp_EmbedderType) < 0 || kp_dtypes_init(m) < 0 ||
         kp_errors_init(m) < 0 || PyModule_AddFunctions(m, kp_module_table_functions) < 0 ||
         PyModule_AddFunctions(m, kp_functional_functions) < 0 || PyModule_AddFunctions(m, kp_functional_row_functions) < 0 ||
-        PyModule_AddFunctions(m, kp_functional_linalg_functions) < 0 ||
+        PyModule_AddFunctions(m, kp_functional_linalg_functions) < 0 || PyModule_AddFunctions(m, kp_module_shape_functions) < 0 ||
         PyModule_AddFunctions(m, kp_dlpack_functions) < 0 || PyModule_AddFunctions(m, kp_io_functions) < 0 ||
         PyModule_AddFunctions(m, kp_summary_functions) < 0 || PyModule_AddFunctions(m, kp_data_functions) < 0 ||
         PyModule_AddFunctions(m, kp_optim_functions) < 0 || PyModule_AddFunctions(m, kp_layer_functions) < 0 ||

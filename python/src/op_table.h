@@ -5,7 +5,7 @@
  * of the row-op table (src/ir/row_table.h: softmax, log_softmax) come from
  * op_table_generated.h, the DIM rows of the shape table with a py name (src/ir/shape_table.h:
  * unsqueeze, cumsum, cumprod; its OFFSET rows: tril, triu) from shape_table_generated.h and the
- * METHOD rows of the linear-algebra table (src/ir/linalg_table.h: matmul, bmm) from
+ * METHOD rows of the linear-algebra table (src/ir/linalg_table.h: matmul, bmm, dot, outer) from
  * linalg_table_generated.h (all by scripts/gen_optable.py), so a new op there is a method here
  * too; the rows below are the ops the tables do not describe (binary ops pair with their scalar forms;
  * max, min, var, std, argmax and argmin, with torch's own signatures, are in methods.c).
@@ -47,8 +47,6 @@
     X(fmod, kiln_fmod, kiln_fmod_scalar, 0, "remainder with a's sign")                           \
     X(remainder, kiln_remainder, kiln_remainder_scalar, 0, "remainder with b's sign (Python %)") \
     X(atan2, kiln_atan2, 0, 0, "atan2(a, b)")                                                    \
-    X(dot, kiln_dot, 0, 0, "inner product of 1-d tensors")                                       \
-    X(outer, kiln_outer, 0, 0, "outer product of 1-d tensors")                                   \
     KP_TABLE_LINALG_METHODS(X)
 
 #define KP_REDUCE_OPS(X) KP_TABLE_REDUCE_OPS(X)

@@ -26,7 +26,7 @@ def test_every_row_of_the_c_linalg_table_is_a_python_function():
     for r in rows:
         if r["py"] == "METHOD":
             assert callable(getattr(kiln, r["name"])) and callable(getattr(x, r["name"])), r["name"]
-        else:
+        elif r["py"] == "FUNCTIONAL":
             assert callable(getattr(F, r["name"])) and r["name"] in kiln._C._linalg_functions(), r["name"]
 
 

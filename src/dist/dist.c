@@ -1,7 +1,8 @@
 /* Collectives over MPI as engine ops. Each collective is one op record (ir/opcodes.h's
- * ALL_REDUCE .. BARRIER) that also writes dist's order token, so collectives run one after
- * another in the order this process queued them, the same order on every rank; the engine runs
- * them on its communication thread through comm_kernel below. Every collective first agrees on
+ * KILN__COMM_OPCODES: ALL_REDUCE, BROADCAST, ALL_GATHER, BARRIER) that also writes dist's order
+ * token, so collectives run one after another in the order this process queued them, the same
+ * order on every rank; the engine runs them on its communication thread through comm_kernel
+ * below. Every collective first agrees on
  * whether some rank failed before it (one small all-reduce of the lowest failed rank), so a rank
  * whose input was poisoned never leaves its peers waiting for data that will not come (for a
  * data-parallel bucket, whose size every rank knows, the agreement travels beside the data). A

@@ -1,7 +1,9 @@
 /* The linear-algebra and structural op table: one row per public op that is neither elementwise
- * (ir/optable.h), a reduction (ir/reduce_table.h) nor a row op (ir/row_table.h): the products,
- * the convolution, attention and batch norm. Their kernels keep the opcodes listed in
- * ir/opcodes.h (MATMUL, CONV2D, ATTENTION: several rows share one). From the rows come the
+ * (ir/optable.h), a reduction (ir/reduce_table.h) nor a row op (ir/row_table.h): the products
+ * (matmul, bmm, dot, outer, addmm, linear), the convolution, attention and batch norm. The kernels they run (their kernel column: MATMUL,
+ * CONV2D, ATTENTION; several rows share one) are KILN__LINALG_KERNELS below, with the backward
+ * and pooling kernels of the convolution layers; ir/opcodes.h expands that list into the opcodes.
+ * From the rows come the
  * rows as data (kiln__linalg_rows, ir/opcodes.c), through scripts/gen_optable.py (its module
  * scripts/optable_linalg.py) the public prototypes, docs, call-site lists and macros
  * (include/kiln/linalg_ops.h, included by kiln/tensor.h), the Python binding's functions
@@ -21,13 +23,15 @@
  *           CONV2D      kiln_name(x, w, bias, int stride_h, stride_w, pad_h, pad_w, dilation_h,
  *                       dilation_w, groups)
  *           ATTENTION   kiln_name(q, k, v, attn_mask, bool is_causal, double scale)
+ *           ADDMM       kiln_name(input, m1, m2, double beta, double alpha)
  *           BATCH_NORM  kiln_name(x, kiln_tensor *running_mean, *running_var, weight, bias,
  *                       bool training, double momentum, double eps)
  *   args    the parameters' names, in order
  *   dtype   FLOAT_SAME: floating-point tensors of one dtype (f32 with f64, or integers, are
  *           KILN_ERR_DTYPE, as PyTorch)
  *   shape   the result's shape: MATMUL ([.., M, K] @ [.., K, N], batch dims broadcast), BMM
- *           ([B, M, K] @ [B, K, N]), LINEAR ([.., in] -> [.., out]), CONV2D ([N, O, OH, OW]),
+ *           ([B, M, K] @ [B, K, N]), DOT ([n] . [n] -> 0-d), OUTER ([n], [m] -> [n, m]), ADDMM
+ *           ([n, k] @ [k, m] -> [n, m]), LINEAR ([.., in] -> [.., out]), CONV2D ([N, O, OH, OW]),
  *           ATTENTION ([.., L, Ev]), SAME (the first tensor's)
  *   kernel  the opcode of the kernel it runs as (each backend's kernel table), or OPS: a
  *           composition of other ops, so every device that runs those runs it
@@ -42,7 +46,7 @@
  *   py      the Python binding's form (python/src/linalg_table_generated.h): METHOD, a kiln
  *           function and Tensor method with an operator's operand (kiln.matmul(a, b),
  *           a.matmul(b)); FUNCTIONAL, kiln.nn.functional.name with torch's keywords, one
- *           caller per sig (python/src/functional_linalg.c)
+ *           caller per sig (python/src/functional_linalg.c); NONE, no Python form yet
  *   doc     one line, then the details (more string pieces on the lines below the row) for the
  *           header's comment
  *
@@ -56,6 +60,11 @@
         " The products and the convolution take" \
         " floating-point operands of one dtype (as PyTorch's: f32 @ f64 is KILN_ERR_DTYPE; kiln_cast one of them).") \
     X(BMM,        bmm,                          2, AB,         (a, b),                                                                      FLOAT_SAME, BMM,       MATMUL,    MATMUL,    1e-10, API, METHOD,     "torch.bmm: [B, n, k] @ [B, k, m], no broadcasting") \
+    X(DOT,        dot,                          2, AB,         (a, b),                                                                      FLOAT_SAME, DOT,       MATMUL,    MATMUL,    1e-10, API, METHOD,     "torch.dot: 1-d a and b of one length -> 0-d") \
+    X(OUTER,      outer,                        2, AB,         (a, b),                                                                      FLOAT_SAME, OUTER,     OPS,       OPS,       1e-10, API, METHOD,     "torch.outer: 1-d [n] and [m] -> [n, m]") \
+    X(ADDMM,      addmm,                        3, ADDMM,      (input, m1, m2, beta, alpha),                                                FLOAT_SAME, ADDMM,     MATMUL,    OPS,       1e-10, API, NONE,       "torch.addmm: beta * input + alpha * (m1 @ m2)" \
+        " For 2-d m1 [n, k], m2 [k, m] and input broadcastable to [n, m], of the matrices' dtype; beta 0 ignores input's" \
+        " values, NaN included (as PyTorch); beta and alpha finite.") \
     X(LINEAR,     linear,                       3, LINEAR,     (x, w, bias),                                                                FLOAT_SAME, LINEAR,    MATMUL,    LINEAR,    1e-10, API, FUNCTIONAL, "x @ w^T + bias; w [out, in], bias [out] or KILN_NONE") \
     X(CONV2D,     conv2d,                       3, CONV2D,     (x, w, bias, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups), FLOAT_SAME, CONV2D, CONV2D, CONV2D, 1e-10, API, FUNCTIONAL, "x [N, C, H, W], w [O, C/groups, KH, KW], bias [O] or KILN_NONE") \
     X(ATTENTION,  scaled_dot_product_attention, 4, ATTENTION,  (q, k, v, attn_mask, is_causal, scale),                                      FLOAT_SAME, ATTENTION, ATTENTION, ATTENTION, 1e-10, NN,  FUNCTIONAL, "softmax(q k^T * scale + mask) v (torch.nn.functional.scaled_dot_product_attention)" \
@@ -77,19 +86,47 @@
         " more than one value per channel. Differentiable in x, weight and bias.")
 /* clang-format on */
 
+/* The kernels of the rows (their kernel column) and of the convolution layers, as each
+ * backend's kernel table knows them: ir/opcodes.h expands this list into KILN__OPCODES.
+ * X(NAME, params): the op record's layout. CONV2D's backward kernels run its gradient
+ * (autodiff/rules_nn.c); the pools are kiln_max_pool2d, kiln_avg_pool2d and
+ * kiln_adaptive_avg_pool2d (kiln/tensor.h), which have no row yet. A row whose kernel is not
+ * one of them does not compile (ir/opcodes.c). Conv params: p.i[0..3] = stride_h, stride_w,
+ * pad_h, pad_w; pi[0..2] = dilation_h, dilation_w, groups. Pool params: p.i[0..3] = kernel_h,
+ * kernel_w, stride_h, stride_w; pi[0..1] = pad_h, pad_w; max indices are i64 into each input
+ * plane's flattened H * W. In[0] of a convolution or pool is [N, C, H, W] (any strides); outputs
+ * are dense. */
+#define KILN__LINALG_KERNELS(X)                                                                   \
+    X(MATMUL, "in[0] [..,M,K] in[1] [..,K,N] (batch dims broadcast), out dense [..,M,N]")         \
+    X(CONV2D, "in[0] x, in[1] w [O, C/g, KH, KW] dense, opt. in[2] bias [O]; out y")             \
+    X(CONV2D_BACKWARD_INPUT, "in[0] dy dense, in[1] w dense; out[0] dx")                         \
+    X(CONV2D_BACKWARD_WEIGHT, "in[0] dy dense, in[1] x; out[0] dw")                              \
+    X(MAX_POOL2D, "out[0] values; out[1] i64 indices when n_out == 2")                           \
+    X(MAX_POOL2D_BACKWARD, "in[0] dy, in[1] indices; out[0] dx (zeroed, then scattered)")         \
+    X(AVG_POOL2D, "pi[2] = 1: adaptive windows (the params are unused)")                         \
+    X(AVG_POOL2D_BACKWARD, "in[0] dy; out[0] dx; params as AVG_POOL2D")                          \
+    X(ATTENTION, "softmax(q k^T * p.f[0] + mask) v for inference (src/backend/cpu/attention.c): " \
+                 "in[0] q [.., L, E]; no mask (pi[1] 0): in[1] k, in[2] v; a mask: in[1] k and v " \
+                 "as one [2, .., S, E] view (pi[1] 1: k first, 2: v first), in[2] the mask "       \
+                 "[.., L, S] (bool, or q's dtype: added); pi[0] causal; out dense")
+
 typedef enum {
     KILN__LSIG_AB,
     KILN__LSIG_LINEAR,
     KILN__LSIG_CONV2D,
     KILN__LSIG_ATTENTION,
-    KILN__LSIG_BATCH_NORM
+    KILN__LSIG_BATCH_NORM,
+    KILN__LSIG_ADDMM
 } kiln__linalg_sig;
 typedef enum { KILN__LDT_FLOAT_SAME } kiln__linalg_dtype;
 typedef enum { KILN__LLAYER_API, KILN__LLAYER_NN } kiln__linalg_layer;
-typedef enum { KILN__LPY_METHOD, KILN__LPY_FUNCTIONAL } kiln__linalg_py;
+typedef enum { KILN__LPY_METHOD, KILN__LPY_FUNCTIONAL, KILN__LPY_NONE } kiln__linalg_py;
 typedef enum {
     KILN__LSHAPE_MATMUL,
     KILN__LSHAPE_BMM,
+    KILN__LSHAPE_DOT,
+    KILN__LSHAPE_OUTER,
+    KILN__LSHAPE_ADDMM,
     KILN__LSHAPE_LINEAR,
     KILN__LSHAPE_CONV2D,
     KILN__LSHAPE_ATTENTION,

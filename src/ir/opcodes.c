@@ -1,7 +1,7 @@
 /* Opcode names, for error messages and the profiler, and the op table's, the reduction
- * table's, the row-op table's and the linear-algebra table's rows as data: all generated from
- * the tables (ir/opcodes.h, ir/optable.h, ir/reduce_table.h, ir/row_table.h,
- * ir/linalg_table.h). */
+ * table's, the row-op table's and the linear-algebra table's rows as data, and the shape
+ * table's kernels: all generated from the tables (ir/opcodes.h, ir/optable.h,
+ * ir/reduce_table.h, ir/row_table.h, ir/linalg_table.h, ir/shape_table.h). */
 #include "ir/opcodes.h"
 
 const char *kiln__opcode_name(kiln__opcode code) {
@@ -74,11 +74,23 @@ const kiln__row_info kiln__row_rows[KILN__ROW_COUNT] = {
 #undef KILN__ROW_DATA
 };
 
-/* The linear-algebra table's rows; kernel OPS (a composition) is -1. */
-#define KILN__LKERNEL_MATMUL KILN__OP_MATMUL
-#define KILN__LKERNEL_CONV2D KILN__OP_CONV2D
-#define KILN__LKERNEL_ATTENTION KILN__OP_ATTENTION
-#define KILN__LKERNEL_OPS (-1)
+/* A row's kernel column as an opcode: a name of the table's kernel list (a compile error for
+ * one that is not), OPS (a composition) -1, NONE (a view) -2. */
+enum {
+    KILN__LKERNEL_OPS = -1,
+#define KILN__LKERNEL(NAME, ...) KILN__LKERNEL_##NAME = KILN__OP_##NAME,
+    KILN__LINALG_KERNELS(KILN__LKERNEL)
+#undef KILN__LKERNEL
+};
+enum {
+    KILN__SKERNEL_NONE = -2,
+    KILN__SKERNEL_OPS = -1,
+#define KILN__SKERNEL(NAME, ...) KILN__SKERNEL_##NAME = KILN__OP_##NAME,
+    KILN__SHAPE_KERNELS(KILN__SKERNEL)
+#undef KILN__SKERNEL
+};
+
+/* The linear-algebra table's rows. */
 const kiln__linalg_info kiln__linalg_rows[KILN__LINALG_COUNT] = {
 #define KILN__LINALG_DATA(NAME, name_, arity_, sig_, args_, dtype_, shape_, kernel_, grad_, tol_, layer_, py_, doc_) \
     [KILN__LINALG_##NAME] = {.name = #name_,                                                          \
@@ -95,4 +107,11 @@ const kiln__linalg_info kiln__linalg_rows[KILN__LINALG_COUNT] = {
                              .doc = doc_},
     KILN__LINALG_TABLE(KILN__LINALG_DATA)
 #undef KILN__LINALG_DATA
+};
+
+const int kiln__shape_kernels[KILN__SHAPE_COUNT] = {
+#define KILN__SHAPE_KERNEL_OF(NAME, name_, sig_, args_, arity_, dtype_, shape_, kernel_, ...) \
+    [KILN__SHAPE_##NAME] = KILN__SKERNEL_##kernel_,
+    KILN__SHAPE_TABLE(KILN__SHAPE_KERNEL_OF)
+#undef KILN__SHAPE_KERNEL_OF
 };

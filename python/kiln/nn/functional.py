@@ -9,6 +9,9 @@ globals().update({_name: getattr(_C, _name) for _name in _C._row_functions()})
 # linear, conv2d, scaled_dot_product_attention and batch_norm: one function per FUNCTIONAL row of
 # the C linear-algebra table (src/ir/linalg_table.h), made by python/src/functional_linalg.c.
 globals().update({_name: getattr(_C, _name) for _name in _C._linalg_functions()})
+# pad and one_hot: the FUNCTIONAL rows of the C shape op table (src/ir/shape_table.h), made by
+# python/src/shape_ops.c.
+globals().update({_name: getattr(_C, _name) for _name in _C._shape_functions()})
 
 
 def relu(x):

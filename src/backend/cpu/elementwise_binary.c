@@ -67,8 +67,10 @@ BINARY_FN(logical_or_b, uint8_t, uint8_t, TRUTH(x) | TRUTH(y))
 /* [opcode][input dtype]; filled once at registration (under the backend's pthread_once). */
 static kiln__loop_fn binary_loops[KILN__OP_COUNT][KILN_DTYPE_COUNT];
 
+/* The comparisons and logical ops give bools: the row's dtype rule, not the opcode's place. */
 static bool bool_result(kiln__opcode code) {
-    return (code >= KILN__OP_EQ && code <= KILN__OP_GE) || code == KILN__OP_LOGICAL_AND || code == KILN__OP_LOGICAL_OR;
+    kiln__dtype_rule rule = kiln__op_info_of(code)->dtype;
+    return rule == KILN__DT_COMPARE || rule == KILN__DT_LOGICAL;
 }
 
 bool kiln__ew_binary_loop(kiln__opcode code, kiln_dtype dt, kiln_dtype out, kiln__ew_loop *l) {
