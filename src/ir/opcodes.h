@@ -12,6 +12,7 @@
 #include "ir/reduce_table.h"
 #include "ir/row_table.h"
 #include "ir/linalg_table.h"
+#include "ir/optim_table.h"
 
 #define KILN__OPCODES(X)                                                                    \
     /* the elementwise ops, with their facts: one row each in ir/optable.h */               \
@@ -52,15 +53,9 @@
     X(MAX_POOL2D_BACKWARD) /* in[0] dy, in[1] indices; out[0] dx (zeroed, then scattered) */   \
     X(AVG_POOL2D)     /* pi[2] = 1: adaptive windows (the params are unused) */                \
     X(AVG_POOL2D_BACKWARD) /* in[0] dy; out[0] dx; params as AVG_POOL2D */                     \
-    /* optimizer updates (src/backend/cpu/optim.c), written in place into the parameter's and  \
-     * the state's own storages. Doubles past p.f[3] travel as bit patterns in pi[] (see         \
-     * f64_bits in src/ops/optim_ops.c). pi[0] flags: 1 first step (SGD: buffer = \
-     * grad; Adam: moments read as 0), 2 nesterov (SGD), 4 decoupled weight decay (Adam). */    \
-    X(SGD_UPDATE)     /* out[0] param, out[1] momentum buffer when n_out == 2, in[0] grad;       \
-                         p.f = lr, momentum, dampening, weight_decay */                          \
-    X(ADAM_UPDATE)    /* out[0] param, out[1] exp_avg, out[2] exp_avg_sq, in[0] grad; p.f =      \
-                         lr / bias_correction1, beta1, beta2, eps; pi[1] sqrt(bias_correction2), \
-                         pi[2] weight decay (L2) or 1 - lr * weight_decay (decoupled) */         \
+    /* optimizer updates: one row each in ir/optim_table.h (tensors, parameters, formula),    \
+     * written in place into the parameter's and the state's own storages */                  \
+    KILN__OPTIM_TABLE(X)                                                                      \
     X(SUM_SQUARES)    /* out[0] 0-d f64 = sum of in[0]^2 accumulated in double */               \
     X(TO_HOST)        /* copy dense in[0] to host pointer pi[0] (pi[1] bytes) */                 \
     X(FUSED)          /* a fused elementwise group: p.i[0] is its kiln__fused (ir/expr.h) */     \
@@ -73,15 +68,6 @@
     X(ALL_GATHER)     /* in[0] dense, out[0] dense [world, in's shape] */                       \
     X(BARRIER)        /* out[0] the order token only */                                         \
     X(NOOP)                                                                                     \
-    /* RMSprop and Adagrad (src/backend/cpu/optim_adaptive.c), in place like ADAM_UPDATE.       \
-     * pi[0] flags: 1 first step (state read as 0, Adagrad's sum as p.f[3]), 8 centered.       */ \
-    X(RMSPROP_GRAD_AVG) /* out[0] grad_avg = lerp(grad_avg, g + wd * p, 1 - alpha); in[0] grad, \
-                           in[1] param; p.f = alpha, weight_decay */                            \
-    X(RMSPROP_UPDATE) /* out[0] param, out[1] square_avg, out[2] momentum buffer when n_out == 3; \
-                         in[0] grad, in[1] grad_avg when centered; p.f = lr, alpha, eps,         \
-                         weight_decay; pi[1] momentum (bits) */                                  \
-    X(ADAGRAD_UPDATE) /* out[0] param, out[1] sum, in[0] grad; p.f = lr / (1 + (t-1) lr_decay), \
-                         eps, weight_decay, initial_accumulator_value */                        \
     X(ATTENTION)      /* softmax(q k^T * p.f[0] + mask) v for inference (src/backend/cpu/attention.c): \
                          in[0] q [.., L, E]; no mask (pi[1] 0): in[1] k, in[2] v; a mask: in[1] k \
                          and v as one [2, .., S, E] view (pi[1] 1: k first, 2: v first), in[2]  \
