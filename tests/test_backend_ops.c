@@ -172,7 +172,7 @@ KT_TEST(the_table_is_consistent) {
 }
 
 /* Every row has exactly one OpenCL form: its KILN__OPEXPR expression (cpu EXPR) or its
- * KILN__OPTABLE_OPENCL row, whose forms use only the words codegen.c knows. */
+ * KILN__OPTABLE_DEVICE_C row, whose forms use only the words codegen.c knows. */
 KT_TEST(every_row_has_one_opencl_form) {
     static int expr[KILN__OP_COUNT], form[KILN__OP_COUNT];
 #define EXPR_ROW(NAME, ...) expr[KILN__OP_##NAME]++;
@@ -183,7 +183,7 @@ KT_TEST(every_row_has_one_opencl_form) {
         const char *name, *forms[2];
     } rows[] = {
 #define FORM_ROW(NAME, on, float_form, int_form) {KILN__OP_##NAME, #NAME, {float_form, int_form}},
-        KILN__OPTABLE_OPENCL(FORM_ROW)
+        KILN__OPTABLE_DEVICE_C(FORM_ROW)
 #undef FORM_ROW
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {

@@ -2,7 +2,7 @@
  * come the opcodes (ir/opcodes.h), their names, the fusion classes (ir/expr.c, OpenCL's vector
  * rows), the dtype rules (ops/elementwise.c), what autodiff saves (autodiff/rules_elementwise.c),
  * the public wrappers (api/elementwise.c), the CPU math kernels' op list (backend/cpu/vmath.h),
- * the OpenCL C text of each row (KILN__OPTABLE_OPENCL below, backend/opencl/codegen.c), the
+ * the OpenCL C text of each row (KILN__OPTABLE_DEVICE_C below, backend/opencl/codegen.c), the
  * table-driven device and gradient test (tests/test_backend_ops.c), and, through
  * scripts/gen_optable.py, the public prototypes, call-site list and macros
  * (include/kiln/ops.h) and a JSON form for other generators (the Python method table).
@@ -176,9 +176,11 @@
       E_MUL(E_NEG(E_G), E_MUL(E_Y, E_Y)))
 /* clang-format on */
 
-/* The OpenCL C form of each row whose cpu column is not EXPR (an EXPR row's form is printed from
- * its KILN__OPEXPR expression): X(NAME, on, float_form, int_form), one per row, printed for one
- * node of a kernel or fused group (backend/opencl/codegen.c). The forms follow the CPU kernels
+/* The device C form of each row whose cpu column is not EXPR (an EXPR row's form is printed from
+ * its KILN__OPEXPR expression): the text a device compiler takes (OpenCL C now; the words are
+ * plain C, so CUDA C can share it), X(NAME, on, float_form, int_form), one per row, printed for
+ * one node of a kernel or fused group (backend/opencl/codegen.c). Named for no backend: ir/ sits
+ * below the registry (scripts/check_layers.py). The forms follow the CPU kernels
  * (backend/cpu/elementwise*.c) line by line, so exact ops give the CPU's bits.
  *   on          the dtypes with a form: FLOAT (a float result), ANY, NOT_BOOL (no bool result),
  *               FLOAT_IN (a float input)
@@ -189,7 +191,7 @@
  * an integer's saturates to the dtype's range); $C the operand converted to the result's dtype
  * as the CPU's COPY does (through double, integers saturating). */
 /* clang-format off */
-#define KILN__OPTABLE_OPENCL(X) \
+#define KILN__OPTABLE_DEVICE_C(X) \
     X(COPY,          ANY,      "$C", "$C") \
     X(NEG,           ANY,      "-$x", "($T)(($U)0 - ($U)$x)") \
     X(ABS,           ANY,      "fabs($x)", "($x < 0 ? ($T)(($U)0 - ($U)$x) : $x)") \

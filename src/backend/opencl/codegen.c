@@ -94,7 +94,7 @@ static long long int_bound(double v, long long none, long long lo, long long hi)
     return (long long)v;
 }
 
-/* Each row's OpenCL form (ir/optable.h, KILN__OPTABLE_OPENCL), by opcode; NULL forms for an
+/* Each row's OpenCL form (ir/optable.h, KILN__OPTABLE_DEVICE_C), by opcode; NULL forms for an
  * EXPR row (its KILN__OPEXPR expression) and for opcodes outside the table. */
 typedef enum { ON_FLOAT, ON_ANY, ON_NOT_BOOL, ON_FLOAT_IN } form_on;
 static const struct {
@@ -102,7 +102,7 @@ static const struct {
     const char *float_form, *int_form;
 } forms[KILN__OP_COUNT] = {
 #define FORM(NAME, on_, float_form_, int_form_) [KILN__OP_##NAME] = {ON_##on_, float_form_, int_form_},
-    KILN__OPTABLE_OPENCL(FORM)
+    KILN__OPTABLE_DEVICE_C(FORM)
 #undef FORM
 };
 
