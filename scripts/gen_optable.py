@@ -35,7 +35,7 @@ SCALAR_COLUMNS = ["NAME", "name", "order"]
 SCALAR_SIGNATURE = ("(kiln_tensor t, double s)", "(t, s)")
 ROW = re.compile(r'^\s*X\(\s*(.*?),\s*((?:"(?:[^"\\]|\\.)*"\s*)+)\)$')
 SIGNATURES = {"T": ("(kiln_tensor t)", "(t)"), "AB": ("(kiln_tensor a, kiln_tensor b)", "(a, b)")}
-REDUCE_COLUMNS = ["NAME", "name", "dtype", "sig", "grad", "fold", "finish", "py"]
+REDUCE_COLUMNS = ["NAME", "name", "dtype", "sig", "grad", "fold", "finish", "fuse", "py"]
 ROW_COLUMNS = ["NAME", "name", "arity", "dims", "args", "ex", "dtype", "shape", "grad", "domain", "tol", "py"]
 # the parameters' C types by a row's dims column and arity (the args column names them)
 ROW_TYPES = {
@@ -158,6 +158,8 @@ def read_reductions(path=REDUCE_TABLE):
                 if (row[column] == "NONE") != (kind == "composed") and column != "grad":
                     sys.exit(f"{path}: {row['name']}: a {kind.upper()} row's {column} is "
                              f"{'NONE' if kind == 'composed' else 'not NONE (its kernel folds and finishes)'}")
+            if row["fuse"] not in ("NONE", "LAST") or (row["fuse"] == "LAST" and kind == "composed"):
+                sys.exit(f"{path}: {row['name']}: fuse {row['fuse']} (NONE, or LAST for a KERNEL row)")
             row["kind"] = kind
             rows.append(row)
     return rows

@@ -171,6 +171,34 @@ KT_TEST(the_table_is_consistent) {
     }
 }
 
+/* Every row has exactly one OpenCL form: its KILN__OPEXPR expression (cpu EXPR) or its
+ * KILN__OPTABLE_DEVICE_C row, whose forms use only the words codegen.c knows. */
+KT_TEST(every_row_has_one_opencl_form) {
+    static int expr[KILN__OP_COUNT], form[KILN__OP_COUNT];
+#define EXPR_ROW(NAME, ...) expr[KILN__OP_##NAME]++;
+    KILN__OPEXPR(EXPR_ROW)
+#undef EXPR_ROW
+    static const struct {
+        int code;
+        const char *name, *forms[2];
+    } rows[] = {
+#define FORM_ROW(NAME, on, float_form, int_form) {KILN__OP_##NAME, #NAME, {float_form, int_form}},
+        KILN__OPTABLE_DEVICE_C(FORM_ROW)
+#undef FORM_ROW
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        form[rows[i].code]++;
+        for (int k = 0; k < 2; k++)
+            for (const char *c = strchr(rows[i].forms[k], '$'); c; c = strchr(c + 1, '$'))
+                KT_CHECK_MSG(c[1] && strchr("xyzTU012LHC", c[1]), "%s: an unknown word $%c", rows[i].name, c[1]);
+    }
+    for (int code = 0; code < KILN__OP_COUNT; code++) {
+        const kiln__op_info *r = kiln__op_info_of((kiln__opcode)code);
+        if (!r->name) KT_CHECK_MSG(!form[code] && !expr[code], "%s is no row of the table", kiln__opcode_name((kiln__opcode)code));
+        else KT_CHECK_MSG(form[code] + expr[code] == 1, "%s: %d OpenCL forms, %d expressions", r->name, form[code], expr[code]);
+    }
+}
+
 /* Each scalar row against its binary row given a tensor full of the scalar, in the row's order:
  * the same values (so rsub is s - t, not t - s), dtype by dtype on the CPU. */
 KT_TEST(scalar_rows_are_their_binary_rows) {
@@ -307,6 +335,7 @@ KT_TEST(bad_input_fails_naming_the_op) {
 
 int main(void) {
     KT_RUN(the_table_is_consistent);
+    KT_RUN(every_row_has_one_opencl_form);
     KT_RUN(scalar_rows_are_their_binary_rows);
     KT_RUN(cpu_matches_double_precision);
     KT_RUN(devices_match_the_cpu);

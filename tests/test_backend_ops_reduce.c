@@ -8,6 +8,7 @@
  * each public function. Same switches as test_backend_ops (KILN_TEST_OPS=sum,argmax,
  * KILN_TEST_OPS_UNSUPPORTED=1, KILN_TEST_FILTER). */
 #include "backend_ops.h"
+#include "engine/fusion.h"
 
 typedef kiln_tensor (*dims_fn)(kiln_tensor, kiln_dims, bool);
 typedef kiln_tensor (*correction_fn)(kiln_tensor, kiln_dims, int, bool);
@@ -305,11 +306,41 @@ KT_TEST(reduction_bad_input_fails_naming_the_op) {
     }
 }
 
+/* The fuse column: on the CPU, a reduction over the last dim of an elementwise result ends the
+ * elementwise group (one fused pass) exactly when its row says LAST, with the bits of the
+ * unfused run. */
+KT_TEST(reductions_fuse_as_the_table_says) {
+    if (!kiln_engine_is_async()) return; /* KILN_SYNC=1 runs each op at once: nothing groups */
+    bool was = kiln_fusion_enabled();
+    kiln__fusion_set_fuse_tiny(1); /* small tensors on an idle stream would run at dispatch, alone */
+    for (int row = 0; row < KILN__RED_COUNT; row++) {
+        const kiln__reduce_info *r = reduction(row);
+        if (r->code < 0 || !reduction_selected(row)) continue;
+        double got[2][ROWS];
+        long long fused[2];
+        for (int on = 0; on < 2; on++) {
+            kiln_fusion_set_enabled(on);
+            kiln_tensor x = reduction_input(KILN_CPU, KILN_F32, KILN_F32, 0);
+            KT_CHECK(kiln_sync() == KILN_OK);
+            kiln__fusion_stats_reset();
+            kiln_tensor y = kiln_cast(call_reduction(r, kiln_exp(x), 1), KILN_F64);
+            KT_CHECK_MSG(kiln_into_data(y, got[on], sizeof got[on]) == KILN_OK, "%s: %s", r->name, kiln_last_error());
+            fused[on] = (long long)kiln__fusion_stats_get().reductions;
+        }
+        KT_CHECK_MSG(fused[1] == (r->fuse == KILN__RFUSE_LAST), "%s: fuse %s, %lld groups ended in it", r->name,
+                     r->fuse == KILN__RFUSE_LAST ? "LAST" : "NONE", fused[1]);
+        KT_CHECK_MSG(memcmp(got[0], got[1], sizeof got[0]) == 0, "%s: fused bits differ", r->name);
+    }
+    kiln_fusion_set_enabled(was);
+    kiln__fusion_set_fuse_tiny(-1);
+}
+
 int main(void) {
     KT_RUN(the_reduction_table_is_consistent);
     KT_RUN(reductions_match_double_precision);
     KT_RUN(reductions_on_devices_match_the_cpu);
     KT_RUN(reduction_gradients_match_finite_differences);
     KT_RUN(reduction_bad_input_fails_naming_the_op);
+    KT_RUN(reductions_fuse_as_the_table_says);
     return kt_finish();
 }

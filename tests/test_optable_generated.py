@@ -213,7 +213,7 @@ def main(script):
             shutil.copy(os.path.join(root, rel), os.path.join(tmp, rel))
         check(run(tmp, "--check").returncode == 0, "the committed headers match the tables")
 
-        table = with_row(tmp, "X(SUM,", '    X(NORM, norm, FLOAT, ALL_DIMS, SPREAD, SUM, VALUE, norm, "the 2-norm: sqrt(sum(t^2))")')
+        table = with_row(tmp, "X(SUM,", '    X(NORM, norm, FLOAT, ALL_DIMS, SPREAD, SUM, VALUE, NONE, norm, "the 2-norm: sqrt(sum(t^2))")')
         stale = run(tmp, "--check")
         check(stale.returncode == 1 and "ops.h" in stale.stderr and "op_table_generated.h" in stale.stderr,
               f"--check names both stale headers after a new row: {stale.stderr!r}")
@@ -232,12 +232,13 @@ def main(script):
         check(run(tmp, "--check").returncode == 0, "--check passes once regenerated")
 
         # rows the generator refuses, naming the table, without writing a header
-        for bad, what in [('    X(NORM, norm, FLOAT, BOGUS, NONE, SUM, VALUE, HAND, "x")', "signature BOGUS"),
-                          ('    X(NORM, norm, FLOAT, CORRECTION, NONE, SUM, VALUE, norm, "x")', "a py name needs"),
-                          ('    X(NORM, norm, FLOAT, DIMS, NONE, SUM, HAND, "x")', "columns"),
-                          ('    X(NORM, norm, FLOAT, DIMS, NONE, SQRTSUM, VALUE, HAND, "x")', "no fold SQRTSUM"),
-                          ('    X(NORM, norm, FLOAT, DIMS, SLOPE, SUM, VALUE, HAND, "x")', "no grad SLOPE"),
-                          ('    X(NORM, norm, FLOAT, DIMS, NONE, SUM, NONE, HAND, "x")', "finish is not NONE")]:
+        for bad, what in [('    X(NORM, norm, FLOAT, BOGUS, NONE, SUM, VALUE, NONE, HAND, "x")', "signature BOGUS"),
+                          ('    X(NORM, norm, FLOAT, CORRECTION, NONE, SUM, VALUE, NONE, norm, "x")', "a py name needs"),
+                          ('    X(NORM, norm, FLOAT, DIMS, NONE, SUM, VALUE, HAND, "x")', "columns"),
+                          ('    X(NORM, norm, FLOAT, DIMS, NONE, SQRTSUM, VALUE, NONE, HAND, "x")', "no fold SQRTSUM"),
+                          ('    X(NORM, norm, FLOAT, DIMS, SLOPE, SUM, VALUE, NONE, HAND, "x")', "no grad SLOPE"),
+                          ('    X(NORM, norm, FLOAT, DIMS, NONE, SUM, NONE, NONE, HAND, "x")', "finish is not NONE"),
+                          ('    X(NORM, norm, FLOAT, DIMS, NONE, SUM, VALUE, SOME, HAND, "x")', "fuse SOME")]:
             with open(os.path.join(tmp, "src", "ir", "reduce_table.h"), "w", encoding="utf-8") as f:
                 f.write(table)
             with_row(tmp, "X(SUM,", bad)

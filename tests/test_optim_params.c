@@ -57,8 +57,10 @@ KT_TEST(rmsprop_round_trip) {
         KT_CHECK(d.first == u.first && d.centered == u.centered && d.tentative == u.tentative);
         /* the centered pass carries alpha, the decay and first only */
         kiln__op avg = fresh(KILN__OP_RMSPROP_GRAD_AVG);
-        kiln__rmsprop_grad_avg_encode(&avg, &u);
-        kiln__rmsprop_update a = kiln__rmsprop_grad_avg_decode(&avg);
+        kiln__rmsprop_grad_avg g = {.alpha = u.alpha, .weight_decay = u.weight_decay, .first = u.first,
+                                    .tentative = u.tentative};
+        kiln__rmsprop_grad_avg_encode(&avg, &g);
+        kiln__rmsprop_grad_avg a = kiln__rmsprop_grad_avg_decode(&avg);
         KT_CHECK(same(a.alpha, u.alpha) && same(a.weight_decay, u.weight_decay) && a.first == u.first &&
                  a.tentative == u.tentative);
     }
@@ -77,10 +79,35 @@ KT_TEST(adagrad_round_trip) {
     }
 }
 
+/* The table's slots (ir/optim_table.h): in range, and no two fields of a row share a p.f index,
+ * a pi slot (pi[0] holds the flags) or a flag bit; every row's opcode maps back to it. */
+KT_TEST(the_table_slots_do_not_overlap) {
+    for (int r = 0; r < KILN__OPTIM_ROW_COUNT; r++) {
+        const kiln__optim_row *row = &kiln__optim_rows[r];
+        KT_CHECK_MSG(kiln__optim_row_of(row->code) == row, "%s", row->name);
+        KT_CHECK_MSG(strcmp(kiln__opcode_name((kiln__opcode)row->code), row->name) == 0, "%s", row->name);
+        KT_CHECK_MSG(row->out_min >= 1 && row->out_min <= row->out_max && row->out_max <= KILN__OP_MAX_OUT &&
+                         row->in_min >= 1 && row->in_min <= row->in_max && row->in_max <= KILN__OP_MAX_IN,
+                     "%s: tensor counts", row->name);
+        int used_f = 0, used_pi = 1, used_flags = 0;
+        for (int i = 0; i < row->n_fields; i++) {
+            int at = row->field[i].at;
+            int *used = row->field[i].enc == KILN__OPTIM_ENC_F ? &used_f : row->field[i].enc == KILN__OPTIM_ENC_BITS ? &used_pi : &used_flags;
+            int bit = row->field[i].enc == KILN__OPTIM_ENC_FLAG ? at : 1 << at;
+            bool in_range = row->field[i].enc == KILN__OPTIM_ENC_F ? at >= 0 && at < 4
+                          : row->field[i].enc == KILN__OPTIM_ENC_BITS ? at >= 1 && at < 4 : at > 0 && (at & (at - 1)) == 0;
+            KT_CHECK_MSG(in_range && !(*used & bit), "%s.%s: slot %d out of range or taken", row->name, row->field[i].name, at);
+            *used |= bit;
+        }
+    }
+    KT_CHECK(kiln__optim_row_of(KILN__OP_ADD) == NULL);
+}
+
 int main(void) {
     KT_RUN(sgd_round_trip);
     KT_RUN(adam_round_trip);
     KT_RUN(rmsprop_round_trip);
     KT_RUN(adagrad_round_trip);
+    KT_RUN(the_table_slots_do_not_overlap);
     return kt_finish();
 }

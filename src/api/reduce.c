@@ -36,7 +36,7 @@ static kiln_tensor reduce_dim(const char *name, kiln__opcode code, kiln_tensor t
 }
 
 #define TRACKED(grad) (KILN__RGRAD_##grad != KILN__RGRAD_NONE)
-#define WRAPPER(NAME, name, dtype, sig, grad, fold, finish, py, doc) WRAPPER_##sig(NAME, name, TRACKED(grad))
+#define WRAPPER(NAME, name, dtype, sig, grad, ...) WRAPPER_##sig(NAME, name, TRACKED(grad))
 #define WRAPPER_ALL_DIMS(NAME, name, tracked)                                                     \
     kiln_tensor kiln_##name(kiln_tensor t) {                                                      \
         return reduce_dims("kiln_" #name, KILN__OP_##NAME, tracked, t, KILN_ALL_DIMS, false, 0, false); \

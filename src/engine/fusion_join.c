@@ -159,10 +159,8 @@ bool kiln__window_try_join(kiln__window *w, const kiln__op *op) {
 /* Rows the CPU interpreter takes whole into a tile: longer ones are reduced unfused. */
 #define MAX_FUSED_ROW 16384
 
-bool kiln__fusion_is_reduction(kiln__opcode code) {
-    return code == KILN__OP_SUM || code == KILN__OP_MEAN || code == KILN__OP_MAX || code == KILN__OP_MIN ||
-           code == KILN__OP_LOGSUMEXP;
-}
+/* The reductions whose fuse column (ir/reduce_table.h) says LAST. */
+bool kiln__fusion_is_reduction(kiln__opcode code) { return kiln__reduce_info_of(code)->fuse == KILN__RFUSE_LAST; }
 
 /* A reduction over the last dim of a value the group wrote (same mapping), into a fresh dense
  * output: it ends the group (w->lock held; true when it joined). */

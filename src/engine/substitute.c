@@ -82,9 +82,21 @@ void kiln__subst_stats_reset(void) {
 
 /* ---- registration -------------------------------------------------------------------------- */
 
+/* A row-op kernel of ir/row_table.h (softmax, log_softmax): one dim, p.i[0]. */
+static bool is_row_kernel(kiln__opcode c) {
+    switch (c) {
+#define ROW_KERNEL(NAME, ...) case KILN__OP_##NAME:
+        KILN__ROW_KERNELS(ROW_KERNEL)
+#undef ROW_KERNEL
+        return true;
+    default: return false;
+    }
+}
+
+/* What a pattern may ask to run over the last dim: a reduction the engine fuses (the fuse column
+ * of ir/reduce_table.h) or a row op. */
 static bool is_reduction_or_softmax(kiln__opcode c) {
-    return c == KILN__OP_SUM || c == KILN__OP_MEAN || c == KILN__OP_MAX || c == KILN__OP_MIN ||
-           c == KILN__OP_SOFTMAX || c == KILN__OP_LOG_SOFTMAX;
+    return kiln__reduce_info_of(c)->fuse == KILN__RFUSE_LAST || is_row_kernel(c);
 }
 
 static bool bad(char *why, size_t size, const char *fmt, const char *name, int a, int b) {
@@ -354,7 +366,7 @@ static bool continues(const kiln__subst_hold *h, const kiln__op *op) {
 static bool last_dim_only(const kiln__op *op) {
     int nd = op->in[0].ndim;
     if (nd < 1) return false;
-    if (op->code == KILN__OP_SOFTMAX || op->code == KILN__OP_LOG_SOFTMAX) return op->p.i[0] == nd - 1;
+    if (is_row_kernel(op->code)) return op->p.i[0] == nd - 1;
     /* a reduction's dims are those where its output (in's ndim) has size 1 and in has not */
     const kiln__view *out = &op->out[0];
     if (out->ndim != nd || out->shape[nd - 1] != 1) return false;

@@ -31,7 +31,7 @@ const kiln__op_info kiln__op_infos[KILN__OP_COUNT] = {
 
 /* The reduction table's rows; the py column is the Python binding's (scripts/gen_optable.py). */
 const kiln__reduce_info kiln__reduce_rows[KILN__RED_COUNT] = {
-#define KILN__REDUCE_ROW(NAME, name_, code_, dtype_, sig_, grad_, fold_, finish_, doc_) \
+#define KILN__REDUCE_ROW(NAME, name_, code_, dtype_, sig_, grad_, fold_, finish_, fuse_, doc_) \
     [KILN__RED_##NAME] = {.name = #name_,                                                \
                           .code = code_,                                                 \
                           .dtype = KILN__RDT_##dtype_,                                   \
@@ -39,11 +39,12 @@ const kiln__reduce_info kiln__reduce_rows[KILN__RED_COUNT] = {
                           .grad = KILN__RGRAD_##grad_,                                   \
                           .fold = KILN__RFOLD_##fold_,                                   \
                           .finish = KILN__RFIN_##finish_,                                \
+                          .fuse = KILN__RFUSE_##fuse_,                                   \
                           .doc = doc_},
-#define KILN__REDUCE_KERNEL_ROW(NAME, name_, dtype_, sig_, grad_, fold_, finish_, py_, doc_) \
-    KILN__REDUCE_ROW(NAME, name_, KILN__OP_##NAME, dtype_, sig_, grad_, fold_, finish_, doc_)
-#define KILN__REDUCE_COMPOSED_ROW(NAME, name_, dtype_, sig_, grad_, fold_, finish_, py_, doc_) \
-    KILN__REDUCE_ROW(NAME, name_, -1, dtype_, sig_, grad_, fold_, finish_, doc_)
+#define KILN__REDUCE_KERNEL_ROW(NAME, name_, dtype_, sig_, grad_, fold_, finish_, fuse_, py_, doc_) \
+    KILN__REDUCE_ROW(NAME, name_, KILN__OP_##NAME, dtype_, sig_, grad_, fold_, finish_, fuse_, doc_)
+#define KILN__REDUCE_COMPOSED_ROW(NAME, name_, dtype_, sig_, grad_, fold_, finish_, fuse_, py_, doc_) \
+    KILN__REDUCE_ROW(NAME, name_, -1, dtype_, sig_, grad_, fold_, finish_, fuse_, doc_)
     KILN__REDUCE_KERNELS(KILN__REDUCE_KERNEL_ROW) KILN__REDUCE_COMPOSED(KILN__REDUCE_COMPOSED_ROW)
 #undef KILN__REDUCE_KERNEL_ROW
 #undef KILN__REDUCE_COMPOSED_ROW

@@ -4,11 +4,12 @@
  * reduction table (ir/reduce_table.h), softmax and log_softmax from the row-op table
  * (ir/row_table.h), the indexing, scan and sort kernels from the shape op table
  * (ir/shape_table.h) and the products, convolution, pooling and attention kernels from the
- * linear-algebra table (ir/linalg_table.h). A table's rows carry more columns, so an X given to
- * KILN__OPCODES takes the name and ignores the rest, X(name, ...). Written here by hand are only
- * the opcodes no user calls as an op: the engine's own records (FUSED, NOOP, TO_HOST), the
- * optimizers' updates and SUM_SQUARES (optim/ drives them), the collectives (dist/ queues them
- * on the communication stream) and CUSTOM (a user's registered op, by its definition).
+ * linear-algebra table (ir/linalg_table.h), the optimizers' in-place updates from the update
+ * table (ir/optim_table.h). A table's rows carry more columns, so an X given to KILN__OPCODES
+ * takes the name and ignores the rest, X(name, ...). Written here by hand are only the opcodes
+ * no user calls as an op: the engine's own records (FUSED, NOOP, TO_HOST), SUM_SQUARES (optim/'s
+ * gradient clipping drives it), the collectives (dist/ queues them on the communication stream)
+ * and CUSTOM (a user's registered op, by its definition).
  *
  * No code may depend on the opcodes' numeric order (a table's new row moves the ones after
  * it): a class of opcodes is a table's list (kiln__opcode_is_comm below) or a column of the
@@ -23,6 +24,7 @@
 #include "ir/reduce_table.h"
 #include "ir/row_table.h"
 #include "ir/linalg_table.h"
+#include "ir/optim_table.h"
 #include "ir/shape_table.h"
 
 /* The collectives (src/dist/): run in queue order on the engine's communication thread, by the
@@ -45,29 +47,14 @@
     KILN__ROW_KERNELS(X) /* one row each in ir/row_table.h: dim p.i[0]; out same shape */      \
     KILN__SHAPE_KERNELS(X) /* indexing, scans, sort: ir/shape_table.h */                     \
     KILN__LINALG_KERNELS(X) /* products, convolution, pools, attention: ir/linalg_table.h */ \
-    /* optimizer updates (src/backend/cpu/optim.c), written in place into the parameter's and  \
-     * the state's own storages. Doubles past p.f[3] travel as bit patterns in pi[] (see         \
-     * f64_bits in src/ops/optim_ops.c). pi[0] flags: 1 first step (SGD: buffer = \
-     * grad; Adam: moments read as 0), 2 nesterov (SGD), 4 decoupled weight decay (Adam). */    \
-    X(SGD_UPDATE)     /* out[0] param, out[1] momentum buffer when n_out == 2, in[0] grad;       \
-                         p.f = lr, momentum, dampening, weight_decay */                          \
-    X(ADAM_UPDATE)    /* out[0] param, out[1] exp_avg, out[2] exp_avg_sq, in[0] grad; p.f =      \
-                         lr / bias_correction1, beta1, beta2, eps; pi[1] sqrt(bias_correction2), \
-                         pi[2] weight decay (L2) or 1 - lr * weight_decay (decoupled) */         \
+    /* optimizer updates: one row each in ir/optim_table.h (tensors, parameters, formula),    \
+     * written in place into the parameter's and the state's own storages */                  \
+    KILN__OPTIM_TABLE(X)                                                                      \
     X(SUM_SQUARES)    /* out[0] 0-d f64 = sum of in[0]^2 accumulated in double */               \
     X(TO_HOST)        /* copy dense in[0] to host pointer pi[0] (pi[1] bytes) */                 \
     X(FUSED)          /* a fused elementwise group: p.i[0] is its kiln__fused (ir/expr.h) */     \
     KILN__COMM_OPCODES(X)                                                                   \
     X(NOOP)                                                                                     \
-    /* RMSprop and Adagrad (src/backend/cpu/optim_adaptive.c), in place like ADAM_UPDATE.       \
-     * pi[0] flags: 1 first step (state read as 0, Adagrad's sum as p.f[3]), 8 centered.       */ \
-    X(RMSPROP_GRAD_AVG) /* out[0] grad_avg = lerp(grad_avg, g + wd * p, 1 - alpha); in[0] grad, \
-                           in[1] param; p.f = alpha, weight_decay */                            \
-    X(RMSPROP_UPDATE) /* out[0] param, out[1] square_avg, out[2] momentum buffer when n_out == 3; \
-                         in[0] grad, in[1] grad_avg when centered; p.f = lr, alpha, eps,         \
-                         weight_decay; pi[1] momentum (bits) */                                  \
-    X(ADAGRAD_UPDATE) /* out[0] param, out[1] sum, in[0] grad; p.f = lr / (1 + (t-1) lr_decay), \
-                         eps, weight_decay, initial_accumulator_value */                        \
     X(CUSTOM)         /* a user's registered op: p.i[0] its definition (ir/custom.h), out dense */
 
 typedef enum {

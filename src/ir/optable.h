@@ -2,7 +2,8 @@
  * come the opcodes (ir/opcodes.h), their names, the fusion classes (ir/expr.c, OpenCL's vector
  * rows), the dtype rules (ops/elementwise.c), what autodiff saves (autodiff/rules_elementwise.c),
  * the public wrappers (api/elementwise.c), the CPU math kernels' op list (backend/cpu/vmath.h),
- * the table-driven device and gradient test (tests/test_backend_ops.c), and, through
+ * the OpenCL C text of each row (KILN__OPTABLE_DEVICE_C below, backend/opencl/codegen.c), the
+ * table-driven device and gradient test (tests/test_backend_ops.c), and, through
  * scripts/gen_optable.py, the public prototypes, call-site list and macros
  * (include/kiln/ops.h) and a JSON form for other generators (the Python method table).
  * DESIGN.md, sections 7 and 9, says how to add an op.
@@ -173,6 +174,78 @@
       E_DIV(E_K(1.0), E_X), \
       /* -g / x^2, from the output as PyTorch's: -g y^2 */ \
       E_MUL(E_NEG(E_G), E_MUL(E_Y, E_Y)))
+/* clang-format on */
+
+/* The device C form of each row whose cpu column is not EXPR (an EXPR row's form is printed from
+ * its KILN__OPEXPR expression): the text a device compiler takes (OpenCL C now; the words are
+ * plain C, so CUDA C can share it), X(NAME, on, float_form, int_form), one per row, printed for
+ * one node of a kernel or fused group (backend/opencl/codegen.c). Named for no backend: ir/ sits
+ * below the registry (scripts/check_layers.py). The forms follow the CPU kernels
+ * (backend/cpu/elementwise*.c) line by line, so exact ops give the CPU's bits.
+ *   on          the dtypes with a form: FLOAT (a float result), ANY, NOT_BOOL (no bool result),
+ *               FLOAT_IN (a float input)
+ *   float_form  printed when the result is a float; int_form otherwise (integers and bool)
+ * Their words: $x $y $z the operands; $T the result's OpenCL type, $U the unsigned type of an
+ * integer result's width (wrapping arithmetic, as the CPU's); $0 $1 $2 the op's parameters
+ * p.f[0..2] as exact literals; $L $H clamp's bounds (a float's NaN is no bound: -inf and +inf;
+ * an integer's saturates to the dtype's range); $C the operand converted to the result's dtype
+ * as the CPU's COPY does (through double, integers saturating). */
+/* clang-format off */
+#define KILN__OPTABLE_DEVICE_C(X) \
+    X(COPY,          ANY,      "$C", "$C") \
+    X(NEG,           ANY,      "-$x", "($T)(($U)0 - ($U)$x)") \
+    X(ABS,           ANY,      "fabs($x)", "($x < 0 ? ($T)(($U)0 - ($U)$x) : $x)") \
+    X(SIGN,          ANY,      "($x > 0 ? ($T)1 : ($x < 0 ? ($T)-1 : $x))", "($T)(($x > 0) - ($x < 0))") \
+    X(EXP,           FLOAT,    "exp($x)", "") \
+    X(LOG,           FLOAT,    "log($x)", "") \
+    X(LOG1P,         FLOAT,    "log1p($x)", "") \
+    X(EXPM1,         FLOAT,    "expm1($x)", "") \
+    X(SQRT,          FLOAT,    "sqrt($x)", "") \
+    X(RSQRT,         FLOAT,    "(($T)1 / sqrt($x))", "") \
+    X(SIN,           FLOAT,    "sin($x)", "") \
+    X(COS,           FLOAT,    "cos($x)", "") \
+    X(RELU,          ANY,      "($x < 0 ? ($T)0 : $x)", "($x < 0 ? ($T)0 : $x)") \
+    X(GELU,          FLOAT,    "(($T)0.5 * $x * (($T)1 + erf($x * ($T)0.70710678118654752440)))", "") \
+    X(GELU_TANH,     FLOAT,    "(($T)0.5 * $x * (($T)1 + tanh(($T)0.79788456080286535588 * ($x + ($T)0.044715 * $x * $x * $x))))", "") \
+    X(SILU,          FLOAT,    "($x / (($T)1 + exp(-$x)))", "") \
+    X(SOFTPLUS,      FLOAT,    "($x > ($T)20 ? $x : log1p(exp($x)))", "") \
+    X(ERF,           FLOAT,    "erf($x)", "") \
+    X(LOGICAL_NOT,   ANY,      "(uchar)($x == 0)", "(uchar)($x == 0)") \
+    X(CLAMP,         ANY,      "($x < ($T)$L ? ($T)$L : ($x > ($T)$H ? ($T)$H : $x))", "($x < ($T)$L ? ($T)$L : ($x > ($T)$H ? ($T)$H : $x))") \
+    X(FLOOR,         FLOAT,    "floor($x)", "") \
+    X(CEIL,          FLOAT,    "ceil($x)", "") \
+    X(ROUND,         FLOAT,    "rint($x)", "") \
+    X(TRUNC,         FLOAT,    "trunc($x)", "") \
+    X(ISNAN,         FLOAT_IN, "(uchar)(isnan($x) != 0)", "(uchar)(isnan($x) != 0)") \
+    X(ISINF,         FLOAT_IN, "(uchar)(isinf($x) != 0)", "(uchar)(isinf($x) != 0)") \
+    X(ISFINITE,      FLOAT_IN, "(uchar)(isfinite($x) != 0)", "(uchar)(isfinite($x) != 0)") \
+    X(NAN_TO_NUM,    FLOAT,    "($x != $x ? ($T)$0 : $x == ($T)INFINITY ? ($T)$1 : $x == ($T)(-INFINITY) ? ($T)$2 : $x)", "") \
+    X(LOG_SIGMOID,   FLOAT,    "(fmin($x, ($T)0) - log1p(exp(-fabs($x))))", "") \
+    X(MISH,          FLOAT,    "($x * tanh($x > ($T)20 ? $x : log1p(exp($x))))", "") \
+    X(SOFTSIGN,      FLOAT,    "($x / (($T)1 + fabs($x)))", "") \
+    X(LEAKY_RELU,    FLOAT,    "($x < 0 ? $x * ($T)$0 : $x)", "") \
+    X(ELU,           FLOAT,    "(($T)$1 * ($x > 0 ? $x : ($T)$0 * expm1(($T)$2 * $x)))", "") \
+    X(ADD,           NOT_BOOL, "($x + $y)", "($T)(($U)$x + ($U)$y)") \
+    X(SUB,           NOT_BOOL, "($x - $y)", "($T)(($U)$x - ($U)$y)") \
+    X(MUL,           NOT_BOOL, "($x * $y)", "($T)(($U)$x * ($U)$y)") \
+    X(DIV,           FLOAT,    "($x / $y)", "") \
+    X(POW,           FLOAT,    "($y == ($T)2 ? $x * $x : pow($x, $y))", "") \
+    X(MAXIMUM,       NOT_BOOL, "(($x > $y || $x != $x) ? $x : $y)", "($x > $y ? $x : $y)") \
+    X(MINIMUM,       NOT_BOOL, "(($x < $y || $x != $x) ? $x : $y)", "($x < $y ? $x : $y)") \
+    X(EQ,            ANY,      "(uchar)($x == $y)", "(uchar)($x == $y)") \
+    X(NE,            ANY,      "(uchar)($x != $y)", "(uchar)($x != $y)") \
+    X(LT,            ANY,      "(uchar)($x < $y)", "(uchar)($x < $y)") \
+    X(LE,            ANY,      "(uchar)($x <= $y)", "(uchar)($x <= $y)") \
+    X(GT,            ANY,      "(uchar)($x > $y)", "(uchar)($x > $y)") \
+    X(GE,            ANY,      "(uchar)($x >= $y)", "(uchar)($x >= $y)") \
+    X(LOGICAL_AND,   ANY,      "(uchar)(($x != 0) & ($y != 0))", "(uchar)(($x != 0) & ($y != 0))") \
+    X(LOGICAL_OR,    ANY,      "(uchar)(($x != 0) | ($y != 0))", "(uchar)(($x != 0) | ($y != 0))") \
+    X(FMOD,          FLOAT,    "fmod($x, $y)", "") \
+    X(REMAINDER,     FLOAT,    "(fmod($x, $y) != 0 && ((fmod($x, $y) < 0) != ($y < 0)) ? fmod($x, $y) + $y : fmod($x, $y))", "") \
+    X(ATAN2,         FLOAT,    "atan2($x, $y)", "") \
+    X(WHERE,         ANY,      "($x ? $y : $z)", "($x ? $y : $z)") \
+    X(LERP,          FLOAT,    "($z < ($T)0.5 ? $x + $z * ($y - $x) : $y - ($y - $x) * (($T)1 - $z))", "") \
+    X(RELU_BACKWARD, FLOAT,    "($y > 0 ? $x : ($T)0)", "")
 /* clang-format on */
 
 /* Dtype rules: what the kernel computes in and what the caller gets (ops/elementwise.c). */

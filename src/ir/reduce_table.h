@@ -7,7 +7,7 @@
  * prototypes, call-site list and macros (include/kiln/ops.h) and the Python binding's reduction
  * methods (python/src/op_table_generated.h). DESIGN.md, sections 7 and 9, says how to add one.
  *
- * X(NAME, name, dtype, sig, grad, fold, finish, py, doc), one row per line:
+ * X(NAME, name, dtype, sig, grad, fold, finish, fuse, py, doc), one row per line:
  *   NAME   KERNEL rows: the opcode KILN__OP_NAME, a kernel of every backend; COMPOSED rows: the
  *          row's id only (its wrapper in api/reduce.c is made of other ops)
  *   name   the public kiln_name (kiln_name_dims for the dims form)
@@ -41,6 +41,10 @@
  *          only finishes with an i64 kernel), MEAN (over N), VAR (over N - correction; its
  *          square root for std), LSE (max + log), INDEX (the winner's i64 index: ties keep the
  *          first); NONE for a COMPOSED row
+ *   fuse   whether the engine fuses it (engine/fusion_join.c, engine/substitute.c): LAST, over
+ *          the last dim it ends an elementwise fusion group (its prologue computed per row in
+ *          cache; the CPU interpreter and OpenCL's fused rows fold it) and a substitution
+ *          pattern may end in it; NONE, it runs as its own op
  *   py     the Python method t.py(dim=None, keepdim=False) and function kiln.py(t, ...) made
  *          from the row (ALL_DIMS and DIMS rows), or HAND: torch's own signature, written in
  *          python/src/methods.c (max's (values, indices), var's unbiased, argmax's flattening)
@@ -53,21 +57,21 @@
 
 /* clang-format off */
 #define KILN__REDUCE_KERNELS(X) \
-    X(SUM,       sum,       ACCUM, ALL_DIMS,   SPREAD,  SUM,    VALUE, sum,       "the sum; integers and bools accumulate in i64") \
-    X(MEAN,      mean,      FLOAT, ALL_DIMS,   MEAN,    SUM,    MEAN,  mean,      "the mean; integers and bools give f32; NaN when empty") \
-    X(PROD,      prod,      ACCUM, ALL_DIMS,   PROD,    PROD,   VALUE, prod,      "the product; integers and bools accumulate in i64") \
-    X(MAX,       max,       SAME,  ALL_DIMS,   WINNERS, MAX,    VALUE, amax,      "the largest value (NaN wins); a dim of size 0 fails") \
-    X(MIN,       min,       SAME,  ALL_DIMS,   WINNERS, MIN,    VALUE, amin,      "the smallest value (NaN wins); a dim of size 0 fails") \
-    X(VAR,       var,       FLOAT, CORRECTION, VAR,     SQDEV,  VAR,   HAND,      "the variance: sum((t - mean)^2) / (N - correction)") \
-    X(LOGSUMEXP, logsumexp, FLOAT, DIMS,       SOFTMAX, EXPSUM, LSE,   logsumexp, "log(sum(exp(t))), without overflow") \
-    X(ARGMAX,    argmax,    I64,   DIM,        NONE,    MAX,    INDEX, HAND,      "the i64 index of the largest value along dim; the first of ties") \
-    X(ARGMIN,    argmin,    I64,   DIM,        NONE,    MIN,    INDEX, HAND,      "the i64 index of the smallest value along dim; the first of ties")
+    X(SUM,           sum,           ACCUM, ALL_DIMS,   SPREAD,  SUM,    VALUE, LAST, sum,           "the sum; integers and bools accumulate in i64") \
+    X(MEAN,          mean,          FLOAT, ALL_DIMS,   MEAN,    SUM,    MEAN,  LAST, mean,          "the mean; integers and bools give f32; NaN when empty") \
+    X(PROD,          prod,          ACCUM, ALL_DIMS,   PROD,    PROD,   VALUE, NONE, prod,          "the product; integers and bools accumulate in i64") \
+    X(MAX,           max,           SAME,  ALL_DIMS,   WINNERS, MAX,    VALUE, LAST, amax,          "the largest value (NaN wins); a dim of size 0 fails") \
+    X(MIN,           min,           SAME,  ALL_DIMS,   WINNERS, MIN,    VALUE, LAST, amin,          "the smallest value (NaN wins); a dim of size 0 fails") \
+    X(VAR,           var,           FLOAT, CORRECTION, VAR,     SQDEV,  VAR,   NONE, HAND,          "the variance: sum((t - mean)^2) / (N - correction)") \
+    X(LOGSUMEXP,     logsumexp,     FLOAT, DIMS,       SOFTMAX, EXPSUM, LSE,   LAST, logsumexp,     "log(sum(exp(t))), without overflow") \
+    X(ARGMAX,        argmax,        I64,   DIM,        NONE,    MAX,    INDEX, NONE, HAND,          "the i64 index of the largest value along dim; the first of ties") \
+    X(ARGMIN,        argmin,        I64,   DIM,        NONE,    MIN,    INDEX, NONE, HAND,          "the i64 index of the smallest value along dim; the first of ties")
 
 #define KILN__REDUCE_COMPOSED(X) \
-    X(STD,       std,       FLOAT, CORRECTION, VAR,     NONE,   NONE,  HAND,      "the standard deviation: sqrt of var, in var's kernel") \
-    X(ANY,       any,       BOOL,  ALL_DIMS,   NONE,    NONE,   NONE,  any,       "whether any element is nonzero (NaN is); false when empty") \
-    X(ALL,       all,       BOOL,  ALL_DIMS,   NONE,    NONE,   NONE,  all,       "whether every element is nonzero (NaN is); true when empty") \
-    X(COUNT_NONZERO, count_nonzero, I64, ALL_DIMS, NONE, NONE,  NONE,  count_nonzero, "the number of nonzero elements (NaN is one), in i64")
+    X(STD,           std,           FLOAT, CORRECTION, VAR,     NONE,   NONE,  NONE, HAND,          "the standard deviation: sqrt of var, in var's kernel") \
+    X(ANY,           any,           BOOL,  ALL_DIMS,   NONE,    NONE,   NONE,  NONE, any,           "whether any element is nonzero (NaN is); false when empty") \
+    X(ALL,           all,           BOOL,  ALL_DIMS,   NONE,    NONE,   NONE,  NONE, all,           "whether every element is nonzero (NaN is); true when empty") \
+    X(COUNT_NONZERO, count_nonzero, I64,   ALL_DIMS,   NONE,    NONE,   NONE,  NONE, count_nonzero, "the number of nonzero elements (NaN is one), in i64")
 /* clang-format on */
 
 /* Every row: the kernels first, so a row's index is its KILN__RED_ id. */
@@ -100,6 +104,7 @@ typedef enum {
     KILN__RFOLD_SQDEV,
     KILN__RFOLD_EXPSUM
 } kiln__reduce_fold;
+typedef enum { KILN__RFUSE_NONE, KILN__RFUSE_LAST } kiln__reduce_fuse;
 typedef enum {
     KILN__RFIN_NONE,
     KILN__RFIN_VALUE,
@@ -125,6 +130,7 @@ typedef struct kiln__reduce_info {
     kiln__reduce_grad grad;
     kiln__reduce_fold fold;
     kiln__reduce_finish finish;
+    kiln__reduce_fuse fuse;
     const char *doc;
 } kiln__reduce_info;
 

@@ -19,6 +19,11 @@
 
 /* Whether dev has a kernel for code, so a later submit of it cannot fail. */
 bool kiln__t_has_kernel(kiln_device dev, kiln__opcode code);
+/* Any row of the optimizer-update table (ir/optim_table.h): outs and ins in the row's order, u
+ * its parameter struct (kiln__<name>). Checks the counts against the row, and that every tensor
+ * has the parameter's device and shape (each fails naming the row), then queues the op. */
+bool kiln__t_optim_update(kiln__opctx *c, kiln__opcode code, int n_out, kiln__tensor *const *outs, int n_in,
+                          const kiln__tensor *const *ins, const void *u);
 /* momentum: the buffer, or NULL when momentum is 0. bf16_copy: NULL, or a bf16 tensor of an f32
  * param's shape on the CPU that the update rewrites as the updated param rounded to bf16
  * (KILN__OPTIM_FLAG_BF16_COPY; SGD only: Adam's three outputs fill an op record's).
@@ -29,7 +34,7 @@ bool kiln__t_adam_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *exp_
                          const kiln__tensor *grad, const kiln__adam_update *u);
 /* grad_avg = lerp(grad_avg, grad + wd * param, 1 - alpha) (grad_avg read as 0 when first). */
 bool kiln__t_rmsprop_grad_avg(kiln__opctx *c, kiln__tensor *grad_avg, const kiln__tensor *param,
-                              const kiln__tensor *grad, const kiln__rmsprop_update *u);
+                              const kiln__tensor *grad, const kiln__rmsprop_grad_avg *u);
 /* momentum: the buffer or NULL; grad_avg: the centered average (already updated) or NULL. */
 bool kiln__t_rmsprop_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *square_avg, kiln__tensor *momentum,
                             const kiln__tensor *grad_avg, const kiln__tensor *grad, const kiln__rmsprop_update *u);

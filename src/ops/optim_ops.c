@@ -8,74 +8,81 @@ bool kiln__t_has_kernel(kiln_device dev, kiln__opcode code) {
     return be && be->kernels[code];
 }
 
-static void update_init(kiln__op *op, kiln__opcode code, const char *name, kiln__tensor *param,
-                        const kiln__tensor *grad) {
-    kiln__op_init(op, code, name);
-    op->out[0] = kiln__view_of(param);
-    op->in[0] = kiln__view_of(grad);
-    op->n_in = 1;
-    op->n_out = 1;
+bool kiln__t_optim_update(kiln__opctx *c, kiln__opcode code, int n_out, kiln__tensor *const *outs, int n_in,
+                          const kiln__tensor *const *ins, const void *u) {
+    const kiln__optim_row *row = kiln__optim_row_of(code);
+    if (!row) return kiln__fail(c, KILN_ERR_INTERNAL, "%s is no optimizer update", kiln__opcode_name(code)), false;
+    if (n_out < row->out_min || n_out > row->out_max || n_in < row->in_min || n_in > row->in_max)
+        return kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "%s takes %d..%d outputs and %d..%d inputs (%s), not %d and %d",
+                          row->name, row->out_min, row->out_max, row->in_min, row->in_max, row->tensors, n_out, n_in),
+               false;
+    for (int i = 0; i < n_out + n_in; i++) {
+        const kiln__tensor *t = i < n_out ? outs[i] : ins[i - n_out];
+        if (!t) return kiln__fail(c, KILN_ERR_INVALID_ARGUMENT, "%s: tensor %d is NULL", row->name, i), false;
+        if (t->device != outs[0]->device)
+            return kiln__fail(c, KILN_ERR_DEVICE, "%s: tensor %d is on %s, the parameter on %s", row->name, i,
+                              kiln_device_name(t->device), kiln_device_name(outs[0]->device)),
+                   false;
+        if (t->ndim != outs[0]->ndim || memcmp(t->shape, outs[0]->shape, sizeof(int64_t) * (size_t)t->ndim) != 0)
+            return kiln__fail(c, KILN_ERR_SHAPE, "%s: tensor %d's shape differs from the parameter's", row->name, i),
+                   false;
+    }
+    kiln__op op;
+    kiln__op_init(&op, code, c->name);
+    for (int i = 0; i < n_out; i++) op.out[i] = kiln__view_of(outs[i]);
+    for (int i = 0; i < n_in; i++) op.in[i] = kiln__view_of(ins[i]);
+    op.n_out = n_out;
+    op.n_in = n_in;
+    kiln__optim_encode(&op, u);
+    return kiln__t_submit(c, &op, outs[0]->device);
 }
 
 bool kiln__t_sgd_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *momentum, const kiln__tensor *grad,
                         const kiln__sgd_update *u, kiln__tensor *bf16_copy) {
+    if (!bf16_copy) {
+        kiln__tensor *outs[2] = {param, momentum};
+        return kiln__t_optim_update(c, KILN__OP_SGD_UPDATE, momentum ? 2 : 1, outs, 1, &grad, u);
+    }
+    /* the copy is the last output (see KILN__OPTIM_FLAG_BF16_COPY): a bf16 tensor of an f32
+     * parameter's shape, which the submit's same-shape check does not cover in dtype */
     kiln__op op;
-    update_init(&op, KILN__OP_SGD_UPDATE, c->name, param, grad);
-    if (momentum) {
-        op.out[1] = kiln__view_of(momentum);
-        op.n_out = 2;
-    }
+    kiln__op_init(&op, KILN__OP_SGD_UPDATE, c->name);
+    op.out[0] = kiln__view_of(param);
+    op.n_out = 1;
+    if (momentum) op.out[op.n_out++] = kiln__view_of(momentum);
+    op.out[op.n_out++] = kiln__view_of(bf16_copy);
+    op.in[0] = kiln__view_of(grad);
+    op.n_in = 1;
     kiln__sgd_update_encode(&op, u);
-    if (bf16_copy) { /* its last output (see KILN__OPTIM_FLAG_BF16_COPY) */
-        op.out[op.n_out++] = kiln__view_of(bf16_copy);
-        op.pi[KILN__OPTIM_PI_FLAGS] |= KILN__OPTIM_FLAG_BF16_COPY;
-    }
+    op.pi[KILN__OPTIM_PI_FLAGS] |= KILN__OPTIM_FLAG_BF16_COPY;
     return kiln__t_submit(c, &op, param->device);
 }
 
 bool kiln__t_adam_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *exp_avg, kiln__tensor *exp_avg_sq,
                          const kiln__tensor *grad, const kiln__adam_update *u) {
-    kiln__op op;
-    update_init(&op, KILN__OP_ADAM_UPDATE, c->name, param, grad);
-    op.out[1] = kiln__view_of(exp_avg);
-    op.out[2] = kiln__view_of(exp_avg_sq);
-    op.n_out = 3;
-    kiln__adam_update_encode(&op, u);
-    return kiln__t_submit(c, &op, param->device);
+    kiln__tensor *outs[3] = {param, exp_avg, exp_avg_sq};
+    return kiln__t_optim_update(c, KILN__OP_ADAM_UPDATE, 3, outs, 1, &grad, u);
 }
 
 bool kiln__t_rmsprop_grad_avg(kiln__opctx *c, kiln__tensor *grad_avg, const kiln__tensor *param,
-                              const kiln__tensor *grad, const kiln__rmsprop_update *u) {
-    kiln__op op;
-    update_init(&op, KILN__OP_RMSPROP_GRAD_AVG, c->name, grad_avg, grad);
-    op.in[1] = kiln__view_of(param);
-    op.n_in = 2;
-    kiln__rmsprop_grad_avg_encode(&op, u);
-    return kiln__t_submit(c, &op, param->device);
+                              const kiln__tensor *grad, const kiln__rmsprop_grad_avg *u) {
+    const kiln__tensor *ins[2] = {grad, param};
+    return kiln__t_optim_update(c, KILN__OP_RMSPROP_GRAD_AVG, 1, &grad_avg, 2, ins, u);
 }
 
 bool kiln__t_rmsprop_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *square_avg, kiln__tensor *momentum,
                             const kiln__tensor *grad_avg, const kiln__tensor *grad, const kiln__rmsprop_update *u) {
-    kiln__op op;
-    update_init(&op, KILN__OP_RMSPROP_UPDATE, c->name, param, grad);
-    op.out[1] = kiln__view_of(square_avg);
-    op.n_out = 2;
-    if (momentum) op.out[op.n_out++] = kiln__view_of(momentum);
-    if (grad_avg) op.in[op.n_in++] = kiln__view_of(grad_avg);
+    kiln__tensor *outs[3] = {param, square_avg, momentum};
+    const kiln__tensor *ins[2] = {grad, grad_avg};
     kiln__rmsprop_update e = *u;
     e.centered = grad_avg != NULL; /* the kernel reads grad_avg exactly when the flag says so */
-    kiln__rmsprop_update_encode(&op, &e);
-    return kiln__t_submit(c, &op, param->device);
+    return kiln__t_optim_update(c, KILN__OP_RMSPROP_UPDATE, momentum ? 3 : 2, outs, grad_avg ? 2 : 1, ins, &e);
 }
 
 bool kiln__t_adagrad_update(kiln__opctx *c, kiln__tensor *param, kiln__tensor *sum, const kiln__tensor *grad,
                             const kiln__adagrad_update *u) {
-    kiln__op op;
-    update_init(&op, KILN__OP_ADAGRAD_UPDATE, c->name, param, grad);
-    op.out[1] = kiln__view_of(sum);
-    op.n_out = 2;
-    kiln__adagrad_update_encode(&op, u);
-    return kiln__t_submit(c, &op, param->device);
+    kiln__tensor *outs[2] = {param, sum};
+    return kiln__t_optim_update(c, KILN__OP_ADAGRAD_UPDATE, 2, outs, 1, &grad, u);
 }
 
 bool kiln__t_sum_squares_into(kiln__opctx *c, kiln__tensor *sums, int64_t k, const kiln__tensor *x) {

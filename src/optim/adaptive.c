@@ -63,7 +63,9 @@ static bool rmsprop_apply(kiln__opctx *c, const kiln_optimizer *opt, const kiln_
                               .tentative = p->tentative};
     kiln__tensor *buf = o->momentum != 0 ? p->state[1] : NULL;
     kiln__tensor *avg = o->centered ? p->state[o->momentum != 0 ? 2 : 1] : NULL;
-    if (avg && !kiln__t_rmsprop_grad_avg(c, avg, param, grad, &u)) return false;
+    kiln__rmsprop_grad_avg a = {.alpha = o->alpha, .weight_decay = g->weight_decay, .first = p->step == 1,
+                                .tentative = p->tentative};
+    if (avg && !kiln__t_rmsprop_grad_avg(c, avg, param, grad, &a)) return false;
     return kiln__t_rmsprop_update(c, param, p->state[0], buf, avg, grad, &u);
 }
 

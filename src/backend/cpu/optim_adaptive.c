@@ -216,7 +216,7 @@ static bool same_float_dtype(const kiln__op *op) {
 static kiln_status kernel_grad_avg(const kiln__op *op) {
     if (op->n_out != 1 || op->n_in != 2) return KILN_ERR_INTERNAL;
     if (!same_float_dtype(op)) return KILN_ERR_DTYPE;
-    kiln__rmsprop_update u = kiln__rmsprop_grad_avg_decode(op);
+    kiln__rmsprop_grad_avg u = kiln__rmsprop_grad_avg_decode(op);
     adaptive_args a = {.f = {u.alpha, u.weight_decay}, .first = u.first};
     kiln__view views[3] = {op->out[0], op->in[0], op->in[1]};
     kiln__cpu_foreach(3, views, op->out[0].dtype == KILN_F32 ? grad_avg_f32_loop : grad_avg_f64_loop, &a,

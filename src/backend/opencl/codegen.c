@@ -94,106 +94,69 @@ static long long int_bound(double v, long long none, long long lo, long long hi)
     return (long long)v;
 }
 
-/* Prints the expression of an OP node; false when the opcode has no OpenCL form. */
+/* Each row's OpenCL form (ir/optable.h, KILN__OPTABLE_DEVICE_C), by opcode; NULL forms for an
+ * EXPR row (its KILN__OPEXPR expression) and for opcodes outside the table. */
+typedef enum { ON_FLOAT, ON_ANY, ON_NOT_BOOL, ON_FLOAT_IN } form_on;
+static const struct {
+    form_on on;
+    const char *float_form, *int_form;
+} forms[KILN__OP_COUNT] = {
+#define FORM(NAME, on_, float_form_, int_form_) [KILN__OP_##NAME] = {ON_##on_, float_form_, int_form_},
+    KILN__OPTABLE_DEVICE_C(FORM)
+#undef FORM
+};
+
+/* A clamp bound: a float's NaN is none (-inf or +inf), an integer's saturates to the dtype. */
+static void clamp_bound(char *buf, size_t cap, const kiln__expr_node *n, int k) {
+    double v = n->param[k];
+    if (kiln__dtype_is_float(n->dtype)) {
+        if (isnan(v)) snprintf(buf, cap, k == 0 ? "(-INFINITY)" : "INFINITY");
+        else lit(buf, cap, v);
+        return;
+    }
+    long long lo = n->dtype == KILN_I32 ? INT32_MIN : INT64_MIN, hi = n->dtype == KILN_I32 ? INT32_MAX : INT64_MAX;
+    long long b = int_bound(v, k == 0 ? lo : hi, lo, hi);
+    /* INT64_MIN has no literal: written as an expression */
+    snprintf(buf, cap, b == INT64_MIN ? "(-9223372036854775807L - 1)" : "%lldL", b);
+}
+
+/* Prints the expression of an OP node from its row's form; false when the opcode has no OpenCL
+ * form for the node's dtypes. */
 static bool op_expr(kiln__text *b, const kiln__expr *e, const kiln__expr_node *n, bool fp64) {
-    char X[16], Y[16], Z[16], p0[48], p1[48], p2[48];
+    char X[16];
     snprintf(X, sizeof X, "v%d", n->arg[0]);
-    snprintf(Y, sizeof Y, "v%d", n->n_args > 1 ? n->arg[1] : 0);
-    snprintf(Z, sizeof Z, "v%d", n->n_args > 2 ? n->arg[2] : 0);
-    lit(p0, sizeof p0, n->param[0]);
-    lit(p1, sizeof p1, n->param[1]);
-    lit(p2, sizeof p2, n->param[2]);
     kiln_dtype in = e->node[n->arg[0]].dtype;
     const char *T = kiln__opencl_ctype(n->dtype);
-    const char *UT = n->dtype == KILN_I32 ? "uint" : "ulong";
-    bool f = is_float(n->dtype), fin = is_float(in);
-#define P(...) kiln__text_printf(b, __VA_ARGS__)
-    switch (n->code) {
-    case KILN__OP_COPY: convert(b, X, in, n->dtype, fp64); return true;
-    case KILN__OP_NEG: f ? P("-%s", X) : P("(%s)((%s)0 - (%s)%s)", T, UT, UT, X); return true;
-    case KILN__OP_ABS: f ? P("fabs(%s)", X) : P("(%s < 0 ? (%s)((%s)0 - (%s)%s) : %s)", X, T, UT, UT, X, X); return true;
-    case KILN__OP_SIGN:
-        f ? P("(%s > 0 ? (%s)1 : (%s < 0 ? (%s)-1 : %s))", X, T, X, T, X) : P("(%s)((%s > 0) - (%s < 0))", T, X, X);
-        return true;
-    case KILN__OP_RELU: P("(%s < 0 ? (%s)0 : %s)", X, T, X); return true;
-    case KILN__OP_LOGICAL_NOT: P("(uchar)(%s == 0)", X); return true;
-    case KILN__OP_CLAMP:
-        if (f) {
-            P("(%s < (%s)%s ? (%s)%s : (%s > (%s)%s ? (%s)%s : %s))", X, T, isnan(n->param[0]) ? "(-INFINITY)" : p0, T,
-              isnan(n->param[0]) ? "(-INFINITY)" : p0, X, T, isnan(n->param[1]) ? "INFINITY" : p1, T,
-              isnan(n->param[1]) ? "INFINITY" : p1, X);
-        } else {
-            long long lo = n->dtype == KILN_I32 ? INT32_MIN : INT64_MIN, hi = n->dtype == KILN_I32 ? INT32_MAX : INT64_MAX;
-            long long l = int_bound(n->param[0], lo, lo, hi), h = int_bound(n->param[1], hi, lo, hi);
-            char L[40], H[40]; /* INT64_MIN has no literal: written as an expression */
-            snprintf(L, sizeof L, l == INT64_MIN ? "(-9223372036854775807L - 1)" : "%lldL", l);
-            snprintf(H, sizeof H, "%lldL", h);
-            P("(%s < (%s)%s ? (%s)%s : (%s > (%s)%s ? (%s)%s : %s))", X, T, L, T, L, X, T, H, T, H, X);
+    bool f = is_float(n->dtype);
+    if ((unsigned)n->code >= KILN__OP_COUNT) return false;
+    const char *form = f ? forms[n->code].float_form : forms[n->code].int_form;
+    if (!forms[n->code].float_form) return f && kiln__opencl_codegen_expr(b, n->code, X, T); /* an EXPR row */
+    bool has = forms[n->code].on == ON_ANY || (forms[n->code].on == ON_FLOAT && f) ||
+               (forms[n->code].on == ON_NOT_BOOL && n->dtype != KILN_BOOL) ||
+               (forms[n->code].on == ON_FLOAT_IN && is_float(in));
+    if (!has) return false;
+    for (const char *c = form; *c; c++) {
+        if (*c != '$' || !c[1]) {
+            kiln__text_put(b, c, 1);
+            continue;
         }
-        return true;
-    case KILN__OP_EXP: P("exp(%s)", X); return f;
-    case KILN__OP_LOG: P("log(%s)", X); return f;
-    case KILN__OP_LOG1P: P("log1p(%s)", X); return f;
-    case KILN__OP_EXPM1: P("expm1(%s)", X); return f;
-    case KILN__OP_SQRT: P("sqrt(%s)", X); return f;
-    case KILN__OP_RSQRT: P("((%s)1 / sqrt(%s))", T, X); return f;
-    case KILN__OP_SIN: P("sin(%s)", X); return f;
-    case KILN__OP_COS: P("cos(%s)", X); return f;
-    case KILN__OP_GELU: P("((%s)0.5 * %s * ((%s)1 + erf(%s * (%s)0.70710678118654752440)))", T, X, T, X, T); return f;
-    case KILN__OP_GELU_TANH:
-        P("((%s)0.5 * %s * ((%s)1 + tanh((%s)0.79788456080286535588 * (%s + (%s)0.044715 * %s * %s * %s))))", T, X, T,
-          T, X, T, X, X, X);
-        return f;
-    case KILN__OP_SILU: P("(%s / ((%s)1 + exp(-%s)))", X, T, X); return f;
-    case KILN__OP_SOFTPLUS: P("(%s > (%s)20 ? %s : log1p(exp(%s)))", X, T, X, X); return f;
-    case KILN__OP_ERF: P("erf(%s)", X); return f;
-    case KILN__OP_FLOOR: P("floor(%s)", X); return f;
-    case KILN__OP_CEIL: P("ceil(%s)", X); return f;
-    case KILN__OP_ROUND: P("rint(%s)", X); return f;
-    case KILN__OP_TRUNC: P("trunc(%s)", X); return f;
-    case KILN__OP_LOG_SIGMOID: P("(fmin(%s, (%s)0) - log1p(exp(-fabs(%s))))", X, T, X); return f;
-    case KILN__OP_MISH: P("(%s * tanh(%s > (%s)20 ? %s : log1p(exp(%s))))", X, X, T, X, X); return f;
-    case KILN__OP_SOFTSIGN: P("(%s / ((%s)1 + fabs(%s)))", X, T, X); return f;
-    case KILN__OP_ISNAN: P("(uchar)(isnan(%s) != 0)", X); return fin;
-    case KILN__OP_ISINF: P("(uchar)(isinf(%s) != 0)", X); return fin;
-    case KILN__OP_ISFINITE: P("(uchar)(isfinite(%s) != 0)", X); return fin;
-    case KILN__OP_NAN_TO_NUM:
-        P("(%s != %s ? (%s)%s : %s == (%s)INFINITY ? (%s)%s : %s == (%s)(-INFINITY) ? (%s)%s : %s)", X, X, T, p0, X, T,
-          T, p1, X, T, T, p2, X);
-        return f;
-    case KILN__OP_LEAKY_RELU: P("(%s < 0 ? %s * (%s)%s : %s)", X, X, T, p0, X); return f;
-    case KILN__OP_ELU: P("((%s)%s * (%s > 0 ? %s : (%s)%s * expm1((%s)%s * %s)))", T, p1, X, X, T, p0, T, p2, X); return f;
-    case KILN__OP_ADD: f ? P("(%s + %s)", X, Y) : P("(%s)((%s)%s + (%s)%s)", T, UT, X, UT, Y); return n->dtype != KILN_BOOL;
-    case KILN__OP_SUB: f ? P("(%s - %s)", X, Y) : P("(%s)((%s)%s - (%s)%s)", T, UT, X, UT, Y); return n->dtype != KILN_BOOL;
-    case KILN__OP_MUL: f ? P("(%s * %s)", X, Y) : P("(%s)((%s)%s * (%s)%s)", T, UT, X, UT, Y); return n->dtype != KILN_BOOL;
-    case KILN__OP_DIV: P("(%s / %s)", X, Y); return f;
-    case KILN__OP_POW: P("(%s == (%s)2 ? %s * %s : pow(%s, %s))", Y, T, X, X, X, Y); return f;
-    case KILN__OP_MAXIMUM: f ? P("((%s > %s || %s != %s) ? %s : %s)", X, Y, X, X, X, Y) : P("(%s > %s ? %s : %s)", X, Y, X, Y);
-        return n->dtype != KILN_BOOL;
-    case KILN__OP_MINIMUM: f ? P("((%s < %s || %s != %s) ? %s : %s)", X, Y, X, X, X, Y) : P("(%s < %s ? %s : %s)", X, Y, X, Y);
-        return n->dtype != KILN_BOOL;
-    case KILN__OP_EQ: P("(uchar)(%s == %s)", X, Y); return true;
-    case KILN__OP_NE: P("(uchar)(%s != %s)", X, Y); return true;
-    case KILN__OP_LT: P("(uchar)(%s < %s)", X, Y); return true;
-    case KILN__OP_LE: P("(uchar)(%s <= %s)", X, Y); return true;
-    case KILN__OP_GT: P("(uchar)(%s > %s)", X, Y); return true;
-    case KILN__OP_GE: P("(uchar)(%s >= %s)", X, Y); return true;
-    case KILN__OP_LOGICAL_AND: P("(uchar)((%s != 0) & (%s != 0))", X, Y); return true;
-    case KILN__OP_LOGICAL_OR: P("(uchar)((%s != 0) | (%s != 0))", X, Y); return true;
-    case KILN__OP_FMOD: P("fmod(%s, %s)", X, Y); return f;
-    case KILN__OP_REMAINDER:
-        P("(fmod(%s, %s) != 0 && ((fmod(%s, %s) < 0) != (%s < 0)) ? fmod(%s, %s) + %s : fmod(%s, %s))", X, Y, X, Y, Y, X,
-          Y, Y, X, Y);
-        return f;
-    case KILN__OP_ATAN2: P("atan2(%s, %s)", X, Y); return f;
-    case KILN__OP_WHERE: P("(%s ? %s : %s)", X, Y, Z); return true;
-    case KILN__OP_LERP:
-        P("(%s < (%s)0.5 ? %s + %s * (%s - %s) : %s - (%s - %s) * ((%s)1 - %s))", Z, T, X, Z, Y, X, Y, Y, X, T, Z);
-        return f;
-    case KILN__OP_RELU_BACKWARD: P("(%s > 0 ? %s : (%s)0)", Y, X, T); return f;
-    default: return f && kiln__opencl_codegen_expr(b, n->code, X, T); /* the op table's expressions */
+        char word[48];
+        switch (*++c) {
+        case 'x': case 'y': case 'z': {
+            int k = *c - 'x';
+            snprintf(word, sizeof word, "v%d", n->n_args > k ? n->arg[k] : 0);
+            break;
+        }
+        case 'T': snprintf(word, sizeof word, "%s", T); break;
+        case 'U': snprintf(word, sizeof word, "%s", n->dtype == KILN_I32 ? "uint" : "ulong"); break;
+        case '0': case '1': case '2': lit(word, sizeof word, n->param[*c - '0']); break;
+        case 'L': case 'H': clamp_bound(word, sizeof word, n, *c == 'H'); break;
+        case 'C': convert(b, X, in, n->dtype, fp64); word[0] = 0; break;
+        default: return false; /* a word the table has no meaning for: no kernel, never a wrong one */
+        }
+        kiln__text_printf(b, "%s", word);
     }
-#undef P
+    return true;
 }
 
 bool kiln__opencl_codegen_op(kiln__text *b, const kiln__fused *g, int i, bool fp64) {

@@ -157,11 +157,11 @@ static kiln_status kernel_adaptive(const kiln__op *op) {
     kiln__opencl_device *d = kiln__opencl_device_of(op->out[0].storage->device);
     if (NEVER(!d)) return KILN_ERR_INTERNAL;
     kiln__opcode code = op->code;
-    kiln__rmsprop_update r = code == KILN__OP_RMSPROP_GRAD_AVG ? kiln__rmsprop_grad_avg_decode(op)
-                             : code == KILN__OP_RMSPROP_UPDATE ? kiln__rmsprop_update_decode(op)
-                                                               : (kiln__rmsprop_update){0};
+    kiln__rmsprop_grad_avg ga = code == KILN__OP_RMSPROP_GRAD_AVG ? kiln__rmsprop_grad_avg_decode(op) : (kiln__rmsprop_grad_avg){0};
+    kiln__rmsprop_update r = code == KILN__OP_RMSPROP_UPDATE ? kiln__rmsprop_update_decode(op) : (kiln__rmsprop_update){0};
     kiln__adagrad_update ag = code == KILN__OP_ADAGRAD_UPDATE ? kiln__adagrad_update_decode(op) : (kiln__adagrad_update){0};
-    bool first = code == KILN__OP_ADAGRAD_UPDATE ? ag.first : r.first, centered = code == KILN__OP_RMSPROP_UPDATE && r.centered;
+    bool first = code == KILN__OP_ADAGRAD_UPDATE ? ag.first : code == KILN__OP_RMSPROP_GRAD_AVG ? ga.first : r.first;
+    bool centered = code == KILN__OP_RMSPROP_UPDATE && r.centered;
     bool shape_ok = code == KILN__OP_RMSPROP_GRAD_AVG ? op->n_out == 1 && op->n_in == 2
                     : code == KILN__OP_ADAGRAD_UPDATE ? op->n_out == 2 && op->n_in == 1
                                                       : op->n_out >= 2 && op->n_out <= 3 && op->n_in == (centered ? 2 : 1);
@@ -184,7 +184,7 @@ static kiln_status kernel_adaptive(const kiln__op *op) {
     kiln__text s = {0};
     header(&s, d->fp64, T, n, n_hp);
     if (code == KILN__OP_RMSPROP_GRAD_AVG) { /* v0 ga, v1 grad, v2 param */
-        l.hp[0] = 1.0 - r.alpha, l.hp[1] = r.weight_decay;
+        l.hp[0] = 1.0 - ga.alpha, l.hp[1] = ga.weight_decay;
         kiln__text_printf(&s, "  %s w = (%s)h0, wd = (%s)h1, g = v1[i1];\n  if (wd != 0) g = g + wd * v2[i2];\n", T, T, T);
         kiln__text_printf(&s, first ? "  %s g0 = 0;\n" : "  %s g0 = v0[i0];\n", T);
         kiln__text_printf(&s, "  v0[i0] = g0 + w * (g - g0);\n}\n");
