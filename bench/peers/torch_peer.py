@@ -363,17 +363,19 @@ def onnx_session(model, int8):
             return self.st(feats)["sentence_embedding"]
 
     b, _ = made_up_batch(7, [16, 9])
-    tmp = tempfile.mkdtemp(prefix="kiln_onnx_")
-    f32, i8 = os.path.join(tmp, "minilm.onnx"), os.path.join(tmp, "minilm_int8.onnx")
-    with torch.no_grad():
-        torch.onnx.export(Embed(model).eval(), tuple(b[n] for n in ONNX_INPUTS), f32, input_names=ONNX_INPUTS,
-                          output_names=["embedding"], dynamic_axes={n: {0: "batch", 1: "seq"} for n in ONNX_INPUTS},
-                          opset_version=17, dynamo=False)
-    if int8:
-        quantize_dynamic(f32, i8, weight_type=QuantType.QInt8)
-    so = ort.SessionOptions()
-    so.intra_op_num_threads, so.inter_op_num_threads = 2, 1
-    return ort.InferenceSession(i8 if int8 else f32, so, providers=["CPUExecutionProvider"])
+    # (the session reads the model when it is made: the exported files go with the directory,
+    # which each bench run used to leave behind, 109 MiB a time)
+    with tempfile.TemporaryDirectory(prefix="kiln_onnx_") as tmp:
+        f32, i8 = os.path.join(tmp, "minilm.onnx"), os.path.join(tmp, "minilm_int8.onnx")
+        with torch.no_grad():
+            torch.onnx.export(Embed(model).eval(), tuple(b[n] for n in ONNX_INPUTS), f32, input_names=ONNX_INPUTS,
+                              output_names=["embedding"], dynamic_axes={n: {0: "batch", 1: "seq"} for n in ONNX_INPUTS},
+                              opset_version=17, dynamo=False)
+        if int8:
+            quantize_dynamic(f32, i8, weight_type=QuantType.QInt8)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads, so.inter_op_num_threads = 2, 1
+        return ort.InferenceSession(i8 if int8 else f32, so, providers=["CPUExecutionProvider"])
 
 
 ONNX_INPUTS = ["input_ids", "attention_mask", "token_type_ids"]
