@@ -121,19 +121,9 @@ KILN_API kiln_tensor kiln_avg_pool2d_opts(kiln_tensor x, kiln_pool2d_options o);
 /* ---- elementwise (NumPy broadcasting; ints/bools promote to f32 for float math) ---------- */
 /* Two or three tensors of different dtypes compute in torch.result_type's dtype (README
  * "Dtypes"): a 0-d tensor promotes a dimensioned one only from a lower category. */
-#include "kiln/ops.h" /* the ops the op tables give: neg ... atan2, sum ... all (src/ir/) */
-KILN_API kiln_tensor kiln_clamp(kiln_tensor t, double lo, double hi); /* NAN: no bound */
-/* torch.nan_to_num: NaN -> nan, +inf -> posinf, -inf -> neginf; posinf / neginf NAN mean
- * torch's None: the largest / lowest finite value of t's dtype. Integer tensors unchanged. */
-KILN_API kiln_tensor kiln_nan_to_num(kiln_tensor t, double nan, double posinf, double neginf);
-/* Activations (torch.nn.functional's), floating-point tensors only. */
-KILN_API kiln_tensor kiln_leaky_relu(kiln_tensor t, double negative_slope); /* torch default 0.01 */
-KILN_API kiln_tensor kiln_elu(kiln_tensor t, double alpha);                 /* torch default 1.0 */
-KILN_API kiln_tensor kiln_selu(kiln_tensor t);
-KILN_API kiln_tensor kiln_hardtanh(kiln_tensor t, double min_val, double max_val); /* -1, 1 in torch */
-/* torch.lerp: start + weight (end - start); all three broadcast; floating-point only. */
-KILN_API kiln_tensor kiln_lerp(kiln_tensor start, kiln_tensor end, kiln_tensor weight);
-KILN_API kiln_tensor kiln_lerp_scalar(kiln_tensor start, kiln_tensor end, double weight);
+/* neg ... atan2, and those with parameters: clamp, nan_to_num, leaky_relu, elu, selu, hardtanh,
+ * lerp, lerp_scalar; reductions sum ... all: from the op tables (src/ir/). */
+#include "kiln/ops.h"
 
 /* Scalar variants (kiln_add_scalar(t, s), kiln_rsub_scalar: s - t, ...): kiln/ops.h, from the op
  * table's KILN__OPTABLE_SCALAR rows. The scalar takes the tensor's dtype (a float scalar promotes
@@ -216,14 +206,6 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
     X(kiln_tensor, adaptive_avg_pool2d, (kiln_tensor x, int out_h, int out_w), (x, out_h, out_w)) \
     X(kiln_tensor, max_pool2d_opts, (kiln_tensor x, kiln_pool2d_options o), (x, o)) \
     X(kiln_tensor, avg_pool2d_opts, (kiln_tensor x, kiln_pool2d_options o), (x, o)) \
-    X(kiln_tensor, clamp, (kiln_tensor t, double lo, double hi), (t, lo, hi)) \
-    X(kiln_tensor, nan_to_num, (kiln_tensor t, double nan, double posinf, double neginf), (t, nan, posinf, neginf)) \
-    X(kiln_tensor, leaky_relu, (kiln_tensor t, double negative_slope), (t, negative_slope)) \
-    X(kiln_tensor, elu, (kiln_tensor t, double alpha), (t, alpha)) \
-    X(kiln_tensor, selu, (kiln_tensor t), (t)) \
-    X(kiln_tensor, hardtanh, (kiln_tensor t, double min_val, double max_val), (t, min_val, max_val)) \
-    X(kiln_tensor, lerp, (kiln_tensor start, kiln_tensor end, kiln_tensor weight), (start, end, weight)) \
-    X(kiln_tensor, lerp_scalar, (kiln_tensor start, kiln_tensor end, double weight), (start, end, weight)) \
     X(kiln_status, into_data, (kiln_tensor t, void *dst, size_t dst_bytes), (t, dst, dst_bytes)) \
     X(kiln_status, into_scalar, (kiln_tensor t, float *out), (t, out)) \
     X(kiln_status, into_scalar_f64, (kiln_tensor t, double *out), (t, out)) \
@@ -254,14 +236,6 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_adaptive_avg_pool2d(...) KILN__AT(adaptive_avg_pool2d, __VA_ARGS__)
 #define kiln_max_pool2d_opts(...) KILN__AT(max_pool2d_opts, __VA_ARGS__)
 #define kiln_avg_pool2d_opts(...) KILN__AT(avg_pool2d_opts, __VA_ARGS__)
-#define kiln_clamp(...) KILN__AT(clamp, __VA_ARGS__)
-#define kiln_nan_to_num(...) KILN__AT(nan_to_num, __VA_ARGS__)
-#define kiln_leaky_relu(...) KILN__AT(leaky_relu, __VA_ARGS__)
-#define kiln_elu(...) KILN__AT(elu, __VA_ARGS__)
-#define kiln_selu(...) KILN__AT(selu, __VA_ARGS__)
-#define kiln_hardtanh(...) KILN__AT(hardtanh, __VA_ARGS__)
-#define kiln_lerp(...) KILN__AT(lerp, __VA_ARGS__)
-#define kiln_lerp_scalar(...) KILN__AT(lerp_scalar, __VA_ARGS__)
 #define kiln_into_data(...) KILN__AT(into_data, __VA_ARGS__)
 #define kiln_to_string(...) KILN__AT(to_string, __VA_ARGS__)
 #define kiln_print(...) KILN__AT(print, __VA_ARGS__)
