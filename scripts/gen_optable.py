@@ -35,6 +35,13 @@ SCALAR_COLUMNS = ["NAME", "name", "order"]
 SCALAR_SIGNATURE = ("(kiln_tensor t, double s)", "(t, s)")
 ROW = re.compile(r'^\s*X\(\s*(.*?),\s*((?:"(?:[^"\\]|\\.)*"\s*)+)\)$')
 SIGNATURES = {"T": ("(kiln_tensor t)", "(t)"), "AB": ("(kiln_tensor a, kiln_tensor b)", "(a, b)")}
+# the public functions with parameters (KILN__OPTABLE_PARAMS): their C types by sig kind (the args
+# column names them); a row of KILN__OPTABLE whose sig is one of these but T has its entry
+PARAM_COLUMNS = ["NAME", "name", "sig", "args"]
+PARAM_TYPES = {"T": ["kiln_tensor"], "T_D": ["kiln_tensor", "double"], "T_DD": ["kiln_tensor"] + ["double"] * 2,
+               "T_DDD": ["kiln_tensor"] + ["double"] * 3, "ABC": ["kiln_tensor"] * 3,
+               "AB_D": ["kiln_tensor"] * 2 + ["double"]}
+ROW_SIGS = ["NONE"] + list(SIGNATURES) + [k for k in PARAM_TYPES if k != "T"]
 REDUCE_COLUMNS = ["NAME", "name", "dtype", "sig", "grad", "fold", "finish", "fuse", "py"]
 ROW_COLUMNS = ["NAME", "name", "arity", "dims", "args", "ex", "dtype", "shape", "grad", "domain", "tol", "py"]
 # the parameters' C types by a row's dims column and arity (the args column names them)
@@ -145,6 +152,52 @@ def read_scalars(path=TABLE, rows=None):
     return out
 
 
+def read_params(path=TABLE, rows=None):
+    """The rows of KILN__OPTABLE_PARAMS, each with its C parameters ("params": (type, name) pairs);
+    every row of the op table whose sig has parameters has the entry of its own name and sig."""
+    rows = rows or read_table(path)
+    by_name = {r["NAME"]: r for r in rows}
+    names = {r["name"]: r for r in rows}
+    out = read_rows(path, "KILN__OPTABLE_PARAMS", PARAM_COLUMNS)
+    for p in out:
+        where = f"{path}: {p['name']}"
+        if p["NAME"] not in by_name:
+            sys.exit(f"{where}: {p['NAME']} is not a row of KILN__OPTABLE")
+        if p["sig"] not in PARAM_TYPES:
+            sys.exit(f"{where}: no sig {p['sig']} (one of {', '.join(PARAM_TYPES)})")
+        args = p["args"]
+        if not (args.startswith("(") and args.endswith(")")):
+            sys.exit(f"{where}: args {args} is not a parenthesised list of names")
+        arg_names = [a.strip() for a in args[1:-1].split(",")]
+        types = PARAM_TYPES[p["sig"]]
+        if len(arg_names) != len(types) or not all(re.fullmatch(r"[a-z_][a-z0-9_]*", a) for a in arg_names):
+            sys.exit(f"{where}: args {args} do not fit sig {p['sig']} ({', '.join(types)})")
+        p["params"] = list(zip(types, arg_names))
+        own = names.get(p["name"])
+        if own and (own is not by_name[p["NAME"]] or own["sig"] != p["sig"]):
+            sys.exit(f"{where}: the row {own['NAME']} has sig {own['sig']}: its entry runs it, with that sig")
+        if own and types.count("kiln_tensor") != own["arity"]:
+            sys.exit(f"{where}: sig {p['sig']} takes {types.count('kiln_tensor')} tensors, the row's arity is {own['arity']}")
+    seen = {p["name"] for p in out}
+    if len(seen) != len(out):
+        sys.exit(f"{path}: KILN__OPTABLE_PARAMS names a function twice")
+    for r in rows:
+        if r["sig"] not in ROW_SIGS:
+            sys.exit(f"{path}: {r['name']}: no sig {r['sig']} (one of {', '.join(ROW_SIGS)})")
+        if r["sig"] not in ("NONE",) + tuple(SIGNATURES) and r["name"] not in seen:
+            sys.exit(f"{path}: {r['name']}: sig {r['sig']} without its KILN__OPTABLE_PARAMS entry")
+    return out
+
+
+def param_functions(params):
+    """(name, parameters, arguments, doc) of the public functions with parameters."""
+    out = []
+    for p in params:
+        decl = ", ".join(f"{t} {n}" for t, n in p["params"])
+        out.append((p["name"], f"({decl})", "(" + ", ".join(n for _, n in p["params"]) + ")", p["doc"]))
+    return out
+
+
 def read_reductions(path=REDUCE_TABLE):
     """The reduction table's rows, KERNEL rows (kind "kernel": an opcode of their own) first."""
     rows = []
@@ -237,11 +290,12 @@ def reduce_functions(reductions):
     return out
 
 
-def header(rows, scalars, reductions, row_ops):
+def header(rows, scalars, param_rows, reductions, row_ops):
     public = [r for r in rows if r["sig"] in SIGNATURES]
     scalar_calls = [(r["name"],) + SCALAR_SIGNATURE for r in scalars]
+    param_calls = [f[:3] for f in param_functions(param_rows)]
     row_calls = [f[:3] for r in row_ops if r["kind"] == "kernel" for f in row_functions(r)]
-    calls = [(r["name"],) + SIGNATURES[r["sig"]] for r in public] + scalar_calls + \
+    calls = [(r["name"],) + SIGNATURES[r["sig"]] for r in public] + scalar_calls + param_calls + \
         [f[:3] for f in reduce_functions(reductions)] + row_calls
     out = [
         "/* kiln's elementwise ops and reductions whose signature the op tables give: generated from",
@@ -262,6 +316,11 @@ def header(rows, scalars, reductions, row_ops):
             " * a whole one a bool tensor to i64, as PyTorch). */"]
     for r in scalars:
         out.append(f"KILN_API kiln_tensor kiln_{r['name']}{SCALAR_SIGNATURE[0]}; /* {r['doc']} */")
+    out += ["", "/* Ops with parameters (KILN__OPTABLE_PARAMS): the rows that take doubles or three tensors, and",
+            " * compositions of a row with other parameters. */"]
+    for name, decl, _, doc in param_functions(param_rows):
+        out += wrap_comment(doc)
+        out.append(f"KILN_API kiln_tensor kiln_{name}{decl};")
     out += ["",
             "/* Reductions. kiln_name(t): over every dim, to a 0-d tensor. kiln_name_dims(t, dims, keepdim):",
             " * over a dim list (KILN_ALL_DIMS for all; an empty list reduces nothing), the reduced dims",
@@ -274,15 +333,16 @@ def header(rows, scalars, reductions, row_ops):
     for name, params, _, doc in (f for r in row_ops if r["kind"] == "kernel" for f in row_functions(r)):
         out.append(f"KILN_API kiln_tensor kiln_{name}{params}; /* {doc} */")
     out += ["", "/* The calls that record the caller's file:line, as in core.h's list: the elementwise ops'",
-            " * (KILN_OPS_ELEMENTWISE_API: a tensor or two in, one out), their scalar variants', the",
-            " * reductions', the row ops' and all four. */"]
+            " * (KILN_OPS_ELEMENTWISE_API: a tensor or two in, one out), their scalar variants', the ops'",
+            " * with parameters, the reductions', the row ops' and all five. */"]
     elementwise = [(r["name"],) + SIGNATURES[r["sig"]] for r in public]
     for macro, rows in (("KILN_OPS_ELEMENTWISE_API", elementwise), ("KILN_OPS_SCALAR_API", scalar_calls),
+                        ("KILN_OPS_PARAMS_API", param_calls),
                         ("KILN_OPS_REDUCE_API", [f[:3] for f in reduce_functions(reductions)]),
                         ("KILN_OPS_ROW_API", row_calls)):
         out += call_site_list(macro, rows, declare=False)
-    out += ["#define KILN_OPS_API(X) KILN_OPS_ELEMENTWISE_API(X) KILN_OPS_SCALAR_API(X) KILN_OPS_REDUCE_API(X) \\",
-            "    KILN_OPS_ROW_API(X)",
+    out += ["#define KILN_OPS_API(X) KILN_OPS_ELEMENTWISE_API(X) KILN_OPS_SCALAR_API(X) KILN_OPS_PARAMS_API(X) \\",
+            "    KILN_OPS_REDUCE_API(X) KILN_OPS_ROW_API(X)",
             "KILN_OPS_API(KILN__AT_DECLARE)", ""]
     out += call_site_macros_and_close(name for name, _, _ in calls)
     return "\n".join(out)
@@ -367,10 +427,12 @@ def python_rows(rows, reductions, row_ops):
 def main(argv):
     rows, reductions = read_table(), read_reductions()
     scalars = read_scalars(rows=rows)
+    params = read_params(rows=rows)
     row_ops = read_row_ops()
     if "--json" in argv:
         json.dump({"source": "src/ir/optable.h", "columns": COLUMNS + ["doc"], "ops": rows,
                    "scalar_columns": SCALAR_COLUMNS + ["doc"], "scalars": scalars,
+                   "param_columns": PARAM_COLUMNS + ["doc"], "params": params,
                    "reduce_source": "src/ir/reduce_table.h", "reduce_columns": REDUCE_COLUMNS + ["doc", "kind"],
                    "reductions": reductions, "row_source": "src/ir/row_table.h",
                    "row_columns": ROW_COLUMNS + ["doc", "kind"], "row_ops": row_ops,
@@ -378,7 +440,7 @@ def main(argv):
                    "linalg_ops": read_linalg()}, sys.stdout, indent=1)
         print()
         return 0
-    outputs = [(HEADER, header(rows, scalars, reductions, row_ops)), (NN_HEADER, nn_header(row_ops)),
+    outputs = [(HEADER, header(rows, scalars, params, reductions, row_ops)), (NN_HEADER, nn_header(row_ops)),
                (PY_HEADER, python_rows(rows, reductions, row_ops))]
     outputs += optable_linalg.outputs(read_rows, wrap_comment)
     outputs += optable_shape.outputs(ROOT, read_rows, wrap_comment)

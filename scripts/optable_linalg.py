@@ -1,5 +1,5 @@
 """The linear-algebra table's part of scripts/gen_optable.py: from src/ir/linalg_table.h (matmul,
-bmm, linear, conv2d, scaled_dot_product_attention, batch_norm) it writes the public header
+bmm, linear, conv2d, scaled_dot_product_attention, batch_norm, the pools) it writes the public header
 include/kiln/linalg_ops.h (each row's prototype under its doc, the call-site lists
 KILN_LINALG_API and KILN_NN_LINALG_API by the row's layer column, and the call-site macros;
 kiln/tensor.h includes it) and the Python binding's rows python/src/linalg_table_generated.h
@@ -26,6 +26,9 @@ TYPES = {
     "ADDMM": ["kiln_tensor"] * 3 + ["double"] * 2,
     "BATCH_NORM": ["kiln_tensor", "kiln_tensor *", "kiln_tensor *", "kiln_tensor", "kiln_tensor", "bool", "double",
                    "double"],
+    "POOL2D": ["kiln_tensor"] + ["int"] * 6,
+    "ADAPTIVE_POOL2D": ["kiln_tensor", "int", "int"],
+    "POOL2D_OPTS": ["kiln_tensor", "kiln_pool2d_options"],  # the type: kiln/tensor.h, before it includes the header
 }
 LISTS = {"API": "KILN_LINALG_API", "NN": "KILN_NN_LINALG_API"}
 PY_FORMS = ("METHOD", "FUNCTIONAL", "NONE")  # NONE: no Python form yet
@@ -72,11 +75,11 @@ def wrap_prototype(head, params, width=120):
 
 
 def header(rows, wrap_comment):
-    out = ["/* kiln's linear-algebra ops (the products, the convolution, attention and batch norm): generated",
-           " * from src/ir/linalg_table.h by scripts/gen_optable.py; do not edit (edit the row, then run the",
-           " * script). Included by kiln/tensor.h. Every op consumes its tensor arguments (batch norm's",
-           " * running statistics excepted), is differentiable in its float ones, and gives a poisoned tensor",
-           " * naming the op and the caller's line on bad input.",
+    out = ["/* kiln's linear-algebra ops (the products, the convolution, attention, batch norm and the pools):",
+           " * generated from src/ir/linalg_table.h by scripts/gen_optable.py; do not edit (edit the row, then",
+           " * run the script). Included by kiln/tensor.h, after kiln_pool2d_options. Every op consumes its",
+           " * tensor arguments (batch norm's running statistics excepted), is differentiable in its float",
+           " * ones, and gives a poisoned tensor naming the op and the caller's line on bad input.",
            " *",
            " *   kiln_tensor w = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(10, 784), 1);",
            " *   kiln_tensor h = kiln_linear(kiln_ref(x), kiln_ref(w), KILN_NONE);  // x [.., 784] -> [.., 10]; x, w kept",

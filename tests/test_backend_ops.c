@@ -53,12 +53,11 @@ static bool callable(int row) {
     const kiln__op_info *r = kiln__op_info_of(code);
     if (!r->name) return false;
     if (r->sig != KILN__SIG_NONE) return public_of(r->name) != NULL;
-    return code == KILN__OP_COPY || code == KILN__OP_CLAMP || code == KILN__OP_NAN_TO_NUM ||
-           code == KILN__OP_LEAKY_RELU || code == KILN__OP_ELU || code == KILN__OP_WHERE || code == KILN__OP_LERP;
+    return code == KILN__OP_COPY || code == KILN__OP_WHERE;
 }
 
 /* Runs the row's op on in[0..arity-1] (consumed), through its public call; dt: the inputs'
- * dtype (a scalar row's scalar). */
+ * dtype (a scalar row's scalar). A row with parameters runs with the values below. */
 static kiln_tensor call_row(int row, kiln_tensor *in, kiln_dtype dt) {
     kiln_set_call_site(__FILE__, __LINE__);
     if (is_scalar_row(row)) return ((scalar_fn)public_of(row_name(row)))(in[0], scalar_for(dt));
@@ -319,18 +318,125 @@ KT_TEST(bad_input_fails_naming_the_op) {
         kiln_release(kiln_ref(stale));
         kiln_tensor keep = kiln_ref(stale);
         kiln_release(stale); /* keep's handle stays good; stale's is released */
-        kiln_tensor in[2] = {stale, row_arity(row) == 2 ? kiln_zeros(KILN_CPU, dt, KILN_SHAPE(2)) : KILN_NONE};
+        int arity = row_arity(row);
+        kiln_tensor in[3] = {stale, KILN_NONE, KILN_NONE};
+        for (int k = 1; k < arity; k++) in[k] = kiln_zeros(KILN_CPU, dt, KILN_SHAPE(2));
         KT_READ_ERROR(call_row(row, in, dt), KILN_ERR_STALE_HANDLE, want);
         kiln_release(keep);
         if (r->dtype == KILN__DT_FLOAT_ONLY) {
-            kiln_tensor ints[1] = {kiln_zeros(KILN_CPU, KILN_I32, KILN_SHAPE(2))}; /* (the float-only rows are unary) */
+            kiln_tensor ints[3];
+            for (int k = 0; k < arity; k++) ints[k] = kiln_zeros(KILN_CPU, KILN_I32, KILN_SHAPE(2));
             KT_READ_ERROR(call_row(row, ints, KILN_I32), KILN_ERR_DTYPE, want);
         }
-        if (row_arity(row) == 2) { /* shapes that do not broadcast */
-            kiln_tensor mis[2] = {kiln_zeros(KILN_CPU, dt, KILN_SHAPE(2)), kiln_zeros(KILN_CPU, dt, KILN_SHAPE(3))};
+        if (arity >= 2) { /* shapes that do not broadcast */
+            kiln_tensor mis[3];
+            for (int k = 0; k < arity; k++) mis[k] = kiln_zeros(KILN_CPU, dt, KILN_SHAPE(k == 1 ? 3 : 2));
             KT_READ_ERROR(call_row(row, mis, dt), KILN_ERR_SHAPE, want);
         }
     }
+}
+
+/* ---- the public functions with parameters (KILN__OPTABLE_PARAMS) -------------------------- */
+
+typedef kiln_tensor (*sig_T)(kiln_tensor);
+typedef kiln_tensor (*sig_T_D)(kiln_tensor, double);
+typedef kiln_tensor (*sig_T_DD)(kiln_tensor, double, double);
+typedef kiln_tensor (*sig_T_DDD)(kiln_tensor, double, double, double);
+typedef kiln_tensor (*sig_ABC)(kiln_tensor, kiln_tensor, kiln_tensor);
+typedef kiln_tensor (*sig_AB_D)(kiln_tensor, kiln_tensor, double);
+/* A generated prototype that drifts from its entry's sig does not build. */
+#define PARAM_TYPE_CHECK(NAME, name, sig, args, doc) \
+    _Static_assert(_Generic(&kiln_##name, sig_##sig: 1, default: 0), "kiln_" #name " does not have its entry's sig " #sig);
+KILN__OPTABLE_PARAMS(PARAM_TYPE_CHECK)
+#undef PARAM_TYPE_CHECK
+
+static const struct {
+    kiln__opcode code;
+    const char *name;
+    kiln__signature sig;
+} param_rows[] = {
+#define PARAM_ROW(NAME, name, sig, args, doc) {KILN__OP_##NAME, #name, KILN__SIG_##sig},
+    KILN__OPTABLE_PARAMS(PARAM_ROW)
+#undef PARAM_ROW
+};
+enum { PARAM_ROWS = sizeof param_rows / sizeof param_rows[0] };
+
+/* Entry k's function on in[] (consumed) with the parameters p[]. */
+static kiln_tensor call_param_row(int k, kiln_tensor *in, const double *p) {
+    void (*fn)(void) = public_of(param_rows[k].name);
+    kiln_set_call_site(__FILE__, __LINE__);
+    switch (param_rows[k].sig) {
+    case KILN__SIG_T: return ((sig_T)fn)(in[0]);
+    case KILN__SIG_T_D: return ((sig_T_D)fn)(in[0], p[0]);
+    case KILN__SIG_T_DD: return ((sig_T_DD)fn)(in[0], p[0], p[1]);
+    case KILN__SIG_T_DDD: return ((sig_T_DDD)fn)(in[0], p[0], p[1], p[2]);
+    case KILN__SIG_ABC: return ((sig_ABC)fn)(in[0], in[1], in[2]);
+    case KILN__SIG_AB_D: return ((sig_AB_D)fn)(in[0], in[1], p[0]);
+    default: return KILN_NONE;
+    }
+}
+
+static int param_arity(int k) {
+    kiln__signature sig = param_rows[k].sig;
+    return sig == KILN__SIG_ABC ? 3 : sig == KILN__SIG_AB_D ? 2 : 1;
+}
+
+/* The largest difference between two f64 [ROWS, COLS] results (both consumed). */
+static double max_difference(kiln_tensor a, kiln_tensor b) {
+    double x[ROWS * COLS], y[ROWS * COLS], worst = 0;
+    if (kiln_into_data(kiln_cast(a, KILN_F64), x, sizeof x) != KILN_OK) return kiln_release(b), INFINITY;
+    if (kiln_into_data(kiln_cast(b, KILN_F64), y, sizeof y) != KILN_OK) return INFINITY;
+    for (int i = 0; i < ROWS * COLS; i++) worst = fmax(worst, fabs(x[i] - y[i]));
+    return worst;
+}
+
+/* Every entry: a public function in kiln/ops.h's list; the row of its own name has its sig, and
+ * every row with a sig of parameters has such an entry; a consumed handle and, for the rows of
+ * floating-point tensors only, integers fail naming the function; the compositions give their
+ * row's values (selu is elu scaled, hardtanh clamp, lerp_scalar lerp with a full weight). */
+KT_TEST(functions_with_parameters_are_their_rows) {
+    KT_CHECK(PARAM_ROWS >= 8);
+    static const double p[3] = {-0.5, 0.75, -1.0};
+    for (int k = 0; k < PARAM_ROWS; k++) {
+        const char *name = param_rows[k].name;
+        const kiln__op_info *r = kiln__op_info_of(param_rows[k].code);
+        KT_CHECK_MSG(r->name && public_of(name), "kiln_%s is not in kiln/ops.h", name);
+        if (!r->name || !public_of(name)) continue;
+        if (strcmp(r->name, name) == 0) KT_CHECK_MSG(r->sig == param_rows[k].sig, "%s: the row's sig differs", name);
+        char want[80];
+        snprintf(want, sizeof want, "kiln_%s", name);
+        kiln_tensor stale = kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(2));
+        kiln_release(kiln_ref(stale));
+        kiln_tensor keep = kiln_ref(stale);
+        kiln_release(stale);
+        kiln_tensor in[3] = {stale, KILN_NONE, KILN_NONE};
+        for (int i = 1; i < param_arity(k); i++) in[i] = kiln_zeros(KILN_CPU, KILN_F32, KILN_SHAPE(2));
+        KT_READ_ERROR(call_param_row(k, in, p), KILN_ERR_STALE_HANDLE, want);
+        kiln_release(keep);
+        if (r->dtype == KILN__DT_FLOAT_ONLY || strcmp(name, "hardtanh") == 0) {
+            for (int i = 0; i < param_arity(k); i++) in[i] = kiln_zeros(KILN_CPU, KILN_I32, KILN_SHAPE(2));
+            KT_READ_ERROR(call_param_row(k, in, p), KILN_ERR_DTYPE, want);
+        }
+    }
+    for (int code = 0; code < KILN__OP_COUNT; code++) {
+        const kiln__op_info *r = kiln__op_info_of((kiln__opcode)code);
+        if (!r->name || r->sig == KILN__SIG_NONE || r->sig == KILN__SIG_T || r->sig == KILN__SIG_AB) continue;
+        int own = 0;
+        for (int k = 0; k < PARAM_ROWS; k++) own += strcmp(param_rows[k].name, r->name) == 0;
+        KT_CHECK_MSG(own == 1, "%s: %d entries of its name in KILN__OPTABLE_PARAMS", r->name, own);
+    }
+    kiln_tensor x = make_input(KILN_CPU, KILN_F64, KILN_SHAPE(ROWS, COLS), 0, 0, KILN__DOMAIN_WIDE);
+    kiln_tensor end = make_input(KILN_CPU, KILN_F64, KILN_SHAPE(ROWS, COLS), 0, 1, KILN__DOMAIN_ANY);
+    double d = max_difference(kiln_hardtanh(kiln_ref(x), -0.5, 0.75), kiln_clamp(kiln_ref(x), -0.5, 0.75));
+    KT_CHECK_MSG(d == 0, "hardtanh differs from clamp by %g", d);
+    d = max_difference(kiln_selu(kiln_ref(x)),
+                       kiln_mul_scalar(kiln_elu(kiln_ref(x), 1.6732632423543772848), 1.0507009873554804934));
+    KT_CHECK_MSG(d <= 1e-14, "selu differs from scaled elu by %g", d);
+    d = max_difference(kiln_lerp_scalar(kiln_ref(x), kiln_ref(end), 0.3),
+                       kiln_lerp(kiln_ref(x), kiln_ref(end), kiln_full(KILN_CPU, KILN_F64, KILN_SHAPE(ROWS, COLS), 0.3)));
+    KT_CHECK_MSG(d == 0, "lerp_scalar differs from lerp by %g", d);
+    kiln_release(x);
+    kiln_release(end);
 }
 
 int main(void) {
@@ -341,5 +447,6 @@ int main(void) {
     KT_RUN(devices_match_the_cpu);
     KT_RUN(gradients_match_finite_differences);
     KT_RUN(bad_input_fails_naming_the_op);
+    KT_RUN(functions_with_parameters_are_their_rows);
     return kt_finish();
 }

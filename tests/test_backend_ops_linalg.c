@@ -1,5 +1,5 @@
 /* Every op of the linear-algebra table (src/ir/linalg_table.h: matmul, bmm, dot, outer, addmm,
- * linear, conv2d, attention, batch norm) on every registered device, as tests/test_backend_ops.c
+ * linear, conv2d, attention, batch norm, the pools) on every registered device, as tests/test_backend_ops.c
  * runs the op table's rows: each row's public function, held to the row's signature at compile
  * time and called by its sig column on small inputs (a variant each for attention's causal and masked
  * forms and batch norm's training and eval), with its first tensor contiguous or a transposed
@@ -20,6 +20,9 @@ typedef kiln_tensor (*sig_ATTENTION)(kiln_tensor, kiln_tensor, kiln_tensor, kiln
 typedef kiln_tensor (*sig_ADDMM)(kiln_tensor, kiln_tensor, kiln_tensor, double, double);
 typedef kiln_tensor (*sig_BATCH_NORM)(kiln_tensor, kiln_tensor *, kiln_tensor *, kiln_tensor, kiln_tensor, bool, double,
                                       double);
+typedef kiln_tensor (*sig_POOL2D)(kiln_tensor, int, int, int, int, int, int);
+typedef kiln_tensor (*sig_ADAPTIVE_POOL2D)(kiln_tensor, int, int);
+typedef kiln_tensor (*sig_POOL2D_OPTS)(kiln_tensor, kiln_pool2d_options);
 
 #define SIGNATURE_CHECK(NAME, name, arity, sig, ...) \
     _Static_assert(_Generic(&kiln_##name, sig_##sig: 1, default: 0), "kiln_" #name " does not have its row's signature " #sig);
@@ -57,9 +60,13 @@ static int tensors(const kiln__linalg_info *r, int variant) {
     return r->arity;
 }
 
-/* The shape of tensor k of a case; bad: the second tensor made not to fit the first. */
+/* The shape of tensor k of a case; bad: the second tensor made not to fit the first (a pool's
+ * one tensor: not 4-d). */
 static kiln_shape arg_shape(const kiln__linalg_info *r, int k, bool bad) {
     switch (r->sig) {
+    case KILN__LSIG_POOL2D:
+    case KILN__LSIG_ADAPTIVE_POOL2D:
+    case KILN__LSIG_POOL2D_OPTS: return bad ? KILN_SHAPE(6, 5) : KILN_SHAPE(2, 3, 6, 5);
     case KILN__LSIG_AB:
         if (r->shape == KILN__LSHAPE_DOT) return k == 0 || !bad ? KILN_SHAPE(4) : KILN_SHAPE(5);
         if (r->shape == KILN__LSHAPE_OUTER) return k == 0 ? KILN_SHAPE(3) : bad ? KILN_SHAPE(2, 5) : KILN_SHAPE(5);
@@ -89,6 +96,9 @@ static kiln_shape want_shape(const kiln__linalg_info *r) {
     case KILN__LSHAPE_CONV2D: return KILN_SHAPE(2, 6, 2, 3); /* stride (2, 1), padding (1, 0), dilation (2, 1) */
     case KILN__LSHAPE_ATTENTION: return KILN_SHAPE(2, 3, 6);
     case KILN__LSHAPE_SAME: return arg_shape(r, 0, false);
+    /* [6, 5] by kernel (3, 2), stride (2, 1), padding (1, 0); with ceil_mode, stride (2, 2) */
+    case KILN__LSHAPE_POOL2D: return r->sig == KILN__LSIG_POOL2D_OPTS ? KILN_SHAPE(2, 3, 4, 3) : KILN_SHAPE(2, 3, 3, 4);
+    case KILN__LSHAPE_ADAPTIVE_POOL2D: return KILN_SHAPE(2, 3, 4, 3);
     }
     return KILN_SCALAR_SHAPE;
 }
@@ -98,7 +108,7 @@ enum { MAX_NUMEL = 2 * 6 * 2 * 3 > 4 * 3 * 5 ? 2 * 6 * 2 * 3 : 4 * 3 * 5, MAX_AR
 /* Tensor k of a case on dev in dtype dt, its values exact in f32; layout 1 makes the first a
  * transposed view (of its last two dims). */
 static kiln_tensor case_arg(const kiln__linalg_info *r, int k, kiln_device dev, kiln_dtype dt, int layout, bool bad) {
-    kiln_shape s = arg_shape(r, k, bad && k == 1);
+    kiln_shape s = arg_shape(r, k, bad && k == (r->arity > 1 ? 1 : 0));
     bool transposed = k == 0 && layout == 1 && s.ndim >= 2; /* (a 1-d operand has one layout) */
     if (transposed) {
         int64_t last = s.dims[s.ndim - 1];
@@ -141,6 +151,13 @@ static kiln_tensor call_row_op(int row, int variant, kiln_tensor *in) {
         kiln_release(mean), kiln_release(var);
         return y;
     }
+    case KILN__LSIG_POOL2D: return ((sig_POOL2D)fn)(in[0], 3, 2, 2, 1, 1, 0);
+    case KILN__LSIG_ADAPTIVE_POOL2D: return ((sig_ADAPTIVE_POOL2D)fn)(in[0], 4, 3);
+    case KILN__LSIG_POOL2D_OPTS: {
+        kiln_pool2d_options o = {.kernel_h = 3, .kernel_w = 2, .stride_h = 2, .stride_w = 2, .pad_h = 1, .ceil_mode = true,
+                                 .exclude_pad = r->kernel == KILN__OP_AVG_POOL2D};
+        return ((sig_POOL2D_OPTS)fn)(in[0], o);
+    }
     }
     return KILN_NONE;
 }
@@ -169,11 +186,13 @@ static int count_args(const char *args) {
 }
 
 KT_TEST(the_linalg_table_is_consistent) {
-    KT_CHECK(KILN__LINALG_COUNT >= 6);
+    KT_CHECK(KILN__LINALG_COUNT >= 14);
     static const int params[] = {[KILN__LSIG_AB] = 2, [KILN__LSIG_LINEAR] = 3, [KILN__LSIG_CONV2D] = 10,
-                                 [KILN__LSIG_ATTENTION] = 6, [KILN__LSIG_BATCH_NORM] = 8, [KILN__LSIG_ADDMM] = 5};
+                                 [KILN__LSIG_ATTENTION] = 6, [KILN__LSIG_BATCH_NORM] = 8, [KILN__LSIG_ADDMM] = 5,
+                                 [KILN__LSIG_POOL2D] = 7, [KILN__LSIG_ADAPTIVE_POOL2D] = 3, [KILN__LSIG_POOL2D_OPTS] = 2};
     static const int arity[] = {[KILN__LSIG_AB] = 2, [KILN__LSIG_LINEAR] = 3, [KILN__LSIG_CONV2D] = 3,
-                                [KILN__LSIG_ATTENTION] = 4, [KILN__LSIG_BATCH_NORM] = 5, [KILN__LSIG_ADDMM] = 3};
+                                [KILN__LSIG_ATTENTION] = 4, [KILN__LSIG_BATCH_NORM] = 5, [KILN__LSIG_ADDMM] = 3,
+                                [KILN__LSIG_POOL2D] = 1, [KILN__LSIG_ADAPTIVE_POOL2D] = 1, [KILN__LSIG_POOL2D_OPTS] = 1};
     for (int row = 0; row < KILN__LINALG_COUNT; row++) {
         const kiln__linalg_info *r = row_op(row);
         KT_CHECK_MSG(r->name && r->doc && r->doc[0] && r->tol > 0 && row_fns[row], "row %d", row);

@@ -113,7 +113,7 @@ KT_TEST(bindings_set_the_site_themselves) {
 #define KT_EXPANSION0(ret, name) {"kiln_" #name, KT_STR(kiln_##name())},
 static const struct {
     const char *name, *expansion;
-} expansions[] = {KILN_CORE_API(KT_EXPANSION) KILN_TENSOR_API(KT_EXPANSION)
+} expansions[] = {KILN_CORE_API(KT_EXPANSION) KILN_TENSOR_API(KT_EXPANSION) KILN_OPS_API(KT_EXPANSION)
                       KILN_ENGINE_API(KT_EXPANSION, KT_EXPANSION0) KILN_AUTODIFF_API(KT_EXPANSION)
                           KILN_NN_API(KT_EXPANSION) KILN_NN_ROW_API(KT_EXPANSION) KILN_OPTIM_API(KT_EXPANSION)
                               KILN_LINALG_API(KT_EXPANSION) KILN_NN_LINALG_API(KT_EXPANSION)

@@ -4,7 +4,8 @@ row gives its prototypes with the doc line, its call-site entries and macros in
 include/kiln/ops.h and its Python row; --check fails until the headers are regenerated; rows the
 generator cannot turn into C fail with the table's name instead of writing a header. A new
 scalar row of the op table gives its prototype, call-site entry and macro; one naming no binary
-row, or no order, is refused. A new COMPOSED row of the row-op table (a loss, its doc over two
+row, or no order, is refused. A new entry of its functions with parameters gives the same; one
+whose args do not fit its sig, or a row with parameters without its entry, is refused. A new COMPOSED row of the row-op table (a loss, its doc over two
 lines) gives its prototypes (and its _ex form's), call-site entries and macros in
 include/kiln/nn_ops.h and its kiln.nn.functional row; args that do not fit its dims are refused.
 A reduction row's grad, fold and finish must be known (a KERNEL row's fold and finish not NONE, a
@@ -81,6 +82,48 @@ def check_scalar_rows(tmp):
             check(r.returncode != 0 and "optable.h" in r.stderr + r.stdout and refused in r.stderr + r.stdout,
                   f"a scalar row with {refused} is refused: {r.returncode} {r.stderr!r}")
             check(read(tmp, "include/kiln/ops.h") == before, f"a scalar row with {refused} writes nothing")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(table)
+
+
+def check_param_rows(tmp):
+    """A new entry of KILN__OPTABLE_PARAMS (a composition of a row, its doc on two lines) gives its
+    prototype with the doc, call-site entry and macro; args that do not fit its sig, an unknown sig,
+    an unknown row, and a row whose sig has parameters but no entry of its name are refused."""
+    path = os.path.join(tmp, "src", "ir", "optable.h")
+    table = read(tmp, "src/ir/optable.h")
+    anchor = "    X(CLAMP,      clamp,"
+    i = table.index(anchor)
+    row = ('    X(CLAMP, relu6, T, (t), "torch.nn.functional.relu6: " \\\n'
+           '      "clamp to [0, 6]")')
+    cases = [(row, None),
+             ('    X(CLAMP, clamp_min, T_DD, (t, lo), "x")', "do not fit sig T_DD"),
+             ('    X(CLAMP, clamp_min, T_Q, (t, lo), "x")', "no sig T_Q"),
+             ('    X(CLAMPS, clamp_min, T_D, (t, lo), "x")', "not a row"),
+             ('    X(ELU, leaky_relu, T_D, (t, slope), "x")', "its entry runs it")]
+    for text, refused in cases:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(table[:i] + text + " \\\n" + table[i:])
+        before = read(tmp, "include/kiln/ops.h")
+        r = run(tmp)
+        out = r.stderr + r.stdout
+        if refused is None:
+            ops = read(tmp, "include/kiln/ops.h")
+            for want in ["/* torch.nn.functional.relu6: clamp to [0, 6] */\nKILN_API kiln_tensor kiln_relu6(kiln_tensor t);",
+                         "X(kiln_tensor, relu6, (kiln_tensor t), (t))",
+                         "#define kiln_relu6(...) KILN__AT(relu6, __VA_ARGS__)"]:
+                check(r.returncode == 0 and want in ops, f"an entry with parameters gives {want!r}: {out!r}")
+        else:
+            check(r.returncode != 0 and "optable.h" in out and refused in out,
+                  f"an entry with {refused} is refused: {r.returncode} {out!r}")
+            check(read(tmp, "include/kiln/ops.h") == before, f"an entry with {refused} writes nothing")
+    # a row whose sig has parameters, without its entry
+    no_entry = table.replace('    X(ELU,        elu,         T_D,   (t, alpha)', '    X(ELU,        elu2,        T_D,   (t, alpha)')
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(no_entry)
+    r = run(tmp)
+    check(r.returncode != 0 and "without its KILN__OPTABLE_PARAMS entry" in r.stderr + r.stdout,
+          f"a row with parameters and no entry is refused: {r.stderr!r}")
     with open(path, "w", encoding="utf-8") as f:
         f.write(table)
 
@@ -250,6 +293,7 @@ def main(script):
         with open(os.path.join(tmp, "src", "ir", "reduce_table.h"), "w", encoding="utf-8") as f:
             f.write(table)
         check_scalar_rows(tmp)
+        check_param_rows(tmp)
         check_row_op_rows(tmp)
         check_linalg_rows(tmp)
         check_shape_rows(tmp)

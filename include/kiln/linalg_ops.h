@@ -1,8 +1,8 @@
-/* kiln's linear-algebra ops (the products, the convolution, attention and batch norm): generated
- * from src/ir/linalg_table.h by scripts/gen_optable.py; do not edit (edit the row, then run the
- * script). Included by kiln/tensor.h. Every op consumes its tensor arguments (batch norm's
- * running statistics excepted), is differentiable in its float ones, and gives a poisoned tensor
- * naming the op and the caller's line on bad input.
+/* kiln's linear-algebra ops (the products, the convolution, attention, batch norm and the pools):
+ * generated from src/ir/linalg_table.h by scripts/gen_optable.py; do not edit (edit the row, then
+ * run the script). Included by kiln/tensor.h, after kiln_pool2d_options. Every op consumes its
+ * tensor arguments (batch norm's running statistics excepted), is differentiable in its float
+ * ones, and gives a poisoned tensor naming the op and the caller's line on bad input.
  *
  *   kiln_tensor w = kiln_randn(KILN_CPU, KILN_F32, KILN_SHAPE(10, 784), 1);
  *   kiln_tensor h = kiln_linear(kiln_ref(x), kiln_ref(w), KILN_NONE);  // x [.., 784] -> [.., 10]; x, w kept
@@ -59,6 +59,27 @@ KILN_API kiln_tensor kiln_scaled_dot_product_attention(kiln_tensor q, kiln_tenso
  * one value per channel. Differentiable in x, weight and bias. */
 KILN_API kiln_tensor kiln_batch_norm(kiln_tensor x, kiln_tensor *running_mean, kiln_tensor *running_var,
                                      kiln_tensor weight, kiln_tensor bias, bool training, double momentum, double eps);
+/* torch.nn.functional.max_pool2d: x [N, C, H, W], the largest value of each kernel_h x kernel_w
+ * window. The pools' windows move by stride (0: the kernel's size, PyTorch's stride=None) over x
+ * padded by pad_h, pad_w (at most half the kernel; -inf for max, zeros counted in the average's
+ * divisor): out = (in + 2 pad - kernel) / stride + 1, rounded down. Differentiable in x. */
+KILN_API kiln_tensor kiln_max_pool2d(kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h,
+                                     int pad_w);
+/* torch.nn.functional.avg_pool2d: x [N, C, H, W], the mean of each window (as max_pool2d's) */
+KILN_API kiln_tensor kiln_avg_pool2d(kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h,
+                                     int pad_w);
+/* torch.nn.functional.adaptive_avg_pool2d: x [N, C, H, W] -> [N, C, out_h, out_w], PyTorch's
+ * windows */
+KILN_API kiln_tensor kiln_adaptive_avg_pool2d(kiln_tensor x, int out_h, int out_w);
+/* max_pool2d with the options of PyTorch's MaxPool2d beyond the window (kiln_pool2d_options,
+ * kiln/tensor.h). ceil_mode rounds the output size up (a last window may hang past the input,
+ * but never starts in the trailing padding alone; the part past the padding is never counted);
+ * exclude_pad is refused (average pooling only). */
+KILN_API kiln_tensor kiln_max_pool2d_opts(kiln_tensor x, kiln_pool2d_options o);
+/* avg_pool2d with ceil_mode and exclude_pad (kiln_pool2d_options, kiln/tensor.h). exclude_pad
+ * (PyTorch's count_include_pad=False) divides each window by its count of input elements instead
+ * of its size in the padded input. */
+KILN_API kiln_tensor kiln_avg_pool2d_opts(kiln_tensor x, kiln_pool2d_options o);
 
 /* The calls that record the caller's file:line, as in core.h's list: the ones defined in the
  * API layer (src/api/) and in the nn layer (src/nn/), by the rows' layer column. */
@@ -69,7 +90,12 @@ KILN_API kiln_tensor kiln_batch_norm(kiln_tensor x, kiln_tensor *running_mean, k
     X(kiln_tensor, outer, (kiln_tensor a, kiln_tensor b), (a, b)) \
     X(kiln_tensor, addmm, (kiln_tensor input, kiln_tensor m1, kiln_tensor m2, double beta, double alpha), (input, m1, m2, beta, alpha)) \
     X(kiln_tensor, linear, (kiln_tensor x, kiln_tensor w, kiln_tensor bias), (x, w, bias)) \
-    X(kiln_tensor, conv2d, (kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride_h, int stride_w, int pad_h, int pad_w, int dilation_h, int dilation_w, int groups), (x, w, bias, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups))
+    X(kiln_tensor, conv2d, (kiln_tensor x, kiln_tensor w, kiln_tensor bias, int stride_h, int stride_w, int pad_h, int pad_w, int dilation_h, int dilation_w, int groups), (x, w, bias, stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups)) \
+    X(kiln_tensor, max_pool2d, (kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h, int pad_w), (x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)) \
+    X(kiln_tensor, avg_pool2d, (kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h, int pad_w), (x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)) \
+    X(kiln_tensor, adaptive_avg_pool2d, (kiln_tensor x, int out_h, int out_w), (x, out_h, out_w)) \
+    X(kiln_tensor, max_pool2d_opts, (kiln_tensor x, kiln_pool2d_options o), (x, o)) \
+    X(kiln_tensor, avg_pool2d_opts, (kiln_tensor x, kiln_pool2d_options o), (x, o))
 KILN_LINALG_API(KILN__AT_DECLARE)
 #define KILN_NN_LINALG_API(X) \
     X(kiln_tensor, scaled_dot_product_attention, (kiln_tensor q, kiln_tensor k, kiln_tensor v, kiln_tensor attn_mask, bool is_causal, double scale), (q, k, v, attn_mask, is_causal, scale)) \
@@ -87,6 +113,11 @@ KILN_NN_LINALG_API(KILN__AT_DECLARE)
 #define kiln_conv2d(...) KILN__AT(conv2d, __VA_ARGS__)
 #define kiln_scaled_dot_product_attention(...) KILN__AT(scaled_dot_product_attention, __VA_ARGS__)
 #define kiln_batch_norm(...) KILN__AT(batch_norm, __VA_ARGS__)
+#define kiln_max_pool2d(...) KILN__AT(max_pool2d, __VA_ARGS__)
+#define kiln_avg_pool2d(...) KILN__AT(avg_pool2d, __VA_ARGS__)
+#define kiln_adaptive_avg_pool2d(...) KILN__AT(adaptive_avg_pool2d, __VA_ARGS__)
+#define kiln_max_pool2d_opts(...) KILN__AT(max_pool2d_opts, __VA_ARGS__)
+#define kiln_avg_pool2d_opts(...) KILN__AT(avg_pool2d_opts, __VA_ARGS__)
 #endif
 
 #ifdef __cplusplus

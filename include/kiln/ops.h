@@ -93,6 +93,29 @@ KILN_API kiln_tensor kiln_ge_scalar(kiln_tensor t, double s); /* t >= s (bool ou
 KILN_API kiln_tensor kiln_fmod_scalar(kiln_tensor t, double s); /* C fmod(t, s): the sign of t */
 KILN_API kiln_tensor kiln_remainder_scalar(kiln_tensor t, double s); /* the sign of s (torch.remainder) */
 
+/* Ops with parameters (KILN__OPTABLE_PARAMS): the rows that take doubles or three tensors, and
+ * compositions of a row with other parameters. */
+/* t limited to [lo, hi] (torch.clamp); a NAN bound is no bound */
+KILN_API kiln_tensor kiln_clamp(kiln_tensor t, double lo, double hi);
+/* torch.nan_to_num: NaN -> nan, +inf -> posinf, -inf -> neginf; posinf / neginf NAN mean torch's
+ * None: the largest / lowest finite value of t's dtype. Integer tensors unchanged. */
+KILN_API kiln_tensor kiln_nan_to_num(kiln_tensor t, double nan, double posinf, double neginf);
+/* torch.nn.functional.leaky_relu: t < 0 gives t negative_slope (torch's default 0.01);
+ * floating-point tensors only */
+KILN_API kiln_tensor kiln_leaky_relu(kiln_tensor t, double negative_slope);
+/* torch.nn.functional.elu: t > 0 gives t, else alpha (e^t - 1) (torch's default alpha 1.0);
+ * floating-point tensors only */
+KILN_API kiln_tensor kiln_elu(kiln_tensor t, double alpha);
+/* torch.nn.functional.selu: elu with SELU's alpha and scale; floating-point tensors only */
+KILN_API kiln_tensor kiln_selu(kiln_tensor t);
+/* torch.nn.functional.hardtanh: t clamped to [min_val, max_val] (torch's -1, 1) with PyTorch's
+ * gradient at the bounds; floating-point tensors only */
+KILN_API kiln_tensor kiln_hardtanh(kiln_tensor t, double min_val, double max_val);
+/* torch.lerp: start + weight (end - start); all three broadcast; floating-point tensors only */
+KILN_API kiln_tensor kiln_lerp(kiln_tensor start, kiln_tensor end, kiln_tensor weight);
+/* torch.lerp with a double weight: start + weight (end - start) */
+KILN_API kiln_tensor kiln_lerp_scalar(kiln_tensor start, kiln_tensor end, double weight);
+
 /* Reductions. kiln_name(t): over every dim, to a 0-d tensor. kiln_name_dims(t, dims, keepdim):
  * over a dim list (KILN_ALL_DIMS for all; an empty list reduces nothing), the reduced dims
  * dropped, or kept as size 1 if keepdim. var and std take a correction (1: unbiased, Bessel's;
@@ -125,8 +148,8 @@ KILN_API kiln_tensor kiln_softmax(kiln_tensor t, int dim); /* exp(t) / sum(exp(t
 KILN_API kiln_tensor kiln_log_softmax(kiln_tensor t, int dim); /* t - logsumexp(t) along dim, without overflow */
 
 /* The calls that record the caller's file:line, as in core.h's list: the elementwise ops'
- * (KILN_OPS_ELEMENTWISE_API: a tensor or two in, one out), their scalar variants', the
- * reductions', the row ops' and all four. */
+ * (KILN_OPS_ELEMENTWISE_API: a tensor or two in, one out), their scalar variants', the ops'
+ * with parameters, the reductions', the row ops' and all five. */
 #define KILN_OPS_ELEMENTWISE_API(X) \
     X(kiln_tensor, neg, (kiln_tensor t), (t)) \
     X(kiln_tensor, abs, (kiln_tensor t), (t)) \
@@ -201,6 +224,15 @@ KILN_API kiln_tensor kiln_log_softmax(kiln_tensor t, int dim); /* t - logsumexp(
     X(kiln_tensor, ge_scalar, (kiln_tensor t, double s), (t, s)) \
     X(kiln_tensor, fmod_scalar, (kiln_tensor t, double s), (t, s)) \
     X(kiln_tensor, remainder_scalar, (kiln_tensor t, double s), (t, s))
+#define KILN_OPS_PARAMS_API(X) \
+    X(kiln_tensor, clamp, (kiln_tensor t, double lo, double hi), (t, lo, hi)) \
+    X(kiln_tensor, nan_to_num, (kiln_tensor t, double nan, double posinf, double neginf), (t, nan, posinf, neginf)) \
+    X(kiln_tensor, leaky_relu, (kiln_tensor t, double negative_slope), (t, negative_slope)) \
+    X(kiln_tensor, elu, (kiln_tensor t, double alpha), (t, alpha)) \
+    X(kiln_tensor, selu, (kiln_tensor t), (t)) \
+    X(kiln_tensor, hardtanh, (kiln_tensor t, double min_val, double max_val), (t, min_val, max_val)) \
+    X(kiln_tensor, lerp, (kiln_tensor start, kiln_tensor end, kiln_tensor weight), (start, end, weight)) \
+    X(kiln_tensor, lerp_scalar, (kiln_tensor start, kiln_tensor end, double weight), (start, end, weight))
 #define KILN_OPS_REDUCE_API(X) \
     X(kiln_tensor, sum, (kiln_tensor t), (t)) \
     X(kiln_tensor, sum_dims, (kiln_tensor t, kiln_dims dims, bool keepdim), (t, dims, keepdim)) \
@@ -226,8 +258,8 @@ KILN_API kiln_tensor kiln_log_softmax(kiln_tensor t, int dim); /* t - logsumexp(
 #define KILN_OPS_ROW_API(X) \
     X(kiln_tensor, softmax, (kiln_tensor t, int dim), (t, dim)) \
     X(kiln_tensor, log_softmax, (kiln_tensor t, int dim), (t, dim))
-#define KILN_OPS_API(X) KILN_OPS_ELEMENTWISE_API(X) KILN_OPS_SCALAR_API(X) KILN_OPS_REDUCE_API(X) \
-    KILN_OPS_ROW_API(X)
+#define KILN_OPS_API(X) KILN_OPS_ELEMENTWISE_API(X) KILN_OPS_SCALAR_API(X) KILN_OPS_PARAMS_API(X) \
+    KILN_OPS_REDUCE_API(X) KILN_OPS_ROW_API(X)
 KILN_OPS_API(KILN__AT_DECLARE)
 
 #if !defined(KILN_BUILDING) && !defined(KILN_NO_CALL_SITE_MACROS)
@@ -304,6 +336,14 @@ KILN_OPS_API(KILN__AT_DECLARE)
 #define kiln_ge_scalar(...) KILN__AT(ge_scalar, __VA_ARGS__)
 #define kiln_fmod_scalar(...) KILN__AT(fmod_scalar, __VA_ARGS__)
 #define kiln_remainder_scalar(...) KILN__AT(remainder_scalar, __VA_ARGS__)
+#define kiln_clamp(...) KILN__AT(clamp, __VA_ARGS__)
+#define kiln_nan_to_num(...) KILN__AT(nan_to_num, __VA_ARGS__)
+#define kiln_leaky_relu(...) KILN__AT(leaky_relu, __VA_ARGS__)
+#define kiln_elu(...) KILN__AT(elu, __VA_ARGS__)
+#define kiln_selu(...) KILN__AT(selu, __VA_ARGS__)
+#define kiln_hardtanh(...) KILN__AT(hardtanh, __VA_ARGS__)
+#define kiln_lerp(...) KILN__AT(lerp, __VA_ARGS__)
+#define kiln_lerp_scalar(...) KILN__AT(lerp_scalar, __VA_ARGS__)
 #define kiln_sum(...) KILN__AT(sum, __VA_ARGS__)
 #define kiln_sum_dims(...) KILN__AT(sum_dims, __VA_ARGS__)
 #define kiln_mean(...) KILN__AT(mean, __VA_ARGS__)

@@ -96,13 +96,9 @@ typedef enum { KILN_MESHGRID_IJ, KILN_MESHGRID_XY } kiln_meshgrid_indexing;
 KILN_API kiln_tensor kiln_to_device(kiln_tensor t, kiln_device dev);
 
 /* ---- convolution and pooling ------------------------------------------------------------- */
-/* kiln_conv2d: kiln/linalg_ops.h, from the linear-algebra table (src/ir/linalg_table.h). */
-KILN_API kiln_tensor kiln_max_pool2d(kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h,
-                                     int pad_w);
-KILN_API kiln_tensor kiln_avg_pool2d(kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h,
-                                     int pad_w);
-KILN_API kiln_tensor kiln_adaptive_avg_pool2d(kiln_tensor x, int out_h, int out_w);
-/* The pools with every option PyTorch's MaxPool2d / AvgPool2d take beyond the window:
+/* kiln_conv2d and the pools (max_pool2d, avg_pool2d, adaptive_avg_pool2d, max_pool2d_opts,
+ * avg_pool2d_opts): kiln/linalg_ops.h, from the linear-algebra table (src/ir/linalg_table.h).
+ * The _opts pools take every option PyTorch's MaxPool2d / AvgPool2d take beyond the window:
  * ceil_mode rounds the output size up (a last window may hang past the input, but never starts
  * in the trailing padding alone; the part past the padding is never counted); exclude_pad
  * (average only: PyTorch's count_include_pad=False) divides each window by its count of input
@@ -115,25 +111,13 @@ typedef struct {
     bool ceil_mode, exclude_pad;
 } kiln_pool2d_options;
 KILN_API kiln_pool2d_options kiln_pool2d_defaults(int kernel); /* k x k, stride k, no padding, floor, padding counted */
-KILN_API kiln_tensor kiln_max_pool2d_opts(kiln_tensor x, kiln_pool2d_options o);
-KILN_API kiln_tensor kiln_avg_pool2d_opts(kiln_tensor x, kiln_pool2d_options o);
 
 /* ---- elementwise (NumPy broadcasting; ints/bools promote to f32 for float math) ---------- */
 /* Two or three tensors of different dtypes compute in torch.result_type's dtype (README
  * "Dtypes"): a 0-d tensor promotes a dimensioned one only from a lower category. */
-#include "kiln/ops.h" /* the ops the op tables give: neg ... atan2, sum ... all (src/ir/) */
-KILN_API kiln_tensor kiln_clamp(kiln_tensor t, double lo, double hi); /* NAN: no bound */
-/* torch.nan_to_num: NaN -> nan, +inf -> posinf, -inf -> neginf; posinf / neginf NAN mean
- * torch's None: the largest / lowest finite value of t's dtype. Integer tensors unchanged. */
-KILN_API kiln_tensor kiln_nan_to_num(kiln_tensor t, double nan, double posinf, double neginf);
-/* Activations (torch.nn.functional's), floating-point tensors only. */
-KILN_API kiln_tensor kiln_leaky_relu(kiln_tensor t, double negative_slope); /* torch default 0.01 */
-KILN_API kiln_tensor kiln_elu(kiln_tensor t, double alpha);                 /* torch default 1.0 */
-KILN_API kiln_tensor kiln_selu(kiln_tensor t);
-KILN_API kiln_tensor kiln_hardtanh(kiln_tensor t, double min_val, double max_val); /* -1, 1 in torch */
-/* torch.lerp: start + weight (end - start); all three broadcast; floating-point only. */
-KILN_API kiln_tensor kiln_lerp(kiln_tensor start, kiln_tensor end, kiln_tensor weight);
-KILN_API kiln_tensor kiln_lerp_scalar(kiln_tensor start, kiln_tensor end, double weight);
+/* neg ... atan2, and those with parameters: clamp, nan_to_num, leaky_relu, elu, selu, hardtanh,
+ * lerp, lerp_scalar; reductions sum ... all: from the op tables (src/ir/). */
+#include "kiln/ops.h"
 
 /* Scalar variants (kiln_add_scalar(t, s), kiln_rsub_scalar: s - t, ...): kiln/ops.h, from the op
  * table's KILN__OPTABLE_SCALAR rows. The scalar takes the tensor's dtype (a float scalar promotes
@@ -211,19 +195,6 @@ KILN_API kiln_status kiln_print(kiln_tensor t);
     X(kiln_tensor, bernoulli, (kiln_device dev, kiln_dtype dtype, kiln_shape shape, double p, uint64_t seed), (dev, dtype, shape, p, seed)) \
     X(kiln_tensor, randint, (kiln_device dev, kiln_dtype dtype, kiln_shape shape, int64_t low, int64_t high, uint64_t seed), (dev, dtype, shape, low, high, seed)) \
     X(kiln_tensor, to_device, (kiln_tensor t, kiln_device dev), (t, dev)) \
-    X(kiln_tensor, max_pool2d, (kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h, int pad_w), (x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)) \
-    X(kiln_tensor, avg_pool2d, (kiln_tensor x, int kernel_h, int kernel_w, int stride_h, int stride_w, int pad_h, int pad_w), (x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)) \
-    X(kiln_tensor, adaptive_avg_pool2d, (kiln_tensor x, int out_h, int out_w), (x, out_h, out_w)) \
-    X(kiln_tensor, max_pool2d_opts, (kiln_tensor x, kiln_pool2d_options o), (x, o)) \
-    X(kiln_tensor, avg_pool2d_opts, (kiln_tensor x, kiln_pool2d_options o), (x, o)) \
-    X(kiln_tensor, clamp, (kiln_tensor t, double lo, double hi), (t, lo, hi)) \
-    X(kiln_tensor, nan_to_num, (kiln_tensor t, double nan, double posinf, double neginf), (t, nan, posinf, neginf)) \
-    X(kiln_tensor, leaky_relu, (kiln_tensor t, double negative_slope), (t, negative_slope)) \
-    X(kiln_tensor, elu, (kiln_tensor t, double alpha), (t, alpha)) \
-    X(kiln_tensor, selu, (kiln_tensor t), (t)) \
-    X(kiln_tensor, hardtanh, (kiln_tensor t, double min_val, double max_val), (t, min_val, max_val)) \
-    X(kiln_tensor, lerp, (kiln_tensor start, kiln_tensor end, kiln_tensor weight), (start, end, weight)) \
-    X(kiln_tensor, lerp_scalar, (kiln_tensor start, kiln_tensor end, double weight), (start, end, weight)) \
     X(kiln_status, into_data, (kiln_tensor t, void *dst, size_t dst_bytes), (t, dst, dst_bytes)) \
     X(kiln_status, into_scalar, (kiln_tensor t, float *out), (t, out)) \
     X(kiln_status, into_scalar_f64, (kiln_tensor t, double *out), (t, out)) \
@@ -249,19 +220,6 @@ KILN_TENSOR_API(KILN__AT_DECLARE)
 #define kiln_bernoulli(...) KILN__AT(bernoulli, __VA_ARGS__)
 #define kiln_randint(...) KILN__AT(randint, __VA_ARGS__)
 #define kiln_to_device(...) KILN__AT(to_device, __VA_ARGS__)
-#define kiln_max_pool2d(...) KILN__AT(max_pool2d, __VA_ARGS__)
-#define kiln_avg_pool2d(...) KILN__AT(avg_pool2d, __VA_ARGS__)
-#define kiln_adaptive_avg_pool2d(...) KILN__AT(adaptive_avg_pool2d, __VA_ARGS__)
-#define kiln_max_pool2d_opts(...) KILN__AT(max_pool2d_opts, __VA_ARGS__)
-#define kiln_avg_pool2d_opts(...) KILN__AT(avg_pool2d_opts, __VA_ARGS__)
-#define kiln_clamp(...) KILN__AT(clamp, __VA_ARGS__)
-#define kiln_nan_to_num(...) KILN__AT(nan_to_num, __VA_ARGS__)
-#define kiln_leaky_relu(...) KILN__AT(leaky_relu, __VA_ARGS__)
-#define kiln_elu(...) KILN__AT(elu, __VA_ARGS__)
-#define kiln_selu(...) KILN__AT(selu, __VA_ARGS__)
-#define kiln_hardtanh(...) KILN__AT(hardtanh, __VA_ARGS__)
-#define kiln_lerp(...) KILN__AT(lerp, __VA_ARGS__)
-#define kiln_lerp_scalar(...) KILN__AT(lerp_scalar, __VA_ARGS__)
 #define kiln_into_data(...) KILN__AT(into_data, __VA_ARGS__)
 #define kiln_to_string(...) KILN__AT(to_string, __VA_ARGS__)
 #define kiln_print(...) KILN__AT(print, __VA_ARGS__)

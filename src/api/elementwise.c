@@ -32,9 +32,15 @@
 
 /* One wrapper per row of the op table (ir/optable.h) by its signature and gradient columns: T
  * with a gradient rule is recorded when tracked, T without one never is, AB goes through the
- * binary rule; NONE rows have hand-written wrappers below. */
+ * binary rule. The rows with parameters (T_D, T_DD, T_DDD, ABC: their prototypes from the
+ * table's KILN__OPTABLE_PARAMS) have their wrappers below, each mapping its arguments to the op's
+ * parameters its own way; NONE rows are internal. */
 #define WRAPPER(NAME, name, arity, dtype, shape, fuse, grad, sig, cpu, domain, doc) WRAPPER_##sig(NAME, name, grad)
 #define WRAPPER_NONE(NAME, name, grad)
+#define WRAPPER_T_D(NAME, name, grad)
+#define WRAPPER_T_DD(NAME, name, grad)
+#define WRAPPER_T_DDD(NAME, name, grad)
+#define WRAPPER_ABC(NAME, name, grad)
 #define WRAPPER_AB(NAME, name, grad) BINARY(name, NAME)
 #define WRAPPER_T(NAME, name, grad) WRAPPER_T_##grad(NAME, name)
 #define WRAPPER_T_NONE(NAME, name) UNARY_UNTRACKED(name, NAME)

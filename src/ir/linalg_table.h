@@ -1,8 +1,8 @@
 /* The linear-algebra and structural op table: one row per public op that is neither elementwise
  * (ir/optable.h), a reduction (ir/reduce_table.h) nor a row op (ir/row_table.h): the products
- * (matmul, bmm, dot, outer, addmm, linear), the convolution, attention and batch norm. The kernels they run (their kernel column: MATMUL,
- * CONV2D, ATTENTION; several rows share one) are KILN__LINALG_KERNELS below, with the backward
- * and pooling kernels of the convolution layers; ir/opcodes.h expands that list into the opcodes.
+ * (matmul, bmm, dot, outer, addmm, linear), the convolution, attention, batch norm and the pools. The kernels they run
+ * (their kernel column: MATMUL, CONV2D, ATTENTION, MAX_POOL2D, AVG_POOL2D; several rows share one) are
+ * KILN__LINALG_KERNELS below, with the backward kernels of the convolution and the pools; ir/opcodes.h expands that list into the opcodes.
  * From the rows come the
  * rows as data (kiln__linalg_rows, ir/opcodes.c), through scripts/gen_optable.py (its module
  * scripts/optable_linalg.py) the public prototypes, docs, call-site lists and macros
@@ -26,19 +26,25 @@
  *           ADDMM       kiln_name(input, m1, m2, double beta, double alpha)
  *           BATCH_NORM  kiln_name(x, kiln_tensor *running_mean, *running_var, weight, bias,
  *                       bool training, double momentum, double eps)
+ *           POOL2D      kiln_name(x, int kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w)
+ *           ADAPTIVE_POOL2D  kiln_name(x, int out_h, int out_w)
+ *           POOL2D_OPTS kiln_name(x, kiln_pool2d_options o) (the type is kiln/tensor.h's, which
+ *                       includes kiln/linalg_ops.h after it)
  *   args    the parameters' names, in order
  *   dtype   FLOAT_SAME: floating-point tensors of one dtype (f32 with f64, or integers, are
  *           KILN_ERR_DTYPE, as PyTorch)
  *   shape   the result's shape: MATMUL ([.., M, K] @ [.., K, N], batch dims broadcast), BMM
  *           ([B, M, K] @ [B, K, N]), DOT ([n] . [n] -> 0-d), OUTER ([n], [m] -> [n, m]), ADDMM
  *           ([n, k] @ [k, m] -> [n, m]), LINEAR ([.., in] -> [.., out]), CONV2D ([N, O, OH, OW]),
- *           ATTENTION ([.., L, Ev]), SAME (the first tensor's)
+ *           ATTENTION ([.., L, Ev]), SAME (the first tensor's), POOL2D ([N, C, OH, OW] by the
+ *           window), ADAPTIVE_POOL2D ([N, C, out_h, out_w])
  *   kernel  the opcode of the kernel it runs as (each backend's kernel table), or OPS: a
  *           composition of other ops, so every device that runs those runs it
  *   grad    the gradient rule: MATMUL, LINEAR (autodiff/rules_linalg.c: one node keeping the
  *           operands), CONV2D (autodiff/rules_nn.c: one node keeping x and w), ATTENTION
  *           (autodiff/rules_attention.c: q, k and v kept, the weights recomputed; with a mask
- *           the composition's own nodes), OPS (the composition's own nodes)
+ *           the composition's own nodes), POOL2D (autodiff/rules_nn.c: one node keeping the
+ *           window, and max's indices), OPS (the composition's own nodes)
  *   tol     the f32 result's largest normalized squared error against the f64 run
  *   layer   where the function is defined, and so its call-site wrapper: API (src/api/) or NN
  *           (src/nn/); the generated kiln/linalg_ops.h lists them as KILN_LINALG_API and
@@ -83,14 +89,26 @@
         " own dtype; otherwise (eval) the running statistics are used and must be given. The running statistics are" \
         " float [C] handles passed by pointer and not consumed: an update replaces *running_mean and *running_var with" \
         " new handles (the old ones released), as kiln_init does; on error they are left as they were. Training needs" \
-        " more than one value per channel. Differentiable in x, weight and bias.")
+        " more than one value per channel. Differentiable in x, weight and bias.") \
+    X(MAX_POOL2D, max_pool2d,                   1, POOL2D,     (x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w),                   FLOAT_SAME, POOL2D,    MAX_POOL2D, POOL2D,   1e-10, API, NONE,       "torch.nn.functional.max_pool2d: x [N, C, H, W], the largest value of each kernel_h x kernel_w window" \
+        " The pools' windows move by stride (0: the kernel's size, PyTorch's stride=None) over x padded by pad_h, pad_w" \
+        " (at most half the kernel; -inf for max, zeros counted in the average's divisor): out = (in + 2 pad - kernel) /" \
+        " stride + 1, rounded down. Differentiable in x.") \
+    X(AVG_POOL2D, avg_pool2d,                   1, POOL2D,     (x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w),                   FLOAT_SAME, POOL2D,    AVG_POOL2D, POOL2D,   1e-10, API, NONE,       "torch.nn.functional.avg_pool2d: x [N, C, H, W], the mean of each window (as max_pool2d's)") \
+    X(ADAPTIVE_AVG_POOL2D, adaptive_avg_pool2d, 1, ADAPTIVE_POOL2D, (x, out_h, out_w),                                                       FLOAT_SAME, ADAPTIVE_POOL2D, AVG_POOL2D, POOL2D, 1e-10, API, NONE, "torch.nn.functional.adaptive_avg_pool2d: x [N, C, H, W] -> [N, C, out_h, out_w], PyTorch's windows") \
+    X(MAX_POOL2D_OPTS, max_pool2d_opts,         1, POOL2D_OPTS, (x, o),                                                                     FLOAT_SAME, POOL2D,    MAX_POOL2D, POOL2D,   1e-10, API, NONE,       "max_pool2d with the options of PyTorch's MaxPool2d beyond the window (kiln_pool2d_options, kiln/tensor.h)" \
+        " ceil_mode rounds the output size up (a last window may hang past the input, but never starts in the trailing" \
+        " padding alone; the part past the padding is never counted); exclude_pad is refused (average pooling only).") \
+    X(AVG_POOL2D_OPTS, avg_pool2d_opts,         1, POOL2D_OPTS, (x, o),                                                                     FLOAT_SAME, POOL2D,    AVG_POOL2D, POOL2D,   1e-10, API, NONE,       "avg_pool2d with ceil_mode and exclude_pad (kiln_pool2d_options, kiln/tensor.h)" \
+        " exclude_pad (PyTorch's count_include_pad=False) divides each window by its count of input elements instead of" \
+        " its size in the padded input.")
 /* clang-format on */
 
 /* The kernels of the rows (their kernel column) and of the convolution layers, as each
  * backend's kernel table knows them: ir/opcodes.h expands this list into KILN__OPCODES.
  * X(NAME, params): the op record's layout. CONV2D's backward kernels run its gradient
- * (autodiff/rules_nn.c); the pools are kiln_max_pool2d, kiln_avg_pool2d and
- * kiln_adaptive_avg_pool2d (kiln/tensor.h), which have no row yet. A row whose kernel is not
+ * (autodiff/rules_nn.c), the pools' backward kernels their gradients (the pools are rows:
+ * max_pool2d ... avg_pool2d_opts). A row whose kernel is not
  * one of them does not compile (ir/opcodes.c). Conv params: p.i[0..3] = stride_h, stride_w,
  * pad_h, pad_w; pi[0..2] = dilation_h, dilation_w, groups. Pool params: p.i[0..3] = kernel_h,
  * kernel_w, stride_h, stride_w; pi[0..1] = pad_h, pad_w; max indices are i64 into each input
@@ -116,7 +134,10 @@ typedef enum {
     KILN__LSIG_CONV2D,
     KILN__LSIG_ATTENTION,
     KILN__LSIG_BATCH_NORM,
-    KILN__LSIG_ADDMM
+    KILN__LSIG_ADDMM,
+    KILN__LSIG_POOL2D,
+    KILN__LSIG_ADAPTIVE_POOL2D,
+    KILN__LSIG_POOL2D_OPTS
 } kiln__linalg_sig;
 typedef enum { KILN__LDT_FLOAT_SAME } kiln__linalg_dtype;
 typedef enum { KILN__LLAYER_API, KILN__LLAYER_NN } kiln__linalg_layer;
@@ -130,13 +151,16 @@ typedef enum {
     KILN__LSHAPE_LINEAR,
     KILN__LSHAPE_CONV2D,
     KILN__LSHAPE_ATTENTION,
-    KILN__LSHAPE_SAME
+    KILN__LSHAPE_SAME,
+    KILN__LSHAPE_POOL2D,
+    KILN__LSHAPE_ADAPTIVE_POOL2D
 } kiln__linalg_shape;
 typedef enum {
     KILN__LGRAD_MATMUL,
     KILN__LGRAD_LINEAR,
     KILN__LGRAD_CONV2D,
     KILN__LGRAD_ATTENTION,
+    KILN__LGRAD_POOL2D,
     KILN__LGRAD_OPS
 } kiln__linalg_grad;
 

@@ -20,8 +20,10 @@
  *           zero), SAVE_NONE / SAVE_IN / SAVE_OUT (its rule reads nothing, the input, the
  *           output: autodiff saves only that), BINARY (binary_backward's rule), EXPR (the
  *           gradient expression of its KILN__OPEXPR row below; it saves what that reads)
- *   sig     the public signature: T (kiln_tensor t), AB (kiln_tensor a, kiln_tensor b), NONE
- *           (no generated wrapper: parameters or internal; written by hand in api/)
+ *   sig     the public signature: T (kiln_tensor t), AB (kiln_tensor a, kiln_tensor b), or a
+ *           kind with parameters, T_D, T_DD, T_DDD (t and one to three doubles), ABC (three
+ *           tensors), whose names and doc are the row's entry in KILN__OPTABLE_PARAMS below;
+ *           NONE: internal, no public function
  *   cpu     VMATH: the CPU runs it with the vectorised math kernel KILN_VMATH_NAME
  *           (backend/cpu/vmath*.{c,h}); TYPED: a typed loop in backend/cpu/elementwise_*.c;
  *           EXPR: a vmath kernel too, built from its KILN__OPEXPR row's expression
@@ -56,7 +58,7 @@
     X(SOFTPLUS,      softplus,      1, FLOAT,      BCAST, EW,     SAVE_IN,   T,    VMATH, ANY,  "log(1 + e^t); t itself above 20") \
     X(ERF,           erf,           1, FLOAT,      BCAST, EW_VEC, SAVE_IN,   T,    VMATH, ANY,  "error function") \
     X(LOGICAL_NOT,   logical_not,   1, LOGICAL,    BCAST, EW,     NONE,      T,    TYPED, BOOL, "not t (bool out)") \
-    X(CLAMP,         clamp,         1, SAME,       BCAST, EW,     SAVE_IN,   NONE, TYPED, ANY,  "lo p.f[0], hi p.f[1]; NaN = no bound") \
+    X(CLAMP,         clamp,         1, SAME,       BCAST, EW,     SAVE_IN,   T_DD, TYPED, ANY,  "lo p.f[0], hi p.f[1]; NaN = no bound") \
     X(FLOOR,         floor,         1, ROUNDING,   BCAST, EW_VEC, ZERO,      T,    VMATH, ANY,  "round down; integers unchanged, bool refused; gradient zero") \
     X(CEIL,          ceil,          1, ROUNDING,   BCAST, EW_VEC, ZERO,      T,    VMATH, ANY,  "round up; integers unchanged") \
     X(ROUND,         round,         1, ROUNDING,   BCAST, EW_VEC, ZERO,      T,    VMATH, ANY,  "round half to even; integers unchanged") \
@@ -68,15 +70,15 @@
     X(ISNAN,         isnan,         1, CLASSIFY,   BCAST, EW,     NONE,      T,    TYPED, ANY,  "t is NaN (bool out; false for integers)") \
     X(ISINF,         isinf,         1, CLASSIFY,   BCAST, EW,     NONE,      T,    TYPED, ANY,  "t is +-inf (bool out; false for integers)") \
     X(ISFINITE,      isfinite,      1, CLASSIFY,   BCAST, EW,     NONE,      T,    TYPED, ANY,  "t is neither NaN nor infinite (bool out)") \
-    X(NAN_TO_NUM,    nan_to_num,    1, ROUNDING,   BCAST, EW,     SAVE_IN,   NONE, TYPED, ANY,  "NaN -> p.f[0], +inf -> p.f[1], -inf -> p.f[2]") \
+    X(NAN_TO_NUM,    nan_to_num,    1, ROUNDING,   BCAST, EW,     SAVE_IN,   T_DDD, TYPED, ANY,  "NaN -> p.f[0], +inf -> p.f[1], -inf -> p.f[2]") \
     X(LOG_SIGMOID,   log_sigmoid,   1, FLOAT_ONLY, BCAST, EW,     SAVE_IN,   T,    VMATH, ANY,  "log(sigmoid(t))") \
     X(MISH,          mish,          1, FLOAT_ONLY, BCAST, EW,     SAVE_IN,   T,    VMATH, ANY,  "t tanh(softplus(t))") \
     X(SOFTSIGN,      softsign,      1, FLOAT_ONLY, BCAST, EW_VEC, SAVE_IN,   T,    VMATH, ANY,  "t / (1 + |t|)") \
     X(HARDSWISH,     hardswish,     1, FLOAT_ONLY, BCAST, EW,     EXPR,      T,    EXPR,  WIDE, "t min(max(t + 3, 0), 6) / 6") \
     X(HARDSIGMOID,   hardsigmoid,   1, FLOAT_ONLY, BCAST, EW,     EXPR,      T,    EXPR,  WIDE, "min(max(t + 3, 0), 6) / 6 (torch.nn.functional.hardsigmoid)") \
     X(RECIPROCAL,    reciprocal,    1, FLOAT,      BCAST, EW,     EXPR,      T,    EXPR,  AWAY, "1 / t (torch.reciprocal: integers give f32)") \
-    X(LEAKY_RELU,    leaky_relu,    1, FLOAT_ONLY, BCAST, EW,     SAVE_IN,   NONE, TYPED, ANY,  "t < 0: t p.f[0]") \
-    X(ELU,           elu,           1, FLOAT_ONLY, BCAST, EW,     SAVE_IN,   NONE, TYPED, ANY,  "alpha p.f[0], scale p.f[1], input scale p.f[2] (torch.nn.ELU/SELU)") \
+    X(LEAKY_RELU,    leaky_relu,    1, FLOAT_ONLY, BCAST, EW,     SAVE_IN,   T_D, TYPED, ANY,  "t < 0: t p.f[0]") \
+    X(ELU,           elu,           1, FLOAT_ONLY, BCAST, EW,     SAVE_IN,   T_D, TYPED, ANY,  "alpha p.f[0], scale p.f[1], input scale p.f[2] (torch.nn.ELU/SELU)") \
     X(ADD,           add,           2, SAME,       BCAST, EW_VEC, BINARY,    AB,   TYPED, ANY,  "a + b") \
     X(SUB,           sub,           2, SAME,       BCAST, EW_VEC, BINARY,    AB,   TYPED, ANY,  "a - b") \
     X(MUL,           mul,           2, SAME,       BCAST, EW_VEC, BINARY,    AB,   TYPED, ANY,  "a * b") \
@@ -96,7 +98,7 @@
     X(REMAINDER,     remainder,     2, SAME,       BCAST, EW,     BINARY,    AB,   TYPED, AWAY, "the sign of b (torch.remainder); integer b == 0 fails") \
     X(ATAN2,         atan2,         2, FLOAT,      BCAST, EW,     BINARY,    AB,   TYPED, AWAY, "atan2(a, b): a is y") \
     X(WHERE,         where,         3, WHERE,      BCAST, EW,     NONE,      NONE, TYPED, ANY,  "in[0] (bool) ? in[1] : in[2]") \
-    X(LERP,          lerp,          3, FLOAT_ONLY, BCAST, NONE,   NONE,      NONE, TYPED, ANY,  "in[0] + in[2] (in[1] - in[0]), torch.lerp's two-sided form") \
+    X(LERP,          lerp,          3, FLOAT_ONLY, BCAST, NONE,   NONE,      ABC, TYPED, ANY,  "in[0] + in[2] (in[1] - in[0]), torch.lerp's two-sided form") \
     X(RELU_BACKWARD, relu_backward, 2, SAME,       BCAST, EW,     NONE,      NONE, TYPED, ANY,  "in[1] > 0 ? in[0] : 0 (in[0] grad, in[1] x or y)")
 /* clang-format on */
 
@@ -127,6 +129,35 @@
     X(GE,            ge_scalar,        TS, "t >= s (bool out)") \
     X(FMOD,          fmod_scalar,      TS, "C fmod(t, s): the sign of t") \
     X(REMAINDER,     remainder_scalar, TS, "the sign of s (torch.remainder)")
+/* clang-format on */
+
+/* The public functions with parameters: X(NAME, name, sig, args, doc), one per line (the doc's
+ * details may continue on string literals below it): kiln_name runs the row NAME's op, its
+ * parameters the sig kind's types (T: a tensor; T_D, T_DD, T_DDD: a tensor and one to three
+ * doubles; ABC: three tensors; AB_D: two tensors and a double) named by args. A row whose sig
+ * column is such a kind has the entry of its own name, of the same sig; the other entries are
+ * compositions of a row with fixed or changed parameters (selu is ELU with SELU's constants,
+ * hardtanh CLAMP with PyTorch's gradient at the bounds, lerp_scalar LERP with a double weight).
+ * Through scripts/gen_optable.py come their prototypes with the docs, call-site list
+ * (KILN_OPS_PARAMS_API) and macros (include/kiln/ops.h); tests/test_backend_ops.c checks each
+ * function's type against its sig. Their wrappers are written in api/elementwise.c: each maps
+ * its arguments to the op's parameters its own way (elu's p.f[1] and p.f[2], clamp's integer
+ * bounds, nan_to_num's dtype-dependent defaults, lerp's optional tensor). */
+/* clang-format off */
+#define KILN__OPTABLE_PARAMS(X) \
+    X(CLAMP,      clamp,       T_DD,  (t, lo, hi), "t limited to [lo, hi] (torch.clamp); a NAN bound is no bound") \
+    X(NAN_TO_NUM, nan_to_num,  T_DDD, (t, nan, posinf, neginf), "torch.nan_to_num: NaN -> nan, +inf -> posinf, -inf -> neginf; " \
+      "posinf / neginf NAN mean torch's None: the largest / lowest finite value of t's dtype. Integer tensors unchanged.") \
+    X(LEAKY_RELU, leaky_relu,  T_D,   (t, negative_slope), "torch.nn.functional.leaky_relu: t < 0 gives t negative_slope " \
+      "(torch's default 0.01); floating-point tensors only") \
+    X(ELU,        elu,         T_D,   (t, alpha), "torch.nn.functional.elu: t > 0 gives t, else alpha (e^t - 1) " \
+      "(torch's default alpha 1.0); floating-point tensors only") \
+    X(ELU,        selu,        T,     (t), "torch.nn.functional.selu: elu with SELU's alpha and scale; floating-point tensors only") \
+    X(CLAMP,      hardtanh,    T_DD,  (t, min_val, max_val), "torch.nn.functional.hardtanh: t clamped to [min_val, max_val] " \
+      "(torch's -1, 1) with PyTorch's gradient at the bounds; floating-point tensors only") \
+    X(LERP,       lerp,        ABC,   (start, end, weight), "torch.lerp: start + weight (end - start); all three broadcast; " \
+      "floating-point tensors only") \
+    X(LERP,       lerp_scalar, AB_D,  (start, end, weight), "torch.lerp with a double weight: start + weight (end - start)")
 /* clang-format on */
 
 /* Ops written as expressions: X(NAME, name, forward, gradient), one per unary row whose cpu (and
@@ -273,7 +304,16 @@ typedef enum {
     KILN__GRAD_BINARY,
     KILN__GRAD_EXPR
 } kiln__grad_rule;
-typedef enum { KILN__SIG_NONE, KILN__SIG_T, KILN__SIG_AB } kiln__signature;
+typedef enum {
+    KILN__SIG_NONE,
+    KILN__SIG_T,
+    KILN__SIG_AB,
+    KILN__SIG_T_D,
+    KILN__SIG_T_DD,
+    KILN__SIG_T_DDD,
+    KILN__SIG_ABC,
+    KILN__SIG_AB_D
+} kiln__signature;
 typedef enum { KILN__CPU_TYPED, KILN__CPU_VMATH, KILN__CPU_EXPR } kiln__cpu_kernel;
 typedef enum { KILN__DOMAIN_ANY, KILN__DOMAIN_POS, KILN__DOMAIN_AWAY, KILN__DOMAIN_BOOL, KILN__DOMAIN_WIDE } kiln__test_domain;
 
