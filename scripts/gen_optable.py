@@ -20,7 +20,7 @@ import os
 import re
 import sys
 
-from optable_common import c_string, call_site_list, call_site_macros_and_close, header_open
+from optable_common import arg_names, c_string, call_site_list, call_site_macros_and_close, header_open
 import optable_linalg  # the linear-algebra table's headers (src/ir/linalg_table.h)
 import optable_shape  # the shape op table's headers (src/ir/shape_table.h)
 
@@ -166,13 +166,11 @@ def read_params(path=TABLE, rows=None):
         if p["sig"] not in PARAM_TYPES:
             sys.exit(f"{where}: no sig {p['sig']} (one of {', '.join(PARAM_TYPES)})")
         args = p["args"]
-        if not (args.startswith("(") and args.endswith(")")):
-            sys.exit(f"{where}: args {args} is not a parenthesised list of names")
-        arg_names = [a.strip() for a in args[1:-1].split(",")]
+        param_names = arg_names(where, args)
         types = PARAM_TYPES[p["sig"]]
-        if len(arg_names) != len(types) or not all(re.fullmatch(r"[a-z_][a-z0-9_]*", a) for a in arg_names):
+        if len(param_names) != len(types) or not all(re.fullmatch(r"[a-z_][a-z0-9_]*", a) for a in param_names):
             sys.exit(f"{where}: args {args} do not fit sig {p['sig']} ({', '.join(types)})")
-        p["params"] = list(zip(types, arg_names))
+        p["params"] = list(zip(types, param_names))
         own = names.get(p["name"])
         if own and (own is not by_name[p["NAME"]] or own["sig"] != p["sig"]):
             sys.exit(f"{where}: the row {own['NAME']} has sig {own['sig']}: its entry runs it, with that sig")

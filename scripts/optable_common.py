@@ -1,6 +1,17 @@
 """What the op-table generators (gen_optable.py, optable_linalg.py, optable_shape.py) all write
 the same way: a row's C signature, a doc as a C string literal, and the frame of a generated
-public header (its guard, the call-site list of its ops and their call-site macros)."""
+public header (its guard, the call-site list of its ops and their call-site macros); and how
+they all read a row's args column."""
+
+import sys
+
+
+def arg_names(where, args):
+    """The names of a row's args column "(a, b, ...)"; exits naming where when it is not one."""
+    if not (args.startswith("(") and args.endswith(")")):
+        sys.exit(f"{where}: args {args} is not a parenthesised list of names")
+    return [a.strip() for a in args[1:-1].split(",")]
+
 
 
 def signature(row):

@@ -10,7 +10,7 @@ wrapper; run gen_optable.py, not this."""
 import os
 import sys
 
-from optable_common import c_string, call_site_list, call_site_macros_and_close, header_open, row_calls, signature
+from optable_common import arg_names, c_string, call_site_list, call_site_macros_and_close, header_open, row_calls, signature
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TABLE = os.path.join(ROOT, "src", "ir", "linalg_table.h")
@@ -47,10 +47,7 @@ def read(read_rows, path=TABLE):
             sys.exit(f"{where}: no layer {row['layer']} (one of {', '.join(LISTS)})")
         if row["py"] not in PY_FORMS or (row["py"] == "METHOD" and row["sig"] != "AB"):
             sys.exit(f"{where}: py {row['py']}: METHOD (sig AB only), FUNCTIONAL or NONE")
-        args = row["args"]
-        if not (args.startswith("(") and args.endswith(")")):
-            sys.exit(f"{where}: args {args} is not a parenthesised list of names")
-        names = [a.strip() for a in args[1:-1].split(",")]
+        names = arg_names(where, row["args"])
         types = TYPES[row["sig"]]
         if len(names) != len(types):
             sys.exit(f"{where}: args names {len(names)} parameters, sig {row['sig']} takes {len(types)}")

@@ -12,7 +12,7 @@ import re
 import sys
 
 from optable_linalg import wrap_prototype
-from optable_common import c_string, call_site_list, call_site_macros_and_close, header_open, row_calls, signature
+from optable_common import arg_names, c_string, call_site_list, call_site_macros_and_close, header_open, row_calls, signature
 
 COLUMNS = ["NAME", "name", "sig", "args", "arity", "dtype", "shape", "kernel", "grad", "tol", "py", "ex", "out",
            "bad", "bad_status"]
@@ -105,10 +105,7 @@ def read_shape_ops(root, read_rows):
         for column, allowed in (("sig", TYPES), ("dtype", DTYPES), ("shape", SHAPES), ("grad", GRADS)):
             if row[column] not in allowed:
                 sys.exit(f"{path}: {name}: no {column} {row[column]} (one of {', '.join(allowed)})")
-        args = row["args"]
-        if not (args.startswith("(") and args.endswith(")")):
-            sys.exit(f"{path}: {name}: args {args} is not a parenthesised list of names")
-        names = [a.strip() for a in args[1:-1].split(",")]
+        names = arg_names(f"{path}: {name}", row["args"])
         types = TYPES[row["sig"]]
         if len(names) != len(types):
             sys.exit(f"{path}: {name}: args names {len(names)} parameters, sig {row['sig']} takes {len(types)}")
