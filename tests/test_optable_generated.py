@@ -58,6 +58,24 @@ def with_row(tmp, after, row):
     return text
 
 
+def check_ops_row(tmp, text, refused, wants, what):
+    """src/ir/optable.h made text: include/kiln/ops.h then holds each of wants or, when refused
+    names why, the generator fails naming optable.h and that, and leaves ops.h as it was."""
+    with open(os.path.join(tmp, "src", "ir", "optable.h"), "w", encoding="utf-8") as f:
+        f.write(text)
+    before = read(tmp, "include/kiln/ops.h")
+    r = run(tmp)
+    out = r.stderr + r.stdout
+    if refused is None:
+        ops = read(tmp, "include/kiln/ops.h")
+        for want in wants:
+            check(r.returncode == 0 and want in ops, f"{what} gives {want!r}: {out!r}")
+    else:
+        check(r.returncode != 0 and "optable.h" in out and refused in out,
+              f"{what}, {refused}, is refused: {r.returncode} {out!r}")
+        check(read(tmp, "include/kiln/ops.h") == before, f"{what}, {refused}, writes nothing")
+
+
 def check_scalar_rows(tmp):
     """A scalar row of the op table gives its prototype, call-site entry and macro; one that names
     no binary row, or an order that is not TS or ST, is refused naming optable.h."""
@@ -65,23 +83,13 @@ def check_scalar_rows(tmp):
     table = read(tmp, "src/ir/optable.h")
     anchor = "    X(ADD,           add_scalar,"
     i = table.index(anchor)
+    wants = ["KILN_API kiln_tensor kiln_atan2_scalar(kiln_tensor t, double s); /* atan2(t, s) */",
+             "X(kiln_tensor, atan2_scalar, (kiln_tensor t, double s), (t, s))",
+             "#define kiln_atan2_scalar(...) KILN__AT(atan2_scalar, __VA_ARGS__)"]
     for row, refused in [('    X(ATAN2, atan2_scalar, TS, "atan2(t, s)")', None),
                          ('    X(EXP, exp_scalar, TS, "x")', "not a binary row"),
                          ('    X(ATAN2, atan2_scalar, XY, "x")', "order XY")]:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(table[:i] + row + " \\\n" + table[i:])
-        before = read(tmp, "include/kiln/ops.h")
-        r = run(tmp)
-        if refused is None:
-            ops = read(tmp, "include/kiln/ops.h")
-            for want in ["KILN_API kiln_tensor kiln_atan2_scalar(kiln_tensor t, double s); /* atan2(t, s) */",
-                         "X(kiln_tensor, atan2_scalar, (kiln_tensor t, double s), (t, s))",
-                         "#define kiln_atan2_scalar(...) KILN__AT(atan2_scalar, __VA_ARGS__)"]:
-                check(r.returncode == 0 and want in ops, f"a scalar row gives {want!r}")
-        else:
-            check(r.returncode != 0 and "optable.h" in r.stderr + r.stdout and refused in r.stderr + r.stdout,
-                  f"a scalar row with {refused} is refused: {r.returncode} {r.stderr!r}")
-            check(read(tmp, "include/kiln/ops.h") == before, f"a scalar row with {refused} writes nothing")
+        check_ops_row(tmp, table[:i] + row + " \\\n" + table[i:], refused, wants, "a scalar row")
     with open(path, "w", encoding="utf-8") as f:
         f.write(table)
 
@@ -101,22 +109,11 @@ def check_param_rows(tmp):
              ('    X(CLAMP, clamp_min, T_Q, (t, lo), "x")', "no sig T_Q"),
              ('    X(CLAMPS, clamp_min, T_D, (t, lo), "x")', "not a row"),
              ('    X(ELU, leaky_relu, T_D, (t, slope), "x")', "its entry runs it")]
+    wants = ["/* torch.nn.functional.relu6: clamp to [0, 6] */\nKILN_API kiln_tensor kiln_relu6(kiln_tensor t);",
+             "X(kiln_tensor, relu6, (kiln_tensor t), (t))",
+             "#define kiln_relu6(...) KILN__AT(relu6, __VA_ARGS__)"]
     for text, refused in cases:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(table[:i] + text + " \\\n" + table[i:])
-        before = read(tmp, "include/kiln/ops.h")
-        r = run(tmp)
-        out = r.stderr + r.stdout
-        if refused is None:
-            ops = read(tmp, "include/kiln/ops.h")
-            for want in ["/* torch.nn.functional.relu6: clamp to [0, 6] */\nKILN_API kiln_tensor kiln_relu6(kiln_tensor t);",
-                         "X(kiln_tensor, relu6, (kiln_tensor t), (t))",
-                         "#define kiln_relu6(...) KILN__AT(relu6, __VA_ARGS__)"]:
-                check(r.returncode == 0 and want in ops, f"an entry with parameters gives {want!r}: {out!r}")
-        else:
-            check(r.returncode != 0 and "optable.h" in out and refused in out,
-                  f"an entry with {refused} is refused: {r.returncode} {out!r}")
-            check(read(tmp, "include/kiln/ops.h") == before, f"an entry with {refused} writes nothing")
+        check_ops_row(tmp, table[:i] + text + " \\\n" + table[i:], refused, wants, "an entry with parameters")
     # a row whose sig has parameters, without its entry
     no_entry = table.replace('    X(ELU,        elu,         T_D,   (t, alpha)', '    X(ELU,        elu2,        T_D,   (t, alpha)')
     with open(path, "w", encoding="utf-8") as f:
