@@ -2,7 +2,8 @@
  *
  *   fashion_mnist [--model mlp|cnn] [--epochs N] [--batch B] [--lr X] [--workers W]
  *                 [--limit N] [--data DIR] [--checkpoint FILE] [--profile FILE] [--seed S]
- *                 [--device cpu|opencl|opencl:N] [--logdir DIR] [--autocast] [--bench] [--help]
+ *                 [--device cpu|opencl|opencl:N] [--logdir DIR] [--autocast] [--bench] [--fusion-ab]
+ *                 [--help]
  *
  * An MLP (784-256-128-10) by default, a small CNN with --model cnn; Adam with a cosine
  * learning-rate schedule over the whole run. Prints a progress bar
@@ -36,6 +37,7 @@
 typedef struct {
     bool bench; /* --bench: print one JSON line (mean epoch time) for bench/run, skip the checkpoint */
     bool autocast; /* --autocast: the forward under bf16 autocast */
+    bool fusion_ab; /* --fusion-ab: epochs alternate fusion on and off (unfused, unfused, fused, fused, ...) */
     const char *model, *data, *checkpoint, *profile, *logdir;
     int epochs, workers;
     int64_t batch, limit;
@@ -82,6 +84,8 @@ static const char usage_text[] =
     "                     step time, weight and gradient histograms)\n"
     "  --autocast         the forward in bf16 autocast (products bf16, sums and weights f32)\n"
     "  --bench            print one JSON line (mean epoch time) for bench/run; no checkpoint\n"
+    "  --fusion-ab        epochs alternate fusion off and on in the order U F F U (repeated),\n"
+    "                     each epoch's time beside its setting; --bench adds unfused_ms\n"
     "  -h, --help         print this and exit\n";
 
 /* An integer option's value: the whole string, within [lo, hi] (atoi would read "abc" as 0). */
@@ -114,7 +118,7 @@ static bool positive_arg(const char *name, const char *s, double *out) {
 static int parse(int argc, char **argv, options *o) {
     *o = (options){.model = "mlp", .data = "/usr/share/datasets/fashion-mnist", .workers = 2, .batch = 128, .seed = 1};
     enum { MODEL = 256, EPOCHS, BATCH, LR, WORKERS, LIMIT, DATA, CHECKPOINT, PROFILE, SEED, BENCH, DEVICE, LOGDIR,
-           AUTOCAST };
+           AUTOCAST, FUSION_AB };
     static const struct option longopts[] = {
         {"model", required_argument, NULL, MODEL},     {"epochs", required_argument, NULL, EPOCHS},
         {"batch", required_argument, NULL, BATCH},     {"lr", required_argument, NULL, LR},
@@ -123,7 +127,8 @@ static int parse(int argc, char **argv, options *o) {
         {"profile", required_argument, NULL, PROFILE}, {"seed", required_argument, NULL, SEED},
         {"bench", no_argument, NULL, BENCH},           {"help", no_argument, NULL, 'h'},
         {"device", required_argument, NULL, DEVICE},   {"logdir", required_argument, NULL, LOGDIR},
-        {"autocast", no_argument, NULL, AUTOCAST},     {NULL, 0, NULL, 0},
+        {"autocast", no_argument, NULL, AUTOCAST},     {"fusion-ab", no_argument, NULL, FUSION_AB},
+        {NULL, 0, NULL, 0},
     };
     long long v = 0;
     bool ok = true;
@@ -144,6 +149,7 @@ static int parse(int argc, char **argv, options *o) {
         case SEED: ok = int_arg(name, optarg, 0, INT64_MAX, &v); o->seed = (uint64_t)v; break;
         case BENCH: o->bench = true; break;
         case AUTOCAST: o->autocast = true; break;
+        case FUSION_AB: o->fusion_ab = true; break;
         case LOGDIR: o->logdir = optarg; break;
         case DEVICE:
             ok = kiln_device_parse(optarg, &o->device) == KILN_OK;
@@ -166,6 +172,10 @@ static int parse(int argc, char **argv, options *o) {
         return 2;
     }
     if (!o->epochs) o->epochs = cnn ? 8 : 10;
+    if (o->fusion_ab && o->epochs < 2) {
+        fputs("fashion_mnist: --fusion-ab needs --epochs 2 or more (one unfused, one fused)\n", stderr);
+        return 2;
+    }
     if (!o->lr) o->lr = 1e-3;
     if (!o->checkpoint) o->checkpoint = cnn ? "fashion_mnist_cnn.safetensors" : "fashion_mnist_mlp.safetensors";
     return -1;
@@ -339,10 +349,15 @@ int main(int argc, char **argv) {
                  o.model, o.epochs, (long long)(local_batch * world), o.lr, (unsigned long long)o.seed, world);
         if (tb) tb_check(kiln_summary_writer_add_text(tb, "config", config, 0), &tb_errors);
     }
-    double total_train_s = 0, total_cpu_s = 0;
+    /* [fused]: the epochs' wall and CPU seconds and their count, by fusion's setting */
+    double train_s[2] = {0, 0}, train_cpu_s[2] = {0, 0};
+    int timed[2] = {0, 0};
     int64_t step = 0, total_steps = (int64_t)o.epochs * batches;
     int status = 0;
     for (int epoch = 1; epoch <= o.epochs && !status; epoch++) {
+        /* U F F U: the first epoch's warm-up and any drift over the run fall on both sides */
+        bool fused = o.fusion_ab ? (epoch - 1) % 4 == 1 || (epoch - 1) % 4 == 2 : kiln_fusion_enabled();
+        if (o.fusion_ab) kiln_fusion_set_enabled(fused);
         double t0 = now_s(), t_step = t0, c0 = cpu_s();
         kiln_loader_start_epoch(train_loader, epoch);
         int64_t seen = 0;
@@ -399,8 +414,9 @@ int main(int argc, char **argv) {
             status = 1;
         }
         double epoch_s = now_s() - t0;
-        total_train_s += epoch_s;
-        total_cpu_s += cpu_s() - c0;
+        train_s[fused] += epoch_s;
+        train_cpu_s[fused] += cpu_s() - c0;
+        timed[fused]++;
         int64_t tested = 0;
         double acc = status ? -1 : evaluate(model, test_loader, o.device, &tested);
         if (acc < 0) status = 1;
@@ -410,17 +426,24 @@ int main(int argc, char **argv) {
             tb_histograms(tb, model, NULL, step, &tb_errors);
         }
         if (lead)
-            printf("%sepoch %d: %.1f s (%.0f samples/s), test accuracy %.4f on %lld images\n", tty ? "\n" : "", epoch,
-                   epoch_s, (double)seen / epoch_s, acc, (long long)tested);
+            printf("%sepoch %d%s: %.1f s (%.0f samples/s), test accuracy %.4f on %lld images\n", tty ? "\n" : "", epoch,
+                   !o.fusion_ab ? "" : fused ? " (fused)" : " (unfused)", epoch_s, (double)seen / epoch_s, acc,
+                   (long long)tested);
         fflush(stdout);
     }
-    if (!status && o.bench) {
-        if (lead)
-            printf("{\"name\":\"fashion_mnist_%s%s_epoch\",\"side\":\"kiln\",\"ms\":%.1f,\"cpu_ms\":%.1f,\"rss_mib\":%.1f}\n",
-                   o.model, o.autocast ? "_autocast" : "", 1e3 * total_train_s / o.epochs, 1e3 * total_cpu_s / o.epochs,
-                   peak_rss_mib());
-    } else if (!status) {
-        if (lead) printf("mean epoch time %.1f s\n", total_train_s / o.epochs);
+    if (!status && o.bench && lead) {
+        /* ms: the fused epochs under --fusion-ab (unfused_ms beside them), else every epoch */
+        int main_n = o.fusion_ab ? timed[1] : timed[0] + timed[1];
+        double main_s = o.fusion_ab ? train_s[1] : train_s[0] + train_s[1];
+        double main_cpu = o.fusion_ab ? train_cpu_s[1] : train_cpu_s[0] + train_cpu_s[1];
+        printf("{\"name\":\"fashion_mnist_%s%s_epoch\",\"side\":\"kiln\",\"ms\":%.1f,\"cpu_ms\":%.1f,", o.model,
+               o.autocast ? "_autocast" : "", 1e3 * main_s / main_n, 1e3 * main_cpu / main_n);
+        if (o.fusion_ab)
+            printf("\"unfused_ms\":%.1f,\"unfused_cpu_ms\":%.1f,", 1e3 * train_s[0] / timed[0],
+                   1e3 * train_cpu_s[0] / timed[0]);
+        printf("\"rss_mib\":%.1f}\n", peak_rss_mib());
+    } else if (!status && !o.bench) {
+        if (lead) printf("mean epoch time %.1f s\n", (train_s[0] + train_s[1]) / o.epochs);
         if (kiln_dist_checkpoint_save(o.checkpoint, model, opt) == KILN_OK) { /* rank 0 writes */
             if (lead) printf("checkpoint written to %s\n", o.checkpoint);
         } else {

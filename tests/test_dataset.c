@@ -273,6 +273,31 @@ static void expect_bad_images(const unsigned char *img, size_t n, bool gz, kiln_
     if (detail) kt_expect_error_at(st, detail, __FILE__, 0, here);
 }
 
+/* Every byte value converts to (float)(v / 255.0), the value the loader's 256-entry table held
+ * before src/data/idx.c divided in float: one 16 x 16 image of (7 i + 3) % 256, which takes
+ * every value once. */
+KT_TEST(idx_every_byte_value) {
+    ew_mark m = ew_mark_now();
+    static unsigned char img[16 + 256], lbl[8 + 1];
+    size_t ni = idx_bytes(img, 0x803, 3, (uint32_t[]){1, 16, 16}, 256), nl = idx_bytes(lbl, 0x801, 1, (uint32_t[]){1}, 1);
+    write_file(tmp_path("img256"), img, ni);
+    write_file(tmp_path("lbl1"), lbl, nl);
+    kiln_dataset *ds = kiln_idx_dataset_new(tmp_path("img256"), tmp_path("lbl1"));
+    KT_CHECK(ds != NULL);
+    kiln_tensor x, y;
+    if (ds && kiln_dataset_get(ds, 0, &x, &y) == KILN_OK) {
+        double xv[256], yv[1];
+        read_sample(x, y, xv, 256, yv, 1);
+        int bad = 0;
+        for (int i = 0; i < 256; i++) bad += xv[i] != (double)(float)(((7 * i + 3) % 256) / 255.0);
+        KT_CHECK_MSG(bad == 0, "%d byte values convert to another float", bad);
+    } else {
+        KT_CHECK(false);
+    }
+    kiln_dataset_free(ds);
+    EW_NO_LEAKS(m);
+}
+
 KT_TEST(idx_damaged) {
     ew_mark m = ew_mark_now();
     make_idx_pair();
@@ -686,6 +711,7 @@ int main(void) {
     KT_RUN(user_dataset);
     KT_RUN(memory_dataset);
     KT_RUN(idx_round_trip);
+    KT_RUN(idx_every_byte_value);
     KT_RUN(idx_damaged);
     KT_RUN(idx_special_files);
     KT_RUN(idx_huge_claims);

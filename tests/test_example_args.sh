@@ -49,11 +49,12 @@ run 2 "--frobnicate" --data "$nodata" --frobnicate
 run 2 "'--epochs' requires an argument" --data "$nodata" --epochs
 run 2 "unexpected argument 'stray'" --data "$nodata" stray
 run 2 "invalid option" --data "$nodata" -x
+run 2 "--fusion-ab needs --epochs 2 or more" --data "$nodata" --fusion-ab --epochs 1
 
 "$exe" --help >"$out" 2>"$err"
 got=$?
 if [ $got != 0 ]; then echo "FAIL --help: exit status $got"; failed=1; fi
-for opt in --model --epochs --batch --lr --workers --limit --data --checkpoint --profile --seed --device --bench --help; do
+for opt in --model --epochs --batch --lr --workers --limit --data --checkpoint --profile --seed --device --bench --fusion-ab --help; do
     grep -qF -- "$opt" "$out" || { echo "FAIL --help does not list $opt"; failed=1; }
 done
 [ $got = 0 ] && echo "ok   --help -> 0, lists every option"
@@ -61,6 +62,19 @@ run 0 "usage:" -h
 
 # every option with a good value is accepted: the program goes on to open the data
 run 1 "cannot open Fashion-MNIST in $nodata" --data "$nodata" --model cnn --epochs 3 --batch 64 --lr 0.01 \
-    --workers 0 --limit 1000 --seed 7 --checkpoint x.safetensors --profile x.json --bench
+    --workers 0 --limit 1000 --seed 7 --checkpoint x.safetensors --profile x.json --bench --fusion-ab
 run 1 "cannot open Fashion-MNIST in $nodata" --data="$nodata" --epochs=2 --lr=1e-2 --model=mlp --device=cpu
+
+# --fusion-ab on the real data (where Debian's package is installed): the epochs alternate
+# unfused, fused, fused, unfused, each line says which, and the JSON has both sides' times
+data=/usr/share/datasets/fashion-mnist
+if [ -r "$data/train-images-idx3-ubyte.gz" ]; then
+    if "$exe" --bench --fusion-ab --epochs 4 --limit 256 --workers 0 >"$out" 2>"$err" &&
+        [ "$(grep -o '^epoch [0-9] ([a-z]*)' "$out" | tr '\n' ' ')" = "epoch 1 (unfused) epoch 2 (fused) epoch 3 (fused) epoch 4 (unfused) " ] &&
+        grep -q '"ms":[0-9.]*,"cpu_ms":[0-9.]*,"unfused_ms":[0-9.]*,"unfused_cpu_ms":[0-9.]*' "$out"; then
+        echo "ok   --fusion-ab: U F F U, both sides' times"
+    else
+        echo "FAIL --fusion-ab:"; cat "$out" "$err"; failed=1
+    fi
+fi
 exit $failed

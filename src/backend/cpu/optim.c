@@ -9,6 +9,7 @@
 
 #include "backend/cpu/convert_lowp.h"
 #include "backend/cpu/cpu-impl.h"
+#include "backend/cpu/optim_avx2.h"
 #include "backend/cpu/vmath.h"
 #include "ir/optim_params.h"
 
@@ -156,6 +157,23 @@ typedef struct {
 /* Dense runs go by blocks: moments first, then the block's square roots through the
  * vectorised sqrt (a libm sqrt call per element keeps the loop scalar), then the update. */
 #define ADAM_BLOCK 512
+
+/* Dense f32 runs on CPUs with AVX2: optim_avx2.c, the same bits eight at a time. */
+static bool adam_f32_fast(int64_t n, float *p, float *m, float *v, const float *g, const adam_args *a, int decay,
+                          bool first) {
+    if (!kiln__adam_f32_avx2_ok()) return false;
+    ADAM_CONSTANTS(float)
+    kiln__adam_f32_consts c = {step, w1, b2, w2, eps, bc2, k};
+    kiln__adam_f32_avx2(n, p, m, v, g, &c, decay, first);
+    return true;
+}
+
+static bool adam_f64_fast(int64_t n, double *p, double *m, double *v, const double *g, const adam_args *a, int decay,
+                          bool first) {
+    (void)n, (void)p, (void)m, (void)v, (void)g, (void)a, (void)decay, (void)first;
+    return false;
+}
+
 #define DEFINE_ADAM(T, SQRT, VSQRT)                                                                    \
     INLINE void adam_##T##_run(int64_t n, T *p, T *m, T *v, const T *g, int64_t sp, int64_t sm, int64_t sv, \
                                int64_t sg, const adam_args *a, int decay, bool first) {                 \
@@ -195,6 +213,7 @@ typedef struct {
             adam_##T##_run(n, p, m, v, g, st[0] / es, st[1] / es, st[2] / es, st[3] / es, a, decay, first); \
             return;                                                                                    \
         }                                                                                              \
+        if (adam_##T##_fast(n, p, m, v, g, a, decay, first)) return;                                  \
         switch (decay * 2 + first) {                                                                   \
         case 0: adam_##T##_dense(n, p, m, v, g, a, 0, false); break;                                   \
         case 1: adam_##T##_dense(n, p, m, v, g, a, 0, true); break;                                    \
