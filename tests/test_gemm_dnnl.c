@@ -5,7 +5,8 @@
  * oneDNN's sums depend on the call's row count), and for a right operand past the caches, whose
  * tiles are taller; the height the same at every thread count, and so the bits; tall tiles and
  * row counts around their edges (1 to 4097) against double on sampled rows; layouts it refuses;
- * kiln_linear over more than 32 rows through the MATMUL kernel with the path on and off.
+ * kiln_linear over more than 32 rows through the MATMUL kernel with the path on and off; a short
+ * tile's column halves.
  * Skipped (77) in a build without oneDNN. */
 #include "backend/cpu/gemm_dnnl.h"
 #include "backend/cpu/vmath.h"
@@ -243,6 +244,47 @@ KT_TEST(fused_product_with_tall_tiles_keeps_bits) {
     kiln__gemm_dnnl_force(-1);
 }
 
+/* A short tile (a product's last, or all of one under the tile height) of one column tile, from
+ * 128 columns and two smallest tasks of work up, runs as two column halves (gemm_dnnl.c): the
+ * halves; products of such tiles against double at 1 and 2 threads; tile-aligned panels and the
+ * fused product (row panels, the last one holding the short tile) keep the whole one's bits. */
+KT_TEST(short_tile_splits_columns) {
+    kiln__gemm_dnnl_force(1);
+    KT_CHECK(kiln__gemm_dnnl_tile_cols(128, 3136, 128, 256) == 64);  /* a CNN's fc1 over 128 images */
+    KT_CHECK(kiln__gemm_dnnl_tile_cols(200, 1000, 100, 256) == 112); /* halves in multiples of 16 */
+    KT_CHECK(kiln__gemm_dnnl_tile_cols(128, 3136, 256, 256) == 128); /* a whole tile: one call */
+    KT_CHECK(kiln__gemm_dnnl_tile_cols(128, 128, 128, 256) == 128);  /* 4.2 MFLOP: too small */
+    KT_CHECK(kiln__gemm_dnnl_tile_cols(100, 3136, 100, 256) == 100); /* under 128 columns */
+    KT_CHECK(kiln__gemm_dnnl_tile_cols(300, 3136, 100, 256) == 192); /* two column tiles already */
+    int saved = kiln_num_threads();
+    for (int threads = 1; threads <= 2; threads++) {
+        kiln_set_num_threads(threads);
+        for (int t = 0; t < 4; t++) {
+            check_product(t & 1, t >> 1, 128, 128, 3136, t == 3 ? 1.0f : 0.0f);
+            check_product(t & 1, t >> 1, 37, 200, 1000, t == 1 ? 1.0f : 0.0f);
+        }
+    }
+    kiln_set_num_threads(saved);
+    const int64_t k128[] = {3136}, k200[] = {1000};
+    check_tile_aligned_panels(128, k128, 1);
+    check_tile_aligned_panels(200, k200, 1);
+    /* relu(x W^T + b), 4196 rows: 2.1 MB of output, fused in two panels of whole tiles, the
+     * second ending in the 100-row tile that runs in halves */
+    int64_t m = 4196, n = 128, k = 3136;
+    double *x = filled_f64(m * k), *w = filled_f64(n * k), *b = filled_f64(n), *got[2] = {NULL, NULL};
+    bool was = kiln_fusion_enabled();
+    for (int fused = 0; fused < 2; fused++) {
+        kiln_fusion_set_enabled(fused);
+        kiln_tensor y = kiln_relu(kiln_linear(ew_tensor(KILN_F32, KILN_SHAPE(m, k), x),
+                                              ew_tensor(KILN_F32, KILN_SHAPE(n, k), w), ew_tensor(KILN_F32, KILN_SHAPE(n), b)));
+        KT_CHECK((got[fused] = ew_read(y, KILN_F32, m * n)) != NULL);
+    }
+    kiln_fusion_set_enabled(was);
+    if (got[0] && got[1]) KT_CHECK_MSG(memcmp(got[0], got[1], sizeof(double) * (size_t)(m * n)) == 0, "fused != unfused");
+    free(x), free(w), free(b), free(got[0]), free(got[1]);
+    kiln__gemm_dnnl_force(-1);
+}
+
 int main(void) {
 #if !KILN_HAVE_DNNL
     printf("built without oneDNN: skipped\n");
@@ -255,5 +297,6 @@ int main(void) {
     KT_RUN(refuses_what_it_cannot_take);
     KT_RUN(fused_product_with_tall_tiles_keeps_bits);
     KT_RUN(linear_through_matmul_kernel);
+    KT_RUN(short_tile_splits_columns);
     return kt_finish();
 }

@@ -14,9 +14,9 @@
  * computed in a call of fewer than 16 rows, or with k = 1000 fewer than 128, came out
  * different from the same row in a larger call), so every product runs as tiles of a height
  * fixed by n, k and the machine (kiln__gemm_dnnl_tile_rows: never by m or the thread count)
- * from its row 0, and columns in a split fixed by n alone: a panel of a product starting at a
- * multiple of that height (fused_matmul.c) makes the same calls for its rows as the whole
- * product does, and a row's bits are the same whatever the thread count. The tiles spread over
+ * from its row 0, and columns in a split fixed by n alone (a short last tile's by n, k and its
+ * rows: kiln__gemm_dnnl_tile_cols): a panel of a product starting at a multiple of that height
+ * (fused_matmul.c) makes the same calls for its rows as the whole product does, and a row's bits are the same whatever the thread count. The tiles spread over
  * kiln's pool, each oneDNN call on its own thread (OpenMP told one thread on each pool thread:
  * no OpenMP team besides the pool).
  *
@@ -46,6 +46,27 @@
 #define TILE_COLS_MIN 256
 
 static int64_t tile_cols_of(int64_t n) { return n < TILE_COLS_MIN ? n : ((n + 1) / 2 + 63) / 64 * 64; }
+
+/* A short tile (fewer rows than the tile height: a product's last tile, or all of a product of
+ * fewer rows, such as a layer over one batch of 128) that is one column tile (under 256 columns)
+ * and at least two of the built-in kernel's smallest tasks (gemm_builtin.c: 4e6 FLOP, well above
+ * a hand-off) runs as two column halves, in multiples of 16, from 128 columns (halves of 64 and
+ * more): otherwise it is one task, one thread, and a product of one such tile leaves the other
+ * cores idle. The Fashion-MNIST CNN's first linear layer (128 x 128 x 3136, x W^T) took 676-949
+ * us as one tile, 484-528 us in two halves, oneDNN's own 2-thread sgemm 378-549 (Intel Xeon
+ * family 6 model 207, 2 vCPUs, BENCHMARKS.md, #29). Only short tiles: splitting every tile of a
+ * tall 128-column product cost 8-13% there (512 x 128 x 512, 2300 x 128 x 384: narrower calls),
+ * where the row tiles already feed every thread. A function of n, k and the tile's own rows:
+ * a row panel starting at a tile edge (fused_matmul.c) makes the same calls for its rows. */
+#define SHORT_SPLIT_MIN_COLS 128
+#define SHORT_SPLIT_MIN_FLOPS 8.0e6
+
+int64_t kiln__gemm_dnnl_tile_cols(int64_t n, int64_t k, int64_t rows, int64_t tile_rows) {
+    int64_t cols = tile_cols_of(n > 0 ? n : 1);
+    if (rows >= tile_rows || cols != n || n < SHORT_SPLIT_MIN_COLS) return cols;
+    if (2.0 * (double)rows * (double)n * (double)k < SHORT_SPLIT_MIN_FLOPS) return cols;
+    return ((n + 1) / 2 + 15) / 16 * 16;
+}
 
 /* KILN_GEMM_DNNL_ROWS: a height for every shape, 0 unset; read once */
 static int64_t env_rows(void) {
@@ -138,6 +159,7 @@ void kiln__dnnl_omp_threads(int n) {
 typedef struct {
     char ta, tb;
     int64_t m, n, k, lda, ldb, ldc, tile_rows, tile_cols, col_tiles;
+    int64_t full_tasks, last_cols, last_col_tiles; /* the tasks of whole tiles; the last tile's columns */
     float alpha, beta;
     const float *a, *b;
     float *c;
@@ -147,9 +169,12 @@ static void tiles_task(void *ctx, int64_t begin, int64_t end) {
     tiles_job *j = ctx;
     kiln__dnnl_omp_threads(1); /* every time: a oneDNN conv on this thread sets its own */
     for (int64_t t = begin; t < end; t++) {
-        int64_t i0 = t / j->col_tiles * j->tile_rows, j0 = t % j->col_tiles * j->tile_cols;
+        bool last = t >= j->full_tasks; /* (a short last tile: its own column split) */
+        int64_t tc = last ? j->last_cols : j->tile_cols, u = last ? t - j->full_tasks : t;
+        int64_t i0 = last ? j->full_tasks / j->col_tiles * j->tile_rows : u / j->col_tiles * j->tile_rows;
+        int64_t j0 = (last ? u : u % j->col_tiles) * tc;
         int64_t rows = j->m - i0 < j->tile_rows ? j->m - i0 : j->tile_rows;
-        int64_t cols = j->n - j0 < j->tile_cols ? j->n - j0 : j->tile_cols;
+        int64_t cols = j->n - j0 < tc ? j->n - j0 : tc;
         const float *a = j->a + (j->ta == 'T' ? i0 : i0 * j->lda);
         const float *b = j->b + (j->tb == 'T' ? j0 * j->ldb : j0);
         float *c = j->c + i0 * j->ldc + j0;
@@ -166,10 +191,15 @@ kiln_status kiln__gemm_dnnl_f32(int trans_a, int trans_b, int64_t m, int64_t n, 
                                 const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                                 int64_t ldc) {
     int64_t tile_cols = tile_cols_of(n), tile_rows = kiln__gemm_dnnl_tile_rows(n, k);
+    int64_t full_rows = m / tile_rows, short_rows = m % tile_rows;
+    int64_t last_cols = kiln__gemm_dnnl_tile_cols(n, k, short_rows > 0 ? short_rows : tile_rows, tile_rows);
     tiles_job j = {.ta = trans_a ? 'T' : 'N', .tb = trans_b ? 'T' : 'N', .m = m, .n = n, .k = k, .lda = lda,
                    .ldb = ldb, .ldc = ldc, .tile_rows = tile_rows, .tile_cols = tile_cols,
-                   .col_tiles = (n + tile_cols - 1) / tile_cols, .alpha = alpha, .beta = beta, .a = a, .b = b, .c = c};
-    kiln__parallel_for((m + tile_rows - 1) / tile_rows * j.col_tiles, 1, tiles_task, &j);
+                   .col_tiles = (n + tile_cols - 1) / tile_cols, .last_cols = last_cols,
+                   .last_col_tiles = short_rows > 0 ? (n + last_cols - 1) / last_cols : 0, .alpha = alpha,
+                   .beta = beta, .a = a, .b = b, .c = c};
+    j.full_tasks = full_rows * j.col_tiles;
+    kiln__parallel_for(j.full_tasks + j.last_col_tiles, 1, tiles_task, &j);
     /* oneDNN registers its JIT kernels' destructors when it first makes them (for each shape
      * class): the exit hold is registered after them (backend-impl.h), a bounded number of times */
     static atomic_int registrations;

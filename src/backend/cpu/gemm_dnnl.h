@@ -24,6 +24,12 @@
  * for every shape, for measuring. */
 int64_t kiln__gemm_dnnl_tile_rows(int64_t n, int64_t k);
 
+/* Columns per call of a tile of `rows` rows (of tile_rows, the height above) of a product of n
+ * columns over k: n, or two tiles from 256 columns, and a short tile of one column tile split in
+ * two halves when it is large enough (gemm_dnnl.c). A function of n, k and the tile's rows only,
+ * so a tile-aligned row panel keeps the whole product's bits. */
+int64_t kiln__gemm_dnnl_tile_cols(int64_t n, int64_t k, int64_t rows, int64_t tile_rows);
+
 /* kiln__gemm_dnnl_tile_rows(n, k) when the oneDNN path is on (KILN_GEMM_DNNL, or the CPU's
  * default), else 0. */
 int64_t kiln__gemm_dnnl_rows(int64_t n, int64_t k);
