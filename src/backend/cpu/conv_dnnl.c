@@ -41,7 +41,7 @@
 #include <pthread.h>
 
 static atomic_int dnnl_forced = -1; /* -1: from KILN_CONV (or the default), 0 built-in, 1 oneDNN */
-static atomic_long dnnl_calls, dnnl_bf16_calls, kiln_reorders;
+static atomic_long dnnl_calls, dnnl_bf16_calls, kiln_reorders, blocked_bf16_acts;
 static atomic_int env_cached = -1;  /* KILN_CONV read once: 0 builtin, 1 dnnl, 2 unset (auto) */
 
 void kiln__conv_dnnl_force(int mode) {
@@ -54,6 +54,8 @@ long kiln__conv_dnnl_calls(void) { return atomic_load(&dnnl_calls); }
 long kiln__conv_dnnl_bf16_calls(void) { return atomic_load(&dnnl_bf16_calls); }
 
 long kiln__conv_dnnl_kiln_reorders(void) { return atomic_load(&kiln_reorders); }
+
+long kiln__conv_dnnl_blocked_bf16_activations(void) { return atomic_load(&blocked_bf16_acts); }
 
 /* Failure injection for tests (kiln__conv_dnnl_inject_failure): the stage and how many more
  * calls reaching it fail. */
@@ -130,6 +132,7 @@ typedef struct {
     dnnl_primitive_t conv;
     dnnl_primitive_t re[4];
     int64_t kiln_re[4][3]; /* n, c, h*w of an activation kiln transposes; n = 0 where it does not */
+    bool blocked16[4];     /* a bf16 activation in nChw16c, whoever moves it (tests count them) */
     dnnl_memory_desc_t md[4], user_md[4]; /* the conv's layout, kiln's */
     dnnl_memory_desc_t scratch_md;
     int kinds[4], n;
@@ -219,23 +222,30 @@ static int blocked_layout(void) {
     return !e || strcmp(e, "plain") != 0;
 }
 
-/* Whether kiln's transpose (conv_reorder.h) moves argument `arg` of key k's bf16 conv between
- * NCHW and the conv's layout md: an activation whose md is nChw16c over whole blocks of 16
- * channels. Sets its n, c, h*w in dims. KILN_DNNL_REORDER=onednn keeps oneDNN's, for measuring. */
-static bool kiln_transposes(const dnnl_key *k, int arg, const dnnl_memory_desc_t *md, int64_t *dims) {
-    const char *e = getenv("KILN_DNNL_REORDER");
+/* Whether argument `arg` of key k's bf16 conv is an activation oneDNN wants in nChw16c (md) over
+ * whole blocks of 16 channels, the layout kiln's transpose (conv_reorder.h) writes; sets its n,
+ * c, h*w in dims. The layout is oneDNN's choice per CPU: blocked for its AVX-512 convs, nhwc for
+ * its AMX ones (Intel Xeon 6/207), which oneDNN's reorders serve. */
+static bool bf16_activation_blocked16(const dnnl_key *k, int arg, const dnnl_memory_desc_t *md, int64_t *dims) {
     int ua = user_arg(arg);
-    if (!k->bf16 || (ua != DNNL_ARG_SRC && ua != DNNL_ARG_DST) || (e && strcmp(e, "onednn") == 0)) return false;
+    if (!k->bf16 || (ua != DNNL_ARG_SRC && ua != DNNL_ARG_DST)) return false;
     bool src = ua == DNNL_ARG_SRC;
     int64_t c = src ? k->c : k->o, hw = src ? k->h * k->w : k->oh * k->ow;
+    if (c % 16 != 0) return false; /* (padded blocks: oneDNN's reorder) */
     dnnl_dims_t d = {k->n, c, src ? k->h : k->oh, src ? k->w : k->ow};
     dnnl_memory_desc_t blocked;
-    if (!kiln__conv_reorder_bf16_ok(c) ||
-        dnnl_memory_desc_init_by_tag(&blocked, 4, d, dnnl_bf16, dnnl_aBcd16b) != dnnl_success ||
+    if (dnnl_memory_desc_init_by_tag(&blocked, 4, d, dnnl_bf16, dnnl_aBcd16b) != dnnl_success ||
         !dnnl_memory_desc_equal(md, &blocked))
         return false;
     dims[0] = k->n, dims[1] = c, dims[2] = hw;
     return true;
+}
+
+/* Whether kiln's transpose moves such an activation: where the CPU has its instructions.
+ * KILN_DNNL_REORDER=onednn keeps oneDNN's, for measuring. */
+static bool kiln_transposes(const int64_t *dims) {
+    const char *e = getenv("KILN_DNNL_REORDER");
+    return kiln__conv_reorder_bf16_ok(dims[1]) && !(e && strcmp(e, "onednn") == 0);
 }
 
 /* The primitive for key k: NULL with *st = KILN_OK when oneDNN has no implementation for it
@@ -294,7 +304,12 @@ static bool create(const dnnl_key *k, dnnl_prims *p, kiln_status *st) {
         p->md[i] = *dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, p->kinds[i]);
         s = plain_md(k, user_arg(p->kinds[i]), &p->user_md[i]);
         if (s != dnnl_success || dnnl_memory_desc_equal(&p->md[i], &p->user_md[i])) continue;
-        if (kiln_transposes(k, p->kinds[i], &p->md[i], p->kiln_re[i])) continue;
+        int64_t dims[3];
+        p->blocked16[i] = bf16_activation_blocked16(k, p->kinds[i], &p->md[i], dims);
+        if (p->blocked16[i] && kiln_transposes(dims)) {
+            memcpy(p->kiln_re[i], dims, sizeof dims);
+            continue;
+        }
         bool out = is_output(p->kinds[i]);
         dnnl_primitive_desc_t rpd = NULL;
         s = dnnl_reorder_primitive_desc_create(&rpd, out ? &p->md[i] : &p->user_md[i], cpu_engine,
@@ -366,6 +381,7 @@ static kiln_status execute(const dnnl_prims *p, const dnnl_key *k, void *const *
     dnnl_status_t s = (p->scratch && !scratch) || injected(KILN__DNNL_FAIL_ALLOC) ? dnnl_out_of_memory : dnnl_success;
     if (s == dnnl_success) s = dnnl_stream_create(&stream, cpu_engine, dnnl_stream_default_flags);
     for (int i = 0; i < n && s == dnnl_success; i++) {
+        if (p->blocked16[i]) atomic_fetch_add(&blocked_bf16_acts, 1);
         if (p->kiln_re[i][0]) { /* a bf16 activation kiln transposes into or out of a buffer of its own */
             const int64_t *d = p->kiln_re[i];
             if (!(tmp[i] = malloc(dnnl_memory_desc_get_size(&p->md[i])))) s = dnnl_out_of_memory;
@@ -486,6 +502,8 @@ long kiln__conv_dnnl_calls(void) { return 0; }
 long kiln__conv_dnnl_bf16_calls(void) { return 0; }
 
 long kiln__conv_dnnl_kiln_reorders(void) { return 0; }
+
+long kiln__conv_dnnl_blocked_bf16_activations(void) { return 0; }
 
 void kiln__conv_dnnl_inject_failure(int stage, int count) {
     (void)stage;

@@ -39,6 +39,11 @@ long kiln__conv_dnnl_bf16_calls(void);
  * oneDNN conv's layout in this process. */
 long kiln__conv_dnnl_kiln_reorders(void);
 
+/* Tests: how many bf16 activations oneDNN's convs took or gave in nChw16c (whole blocks of 16
+ * channels) in this process, moved by kiln's transposes or oneDNN's reorders (its AMX convs ask
+ * for nhwc: none). */
+long kiln__conv_dnnl_blocked_bf16_activations(void);
+
 /* Tests: the next `count` oneDNN convs fail at `stage` (count 0 clears): KILN__DNNL_FAIL_ALLOC
  * as if a buffer allocation returned NULL (KILN_ERR_OUT_OF_MEMORY), KILN__DNNL_FAIL_CREATE as
  * if oneDNN refused to create the primitive (KILN_ERR_KERNEL; only a shape not yet in the
