@@ -6,8 +6,10 @@
  * tiles are taller; the height the same at every thread count, and so the bits; tall tiles and
  * row counts around their edges (1 to 4097) against double on sampled rows; layouts it refuses;
  * kiln_linear over more than 32 rows through the MATMUL kernel with the path on and off; a short
- * tile's column halves.
+ * tile's column halves; a serial product (one of many side by side, as attention's heads run) in
+ * oneDNN's bits.
  * Skipped (77) in a build without oneDNN. */
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/gemm_dnnl.h"
 #include "backend/cpu/vmath.h"
 #include "core/machine.h"
@@ -285,6 +287,25 @@ KT_TEST(short_tile_splits_columns) {
     kiln__gemm_dnnl_force(-1);
 }
 
+/* A serial product goes where the pool's product of its size class goes: with oneDNN on, the
+ * same tiles and bits as kiln__gemm_dnnl_f32, not the BLAS's (Debian's OpenBLAS runs SSE3
+ * kernels on a CPU it does not know: 6x slower at attention's shapes on an Intel Xeon) */
+KT_TEST(serial_products_in_onednn_bits) {
+    kiln__gemm_dnnl_force(1);
+    const int64_t shapes[][4] = {{128, 128, 32, 1}, {128, 32, 128, 0}, {16, 16, 32, 1}, {300, 40, 700, 0}}; /* m n k tb */
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], tb = shapes[s][3], ldb = tb ? k : n;
+        float *a = filled(m * k), *b = filled(n * k), *serial = filled(m * n), *pooled = filled(m * n);
+        kiln__gemm_serial_f32(0, (int)tb, m, n, k, 0.5f, a, k, b, ldb, 0.0f, serial, n);
+        KT_CHECK(kiln__gemm_dnnl_f32(0, (int)tb, m, n, k, 0.5f, a, k, b, ldb, 0.0f, pooled, n) == KILN_OK);
+        KT_CHECK_MSG(memcmp(serial, pooled, sizeof(float) * (size_t)(m * n)) == 0,
+                     "m %lld n %lld k %lld: the serial product's bits are not oneDNN's", (long long)m, (long long)n,
+                     (long long)k);
+        free(a), free(b), free(serial), free(pooled);
+    }
+    kiln__gemm_dnnl_force(-1);
+}
+
 int main(void) {
 #if !KILN_HAVE_DNNL
     printf("built without oneDNN: skipped\n");
@@ -298,5 +319,6 @@ int main(void) {
     KT_RUN(fused_product_with_tall_tiles_keeps_bits);
     KT_RUN(linear_through_matmul_kernel);
     KT_RUN(short_tile_splits_columns);
+    KT_RUN(serial_products_in_onednn_bits);
     return kt_finish();
 }

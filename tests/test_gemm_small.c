@@ -100,8 +100,39 @@ KT_TEST(linear_small_rows_match_reference) {
     KT_MEM_CHECK();
 }
 
+/* The next block's prefetches: every line once over all passes, the same share at each step,
+ * so every pass gets its part of the stream (the first pass once took all of it, which left
+ * the stream idle for the other three quarters of a 16-row block's arithmetic) */
+KT_TEST(prefetch_spread_over_passes) {
+    const int64_t lines_list[] = {1, 5, 144, 145, 576}, steps_per_pass[] = {1, 3, 24, 96}, passes_list[] = {1, 2, 4, 8};
+    for (size_t li = 0; li < sizeof lines_list / sizeof *lines_list; li++)
+        for (size_t si = 0; si < sizeof steps_per_pass / sizeof *steps_per_pass; si++)
+            for (size_t pi = 0; pi < sizeof passes_list / sizeof *passes_list; pi++) {
+                int64_t lines = lines_list[li], sp = steps_per_pass[si], passes = passes_list[pi], covered = 0;
+                for (int64_t pass = 0; pass < passes; pass++) {
+                    int64_t first = -1, count = -1;
+                    int64_t per = kiln__gemm_small_prefetch_share(lines, passes * sp, pass * sp, &first, &count);
+                    int64_t issued = per * sp < count ? per * sp : count; /* what this pass prefetches */
+                    KT_CHECK_MSG(first == covered, "lines %lld steps %lld pass %lld: starts at %lld, not %lld",
+                                 (long long)lines, (long long)sp, (long long)pass, (long long)first, (long long)covered);
+                    KT_CHECK_MSG(per * passes * sp >= lines && (per - 1) * passes * sp < lines,
+                                 "lines %lld over %lld steps: %lld a step", (long long)lines, (long long)(passes * sp),
+                                 (long long)per);
+                    KT_CHECK_MSG(issued <= per * sp, "pass %lld issues %lld", (long long)pass, (long long)issued);
+                    covered += issued;
+                }
+                KT_CHECK_MSG(covered == lines, "lines %lld steps %lld passes %lld: %lld prefetched", (long long)lines,
+                             (long long)sp, (long long)passes, (long long)covered);
+            }
+    int64_t first = -1, count = -1; /* a block too narrow for one vector step: nothing to spread */
+    KT_CHECK(kiln__gemm_small_prefetch_share(144, 0, 0, &first, &count) == 0);
+    /* MiniLM at 16 rows: 6 rows of 384 floats (144 lines) over 4 passes of 24 steps */
+    KT_CHECK(kiln__gemm_small_prefetch_share(144, 96, 24, &first, &count) == 2 && first == 48 && count == 96);
+}
+
 int main(void) {
     KT_RUN(kernel_matches_reference);
+    KT_RUN(prefetch_spread_over_passes);
     KT_RUN(linear_small_rows_match_reference);
     return kt_finish();
 }

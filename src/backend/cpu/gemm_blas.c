@@ -35,6 +35,7 @@
 #include "backend/cpu/cpu-impl.h"
 #include "backend/cpu/gemm-impl.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/gemm_dnnl.h"
 #include "backend/cpu/threadpool.h"
 
 #ifndef KILN_HAVE_CBLAS
@@ -272,7 +273,7 @@ int kiln__gemm_serial_is_fast(int64_t m, int64_t n, int64_t k) {
 #define GEMM_SERIAL_BLAS(T, BLAS_FN)
 #endif
 
-#define GEMM_SERIAL_DEFINE(T, SFX, BLAS_FN)                                                   \
+#define GEMM_SERIAL_DEFINE(T, SFX, BLAS_FN, FIRST)                                            \
     void kiln__gemm_serial_##SFX(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,   \
                                  T alpha, const T *a, int64_t lda, const T *b, int64_t ldb,   \
                                  T beta, T *c, int64_t ldc) {                                 \
@@ -281,10 +282,23 @@ int kiln__gemm_serial_is_fast(int64_t m, int64_t n, int64_t k) {
             kiln__gemm_scale_##SFX(m, n, beta, c, ldc);                                       \
             return;                                                                           \
         }                                                                                     \
+        FIRST                                                                                 \
         GEMM_SERIAL_BLAS(T, BLAS_FN)                                                          \
         kiln__gemm_builtin_run_##SFX(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, \
                                      ldc, 1);                                                 \
     }
 
-GEMM_SERIAL_DEFINE(float, f32, cblas_sgemm)
-GEMM_SERIAL_DEFINE(double, f64, cblas_dgemm)
+/* An f32 serial product goes where a pool product of its size class goes when that is oneDNN
+ * (kiln__gemm_f32_provider: the tuner's measurement, else the rule), in the same tiles, on this
+ * thread: the BLAS is there only when it measured faster. Intel Xeon family 6 model 207, where
+ * Debian's OpenBLAS runs its Prescott (SSE3) kernels, one thread: attention's 128 x 128 x 32
+ * 65 us in OpenBLAS against 11 in oneDNN, 16 x 16 x 32 0.95 against 0.62 (BENCHMARKS.md). */
+#define SERIAL_DNNL_F32                                                                                   \
+    if (kiln__gemm_f32_provider(n, k) == KILN__GEMM_DNNL &&                                               \
+        kiln__gemm_dnnl_fits(trans_a, trans_b, m, n, k, lda, ldb, ldc)) {                                 \
+        kiln__gemm_dnnl_serial_f32(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);       \
+        return;                                                                                           \
+    }
+
+GEMM_SERIAL_DEFINE(float, f32, cblas_sgemm, SERIAL_DNNL_F32)
+GEMM_SERIAL_DEFINE(double, f64, cblas_dgemm, )

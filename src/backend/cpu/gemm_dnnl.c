@@ -187,24 +187,45 @@ static void tiles_task(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-kiln_status kiln__gemm_dnnl_f32(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                                const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
-                                int64_t ldc) {
+/* The product's tiles (kiln__gemm_dnnl_tile_rows high, tile_cols_of wide; a short last row of
+ * tiles kiln__gemm_dnnl_tile_cols wide); returns their count. */
+static int64_t tiles_of(tiles_job *j, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                        const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
     int64_t tile_cols = tile_cols_of(n), tile_rows = kiln__gemm_dnnl_tile_rows(n, k);
     int64_t full_rows = m / tile_rows, short_rows = m % tile_rows;
     int64_t last_cols = kiln__gemm_dnnl_tile_cols(n, k, short_rows > 0 ? short_rows : tile_rows, tile_rows);
-    tiles_job j = {.ta = trans_a ? 'T' : 'N', .tb = trans_b ? 'T' : 'N', .m = m, .n = n, .k = k, .lda = lda,
-                   .ldb = ldb, .ldc = ldc, .tile_rows = tile_rows, .tile_cols = tile_cols,
-                   .col_tiles = (n + tile_cols - 1) / tile_cols, .last_cols = last_cols,
-                   .last_col_tiles = short_rows > 0 ? (n + last_cols - 1) / last_cols : 0, .alpha = alpha,
-                   .beta = beta, .a = a, .b = b, .c = c};
-    j.full_tasks = full_rows * j.col_tiles;
-    kiln__parallel_for(j.full_tasks + j.last_col_tiles, 1, tiles_task, &j);
-    /* oneDNN registers its JIT kernels' destructors when it first makes them (for each shape
-     * class): the exit hold is registered after them (backend-impl.h), a bounded number of times */
+    *j = (tiles_job){.ta = trans_a ? 'T' : 'N', .tb = trans_b ? 'T' : 'N', .m = m, .n = n, .k = k, .lda = lda,
+                     .ldb = ldb, .ldc = ldc, .tile_rows = tile_rows, .tile_cols = tile_cols,
+                     .col_tiles = (n + tile_cols - 1) / tile_cols, .last_cols = last_cols,
+                     .last_col_tiles = short_rows > 0 ? (n + last_cols - 1) / last_cols : 0, .alpha = alpha,
+                     .beta = beta, .a = a, .b = b, .c = c};
+    j->full_tasks = full_rows * j->col_tiles;
+    return j->full_tasks + j->last_col_tiles;
+}
+
+/* oneDNN registers its JIT kernels' destructors when it first makes them (for each shape class):
+ * the exit hold is registered after them (backend-impl.h), a bounded number of times */
+static void hold_exit_after_jit(void) {
     static atomic_int registrations;
     if (atomic_fetch_add(&registrations, 1) < 64) kiln__backend_exit_hold_register();
+}
+
+kiln_status kiln__gemm_dnnl_f32(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                                const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                                int64_t ldc) {
+    tiles_job j;
+    int64_t count = tiles_of(&j, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    kiln__parallel_for(count, 1, tiles_task, &j);
+    hold_exit_after_jit();
     return KILN_OK;
+}
+
+void kiln__gemm_dnnl_serial_f32(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                                const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                                int64_t ldc) {
+    tiles_job j;
+    tiles_task(&j, 0, tiles_of(&j, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc));
+    hold_exit_after_jit();
 }
 
 #else
@@ -216,6 +237,13 @@ kiln_status kiln__gemm_dnnl_f32(int trans_a, int trans_b, int64_t m, int64_t n, 
     (void)beta, (void)c, (void)ldc;
     kiln__kernel_error("kiln was built without oneDNN");
     return KILN_ERR_UNSUPPORTED;
+}
+
+/* (never called: kiln__gemm_dnnl_fits is false without oneDNN) */
+void kiln__gemm_dnnl_serial_f32(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                                const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                                int64_t ldc) {
+    kiln__gemm_builtin_f32(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 #endif

@@ -58,6 +58,11 @@ bool kiln__gemm_dnnl_by_rule(void);
 kiln_status kiln__gemm_dnnl_f32(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                          int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
+/* The same tiles on the calling thread alone, in turn, one OpenMP thread (kiln__gemm_serial_f32:
+ * a product among many side by side). The same bits as kiln__gemm_dnnl_f32. */
+void kiln__gemm_dnnl_serial_f32(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                                int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+
 /* Sets oneDNN's OpenMP thread count (libgomp's, a per-thread setting) for the calling thread;
  * nothing where libgomp is not loaded. For this file's products and conv_dnnl.c's convs. Only in
  * a build with oneDNN. */

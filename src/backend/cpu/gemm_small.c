@@ -23,6 +23,14 @@
 #define SMALL_HAVE_AVX2 0
 #endif
 
+int64_t kiln__gemm_small_prefetch_share(int64_t lines, int64_t steps, int64_t step0, int64_t *first, int64_t *count) {
+    int64_t per_step = steps > 0 ? (lines + steps - 1) / steps : 0;
+    int64_t lo = step0 * per_step < lines ? step0 * per_step : lines;
+    *first = lo;
+    *count = lines - lo;
+    return per_step;
+}
+
 static atomic_int small_isa_cap = 3; /* tests: 1 plain C, 2 AVX2, 3 whatever the CPU has */
 
 /* The cap above, lowered by KILN_ISA as the vector math follows it (vmath.c). */
@@ -58,31 +66,59 @@ SMALL_TARGET static inline float hsum256(__m256 v) {
 
 SMALL_TARGET512 static inline float hsum512(__m512 v) { return _mm512_reduce_add_ps(v); }
 
+/* Where the next block of W is prefetched from: its lines (64 bytes) in address order, `per_step`
+ * of them at each vector step of the arithmetic (small_prefetch). The last pass may run past
+ * the block's end by less than a step's share per step: a prefetch never faults. */
+typedef struct {
+    const char *at;
+    int64_t per_step;
+} small_pf;
+
+/* The cursor for pass `pass` of `passes` over a block of k columns of W whose next block (nr
+ * rows at next, NULL: none) is prefetched meanwhile: its lines spread evenly over every pass's
+ * steps (kiln__gemm_small_prefetch_share). The rows' gaps (ldw > k) go along: a linear layer's
+ * weight has none, and a line prefetched in vain costs less than a cursor that skips it. */
+static small_pf small_prefetch(const float *next, int64_t nr, int64_t k, int64_t ldw, int64_t lanes, int64_t pass,
+                               int64_t passes) {
+    small_pf pf = {0};
+    if (!next) return pf;
+    int64_t first, count;
+    pf.per_step = kiln__gemm_small_prefetch_share((nr * ldw + 15) / 16, passes * (k / lanes), pass * (k / lanes), &first,
+                                                  &count);
+    if (count == 0) pf.per_step = 0;
+    pf.at = (const char *)next + 64 * first;
+    return pf;
+}
+
 /* One kernel per vector width, from one text:
  *   block_S(MR, NR, ..., pf) out[i][j] = dot(a row i, w row j) for an MR x NR block (MR <= 4,
  *                         NR <= NRMAX; constants once inlined, so the accumulators stay in
  *                         registers: 4 x 3 of 8 floats with AVX2, 4 x 6 of 16 with AVX-512);
- *                         with pf, the NRMAX rows of W at pf are prefetched alongside
+ *                         at each vector step it prefetches pf.per_step lines of the next block
  *   nt_S(...)             C's columns NRMAX at a time: each block of W rows is read against
  *                         every row of A while it is in L1 (4 rows at a time, then the rest
- *                         as a narrower block), and the first of those passes prefetches the
- *                         next block's rows; the last columns one at a time.
+ *                         as a narrower block), and every one of those passes prefetches its
+ *                         share of the next block's rows into L2; the last columns one at a time.
  * The W block order matters because W comes from memory (a 16-token sentence reads MiniLM's
  * 42 MB of weights once): the rows of A outer, as this was first, read all of W 4 times over
- * from L2/L3 and overlapped little of the stream with the arithmetic. Each output is still the
- * same dot product in the same order, whatever the block shape. */
+ * from L2/L3 and overlapped little of the stream with the arithmetic. The prefetch schedule
+ * matters for the same reason: the first pass alone prefetching the whole next block into L1
+ * (as this was until 2026-11-30) asked for 6 lines a step (one per row) for a quarter of the
+ * time and none for the rest; spread over all passes, 1.5 lines a step at m = 16, into L2 (the
+ * block is read a pass later, not at once), the stream overlaps the arithmetic throughout (a MiniLM pass of the 24 products, 16 rows, one thread: 4.1 ms
+ * against 3.5, Intel Xeon family 6 model 207; BENCHMARKS.md). Each output is still the same
+ * dot product in the same order, whatever the block shape. */
 #define SMALL_KERNEL(S, TARGET, VEC, LANES, NRMAX, ZERO, LOAD, FMA, HSUM)                                           \
     TARGET __attribute__((always_inline)) static inline void block_##S(int MR, int NR, int64_t k, const float *a,     \
                                                                        int64_t lda, const float *w, int64_t ldw,      \
-                                                                       const float *pf, float out[4][NRMAX]) {        \
+                                                                       small_pf pf, float out[4][NRMAX]) {            \
         VEC acc[4][NRMAX];                                                                                          \
         for (int i = 0; i < MR; i++)                                                                                \
             for (int j = 0; j < NR; j++) acc[i][j] = ZERO();                                                        \
         int64_t p = 0;                                                                                              \
         for (; p + LANES <= k; p += LANES) {                                                                        \
             VEC wv[NRMAX];                                                                                          \
-            if (pf)                                                                                                 \
-                for (int j = 0; j < NRMAX; j++) _mm_prefetch((const char *)(pf + j * ldw + p), _MM_HINT_T0);       \
+            for (int64_t q = 0; q < pf.per_step; q++, pf.at += 64) _mm_prefetch(pf.at, _MM_HINT_T1);                \
             for (int j = 0; j < NR; j++) wv[j] = LOAD(w + j * ldw + p);                                             \
             for (int i = 0; i < MR; i++) {                                                                          \
                 VEC av = LOAD(a + i * lda + p);                                                                     \
@@ -107,15 +143,16 @@ SMALL_TARGET512 static inline float hsum512(__m512 v) { return _mm512_reduce_add
     TARGET static void nt_##S(int64_t m, int64_t n0, int64_t n1, int64_t k, const float *a, int64_t lda,            \
                               const float *w, int64_t ldw, int accumulate, float *c, int64_t ldc) {                 \
         float out[4][NRMAX];                                                                                        \
-        int64_t j = n0;                                                                                             \
+        int64_t j = n0, passes = (m + 3) / 4;                                                                       \
         for (; j + NRMAX <= n1; j += NRMAX) {                                                                       \
             const float *wj = w + j * ldw, *next = j + 2 * NRMAX <= n1 ? wj + NRMAX * ldw : NULL;                   \
             int64_t i = 0;                                                                                          \
             for (; i + 4 <= m; i += 4) {                                                                            \
-                block_##S(4, NRMAX, k, a + i * lda, lda, wj, ldw, i == 0 ? next : NULL, out);                       \
+                block_##S(4, NRMAX, k, a + i * lda, lda, wj, ldw, small_prefetch(next, NRMAX, k, ldw, LANES, i / 4, passes), out); \
                 store_##S(4, NRMAX, out, accumulate, c + i * ldc + j, ldc);                                         \
             }                                                                                                       \
-            const float *ai = a + i * lda, *pf = i == 0 ? next : NULL;                                              \
+            const float *ai = a + i * lda;                                                                          \
+            small_pf pf = small_prefetch(next, NRMAX, k, ldw, LANES, i / 4, passes);                                \
             switch (m - i) { /* constant block shapes, so the accumulators stay in registers */                    \
             case 1: block_##S(1, NRMAX, k, ai, lda, wj, ldw, pf, out); break;                                      \
             case 2: block_##S(2, NRMAX, k, ai, lda, wj, ldw, pf, out); break;                                      \
@@ -126,7 +163,7 @@ SMALL_TARGET512 static inline float hsum512(__m512 v) { return _mm512_reduce_add
         }                                                                                                           \
         for (; j < n1; j++) /* the last columns, one output at a time */                                            \
             for (int64_t r = 0; r < m; r++) {                                                                       \
-                block_##S(1, 1, k, a + r * lda, lda, w + j * ldw, ldw, NULL, out);                                  \
+                block_##S(1, 1, k, a + r * lda, lda, w + j * ldw, ldw, (small_pf){0}, out);                          \
                 store_##S(1, 1, out, accumulate, c + r * ldc + j, ldc);                                             \
             }                                                                                                       \
     }

@@ -18,6 +18,11 @@
 int kiln__gemm_small_available(void);
 void kiln__gemm_small_nt_f32(int64_t m, int64_t n0, int64_t n1, int64_t k, const float *a, int64_t lda, const float *w,
                              int64_t ldw, int accumulate, float *c, int64_t ldc);
+/* How the kernel prefetches the next block of W while it works on one: `lines` (64-byte lines
+ * of the next block) spread over the `steps` vector steps of all its passes over the current
+ * block, the same number at each step, so the stream never comes in bursts. Returns the lines
+ * per step; *first and *count: the lines from step0 (a pass's first step) on. Exposed for tests. */
+int64_t kiln__gemm_small_prefetch_share(int64_t lines, int64_t steps, int64_t step0, int64_t *first, int64_t *count);
 /* Tests: run kiln__gemm_small_nt_f32 on plain C (1), AVX2 at most (2), or the best the CPU has
  * (3, the default). */
 void kiln__gemm_small_limit_isa(int level);
