@@ -24,7 +24,8 @@ int main(int argc, char **argv) {
     float *fx = floor ? aligned_alloc(64, sizeof(float) * (size_t)(rows * cols)) : NULL;
     float *fy = floor ? aligned_alloc(64, sizeof(float) * (size_t)(rows * cols)) : NULL;
     double *floor_ms = malloc(sizeof(double) * (size_t)runs), *floor_cpu = malloc(sizeof(double) * (size_t)runs);
-    if (fx && fy) memset(fx, 0, sizeof(float) * (size_t)(rows * cols)), memset(fy, 0, sizeof(float) * (size_t)(rows * cols));
+    size_t floor_bytes = sizeof(float) * (size_t)(rows * cols);
+    if (fx && fy) memset(fx, 0, floor_bytes), memset(fy, 0, floor_bytes);
     for (int r = -2; r < runs; r++) {
         if (fx && fy) {
             double fc, f = softmax_floor_pass(fx, fy, rows, cols, kiln_num_threads(), &fc);

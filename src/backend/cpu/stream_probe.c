@@ -71,7 +71,8 @@ static double real_pass(float *buf, int64_t bytes, bool stream) {
     } else {
         for (int64_t i = 0; i < n; i += 4) _mm_store_ps(buf + i, v);
     }
-    for (int64_t i = 0; i < n; i += 8) s0 = _mm_add_ps(s0, _mm_load_ps(buf + i)), s1 = _mm_add_ps(s1, _mm_load_ps(buf + i + 4));
+    for (int64_t i = 0; i < n; i += 8)
+        s0 = _mm_add_ps(s0, _mm_load_ps(buf + i)), s1 = _mm_add_ps(s1, _mm_load_ps(buf + i + 4));
     float out[4];
     _mm_storeu_ps(out, _mm_add_ps(s0, s1));
     sink = out[0];
@@ -146,7 +147,8 @@ static int64_t decide(void) {
                    measured > 0 ? "measured" : "the rule: half the L3");
     if (!have_path || !kiln__tune_machine_quiet()) return bytes; /* (this run only) */
     char text[512];
-    snprintf(text, sizeof text, "kiln-stream %d\nkey %s\nstream_bytes %lld\nend\n", FILE_VERSION, key, (long long)bytes);
+    snprintf(text, sizeof text, "kiln-stream %d\nkey %s\nstream_bytes %lld\nend\n", FILE_VERSION, key,
+             (long long)bytes);
     const char *why = kiln__tune_write_file(path, text);
     if (why) kiln__tune_say("cannot write %s: %s; the threshold kept for this run", path, why);
     return bytes;
