@@ -315,7 +315,9 @@ void kiln__window_recount_held(kiln__window *w) {
     atomic_store_explicit(&w->n_held, (w->g ? w->g->n_ops : 0) + w->n_dead, memory_order_release);
 }
 
-bool kiln__fusion_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target) {
+bool kiln__fusion_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target,
+                         bool *runs_here) {
+    *runs_here = false;
     /* another thread's window holding a storage this op touches goes first */
     for (int i = 0; i < op->n_in + op->n_out; i++) {
         kiln__storage *st = i < op->n_in ? op->in[i].storage : op->out[i - op->n_in].storage;
@@ -337,7 +339,7 @@ bool kiln__fusion_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
     if (!ev && kiln_fusion_enabled() && !atomic_load_explicit(&fusion.fuse_tiny, memory_order_relaxed) &&
         (!s->window || atomic_load_explicit(&s->window->n_held, memory_order_relaxed) == 0) &&
         !kiln__window_hold_wants(s->window, op) && kiln__async_runs_here(s, op))
-        return false;
+        return *runs_here = true, false;
     const kiln__window_hold *hold = NULL;
     if (KILN__UNLIKELY(kiln__window_hold_wants(s->window, op)) && !ev &&
         (hold = atomic_load_explicit(&hold_calls, memory_order_acquire)) && (s->window || (s->window = window_get(s)))) {

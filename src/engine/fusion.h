@@ -27,8 +27,11 @@ void kiln__fusion_set_matmul_min_bytes(int64_t bytes);
 void kiln__fusion_set_fuse_tiny(int on);
 
 /* Submission through the window of s: true when op joined it (the caller queues nothing);
- * false when the caller must queue op now (the window was flushed first if needed). */
-bool kiln__fusion_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target);
+ * false when the caller must queue op now (the window was flushed first if needed), with
+ * *runs_here set when op skipped the window because kiln__async_runs_here said it runs at once
+ * (the caller need not ask again). */
+bool kiln__fusion_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target,
+                         bool *runs_here);
 /* The release hook of a storage a window holds: true when it joined the calling thread's
  * window as a deferred free (after the group; its value need not be stored then). */
 bool kiln__fusion_defer_free(kiln__storage *st, kiln__stream *cur);

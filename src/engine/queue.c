@@ -185,8 +185,10 @@ static void run_here(kiln__stream *s, kiln__node *n, const kiln__op *op) {
     s->spare = n;
 }
 
-void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target,
-                         const kiln__fused *g, bool owner, bool may_block) {
+/* here_checked: the caller found kiln__async_runs_here(s, op) true just before (no event, no
+ * free target, owner), so the inline test is not made twice per op */
+static void enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target,
+                    const kiln__fused *g, bool owner, bool may_block, bool here_checked) {
     if (free_target && !free_target->borrowed) {
         /* no op uses it any more (a group that wrote it ran on this thread): freed now, as
          * core's release hook does. Not user memory: its callback may call kiln, and this thread
@@ -243,7 +245,8 @@ void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
     }
     atomic_init(&n->wait, n->n_vars + 1);
     /* (op is the caller's record, already stamped with this stream: it runs from there) */
-    bool here = owner && !free_target && !ev && op->stream_id == s->id && runs_inline(op, g) && stream_idle_now(s);
+    bool here = here_checked ||
+                (owner && !free_target && !ev && op->stream_id == s->id && runs_inline(op, g) && stream_idle_now(s));
     if (!here) {
         kiln__op_copy(&n->op, op);
         n->op.stream_id = s->id; /* (the engine's own no-ops, a free or a read, are made unstamped) */
@@ -282,6 +285,13 @@ void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, k
     }
     kiln__node_release_grant(n, NULL);
 }
+
+void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target,
+                         const kiln__fused *g, bool owner, bool may_block) {
+    enqueue(s, op, ev, free_target, g, owner, may_block, false);
+}
+
+void kiln__async_run_checked_here(kiln__stream *s, const kiln__op *op) { enqueue(s, op, NULL, NULL, NULL, true, true, true); }
 
 void kiln__stream_throttle(kiln__stream *s, int64_t bytes) {
     room_request r = {bytes, atomic_load_explicit(&queue.max_inflight, memory_order_relaxed),

@@ -31,6 +31,9 @@ bool kiln__async_runs_here(kiln__stream *s, const kiln__op *op);
  * bounded queue (never under a window's lock: waiting helps run kernels). */
 void kiln__async_enqueue(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target,
                          const kiln__fused *g, bool owner, bool may_block);
+/* kiln__async_enqueue(s, op, NULL, NULL, NULL, true, true) for an op that s's own thread has
+ * just found kiln__async_runs_here: it runs now, without the test made again. */
+void kiln__async_run_checked_here(kiln__stream *s, const kiln__op *op);
 /* A group record of KILN__FUSED_SIZE(n_ops) bytes or more, called with s's window locked (by
  * s's thread, or by another flushing s's window: the lock is what guards the spares): one its
  * engine workers gave back after running it when there is one that large, else a new one

@@ -133,8 +133,10 @@ void kiln__stream_record_dispatch_error(kiln__error *e) {
 /* ---- submission and waits: the window first, then the queue ------------------------------- */
 
 void kiln__async_submit(kiln__stream *s, const kiln__op *op, kiln__event *ev, kiln__storage *free_target) {
-    if (kiln__fusion_submit(s, op, ev, free_target)) return;
-    kiln__async_enqueue(s, op, ev, free_target, NULL, true, true);
+    bool runs_here;
+    if (kiln__fusion_submit(s, op, ev, free_target, &runs_here)) return;
+    if (runs_here) kiln__async_run_checked_here(s, op);
+    else kiln__async_enqueue(s, op, ev, free_target, NULL, true, true);
 }
 
 void kiln__event_wait(kiln__stream *s, kiln__event *ev) {

@@ -14,6 +14,10 @@ typedef void (*kiln__loop_fn)(void *ctx, int64_t n, char **ptrs, const int64_t *
  * coalesced, so dense operands reach fn as one long run (strides == element size). The
  * element range is split across the thread pool in pieces of at least `grain` elements. */
 void kiln__cpu_foreach(int n_views, const kiln__view *views, kiln__loop_fn fn, void *ctx, int64_t grain);
+/* The same over an op's views: op->out[0], then op->in[0 .. n_in - 1] (n_in + 1 views at most
+ * the iterator's limit), without copying them where they are dense and one thread runs them
+ * (a tiny op's views are not copied: ~60 instructions of its dispatch). */
+void kiln__cpu_foreach_op(const kiln__op *op, int n_in, kiln__loop_fn fn, void *ctx, int64_t grain);
 
 /* Kernels that walk lines along one dim (scans, sort): the element offset of line l, counted
  * row-major over v's other dims, in v. */

@@ -85,8 +85,7 @@ static kiln_status kernel_binary(const kiln__op *op) {
     kiln__ew_loop l;
     if (op->in[1].dtype != dt || !kiln__ew_binary_loop(op->code, dt, op->out[0].dtype, &l))
         return kiln__ew_bad_dtype(op, dt);
-    kiln__view v[3] = {op->out[0], op->in[0], op->in[1]};
-    kiln__cpu_foreach(3, v, l.fn, NULL, KILN__GRAIN_ELEMENTWISE);
+    kiln__cpu_foreach_op(op, 2, l.fn, NULL, KILN__GRAIN_ELEMENTWISE);
     return KILN_OK;
 }
 

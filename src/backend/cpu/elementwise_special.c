@@ -48,8 +48,7 @@ static kiln_status kernel_unary_param(const kiln__op *op) {
     kiln__ew_loop l;
     if (!kiln__ew_special_loop(op->code, op->in[0].dtype, op->out[0].dtype, op->p.f, &l))
         return kiln__ew_bad_dtype(op, op->in[0].dtype);
-    kiln__view v[2] = {op->out[0], op->in[0]};
-    kiln__cpu_foreach(2, v, l.fn, l.ctx, KILN__GRAIN_ELEMENTWISE);
+    kiln__cpu_foreach_op(op, 1, l.fn, l.ctx, KILN__GRAIN_ELEMENTWISE);
     return KILN_OK;
 }
 

@@ -77,8 +77,7 @@ static kiln_status kernel_typed(const kiln__op *op) {
     kiln__ew_loop l;
     if (!kiln__ew_unary_loop(op->code, op->in[0].dtype, op->out[0].dtype, op->p.f, &l))
         return kiln__ew_bad_dtype(op, op->in[0].dtype);
-    kiln__view v[2] = {op->out[0], op->in[0]};
-    kiln__cpu_foreach(2, v, l.fn, l.ctx, KILN__GRAIN_ELEMENTWISE);
+    kiln__cpu_foreach_op(op, 1, l.fn, l.ctx, KILN__GRAIN_ELEMENTWISE);
     return KILN_OK;
 }
 
@@ -123,8 +122,7 @@ static kiln_status kernel_math(const kiln__op *op) {
     kiln__ew_loop l;
     if (!kiln__ew_unary_loop(op->code, op->in[0].dtype, op->out[0].dtype, op->p.f, &l))
         return kiln__ew_bad_dtype(op, op->in[0].dtype);
-    kiln__view v[2] = {op->out[0], op->in[0]};
-    kiln__cpu_foreach(2, v, l.fn, l.ctx, GRAIN_MATH);
+    kiln__cpu_foreach_op(op, 1, l.fn, l.ctx, GRAIN_MATH);
     return KILN_OK;
 }
 

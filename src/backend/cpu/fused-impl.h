@@ -124,10 +124,12 @@ typedef struct kiln__fused_plan {
 } kiln__fused_plan;
 
 /* Outputs of the fast path of at least this many bytes in all are written with streaming
- * stores, which skip the read of each line a plain store first makes: half the last-level
- * cache (core/machine.h: sysfs, sysconf, cpuid, else 32 MiB), so a value that is streamed would
- * not have stayed in cache for its reader anyway. Tests lower it to reach the streaming code. */
-extern _Atomic int64_t kiln__fused_stream_bytes; /* 0: not yet read from the machine's facts */
+ * stores, which skip the read of each line a plain store first makes: the size at which a write
+ * and a reread stop fitting the cache this core gets, measured once per machine
+ * (stream_probe.h), else half the last-level cache (core/machine.h), so a value that is streamed
+ * would not have stayed in cache for its reader anyway. Tests lower it to reach the streaming
+ * code. */
+extern _Atomic int64_t kiln__fused_stream_bytes; /* 0: not yet decided (kiln__stream_bytes) */
 /* Groups with a reduction run on the fast path so far (tests see which path ran). */
 extern _Atomic int64_t kiln__fused_rows_runs;
 

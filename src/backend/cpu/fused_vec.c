@@ -21,8 +21,8 @@
 #include <unistd.h>
 
 #include "backend/cpu/fused-impl.h"
+#include "backend/cpu/stream_probe.h"
 #include "backend/cpu/vmath.h"
-#include "core/machine.h"
 
 _Atomic int64_t kiln__fused_stream_bytes;
 _Atomic int64_t kiln__fused_rows_runs;
@@ -32,8 +32,7 @@ _Atomic int64_t kiln__fused_rows_runs;
 static int64_t stream_bytes(void) {
     int64_t b = atomic_load_explicit(&kiln__fused_stream_bytes, memory_order_relaxed);
     if (b > 0) return b;
-    /* half the last-level cache (core/machine.h): a value that is streamed */
-    b = kiln__machine_facts()->l3_bytes / 2;
+    b = kiln__stream_bytes(); /* measured once per machine (stream_probe.h), else half the L3 */
     int64_t none = 0; /* a test's value wins over this one */
     atomic_compare_exchange_strong(&kiln__fused_stream_bytes, &none, b);
     return atomic_load_explicit(&kiln__fused_stream_bytes, memory_order_relaxed);

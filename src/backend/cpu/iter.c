@@ -110,12 +110,12 @@ static void plan_run_range(void *arg, int64_t begin, int64_t end) {
  * output's shape): the loop called once over them, as plan_run_range calls it for the one-dim
  * plan such views merge into, without building the plan (two thirds of a tiny op's kernel time:
  * callgrind). Only for a range that one thread runs anyway (n <= grain). */
-static bool run_dense(int nv, const kiln__view *views, kiln__loop_fn fn, void *ctx, int64_t n) {
-    const kiln__view *out = &views[0];
+static bool run_dense(int nv, const kiln__view *const *views, kiln__loop_fn fn, void *ctx, int64_t n) {
+    const kiln__view *out = views[0];
     char *ptrs[MAX_VIEWS];
     int64_t strides[MAX_VIEWS];
     for (int v = 0; v < nv; v++) {
-        const kiln__view *w = &views[v];
+        const kiln__view *w = views[v];
         if (!w->storage || w->ndim != out->ndim) return false;
         int64_t dense = 1; /* (strides in elements; a dim of one may have any) */
         for (int d = out->ndim - 1; d >= 0; d--) {
@@ -130,14 +130,32 @@ static bool run_dense(int nv, const kiln__view *views, kiln__loop_fn fn, void *c
     return true;
 }
 
-void kiln__cpu_foreach(int nv, const kiln__view *views, kiln__loop_fn fn, void *ctx, int64_t grain) {
-    int64_t n = kiln__view_numel(&views[0]);
-    if (n == 0) return;
-    if (n <= grain && run_dense(nv, views, fn, ctx, n)) return;
+static void foreach_planned(int nv, const kiln__view *views, kiln__loop_fn fn, void *ctx, int64_t grain, int64_t n) {
     iter_plan it;
     scalar_slots scalars;
     plan_build(&it, nv, views, &scalars);
     it.fn = fn;
     it.ctx = ctx;
     kiln__parallel_for(n, grain, plan_run_range, &it);
+}
+
+void kiln__cpu_foreach(int nv, const kiln__view *views, kiln__loop_fn fn, void *ctx, int64_t grain) {
+    int64_t n = kiln__view_numel(&views[0]);
+    if (n == 0) return;
+    const kiln__view *dense[MAX_VIEWS];
+    for (int v = 0; v < nv && n <= grain; v++) dense[v] = &views[v];
+    if (n <= grain && run_dense(nv, dense, fn, ctx, n)) return;
+    foreach_planned(nv, views, fn, ctx, grain, n);
+}
+
+void kiln__cpu_foreach_op(const kiln__op *op, int n_in, kiln__loop_fn fn, void *ctx, int64_t grain) {
+    int64_t n = kiln__view_numel(&op->out[0]);
+    if (n == 0) return;
+    const kiln__view *dense[MAX_VIEWS] = {&op->out[0]};
+    for (int i = 0; i < n_in; i++) dense[1 + i] = &op->in[i];
+    if (n <= grain && run_dense(1 + n_in, dense, fn, ctx, n)) return;
+    kiln__view views[MAX_VIEWS]; /* (copied only for the plan: a tiny dense op never is) */
+    views[0] = op->out[0];
+    for (int i = 0; i < n_in; i++) views[1 + i] = op->in[i];
+    foreach_planned(1 + n_in, views, fn, ctx, grain, n);
 }

@@ -78,7 +78,7 @@ const char *kiln__gemm_provider_name(kiln__gemm_provider p) {
     }
 }
 
-static void say(const char *fmt, ...) {
+void kiln__tune_say(const char *fmt, ...) {
     if (!kiln__env_flag("KILN_VERBOSE", false)) return;
     va_list ap;
     va_start(ap, fmt);
@@ -87,6 +87,7 @@ static void say(const char *fmt, ...) {
     fputc('\n', stderr);
     va_end(ap);
 }
+#define say kiln__tune_say
 
 /* ---- the cache file ----------------------------------------------------------------------- */
 
@@ -112,14 +113,20 @@ static bool cache_dir(char *out, size_t cap) {
     return n > 0 && (size_t)n < cap;
 }
 
-bool kiln__tune_cache_path(unsigned available, char *out, size_t cap) {
+void kiln__tune_key(unsigned available, char *out, size_t cap) { make_key(available, out, cap); }
+
+bool kiln__tune_file_path(const char *kind, unsigned available, char *out, size_t cap) {
     char dir[PATH_CAP], key[256];
     if (!cache_dir(dir, sizeof dir)) return false;
     make_key(available, key, sizeof key);
     uint64_t h = 14695981039346656037ull; /* FNV-1a: one file per key, side by side */
     for (const char *p = key; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    int n = snprintf(out, cap, "%s/tune-%016llx.txt", dir, (unsigned long long)h);
+    int n = snprintf(out, cap, "%s/%s-%016llx.txt", dir, kind, (unsigned long long)h);
     return n > 0 && (size_t)n < cap;
+}
+
+bool kiln__tune_cache_path(unsigned available, char *out, size_t cap) {
+    return kiln__tune_file_path("tune", available, out, cap);
 }
 
 /* The next line of *cursor (NUL-terminated in place), or NULL at the end. */
@@ -132,20 +139,28 @@ static char *next_line(char **cursor) {
     return line;
 }
 
+const char *kiln__tune_read_file(const char *path, char *buf, size_t cap) {
+    FILE *f = fopen(path, "r");
+    if (!f) return errno == ENOENT ? "" : "cannot be opened";
+    size_t n = fread(buf, 1, cap, f);
+    bool failed = ferror(f);
+    fclose(f);
+    if (failed) return "cannot be read";
+    if (n >= cap) return "is too large";
+    buf[n] = '\0';
+    if (strlen(buf) != n) return "holds a NUL byte";
+    return NULL;
+}
+
+char *kiln__tune_next_line(char **cursor) { return next_line(cursor); }
+
 /* Reads the decisions for key from path: NULL when read; "" when there is no file; else why the
  * file was not used. */
 static const char *load(const char *path, const char *key, unsigned available,
                         kiln__gemm_provider out[KILN__TUNE_GEMM_CLASSES], int64_t *poll_ns) {
-    FILE *f = fopen(path, "r");
-    if (!f) return errno == ENOENT ? "" : "cannot be opened";
     static char buf[FILE_MAX + 1]; /* (under tuned.lock) */
-    size_t n = fread(buf, 1, FILE_MAX + 1, f);
-    bool failed = ferror(f);
-    fclose(f);
-    if (failed) return "cannot be read";
-    if (n > FILE_MAX) return "is too large";
-    buf[n] = '\0';
-    if (strlen(buf) != n) return "holds a NUL byte";
+    const char *why = kiln__tune_read_file(path, buf, sizeof buf);
+    if (why) return why;
     char *cursor = buf, *line, want[300];
     snprintf(want, sizeof want, "kiln-tune %d", TUNE_VERSION);
     if (!(line = next_line(&cursor)) || strcmp(line, want) != 0) return "has another header";
@@ -186,9 +201,10 @@ static bool make_dirs(const char *dir) {
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-/* Writes the decisions: NULL, or why not. */
-static const char *store(const char *path, const char *key, const kiln__gemm_provider d[KILN__TUNE_GEMM_CLASSES],
-                         int64_t poll_ns) {
+/* Writes the decisions, or text instead when it is not NULL (kiln__tune_write_file): NULL, or why
+ * not. */
+static const char *store_text(const char *path, const char *key, const kiln__gemm_provider d[KILN__TUNE_GEMM_CLASSES],
+                              int64_t poll_ns, const char *text) {
     char dir[PATH_CAP], tmp[PATH_CAP + 32];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
@@ -197,10 +213,13 @@ static const char *store(const char *path, const char *key, const kiln__gemm_pro
     snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) return "a file cannot be made there";
-    fprintf(f, "kiln-tune %d\nkey %s\npool_poll_ns %lld\n", TUNE_VERSION, key, (long long)poll_ns);
-    for (int c = 0; c < KILN__TUNE_GEMM_CLASSES; c++)
-        fprintf(f, "gemm_f32 %lld %s\n", (long long)class_sizes[c], kiln__gemm_provider_name(d[c]));
-    fputs("end\n", f);
+    if (text) fputs(text, f);
+    else {
+        fprintf(f, "kiln-tune %d\nkey %s\npool_poll_ns %lld\n", TUNE_VERSION, key, (long long)poll_ns);
+        for (int c = 0; c < KILN__TUNE_GEMM_CLASSES; c++)
+            fprintf(f, "gemm_f32 %lld %s\n", (long long)class_sizes[c], kiln__gemm_provider_name(d[c]));
+        fputs("end\n", f);
+    }
     bool failed = ferror(f) != 0;
     if (fclose(f) != 0) failed = true;
     if (failed || rename(tmp, path) != 0) {
@@ -208,6 +227,15 @@ static const char *store(const char *path, const char *key, const kiln__gemm_pro
         return failed ? "writing failed" : "it cannot be replaced";
     }
     return NULL;
+}
+
+static const char *store(const char *path, const char *key, const kiln__gemm_provider d[KILN__TUNE_GEMM_CLASSES],
+                         int64_t poll_ns) {
+    return store_text(path, key, d, poll_ns, NULL);
+}
+
+const char *kiln__tune_write_file(const char *path, const char *text) {
+    return store_text(path, NULL, NULL, 0, text);
 }
 
 /* ---- the measurement ---------------------------------------------------------------------- */
@@ -253,6 +281,8 @@ static double system_load(void) {
 static double (*_Atomic load_fn)(void) = system_load;
 
 void kiln__tune_use_load(double (*fn)(void)) { atomic_store(&load_fn, fn ? fn : system_load); }
+
+bool kiln__tune_machine_quiet(void) { return atomic_load(&load_fn)() <= (double)kiln__machine_facts()->cores; }
 
 /* Fills out; false when the decisions must not be written: the time ran out first (a machine that
  * loaded measures nothing worth keeping: the classes left keep the rule for this run, and the next
@@ -319,8 +349,7 @@ static bool measure(kiln__tune_gemm_runner run, unsigned available, kiln__gemm_p
     double ms = (double)(now_ns() - start) / 1e6;
     free(a), free(b), free(c);
     bool in_time = ms <= 1e-6 * (double)TUNE_BUDGET_NS;
-    double load = atomic_load(&load_fn)();
-    bool quiet = load <= (double)kiln__machine_facts()->cores;
+    bool quiet = kiln__tune_machine_quiet();
     say("measured in %.0f ms%s", ms,
         !in_time ? ": too long (a loaded machine?), not written"
         : !quiet ? ": the machine is busier than its cores (load average above them), not written"

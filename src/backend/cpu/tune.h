@@ -63,6 +63,21 @@ bool kiln__tune_cache_path(unsigned available, char *out, size_t cap);
  * fake providers can take exact times whatever the load. */
 void kiln__tune_use_clock(uint64_t (*now)(void));
 
+/* For the other measured decisions kept beside these (stream_probe.c): the file for `kind`
+ * ("<dir>/<kind>-<hash of the key>.txt"; false when no directory is known), the key (the CPU,
+ * cores, threads, the providers in `available`), reading a whole file of at most cap - 1 bytes
+ * into buf (NULL when read; "" when there is no file; else why not), its next line (NULL at the
+ * end), writing one (made under a temporary name and renamed; NULL, or why not), whether the
+ * load average is within the core count (a measurement made above it is not written), and the
+ * KILN_VERBOSE messages. */
+bool kiln__tune_file_path(const char *kind, unsigned available, char *out, size_t cap);
+void kiln__tune_key(unsigned available, char *out, size_t cap);
+const char *kiln__tune_read_file(const char *path, char *buf, size_t cap);
+char *kiln__tune_next_line(char **cursor);
+const char *kiln__tune_write_file(const char *path, const char *text);
+bool kiln__tune_machine_quiet(void);
+void kiln__tune_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Tests: read the machine's load with another function (NULL: getloadavg's 1-minute average). A
  * measurement made while it is above the core count holds for its run and is not written. */
 void kiln__tune_use_load(double (*fn)(void));
