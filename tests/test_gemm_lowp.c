@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "backend/cpu/gemm_lowp.h"
+#include "backend/cpu/gemm_lowp_buf.h"
 #include "backend/cpu/gemm_lowp_pack.h"
 #include "ew_util.h"
 
@@ -130,6 +131,51 @@ KT_TEST(packed_b_matches_onednns_reorder) {
     }
 }
 
+/* The madvise flags ("hg": MADV_HUGEPAGE) of the mapping holding p, from /proc/self/smaps;
+ * false when none is found. */
+static bool mapping_advised_huge(const void *p) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return false;
+    char line[512];
+    bool inside = false, huge = false;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        else if (inside && strncmp(line, "VmFlags:", 8) == 0) {
+            huge = strstr(line, " hg") != NULL;
+            break;
+        }
+    }
+    fclose(f);
+    return huge;
+}
+
+/* B packed once into a buffer of 2 MiB pages (gemm_lowp_buf.c, DESIGN.md section 3): the buffer kept
+ * after a 1024 x 1024 x 1024 product starts on a 2 MiB boundary and is advised MADV_HUGEPAGE
+ * where the kernel has transparent huge pages; the widening path keeps no buffer. */
+KT_TEST(packed_b_on_huge_pages) {
+    int64_t n = 1024, m = kiln_num_threads() * 128 > n ? kiln_num_threads() * 128 : n; /* B packed once */
+    double *r = malloc(sizeof(double) * (size_t)(m * n));
+    uint16_t *a = filled(KILN_BF16, m * n, r), *b = filled(KILN_BF16, n * n, r);
+    float *c = malloc(sizeof(float) * (size_t)(m * n));
+    KT_CHECK(kiln__gemm_lowp(KILN_BF16, 0, 0, m, n, n, a, n, b, n, 0, KILN_F32, c, n) == KILN_OK);
+    size_t size;
+    const void *spare = kiln__gemm_lowp_spare(&size);
+    if (strcmp(kiln__gemm_lowp_path(KILN_BF16), "dnnl-bf16") != 0) {
+        KT_CHECK_MSG(spare == NULL, "path %s kept a packed B", kiln__gemm_lowp_path(KILN_BF16));
+    } else {
+        KT_CHECK_MSG(spare != NULL && size >= (size_t)(n * n) * 2, "no packed B kept (%zu bytes)", size);
+        KT_CHECK_MSG((uintptr_t)spare % (2u << 20) == 0, "packed B at %p: not on a 2 MiB boundary", spare);
+        FILE *thp = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+        if (thp) {
+            fclose(thp);
+            KT_CHECK_MSG(mapping_advised_huge(spare), "packed B at %p not advised MADV_HUGEPAGE", spare);
+        }
+    }
+    free(a), free(b), free(c), free(r);
+}
+
 /* The sum of 4096 ones plus small terms: bf16 accumulation would stop at 256. */
 KT_TEST(matmul_accumulates_in_f32) {
     kt_mem_begin();
@@ -196,6 +242,7 @@ int main(void) {
     KT_RUN(products_in_column_and_row_tiles);
     KT_RUN(products_widened_to_f32);
     KT_RUN(packed_b_matches_onednns_reorder);
+    KT_RUN(packed_b_on_huge_pages);
     KT_RUN(matmul_accumulates_in_f32);
     KT_RUN(linear_and_bmm_with_gradients);
     return kt_finish();

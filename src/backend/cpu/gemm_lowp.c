@@ -15,7 +15,8 @@
  * packed copy's buffer is kept for the next product (up to SPARE_MAX), so its pages are mapped
  * once. The reorder itself is kiln's (gemm_lowp_pack.c: 0.06 ms per 2048 x 512 slice where
  * oneDNN's took 0.30) wherever oneDNN's layout is the pair-interleaved one it writes and B is not
- * transposed, oneDNN's reorder otherwise; the bits are the same. KILN_GEMM_BF16_PACK=0|1,
+ * transposed, oneDNN's reorder otherwise; the bits are the same. The packed copy's buffer, on
+ * 2 MiB pages from that size on, is gemm_lowp_buf.c's. KILN_GEMM_BF16_PACK=0|1,
  * KILN_GEMM_BF16_ROWS and _COLS (the tiles' size) are for measuring. */
 #include "backend/cpu/gemm_lowp.h"
 
@@ -29,6 +30,7 @@
 #include "backend/cpu/cpu-impl.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/gemm_dnnl.h"
+#include "backend/cpu/gemm_lowp_buf.h"
 #include "backend/cpu/gemm_lowp_pack.h"
 #include "backend/cpu/threadpool.h"
 #include "backend/cpu/vmath.h"
@@ -136,10 +138,8 @@ static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
 static dnnl_engine_t engine;
 static dnnl_status_t engine_status;
 
-static void packed_free_spare(void);
-
 static void cache_free_all(void) {
-    packed_free_spare();
+    kiln__lowp_packed_free_spare();
     pthread_mutex_lock(&cache_lock);
     cache_closed = true;
     for (int i = 0; i < CACHE_SIZE; i++)
@@ -371,45 +371,6 @@ static void plan_tiles(int64_t m, int64_t n, int64_t *tile_rows, int64_t *tile_c
 
 /* ---- B packed once per product, shared by the row tiles ----------------------------------- */
 
-/* The packed B: one buffer kept for the next product (its pages already mapped), taken by one
- * product at a time; another product meanwhile gets its own. */
-static struct {
-    pthread_mutex_t lock;
-    void *ptr;
-    size_t size;
-    bool busy;
-} spare = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
-#define SPARE_MAX ((size_t)64 << 20) /* a larger B gets a buffer of its own, freed after */
-
-static void *packed_take(size_t size) {
-    size = (size + 63) / 64 * 64;
-    if (size > SPARE_MAX) return aligned_alloc(64, size);
-    pthread_mutex_lock(&spare.lock);
-    void *p = NULL;
-    if (!spare.busy && spare.size < size) {
-        free(spare.ptr);
-        spare.ptr = aligned_alloc(64, size);
-        spare.size = spare.ptr ? size : 0;
-    }
-    if (!spare.busy && spare.ptr) p = spare.ptr, spare.busy = true;
-    pthread_mutex_unlock(&spare.lock);
-    return p ? p : aligned_alloc(64, size);
-}
-
-static void packed_free_spare(void) {
-    pthread_mutex_lock(&spare.lock);
-    if (!spare.busy) free(spare.ptr), spare.ptr = NULL, spare.size = 0;
-    pthread_mutex_unlock(&spare.lock);
-}
-
-static void packed_give(void *p) {
-    pthread_mutex_lock(&spare.lock);
-    if (p == spare.ptr) spare.busy = false;
-    else free(p);
-    pthread_mutex_unlock(&spare.lock);
-}
-
 typedef struct {
     const mm_entry *mm[2]; /* full row tiles, the last one */
     dnnl_memory_desc_t chunk_md[2]; /* a slice of chunk_cols columns of the packed B; the last one */
@@ -522,12 +483,12 @@ static kiln_status gemm_packed(int ta, int tb, int64_t m, int64_t n, int64_t k, 
             j.chunk_md[l].padded_dims[1] = (cols + j.col_block - 1) / j.col_block * j.col_block;
         }
         size_t bytes = dnnl_memory_desc_get_size(w);
-        j.packed = packed_take(bytes);
+        j.packed = kiln__lowp_packed_take(bytes);
         if (j.packed) {
             *taken = true;
             kiln__parallel_for(chunks, 1, pack_task, &j);
             if (atomic_load(&j.status) == KILN_OK) kiln__parallel_for((m + tile_rows - 1) / tile_rows, 1, packed_rows_task, &j);
-            packed_give(j.packed);
+            kiln__lowp_packed_give(j.packed);
         }
     }
     for (int i = 0; i < have; i++) release(&e[i], slot[i]);
