@@ -133,9 +133,9 @@ static int64_t load(const char *path, const char *key) {
 
 static int64_t decide(void) {
     int64_t rule = kiln__stream_probe_top();
-    const char *mode = getenv("KILN_TUNE");
-    bool refresh = mode && strcmp(mode, "refresh") == 0;
-    if (!HAVE_STREAM || (!refresh && !kiln__env_flag("KILN_TUNE", true))) return rule;
+    bool off, refresh;
+    kiln__tune_mode(&off, &refresh);
+    if (!HAVE_STREAM || off) return rule;
     char path[1024], key[256];
     kiln__tune_key(0, key, sizeof key);
     bool have_path = kiln__tune_file_path("stream", 0, path, sizeof path);

@@ -201,10 +201,7 @@ static bool make_dirs(const char *dir) {
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-/* Writes the decisions, or text instead when it is not NULL (kiln__tune_write_file): NULL, or why
- * not. */
-static const char *store_text(const char *path, const char *key, const kiln__gemm_provider d[KILN__TUNE_GEMM_CLASSES],
-                              int64_t poll_ns, const char *text) {
+const char *kiln__tune_write_file(const char *path, const char *text) {
     char dir[PATH_CAP], tmp[PATH_CAP + 32];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
@@ -213,13 +210,7 @@ static const char *store_text(const char *path, const char *key, const kiln__gem
     snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) return "a file cannot be made there";
-    if (text) fputs(text, f);
-    else {
-        fprintf(f, "kiln-tune %d\nkey %s\npool_poll_ns %lld\n", TUNE_VERSION, key, (long long)poll_ns);
-        for (int c = 0; c < KILN__TUNE_GEMM_CLASSES; c++)
-            fprintf(f, "gemm_f32 %lld %s\n", (long long)class_sizes[c], kiln__gemm_provider_name(d[c]));
-        fputs("end\n", f);
-    }
+    fputs(text, f);
     bool failed = ferror(f) != 0;
     if (fclose(f) != 0) failed = true;
     if (failed || rename(tmp, path) != 0) {
@@ -229,13 +220,18 @@ static const char *store_text(const char *path, const char *key, const kiln__gem
     return NULL;
 }
 
+/* Writes the decisions: NULL, or why not. */
 static const char *store(const char *path, const char *key, const kiln__gemm_provider d[KILN__TUNE_GEMM_CLASSES],
                          int64_t poll_ns) {
-    return store_text(path, key, d, poll_ns, NULL);
-}
-
-const char *kiln__tune_write_file(const char *path, const char *text) {
-    return store_text(path, NULL, NULL, 0, text);
+    char text[FILE_MAX + 1];
+    int n = snprintf(text, sizeof text, "kiln-tune %d\nkey %s\npool_poll_ns %lld\n", TUNE_VERSION, key,
+                     (long long)poll_ns);
+    for (int c = 0; c < KILN__TUNE_GEMM_CLASSES && n > 0 && (size_t)n < sizeof text; c++)
+        n += snprintf(text + n, sizeof text - (size_t)n, "gemm_f32 %lld %s\n", (long long)class_sizes[c],
+                      kiln__gemm_provider_name(d[c]));
+    if (n > 0 && (size_t)n < sizeof text) n += snprintf(text + n, sizeof text - (size_t)n, "end\n");
+    if (n <= 0 || (size_t)n >= sizeof text) return "the decisions do not fit a file"; /* (a key past FILE_MAX) */
+    return kiln__tune_write_file(path, text);
 }
 
 /* ---- the measurement ---------------------------------------------------------------------- */
@@ -357,7 +353,7 @@ static bool measure(kiln__tune_gemm_runner run, unsigned available, kiln__gemm_p
     return in_time && quiet;
 }
 
-static void tune_mode(bool *off, bool *refresh) {
+void kiln__tune_mode(bool *off, bool *refresh) {
     const char *v = getenv("KILN_TUNE");
     *refresh = v && strcasecmp(v, "refresh") == 0;
     *off = !*refresh && !kiln__env_flag("KILN_TUNE", true);
@@ -367,7 +363,7 @@ static void decide(kiln__tune_gemm_runner run, unsigned available, kiln__gemm_pr
     for (int c = 0; c < KILN__TUNE_GEMM_CLASSES; c++) tuned.gemm[c] = KILN__GEMM_BY_RULE;
     tuned.pool_poll_ns = 0;
     bool off, refresh;
-    tune_mode(&off, &refresh);
+    kiln__tune_mode(&off, &refresh);
     if (off || !run) {
         say("KILN_TUNE=0: the rules decide");
         return;

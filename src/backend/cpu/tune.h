@@ -76,6 +76,9 @@ const char *kiln__tune_read_file(const char *path, char *buf, size_t cap);
 char *kiln__tune_next_line(char **cursor);
 const char *kiln__tune_write_file(const char *path, const char *text);
 bool kiln__tune_machine_quiet(void);
+/* KILN_TUNE: off (0, false, ...: the rules, nothing measured or read) or refresh (measure again and
+ * overwrite the file), for every measured decision alike. */
+void kiln__tune_mode(bool *off, bool *refresh);
 void kiln__tune_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Tests: read the machine's load with another function (NULL: getloadavg's 1-minute average). A
